@@ -1,0 +1,17 @@
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <utility>
+#include <vector>
+
+namespace pipetune::cli {
+
+/// A subcommand and what runs when it was given; returns the exit code.
+using Command = std::pair<CLI::App*, std::function<int()>>;
+
+void add_simulate_command(CLI::App& app, std::vector<Command>& commands);
+void add_sweep_command(CLI::App& app, std::vector<Command>& commands);
+void add_demo_command(CLI::App& app, std::vector<Command>& commands);
+
+}  // namespace pipetune::cli

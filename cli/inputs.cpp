@@ -1,0 +1,175 @@
+#include "cli/inputs.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+
+#include "sim/error.hpp"
+#include "sim/units.hpp"
+
+namespace pipetune::cli {
+
+void add_profile_flag(CLI::App& app, std::string& profile_path) {
+  app.add_option("--profile", profile_path, "profile.json from `pipetune profile`")
+      ->required()
+      ->type_name("FILE");
+}
+
+void add_hardware_flags(CLI::App& app, HardwareFlags& flags, bool devices_as_count) {
+  app.add_option("--hardware", flags.hardware_path,
+                 "hardware.json: devices, memory, links (default: the profile's device, once "
+                 "per stage, ideal links)")
+      ->type_name("FILE");
+  if (devices_as_count) {
+    app.add_option("--devices", flags.devices, "N copies of the profile's device, ideal links")
+        ->type_name("N")
+        ->check(CLI::PositiveNumber);
+  }
+  app.add_option("--memory", flags.memory, "memory of every device, e.g. 16GiB")->type_name("SIZE");
+  app.add_option("--bandwidth", flags.bandwidth, "link bandwidth in bytes/s, e.g. 25e9 or 25GB")
+      ->type_name("BYTES_PER_S");
+  app.add_option("--latency-ms", flags.latency_ms, "link latency in milliseconds")
+      ->type_name("MS")
+      ->check(CLI::NonNegativeNumber);
+}
+
+void add_plan_flags(CLI::App& app, PlanFlags& flags) {
+  app.add_option("--plan", flags.plan_path, "plan.json; the flags below override its fields")
+      ->type_name("FILE");
+  app.add_option("--balance", flags.balance, "layers per stage, e.g. 3,3,2")
+      ->delimiter(',')
+      ->type_name("N,N,...");
+  app.add_option("--chunks", flags.chunks, "micro-batches per mini-batch (default 1)")
+      ->type_name("M");
+  app.add_option("--checkpoint", flags.checkpoint, "always | except_last | never (default except_last)")
+      ->type_name("MODE");
+  app.add_option("--schedule", flags.schedule, "gpipe | 1f1b (default gpipe)")->type_name("KIND");
+  app.add_option("--stage-devices", flags.stage_devices,
+                 "device of each stage by name, e.g. cpu:0,cpu:0 to share one")
+      ->delimiter(',')
+      ->type_name("NAME,...");
+  app.add_option("--optimizer-state-factor", flags.optimizer_state_factor,
+                 "optimizer state bytes per parameter byte: 0 SGD, 1 momentum, 2 Adam")
+      ->type_name("X");
+}
+
+double parse_bandwidth(const std::string& text, const std::string& flag) {
+  if (text == "ideal" || text == "inf") return std::numeric_limits<double>::infinity();
+  const std::int64_t value = parse_bytes(text);
+  if (value <= 0) {
+    throw InputError(fmt::format("{}: expected bytes per second (e.g. 25e9, 25GB or ideal), got \"{}\"",
+                                 flag, text));
+  }
+  return static_cast<double>(value);
+}
+
+Hardware resolve_hardware(const Profile& profile, const HardwareFlags& flags, int default_count) {
+  Hardware hw;
+  if (!flags.hardware_path.empty()) {
+    if (flags.devices > 0) {
+      throw InputError("--devices: give --hardware or --devices, not both");
+    }
+    hw = load_hardware(flags.hardware_path);
+  } else {
+    const int count = flags.devices > 0 ? flags.devices : default_count;
+    hw = replicate_device(profile.device, count);
+    std::fprintf(stderr,
+                 "note: no --hardware: %d x the profile's device (%s%s%s) with %s links\n", count,
+                 profile.device.type.c_str(), profile.device.name.empty() ? "" : ", ",
+                 profile.device.name.c_str(),
+                 flags.bandwidth.empty() && flags.latency_ms < 0 ? "ideal" : "the given");
+  }
+  if (!flags.memory.empty()) {
+    const std::int64_t bytes = parse_bytes(flags.memory);
+    if (bytes < 0) {
+      throw InputError(fmt::format("--memory: expected a size such as 16GiB, got \"{}\"", flags.memory));
+    }
+    for (auto& d : hw.devices) d.memory_bytes = bytes;
+  }
+  if (!flags.bandwidth.empty()) {
+    const double bandwidth = parse_bandwidth(flags.bandwidth, "--bandwidth");
+    hw.link.bandwidth_bytes_per_s = bandwidth;
+    for (auto& o : hw.links) o.link.bandwidth_bytes_per_s = bandwidth;
+  }
+  if (flags.latency_ms >= 0) {
+    hw.link.latency_ms = flags.latency_ms;
+    for (auto& o : hw.links) o.link.latency_ms = flags.latency_ms;
+  }
+  return hw;
+}
+
+Plan resolve_plan(const PlanFlags& flags) {
+  Plan plan;
+  if (!flags.plan_path.empty()) {
+    plan = load_plan(flags.plan_path);
+  } else if (flags.balance.empty()) {
+    throw InputError("no plan: give --plan FILE or --balance N,N,... (with --chunks, --checkpoint, --schedule)");
+  }
+  if (!flags.balance.empty()) plan.balance = flags.balance;
+  if (flags.chunks) {
+    if (*flags.chunks < 1) throw InputError(fmt::format("--chunks: expected at least 1, got {}", *flags.chunks));
+    plan.chunks = *flags.chunks;
+  }
+  if (flags.checkpoint) {
+    const auto mode = parse_checkpoint_mode(*flags.checkpoint);
+    if (!mode) {
+      throw InputError(fmt::format(
+          "--checkpoint: expected always, except_last or never, got \"{}\"", *flags.checkpoint));
+    }
+    plan.checkpoint = *mode;
+  }
+  if (flags.schedule) {
+    const auto kind = parse_schedule_kind(*flags.schedule);
+    if (!kind) {
+      throw InputError(fmt::format("--schedule: expected gpipe or 1f1b, got \"{}\"", *flags.schedule));
+    }
+    plan.schedule = *kind;
+  }
+  if (!flags.stage_devices.empty()) plan.devices = flags.stage_devices;
+  if (flags.optimizer_state_factor) {
+    if (*flags.optimizer_state_factor < 0) {
+      throw InputError("--optimizer-state-factor: expected a non-negative number");
+    }
+    plan.optimizer_state_factor = *flags.optimizer_state_factor;
+  }
+  return plan;
+}
+
+std::string plan_source(const PlanFlags& flags) {
+  const bool inline_flags = !flags.balance.empty() || flags.chunks || flags.checkpoint ||
+                            flags.schedule || !flags.stage_devices.empty() ||
+                            flags.optimizer_state_factor;
+  if (flags.plan_path.empty()) return "command line";
+  return inline_flags ? flags.plan_path + " (with flags)" : flags.plan_path;
+}
+
+std::vector<CheckpointMode> parse_checkpoint_list(const std::vector<std::string>& names,
+                                                  const std::string& flag) {
+  std::vector<CheckpointMode> out;
+  for (const auto& name : names) {
+    if (name == "all") return {std::begin(kAllCheckpointModes), std::end(kAllCheckpointModes)};
+    const auto mode = parse_checkpoint_mode(name);
+    if (!mode) {
+      throw InputError(fmt::format("{}: expected always, except_last, never or all, got \"{}\"",
+                                   flag, name));
+    }
+    out.push_back(*mode);
+  }
+  return out;
+}
+
+std::vector<ScheduleKind> parse_schedule_list(const std::vector<std::string>& names,
+                                              const std::string& flag) {
+  std::vector<ScheduleKind> out;
+  for (const auto& name : names) {
+    if (name == "all") return {std::begin(kAllScheduleKinds), std::end(kAllScheduleKinds)};
+    const auto kind = parse_schedule_kind(name);
+    if (!kind) {
+      throw InputError(fmt::format("{}: expected gpipe, 1f1b or all, got \"{}\"", flag, name));
+    }
+    out.push_back(*kind);
+  }
+  return out;
+}
+
+}  // namespace pipetune::cli

@@ -1,0 +1,56 @@
+#pragma once
+
+// Flags that several subcommands share (profile, devices and plan) and how they become the
+// sim/ types. Every bad value becomes an InputError that names the flag or file.
+
+#include <CLI/CLI.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/hardware.hpp"
+#include "sim/plan.hpp"
+#include "sim/profile.hpp"
+
+namespace pipetune::cli {
+
+struct HardwareFlags {
+  std::string hardware_path;
+  int devices = 0;
+  std::string memory;     ///< per device, e.g. "16GiB"
+  std::string bandwidth;  ///< default link, bytes/s, e.g. "25e9" or "25GB"
+  double latency_ms = -1.0;
+};
+
+struct PlanFlags {
+  std::string plan_path;
+  std::vector<int> balance;
+  std::optional<int> chunks;
+  std::optional<std::string> checkpoint;
+  std::optional<std::string> schedule;
+  std::vector<std::string> stage_devices;
+  std::optional<double> optimizer_state_factor;
+};
+
+void add_profile_flag(CLI::App& app, std::string& profile_path);
+/// `devices_as_count`: --devices N (simulate, plan); sweep registers its own list instead.
+void add_hardware_flags(CLI::App& app, HardwareFlags& flags, bool devices_as_count = true);
+void add_plan_flags(CLI::App& app, PlanFlags& flags);
+
+/// The devices to simulate: --hardware, else `default_count` (or --devices) copies of the
+/// profile's device with ideal links, which it says on stderr. Overrides apply on top.
+Hardware resolve_hardware(const Profile& profile, const HardwareFlags& flags, int default_count);
+
+/// The plan from --plan and/or the inline flags (inline ones override the file's fields).
+/// Not yet checked against a profile: that is check_plan's job.
+Plan resolve_plan(const PlanFlags& flags);
+/// What to call the plan in error messages: its file, or "command line".
+std::string plan_source(const PlanFlags& flags);
+
+std::vector<CheckpointMode> parse_checkpoint_list(const std::vector<std::string>& names,
+                                                  const std::string& flag);
+std::vector<ScheduleKind> parse_schedule_list(const std::vector<std::string>& names,
+                                              const std::string& flag);
+double parse_bandwidth(const std::string& text, const std::string& flag);
+
+}  // namespace pipetune::cli

@@ -1,0 +1,195 @@
+#include "cli/report.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "cli/table.hpp"
+#include "sim/units.hpp"
+
+namespace pipetune::cli {
+
+using nlohmann::ordered_json;
+
+double tidy(double value) {
+  if (!std::isfinite(value)) return value;
+  return std::round(value * 1e6) / 1e6;
+}
+
+std::string format_ms(double ms) { return fmt::format("{:.3f}", ms); }
+std::string format_percent(double fraction) { return fmt::format("{:.1f} %", fraction * 100.0); }
+std::string format_balance(const std::vector<int>& balance) {
+  return fmt::format("[{}]", fmt::join(balance, ","));
+}
+
+std::string format_bandwidth(double bytes_per_s) {
+  if (std::isinf(bytes_per_s)) return "ideal";
+  if (bytes_per_s >= 1e9) return fmt::format("{:.3g} GB/s", bytes_per_s / 1e9);
+  if (bytes_per_s >= 1e6) return fmt::format("{:.3g} MB/s", bytes_per_s / 1e6);
+  return fmt::format("{:.3g} B/s", bytes_per_s);
+}
+
+namespace {
+
+std::string micro_batch_summary(const std::vector<std::int64_t>& sizes) {
+  if (sizes.size() > 1 && sizes.back() != sizes.front()) {
+    return fmt::format("{} micro-batches of {} (last {})", sizes.size(), sizes.front(),
+                       sizes.back());
+  }
+  return fmt::format("{} micro-batch{} of {}", sizes.size(), sizes.size() == 1 ? "" : "es",
+                     sizes.front());
+}
+
+std::string capacity_text(std::int64_t bytes) { return bytes == 0 ? "-" : format_bytes(bytes); }
+
+}  // namespace
+
+std::string simulation_text(const Profile& profile, const SimulationResult& r,
+                            const std::vector<int>& path) {
+  std::string out;
+  out += fmt::format("model       {} ({}, {}), batch {}\n", profile.model, profile.device.type,
+                     profile.dtype, profile.batch_size);
+  out += fmt::format("plan        {}: {}\n", describe_plan(r.plan),
+                     micro_batch_summary(r.micro_batch_sizes));
+  out += fmt::format("iteration   {} ms\n", format_ms(r.iteration_ms));
+  out += fmt::format("throughput  {:.1f} samples/s\n", r.throughput_samples_per_s);
+  out += fmt::format("bubble      {}\n\n", format_percent(r.bubble_fraction));
+
+  TextTable table;
+  table.add_column("device");
+  table.add_column("stages");
+  table.add_column("busy ms", TextTable::Align::Right);
+  table.add_column("idle", TextTable::Align::Right);
+  table.add_column("peak memory", TextTable::Align::Right);
+  table.add_column("capacity", TextTable::Align::Right);
+  table.add_column("fits");
+  for (const auto& d : r.devices) {
+    const double idle = r.iteration_ms > 0 ? 1.0 - d.busy_ms / r.iteration_ms : 0.0;
+    table.add_row({d.name, fmt::format("{}", fmt::join(d.stages, ",")), format_ms(d.busy_ms),
+                   format_percent(idle), format_bytes(d.peak_memory_bytes),
+                   capacity_text(d.memory_capacity_bytes), d.fits() ? "yes" : "NO"});
+  }
+  out += table.render();
+
+  if (!path.empty()) {
+    double compute = 0, copies = 0;
+    std::vector<std::string> labels;
+    for (int t : path) {
+      const SimTask& task = r.tasks[t];
+      (is_compute(task.kind) ? compute : copies) += task.duration_ms();
+      labels.push_back(task.label());
+    }
+    // Long paths are shortened to their ends: the start and finish say where time goes.
+    std::string shown;
+    constexpr std::size_t kEnds = 6;
+    if (labels.size() <= 2 * kEnds + 1) {
+      shown = fmt::format("{}", fmt::join(labels, " "));
+    } else {
+      shown = fmt::format("{} ... {}",
+                          fmt::join(labels.begin(), labels.begin() + kEnds, " "),
+                          fmt::join(labels.end() - kEnds, labels.end(), " "));
+    }
+    out += fmt::format("\ncritical path  {} tasks, {} ms compute, {} ms copies\n  {}\n",
+                       path.size(), format_ms(compute), format_ms(copies), shown);
+  }
+  if (!r.fits()) {
+    out += "\nThe plan does not fit: a device's predicted peak memory exceeds its capacity.\n";
+  }
+  return out;
+}
+
+std::string simulation_json(const SimulationResult& r, const std::vector<int>& path) {
+  ordered_json root;
+  root["iteration_ms"] = tidy(r.iteration_ms);
+  root["throughput_samples_per_s"] = tidy(r.throughput_samples_per_s);
+  root["bubble_fraction"] = tidy(r.bubble_fraction);
+  ordered_json devices = ordered_json::array();
+  for (const auto& d : r.devices) {
+    devices.push_back({{"name", d.name},
+                       {"stages", d.stages},
+                       {"busy_ms", tidy(d.busy_ms)},
+                       {"peak_memory_bytes", d.peak_memory_bytes},
+                       {"memory_capacity_bytes", d.memory_capacity_bytes},
+                       {"fits", d.fits()}});
+  }
+  root["devices"] = std::move(devices);
+  root["micro_batch_sizes"] = r.micro_batch_sizes;
+  ordered_json labels = ordered_json::array();
+  for (int t : path) labels.push_back(r.tasks[t].label());
+  root["critical_path"] = std::move(labels);
+  return root.dump() + "\n";
+}
+
+std::string sweep_table(const std::vector<SweepRow>& rows) {
+  TextTable table;
+  table.add_column("devices", TextTable::Align::Right);
+  table.add_column("link");
+  table.add_column("schedule");
+  table.add_column("checkpoint");
+  table.add_column("chunks", TextTable::Align::Right);
+  table.add_column("balance");
+  table.add_column("iteration ms", TextTable::Align::Right);
+  table.add_column("samples/s", TextTable::Align::Right);
+  table.add_column("bubble", TextTable::Align::Right);
+  table.add_column("max peak", TextTable::Align::Right);
+  table.add_column("fits");
+  for (const auto& row : rows) {
+    std::string chunks = std::to_string(row.plan.chunks);
+    if (row.micro_batches != row.plan.chunks) chunks += fmt::format(" ({})", row.micro_batches);
+    std::int64_t peak = 0;
+    for (auto p : row.peak_memory_bytes) peak = std::max(peak, p);
+    table.add_row({std::to_string(row.devices), format_bandwidth(row.bandwidth_bytes_per_s),
+                   std::string(to_string(row.plan.schedule)),
+                   std::string(to_string(row.plan.checkpoint)), chunks,
+                   format_balance(row.plan.balance), format_ms(row.iteration_ms),
+                   fmt::format("{:.1f}", row.throughput_samples_per_s),
+                   format_percent(row.bubble_fraction), format_bytes(peak),
+                   row.fits ? "yes" : "NO"});
+  }
+  return table.render();
+}
+
+std::string sweep_csv(const std::vector<SweepRow>& rows) {
+  std::string out =
+      "devices,bandwidth_bytes_per_s,schedule,checkpoint,chunks,micro_batches,balance,"
+      "iteration_ms,throughput_samples_per_s,bubble_fraction,peak_memory_bytes,fits\n";
+  for (const auto& row : rows) {
+    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{}\n", row.devices,
+                       std::isinf(row.bandwidth_bytes_per_s)
+                           ? std::string("inf")
+                           : fmt::format("{}", row.bandwidth_bytes_per_s),
+                       to_string(row.plan.schedule), to_string(row.plan.checkpoint),
+                       row.plan.chunks, row.micro_batches, fmt::join(row.plan.balance, " "),
+                       tidy(row.iteration_ms), tidy(row.throughput_samples_per_s),
+                       tidy(row.bubble_fraction), fmt::join(row.peak_memory_bytes, " "),
+                       row.fits ? "true" : "false");
+  }
+  return out;
+}
+
+std::string sweep_json(const std::vector<SweepRow>& rows) {
+  ordered_json list = ordered_json::array();
+  for (const auto& row : rows) {
+    ordered_json bandwidth = nullptr;
+    if (!std::isinf(row.bandwidth_bytes_per_s)) bandwidth = row.bandwidth_bytes_per_s;
+    list.push_back({{"devices", row.devices},
+                    {"bandwidth_bytes_per_s", bandwidth},
+                    {"balance", row.plan.balance},
+                    {"chunks", row.plan.chunks},
+                    {"micro_batches", row.micro_batches},
+                    {"checkpoint", to_string(row.plan.checkpoint)},
+                    {"schedule", to_string(row.plan.schedule)},
+                    {"iteration_ms", tidy(row.iteration_ms)},
+                    {"throughput_samples_per_s", tidy(row.throughput_samples_per_s)},
+                    {"bubble_fraction", tidy(row.bubble_fraction)},
+                    {"peak_memory_bytes", row.peak_memory_bytes},
+                    {"fits", row.fits}});
+  }
+  ordered_json root;
+  root["rows"] = std::move(list);
+  return root.dump() + "\n";
+}
+
+}  // namespace pipetune::cli

@@ -1,0 +1,30 @@
+#pragma once
+
+// What the CLI prints. Text for people (golden-tested), JSON for programs (docs/cli.md).
+
+#include <string>
+#include <vector>
+
+#include "sim/profile.hpp"
+#include "sim/simulator.hpp"
+#include "sim/sweep.hpp"
+
+namespace pipetune::cli {
+
+/// A number rounded to 1e-6 so JSON output stays short and stable across runs.
+double tidy(double value);
+
+std::string simulation_text(const Profile& profile, const SimulationResult& result,
+                            const std::vector<int>& critical_path);
+std::string simulation_json(const SimulationResult& result, const std::vector<int>& critical_path);
+
+std::string sweep_table(const std::vector<SweepRow>& rows);
+std::string sweep_csv(const std::vector<SweepRow>& rows);
+std::string sweep_json(const std::vector<SweepRow>& rows);
+
+std::string format_ms(double ms);
+std::string format_percent(double fraction);
+std::string format_bandwidth(double bytes_per_s);
+std::string format_balance(const std::vector<int>& balance);
+
+}  // namespace pipetune::cli

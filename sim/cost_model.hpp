@@ -1,0 +1,60 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "sim/profile.hpp"
+
+namespace pipetune {
+
+/// Piecewise-linear through the measured points (sizes[k], values[k]); outside the measured
+/// range, extended along the nearest segment (DESIGN.md: "beyond the largest, extrapolated from
+/// the last two points"); never below zero. With one point, proportional to the size.
+double interpolate(std::span<const std::int64_t> sizes, std::span<const double> values,
+                   double size);
+std::int64_t interpolate_bytes(std::span<const std::int64_t> sizes,
+                               std::span<const std::int64_t> values, double size);
+
+/// Every layer's costs at one micro-batch size, with prefix sums so a stage's total is O(1).
+struct SizeCosts {
+  std::int64_t size = 0;
+  std::int64_t input_bytes = 0;  ///< the model's input at this size
+  std::vector<double> forward_ms, backward_ms;
+  std::vector<std::int64_t> output_bytes, saved_bytes, workspace_bytes;
+  std::vector<double> forward_prefix, backward_prefix;  ///< size L + 1
+
+  double forward_ms_sum(int first, int end) const {
+    return forward_prefix[end] - forward_prefix[first];
+  }
+  double backward_ms_sum(int first, int end) const {
+    return backward_prefix[end] - backward_prefix[first];
+  }
+  /// What a stage starting at layer `first` receives: the model input or the previous output.
+  std::int64_t stage_input_bytes(int first) const {
+    return first == 0 ? input_bytes : output_bytes[first - 1];
+  }
+};
+
+/// The profile's costs at any micro-batch size (interpolated once per size, then cached).
+/// Not thread-safe: give each thread its own.
+class CostModel {
+ public:
+  explicit CostModel(const Profile& profile);
+
+  const Profile& profile() const { return profile_; }
+  int layer_count() const { return static_cast<int>(profile_.layers.size()); }
+  const SizeCosts& at(std::int64_t size) const;
+  std::int64_t param_bytes(int first, int end) const {
+    return param_prefix_[end] - param_prefix_[first];
+  }
+  std::int64_t param_bytes_of(int layer) const { return profile_.layers[layer].param_bytes; }
+
+ private:
+  const Profile& profile_;
+  std::vector<std::int64_t> param_prefix_;
+  mutable std::vector<std::unique_ptr<SizeCosts>> cache_;  // indexed by size
+};
+
+}  // namespace pipetune

@@ -1,0 +1,158 @@
+#include "sim/hardware.hpp"
+
+#include <fmt/format.h>
+
+#include "sim/error.hpp"
+#include "sim/file_io.hpp"
+#include "sim/json_reader.hpp"
+
+namespace pipetune {
+
+namespace {
+
+using json_reader::Node;
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+Link parse_link(const Node& node, std::initializer_list<std::string_view> extra_keys = {}) {
+  std::vector<std::string_view> keys{"bandwidth_bytes_per_s", "latency_ms"};
+  keys.insert(keys.end(), extra_keys.begin(), extra_keys.end());
+  if (!node.value().is_object()) node.fail("an object");
+  for (const auto& [key, value] : node.value().items()) {
+    bool known = false;
+    for (auto k : keys) known = known || k == key;
+    if (!known) {
+      std::string list;
+      for (auto k : keys) list += (list.empty() ? "" : ", ") + std::string(k);
+      node.fail_message(fmt::format("unknown field \"{}\" (expected one of: {})", key, list));
+    }
+  }
+  Link link;
+  // null says "unlimited": JSON has no infinity, and an ideal link must survive a round trip.
+  const Node bandwidth = node.field("bandwidth_bytes_per_s");
+  link.bandwidth_bytes_per_s = bandwidth.value().is_null()
+                                   ? std::numeric_limits<double>::infinity()
+                                   : bandwidth.positive_number();
+  link.latency_ms = node.field("latency_ms").non_negative_number();
+  return link;
+}
+
+ordered_json link_json(const Link& link) {
+  ordered_json bandwidth = nullptr;
+  if (link.bandwidth_bytes_per_s != std::numeric_limits<double>::infinity()) {
+    bandwidth = link.bandwidth_bytes_per_s;
+  }
+  return {{"bandwidth_bytes_per_s", bandwidth}, {"latency_ms", link.latency_ms}};
+}
+
+}  // namespace
+
+const Link& Hardware::link_between(int from, int to) const {
+  for (const auto& o : links) {
+    if ((o.first == from && o.second == to) || (o.first == to && o.second == from)) return o.link;
+  }
+  return link;
+}
+
+int Hardware::device_index(std::string_view name) const {
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    if (devices[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+Hardware parse_hardware(std::string_view text, const std::string& source) {
+  const json document = json_reader::parse_document(text, source);
+  const Node root(document, source);
+  if (!document.is_object()) root.fail("a JSON object");
+  root.allow_only({"format", "devices", "link", "links", "launch_overhead_ms", "calibration"});
+  const Node tag = root.field("format");
+  if (!tag.value().is_string() || tag.value().get<std::string>() != kHardwareFormat) {
+    tag.fail(fmt::format("\"{}\"", kHardwareFormat));
+  }
+
+  Hardware hw;
+  const Node devices = root.field("devices");
+  const auto device_nodes = devices.elements();
+  if (device_nodes.empty()) devices.fail("a non-empty array of devices");
+  for (const Node& d : device_nodes) {
+    d.allow_only({"name", "memory_bytes", "speed"});
+    HardwareDevice device;
+    const Node name = d.field("name");
+    device.name = name.non_empty_string();
+    if (hw.device_index(device.name) >= 0) {
+      name.fail_message(fmt::format("duplicate device name \"{}\"", device.name));
+    }
+    device.memory_bytes = d.field("memory_bytes").non_negative_integer();
+    if (auto speed = d.optional_field("speed")) device.speed = speed->positive_number();
+    hw.devices.push_back(std::move(device));
+  }
+  hw.link = parse_link(root.field("link"));
+  if (auto links = root.optional_field("links")) {
+    for (const Node& l : links->elements()) {
+      LinkOverride o;
+      o.link = parse_link(l, {"between"});
+      const Node between = l.field("between");
+      const auto ends = between.elements();
+      if (ends.size() != 2) between.fail("an array of two device names");
+      int index[2];
+      for (int k = 0; k < 2; ++k) {
+        index[k] = hw.device_index(ends[k].non_empty_string());
+        if (index[k] < 0) ends[k].fail("the name of a device in \"devices\"");
+      }
+      if (index[0] == index[1]) between.fail("two different devices");
+      o.first = index[0];
+      o.second = index[1];
+      hw.links.push_back(o);
+    }
+  }
+  if (auto overhead = root.optional_field("launch_overhead_ms")) {
+    hw.launch_overhead_ms = overhead->non_negative_number();
+  }
+  if (auto calibration = root.optional_field("calibration")) {
+    if (!calibration->value().is_object()) calibration->fail("an object");
+    hw.calibration_json = calibration->value().dump();
+  }
+  return hw;
+}
+
+Hardware load_hardware(const std::string& path) {
+  return parse_hardware(read_text_file(path), path);
+}
+
+std::string hardware_to_json(const Hardware& hw) {
+  ordered_json root = ordered_json::object();
+  root["format"] = kHardwareFormat;
+  ordered_json devices = ordered_json::array();
+  for (const auto& d : hw.devices) {
+    devices.push_back({{"name", d.name}, {"memory_bytes", d.memory_bytes}, {"speed", d.speed}});
+  }
+  root["devices"] = std::move(devices);
+  root["link"] = link_json(hw.link);
+  if (!hw.links.empty()) {
+    ordered_json links = ordered_json::array();
+    for (const auto& o : hw.links) {
+      ordered_json l = {{"between", {hw.devices[o.first].name, hw.devices[o.second].name}}};
+      l.update(link_json(o.link));
+      links.push_back(std::move(l));
+    }
+    root["links"] = std::move(links);
+  }
+  root["launch_overhead_ms"] = hw.launch_overhead_ms;
+  if (!hw.calibration_json.empty()) root["calibration"] = ordered_json::parse(hw.calibration_json);
+  return root.dump(2) + "\n";
+}
+
+void save_hardware(const Hardware& hardware, const std::string& path) {
+  write_text_file_atomically(path, hardware_to_json(hardware));
+}
+
+Hardware replicate_device(const ProfileDevice& device, int count) {
+  Hardware hw;
+  for (int i = 0; i < count; ++i) {
+    hw.devices.push_back({fmt::format("{}:{}", device.type, i), device.memory_bytes, 1.0});
+  }
+  return hw;
+}
+
+}  // namespace pipetune

@@ -1,0 +1,198 @@
+#include "sim/plan.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <numeric>
+
+#include "sim/error.hpp"
+#include "sim/file_io.hpp"
+#include "sim/json_reader.hpp"
+
+namespace pipetune {
+
+namespace {
+using json_reader::Node;
+using nlohmann::json;
+using nlohmann::ordered_json;
+}  // namespace
+
+std::string_view to_string(CheckpointMode mode) {
+  switch (mode) {
+    case CheckpointMode::Always:
+      return "always";
+    case CheckpointMode::ExceptLast:
+      return "except_last";
+    case CheckpointMode::Never:
+      return "never";
+  }
+  return "?";
+}
+
+std::string_view to_string(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::GPipe:
+      return "gpipe";
+    case ScheduleKind::OneFOneB:
+      return "1f1b";
+  }
+  return "?";
+}
+
+std::optional<CheckpointMode> parse_checkpoint_mode(std::string_view text) {
+  for (auto mode : kAllCheckpointModes) {
+    if (to_string(mode) == text) return mode;
+  }
+  return std::nullopt;
+}
+
+std::optional<ScheduleKind> parse_schedule_kind(std::string_view text) {
+  for (auto kind : kAllScheduleKinds) {
+    if (to_string(kind) == text) return kind;
+  }
+  return std::nullopt;
+}
+
+Plan parse_plan(std::string_view text, const std::string& source) {
+  const json document = json_reader::parse_document(text, source);
+  const Node root(document, source);
+  if (!document.is_object()) root.fail("a JSON object");
+  root.allow_only(
+      {"format", "balance", "chunks", "checkpoint", "schedule", "devices", "optimizer_state_factor"});
+  const Node tag = root.field("format");
+  if (!tag.value().is_string() || tag.value().get<std::string>() != kPlanFormat) {
+    tag.fail(fmt::format("\"{}\"", kPlanFormat));
+  }
+  Plan plan;
+  const Node balance = root.field("balance");
+  const auto stages = balance.elements();
+  if (stages.empty()) balance.fail("a non-empty array of layer counts, one per stage");
+  for (const Node& s : stages) {
+    if (!s.value().is_number() || s.integer() < 1) {
+      s.fail("a positive integer (every stage needs at least one layer)");
+    }
+    plan.balance.push_back(static_cast<int>(s.integer()));
+  }
+  const Node chunks = root.field("chunks");
+  const auto c = chunks.positive_integer();
+  if (c > 1'000'000'000) chunks.fail("at most 1000000000 micro-batches");
+  plan.chunks = static_cast<int>(c);
+
+  const Node checkpoint = root.field("checkpoint");
+  const auto mode = parse_checkpoint_mode(checkpoint.value().is_string() ? checkpoint.string() : "");
+  if (!mode) checkpoint.fail("one of \"always\", \"except_last\", \"never\"");
+  plan.checkpoint = *mode;
+
+  const Node schedule = root.field("schedule");
+  const auto kind = parse_schedule_kind(schedule.value().is_string() ? schedule.string() : "");
+  if (!kind) schedule.fail("one of \"gpipe\", \"1f1b\"");
+  plan.schedule = *kind;
+
+  if (auto devices = root.optional_field("devices")) {
+    const auto names = devices->elements(plan.balance.size(), "device names, one per stage");
+    for (const Node& n : names) plan.devices.push_back(n.non_empty_string());
+  }
+  if (auto factor = root.optional_field("optimizer_state_factor")) {
+    plan.optimizer_state_factor = factor->non_negative_number();
+  }
+  return plan;
+}
+
+Plan load_plan(const std::string& path) { return parse_plan(read_text_file(path), path); }
+
+std::string plan_to_json(const Plan& plan) {
+  ordered_json root = ordered_json::object();
+  root["format"] = kPlanFormat;
+  root["balance"] = plan.balance;
+  root["chunks"] = plan.chunks;
+  root["checkpoint"] = to_string(plan.checkpoint);
+  root["schedule"] = to_string(plan.schedule);
+  if (!plan.devices.empty()) root["devices"] = plan.devices;
+  root["optimizer_state_factor"] = plan.optimizer_state_factor;
+  return root.dump(2) + "\n";
+}
+
+void save_plan(const Plan& plan, const std::string& path) {
+  write_text_file_atomically(path, plan_to_json(plan));
+}
+
+std::string describe_plan(const Plan& plan) {
+  return fmt::format("[{}] x{} {} {}", fmt::join(plan.balance, ","), plan.chunks,
+                     to_string(plan.checkpoint), to_string(plan.schedule));
+}
+
+void check_plan(const Plan& plan, const Profile& profile, const Hardware& hardware,
+                const std::string& source) {
+  if (plan.balance.empty()) {
+    throw InputError(source + ": balance: expected at least one stage");
+  }
+  for (std::size_t s = 0; s < plan.balance.size(); ++s) {
+    if (plan.balance[s] < 1) {
+      throw InputError(fmt::format(
+          "{}: balance[{}]: expected a positive integer (every stage needs at least one layer), "
+          "got {}",
+          source, s, plan.balance[s]));
+    }
+  }
+  const long long total = std::accumulate(plan.balance.begin(), plan.balance.end(), 0LL);
+  if (total != static_cast<long long>(profile.layer_count())) {
+    throw InputError(fmt::format(
+        "{}: balance: expected layer counts summing to {} (the profile's layers), got {} = {}",
+        source, profile.layer_count(), fmt::join(plan.balance, "+"), total));
+  }
+  if (plan.chunks < 1 || plan.chunks > profile.batch_size) {
+    throw InputError(fmt::format("{}: chunks: expected 1 to {} (the batch size), got {}", source,
+                                 profile.batch_size, plan.chunks));
+  }
+  if (plan.devices.empty()) {
+    if (plan.balance.size() > hardware.devices.size()) {
+      throw InputError(fmt::format(
+          "{}: balance: expected at most {} stages (one per device; name \"devices\" to put "
+          "several stages on one device), got {}",
+          source, hardware.devices.size(), plan.balance.size()));
+    }
+  } else {
+    if (plan.devices.size() != plan.balance.size()) {
+      throw InputError(fmt::format("{}: devices: expected {} device names, one per stage, got {}",
+                                   source, plan.balance.size(), plan.devices.size()));
+    }
+    for (std::size_t s = 0; s < plan.devices.size(); ++s) {
+      if (hardware.device_index(plan.devices[s]) < 0) {
+        std::vector<std::string> names;
+        for (const auto& d : hardware.devices) names.push_back(d.name);
+        throw InputError(fmt::format("{}: devices[{}]: expected one of {}, got \"{}\"", source, s,
+                                     fmt::join(names, ", "), plan.devices[s]));
+      }
+    }
+  }
+}
+
+std::vector<int> stage_devices(const Plan& plan, const Hardware& hardware) {
+  std::vector<int> out(plan.balance.size());
+  for (std::size_t s = 0; s < out.size(); ++s) {
+    out[s] = plan.devices.empty() ? static_cast<int>(s) : hardware.device_index(plan.devices[s]);
+  }
+  return out;
+}
+
+bool is_checkpointed(CheckpointMode mode, int micro_batch, int micro_batches) {
+  switch (mode) {
+    case CheckpointMode::Always:
+      return true;
+    case CheckpointMode::ExceptLast:
+      return micro_batch < micro_batches - 1;
+    case CheckpointMode::Never:
+      return false;
+  }
+  return false;
+}
+
+std::vector<std::int64_t> split_batch(std::int64_t batch, int chunks) {
+  std::vector<std::int64_t> sizes;
+  if (batch <= 0 || chunks <= 0) return sizes;
+  const std::int64_t each = (batch + chunks - 1) / chunks;
+  for (std::int64_t left = batch; left > 0; left -= each) sizes.push_back(std::min(each, left));
+  return sizes;
+}
+
+}  // namespace pipetune

@@ -1,0 +1,71 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sim/hardware.hpp"
+#include "sim/profile.hpp"
+
+namespace pipetune {
+
+/// torchgpipe's checkpoint modes: micro-batch i of M is recomputed iff i < stop, where stop is
+/// M (always), M - 1 (except_last) or 0 (never).
+enum class CheckpointMode : std::uint8_t { Always, ExceptLast, Never };
+
+enum class ScheduleKind : std::uint8_t {
+  GPipe,    ///< fill-drain: every forward, then every backward in reverse micro-batch order
+  OneFOneB  ///< PipeDream-flush: warm-up forwards, then one backward per forward
+};
+
+std::string_view to_string(CheckpointMode mode);
+std::string_view to_string(ScheduleKind kind);
+std::optional<CheckpointMode> parse_checkpoint_mode(std::string_view text);
+std::optional<ScheduleKind> parse_schedule_kind(std::string_view text);
+inline constexpr CheckpointMode kAllCheckpointModes[] = {CheckpointMode::Always,
+                                                         CheckpointMode::ExceptLast,
+                                                         CheckpointMode::Never};
+inline constexpr ScheduleKind kAllScheduleKinds[] = {ScheduleKind::GPipe, ScheduleKind::OneFOneB};
+
+/// How a model is pipelined (format pipetune.plan/1).
+struct Plan {
+  std::vector<int> balance;          ///< layers per stage
+  int chunks = 1;                    ///< micro-batches requested (tensor.chunk may make fewer)
+  CheckpointMode checkpoint = CheckpointMode::ExceptLast;
+  ScheduleKind schedule = ScheduleKind::GPipe;
+  std::vector<std::string> devices;  ///< stage -> device name; empty: stage i on device i
+  double optimizer_state_factor = 0.0;
+
+  int stages() const { return static_cast<int>(balance.size()); }
+  bool operator==(const Plan&) const = default;
+};
+
+inline constexpr std::string_view kPlanFormat = "pipetune.plan/1";
+
+Plan parse_plan(std::string_view text, const std::string& source);
+Plan load_plan(const std::string& path);
+std::string plan_to_json(const Plan& plan);
+void save_plan(const Plan& plan, const std::string& path);
+
+/// One line for tables and logs: "[3,3,2] x8 except_last gpipe".
+std::string describe_plan(const Plan& plan);
+
+/// Rejects a plan that does not fit the profile or the hardware, naming `source` and the field:
+/// balance not summing to the layer count, chunks above the batch size, unknown device names,
+/// more stages than devices without a `devices` mapping.
+void check_plan(const Plan& plan, const Profile& profile, const Hardware& hardware,
+                const std::string& source);
+
+/// Device index of each stage (the plan must have passed check_plan).
+std::vector<int> stage_devices(const Plan& plan, const Hardware& hardware);
+
+/// True iff micro-batch `micro_batch` of `micro_batches` is checkpointed (recomputed).
+bool is_checkpointed(CheckpointMode mode, int micro_batch, int micro_batches);
+
+/// The sizes tensor.chunk(chunks) gives a batch: ceil(batch / chunks) each, the last one smaller.
+/// There may be fewer than `chunks` of them (10 split into 4 gives 3,3,3,1; into 6 gives 2,2,2,2,2).
+std::vector<std::int64_t> split_batch(std::int64_t batch, int chunks);
+
+}  // namespace pipetune

@@ -1,0 +1,142 @@
+#include "sim/profile.hpp"
+
+#include <fmt/format.h>
+
+#include "sim/error.hpp"
+#include "sim/file_io.hpp"
+#include "sim/json_reader.hpp"
+
+namespace pipetune {
+
+namespace {
+
+using json_reader::Node;
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+void check_format(const Node& root, std::string_view expected) {
+  const Node tag = root.field("format");
+  if (!tag.value().is_string() || tag.value().get<std::string>() != expected) {
+    tag.fail(fmt::format("\"{}\"", expected));
+  }
+}
+
+std::vector<double> numbers(const Node& node, std::size_t count) {
+  std::vector<double> out;
+  for (const Node& e : node.elements(count, "non-negative numbers, one per micro-batch size")) {
+    out.push_back(e.non_negative_number());
+  }
+  return out;
+}
+
+std::vector<std::int64_t> byte_counts(const Node& node, std::size_t count) {
+  std::vector<std::int64_t> out;
+  for (const Node& e :
+       node.elements(count, "non-negative integers (bytes), one per micro-batch size")) {
+    out.push_back(e.non_negative_integer());
+  }
+  return out;
+}
+
+LayerProfile parse_layer(const Node& node, std::size_t sizes) {
+  node.allow_only({"name", "param_bytes", "forward_ms", "backward_ms", "output_bytes",
+                   "saved_bytes", "workspace_bytes", "forward_ms_spread", "backward_ms_spread"});
+  LayerProfile layer;
+  layer.name = node.field("name").string();
+  layer.param_bytes = node.field("param_bytes").non_negative_integer();
+  layer.forward_ms = numbers(node.field("forward_ms"), sizes);
+  layer.backward_ms = numbers(node.field("backward_ms"), sizes);
+  layer.output_bytes = byte_counts(node.field("output_bytes"), sizes);
+  layer.saved_bytes = byte_counts(node.field("saved_bytes"), sizes);
+  layer.workspace_bytes = byte_counts(node.field("workspace_bytes"), sizes);
+  if (auto spread = node.optional_field("forward_ms_spread")) {
+    layer.forward_ms_spread = numbers(*spread, sizes);
+  }
+  if (auto spread = node.optional_field("backward_ms_spread")) {
+    layer.backward_ms_spread = numbers(*spread, sizes);
+  }
+  return layer;
+}
+
+}  // namespace
+
+Profile parse_profile(std::string_view text, const std::string& source) {
+  const json document = json_reader::parse_document(text, source);
+  const Node root(document, source);
+  if (!document.is_object()) root.fail("a JSON object");
+  root.allow_only({"format", "model", "device", "dtype", "batch_size", "micro_batch_sizes",
+                   "input_bytes", "layers", "meta"});
+  check_format(root, kProfileFormat);
+
+  Profile p;
+  p.model = root.field("model").non_empty_string();
+  const Node device = root.field("device");
+  device.allow_only({"type", "name", "memory_bytes"});
+  p.device.type = device.field("type").non_empty_string();
+  p.device.name = device.field("name").string();
+  p.device.memory_bytes = device.field("memory_bytes").non_negative_integer();
+  p.dtype = root.field("dtype").non_empty_string();
+  p.batch_size = root.field("batch_size").positive_integer();
+
+  const Node sizes = root.field("micro_batch_sizes");
+  const auto size_nodes = sizes.elements();
+  if (size_nodes.empty()) sizes.fail("a non-empty array of micro-batch sizes");
+  for (const Node& s : size_nodes) {
+    const auto v = s.positive_integer();
+    if (!p.micro_batch_sizes.empty() && v <= p.micro_batch_sizes.back()) {
+      s.fail(fmt::format("a size above {} (sizes must be strictly increasing)",
+                         p.micro_batch_sizes.back()));
+    }
+    p.micro_batch_sizes.push_back(v);
+  }
+  const std::size_t count = p.micro_batch_sizes.size();
+  p.input_bytes = byte_counts(root.field("input_bytes"), count);
+
+  const Node layers = root.field("layers");
+  const auto layer_nodes = layers.elements();
+  if (layer_nodes.empty()) layers.fail("a non-empty array of layers");
+  for (const Node& l : layer_nodes) p.layers.push_back(parse_layer(l, count));
+
+  if (auto meta = root.optional_field("meta")) {
+    if (!meta->value().is_object()) meta->fail("an object");
+    p.meta_json = meta->value().dump();
+  }
+  return p;
+}
+
+Profile load_profile(const std::string& path) { return parse_profile(read_text_file(path), path); }
+
+std::string profile_to_json(const Profile& p) {
+  ordered_json root = ordered_json::object();
+  root["format"] = kProfileFormat;
+  root["model"] = p.model;
+  root["device"] = {{"type", p.device.type},
+                    {"name", p.device.name},
+                    {"memory_bytes", p.device.memory_bytes}};
+  root["dtype"] = p.dtype;
+  root["batch_size"] = p.batch_size;
+  root["micro_batch_sizes"] = p.micro_batch_sizes;
+  root["input_bytes"] = p.input_bytes;
+  ordered_json layers = ordered_json::array();
+  for (const auto& l : p.layers) {
+    ordered_json layer = {{"name", l.name},
+                  {"param_bytes", l.param_bytes},
+                  {"forward_ms", l.forward_ms},
+                  {"backward_ms", l.backward_ms},
+                  {"output_bytes", l.output_bytes},
+                  {"saved_bytes", l.saved_bytes},
+                  {"workspace_bytes", l.workspace_bytes}};
+    if (!l.forward_ms_spread.empty()) layer["forward_ms_spread"] = l.forward_ms_spread;
+    if (!l.backward_ms_spread.empty()) layer["backward_ms_spread"] = l.backward_ms_spread;
+    layers.push_back(std::move(layer));
+  }
+  root["layers"] = std::move(layers);
+  if (!p.meta_json.empty()) root["meta"] = ordered_json::parse(p.meta_json);
+  return root.dump(2) + "\n";
+}
+
+void save_profile(const Profile& profile, const std::string& path) {
+  write_text_file_atomically(path, profile_to_json(profile));
+}
+
+}  // namespace pipetune

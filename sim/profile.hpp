@@ -1,0 +1,52 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace pipetune {
+
+/// One layer (one child of the top-level Sequential) measured at each micro-batch size.
+/// Every vector has one entry per size in Profile::micro_batch_sizes.
+struct LayerProfile {
+  std::string name;
+  std::int64_t param_bytes = 0;
+  std::vector<double> forward_ms;
+  std::vector<double> backward_ms;
+  std::vector<std::int64_t> output_bytes;     ///< what the layer hands to the next layer
+  std::vector<std::int64_t> saved_bytes;      ///< kept for backward, besides input and output
+  std::vector<std::int64_t> workspace_bytes;  ///< transient peak while it runs
+  std::vector<double> forward_ms_spread;      ///< optional (empty when absent)
+  std::vector<double> backward_ms_spread;     ///< optional (empty when absent)
+};
+
+struct ProfileDevice {
+  std::string type;               ///< "cpu", "cuda", ...
+  std::string name;               ///< human-readable model of the device
+  std::int64_t memory_bytes = 0;  ///< 0: unknown, no memory limit is enforced
+};
+
+/// The per-layer costs that the simulator and the planner read (format pipetune.profile/1).
+struct Profile {
+  std::string model;
+  ProfileDevice device;
+  std::string dtype;
+  std::int64_t batch_size = 0;
+  std::vector<std::int64_t> micro_batch_sizes;  ///< strictly increasing, ≥ 1
+  std::vector<std::int64_t> input_bytes;        ///< model input, one per micro-batch size
+  std::vector<LayerProfile> layers;
+  std::string meta_json;  ///< optional free-form provenance object, kept verbatim ("" if none)
+
+  std::size_t layer_count() const { return layers.size(); }
+};
+
+inline constexpr std::string_view kProfileFormat = "pipetune.profile/1";
+
+/// Parses and validates a profile; `source` names it in error messages (usually the path).
+Profile parse_profile(std::string_view text, const std::string& source);
+Profile load_profile(const std::string& path);
+std::string profile_to_json(const Profile& profile);
+void save_profile(const Profile& profile, const std::string& path);
+
+}  // namespace pipetune

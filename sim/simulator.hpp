@@ -1,0 +1,92 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sim/cost_model.hpp"
+#include "sim/event_engine.hpp"
+#include "sim/hardware.hpp"
+#include "sim/plan.hpp"
+#include "sim/profile.hpp"
+#include "sim/schedule.hpp"
+
+namespace pipetune {
+
+enum class TaskKind : std::uint8_t { Forward, Recompute, Backward, SendActivation, SendGradient };
+
+std::string_view to_string(TaskKind kind);  ///< "forward", …, "send_activation"
+bool is_compute(TaskKind kind);
+
+/// One simulated task. Compute tasks run on `device`; copies go from `device` to `peer`.
+struct SimTask {
+  TaskKind kind = TaskKind::Forward;
+  int stage = 0;        ///< for copies: the sending stage
+  int micro_batch = 0;
+  int device = 0;
+  int peer = -1;
+  double start_ms = 0.0;
+  double end_ms = 0.0;
+  std::int64_t bytes = 0;  ///< copies only
+
+  double duration_ms() const { return end_ms - start_ms; }
+  /// IR form for compute tasks ("2F0"); "2>3 act 0" / "3>2 grad 0" for copies.
+  std::string label() const;
+};
+
+struct DeviceReport {
+  std::string name;
+  int index = 0;               ///< in the hardware's device list
+  std::vector<int> stages;
+  double busy_ms = 0.0;        ///< compute time
+  std::int64_t peak_memory_bytes = 0;
+  double peak_time_ms = 0.0;
+  std::int64_t memory_capacity_bytes = 0;  ///< 0: unknown
+  std::vector<CounterSample> memory;       ///< time (ms) -> allocated bytes, when recorded
+
+  bool fits() const { return memory_capacity_bytes == 0 || peak_memory_bytes <= memory_capacity_bytes; }
+};
+
+struct SimulationResult {
+  Plan plan;
+  std::vector<std::int64_t> micro_batch_sizes;  ///< as tensor.chunk splits the batch
+  double iteration_ms = 0.0;
+  double throughput_samples_per_s = 0.0;
+  double bubble_fraction = 0.0;       ///< idle share of the devices that hold stages
+  std::vector<DeviceReport> devices;  ///< only devices that hold stages, in hardware order
+  std::vector<SimTask> tasks;         ///< when recorded; compute tasks, then copies
+  std::vector<std::pair<int, int>> edges;  ///< when recorded: task dependencies and stream order
+
+  bool fits() const;
+  std::int64_t max_peak_memory_bytes() const;
+};
+
+struct SimulationOptions {
+  bool record_tasks = true;
+  bool record_memory = true;  ///< memory history per device (the peak is always computed)
+  bool record_edges = false;  ///< needed by critical_path()
+};
+
+/// Predicts one training iteration of a plan: the schedule IR run on a discrete-event engine
+/// with a compute stream per device and a copy channel per link direction, and the memory model
+/// of docs/memory-model.md. Keeps interpolated costs between runs, so reuse one Simulator for
+/// many plans of the same profile and hardware. Not thread-safe.
+class Simulator {
+ public:
+  Simulator(const Profile& profile, const Hardware& hardware);
+
+  /// The plan must have passed check_plan() against the same profile and hardware.
+  SimulationResult run(const Plan& plan, const SimulationOptions& options = {}) const;
+
+  const Profile& profile() const { return profile_; }
+  const Hardware& hardware() const { return hardware_; }
+  const CostModel& costs() const { return costs_; }
+
+ private:
+  const Profile& profile_;
+  const Hardware& hardware_;
+  CostModel costs_;
+};
+
+}  // namespace pipetune

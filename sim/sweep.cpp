@@ -1,0 +1,91 @@
+#include "sim/sweep.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <numeric>
+
+#include "sim/balance.hpp"
+#include "sim/error.hpp"
+#include "sim/simulator.hpp"
+
+namespace pipetune {
+
+std::vector<SweepRow> run_sweep(const Profile& profile, const Hardware& hardware,
+                                const SweepSpec& spec,
+                                const std::function<void(std::size_t, std::size_t)>& progress) {
+  for (int k : spec.device_counts) {
+    if (k < 1 || k > static_cast<int>(hardware.devices.size())) {
+      throw InputError(fmt::format("--devices: {} devices asked for, the hardware has {}", k,
+                                   hardware.devices.size()));
+    }
+    if (k > static_cast<int>(profile.layer_count())) {
+      throw InputError(fmt::format("--devices: {} stages asked for, the profile has {} layers", k,
+                                   profile.layer_count()));
+    }
+    if (!spec.balance.empty() && static_cast<int>(spec.balance.size()) != k) {
+      throw InputError(fmt::format(
+          "--balance: {} stages given, but the sweep asks for {} devices (one stage each)",
+          spec.balance.size(), k));
+    }
+  }
+  for (int c : spec.chunks) {
+    if (c < 1 || c > profile.batch_size) {
+      throw InputError(
+          fmt::format("--chunks: expected 1 to {} (the batch size), got {}", profile.batch_size, c));
+    }
+  }
+  std::vector<double> bandwidths = spec.bandwidths;
+  if (bandwidths.empty()) bandwidths.push_back(0.0);  // 0: keep the hardware's links
+
+  const std::size_t total = spec.device_counts.size() * bandwidths.size() * spec.schedules.size() *
+                            spec.checkpoints.size() * spec.chunks.size();
+  std::vector<SweepRow> rows;
+  rows.reserve(total);
+  SimulationOptions lean;
+  lean.record_tasks = false;
+  lean.record_memory = false;
+  for (int k : spec.device_counts) {
+    for (double bandwidth : bandwidths) {
+      Hardware hw = hardware;
+      hw.devices.resize(k);
+      std::erase_if(hw.links, [k](const LinkOverride& o) { return o.first >= k || o.second >= k; });
+      if (bandwidth > 0) {
+        hw.link.bandwidth_bytes_per_s = bandwidth;
+        for (auto& o : hw.links) o.link.bandwidth_bytes_per_s = bandwidth;
+      }
+      const Simulator simulator(profile, hw);
+      for (ScheduleKind schedule : spec.schedules) {
+        for (CheckpointMode checkpoint : spec.checkpoints) {
+          for (int chunks : spec.chunks) {
+            Plan plan;
+            plan.chunks = chunks;
+            plan.checkpoint = checkpoint;
+            plan.schedule = schedule;
+            plan.optimizer_state_factor = spec.optimizer_state_factor;
+            plan.balance = spec.balance.empty()
+                               ? time_balanced(simulator.costs(), hw, k, plan)
+                               : spec.balance;
+            check_plan(plan, profile, hw, "sweep");
+            const SimulationResult r = simulator.run(plan, lean);
+            SweepRow row;
+            row.devices = k;
+            row.bandwidth_bytes_per_s = hw.link.bandwidth_bytes_per_s;
+            row.plan = plan;
+            row.micro_batches = static_cast<int>(r.micro_batch_sizes.size());
+            row.iteration_ms = r.iteration_ms;
+            row.throughput_samples_per_s = r.throughput_samples_per_s;
+            row.bubble_fraction = r.bubble_fraction;
+            for (const auto& d : r.devices) row.peak_memory_bytes.push_back(d.peak_memory_bytes);
+            row.fits = r.fits();
+            rows.push_back(std::move(row));
+            if (progress) progress(rows.size(), total);
+          }
+        }
+      }
+    }
+  }
+  return rows;
+}
+
+}  // namespace pipetune

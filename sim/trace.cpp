@@ -1,0 +1,292 @@
+#include "sim/trace.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include "sim/error.hpp"
+#include "sim/file_io.hpp"
+#include "sim/json_reader.hpp"
+
+namespace pipetune {
+
+namespace {
+
+using json_reader::Node;
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+std::string json_quoted(std::string_view s) { return json(s).dump(); }
+
+std::string_view category(TaskKind kind) {
+  switch (kind) {
+    case TaskKind::Forward:
+      return "forward";
+    case TaskKind::Recompute:
+      return "recompute";
+    case TaskKind::Backward:
+      return "backward";
+    default:
+      return "copy";
+  }
+}
+
+// The compute task that consumes a copy: the next stage's forward, or the previous stage's
+// backward. Keyed by (kind, stage, micro-batch, step).
+using TaskKey = std::tuple<TaskKind, int, int, int>;
+TaskKey consumer_of(const TraceTask& copy) {
+  if (copy.kind == TaskKind::SendActivation) {
+    return {TaskKind::Forward, copy.stage + 1, copy.micro_batch, copy.step};
+  }
+  return {TaskKind::Backward, copy.stage - 1, copy.micro_batch, copy.step};
+}
+
+ordered_json summary_json(const Trace& t) {
+  ordered_json devices = ordered_json::array();
+  for (const auto& d : t.devices) {
+    devices.push_back({{"name", d.name},
+                       {"stages", d.stages},
+                       {"busy_ms", d.busy_ms},
+                       {"peak_memory_bytes", d.peak_memory_bytes},
+                       {"memory_capacity_bytes", d.memory_capacity_bytes}});
+  }
+  return {{"iteration_ms", t.iteration_ms},
+          {"throughput_samples_per_s", t.throughput_samples_per_s},
+          {"bubble_fraction", t.bubble_fraction},
+          {"devices", std::move(devices)}};
+}
+
+}  // namespace
+
+std::string TraceTask::label() const {
+  SimTask t;
+  t.kind = kind;
+  t.stage = stage;
+  t.micro_batch = micro_batch;
+  return t.label();
+}
+
+Trace trace_from_simulation(const SimulationResult& result, const std::string& model) {
+  Trace trace;
+  trace.kind = "predicted";
+  trace.model = model;
+  trace.plan = result.plan;
+  trace.micro_batch_sizes = result.micro_batch_sizes;
+  trace.iteration_ms = result.iteration_ms;
+  trace.throughput_samples_per_s = result.throughput_samples_per_s;
+  trace.bubble_fraction = result.bubble_fraction;
+  // Trace pids count only the devices that hold stages.
+  std::map<int, int> pid_of;
+  for (const auto& d : result.devices) {
+    pid_of[d.index] = static_cast<int>(trace.devices.size());
+    trace.devices.push_back(
+        {d.name, d.stages, d.busy_ms, d.peak_memory_bytes, d.memory_capacity_bytes, d.memory});
+  }
+  for (const auto& t : result.tasks) {
+    TraceTask task;
+    task.kind = t.kind;
+    task.stage = t.stage;
+    task.micro_batch = t.micro_batch;
+    task.device = pid_of.at(t.device);
+    task.peer = t.peer >= 0 ? pid_of.at(t.peer) : -1;
+    task.start_ms = t.start_ms;
+    task.end_ms = t.end_ms;
+    task.bytes = t.bytes;
+    trace.tasks.push_back(task);
+  }
+  return trace;
+}
+
+std::string trace_to_json(const Trace& trace) {
+  ordered_json meta = ordered_json::object();
+  meta["format"] = kTraceFormat;
+  meta["kind"] = trace.kind;
+  meta["model"] = trace.model;
+  if (trace.plan) meta["plan"] = ordered_json::parse(plan_to_json(*trace.plan));
+  meta["micro_batch_sizes"] = trace.micro_batch_sizes;
+  meta["summary"] = summary_json(trace);
+
+  std::string out;
+  out.reserve(256 + trace.tasks.size() * 160);
+  out += "{\"displayTimeUnit\":\"ms\",\n\"pipetune\":";
+  out += meta.dump();
+  out += ",\n\"traceEvents\":[\n";
+  bool first = true;
+  auto event = [&](const std::string& e) {
+    if (!first) out += ",\n";
+    out += e;
+    first = false;
+  };
+
+  // Which copy streams each device has, to name them.
+  std::vector<std::vector<int>> copy_targets(trace.devices.size());
+  for (const auto& t : trace.tasks) {
+    if (!is_compute(t.kind)) {
+      auto& v = copy_targets[t.device];
+      if (std::find(v.begin(), v.end(), t.peer) == v.end()) v.push_back(t.peer);
+    }
+  }
+  for (std::size_t p = 0; p < trace.devices.size(); ++p) {
+    event(fmt::format(R"({{"ph":"M","pid":{},"name":"process_name","args":{{"name":{}}}}})", p,
+                      json_quoted(trace.devices[p].name)));
+    event(fmt::format(R"({{"ph":"M","pid":{},"name":"process_sort_index","args":{{"sort_index":{}}}}})",
+                      p, p));
+    event(fmt::format(R"({{"ph":"M","pid":{},"tid":0,"name":"thread_name","args":{{"name":"compute"}}}})",
+                      p));
+    auto targets = copy_targets[p];
+    std::sort(targets.begin(), targets.end());
+    for (int peer : targets) {
+      event(fmt::format(R"({{"ph":"M","pid":{},"tid":{},"name":"thread_name","args":{{"name":{}}}}})",
+                        p, 1 + peer, json_quoted("copy to " + trace.devices[peer].name)));
+    }
+  }
+
+  // Flow arrows join each copy to the task that consumes it.
+  std::map<TaskKey, std::size_t> flow_into;
+  for (std::size_t k = 0; k < trace.tasks.size(); ++k) {
+    if (!is_compute(trace.tasks[k].kind)) flow_into[consumer_of(trace.tasks[k])] = k + 1;
+  }
+  for (std::size_t k = 0; k < trace.tasks.size(); ++k) {
+    const TraceTask& t = trace.tasks[k];
+    std::string args = fmt::format(R"("stage":{},"micro_batch":{})", t.stage, t.micro_batch);
+    if (t.step != 0) args += fmt::format(R"(,"step":{})", t.step);
+    std::string flow;
+    if (!is_compute(t.kind)) {
+      args += fmt::format(R"(,"direction":"{}","to":{},"bytes":{})",
+                          t.kind == TaskKind::SendActivation ? "activation" : "gradient", t.peer,
+                          t.bytes);
+      flow = fmt::format(R"(,"bind_id":"0x{:x}","flow_out":true)", k + 1);
+    } else if (auto it = flow_into.find({t.kind, t.stage, t.micro_batch, t.step});
+               it != flow_into.end()) {
+      flow = fmt::format(R"(,"bind_id":"0x{:x}","flow_in":true)", it->second);
+    }
+    event(fmt::format(
+        R"({{"ph":"X","pid":{},"tid":{},"name":{},"cat":"{}","ts":{:.3f},"dur":{:.3f},"args":{{{}}}{}}})",
+        t.device, t.stream(), json_quoted(t.label()), category(t.kind), t.start_ms * 1e3,
+        t.duration_ms() * 1e3, args, flow));
+  }
+  for (std::size_t p = 0; p < trace.devices.size(); ++p) {
+    for (const auto& sample : trace.devices[p].memory) {
+      event(fmt::format(R"({{"ph":"C","pid":{},"name":"memory","ts":{:.3f},"args":{{"allocated":{}}}}})",
+                        p, sample.time * 1e3, sample.value));
+    }
+  }
+  out += "\n]}\n";
+  return out;
+}
+
+Trace parse_trace(std::string_view text, const std::string& source) {
+  const json document = json_reader::parse_document(text, source);
+  const Node root(document, source);
+  if (!document.is_object()) root.fail("a JSON object with \"traceEvents\"");
+
+  Trace trace;
+  const Node meta = root.field("pipetune");
+  const Node tag = meta.field("format");
+  if (!tag.value().is_string() || tag.value().get<std::string>() != kTraceFormat) {
+    tag.fail(fmt::format("\"{}\"", kTraceFormat));
+  }
+  const Node kind = meta.field("kind");
+  trace.kind = kind.value().is_string() ? kind.string() : "";
+  if (trace.kind != "predicted" && trace.kind != "measured") {
+    kind.fail("\"predicted\" or \"measured\"");
+  }
+  trace.model = meta.field("model").string();
+  if (auto plan = meta.optional_field("plan")) {
+    trace.plan = parse_plan(plan->value().dump(), source + ": " + plan->path());
+  }
+  if (auto sizes = meta.optional_field("micro_batch_sizes")) {
+    for (const Node& s : sizes->elements()) trace.micro_batch_sizes.push_back(s.positive_integer());
+  }
+  const Node summary = meta.field("summary");
+  trace.iteration_ms = summary.field("iteration_ms").non_negative_number();
+  trace.throughput_samples_per_s = summary.field("throughput_samples_per_s").non_negative_number();
+  trace.bubble_fraction = summary.field("bubble_fraction").number();
+  for (const Node& d : summary.field("devices").elements()) {
+    TraceDevice device;
+    device.name = d.field("name").string();
+    for (const Node& s : d.field("stages").elements()) {
+      device.stages.push_back(static_cast<int>(s.non_negative_integer()));
+    }
+    device.busy_ms = d.field("busy_ms").non_negative_number();
+    device.peak_memory_bytes = d.field("peak_memory_bytes").non_negative_integer();
+    device.memory_capacity_bytes = d.field("memory_capacity_bytes").non_negative_integer();
+    trace.devices.push_back(std::move(device));
+  }
+
+  const int device_count = static_cast<int>(trace.devices.size());
+  auto pid_of = [&](const Node& e) {
+    const Node pid = e.field("pid");
+    const auto p = pid.non_negative_integer();
+    if (p >= device_count) {
+      pid.fail(fmt::format("a device pid below {} (the summary lists {} devices)", device_count,
+                           device_count));
+    }
+    return static_cast<int>(p);
+  };
+  for (const Node& e : root.field("traceEvents").elements()) {
+    const Node ph = e.field("ph");
+    const std::string phase = ph.string();
+    if (phase == "X") {
+      const std::string cat = e.field("cat").string();
+      TraceTask task;
+      if (cat == "forward") {
+        task.kind = TaskKind::Forward;
+      } else if (cat == "recompute") {
+        task.kind = TaskKind::Recompute;
+      } else if (cat == "backward") {
+        task.kind = TaskKind::Backward;
+      } else if (cat == "copy") {
+        task.kind = TaskKind::SendActivation;
+      } else {
+        continue;  // someone else's event: keep the trace readable, ignore it
+      }
+      task.device = pid_of(e);
+      const double ts = e.field("ts").non_negative_number();
+      const double dur = e.field("dur").non_negative_number();
+      task.start_ms = ts / 1e3;
+      task.end_ms = (ts + dur) / 1e3;
+      const Node args = e.field("args");
+      task.stage = static_cast<int>(args.field("stage").non_negative_integer());
+      task.micro_batch = static_cast<int>(args.field("micro_batch").non_negative_integer());
+      if (auto step = args.optional_field("step")) {
+        task.step = static_cast<int>(step->non_negative_integer());
+      }
+      if (task.kind == TaskKind::SendActivation) {
+        const Node direction = args.field("direction");
+        const std::string d = direction.string();
+        if (d == "gradient") {
+          task.kind = TaskKind::SendGradient;
+        } else if (d != "activation") {
+          direction.fail("\"activation\" or \"gradient\"");
+        }
+        const Node to = args.field("to");
+        task.peer = static_cast<int>(to.non_negative_integer());
+        if (task.peer >= device_count) to.fail(fmt::format("a device pid below {}", device_count));
+        task.bytes = args.field("bytes").non_negative_integer();
+      }
+      trace.tasks.push_back(task);
+    } else if (phase == "C") {
+      if (e.field("name").string() != "memory") continue;
+      const int p = pid_of(e);
+      const double ts = e.field("ts").non_negative_number();
+      const auto bytes = e.field("args").field("allocated").non_negative_integer();
+      trace.devices[p].memory.push_back({ts / 1e3, bytes});
+    }
+  }
+  for (auto& d : trace.devices) {
+    std::stable_sort(d.memory.begin(), d.memory.end(),
+                     [](const CounterSample& a, const CounterSample& b) { return a.time < b.time; });
+  }
+  return trace;
+}
+
+Trace load_trace(const std::string& path) { return parse_trace(read_text_file(path), path); }
+
+void save_trace(const Trace& trace, const std::string& path) {
+  write_text_file_atomically(path, trace_to_json(trace));
+}
+
+}  // namespace pipetune

@@ -1,0 +1,57 @@
+#include "sim/units.hpp"
+
+#include <fmt/format.h>
+
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+
+namespace pipetune {
+
+std::string format_bytes(std::int64_t bytes) {
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (std::fabs(value) >= 1024.0 && unit < 5) {
+    value /= 1024.0;
+    ++unit;
+  }
+  if (unit == 0) return fmt::format("{} B", bytes);
+  if (std::fabs(value) >= 100) return fmt::format("{:.0f} {}", value, kUnits[unit]);
+  if (std::fabs(value) >= 10) return fmt::format("{:.1f} {}", value, kUnits[unit]);
+  return fmt::format("{:.2f} {}", value, kUnits[unit]);
+}
+
+std::int64_t parse_bytes(const std::string& text) {
+  if (text.empty()) return -1;
+  char* end = nullptr;
+  const double number = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || !std::isfinite(number) || number < 0) return -1;
+  std::string unit(end);
+  for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  double scale = 1;
+  if (unit.empty() || unit == "b") {
+    scale = 1;
+  } else if (unit == "kib" || unit == "k") {
+    scale = 1024.0;
+  } else if (unit == "mib" || unit == "m") {
+    scale = 1024.0 * 1024;
+  } else if (unit == "gib" || unit == "g") {
+    scale = 1024.0 * 1024 * 1024;
+  } else if (unit == "tib" || unit == "t") {
+    scale = 1024.0 * 1024 * 1024 * 1024;
+  } else if (unit == "kb") {
+    scale = 1e3;
+  } else if (unit == "mb") {
+    scale = 1e6;
+  } else if (unit == "gb") {
+    scale = 1e9;
+  } else if (unit == "tb") {
+    scale = 1e12;
+  } else {
+    return -1;
+  }
+  return std::llround(number * scale);
+}
+
+}  // namespace pipetune

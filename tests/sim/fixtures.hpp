@@ -1,0 +1,72 @@
+#pragma once
+
+// Profiles built in code, with costs simple enough that tests can predict results by hand.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "sim/hardware.hpp"
+#include "sim/plan.hpp"
+#include "sim/profile.hpp"
+
+namespace pipetune::testing {
+
+/// One layer whose costs do not depend on the micro-batch size; bytes per sample are scaled by
+/// the size (so a micro-batch of n samples has n times the bytes).
+struct LayerSpec {
+  double forward_ms = 1.0;
+  double backward_ms = 2.0;
+  std::int64_t param_bytes = 0;
+  std::int64_t output_per_sample = 0;
+  std::int64_t saved_per_sample = 0;
+  std::int64_t workspace_per_sample = 0;
+};
+
+inline Profile make_profile(const std::vector<LayerSpec>& layers, std::int64_t batch_size,
+                            std::int64_t input_per_sample = 0) {
+  Profile p;
+  p.model = "test-model";
+  p.device = {"cpu", "test cpu", 0};
+  p.dtype = "float32";
+  p.batch_size = batch_size;
+  for (std::int64_t s = 1; s <= batch_size; s *= 2) p.micro_batch_sizes.push_back(s);
+  if (p.micro_batch_sizes.back() != batch_size) p.micro_batch_sizes.push_back(batch_size);
+  for (auto s : p.micro_batch_sizes) p.input_bytes.push_back(input_per_sample * s);
+  int index = 0;
+  for (const auto& spec : layers) {
+    LayerProfile l;
+    l.name = std::to_string(index++);
+    l.param_bytes = spec.param_bytes;
+    for (auto s : p.micro_batch_sizes) {
+      l.forward_ms.push_back(spec.forward_ms);
+      l.backward_ms.push_back(spec.backward_ms);
+      l.output_bytes.push_back(spec.output_per_sample * s);
+      l.saved_bytes.push_back(spec.saved_per_sample * s);
+      l.workspace_bytes.push_back(spec.workspace_per_sample * s);
+    }
+    p.layers.push_back(std::move(l));
+  }
+  return p;
+}
+
+/// `layers` identical layers.
+inline Profile uniform_profile(int layers, double forward_ms, double backward_ms,
+                               std::int64_t batch_size) {
+  LayerSpec spec;
+  spec.forward_ms = forward_ms;
+  spec.backward_ms = backward_ms;
+  return make_profile(std::vector<LayerSpec>(layers, spec), batch_size);
+}
+
+inline Plan make_plan(std::vector<int> balance, int chunks, CheckpointMode checkpoint,
+                      ScheduleKind schedule = ScheduleKind::GPipe) {
+  Plan plan;
+  plan.balance = std::move(balance);
+  plan.chunks = chunks;
+  plan.checkpoint = checkpoint;
+  plan.schedule = schedule;
+  return plan;
+}
+
+}  // namespace pipetune::testing

@@ -1,0 +1,277 @@
+// Loaders accept the documented formats and reject bad input with one message that names the
+// file, the JSON path and what was expected.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "sim/error.hpp"
+#include "sim/file_io.hpp"
+#include "sim/hardware.hpp"
+#include "sim/plan.hpp"
+#include "sim/profile.hpp"
+#include "tests/sim/fixtures.hpp"
+
+namespace pipetune {
+namespace {
+
+using ::testing::HasSubstr;
+
+const char* const kProfile = R"({
+  "format": "pipetune.profile/1",
+  "model": "tiny",
+  "device": {"type": "cpu", "name": "test", "memory_bytes": 0},
+  "dtype": "float32",
+  "batch_size": 8,
+  "micro_batch_sizes": [1, 4],
+  "input_bytes": [16, 64],
+  "layers": [
+    {"name": "0", "param_bytes": 400, "forward_ms": [0.5, 1.0], "backward_ms": [1.0, 2.0],
+     "output_bytes": [40, 160], "saved_bytes": [4, 16], "workspace_bytes": [0, 0]},
+    {"name": "1", "param_bytes": 0, "forward_ms": [0.1, 0.2], "backward_ms": [0.1, 0.2],
+     "output_bytes": [40, 160], "saved_bytes": [40, 160], "workspace_bytes": [8, 8],
+     "forward_ms_spread": [0.01, 0.02]}
+  ]
+})";
+
+// The message a loader throws for `text`, or "" if it accepted it.
+template <typename Parse>
+std::string error_of(Parse parse, const std::string& text) {
+  try {
+    parse(text, "in.json");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string profile_error(const std::string& text) {
+  return error_of([](const std::string& t, const std::string& s) { parse_profile(t, s); }, text);
+}
+
+// kProfile with one substring replaced.
+std::string profile_with(const std::string& from, const std::string& to) {
+  std::string text = kProfile;
+  const auto at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return text.replace(at, from.size(), to);
+}
+
+TEST(ProfileFormat, ParsesEveryField) {
+  const Profile p = parse_profile(kProfile, "in.json");
+  EXPECT_EQ(p.model, "tiny");
+  EXPECT_EQ(p.device.type, "cpu");
+  EXPECT_EQ(p.batch_size, 8);
+  EXPECT_EQ(p.micro_batch_sizes, (std::vector<std::int64_t>{1, 4}));
+  ASSERT_EQ(p.layers.size(), 2u);
+  EXPECT_EQ(p.layers[0].param_bytes, 400);
+  EXPECT_EQ(p.layers[1].saved_bytes, (std::vector<std::int64_t>{40, 160}));
+  EXPECT_EQ(p.layers[1].forward_ms_spread, (std::vector<double>{0.01, 0.02}));
+  EXPECT_TRUE(p.layers[0].forward_ms_spread.empty());
+}
+
+TEST(ProfileFormat, RoundTripsThroughJson) {
+  const Profile p = parse_profile(kProfile, "in.json");
+  const Profile q = parse_profile(profile_to_json(p), "again.json");
+  EXPECT_EQ(profile_to_json(p), profile_to_json(q));
+  EXPECT_EQ(q.layers[1].forward_ms_spread, p.layers[1].forward_ms_spread);
+}
+
+TEST(ProfileFormat, MalformedJsonNamesLineAndColumn) {
+  const std::string e = profile_error("{\n  \"format\": \"pipetune.profile/1\",\n  \"model\" \"x\"\n}");
+  EXPECT_THAT(e, HasSubstr("in.json: invalid JSON at line 3, column"));
+}
+
+TEST(ProfileFormat, EmptyFile) {
+  EXPECT_EQ(profile_error("  \n"), "in.json: empty file, expected a JSON document");
+}
+
+TEST(ProfileFormat, WrongFormatTag) {
+  EXPECT_EQ(profile_error(profile_with("pipetune.profile/1", "pipetune.profile/9")),
+            "in.json: format: expected \"pipetune.profile/1\", got \"pipetune.profile/9\"");
+}
+
+TEST(ProfileFormat, MissingField) {
+  EXPECT_EQ(profile_error(profile_with("\"dtype\": \"float32\",", "")),
+            "in.json: missing field \"dtype\"");
+  EXPECT_EQ(profile_error(profile_with("\"param_bytes\": 400, ", "")),
+            "in.json: layers[0]: missing field \"param_bytes\"");
+}
+
+TEST(ProfileFormat, WrongType) {
+  EXPECT_EQ(profile_error(profile_with("\"batch_size\": 8", "\"batch_size\": \"8\"")),
+            "in.json: batch_size: expected a positive integer, got \"8\"");
+  EXPECT_EQ(profile_error(profile_with("\"forward_ms\": [0.5, 1.0]", "\"forward_ms\": 0.5")),
+            "in.json: layers[0].forward_ms: expected an array of 2 non-negative numbers, one per "
+            "micro-batch size, got 0.5");
+}
+
+TEST(ProfileFormat, NegativeCost) {
+  EXPECT_EQ(profile_error(profile_with("\"backward_ms\": [1.0, 2.0]", "\"backward_ms\": [1.0, -2.0]")),
+            "in.json: layers[0].backward_ms[1]: expected a non-negative number, got -2.0");
+  EXPECT_EQ(profile_error(profile_with("\"saved_bytes\": [4, 16]", "\"saved_bytes\": [4, -16]")),
+            "in.json: layers[0].saved_bytes[1]: expected a non-negative integer, got -16");
+}
+
+TEST(ProfileFormat, WrongArrayLength) {
+  EXPECT_EQ(profile_error(profile_with("\"input_bytes\": [16, 64]", "\"input_bytes\": [16]")),
+            "in.json: input_bytes: expected an array of 2 non-negative integers (bytes), one per "
+            "micro-batch size, got an array of 1 element");
+}
+
+TEST(ProfileFormat, SizesMustIncrease) {
+  EXPECT_EQ(profile_error(profile_with("\"micro_batch_sizes\": [1, 4]", "\"micro_batch_sizes\": [4, 4]")),
+            "in.json: micro_batch_sizes[1]: expected a size above 4 (sizes must be strictly "
+            "increasing), got 4");
+}
+
+TEST(ProfileFormat, UnknownFieldIsATypo) {
+  EXPECT_EQ(profile_error(profile_with("\"dtype\"", "\"dtyp\": 1, \"dtype\"")),
+            "in.json: dtyp: unknown field (expected one of: format, model, device, dtype, "
+            "batch_size, micro_batch_sizes, input_bytes, layers, meta)");
+}
+
+TEST(ProfileFormat, NoLayers) {
+  const std::string text = std::string(kProfile).substr(0, std::string(kProfile).find("\"layers\"")) +
+                           "\"layers\": []}";
+  EXPECT_EQ(profile_error(text), "in.json: layers: expected a non-empty array of layers, got an array of 0 elements");
+}
+
+TEST(ProfileFormat, MissingFileIsClear) {
+  try {
+    load_profile("/nonexistent/profile.json");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), "/nonexistent/profile.json: cannot open: No such file or directory");
+  }
+}
+
+const char* const kHardware = R"({
+  "format": "pipetune.hardware/1",
+  "devices": [{"name": "gpu0", "memory_bytes": 1000, "speed": 2.0},
+              {"name": "gpu1", "memory_bytes": 2000}],
+  "link": {"bandwidth_bytes_per_s": 1e9, "latency_ms": 0.01},
+  "links": [{"between": ["gpu0", "gpu1"], "bandwidth_bytes_per_s": 5e9, "latency_ms": 0.002}],
+  "launch_overhead_ms": 0.004
+})";
+
+std::string hardware_error(const std::string& text) {
+  return error_of([](const std::string& t, const std::string& s) { parse_hardware(t, s); }, text);
+}
+
+TEST(HardwareFormat, ParsesAndRoundTrips) {
+  const Hardware hw = parse_hardware(kHardware, "hw.json");
+  ASSERT_EQ(hw.devices.size(), 2u);
+  EXPECT_EQ(hw.devices[0].speed, 2.0);
+  EXPECT_EQ(hw.devices[1].speed, 1.0);  // documented default
+  EXPECT_EQ(hw.link_between(0, 1).bandwidth_bytes_per_s, 5e9);
+  EXPECT_EQ(hw.link_between(1, 0).latency_ms, 0.002);
+  EXPECT_EQ(hw.launch_overhead_ms, 0.004);
+  EXPECT_EQ(hardware_to_json(parse_hardware(hardware_to_json(hw), "again")), hardware_to_json(hw));
+}
+
+TEST(HardwareFormat, IdealLinkSurvivesARoundTrip) {
+  const Hardware hw = replicate_device({"cpu", "x", 0}, 2);
+  const Hardware again = parse_hardware(hardware_to_json(hw), "again");
+  EXPECT_TRUE(again.link.ideal());
+}
+
+TEST(HardwareFormat, BadInput) {
+  std::string text = kHardware;
+  EXPECT_EQ(hardware_error(std::string(text).replace(text.find("\"gpu1\", \"memory"), 6, "\"gpu0\"")),
+            "in.json: devices[1].name: duplicate device name \"gpu0\"");
+  EXPECT_EQ(hardware_error(std::string(text).replace(text.find("[\"gpu0\", \"gpu1\"]"), 16, "[\"gpu0\", \"gpu7\"]")),
+            "in.json: links[0].between[1]: expected the name of a device in \"devices\", got \"gpu7\"");
+  EXPECT_EQ(hardware_error(std::string(text).replace(text.find("1e9"), 3, "-1")),
+            "in.json: link.bandwidth_bytes_per_s: expected a positive number, got -1");
+  EXPECT_EQ(hardware_error(std::string(text).replace(text.find("\"speed\": 2.0"), 12, "\"speed\": 0")),
+            "in.json: devices[0].speed: expected a positive number, got 0");
+}
+
+const char* const kPlan = R"({"format": "pipetune.plan/1", "balance": [1, 1], "chunks": 4,
+  "checkpoint": "except_last", "schedule": "1f1b", "optimizer_state_factor": 2})";
+
+std::string plan_error(const std::string& text) {
+  return error_of([](const std::string& t, const std::string& s) { parse_plan(t, s); }, text);
+}
+
+std::string plan_with(const std::string& from, const std::string& to) {
+  std::string text = kPlan;
+  return text.replace(text.find(from), from.size(), to);
+}
+
+TEST(PlanFormat, ParsesAndRoundTrips) {
+  const Plan plan = parse_plan(kPlan, "plan.json");
+  EXPECT_EQ(plan.balance, (std::vector<int>{1, 1}));
+  EXPECT_EQ(plan.chunks, 4);
+  EXPECT_EQ(plan.checkpoint, CheckpointMode::ExceptLast);
+  EXPECT_EQ(plan.schedule, ScheduleKind::OneFOneB);
+  EXPECT_EQ(plan.optimizer_state_factor, 2.0);
+  EXPECT_EQ(parse_plan(plan_to_json(plan), "again"), plan);
+}
+
+TEST(PlanFormat, BadValues) {
+  EXPECT_EQ(plan_error(plan_with("[1, 1]", "[1, 0]")),
+            "in.json: balance[1]: expected a positive integer (every stage needs at least one "
+            "layer), got 0");
+  EXPECT_EQ(plan_error(plan_with("\"chunks\": 4", "\"chunks\": 0")),
+            "in.json: chunks: expected a positive integer, got 0");
+  EXPECT_EQ(plan_error(plan_with("except_last", "sometimes")),
+            "in.json: checkpoint: expected one of \"always\", \"except_last\", \"never\", got "
+            "\"sometimes\"");
+  EXPECT_EQ(plan_error(plan_with("1f1b", "zb-v")),
+            "in.json: schedule: expected one of \"gpipe\", \"1f1b\", got \"zb-v\"");
+  EXPECT_EQ(plan_error(plan_with("\"balance\": [1, 1]", "\"balance\": []")),
+            "in.json: balance: expected a non-empty array of layer counts, one per stage, got an "
+            "array of 0 elements");
+}
+
+TEST(PlanFormat, CheckAgainstProfileAndHardware) {
+  const Profile profile = testing::uniform_profile(4, 1.0, 2.0, 8);
+  const Hardware hw = replicate_device(profile.device, 2);
+  auto error = [&](const Plan& plan) -> std::string {
+    try {
+      check_plan(plan, profile, hw, "plan.json");
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  Plan plan = testing::make_plan({2, 2}, 4, CheckpointMode::Never);
+  EXPECT_EQ(error(plan), "");
+  plan.balance = {2, 1};
+  EXPECT_EQ(error(plan),
+            "plan.json: balance: expected layer counts summing to 4 (the profile's layers), got "
+            "2+1 = 3");
+  plan.balance = {2, 2};
+  plan.chunks = 9;
+  EXPECT_EQ(error(plan), "plan.json: chunks: expected 1 to 8 (the batch size), got 9");
+  plan.chunks = 8;
+  plan.balance = {1, 1, 2};
+  EXPECT_EQ(error(plan),
+            "plan.json: balance: expected at most 2 stages (one per device; name \"devices\" to "
+            "put several stages on one device), got 3");
+  plan.devices = {"cpu:0", "cpu:0", "cpu:2"};
+  EXPECT_EQ(error(plan), "plan.json: devices[2]: expected one of cpu:0, cpu:1, got \"cpu:2\"");
+  plan.devices = {"cpu:0", "cpu:0", "cpu:1"};
+  EXPECT_EQ(error(plan), "");
+}
+
+TEST(FileIo, AtomicWriteLeavesNoTemporaryAndKeepsOldFileOnFailure) {
+  const auto dir = std::filesystem::temp_directory_path() / "pipetune_file_io_test";
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "out.json").string();
+  write_text_file_atomically(path, "first");
+  write_text_file_atomically(path, "second");
+  EXPECT_EQ(read_text_file(path), "second");
+  int files = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(dir)) ++files;
+  EXPECT_EQ(files, 1);
+  EXPECT_THROW(write_text_file_atomically((dir / "missing" / "x.json").string(), "x"), InputError);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace pipetune

@@ -1,0 +1,129 @@
+// Peak memory per device against timelines worked out by hand (docs/memory-model.md).
+//
+// The two-layer model used throughout, bytes per sample:
+//   layer 0: output 100, saved 50, parameters 1000 bytes
+//   layer 1: output  10, saved 20, parameters  500 bytes
+//   model input 10; forward 1 ms and backward 2 ms per layer and micro-batch.
+
+#include <gtest/gtest.h>
+
+#include "sim/memory_model.hpp"
+#include "sim/simulator.hpp"
+#include "tests/sim/fixtures.hpp"
+
+namespace pipetune {
+namespace {
+
+using testing::make_plan;
+
+Profile two_layers(std::int64_t batch) {
+  testing::LayerSpec a{1.0, 2.0, 1000, 100, 50, 0};
+  testing::LayerSpec b{1.0, 2.0, 500, 10, 20, 0};
+  return testing::make_profile({a, b}, batch, 10);
+}
+
+Profile one_layer(std::int64_t batch) {
+  testing::LayerSpec a{1.0, 2.0, 1000, 100, 50, 0};
+  return testing::make_profile({a}, batch, 10);
+}
+
+std::vector<std::int64_t> peaks(const Profile& profile, const Plan& plan, int devices) {
+  const Hardware hw = replicate_device(profile.device, devices);
+  check_plan(plan, profile, hw, "test");
+  std::vector<std::int64_t> out;
+  for (const auto& d : Simulator(profile, hw).run(plan).devices) out.push_back(d.peak_memory_bytes);
+  return out;
+}
+
+TEST(Memory, OneStageNoCheckpoint) {
+  // Baseline: parameters 1000 + the batch's input 2 x 10 = 1020.
+  // F0 +150 (saved 50, output 100), F1 +150 -> 1320. B1, the first backward, allocates the
+  // parameter gradients: +1000 -> 2320 (peak). It frees saved 50 and output 100 -> 2170; B0
+  // frees 150 -> 2020 = parameters + gradients + input.
+  EXPECT_EQ(peaks(one_layer(2), make_plan({1}, 2, CheckpointMode::Never), 1),
+            (std::vector<std::int64_t>{2320}));
+}
+
+TEST(Memory, OneStageCheckpointAlways) {
+  // F0, F1 under no_grad: +100 output, dropped with the loss at once -> 1020. R1 +150 -> 1170,
+  // B1 +1000 -> 2170 (peak), frees 150 -> 2020; R0 +150 -> 2170 again; B0 -> 2020.
+  EXPECT_EQ(peaks(one_layer(2), make_plan({1}, 2, CheckpointMode::Always), 1),
+            (std::vector<std::int64_t>{2170}));
+}
+
+TEST(Memory, OneStageCheckpointExceptLast) {
+  // F0 checkpointed (nothing kept), F1 keeps 150 -> 1170, B1 +1000 -> 2170, then R0/B0 as above.
+  EXPECT_EQ(peaks(one_layer(2), make_plan({1}, 2, CheckpointMode::ExceptLast), 1),
+            (std::vector<std::int64_t>{2170}));
+}
+
+TEST(Memory, TwoDevicesNoCheckpoint) {
+  // Device 0 (layer 0): 1020 baseline; F0 +150, F1 +150 -> 1320; the gradient of micro-batch 1
+  // arrives (+100) -> 1420, B1 allocates parameter gradients +1000 -> 2420 (peak).
+  // Device 1 (layer 1): 500 baseline; inputs received +100 each, F +30 each -> 760; B1 allocates
+  // the input gradient 100 and parameter gradients 500 -> 1360 (peak).
+  EXPECT_EQ(peaks(two_layers(2), make_plan({1, 1}, 2, CheckpointMode::Never), 2),
+            (std::vector<std::int64_t>{2420, 1360}));
+}
+
+TEST(Memory, TwoDevicesCheckpointAlways) {
+  // Device 0: F0 +100 output, freed once copied -> 1020; F1 likewise; R1 +150 -> 1170; the
+  // gradient arrives +100 -> 1270, B1 +1000 -> 2270 (peak); B1 frees 250 -> 2020; R0 +150,
+  // gradient +100 -> 2270 again. Device 1: input +100, F0 +10 then drops it with the loss; after
+  // both forwards 700; R1 +30 -> 730; B1 +600 -> 1330 (peak).
+  EXPECT_EQ(peaks(two_layers(2), make_plan({1, 1}, 2, CheckpointMode::Always), 2),
+            (std::vector<std::int64_t>{2270, 1330}));
+}
+
+TEST(Memory, SharedDeviceCountsOneBufferPerBoundary) {
+  // Both stages on one device: the stage boundary is one tensor, not a sent and a received copy.
+  // Baseline 1500 + 20. F(0,0) +150, F(0,1) +150, F(1,0) +30, F(1,1) +30 -> 1880; B(1,1) first:
+  // input gradient 100 + parameters 500 -> 2480, frees 20 + 10 -> 2450 (keeps the input
+  // gradient, which is stage 0's received gradient); B(0,1) first: +1000 -> 3450 (peak).
+  Plan plan = make_plan({1, 1}, 2, CheckpointMode::Never);
+  plan.devices = {"cpu:0", "cpu:0"};
+  EXPECT_EQ(peaks(two_layers(2), plan, 1), (std::vector<std::int64_t>{3450}));
+}
+
+TEST(Memory, OneFOneBHoldsAtMostKMicroBatchesOnStageZero) {
+  // No parameters: stage 0 holds, per micro-batch, saved 50 + output 100, plus one received
+  // gradient (100) when its backward starts, plus the batch input (M x 10).
+  testing::LayerSpec a{1.0, 2.0, 0, 100, 50, 0}, b{1.0, 2.0, 0, 10, 20, 0};
+  const Profile profile = testing::make_profile({a, b}, 4, 10);
+  const auto gpipe = peaks(profile, make_plan({1, 1}, 4, CheckpointMode::Never), 2);
+  const auto one_f = peaks(profile, make_plan({1, 1}, 4, CheckpointMode::Never, ScheduleKind::OneFOneB), 2);
+  EXPECT_EQ(gpipe[0], 4 * 10 + 4 * 150 + 100);  // all M in flight
+  EXPECT_EQ(one_f[0], 4 * 10 + 2 * 150 + 100);  // K = 2 in flight
+}
+
+TEST(Memory, OptimizerStateScalesParameters) {
+  Plan plan = make_plan({1}, 2, CheckpointMode::Never);
+  plan.optimizer_state_factor = 2.0;  // Adam: two states per parameter
+  EXPECT_EQ(peaks(one_layer(2), plan, 1), (std::vector<std::int64_t>{2320 + 2000}));
+}
+
+TEST(StageMemory, WorkspaceAndIntermediates) {
+  // Three layers: outputs 10, 20, 30; saved 1, 2, 3; workspace 5, 50, 5 (bytes at size 1).
+  Profile p = testing::make_profile({{1, 1, 7, 10, 1, 5}, {1, 1, 11, 20, 2, 50}, {1, 1, 13, 30, 3, 5}}, 1, 4);
+  const CostModel model(p);
+  const StageMemory m = stage_memory(model, model.at(1), 0, 3, false);
+  EXPECT_EQ(m.input_bytes, 4);
+  EXPECT_EQ(m.output_bytes, 30);
+  EXPECT_EQ(m.kept_bytes, 66);
+  // Forward: before layer 1, 11 kept; layer 1 adds 2 + 20 + 50 -> 83; finally 66.
+  EXPECT_EQ(m.forward_transient, 83 - 66);
+  // Checkpointed: layer 1 holds input 10, output 20, workspace 50 -> 80; the output 30 stays.
+  EXPECT_EQ(m.checkpointed_forward_transient, 80 - 30);
+  // Backward, layer 2: gradient of its input 20 + workspace 5 -> 25; afterwards +20 - 3 - 20
+  // (its input activation) = -3. Layer 1: -3 + 10 + 50 = 57; afterwards -3 + 10 - 2 - 10 - 20
+  // (its input activation, its output's gradient) = -25. Layer 0: -25 + 4 + 5 = -16; afterwards
+  // -25 + 4 - 1 - 10 (its output's gradient) = -32. Peak 57, net -32.
+  EXPECT_EQ(m.backward_peak, 57);
+  EXPECT_EQ(m.backward_net, -32);
+  // With parameter gradients (7, 11, 13) added layer by layer: peak at layer 1: 57 + 13 + 11.
+  EXPECT_EQ(m.backward_peak_first, 81);
+  EXPECT_EQ(m.backward_net_first, -32 + 31);
+}
+
+}  // namespace
+}  // namespace pipetune

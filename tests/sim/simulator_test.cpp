@@ -1,0 +1,224 @@
+// Iteration times against closed forms, and the timeline against its own dependencies.
+
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <map>
+#include <random>
+
+#include "sim/simulator.hpp"
+#include "tests/sim/fixtures.hpp"
+
+namespace pipetune {
+namespace {
+
+using testing::make_plan;
+
+// K stages of L identical layers each; forward f and backward b per stage and micro-batch
+// whatever its size (the fixture's costs do not depend on size).
+struct Uniform {
+  int stages;
+  int micro_batches;
+  double f = 3.0;
+  double b = 5.0;
+  int layers_per_stage = 2;
+
+  Profile profile() const {
+    return testing::uniform_profile(stages * layers_per_stage, f / layers_per_stage,
+                                    b / layers_per_stage, micro_batches);
+  }
+  Plan plan(CheckpointMode mode, ScheduleKind kind = ScheduleKind::GPipe) const {
+    return make_plan(std::vector<int>(stages, layers_per_stage), micro_batches, mode, kind);
+  }
+};
+
+constexpr int kStages[] = {1, 2, 3, 4, 8};
+constexpr int kMicroBatches[] = {1, 2, 3, 4, 8, 16};
+
+TEST(Simulator, GPipeUniformIdealIsTheTextbookFormula) {
+  for (int k : kStages) {
+    for (int m : kMicroBatches) {
+      const Uniform u{k, m};
+      const Profile profile = u.profile();
+      const Hardware hw = replicate_device(profile.device, k);
+      const auto r = Simulator(profile, hw).run(u.plan(CheckpointMode::Never));
+      // GPipe: (M + K - 1) clock cycles of (f + b); bubble (K - 1) / (M + K - 1).
+      EXPECT_DOUBLE_EQ(r.iteration_ms, (m + k - 1) * (u.f + u.b)) << "K=" << k << " M=" << m;
+      EXPECT_NEAR(r.bubble_fraction, (k - 1.0) / (m + k - 1.0), 1e-12);
+      EXPECT_DOUBLE_EQ(r.throughput_samples_per_s, m / (r.iteration_ms / 1e3));
+      for (const auto& d : r.devices) EXPECT_DOUBLE_EQ(d.busy_ms, m * (u.f + u.b));
+    }
+  }
+}
+
+TEST(Simulator, RecomputeCostsOneForwardPerCheckpointedMicroBatch) {
+  // Each stage recomputes micro-batch i right before its backward. Upstream stages recompute
+  // their last micro-batch while the gradient is still on its way, and from then on every
+  // recompute fits in the gap the downstream stage's recompute leaves, so only the last stage's
+  // C recomputes lengthen the iteration: T = (M + K - 1)(f + b) + C f, C = M or M - 1.
+  for (int k : kStages) {
+    for (int m : kMicroBatches) {
+      const Uniform u{k, m};
+      const Profile profile = u.profile();
+      const Hardware hw = replicate_device(profile.device, k);
+      const Simulator sim(profile, hw);
+      const double base = (m + k - 1) * (u.f + u.b);
+      EXPECT_DOUBLE_EQ(sim.run(u.plan(CheckpointMode::Always)).iteration_ms, base + m * u.f)
+          << "K=" << k << " M=" << m;
+      EXPECT_DOUBLE_EQ(sim.run(u.plan(CheckpointMode::ExceptLast)).iteration_ms,
+                       base + (m - 1) * u.f)
+          << "K=" << k << " M=" << m;
+    }
+  }
+}
+
+TEST(Simulator, OneFOneBTakesAsLongAsGPipeOnUniformStages) {
+  for (int k : kStages) {
+    for (int m : kMicroBatches) {
+      const Uniform u{k, m};
+      const Profile profile = u.profile();
+      const Hardware hw = replicate_device(profile.device, k);
+      const auto r = Simulator(profile, hw).run(u.plan(CheckpointMode::Never, ScheduleKind::OneFOneB));
+      EXPECT_DOUBLE_EQ(r.iteration_ms, (m + k - 1) * (u.f + u.b)) << "K=" << k << " M=" << m;
+    }
+  }
+}
+
+TEST(Simulator, LaunchOverheadIsPaidByEveryComputeTask) {
+  const Uniform u{3, 4};
+  const Profile profile = u.profile();
+  Hardware hw = replicate_device(profile.device, 3);
+  hw.launch_overhead_ms = 0.25;
+  const auto r = Simulator(profile, hw).run(u.plan(CheckpointMode::Never));
+  EXPECT_DOUBLE_EQ(r.iteration_ms, (4 + 3 - 1) * (u.f + u.b + 2 * 0.25));
+}
+
+TEST(Simulator, CopiesAddTwoLinkCrossingsPerBoundary) {
+  // Copies overlap compute, so only the first forward and the last backward wait for them:
+  // T = (M + K - 1)(f + b) + 2 (K - 1) c, while c <= min(f, b).
+  for (int k : {2, 3, 5}) {
+    for (int m : {1, 4, 9}) {
+      const Uniform u{k, m};
+      const Profile profile = u.profile();
+      Hardware hw = replicate_device(profile.device, k);
+      hw.link.latency_ms = 0.5;
+      const auto r = Simulator(profile, hw).run(u.plan(CheckpointMode::Never));
+      EXPECT_DOUBLE_EQ(r.iteration_ms, (m + k - 1) * (u.f + u.b) + 2 * (k - 1) * 0.5)
+          << "K=" << k << " M=" << m;
+    }
+  }
+}
+
+TEST(Simulator, BandwidthCostsBytesOverBandwidth) {
+  testing::LayerSpec layer{1.0, 1.0, 0, 1000, 0, 0};  // 1000 bytes per sample out
+  const Profile profile = testing::make_profile({layer, layer}, 4);
+  Hardware hw = replicate_device(profile.device, 2);
+  hw.link.bandwidth_bytes_per_s = 1e6;  // 1000 bytes take 1 ms
+  const auto r = Simulator(profile, hw).run(make_plan({1, 1}, 1, CheckpointMode::Never));
+  // One micro-batch of 4 samples: 4000 bytes = 4 ms each way. F 1 + 4 + F 1 + B 1 + 4 + B 1.
+  EXPECT_DOUBLE_EQ(r.iteration_ms, 12.0);
+}
+
+TEST(Simulator, FasterDeviceTakesLess) {
+  const Uniform u{2, 4};
+  const Profile profile = u.profile();
+  Hardware hw = replicate_device(profile.device, 2);
+  hw.devices[0].speed = 2.0;
+  const auto r = Simulator(profile, hw).run(u.plan(CheckpointMode::Never));
+  EXPECT_DOUBLE_EQ(r.devices[0].busy_ms, 4 * (u.f + u.b) / 2);
+  EXPECT_DOUBLE_EQ(r.devices[1].busy_ms, 4 * (u.f + u.b));
+}
+
+TEST(Simulator, StagesSharingOneDeviceSerialize) {
+  // Everything on one device: never idle, so the iteration is the sum of all work.
+  for (auto kind : kAllScheduleKinds) {
+    for (auto mode : kAllCheckpointModes) {
+      const Uniform u{4, 6};
+      const Profile profile = u.profile();
+      const Hardware hw = replicate_device(profile.device, 1);
+      Plan plan = u.plan(mode, kind);
+      plan.devices.assign(4, "cpu:0");
+      const auto r = Simulator(profile, hw).run(plan);
+      const int recomputed = mode == CheckpointMode::Always ? 6 : mode == CheckpointMode::ExceptLast ? 5 : 0;
+      EXPECT_DOUBLE_EQ(r.iteration_ms, 4 * (6 * (u.f + u.b) + recomputed * u.f));
+      ASSERT_EQ(r.devices.size(), 1u);
+      EXPECT_EQ(r.devices[0].stages, (std::vector<int>{0, 1, 2, 3}));
+      EXPECT_NEAR(r.bubble_fraction, 0.0, 1e-12);
+    }
+  }
+}
+
+TEST(Simulator, UnevenMicroBatchesFollowTensorChunk) {
+  // Costs proportional to the micro-batch size: one stage takes N (alpha + beta) whatever M.
+  Profile profile = testing::uniform_profile(1, 1.0, 1.0, 10);
+  for (std::size_t k = 0; k < profile.micro_batch_sizes.size(); ++k) {
+    const double s = static_cast<double>(profile.micro_batch_sizes[k]);
+    profile.layers[0].forward_ms[k] = 0.5 * s;
+    profile.layers[0].backward_ms[k] = 1.5 * s;
+  }
+  const Hardware hw = replicate_device(profile.device, 1);
+  const auto r = Simulator(profile, hw).run(make_plan({1}, 4, CheckpointMode::Never));
+  EXPECT_EQ(r.micro_batch_sizes, (std::vector<std::int64_t>{3, 3, 3, 1}));
+  EXPECT_DOUBLE_EQ(r.iteration_ms, 10 * 2.0);
+}
+
+// On random pipelines: every task starts after what it depends on, nothing overlaps on a
+// stream, and each stream runs exactly its device programme.
+TEST(Simulator, TimelineRespectsDependenciesAndStreams) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 60; ++trial) {
+    const int layers = 2 + static_cast<int>(rng() % 7);
+    std::vector<testing::LayerSpec> specs(layers);
+    for (auto& s : specs) {
+      s.forward_ms = 0.1 + (rng() % 100) / 10.0;
+      s.backward_ms = 0.1 + (rng() % 100) / 10.0;
+      s.output_per_sample = 100 * (rng() % 50);
+      s.saved_per_sample = 10 * (rng() % 50);
+    }
+    const Profile profile = testing::make_profile(specs, 1 + rng() % 16);
+    const int stages = 1 + static_cast<int>(rng() % std::min(layers, 4));
+    const int devices = 1 + static_cast<int>(rng() % stages);
+    Hardware hw = replicate_device(profile.device, devices);
+    hw.link.bandwidth_bytes_per_s = 1e5 + rng() % 1000000;
+    hw.link.latency_ms = (rng() % 10) / 10.0;
+    Plan plan = make_plan(std::vector<int>(stages, 1), 1 + static_cast<int>(rng() % profile.batch_size),
+                          kAllCheckpointModes[rng() % 3], kAllScheduleKinds[rng() % 2]);
+    plan.balance.back() += layers - stages;
+    for (int s = 0; s < stages; ++s) plan.devices.push_back(fmt::format("cpu:{}", rng() % devices));
+    check_plan(plan, profile, hw, "random");
+    SimulationOptions options;
+    options.record_edges = true;
+    const auto r = Simulator(profile, hw).run(plan, options);
+
+    double last_end = 0;
+    for (const auto& [before, after] : r.edges) {
+      EXPECT_LE(r.tasks[before].end_ms, r.tasks[after].start_ms + 1e-9)
+          << r.tasks[before].label() << " -> " << r.tasks[after].label();
+    }
+    std::map<std::pair<int, int>, std::vector<const SimTask*>> streams;
+    for (const auto& t : r.tasks) {
+      streams[{t.device, is_compute(t.kind) ? -1 : t.peer}].push_back(&t);
+      last_end = std::max(last_end, t.end_ms);
+    }
+    for (auto& [key, tasks] : streams) {
+      for (std::size_t k = 1; k < tasks.size(); ++k) {
+        EXPECT_LE(tasks[k - 1]->end_ms, tasks[k]->start_ms + 1e-9);
+      }
+    }
+    EXPECT_DOUBLE_EQ(r.iteration_ms, last_end);
+    const auto sizes = split_batch(profile.batch_size, plan.chunks);
+    const Schedule schedule =
+        make_schedule(plan.schedule, stages, static_cast<int>(sizes.size()), plan.checkpoint);
+    const auto programs = device_programs(schedule, stage_devices(plan, hw), devices);
+    for (int d = 0; d < devices; ++d) {
+      std::vector<std::string> ran, expected;
+      for (const SimTask* t : streams[{d, -1}]) ran.push_back(t->label());
+      for (const Action& a : programs[d]) expected.push_back(to_string(a));
+      EXPECT_EQ(ran, expected);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pipetune

@@ -1,0 +1,111 @@
+// Predicted traces: valid Chrome trace JSON that round-trips through our reader.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "sim/error.hpp"
+#include "sim/trace.hpp"
+#include "tests/sim/fixtures.hpp"
+
+namespace pipetune {
+namespace {
+
+Trace predicted() {
+  static const Profile profile = [] {
+    testing::LayerSpec a{1.0, 2.0, 1000, 100, 50, 0};
+    return testing::make_profile({a, a, a}, 4, 10);
+  }();
+  Hardware hw = replicate_device(profile.device, 3);
+  hw.link.bandwidth_bytes_per_s = 1e5;
+  const auto r = Simulator(profile, hw).run(testing::make_plan({1, 1, 1}, 4, CheckpointMode::ExceptLast));
+  return trace_from_simulation(r, profile.model);
+}
+
+TEST(Trace, IsChromeTraceJsonWithNamedProcessesAndThreads) {
+  const auto doc = nlohmann::json::parse(trace_to_json(predicted()));
+  ASSERT_TRUE(doc["traceEvents"].is_array());
+  EXPECT_EQ(doc["displayTimeUnit"], "ms");
+  EXPECT_EQ(doc["pipetune"]["kind"], "predicted");
+  std::map<std::string, int> phases;
+  int flows_out = 0, flows_in = 0;
+  for (const auto& e : doc["traceEvents"]) {
+    phases[e["ph"]]++;
+    if (e.value("flow_out", false)) ++flows_out;
+    if (e.value("flow_in", false)) ++flows_in;
+    if (e["ph"] == "X") {
+      EXPECT_TRUE(e["args"].contains("stage"));
+      EXPECT_GE(e["dur"].get<double>(), 0.0);
+    }
+  }
+  // 3 devices: process name and sort index each; compute thread each; copy threads 0->1, 1->0,
+  // 1->2, 2->1.
+  EXPECT_EQ(phases["M"], 3 * 3 + 4);
+  // 3 stages x 4 micro-batches x (F, B) + 3 recomputes per stage + 2 x 2 x 4 copies.
+  EXPECT_EQ(phases["X"], 24 + 9 + 16);
+  EXPECT_GT(phases["C"], 0);
+  EXPECT_EQ(flows_out, 16);
+  EXPECT_EQ(flows_in, 16);
+}
+
+TEST(Trace, EventsOnOneThreadNeverOverlap) {
+  const Trace t = predicted();
+  std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> threads;
+  for (const auto& task : t.tasks) threads[{task.device, task.stream()}].push_back({task.start_ms, task.end_ms});
+  for (auto& [key, spans] : threads) {
+    std::sort(spans.begin(), spans.end());
+    for (std::size_t k = 1; k < spans.size(); ++k) EXPECT_LE(spans[k - 1].second, spans[k].first + 1e-9);
+  }
+}
+
+TEST(Trace, RoundTrips) {
+  const Trace t = predicted();
+  const Trace again = parse_trace(trace_to_json(t), "trace.json");
+  EXPECT_EQ(again.kind, "predicted");
+  EXPECT_EQ(again.model, t.model);
+  ASSERT_TRUE(again.plan);
+  EXPECT_EQ(*again.plan, *t.plan);
+  EXPECT_NEAR(again.iteration_ms, t.iteration_ms, 1e-9);
+  ASSERT_EQ(again.tasks.size(), t.tasks.size());
+  for (std::size_t k = 0; k < t.tasks.size(); ++k) {
+    EXPECT_EQ(again.tasks[k].label(), t.tasks[k].label());
+    EXPECT_EQ(again.tasks[k].kind, t.tasks[k].kind);
+    EXPECT_EQ(again.tasks[k].device, t.tasks[k].device);
+    EXPECT_EQ(again.tasks[k].peer, t.tasks[k].peer);
+    EXPECT_NEAR(again.tasks[k].start_ms, t.tasks[k].start_ms, 1e-6);  // written in ns
+    EXPECT_NEAR(again.tasks[k].end_ms, t.tasks[k].end_ms, 2e-6);
+  }
+  ASSERT_EQ(again.devices.size(), 3u);
+  EXPECT_EQ(again.devices[1].peak_memory_bytes, t.devices[1].peak_memory_bytes);
+  EXPECT_EQ(again.devices[1].memory.size(), t.devices[1].memory.size());
+}
+
+TEST(Trace, BadInput) {
+  auto error = [](const std::string& text) -> std::string {
+    try {
+      parse_trace(text, "t.json");
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(error(R"({"traceEvents": []})"), "t.json: missing field \"pipetune\"");
+  const std::string head =
+      R"({"pipetune": {"format": "pipetune.trace/1", "kind": "measured", "model": "m",
+      "summary": {"iteration_ms": 1, "throughput_samples_per_s": 1, "bubble_fraction": 0,
+      "devices": [{"name": "d", "stages": [0], "busy_ms": 1, "peak_memory_bytes": 0,
+      "memory_capacity_bytes": 0}]}}, "traceEvents": [)";
+  EXPECT_EQ(error(head + R"({"ph": "X", "cat": "forward", "pid": 3, "tid": 0, "ts": 0, "dur": 1,
+      "args": {"stage": 0, "micro_batch": 0}}]})"),
+            "t.json: traceEvents[0].pid: expected a device pid below 1 (the summary lists 1 "
+            "devices), got 3");
+  EXPECT_EQ(error(head + R"({"ph": "X", "cat": "forward", "pid": 0, "tid": 0, "ts": 0, "dur": -1,
+      "args": {"stage": 0, "micro_batch": 0}}]})"),
+            "t.json: traceEvents[0].dur: expected a non-negative number, got -1");
+  EXPECT_EQ(error(head + R"({"ph": "X", "cat": "user", "pid": 9}]})"), "");  // not ours: ignored
+}
+
+}  // namespace
+}  // namespace pipetune
