@@ -63,7 +63,12 @@ double parse_bandwidth(const std::string& text, const std::string& flag) {
   return static_cast<double>(value);
 }
 
-Hardware resolve_hardware(const Profile& profile, const HardwareFlags& flags, int default_count) {
+void print_note(const std::string& note) {
+  if (!note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
+}
+
+Hardware resolve_hardware(const Profile& profile, const HardwareFlags& flags, int default_count,
+                          std::string* note) {
   Hardware hw;
   if (!flags.hardware_path.empty()) {
     if (flags.devices > 0) {
@@ -73,11 +78,12 @@ Hardware resolve_hardware(const Profile& profile, const HardwareFlags& flags, in
   } else {
     const int count = flags.devices > 0 ? flags.devices : default_count;
     hw = replicate_device(profile.device, count);
-    std::fprintf(stderr,
-                 "note: no --hardware: %d x the profile's device (%s%s%s) with %s links\n", count,
-                 profile.device.type.c_str(), profile.device.name.empty() ? "" : ", ",
-                 profile.device.name.c_str(),
-                 flags.bandwidth.empty() && flags.latency_ms < 0 ? "ideal" : "the given");
+    if (note) {
+      *note = fmt::format("no --hardware: {} x the profile's device ({}{}{}) with {} links", count,
+                          profile.device.type, profile.device.name.empty() ? "" : ", ",
+                          profile.device.name,
+                          flags.bandwidth.empty() && flags.latency_ms < 0 ? "ideal" : "the given");
+    }
   }
   if (!flags.memory.empty()) {
     const std::int64_t bytes = parse_bytes(flags.memory);

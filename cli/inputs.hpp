@@ -38,8 +38,12 @@ void add_hardware_flags(CLI::App& app, HardwareFlags& flags, bool devices_as_cou
 void add_plan_flags(CLI::App& app, PlanFlags& flags);
 
 /// The devices to simulate: --hardware, else `default_count` (or --devices) copies of the
-/// profile's device with ideal links, which it says on stderr. Overrides apply on top.
-Hardware resolve_hardware(const Profile& profile, const HardwareFlags& flags, int default_count);
+/// profile's device with ideal links; then `note` says so, for the caller to print once the
+/// inputs have been checked. Overrides apply on top.
+Hardware resolve_hardware(const Profile& profile, const HardwareFlags& flags, int default_count,
+                          std::string* note);
+/// Prints a note from resolve_hardware on stderr (nothing when empty).
+void print_note(const std::string& note);
 
 /// The plan from --plan and/or the inline flags (inline ones override the file's fields).
 /// Not yet checked against a profile: that is check_plan's job.

@@ -34,8 +34,10 @@ void add_simulate_command(CLI::App& app, std::vector<Command>& commands) {
   commands.emplace_back(sub, [flags] {
     const Profile profile = load_profile(flags->profile);
     const Plan plan = resolve_plan(flags->plan);
-    const Hardware hardware = resolve_hardware(profile, flags->hardware, plan.stages());
+    std::string note;
+    const Hardware hardware = resolve_hardware(profile, flags->hardware, plan.stages(), &note);
     check_plan(plan, profile, hardware, plan_source(flags->plan));
+    print_note(note);
 
     const Simulator simulator(profile, hardware);
     SimulationOptions options;

@@ -81,7 +81,8 @@ void add_sweep_command(CLI::App& app, std::vector<Command>& commands) {
     const int most = flags->devices.empty()
                          ? 0
                          : *std::max_element(flags->devices.begin(), flags->devices.end());
-    const Hardware hardware = resolve_hardware(profile, hw_flags, most);
+    std::string note;
+    const Hardware hardware = resolve_hardware(profile, hw_flags, most, &note);
 
     SweepSpec spec;
     spec.device_counts = flags->devices.empty()
@@ -94,10 +95,13 @@ void add_sweep_command(CLI::App& app, std::vector<Command>& commands) {
     }
     spec.checkpoints = parse_checkpoint_list(flags->checkpoints, "--checkpoint");
     spec.schedules = parse_schedule_list(flags->schedules, "--schedule");
-    for (const auto& b : flags->bandwidths) spec.bandwidths.push_back(parse_bandwidth(b, "--bandwidth"));
+    for (const auto& b : flags->bandwidths) {
+      spec.bandwidths.push_back(parse_bandwidth(b, "--bandwidth"));
+    }
     spec.balance = flags->balance;
     spec.optimizer_state_factor = flags->optimizer_state_factor;
 
+    print_note(note);
     ProgressBar bar("plans");
     std::vector<SweepRow> rows = run_sweep(profile, hardware, spec, [&](std::size_t done, std::size_t total) {
       bar.update(done, total);

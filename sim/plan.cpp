@@ -147,9 +147,10 @@ void check_plan(const Plan& plan, const Profile& profile, const Hardware& hardwa
   if (plan.devices.empty()) {
     if (plan.balance.size() > hardware.devices.size()) {
       throw InputError(fmt::format(
-          "{}: balance: expected at most {} stages (one per device; name \"devices\" to put "
+          "{}: balance: expected at most {} stage{} (one per device; name \"devices\" to put "
           "several stages on one device), got {}",
-          source, hardware.devices.size(), plan.balance.size()));
+          source, hardware.devices.size(), hardware.devices.size() == 1 ? "" : "s",
+          plan.balance.size()));
     }
   } else {
     if (plan.devices.size() != plan.balance.size()) {

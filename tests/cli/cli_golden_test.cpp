@@ -1,0 +1,124 @@
+// Golden-output tests of the CLI: the exact text, JSON and error lines users see.
+// Regenerate after an intended change with PIPETUNE_UPDATE_GOLDEN=1 and review the diff.
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "tests/support/run_command.hpp"
+
+namespace pipetune {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct GoldenCase {
+  const char* name;
+  std::vector<std::string> args;
+};
+
+std::string render(const testing::CommandResult& r) {
+  return r.out + "--- stderr ---\n" + r.err + "--- exit " + std::to_string(r.exit_code) + " ---\n";
+}
+
+class CliGolden : public ::testing::TestWithParam<GoldenCase> {};
+
+TEST_P(CliGolden, MatchesGoldenFile) {
+  const GoldenCase& c = GetParam();
+  std::vector<std::string> argv{PIPETUNE_CLI};
+  argv.insert(argv.end(), c.args.begin(), c.args.end());
+  const std::string actual = render(testing::run_command(argv, PIPETUNE_SOURCE_DIR));
+  const fs::path golden = fs::path(PIPETUNE_SOURCE_DIR) / "tests" / "cli" / "golden" / (std::string(c.name) + ".txt");
+  if (std::getenv("PIPETUNE_UPDATE_GOLDEN")) {
+    std::ofstream(golden) << actual;
+    GTEST_SKIP() << "rewrote " << golden;
+  }
+  std::ifstream in(golden);
+  ASSERT_TRUE(in) << "no golden file " << golden << "; run with PIPETUNE_UPDATE_GOLDEN=1";
+  std::stringstream expected;
+  expected << in.rdbuf();
+  EXPECT_EQ(actual, expected.str());
+}
+
+const std::string kProfile = "tests/data/tiny.profile.json";
+const std::string kPlan = "tests/data/plan-2x4.json";
+const std::string kHardware = "tests/data/hardware-2.json";
+
+INSTANTIATE_TEST_SUITE_P(
+    Reports, CliGolden,
+    ::testing::Values(
+        GoldenCase{"simulate_text", {"simulate", "--profile", kProfile, "--plan", kPlan}},
+        GoldenCase{"simulate_hardware_json",
+                   {"simulate", "--profile", kProfile, "--plan", kPlan, "--hardware", kHardware, "--json"}},
+        GoldenCase{"simulate_inline_shared_device",
+                   {"simulate", "--profile", kProfile, "--balance", "2,2,2", "--chunks", "8",
+                    "--checkpoint", "never", "--schedule", "1f1b", "--devices", "2",
+                    "--stage-devices", "cpu:0,cpu:1,cpu:0", "--bandwidth", "1e8"}},
+        GoldenCase{"sweep_table",
+                   {"sweep", "--profile", kProfile, "--devices", "2,3", "--chunks", "1,3,8",
+                    "--checkpoint", "never,always", "--schedule", "all", "--bandwidth", "ideal,1e7"}},
+        GoldenCase{"sweep_csv",
+                   {"sweep", "--profile", kProfile, "--hardware", kHardware, "--chunks", "2,4",
+                    "--checkpoint", "except_last", "--format", "csv"}}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+INSTANTIATE_TEST_SUITE_P(
+    BadInput, CliGolden,
+    ::testing::Values(
+        GoldenCase{"error_no_subcommand", {}},
+        GoldenCase{"error_unknown_flag", {"simulate", "--profile", kProfile, "--plan", kPlan, "--chunk", "3"}},
+        GoldenCase{"error_missing_profile_flag", {"simulate", "--plan", kPlan}},
+        GoldenCase{"error_missing_file", {"simulate", "--profile", "nowhere.json", "--plan", kPlan}},
+        GoldenCase{"error_no_plan", {"simulate", "--profile", kProfile}},
+        GoldenCase{"error_balance_sum", {"simulate", "--profile", kProfile, "--balance", "3,2"}},
+        GoldenCase{"error_zero_stage", {"simulate", "--profile", kProfile, "--balance", "6,0"}},
+        GoldenCase{"error_chunks_above_batch", {"simulate", "--profile", kProfile, "--plan", kPlan, "--chunks", "9"}},
+        GoldenCase{"error_unknown_checkpoint",
+                   {"simulate", "--profile", kProfile, "--plan", kPlan, "--checkpoint", "sometimes"}},
+        GoldenCase{"error_unknown_schedule",
+                   {"simulate", "--profile", kProfile, "--plan", kPlan, "--schedule", "zb"}},
+        GoldenCase{"error_malformed_profile", {"simulate", "--profile", "tests/data/bad/malformed.json", "--plan", kPlan}},
+        GoldenCase{"error_negative_cost", {"simulate", "--profile", "tests/data/bad/negative_cost.json", "--plan", kPlan}},
+        GoldenCase{"error_plan_field_type", {"simulate", "--profile", kProfile, "--plan", "tests/data/bad/plan_chunks_string.json"}},
+        GoldenCase{"error_hardware_and_devices",
+                   {"simulate", "--profile", kProfile, "--plan", kPlan, "--hardware", kHardware, "--devices", "2"}},
+        GoldenCase{"error_too_many_stages",
+                   {"simulate", "--profile", kProfile, "--plan", kPlan, "--devices", "1"}},
+        GoldenCase{"error_sweep_no_devices", {"sweep", "--profile", kProfile}},
+        GoldenCase{"error_bad_bandwidth",
+                   {"sweep", "--profile", kProfile, "--devices", "2", "--bandwidth", "fast"}}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// --trace writes a valid Chrome trace; its summary agrees with --json.
+TEST(CliSimulate, TraceMatchesJsonSummary) {
+  const fs::path trace = fs::temp_directory_path() / ("pipetune_cli_trace_" + std::to_string(::getpid()) + ".json");
+  const auto r = testing::run_command({PIPETUNE_CLI, "simulate", "--profile", kProfile, "--plan", kPlan,
+                                       "--json", "--trace", trace.string()},
+                                      PIPETUNE_SOURCE_DIR);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto summary = nlohmann::json::parse(r.out);
+  std::ifstream in(trace);
+  const auto doc = nlohmann::json::parse(in);
+  EXPECT_NEAR(doc["pipetune"]["summary"]["iteration_ms"].get<double>(),
+              summary["iteration_ms"].get<double>(), 1e-6);
+  EXPECT_GT(doc["traceEvents"].size(), 10u);
+  fs::remove(trace);
+}
+
+// A trace path that cannot be written: one error line, exit 2, nothing half-written.
+TEST(CliSimulate, UnwritableTracePath) {
+  const auto r = testing::run_command({PIPETUNE_CLI, "simulate", "--profile", kProfile, "--plan", kPlan,
+                                       "--trace", "/nonexistent-dir/t.json"},
+                                      PIPETUNE_SOURCE_DIR);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(r.err.ends_with(
+      "\npipetune: error: /nonexistent-dir/t.json: cannot write: No such file or directory\n"))
+      << r.err;
+}
+
+}  // namespace
+}  // namespace pipetune
