@@ -7,162 +7,205 @@
 namespace pipetune {
 
 namespace {
-// std::push_heap/pop_heap build a max-heap; this order makes the earliest completion the top,
-// ties broken by task index so runs are deterministic.
-struct Later {
-  bool operator()(const std::pair<double, int>& a, const std::pair<double, int>& b) const {
-    return a.first > b.first || (a.first == b.first && a.second > b.second);
+
+using Event = detail::CompletionEvent;
+
+// Earlier first; ties by task index so runs are deterministic.
+inline bool before(const Event& a, const Event& b) {
+  return a.time < b.time || (a.time == b.time && a.task < b.task);
+}
+
+// A binary min-heap on a caller's array: the loop below keeps its state in locals so the
+// compiler can keep it in registers.
+inline void heap_push(Event* heap, int& size, Event e) {
+  int hole = size++;
+  while (hole > 0) {
+    const int parent = (hole - 1) / 2;
+    if (!before(e, heap[parent])) break;
+    heap[hole] = heap[parent];
+    hole = parent;
   }
-};
+  heap[hole] = e;
+}
+
+inline Event heap_pop(Event* heap, int& size) {
+  const Event top = heap[0];
+  const Event last = heap[--size];
+  int hole = 0;
+  for (;;) {
+    int child = 2 * hole + 1;
+    if (child >= size) break;
+    if (child + 1 < size && before(heap[child + 1], heap[child])) ++child;
+    if (!before(heap[child], last)) break;
+    heap[hole] = heap[child];
+    hole = child;
+  }
+  if (size > 0) heap[hole] = last;
+  return top;
+}
+
 }  // namespace
+
+void EventEngine::clear() {
+  tasks_.clear();
+  resources_.clear();
+  counters_.clear();
+  more_successors_.clear();
+  queues_ready_ = false;
+  makespan_ = 0.0;
+}
 
 int EventEngine::add_resource() {
   resources_.emplace_back();
+  queues_ready_ = false;
   return static_cast<int>(resources_.size()) - 1;
 }
 
 int EventEngine::add_counter(std::int64_t initial_value) {
   Counter c;
-  c.value = c.peak = initial_value;
+  c.initial = initial_value;
   counters_.push_back(std::move(c));
   return static_cast<int>(counters_.size()) - 1;
 }
 
-int EventEngine::add_task(int resource, double duration) {
-  const int id = static_cast<int>(tasks_.size());
-  Task t;
-  t.duration = duration;
-  t.resource = resource;
-  tasks_.push_back(t);
-  resources_[resource].queue.push_back(id);
-  return id;
-}
-
-void EventEngine::add_dependency(int before, int after) {
-  dependencies_.emplace_back(before, after);
-  ++tasks_[after].pending;
-}
-
-void EventEngine::set_start_effect(int task, int counter, std::int64_t bytes_allocated) {
-  tasks_[task].start_counter = counter;
-  tasks_[task].start_bytes = bytes_allocated;
-}
-
-void EventEngine::set_end_effect(int task, int counter, std::int64_t bytes_freed) {
-  tasks_[task].end_counter = counter;
-  tasks_[task].end_bytes = bytes_freed;
-}
-
-void EventEngine::reserve(std::size_t tasks, std::size_t dependencies) {
-  tasks_.reserve(tasks);
-  dependencies_.reserve(dependencies);
-}
-
-void EventEngine::change(int counter, std::int64_t delta, double now) {
-  Counter& c = counters_[counter];
-  c.value += delta;
-  if (c.value > c.peak) {
-    c.peak = c.value;
-    c.peak_time = now;
-  }
-  if (record_history_) {
-    if (!c.history.empty() && c.history.back().time == now) {
-      c.history.back().value = c.value;
-    } else {
-      c.history.push_back({now, c.value});
-    }
+void EventEngine::record(Counter& c, double now) {
+  if (!c.history.empty() && c.history.back().time == now) {
+    c.history.back().value = c.value;
+  } else {
+    c.history.push_back({now, c.value});
   }
 }
 
-void EventEngine::release(int task) {
-  Resource& r = resources_[tasks_[task].resource];
-  r.busy = false;
-  ++r.head;
-  ready_resources_.push_back(tasks_[task].resource);
-  for (int k = successor_begin_[task]; k < successor_begin_[task + 1]; ++k) {
-    const int next = successors_[k];
-    if (--tasks_[next].pending == 0) ready_resources_.push_back(tasks_[next].resource);
+// Resource queues in one array, in the order tasks were added (a stable counting sort), and
+// the overflow successors grouped by task.
+void EventEngine::prepare_queues() {
+  const int n = static_cast<int>(tasks_.size());
+  int offset = 0;
+  for (auto& r : resources_) {
+    r.first = offset;
+    offset += r.count;
   }
-  ++finished_count_;
-}
-
-void EventEngine::start_ready_tasks(double now) {
-  starting_.clear();
-  while (!ready_resources_.empty()) {
-    const int resource = ready_resources_.back();
-    ready_resources_.pop_back();
-    Resource& r = resources_[resource];
-    if (r.busy || r.head == r.queue.size()) continue;
-    const int id = r.queue[r.head];
-    Task& t = tasks_[id];
-    if (t.pending > 0) continue;
-    start_[id] = now;
-    if (t.duration == 0.0) {
-      // Done within the instant: its allocation and its free both happen before anything that
-      // takes time starts.
-      if (t.start_counter >= 0 && t.start_bytes != 0) change(t.start_counter, t.start_bytes, now);
-      if (t.end_counter >= 0 && t.end_bytes != 0) change(t.end_counter, -t.end_bytes, now);
-      release(id);
-      makespan_ = std::max(makespan_, now);
-    } else {
-      r.busy = true;
-      starting_.push_back(id);
-    }
+  queue_.resize(n);
+  head_.resize(resources_.size());
+  for (std::size_t r = 0; r < resources_.size(); ++r) head_[r] = resources_[r].first;
+  for (int id = 0; id < n; ++id) queue_[head_[tasks_[id].resource]++] = id;
+  if (!more_successors_.empty()) {
+    std::stable_sort(more_successors_.begin(), more_successors_.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    more_begin_.assign(n + 1, 0);
+    for (const auto& [task, successor] : more_successors_) ++more_begin_[task + 1];
+    for (int i = 0; i < n; ++i) more_begin_[i + 1] += more_begin_[i];
   }
-  for (int id : starting_) {
-    const Task& t = tasks_[id];
-    if (t.start_counter >= 0 && t.start_bytes != 0) change(t.start_counter, t.start_bytes, now);
-    heap_.emplace_back(now + t.duration, id);
-    std::push_heap(heap_.begin(), heap_.end(), Later{});
-  }
+  queues_ready_ = true;
 }
 
 void EventEngine::run(bool record_history) {
+  if (!queues_ready_) prepare_queues();
   record_history_ = record_history;
-  const std::size_t n = tasks_.size();
-  // Successors in compressed rows: one allocation instead of one vector per task.
-  successor_begin_.assign(n + 1, 0);
-  for (const auto& [before, after] : dependencies_) ++successor_begin_[before + 1];
-  for (std::size_t i = 0; i < n; ++i) successor_begin_[i + 1] += successor_begin_[i];
-  successors_.resize(dependencies_.size());
-  {
-    std::vector<int> fill(successor_begin_.begin(), successor_begin_.end() - 1);
-    for (const auto& [before, after] : dependencies_) successors_[fill[before]++] = after;
-  }
+  const int n = static_cast<int>(tasks_.size());
+  const int resource_count = static_cast<int>(resources_.size());
   start_.assign(n, -1.0);
-  heap_.clear();
-  heap_.reserve(resources_.size() + 1);
-  finished_count_ = 0;
+  pending_.resize(n);
+  for (int id = 0; id < n; ++id) pending_[id] = tasks_[id].dependencies;
+  head_.resize(resource_count);
+  busy_.assign(resource_count, 0);
+  for (int r = 0; r < resource_count; ++r) head_[r] = resources_[r].first;
   makespan_ = 0.0;
   for (auto& c : counters_) {
-    if (record_history_) c.history.assign(1, {0.0, c.value});
+    c.value = c.peak = c.initial;
+    c.peak_time = 0.0;
+    c.history.clear();
+    if (record_history_) c.history.push_back({0.0, c.value});
   }
 
-  for (int r = static_cast<int>(resources_.size()) - 1; r >= 0; --r) ready_resources_.push_back(r);
-  start_ready_tasks(0.0);
-  std::vector<int> finished;
-  while (!heap_.empty()) {
-    const double now = heap_.front().first;
-    finished.clear();
-    while (!heap_.empty() && heap_.front().first == now) {
-      finished.push_back(heap_.front().second);
-      std::pop_heap(heap_.begin(), heap_.end(), Later{});
-      heap_.pop_back();
+  // Each task becomes startable once, each resource holds one running task: fixed bounds.
+  startable_.resize(n);
+  batch_.resize(resource_count + 1);
+  heap_.resize(resource_count + 1);
+  const Task* const tasks = tasks_.data();
+  const int* const queue = queue_.data();
+  double* const start = start_.data();
+  int* const pending = pending_.data();
+  int* const head = head_.data();
+  char* const busy = busy_.data();
+  int* const startable = startable_.data();
+  int* const batch = batch_.data();
+  Event* const heap = heap_.data();
+  int startable_count = 0, heap_size = 0, finished = 0;
+
+  auto end_of = [&](int r) { return resources_[r].first + resources_[r].count; };
+  auto notify = [&](int next) {
+    if (--pending[next] == 0) {
+      const int r = tasks[next].resource;
+      if (!busy[r] && head[r] < end_of(r) && queue[head[r]] == next) {
+        startable[startable_count++] = next;
+      }
     }
-    for (int id : finished) {
-      const Task& t = tasks_[id];
-      if (t.end_counter >= 0 && t.end_bytes != 0) change(t.end_counter, -t.end_bytes, now);
+  };
+  // A finished task frees its resource; the next task there, and any successor that now has
+  // every dependency and heads an idle resource, can start.
+  auto release = [&](int id) {
+    const Task& t = tasks[id];
+    const int r = t.resource;
+    busy[r] = 0;
+    if (++head[r] < end_of(r) && pending[queue[head[r]]] == 0) {
+      startable[startable_count++] = queue[head[r]];
     }
-    for (int id : finished) release(id);
-    makespan_ = now;
-    start_ready_tasks(now);
+    const int inline_count = std::min(t.successor_count, kInlineSuccessors);
+    for (int k = 0; k < inline_count; ++k) notify(t.successors[k]);
+    if (t.successor_count > kInlineSuccessors) {
+      for (int k = more_begin_[id]; k < more_begin_[id + 1]; ++k) notify(more_successors_[k].second);
+    }
+    ++finished;
+  };
+  // Zero-duration tasks run to completion at once; the others start after all of them, so an
+  // instant's frees come before its allocations.
+  auto start_ready = [&](double now) {
+    int starting = 0;
+    while (startable_count > 0) {
+      const int id = startable[--startable_count];
+      const Task& t = tasks[id];
+      start[id] = now;
+      if (t.duration == 0.0) {
+        if (t.start_bytes != 0) change(t.start_counter, t.start_bytes, now);
+        if (t.end_bytes != 0) change(t.end_counter, -t.end_bytes, now);
+        release(id);
+        if (now > makespan_) makespan_ = now;
+      } else {
+        busy[t.resource] = 1;
+        batch[starting++] = id;
+      }
+    }
+    for (int k = 0; k < starting; ++k) {
+      const Task& t = tasks[batch[k]];
+      if (t.start_bytes != 0) change(t.start_counter, t.start_bytes, now);
+      heap_push(heap, heap_size, {now + t.duration, batch[k]});
+    }
+  };
+
+  for (int r = resource_count - 1; r >= 0; --r) {
+    if (head[r] < end_of(r) && pending[queue[head[r]]] == 0) startable[startable_count++] = queue[head[r]];
   }
-  if (finished_count_ != n) {
-    for (std::size_t r = 0; r < resources_.size(); ++r) {
-      if (resources_[r].head < resources_[r].queue.size()) {
+  start_ready(0.0);
+  while (heap_size > 0) {
+    const double now = heap[0].time;
+    // Every completion at this instant: frees first, then releases.
+    int count = 0;
+    while (heap_size > 0 && heap[0].time == now) {
+      const int id = heap_pop(heap, heap_size).task;
+      const Task& t = tasks[id];
+      if (t.end_bytes != 0) change(t.end_counter, -t.end_bytes, now);
+      batch[count++] = id;
+    }
+    for (int k = 0; k < count; ++k) release(batch[k]);
+    makespan_ = now;
+    start_ready(now);
+  }
+  if (finished != n) {
+    for (int r = 0; r < resource_count; ++r) {
+      if (head[r] < end_of(r)) {
         throw std::logic_error("event engine: resource " + std::to_string(r) +
-                               " is stuck at task " +
-                               std::to_string(resources_[r].queue[resources_[r].head]) +
+                               " is stuck at task " + std::to_string(queue[head[r]]) +
                                " (the programme has a cycle)");
       }
     }
@@ -171,9 +214,21 @@ void EventEngine::run(bool record_history) {
 }
 
 std::vector<std::pair<int, int>> EventEngine::edges() const {
-  std::vector<std::pair<int, int>> out = dependencies_;
+  std::vector<std::pair<int, int>> out;
+  for (std::size_t id = 0; id < tasks_.size(); ++id) {
+    const Task& t = tasks_[id];
+    for (int k = 0; k < std::min(t.successor_count, kInlineSuccessors); ++k) {
+      out.emplace_back(static_cast<int>(id), t.successors[k]);
+    }
+  }
+  out.insert(out.end(), more_successors_.begin(), more_successors_.end());
+  // Each resource's order, from the queues built by run().
+  std::vector<int> order(tasks_.size());
+  std::vector<int> fill;
+  for (const auto& r : resources_) fill.push_back(r.first);
+  for (std::size_t id = 0; id < tasks_.size(); ++id) order[fill[tasks_[id].resource]++] = static_cast<int>(id);
   for (const auto& r : resources_) {
-    for (std::size_t k = 1; k < r.queue.size(); ++k) out.emplace_back(r.queue[k - 1], r.queue[k]);
+    for (int k = r.first + 1; k < r.first + r.count; ++k) out.emplace_back(order[k - 1], order[k]);
   }
   return out;
 }

@@ -5,17 +5,30 @@
 // A resource (a device's compute stream, one direction of a link) runs its tasks one at a time,
 // in the order they were added to it. A task starts once the task before it on its resource and
 // all its dependencies have finished, and holds the resource for its duration. Events are task
-// completions, processed in time order; completions at the same instant are processed together,
-// their frees applied before anything they enable starts.
+// completions, processed in time order. Within one instant: every completion's frees first, then
+// zero-duration tasks (copies over an ideal link) start and finish, then the tasks that take time
+// start and allocate. So memory released "at" an instant is free for what starts then.
 //
 // Counters (one per device) follow memory: a task may add bytes to one counter when it starts
 // and subtract bytes from one counter when it ends. The engine keeps each counter's current
 // value, its peak, and, when asked, its history.
+//
+// The graph (tasks, resources, dependencies) is built once; durations, memory effects and
+// counters' initial values may change between runs, so one graph serves many plans of the same
+// shape.
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace pipetune {
+
+namespace detail {
+struct CompletionEvent {
+  double time;
+  int task;
+};
+}  // namespace detail
 
 struct CounterSample {
   double time = 0.0;
@@ -24,19 +37,50 @@ struct CounterSample {
 
 class EventEngine {
  public:
+  /// Forgets every task, resource and counter but keeps the memory.
+  void clear();
+  void reserve(std::size_t tasks) { tasks_.reserve(tasks); }
+
   int add_resource();
   int add_counter(std::int64_t initial_value);
-  /// Appends a task to `resource`'s queue; the order of calls is the resource's order.
-  int add_task(int resource, double duration);
-  void add_dependency(int before, int after);
-  void set_start_effect(int task, int counter, std::int64_t bytes_allocated);
-  void set_end_effect(int task, int counter, std::int64_t bytes_freed);
-  void reserve(std::size_t tasks, std::size_t dependencies);
+  void set_counter_initial(int counter, std::int64_t value) { counters_[counter].initial = value; }
 
-  /// Runs to completion; std::logic_error if some task can never start (a cyclic programme).
+  /// Appends a task to `resource`'s queue; the order of calls is the resource's order.
+  int add_task(int resource, double duration) {
+    const int id = static_cast<int>(tasks_.size());
+    tasks_.push_back({duration, resource, 0, -1, -1, 0, 0, {-1, -1}, 0});
+    ++resources_[resource].count;
+    queues_ready_ = false;
+    return id;
+  }
+  void add_dependency(int before, int after) {
+    Task& t = tasks_[before];
+    if (t.successor_count < kInlineSuccessors) {
+      t.successors[t.successor_count] = after;
+    } else {
+      more_successors_.emplace_back(before, after);
+      queues_ready_ = false;
+    }
+    ++t.successor_count;
+    ++tasks_[after].dependencies;
+  }
+  void set_duration(int task, double duration) { tasks_[task].duration = duration; }
+  void set_start_effect(int task, int counter, std::int64_t bytes_allocated) {
+    tasks_[task].start_counter = counter;
+    tasks_[task].start_bytes = bytes_allocated;
+  }
+  void set_end_effect(int task, int counter, std::int64_t bytes_freed) {
+    tasks_[task].end_counter = counter;
+    tasks_[task].end_bytes = bytes_freed;
+  }
+
+  /// Runs to completion; std::logic_error if some task can never start (a cycle). May be called
+  /// again after changing durations, effects or initial values.
   void run(bool record_history);
 
   std::size_t task_count() const { return tasks_.size(); }
+  std::size_t resource_count() const { return resources_.size(); }
+  int resource_of(int task) const { return tasks_[task].resource; }
   double start(int task) const { return start_[task]; }
   double finish(int task) const { return start_[task] + tasks_[task].duration; }
   double makespan() const { return makespan_; }
@@ -47,44 +91,62 @@ class EventEngine {
   }
   /// (before, after) pairs: the dependencies plus each resource's order.
   std::vector<std::pair<int, int>> edges() const;
-  int resource_of(int task) const { return tasks_[task].resource; }
 
  private:
+  // Pipeline tasks have at most two successors (a forward feeds the next stage and its own
+  // backward), so successors live in the task; more go to more_successors_.
+  static constexpr int kInlineSuccessors = 2;
   struct Task {
     double duration = 0.0;
     int resource = 0;
-    int pending = 0;  // unfinished dependencies
+    int dependencies = 0;
     int start_counter = -1;
     int end_counter = -1;
     std::int64_t start_bytes = 0;
     std::int64_t end_bytes = 0;
+    int successors[kInlineSuccessors];
+    int successor_count = 0;
   };
   struct Resource {
-    std::vector<int> queue;
-    std::size_t head = 0;
-    bool busy = false;
+    int count = 0;  // tasks on it
+    int first = 0;  // its queue is queue_[first, first + count)
   };
   struct Counter {
+    std::int64_t initial = 0;
     std::int64_t value = 0;
     std::int64_t peak = 0;
     double peak_time = 0.0;
     std::vector<CounterSample> history;
   };
 
-  void start_ready_tasks(double now);
-  void release(int task);
-  void change(int counter, std::int64_t delta, double now);
+  void prepare_queues();
+  void change(int counter, std::int64_t delta, double now) {
+    Counter& c = counters_[counter];
+    c.value += delta;
+    if (c.value > c.peak) {
+      c.peak = c.value;
+      c.peak_time = now;
+    }
+    if (record_history_) record(c, now);
+  }
+  static void record(Counter& c, double now);
 
   std::vector<Task> tasks_;
   std::vector<Resource> resources_;
   std::vector<Counter> counters_;
-  std::vector<std::pair<int, int>> dependencies_;
-  std::vector<int> successor_begin_, successors_;  // CSR built by run()
+  std::vector<std::pair<int, int>> more_successors_;  // (task, successor), sorted by task
+  std::vector<int> more_begin_;                        // task -> first entry in more_successors_
+  std::vector<int> queue_;  // every resource's tasks in order, resource after resource
+  bool queues_ready_ = false;
+
+  // Per-run state and scratch, kept to avoid allocating.
   std::vector<double> start_;
-  std::vector<std::pair<double, int>> heap_;  // completion events, min-heap on time
-  std::vector<int> ready_resources_;          // may be able to start their next task now
-  std::vector<int> starting_;                 // tasks that take time, starting this instant
-  std::size_t finished_count_ = 0;
+  std::vector<int> pending_;  // unfinished dependencies
+  std::vector<int> head_;     // per resource: next position in queue_
+  std::vector<char> busy_;
+  std::vector<detail::CompletionEvent> heap_;
+  std::vector<int> startable_;  // at the head of an idle resource, every dependency done
+  std::vector<int> batch_;      // tasks starting (or finishing) at the current instant
   bool record_history_ = false;
   double makespan_ = 0.0;
 };

@@ -55,6 +55,7 @@ struct SimulationResult {
   double throughput_samples_per_s = 0.0;
   double bubble_fraction = 0.0;       ///< idle share of the devices that hold stages
   std::vector<DeviceReport> devices;  ///< only devices that hold stages, in hardware order
+  std::size_t task_count = 0;         ///< compute tasks and copies simulated
   std::vector<SimTask> tasks;         ///< when recorded; compute tasks, then copies
   std::vector<std::pair<int, int>> edges;  ///< when recorded: task dependencies and stream order
 
@@ -84,9 +85,28 @@ class Simulator {
   const CostModel& costs() const { return costs_; }
 
  private:
+  // The task graph of the last plan's shape (schedule, checkpoint mode, micro-batch count and
+  // stage placement). Balances, sizes and links only change durations and memory effects, so a
+  // planner that tries many balances of one shape builds the graph once.
+  struct Graph {
+    bool valid = false;
+    ScheduleKind kind{};
+    CheckpointMode checkpoint{};
+    int micro_batches = 0;
+    std::vector<int> device_of;
+    Schedule schedule;
+    EventEngine engine;
+    std::vector<SimTask> tasks;     // what each engine task is (times filled per run)
+    std::vector<int> counter;       // per device
+    std::vector<int> first_backward;  // per stage: the micro-batch of its first backward
+  };
+  Graph& graph_for(const Plan& plan, const std::vector<int>& device_of, int micro_batches) const;
+
   const Profile& profile_;
   const Hardware& hardware_;
   CostModel costs_;
+  std::vector<const Link*> links_;  // links_[from * devices + to]
+  mutable Graph graph_;
 };
 
 }  // namespace pipetune

@@ -75,6 +75,41 @@ TEST(EventEngine, ZeroDurationTasksChain) {
   EXPECT_EQ(e.makespan(), 4.0);
 }
 
+TEST(EventEngine, ManySuccessors) {
+  // More successors than fit in a task: the rest are kept aside and still released.
+  EventEngine e;
+  const int root = e.add_task(e.add_resource(), 2.0);
+  std::vector<int> leaves;
+  for (int k = 0; k < 5; ++k) {
+    leaves.push_back(e.add_task(e.add_resource(), 1.0 + k));
+    e.add_dependency(root, leaves.back());
+  }
+  e.run(false);
+  for (int k = 0; k < 5; ++k) EXPECT_EQ(e.start(leaves[k]), 2.0);
+  EXPECT_EQ(e.makespan(), 7.0);
+  EXPECT_EQ(e.edges().size(), 5u);
+}
+
+TEST(EventEngine, RunsAgainWithNewDurationsAndEffects) {
+  EventEngine e;
+  const int r0 = e.add_resource(), r1 = e.add_resource();
+  const int memory = e.add_counter(10);
+  const int a = e.add_task(r0, 1.0);
+  const int b = e.add_task(r1, 1.0);
+  e.add_dependency(a, b);
+  e.set_start_effect(b, memory, 5);
+  e.run(false);
+  EXPECT_EQ(e.makespan(), 2.0);
+  EXPECT_EQ(e.peak(memory), 15);
+  e.set_duration(a, 4.0);
+  e.set_start_effect(b, memory, 7);
+  e.set_counter_initial(memory, 100);
+  e.run(false);
+  EXPECT_EQ(e.start(b), 4.0);
+  EXPECT_EQ(e.makespan(), 5.0);
+  EXPECT_EQ(e.peak(memory), 107);
+}
+
 TEST(EventEngine, ACycleIsReportedNotHung) {
   EventEngine e;
   const int r0 = e.add_resource(), r1 = e.add_resource();

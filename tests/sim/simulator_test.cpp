@@ -163,6 +163,36 @@ TEST(Simulator, UnevenMicroBatchesFollowTensorChunk) {
   EXPECT_DOUBLE_EQ(r.iteration_ms, 10 * 2.0);
 }
 
+// One Simulator reused across plans of different shapes gives what a fresh one gives: the
+// cached task graph is rebuilt whenever the shape changes and refilled otherwise.
+TEST(Simulator, ReuseAcrossPlansMatchesFreshSimulators) {
+  testing::LayerSpec a{1.0, 2.0, 1000, 100, 50, 10}, b{0.5, 3.0, 10, 300, 20, 0};
+  const Profile profile = testing::make_profile({a, b, a, b, a, b}, 12, 7);
+  Hardware hw = replicate_device(profile.device, 3);
+  hw.link.bandwidth_bytes_per_s = 2e5;
+  const Simulator reused(profile, hw);
+  const std::vector<Plan> plans{
+      make_plan({2, 2, 2}, 4, CheckpointMode::Never),
+      make_plan({1, 3, 2}, 4, CheckpointMode::Never),  // same shape, other balance
+      make_plan({1, 3, 2}, 5, CheckpointMode::Always, ScheduleKind::OneFOneB),
+      make_plan({3, 3}, 12, CheckpointMode::ExceptLast),
+      make_plan({2, 2, 2}, 4, CheckpointMode::Never),  // back to the first shape
+  };
+  for (const Plan& plan : plans) {
+    const auto mine = reused.run(plan);
+    const auto fresh = Simulator(profile, hw).run(plan);
+    EXPECT_EQ(mine.iteration_ms, fresh.iteration_ms) << describe_plan(plan);
+    ASSERT_EQ(mine.devices.size(), fresh.devices.size());
+    for (std::size_t d = 0; d < mine.devices.size(); ++d) {
+      EXPECT_EQ(mine.devices[d].peak_memory_bytes, fresh.devices[d].peak_memory_bytes);
+    }
+    ASSERT_EQ(mine.tasks.size(), fresh.tasks.size());
+    for (std::size_t t = 0; t < mine.tasks.size(); ++t) {
+      EXPECT_EQ(mine.tasks[t].start_ms, fresh.tasks[t].start_ms);
+    }
+  }
+}
+
 // On random pipelines: every task starts after what it depends on, nothing overlaps on a
 // stream, and each stream runs exactly its device programme.
 TEST(Simulator, TimelineRespectsDependenciesAndStreams) {

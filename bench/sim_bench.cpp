@@ -1,0 +1,113 @@
+// Simulator and sweep speed (targets in docs/benchmarks.md):
+//   simulating K = 16 stages x M = 128 micro-batches: at least 10 million tasks per second;
+//   a sweep of 1,000 plans on a 100-layer profile: under one second.
+
+#include <benchmark/benchmark.h>
+
+#include "bench/synthetic_profile.hpp"
+#include "sim/balance.hpp"
+#include "sim/simulator.hpp"
+#include "sim/sweep.hpp"
+
+namespace pipetune::bench {
+namespace {
+
+void BM_Simulate(benchmark::State& state) {
+  const int stages = static_cast<int>(state.range(0));
+  const int micro_batches = static_cast<int>(state.range(1));
+  const auto mode = static_cast<CheckpointMode>(state.range(2));
+  const Profile profile = synthetic_profile(4 * stages, micro_batches);
+  Hardware hw = replicate_device(profile.device, stages);
+  hw.link.bandwidth_bytes_per_s = 1e10;
+  const Simulator simulator(profile, hw);
+  Plan plan;
+  plan.balance.assign(stages, 4);
+  plan.chunks = micro_batches;
+  plan.checkpoint = mode;
+  // Iteration time, busy time and per-device peaks; no timeline kept.
+  SimulationOptions lean;
+  lean.record_tasks = false;
+  lean.record_memory = false;
+  std::size_t tasks = 0;
+  for (auto _ : state) {
+    const auto r = simulator.run(plan, lean);
+    tasks = r.task_count;
+    benchmark::DoNotOptimize(r.iteration_ms);
+  }
+  state.counters["tasks"] = static_cast<double>(tasks);
+  state.counters["tasks_per_s"] =
+      benchmark::Counter(static_cast<double>(tasks), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Simulate)
+    ->Args({16, 128, static_cast<int>(CheckpointMode::Never)})
+    ->Args({16, 128, static_cast<int>(CheckpointMode::ExceptLast)})
+    ->Args({4, 32, static_cast<int>(CheckpointMode::Never)})
+    ->Unit(benchmark::kMicrosecond);
+
+// Every run a new shape (128 and 127 micro-batches alternate), so the task graph is built
+// from scratch each time: what a sweep over chunk counts pays.
+void BM_SimulateNewShapeEachRun(benchmark::State& state) {
+  const Profile profile = synthetic_profile(64, 128);
+  Hardware hw = replicate_device(profile.device, 16);
+  hw.link.bandwidth_bytes_per_s = 1e10;
+  const Simulator simulator(profile, hw);
+  Plan plan;
+  plan.balance.assign(16, 4);
+  SimulationOptions lean;
+  lean.record_tasks = false;
+  lean.record_memory = false;
+  std::size_t tasks = 0, runs = 0;
+  for (auto _ : state) {
+    plan.chunks = 127 + static_cast<int>(runs++ % 2);
+    const auto r = simulator.run(plan, lean);
+    tasks += r.task_count;
+    benchmark::DoNotOptimize(r.iteration_ms);
+  }
+  state.counters["tasks_per_s"] = benchmark::Counter(static_cast<double>(tasks), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_SimulateNewShapeEachRun)->Unit(benchmark::kMicrosecond);
+
+// The same with every task's times and the memory curves recorded (what `simulate --trace`
+// and the GUI need).
+void BM_SimulateWithTimeline(benchmark::State& state) {
+  const Profile profile = synthetic_profile(64, 128);
+  Hardware hw = replicate_device(profile.device, 16);
+  hw.link.bandwidth_bytes_per_s = 1e10;
+  const Simulator simulator(profile, hw);
+  Plan plan;
+  plan.balance.assign(16, 4);
+  plan.chunks = 128;
+  std::size_t tasks = 0;
+  for (auto _ : state) {
+    const auto r = simulator.run(plan);
+    tasks = r.task_count;
+    benchmark::DoNotOptimize(r.iteration_ms);
+  }
+  state.counters["tasks_per_s"] =
+      benchmark::Counter(static_cast<double>(tasks), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_SimulateWithTimeline)->Unit(benchmark::kMicrosecond);
+
+// 1,000 plans: 5 device counts x 25 chunk counts x 2 schedules x 4 link bandwidths, each with
+// its own time-balanced split (the checkpoint mode fixed at except_last).
+void BM_Sweep1000Plans(benchmark::State& state) {
+  const Profile profile = synthetic_profile(100, 256);
+  const Hardware hw = replicate_device(profile.device, 16);
+  SweepSpec spec;
+  spec.device_counts = {2, 4, 8, 12, 16};
+  for (int c = 1; c <= 25; ++c) spec.chunks.push_back(c * 10);
+  spec.checkpoints = {CheckpointMode::ExceptLast};
+  spec.schedules = {ScheduleKind::GPipe, ScheduleKind::OneFOneB};
+  spec.bandwidths = {1e9, 1e10, 5e10, 1e11};
+  std::size_t plans = 0;
+  for (auto _ : state) {
+    const auto rows = run_sweep(profile, hw, spec);
+    plans = rows.size();
+    benchmark::DoNotOptimize(rows.data());
+  }
+  state.counters["plans"] = static_cast<double>(plans);
+}
+BENCHMARK(BM_Sweep1000Plans)->Unit(benchmark::kMillisecond)->Iterations(3);
+
+}  // namespace
+}  // namespace pipetune::bench

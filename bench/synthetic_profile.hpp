@@ -1,0 +1,41 @@
+#pragma once
+
+// Profiles for benchmarks: deterministic, with costs that vary by layer and grow sub-linearly
+// with the micro-batch size the way a real device's do.
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "sim/profile.hpp"
+
+namespace pipetune::bench {
+
+inline Profile synthetic_profile(int layers, std::int64_t batch_size) {
+  Profile p;
+  p.model = "synthetic-" + std::to_string(layers);
+  p.device = {"cpu", "synthetic", 0};
+  p.dtype = "float32";
+  p.batch_size = batch_size;
+  for (std::int64_t s = 1; s < batch_size; s *= 2) p.micro_batch_sizes.push_back(s);
+  p.micro_batch_sizes.push_back(batch_size);
+  for (auto s : p.micro_batch_sizes) p.input_bytes.push_back(4096 * s);
+  for (int l = 0; l < layers; ++l) {
+    LayerProfile layer;
+    layer.name = std::to_string(l);
+    const double weight = 1.0 + 0.5 * std::sin(l * 0.7) + (l % 7 == 0 ? 1.5 : 0.0);
+    layer.param_bytes = static_cast<std::int64_t>(4e6 * weight);
+    for (auto s : p.micro_batch_sizes) {
+      const double x = static_cast<double>(s);
+      layer.forward_ms.push_back(weight * (0.05 + 0.02 * std::pow(x, 0.9)));
+      layer.backward_ms.push_back(2.0 * weight * (0.05 + 0.02 * std::pow(x, 0.9)));
+      layer.output_bytes.push_back(static_cast<std::int64_t>(16384 * x));
+      layer.saved_bytes.push_back(static_cast<std::int64_t>(32768 * weight * x));
+      layer.workspace_bytes.push_back(static_cast<std::int64_t>(8192 * x));
+    }
+    p.layers.push_back(std::move(layer));
+  }
+  return p;
+}
+
+}  // namespace pipetune::bench
