@@ -12,6 +12,7 @@ using Command = std::pair<CLI::App*, std::function<int()>>;
 
 void add_simulate_command(CLI::App& app, std::vector<Command>& commands);
 void add_sweep_command(CLI::App& app, std::vector<Command>& commands);
+void add_plan_command(CLI::App& app, std::vector<Command>& commands);
 void add_demo_command(CLI::App& app, std::vector<Command>& commands);
 
 }  // namespace pipetune::cli

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "pipetune " PIPETUNE_VERSION);
   std::vector<cli::Command> commands;
   cli::add_simulate_command(app, commands);
+  cli::add_plan_command(app, commands);
   cli::add_sweep_command(app, commands);
   cli::add_demo_command(app, commands);
 

@@ -193,3 +193,181 @@ std::string sweep_json(const std::vector<SweepRow>& rows) {
 }
 
 }  // namespace pipetune::cli
+
+namespace pipetune::cli {
+
+namespace {
+
+std::string peaks_text(const std::vector<std::int64_t>& peaks) {
+  std::vector<std::string> parts;
+  for (auto p : peaks) parts.push_back(format_bytes(p));
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+std::string search_summary(const PlannerStats& s, bool found) {
+  std::string out = fmt::format(
+      "searched    {} configurations ({} ruled out by bounds), {} partial balances, {} simulations\n",
+      s.configurations, s.configurations_skipped, s.nodes, s.simulations);
+  if (!found) return out;
+  if (s.proven) {
+    out += "            the best plan is optimal under the model: no fitting plan is faster\n";
+  } else {
+    out += fmt::format(
+        "            search budget spent: no fitting plan is faster than {} ms, so the best is within "
+        "{:.2f} % of the optimum (raise --budget to close the gap)\n",
+        format_ms(s.lower_bound_ms), 100.0 * s.gap());
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string plan_text(const Profile& profile, const Hardware& hardware, const PlanSearchResult& result) {
+  std::string out;
+  out += fmt::format("model       {} ({}, {}), batch {}, {} layers\n", profile.model,
+                     profile.device.type, profile.dtype, profile.batch_size, profile.layer_count());
+  std::vector<std::string> devices;
+  for (const auto& d : hardware.devices) {
+    devices.push_back(fmt::format("{} ({})", d.name, d.memory_bytes ? format_bytes(d.memory_bytes) : "no memory limit"));
+  }
+  out += fmt::format("devices     {}; links {}\n", fmt::join(devices, ", "),
+                     format_bandwidth(hardware.link.bandwidth_bytes_per_s));
+  out += search_summary(result.stats, !result.ranked.empty());
+  if (result.ranked.empty()) {
+    out += "\nno plan fits in the devices' memory.\n";
+    if (result.leanest) {
+      const auto& c = *result.leanest;
+      std::vector<std::string> need;
+      for (std::size_t d = 0; d < c.peak_memory_bytes.size(); ++d) {
+        need.push_back(fmt::format("{} on {} (has {})", format_bytes(c.peak_memory_bytes[d]),
+                                   hardware.devices[d].name,
+                                   format_bytes(c.memory_capacity_bytes[d])));
+      }
+      out += fmt::format("the leanest plan, {}, needs {}.\n", describe_plan(c.plan), fmt::join(need, ", "));
+      out += fmt::format("with {} per device it would fit{}.\n", format_bytes(c.max_peak_memory_bytes()),
+                         result.leanest_proven ? "; no plan needs less" : " (the search budget ran out: a leaner plan may exist)");
+    }
+    return out;
+  }
+  out += "\n";
+  TextTable table;
+  table.add_column("rank", TextTable::Align::Right);
+  table.add_column("iteration ms", TextTable::Align::Right);
+  table.add_column("samples/s", TextTable::Align::Right);
+  table.add_column("bubble", TextTable::Align::Right);
+  table.add_column("chunks", TextTable::Align::Right);
+  table.add_column("checkpoint");
+  table.add_column("schedule");
+  table.add_column("balance");
+  table.add_column("peak memory per device");
+  for (std::size_t k = 0; k < result.ranked.size(); ++k) {
+    const auto& c = result.ranked[k];
+    table.add_row({std::to_string(k + 1), format_ms(c.iteration_ms),
+                   fmt::format("{:.1f}", c.throughput_samples_per_s), format_percent(c.bubble_fraction),
+                   std::to_string(c.plan.chunks), std::string(to_string(c.plan.checkpoint)),
+                   std::string(to_string(c.plan.schedule)), format_balance(c.plan.balance),
+                   peaks_text(c.peak_memory_bytes)});
+  }
+  out += table.render();
+  return out;
+}
+
+std::string plan_explanation(const Profile& profile, const Hardware& hardware,
+                             const PlannerOptions& options, const PlanSearchResult& result) {
+  const PlanCandidate& best = result.ranked.front();
+  const int stages = static_cast<int>(best.plan.balance.size());
+  std::string out = fmt::format("\nwhy {}:\n", describe_plan(best.plan));
+  out += fmt::format("  time        {} ms per iteration; {}\n", format_ms(best.iteration_ms),
+                     result.stats.proven ? "no fitting plan is faster (the search finished)"
+                                         : fmt::format("no fitting plan is faster than {} ms",
+                                                       format_ms(result.stats.lower_bound_ms)));
+  int bottleneck = 0;
+  for (int s = 1; s < stages; ++s) {
+    if (best.busy_ms[s] > best.busy_ms[bottleneck]) bottleneck = s;
+  }
+  std::vector<std::string> others;
+  for (int s = 0; s < stages; ++s) {
+    if (s != bottleneck) others.push_back(fmt::format("{} {}", s, format_ms(best.busy_ms[s])));
+  }
+  out += fmt::format("  bottleneck  stage {} on {} computes {} ms, {} of the iteration{}{}\n", bottleneck,
+                     hardware.devices[bottleneck].name, format_ms(best.busy_ms[bottleneck]),
+                     format_percent(best.busy_ms[bottleneck] / best.iteration_ms),
+                     others.empty() ? "" : "; other stages: ", fmt::join(others, ", "));
+  const double m = best.micro_batches, k = stages;
+  out += fmt::format(
+      "  bubble      {} of device time idle; fill and drain alone, with equal stages, equal\n"
+      "              micro-batches and free copies, idle (K-1)/(M+K-1) = {}\n",
+      format_percent(best.bubble_fraction), format_percent((k - 1) / (m + k - 1)));
+  for (int s = 0; s < stages; ++s) {
+    const auto cap = best.memory_capacity_bytes[s];
+    out += fmt::format("  memory      {}: peak {}{}\n", hardware.devices[s].name,
+                       format_bytes(best.peak_memory_bytes[s]),
+                       cap == 0 ? " (no limit given)"
+                                : fmt::format(" of {}, headroom {}", format_bytes(cap),
+                                              format_percent(1.0 - static_cast<double>(best.peak_memory_bytes[s]) /
+                                                                       static_cast<double>(cap))));
+  }
+
+  // The best plan one choice away, each re-planned with only that choice changed.
+  struct Alternative {
+    std::string label;
+    PlannerOptions options;
+  };
+  std::vector<Alternative> alternatives;
+  PlannerOptions fixed = options;
+  fixed.top = 1;
+  fixed.progress = {};
+  fixed.search_budget = std::max<std::uint64_t>(options.search_budget / 8, 1'000'000);
+  fixed.chunks = {best.plan.chunks};
+  fixed.checkpoints = {best.plan.checkpoint};
+  fixed.schedules = {best.plan.schedule};
+  for (auto mode : kAllCheckpointModes) {
+    if (mode == best.plan.checkpoint) continue;
+    Alternative a{fmt::format("checkpoint {}", to_string(mode)), fixed};
+    a.options.checkpoints = {mode};
+    alternatives.push_back(a);
+  }
+  for (auto kind : kAllScheduleKinds) {
+    if (kind == best.plan.schedule) continue;
+    Alternative a{fmt::format("schedule {}", to_string(kind)), fixed};
+    a.options.schedules = {kind};
+    alternatives.push_back(a);
+  }
+  const auto best_split = split_batch(profile.batch_size, best.plan.chunks);
+  for (int c : {best.plan.chunks / 2, best.plan.chunks * 2}) {
+    if (c < 1 || c > profile.batch_size) continue;
+    const auto split = split_batch(profile.batch_size, c);
+    if (split == best_split) continue;
+    std::string label = fmt::format("chunks {}", c);
+    if (static_cast<int>(split.size()) != c) label += fmt::format(" ({} micro-batches)", split.size());
+    Alternative a{label, fixed};
+    a.options.chunks = {c};
+    alternatives.push_back(a);
+  }
+  out += "  one choice away, each re-planned:\n";
+  TextTable table;
+  table.add_column("    change");
+  table.add_column("iteration ms", TextTable::Align::Right);
+  table.add_column("time", TextTable::Align::Right);
+  table.add_column("max peak", TextTable::Align::Right);
+  table.add_column("memory", TextTable::Align::Right);
+  table.add_column("balance");
+  const double best_peak = static_cast<double>(best.max_peak_memory_bytes());
+  for (const auto& a : alternatives) {
+    const PlanSearchResult r = find_best_plans(profile, hardware, a.options);
+    if (r.ranked.empty()) {
+      table.add_row({"    " + a.label, "-", "-", "-", "-", "does not fit"});
+      continue;
+    }
+    const auto& c = r.ranked.front();
+    table.add_row({"    " + a.label, format_ms(c.iteration_ms),
+                   fmt::format("{:+.1f} %", 100.0 * (c.iteration_ms / best.iteration_ms - 1.0)),
+                   format_bytes(c.max_peak_memory_bytes()),
+                   best_peak > 0 ? fmt::format("{:+.1f} %", 100.0 * (c.max_peak_memory_bytes() / best_peak - 1.0)) : "-",
+                   format_balance(c.plan.balance)});
+  }
+  out += table.render();
+  return out;
+}
+
+}  // namespace pipetune::cli

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "sim/hardware.hpp"
+#include "sim/planner.hpp"
 #include "sim/profile.hpp"
 #include "sim/simulator.hpp"
 #include "sim/sweep.hpp"
@@ -21,6 +23,12 @@ std::string simulation_json(const SimulationResult& result, const std::vector<in
 std::string sweep_table(const std::vector<SweepRow>& rows);
 std::string sweep_csv(const std::vector<SweepRow>& rows);
 std::string sweep_json(const std::vector<SweepRow>& rows);
+
+std::string plan_text(const Profile& profile, const Hardware& hardware, const PlanSearchResult& result);
+/// Why the best plan wins: its bottleneck, bubble, memory headroom, and the best plan of each
+/// configuration one choice away (re-planned with those choices).
+std::string plan_explanation(const Profile& profile, const Hardware& hardware,
+                             const PlannerOptions& options, const PlanSearchResult& result);
 
 std::string format_ms(double ms);
 std::string format_percent(double fraction);

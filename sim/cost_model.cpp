@@ -62,6 +62,7 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
   costs->workspace_bytes.resize(layers);
   costs->forward_prefix.assign(layers + 1, 0.0);
   costs->backward_prefix.assign(layers + 1, 0.0);
+  costs->kept_prefix.assign(layers + 1, 0);
   for (std::size_t l = 0; l < layers; ++l) {
     const auto& layer = profile_.layers[l];
     costs->forward_ms[l] = interpolate(sizes, layer.forward_ms, x);
@@ -71,6 +72,8 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
     costs->workspace_bytes[l] = interpolate_bytes(sizes, layer.workspace_bytes, x);
     costs->forward_prefix[l + 1] = costs->forward_prefix[l] + costs->forward_ms[l];
     costs->backward_prefix[l + 1] = costs->backward_prefix[l] + costs->backward_ms[l];
+    costs->kept_prefix[l + 1] =
+        costs->kept_prefix[l] + costs->saved_bytes[l] + costs->output_bytes[l];
   }
   cache_[index] = std::move(costs);
   return *cache_[index];

@@ -24,6 +24,7 @@ struct SizeCosts {
   std::vector<double> forward_ms, backward_ms;
   std::vector<std::int64_t> output_bytes, saved_bytes, workspace_bytes;
   std::vector<double> forward_prefix, backward_prefix;  ///< size L + 1
+  std::vector<std::int64_t> kept_prefix;  ///< Σ saved + output, size L + 1
 
   double forward_ms_sum(int first, int end) const {
     return forward_prefix[end] - forward_prefix[first];
@@ -31,6 +32,8 @@ struct SizeCosts {
   double backward_ms_sum(int first, int end) const {
     return backward_prefix[end] - backward_prefix[first];
   }
+  /// What a forward with autograd keeps for layers [first, end): saved bytes and outputs.
+  std::int64_t kept_bytes(int first, int end) const { return kept_prefix[end] - kept_prefix[first]; }
   /// What a stage starting at layer `first` receives: the model input or the previous output.
   std::int64_t stage_input_bytes(int first) const {
     return first == 0 ? input_bytes : output_bytes[first - 1];

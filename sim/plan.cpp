@@ -101,15 +101,21 @@ Plan parse_plan(std::string_view text, const std::string& source) {
 Plan load_plan(const std::string& path) { return parse_plan(read_text_file(path), path); }
 
 std::string plan_to_json(const Plan& plan) {
-  ordered_json root = ordered_json::object();
-  root["format"] = kPlanFormat;
-  root["balance"] = plan.balance;
-  root["chunks"] = plan.chunks;
-  root["checkpoint"] = to_string(plan.checkpoint);
-  root["schedule"] = to_string(plan.schedule);
-  if (!plan.devices.empty()) root["devices"] = plan.devices;
-  root["optimizer_state_factor"] = plan.optimizer_state_factor;
-  return root.dump(2) + "\n";
+  // Written by hand so the balance stays on one line, as a person would write it.
+  std::string out = "{\n";
+  out += fmt::format("  \"format\": \"{}\",\n", kPlanFormat);
+  out += fmt::format("  \"balance\": [{}],\n", fmt::join(plan.balance, ", "));
+  out += fmt::format("  \"chunks\": {},\n", plan.chunks);
+  out += fmt::format("  \"checkpoint\": \"{}\",\n", to_string(plan.checkpoint));
+  out += fmt::format("  \"schedule\": \"{}\",\n", to_string(plan.schedule));
+  if (!plan.devices.empty()) {
+    std::vector<std::string> names;
+    for (const auto& d : plan.devices) names.push_back(json(d).dump());
+    out += fmt::format("  \"devices\": [{}],\n", fmt::join(names, ", "));
+  }
+  out += fmt::format("  \"optimizer_state_factor\": {}\n", json(plan.optimizer_state_factor).dump());
+  out += "}\n";
+  return out;
 }
 
 void save_plan(const Plan& plan, const std::string& path) {

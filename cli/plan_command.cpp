@@ -1,0 +1,140 @@
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "cli/inputs.hpp"
+#include "cli/progress.hpp"
+#include "cli/report.hpp"
+#include "sim/error.hpp"
+#include "sim/planner.hpp"
+#include "sim/units.hpp"
+
+namespace pipetune::cli {
+
+namespace {
+
+struct PlanFlagsSet {
+  std::string profile;
+  HardwareFlags hardware;
+  std::vector<int> chunks;
+  std::vector<std::string> checkpoints{"all"};
+  std::vector<std::string> schedules{"all"};
+  double optimizer_state_factor = 0.0;
+  int stages = 0;
+  int top = 5;
+  std::uint64_t budget = PlannerOptions{}.search_budget;
+  std::string output;
+  bool json = false;
+  bool explain = false;
+};
+
+std::string plan_json(const PlanSearchResult& result) {
+  using nlohmann::ordered_json;
+  auto candidate_json = [](const PlanCandidate& c) {
+    return ordered_json{{"balance", c.plan.balance},
+                        {"chunks", c.plan.chunks},
+                        {"checkpoint", to_string(c.plan.checkpoint)},
+                        {"schedule", to_string(c.plan.schedule)},
+                        {"iteration_ms", tidy(c.iteration_ms)},
+                        {"throughput_samples_per_s", tidy(c.throughput_samples_per_s)},
+                        {"bubble_fraction", tidy(c.bubble_fraction)},
+                        {"peak_memory_bytes", c.peak_memory_bytes}};
+  };
+  ordered_json root;
+  ordered_json plans = ordered_json::array();
+  for (const auto& c : result.ranked) plans.push_back(candidate_json(c));
+  root["plans"] = std::move(plans);
+  root["proven_optimal"] = result.stats.proven;
+  root["lower_bound_ms"] = tidy(result.stats.lower_bound_ms);
+  if (result.leanest) {
+    root["leanest"] = candidate_json(*result.leanest);
+    root["leanest_proven"] = result.leanest_proven;
+  }
+  return root.dump() + "\n";
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app, std::vector<Command>& commands) {
+  auto flags = std::make_shared<PlanFlagsSet>();
+  CLI::App* sub = app.add_subcommand(
+      "plan", "Find the fastest plan that fits every device: balance, chunks, checkpoint, schedule");
+  add_profile_flag(*sub, flags->profile);
+  add_hardware_flags(*sub, flags->hardware);
+  sub->add_option("--chunks", flags->chunks, "chunk counts to try (default: 1 to the batch size)")
+      ->delimiter(',')
+      ->type_name("M,...");
+  sub->add_option("--checkpoint", flags->checkpoints, "always,except_last,never or all (default all)")
+      ->delimiter(',')
+      ->type_name("MODE,...");
+  sub->add_option("--schedule", flags->schedules, "gpipe,1f1b or all (default all)")
+      ->delimiter(',')
+      ->type_name("KIND,...");
+  sub->add_option("--optimizer-state-factor", flags->optimizer_state_factor,
+                  "optimizer state bytes per parameter byte: 0 SGD, 1 momentum, 2 Adam")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--stages", flags->stages, "pipeline stages (default: one per device)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--top", flags->top, "how many configurations to rank (default 5)")
+      ->check(CLI::Range(1, 1000));
+  sub->add_option("--budget", flags->budget,
+                  "search steps before settling for a proven bound instead of a proof (default 20M)");
+  sub->add_option("-o,--output", flags->output, "write the best plan here")->type_name("plan.json");
+  sub->add_flag("--json", flags->json, "print one JSON object instead of the table");
+  sub->add_flag("--explain", flags->explain, "say why the best plan wins");
+
+  commands.emplace_back(sub, [flags] {
+    const Profile profile = load_profile(flags->profile);
+    if (flags->hardware.devices == 0 && flags->hardware.hardware_path.empty()) {
+      throw InputError("--devices: give a device count (e.g. --devices 4) or --hardware FILE");
+    }
+    std::string note;
+    const Hardware hardware = resolve_hardware(profile, flags->hardware, flags->hardware.devices, &note);
+    PlannerOptions options;
+    options.chunks = flags->chunks;
+    options.checkpoints = parse_checkpoint_list(flags->checkpoints, "--checkpoint");
+    options.schedules = parse_schedule_list(flags->schedules, "--schedule");
+    options.optimizer_state_factor = flags->optimizer_state_factor;
+    options.stages = flags->stages;
+    options.top = static_cast<std::size_t>(flags->top);
+    options.search_budget = flags->budget;
+    for (int c : options.chunks) {
+      if (c < 1 || c > profile.batch_size) {
+        throw InputError(fmt::format("--chunks: expected 1 to {} (the batch size), got {}",
+                                     profile.batch_size, c));
+      }
+    }
+    const int stages = flags->stages > 0 ? flags->stages : static_cast<int>(hardware.devices.size());
+    if (stages > static_cast<int>(profile.layer_count())) {
+      throw InputError(fmt::format("{}: {} stages asked for, but the profile has only {} layers",
+                                   flags->stages > 0 ? "--stages" : "--devices", stages,
+                                   profile.layer_count()));
+    }
+    print_note(note);
+    ProgressBar bar("configurations");
+    options.progress = [&](std::size_t done, std::size_t total) { bar.update(done, total); };
+    const PlanSearchResult result = find_best_plans(profile, hardware, options);
+    bar.finish();
+
+    if (flags->json) {
+      std::fputs(plan_json(result).c_str(), stdout);
+    } else {
+      std::fputs(plan_text(profile, hardware, result).c_str(), stdout);
+    }
+    if (result.ranked.empty()) return 1;
+    if (!flags->output.empty()) {
+      save_plan(result.ranked.front().plan, flags->output);
+      if (!flags->json) std::printf("\nwrote the best plan to %s\n", flags->output.c_str());
+    }
+    if (flags->explain && !flags->json) {
+      std::fputs(plan_explanation(profile, hardware, options, result).c_str(), stdout);
+    }
+    return 0;
+  });
+}
+
+}  // namespace pipetune::cli

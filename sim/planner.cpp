@@ -1,0 +1,628 @@
+#include "sim/planner.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "sim/cost_model.hpp"
+#include "sim/error.hpp"
+#include "sim/simulator.hpp"
+
+namespace pipetune {
+
+double PlannerStats::gap() const {
+  return best_ms > 0 && lower_bound_ms < best_ms ? (best_ms - lower_bound_ms) / best_ms : 0.0;
+}
+
+std::int64_t PlanCandidate::max_peak_memory_bytes() const {
+  std::int64_t peak = 0;
+  for (auto p : peak_memory_bytes) peak = std::max(peak, p);
+  return peak;
+}
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+struct Config;
+int recompute_stop(const Config& config);
+
+// One configuration: a micro-batch split (as tensor.chunk makes it), a checkpoint mode and a
+// schedule. Chunk counts that give the same split are one configuration.
+struct Config {
+  std::vector<std::int64_t> sizes;
+  int chunks = 0;  // the smallest chunk count that gives this split
+  CheckpointMode checkpoint = CheckpointMode::Never;
+  ScheduleKind schedule = ScheduleKind::GPipe;
+  double lower_bound = 0.0;  // on the iteration time of any balance
+
+  int micro_batches() const { return static_cast<int>(sizes.size()); }
+  bool recomputed(int i) const { return is_checkpointed(checkpoint, i, micro_batches()); }
+};
+
+// torchgpipe's checkpoint_stop: micro-batches [0, stop) are recomputed.
+int recompute_stop(const Config& config) {
+  const int m = config.micro_batches();
+  switch (config.checkpoint) {
+    case CheckpointMode::Always:
+      return m;
+    case CheckpointMode::ExceptLast:
+      return m - 1;
+    case CheckpointMode::Never:
+      return 0;
+  }
+  return 0;
+}
+
+// What is needed to judge the candidates: the best plan of each configuration so far, and the
+// threshold a configuration must beat to make the top N.
+class Ranking {
+ public:
+  explicit Ranking(std::size_t size) : size_(std::max<std::size_t>(size, 1)) {}
+  double threshold() const {
+    return entries_.size() < size_ ? kInf : entries_[size_ - 1].iteration_ms;
+  }
+  void insert(PlanCandidate c) {
+    auto at = std::upper_bound(entries_.begin(), entries_.end(), c.iteration_ms,
+                               [](double t, const PlanCandidate& e) { return t < e.iteration_ms; });
+    entries_.insert(at, std::move(c));
+    if (entries_.size() > size_) entries_.pop_back();
+  }
+  std::vector<PlanCandidate> take() { return std::move(entries_); }
+
+ private:
+  std::size_t size_;
+  std::vector<PlanCandidate> entries_;
+};
+
+class PlanSearch {
+ public:
+  PlanSearch(const Profile& profile, const Hardware& hardware, const PlannerOptions& options)
+      : profile_(profile),
+        hardware_(hardware),
+        options_(options),
+        costs_(profile),
+        simulator_(profile, hardware),
+        stages_(static_cast<int>(hardware.devices.size())),
+        layers_(static_cast<int>(profile.layers.size())),
+        overhead_(hardware.launch_overhead_ms) {
+    for (int j = 0; j < stages_; ++j) {
+      speed_.push_back(hardware.devices[j].speed);
+      capacity_.push_back(hardware.devices[j].memory_bytes);
+      link_.push_back(j + 1 < stages_ ? &hardware.link_between(j, j + 1) : nullptr);
+    }
+    total_speed_ = std::accumulate(speed_.begin(), speed_.end(), 0.0);
+    max_speed_ = *std::max_element(speed_.begin(), speed_.end());
+    input_bytes_ = costs_.at(profile.batch_size).input_bytes;
+  }
+
+  PlanSearchResult run();
+
+ private:
+  enum class Objective { Time, Memory };
+
+  std::vector<Config> configurations() const;
+  void prepare(const Config& config);
+
+  double busy(int j, int a, int b) const {
+    return (work_[b] - work_[a]) / speed_[j] + overhead_ * tasks_per_stage_;
+  }
+  double forward(const SizeCosts& c, int j, int a, int b) const {
+    return c.forward_ms_sum(a, b) / speed_[j] + overhead_;
+  }
+  double backward(const SizeCosts& c, int j, int a, int b) const {
+    return c.backward_ms_sum(a, b) / speed_[j] + overhead_;
+  }
+  // A copy across the boundary after stage j, which ends at layer b.
+  double copy(const SizeCosts& c, int j, int b) const {
+    return link_[j]->transfer_ms(static_cast<double>(c.output_bytes[b - 1]));
+  }
+  double pass_filler(int j, int a, int b) const;
+  double tail(int j, int a, int b) const;
+  double chained_cost(int j, int a, int b) const;
+  double balance_free_bound() const;
+  template <typename Cost>
+  double greedy_bound(Cost cost) const;
+  void build_suffix_tables();
+  std::vector<int> busy_balanced() const;
+  std::int64_t memory_bound(int j, int a, int b) const;
+  double time_bound(int j, int a, int b, double arrive, double drain) const;
+
+  void search(int j, int a, double arrive, double drain, double worst, Objective objective);
+  void evaluate(const std::vector<int>& balance, Objective objective);
+  double threshold(Objective objective) const {
+    return objective == Objective::Time ? std::min(config_best_, ranking_threshold_) : lean_best_;
+  }
+
+  const Profile& profile_;
+  const Hardware& hardware_;
+  const PlannerOptions& options_;
+  CostModel costs_;
+  Simulator simulator_;
+  int stages_, layers_;
+  double overhead_;
+  std::vector<double> speed_;
+  std::vector<std::int64_t> capacity_;
+  std::vector<const Link*> link_;
+  double total_speed_ = 0.0, max_speed_ = 0.0;
+  std::int64_t input_bytes_ = 0;
+
+  // The configuration being searched.
+  const Config* config_ = nullptr;
+  const SizeCosts* first_size_ = nullptr;  // micro-batch 0's size
+  const SizeCosts* last_size_ = nullptr;   // the last micro-batch's size
+  std::vector<double> work_;               // prefix over layers of one iteration's compute
+  int tasks_per_stage_ = 0;
+  std::vector<double> before_, after_;     // one micro-batch's pass: prefix and suffix sums
+  std::vector<std::vector<double>> suffix_, chained_;  // see build_suffix_tables()
+  std::vector<int> balance_;
+  double config_best_ = kInf;
+  PlanCandidate config_best_candidate_;
+  double ranking_threshold_ = kInf;
+
+  // Nothing fits: the smallest largest peak found.
+  double lean_best_ = kInf;
+  std::optional<PlanCandidate> lean_candidate_;
+
+  PlannerStats stats_;
+  bool out_of_budget_ = false;
+};
+
+std::vector<Config> PlanSearch::configurations() const {
+  std::vector<int> chunks = options_.chunks;
+  if (chunks.empty()) {
+    for (std::int64_t c = 1; c <= profile_.batch_size; ++c) chunks.push_back(static_cast<int>(c));
+  }
+  std::sort(chunks.begin(), chunks.end());
+  std::vector<std::vector<std::int64_t>> splits;
+  std::vector<int> first_chunks;
+  for (int c : chunks) {
+    if (c < 1 || c > profile_.batch_size) {
+      throw InputError(fmt::format("chunks: expected 1 to {} (the batch size), got {}",
+                                   profile_.batch_size, c));
+    }
+    auto split = split_batch(profile_.batch_size, c);
+    if (std::find(splits.begin(), splits.end(), split) == splits.end()) {
+      splits.push_back(std::move(split));
+      first_chunks.push_back(c);
+    }
+  }
+  const bool never_too = std::find(options_.checkpoints.begin(), options_.checkpoints.end(),
+                                   CheckpointMode::Never) != options_.checkpoints.end();
+  std::vector<Config> out;
+  for (std::size_t k = 0; k < splits.size(); ++k) {
+    for (auto schedule : options_.schedules) {
+      for (auto checkpoint : options_.checkpoints) {
+        Config c;
+        c.sizes = splits[k];
+        c.chunks = first_chunks[k];
+        c.checkpoint = checkpoint;
+        c.schedule = schedule;
+        // except_last with one micro-batch checkpoints nothing: the same plan as never.
+        if (checkpoint == CheckpointMode::ExceptLast && c.micro_batches() == 1 && never_too) continue;
+        out.push_back(std::move(c));
+      }
+    }
+  }
+  return out;
+}
+
+void PlanSearch::prepare(const Config& config) {
+  config_ = &config;
+  first_size_ = &costs_.at(config.sizes.front());
+  last_size_ = &costs_.at(config.sizes.back());
+  const SizeCosts& f = *first_size_;
+  const SizeCosts& l = *last_size_;
+  const int m = config.micro_batches();
+  // Micro-batches have the first size except perhaps the last; the recomputed ones are a prefix.
+  const int stop = recompute_stop(config);
+  const bool last_differs = config.sizes.back() != config.sizes.front();
+  const int n_last = last_differs ? 1 : 0, n_first = m - n_last;
+  const int r_last = last_differs && stop == m ? 1 : 0, r_first = std::min(stop, n_first);
+  work_.assign(layers_ + 1, 0.0);
+  for (int k = 0; k < layers_; ++k) {
+    work_[k + 1] = work_[k] + n_first * (f.forward_ms[k] + f.backward_ms[k]) + r_first * f.forward_ms[k] +
+                   n_last * (l.forward_ms[k] + l.backward_ms[k]) + r_last * l.forward_ms[k];
+  }
+  tasks_per_stage_ = 2 * m + stop;
+
+  // One micro-batch's pass through layers at the fastest device's speed. Before a stage: its
+  // first forward waits for micro-batch 0's forwards, and after its backward of a full-size
+  // micro-batch q (GPipe: 0, its last; 1F1B: p, see pass_filler) q's gradient still has to go
+  // back through the earlier layers. After a stage (see pass_filler): its backward of p waits
+  // for the forwards (GPipe: of the last micro-batch) and p's backwards through later layers.
+  const bool gpipe = config.schedule == ScheduleKind::GPipe;
+  const SizeCosts& onward = gpipe ? l : f;
+  before_.assign(layers_ + 1, 0.0);
+  after_.assign(layers_ + 1, 0.0);
+  for (int k = 0; k < layers_; ++k) {
+    before_[k + 1] = before_[k] + (f.forward_ms[k] + f.backward_ms[k]) / max_speed_;
+  }
+  for (int k = layers_ - 1; k >= 0; --k) {
+    after_[k] = after_[k + 1] + (onward.forward_ms[k] + f.backward_ms[k]) / max_speed_;
+  }
+}
+
+// Stage j's work after its backward of the micro-batch whose gradient the bounds follow back
+// to stage 0: nothing for GPipe (micro-batch 0 ends it) and for 1F1B with equal micro-batches
+// (the last one ends it); with a smaller last micro-batch, 1F1B follows the last full-size one,
+// and the last one's backward (and recompute) still follow.
+double PlanSearch::tail(int j, int a, int b) const {
+  const Config& c = *config_;
+  const int m = c.micro_batches();
+  if (c.schedule == ScheduleKind::GPipe || m < 2 || c.sizes.back() == c.sizes.front()) return 0.0;
+  return backward(*last_size_, j, a, b) + (c.recomputed(m - 1) ? forward(*last_size_, j, a, b) : 0.0);
+}
+
+// The most of stage j's own work that can run while a backward of stage j waits for a
+// micro-batch's pass through the later stages and back (`after_`). The waiting backward is that
+// of p, the last micro-batch of full size (M - 1, or M - 2 when tensor.chunk left a smaller last
+// one); its pass starts when the stage's forward of the last micro-batch (GPipe) or of p (1F1B)
+// ends. In between, the stage's programme holds:
+//   GPipe: the last micro-batch's recompute and backward (if p < M - 1) and p's recompute;
+//   1F1B: up to w - 1 cool-down backwards with their recomputes, the last forward (if
+//   p < M - 1) and p's recompute, w = min(M, K - j) being the warm-up count.
+// 1F1B's first backward (micro-batch 0) also waits for micro-batch 0's pass (the same per-layer
+// weights), which the warm-up forwards and 0's recompute can fill; the smaller filler gives the
+// larger bound, valid either way.
+double PlanSearch::pass_filler(int j, int a, int b) const {
+  const Config& c = *config_;
+  const int m = c.micro_batches();
+  const bool uneven = m >= 2 && c.sizes.back() != c.sizes.front();
+  const int p = uneven ? m - 2 : m - 1;
+  const SizeCosts& f = *first_size_;
+  const SizeCosts& l = *last_size_;
+  const double recompute_p = c.recomputed(p) ? forward(f, j, a, b) : 0.0;
+  if (c.schedule == ScheduleKind::GPipe) {
+    const double last =
+        uneven ? (c.recomputed(m - 1) ? forward(l, j, a, b) : 0.0) + backward(l, j, a, b) : 0.0;
+    return last + recompute_p;
+  }
+  const int warmup = std::min(m, stages_ - j);
+  const double recompute_0 = c.recomputed(0) ? forward(f, j, a, b) : 0.0;
+  const double cooldown = std::min(warmup - 1, p) * (backward(f, j, a, b) + recompute_0) +
+                          (uneven ? forward(l, j, a, b) : 0.0) + recompute_p;
+  const double warm = std::max(0, std::min(warmup - 1, m - 2)) * forward(f, j, a, b) +
+                      (warmup == m && m >= 2 ? forward(l, j, a, b) : 0.0) + recompute_0;
+  return std::min(cooldown, warm);
+}
+
+// time_bound() with the before-pass counted from layer 0 and copies left out, for the dynamic
+// programme over suffixes. It grows with b and shrinks as a grows, as the programme needs: it is
+// the larger of busy and busy + (after - filler), and each grows with b and shrinks as a grows
+// because per layer a stage's work (every micro-batch's forward and backward, its recomputes)
+// is at least one pass plus the filler plus the tail, which never count more of a kind of work
+// than the stage does.
+double PlanSearch::chained_cost(int j, int a, int b) const {
+  const double own = before_[a] + busy(j, a, b) - tail(j, a, b);
+  if (j + 1 == stages_) return own;
+  return own + std::max(0.0, after_[b] - pass_filler(j, a, b));
+}
+
+// Bounds that hold for every balance of a configuration: no device can do more than its share
+// of the work faster than all devices together, some stage holds the heaviest layer, and one
+// micro-batch must go forward and one backward through every layer.
+double PlanSearch::balance_free_bound() const {
+  const double tasks = overhead_ * tasks_per_stage_;
+  double heaviest = 0.0;
+  for (int l = 0; l < layers_; ++l) heaviest = std::max(heaviest, work_[l + 1] - work_[l]);
+  return std::max({work_[layers_] / total_speed_ + tasks, heaviest / max_speed_ + tasks,
+                   before_[layers_] + 2.0 * overhead_ * stages_});
+}
+
+// The least possible largest stage cost, allowing empty stages (so a lower bound on the
+// min-max with non-empty ones): binary search on the limit with a greedy fill, which is exact
+// for costs that grow with a block's end and shrink as its start moves right.
+template <typename Cost>
+double PlanSearch::greedy_bound(Cost cost) const {
+  auto fits = [&](double limit) {
+    int a = 0;
+    for (int j = 0; j < stages_ && a < layers_; ++j) {
+      int b = a;
+      while (b < layers_ && cost(j, a, b + 1) <= limit) ++b;
+      a = b;
+    }
+    return a == layers_;
+  };
+  double lo = 0.0, hi = 0.0;
+  for (int j = 0; j < stages_; ++j) hi = std::max(hi, cost(j, 0, layers_));
+  for (int iteration = 0; iteration < 30 && hi - lo > 1e-6 * hi; ++iteration) {
+    const double mid = 0.5 * (lo + hi);
+    (fits(mid) ? hi : lo) = mid;
+  }
+  return lo;
+}
+
+// Min-max over the ways to give layers [x, L) to the last m stages, each at least one layer:
+// table[m][x], by dynamic programming with a binary search per cell (exact for costs that grow
+// with a block's end and shrink as its start moves right).
+template <typename Cost>
+void min_max_suffix(int stages, int layers, std::vector<std::vector<double>>& table, Cost cost) {
+  table.assign(stages + 1, std::vector<double>(layers + 1, kInf));
+  for (int i = 1; i <= layers; ++i) table[1][layers - i] = cost(stages - 1, layers - i, layers);
+  for (int m = 2; m <= stages; ++m) {
+    const int j = stages - m;  // the stage that takes the front of the suffix
+    for (int i = m; i <= layers; ++i) {
+      const int x = layers - i;
+      // Stage j takes [x, t), the other m - 1 stages [t, L): table[m-1][t] falls as t grows,
+      // cost(j, x, t) rises.
+      int lo = x + 1, hi = layers - (m - 1);
+      while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        if (cost(j, x, mid) >= table[m - 1][mid]) {
+          hi = mid;
+        } else {
+          lo = mid + 1;
+        }
+      }
+      double best = kInf;
+      for (int t = std::max(x + 1, lo - 1); t <= std::min(layers - (m - 1), lo); ++t) {
+        best = std::min(best, std::max(cost(j, x, t), table[m - 1][t]));
+      }
+      table[m][x] = best;
+    }
+  }
+}
+
+// Two bounds on the stages not yet placed, for every suffix of layers:
+//   suffix_[m][x]: the least busiest-stage time of [x, L) over the last m stages;
+//   chained_[m][x]: the least largest chained_cost(); the search subtracts the part of the
+//   before-pass that lies in stages it has already placed.
+void PlanSearch::build_suffix_tables() {
+  min_max_suffix(stages_, layers_, suffix_, [this](int j, int a, int b) { return busy(j, a, b); });
+  min_max_suffix(stages_, layers_, chained_,
+                 [this](int j, int a, int b) { return chained_cost(j, a, b); });
+}
+
+// The balance with the least busiest stage, read off the suffix table.
+std::vector<int> PlanSearch::busy_balanced() const {
+  std::vector<int> balance;
+  int a = 0;
+  for (int j = 0; j < stages_; ++j) {
+    const int m = stages_ - j;
+    int best_b = layers_;
+    if (m > 1) {
+      double best = kInf;
+      for (int b = a + 1; b <= layers_ - (m - 1); ++b) {
+        const double value = std::max(busy(j, a, b), suffix_[m - 1][b]);
+        if (value < best) best = value, best_b = b;
+      }
+    }
+    balance.push_back(best_b - a);
+    a = best_b;
+  }
+  return balance;
+}
+
+// A lower bound on the simulated peak of stage j's device: what is certainly allocated when its
+// first backward starts (parameters, optimizer state, the batch on stage 0, activations of the
+// micro-batches in flight, their received inputs, the received gradient), and at the end of the
+// iteration (plus the parameter gradients).
+std::int64_t PlanSearch::memory_bound(int j, int a, int b) const {
+  const Config& c = *config_;
+  const int m = c.micro_batches();
+  const std::int64_t params = costs_.param_bytes(a, b);
+  const std::int64_t base =
+      std::llround(static_cast<double>(params) * (1.0 + options_.optimizer_state_factor)) +
+      (j == 0 ? input_bytes_ : 0);
+  const bool gpipe = c.schedule == ScheduleKind::GPipe;
+  const int in_flight = gpipe ? m : std::min(m, stages_ - j);
+  const int first_backward = gpipe ? m - 1 : 0;
+  const int stop = recompute_stop(c);
+  const bool last_differs = c.sizes.back() != c.sizes.front();
+  const SizeCosts& f = *first_size_;
+  const SizeCosts& l = *last_size_;
+  // Sum over micro-batches [p, q) of a per-size value (only the last may have the last size).
+  auto sum = [&](int p, int q, std::int64_t first_value, std::int64_t last_value) -> std::int64_t {
+    if (q <= p) return 0;
+    const int n_last = last_differs && p <= m - 1 && m - 1 < q ? 1 : 0;
+    return (q - p - n_last) * first_value + n_last * last_value;
+  };
+  std::int64_t at_backward = base;
+  // Activations kept by forwards with autograd (micro-batches from `stop` on), and by the
+  // recompute of the first backward's micro-batch.
+  at_backward += sum(std::min(stop, in_flight), in_flight, f.kept_bytes(a, b), l.kept_bytes(a, b));
+  if (first_backward < stop) {
+    at_backward += first_backward == m - 1 ? l.kept_bytes(a, b) : f.kept_bytes(a, b);
+  }
+  if (j > 0) at_backward += sum(0, in_flight, f.stage_input_bytes(a), l.stage_input_bytes(a));
+  if (j + 1 < stages_) {
+    at_backward += first_backward == m - 1 ? l.output_bytes[b - 1] : f.output_bytes[b - 1];
+  }
+  return std::max(base + params, at_backward);
+}
+
+// A lower bound on the simulated iteration time of any plan whose stage j is [a, b), given the
+// time micro-batch 0 needs to reach stage j (`arrive`) and the time a full-size micro-batch's
+// gradient needs to get back from stage j to stage 0 (`drain`).
+double PlanSearch::time_bound(int j, int a, int b, double arrive, double drain) const {
+  const double base = arrive + busy(j, a, b) - tail(j, a, b) + drain;
+  if (j + 1 == stages_) return base;
+  // The pass through the later stages and back (with its task overheads and the two copies
+  // across this stage's boundary), less what of the stage's own work can fill the wait.
+  const SizeCosts& onward = config_->schedule == ScheduleKind::GPipe ? *last_size_ : *first_size_;
+  const double pass = after_[b] + 2.0 * overhead_ * (stages_ - 1 - j) + copy(onward, j, b) +
+                      copy(*first_size_, j, b);
+  return base + std::max(0.0, pass - pass_filler(j, a, b));
+}
+
+void PlanSearch::evaluate(const std::vector<int>& balance, Objective objective) {
+  const Config& c = *config_;
+  Plan plan;
+  plan.balance = balance;
+  plan.chunks = c.chunks;
+  plan.checkpoint = c.checkpoint;
+  plan.schedule = c.schedule;
+  plan.optimizer_state_factor = options_.optimizer_state_factor;
+  SimulationOptions lean;
+  lean.record_tasks = false;
+  lean.record_memory = false;
+  const SimulationResult r = simulator_.run(plan, lean);
+  ++stats_.simulations;
+  stats_.steps += r.task_count;
+
+  auto candidate = [&] {
+    PlanCandidate out;
+    out.plan = plan;
+    out.micro_batches = c.micro_batches();
+    out.iteration_ms = r.iteration_ms;
+    out.throughput_samples_per_s = r.throughput_samples_per_s;
+    out.bubble_fraction = r.bubble_fraction;
+    for (const auto& d : r.devices) {
+      out.busy_ms.push_back(d.busy_ms);
+      out.peak_memory_bytes.push_back(d.peak_memory_bytes);
+      out.memory_capacity_bytes.push_back(d.memory_capacity_bytes);
+    }
+    return out;
+  };
+  if (objective == Objective::Time) {
+    if (r.fits() && r.iteration_ms < config_best_) {
+      config_best_ = r.iteration_ms;
+      config_best_candidate_ = candidate();
+    }
+  } else {
+    const double peak = static_cast<double>(r.max_peak_memory_bytes());
+    if (peak < lean_best_) {
+      lean_best_ = peak;
+      lean_candidate_ = candidate();
+    }
+  }
+}
+
+// Depth-first over stage j's last layer. `arrive`/`drain`: micro-batch passes through the
+// stages already placed (see time_bound); `worst`: the largest bound of those stages.
+void PlanSearch::search(int j, int a, double arrive, double drain, double worst, Objective objective) {
+  if (out_of_budget_) return;
+  const bool last = j + 1 == stages_;
+  const int remaining = stages_ - 1 - j;
+  const int b_end = last ? layers_ : layers_ - remaining;
+  const SizeCosts& drain_size = *first_size_;  // the micro-batch q of prepare()
+  for (int b = last ? layers_ : a + 1; b <= b_end; ++b) {
+    ++stats_.nodes;
+    if (++stats_.steps > options_.search_budget) {
+      out_of_budget_ = true;
+      return;
+    }
+    const double limit = threshold(objective);
+    if (objective == Objective::Memory) {
+      const double bound = std::max(worst, static_cast<double>(memory_bound(j, a, b)));
+      if (bound >= limit) continue;
+      balance_[j] = b - a;
+      if (last) {
+        evaluate(balance_, objective);
+      } else {
+        search(j + 1, b, 0.0, 0.0, bound, objective);
+      }
+      continue;
+    }
+    // arrive + busy - tail + drain only grows with b: nothing further right can do better.
+    if (arrive + busy(j, a, b) - tail(j, a, b) + drain >= limit) break;
+    if (capacity_[j] > 0 && memory_bound(j, a, b) > capacity_[j]) continue;
+    const double bound = std::max(worst, time_bound(j, a, b, arrive, drain));
+    if (bound >= limit) continue;
+    balance_[j] = b - a;
+    if (last) {
+      evaluate(balance_, objective);
+      continue;
+    }
+    const double next_arrive = arrive + forward(*first_size_, j, a, b) + copy(*first_size_, j, b);
+    const double next_drain = drain + backward(drain_size, j, a, b) + copy(drain_size, j, b);
+    // The later stages wait for the passes through what is placed so far; chained_ counts the
+    // passes from layer 0, so take out the part before b.
+    const double rest = std::max(next_arrive + suffix_[remaining][b],
+                                 next_arrive + next_drain - before_[b] + chained_[remaining][b]);
+    if (rest >= limit) continue;
+    search(j + 1, b, next_arrive, next_drain, bound, objective);
+  }
+}
+
+PlanSearchResult PlanSearch::run() {
+  std::vector<Config> configs = configurations();
+  stats_.configurations = configs.size();
+  // Cheap bounds first, to visit the promising configurations early and skip the rest.
+  for (auto& c : configs) {
+    prepare(c);
+    c.lower_bound = std::max(
+        {balance_free_bound(), greedy_bound([this](int j, int a, int b) { return busy(j, a, b); }),
+         greedy_bound([this](int j, int a, int b) { return chained_cost(j, a, b); })});
+  }
+  std::stable_sort(configs.begin(), configs.end(),
+                   [](const Config& x, const Config& y) { return x.lower_bound < y.lower_bound; });
+
+  Ranking ranking(options_.top);
+  balance_.assign(stages_, 0);
+  double unexplored = kInf;  // the least bound over configurations the budget cut short
+  double best = kInf;
+  std::size_t done = 0;
+  for (const Config& config : configs) {
+    if (options_.progress) options_.progress(done++, configs.size());
+    ranking_threshold_ = ranking.threshold();
+    if (config.lower_bound >= ranking_threshold_) {
+      ++stats_.configurations_skipped;
+      continue;
+    }
+    prepare(config);
+    build_suffix_tables();
+    const double root = std::max({config.lower_bound, suffix_[stages_][0], chained_[stages_][0]});
+    if (root >= ranking_threshold_) {
+      ++stats_.configurations_skipped;
+      continue;
+    }
+    config_best_ = kInf;
+    evaluate(busy_balanced(), Objective::Time);  // a good first incumbent
+    search(0, 0, 0.0, 0.0, 0.0, Objective::Time);
+    if (out_of_budget_) unexplored = std::min(unexplored, root);
+    if (config_best_ < kInf) {
+      best = std::min(best, config_best_);
+      ranking.insert(config_best_candidate_);
+    }
+  }
+  if (options_.progress) options_.progress(configs.size(), configs.size());
+  stats_.best_ms = best < kInf ? best : 0.0;
+  stats_.lower_bound_ms = best < kInf ? std::min(best, unexplored) : unexplored;
+
+  PlanSearchResult result;
+  result.ranked = ranking.take();
+  if (result.ranked.empty()) {
+    // Nothing fits: find the plan whose largest per-device peak is smallest.
+    for (const Config& config : configs) {
+      prepare(config);
+      build_suffix_tables();
+      evaluate(busy_balanced(), Objective::Memory);
+    }
+    for (const Config& config : configs) {
+      prepare(config);
+      search(0, 0, 0.0, 0.0, 0.0, Objective::Memory);
+    }
+    result.leanest = lean_candidate_;
+    result.leanest_proven = !out_of_budget_;
+  }
+  stats_.proven = !out_of_budget_;
+  result.stats = stats_;
+  return result;
+}
+
+}  // namespace
+
+PlanSearchResult find_best_plans(const Profile& profile, const Hardware& hardware,
+                                 const PlannerOptions& options) {
+  Hardware used = hardware;
+  const int stages = options.stages > 0 ? options.stages : static_cast<int>(hardware.devices.size());
+  if (stages > static_cast<int>(hardware.devices.size())) {
+    throw InputError(fmt::format("--stages: {} stages asked for, the hardware has {} devices", stages,
+                                 hardware.devices.size()));
+  }
+  if (stages > static_cast<int>(profile.layer_count())) {
+    throw InputError(fmt::format("{} stages asked for, but the profile has only {} layers", stages,
+                                 profile.layer_count()));
+  }
+  used.devices.resize(stages);
+  std::erase_if(used.links, [stages](const LinkOverride& o) { return o.first >= stages || o.second >= stages; });
+  PlanSearch search(profile, used, options);
+  return search.run();
+}
+
+}  // namespace pipetune

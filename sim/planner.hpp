@@ -1,0 +1,92 @@
+#pragma once
+
+// The planner: the plan with the shortest simulated iteration whose simulated peak memory fits
+// every device, searched exactly.
+//
+// A configuration is a (micro-batch split, checkpoint mode, schedule) triple; within one, the
+// balance is searched by branch and bound over stage boundaries. Every leaf is a complete plan
+// and is judged by the simulator itself, so the answer is optimal under the simulator's model,
+// not under a proxy. The bounds that prune are lower bounds on the simulated time of every plan
+// below a node:
+//
+//   stage j cannot start before micro-batch 0 has gone forward through stages 0..j-1 (A_j),
+//   must then do all its work (busy_j), and after its last backward that micro-batch's
+//   gradient must still go back through stages j-1..0 (D_j). Between its last forward and its
+//   first backward (GPipe), or its first forward and first backward (1F1B), the micro-batch
+//   must travel through stages j+1.. and back (E_j), which only a recompute or warm-up forwards
+//   can overlap. For uniform stages these bounds equal GPipe's (M + K - 1)(f + b).
+//
+// plus the exact min-max busy time of the layers not yet placed (dynamic programming), and a
+// per-stage memory lower bound (what is certainly allocated when the stage's first backward
+// starts, and at the end of the iteration). Configurations are visited in order of a
+// balance-free lower bound and skipped once it cannot beat the plans already found.
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "sim/hardware.hpp"
+#include "sim/plan.hpp"
+#include "sim/profile.hpp"
+
+namespace pipetune {
+
+struct PlannerOptions {
+  std::vector<int> chunks;  ///< chunk counts to try; empty: every count from 1 to the batch size
+  std::vector<CheckpointMode> checkpoints{std::begin(kAllCheckpointModes),
+                                          std::end(kAllCheckpointModes)};
+  std::vector<ScheduleKind> schedules{std::begin(kAllScheduleKinds), std::end(kAllScheduleKinds)};
+  double optimizer_state_factor = 0.0;
+  int stages = 0;          ///< 0: one stage per device; k: the first k devices
+  std::size_t top = 5;     ///< configurations to rank
+  /// Work allowed before the search stops proving: one step per partial balance examined and
+  /// one per task simulated. When it runs out, the best plans found so far are returned with a
+  /// proven lower bound (PlannerStats). About 20 million steps a second on one core.
+  std::uint64_t search_budget = 20'000'000;
+  std::function<void(std::size_t done, std::size_t total)> progress;
+};
+
+struct PlanCandidate {
+  Plan plan;
+  int micro_batches = 0;
+  double iteration_ms = 0.0;
+  double throughput_samples_per_s = 0.0;
+  double bubble_fraction = 0.0;
+  std::vector<double> busy_ms;                      ///< per stage (its own device)
+  std::vector<std::int64_t> peak_memory_bytes;      ///< per stage
+  std::vector<std::int64_t> memory_capacity_bytes;  ///< per stage, 0: unknown
+  std::int64_t max_peak_memory_bytes() const;
+};
+
+struct PlannerStats {
+  std::size_t configurations = 0;         ///< distinct (split, checkpoint, schedule) triples
+  std::size_t configurations_skipped = 0;  ///< ruled out by a bound, never searched
+  std::uint64_t nodes = 0;                ///< partial balances examined
+  std::uint64_t simulations = 0;
+  std::uint64_t steps = 0;                ///< nodes + simulated tasks, against search_budget
+  bool proven = true;  ///< the best plan is optimal under the simulator (the search finished)
+  /// No fitting plan is faster than this: the best plan's time when proven, else the least
+  /// bound over what the search left unexplored.
+  double lower_bound_ms = 0.0;
+  double gap() const;  ///< (best - lower bound) / best, 0 when proven
+  double best_ms = 0.0;
+};
+
+struct PlanSearchResult {
+  /// The best plan of each configuration, fastest first, at most `top` of them. Empty when no
+  /// plan fits.
+  std::vector<PlanCandidate> ranked;
+  PlannerStats stats;
+  /// Only when nothing fits: the plan whose largest per-device peak is smallest, i.e. the
+  /// memory per device at which a plan would fit, and which plan.
+  std::optional<PlanCandidate> leanest;
+  bool leanest_proven = true;
+};
+
+/// Throws InputError when the search is impossible (fewer layers than stages, a chunk count
+/// outside 1..batch size).
+PlanSearchResult find_best_plans(const Profile& profile, const Hardware& hardware,
+                                 const PlannerOptions& options);
+
+}  // namespace pipetune

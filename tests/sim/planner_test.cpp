@@ -1,0 +1,228 @@
+// The planner against brute force: every balance x chunk count x checkpoint mode x schedule
+// through the simulator.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <random>
+
+#include "sim/planner.hpp"
+#include "sim/simulator.hpp"
+#include "tests/sim/fixtures.hpp"
+
+namespace pipetune {
+namespace {
+
+void for_each_balance(int layers, int stages, const std::function<void(const std::vector<int>&)>& visit) {
+  std::vector<int> balance;
+  std::function<void(int)> go = [&](int left) {
+    const int placed = static_cast<int>(balance.size());
+    if (placed == stages - 1) {
+      balance.push_back(left);
+      visit(balance);
+      balance.pop_back();
+      return;
+    }
+    for (int n = 1; n <= left - (stages - 1 - placed); ++n) {
+      balance.push_back(n);
+      go(left - n);
+      balance.pop_back();
+    }
+  };
+  go(layers);
+}
+
+struct BruteForce {
+  double best_ms = 1e300;
+  Plan best_plan;
+  // Per (split, checkpoint, schedule): the best time of a fitting plan.
+  std::map<std::tuple<std::vector<std::int64_t>, CheckpointMode, ScheduleKind>, double> per_config;
+  double leanest_peak = 1e300;
+};
+
+BruteForce brute_force(const Profile& profile, const Hardware& hw) {
+  BruteForce out;
+  const Simulator simulator(profile, hw);
+  const int stages = static_cast<int>(hw.devices.size());
+  for (int chunks = 1; chunks <= profile.batch_size; ++chunks) {
+    for (auto checkpoint : kAllCheckpointModes) {
+      for (auto schedule : kAllScheduleKinds) {
+        for_each_balance(static_cast<int>(profile.layer_count()), stages, [&](const std::vector<int>& balance) {
+          const Plan plan = testing::make_plan(balance, chunks, checkpoint, schedule);
+          const auto r = simulator.run(plan);
+          out.leanest_peak = std::min(out.leanest_peak, static_cast<double>(r.max_peak_memory_bytes()));
+          if (!r.fits()) return;
+          auto key = std::make_tuple(r.micro_batch_sizes, checkpoint, schedule);
+          auto [it, inserted] = out.per_config.emplace(key, r.iteration_ms);
+          if (!inserted) it->second = std::min(it->second, r.iteration_ms);
+          if (r.iteration_ms < out.best_ms) out.best_ms = r.iteration_ms, out.best_plan = plan;
+        });
+      }
+    }
+  }
+  return out;
+}
+
+Profile random_profile(std::mt19937& rng, int layers, std::int64_t batch) {
+  std::vector<testing::LayerSpec> specs(layers);
+  for (auto& s : specs) {
+    s.forward_ms = 0.1 + (rng() % 50) / 10.0;
+    s.backward_ms = 0.1 + (rng() % 100) / 10.0;
+    s.param_bytes = 1000 * (rng() % 50);
+    s.output_per_sample = 100 * (rng() % 40);
+    s.saved_per_sample = 100 * (rng() % 40);
+    s.workspace_per_sample = 10 * (rng() % 20);
+  }
+  Profile p = testing::make_profile(specs, batch, 50);
+  // Costs that grow sub-linearly with the micro-batch size, as on a real device.
+  for (auto& l : p.layers) {
+    for (std::size_t k = 0; k < p.micro_batch_sizes.size(); ++k) {
+      const double scale = std::pow(static_cast<double>(p.micro_batch_sizes[k]), 0.7);
+      l.forward_ms[k] *= scale;
+      l.backward_ms[k] *= scale;
+    }
+  }
+  return p;
+}
+
+TEST(Planner, EqualsBruteForceOnRandomInstances) {
+  std::mt19937 rng(2024);
+  int with_caps = 0, infeasible = 0;
+  for (int trial = 0; trial < 36; ++trial) {
+    const int layers = 2 + static_cast<int>(rng() % 11);             // 2..12
+    const int stages = 1 + static_cast<int>(rng() % std::min(layers, 4));  // 1..4
+    const std::int64_t batch = 1 + rng() % 8;
+    const Profile profile = random_profile(rng, layers, batch);
+    Hardware hw = replicate_device(profile.device, stages);
+    hw.link.bandwidth_bytes_per_s = 1e5 * (1 + rng() % 100);
+    hw.link.latency_ms = (rng() % 5) / 10.0;
+    hw.launch_overhead_ms = (rng() % 3) / 100.0;
+    for (auto& d : hw.devices) d.speed = 0.5 + (rng() % 4) / 2.0;
+    if (trial % 2 == 1) {
+      // Caps that bind: between the leanest and the largest peaks of the unconstrained plans.
+      const BruteForce free = brute_force(profile, hw);
+      const std::int64_t cap = static_cast<std::int64_t>(free.leanest_peak * (1.0 + (rng() % 40) / 100.0));
+      for (auto& d : hw.devices) d.memory_bytes = cap;
+      ++with_caps;
+    }
+    const BruteForce expected = brute_force(profile, hw);
+    PlannerOptions options;
+    options.top = 100;  // every configuration, so each one's best can be checked
+    const PlanSearchResult result = find_best_plans(profile, hw, options);
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << ": " << layers << " layers, " << stages
+                                      << " stages, batch " << batch);
+    EXPECT_TRUE(result.stats.proven);
+    if (expected.per_config.empty()) {
+      ++infeasible;
+      EXPECT_TRUE(result.ranked.empty());
+      ASSERT_TRUE(result.leanest);
+      EXPECT_DOUBLE_EQ(static_cast<double>(result.leanest->max_peak_memory_bytes()), expected.leanest_peak);
+      continue;
+    }
+    ASSERT_FALSE(result.ranked.empty());
+    EXPECT_NEAR(result.ranked.front().iteration_ms, expected.best_ms, 1e-9 * expected.best_ms)
+        << "brute force: " << describe_plan(expected.best_plan)
+        << ", planner: " << describe_plan(result.ranked.front().plan);
+    // Every ranked entry is its configuration's best, and the list is sorted.
+    for (std::size_t k = 0; k < result.ranked.size(); ++k) {
+      const auto& c = result.ranked[k];
+      const auto key = std::make_tuple(split_batch(profile.batch_size, c.plan.chunks), c.plan.checkpoint,
+                                       c.plan.schedule);
+      ASSERT_TRUE(expected.per_config.count(key)) << describe_plan(c.plan);
+      EXPECT_NEAR(c.iteration_ms, expected.per_config.at(key), 1e-9 * c.iteration_ms) << describe_plan(c.plan);
+      if (k > 0) EXPECT_LE(result.ranked[k - 1].iteration_ms, c.iteration_ms);
+      for (std::size_t d = 0; d < c.peak_memory_bytes.size(); ++d) {
+        if (c.memory_capacity_bytes[d] > 0) EXPECT_LE(c.peak_memory_bytes[d], c.memory_capacity_bytes[d]);
+      }
+    }
+  }
+  EXPECT_GT(with_caps, 10);
+}
+
+// torchgpipe's balancer is not optimal (REFERENCES.md). With many micro-batches the iteration is
+// (total + (M - 1) x the slowest stage) per pass, so the best plan has the least bottleneck.
+std::vector<int> best_balance(const std::vector<double>& costs, int devices) {
+  std::vector<testing::LayerSpec> specs;
+  for (double c : costs) specs.push_back({c, 2 * c, 0, 0, 0, 0});
+  const Profile profile = testing::make_profile(specs, 32);
+  PlannerOptions options;
+  options.chunks = {32};
+  options.checkpoints = {CheckpointMode::Never};
+  options.schedules = {ScheduleKind::GPipe};
+  const auto result = find_best_plans(profile, replicate_device(profile.device, devices), options);
+  return result.ranked.at(0).plan.balance;
+}
+
+double bottleneck(const std::vector<double>& costs, const std::vector<int>& balance) {
+  double worst = 0;
+  std::size_t at = 0;
+  for (int n : balance) {
+    double sum = 0;
+    for (int k = 0; k < n; ++k) sum += costs[at++];
+    worst = std::max(worst, sum);
+  }
+  return worst;
+}
+
+TEST(Planner, TorchgpipeBalancingCases) {
+  const std::vector<double> rising{1, 2, 3, 4, 5, 6};
+  EXPECT_EQ(bottleneck(rising, best_balance(rising, 2)), 11);
+  const std::vector<double> flat(8, 5);
+  EXPECT_EQ(bottleneck(flat, best_balance(flat, 3)), 15);  // torchgpipe: [2,2,4], 20
+  const std::vector<double> heavy_first{10, 1, 1, 1, 1, 1, 1, 1};
+  EXPECT_EQ(bottleneck(heavy_first, best_balance(heavy_first, 2)), 10);  // torchgpipe: 13
+  const std::vector<double> pairs{12, 12, 20, 20};
+  const auto b = best_balance(pairs, 3);
+  EXPECT_TRUE(std::all_of(b.begin(), b.end(), [](int n) { return n >= 1; }));
+  EXPECT_EQ(bottleneck(pairs, b), 24);
+}
+
+TEST(Planner, MemoryCapExcludesTheFastestPlan) {
+  std::mt19937 rng(5);
+  const Profile profile = random_profile(rng, 8, 8);
+  Hardware hw = replicate_device(profile.device, 3);
+  const auto free = find_best_plans(profile, hw, {});
+  ASSERT_FALSE(free.ranked.empty());
+  const auto& fastest = free.ranked.front();
+  // One byte less than the fastest plan needs on its fullest device.
+  for (auto& d : hw.devices) d.memory_bytes = fastest.max_peak_memory_bytes() - 1;
+  const auto capped = find_best_plans(profile, hw, {});
+  const BruteForce expected = brute_force(profile, hw);
+  ASSERT_FALSE(capped.ranked.empty());
+  EXPECT_NE(capped.ranked.front().plan, fastest.plan);
+  EXPECT_GE(capped.ranked.front().iteration_ms, fastest.iteration_ms);
+  EXPECT_NEAR(capped.ranked.front().iteration_ms, expected.best_ms, 1e-9 * expected.best_ms);
+  EXPECT_LE(capped.ranked.front().max_peak_memory_bytes(), hw.devices[0].memory_bytes);
+}
+
+TEST(Planner, NothingFitsReportsTheLeanestPlan) {
+  std::mt19937 rng(9);
+  const Profile profile = random_profile(rng, 6, 4);
+  Hardware hw = replicate_device(profile.device, 2);
+  for (auto& d : hw.devices) d.memory_bytes = 1000;  // far too little
+  const auto result = find_best_plans(profile, hw, {});
+  EXPECT_TRUE(result.ranked.empty());
+  ASSERT_TRUE(result.leanest);
+  const BruteForce expected = brute_force(profile, hw);
+  EXPECT_EQ(static_cast<double>(result.leanest->max_peak_memory_bytes()), expected.leanest_peak);
+  // With that much memory per device, the leanest plan fits.
+  for (auto& d : hw.devices) d.memory_bytes = result.leanest->max_peak_memory_bytes();
+  EXPECT_TRUE(Simulator(profile, hw).run(result.leanest->plan).fits());
+}
+
+TEST(Planner, UniformLayersAreSolvedWithoutSearching) {
+  // The bounds are tight for uniform stages: the first incumbent is proven optimal at once.
+  const Profile profile = testing::uniform_profile(64, 1.0, 2.0, 32);
+  PlannerOptions options;
+  options.top = 1;
+  const auto result = find_best_plans(profile, replicate_device(profile.device, 8), options);
+  ASSERT_FALSE(result.ranked.empty());
+  EXPECT_EQ(result.ranked.front().plan.balance, std::vector<int>(8, 8));
+  EXPECT_LT(result.stats.simulations, 200u);
+  EXPECT_TRUE(result.stats.proven);
+}
+
+}  // namespace
+}  // namespace pipetune
