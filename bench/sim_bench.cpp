@@ -6,6 +6,7 @@
 
 #include "bench/synthetic_profile.hpp"
 #include "sim/balance.hpp"
+#include "sim/planner.hpp"
 #include "sim/simulator.hpp"
 #include "sim/sweep.hpp"
 
@@ -108,6 +109,49 @@ void BM_Sweep1000Plans(benchmark::State& state) {
   state.counters["plans"] = static_cast<double>(plans);
 }
 BENCHMARK(BM_Sweep1000Plans)->Unit(benchmark::kMillisecond)->Iterations(3);
+
+}  // namespace
+}  // namespace pipetune::bench
+
+namespace pipetune::bench {
+namespace {
+
+// The planner's target: 1,000 layers, 16 devices, every chunk count up to 256, three
+// checkpoint modes, two schedules; the best plan in under a second on one core. Counters:
+// whether the search finished (proven optimal) and, if not, the proven gap.
+void BM_Plan1000Layers16Devices(benchmark::State& state) {
+  const Profile profile = synthetic_profile(1000, 256);
+  Hardware hw = replicate_device(profile.device, 16);
+  hw.link.bandwidth_bytes_per_s = 1e10;
+  hw.link.latency_ms = 0.01;
+  PlannerOptions options;
+  options.top = 1;
+  PlanSearchResult result;
+  for (auto _ : state) {
+    result = find_best_plans(profile, hw, options);
+    benchmark::DoNotOptimize(result.ranked.data());
+  }
+  state.counters["proven"] = result.stats.proven ? 1 : 0;
+  state.counters["gap_percent"] = 100.0 * result.stats.gap();
+  state.counters["simulations"] = static_cast<double>(result.stats.simulations);
+  state.counters["configurations"] = static_cast<double>(result.stats.configurations);
+}
+BENCHMARK(BM_Plan1000Layers16Devices)->Unit(benchmark::kMillisecond)->Iterations(2);
+
+// A model the size users profile (48 blocks, 4 devices, batch 64): the search finishes.
+void BM_Plan48Layers4Devices(benchmark::State& state) {
+  const Profile profile = synthetic_profile(48, 64);
+  Hardware hw = replicate_device(profile.device, 4);
+  hw.link.bandwidth_bytes_per_s = 1e10;
+  PlanSearchResult result;
+  for (auto _ : state) {
+    result = find_best_plans(profile, hw, {});
+    benchmark::DoNotOptimize(result.ranked.data());
+  }
+  state.counters["proven"] = result.stats.proven ? 1 : 0;
+  state.counters["simulations"] = static_cast<double>(result.stats.simulations);
+}
+BENCHMARK(BM_Plan48Layers4Devices)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace pipetune::bench

@@ -82,7 +82,7 @@ void add_plan_command(CLI::App& app, std::vector<Command>& commands) {
   sub->add_option("--top", flags->top, "how many configurations to rank (default 5)")
       ->check(CLI::Range(1, 1000));
   sub->add_option("--budget", flags->budget,
-                  "search steps before settling for a proven bound instead of a proof (default 20M)");
+                  "search steps before settling for a proven bound instead of a proof (default 10M)");
   sub->add_option("-o,--output", flags->output, "write the best plan here")->type_name("plan.json");
   sub->add_flag("--json", flags->json, "print one JSON object instead of the table");
   sub->add_flag("--explain", flags->explain, "say why the best plan wins");

@@ -43,7 +43,7 @@ struct PlannerOptions {
   /// Work allowed before the search stops proving: one step per partial balance examined and
   /// one per task simulated. When it runs out, the best plans found so far are returned with a
   /// proven lower bound (PlannerStats). About 20 million steps a second on one core.
-  std::uint64_t search_budget = 20'000'000;
+  std::uint64_t search_budget = 10'000'000;
   std::function<void(std::size_t done, std::size_t total)> progress;
 };
 
