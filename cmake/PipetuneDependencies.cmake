@@ -48,13 +48,29 @@ if(_want_torch)
       OUTPUT_VARIABLE _torch_prefix OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE _rc)
     if(_rc EQUAL 0 AND _torch_prefix)
       list(APPEND CMAKE_PREFIX_PATH "${_torch_prefix}")
-      get_filename_component(PIPETUNE_TORCH_SITE "${_torch_prefix}/../../.." ABSOLUTE)
     endif()
   endif()
-  # TorchConfig enables CUDA itself when a toolkit is installed; keep its chatter short.
+  # TorchConfig enables the CUDA language itself when a toolkit is installed. We compile no
+  # kernels, so name the architectures (no probe of a GPU that CI does not have) and a CUDA
+  # dialect nvcc knows.
+  if(NOT DEFINED TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+    set(TORCH_CUDA_ARCH_LIST "8.0;9.0" CACHE STRING "CUDA architectures for LibTorch's CMake")
+  endif()
+  set(CMAKE_CUDA_STANDARD 17)
+  set(CMAKE_CUDA_EXTENSIONS OFF)
   find_package(Torch QUIET)
   if(Torch_FOUND)
     set(PIPETUNE_HAVE_TORCH TRUE)
+    # Torch_DIR is <site-packages>/torch/share/cmake/Torch; the wheel's CUDA libraries are in
+    # <site-packages>/nvidia.
+    get_filename_component(PIPETUNE_TORCH_SITE "${Torch_DIR}/../../../.." ABSOLUTE)
+    # The torch wheel ships fmt headers of another version on its -isystem path; a -I link to
+    # Debian's fmt (the one we link) puts ours first in every LibTorch target.
+    find_path(PIPETUNE_FMT_INCLUDE_DIR fmt/format.h NO_CMAKE_PATH NO_CMAKE_ENVIRONMENT_PATH
+              PATHS /usr/include /usr/local/include)
+    set(PIPETUNE_FMT_SHIM "${CMAKE_BINARY_DIR}/fmt-shim")
+    file(MAKE_DIRECTORY "${PIPETUNE_FMT_SHIM}")
+    file(CREATE_LINK "${PIPETUNE_FMT_INCLUDE_DIR}/fmt" "${PIPETUNE_FMT_SHIM}/fmt" SYMBOLIC)
     # The wheel's own CUDA/NCCL libraries must win over a system toolkit's when linking
     # libtorch_cuda's dependencies (they differ in version).
     if(PIPETUNE_TORCH_SITE)

@@ -1,0 +1,153 @@
+#include "executor/counting_allocator.hpp"
+
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
+
+#include <array>
+#include <atomic>
+#include <mutex>
+
+namespace pipetune::exec {
+
+namespace {
+
+thread_local int tagged_device = -1;
+
+// Every block starts with this header; the payload follows at kHeader bytes, which keeps it as
+// aligned as the default allocator's. The payload pointer is also the DataPtr's context, as
+// raw_allocate() requires, and the header tells the deleter everything else.
+constexpr std::size_t kHeader = 64;
+struct Header {
+  void* inner_context;
+  c10::DeleterFnPtr inner_deleter;
+  std::int64_t bytes;
+  int device;
+};
+static_assert(sizeof(Header) <= kHeader);
+
+}  // namespace
+
+struct CountingAllocator::State {
+  std::array<std::atomic<std::int64_t>, kMaxTrackedDevices> current{};
+  std::array<std::atomic<std::int64_t>, kMaxTrackedDevices> peak{};
+  std::atomic<bool> history{false};
+  std::chrono::steady_clock::time_point origin;
+  std::array<int, kMaxTrackedDevices> slot{};  // device -> index in samples, -1 if not recorded
+  std::vector<std::vector<CounterSample>> samples;
+  std::mutex samples_mutex;
+};
+
+namespace {
+
+CountingAllocator* the_owner = nullptr;
+
+class Wrapper final : public c10::Allocator {
+ public:
+  explicit Wrapper(c10::Allocator* inner) : inner_(inner) {}
+
+  c10::DataPtr allocate(std::size_t n) override {
+    c10::DataPtr block = inner_->allocate(n + kHeader);
+    char* base = static_cast<char*>(block.get());
+    auto* header = reinterpret_cast<Header*>(base);
+    header->inner_deleter = block.get_deleter();
+    header->inner_context = block.release_context();  // now owned through the header
+    header->bytes = static_cast<std::int64_t>(n);
+    header->device = CountingAllocator::current_device();
+    the_owner->charge(header->device, header->bytes);
+    void* payload = base + kHeader;
+    return {payload, payload, &Wrapper::release, c10::Device(c10::DeviceType::CPU)};
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override { return &Wrapper::release; }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+
+ private:
+  static void release(void* payload) {
+    auto* header = reinterpret_cast<Header*>(static_cast<char*>(payload) - kHeader);
+    the_owner->charge(header->device, -header->bytes);
+    if (header->inner_deleter) header->inner_deleter(header->inner_context);
+  }
+
+  c10::Allocator* inner_;
+};
+
+}  // namespace
+
+CountingAllocator::State* CountingAllocator::state() {
+  static State s;
+  return &s;
+}
+
+CountingAllocator& CountingAllocator::install() {
+  static CountingAllocator instance;
+  static Wrapper* wrapper = [] {
+    the_owner = &instance;
+    auto* w = new Wrapper(c10::GetDefaultCPUAllocator());
+    // Priority above the default's, so torch's own later calls do not replace it.
+    c10::SetCPUAllocator(w, /*priority=*/100);
+    return w;
+  }();
+  (void)wrapper;
+  return instance;
+}
+
+CountingAllocator::DeviceScope::DeviceScope(int device) : previous_(tagged_device) {
+  tagged_device = device;
+}
+CountingAllocator::DeviceScope::~DeviceScope() { tagged_device = previous_; }
+int CountingAllocator::current_device() { return tagged_device; }
+
+void CountingAllocator::charge(int device, std::int64_t bytes) {
+  if (device < 0 || device >= kMaxTrackedDevices) return;
+  State* s = state();
+  const std::int64_t now = s->current[device].fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  std::int64_t peak = s->peak[device].load(std::memory_order_relaxed);
+  while (now > peak && !s->peak[device].compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+  if (s->history.load(std::memory_order_relaxed)) {
+    std::lock_guard<std::mutex> lock(s->samples_mutex);
+    const int slot = s->slot[device];
+    if (s->history.load(std::memory_order_relaxed) && slot >= 0) {
+      const double t =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s->origin).count();
+      s->samples[slot].push_back({t, now});
+    }
+  }
+}
+
+std::int64_t CountingAllocator::allocated(int device) const {
+  return const_cast<CountingAllocator*>(this)->state()->current[device].load();
+}
+
+std::int64_t CountingAllocator::peak(int device) const {
+  return const_cast<CountingAllocator*>(this)->state()->peak[device].load();
+}
+
+void CountingAllocator::begin_recording(const std::vector<int>& devices, bool history,
+                                        std::chrono::steady_clock::time_point origin) {
+  State* s = state();
+  std::lock_guard<std::mutex> lock(s->samples_mutex);
+  s->slot.fill(-1);
+  s->samples.assign(devices.size(), {});
+  s->origin = origin;
+  for (std::size_t k = 0; k < devices.size(); ++k) {
+    const int d = devices[k];
+    s->slot[d] = static_cast<int>(k);
+    s->peak[d].store(s->current[d].load());
+    s->samples[k].push_back({0.0, s->current[d].load()});
+  }
+  s->history.store(history);
+}
+
+std::vector<std::vector<CounterSample>> CountingAllocator::end_recording() {
+  State* s = state();
+  std::lock_guard<std::mutex> lock(s->samples_mutex);
+  s->history.store(false);
+  s->slot.fill(-1);
+  return std::move(s->samples);
+}
+
+}  // namespace pipetune::exec

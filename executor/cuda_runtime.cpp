@@ -1,0 +1,183 @@
+// CUDA devices: one compute stream per device; per copy channel a stream on each side, as
+// torchgpipe does, so copies overlap compute; CUDA events for timing and for handing tensors
+// between streams; record_stream so the caching allocator cannot hand a buffer to someone
+// else while another stream still reads it; the caching allocator's statistics for memory.
+// Built only when LibTorch has CUDA; tested where a GPU exists (tests call GTEST_SKIP without).
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGeneratorImpl.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+#include "executor/device_runtime.hpp"
+
+namespace pipetune::exec {
+
+namespace {
+
+using c10::cuda::CUDAStream;
+
+std::shared_ptr<at::cuda::CUDAEvent> timed_event() {
+  return std::make_shared<at::cuda::CUDAEvent>(cudaEventDefault);  // timing enabled
+}
+
+class CudaRuntime final : public DeviceRuntime {
+ public:
+  CudaRuntime(const std::vector<c10::Device>& devices, bool history) : devices_(devices), history_(history) {
+    for (const auto& d : devices_) compute_.push_back(c10::cuda::getStreamFromPool(/*high_priority=*/false, d.index()));
+    base_.resize(devices_.size());
+    samples_.resize(devices_.size());
+  }
+
+  void bind_compute_thread(int device) override {
+    c10::cuda::set_device(devices_[device].index());
+    c10::cuda::setCurrentCUDAStream(compute_[device]);
+  }
+
+  void bind_copy_thread(int from, int to) override {
+    const auto& [source_side, destination_side] = channel(from, to);
+    c10::cuda::setCurrentCUDAStream(source_side);
+    c10::cuda::setCurrentCUDAStream(destination_side);
+    c10::cuda::set_device(devices_[to].index());
+  }
+
+  at::Generator make_generator(int device) override {
+    return at::cuda::detail::createCUDAGenerator(devices_[device].index());
+  }
+
+  at::Tensor adopt(const at::Tensor& tensor, int device) override {
+    c10::cuda::CUDAStreamGuard guard(compute_[device]);
+    at::Tensor out = tensor.to(devices_[device], /*non_blocking=*/false, /*copy=*/true);
+    compute_[device].synchronize();
+    return out;
+  }
+
+  void begin_step() override {
+    for (std::size_t d = 0; d < devices_.size(); ++d) {
+      c10::cuda::CUDAGuard guard(devices_[d].index());
+      c10::cuda::device_synchronize();
+      c10::cuda::CUDACachingAllocator::resetPeakStats(devices_[d].index());
+      base_[d] = timed_event();
+      base_[d]->record(compute_[d]);
+    }
+    std::lock_guard<std::mutex> lock(samples_mutex_);
+    for (auto& s : samples_) s.clear();
+  }
+
+  void end_step() override {
+    for (const auto& d : devices_) {
+      c10::cuda::CUDAGuard guard(d.index());
+      c10::cuda::device_synchronize();
+    }
+  }
+
+  Stamp now(int device) override {
+    Stamp s;
+    auto event = timed_event();
+    event->record(c10::cuda::getCurrentCUDAStream(devices_[device].index()));
+    s.event = event;
+    s.device = device;
+    return s;
+  }
+
+  double resolve(const Stamp& stamp) override {
+    auto* event = static_cast<at::cuda::CUDAEvent*>(stamp.event.get());
+    return base_[stamp.device]->elapsed_time(*event);
+  }
+
+  Handoff publish(const at::Tensor& tensor, int device) override {
+    auto event = std::make_shared<at::cuda::CUDAEvent>();
+    event->record(compute_[device]);
+    return {tensor, event};
+  }
+
+  Handoff copy(const Handoff& handoff, int from, int to) override {
+    const auto& [source_side, destination_side] = channel(from, to);
+    static_cast<at::cuda::CUDAEvent*>(handoff.ready.get())->block(source_side);
+    at::Tensor out = handoff.tensor.to(devices_[to], /*non_blocking=*/true);
+    // Neither buffer was allocated on the stream that now uses it.
+    c10::cuda::CUDACachingAllocator::recordStream(handoff.tensor.storage().data_ptr(), source_side);
+    c10::cuda::CUDACachingAllocator::recordStream(out.storage().data_ptr(), destination_side);
+    auto event = std::make_shared<at::cuda::CUDAEvent>();
+    event->record(destination_side);
+    return {out, event};
+  }
+
+  at::Tensor consume(const Handoff& handoff, int device) override {
+    if (handoff.ready) static_cast<at::cuda::CUDAEvent*>(handoff.ready.get())->block(compute_[device]);
+    if (handoff.tensor.defined() && handoff.tensor.device() == devices_[device]) {
+      c10::cuda::CUDACachingAllocator::recordStream(handoff.tensor.storage().data_ptr(), compute_[device]);
+    }
+    return handoff.tensor;
+  }
+
+  std::int64_t allocated(int device) override {
+    return stats(device).allocated_bytes[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)].current;
+  }
+  std::int64_t peak(int device) override {
+    return stats(device).allocated_bytes[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
+  }
+
+  void sample_memory(int device, const Stamp& when) override {
+    if (!history_) return;
+    const std::int64_t bytes = allocated(device);
+    std::lock_guard<std::mutex> lock(samples_mutex_);
+    samples_[device].push_back({when, bytes});
+  }
+
+  std::vector<std::vector<CounterSample>> memory_history() override {
+    std::vector<std::vector<CounterSample>> out(devices_.size());
+    std::lock_guard<std::mutex> lock(samples_mutex_);
+    for (std::size_t d = 0; d < devices_.size(); ++d) {
+      for (const auto& [stamp, bytes] : samples_[d]) out[d].push_back({resolve(stamp), bytes});
+      std::sort(out[d].begin(), out[d].end(), [](const CounterSample& a, const CounterSample& b) { return a.time < b.time; });
+    }
+    return out;
+  }
+
+ private:
+  c10::CachingDeviceAllocator::DeviceStats stats(int device) {
+    return c10::cuda::CUDACachingAllocator::getDeviceStats(devices_[device].index());
+  }
+
+  const std::pair<CUDAStream, CUDAStream>& channel(int from, int to) {
+    std::lock_guard<std::mutex> lock(channels_mutex_);
+    auto it = channels_.find({from, to});
+    if (it == channels_.end()) {
+      it = channels_
+               .emplace(std::make_pair(from, to),
+                        std::make_pair(c10::cuda::getStreamFromPool(false, devices_[from].index()),
+                                       c10::cuda::getStreamFromPool(false, devices_[to].index())))
+               .first;
+    }
+    return it->second;
+  }
+
+  std::vector<c10::Device> devices_;
+  bool history_;
+  std::vector<CUDAStream> compute_;
+  std::vector<std::shared_ptr<at::cuda::CUDAEvent>> base_;
+  std::map<std::pair<int, int>, std::pair<CUDAStream, CUDAStream>> channels_;
+  std::mutex channels_mutex_;
+  std::vector<std::vector<std::pair<Stamp, std::int64_t>>> samples_;
+  std::mutex samples_mutex_;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceRuntime> make_cuda_runtime(const std::vector<c10::Device>& devices, bool history) {
+  return std::make_unique<CudaRuntime>(devices, history);
+}
+
+bool cuda_built() { return true; }
+
+int cuda_device_count() { return static_cast<int>(c10::cuda::device_count()); }
+
+}  // namespace pipetune::exec

@@ -1,0 +1,82 @@
+#pragma once
+
+// What differs between CPU "devices" and CUDA devices, behind one narrow seam, so the pipeline
+// runtime is one piece of code and its CPU twin (which CI runs) exercises all of it.
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sim/event_engine.hpp"  // CounterSample
+
+namespace pipetune::exec {
+
+/// A point in time on a device's stream: immediate on the CPU, a recorded event on CUDA,
+/// read with DeviceRuntime::resolve() once the step is over.
+struct Stamp {
+  double host_ms = 0.0;
+  std::shared_ptr<void> event;
+  int device = -1;
+};
+
+/// A tensor handed from one thread to another, with what the receiver must wait for before
+/// using it (a CUDA event; nothing on the CPU).
+struct Handoff {
+  at::Tensor tensor;
+  std::shared_ptr<void> ready;
+};
+
+class DeviceRuntime {
+ public:
+  virtual ~DeviceRuntime() = default;
+
+  /// Once, on each thread, before it runs anything for `device` (compute) or for the copy
+  /// channel `from` -> `to` (copy).
+  virtual void bind_compute_thread(int device) = 0;
+  virtual void bind_copy_thread(int from, int to) = 0;
+
+  /// A generator for dropout on `device`.
+  virtual at::Generator make_generator(int device) = 0;
+
+  /// Makes a host tensor the device's own (moved to it, charged to it).
+  virtual at::Tensor adopt(const at::Tensor& tensor, int device) = 0;
+
+  virtual void begin_step() = 0;  ///< on the main thread: time origin, peaks restart
+  virtual void end_step() = 0;    ///< on the main thread: waits until every device is idle
+  virtual Stamp now(int device) = 0;  ///< on a thread bound to `device` (or a copy channel to it)
+  virtual double resolve(const Stamp& stamp) = 0;  ///< ms since begin_step, after end_step
+
+  /// On the producer's thread: `tensor` was just produced on `device`.
+  virtual Handoff publish(const at::Tensor& tensor, int device) = 0;
+  /// On a copy thread: the handed-off tensor copied to `to`.
+  virtual Handoff copy(const Handoff& handoff, int from, int to) = 0;
+  /// On the consumer's thread, bound to `device`: the tensor, safe to use there.
+  virtual at::Tensor consume(const Handoff& handoff, int device) = 0;
+
+  virtual std::int64_t allocated(int device) = 0;
+  virtual std::int64_t peak(int device) = 0;  ///< since begin_step
+  /// Memory over the step, per device (the exact curve on the CPU; samples at task boundaries
+  /// on CUDA). Called after end_step.
+  virtual std::vector<std::vector<CounterSample>> memory_history() = 0;
+  /// Called at task boundaries on compute threads (CUDA samples memory there).
+  virtual void sample_memory(int device, const Stamp& when) = 0;
+};
+
+/// CPU devices: worker threads, a counting allocator, the steady clock.
+std::unique_ptr<DeviceRuntime> make_cpu_runtime(int devices, int threads_per_device, bool history);
+
+/// CUDA devices (only when built with CUDA; nullptr otherwise): one compute stream per device,
+/// a copy stream per channel, CUDA events for timing and handoffs, the caching allocator's
+/// statistics for memory.
+std::unique_ptr<DeviceRuntime> make_cuda_runtime(const std::vector<c10::Device>& devices, bool history);
+
+/// Whether this build can run CUDA devices, and how many this machine has.
+bool cuda_built();
+int cuda_device_count();
+
+}  // namespace pipetune::exec

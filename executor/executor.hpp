@@ -1,0 +1,107 @@
+#pragma once
+
+// The GPipe executor: runs a plan's schedule IR (sim/schedule.hpp) on real devices, action by
+// action, so that what it measures is the programme the simulator predicted.
+//
+// Each device of the plan has a worker thread that runs its programme in order: forward (F),
+// recompute (R) and backward (B) of (stage, micro-batch). A forward hands its output to the
+// next stage; a backward hands its input's gradient to the previous one. Stages on one device
+// hand over the tensor itself; between devices a copy channel (one thread per direction, a copy
+// stream on CUDA) moves it, overlapping compute. Checkpointed micro-batches run forward without
+// autograd and keep only their input; their recompute runs the forward again right before the
+// backward, with the same dropout masks (each (step, stage, micro-batch) has its own seed).
+//
+// CPU "devices" are worker threads with their own intra-op thread count, so the whole pipeline
+// runs and is tested without a GPU; memory is charged to them by a counting allocator.
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <torch/nn/modules/container/sequential.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "executor/models/model.hpp"
+#include "sim/plan.hpp"
+#include "sim/trace.hpp"
+
+namespace pipetune::exec {
+
+/// A stage failed: names the stage, micro-batch and action ("2F3") and what went wrong.
+class ExecutorError : public std::runtime_error {
+ public:
+  ExecutorError(int stage, int micro_batch, const std::string& action, const std::string& what);
+  int stage, micro_batch;
+};
+
+/// request_stop() was called (Ctrl-C): the step did not finish.
+class Interrupted : public std::runtime_error {
+ public:
+  Interrupted() : std::runtime_error("interrupted") {}
+};
+
+enum class OptimizerKind { None, Sgd, Momentum, Adam };
+
+struct ExecutorOptions {
+  /// The devices the plan names, in order; a plan without `devices` puts stage i on entry i.
+  /// Names are "cpu:<n>" (a worker thread) or "cuda:<n>".
+  std::vector<std::string> devices;
+  int threads_per_cpu_device = 0;  ///< 0: the machine's threads shared out among CPU devices
+  std::uint64_t seed = 0;          ///< dropout seeds derive from (seed, step, stage, micro-batch)
+  OptimizerKind optimizer = OptimizerKind::Sgd;
+  double learning_rate = 0.01;
+  bool record_memory_history = true;  ///< the memory curve per device (peaks are always kept)
+};
+
+/// What one training step measured. Times in ms from the step's start, one time base for all
+/// devices.
+struct StepRecord {
+  int step = 0;
+  double loss = 0.0;
+  double pipeline_ms = 0.0;  ///< first task's start to last task's end: what the simulator predicts
+  double step_ms = 0.0;      ///< the whole step, optimizer included
+  std::vector<TraceTask> tasks;  ///< device = index into device_names(), in the order they ran
+  std::vector<std::int64_t> peak_memory_bytes;  ///< per device
+  std::vector<std::vector<CounterSample>> memory;  ///< per device, when recorded
+};
+
+class Pipeline {
+ public:
+  /// Splits `model` by the plan's balance and places the stages. Throws InputError for a plan
+  /// that does not fit the model or the devices, before any work.
+  Pipeline(models::Model& model, const Plan& plan, std::int64_t batch_size, ExecutorOptions options);
+  ~Pipeline();
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+
+  /// One training step on a mini-batch of batch_size samples: the schedule's forwards and
+  /// backwards, then the optimizer. Throws ExecutorError (a stage failed: the pipeline cannot
+  /// be used again) or Interrupted.
+  StepRecord step(const at::Tensor& input, const at::Tensor& target);
+
+  /// Async-signal-safe: the current step stops after the running tasks and throws Interrupted.
+  void request_stop();
+
+  /// The devices that hold stages, in the order of StepRecord's per-device vectors.
+  const std::vector<std::string>& device_names() const;
+  const std::vector<int>& stage_device() const;  ///< stage -> index into device_names()
+  std::vector<torch::nn::Sequential>& stages();
+  const Plan& plan() const;
+  const std::vector<std::int64_t>& micro_batch_sizes() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+/// The measured trace of one step, in the format of sim/trace.hpp (kind "measured").
+Trace measured_trace(const Pipeline& pipeline, const StepRecord& step, const std::string& model,
+                     const std::vector<std::int64_t>& capacity_bytes = {});
+
+}  // namespace pipetune::exec

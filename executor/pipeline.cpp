@@ -1,0 +1,575 @@
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/autograd.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/sgd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <numeric>
+#include <thread>
+
+#include "executor/device_runtime.hpp"
+#include "executor/executor.hpp"
+#include "executor/models/layers.hpp"
+#include "sim/error.hpp"
+#include "sim/schedule.hpp"
+
+namespace pipetune::exec {
+
+ExecutorError::ExecutorError(int stage_, int micro_batch_, const std::string& action, const std::string& what)
+    : std::runtime_error(fmt::format("stage {}, micro-batch {} ({}): {}", stage_, micro_batch_, action, what)),
+      stage(stage_),
+      micro_batch(micro_batch_) {}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A waiting thread re-checks for an abort or a stop this often: a signal handler cannot notify
+// a condition variable, and a failed stage must not leave the others waiting forever.
+constexpr auto kPoll = std::chrono::milliseconds(20);
+
+// Thrown inside workers when another worker failed or a stop was requested.
+struct Aborted {};
+
+enum class Carry : std::uint8_t { Activation, Gradient };
+
+struct Key {
+  Carry carry;
+  int stage;  // the stage that receives
+  int micro_batch;
+  bool operator<(const Key& o) const {
+    return std::tie(carry, stage, micro_batch) < std::tie(o.carry, o.stage, o.micro_batch);
+  }
+};
+
+std::uint64_t mix(std::uint64_t x) {  // splitmix64
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Parses "cpu:3" / "cuda:1".
+std::pair<c10::DeviceType, int> parse_device(const std::string& name) {
+  const auto colon = name.find(':');
+  const std::string type = name.substr(0, colon);
+  int index = 0;
+  if (colon != std::string::npos) {
+    const std::string digits = name.substr(colon + 1);
+    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) {
+      throw InputError(fmt::format("device \"{}\": expected cpu:<n> or cuda:<n>", name));
+    }
+    index = std::stoi(digits);
+  }
+  if (type == "cpu") return {c10::DeviceType::CPU, index};
+  if (type == "cuda") return {c10::DeviceType::CUDA, index};
+  throw InputError(fmt::format("device \"{}\": expected cpu:<n> or cuda:<n>", name));
+}
+
+}  // namespace
+
+struct Pipeline::Impl {
+  // --- fixed at construction ---
+  models::Model& model;
+  Plan plan;
+  std::int64_t batch_size;
+  ExecutorOptions options;
+  std::vector<std::int64_t> sizes;
+  int stage_count = 0, micro_batches = 0;
+  std::vector<torch::nn::Sequential> stages;
+  std::vector<std::string> device_names;  // devices that hold stages
+  std::vector<int> device_of;             // stage -> device
+  bool cuda = false;
+  std::unique_ptr<DeviceRuntime> runtime;
+  Schedule schedule;
+  std::vector<std::vector<Action>> programs;
+  std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers;  // per device
+
+  // --- threads ---
+  std::vector<std::thread> workers;
+  struct Channel {
+    int from, to;
+    std::thread thread;
+    std::deque<std::pair<Key, Handoff>> queue;
+    std::vector<std::pair<TraceTask, std::pair<Stamp, Stamp>>> done;  // this step's copies
+  };
+  std::map<std::pair<int, int>, std::unique_ptr<Channel>> channels;
+  std::mutex mutex;  // guards everything below and the channels' queues
+  std::condition_variable wake;
+  std::uint64_t generation = 0;
+  int workers_running = 0;
+  bool shutting_down = false;
+
+  // --- per step ---
+  int step_index = 0;
+  std::vector<at::Tensor> micro_inputs, micro_targets;
+  std::map<Key, Handoff> mailbox;
+  struct Context {
+    at::Tensor input, output;
+  };
+  std::vector<Context> contexts;        // stage * micro_batches + micro_batch
+  std::vector<at::Tensor> losses;       // per micro-batch, scaled
+  std::vector<std::vector<TraceTask>> ran;  // per device
+  std::vector<std::vector<Stamp>> stamps;   // per device: start, end of each task
+  std::atomic<bool> abort{false};
+  std::atomic<bool> stop{false};
+  bool broken = false;
+  std::string error_message;
+  std::unique_ptr<ExecutorError> error;
+
+  Impl(models::Model& m, const Plan& p, std::int64_t batch, ExecutorOptions o)
+      : model(m), plan(p), batch_size(batch), options(std::move(o)) {}
+
+  Context& context(int s, int i) { return contexts[static_cast<std::size_t>(s) * micro_batches + i]; }
+
+  void validate_and_place();
+  void start_threads();
+  void worker_main(int device);
+  void channel_main(Channel* channel);
+  void run_action(int device, const Action& a, at::Generator& generator);
+  void send(Carry carry, int to_stage, int micro_batch, const at::Tensor& tensor, int from_device);
+  Handoff take(const Key& key);
+  void fail(const Action& a, const std::string& what);
+};
+
+void Pipeline::Impl::validate_and_place() {
+  const int layers = static_cast<int>(model.layer_names.size());
+  if (plan.balance.empty()) throw InputError("plan: balance: expected at least one stage");
+  long long total = 0;
+  for (std::size_t s = 0; s < plan.balance.size(); ++s) {
+    if (plan.balance[s] < 1) {
+      throw InputError(fmt::format("plan: balance[{}]: expected a positive integer (every stage needs a layer), got {}", s,
+                                   plan.balance[s]));
+    }
+    total += plan.balance[s];
+  }
+  if (total != layers) {
+    throw InputError(fmt::format("plan: balance: expected layer counts summing to {} (the layers of {}), got {}", layers,
+                                 model.name, total));
+  }
+  if (plan.chunks < 1 || plan.chunks > batch_size) {
+    throw InputError(fmt::format("plan: chunks: expected 1 to {} (the batch size), got {}", batch_size, plan.chunks));
+  }
+  stage_count = plan.stages();
+  sizes = split_batch(batch_size, plan.chunks);
+  micro_batches = static_cast<int>(sizes.size());
+
+  // Which named device each stage runs on.
+  std::vector<std::string> stage_device_name(stage_count);
+  if (plan.devices.empty()) {
+    if (stage_count > static_cast<int>(options.devices.size())) {
+      throw InputError(fmt::format(
+          "plan: {} stages but {} devices (name the plan's devices to put several stages on one device)", stage_count,
+          options.devices.size()));
+    }
+    for (int s = 0; s < stage_count; ++s) stage_device_name[s] = options.devices[s];
+  } else {
+    for (int s = 0; s < stage_count; ++s) {
+      const auto& name = plan.devices[s];
+      if (std::find(options.devices.begin(), options.devices.end(), name) == options.devices.end()) {
+        throw InputError(fmt::format("plan: devices[{}]: \"{}\" is not one of the devices given ({})", s, name,
+                                     fmt::join(options.devices, ", ")));
+      }
+      stage_device_name[s] = name;
+    }
+  }
+  // Devices that hold stages, in the order given.
+  for (const auto& name : options.devices) {
+    if (std::find(stage_device_name.begin(), stage_device_name.end(), name) != stage_device_name.end()) {
+      device_names.push_back(name);
+    }
+  }
+  device_of.resize(stage_count);
+  for (int s = 0; s < stage_count; ++s) {
+    device_of[s] = static_cast<int>(std::find(device_names.begin(), device_names.end(), stage_device_name[s]) -
+                                    device_names.begin());
+  }
+  std::vector<c10::Device> torch_devices;
+  int cpu_devices = 0;
+  for (const auto& name : device_names) {
+    const auto [type, index] = parse_device(name);
+    if (type == c10::DeviceType::CUDA) {
+      if (!cuda_built()) throw InputError(fmt::format("device {}: this build of pipetune has no CUDA", name));
+      if (index >= cuda_device_count()) {
+        throw InputError(fmt::format("device {}: no such CUDA device (this machine has {})", name, cuda_device_count()));
+      }
+      cuda = true;
+      torch_devices.emplace_back(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index));
+    } else {
+      ++cpu_devices;
+      torch_devices.emplace_back(c10::DeviceType::CPU);
+    }
+  }
+  if (cuda && cpu_devices > 0) {
+    throw InputError("plan: mixing cpu and cuda devices in one pipeline is not supported");
+  }
+
+  if (cuda) {
+    runtime = make_cuda_runtime(torch_devices, options.record_memory_history);
+  } else {
+    int threads = options.threads_per_cpu_device;
+    if (threads <= 0) {
+      threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, cpu_devices));
+    }
+    runtime = make_cpu_runtime(static_cast<int>(device_names.size()), threads, options.record_memory_history);
+  }
+
+  // Split the model: stage s holds the next balance[s] children.
+  auto layer = model.layers->begin();
+  int layer_index = 0;
+  for (int s = 0; s < stage_count; ++s) {
+    torch::nn::Sequential stage;
+    for (int k = 0; k < plan.balance[s]; ++k, ++layer, ++layer_index) {
+      stage->push_back(model.layer_names[layer_index], *layer);  // shares the module
+    }
+    // Parameters and buffers become the device's own (moved to it, charged to it).
+    at::NoGradGuard no_grad;
+    for (auto& p : stage->parameters()) p.set_data(runtime->adopt(p.detach(), device_of[s]));
+    for (auto& b : stage->buffers()) b.set_data(runtime->adopt(b.detach(), device_of[s]));
+    stage->train();
+    stages.push_back(stage);
+  }
+
+  schedule = make_schedule(plan.schedule, stage_count, micro_batches, plan.checkpoint);
+  programs = device_programs(schedule, device_of, static_cast<int>(device_names.size()));
+
+  optimizers.resize(device_names.size());
+  if (options.optimizer != OptimizerKind::None) {
+    for (int d = 0; d < static_cast<int>(device_names.size()); ++d) {
+      std::vector<at::Tensor> params;
+      for (int s = 0; s < stage_count; ++s) {
+        if (device_of[s] != d) continue;
+        for (auto& p : stages[s]->parameters()) params.push_back(p);
+      }
+      if (params.empty()) continue;
+      switch (options.optimizer) {
+        case OptimizerKind::Sgd:
+          optimizers[d] = std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(options.learning_rate));
+          break;
+        case OptimizerKind::Momentum:
+          optimizers[d] = std::make_unique<torch::optim::SGD>(
+              params, torch::optim::SGDOptions(options.learning_rate).momentum(0.9));
+          break;
+        case OptimizerKind::Adam:
+          optimizers[d] = std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(options.learning_rate));
+          break;
+        case OptimizerKind::None:
+          break;
+      }
+    }
+  }
+}
+
+void Pipeline::Impl::start_threads() {
+  const int devices = static_cast<int>(device_names.size());
+  ran.resize(devices);
+  stamps.resize(devices);
+  for (int d = 0; d < devices; ++d) workers.emplace_back([this, d] { worker_main(d); });
+  // One copy channel per direction between devices that exchange data.
+  for (int s = 0; s + 1 < stage_count; ++s) {
+    const int a = device_of[s], b = device_of[s + 1];
+    if (a == b) continue;
+    for (auto [from, to] : {std::pair{a, b}, std::pair{b, a}}) {
+      auto& c = channels[{from, to}];
+      if (c) continue;
+      c = std::make_unique<Channel>();
+      c->from = from;
+      c->to = to;
+    }
+  }
+  for (auto& [key, c] : channels) {
+    Channel* channel = c.get();
+    channel->thread = std::thread([this, channel] { channel_main(channel); });
+  }
+}
+
+void Pipeline::Impl::fail(const Action& a, const std::string& what) {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!error) error = std::make_unique<ExecutorError>(a.stage, a.micro_batch, to_string(a), what);
+  abort = true;
+  wake.notify_all();
+}
+
+Handoff Pipeline::Impl::take(const Key& key) {
+  std::unique_lock<std::mutex> lock(mutex);
+  for (;;) {
+    if (abort || stop) throw Aborted{};
+    auto it = mailbox.find(key);
+    if (it != mailbox.end()) {
+      Handoff h = std::move(it->second);
+      mailbox.erase(it);
+      return h;
+    }
+    wake.wait_for(lock, kPoll);
+  }
+}
+
+void Pipeline::Impl::send(Carry carry, int to_stage, int micro_batch, const at::Tensor& tensor, int from_device) {
+  const int to_device = device_of[to_stage];
+  Handoff h = runtime->publish(tensor, from_device);
+  std::lock_guard<std::mutex> lock(mutex);
+  const Key key{carry, to_stage, micro_batch};
+  if (to_device == from_device) {
+    mailbox[key] = std::move(h);  // same device: the tensor itself
+  } else {
+    channels.at({from_device, to_device})->queue.emplace_back(key, std::move(h));
+  }
+  wake.notify_all();
+}
+
+void Pipeline::Impl::channel_main(Channel* c) {
+  runtime->bind_copy_thread(c->from, c->to);
+  std::unique_lock<std::mutex> lock(mutex);
+  for (;;) {
+    while (c->queue.empty() && !shutting_down) wake.wait_for(lock, kPoll);
+    if (shutting_down) return;
+    auto [key, handoff] = std::move(c->queue.front());
+    c->queue.pop_front();
+    if (abort) continue;  // a stage failed: drop what is in flight
+    lock.unlock();
+    Handoff moved;
+    Stamp begin, end;
+    try {
+      begin = runtime->now(c->to);
+      moved = runtime->copy(handoff, c->from, c->to);
+      end = runtime->now(c->to);
+    } catch (const std::exception& e) {
+      const int sender = key.carry == Carry::Activation ? key.stage - 1 : key.stage + 1;
+      fail(Action{key.carry == Carry::Activation ? ActionKind::Forward : ActionKind::Backward, sender, key.micro_batch},
+           fmt::format("copy to {}: {}", device_names[c->to], e.what()));
+      lock.lock();
+      continue;
+    }
+    TraceTask t;
+    t.kind = key.carry == Carry::Activation ? TaskKind::SendActivation : TaskKind::SendGradient;
+    t.stage = key.carry == Carry::Activation ? key.stage - 1 : key.stage + 1;
+    t.micro_batch = key.micro_batch;
+    t.device = c->from;
+    t.peer = c->to;
+    t.step = step_index;
+    t.bytes = static_cast<std::int64_t>(handoff.tensor.nbytes());
+    handoff = {};  // the sender's buffer may go now (CUDA: after the copy, by record_stream)
+    lock.lock();
+    c->done.push_back({t, {begin, end}});
+    mailbox[key] = std::move(moved);
+    wake.notify_all();
+  }
+}
+
+void Pipeline::Impl::run_action(int d, const Action& a, at::Generator& generator) {
+  const int s = a.stage, i = a.micro_batch;
+  const bool last = s + 1 == stage_count;
+  Context& ctx = context(s, i);
+  // The same seed for a micro-batch's forward and its recompute: identical dropout masks.
+  generator.set_current_seed(mix(options.seed ^ mix(static_cast<std::uint64_t>(step_index) << 32 ^
+                                                    static_cast<std::uint64_t>(s) << 16 ^ static_cast<std::uint64_t>(i))));
+  models::ScopedGenerator use(&generator);
+  const double scale = static_cast<double>(sizes[i]) / static_cast<double>(batch_size);
+
+  switch (a.kind) {
+    case ActionKind::Forward: {
+      at::Tensor x = s == 0 ? micro_inputs[i] : runtime->consume(take({Carry::Activation, s, i}), d);
+      if (s > 0 && at::isFloatingType(x.scalar_type())) x.requires_grad_(true);
+      ctx.input = x;
+      at::Tensor y;
+      if (schedule.recomputes(i)) {
+        at::NoGradGuard no_grad;  // keep only the input; the recompute rebuilds the graph
+        y = stages[s]->forward(x);
+        if (last) losses[i] = model.loss(y, micro_targets[i]).detach() * scale;
+      } else {
+        y = stages[s]->forward(x);
+        if (last) {
+          ctx.output = model.loss(y, micro_targets[i]) * scale;
+          losses[i] = ctx.output.detach();
+        } else {
+          ctx.output = y;
+        }
+      }
+      if (!last) send(Carry::Activation, s + 1, i, y.detach(), d);
+      break;
+    }
+    case ActionKind::Recompute: {
+      models::ScopedRecompute recomputing;
+      at::Tensor y = stages[s]->forward(ctx.input);
+      ctx.output = last ? model.loss(y, micro_targets[i]) * scale : y;
+      break;
+    }
+    case ActionKind::Backward: {
+      if (last) {
+        torch::autograd::backward({ctx.output});
+      } else {
+        const at::Tensor gradient = runtime->consume(take({Carry::Gradient, s, i}), d);
+        torch::autograd::backward({ctx.output}, {gradient});
+      }
+      if (s > 0) {
+        at::Tensor input_gradient = ctx.input.grad();
+        send(Carry::Gradient, s - 1, i, input_gradient, d);
+      }
+      ctx = {};
+      break;
+    }
+  }
+}
+
+void Pipeline::Impl::worker_main(int d) {
+  runtime->bind_compute_thread(d);
+  at::Generator generator = runtime->make_generator(d);
+  std::uint64_t seen = 0;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mutex);
+      while (generation == seen && !shutting_down) wake.wait_for(lock, kPoll);
+      if (shutting_down) return;
+      seen = generation;
+    }
+    Action current{};
+    try {
+      // Gradients start from nothing each step; the first backward allocates them.
+      for (int s = 0; s < stage_count; ++s) {
+        if (device_of[s] != d) continue;
+        for (auto& p : stages[s]->parameters()) p.mutable_grad().reset();
+      }
+      for (const Action& a : programs[d]) {
+        if (abort || stop) throw Aborted{};
+        current = a;
+        const Stamp begin = runtime->now(d);
+        runtime->sample_memory(d, begin);
+        run_action(d, a, generator);
+        const Stamp end = runtime->now(d);
+        runtime->sample_memory(d, end);
+        TraceTask t;
+        t.kind = a.kind == ActionKind::Forward     ? TaskKind::Forward
+                 : a.kind == ActionKind::Recompute ? TaskKind::Recompute
+                                                   : TaskKind::Backward;
+        t.stage = a.stage;
+        t.micro_batch = a.micro_batch;
+        t.device = d;
+        t.step = step_index;
+        ran[d].push_back(t);
+        stamps[d].push_back(begin);
+        stamps[d].push_back(end);
+      }
+      // Every backward of this device's stages is done: its parameters can step.
+      if (optimizers[d] && !abort && !stop) optimizers[d]->step();
+    } catch (const Aborted&) {
+    } catch (const std::exception& e) {
+      fail(current, e.what());
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    --workers_running;
+    wake.notify_all();
+  }
+}
+
+Pipeline::Pipeline(models::Model& model, const Plan& plan, std::int64_t batch_size, ExecutorOptions options)
+    : impl_(std::make_unique<Impl>(model, plan, batch_size, std::move(options))) {
+  impl_->validate_and_place();
+  impl_->start_threads();
+}
+
+Pipeline::~Pipeline() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->shutting_down = true;
+    impl_->abort = true;
+    impl_->wake.notify_all();
+  }
+  for (auto& t : impl_->workers) t.join();
+  for (auto& [key, c] : impl_->channels) c->thread.join();
+}
+
+StepRecord Pipeline::step(const at::Tensor& input, const at::Tensor& target) {
+  Impl& m = *impl_;
+  if (m.broken) throw std::logic_error("the pipeline failed in an earlier step and cannot run again");
+  if (input.size(0) != m.batch_size || target.size(0) != m.batch_size) {
+    throw InputError(fmt::format("batch: expected {} samples, got {} inputs and {} targets", m.batch_size,
+                                 input.size(0), target.size(0)));
+  }
+  const auto started = Clock::now();
+  // Scatter: micro-batches as tensor.chunk makes them, charged to the first (inputs) and the
+  // last (targets) stage's device.
+  const at::Tensor on_first = m.runtime->adopt(input, m.device_of.front());
+  const at::Tensor on_last = m.runtime->adopt(target, m.device_of.back());
+  m.micro_inputs = on_first.chunk(m.plan.chunks);
+  m.micro_targets = on_last.chunk(m.plan.chunks);
+  m.contexts.assign(static_cast<std::size_t>(m.stage_count) * m.micro_batches, {});
+  m.losses.assign(m.micro_batches, {});
+  for (auto& r : m.ran) r.clear();
+  for (auto& s : m.stamps) s.clear();
+  for (auto& [key, c] : m.channels) c->done.clear();
+  m.mailbox.clear();
+
+  m.runtime->begin_step();
+  {
+    std::unique_lock<std::mutex> lock(m.mutex);
+    m.workers_running = static_cast<int>(m.workers.size());
+    ++m.generation;
+    m.wake.notify_all();
+    while (m.workers_running > 0) m.wake.wait_for(lock, kPoll);
+  }
+  m.runtime->end_step();
+  const double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
+
+  m.micro_inputs.clear();
+  m.micro_targets.clear();
+  m.contexts.clear();
+  if (m.error) {
+    m.broken = true;
+    throw *m.error;
+  }
+  if (m.stop) {
+    m.broken = true;
+    throw Interrupted();
+  }
+  for (auto& s : m.stages) models::commit_deferred_batch_norms(*s);
+
+  StepRecord record;
+  record.step = m.step_index++;
+  record.step_ms = step_ms;
+  double loss = 0.0;
+  for (const auto& l : m.losses) loss += l.item<double>();
+  record.loss = loss;
+  double first = 1e300, last = 0.0;
+  for (std::size_t d = 0; d < m.ran.size(); ++d) {
+    for (std::size_t k = 0; k < m.ran[d].size(); ++k) {
+      TraceTask t = m.ran[d][k];
+      t.start_ms = m.runtime->resolve(m.stamps[d][2 * k]);
+      t.end_ms = m.runtime->resolve(m.stamps[d][2 * k + 1]);
+      record.tasks.push_back(t);
+    }
+  }
+  for (auto& [key, c] : m.channels) {
+    for (auto& [task, span] : c->done) {
+      TraceTask t = task;
+      t.start_ms = m.runtime->resolve(span.first);
+      t.end_ms = m.runtime->resolve(span.second);
+      record.tasks.push_back(t);
+    }
+  }
+  for (const auto& t : record.tasks) {
+    first = std::min(first, t.start_ms);
+    last = std::max(last, t.end_ms);
+  }
+  record.pipeline_ms = record.tasks.empty() ? 0.0 : last - first;
+  for (std::size_t d = 0; d < m.device_names.size(); ++d) {
+    record.peak_memory_bytes.push_back(m.runtime->peak(static_cast<int>(d)));
+  }
+  if (m.options.record_memory_history) record.memory = m.runtime->memory_history();
+  return record;
+}
+
+void Pipeline::request_stop() { impl_->stop = true; }
+const std::vector<std::string>& Pipeline::device_names() const { return impl_->device_names; }
+const std::vector<int>& Pipeline::stage_device() const { return impl_->device_of; }
+std::vector<torch::nn::Sequential>& Pipeline::stages() { return impl_->stages; }
+const Plan& Pipeline::plan() const { return impl_->plan; }
+const std::vector<std::int64_t>& Pipeline::micro_batch_sizes() const { return impl_->sizes; }
+
+}  // namespace pipetune::exec

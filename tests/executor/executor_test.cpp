@@ -1,0 +1,334 @@
+// The executor against an unpipelined reference run (float64), and its behaviour when stages
+// fail, plans are bad, or the schedule asks for an order.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+#include <torch/optim/sgd.h>
+
+#include <ATen/ATen.h>
+#include <chrono>
+#include <dirent.h>
+#include <thread>
+
+#include "executor/executor.hpp"
+#include "executor/models/layers.hpp"
+#include "sim/error.hpp"
+#include "sim/schedule.hpp"
+#include "tests/executor/reference.hpp"
+
+namespace pipetune {
+namespace {
+
+using exec::ExecutorOptions;
+using exec::OptimizerKind;
+using exec::Pipeline;
+using models::ModelOptions;
+
+constexpr std::int64_t kBatch = 6;
+
+ModelOptions double_precision(bool deferred = false) {
+  ModelOptions o;
+  o.dtype = at::kDouble;
+  o.seed = 7;
+  o.deferred_batch_norm = deferred;
+  return o;
+}
+
+std::pair<at::Tensor, at::Tensor> batch_for(models::Model& m, std::int64_t batch = kBatch) {
+  auto [x, y] = m.make_batch(batch, 3);
+  if (at::isFloatingType(x.scalar_type())) x = x.to(at::kDouble);
+  return {x, y};
+}
+
+Plan plan_of(std::vector<int> balance, int chunks, CheckpointMode mode, ScheduleKind kind,
+             std::vector<std::string> devices = {}) {
+  Plan p;
+  p.balance = std::move(balance);
+  p.chunks = chunks;
+  p.checkpoint = mode;
+  p.schedule = kind;
+  p.devices = std::move(devices);
+  return p;
+}
+
+ExecutorOptions cpu_devices(int n, OptimizerKind optimizer = OptimizerKind::None) {
+  ExecutorOptions o;
+  for (int d = 0; d < n; ++d) o.devices.push_back("cpu:" + std::to_string(d));
+  o.threads_per_cpu_device = 1;
+  o.optimizer = optimizer;
+  o.seed = 11;
+  return o;
+}
+
+void expect_same(const std::map<std::string, at::Tensor>& a, const std::map<std::string, at::Tensor>& b,
+                 const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (const auto& [name, tensor] : a) {
+    ASSERT_TRUE(b.count(name)) << what << ": " << name;
+    EXPECT_TRUE(at::allclose(tensor.cpu(), b.at(name).cpu(), 1e-9, 1e-11)) << what << ": " << name;
+  }
+}
+
+struct Transparency {
+  std::string spec;
+  std::vector<int> balance;
+  int chunks;
+  std::vector<std::string> devices;  // empty: one per stage
+};
+
+class TransparencyTest : public ::testing::TestWithParam<Transparency> {};
+
+// Loss and every parameter gradient equal the unpipelined run, whatever the balance, chunk
+// count, checkpoint mode or schedule.
+TEST_P(TransparencyTest, LossAndGradientsEqualTheUnpipelinedRun) {
+  const Transparency& t = GetParam();
+  models::Model reference = models::build_model(t.spec, double_precision());
+  auto [input, target] = batch_for(reference);
+  const double expected_loss = testing::reference_step(reference, input, target, t.chunks);
+  const auto expected = testing::gradients(reference);
+  for (auto kind : kAllScheduleKinds) {
+    for (auto mode : kAllCheckpointModes) {
+      models::Model model = models::build_model(t.spec, double_precision());
+      const int devices = t.devices.empty() ? static_cast<int>(t.balance.size()) : 2;
+      Pipeline pipeline(model, plan_of(t.balance, t.chunks, mode, kind, t.devices), kBatch, cpu_devices(devices));
+      const auto step = pipeline.step(input, target);
+      const std::string what = t.spec + " " + describe_plan(pipeline.plan());
+      EXPECT_NEAR(step.loss, expected_loss, 1e-10 * std::abs(expected_loss)) << what;
+      expect_same(testing::gradients(model), expected, what);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, TransparencyTest,
+    ::testing::Values(Transparency{"mlp:layers=4,width=16,classes=5", {2, 3}, 3, {}},
+                      Transparency{"mlp:layers=4,width=16,classes=5", {1, 1, 3}, 6, {}},
+                      Transparency{"mlp:layers=4,width=16,classes=5", {4, 1}, 1, {}},
+                      Transparency{"mlp:layers=4,width=16,classes=5", {1, 2, 2}, 4, {"cpu:0", "cpu:1", "cpu:0"}},
+                      Transparency{"gpt:layers=2,width=16,heads=2,seq=8,vocab=32", {2, 2}, 3, {}},
+                      Transparency{"resnet:blocks=2,channels=4,image=8,classes=3", {1, 2, 1}, 2, {}}));
+
+TEST(Executor, ParametersMatchAfterOptimizerSteps) {
+  const std::string spec = "mlp:layers=3,width=12,classes=4";
+  models::Model reference = models::build_model(spec, double_precision());
+  models::Model model = models::build_model(spec, double_precision());
+  ExecutorOptions options = cpu_devices(2, OptimizerKind::Momentum);
+  options.learning_rate = 0.1;
+  Pipeline pipeline(model, plan_of({2, 2}, 3, CheckpointMode::ExceptLast, ScheduleKind::OneFOneB), kBatch, options);
+  torch::optim::SGD optimizer(reference.layers->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  for (int step = 0; step < 3; ++step) {
+    auto [input, target] = reference.make_batch(kBatch, 100 + step);
+    input = input.to(at::kDouble);
+    testing::reference_step(reference, input, target, 3);
+    optimizer.step();
+    pipeline.step(input, target);
+  }
+  expect_same(testing::parameters(model), testing::parameters(reference), "after 3 steps");
+}
+
+TEST(Executor, DropoutRecomputesIdentically) {
+  // Checkpointed stages recompute with the forward's seed: the same masks, the same gradients.
+  const std::string spec = "mlp:layers=4,width=16,classes=5,dropout=0.5";
+  auto run = [&](CheckpointMode mode) {
+    models::Model model = models::build_model(spec, double_precision());
+    auto [input, target] = batch_for(model);
+    Pipeline pipeline(model, plan_of({2, 3}, 3, mode, ScheduleKind::GPipe), kBatch, cpu_devices(2));
+    const double loss = pipeline.step(input, target).loss;
+    return std::make_pair(loss, testing::gradients(model));
+  };
+  const auto [loss_always, grads_always] = run(CheckpointMode::Always);
+  const auto [loss_never, grads_never] = run(CheckpointMode::Never);
+  EXPECT_DOUBLE_EQ(loss_always, loss_never);
+  expect_same(grads_always, grads_never, "always vs never");
+  // And dropout is really on: without it the loss differs.
+  models::Model plain = models::build_model("mlp:layers=4,width=16,classes=5", double_precision());
+  auto [input, target] = batch_for(plain);
+  EXPECT_NE(testing::reference_step(plain, input, target, 3), loss_never);
+}
+
+TEST(Executor, DeferredBatchNormKeepsFullBatchRunningStatistics) {
+  // The stem's batch norm sees conv(x), which does not depend on how the batch is split: its
+  // running statistics after a pipelined step equal a full-batch BatchNorm2d's after one pass.
+  const std::string spec = "resnet:blocks=1,channels=4,image=8,classes=3";
+  models::Model model = models::build_model(spec, double_precision(/*deferred=*/true));
+  models::Model full = models::build_model(spec, double_precision(/*deferred=*/false));
+  auto [input, target] = batch_for(model);
+  Pipeline pipeline(model, plan_of({1, 2}, 3, CheckpointMode::Always, ScheduleKind::GPipe), kBatch, cpu_devices(2));
+  pipeline.step(input, target);
+  full.layers->forward(input);  // training mode: one update from the whole batch
+  auto running = [](models::Model& m, const std::string& name) {
+    for (const auto& b : m.layers->named_buffers()) {
+      if (b.key() == name) return b.value().detach().cpu().clone();
+    }
+    return at::Tensor();
+  };
+  for (const char* name : {"stem.bn.running_mean", "stem.bn.running_var"}) {
+    const at::Tensor expected = running(full, name), actual = running(model, name);
+    ASSERT_TRUE(expected.defined() && actual.defined()) << name;
+    EXPECT_TRUE(at::allclose(actual, expected, 1e-9, 1e-12)) << name << "\n" << actual << "\n" << expected;
+  }
+  // A plain BatchNorm2d updated once per micro-batch would not match (3 updates, not 1).
+  models::Model eager = models::build_model(spec, double_precision(false));
+  Pipeline eager_pipeline(eager, plan_of({1, 2}, 3, CheckpointMode::Never, ScheduleKind::GPipe), kBatch, cpu_devices(2));
+  eager_pipeline.step(input, target);
+  EXPECT_FALSE(at::allclose(running(eager, "stem.bn.running_mean"), running(full, "stem.bn.running_mean"), 1e-9, 1e-12));
+}
+
+TEST(Executor, MeasuredOrderIsTheSchedules) {
+  for (auto kind : kAllScheduleKinds) {
+    models::Model model = models::build_model("mlp:layers=5,width=8", double_precision());
+    auto [input, target] = batch_for(model);
+    const Plan plan = plan_of({2, 1, 3}, 4, CheckpointMode::ExceptLast, kind, {"cpu:0", "cpu:1", "cpu:0"});
+    Pipeline pipeline(model, plan, kBatch, cpu_devices(2));
+    const auto step = pipeline.step(input, target);
+    const int micro_batches = static_cast<int>(pipeline.micro_batch_sizes().size());  // 6 in 4 chunks: 3
+    ASSERT_EQ(micro_batches, 3);
+    const Schedule schedule = make_schedule(kind, 3, micro_batches, CheckpointMode::ExceptLast);
+    const auto programs = device_programs(schedule, pipeline.stage_device(), 2);
+    for (int d = 0; d < 2; ++d) {
+      std::vector<TraceTask> mine;
+      for (const auto& t : step.tasks) {
+        if (t.device == d && is_compute(t.kind)) mine.push_back(t);
+      }
+      std::stable_sort(mine.begin(), mine.end(), [](const TraceTask& a, const TraceTask& b) { return a.start_ms < b.start_ms; });
+      std::vector<std::string> ran, expected;
+      for (const auto& t : mine) ran.push_back(t.label());
+      for (const auto& a : programs[d]) expected.push_back(to_string(a));
+      EXPECT_EQ(ran, expected) << to_string(kind) << " device " << d;
+      for (std::size_t k = 1; k < mine.size(); ++k) EXPECT_LE(mine[k - 1].end_ms, mine[k].start_ms + 1e-6);
+    }
+    // Copies between the two devices, one per boundary crossing and direction.
+    int copies = 0;
+    for (const auto& t : step.tasks) copies += is_compute(t.kind) ? 0 : 1;
+    EXPECT_EQ(copies, 2 * 2 * micro_batches);
+    EXPECT_GT(step.peak_memory_bytes[0], 0);
+  }
+}
+
+// --- failures ---------------------------------------------------------------------------------
+
+int thread_count() {
+  int n = 0;
+  if (DIR* dir = opendir("/proc/self/task")) {
+    while (auto* entry = readdir(dir)) n += entry->d_name[0] != '.' ? 1 : 0;
+    closedir(dir);
+  }
+  return n;
+}
+
+enum class FailIn { Forward, Backward, Recompute };
+
+// Passes its input through, and fails on micro-batch number `when` (counting forwards) in the
+// chosen phase.
+class FailingLayerImpl : public torch::nn::Module {
+ public:
+  FailingLayerImpl(FailIn where, int when) : where_(where), when_(when) {}
+  at::Tensor forward(const at::Tensor& x) {
+    const bool recomputing = models::ScopedRecompute::active();
+    if (where_ == FailIn::Recompute && recomputing) throw std::runtime_error("boom in recompute");
+    const int call = recomputing ? -1 : calls_++;
+    if (where_ == FailIn::Forward && call == when_) throw std::runtime_error("boom in forward");
+    if (where_ == FailIn::Backward && call == when_ && x.requires_grad()) {
+      at::Tensor y = x * 1.0;
+      y.register_hook([](const at::Tensor&) -> at::Tensor { throw std::runtime_error("boom in backward"); });
+      return y;
+    }
+    return x;
+  }
+
+ private:
+  FailIn where_;
+  int when_;
+  int calls_ = 0;
+};
+TORCH_MODULE(FailingLayer);
+
+TEST(Executor, AFailingStageReachesTheCallerNamingStageAndMicroBatch) {
+  struct Case {
+    FailIn where;
+    CheckpointMode mode;
+    const char* message;
+  };
+  for (const Case& c : {Case{FailIn::Forward, CheckpointMode::Never, "boom in forward"},
+                        Case{FailIn::Backward, CheckpointMode::Never, "boom in backward"},
+                        Case{FailIn::Recompute, CheckpointMode::Always, "boom in recompute"}}) {
+    const int threads_before = thread_count();
+    {
+      models::Model model = models::build_model("mlp:layers=3,width=8", double_precision());
+      // Insert the failing layer as stage 1's first layer.
+      models::Model broken;
+      broken.name = "broken";
+      broken.loss = model.loss;
+      broken.make_batch = model.make_batch;
+      auto it = model.layers->begin();
+      for (std::size_t k = 0; k < model.layer_names.size(); ++k, ++it) {
+        if (k == 2) {
+          broken.layer_names.push_back("fail");
+          broken.layers->push_back(std::string("fail"), FailingLayer(c.where, 2));
+        }
+        broken.layer_names.push_back(model.layer_names[k]);
+        broken.layers->push_back(std::string(model.layer_names[k]), *it);
+      }
+      auto [input, target] = batch_for(model);
+      Pipeline pipeline(broken, plan_of({2, 3}, 3, c.mode, ScheduleKind::GPipe), kBatch, cpu_devices(2));
+      const auto started = std::chrono::steady_clock::now();
+      try {
+        pipeline.step(input, target);
+        ADD_FAILURE() << "no error for " << c.message;
+      } catch (const exec::ExecutorError& e) {
+        EXPECT_EQ(e.stage, 1) << e.what();
+        EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr(c.message));
+        EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("stage 1, micro-batch"));
+      }
+      EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(1)) << c.message;
+      EXPECT_THROW(pipeline.step(input, target), std::logic_error);  // it does not run again
+    }
+    EXPECT_EQ(thread_count(), threads_before) << "threads left behind after " << c.message;
+  }
+}
+
+TEST(Executor, BadPlansAreRefusedBeforeAnyWork) {
+  models::Model model = models::build_model("mlp:layers=3,width=8", double_precision());
+  auto refused = [&](const Plan& plan, int devices, const std::string& message) {
+    try {
+      Pipeline pipeline(model, plan, kBatch, cpu_devices(devices));
+      ADD_FAILURE() << "accepted: " << message;
+    } catch (const InputError& e) {
+      EXPECT_EQ(std::string(e.what()), message);
+    }
+  };
+  refused(plan_of({2, 3}, 2, CheckpointMode::Never, ScheduleKind::GPipe), 2,
+          "plan: balance: expected layer counts summing to 4 (the layers of mlp-3x8), got 5");
+  refused(plan_of({1, 1, 2}, 2, CheckpointMode::Never, ScheduleKind::GPipe), 2,
+          "plan: 3 stages but 2 devices (name the plan's devices to put several stages on one device)");
+  refused(plan_of({2, 2}, 7, CheckpointMode::Never, ScheduleKind::GPipe), 2,
+          "plan: chunks: expected 1 to 6 (the batch size), got 7");
+  refused(plan_of({2, 2}, 2, CheckpointMode::Never, ScheduleKind::GPipe, {"cpu:0", "gpu:1"}), 2,
+          "plan: devices[1]: \"gpu:1\" is not one of the devices given (cpu:0, cpu:1)");
+}
+
+TEST(Executor, CudaDevicesTheSameWay) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const std::string spec = "mlp:layers=4,width=16,classes=5";
+  models::Model reference = models::build_model(spec, double_precision());
+  auto [input, target] = batch_for(reference);
+  const double expected_loss = testing::reference_step(reference, input, target, 3);
+  const auto expected = testing::gradients(reference);
+  for (auto kind : kAllScheduleKinds) {
+    for (auto mode : kAllCheckpointModes) {
+      models::Model model = models::build_model(spec, double_precision());
+      ExecutorOptions options;
+      options.devices = {"cuda:0"};
+      options.optimizer = OptimizerKind::None;
+      Pipeline pipeline(model, plan_of({2, 1, 2}, 3, mode, kind, {"cuda:0", "cuda:0", "cuda:0"}), kBatch, options);
+      const auto step = pipeline.step(input, target);
+      EXPECT_NEAR(step.loss, expected_loss, 1e-10 * std::abs(expected_loss));
+      expect_same(testing::gradients(model), expected, "cuda " + describe_plan(pipeline.plan()));
+      EXPECT_GT(step.peak_memory_bytes[0], 0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pipetune
