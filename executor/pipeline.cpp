@@ -133,7 +133,7 @@ struct Pipeline::Impl {
   void start_threads();
   void worker_main(int device);
   void channel_main(Channel* channel);
-  void run_action(int device, const Action& a, at::Generator& generator);
+  void run_action(int device, const Action& a, at::Generator& generator, Handoff incoming);
   void send(Carry carry, int to_stage, int micro_batch, const at::Tensor& tensor, int from_device);
   Handoff take(const Key& key);
   void fail(const Action& a, const std::string& what);
@@ -363,7 +363,7 @@ void Pipeline::Impl::channel_main(Channel* c) {
   }
 }
 
-void Pipeline::Impl::run_action(int d, const Action& a, at::Generator& generator) {
+void Pipeline::Impl::run_action(int d, const Action& a, at::Generator& generator, Handoff incoming) {
   const int s = a.stage, i = a.micro_batch;
   const bool last = s + 1 == stage_count;
   Context& ctx = context(s, i);
@@ -375,7 +375,7 @@ void Pipeline::Impl::run_action(int d, const Action& a, at::Generator& generator
 
   switch (a.kind) {
     case ActionKind::Forward: {
-      at::Tensor x = s == 0 ? micro_inputs[i] : runtime->consume(take({Carry::Activation, s, i}), d);
+      at::Tensor x = s == 0 ? micro_inputs[i] : runtime->consume(incoming, d);
       if (s > 0 && at::isFloatingType(x.scalar_type())) x.requires_grad_(true);
       ctx.input = x;
       at::Tensor y;
@@ -405,7 +405,7 @@ void Pipeline::Impl::run_action(int d, const Action& a, at::Generator& generator
       if (last) {
         torch::autograd::backward({ctx.output});
       } else {
-        const at::Tensor gradient = runtime->consume(take({Carry::Gradient, s, i}), d);
+        const at::Tensor gradient = runtime->consume(incoming, d);
         torch::autograd::backward({ctx.output}, {gradient});
       }
       if (s > 0) {
@@ -439,9 +439,16 @@ void Pipeline::Impl::worker_main(int d) {
       for (const Action& a : programs[d]) {
         if (abort || stop) throw Aborted{};
         current = a;
+        // Wait for what the action needs from another stage first: a task's time is its own
+        // work, and the wait is the dependency's (the simulator and replay count it there).
+        Handoff incoming;
+        if (a.kind == ActionKind::Forward && a.stage > 0) incoming = take({Carry::Activation, a.stage, a.micro_batch});
+        if (a.kind == ActionKind::Backward && a.stage + 1 < stage_count) {
+          incoming = take({Carry::Gradient, a.stage, a.micro_batch});
+        }
         const Stamp begin = runtime->now(d);
         runtime->sample_memory(d, begin);
-        run_action(d, a, generator);
+        run_action(d, a, generator, std::move(incoming));
         const Stamp end = runtime->now(d);
         runtime->sample_memory(d, end);
         TraceTask t;

@@ -6,6 +6,7 @@
 #include <array>
 
 #include "sim/memory_model.hpp"
+#include "sim/task_graph.hpp"
 
 namespace pipetune {
 
@@ -62,7 +63,10 @@ Simulator::Simulator(const Profile& profile, const Hardware& hardware)
   for (int from = 0; from < devices; ++from) {
     for (int to = 0; to < devices; ++to) links_[from * devices + to] = &hardware.link_between(from, to);
   }
+  graph_.graph = std::make_unique<TaskGraph>();
 }
+
+Simulator::~Simulator() = default;
 
 namespace {
 
@@ -87,88 +91,8 @@ Simulator::Graph& Simulator::graph_for(const Plan& plan, const std::vector<int>&
   g.checkpoint = plan.checkpoint;
   g.micro_batches = micro_batches;
   g.device_of = device_of;
-  const int stages = plan.stages();
-  const int devices = static_cast<int>(hardware_.devices.size());
-  g.schedule = make_schedule(plan.schedule, stages, micro_batches, plan.checkpoint);
-  const auto programs = device_programs(g.schedule, device_of, devices);
-
-  g.first_backward.assign(stages, -1);
-  for (int s = 0; s < stages; ++s) {
-    for (const Action& a : g.schedule.per_stage[s]) {
-      if (a.kind == ActionKind::Backward) {
-        g.first_backward[s] = a.micro_batch;
-        break;
-      }
-    }
-  }
-
-  EventEngine& engine = g.engine;
-  engine.clear();
-  const std::size_t cells = static_cast<std::size_t>(stages) * micro_batches;
-  engine.reserve(5 * cells);
-  g.tasks.clear();
-  g.tasks.reserve(5 * cells);
-  g.counter.resize(devices);
-  std::vector<int> compute(devices);
-  for (int d = 0; d < devices; ++d) {
-    g.counter[d] = engine.add_counter(0);
-    compute[d] = engine.add_resource();
-  }
-  std::vector<int> channel(static_cast<std::size_t>(devices) * devices, -1);
-  auto channel_between = [&](int from, int to) {
-    int& r = channel[static_cast<std::size_t>(from) * devices + to];
-    if (r < 0) r = engine.add_resource();
-    return r;
-  };
-  auto cell = [&](int s, int i) { return static_cast<std::size_t>(s) * micro_batches + i; };
-  std::vector<int> forward(cells, -1), recompute(cells, -1), backward(cells, -1);
-  std::vector<int> send_activation(cells, -1), send_gradient(cells, -1);
-
-  // Compute tasks in each device's programme order.
-  for (int d = 0; d < devices; ++d) {
-    for (const Action& a : programs[d]) {
-      const int id = engine.add_task(compute[d], 0.0);
-      const std::size_t k = cell(a.stage, a.micro_batch);
-      TaskKind kind = TaskKind::Forward;
-      if (a.kind == ActionKind::Forward) forward[k] = id;
-      if (a.kind == ActionKind::Recompute) recompute[k] = id, kind = TaskKind::Recompute;
-      if (a.kind == ActionKind::Backward) backward[k] = id, kind = TaskKind::Backward;
-      g.tasks.push_back({kind, a.stage, a.micro_batch, d, -1, 0.0, 0.0, 0});
-    }
-  }
-  // Copies, queued on each channel in the order their producers run on the sending device.
-  for (int d = 0; d < devices; ++d) {
-    for (const Action& a : programs[d]) {
-      const int s = a.stage, i = a.micro_batch;
-      if (a.kind == ActionKind::Forward && s + 1 < stages && device_of[s + 1] != d) {
-        send_activation[cell(s, i)] = engine.add_task(channel_between(d, device_of[s + 1]), 0.0);
-        g.tasks.push_back({TaskKind::SendActivation, s, i, d, device_of[s + 1], 0.0, 0.0, 0});
-      }
-      if (a.kind == ActionKind::Backward && s > 0 && device_of[s - 1] != d) {
-        send_gradient[cell(s, i)] = engine.add_task(channel_between(d, device_of[s - 1]), 0.0);
-        g.tasks.push_back({TaskKind::SendGradient, s, i, d, device_of[s - 1], 0.0, 0.0, 0});
-      }
-    }
-  }
-  // Dependencies: a forward needs the previous stage's activation; a backward needs its own
-  // forward or recompute and the next stage's gradient; a copy needs what it sends.
-  for (int s = 0; s < stages; ++s) {
-    for (int i = 0; i < micro_batches; ++i) {
-      const std::size_t k = cell(s, i);
-      if (s > 0) {
-        const int producer = send_activation[cell(s - 1, i)];
-        engine.add_dependency(producer >= 0 ? producer : forward[cell(s - 1, i)], forward[k]);
-      }
-      if (recompute[k] >= 0) engine.add_dependency(forward[k], recompute[k]);
-      if (send_activation[k] >= 0) engine.add_dependency(forward[k], send_activation[k]);
-      engine.add_dependency(recompute[k] >= 0 ? recompute[k] : forward[k], backward[k]);
-      if (s + 1 < stages) {
-        const int producer = send_gradient[cell(s + 1, i)];
-        engine.add_dependency(producer >= 0 ? producer : backward[cell(s + 1, i)], backward[k]);
-      }
-      if (send_gradient[k] >= 0) engine.add_dependency(backward[k], send_gradient[k]);
-    }
-  }
+  build_task_graph(*g.graph, make_schedule(plan.schedule, plan.stages(), micro_batches, plan.checkpoint), device_of,
+                   static_cast<int>(hardware_.devices.size()));
   g.valid = true;
   return g;
 }
@@ -179,7 +103,8 @@ SimulationResult Simulator::run(const Plan& plan, const SimulationOptions& optio
   const std::vector<int> device_of = stage_devices(plan, hardware_);
   const std::vector<std::int64_t> sizes = split_batch(profile_.batch_size, plan.chunks);
   const int micro_batches = static_cast<int>(sizes.size());
-  Graph& graph = graph_for(plan, device_of, micro_batches);
+  Graph& cached = graph_for(plan, device_of, micro_batches);
+  TaskGraph& graph = *cached.graph;
   EventEngine& engine = graph.engine;
 
   // Layers [first[s], first[s+1]) form stage s.

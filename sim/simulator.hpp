@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,6 +14,8 @@
 #include "sim/schedule.hpp"
 
 namespace pipetune {
+
+struct TaskGraph;
 
 enum class TaskKind : std::uint8_t { Forward, Recompute, Backward, SendActivation, SendGradient };
 
@@ -76,6 +79,7 @@ struct SimulationOptions {
 class Simulator {
  public:
   Simulator(const Profile& profile, const Hardware& hardware);
+  ~Simulator();
 
   /// The plan must have passed check_plan() against the same profile and hardware.
   SimulationResult run(const Plan& plan, const SimulationOptions& options = {}) const;
@@ -94,11 +98,7 @@ class Simulator {
     CheckpointMode checkpoint{};
     int micro_batches = 0;
     std::vector<int> device_of;
-    Schedule schedule;
-    EventEngine engine;
-    std::vector<SimTask> tasks;     // what each engine task is (times filled per run)
-    std::vector<int> counter;       // per device
-    std::vector<int> first_backward;  // per stage: the micro-batch of its first backward
+    std::unique_ptr<TaskGraph> graph;  // made by the constructor: TaskGraph is incomplete here
   };
   Graph& graph_for(const Plan& plan, const std::vector<int>& device_of, int micro_batches) const;
 

@@ -109,3 +109,42 @@ TEST(Trace, BadInput) {
 
 }  // namespace
 }  // namespace pipetune
+
+#include "sim/replay.hpp"
+
+namespace pipetune {
+namespace {
+
+// Replaying a prediction's own task durations reproduces its iteration time: the replay runs
+// the same programme on the same engine.
+TEST(Replay, OfAPredictionReproducesIt) {
+  for (auto kind : kAllScheduleKinds) {
+    for (auto mode : kAllCheckpointModes) {
+      testing::LayerSpec a{1.0, 2.0, 1000, 100, 50, 0}, b{0.5, 3.0, 0, 300, 10, 0};
+      const Profile profile = testing::make_profile({a, b, a, b}, 8, 10);
+      Hardware hw = replicate_device(profile.device, 2);
+      hw.link.bandwidth_bytes_per_s = 1e5;
+      Plan plan = testing::make_plan({1, 2, 1}, 3, mode, kind);
+      plan.devices = {"cpu:0", "cpu:1", "cpu:0"};
+      const auto r = Simulator(profile, hw).run(plan);
+      const Trace trace = parse_trace(trace_to_json(trace_from_simulation(r, "m")), "t.json");
+      const ReplayResult replay = replay_trace(trace, "t.json");
+      EXPECT_NEAR(replay.iteration_ms, r.iteration_ms, 1e-5) << describe_plan(plan);
+      EXPECT_EQ(replay.tasks, r.tasks.size());
+    }
+  }
+}
+
+TEST(Replay, MissingTaskIsReported) {
+  Trace t = predicted();
+  t.tasks.erase(t.tasks.begin());
+  try {
+    replay_trace(t, "m.json");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("m.json: the trace has no 0F0 task"));
+  }
+}
+
+}  // namespace
+}  // namespace pipetune

@@ -11,8 +11,23 @@
 
 namespace pipetune::testing {
 
-CommandResult run_command(const std::vector<std::string>& argv, const std::string& directory,
-                          double timeout_s) {
+namespace {
+CommandResult run(const std::vector<std::string>& argv, const std::string& directory, double timeout_s,
+                  const std::string& trigger, int signal_to_send);
+}  // namespace
+
+CommandResult run_command(const std::vector<std::string>& argv, const std::string& directory, double timeout_s) {
+  return run(argv, directory, timeout_s, {}, 0);
+}
+
+CommandResult run_command_signalled(const std::vector<std::string>& argv, const std::string& trigger, int signal,
+                                    double timeout_s) {
+  return run(argv, {}, timeout_s, trigger, signal);
+}
+
+namespace {
+CommandResult run(const std::vector<std::string>& argv, const std::string& directory, double timeout_s,
+                  const std::string& trigger, int signal_to_send) {
   int out_pipe[2], err_pipe[2];
   if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) throw std::runtime_error("pipe failed");
   const pid_t pid = fork();
@@ -39,6 +54,7 @@ CommandResult run_command(const std::vector<std::string>& argv, const std::strin
   int open_fds = 2;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   bool killed = false;
+
   char buffer[65536];
   while (open_fds > 0) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -54,6 +70,10 @@ CommandResult run_command(const std::vector<std::string>& argv, const std::strin
         const ssize_t n = read(fds[k].fd, buffer, sizeof buffer);
         if (n > 0) {
           sinks[k]->append(buffer, static_cast<std::size_t>(n));
+          if (k == 1 && signal_to_send != 0 && !trigger.empty() && result.err.find(trigger) != std::string::npos) {
+            kill(pid, signal_to_send);
+            signal_to_send = 0;
+          }
         } else {
           close(fds[k].fd);
           fds[k].fd = -1;
@@ -72,5 +92,6 @@ CommandResult run_command(const std::vector<std::string>& argv, const std::strin
   if (killed) result.exit_code = 128 + SIGKILL;
   return result;
 }
+}  // namespace
 
 }  // namespace pipetune::testing

@@ -18,4 +18,8 @@ struct CommandResult {
 CommandResult run_command(const std::vector<std::string>& argv, const std::string& directory = {},
                           double timeout_s = 120.0);
 
+/// As run_command, but sends `signal` to the program once its stderr contains `trigger` (once).
+CommandResult run_command_signalled(const std::vector<std::string>& argv, const std::string& trigger, int signal,
+                                    double timeout_s = 120.0);
+
 }  // namespace pipetune::testing

@@ -1,0 +1,181 @@
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <unistd.h>
+
+#include <ATen/ATen.h>
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "cli/progress.hpp"
+#include "cli/report.hpp"
+#include "cli/torch_inputs.hpp"
+#include "executor/executor.hpp"
+#include "sim/error.hpp"
+#include "sim/units.hpp"
+
+namespace pipetune::cli {
+
+namespace {
+
+struct RunFlags {
+  ModelFlags model;
+  std::string plan;
+  std::int64_t batch = 32;
+  std::string device = "cpu";
+  int steps = 10;
+  int warmup = 1;
+  std::string trace;
+  std::uint64_t seed = 0;
+  std::string optimizer = "sgd";
+  double learning_rate = 0.01;
+  int threads = 0;
+  std::string progress;
+  bool json = false;
+};
+
+// Ctrl-C asks the running pipeline to stop after its current tasks.
+std::atomic<exec::Pipeline*> running_pipeline{nullptr};
+void on_interrupt(int) {
+  if (auto* p = running_pipeline.load()) p->request_stop();
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app, std::vector<Command>& commands) {
+  auto flags = std::make_shared<RunFlags>();
+  CLI::App* sub = app.add_subcommand(
+      "run", "Train with a plan on the real GPipe executor and record the measured timeline");
+  add_model_flags(*sub, flags->model);
+  sub->add_option("--plan", flags->plan, "plan.json (from pipetune plan)")->required()->type_name("FILE");
+  sub->add_option("--batch", flags->batch, "samples per mini-batch (default 32)")->check(CLI::PositiveNumber);
+  sub->add_option("--device", flags->device, "cpu or cuda (default cpu)")->check(CLI::IsMember({"cpu", "cuda"}));
+  sub->add_option("--steps", flags->steps, "training steps measured (default 10)")->check(CLI::PositiveNumber);
+  sub->add_option("--warmup", flags->warmup, "steps run first and not measured (default 1)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--trace", flags->trace, "write the measured timeline of the median step")->type_name("OUT.json");
+  sub->add_option("--seed", flags->seed, "data, initialisation and dropout seed: the same seed, the same run");
+  sub->add_option("--optimizer", flags->optimizer, "sgd, momentum, adam or none (default sgd)")
+      ->check(CLI::IsMember({"sgd", "momentum", "adam", "none"}));
+  sub->add_option("--lr", flags->learning_rate, "learning rate (default 0.01)")->check(CLI::PositiveNumber);
+  sub->add_option("--threads", flags->threads, "intra-op threads per CPU device (default: cores / devices)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--progress", flags->progress, "bar (default on a terminal), lines or none")
+      ->check(CLI::IsMember({"bar", "lines", "none"}));
+  sub->add_flag("--json", flags->json, "print one JSON object instead of the report");
+
+  commands.emplace_back(sub, [flags] {
+    const Plan plan = load_plan(flags->plan);
+    models::Model model = build_model_from(flags->model, flags->seed);
+    exec::ExecutorOptions options;
+    options.devices = executor_devices(plan, flags->device);
+    options.threads_per_cpu_device = flags->threads;
+    options.seed = flags->seed;
+    options.learning_rate = flags->learning_rate;
+    options.optimizer = flags->optimizer == "none"       ? exec::OptimizerKind::None
+                        : flags->optimizer == "momentum" ? exec::OptimizerKind::Momentum
+                        : flags->optimizer == "adam"     ? exec::OptimizerKind::Adam
+                                                         : exec::OptimizerKind::Sgd;
+    exec::Pipeline pipeline(model, with_executor_devices(plan, options.devices), flags->batch, options);
+
+    const std::string progress = !flags->progress.empty() ? flags->progress
+                                 : ::isatty(STDERR_FILENO)  ? "bar"
+                                                            : "none";
+    ProgressBar bar("steps");
+    running_pipeline = &pipeline;
+    auto previous = std::signal(SIGINT, on_interrupt);
+    std::vector<exec::StepRecord> steps;
+    const int total = flags->warmup + flags->steps;
+    bool interrupted = false;
+    try {
+      for (int k = 0; k < total; ++k) {
+        auto [input, target] = model.make_batch(flags->batch, flags->seed * 1000003 + static_cast<std::uint64_t>(k));
+        if (at::isFloatingType(input.scalar_type())) input = input.to(flags->model.dtype());
+        exec::StepRecord record = pipeline.step(input, target);
+        if (k >= flags->warmup) steps.push_back(std::move(record));
+        if (progress == "lines") {
+          std::fprintf(stderr, "progress %d %d\n", k + 1, total);
+        } else if (progress == "bar") {
+          const double rate = steps.empty() ? 0.0 : 1e3 / steps.back().step_ms;
+          bar.update(static_cast<std::size_t>(k + 1), static_cast<std::size_t>(total),
+                     fmt::format("{:.1f} steps/s", rate));
+        }
+      }
+    } catch (const exec::Interrupted&) {
+      interrupted = true;
+    }
+    std::signal(SIGINT, previous);
+    running_pipeline = nullptr;
+    bar.finish();
+
+    std::vector<double> pipeline_ms, step_ms, losses;
+    std::vector<std::int64_t> peaks(pipeline.device_names().size(), 0);
+    for (const auto& s : steps) {
+      pipeline_ms.push_back(s.pipeline_ms);
+      step_ms.push_back(s.step_ms);
+      losses.push_back(s.loss);
+      for (std::size_t d = 0; d < peaks.size(); ++d) peaks[d] = std::max(peaks[d], s.peak_memory_bytes[d]);
+    }
+    // The trace shows the step whose pipeline time is the median.
+    const exec::StepRecord* shown = nullptr;
+    if (!steps.empty()) {
+      std::vector<const exec::StepRecord*> order;
+      for (const auto& s : steps) order.push_back(&s);
+      std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->pipeline_ms < b->pipeline_ms; });
+      shown = order[order.size() / 2];
+    }
+    if (!flags->trace.empty() && shown) {
+      save_trace(exec::measured_trace(pipeline, *shown, model.name), flags->trace);
+    }
+
+    if (flags->json) {
+      nlohmann::ordered_json out;
+      out["losses"] = losses;
+      out["step_ms"] = step_ms;
+      out["pipeline_ms"] = pipeline_ms;
+      out["peak_memory_bytes"] = peaks;
+      out["devices"] = pipeline.device_names();
+      std::fputs((out.dump() + "\n").c_str(), stdout);
+    } else {
+      std::printf("model     %s (%s), batch %lld\n", model.name.c_str(), model.spec.c_str(),
+                  static_cast<long long>(flags->batch));
+      std::printf("plan      %s on %s\n", describe_plan(plan).c_str(),
+                  fmt::format("{}", fmt::join(pipeline.device_names(), ", ")).c_str());
+      for (std::size_t k = 0; k < steps.size(); ++k) {
+        std::printf("step %3zu  loss %.4f  step %s ms  pipeline %s ms\n", k + 1, steps[k].loss,
+                    format_ms(steps[k].step_ms).c_str(), format_ms(steps[k].pipeline_ms).c_str());
+      }
+      if (!steps.empty()) {
+        std::printf("median    pipeline %s ms, step %s ms, %.1f samples/s\n", format_ms(median(pipeline_ms)).c_str(),
+                    format_ms(median(step_ms)).c_str(), static_cast<double>(flags->batch) / (median(step_ms) / 1e3));
+        std::vector<std::string> peak_text;
+        for (std::size_t d = 0; d < peaks.size(); ++d) {
+          peak_text.push_back(fmt::format("{} {}", pipeline.device_names()[d], format_bytes(peaks[d])));
+        }
+        std::printf("peak      %s\n", fmt::format("{}", fmt::join(peak_text, ", ")).c_str());
+      }
+      if (!flags->trace.empty() && shown) {
+        std::printf("trace     %s (step %d, the median)\n", flags->trace.c_str(),
+                    shown->step + 1 - flags->warmup);
+      }
+    }
+    if (interrupted) {
+      std::fprintf(stderr, "pipetune: interrupted after %zu measured steps%s\n", steps.size(),
+                   !flags->trace.empty() && shown ? "; the trace of those was written" : "");
+      return 130;
+    }
+    return 0;
+  });
+}
+
+}  // namespace pipetune::cli

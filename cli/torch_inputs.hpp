@@ -1,0 +1,33 @@
+#pragma once
+
+// Flags of the subcommands that run models (run, profile, validate, demo).
+
+#include <CLI/CLI.hpp>
+#include <c10/core/ScalarType.h>
+
+#include <string>
+#include <vector>
+
+#include "executor/models/model.hpp"
+#include "sim/plan.hpp"
+
+namespace pipetune::cli {
+
+struct ModelFlags {
+  std::string spec;
+  std::string dtype_name = "float32";
+  bool deferred_batch_norm = false;
+  c10::ScalarType dtype() const { return dtype_name == "float64" ? c10::kDouble : c10::kFloat; }
+};
+
+void add_model_flags(CLI::App& app, ModelFlags& flags);
+models::Model build_model_from(const ModelFlags& flags, std::uint64_t seed);
+
+/// The executor's device names for a plan run on `kind` ("cpu" or "cuda"): the plan's own
+/// names when they are "<kind>:<n>", else "<kind>:0", "<kind>:1", … by order of first use (one
+/// per stage when the plan names none).
+std::vector<std::string> executor_devices(const Plan& plan, const std::string& kind);
+/// The plan with its device names replaced by executor_devices()' (unchanged when it has none).
+Plan with_executor_devices(const Plan& plan, const std::vector<std::string>& devices);
+
+}  // namespace pipetune::cli

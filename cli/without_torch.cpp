@@ -1,0 +1,16 @@
+// This build has no LibTorch: the subcommands that run models say so instead of vanishing.
+
+#include "cli/commands.hpp"
+#include "sim/error.hpp"
+
+namespace pipetune::cli {
+
+void add_run_command(CLI::App& app, std::vector<Command>& commands) {
+  CLI::App* sub = app.add_subcommand("run", "Train with a plan on the GPipe executor (needs LibTorch)");
+  sub->allow_extras();
+  commands.emplace_back(sub, []() -> int {
+    throw InputError("run: this build of pipetune has no LibTorch; run scripts/setup.sh and rebuild");
+  });
+}
+
+}  // namespace pipetune::cli

@@ -1,0 +1,20 @@
+#pragma once
+
+#include <cstddef>
+
+#include "sim/trace.hpp"
+
+namespace pipetune {
+
+struct ReplayResult {
+  double iteration_ms = 0.0;  ///< the programme's makespan with the measured task durations
+  std::size_t tasks = 0;
+};
+
+/// Runs a measured step's programme again on the event engine, every task (compute and copy)
+/// taking exactly as long as it was measured to: the iteration the executor would have taken
+/// had its runtime added no waiting of its own. Measured over replayed time is the executor's
+/// overhead. Throws InputError when the trace has no plan or lacks a task of the programme.
+ReplayResult replay_trace(const Trace& measured, const std::string& source);
+
+}  // namespace pipetune

@@ -1,0 +1,26 @@
+#pragma once
+
+#include <vector>
+
+#include "sim/event_engine.hpp"
+#include "sim/schedule.hpp"
+#include "sim/simulator.hpp"
+
+namespace pipetune {
+
+/// The task graph of a schedule placed on devices, as the simulator and the replay of measured
+/// traces both run it: compute tasks in each device's programme order, then copies (one per
+/// stage boundary crossing devices, per micro-batch and direction) queued on their channel in
+/// the order their producers run; dependencies as docs/architecture.md lists them. Durations,
+/// memory effects and counters' values are left to the caller.
+struct TaskGraph {
+  Schedule schedule;
+  EventEngine engine;
+  std::vector<SimTask> tasks;       ///< what each engine task is (times filled by the caller)
+  std::vector<int> counter;         ///< per device: its memory counter
+  std::vector<int> first_backward;  ///< per stage: the micro-batch of its first backward
+};
+
+void build_task_graph(TaskGraph& graph, const Schedule& schedule, const std::vector<int>& device_of, int devices);
+
+}  // namespace pipetune
