@@ -58,6 +58,7 @@ torch_ok() {
   [ -x "$VENV/bin/python" ] &&
     "$VENV/bin/python" - "$TORCH_VERSION" 2>/dev/null <<'PY'
 import sys, importlib.metadata as md
+md.version("numpy")  # torch.distributed.pipelining, used by bench/, needs it
 sys.exit(0 if md.version("torch").split("+")[0] == sys.argv[1] else 1)
 PY
 }
