@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   cli::add_simulate_command(app, commands);
   cli::add_plan_command(app, commands);
   cli::add_sweep_command(app, commands);
+  cli::add_profile_command(app, commands);
   cli::add_run_command(app, commands);
   cli::add_demo_command(app, commands);
 

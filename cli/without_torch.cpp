@@ -13,4 +13,12 @@ void add_run_command(CLI::App& app, std::vector<Command>& commands) {
   });
 }
 
+void add_profile_command(CLI::App& app, std::vector<Command>& commands) {
+  CLI::App* sub = app.add_subcommand("profile", "Measure every layer on the real device (needs LibTorch)");
+  sub->allow_extras();
+  commands.emplace_back(sub, []() -> int {
+    throw InputError("profile: this build of pipetune has no LibTorch; run scripts/setup.sh and rebuild");
+  });
+}
+
 }  // namespace pipetune::cli

@@ -126,6 +126,11 @@ std::int64_t CountingAllocator::peak(int device) const {
   return const_cast<CountingAllocator*>(this)->state()->peak[device].load();
 }
 
+void CountingAllocator::reset_peak(int device) {
+  State* s = state();
+  s->peak[device].store(s->current[device].load());
+}
+
 void CountingAllocator::begin_recording(const std::vector<int>& devices, bool history,
                                         std::chrono::steady_clock::time_point origin) {
   State* s = state();

@@ -37,6 +37,7 @@ class CountingAllocator {
 
   std::int64_t allocated(int device) const;
   std::int64_t peak(int device) const;
+  void reset_peak(int device);  ///< the peak restarts from the current value
   /// Starts a measurement: peaks restart from the current values, and, when `history` is set,
   /// every change of a device in `devices` is recorded with its time since `origin`.
   void begin_recording(const std::vector<int>& devices, bool history,

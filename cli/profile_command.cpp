@@ -1,0 +1,97 @@
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+#include "cli/commands.hpp"
+#include "cli/progress.hpp"
+#include "cli/torch_inputs.hpp"
+#include "profiler/profiler.hpp"
+#include "sim/error.hpp"
+
+namespace pipetune::cli {
+
+namespace {
+struct ProfileFlags {
+  ModelFlags model;
+  std::int64_t batch = 0;
+  std::string device = "cpu";
+  std::vector<std::int64_t> sizes;
+  int repeats = 5;
+  int warmup = 2;
+  std::string timer = "auto";
+  int threads = 0;
+  int devices = 2;
+  std::uint64_t seed = 0;
+  std::string output;
+  std::string hardware;
+};
+}  // namespace
+
+void add_profile_command(CLI::App& app, std::vector<Command>& commands) {
+  auto flags = std::make_shared<ProfileFlags>();
+  CLI::App* sub = app.add_subcommand(
+      "profile", "Measure every layer's time and memory at each micro-batch size on the real device");
+  add_model_flags(*sub, flags->model);
+  sub->add_option("--batch", flags->batch, "the mini-batch you train with")->required();
+  sub->add_option("--device", flags->device, "cpu, cuda or cuda:<n> (default cpu)");
+  sub->add_option("--micro-batch-sizes", flags->sizes, "sizes to measure (default 1, 2, 4, … and the batch)")
+      ->delimiter(',')
+      ->type_name("N,...");
+  sub->add_option("--repeats", flags->repeats, "timed runs per layer and size; the median is kept (default 5)");
+  sub->add_option("--warmup", flags->warmup, "untimed runs first (default 2)")->check(CLI::NonNegativeNumber);
+  sub->add_option("--timer", flags->timer, "GPU timing: auto, cupti or events (default auto)")
+      ->check(CLI::IsMember({"auto", "cupti", "events"}));
+  sub->add_option("--devices", flags->devices,
+                  "CPU: the pipeline devices (worker threads) the plans will use; sets the threads measured "
+                  "with and hardware.json's devices (default 2)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--threads", flags->threads, "CPU intra-op threads (default: cores / devices)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--seed", flags->seed, "initialisation and data seed");
+  sub->add_option("-o,--output", flags->output, "profile.json to write")->required()->type_name("FILE");
+  sub->add_option("--hardware", flags->hardware, "also measure the devices and links into this hardware.json")
+      ->type_name("FILE");
+
+  commands.emplace_back(sub, [flags] {
+    if (flags->batch < 1) throw InputError(fmt::format("--batch: expected a positive integer, got {}", flags->batch));
+    models::Model model = build_model_from(flags->model, flags->seed);
+    profiler::ProfileOptions options;
+    options.device = flags->device;
+    options.batch_size = flags->batch;
+    options.micro_batch_sizes = flags->sizes;
+    options.repeats = flags->repeats;
+    options.warmup = flags->warmup;
+    options.timer = flags->timer;
+    options.seed = flags->seed;
+    options.threads = flags->threads;
+    if (options.threads == 0 && flags->device == "cpu") {
+      // Measure with the threads each CPU device will have when the executor runs the plan.
+      options.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / flags->devices);
+    }
+    ProgressBar bar("layers x sizes");
+    options.progress = [&](std::size_t done, std::size_t total) { bar.update(done, total); };
+    const auto started = std::chrono::steady_clock::now();
+    const profiler::ProfileResult result = profiler::profile_model(model, options);
+    bar.finish();
+    save_profile(result.profile, flags->output);
+    for (const auto& w : result.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    std::printf("profiled %zu layers of %s at %zu micro-batch sizes on %s (%s) in %.1f s\n",
+                result.profile.layer_count(), model.name.c_str(), result.profile.micro_batch_sizes.size(),
+                result.profile.device.type.c_str(), result.profile.device.name.c_str(), seconds);
+    std::printf("wrote %s\n", flags->output.c_str());
+    if (!flags->hardware.empty()) {
+      const std::string kind = flags->device.rfind("cuda", 0) == 0 ? "cuda" : "cpu";
+      const Hardware hw = profiler::probe_hardware(kind, flags->devices);
+      save_hardware(hw, flags->hardware);
+      std::printf("wrote %s: %zu devices, link %.3g GB/s, %.3f ms latency\n", flags->hardware.c_str(), hw.devices.size(),
+                  hw.link.bandwidth_bytes_per_s / 1e9, hw.link.latency_ms);
+    }
+    return 0;
+  });
+}
+
+}  // namespace pipetune::cli

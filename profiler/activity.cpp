@@ -1,0 +1,60 @@
+#include "profiler/activity.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace pipetune::profiler {
+
+void ActivityAttribution::add(std::span<const ActivityRecord> buffer) {
+  for (const auto& r : buffer) {
+    if (r.kind == ActivityRecord::Kind::ExternalCorrelation) {
+      external_of_[r.correlation_id] = r.external_id;
+    } else {
+      work_.push_back(r);
+    }
+  }
+}
+
+std::map<std::uint64_t, RegionTime> ActivityAttribution::regions() const {
+  std::map<std::uint64_t, RegionTime> out;
+  for (const auto& r : work_) {
+    auto it = external_of_.find(r.correlation_id);
+    if (it == external_of_.end()) continue;
+    RegionTime& t = out[it->second];
+    if (t.records == 0 || r.start_ns < t.first_start_ns) t.first_start_ns = r.start_ns;
+    if (t.records == 0 || r.end_ns > t.last_end_ns) t.last_end_ns = r.end_ns;
+    t.busy_ms += static_cast<double>(r.end_ns - r.start_ns) / 1e6;
+    ++t.records;
+  }
+  for (auto& [id, t] : out) t.span_ms = static_cast<double>(t.last_end_ns - t.first_start_ns) / 1e6;
+  return out;
+}
+
+std::size_t ActivityAttribution::unmatched() const {
+  return static_cast<std::size_t>(std::count_if(work_.begin(), work_.end(), [&](const ActivityRecord& r) {
+    return !external_of_.count(r.correlation_id);
+  }));
+}
+
+std::vector<std::string> ActivityAttribution::warnings() const {
+  std::vector<std::string> out;
+  if (dropped_ > 0) {
+    out.push_back(fmt::format(
+        "CUPTI dropped {} activity records (its buffers were full): the affected layers' times are too short; "
+        "profile with fewer repeats or --timer events",
+        dropped_));
+  }
+  if (const auto n = unmatched(); n > 0) {
+    out.push_back(fmt::format("{} GPU activities ran outside any measured layer and were left out", n));
+  }
+  return out;
+}
+
+void ActivityAttribution::clear() {
+  work_.clear();
+  external_of_.clear();
+  dropped_ = 0;
+}
+
+}  // namespace pipetune::profiler

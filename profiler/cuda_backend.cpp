@@ -1,0 +1,263 @@
+// The GPU backend: the caching allocator's statistics for memory; for time, CUPTI's activity
+// records (kernel and copy times joined to layers through external correlation ids) or, as the
+// fallback, CUDA events around each region. Built where LibTorch has CUDA; tested where a GPU
+// exists.
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+
+#if PIPETUNE_HAVE_CUPTI
+#include <cupti.h>
+// Concurrent-kernel records come as the newest kernel record type of the CUPTI we compile with.
+#if CUPTI_API_VERSION >= 130200
+using KernelRecord = CUpti_ActivityKernel11;
+#else
+using KernelRecord = CUpti_ActivityKernel10;
+#endif
+#endif
+
+#include "profiler/activity.hpp"
+#include "profiler/backend.hpp"
+#include "sim/error.hpp"
+
+namespace pipetune::profiler {
+
+namespace {
+
+#if PIPETUNE_HAVE_CUPTI
+
+// CUPTI hands records over in buffers through C callbacks, so the session is process-wide.
+class CuptiSession {
+ public:
+  static CuptiSession& get() {
+    static CuptiSession session;
+    return session;
+  }
+
+  // Throws InputError when CUPTI cannot be had (another subscriber holds it).
+  void start() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (started_) return;
+    CUpti_SubscriberHandle probe = nullptr;
+    const CUptiResult subscribed = cuptiSubscribe(&probe, reinterpret_cast<CUpti_CallbackFunc>(&ignore), nullptr);
+    if (subscribed != CUPTI_SUCCESS) throw_unavailable(subscribed);
+    subscriber_ = probe;
+    check(cuptiActivityRegisterCallbacks(&buffer_requested, &buffer_completed), "register buffers");
+    for (auto kind : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET,
+                      CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION}) {
+      const CUptiResult r = cuptiActivityEnable(kind);
+      if (r != CUPTI_SUCCESS) throw_unavailable(r);
+    }
+    // One pair of readings maps CUPTI's clock onto the host's.
+    std::uint64_t cupti_now = 0;
+    cuptiGetTimestamp(&cupti_now);
+    const auto host_now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              std::chrono::steady_clock::now().time_since_epoch())
+                              .count();
+    clock_ = ClockMapping::from(cupti_now, static_cast<std::uint64_t>(host_now));
+    started_ = true;
+  }
+
+  void push(std::uint64_t id) {
+    cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, id);
+  }
+  void pop() {
+    std::uint64_t id = 0;
+    cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &id);
+  }
+
+  // After the device is idle: every record so far, attributed.
+  ActivityAttribution& flush() {
+    check(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "flush");
+    std::lock_guard<std::mutex> lock(mutex_);
+    return attribution_;
+  }
+
+ private:
+  static void ignore() {}
+
+  [[noreturn]] static void throw_unavailable(CUptiResult r) {
+    const char* what = nullptr;
+    cuptiGetResultString(r, &what);
+    throw InputError(fmt::format(
+        "--timer cupti: CUPTI is not available ({}); another tool may hold it (Nsight Systems, Nsight Compute, the "
+        "torch profiler). Profile with --timer events, or close that tool",
+        what ? what : "unknown error"));
+  }
+  static void check(CUptiResult r, const char* step) {
+    if (r != CUPTI_SUCCESS) {
+      const char* what = nullptr;
+      cuptiGetResultString(r, &what);
+      throw std::runtime_error(fmt::format("CUPTI {}: {}", step, what ? what : "error"));
+    }
+  }
+
+  static void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+    constexpr size_t kSize = 8 << 20;
+    *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kSize));
+    *size = kSize;
+    *max_records = 0;
+  }
+
+  static void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t* buffer, size_t, size_t valid) {
+    std::vector<ActivityRecord> records;
+    CUpti_Activity* record = nullptr;
+    while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
+      switch (record->kind) {
+        case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+        case CUPTI_ACTIVITY_KIND_KERNEL: {
+          auto* k = reinterpret_cast<KernelRecord*>(record);
+          records.push_back({ActivityRecord::Kind::Kernel, k->start, k->end, k->correlationId, 0});
+          break;
+        }
+        case CUPTI_ACTIVITY_KIND_MEMCPY: {
+          auto* m = reinterpret_cast<CUpti_ActivityMemcpy6*>(record);
+          records.push_back({ActivityRecord::Kind::Memcpy, m->start, m->end, m->correlationId, 0});
+          break;
+        }
+        case CUPTI_ACTIVITY_KIND_MEMSET: {
+          auto* m = reinterpret_cast<CUpti_ActivityMemset4*>(record);
+          records.push_back({ActivityRecord::Kind::Memset, m->start, m->end, m->correlationId, 0});
+          break;
+        }
+        case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
+          auto* e = reinterpret_cast<CUpti_ActivityExternalCorrelation*>(record);
+          records.push_back({ActivityRecord::Kind::ExternalCorrelation, 0, 0, e->correlationId, e->externalId});
+          break;
+        }
+        default:
+          break;
+      }
+    }
+    size_t dropped = 0;
+    cuptiActivityGetNumDroppedRecords(context, stream, &dropped);
+    {
+      CuptiSession& s = get();
+      std::lock_guard<std::mutex> lock(s.mutex_);
+      s.attribution_.add(records);
+      s.attribution_.note_dropped(dropped);
+    }
+    std::free(buffer);
+  }
+
+  std::mutex mutex_;
+  bool started_ = false;
+  CUpti_SubscriberHandle subscriber_ = nullptr;
+  ClockMapping clock_;
+  ActivityAttribution attribution_;
+};
+
+#endif  // PIPETUNE_HAVE_CUPTI
+
+class CudaBackend final : public MeasureBackend {
+ public:
+  CudaBackend(int index, const std::string& timer) : index_(index) {
+    if (!at::cuda::is_available()) throw InputError("--device cuda: no CUDA device on this machine");
+    if (index >= static_cast<int>(c10::cuda::device_count())) {
+      throw InputError(fmt::format("--device cuda:{}: no such CUDA device", index));
+    }
+    c10::cuda::set_device(static_cast<c10::DeviceIndex>(index));
+    const auto* props = at::cuda::getDeviceProperties(index);
+    name_ = props->name;
+    memory_ = static_cast<std::int64_t>(props->totalGlobalMem);
+#if PIPETUNE_HAVE_CUPTI
+    if (timer == "cupti" || timer == "auto") {
+      try {
+        CuptiSession::get().start();
+        cupti_ = true;
+      } catch (const InputError&) {
+        if (timer == "cupti") throw;
+        warnings_.push_back("CUPTI is not available (another tool may hold it): timing with CUDA events instead");
+      }
+    }
+#else
+    if (timer == "cupti") throw InputError("--timer cupti: this build of pipetune has no CUPTI");
+#endif
+  }
+
+  c10::Device device() const override { return c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index_)); }
+  std::string device_type() const override { return "cuda"; }
+  std::string device_name() const override { return name_; }
+  std::int64_t memory_bytes() const override { return memory_; }
+  std::string timer_name() const override { return cupti_ ? "cupti" : "cuda-events"; }
+
+  std::int64_t allocated() override { return stat().current; }
+  std::int64_t peak() override { return stat().peak; }
+  void reset_peak() override { c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(index_)); }
+
+  void begin(std::uint64_t region) override {
+#if PIPETUNE_HAVE_CUPTI
+    if (cupti_) {
+      CuptiSession::get().push(region);
+      return;
+    }
+#endif
+    auto& e = events_[region];
+    e.first = std::make_shared<at::cuda::CUDAEvent>(cudaEventDefault);
+    e.first->record(at::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(index_)));
+  }
+
+  void end(std::uint64_t region) override {
+#if PIPETUNE_HAVE_CUPTI
+    if (cupti_) {
+      CuptiSession::get().pop();
+      return;
+    }
+#endif
+    auto& e = events_[region];
+    e.second = std::make_shared<at::cuda::CUDAEvent>(cudaEventDefault);
+    e.second->record(at::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(index_)));
+  }
+
+  std::map<std::uint64_t, double> collect_ms() override {
+    c10::cuda::device_synchronize();
+    std::map<std::uint64_t, double> out;
+#if PIPETUNE_HAVE_CUPTI
+    if (cupti_) {
+      ActivityAttribution& a = CuptiSession::get().flush();
+      for (const auto& [id, t] : a.regions()) out[id] = t.span_ms;
+      for (auto& w : a.warnings()) warnings_.push_back(w);
+      a.clear();
+      return out;
+    }
+#endif
+    for (auto& [id, e] : events_) {
+      if (e.first && e.second) out[id] = e.first->elapsed_time(*e.second);
+    }
+    events_.clear();
+    return out;
+  }
+
+  std::vector<std::string> take_warnings() override { return std::exchange(warnings_, {}); }
+
+ private:
+  c10::CachingAllocator::Stat stat() {
+    return c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(index_))
+        .allocated_bytes[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+  }
+
+  int index_;
+  std::string name_;
+  std::int64_t memory_ = 0;
+  bool cupti_ = false;
+  std::map<std::uint64_t, std::pair<std::shared_ptr<at::cuda::CUDAEvent>, std::shared_ptr<at::cuda::CUDAEvent>>> events_;
+  std::vector<std::string> warnings_;
+};
+
+}  // namespace
+
+std::unique_ptr<MeasureBackend> make_cuda_backend(int index, const std::string& timer) {
+  return std::make_unique<CudaBackend>(index, timer);
+}
+
+}  // namespace pipetune::profiler

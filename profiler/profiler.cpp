@@ -1,0 +1,239 @@
+#include "profiler/profiler.hpp"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <torch/autograd.h>
+#include <torch/version.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+
+#include "profiler/backend.hpp"
+#include "sim/error.hpp"
+
+namespace pipetune::profiler {
+
+namespace {
+
+struct Statistics {
+  double median = 0.0;
+  double spread = 0.0;  // median absolute deviation
+};
+
+Statistics statistics(std::vector<double> v) {
+  Statistics s;
+  if (v.empty()) return s;
+  auto median_of = [](std::vector<double>& x) {
+    std::sort(x.begin(), x.end());
+    const std::size_t n = x.size();
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+  };
+  s.median = median_of(v);
+  for (auto& x : v) x = std::abs(x - s.median);
+  s.spread = median_of(v);
+  return s;
+}
+
+std::int64_t bytes_of(const at::Tensor& t) { return t.defined() ? static_cast<std::int64_t>(t.nbytes()) : 0; }
+
+// A layer of the model and what running it means: its forward, plus the loss for the last one.
+struct Runner {
+  torch::nn::AnyModule& layer;
+  models::Model& model;
+  bool last;
+  const at::Tensor& target;
+  // Returns what backward starts from (the loss, or the output) and the output.
+  std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x) {
+    at::Tensor y = layer.forward(x);
+    if (!last) return {y, y};
+    return {model.loss(y, target), y};
+  }
+};
+
+void reset_gradients(torch::nn::Module& module, at::Tensor& input) {
+  for (auto& p : module.parameters()) p.mutable_grad().reset();
+  if (input.defined() && input.requires_grad()) input.mutable_grad().reset();
+}
+
+}  // namespace
+
+std::vector<std::int64_t> default_micro_batch_sizes(std::int64_t batch) {
+  std::vector<std::int64_t> sizes;
+  for (std::int64_t s = 1; s < batch; s *= 2) sizes.push_back(s);
+  sizes.push_back(batch);
+  return sizes;
+}
+
+ProfileResult profile_model(models::Model& model, const ProfileOptions& options) {
+  if (options.batch_size < 1) {
+    throw InputError(fmt::format("--batch: expected a positive integer, got {}", options.batch_size));
+  }
+  if (options.repeats < 1) throw InputError(fmt::format("--repeats: expected at least 1, got {}", options.repeats));
+  std::vector<std::int64_t> sizes =
+      options.micro_batch_sizes.empty() ? default_micro_batch_sizes(options.batch_size) : options.micro_batch_sizes;
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  for (auto s : sizes) {
+    if (s < 1 || s > options.batch_size) {
+      throw InputError(fmt::format("--micro-batch-sizes: expected sizes from 1 to {} (the batch size), got {}",
+                                   options.batch_size, s));
+    }
+  }
+
+  std::unique_ptr<MeasureBackend> backend;
+  if (options.device == "cpu") {
+    backend = make_cpu_backend(options.threads);
+  } else if (options.device.rfind("cuda", 0) == 0) {
+    const int index = options.device.size() > 5 ? std::stoi(options.device.substr(5)) : 0;
+    backend = make_cuda_backend(index, options.timer);
+  } else {
+    throw InputError(fmt::format("--device: expected cpu or cuda, got \"{}\"", options.device));
+  }
+  const c10::Device device = backend->device();
+
+  at::ScalarType dtype = at::kFloat;
+  for (auto& p : model.layers->parameters()) {
+    dtype = p.scalar_type();
+    break;
+  }
+  model.layers->to(device);
+  model.layers->train();
+
+  const int layer_count = static_cast<int>(model.layer_names.size());
+  Profile profile;
+  profile.model = model.name;
+  profile.device = {backend->device_type(), backend->device_name(), backend->memory_bytes()};
+  profile.dtype = dtype == at::kDouble ? "float64" : dtype == at::kHalf ? "float16" : dtype == at::kBFloat16 ? "bfloat16" : "float32";
+  profile.batch_size = options.batch_size;
+  profile.micro_batch_sizes = sizes;
+  profile.layers.resize(layer_count);
+  auto layer = model.layers->begin();
+  for (int l = 0; l < layer_count; ++l, ++layer) {
+    profile.layers[l].name = model.layer_names[l];
+    for (const auto& p : layer->ptr()->parameters()) profile.layers[l].param_bytes += bytes_of(p);
+  }
+
+  ProfileResult result;
+  std::uint64_t next_region = 1;
+  const std::size_t total = sizes.size() * static_cast<std::size_t>(layer_count);
+  std::size_t done = 0;
+  for (std::int64_t size : sizes) {
+    auto [input, target] = model.make_batch(size, options.seed);
+    if (at::isFloatingType(input.scalar_type())) input = input.to(dtype);
+    input = input.to(device);
+    target = target.to(device);
+    profile.input_bytes.push_back(bytes_of(input));
+    at::Tensor current = input;  // this layer's input: the previous layer's output
+    auto module = model.layers->begin();
+    for (int l = 0; l < layer_count; ++l, ++module) {
+      LayerProfile& out = profile.layers[l];
+      Runner run{*module, model, l + 1 == layer_count, target};
+      at::Tensor x = current.detach();
+      if (l > 0 && at::isFloatingType(x.scalar_type())) x.requires_grad_(true);
+      // A first layer without parameters has nothing to differentiate: no backward at all.
+      auto backward_from = [&](const std::pair<at::Tensor, at::Tensor>& result_pair) {
+        if (!result_pair.first.requires_grad()) return;
+        if (run.last) {
+          torch::autograd::backward({result_pair.first});
+        } else {
+          torch::autograd::backward({result_pair.first}, {at::ones_like(result_pair.first)});
+        }
+      };
+
+      for (int w = 0; w < options.warmup; ++w) {
+        backward_from(run.forward(x));
+        reset_gradients(*module->ptr(), x);
+      }
+      backend->collect_ms();
+
+      // Time: forwards, then backwards (each on a fresh forward that is not timed).
+      std::vector<std::uint64_t> forward_ids, backward_ids;
+      for (int r = 0; r < options.repeats; ++r) {
+        const std::uint64_t id = next_region++;
+        backend->begin(id);
+        auto pair = run.forward(x);
+        backend->end(id);
+        forward_ids.push_back(id);
+      }
+      for (int r = 0; r < options.repeats; ++r) {
+        auto pair = run.forward(x);
+        // Parameter gradients stay allocated and accumulate, as in every backward of a stage but
+        // its first; the input's gradient is new each time, as in the executor.
+        if (x.requires_grad()) x.mutable_grad().reset();
+        const std::uint64_t id = next_region++;
+        backend->begin(id);
+        backward_from(pair);
+        backend->end(id);
+        backward_ids.push_back(id);
+      }
+      const auto times = backend->collect_ms();
+      auto pick = [&](const std::vector<std::uint64_t>& ids) {
+        std::vector<double> v;
+        for (auto id : ids) {
+          auto it = times.find(id);
+          v.push_back(it == times.end() ? 0.0 : it->second);  // no device work at all: 0
+        }
+        return statistics(v);
+      };
+      const Statistics forward = pick(forward_ids), backward = pick(backward_ids);
+
+      // Memory: one more forward and backward, counted.
+      reset_gradients(*module->ptr(), x);
+      std::int64_t output = 0, saved = 0, workspace = 0;
+      {
+        backend->reset_peak();
+        const std::int64_t before = backend->allocated();
+        auto pair = run.forward(x);
+        const std::int64_t after = backend->allocated();
+        output = bytes_of(pair.second);
+        saved = std::max<std::int64_t>(0, after - before - output - (run.last ? bytes_of(pair.first) : 0));
+        const std::int64_t forward_transient = std::max<std::int64_t>(0, backend->peak() - after);
+        at::Tensor seed_gradient = run.last ? at::Tensor() : at::ones_like(pair.first);
+        const std::int64_t start = backend->allocated();
+        backend->reset_peak();
+        if (!pair.first.requires_grad()) {
+          // nothing to run backward through
+        } else if (run.last) {
+          torch::autograd::backward({pair.first});
+        } else {
+          torch::autograd::backward({pair.first}, {seed_gradient});
+        }
+        std::int64_t gradients = x.requires_grad() ? bytes_of(x.grad()) : 0;
+        for (const auto& p : module->ptr()->parameters()) gradients += bytes_of(p.grad());
+        const std::int64_t backward_transient = std::max<std::int64_t>(0, backend->peak() - start - gradients);
+        workspace = std::max(forward_transient, backward_transient);
+        at::NoGradGuard no_grad;
+        current = pair.second.detach();
+      }
+      reset_gradients(*module->ptr(), x);
+
+      out.forward_ms.push_back(forward.median);
+      out.backward_ms.push_back(backward.median);
+      out.forward_ms_spread.push_back(forward.spread);
+      out.backward_ms_spread.push_back(backward.spread);
+      out.output_bytes.push_back(output);
+      out.saved_bytes.push_back(saved);
+      out.workspace_bytes.push_back(workspace);
+      if (options.progress) options.progress(++done, total);
+    }
+  }
+  for (auto& w : backend->take_warnings()) result.warnings.push_back(w);
+  model.layers->to(at::kCPU);
+
+  // How it was measured; model_spec lets the GUI and validate run the same model.
+  nlohmann::ordered_json meta = {{"profiler", "pipetune"},
+                                 {"timer", backend->timer_name()},
+                                 {"warmup", options.warmup},
+                                 {"repeats", options.repeats},
+                                 {"threads", options.threads > 0 ? options.threads : at::get_num_threads()},
+                                 {"model_spec", model.spec},
+                                 {"seed", options.seed},
+                                 {"torch", TORCH_VERSION}};
+  profile.meta_json = meta.dump();
+  result.profile = std::move(profile);
+  return result;
+}
+
+}  // namespace pipetune::profiler

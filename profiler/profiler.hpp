@@ -1,0 +1,59 @@
+#pragma once
+
+// pipetune's profiler: every layer of a model, at every micro-batch size, on the real device.
+//
+// For each size, the model's layers run one after the other on a synthetic batch; each layer
+// is measured on its own, its input being the previous layer's output (detached, and requiring
+// a gradient as a stage input would). Per layer and size:
+//   forward_ms, backward_ms   median of `repeats` runs after `warmup` runs (spread: the median
+//                             absolute deviation); the last layer's include the loss;
+//   output_bytes              the output tensor;
+//   saved_bytes               allocated after the forward minus before, minus the output: what
+//                             autograd keeps (the input is not counted: it was there before);
+//   workspace_bytes           the peak above the steady state, in the forward (above saved +
+//                             output) or the backward (above the start, the input's gradient and
+//                             the parameters' gradients), whichever is larger;
+//   param_bytes.
+// Memory comes from the CUDA caching allocator on GPUs and from the counting allocator on the
+// CPU, so it is what the executor's measurements count.
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "executor/models/model.hpp"
+#include "sim/hardware.hpp"
+#include "sim/profile.hpp"
+
+namespace pipetune::profiler {
+
+struct ProfileOptions {
+  std::string device = "cpu";  ///< "cpu", "cuda" or "cuda:<n>"
+  std::int64_t batch_size = 0;
+  std::vector<std::int64_t> micro_batch_sizes;  ///< empty: powers of two below the batch, and the batch
+  int warmup = 2;
+  int repeats = 5;
+  std::string timer = "auto";  ///< GPU: auto, cupti or events
+  int threads = 0;             ///< CPU intra-op threads (0: torch's default)
+  std::uint64_t seed = 0;
+  std::function<void(std::size_t done, std::size_t total)> progress;
+};
+
+struct ProfileResult {
+  Profile profile;
+  std::vector<std::string> warnings;
+};
+
+/// Throws InputError for bad options (batch 0, a size above the batch, CUDA without a GPU).
+ProfileResult profile_model(models::Model& model, const ProfileOptions& options);
+
+/// The sizes a profile measures by default: 1, 2, 4, … below the batch, and the batch.
+std::vector<std::int64_t> default_micro_batch_sizes(std::int64_t batch);
+
+/// Measures the devices a pipeline would use and the links between them: `devices` logical CPU
+/// devices (worker threads; memory unknown), or every CUDA device (its memory; peer copies).
+/// Link bandwidth from large copies, latency from small ones and the hand-over between threads.
+Hardware probe_hardware(const std::string& device, int devices);
+
+}  // namespace pipetune::profiler

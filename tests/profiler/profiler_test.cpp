@@ -1,0 +1,220 @@
+// The profiler against hand-counted bytes and layers of known cost.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+#ifdef PIPETUNE_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#endif
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+#include <ATen/ATen.h>
+#include <chrono>
+#include <thread>
+
+#include "profiler/profiler.hpp"
+#include "sim/error.hpp"
+#include "tests/support/run_command.hpp"
+
+namespace pipetune {
+namespace {
+
+// A model from given layers; the loss is the output's mean (its own cost is then small).
+models::Model model_of(std::vector<std::pair<std::string, torch::nn::AnyModule>> layers,
+                       std::vector<std::int64_t> sample_shape) {
+  models::Model m;
+  m.name = "test";
+  for (auto& [name, module] : layers) {
+    m.layer_names.push_back(name);
+    m.layers->push_back(std::string(name), module);
+  }
+  m.loss = [](const at::Tensor& y, const at::Tensor&) { return y.mean(); };
+  m.make_batch = [sample_shape](std::int64_t batch, std::uint64_t seed) {
+    auto g = at::detail::createCPUGenerator(seed);
+    std::vector<std::int64_t> shape{batch};
+    shape.insert(shape.end(), sample_shape.begin(), sample_shape.end());
+    return std::make_pair(at::randn(shape, g), at::zeros({batch}, at::kLong));
+  };
+  return m;
+}
+
+profiler::ProfileOptions quick(std::int64_t batch, std::vector<std::int64_t> sizes) {
+  profiler::ProfileOptions o;
+  o.batch_size = batch;
+  o.micro_batch_sizes = std::move(sizes);
+  o.warmup = 1;
+  o.repeats = 3;
+  o.threads = 1;
+  return o;
+}
+
+TEST(Profiler, ByteCountsOfLinearReluLayerNormAreExact) {
+  models::Model m = model_of({{"linear", torch::nn::AnyModule(torch::nn::Linear(8, 16))},
+                              {"relu", torch::nn::AnyModule(torch::nn::ReLU())},
+                              {"norm", torch::nn::AnyModule(torch::nn::LayerNorm(torch::nn::LayerNormOptions({16})))},
+                              {"head", torch::nn::AnyModule(torch::nn::Linear(16, 2))}},
+                             {8});
+  const Profile p = profiler::profile_model(m, quick(4, {1, 4})).profile;
+  ASSERT_EQ(p.layers.size(), 4u);
+  EXPECT_EQ(p.input_bytes, (std::vector<std::int64_t>{8 * 4, 4 * 8 * 4}));
+  // Linear(8, 16): weight 8x16 and bias 16, float32. It keeps its input and weight, which
+  // already exist: nothing new is saved.
+  EXPECT_EQ(p.layers[0].param_bytes, (8 * 16 + 16) * 4);
+  EXPECT_EQ(p.layers[0].output_bytes, (std::vector<std::int64_t>{16 * 4, 4 * 16 * 4}));
+  EXPECT_EQ(p.layers[0].saved_bytes, (std::vector<std::int64_t>{0, 0}));
+  // ReLU keeps its output (counted as output), nothing else.
+  EXPECT_EQ(p.layers[1].param_bytes, 0);
+  EXPECT_EQ(p.layers[1].output_bytes, (std::vector<std::int64_t>{16 * 4, 4 * 16 * 4}));
+  EXPECT_EQ(p.layers[1].saved_bytes, (std::vector<std::int64_t>{0, 0}));
+  // LayerNorm(16) keeps a mean and a reciprocal deviation per sample: 2 floats each.
+  EXPECT_EQ(p.layers[2].param_bytes, 2 * 16 * 4);
+  EXPECT_EQ(p.layers[2].saved_bytes, (std::vector<std::int64_t>{2 * 1 * 4, 2 * 4 * 4}));
+  EXPECT_EQ(p.layers[2].output_bytes, (std::vector<std::int64_t>{16 * 4, 4 * 16 * 4}));
+}
+
+TEST(Profiler, ByteCountsOfConv2dAreExact) {
+  models::Model m = model_of(
+      {{"conv", torch::nn::AnyModule(torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 4, 3).padding(1)))},
+       {"relu", torch::nn::AnyModule(torch::nn::ReLU())}},
+      {3, 8, 8});
+  const Profile p = profiler::profile_model(m, quick(2, {2})).profile;
+  EXPECT_EQ(p.layers[0].param_bytes, (4 * 3 * 3 * 3 + 4) * 4);
+  EXPECT_EQ(p.layers[0].output_bytes, (std::vector<std::int64_t>{2 * 4 * 8 * 8 * 4}));
+  EXPECT_EQ(p.layers[0].saved_bytes, (std::vector<std::int64_t>{0}));  // input and weight exist
+  EXPECT_EQ(p.input_bytes, (std::vector<std::int64_t>{2 * 3 * 8 * 8 * 4}));
+}
+
+// Sleeps a known time per sample in its forward.
+class SleepPerSampleImpl : public torch::nn::Module {
+ public:
+  explicit SleepPerSampleImpl(double ms) : ms_(ms) {}
+  at::Tensor forward(const at::Tensor& x) {
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms_ * static_cast<double>(x.size(0))));
+    return x * 1.0;
+  }
+
+ private:
+  double ms_;
+};
+TORCH_MODULE(SleepPerSample);
+
+// k matrix products of a 256x256 weight.
+class MatmulsImpl : public torch::nn::Module {
+ public:
+  explicit MatmulsImpl(int k) : k_(k) { w = register_parameter("w", at::randn({256, 256}) * 0.01); }
+  at::Tensor forward(const at::Tensor& x) {
+    at::Tensor y = x;
+    for (int i = 0; i < k_; ++i) y = at::matmul(y, w);
+    return y;
+  }
+  at::Tensor w;
+
+ private:
+  int k_;
+};
+TORCH_MODULE(Matmuls);
+
+TEST(Profiler, KnownCostsRankAndScale) {
+  models::Model m = model_of({{"sleep", torch::nn::AnyModule(SleepPerSample(2.0))},
+                              {"one", torch::nn::AnyModule(Matmuls(1))},
+                              {"four", torch::nn::AnyModule(Matmuls(4))}},
+                             {256});
+  const Profile p = profiler::profile_model(m, quick(8, {1, 2, 4, 8})).profile;
+  for (std::size_t k = 0; k < p.micro_batch_sizes.size(); ++k) {
+    const double expected = 2.0 * static_cast<double>(p.micro_batch_sizes[k]);
+    EXPECT_GE(p.layers[0].forward_ms[k], expected);
+    EXPECT_LT(p.layers[0].forward_ms[k], expected + 3.0);  // a sleep overshoots a little
+    // Four products cost more than one, at every size.
+    EXPECT_GT(p.layers[2].forward_ms[k], p.layers[1].forward_ms[k]);
+    EXPECT_GT(p.layers[2].backward_ms[k], p.layers[1].backward_ms[k]);
+  }
+  EXPECT_GT(p.layers[2].forward_ms.back(), p.layers[2].forward_ms.front());  // bigger batches cost more
+}
+
+TEST(Profiler, BadOptions) {
+  models::Model m = models::build_model("mlp:layers=2,width=8");
+  auto error = [&](profiler::ProfileOptions o) -> std::string {
+    try {
+      profiler::profile_model(m, o);
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(error(quick(0, {})), "--batch: expected a positive integer, got 0");
+  EXPECT_EQ(error(quick(8, {4, 16})), "--micro-batch-sizes: expected sizes from 1 to 8 (the batch size), got 16");
+  profiler::ProfileOptions on_gpu = quick(8, {});
+  on_gpu.device = "cuda";
+  if (!torch::cuda::is_available()) {
+    EXPECT_THAT(error(on_gpu), ::testing::HasSubstr("--device cuda"));
+  }
+}
+
+TEST(ProfilerCli, BadInputIsOneLine) {
+  auto run = [](std::vector<std::string> args) {
+    std::vector<std::string> argv{PIPETUNE_CLI, "profile"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return testing::run_command(argv);
+  };
+  auto r = run({"--model", "vgg", "--batch", "8", "-o", "/tmp/x.json"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, ::testing::StartsWith("pipetune: error: --model: unknown model \"vgg\""));
+  r = run({"--model", "mlp", "--batch", "0", "-o", "/tmp/x.json"});
+  EXPECT_EQ(r.err, "pipetune: error: --batch: expected a positive integer, got 0\n");
+  r = run({"--model", "mlp:layers=2,width=8", "--batch", "8", "--micro-batch-sizes", "2,64", "-o", "/tmp/x.json"});
+  EXPECT_EQ(r.err, "pipetune: error: --micro-batch-sizes: expected sizes from 1 to 8 (the batch size), got 64\n");
+  if (!torch::cuda::is_available()) {
+    r = run({"--model", "mlp:layers=2,width=8", "--batch", "8", "--device", "cuda", "-o", "/tmp/x.json"});
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_THAT(r.err, ::testing::StartsWith("pipetune: error: --device cuda"));
+  }
+}
+
+TEST(ProfilerGpu, CuptiLayerTimesSumToTheWholeModelAndRepeat) {
+#ifndef PIPETUNE_WITH_CUDA
+  GTEST_SKIP() << "built without CUDA";
+#else
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  models::Model m = models::build_model("gpt:layers=4,width=512,heads=8,seq=128,vocab=4096");
+  profiler::ProfileOptions o = quick(16, {16});
+  o.device = "cuda";
+  o.timer = "cupti";
+  o.repeats = 7;
+  const Profile first = profiler::profile_model(m, o).profile;
+  const Profile second = profiler::profile_model(m, o).profile;
+  double per_layer = 0.0;
+  for (std::size_t l = 0; l < first.layers.size(); ++l) {
+    per_layer += first.layers[l].forward_ms[0] + first.layers[l].backward_ms[0];
+    // The same profile twice agrees within 3 % per layer (for layers long enough to time).
+    using Times = std::vector<double> LayerProfile::*;
+    for (Times v : {&LayerProfile::forward_ms, &LayerProfile::backward_ms}) {
+      const double a = (first.layers[l].*v)[0], b = (second.layers[l].*v)[0];
+      if (a > 0.05) {
+        EXPECT_NEAR(b, a, 0.03 * a) << first.layers[l].name;
+      }
+    }
+  }
+  // The whole model's forward and backward, timed with CUDA events.
+  m.layers->to(at::kCUDA);
+  auto [x, y] = m.make_batch(16, 0);
+  x = x.to(at::kCUDA);
+  y = y.to(at::kCUDA);
+  std::vector<double> whole;
+  for (int r = 0; r < 9; ++r) {
+    at::cuda::CUDAEvent start(cudaEventDefault), end(cudaEventDefault);
+    start.record();
+    m.loss(m.layers->forward(x), y).backward();
+    end.record();
+    end.synchronize();
+    whole.push_back(start.elapsed_time(end));
+  }
+  std::sort(whole.begin(), whole.end());
+  EXPECT_NEAR(per_layer, whole[whole.size() / 2], 0.05 * whole[whole.size() / 2]);
+#endif
+}
+
+}  // namespace
+}  // namespace pipetune
