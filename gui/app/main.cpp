@@ -1,0 +1,123 @@
+// pipetune-gui [profile.json] [hardware.json] [plan.json] [trace.json ...]
+// pipetune-gui --screenshot FILE [files ...]: opens the files, renders the window to FILE, exits.
+// --devices, --memory and --bandwidth edit the devices as `pipetune simulate`'s flags do.
+
+#include <QApplication>
+#include <QCommandLineParser>
+#include <QMessageBox>
+#include <QRegularExpression>
+#include <QTimer>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "gui/model/text_format.hpp"
+#include "gui/widgets/main_window.hpp"
+
+namespace {
+
+bool wants_screenshot(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--screenshot") == 0 ||
+        std::strncmp(argv[i], "--screenshot=", 13) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // A screenshot needs no display: use the offscreen platform unless one was chosen.
+  if (wants_screenshot(argc, argv) && qEnvironmentVariableIsEmpty("QT_QPA_PLATFORM")) {
+    qputenv("QT_QPA_PLATFORM", "offscreen");
+  }
+  QApplication app(argc, argv);
+  QApplication::setApplicationName(QStringLiteral("pipetune-gui"));
+  QApplication::setOrganizationName(QStringLiteral("pipetune"));
+
+  QCommandLineParser parser;
+  parser.setApplicationDescription(
+      QStringLiteral("Tune a GPipe plan interactively and compare its predicted timeline with a "
+                     "measured one. Files: a profile, a hardware file, a plan and traces, in any "
+                     "order."));
+  parser.addHelpOption();
+  const QCommandLineOption screenshot(QStringLiteral("screenshot"),
+                                      QStringLiteral("Render the main window to FILE and exit."),
+                                      QStringLiteral("FILE"));
+  const QCommandLineOption size(QStringLiteral("size"),
+                                QStringLiteral("Window size for --screenshot (default 1600x1000)."),
+                                QStringLiteral("WxH"), QStringLiteral("1600x1000"));
+  // The same device flags as `pipetune simulate`, applied to the opened profile.
+  const QCommandLineOption devices(QStringLiteral("devices"),
+                                   QStringLiteral("N devices, one stage each (balanced)."),
+                                   QStringLiteral("N"));
+  const QCommandLineOption memory(QStringLiteral("memory"),
+                                  QStringLiteral("Memory of every device, e.g. 16GiB."),
+                                  QStringLiteral("SIZE"));
+  const QCommandLineOption bandwidth(QStringLiteral("bandwidth"),
+                                     QStringLiteral("Link bandwidth, e.g. 25GB/s or ideal."),
+                                     QStringLiteral("B"));
+  parser.addOptions({screenshot, size, devices, memory, bandwidth});
+  parser.addPositionalArgument(
+      QStringLiteral("files"),
+      QStringLiteral("profile.json, hardware.json, plan.json, trace.json ..."),
+      QStringLiteral("[files...]"));
+  parser.process(app);
+
+  pipetune::gui::MainWindow window;
+  QStringList problems = window.open_files(parser.positionalArguments());
+  pipetune::gui::PlanEditor& editor = window.editor();
+  if (parser.isSet(devices)) {
+    bool ok = false;
+    const int count = parser.value(devices).toInt(&ok);
+    const QString refused =
+        ok ? editor.set_device_count(count) : QStringLiteral("expected a count");
+    if (!refused.isEmpty()) problems << QStringLiteral("--devices: ") + refused;
+  }
+  if (parser.isSet(memory)) {
+    const std::int64_t bytes = pipetune::gui::parse_size(parser.value(memory));
+    if (bytes < 0 || !editor.has_profile()) {
+      problems << QStringLiteral("--memory: expected a size such as 16GiB (and a profile)");
+    } else {
+      editor.set_memory_per_device(bytes);
+    }
+  }
+  if (parser.isSet(bandwidth)) {
+    const double bytes_per_s = pipetune::gui::parse_bandwidth(parser.value(bandwidth));
+    if (std::isnan(bytes_per_s) || !editor.has_profile()) {
+      problems << QStringLiteral(
+          "--bandwidth: expected bytes per second such as 25GB/s or ideal (and a profile)");
+    } else {
+      editor.set_link_bandwidth(bytes_per_s);
+    }
+  }
+
+  if (parser.isSet(screenshot)) {
+    for (const QString& p : problems) std::fprintf(stderr, "pipetune-gui: %s\n", qPrintable(p));
+    const auto match =
+        QRegularExpression(QStringLiteral("^(\\d+)x(\\d+)$")).match(parser.value(size));
+    if (!match.hasMatch()) {
+      std::fprintf(stderr, "pipetune-gui: --size: expected WxH such as 1600x1000, got \"%s\"\n",
+                   qPrintable(parser.value(size)));
+      return 2;
+    }
+    const QSize window_size(match.captured(1).toInt(), match.captured(2).toInt());
+    const QString failure = window.save_screenshot(parser.value(screenshot), window_size);
+    if (!failure.isEmpty()) {
+      std::fprintf(stderr, "pipetune-gui: %s\n", qPrintable(failure));
+      return 1;
+    }
+    return problems.isEmpty() ? 0 : 2;
+  }
+
+  window.resize(1600, 1000);
+  window.show();
+  if (!problems.isEmpty()) {
+    QTimer::singleShot(0, &window, [&window, problems] {
+      QMessageBox::warning(&window, QStringLiteral("pipetune"), problems.join(QLatin1Char('\n')));
+    });
+  }
+  return QApplication::exec();
+}

@@ -1,0 +1,29 @@
+#pragma once
+
+// Draws the memory chart: per device, the predicted allocation over the iteration, the measured
+// one when a measured trace is open, and the device's capacity as a dashed line. A device whose
+// predicted peak exceeds its capacity is drawn in red, before anything has run.
+
+#include <QFont>
+#include <QPainter>
+
+#include "gui/model/memory_chart_geometry.hpp"
+#include "gui/model/text_cache.hpp"
+#include "gui/model/time_axis.hpp"
+#include "gui/model/timeline_model.hpp"
+
+namespace pipetune::gui {
+
+class MemoryChartPainter {
+ public:
+  MemoryChartPainter();
+  /// `area` is the whole chart; the axis maps the same pixels as the timeline's.
+  void paint(QPainter& painter, const QRectF& area, const TimelineModel& model,
+             const TimeAxis& axis, const MemoryChartGeometry& geometry);
+
+ private:
+  QFont name_font_, small_font_;
+  TextCache texts_;
+};
+
+}  // namespace pipetune::gui

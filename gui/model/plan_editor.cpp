@@ -1,0 +1,232 @@
+#include "gui/model/plan_editor.hpp"
+
+#include <QElapsedTimer>
+#include <algorithm>
+
+#include "sim/balance.hpp"
+#include "sim/error.hpp"
+
+namespace pipetune::gui {
+
+PlanEditor::PlanEditor(QObject* parent) : QObject(parent) {}
+
+PlanEditor::~PlanEditor() {
+  simulator_.reset();  // before what it refers to
+}
+
+void PlanEditor::open_profile(Profile profile, std::optional<Hardware> hardware) {
+  simulator_.reset();
+  profile_ = std::make_unique<Profile>(std::move(profile));
+  const int layers = static_cast<int>(profile_->layer_count());
+  hardware_from_file_ = hardware.has_value();
+  base_hardware_ =
+      hardware ? std::move(*hardware) : replicate_device(profile_->device, std::min(4, layers));
+  edits_ = {};
+  if (static_cast<int>(base_hardware_.devices.size()) > layers) edits_.device_count = layers;
+  rebuild_hardware();
+
+  const int stages = static_cast<int>(hardware_->devices.size());
+  Plan plan;
+  plan.chunks = static_cast<int>(std::min<std::int64_t>(profile_->batch_size, 4 * stages));
+  plan.balance = balanced(stages, plan);
+  plan_ = plan;
+  emit profile_changed();
+  emit hardware_changed();
+  emit plan_changed();
+  simulate();
+}
+
+void PlanEditor::open_hardware(Hardware hardware) {
+  if (!profile_) return;
+  base_hardware_ = std::move(hardware);
+  hardware_from_file_ = true;
+  edits_ = {};
+  const int layers = static_cast<int>(profile_->layer_count());
+  if (static_cast<int>(base_hardware_.devices.size()) > layers) edits_.device_count = layers;
+  rebuild_hardware();
+  emit hardware_changed();
+  try {
+    check_plan(plan_, *profile_, *hardware_, "plan");
+  } catch (const InputError&) {
+    plan_.devices.clear();
+    plan_.balance = balanced(static_cast<int>(hardware_->devices.size()), plan_);
+  }
+  emit plan_changed();
+  simulate();
+}
+
+void PlanEditor::rebuild_hardware() {
+  simulator_.reset();
+  hardware_ = std::make_unique<Hardware>(apply_edits(base_hardware_, edits_));
+  simulator_ = std::make_unique<Simulator>(*profile_, *hardware_);
+  ++simulators_built_;
+}
+
+std::vector<int> PlanEditor::balanced(int stages, const Plan& shape) const {
+  Plan one_per_device = shape;
+  one_per_device.devices.clear();
+  one_per_device.balance.assign(stages, 1);
+  return time_balanced(simulator_->costs(), *hardware_, stages, one_per_device);
+}
+
+QString PlanEditor::commit(Plan plan) {
+  if (!profile_) return QStringLiteral("open a profile first");
+  // Without a stage-to-device map, every stage needs its own device: grow the devices to the
+  // stages (or, for made-up devices, shrink them too).
+  if (plan.devices.empty()) {
+    const int devices = static_cast<int>(hardware_->devices.size());
+    if (plan.stages() > devices || (!hardware_from_file_ && plan.stages() < devices)) {
+      if (plan.stages() < 1) return QStringLiteral("a plan needs at least one stage");
+      const HardwareEdits before = edits_;
+      edits_.device_count = plan.stages();
+      rebuild_hardware();
+      try {
+        check_plan(plan, *profile_, *hardware_, "plan");
+      } catch (const InputError& e) {
+        edits_ = before;
+        rebuild_hardware();
+        return QString::fromStdString(e.what());
+      }
+      emit hardware_changed();
+    }
+  }
+  try {
+    check_plan(plan, *profile_, *hardware_, "plan");
+  } catch (const InputError& e) {
+    return QString::fromStdString(e.what());
+  }
+  plan_ = std::move(plan);
+  emit plan_changed();
+  simulate();
+  return {};
+}
+
+QString PlanEditor::apply_plan(const Plan& plan) {
+  return commit(plan);
+}
+
+QString PlanEditor::set_balance(const std::vector<int>& balance) {
+  Plan plan = plan_;
+  if (balance.size() != plan.balance.size()) plan.devices.clear();
+  plan.balance = balance;
+  return commit(std::move(plan));
+}
+
+void PlanEditor::move_boundary(int boundary, int gap) {
+  if (!profile_ || boundary < 0 || boundary + 1 >= plan_.stages()) return;
+  int first = 0;
+  for (int s = 0; s < boundary; ++s) first += plan_.balance[s];
+  const int end = first + plan_.balance[boundary] + plan_.balance[boundary + 1];
+  const int clamped = std::clamp(gap, first + 1, end - 1);
+  if (clamped - first == plan_.balance[boundary]) return;  // nothing moved: no re-simulation
+  Plan plan = plan_;
+  plan.balance[boundary] = clamped - first;
+  plan.balance[boundary + 1] = end - clamped;
+  commit(std::move(plan));
+}
+
+void PlanEditor::set_chunks(int chunks) {
+  if (!profile_ || chunks == plan_.chunks) return;
+  Plan plan = plan_;
+  plan.chunks = static_cast<int>(std::clamp<std::int64_t>(chunks, 1, profile_->batch_size));
+  commit(std::move(plan));
+}
+
+void PlanEditor::set_checkpoint(CheckpointMode mode) {
+  if (!profile_ || mode == plan_.checkpoint) return;
+  Plan plan = plan_;
+  plan.checkpoint = mode;
+  commit(std::move(plan));
+}
+
+void PlanEditor::set_schedule(ScheduleKind kind) {
+  if (!profile_ || kind == plan_.schedule) return;
+  Plan plan = plan_;
+  plan.schedule = kind;
+  commit(std::move(plan));
+}
+
+void PlanEditor::set_optimizer_state_factor(double factor) {
+  if (!profile_ || factor == plan_.optimizer_state_factor || factor < 0) return;
+  Plan plan = plan_;
+  plan.optimizer_state_factor = factor;
+  commit(std::move(plan));
+}
+
+QString PlanEditor::even_out() {
+  if (!profile_) return QStringLiteral("open a profile first");
+  Plan plan = plan_;
+  plan.balance = time_balanced(simulator_->costs(), *hardware_, plan.stages(), plan);
+  if (plan.balance.empty()) return QStringLiteral("fewer layers than stages");
+  if (plan.balance == plan_.balance) return {};
+  return commit(std::move(plan));
+}
+
+QString PlanEditor::set_device_count(int count) {
+  if (!profile_) return QStringLiteral("open a profile first");
+  const int layers = static_cast<int>(profile_->layer_count());
+  if (count < 1 || count > layers) {
+    return QStringLiteral("expected 1 to %1 devices (one layer per stage at least), got %2")
+        .arg(layers)
+        .arg(count);
+  }
+  if (count == static_cast<int>(hardware_->devices.size()) && plan_.devices.empty() &&
+      plan_.stages() == count) {
+    return {};
+  }
+  edits_.device_count = count;
+  rebuild_hardware();
+  emit hardware_changed();
+  Plan plan = plan_;
+  plan.devices.clear();
+  plan.balance = balanced(count, plan);
+  return commit(std::move(plan));
+}
+
+void PlanEditor::set_memory_per_device(std::int64_t bytes) {
+  if (!profile_ || bytes < 0 || bytes == memory_per_device()) return;
+  edits_.memory_bytes = bytes;
+  rebuild_hardware();
+  emit hardware_changed();
+  simulate();
+}
+
+void PlanEditor::set_link_bandwidth(double bytes_per_s) {
+  if (!profile_ || !(bytes_per_s > 0)) return;
+  if (bytes_per_s == hardware_->link.bandwidth_bytes_per_s && hardware_->links.empty()) return;
+  edits_.bandwidth_bytes_per_s = bytes_per_s;
+  rebuild_hardware();
+  emit hardware_changed();
+  simulate();
+}
+
+std::int64_t PlanEditor::memory_per_device() const {
+  if (!hardware_ || hardware_->devices.empty()) return 0;
+  const std::int64_t first = hardware_->devices.front().memory_bytes;
+  for (const auto& d : hardware_->devices) {
+    if (d.memory_bytes != first) return -1;
+  }
+  return first;
+}
+
+std::vector<double> PlanEditor::layer_ms() const {
+  if (!profile_) return {};
+  const std::int64_t size = split_batch(profile_->batch_size, plan_.chunks).front();
+  const SizeCosts& costs = simulator_->costs().at(size);
+  std::vector<double> out(costs.forward_ms.size());
+  for (std::size_t l = 0; l < out.size(); ++l) out[l] = costs.forward_ms[l] + costs.backward_ms[l];
+  return out;
+}
+
+void PlanEditor::simulate() {
+  QElapsedTimer timer;
+  timer.start();
+  SimulationOptions options;
+  options.record_tasks = true;
+  options.record_memory = true;
+  result_ = simulator_->run(plan_, options);
+  last_wall_ms_ = static_cast<double>(timer.nsecsElapsed()) / 1e6;
+  emit simulated();
+}
+
+}  // namespace pipetune::gui

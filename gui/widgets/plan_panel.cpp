@@ -1,0 +1,163 @@
+#include "gui/widgets/plan_panel.hpp"
+
+#include <QComboBox>
+#include <QDoubleSpinBox>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPushButton>
+#include <QSignalBlocker>
+#include <QSlider>
+#include <QSpinBox>
+#include <cmath>
+
+#include "gui/model/text_format.hpp"
+
+namespace pipetune::gui {
+
+PlanPanel::PlanPanel(PlanEditor& editor, QWidget* parent)
+    : QWidget(parent),
+      editor_(editor),
+      balance_(new QLineEdit(this)),
+      chunks_slider_(new QSlider(Qt::Horizontal, this)),
+      chunks_spin_(new QSpinBox(this)),
+      micro_batches_(new QLabel(this)),
+      checkpoint_(new QComboBox(this)),
+      schedule_(new QComboBox(this)),
+      optimizer_(new QDoubleSpinBox(this)),
+      devices_(new QSpinBox(this)),
+      memory_(new QLineEdit(this)),
+      bandwidth_(new QLineEdit(this)),
+      problem_(new QLabel(this)) {
+  auto* form = new QFormLayout(this);
+  form->setContentsMargins(0, 0, 0, 0);
+  form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+
+  balance_->setToolTip(
+      tr("Layers per stage, e.g. 3,3,2 (or drag the boundaries in the layer strip)"));
+  auto* rebalance = new QPushButton(tr("Even out"), this);
+  rebalance->setToolTip(tr("The balance that minimises the busiest device's compute"));
+  auto* balance_row = new QHBoxLayout;
+  balance_row->addWidget(balance_, 1);
+  balance_row->addWidget(rebalance);
+  form->addRow(tr("Balance"), balance_row);
+
+  chunks_slider_->setToolTip(tr("Micro-batches per mini-batch"));
+  auto* chunks_row = new QHBoxLayout;
+  chunks_row->addWidget(chunks_slider_, 1);
+  chunks_row->addWidget(chunks_spin_);
+  form->addRow(tr("Chunks"), chunks_row);
+  micro_batches_->setStyleSheet(QStringLiteral("color: #6a727d;"));
+  form->addRow(QString(), micro_batches_);
+
+  for (CheckpointMode mode : kAllCheckpointModes) {
+    checkpoint_->addItem(QString::fromUtf8(to_string(mode).data()), static_cast<int>(mode));
+  }
+  checkpoint_->setToolTip(tr("torchgpipe's checkpoint modes: which micro-batches are recomputed"));
+  form->addRow(tr("Checkpoint"), checkpoint_);
+  for (ScheduleKind kind : kAllScheduleKinds) {
+    schedule_->addItem(QString::fromUtf8(to_string(kind).data()), static_cast<int>(kind));
+  }
+  form->addRow(tr("Schedule"), schedule_);
+  optimizer_->setRange(0, 8);
+  optimizer_->setSingleStep(1);
+  optimizer_->setDecimals(1);
+  optimizer_->setToolTip(tr("Optimizer state per parameter byte: 0 SGD, 1 momentum, 2 Adam"));
+  form->addRow(tr("Optimizer state"), optimizer_);
+
+  devices_->setToolTip(tr("One stage per device; changing it evens out the balance"));
+  form->addRow(tr("Devices"), devices_);
+  memory_->setToolTip(
+      tr("Memory of every device, e.g. 16 GiB, 512 MiB, 8e9; \"unlimited\" for no limit"));
+  form->addRow(tr("Memory / device"), memory_);
+  bandwidth_->setToolTip(tr("Bandwidth of every link, e.g. 25 GB/s, 1e8, or \"ideal\""));
+  form->addRow(tr("Link bandwidth"), bandwidth_);
+  problem_->setWordWrap(true);
+  problem_->setStyleSheet(QStringLiteral("color: #d62728;"));
+  problem_->hide();
+  form->addRow(problem_);
+
+  connect(balance_, &QLineEdit::editingFinished, this, [this] {
+    const auto balance = parse_balance(balance_->text());
+    show_problem(balance.empty() ? tr("balance: expected layer counts such as 3,3,2")
+                                 : editor_.set_balance(balance));
+  });
+  connect(rebalance, &QPushButton::clicked, this, [this] { show_problem(editor_.even_out()); });
+  connect(chunks_slider_, &QSlider::valueChanged, this,
+          [this](int value) { editor_.set_chunks(value); });
+  connect(chunks_spin_, &QSpinBox::valueChanged, this,
+          [this](int value) { editor_.set_chunks(value); });
+  connect(checkpoint_, &QComboBox::currentIndexChanged, this, [this] {
+    editor_.set_checkpoint(static_cast<CheckpointMode>(checkpoint_->currentData().toInt()));
+  });
+  connect(schedule_, &QComboBox::currentIndexChanged, this, [this] {
+    editor_.set_schedule(static_cast<ScheduleKind>(schedule_->currentData().toInt()));
+  });
+  connect(optimizer_, &QDoubleSpinBox::valueChanged, this,
+          [this](double value) { editor_.set_optimizer_state_factor(value); });
+  connect(devices_, &QSpinBox::valueChanged, this,
+          [this](int value) { show_problem(editor_.set_device_count(value)); });
+  connect(memory_, &QLineEdit::editingFinished, this, [this] {
+    const std::int64_t bytes = parse_size(memory_->text());
+    if (bytes < 0) {
+      show_problem(tr("memory: expected a size such as 16 GiB, 512 MiB or unlimited"));
+      return;
+    }
+    show_problem({});
+    editor_.set_memory_per_device(bytes);
+  });
+  connect(bandwidth_, &QLineEdit::editingFinished, this, [this] {
+    const double bandwidth = parse_bandwidth(bandwidth_->text());
+    if (std::isnan(bandwidth)) {
+      show_problem(tr("bandwidth: expected bytes per second such as 25 GB/s, 1e8 or ideal"));
+      return;
+    }
+    show_problem({});
+    editor_.set_link_bandwidth(bandwidth);
+  });
+
+  connect(&editor_, &PlanEditor::plan_changed, this, &PlanPanel::sync);
+  connect(&editor_, &PlanEditor::hardware_changed, this, &PlanPanel::sync);
+  connect(&editor_, &PlanEditor::profile_changed, this, &PlanPanel::sync);
+  sync();
+}
+
+void PlanPanel::show_problem(const QString& problem) {
+  problem_->setText(problem);
+  problem_->setVisible(!problem.isEmpty());
+  if (problem.isEmpty()) sync();
+}
+
+void PlanPanel::sync() {
+  const bool ready = editor_.has_profile();
+  setEnabled(ready);
+  if (!ready) return;
+  const QSignalBlocker b1(balance_), b2(chunks_slider_), b3(chunks_spin_), b4(checkpoint_),
+      b5(schedule_), b6(optimizer_), b7(devices_), b8(memory_), b9(bandwidth_);
+  const Plan& plan = editor_.plan();
+  const Profile& profile = editor_.profile();
+  balance_->setText(format_balance(plan.balance).mid(1).chopped(1));
+  const int batch = static_cast<int>(profile.batch_size);
+  chunks_slider_->setRange(1, batch);
+  chunks_spin_->setRange(1, batch);
+  chunks_slider_->setValue(plan.chunks);
+  chunks_spin_->setValue(plan.chunks);
+  const auto sizes = split_batch(profile.batch_size, plan.chunks);
+  QString split =
+      tr("%n micro-batch(es) of %1", nullptr, static_cast<int>(sizes.size())).arg(sizes.front());
+  if (sizes.back() != sizes.front()) split += tr(" (last %1)").arg(sizes.back());
+  micro_batches_->setText(split + tr(", batch %1").arg(batch));
+  checkpoint_->setCurrentIndex(checkpoint_->findData(static_cast<int>(plan.checkpoint)));
+  schedule_->setCurrentIndex(schedule_->findData(static_cast<int>(plan.schedule)));
+  optimizer_->setValue(plan.optimizer_state_factor);
+  devices_->setRange(1, static_cast<int>(profile.layer_count()));
+  devices_->setValue(static_cast<int>(editor_.hardware().devices.size()));
+  const std::int64_t memory = editor_.memory_per_device();
+  memory_->setText(memory < 0    ? tr("(differs per device)")
+                   : memory == 0 ? tr("unlimited")
+                                 : format_size(memory));
+  bandwidth_->setText(format_bandwidth(editor_.hardware().link.bandwidth_bytes_per_s));
+}
+
+}  // namespace pipetune::gui

@@ -1,0 +1,68 @@
+#include "gui/widgets/planner_worker.hpp"
+
+#include <exception>
+
+namespace pipetune::gui {
+
+namespace {
+struct Cancelled {};
+}  // namespace
+
+PlannerWorker::PlannerWorker(QObject* parent) : QObject(parent) {
+  qRegisterMetaType<std::shared_ptr<const pipetune::PlanSearchResult>>();
+}
+
+PlannerWorker::~PlannerWorker() {
+  cancel();
+  wait();
+}
+
+bool PlannerWorker::start(const Profile& profile, const Hardware& hardware,
+                          PlannerOptions options) {
+  if (running()) return false;
+  cancel_ = std::make_shared<std::atomic<bool>>(false);
+  auto flag = cancel_;
+  // The destructor waits for the thread, so `this` outlives it; signals are emitted on the GUI
+  // thread, where `this` lives.
+  thread_ = QThread::create([this, flag, profile, hardware, options]() mutable {
+    // Progress arrives once per configuration; throwing from it is how a search is stopped.
+    options.progress = [this, flag](std::size_t done, std::size_t total) {
+      if (flag->load()) throw Cancelled{};
+      QMetaObject::invokeMethod(
+          this,
+          [this, done, total] { emit progressed(static_cast<int>(done), static_cast<int>(total)); },
+          Qt::QueuedConnection);
+    };
+    try {
+      auto result =
+          std::make_shared<const PlanSearchResult>(find_best_plans(profile, hardware, options));
+      QMetaObject::invokeMethod(
+          this, [this, result] { emit finished(result); }, Qt::QueuedConnection);
+    } catch (const Cancelled&) {
+      QMetaObject::invokeMethod(
+          this, [this] { emit cancelled(); }, Qt::QueuedConnection);
+    } catch (const std::exception& e) {
+      const QString reason = QString::fromStdString(e.what());
+      QMetaObject::invokeMethod(
+          this, [this, reason] { emit failed(reason); }, Qt::QueuedConnection);
+    }
+  });
+  thread_->setParent(this);
+  QThread* thread = thread_;
+  connect(thread, &QThread::finished, this, [this, thread] {
+    if (thread_ == thread) thread_ = nullptr;
+    thread->deleteLater();
+  });
+  thread_->start();
+  return true;
+}
+
+void PlannerWorker::cancel() {
+  if (cancel_) cancel_->store(true);
+}
+
+void PlannerWorker::wait() {
+  if (thread_) thread_->wait();
+}
+
+}  // namespace pipetune::gui

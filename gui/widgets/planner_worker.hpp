@@ -1,0 +1,44 @@
+#pragma once
+
+// Runs the planner (sim/planner.hpp find_best_plans) on a thread of its own so the window stays
+// responsive; its progress callback and its result come back to the GUI thread as signals. The
+// search works on copies of the profile and hardware, so edits made meanwhile do not race it.
+// Cancelling stops it at the next configuration.
+
+#include <QObject>
+#include <QThread>
+#include <atomic>
+#include <memory>
+
+#include "sim/hardware.hpp"
+#include "sim/planner.hpp"
+#include "sim/profile.hpp"
+
+namespace pipetune::gui {
+
+class PlannerWorker : public QObject {
+  Q_OBJECT
+
+ public:
+  explicit PlannerWorker(QObject* parent = nullptr);
+  ~PlannerWorker() override;
+
+  bool running() const { return thread_ != nullptr && !thread_->isFinished(); }
+  /// Starts a search; false when one is already running.
+  bool start(const Profile& profile, const Hardware& hardware, PlannerOptions options);
+  void cancel();
+  /// Blocks until the running search (if any) has ended; for tests and shutdown.
+  void wait();
+
+ signals:
+  void progressed(int done, int total);
+  void finished(std::shared_ptr<const pipetune::PlanSearchResult> result);
+  void failed(const QString& reason);
+  void cancelled();
+
+ private:
+  QThread* thread_ = nullptr;
+  std::shared_ptr<std::atomic<bool>> cancel_;
+};
+
+}  // namespace pipetune::gui
