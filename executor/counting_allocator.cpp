@@ -6,6 +6,7 @@
 #include <array>
 #include <atomic>
 #include <mutex>
+#include <unordered_map>
 
 namespace pipetune::exec {
 
@@ -15,7 +16,8 @@ thread_local int tagged_device = -1;
 
 // Every block starts with this header; the payload follows at kHeader bytes, which keeps it as
 // aligned as the default allocator's. The payload pointer is also the DataPtr's context, as
-// raw_allocate() requires, and the header tells the deleter everything else.
+// raw_allocate() requires, and the header tells the deleter everything else. (The inner
+// allocation is never returned: the cache below keeps it.)
 constexpr std::size_t kHeader = 64;
 struct Header {
   void* inner_context;
@@ -41,16 +43,49 @@ namespace {
 
 CountingAllocator* the_owner = nullptr;
 
+// Freed blocks are kept by exact size and handed out again, as the CUDA caching allocator
+// does: a training step allocates the same sizes every step, and on a virtual machine the page
+// faults of fresh memory otherwise cost more than the arithmetic. Cached blocks are not counted
+// as allocated (CUDA's "reserved but free").
+class BlockCache {
+ public:
+  char* take(std::size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = free_.find(bytes);
+    if (it == free_.end() || it->second.empty()) return nullptr;
+    char* block = it->second.back();
+    it->second.pop_back();
+    return block;
+  }
+  void give(std::size_t bytes, char* block) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_[bytes].push_back(block);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<std::size_t, std::vector<char*>> free_;
+};
+
+BlockCache& cache() {
+  static BlockCache* c = new BlockCache;  // never destroyed: blocks may be freed at exit
+  return *c;
+}
+
 class Wrapper final : public c10::Allocator {
  public:
   explicit Wrapper(c10::Allocator* inner) : inner_(inner) {}
 
   c10::DataPtr allocate(std::size_t n) override {
-    c10::DataPtr block = inner_->allocate(n + kHeader);
-    char* base = static_cast<char*>(block.get());
+    char* base = cache().take(n);
+    if (base == nullptr) {
+      c10::DataPtr block = inner_->allocate(n + kHeader);
+      base = static_cast<char*>(block.get());
+      auto* fresh = reinterpret_cast<Header*>(base);
+      fresh->inner_deleter = block.get_deleter();
+      fresh->inner_context = block.release_context();  // owned through the header from now on
+    }
     auto* header = reinterpret_cast<Header*>(base);
-    header->inner_deleter = block.get_deleter();
-    header->inner_context = block.release_context();  // now owned through the header
     header->bytes = static_cast<std::int64_t>(n);
     header->device = CountingAllocator::current_device();
     the_owner->charge(header->device, header->bytes);
@@ -66,9 +101,10 @@ class Wrapper final : public c10::Allocator {
 
  private:
   static void release(void* payload) {
-    auto* header = reinterpret_cast<Header*>(static_cast<char*>(payload) - kHeader);
+    char* base = static_cast<char*>(payload) - kHeader;
+    auto* header = reinterpret_cast<Header*>(base);
     the_owner->charge(header->device, -header->bytes);
-    if (header->inner_deleter) header->inner_deleter(header->inner_context);
+    cache().give(static_cast<std::size_t>(header->bytes), base);
   }
 
   c10::Allocator* inner_;

@@ -5,7 +5,8 @@
 // On a CPU every "device" of a pipeline shares one allocator, so this one wraps it and charges
 // each allocation to the device of the thread that makes it (a thread-local tag set by the
 // executor's workers). Each block carries a small header with its device and size, so a free
-// on another thread is charged back correctly without a lookup table.
+// on another thread is charged back correctly without a lookup table. Freed blocks are cached
+// for reuse, like the CUDA caching allocator's; "allocated" counts live tensors only.
 
 #include <chrono>
 #include <cstdint>

@@ -125,62 +125,75 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
     input = input.to(device);
     target = target.to(device);
     profile.input_bytes.push_back(bytes_of(input));
-    at::Tensor current = input;  // this layer's input: the previous layer's output
-    auto module = model.layers->begin();
-    for (int l = 0; l < layer_count; ++l, ++module) {
+    std::vector<torch::nn::AnyModule*> modules;
+    for (auto it = model.layers->begin(); it != model.layers->end(); ++it) modules.push_back(&*it);
+
+    // Time, in context: each repetition is one forward pass through every layer and one
+    // backward pass back, each layer timed on its own within it. Timing a layer alone, again and
+    // again, would keep its weights in cache, which a pipeline streaming micro-batches through
+    // many layers does not; small-batch layers are bound by memory, so that matters.
+    // Layers are joined by detached tensors, so each backward can be timed by itself.
+    std::vector<std::vector<std::uint64_t>> forward_ids(layer_count), backward_ids(layer_count);
+    for (int r = 0; r < options.warmup + options.repeats; ++r) {
+      const bool timed = r >= options.warmup;
+      std::vector<at::Tensor> inputs(layer_count), roots(layer_count);
+      at::Tensor current = input;
+      for (int l = 0; l < layer_count; ++l) {
+        at::Tensor x = current.detach();
+        if (l > 0 && at::isFloatingType(x.scalar_type())) x.requires_grad_(true);
+        Runner run{*modules[l], model, l + 1 == layer_count, target};
+        const std::uint64_t id = next_region++;
+        if (timed) backend->begin(id);
+        auto pair = run.forward(x);
+        if (timed) {
+          backend->end(id);
+          forward_ids[l].push_back(id);
+        }
+        inputs[l] = x;
+        roots[l] = pair.first;
+        current = pair.second;
+      }
+      at::Tensor gradient;  // flowing back from the layer after
+      for (int l = layer_count - 1; l >= 0; --l) {
+        const bool last = l + 1 == layer_count;
+        if (!roots[l].requires_grad()) break;  // nothing before can need a gradient either
+        const std::uint64_t id = next_region++;
+        if (timed) backend->begin(id);
+        if (last) {
+          torch::autograd::backward({roots[l]});
+        } else {
+          torch::autograd::backward({roots[l]}, {gradient});
+        }
+        if (timed) {
+          backend->end(id);
+          backward_ids[l].push_back(id);
+        }
+        gradient = inputs[l].requires_grad() ? inputs[l].grad() : at::Tensor();
+        roots[l] = at::Tensor();
+        if (!gradient.defined()) break;
+      }
+      // Parameter gradients stay allocated and accumulate, as in every backward of a stage but
+      // its first.
+    }
+    const auto times = backend->collect_ms();
+    auto pick = [&](const std::vector<std::uint64_t>& ids) {
+      std::vector<double> v;
+      for (auto id : ids) {
+        auto it = times.find(id);
+        v.push_back(it == times.end() ? 0.0 : it->second);  // no device work at all: 0
+      }
+      return statistics(v);
+    };
+
+    // Memory: each layer on its own, one forward and one backward, counted.
+    at::Tensor current = input;
+    for (int l = 0; l < layer_count; ++l) {
       LayerProfile& out = profile.layers[l];
-      Runner run{*module, model, l + 1 == layer_count, target};
+      torch::nn::AnyModule& module = *modules[l];
+      Runner run{module, model, l + 1 == layer_count, target};
       at::Tensor x = current.detach();
       if (l > 0 && at::isFloatingType(x.scalar_type())) x.requires_grad_(true);
-      // A first layer without parameters has nothing to differentiate: no backward at all.
-      auto backward_from = [&](const std::pair<at::Tensor, at::Tensor>& result_pair) {
-        if (!result_pair.first.requires_grad()) return;
-        if (run.last) {
-          torch::autograd::backward({result_pair.first});
-        } else {
-          torch::autograd::backward({result_pair.first}, {at::ones_like(result_pair.first)});
-        }
-      };
-
-      for (int w = 0; w < options.warmup; ++w) {
-        backward_from(run.forward(x));
-        reset_gradients(*module->ptr(), x);
-      }
-      backend->collect_ms();
-
-      // Time: forwards, then backwards (each on a fresh forward that is not timed).
-      std::vector<std::uint64_t> forward_ids, backward_ids;
-      for (int r = 0; r < options.repeats; ++r) {
-        const std::uint64_t id = next_region++;
-        backend->begin(id);
-        auto pair = run.forward(x);
-        backend->end(id);
-        forward_ids.push_back(id);
-      }
-      for (int r = 0; r < options.repeats; ++r) {
-        auto pair = run.forward(x);
-        // Parameter gradients stay allocated and accumulate, as in every backward of a stage but
-        // its first; the input's gradient is new each time, as in the executor.
-        if (x.requires_grad()) x.mutable_grad().reset();
-        const std::uint64_t id = next_region++;
-        backend->begin(id);
-        backward_from(pair);
-        backend->end(id);
-        backward_ids.push_back(id);
-      }
-      const auto times = backend->collect_ms();
-      auto pick = [&](const std::vector<std::uint64_t>& ids) {
-        std::vector<double> v;
-        for (auto id : ids) {
-          auto it = times.find(id);
-          v.push_back(it == times.end() ? 0.0 : it->second);  // no device work at all: 0
-        }
-        return statistics(v);
-      };
-      const Statistics forward = pick(forward_ids), backward = pick(backward_ids);
-
-      // Memory: one more forward and backward, counted.
-      reset_gradients(*module->ptr(), x);
+      reset_gradients(*module.ptr(), x);
       std::int64_t output = 0, saved = 0, workspace = 0;
       {
         backend->reset_peak();
@@ -194,21 +207,22 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
         const std::int64_t start = backend->allocated();
         backend->reset_peak();
         if (!pair.first.requires_grad()) {
-          // nothing to run backward through
+          // a first layer without parameters: no backward
         } else if (run.last) {
           torch::autograd::backward({pair.first});
         } else {
           torch::autograd::backward({pair.first}, {seed_gradient});
         }
         std::int64_t gradients = x.requires_grad() ? bytes_of(x.grad()) : 0;
-        for (const auto& p : module->ptr()->parameters()) gradients += bytes_of(p.grad());
+        for (const auto& p : module.ptr()->parameters()) gradients += bytes_of(p.grad());
         const std::int64_t backward_transient = std::max<std::int64_t>(0, backend->peak() - start - gradients);
         workspace = std::max(forward_transient, backward_transient);
         at::NoGradGuard no_grad;
         current = pair.second.detach();
       }
-      reset_gradients(*module->ptr(), x);
+      reset_gradients(*module.ptr(), x);
 
+      const Statistics forward = pick(forward_ids[l]), backward = pick(backward_ids[l]);
       out.forward_ms.push_back(forward.median);
       out.backward_ms.push_back(backward.median);
       out.forward_ms_spread.push_back(forward.spread);

@@ -2,11 +2,13 @@
 
 // pipetune's profiler: every layer of a model, at every micro-batch size, on the real device.
 //
-// For each size, the model's layers run one after the other on a synthetic batch; each layer
-// is measured on its own, its input being the previous layer's output (detached, and requiring
-// a gradient as a stage input would). Per layer and size:
-//   forward_ms, backward_ms   median of `repeats` runs after `warmup` runs (spread: the median
-//                             absolute deviation); the last layer's include the loss;
+// For each size, the model's layers run one after the other on a synthetic batch, each layer's
+// input being the previous layer's output (detached, and requiring a gradient as a stage input
+// would). Per layer and size:
+//   forward_ms, backward_ms   median of `repeats` full forward and backward passes after
+//                             `warmup` passes, each layer timed within the pass, so its weights
+//                             are as cold as in a pipeline (spread: the median absolute
+//                             deviation); the last layer's include the loss;
 //   output_bytes              the output tensor;
 //   saved_bytes               allocated after the forward minus before, minus the output: what
 //                             autograd keeps (the input is not counted: it was there before);
