@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "sim/error.hpp"
 #include "sim/file_io.hpp"
 #include "sim/json_reader.hpp"
@@ -110,8 +112,31 @@ Hardware parse_hardware(std::string_view text, const std::string& source) {
     hw.launch_overhead_ms = overhead->non_negative_number();
   }
   if (auto calibration = root.optional_field("calibration")) {
-    if (!calibration->value().is_object()) calibration->fail("an object");
-    hw.calibration_json = calibration->value().dump();
+    calibration->allow_only({"compute_scale", "task_overhead_ms", "copy", "fitted_on"});
+    Calibration& c = hw.calibration;
+    if (auto scale = calibration->optional_field("compute_scale")) {
+      if (!scale->value().is_object()) scale->fail("an object from device counts to factors, e.g. {\"2\": 1.1}");
+      for (const auto& [key, value] : scale->value().items()) {
+        const Node factor(value, source, scale->path() + "." + key);
+        int devices = 0;
+        try {
+          devices = std::stoi(key);
+        } catch (...) {
+          devices = 0;
+        }
+        if (devices < 1 || std::to_string(devices) != key) {
+          factor.fail_message(fmt::format("expected a device count as the key, got \"{}\"", key));
+        }
+        c.compute_scale[devices] = factor.positive_number();
+      }
+    }
+    if (auto overhead = calibration->optional_field("task_overhead_ms")) {
+      c.task_overhead_ms = overhead->non_negative_number();
+    }
+    if (auto copy = calibration->optional_field("copy")) c.copy = parse_link(*copy);
+    if (auto fitted = calibration->optional_field("fitted_on")) {
+      for (const Node& plan : fitted->elements()) c.fitted_on.push_back(plan.string());
+    }
   }
   return hw;
 }
@@ -139,12 +164,45 @@ std::string hardware_to_json(const Hardware& hw) {
     root["links"] = std::move(links);
   }
   root["launch_overhead_ms"] = hw.launch_overhead_ms;
-  if (!hw.calibration_json.empty()) root["calibration"] = ordered_json::parse(hw.calibration_json);
+  if (!hw.calibration.empty()) {
+    const Calibration& c = hw.calibration;
+    ordered_json calibration = ordered_json::object();
+    ordered_json scale = ordered_json::object();
+    for (const auto& [devices, factor] : c.compute_scale) scale[std::to_string(devices)] = factor;
+    calibration["compute_scale"] = std::move(scale);
+    calibration["task_overhead_ms"] = c.task_overhead_ms;
+    if (c.copy) calibration["copy"] = link_json(*c.copy);
+    calibration["fitted_on"] = c.fitted_on;
+    root["calibration"] = std::move(calibration);
+  }
   return root.dump(2) + "\n";
 }
 
 void save_hardware(const Hardware& hardware, const std::string& path) {
   write_text_file_atomically(path, hardware_to_json(hardware));
+}
+
+double Calibration::scale_for(int devices) const {
+  if (compute_scale.empty()) return 1.0;
+  auto best = compute_scale.begin();
+  for (auto it = compute_scale.begin(); it != compute_scale.end(); ++it) {
+    if (std::abs(it->first - devices) < std::abs(best->first - devices)) best = it;
+  }
+  return best->second;
+}
+
+Hardware calibrated(const Hardware& hardware, int devices_used) {
+  Hardware out = hardware;
+  const Calibration& c = hardware.calibration;
+  if (c.empty()) return out;
+  const double scale = c.scale_for(devices_used);
+  for (auto& d : out.devices) d.speed /= scale;
+  out.launch_overhead_ms += c.task_overhead_ms;
+  if (c.copy) {
+    out.link = *c.copy;
+    out.links.clear();
+  }
+  return out;
 }
 
 Hardware replicate_device(const ProfileDevice& device, int count) {

@@ -2,6 +2,8 @@
 
 #include <cstdint>
 #include <limits>
+#include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,14 +41,27 @@ struct LinkOverride {
   Link link;
 };
 
+/// What a short calibration run measured that a per-layer profile cannot know (validate fits
+/// it; docs/formats.md). Applied by calibrated(); plans are never fitted individually.
+struct Calibration {
+  /// Measured compute-task time over profiled time, by how many devices the plan keeps busy
+  /// (on a CPU, devices share cores and memory bandwidth, so more devices, more slowdown).
+  std::map<int, double> compute_scale;
+  double task_overhead_ms = 0.0;  ///< added to every compute task: the runtime's own share
+  std::optional<Link> copy;       ///< copies as measured under load, if any were
+  std::vector<std::string> fitted_on;  ///< the plans it was fitted on
+  bool empty() const { return compute_scale.empty() && task_overhead_ms == 0.0 && !copy; }
+  /// The scale for a plan keeping `devices` busy: the nearest count measured (1.0 if none).
+  double scale_for(int devices) const;
+};
+
 /// Devices and the links between them (format pipetune.hardware/1).
 struct Hardware {
   std::vector<HardwareDevice> devices;
   Link link;  ///< between any two devices without an override
   std::vector<LinkOverride> links;
   double launch_overhead_ms = 0.0;  ///< added to every compute task
-  /// Fitted by a calibration run (see docs/formats.md); kept verbatim, "" if none.
-  std::string calibration_json;
+  Calibration calibration;  ///< empty unless a calibration run filled it
 
   const Link& link_between(int from, int to) const;
   int device_index(std::string_view name) const;  ///< -1 when unknown
@@ -58,6 +73,11 @@ Hardware parse_hardware(std::string_view text, const std::string& source);
 Hardware load_hardware(const std::string& path);
 std::string hardware_to_json(const Hardware& hardware);
 void save_hardware(const Hardware& hardware, const std::string& path);
+
+/// The hardware as calibration says it behaves for a plan keeping `devices_used` devices busy:
+/// speeds divided by the compute scale, the task overhead added, the link replaced by the one
+/// measured under load. Unchanged when there is no calibration.
+Hardware calibrated(const Hardware& hardware, int devices_used);
 
 /// `count` copies of the profiled device joined by ideal links: what the simulator assumes when
 /// no hardware file is given. Names are "<type>:<index>".

@@ -47,7 +47,19 @@ ReplayResult replay_trace(const Trace& measured, const std::string& source) {
     graph.engine.set_duration(static_cast<int>(id), it->second);
   }
   graph.engine.run(false);
-  return {graph.engine.makespan(), graph.tasks.size()};
+  ReplayResult result;
+  result.iteration_ms = graph.engine.makespan();
+  result.tasks = graph.tasks.size();
+  result.timeline.plan = plan;
+  result.timeline.iteration_ms = result.iteration_ms;
+  result.timeline.task_count = graph.tasks.size();
+  result.timeline.tasks = graph.tasks;
+  for (std::size_t id = 0; id < graph.tasks.size(); ++id) {
+    result.timeline.tasks[id].start_ms = graph.engine.start(static_cast<int>(id));
+    result.timeline.tasks[id].end_ms = graph.engine.finish(static_cast<int>(id));
+  }
+  result.timeline.edges = graph.engine.edges();
+  return result;
 }
 
 }  // namespace pipetune

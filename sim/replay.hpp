@@ -9,6 +9,9 @@ namespace pipetune {
 struct ReplayResult {
   double iteration_ms = 0.0;  ///< the programme's makespan with the measured task durations
   std::size_t tasks = 0;
+  /// The replayed timeline: every task with its replayed times, and the task graph's edges
+  /// (for critical_path()).
+  SimulationResult timeline;
 };
 
 /// Runs a measured step's programme again on the event engine, every task (compute and copy)

@@ -1,0 +1,170 @@
+#include "sim/compare.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "sim/critical_path.hpp"
+#include "sim/error.hpp"
+#include "sim/replay.hpp"
+
+namespace pipetune {
+
+namespace {
+
+using Key = std::tuple<TaskKind, int, int>;
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+std::vector<std::string> compute_path(const Trace& trace, const std::string& source) {
+  const ReplayResult replay = replay_trace(trace, source);
+  std::vector<std::string> out;
+  for (int t : critical_path(replay.timeline)) {
+    if (is_compute(replay.timeline.tasks[t].kind)) out.push_back(replay.timeline.tasks[t].label());
+  }
+  return out;
+}
+
+double fraction_error(double predicted, double measured) {
+  if (measured == 0.0) return predicted == 0.0 ? 0.0 : 1.0;
+  return (predicted - measured) / measured;
+}
+
+}  // namespace
+
+std::string TaskComparison::label() const {
+  TraceTask t;
+  t.kind = kind;
+  t.stage = stage;
+  t.micro_batch = micro_batch;
+  return t.label();
+}
+
+double TaskComparison::duration_error() const { return fraction_error(predicted_ms(), measured_ms()); }
+
+std::vector<TaskComparison> TraceComparison::most_mispredicted(std::size_t count) const {
+  std::vector<TaskComparison> out = tasks;
+  std::stable_sort(out.begin(), out.end(), [](const TaskComparison& a, const TaskComparison& b) {
+    return std::abs(a.predicted_ms() - a.measured_ms()) > std::abs(b.predicted_ms() - b.measured_ms());
+  });
+  if (out.size() > count) out.resize(count);
+  return out;
+}
+
+TraceComparison compare_traces(const Trace& predicted, const Trace& measured, const std::string& measured_source,
+                               double measured_ms) {
+  if (predicted.plan && measured.plan &&
+      (predicted.plan->balance != measured.plan->balance || predicted.plan->chunks != measured.plan->chunks ||
+       predicted.plan->checkpoint != measured.plan->checkpoint || predicted.plan->schedule != measured.plan->schedule)) {
+    throw InputError(fmt::format("{}: measured {}, but the prediction is of {}", measured_source,
+                                 describe_plan(*measured.plan), describe_plan(*predicted.plan)));
+  }
+  if (predicted.devices.size() != measured.devices.size()) {
+    throw InputError(fmt::format("{}: measured on {} devices, predicted for {}", measured_source,
+                                 measured.devices.size(), predicted.devices.size()));
+  }
+  TraceComparison c;
+  c.predicted_ms = predicted.iteration_ms;
+  c.measured_ms = measured_ms > 0 ? measured_ms : measured.iteration_ms;
+  c.time_error = fraction_error(c.predicted_ms, c.measured_ms);
+  for (std::size_t d = 0; d < predicted.devices.size(); ++d) {
+    c.devices.push_back(measured.devices[d].name);
+    c.predicted_peak_bytes.push_back(predicted.devices[d].peak_memory_bytes);
+    c.measured_peak_bytes.push_back(measured.devices[d].peak_memory_bytes);
+    c.memory_error.push_back(fraction_error(static_cast<double>(predicted.devices[d].peak_memory_bytes),
+                                            static_cast<double>(measured.devices[d].peak_memory_bytes)));
+  }
+  // Both traces start their iteration at their first task.
+  auto origin = [](const Trace& t) {
+    double o = 1e300;
+    for (const auto& task : t.tasks) o = std::min(o, task.start_ms);
+    return t.tasks.empty() ? 0.0 : o;
+  };
+  const double po = origin(predicted), mo = origin(measured);
+  std::map<Key, const TraceTask*> measured_tasks;
+  for (const auto& t : measured.tasks) measured_tasks[{t.kind, t.stage, t.micro_batch}] = &t;
+  std::set<Key> matched;
+  std::vector<double> errors;
+  for (const auto& p : predicted.tasks) {
+    auto it = measured_tasks.find({p.kind, p.stage, p.micro_batch});
+    if (it == measured_tasks.end()) {
+      ++c.unmatched;
+      continue;
+    }
+    matched.insert(it->first);
+    const TraceTask& m = *it->second;
+    TaskComparison tc;
+    tc.kind = p.kind;
+    tc.stage = p.stage;
+    tc.micro_batch = p.micro_batch;
+    tc.device = p.device;
+    tc.predicted_start_ms = p.start_ms - po;
+    tc.predicted_end_ms = p.end_ms - po;
+    tc.measured_start_ms = m.start_ms - mo;
+    tc.measured_end_ms = m.end_ms - mo;
+    if (is_compute(p.kind)) errors.push_back(std::abs(tc.duration_error()));
+    c.tasks.push_back(tc);
+  }
+  c.unmatched += measured_tasks.size() - matched.size();
+  c.median_abs_duration_error = median(errors);
+
+  c.predicted_critical_path = compute_path(predicted, "the prediction");
+  c.measured_critical_path = compute_path(measured, measured_source);
+  c.same_critical_path = c.predicted_critical_path == c.measured_critical_path;
+  const std::set<std::string> on_predicted(c.predicted_critical_path.begin(), c.predicted_critical_path.end());
+  std::size_t shared = 0;
+  for (const auto& label : c.measured_critical_path) shared += on_predicted.count(label);
+  c.critical_path_agreement =
+      c.measured_critical_path.empty() ? 1.0 : static_cast<double>(shared) / c.measured_critical_path.size();
+  return c;
+}
+
+Calibration fit_calibration(const std::vector<std::pair<Trace, Trace>>& runs, const std::vector<std::string>& plan_names) {
+  Calibration cal;
+  std::map<int, std::vector<double>> ratios;  // busy devices -> measured / predicted
+  std::vector<std::pair<double, double>> copies;  // (bytes, ms)
+  for (const auto& [predicted, measured] : runs) {
+    std::map<Key, const TraceTask*> m;
+    for (const auto& t : measured.tasks) m[{t.kind, t.stage, t.micro_batch}] = &t;
+    const int devices = static_cast<int>(predicted.devices.size());
+    for (const auto& p : predicted.tasks) {
+      auto it = m.find({p.kind, p.stage, p.micro_batch});
+      if (it == m.end()) continue;
+      if (is_compute(p.kind)) {
+        if (p.duration_ms() > 1e-6) ratios[devices].push_back(it->second->duration_ms() / p.duration_ms());
+      } else {
+        copies.emplace_back(static_cast<double>(it->second->bytes), it->second->duration_ms());
+      }
+    }
+  }
+  for (auto& [devices, r] : ratios) cal.compute_scale[devices] = median(r);
+  // Copies: least squares of time against bytes, kept only if it makes physical sense.
+  if (copies.size() >= 2) {
+    double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (auto [x, y] : copies) sx += x, sy += y, sxx += x * x, sxy += x * y;
+    const double n = static_cast<double>(copies.size());
+    const double var = sxx - sx * sx / n;
+    if (var > 0) {
+      const double slope = (sxy - sx * sy / n) / var;  // ms per byte
+      const double intercept = (sy - slope * sx) / n;
+      if (slope > 0) {
+        Link link;
+        link.bandwidth_bytes_per_s = 1e3 / slope;
+        link.latency_ms = std::max(0.0, intercept);
+        cal.copy = link;
+      }
+    }
+  }
+  cal.fitted_on = plan_names;
+  return cal;
+}
+
+}  // namespace pipetune

@@ -1,0 +1,62 @@
+#pragma once
+
+// Prediction against measurement: what `pipetune validate` reports, and what calibration fits.
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sim/hardware.hpp"
+#include "sim/trace.hpp"
+
+namespace pipetune {
+
+/// One task of the programme, as predicted and as measured (times from the iteration's start).
+struct TaskComparison {
+  TaskKind kind = TaskKind::Forward;
+  int stage = 0, micro_batch = 0, device = 0;
+  double predicted_start_ms = 0, predicted_end_ms = 0;
+  double measured_start_ms = 0, measured_end_ms = 0;
+
+  std::string label() const;
+  double predicted_ms() const { return predicted_end_ms - predicted_start_ms; }
+  double measured_ms() const { return measured_end_ms - measured_start_ms; }
+  double duration_error() const;  ///< (predicted - measured) / measured; 0 when both are 0
+  double start_offset_ms() const { return predicted_start_ms - measured_start_ms; }
+  double end_offset_ms() const { return predicted_end_ms - measured_end_ms; }
+};
+
+struct TraceComparison {
+  double predicted_ms = 0.0, measured_ms = 0.0;
+  double time_error = 0.0;  ///< (predicted - measured) / measured
+  std::vector<std::string> devices;
+  std::vector<std::int64_t> predicted_peak_bytes, measured_peak_bytes;
+  std::vector<double> memory_error;  ///< per device, (predicted - measured) / measured
+  std::vector<TaskComparison> tasks;   ///< every task found in both traces
+  std::size_t unmatched = 0;           ///< tasks in one trace only
+  double median_abs_duration_error = 0.0;
+  /// The compute tasks on each critical path (longest path through the task graph with each
+  /// trace's own durations), in order.
+  std::vector<std::string> predicted_critical_path, measured_critical_path;
+  /// Share of the measured critical path's compute tasks that the predicted one has too.
+  double critical_path_agreement = 0.0;
+  bool same_critical_path = false;
+
+  /// The tasks whose predicted duration is furthest from the measured one, worst first.
+  std::vector<TaskComparison> most_mispredicted(std::size_t count) const;
+};
+
+/// Compares a predicted trace with a measured one of the same plan. `measured_ms`, when
+/// positive, replaces the measured trace's own iteration time (a median over steps, say).
+/// Throws InputError when the two are not of the same plan and devices.
+TraceComparison compare_traces(const Trace& predicted, const Trace& measured, const std::string& measured_source,
+                               double measured_ms = 0.0);
+
+/// A calibration fitted from runs: pairs of (prediction without calibration, measurement),
+/// each of a different plan. Compute tasks give the time scale per number of busy devices
+/// (median of measured over predicted durations); copies, when their sizes vary enough, a link.
+/// `plan_names` go into fitted_on.
+Calibration fit_calibration(const std::vector<std::pair<Trace, Trace>>& runs, const std::vector<std::string>& plan_names);
+
+}  // namespace pipetune

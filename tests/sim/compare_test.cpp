@@ -1,0 +1,143 @@
+// Prediction against measurement, on hand-built pairs of traces with known differences.
+
+#include <gtest/gtest.h>
+
+#include "sim/compare.hpp"
+#include "sim/error.hpp"
+#include "sim/simulator.hpp"
+#include "tests/sim/fixtures.hpp"
+
+namespace pipetune {
+namespace {
+
+struct Scenario {
+  Profile profile;
+  Hardware hardware;
+  Plan plan;
+  SimulationResult result;
+  Trace predicted;
+};
+
+Scenario scenario(std::vector<int> balance, int chunks, CheckpointMode mode = CheckpointMode::ExceptLast) {
+  testing::LayerSpec a{1.0, 2.0, 1000, 400, 50, 0}, b{0.5, 1.5, 500, 4000, 10, 0};
+  Scenario s;
+  s.profile = testing::make_profile({a, b, a, b}, 8, 10);
+  s.hardware = replicate_device(s.profile.device, static_cast<int>(balance.size()));
+  s.hardware.link.bandwidth_bytes_per_s = 1e6;
+  s.hardware.link.latency_ms = 0.1;
+  s.plan = testing::make_plan(std::move(balance), chunks, mode);
+  s.result = Simulator(s.profile, s.hardware).run(s.plan);
+  s.predicted = trace_from_simulation(s.result, "m");
+  return s;
+}
+
+// The measured run of the same plan: every time stretched by `factor`, shifted by `shift`.
+Trace stretched(const Trace& t, double factor, double shift) {
+  Trace m = t;
+  m.kind = "measured";
+  for (auto& task : m.tasks) {
+    task.start_ms = task.start_ms * factor + shift;
+    task.end_ms = task.end_ms * factor + shift;
+  }
+  m.iteration_ms = t.iteration_ms * factor;
+  return m;
+}
+
+TEST(CompareTraces, KnownStretchAndOffsets) {
+  const Scenario s = scenario({2, 2}, 4);
+  Trace measured = stretched(s.predicted, 1.25, 3.0);
+  measured.devices[0].peak_memory_bytes = s.predicted.devices[0].peak_memory_bytes * 2;  // we predict half
+  measured.devices[1].peak_memory_bytes = s.predicted.devices[1].peak_memory_bytes;
+  const TraceComparison c = compare_traces(s.predicted, measured, "m.json");
+  EXPECT_DOUBLE_EQ(c.measured_ms, 1.25 * s.predicted.iteration_ms);
+  EXPECT_NEAR(c.time_error, 1.0 / 1.25 - 1.0, 1e-12);  // -20 %
+  EXPECT_NEAR(c.memory_error[0], -0.5, 1e-12);
+  EXPECT_NEAR(c.memory_error[1], 0.0, 1e-12);
+  EXPECT_EQ(c.unmatched, 0u);
+  ASSERT_EQ(c.tasks.size(), s.predicted.tasks.size());
+  for (const auto& t : c.tasks) {
+    // Aligned at each iteration's start, every offset is the stretch of the predicted time.
+    EXPECT_NEAR(t.measured_start_ms, 1.25 * t.predicted_start_ms, 1e-9) << t.label();
+    EXPECT_NEAR(t.start_offset_ms(), -0.25 * t.predicted_start_ms, 1e-9) << t.label();
+    if (t.measured_ms() > 0) {
+      EXPECT_NEAR(t.duration_error(), -0.2, 1e-9) << t.label();
+    }
+  }
+  EXPECT_NEAR(c.median_abs_duration_error, 0.2, 1e-9);
+  EXPECT_TRUE(c.same_critical_path);
+  EXPECT_DOUBLE_EQ(c.critical_path_agreement, 1.0);
+  // A median over steps replaces the trace's own time when given.
+  EXPECT_NEAR(compare_traces(s.predicted, measured, "m.json", 2.0 * s.predicted.iteration_ms).time_error, -0.5, 1e-12);
+}
+
+TEST(CompareTraces, OneSlowTaskIsTheMostMispredictedAndMovesTheCriticalPath) {
+  const Scenario s = scenario({2, 2}, 4, CheckpointMode::Never);
+  Trace measured = s.predicted;
+  measured.kind = "measured";
+  // 0F3 takes 50 ms longer: everything after it on its device shifts.
+  for (auto& t : measured.tasks) {
+    if (t.label() == "0F3") t.end_ms += 50.0;
+  }
+  const TraceComparison c = compare_traces(s.predicted, measured, "m.json", s.predicted.iteration_ms + 50.0);
+  ASSERT_FALSE(c.most_mispredicted(1).empty());
+  EXPECT_EQ(c.most_mispredicted(1)[0].label(), "0F3");
+  EXPECT_NEAR(c.most_mispredicted(1)[0].measured_ms() - c.most_mispredicted(1)[0].predicted_ms(), 50.0, 1e-9);
+  // The measured critical path runs through the slow task.
+  EXPECT_NE(std::find(c.measured_critical_path.begin(), c.measured_critical_path.end(), "0F3"),
+            c.measured_critical_path.end());
+}
+
+TEST(CompareTraces, DifferentPlansAreRefused) {
+  const Scenario a = scenario({2, 2}, 4), b = scenario({1, 3}, 4);
+  EXPECT_THROW(compare_traces(a.predicted, stretched(b.predicted, 1.0, 0.0), "m.json"), InputError);
+}
+
+TEST(Calibration, FittedOnSomePlansAppliedToAnotherStoredAndReloaded) {
+  // Runs of two plans in which compute takes 1.3x its profiled time and copies follow a link of
+  // 0.5 ms + bytes / 2 MB/s.
+  std::vector<std::pair<Trace, Trace>> runs;
+  for (const Scenario& s : {scenario({2, 2}, 4), scenario({1, 3}, 2, CheckpointMode::Never)}) {
+    Trace measured = s.predicted;
+    measured.kind = "measured";
+    for (auto& t : measured.tasks) {
+      const double d = is_compute(t.kind) ? 1.3 * t.duration_ms() : 0.5 + static_cast<double>(t.bytes) / 2e6 * 1e3;
+      t.end_ms = t.start_ms + d;
+    }
+    runs.emplace_back(s.predicted, measured);
+  }
+  const Calibration cal = fit_calibration(runs, {"[2,2] x4", "[1,3] x2"});
+  ASSERT_EQ(cal.compute_scale.count(2), 1u);
+  EXPECT_NEAR(cal.compute_scale.at(2), 1.3, 1e-9);
+  ASSERT_TRUE(cal.copy);
+  EXPECT_NEAR(cal.copy->latency_ms, 0.5, 1e-6);
+  EXPECT_NEAR(cal.copy->bandwidth_bytes_per_s, 2e6, 1e-3);
+
+  // Stored and reloaded with the hardware.
+  Scenario other = scenario({3, 1}, 8, CheckpointMode::Always);
+  other.hardware.calibration = cal;
+  const Hardware reloaded = parse_hardware(hardware_to_json(other.hardware), "hw.json");
+  EXPECT_EQ(reloaded.calibration.compute_scale, cal.compute_scale);
+  EXPECT_EQ(reloaded.calibration.fitted_on, cal.fitted_on);
+  ASSERT_TRUE(reloaded.calibration.copy);
+  EXPECT_NEAR(reloaded.calibration.copy->latency_ms, 0.5, 1e-9);
+
+  // Applied to a plan it was not fitted on: every compute task takes 1.3x, copies the new link.
+  const Hardware applied = calibrated(reloaded, 2);
+  const auto plain = Simulator(other.profile, other.hardware).run(other.plan);
+  const auto fitted = Simulator(other.profile, applied).run(other.plan);
+  ASSERT_EQ(plain.tasks.size(), fitted.tasks.size());
+  for (std::size_t k = 0; k < plain.tasks.size(); ++k) {
+    if (is_compute(plain.tasks[k].kind)) {
+      EXPECT_NEAR(fitted.tasks[k].duration_ms(), 1.3 * plain.tasks[k].duration_ms(), 1e-9);
+    } else {
+      EXPECT_NEAR(fitted.tasks[k].duration_ms(), 0.5 + static_cast<double>(fitted.tasks[k].bytes) / 2e6 * 1e3, 1e-9);
+    }
+  }
+  // With no calibration, calibrated() changes nothing.
+  Hardware uncalibrated = other.hardware;
+  uncalibrated.calibration = {};
+  EXPECT_EQ(hardware_to_json(calibrated(uncalibrated, 2)), hardware_to_json(uncalibrated));
+}
+
+}  // namespace
+}  // namespace pipetune
