@@ -127,10 +127,39 @@ TraceComparison compare_traces(const Trace& predicted, const Trace& measured, co
   return c;
 }
 
+namespace {
+
+// measured = scale * predicted + overhead, fitted robustly: the line through the medians of the
+// shorter and the longer half of the tasks (Wald's two-group method), so a few slow outliers do
+// not move it. When the tasks are all about as long, only the ratio can be told: no overhead.
+std::pair<double, double> fit_scale_and_overhead(std::vector<std::pair<double, double>> pairs) {
+  std::sort(pairs.begin(), pairs.end());
+  const std::size_t half = pairs.size() / 2;
+  auto medians = [&](std::size_t from, std::size_t to) {
+    std::vector<double> p, m;
+    for (std::size_t k = from; k < to; ++k) p.push_back(pairs[k].first), m.push_back(pairs[k].second);
+    return std::pair{median(p), median(m)};
+  };
+  if (half >= 2) {
+    const auto [p_lo, m_lo] = medians(0, half);
+    const auto [p_hi, m_hi] = medians(pairs.size() - half, pairs.size());
+    if (p_hi >= 1.5 * p_lo) {
+      const double slope = (m_hi - m_lo) / (p_hi - p_lo);
+      const double intercept = m_lo - slope * p_lo;
+      if (slope > 0 && intercept > 0) return {slope, intercept};
+    }
+  }
+  std::vector<double> ratios;
+  for (auto [p, m] : pairs) ratios.push_back(m / p);
+  return {median(ratios), 0.0};
+}
+
+}  // namespace
+
 Calibration fit_calibration(const std::vector<std::pair<Trace, Trace>>& runs, const std::vector<std::string>& plan_names) {
   Calibration cal;
-  std::map<int, std::vector<double>> ratios;  // busy devices -> measured / predicted
-  std::vector<std::pair<double, double>> copies;  // (bytes, ms)
+  std::map<int, std::vector<std::pair<double, double>>> compute;  // busy devices -> (predicted, measured)
+  std::vector<std::pair<double, double>> copies;                  // (bytes, ms)
   for (const auto& [predicted, measured] : runs) {
     std::map<Key, const TraceTask*> m;
     for (const auto& t : measured.tasks) m[{t.kind, t.stage, t.micro_batch}] = &t;
@@ -139,13 +168,22 @@ Calibration fit_calibration(const std::vector<std::pair<Trace, Trace>>& runs, co
       auto it = m.find({p.kind, p.stage, p.micro_batch});
       if (it == m.end()) continue;
       if (is_compute(p.kind)) {
-        if (p.duration_ms() > 1e-6) ratios[devices].push_back(it->second->duration_ms() / p.duration_ms());
+        if (p.duration_ms() > 1e-6) compute[devices].emplace_back(p.duration_ms(), it->second->duration_ms());
       } else {
         copies.emplace_back(static_cast<double>(it->second->bytes), it->second->duration_ms());
       }
     }
   }
-  for (auto& [devices, r] : ratios) cal.compute_scale[devices] = median(r);
+  // One overhead for the machine (the median of what each device count suggests), then each
+  // count's scale given that overhead.
+  std::vector<double> overheads;
+  for (const auto& [devices, pairs] : compute) overheads.push_back(fit_scale_and_overhead(pairs).second);
+  cal.task_overhead_ms = median(overheads);
+  for (const auto& [devices, pairs] : compute) {
+    std::vector<double> ratios;
+    for (auto [p, m] : pairs) ratios.push_back((m - cal.task_overhead_ms) / p);
+    cal.compute_scale[devices] = median(ratios);
+  }
   // Copies: least squares of time against bytes, kept only if it makes physical sense.
   if (copies.size() >= 2) {
     double sx = 0, sy = 0, sxx = 0, sxy = 0;

@@ -202,6 +202,7 @@ Hardware calibrated(const Hardware& hardware, int devices_used) {
     out.link = *c.copy;
     out.links.clear();
   }
+  out.calibration = {};  // applied: a simulator given `out` must not apply it again
   return out;
 }
 

@@ -42,7 +42,8 @@ struct LinkOverride {
 };
 
 /// What a short calibration run measured that a per-layer profile cannot know (validate fits
-/// it; docs/formats.md). Applied by calibrated(); plans are never fitted individually.
+/// it; docs/formats.md). The simulator applies it to every plan (by the number of devices the
+/// plan keeps busy), the planner up front; plans are never fitted individually.
 struct Calibration {
   /// Measured compute-task time over profiled time, by how many devices the plan keeps busy
   /// (on a CPU, devices share cores and memory bandwidth, so more devices, more slowdown).
@@ -76,7 +77,8 @@ void save_hardware(const Hardware& hardware, const std::string& path);
 
 /// The hardware as calibration says it behaves for a plan keeping `devices_used` devices busy:
 /// speeds divided by the compute scale, the task overhead added, the link replaced by the one
-/// measured under load. Unchanged when there is no calibration.
+/// measured under load, and the calibration emptied (it is applied). Unchanged when there is
+/// no calibration.
 Hardware calibrated(const Hardware& hardware, int devices_used);
 
 /// `count` copies of the profiled device joined by ideal links: what the simulator assumes when

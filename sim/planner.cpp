@@ -609,7 +609,6 @@ PlanSearchResult PlanSearch::run() {
 
 PlanSearchResult find_best_plans(const Profile& profile, const Hardware& hardware,
                                  const PlannerOptions& options) {
-  Hardware used = hardware;
   const int stages = options.stages > 0 ? options.stages : static_cast<int>(hardware.devices.size());
   if (stages > static_cast<int>(hardware.devices.size())) {
     throw InputError(fmt::format("--stages: {} stages asked for, the hardware has {} devices", stages,
@@ -619,6 +618,8 @@ PlanSearchResult find_best_plans(const Profile& profile, const Hardware& hardwar
     throw InputError(fmt::format("{} stages asked for, but the profile has only {} layers", stages,
                                  profile.layer_count()));
   }
+  // Calibration applied up front, so that the bounds see the durations the simulator will.
+  Hardware used = calibrated(hardware, stages);
   used.devices.resize(stages);
   std::erase_if(used.links, [stages](const LinkOverride& o) { return o.first >= stages || o.second >= stages; });
   PlanSearch search(profile, used, options);

@@ -61,7 +61,10 @@ Simulator::Simulator(const Profile& profile, const Hardware& hardware)
   const int devices = static_cast<int>(hardware.devices.size());
   links_.resize(static_cast<std::size_t>(devices) * devices);
   for (int from = 0; from < devices; ++from) {
-    for (int to = 0; to < devices; ++to) links_[from * devices + to] = &hardware.link_between(from, to);
+    for (int to = 0; to < devices; ++to) {
+      links_[from * devices + to] =
+          hardware.calibration.copy ? &*hardware.calibration.copy : &hardware.link_between(from, to);
+    }
   }
   graph_.graph = std::make_unique<TaskGraph>();
 }
@@ -117,16 +120,25 @@ SimulationResult Simulator::run(const Plan& plan, const SimulationOptions& optio
     slot_of[i] = sizes[i] == sizes[0] ? 0 : 1;
     recomputed[i] = graph.schedule.recomputes(i) ? 1 : 0;
   }
+  // A calibration (empty: scale 1, no overhead) scales compute by how many devices are busy.
+  const Calibration& calibration = hardware_.calibration;
+  int busy_devices = 0;
+  {
+    std::vector<std::uint8_t> seen(devices, 0);
+    for (int d : device_of) busy_devices += seen[d]++ == 0 ? 1 : 0;
+  }
+  const double time_scale = calibration.scale_for(busy_devices);
+  const double overhead_ms = hardware_.launch_overhead_ms + calibration.task_overhead_ms;
   std::vector<std::array<StageCost, 2>> cost(stages);
   for (int s = 0; s < stages; ++s) {
-    const double speed = hardware_.devices[device_of[s]].speed;
+    const double speed = hardware_.devices[device_of[s]].speed / time_scale;
     for (int slot = 0; slot < 2; ++slot) {
       const std::int64_t size = slot == 0 ? sizes.front() : sizes.back();
       const SizeCosts& c = costs_.at(size);
       cost[s][slot].forward_ms =
-          c.forward_ms_sum(first[s], first[s + 1]) / speed + hardware_.launch_overhead_ms;
+          c.forward_ms_sum(first[s], first[s + 1]) / speed + overhead_ms;
       cost[s][slot].backward_ms =
-          c.backward_ms_sum(first[s], first[s + 1]) / speed + hardware_.launch_overhead_ms;
+          c.backward_ms_sum(first[s], first[s + 1]) / speed + overhead_ms;
       cost[s][slot].memory = stage_memory(costs_, c, first[s], first[s + 1], s == 0);
     }
   }

@@ -74,7 +74,9 @@ struct SimulationOptions {
 
 /// Predicts one training iteration of a plan: the schedule IR run on a discrete-event engine
 /// with a compute stream per device and a copy channel per link direction, and the memory model
-/// of docs/memory-model.md. Keeps interpolated costs between runs, so reuse one Simulator for
+/// of docs/memory-model.md. A hardware calibration, if any, applies to every plan (compute scaled
+/// for the number of devices the plan keeps busy, the copy link measured under load); clear
+/// hardware.calibration to predict without it. Keeps interpolated costs between runs, so reuse one Simulator for
 /// many plans of the same profile and hardware. Not thread-safe.
 class Simulator {
  public:

@@ -4,6 +4,7 @@
 
 #include "sim/compare.hpp"
 #include "sim/error.hpp"
+#include "sim/planner.hpp"
 #include "sim/simulator.hpp"
 #include "tests/sim/fixtures.hpp"
 
@@ -123,7 +124,9 @@ TEST(Calibration, FittedOnSomePlansAppliedToAnotherStoredAndReloaded) {
 
   // Applied to a plan it was not fitted on: every compute task takes 1.3x, copies the new link.
   const Hardware applied = calibrated(reloaded, 2);
-  const auto plain = Simulator(other.profile, other.hardware).run(other.plan);
+  Hardware uncalibrated = other.hardware;
+  uncalibrated.calibration = {};
+  const auto plain = Simulator(other.profile, uncalibrated).run(other.plan);
   const auto fitted = Simulator(other.profile, applied).run(other.plan);
   ASSERT_EQ(plain.tasks.size(), fitted.tasks.size());
   for (std::size_t k = 0; k < plain.tasks.size(); ++k) {
@@ -133,10 +136,51 @@ TEST(Calibration, FittedOnSomePlansAppliedToAnotherStoredAndReloaded) {
       EXPECT_NEAR(fitted.tasks[k].duration_ms(), 0.5 + static_cast<double>(fitted.tasks[k].bytes) / 2e6 * 1e3, 1e-9);
     }
   }
+  // The simulator applies a hardware's calibration itself; calibrated() empties it, so that it
+  // is not applied twice.
+  EXPECT_TRUE(applied.calibration.empty());
+  EXPECT_NEAR(Simulator(other.profile, reloaded).run(other.plan).iteration_ms, fitted.iteration_ms, 1e-9);
+  EXPECT_NEAR(Simulator(other.profile, applied).run(other.plan).iteration_ms, fitted.iteration_ms, 1e-9);
   // With no calibration, calibrated() changes nothing.
-  Hardware uncalibrated = other.hardware;
-  uncalibrated.calibration = {};
   EXPECT_EQ(hardware_to_json(calibrated(uncalibrated, 2)), hardware_to_json(uncalibrated));
+}
+
+TEST(Calibration, APerTaskOverheadIsToldApartFromTheScale) {
+  // Compute takes 1.1x its profiled time plus 0.4 ms per task; two tasks out of many are 5x slow.
+  std::vector<std::pair<Trace, Trace>> runs;
+  for (const Scenario& s : {scenario({2, 2}, 8, CheckpointMode::Never), scenario({1, 3}, 8, CheckpointMode::Always)}) {
+    Trace measured = s.predicted;
+    int outliers = 0;
+    for (auto& t : measured.tasks) {
+      if (!is_compute(t.kind)) continue;
+      double d = 1.1 * t.duration_ms() + 0.4;
+      if (t.micro_batch == 5 && outliers++ < 2) d *= 5;
+      t.end_ms = t.start_ms + d;
+    }
+    runs.emplace_back(s.predicted, measured);
+  }
+  const Calibration cal = fit_calibration(runs, {"a", "b"});
+  EXPECT_NEAR(cal.task_overhead_ms, 0.4, 1e-9);
+  EXPECT_NEAR(cal.compute_scale.at(2), 1.1, 1e-9);
+  // Copies took what the hardware's link predicts; the fitted link is that link.
+  ASSERT_TRUE(cal.copy);
+  EXPECT_NEAR(cal.copy->latency_ms, 0.1, 1e-6);
+  EXPECT_NEAR(cal.copy->bandwidth_bytes_per_s, 1e6, 1e-3);
+}
+
+TEST(Calibration, ThePlannerPlansWithTheCalibratedDurations) {
+  Scenario s = scenario({2, 2}, 4);
+  s.hardware.calibration.compute_scale[2] = 2.0;
+  s.hardware.calibration.task_overhead_ms = 0.25;
+  PlannerOptions options;
+  options.chunks = {1, 2, 4};
+  const PlanSearchResult with = find_best_plans(s.profile, s.hardware, options);
+  const PlanSearchResult applied = find_best_plans(s.profile, calibrated(s.hardware, 2), options);
+  ASSERT_FALSE(with.ranked.empty());
+  EXPECT_EQ(with.ranked[0].plan, applied.ranked[0].plan);
+  EXPECT_DOUBLE_EQ(with.ranked[0].iteration_ms, applied.ranked[0].iteration_ms);
+  EXPECT_NEAR(with.ranked[0].iteration_ms,
+              Simulator(s.profile, s.hardware).run(with.ranked[0].plan).iteration_ms, 1e-9);
 }
 
 }  // namespace

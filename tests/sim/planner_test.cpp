@@ -132,9 +132,13 @@ TEST(Planner, EqualsBruteForceOnRandomInstances) {
                                        c.plan.schedule);
       ASSERT_TRUE(expected.per_config.count(key)) << describe_plan(c.plan);
       EXPECT_NEAR(c.iteration_ms, expected.per_config.at(key), 1e-9 * c.iteration_ms) << describe_plan(c.plan);
-      if (k > 0) EXPECT_LE(result.ranked[k - 1].iteration_ms, c.iteration_ms);
+      if (k > 0) {
+        EXPECT_LE(result.ranked[k - 1].iteration_ms, c.iteration_ms);
+      }
       for (std::size_t d = 0; d < c.peak_memory_bytes.size(); ++d) {
-        if (c.memory_capacity_bytes[d] > 0) EXPECT_LE(c.peak_memory_bytes[d], c.memory_capacity_bytes[d]);
+        if (c.memory_capacity_bytes[d] > 0) {
+          EXPECT_LE(c.peak_memory_bytes[d], c.memory_capacity_bytes[d]);
+        }
       }
     }
   }
