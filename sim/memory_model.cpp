@@ -28,9 +28,11 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
   }
   m.checkpointed_forward_transient = ckpt_peak - m.output_bytes;
 
-  // Backward, last layer first. Layer k allocates the gradient of its input (and, the first
-  // time, of its parameters) plus its workspace; afterwards autograd releases k's saved tensors,
-  // its input activation (saved by k) and the gradient of its output, both intermediates.
+  // Backward, last layer first. Layer k allocates the gradient of its input and of its
+  // parameters plus its workspace. The first time, the parameter gradients become .grad and
+  // stay; later, they are added into .grad and freed, a transient of the same size. Afterwards
+  // autograd releases k's saved tensors, its input activation (saved by k) and the gradient of
+  // its output, both intermediates.
   for (bool first_backward : {false, true}) {
     std::int64_t current = 0, backward_peak = 0;
     for (int k = end - 1; k >= first; --k) {
@@ -38,7 +40,7 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
           k > first ? c.output_bytes[k - 1] : (first_stage ? 0 : m.input_bytes);
       const std::int64_t param_grad = first_backward ? model.param_bytes_of(k) : 0;
       backward_peak =
-          std::max(backward_peak, current + input_grad + param_grad + c.workspace_bytes[k]);
+          std::max(backward_peak, current + input_grad + model.param_bytes_of(k) + c.workspace_bytes[k]);
       current += input_grad + param_grad - c.saved_bytes[k];
       if (k > first) current -= c.output_bytes[k - 1];
       if (k < end - 1) current -= c.output_bytes[k];

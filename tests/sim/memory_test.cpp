@@ -38,51 +38,59 @@ std::vector<std::int64_t> peaks(const Profile& profile, const Plan& plan, int de
 TEST(Memory, OneStageNoCheckpoint) {
   // Baseline: parameters 1000 + the batch's input 2 x 10 = 1020.
   // F0 +150 (saved 50, output 100), F1 +150 -> 1320. B1, the first backward, allocates the
-  // parameter gradients: +1000 -> 2320 (peak). It frees saved 50 and output 100 -> 2170; B0
-  // frees 150 -> 2020 = parameters + gradients + input.
+  // parameter gradients: +1000 -> 2320. It frees saved 50 and output 100 -> 2170. B0 computes
+  // its parameter gradients afresh and adds them into .grad: +1000 for a moment -> 3170 (peak);
+  // then it frees 150 -> 2020 = parameters + gradients + input.
   EXPECT_EQ(peaks(one_layer(2), make_plan({1}, 2, CheckpointMode::Never), 1),
-            (std::vector<std::int64_t>{2320}));
+            (std::vector<std::int64_t>{3170}));
 }
 
 TEST(Memory, OneStageCheckpointAlways) {
   // F0, F1 under no_grad: +100 output, dropped with the loss at once -> 1020. R1 +150 -> 1170,
-  // B1 +1000 -> 2170 (peak), frees 150 -> 2020; R0 +150 -> 2170 again; B0 -> 2020.
+  // B1 +1000 -> 2170, frees 150 -> 2020; R0 +150 -> 2170 again; B0 accumulates: +1000 -> 3170
+  // (peak), then 2020.
   EXPECT_EQ(peaks(one_layer(2), make_plan({1}, 2, CheckpointMode::Always), 1),
-            (std::vector<std::int64_t>{2170}));
+            (std::vector<std::int64_t>{3170}));
 }
 
 TEST(Memory, OneStageCheckpointExceptLast) {
   // F0 checkpointed (nothing kept), F1 keeps 150 -> 1170, B1 +1000 -> 2170, then R0/B0 as above.
   EXPECT_EQ(peaks(one_layer(2), make_plan({1}, 2, CheckpointMode::ExceptLast), 1),
-            (std::vector<std::int64_t>{2170}));
+            (std::vector<std::int64_t>{3170}));
 }
 
 TEST(Memory, TwoDevicesNoCheckpoint) {
   // Device 0 (layer 0): 1020 baseline; F0 +150, F1 +150 -> 1320; the gradient of micro-batch 1
-  // arrives (+100) -> 1420, B1 allocates parameter gradients +1000 -> 2420 (peak).
+  // arrives (+100) -> 1420, B1 allocates parameter gradients +1000 -> 2420, frees 250 -> 2170;
+  // micro-batch 0's gradient arrives +100 -> 2270, B0 accumulates +1000 -> 3270 (peak).
   // Device 1 (layer 1): 500 baseline; inputs received +100 each, F +30 each -> 760; B1 allocates
-  // the input gradient 100 and parameter gradients 500 -> 1360 (peak).
+  // the input gradient 100 and parameter gradients 500 -> 1360, then frees saved and output 30,
+  // its input 100 and the sent gradient 100 -> 1130; B0: input gradient 100 and the
+  // accumulated 500 -> 1730 (peak).
   EXPECT_EQ(peaks(two_layers(2), make_plan({1, 1}, 2, CheckpointMode::Never), 2),
-            (std::vector<std::int64_t>{2420, 1360}));
+            (std::vector<std::int64_t>{3270, 1730}));
 }
 
 TEST(Memory, TwoDevicesCheckpointAlways) {
   // Device 0: F0 +100 output, freed once copied -> 1020; F1 likewise; R1 +150 -> 1170; the
-  // gradient arrives +100 -> 1270, B1 +1000 -> 2270 (peak); B1 frees 250 -> 2020; R0 +150,
-  // gradient +100 -> 2270 again. Device 1: input +100, F0 +10 then drops it with the loss; after
-  // both forwards 700; R1 +30 -> 730; B1 +600 -> 1330 (peak).
+  // gradient arrives +100 -> 1270, B1 +1000 -> 2270; B1 frees 250 -> 2020; R0 +150, gradient
+  // +100 -> 2270, B0 accumulates +1000 -> 3270 (peak). Device 1: input +100, F0 +10 then drops
+  // it with the loss; after both forwards 700; R1 +30 -> 730; B1 +600 -> 1330, keeps the 500 of
+  // gradients and micro-batch 0's input -> 1100; R0 +30, B0 +100 +500 -> 1730 (peak).
   EXPECT_EQ(peaks(two_layers(2), make_plan({1, 1}, 2, CheckpointMode::Always), 2),
-            (std::vector<std::int64_t>{2270, 1330}));
+            (std::vector<std::int64_t>{3270, 1730}));
 }
 
 TEST(Memory, SharedDeviceCountsOneBufferPerBoundary) {
   // Both stages on one device: the stage boundary is one tensor, not a sent and a received copy.
   // Baseline 1500 + 20. F(0,0) +150, F(0,1) +150, F(1,0) +30, F(1,1) +30 -> 1880; B(1,1) first:
   // input gradient 100 + parameters 500 -> 2480, frees 20 + 10 -> 2450 (keeps the input
-  // gradient, which is stage 0's received gradient); B(0,1) first: +1000 -> 3450 (peak).
+  // gradient, which is stage 0's received gradient); B(0,1) first: +1000 -> 3450, and frees
+  // 250 -> 3200. B(1,0) frees 30 and keeps its input gradient 100 -> 3270; B(0,0) accumulates
+  // +1000 -> 4270 (peak).
   Plan plan = make_plan({1, 1}, 2, CheckpointMode::Never);
   plan.devices = {"cpu:0", "cpu:0"};
-  EXPECT_EQ(peaks(two_layers(2), plan, 1), (std::vector<std::int64_t>{3450}));
+  EXPECT_EQ(peaks(two_layers(2), plan, 1), (std::vector<std::int64_t>{4270}));
 }
 
 TEST(Memory, OneFOneBHoldsAtMostKMicroBatchesOnStageZero) {
@@ -99,7 +107,7 @@ TEST(Memory, OneFOneBHoldsAtMostKMicroBatchesOnStageZero) {
 TEST(Memory, OptimizerStateScalesParameters) {
   Plan plan = make_plan({1}, 2, CheckpointMode::Never);
   plan.optimizer_state_factor = 2.0;  // Adam: two states per parameter
-  EXPECT_EQ(peaks(one_layer(2), plan, 1), (std::vector<std::int64_t>{2320 + 2000}));
+  EXPECT_EQ(peaks(one_layer(2), plan, 1), (std::vector<std::int64_t>{3170 + 2000}));
 }
 
 TEST(StageMemory, WorkspaceAndIntermediates) {
@@ -114,13 +122,15 @@ TEST(StageMemory, WorkspaceAndIntermediates) {
   EXPECT_EQ(m.forward_transient, 83 - 66);
   // Checkpointed: layer 1 holds input 10, output 20, workspace 50 -> 80; the output 30 stays.
   EXPECT_EQ(m.checkpointed_forward_transient, 80 - 30);
-  // Backward, layer 2: gradient of its input 20 + workspace 5 -> 25; afterwards +20 - 3 - 20
-  // (its input activation) = -3. Layer 1: -3 + 10 + 50 = 57; afterwards -3 + 10 - 2 - 10 - 20
-  // (its input activation, its output's gradient) = -25. Layer 0: -25 + 4 + 5 = -16; afterwards
-  // -25 + 4 - 1 - 10 (its output's gradient) = -32. Peak 57, net -32.
-  EXPECT_EQ(m.backward_peak, 57);
+  // Backward, not the first: each layer's parameter gradients (7, 11, 13) exist while they are
+  // added into .grad. Layer 2: gradient of its input 20 + 13 + workspace 5 -> 38; afterwards
+  // +20 - 3 - 20 (its input activation) = -3. Layer 1: -3 + 10 + 11 + 50 = 68; afterwards
+  // -3 + 10 - 2 - 10 - 20 (its input activation, its output's gradient) = -25. Layer 0:
+  // -25 + 4 + 7 + 5 = -9; afterwards -25 + 4 - 1 - 10 (its output's gradient) = -32. Peak 68.
+  EXPECT_EQ(m.backward_peak, 68);
   EXPECT_EQ(m.backward_net, -32);
-  // With parameter gradients (7, 11, 13) added layer by layer: peak at layer 1: 57 + 13 + 11.
+  // The first: the parameter gradients stay, layer by layer: peak at layer 1: -3 + 13 + 10 + 11
+  // + 50.
   EXPECT_EQ(m.backward_peak_first, 81);
   EXPECT_EQ(m.backward_net_first, -32 + 31);
 }
