@@ -17,5 +17,6 @@ void add_demo_command(CLI::App& app, std::vector<Command>& commands);
 /// run, profile, validate: the real thing with LibTorch, a one-line refusal without it.
 void add_run_command(CLI::App& app, std::vector<Command>& commands);
 void add_profile_command(CLI::App& app, std::vector<Command>& commands);
+void add_validate_command(CLI::App& app, std::vector<Command>& commands);
 
 }  // namespace pipetune::cli

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   cli::add_sweep_command(app, commands);
   cli::add_profile_command(app, commands);
   cli::add_run_command(app, commands);
+  cli::add_validate_command(app, commands);
   cli::add_demo_command(app, commands);
 
   try {

@@ -44,4 +44,35 @@ void ProgressBar::finish() {
   }
 }
 
+namespace {
+std::string phase_unit(const std::string& phase) {
+  if (phase == "profile") return "profile: layers x sizes";
+  if (phase == "plan") return "plan: configurations";
+  return phase + ": steps";
+}
+}  // namespace
+
+void PhaseProgress::operator()(const std::string& phase, std::size_t done, std::size_t total) {
+  if (mode_ == "lines") {
+    std::fprintf(stderr, "progress %s %zu %zu\n", phase.c_str(), done, total);
+    return;
+  }
+  if (mode_ != "bar") return;
+  if (phase != phase_) {
+    if (bar_) bar_->finish();
+    phase_ = phase;
+    bar_ = std::make_unique<ProgressBar>(phase_unit(phase));
+  }
+  bar_->update(done, total);
+}
+
+void PhaseProgress::finish() {
+  if (bar_) bar_->finish();
+  bar_.reset();
+}
+
+std::string progress_mode(const std::string& flag) {
+  return !flag.empty() ? flag : ::isatty(STDERR_FILENO) ? "bar" : "none";
+}
+
 }  // namespace pipetune::cli

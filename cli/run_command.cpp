@@ -15,6 +15,7 @@
 #include "cli/report.hpp"
 #include "cli/torch_inputs.hpp"
 #include "executor/executor.hpp"
+#include "executor/placement.hpp"
 #include "sim/error.hpp"
 #include "sim/units.hpp"
 
@@ -78,7 +79,7 @@ void add_run_command(CLI::App& app, std::vector<Command>& commands) {
     const Plan plan = load_plan(flags->plan);
     models::Model model = build_model_from(flags->model, flags->seed);
     exec::ExecutorOptions options;
-    options.devices = executor_devices(plan, flags->device);
+    options.devices = exec::executor_devices(plan, flags->device);
     options.threads_per_cpu_device = flags->threads;
     options.seed = flags->seed;
     options.learning_rate = flags->learning_rate;
@@ -86,7 +87,7 @@ void add_run_command(CLI::App& app, std::vector<Command>& commands) {
                         : flags->optimizer == "momentum" ? exec::OptimizerKind::Momentum
                         : flags->optimizer == "adam"     ? exec::OptimizerKind::Adam
                                                          : exec::OptimizerKind::Sgd;
-    exec::Pipeline pipeline(model, with_executor_devices(plan, options.devices), flags->batch, options);
+    exec::Pipeline pipeline(model, exec::with_executor_devices(plan, options.devices), flags->batch, options);
 
     const std::string progress = !flags->progress.empty() ? flags->progress
                                  : ::isatty(STDERR_FILENO)  ? "bar"

@@ -23,11 +23,4 @@ struct ModelFlags {
 void add_model_flags(CLI::App& app, ModelFlags& flags);
 models::Model build_model_from(const ModelFlags& flags, std::uint64_t seed);
 
-/// The executor's device names for a plan run on `kind` ("cpu" or "cuda"): the plan's own
-/// names when they are "<kind>:<n>", else "<kind>:0", "<kind>:1", … by order of first use (one
-/// per stage when the plan names none).
-std::vector<std::string> executor_devices(const Plan& plan, const std::string& kind);
-/// The plan with its device names replaced by executor_devices()' (unchanged when it has none).
-Plan with_executor_devices(const Plan& plan, const std::vector<std::string>& devices);
-
 }  // namespace pipetune::cli

@@ -21,4 +21,12 @@ void add_profile_command(CLI::App& app, std::vector<Command>& commands) {
   });
 }
 
+void add_validate_command(CLI::App& app, std::vector<Command>& commands) {
+  CLI::App* sub = app.add_subcommand("validate", "Predict, run for real and compare (needs LibTorch)");
+  sub->allow_extras();
+  commands.emplace_back(sub, []() -> int {
+    throw InputError("validate: this build of pipetune has no LibTorch; run scripts/setup.sh and rebuild");
+  });
+}
+
 }  // namespace pipetune::cli

@@ -1,0 +1,284 @@
+#include "cli/validate_report.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "cli/report.hpp"
+#include "cli/table.hpp"
+#include "sim/units.hpp"
+
+namespace pipetune::cli {
+
+using validate::PlanValidation;
+using validate::Validation;
+
+namespace {
+
+std::string signed_percent(double fraction) { return fmt::format("{:+.1f} %", fraction * 100.0); }
+
+// The device whose memory is mispredicted most (by |error|).
+std::size_t worst_memory_device(const TraceComparison& c) {
+  std::size_t worst = 0;
+  for (std::size_t d = 0; d < c.memory_error.size(); ++d) {
+    if (std::abs(c.memory_error[d]) > std::abs(c.memory_error[worst])) worst = d;
+  }
+  return worst;
+}
+
+std::string ordinal(int n) {
+  const char* suffix = n % 100 / 10 == 1 ? "th" : n % 10 == 1 ? "st" : n % 10 == 2 ? "nd" : n % 10 == 3 ? "rd" : "th";
+  return fmt::format("{}{}", n, suffix);
+}
+
+std::string calibration_summary(const Calibration& c) {
+  std::vector<std::string> parts;
+  for (const auto& [devices, scale] : c.compute_scale) {
+    parts.push_back(fmt::format("compute x{:.3f} on {} busy device{}", scale, devices, devices == 1 ? "" : "s"));
+  }
+  if (c.task_overhead_ms > 0) parts.push_back(fmt::format("+{:.3f} ms per task", c.task_overhead_ms));
+  if (c.copy) {
+    parts.push_back(fmt::format("copies {} + {:.3f} ms", format_bandwidth(c.copy->bandwidth_bytes_per_s),
+                                c.copy->latency_ms));
+  }
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+std::string ranking_sentence(const Validation& v) {
+  if (v.plans.size() < 2) return "one plan run: nothing to rank";
+  const std::size_t p = v.predicted_best(), m = v.measured_best();
+  const PlanValidation& pb = v.plans[p];
+  if (p == m) {
+    return fmt::format("the predicted best (plan {}) measured best of the {} plans run", p + 1, v.plans.size());
+  }
+  const double slower = pb.measured.median_pipeline_ms() / v.plans[m].measured.median_pipeline_ms() - 1.0;
+  return fmt::format("the predicted best (plan {}) measured {}, {:.1f} % slower than plan {}: {}", p + 1,
+                     ordinal(pb.measured_rank), slower * 100.0, m + 1,
+                     v.predicted_best_within_noise() ? "within the step-to-step spread"
+                                                     : "beyond the step-to-step spread");
+}
+
+// The table shared by the terminal and markdown reports.
+std::vector<std::string> headers(bool calibrated) {
+  std::vector<std::string> h{"#", "plan", "predicted ms"};
+  if (calibrated) h.push_back("calibrated ms");
+  h.insert(h.end(), {"measured ms", "time error"});
+  if (calibrated) h.push_back("error calibrated");
+  h.insert(h.end(), {"peak predicted", "peak measured", "memory error", "critical path", "rank"});
+  return h;
+}
+
+std::vector<std::string> cells(const Validation& v, const PlanValidation& p, std::size_t index) {
+  const bool cal = v.has_calibration();
+  const TraceComparison& h = v.headline(p);
+  const std::size_t d = worst_memory_device(h);
+  std::vector<std::string> row{fmt::format("{}", index + 1), describe_plan(p.plan()), format_ms(p.uncalibrated.predicted_ms)};
+  if (cal) row.push_back(format_ms(p.calibrated.predicted_ms));
+  row.push_back(fmt::format("{} ± {}", format_ms(p.measured.median_pipeline_ms()), format_ms(p.measured.spread_ms())));
+  row.push_back(signed_percent(p.uncalibrated.time_error));
+  if (cal) row.push_back(signed_percent(p.calibrated.time_error));
+  row.push_back(h.predicted_peak_bytes.empty() ? "-" : format_bytes(h.predicted_peak_bytes[d]));
+  row.push_back(h.measured_peak_bytes.empty() ? "-" : format_bytes(h.measured_peak_bytes[d]));
+  row.push_back(h.memory_error.empty() ? "-" : signed_percent(h.memory_error[d]));
+  row.push_back(h.same_critical_path ? "same" : fmt::format("{:.0f} % shared", 100.0 * h.critical_path_agreement));
+  row.push_back(fmt::format("{} / {}", p.predicted_rank, p.measured_rank));
+  return row;
+}
+
+std::vector<std::string> task_lines(const Validation& v, const PlanValidation& p, std::size_t count) {
+  std::vector<std::string> out;
+  for (const auto& t : v.headline(p).most_mispredicted(count)) {
+    out.push_back(fmt::format("{} predicted {} ms, measured {} ms ({:+.3f} ms); starts {:+.3f} ms off", t.label(),
+                              format_ms(t.predicted_ms()), format_ms(t.measured_ms()),
+                              t.predicted_ms() - t.measured_ms(), t.start_offset_ms()));
+  }
+  return out;
+}
+
+std::string calibration_fit_line(const Validation& v) {
+  std::vector<std::string> errors;
+  for (const auto& c : v.calibration_runs) {
+    errors.push_back(fmt::format("{} {}", describe_plan(c.plan()), signed_percent(c.calibrated.time_error)));
+  }
+  return fmt::format("{}", fmt::join(errors, ", "));
+}
+
+std::string gui_command(const Validation& v, const PlanValidation& p) {
+  return fmt::format("pipetune-gui {} {} {} {}", v.profile_path, v.hardware_path, p.plan_path, p.measured_trace_path);
+}
+
+}  // namespace
+
+std::string validation_text(const Validation& v) {
+  std::string out;
+  out += fmt::format("model       {} ({}), batch {} on {}\n", v.model, v.model_spec, v.batch, v.device);
+  out += fmt::format("profile     {}{}\n", v.profile_path,
+                     v.profiled ? fmt::format(" (taken now, {:.1f} s)", v.profile_seconds) : " (reused)");
+  out += fmt::format("hardware    {}: {} devices, link {}, {:.3f} ms\n", v.hardware_path, v.hardware.devices.size(),
+                     format_bandwidth(v.hardware.link.bandwidth_bytes_per_s), v.hardware.link.latency_ms);
+  if (v.has_calibration()) {
+    out += fmt::format("calibration {} ({} on {})\n", calibration_summary(v.hardware.calibration),
+                       v.calibration_fitted ? "fitted now" : "reused",
+                       fmt::join(v.hardware.calibration.fitted_on, "; "));
+    if (!v.calibration_runs.empty()) out += fmt::format("            on the plans it was fitted on: {}\n", calibration_fit_line(v));
+  } else {
+    out += "calibration none\n";
+  }
+  out += "\n";
+  TextTable table;
+  const bool cal = v.has_calibration();
+  for (const auto& h : headers(cal)) {
+    table.add_column(h, h == "plan" || h == "critical path" ? TextTable::Align::Left : TextTable::Align::Right);
+  }
+  for (std::size_t k = 0; k < v.plans.size(); ++k) table.add_row(cells(v, v.plans[k], k));
+  out += table.render();
+  out += "\n";
+  out += fmt::format("time        iteration (first task to last) predicted vs the median over {} measured steps\n",
+                     v.plans.empty() ? 0 : v.plans.front().measured.pipeline_ms.size());
+  out += fmt::format("memory      the device mispredicted most; peaks measured by the {} allocator\n",
+                     v.device == "cpu" ? "counting" : "CUDA caching");
+  out += fmt::format("ranking     {}\n", ranking_sentence(v));
+  for (std::size_t k = 0; k < v.plans.size(); ++k) {
+    const auto lines = task_lines(v, v.plans[k], 3);
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+      out += fmt::format("{:<12}{}\n", i == 0 ? fmt::format("tasks {}", k + 1) : "", lines[i]);
+    }
+  }
+  out += fmt::format("traces      {}/plan-N.{{predicted,{}measured}}.trace.json\n",
+                     std::filesystem::path(v.hardware_path).parent_path().string(), cal ? "calibrated," : "");
+  if (!v.plans.empty()) out += fmt::format("open        {}\n", gui_command(v, v.plans.front()));
+  return out;
+}
+
+std::string validation_markdown(const Validation& v) {
+  std::string out;
+  out += fmt::format("# pipetune validate: {} on {}\n\n", v.model, v.device);
+  out += fmt::format("- model: `{}`, batch {}\n", v.model_spec, v.batch);
+  out += fmt::format("- profile: `{}` ({})\n", v.profile_path, v.profiled ? "taken by this run" : "reused");
+  out += fmt::format("- hardware: `{}`, {} devices, link {}, {:.3f} ms\n", v.hardware_path, v.hardware.devices.size(),
+                     format_bandwidth(v.hardware.link.bandwidth_bytes_per_s), v.hardware.link.latency_ms);
+  if (v.has_calibration()) {
+    out += fmt::format("- calibration ({}): {}; fitted on {}\n", v.calibration_fitted ? "fitted by this run" : "reused",
+                       calibration_summary(v.hardware.calibration), fmt::join(v.hardware.calibration.fitted_on, "; "));
+  } else {
+    out += "- calibration: none\n";
+  }
+  out += fmt::format("- ranking: {}\n\n", ranking_sentence(v));
+  const auto h = headers(v.has_calibration());
+  out += fmt::format("| {} |\n", fmt::join(h, " | "));
+  std::vector<std::string> rule(h.size(), "---");
+  out += fmt::format("|{}|\n", fmt::join(rule, "|"));
+  for (std::size_t k = 0; k < v.plans.size(); ++k) out += fmt::format("| {} |\n", fmt::join(cells(v, v.plans[k], k), " | "));
+  out += "\nMost mispredicted tasks:\n\n";
+  for (std::size_t k = 0; k < v.plans.size(); ++k) {
+    for (const auto& line : task_lines(v, v.plans[k], 3)) out += fmt::format("- plan {}: {}\n", k + 1, line);
+  }
+  return out;
+}
+
+std::string validation_json(const Validation& v, const ValidationThresholds& thresholds,
+                            const std::vector<std::string>& failures) {
+  using nlohmann::ordered_json;
+  auto comparison = [](const TraceComparison& c) {
+    ordered_json j;
+    j["predicted_ms"] = tidy(c.predicted_ms);
+    j["measured_ms"] = tidy(c.measured_ms);
+    j["time_error"] = tidy(c.time_error);
+    j["predicted_peak_bytes"] = c.predicted_peak_bytes;
+    j["measured_peak_bytes"] = c.measured_peak_bytes;
+    std::vector<double> memory;
+    for (double e : c.memory_error) memory.push_back(tidy(e));
+    j["memory_error"] = memory;
+    j["median_abs_task_error"] = tidy(c.median_abs_duration_error);
+    j["same_critical_path"] = c.same_critical_path;
+    j["critical_path_agreement"] = tidy(c.critical_path_agreement);
+    j["predicted_critical_path"] = c.predicted_critical_path;
+    j["measured_critical_path"] = c.measured_critical_path;
+    ordered_json worst = ordered_json::array();
+    for (const auto& t : c.most_mispredicted(5)) {
+      worst.push_back({{"task", t.label()},
+                       {"predicted_start_ms", tidy(t.predicted_start_ms)},
+                       {"predicted_end_ms", tidy(t.predicted_end_ms)},
+                       {"measured_start_ms", tidy(t.measured_start_ms)},
+                       {"measured_end_ms", tidy(t.measured_end_ms)}});
+    }
+    j["most_mispredicted"] = worst;
+    return j;
+  };
+  auto plan_json = [&](const PlanValidation& p) {
+    ordered_json j;
+    j["plan"] = describe_plan(p.plan());
+    j["plan_file"] = p.plan_path;
+    j["measured_trace"] = p.measured_trace_path;
+    j["predicted_trace"] = p.predicted_trace_path;
+    if (!p.calibrated_trace_path.empty()) j["calibrated_trace"] = p.calibrated_trace_path;
+    std::vector<double> steps;
+    for (double t : p.measured.pipeline_ms) steps.push_back(tidy(t));
+    j["measured_pipeline_ms"] = steps;
+    j["measured_median_ms"] = tidy(p.measured.median_pipeline_ms());
+    j["measured_spread_ms"] = tidy(p.measured.spread_ms());
+    j["measured_step_ms"] = tidy(p.measured.median_step_ms());
+    j["uncalibrated"] = comparison(p.uncalibrated);
+    j["calibrated"] = comparison(p.calibrated);
+    j["predicted_rank"] = p.predicted_rank;
+    j["measured_rank"] = p.measured_rank;
+    return j;
+  };
+  ordered_json out;
+  out["format"] = "pipetune.validation/1";
+  out["model"] = v.model;
+  out["model_spec"] = v.model_spec;
+  out["batch_size"] = v.batch;
+  out["device"] = v.device;
+  out["profile"] = v.profile_path;
+  out["profiled"] = v.profiled;
+  out["hardware"] = v.hardware_path;
+  out["calibration"] = v.has_calibration() ? (v.calibration_fitted ? "fitted" : "reused") : "none";
+  out["calibration_runs"] = ordered_json::array();
+  for (const auto& c : v.calibration_runs) out["calibration_runs"].push_back(plan_json(c));
+  out["plans"] = ordered_json::array();
+  for (const auto& p : v.plans) out["plans"].push_back(plan_json(p));
+  out["predicted_best"] = v.plans.empty() ? 0 : v.predicted_best() + 1;
+  out["measured_best"] = v.plans.empty() ? 0 : v.measured_best() + 1;
+  out["predicted_best_within_noise"] = v.predicted_best_within_noise();
+  ordered_json t;
+  if (thresholds.time_error) t["time_error"] = *thresholds.time_error;
+  if (thresholds.memory_error) t["memory_error"] = *thresholds.memory_error;
+  t["require_best"] = thresholds.require_best;
+  out["thresholds"] = t;
+  out["failures"] = failures;
+  out["passed"] = failures.empty();
+  out["seconds"] = tidy(v.seconds);
+  return out.dump(2) + "\n";
+}
+
+std::vector<std::string> threshold_failures(const Validation& v, const ValidationThresholds& thresholds) {
+  std::vector<std::string> out;
+  for (std::size_t k = 0; k < v.plans.size(); ++k) {
+    const TraceComparison& c = v.headline(v.plans[k]);
+    const std::string name = fmt::format("plan {} ({})", k + 1, describe_plan(v.plans[k].plan()));
+    if (thresholds.time_error && std::abs(c.time_error) > *thresholds.time_error) {
+      out.push_back(fmt::format("{}: iteration time error {} exceeds --max-time-error {:.1f} %", name,
+                                signed_percent(c.time_error), *thresholds.time_error * 100.0));
+    }
+    if (thresholds.memory_error) {
+      for (std::size_t d = 0; d < c.memory_error.size(); ++d) {
+        if (std::abs(c.memory_error[d]) > *thresholds.memory_error) {
+          out.push_back(fmt::format("{}: peak memory error on {} {} exceeds --max-memory-error {:.1f} %", name,
+                                    c.devices[d], signed_percent(c.memory_error[d]), *thresholds.memory_error * 100.0));
+        }
+      }
+    }
+  }
+  if (thresholds.require_best && !v.plans.empty() && v.predicted_best() != v.measured_best() &&
+      !v.predicted_best_within_noise()) {
+    out.push_back(fmt::format("--require-best: {}", ranking_sentence(v)));
+  }
+  return out;
+}
+
+}  // namespace pipetune::cli

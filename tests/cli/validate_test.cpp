@@ -1,0 +1,181 @@
+// `pipetune validate` end to end on a small CPU model: the report, the traces it names, errors
+// recomputed from those traces, calibration fitted on other plans and reused, thresholds.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "sim/hardware.hpp"
+#include "sim/plan.hpp"
+#include "sim/trace.hpp"
+#include "tests/support/run_command.hpp"
+
+namespace pipetune {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path scratch(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("pipetune_validate_test_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  return dir / name;
+}
+
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  return nlohmann::json::parse(in);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+const std::vector<std::string> kModel{"--model", "mlp:layers=4,width=32", "--batch", "8", "--devices", "2"};
+
+testing::CommandResult validate(const std::vector<std::string>& args) {
+  std::vector<std::string> argv{PIPETUNE_CLI, "validate"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return testing::run_command(argv);
+}
+
+TEST(CliValidate, ReportTracesAndErrorsAgreeAndCalibrationIsFittedElsewhereThenReused) {
+  const fs::path out = scratch("first");
+  std::vector<std::string> args = kModel;
+  args.insert(args.end(), {"--top", "2", "--steps", "3", "--rounds", "2", "--calibration-steps", "2", "--out",
+                           out.string(), "--progress", "lines", "--json"});
+  const auto r = validate(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = nlohmann::json::parse(r.out);
+  EXPECT_EQ(report, read_json(out / "report.json"));  // printed and written alike
+  EXPECT_TRUE(fs::exists(out / "report.md"));
+  EXPECT_THAT(r.err, ::testing::HasSubstr("progress profile "));
+  EXPECT_THAT(r.err, ::testing::HasSubstr("progress calibrate "));
+  EXPECT_THAT(r.err, ::testing::HasSubstr("progress run "));
+  EXPECT_EQ(report["format"], "pipetune.validation/1");
+  EXPECT_EQ(report["calibration"], "fitted");
+  EXPECT_TRUE(report["profiled"]);
+  ASSERT_EQ(report["plans"].size(), 2u);
+
+  // The calibration is stored in the hardware file, fitted on plans that were not validated.
+  const Hardware hw = load_hardware(report["hardware"].get<std::string>());
+  ASSERT_FALSE(hw.calibration.empty());
+  ASSERT_EQ(report["calibration_runs"].size(), hw.calibration.fitted_on.size());
+  std::set<std::string> validated;
+  for (const auto& p : report["plans"]) validated.insert(p["plan"].get<std::string>());
+  for (const auto& name : hw.calibration.fitted_on) EXPECT_EQ(validated.count(name), 0u) << name;
+
+  for (const auto& p : report["plans"]) {
+    // Every file the report names is there and valid; the traces are of the plan.
+    const Plan plan = load_plan(p["plan_file"].get<std::string>());
+    EXPECT_EQ(describe_plan(plan), p["plan"].get<std::string>());
+    const Trace measured = load_trace(p["measured_trace"].get<std::string>());
+    const Trace predicted = load_trace(p["predicted_trace"].get<std::string>());
+    const Trace calibrated = load_trace(p["calibrated_trace"].get<std::string>());
+    EXPECT_EQ(measured.kind, "measured");
+    EXPECT_EQ(predicted.kind, "predicted");
+    ASSERT_TRUE(measured.plan && predicted.plan);
+    EXPECT_EQ(measured.plan->balance, plan.balance);
+    EXPECT_EQ(predicted.plan->balance, plan.balance);
+    ASSERT_EQ(measured.devices.size(), 2u);
+
+    // The errors, recomputed from the files: time against the median of the measured steps,
+    // memory per device from the two traces' peaks.
+    const auto steps = p["measured_pipeline_ms"].get<std::vector<double>>();
+    ASSERT_EQ(steps.size(), 3u);
+    const double measured_ms = median(steps);
+    EXPECT_NEAR(p["measured_median_ms"].get<double>(), measured_ms, 1e-6);
+    for (const auto& [key, trace] : {std::pair{"uncalibrated", &predicted}, std::pair{"calibrated", &calibrated}}) {
+      const auto& c = p[key];
+      EXPECT_NEAR(c["predicted_ms"].get<double>(), trace->iteration_ms, 1e-6) << key;
+      EXPECT_NEAR(c["time_error"].get<double>(), (trace->iteration_ms - measured_ms) / measured_ms, 2e-6) << key;
+      for (std::size_t d = 0; d < 2; ++d) {
+        const double pb = static_cast<double>(trace->devices[d].peak_memory_bytes);
+        const double mb = static_cast<double>(measured.devices[d].peak_memory_bytes);
+        EXPECT_EQ(c["predicted_peak_bytes"][d].get<std::int64_t>(), trace->devices[d].peak_memory_bytes);
+        EXPECT_EQ(c["measured_peak_bytes"][d].get<std::int64_t>(), measured.devices[d].peak_memory_bytes);
+        EXPECT_NEAR(c["memory_error"][d].get<double>(), (pb - mb) / mb, 2e-6) << key << " device " << d;
+      }
+    }
+    // The calibrated prediction is the uncalibrated one under the stored calibration: compute
+    // tasks scaled alike.
+    EXPECT_NE(calibrated.iteration_ms, predicted.iteration_ms);
+  }
+
+  // Reused: no profiling, no calibration runs, the same calibration; a threshold no real run
+  // meets fails with exit 3 and names the plan.
+  const fs::path again = scratch("again");
+  std::vector<std::string> reuse = kModel;
+  reuse.insert(reuse.end(), {"--profile", report["profile"].get<std::string>(), "--hardware",
+                             report["hardware"].get<std::string>(), "--top", "1", "--steps", "2", "--out",
+                             again.string(), "--max-time-error", "0", "--max-memory-error", "1000"});
+  const auto second = validate(reuse);
+  EXPECT_EQ(second.exit_code, 3) << second.err;
+  EXPECT_THAT(second.err, ::testing::HasSubstr("plan 1 ("));
+  EXPECT_THAT(second.err, ::testing::HasSubstr("exceeds --max-time-error 0.0 %"));
+  EXPECT_THAT(second.err, ::testing::Not(::testing::HasSubstr("memory")));
+  EXPECT_THAT(second.out, ::testing::HasSubstr("(reused)"));
+  const nlohmann::json second_report = read_json(again / "report.json");
+  EXPECT_EQ(second_report["calibration"], "reused");
+  EXPECT_FALSE(second_report["profiled"]);
+  EXPECT_TRUE(second_report["calibration_runs"].empty());
+  EXPECT_FALSE(second_report["passed"]);
+  EXPECT_EQ(load_hardware(second_report["hardware"].get<std::string>()).calibration.compute_scale,
+            hw.calibration.compute_scale);
+}
+
+TEST(CliValidate, AGivenPlanIsValidatedAlone) {
+  const fs::path plan = scratch("plan.json");
+  std::ofstream(plan) << R"({"format": "pipetune.plan/1", "balance": [2, 3], "chunks": 2, "checkpoint": "always",
+                            "schedule": "gpipe"})";
+  const fs::path out = scratch("given");
+  std::vector<std::string> args = kModel;
+  args.insert(args.end(), {"--plan", plan.string(), "--steps", "2", "--calibration-plans", "0", "--out", out.string()});
+  const auto r = validate(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("[2,3] x2 always gpipe"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("calibration none"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("one plan run: nothing to rank"));
+  const nlohmann::json report = read_json(out / "report.json");
+  EXPECT_EQ(report["calibration"], "none");
+  ASSERT_EQ(report["plans"].size(), 1u);
+  EXPECT_FALSE(report["plans"][0].contains("calibrated_trace"));
+}
+
+TEST(CliValidate, BadInputIsOneLine) {
+  auto error = [&](std::vector<std::string> args) {
+    const auto r = validate(args);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    return r.err;
+  };
+  // A profile of another model.
+  const fs::path other = scratch("other-profile");
+  std::vector<std::string> profile_args{"--model", "mlp:layers=3,width=16", "--batch", "8", "--out", other.string(),
+                                        "--top", "1", "--steps", "1", "--calibration-plans", "0"};
+  ASSERT_EQ(validate(profile_args).exit_code, 0);
+  std::vector<std::string> args = kModel;
+  args.insert(args.end(), {"--profile", (other / "profile.json").string(), "--out", scratch("x").string()});
+  EXPECT_EQ(error(args), "pipetune: error: " + (other / "profile.json").string() +
+                             ": \"model\" is \"mlp-3x16\", but --model builds \"mlp-4x32\"\n");
+  // A plan that does not fit the model.
+  const fs::path plan = scratch("bad-plan.json");
+  std::ofstream(plan) << R"({"format": "pipetune.plan/1", "balance": [2, 2], "chunks": 2, "checkpoint": "never",
+                            "schedule": "gpipe"})";
+  args = kModel;
+  args.insert(args.end(), {"--plan", plan.string(), "--out", scratch("y").string()});
+  EXPECT_THAT(error(args), ::testing::HasSubstr(plan.string() + ": balance: expected layer counts summing to 5"));
+  // --plan and --top exclude each other.
+  args = kModel;
+  args.insert(args.end(), {"--plan", plan.string(), "--top", "2"});
+  EXPECT_THAT(error(args), ::testing::HasSubstr("--plan excludes --top"));
+}
+
+}  // namespace
+}  // namespace pipetune

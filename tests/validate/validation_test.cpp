@@ -1,0 +1,73 @@
+// The parts of validation that need no model: which plans calibrate, and how plans are ranked.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "sim/simulator.hpp"
+#include "tests/sim/fixtures.hpp"
+#include "validate/validation.hpp"
+
+namespace pipetune::validate {
+namespace {
+
+TEST(CalibrationPlans, AreDistinctNotValidatedAndFit) {
+  const Profile profile = testing::make_profile({{1, 2, 100, 10, 5, 0}, {2, 3, 100, 10, 5, 0}, {1, 1, 100, 10, 5, 0},
+                                                 {3, 2, 100, 10, 5, 0}},
+                                                16, 4);
+  Hardware hw = replicate_device(profile.device, 2);
+  // The first plan calibration would pick is validated already.
+  const std::vector<Plan> first = calibration_plans(profile, hw, 2, {}, 1);
+  ASSERT_EQ(first.size(), 1u);
+  const Plan validated = first[0];
+  const std::vector<Plan> plans = calibration_plans(profile, hw, 2, {validated}, 3);
+  ASSERT_EQ(plans.size(), 3u);
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    EXPECT_NE(plans[i], validated);
+    EXPECT_EQ(plans[i].stages(), 2);
+    for (std::size_t j = 0; j < i; ++j) EXPECT_NE(plans[i], plans[j]);
+  }
+  // With a memory limit only the leanest shapes are left: every plan returned fits.
+  const Simulator simulator(profile, hw);
+  std::int64_t leanest = INT64_MAX;
+  for (const Plan& p : calibration_plans(profile, hw, 2, {}, 6)) leanest = std::min(leanest, simulator.run(p).max_peak_memory_bytes());
+  for (auto& d : hw.devices) d.memory_bytes = leanest;
+  const Simulator limited(profile, hw);
+  const auto fitting = calibration_plans(profile, hw, 2, {}, 6);
+  ASSERT_FALSE(fitting.empty());
+  for (const Plan& p : fitting) EXPECT_TRUE(limited.run(p).fits()) << describe_plan(p);
+}
+
+PlanValidation measured(double predicted_ms, std::vector<double> steps) {
+  PlanValidation p;
+  p.uncalibrated.predicted_ms = predicted_ms;
+  p.calibrated.predicted_ms = predicted_ms * 2;  // only used when there is a calibration
+  p.measured.pipeline_ms = std::move(steps);
+  return p;
+}
+
+TEST(Ranking, PredictedAndMeasuredBestAndTheNoiseBetweenThem) {
+  Validation v;
+  v.plans = {measured(10, {20, 21, 22}), measured(9, {19, 25, 24}), measured(12, {30, 30, 30})};
+  EXPECT_EQ(v.predicted_best(), 1u);
+  EXPECT_EQ(v.measured_best(), 0u);  // medians 21, 24, 30
+  // Plan 2 measured 3 ms slower; spreads (median absolute deviations) 1 and 1: beyond them.
+  EXPECT_FALSE(v.predicted_best_within_noise());
+  v.plans[1].measured.pipeline_ms = {19, 22.5, 30};  // median 22.5, spread 3.5
+  EXPECT_TRUE(v.predicted_best_within_noise());
+  // With a calibration, the calibrated predictions rank (here in the same order).
+  v.hardware.calibration.compute_scale[2] = 2.0;
+  EXPECT_EQ(v.predicted_best(), 1u);
+  v.plans[2].calibrated.predicted_ms = 1.0;
+  EXPECT_EQ(v.predicted_best(), 2u);
+}
+
+TEST(MeasuredRun, MedianAndSpread) {
+  MeasuredRun r;
+  r.pipeline_ms = {10, 12, 11, 50};
+  EXPECT_DOUBLE_EQ(r.median_pipeline_ms(), 11.5);
+  EXPECT_DOUBLE_EQ(r.spread_ms(), 1.0);  // deviations 1.5, 0.5, 0.5, 38.5
+}
+
+}  // namespace
+}  // namespace pipetune::validate

@@ -1,0 +1,99 @@
+#include "validate/measure.hpp"
+
+#include <fmt/format.h>
+
+#include <ATen/ATen.h>
+#include <algorithm>
+#include <cmath>
+
+#include "executor/executor.hpp"
+#include "executor/placement.hpp"
+#include "sim/error.hpp"
+
+namespace pipetune::validate {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+double MeasuredRun::median_pipeline_ms() const { return median(pipeline_ms); }
+double MeasuredRun::median_step_ms() const { return median(step_ms); }
+double MeasuredRun::spread_ms() const {
+  const double m = median(pipeline_ms);
+  std::vector<double> deviations;
+  for (double t : pipeline_ms) deviations.push_back(std::abs(t - m));
+  return median(deviations);
+}
+
+namespace {
+
+exec::OptimizerKind optimizer_kind(const std::string& name) {
+  if (name == "none") return exec::OptimizerKind::None;
+  if (name == "sgd") return exec::OptimizerKind::Sgd;
+  if (name == "momentum") return exec::OptimizerKind::Momentum;
+  if (name == "adam") return exec::OptimizerKind::Adam;
+  throw InputError(fmt::format("--optimizer: expected sgd, momentum, adam or none, got \"{}\"", name));
+}
+
+}  // namespace
+
+std::vector<MeasuredRun> measure_plans(models::Model& model, const std::vector<Plan>& plans,
+                                       const RunSettings& settings,
+                                       const std::function<void(std::size_t, std::size_t)>& progress) {
+  if (settings.steps < 1) throw InputError(fmt::format("--steps: expected at least 1, got {}", settings.steps));
+  const int rounds = std::clamp(settings.rounds, 1, settings.steps);
+  std::vector<MeasuredRun> runs(plans.size());
+  std::vector<std::vector<Trace>> traces(plans.size());
+  const std::size_t total = plans.size() * static_cast<std::size_t>(settings.steps + rounds * settings.warmup);
+  std::size_t done = 0;
+  int step_index = 0;  // a different batch every step, the same sequence for every plan
+  for (int round = 0; round < rounds; ++round) {
+    // Steps of this round: the measured steps shared out, earlier rounds taking the remainder.
+    const int measured = settings.steps / rounds + (round < settings.steps % rounds ? 1 : 0);
+    for (std::size_t p = 0; p < plans.size(); ++p) {
+      exec::ExecutorOptions options;
+      options.devices = exec::executor_devices(plans[p], settings.device);
+      options.threads_per_cpu_device = settings.threads;
+      options.seed = settings.seed;
+      options.optimizer = optimizer_kind(settings.optimizer);
+      options.learning_rate = settings.learning_rate;
+      exec::Pipeline pipeline(model, exec::with_executor_devices(plans[p], options.devices), settings.batch, options);
+      MeasuredRun& run = runs[p];
+      run.plan = plans[p];
+      for (int k = 0; k < settings.warmup + measured; ++k) {
+        auto [input, target] = model.make_batch(settings.batch, settings.seed * 1000003 + static_cast<std::uint64_t>(step_index + k));
+        if (at::isFloatingType(input.scalar_type())) input = input.to(settings.float64 ? at::kDouble : at::kFloat);
+        const exec::StepRecord record = pipeline.step(input, target);
+        if (k >= settings.warmup) {
+          run.pipeline_ms.push_back(record.pipeline_ms);
+          run.step_ms.push_back(record.step_ms);
+          run.losses.push_back(record.loss);
+          run.peak_memory_bytes.resize(record.peak_memory_bytes.size(), 0);
+          for (std::size_t d = 0; d < record.peak_memory_bytes.size(); ++d) {
+            run.peak_memory_bytes[d] = std::max(run.peak_memory_bytes[d], record.peak_memory_bytes[d]);
+          }
+          traces[p].push_back(exec::measured_trace(pipeline, record, model.name));
+        }
+        if (progress) progress(++done, total);
+      }
+    }
+    step_index += settings.warmup + measured;
+  }
+  for (std::size_t p = 0; p < plans.size(); ++p) {
+    // The median step's timeline (the lower median for an even count, a step that happened).
+    std::vector<std::size_t> order(traces[p].size());
+    for (std::size_t k = 0; k < order.size(); ++k) order[k] = k;
+    std::sort(order.begin(), order.end(),
+              [&](std::size_t a, std::size_t b) { return runs[p].pipeline_ms[a] < runs[p].pipeline_ms[b]; });
+    Trace& trace = traces[p][order[(order.size() - 1) / 2]];
+    for (std::size_t d = 0; d < trace.devices.size() && d < runs[p].peak_memory_bytes.size(); ++d) {
+      trace.devices[d].peak_memory_bytes = runs[p].peak_memory_bytes[d];
+    }
+    runs[p].trace = std::move(trace);
+  }
+  return runs;
+}
+
+}  // namespace pipetune::validate

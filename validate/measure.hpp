@@ -1,0 +1,56 @@
+#pragma once
+
+// Plans run for real on the executor, for validation: several plans, interleaved in rounds so
+// that a machine that slows down or speeds up mid-run (thermal limits, a noisy neighbour) moves
+// every plan's numbers alike instead of favouring the plan that happened to run first.
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "sim/plan.hpp"
+#include "sim/trace.hpp"
+
+namespace pipetune::models {
+struct Model;
+}
+
+namespace pipetune::validate {
+
+struct RunSettings {
+  std::string device = "cpu";  ///< cpu or cuda
+  std::int64_t batch = 32;
+  int steps = 10;   ///< measured steps per plan, spread over the rounds
+  int warmup = 1;   ///< unmeasured steps at the start of every round
+  int rounds = 2;
+  int threads = 0;  ///< intra-op threads per CPU device (0: cores / devices)
+  std::uint64_t seed = 0;
+  std::string optimizer = "sgd";  ///< sgd, momentum, adam or none
+  double learning_rate = 0.01;
+  bool float64 = false;           ///< the batch's dtype (the model's must match)
+};
+
+/// What one plan measured over its steps.
+struct MeasuredRun {
+  Plan plan;
+  std::vector<double> pipeline_ms, step_ms, losses;  ///< per measured step, in the order run
+  std::vector<std::int64_t> peak_memory_bytes;       ///< per device, the largest over the steps
+  Trace trace;  ///< the step whose pipeline time is the median; peaks as above
+
+  double median_pipeline_ms() const;
+  double median_step_ms() const;
+  /// The median absolute deviation of the pipeline times: how much one step's time says.
+  double spread_ms() const;
+};
+
+/// Runs every plan for `settings.steps` measured steps. Throws InputError for a plan the
+/// executor refuses and exec::ExecutorError when a stage fails. `progress(done, total)` counts
+/// steps, warm-up included.
+std::vector<MeasuredRun> measure_plans(models::Model& model, const std::vector<Plan>& plans,
+                                       const RunSettings& settings,
+                                       const std::function<void(std::size_t, std::size_t)>& progress = {});
+
+double median(std::vector<double> values);
+
+}  // namespace pipetune::validate

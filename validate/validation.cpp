@@ -1,0 +1,265 @@
+#include "validate/validation.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "executor/models/model.hpp"
+#include "profiler/profiler.hpp"
+#include "sim/balance.hpp"
+#include "sim/error.hpp"
+#include "sim/simulator.hpp"
+
+namespace pipetune::validate {
+
+namespace fs = std::filesystem;
+
+std::size_t Validation::predicted_best() const {
+  std::size_t best = 0;
+  for (std::size_t k = 0; k < plans.size(); ++k) {
+    if (headline(plans[k]).predicted_ms < headline(plans[best]).predicted_ms) best = k;
+  }
+  return best;
+}
+
+std::size_t Validation::measured_best() const {
+  std::size_t best = 0;
+  for (std::size_t k = 0; k < plans.size(); ++k) {
+    if (plans[k].measured.median_pipeline_ms() < plans[best].measured.median_pipeline_ms()) best = k;
+  }
+  return best;
+}
+
+bool Validation::predicted_best_within_noise() const {
+  if (plans.empty()) return true;
+  const MeasuredRun& p = plans[predicted_best()].measured;
+  const MeasuredRun& m = plans[measured_best()].measured;
+  return p.median_pipeline_ms() - m.median_pipeline_ms() <= p.spread_ms() + m.spread_ms();
+}
+
+namespace {
+
+SimulationOptions full_record() {
+  SimulationOptions o;
+  o.record_edges = true;
+  return o;
+}
+
+Trace predict(const Profile& profile, const Hardware& hardware, const Plan& plan) {
+  return trace_from_simulation(Simulator(profile, hardware).run(plan, full_record()), profile.model);
+}
+
+Hardware without_calibration(Hardware hardware) {
+  hardware.calibration = {};
+  return hardware;
+}
+
+Profile obtain_profile(models::Model& model, const ValidationOptions& options, Validation& v) {
+  if (!options.profile_path.empty()) {
+    Profile profile = load_profile(options.profile_path);
+    const std::string& src = options.profile_path;
+    if (profile.model != model.name) {
+      throw InputError(fmt::format("{}: \"model\" is \"{}\", but --model builds \"{}\"", src, profile.model, model.name));
+    }
+    if (profile.batch_size != options.run.batch) {
+      throw InputError(fmt::format("{}: \"batch_size\" is {}, but --batch is {}", src, profile.batch_size,
+                                   options.run.batch));
+    }
+    if (profile.layer_count() != model.layer_names.size()) {
+      throw InputError(fmt::format("{}: {} layers, but the model has {}", src, profile.layer_count(),
+                                   model.layer_names.size()));
+    }
+    v.profile_path = options.profile_path;
+    return profile;
+  }
+  profiler::ProfileOptions po;
+  po.device = options.run.device;
+  po.batch_size = options.run.batch;
+  po.repeats = options.profile_repeats;
+  po.warmup = options.profile_warmup;
+  po.seed = options.run.seed;
+  po.threads = options.run.threads;
+  if (po.threads == 0 && options.run.device == "cpu") {
+    // The threads each CPU device will have when the executor runs the plans.
+    po.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / options.devices);
+  }
+  if (options.progress) {
+    po.progress = [&](std::size_t done, std::size_t total) { options.progress("profile", done, total); };
+  }
+  const auto started = std::chrono::steady_clock::now();
+  profiler::ProfileResult result = profiler::profile_model(model, po);
+  v.profile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  v.profiled = true;
+  v.profile_path = (fs::path(options.out_dir) / "profile.json").string();
+  save_profile(result.profile, v.profile_path);
+  return std::move(result.profile);
+}
+
+Hardware obtain_hardware(const ValidationOptions& options) {
+  if (!options.hardware_path.empty()) return load_hardware(options.hardware_path);
+  Hardware hw = profiler::probe_hardware(options.run.device, options.devices);
+  const int keep = options.devices;
+  if (static_cast<int>(hw.devices.size()) > keep) hw.devices.resize(keep);
+  std::erase_if(hw.links, [keep](const LinkOverride& o) { return o.first >= keep || o.second >= keep; });
+  return hw;
+}
+
+// Each plan's predictions, written beside its measured trace and compared with it.
+PlanValidation judge(const Profile& profile, const Hardware& hardware, MeasuredRun run, const std::string& stem) {
+  PlanValidation pv;
+  pv.measured = std::move(run);
+  const Plan& plan = pv.measured.plan;
+  pv.predicted = predict(profile, without_calibration(hardware), plan);
+  pv.predicted_calibrated = hardware.calibration.empty() ? pv.predicted : predict(profile, hardware, plan);
+  pv.predicted_calibrated.kind = "predicted";
+  const double measured_ms = pv.measured.median_pipeline_ms();
+  pv.uncalibrated = compare_traces(pv.predicted, pv.measured.trace, stem + ".measured.trace.json", measured_ms);
+  pv.calibrated =
+      compare_traces(pv.predicted_calibrated, pv.measured.trace, stem + ".measured.trace.json", measured_ms);
+  pv.plan_path = stem + ".plan.json";
+  pv.measured_trace_path = stem + ".measured.trace.json";
+  pv.predicted_trace_path = stem + ".predicted.trace.json";
+  save_plan(plan, pv.plan_path);
+  save_trace(pv.measured.trace, pv.measured_trace_path);
+  save_trace(pv.predicted, pv.predicted_trace_path);
+  if (!hardware.calibration.empty()) {
+    pv.calibrated_trace_path = stem + ".calibrated.trace.json";
+    save_trace(pv.predicted_calibrated, pv.calibrated_trace_path);
+  }
+  return pv;
+}
+
+}  // namespace
+
+std::vector<Plan> calibration_plans(const Profile& profile, const Hardware& hardware, int stages,
+                                    const std::vector<Plan>& validated, int count) {
+  const CostModel costs(profile);
+  const Simulator simulator(profile, hardware);
+  const int batch = static_cast<int>(profile.batch_size);
+  // Varied shapes: micro-batch sizes and checkpoint modes change every task's duration and the
+  // copies' sizes, which is what lets the fit tell a scale from an overhead.
+  struct Shape {
+    int chunks;
+    CheckpointMode checkpoint;
+    ScheduleKind schedule;
+  };
+  const Shape shapes[] = {{2, CheckpointMode::Never, ScheduleKind::GPipe},
+                          {8, CheckpointMode::Always, ScheduleKind::OneFOneB},
+                          {4, CheckpointMode::ExceptLast, ScheduleKind::GPipe},
+                          {1, CheckpointMode::Never, ScheduleKind::GPipe},
+                          {16, CheckpointMode::Never, ScheduleKind::OneFOneB},
+                          {3, CheckpointMode::Always, ScheduleKind::GPipe}};
+  std::vector<Plan> out;
+  for (const Shape& s : shapes) {
+    if (static_cast<int>(out.size()) >= count) break;
+    Plan plan;
+    plan.chunks = std::min(s.chunks, batch);
+    plan.optimizer_state_factor = validated.empty() ? 0.0 : validated.front().optimizer_state_factor;
+    plan.checkpoint = s.checkpoint;
+    plan.schedule = s.schedule;
+    plan.balance = time_balanced(costs, hardware, stages, plan);
+    if (plan.balance.empty()) break;
+    if (std::find(validated.begin(), validated.end(), plan) != validated.end()) continue;
+    if (std::find(out.begin(), out.end(), plan) != out.end()) continue;
+    if (!simulator.run(plan, SimulationOptions{false, false, false}).fits()) continue;
+    out.push_back(plan);
+  }
+  return out;
+}
+
+Validation run_validation(const ValidationOptions& options) {
+  const auto started = std::chrono::steady_clock::now();
+  if (options.out_dir.empty()) throw InputError("--out: a folder for the traces and the report is needed");
+  if (options.devices < 1) throw InputError(fmt::format("--devices: expected at least 1, got {}", options.devices));
+  if (options.top < 1) throw InputError(fmt::format("--top: expected at least 1, got {}", options.top));
+  fs::create_directories(options.out_dir);
+
+  Validation v;
+  v.model_spec = options.model_spec;
+  v.device = options.run.device;
+  v.batch = options.run.batch;
+  models::ModelOptions mo;
+  mo.dtype = options.run.float64 ? c10::kDouble : c10::kFloat;
+  mo.deferred_batch_norm = options.deferred_batch_norm;
+  mo.seed = options.run.seed;
+  models::Model model = models::build_model(options.model_spec, mo);
+  v.model = model.name;
+
+  const Profile profile = obtain_profile(model, options, v);
+  Hardware hardware = obtain_hardware(options);
+  const std::string hardware_source = options.hardware_path.empty() ? "the probed hardware" : options.hardware_path;
+
+  // The plans to validate.
+  std::vector<Plan> plans;
+  if (options.plan) {
+    check_plan(*options.plan, profile, hardware, options.plan_source);
+    plans.push_back(*options.plan);
+  } else {
+    PlannerOptions po = options.planner;
+    po.top = static_cast<std::size_t>(options.top);
+    if (options.progress) po.progress = [&](std::size_t d, std::size_t t) { options.progress("plan", d, t); };
+    const PlanSearchResult result = find_best_plans(profile, hardware, po);
+    if (result.ranked.empty()) {
+      throw InputError(fmt::format("no plan of {} fits the memory of {}", profile.model, hardware_source));
+    }
+    for (const auto& c : result.ranked) plans.push_back(c.plan);
+    v.planner_proven = result.stats.proven;
+  }
+
+  // The calibration: reused, or fitted on other plans run briefly.
+  const bool reuse = !hardware.calibration.empty() && !options.recalibrate;
+  if (!reuse && options.calibration_plans > 0) {
+    hardware.calibration = {};
+    const int stages = plans.front().stages();
+    std::vector<Plan> fit_on = calibration_plans(profile, hardware, stages, plans, options.calibration_plans);
+    if (!fit_on.empty()) {
+      RunSettings rs = options.run;
+      rs.steps = std::max(1, options.calibration_steps);
+      rs.rounds = 1;
+      std::vector<MeasuredRun> runs = measure_plans(model, fit_on, rs, [&](std::size_t d, std::size_t t) {
+        if (options.progress) options.progress("calibrate", d, t);
+      });
+      std::vector<std::pair<Trace, Trace>> pairs;
+      std::vector<std::string> names;
+      for (const auto& r : runs) {
+        pairs.emplace_back(predict(profile, hardware, r.plan), r.trace);
+        names.push_back(describe_plan(r.plan));
+      }
+      hardware.calibration = fit_calibration(pairs, names);
+      v.calibration_fitted = true;
+      for (std::size_t k = 0; k < runs.size(); ++k) {
+        v.calibration_runs.push_back(judge(profile, hardware, std::move(runs[k]),
+                                           (fs::path(options.out_dir) / fmt::format("calibration-{}", k + 1)).string()));
+      }
+    }
+  } else if (!reuse) {
+    hardware.calibration = {};
+  }
+  v.hardware = hardware;
+  v.hardware_path = (fs::path(options.out_dir) / "hardware.json").string();
+  save_hardware(hardware, v.hardware_path);
+
+  // The real runs, interleaved, and the comparisons.
+  std::vector<MeasuredRun> runs = measure_plans(model, plans, options.run, [&](std::size_t d, std::size_t t) {
+    if (options.progress) options.progress("run", d, t);
+  });
+  for (std::size_t k = 0; k < runs.size(); ++k) {
+    v.plans.push_back(
+        judge(profile, hardware, std::move(runs[k]), (fs::path(options.out_dir) / fmt::format("plan-{}", k + 1)).string()));
+  }
+  // Ranks among the plans validated, 1 = fastest.
+  for (auto& p : v.plans) {
+    p.predicted_rank = p.measured_rank = 1;
+    for (const auto& q : v.plans) {
+      p.predicted_rank += v.headline(q).predicted_ms < v.headline(p).predicted_ms ? 1 : 0;
+      p.measured_rank += q.measured.median_pipeline_ms() < p.measured.median_pipeline_ms() ? 1 : 0;
+    }
+  }
+  v.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return v;
+}
+
+}  // namespace pipetune::validate

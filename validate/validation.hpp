@@ -1,0 +1,99 @@
+#pragma once
+
+// Predict, run, compare: the loop pipetune exists for, shared by `pipetune validate` and
+// `pipetune demo`.
+//
+//   profile   the model's layers on the device (or a profile given to reuse)
+//   hardware  the devices and links probed (or a hardware.json given), and its calibration:
+//             reused when the file has one, else fitted on a few plans run briefly that are
+//             not among those validated, so its accuracy is judged on plans it never saw
+//   plan      the planner's N best (or the plan given)
+//   predict   each plan with the calibration and without
+//   run       each plan on the executor, interleaved in rounds
+//   compare   time, memory, every task, the critical path, the ranking
+//
+// The header is free of LibTorch so reports can be built and tested from plain data.
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/compare.hpp"
+#include "sim/hardware.hpp"
+#include "sim/planner.hpp"
+#include "sim/profile.hpp"
+#include "validate/measure.hpp"
+
+namespace pipetune::validate {
+
+struct ValidationOptions {
+  std::string model_spec;
+  bool deferred_batch_norm = false;
+  RunSettings run;   ///< device, batch, steps, … (run.float64: the model's dtype too)
+  int devices = 2;   ///< pipeline devices: CPU worker threads, or the first CUDA devices
+  std::string profile_path;   ///< reuse this profile ("" : profile now)
+  std::string hardware_path;  ///< reuse these devices and links, and their calibration
+  std::optional<Plan> plan;   ///< validate this plan instead of the planner's best
+  std::string plan_source = "--plan";  ///< its file, for error messages
+  int top = 3;                ///< how many of the planner's best plans to validate
+  PlannerOptions planner;     ///< chunk counts, modes and schedules the planner may choose
+  int calibration_plans = 2;  ///< plans run to fit a calibration; 0: none
+  int calibration_steps = 4;
+  bool recalibrate = false;   ///< fit anew even when the hardware file has a calibration
+  int profile_repeats = 5, profile_warmup = 2;
+  std::string out_dir;        ///< everything is written here
+  /// Long work reports here: a phase ("profile", "calibrate", "run"), then its progress.
+  std::function<void(const std::string& phase, std::size_t done, std::size_t total)> progress;
+};
+
+/// One plan: its predictions, what it measured, how they compare, and where the traces are.
+struct PlanValidation {
+  MeasuredRun measured;
+  Trace predicted;             ///< without calibration
+  Trace predicted_calibrated;  ///< with the calibration (= predicted when there is none)
+  TraceComparison uncalibrated, calibrated;
+  std::string plan_path, measured_trace_path, predicted_trace_path, calibrated_trace_path;
+  int predicted_rank = 0, measured_rank = 0;  ///< 1 = best, among the plans validated
+  const Plan& plan() const { return measured.plan; }
+};
+
+struct Validation {
+  std::string model, model_spec, device;
+  std::int64_t batch = 0;
+  std::string profile_path;
+  bool profiled = false;  ///< the profile was taken by this run (else reused)
+  double profile_seconds = 0.0;
+  std::string hardware_path;  ///< the hardware (calibration included) as written
+  Hardware hardware;
+  bool calibration_fitted = false;  ///< fitted by this run (else reused, or none)
+  std::vector<PlanValidation> calibration_runs;  ///< the plans it was fitted on
+  std::vector<PlanValidation> plans;             ///< the plans validated, planner's order
+  bool planner_proven = true;  ///< the first plan is optimal under the model (when planned)
+  double seconds = 0.0;
+
+  bool has_calibration() const { return !hardware.calibration.empty(); }
+  /// The comparison that counts: calibrated when there is a calibration.
+  static const TraceComparison& headline(const PlanValidation& p, bool calibrated) {
+    return calibrated ? p.calibrated : p.uncalibrated;
+  }
+  const TraceComparison& headline(const PlanValidation& p) const { return headline(p, has_calibration()); }
+  /// Index of the plan predicted fastest, and of the plan measured fastest.
+  std::size_t predicted_best() const;
+  std::size_t measured_best() const;
+  /// The predicted-best plan's measured time is within the step-to-step spread of the
+  /// measured best's (true when they are the same plan).
+  bool predicted_best_within_noise() const;
+};
+
+/// Runs the whole loop; throws InputError for bad options or inputs, exec::ExecutorError when a
+/// stage fails. Nothing is written outside out_dir.
+Validation run_validation(const ValidationOptions& options);
+
+/// The calibration plans for a validation: the even balance at a few chunk counts, checkpoint
+/// modes and schedules, none of them `validated`, all fitting the hardware's memory.
+std::vector<Plan> calibration_plans(const Profile& profile, const Hardware& hardware, int stages,
+                                    const std::vector<Plan>& validated, int count);
+
+}  // namespace pipetune::validate
