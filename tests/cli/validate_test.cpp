@@ -177,5 +177,21 @@ TEST(CliValidate, BadInputIsOneLine) {
   EXPECT_THAT(error(args), ::testing::HasSubstr("--plan excludes --top"));
 }
 
+TEST(CliDemo, RunsTheWholeLoopAndEndsWithTheSummaryAndTheGuiCommand) {
+  const fs::path out = scratch("demo");
+  const auto r = testing::run_command(
+      {PIPETUNE_CLI, "demo", "--model", "mlp:layers=4,width=64", "--batch", "16", "--steps", "4", "--out", out.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::HasSubstr("summary: the plan chosen, "));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("iteration ms"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("peak memory cpu:1"));
+  EXPECT_THAT(r.out, ::testing::HasSubstr("pipetune-gui " + (out / "profile.json").string()));
+  for (const char* name : {"profile.json", "hardware.json", "plan-1.plan.json", "plan-1.measured.trace.json",
+                           "plan-1.predicted.trace.json", "report.json", "report.md"}) {
+    EXPECT_TRUE(fs::exists(out / name)) << name;
+  }
+  EXPECT_EQ(read_json(out / "report.json")["plans"].size(), 3u);
+}
+
 }  // namespace
 }  // namespace pipetune
