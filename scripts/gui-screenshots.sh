@@ -3,9 +3,9 @@
 #
 #   scripts/gui-screenshots.sh [PROFILE [HARDWARE] [PLAN] [MEASURED_TRACE ...]]
 #
-# The files go to `pipetune-gui --screenshot` as given (it tells them apart by their format tags),
-# e.g. traces/cpu-mlp.profile.json, its plan and a trace from `pipetune run`. With no files it
-# uses the shipped example profile (tests/data/tiny.profile.json) on four made-up devices (64 MiB
+# The files go to `pipetune-gui --screenshot` as given (it tells them apart by their format tags).
+# With no files it uses the real run shipped in traces/ (cpu-mlp.*: profile, calibrated hardware,
+# plan, measured trace). Without those it uses the example profile (tests/data/tiny.profile.json) on four made-up devices (64 MiB
 # each, 200 MB/s links) with a [1,2,2,1] x8 plan and, for the overlay, a stand-in measured trace:
 # the same plan simulated on a copy of the profile whose layers are 5-20 % slower or faster,
 # relabelled "measured" and shifted in time, as a real run would be. It is synthetic: replace it
@@ -32,6 +32,10 @@ scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
 
 files=("$@")
+if [ ${#files[@]} -eq 0 ] && [ -f traces/cpu-mlp.measured.trace.json ]; then
+  files=(traces/cpu-mlp.profile.json traces/cpu-mlp.hardware.json traces/cpu-mlp.plan.json
+         traces/cpu-mlp.measured.trace.json)
+fi
 if [ ${#files[@]} -eq 0 ]; then
   profile=tests/data/tiny.profile.json
   hardware="$scratch/hardware-4.json"
