@@ -34,7 +34,7 @@ namespace fs = std::filesystem;
 
 struct DemoFlags {
   std::string model = "mlp:layers=8,width=1024";
-  std::int64_t batch = 64;
+  std::int64_t batch = 256;
   int devices = 2;
   int steps = 20;
   std::string out = "pipetune-demo";
@@ -178,7 +178,7 @@ void add_demo_command(CLI::App& app, std::vector<Command>& commands) {
   CLI::App* sub = app.add_subcommand(
       "demo", "The whole loop on a built-in model on the CPU: profile, plan, predict, run, compare");
   sub->add_option("--model", flags->model, "the model (default mlp:layers=8,width=1024)")->type_name("SPEC");
-  sub->add_option("--batch", flags->batch, "samples per mini-batch (default 64)")->check(CLI::PositiveNumber);
+  sub->add_option("--batch", flags->batch, "samples per mini-batch (default 256)")->check(CLI::PositiveNumber);
   sub->add_option("--devices", flags->devices, "pipeline devices (default 2)")->check(CLI::Range(1, 64));
   sub->add_option("--steps", flags->steps, "measured steps per plan (default 20)")->check(CLI::PositiveNumber);
   sub->add_option("--out", flags->out, "folder for everything written (default pipetune-demo)")->type_name("DIR");
