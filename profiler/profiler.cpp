@@ -194,7 +194,22 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
       at::Tensor x = current.detach();
       if (l > 0 && at::isFloatingType(x.scalar_type())) x.requires_grad_(true);
       reset_gradients(*module.ptr(), x);
-      std::int64_t output = 0, saved = 0, workspace = 0;
+      std::int64_t output = 0, saved = 0, workspace = 0, first_peak = 0, accumulate_peak = 0;
+      // One backward, given the gradient of the output; returns the peak above its start.
+      // The last layer's output is not kept once the loss exists, as in the executor's last stage.
+      auto measure_backward = [&](std::pair<at::Tensor, at::Tensor> pair) -> std::int64_t {
+        if (run.last) pair.second = at::Tensor();
+        if (!pair.first.requires_grad()) return 0;  // a first layer without parameters: no backward
+        at::Tensor seed_gradient = run.last ? at::Tensor() : at::ones_like(pair.first);
+        const std::int64_t start = backend->allocated();
+        backend->reset_peak();
+        if (run.last) {
+          torch::autograd::backward({pair.first});
+        } else {
+          torch::autograd::backward({pair.first}, {seed_gradient});
+        }
+        return std::max<std::int64_t>(0, backend->peak() - start);
+      };
       {
         backend->reset_peak();
         const std::int64_t before = backend->allocated();
@@ -202,23 +217,19 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
         const std::int64_t after = backend->allocated();
         output = bytes_of(pair.second);
         saved = std::max<std::int64_t>(0, after - before - output - (run.last ? bytes_of(pair.first) : 0));
-        const std::int64_t forward_transient = std::max<std::int64_t>(0, backend->peak() - after);
-        at::Tensor seed_gradient = run.last ? at::Tensor() : at::ones_like(pair.first);
-        const std::int64_t start = backend->allocated();
-        backend->reset_peak();
-        if (!pair.first.requires_grad()) {
-          // a first layer without parameters: no backward
-        } else if (run.last) {
-          torch::autograd::backward({pair.first});
-        } else {
-          torch::autograd::backward({pair.first}, {seed_gradient});
+        // The backward's peaks are measured on their own, so the workspace is the forward's.
+        workspace = std::max<std::int64_t>(0, backend->peak() - after);
+        if (!run.last) {
+          at::NoGradGuard no_grad;
+          current = pair.second.detach();
         }
-        std::int64_t gradients = x.requires_grad() ? bytes_of(x.grad()) : 0;
-        for (const auto& p : module.ptr()->parameters()) gradients += bytes_of(p.grad());
-        const std::int64_t backward_transient = std::max<std::int64_t>(0, backend->peak() - start - gradients);
-        workspace = std::max(forward_transient, backward_transient);
-        at::NoGradGuard no_grad;
-        current = pair.second.detach();
+        // The first backward creates the parameters' gradients and keeps them.
+        first_peak = measure_backward(std::move(pair));
+        // A later one adds into them: the new gradients are transient. The stage input's
+        // gradient is new each micro-batch, so it starts from nothing again.
+        pair = {};
+        if (x.requires_grad()) x.mutable_grad().reset();
+        accumulate_peak = measure_backward(run.forward(x));
       }
       reset_gradients(*module.ptr(), x);
 
@@ -228,6 +239,8 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
       out.forward_ms_spread.push_back(forward.spread);
       out.backward_ms_spread.push_back(backward.spread);
       out.output_bytes.push_back(output);
+      out.backward_peak_bytes.push_back(first_peak);
+      out.backward_accumulate_peak_bytes.push_back(accumulate_peak);
       out.saved_bytes.push_back(saved);
       out.workspace_bytes.push_back(workspace);
       if (options.progress) options.progress(++done, total);

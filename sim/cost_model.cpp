@@ -70,6 +70,12 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
     costs->output_bytes[l] = interpolate_bytes(sizes, layer.output_bytes, x);
     costs->saved_bytes[l] = interpolate_bytes(sizes, layer.saved_bytes, x);
     costs->workspace_bytes[l] = interpolate_bytes(sizes, layer.workspace_bytes, x);
+    if (!layer.backward_peak_bytes.empty()) {
+      costs->backward_peak_bytes.resize(layers);
+      costs->backward_accumulate_peak_bytes.resize(layers);
+      costs->backward_peak_bytes[l] = interpolate_bytes(sizes, layer.backward_peak_bytes, x);
+      costs->backward_accumulate_peak_bytes[l] = interpolate_bytes(sizes, layer.backward_accumulate_peak_bytes, x);
+    }
     costs->forward_prefix[l + 1] = costs->forward_prefix[l] + costs->forward_ms[l];
     costs->backward_prefix[l + 1] = costs->backward_prefix[l] + costs->backward_ms[l];
     costs->kept_prefix[l + 1] =

@@ -23,6 +23,8 @@ struct SizeCosts {
   std::int64_t input_bytes = 0;  ///< the model's input at this size
   std::vector<double> forward_ms, backward_ms;
   std::vector<std::int64_t> output_bytes, saved_bytes, workspace_bytes;
+  /// Measured backward peaks (LayerProfile); empty when the profile has none.
+  std::vector<std::int64_t> backward_peak_bytes, backward_accumulate_peak_bytes;
   std::vector<double> forward_prefix, backward_prefix;  ///< size L + 1
   std::vector<std::int64_t> kept_prefix;  ///< Σ saved + output, size L + 1
 
@@ -33,7 +35,12 @@ struct SizeCosts {
     return backward_prefix[end] - backward_prefix[first];
   }
   /// What a forward with autograd keeps for layers [first, end): saved bytes and outputs.
-  std::int64_t kept_bytes(int first, int end) const { return kept_prefix[end] - kept_prefix[first]; }
+  /// What a forward with autograd keeps for the backward. The model's output is not kept: the
+  /// last stage turns it into the loss at once, whose graph holds what it needs (saved_bytes).
+  std::int64_t kept_bytes(int first, int end) const {
+    const std::int64_t all = kept_prefix[end] - kept_prefix[first];
+    return end == static_cast<int>(output_bytes.size()) ? all - output_bytes[end - 1] : all;
+  }
   /// What a stage starting at layer `first` receives: the model input or the previous output.
   std::int64_t stage_input_bytes(int first) const {
     return first == 0 ? input_bytes : output_bytes[first - 1];

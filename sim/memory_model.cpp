@@ -16,6 +16,8 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
     peak = std::max(peak, kept + c.saved_bytes[k] + c.output_bytes[k] + c.workspace_bytes[k]);
     kept += c.saved_bytes[k] + c.output_bytes[k];
   }
+  // The model's output dies once the loss exists (as in the executor's last stage).
+  if (end == static_cast<int>(c.output_bytes.size())) kept -= m.output_bytes;
   m.kept_bytes = kept;
   m.forward_transient = peak - kept;
 
@@ -39,8 +41,12 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
       const std::int64_t input_grad =
           k > first ? c.output_bytes[k - 1] : (first_stage ? 0 : m.input_bytes);
       const std::int64_t param_grad = first_backward ? model.param_bytes_of(k) : 0;
-      backward_peak =
-          std::max(backward_peak, current + input_grad + model.param_bytes_of(k) + c.workspace_bytes[k]);
+      // Measured when the profile has it; else every gradient plus the workspace at once.
+      const std::int64_t peak_above =
+          c.backward_peak_bytes.empty()
+              ? input_grad + model.param_bytes_of(k) + c.workspace_bytes[k]
+              : (first_backward ? c.backward_peak_bytes[k] : c.backward_accumulate_peak_bytes[k]);
+      backward_peak = std::max(backward_peak, current + peak_above);
       current += input_grad + param_grad - c.saved_bytes[k];
       if (k > first) current -= c.output_bytes[k - 1];
       if (k < end - 1) current -= c.output_bytes[k];

@@ -12,7 +12,8 @@ namespace pipetune {
 struct StageMemory {
   std::int64_t input_bytes = 0;   ///< stage input: received activation, gradient sent back
   std::int64_t output_bytes = 0;  ///< stage output: activation sent on, gradient received
-  /// Kept after a forward with autograd: Σ saved + Σ outputs, the stage output included.
+  /// Kept after a forward with autograd: Σ saved + Σ outputs, the stage output included except
+  /// on the last stage, where the model output dies once the loss exists.
   std::int64_t kept_bytes = 0;
   /// Peak above kept_bytes while a forward or recompute with autograd runs.
   std::int64_t forward_transient = 0;

@@ -40,7 +40,8 @@ std::vector<std::int64_t> byte_counts(const Node& node, std::size_t count) {
 
 LayerProfile parse_layer(const Node& node, std::size_t sizes) {
   node.allow_only({"name", "param_bytes", "forward_ms", "backward_ms", "output_bytes",
-                   "saved_bytes", "workspace_bytes", "forward_ms_spread", "backward_ms_spread"});
+                   "saved_bytes", "workspace_bytes", "backward_peak_bytes", "backward_accumulate_peak_bytes",
+                   "forward_ms_spread", "backward_ms_spread"});
   LayerProfile layer;
   layer.name = node.field("name").string();
   layer.param_bytes = node.field("param_bytes").non_negative_integer();
@@ -49,6 +50,17 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
   layer.output_bytes = byte_counts(node.field("output_bytes"), sizes);
   layer.saved_bytes = byte_counts(node.field("saved_bytes"), sizes);
   layer.workspace_bytes = byte_counts(node.field("workspace_bytes"), sizes);
+  const auto first_peak = node.optional_field("backward_peak_bytes");
+  const auto accumulate_peak = node.optional_field("backward_accumulate_peak_bytes");
+  if (first_peak.has_value() != accumulate_peak.has_value()) {
+    node.fail_message(fmt::format("missing field \"{}\" (backward_peak_bytes and "
+                                  "backward_accumulate_peak_bytes come together)",
+                                  first_peak ? "backward_accumulate_peak_bytes" : "backward_peak_bytes"));
+  }
+  if (first_peak) {
+    layer.backward_peak_bytes = byte_counts(*first_peak, sizes);
+    layer.backward_accumulate_peak_bytes = byte_counts(*accumulate_peak, sizes);
+  }
   if (auto spread = node.optional_field("forward_ms_spread")) {
     layer.forward_ms_spread = numbers(*spread, sizes);
   }
@@ -96,6 +108,14 @@ Profile parse_profile(std::string_view text, const std::string& source) {
   const auto layer_nodes = layers.elements();
   if (layer_nodes.empty()) layers.fail("a non-empty array of layers");
   for (const Node& l : layer_nodes) p.layers.push_back(parse_layer(l, count));
+  // Measured backward peaks replace the model's estimate for whole stages: all layers or none.
+  for (std::size_t k = 1; k < p.layers.size(); ++k) {
+    if (p.layers[k].backward_peak_bytes.empty() != p.layers[0].backward_peak_bytes.empty()) {
+      layer_nodes[k].fail_message(p.layers[0].backward_peak_bytes.empty()
+                                      ? "has backward_peak_bytes, but layers[0] has none (every layer or none)"
+                                      : "missing field \"backward_peak_bytes\" (layers[0] has it: every layer or none)");
+    }
+  }
 
   if (auto meta = root.optional_field("meta")) {
     if (!meta->value().is_object()) meta->fail("an object");
@@ -126,6 +146,10 @@ std::string profile_to_json(const Profile& p) {
                   {"output_bytes", l.output_bytes},
                   {"saved_bytes", l.saved_bytes},
                   {"workspace_bytes", l.workspace_bytes}};
+    if (!l.backward_peak_bytes.empty()) {
+      layer["backward_peak_bytes"] = l.backward_peak_bytes;
+      layer["backward_accumulate_peak_bytes"] = l.backward_accumulate_peak_bytes;
+    }
     if (!l.forward_ms_spread.empty()) layer["forward_ms_spread"] = l.forward_ms_spread;
     if (!l.backward_ms_spread.empty()) layer["backward_ms_spread"] = l.backward_ms_spread;
     layers.push_back(std::move(layer));

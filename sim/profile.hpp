@@ -17,6 +17,12 @@ struct LayerProfile {
   std::vector<std::int64_t> output_bytes;     ///< what the layer hands to the next layer
   std::vector<std::int64_t> saved_bytes;      ///< kept for backward, besides input and output
   std::vector<std::int64_t> workspace_bytes;  ///< transient peak while it runs
+  /// Optional (empty when absent; both or neither): the peak allocated above a backward's start,
+  /// its input's gradient and its parameters' gradients included, when the parameter gradients
+  /// are created (a stage's first backward) and when they are added into (every later one).
+  /// Without them the memory model estimates both from the fields above.
+  std::vector<std::int64_t> backward_peak_bytes;
+  std::vector<std::int64_t> backward_accumulate_peak_bytes;
   std::vector<double> forward_ms_spread;      ///< optional (empty when absent)
   std::vector<double> backward_ms_spread;     ///< optional (empty when absent)
 };

@@ -191,11 +191,11 @@ SimulationResult Simulator::run(const Plan& plan, const SimulationOptions& optio
         // A stage input that is its own buffer (received from another device, or left behind
         // by a checkpointed stage on this device) dies with the backward; otherwise it is the
         // previous stage's output, which that stage frees. The stage output and the received
-        // gradient die here too.
+        // gradient die here too; the last stage has neither (its output died with the forward).
         const bool own_input = s > 0 && (device_of[s - 1] != d || recomputed[i]);
         engine.set_start_effect(task, counter[d], peak);
         engine.set_end_effect(task, counter[d],
-                              (peak - net) + m.output_bytes + (last_stage ? 0 : m.output_bytes) +
+                              (peak - net) + (last_stage ? 0 : 2 * m.output_bytes) +
                                   (own_input ? m.input_bytes : 0));
         break;
       }

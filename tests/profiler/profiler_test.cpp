@@ -73,6 +73,19 @@ TEST(Profiler, ByteCountsOfLinearReluLayerNormAreExact) {
   EXPECT_EQ(p.layers[2].param_bytes, 2 * 16 * 4);
   EXPECT_EQ(p.layers[2].saved_bytes, (std::vector<std::int64_t>{2 * 1 * 4, 2 * 4 * 4}));
   EXPECT_EQ(p.layers[2].output_bytes, (std::vector<std::int64_t>{16 * 4, 4 * 16 * 4}));
+
+  // Backward peaks. ReLU allocates only the gradient of its input, the first time and later.
+  EXPECT_EQ(p.layers[1].backward_peak_bytes, (std::vector<std::int64_t>{16 * 4, 4 * 16 * 4}));
+  EXPECT_EQ(p.layers[1].backward_accumulate_peak_bytes, p.layers[1].backward_peak_bytes);
+  // The first Linear (the model input needs no gradient) creates its parameters' gradients and
+  // keeps them; later it computes them again before adding them in: at least param_bytes both
+  // times, and not more than those plus its output's size in scratch.
+  for (std::size_t i = 0; i < 2; ++i) {
+    for (const auto& peaks : {p.layers[0].backward_peak_bytes, p.layers[0].backward_accumulate_peak_bytes}) {
+      EXPECT_GE(peaks[i], p.layers[0].param_bytes);
+      EXPECT_LE(peaks[i], p.layers[0].param_bytes + p.layers[0].output_bytes[i]);
+    }
+  }
 }
 
 TEST(Profiler, ByteCountsOfConv2dAreExact) {

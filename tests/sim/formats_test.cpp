@@ -139,6 +139,48 @@ TEST(ProfileFormat, NoLayers) {
   EXPECT_EQ(profile_error(text), "in.json: layers: expected a non-empty array of layers, got an array of 0 elements");
 }
 
+// `text` with one substring replaced.
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  const auto at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return text.replace(at, from.size(), to);
+}
+
+// kProfile with measured backward peaks on layer 0 (`first`, `accumulate`) and on layer 1.
+std::string profile_with_peaks(const std::string& first = R"("backward_peak_bytes": [440, 560], )",
+                               const std::string& accumulate = R"("backward_accumulate_peak_bytes": [400, 400], )",
+                               const std::string& layer1 = R"("backward_peak_bytes": [40, 160], )"
+                                                           R"("backward_accumulate_peak_bytes": [40, 160], )") {
+  const std::string text = replaced(kProfile, R"("workspace_bytes": [0, 0])", first + accumulate + R"("workspace_bytes": [0, 0])");
+  return replaced(text, R"("workspace_bytes": [8, 8])", layer1 + R"("workspace_bytes": [8, 8])");
+}
+
+TEST(ProfileFormat, MeasuredBackwardPeaksParseAndRoundTrip) {
+  const Profile p = parse_profile(profile_with_peaks(), "in.json");
+  EXPECT_EQ(p.layers[0].backward_peak_bytes, (std::vector<std::int64_t>{440, 560}));
+  EXPECT_EQ(p.layers[0].backward_accumulate_peak_bytes, (std::vector<std::int64_t>{400, 400}));
+  EXPECT_EQ(p.layers[1].backward_peak_bytes, (std::vector<std::int64_t>{40, 160}));
+  const Profile q = parse_profile(profile_to_json(p), "again.json");
+  EXPECT_EQ(q.layers[0].backward_peak_bytes, p.layers[0].backward_peak_bytes);
+  EXPECT_EQ(q.layers[1].backward_accumulate_peak_bytes, p.layers[1].backward_accumulate_peak_bytes);
+  // Without them, none is written.
+  EXPECT_EQ(profile_to_json(parse_profile(kProfile, "in.json")).find("backward_peak_bytes"), std::string::npos);
+}
+
+TEST(ProfileFormat, MeasuredBackwardPeaksBothOrNeitherOnEveryLayer) {
+  EXPECT_EQ(profile_error(profile_with_peaks(R"("backward_peak_bytes": [440, 560], )", "")),
+            "in.json: layers[0]: missing field \"backward_accumulate_peak_bytes\" (backward_peak_bytes and "
+            "backward_accumulate_peak_bytes come together)");
+  EXPECT_EQ(profile_error(profile_with_peaks(R"("backward_peak_bytes": [440, 560], )",
+                                             R"("backward_accumulate_peak_bytes": [400, 400], )", "")),
+            "in.json: layers[1]: missing field \"backward_peak_bytes\" (layers[0] has it: every layer or none)");
+  EXPECT_EQ(profile_error(profile_with_peaks("", "")),
+            "in.json: layers[1]: has backward_peak_bytes, but layers[0] has none (every layer or none)");
+  EXPECT_EQ(profile_error(profile_with_peaks(R"("backward_peak_bytes": [440], )")),
+            "in.json: layers[0].backward_peak_bytes: expected an array of 2 non-negative integers (bytes), one "
+            "per micro-batch size, got an array of 1 element");
+}
+
 TEST(ProfileFormat, MissingFileIsClear) {
   try {
     load_profile("/nonexistent/profile.json");

@@ -4,6 +4,7 @@
 //   layer 0: output 100, saved 50, parameters 1000 bytes
 //   layer 1: output  10, saved 20, parameters  500 bytes
 //   model input 10; forward 1 ms and backward 2 ms per layer and micro-batch.
+// The last layer's output is the model's: it dies once the loss exists, as in the executor.
 
 #include <gtest/gtest.h>
 
@@ -37,57 +38,57 @@ std::vector<std::int64_t> peaks(const Profile& profile, const Plan& plan, int de
 
 TEST(Memory, OneStageNoCheckpoint) {
   // Baseline: parameters 1000 + the batch's input 2 x 10 = 1020.
-  // F0 +150 (saved 50, output 100), F1 +150 -> 1320. B1, the first backward, allocates the
-  // parameter gradients: +1000 -> 2320. It frees saved 50 and output 100 -> 2170. B0 computes
-  // its parameter gradients afresh and adds them into .grad: +1000 for a moment -> 3170 (peak);
-  // then it frees 150 -> 2020 = parameters + gradients + input.
+  // F0 +150 (saved 50, output 100), the output dies with the loss -> 1070; F1 likewise -> 1120.
+  // B1, the first backward, allocates the parameter gradients: +1000 -> 2120. It frees saved 50
+  // -> 2070. B0 computes its parameter gradients afresh and adds them into .grad: +1000 for a
+  // moment -> 3070 (peak); then it frees 50 -> 2020 = parameters + gradients + input.
   EXPECT_EQ(peaks(one_layer(2), make_plan({1}, 2, CheckpointMode::Never), 1),
-            (std::vector<std::int64_t>{3170}));
+            (std::vector<std::int64_t>{3070}));
 }
 
 TEST(Memory, OneStageCheckpointAlways) {
-  // F0, F1 under no_grad: +100 output, dropped with the loss at once -> 1020. R1 +150 -> 1170,
-  // B1 +1000 -> 2170, frees 150 -> 2020; R0 +150 -> 2170 again; B0 accumulates: +1000 -> 3170
-  // (peak), then 2020.
+  // F0, F1 under no_grad: +100 output, dropped with the loss at once -> 1020. R1 +150, the
+  // output dropped -> 1070, B1 +1000 -> 2070, frees 50 -> 2020; R0 -> 2070 again; B0
+  // accumulates: +1000 -> 3070 (peak), then 2020.
   EXPECT_EQ(peaks(one_layer(2), make_plan({1}, 2, CheckpointMode::Always), 1),
-            (std::vector<std::int64_t>{3170}));
+            (std::vector<std::int64_t>{3070}));
 }
 
 TEST(Memory, OneStageCheckpointExceptLast) {
-  // F0 checkpointed (nothing kept), F1 keeps 150 -> 1170, B1 +1000 -> 2170, then R0/B0 as above.
+  // F0 checkpointed (nothing kept), F1 keeps 50 -> 1070, B1 +1000 -> 2070, then R0/B0 as above.
   EXPECT_EQ(peaks(one_layer(2), make_plan({1}, 2, CheckpointMode::ExceptLast), 1),
-            (std::vector<std::int64_t>{3170}));
+            (std::vector<std::int64_t>{3070}));
 }
 
 TEST(Memory, TwoDevicesNoCheckpoint) {
   // Device 0 (layer 0): 1020 baseline; F0 +150, F1 +150 -> 1320; the gradient of micro-batch 1
   // arrives (+100) -> 1420, B1 allocates parameter gradients +1000 -> 2420, frees 250 -> 2170;
   // micro-batch 0's gradient arrives +100 -> 2270, B0 accumulates +1000 -> 3270 (peak).
-  // Device 1 (layer 1): 500 baseline; inputs received +100 each, F +30 each -> 760; B1 allocates
-  // the input gradient 100 and parameter gradients 500 -> 1360, then frees saved and output 30,
-  // its input 100 and the sent gradient 100 -> 1130; B0: input gradient 100 and the
-  // accumulated 500 -> 1730 (peak).
+  // Device 1 (layer 1): 500 baseline; inputs received +100 each, F keeps saved 20 each (the
+  // output 10 dies with the loss) -> 740; B1 allocates the input gradient 100 and parameter
+  // gradients 500 -> 1340, then frees saved 20, its input 100 and the sent gradient 100 -> 1120;
+  // B0: input gradient 100 and the accumulated 500 -> 1720 (peak).
   EXPECT_EQ(peaks(two_layers(2), make_plan({1, 1}, 2, CheckpointMode::Never), 2),
-            (std::vector<std::int64_t>{3270, 1730}));
+            (std::vector<std::int64_t>{3270, 1720}));
 }
 
 TEST(Memory, TwoDevicesCheckpointAlways) {
   // Device 0: F0 +100 output, freed once copied -> 1020; F1 likewise; R1 +150 -> 1170; the
   // gradient arrives +100 -> 1270, B1 +1000 -> 2270; B1 frees 250 -> 2020; R0 +150, gradient
   // +100 -> 2270, B0 accumulates +1000 -> 3270 (peak). Device 1: input +100, F0 +10 then drops
-  // it with the loss; after both forwards 700; R1 +30 -> 730; B1 +600 -> 1330, keeps the 500 of
-  // gradients and micro-batch 0's input -> 1100; R0 +30, B0 +100 +500 -> 1730 (peak).
+  // it with the loss; after both forwards 700; R1 keeps 20 -> 720; B1 +600 -> 1320, keeps the
+  // 500 of gradients and micro-batch 0's input -> 1100; R0 +20, B0 +100 +500 -> 1720 (peak).
   EXPECT_EQ(peaks(two_layers(2), make_plan({1, 1}, 2, CheckpointMode::Always), 2),
-            (std::vector<std::int64_t>{3270, 1730}));
+            (std::vector<std::int64_t>{3270, 1720}));
 }
 
 TEST(Memory, SharedDeviceCountsOneBufferPerBoundary) {
   // Both stages on one device: the stage boundary is one tensor, not a sent and a received copy.
-  // Baseline 1500 + 20. F(0,0) +150, F(0,1) +150, F(1,0) +30, F(1,1) +30 -> 1880; B(1,1) first:
-  // input gradient 100 + parameters 500 -> 2480, frees 20 + 10 -> 2450 (keeps the input
-  // gradient, which is stage 0's received gradient); B(0,1) first: +1000 -> 3450, and frees
-  // 250 -> 3200. B(1,0) frees 30 and keeps its input gradient 100 -> 3270; B(0,0) accumulates
-  // +1000 -> 4270 (peak).
+  // Baseline 1500 + 20. F(0,0) +150, F(0,1) +150, F(1,0) +20, F(1,1) +20 -> 1860; B(1,1) first:
+  // input gradient 100 + parameters 500 -> 2460, frees 20 -> 2440 (keeps the input gradient,
+  // which is stage 0's received gradient); B(0,1) first: +1000 -> 3440, and frees 250 -> 3190.
+  // B(1,0) frees 20 and keeps its input gradient 100 -> 3270; B(0,0) accumulates +1000 -> 4270
+  // (peak).
   Plan plan = make_plan({1, 1}, 2, CheckpointMode::Never);
   plan.devices = {"cpu:0", "cpu:0"};
   EXPECT_EQ(peaks(two_layers(2), plan, 1), (std::vector<std::int64_t>{4270}));
@@ -107,7 +108,7 @@ TEST(Memory, OneFOneBHoldsAtMostKMicroBatchesOnStageZero) {
 TEST(Memory, OptimizerStateScalesParameters) {
   Plan plan = make_plan({1}, 2, CheckpointMode::Never);
   plan.optimizer_state_factor = 2.0;  // Adam: two states per parameter
-  EXPECT_EQ(peaks(one_layer(2), plan, 1), (std::vector<std::int64_t>{3170 + 2000}));
+  EXPECT_EQ(peaks(one_layer(2), plan, 1), (std::vector<std::int64_t>{3070 + 2000}));
 }
 
 TEST(StageMemory, WorkspaceAndIntermediates) {
@@ -117,9 +118,14 @@ TEST(StageMemory, WorkspaceAndIntermediates) {
   const StageMemory m = stage_memory(model, model.at(1), 0, 3, false);
   EXPECT_EQ(m.input_bytes, 4);
   EXPECT_EQ(m.output_bytes, 30);
-  EXPECT_EQ(m.kept_bytes, 66);
-  // Forward: before layer 1, 11 kept; layer 1 adds 2 + 20 + 50 -> 83; finally 66.
-  EXPECT_EQ(m.forward_transient, 83 - 66);
+  // Σ saved + outputs = 66, less the model's output 30, which dies once the loss exists.
+  EXPECT_EQ(m.kept_bytes, 36);
+  // Forward: before layer 1, 11 kept; layer 1 adds 2 + 20 + 50 -> 83; finally 36.
+  EXPECT_EQ(m.forward_transient, 83 - 36);
+  // A stage that is not the last keeps its output for the backward: 1 + 10 + 2 + 20.
+  EXPECT_EQ(stage_memory(model, model.at(1), 0, 2, false).kept_bytes, 33);
+  EXPECT_EQ(model.at(1).kept_bytes(0, 2), 33);
+  EXPECT_EQ(model.at(1).kept_bytes(0, 3), 36);
   // Checkpointed: layer 1 holds input 10, output 20, workspace 50 -> 80; the output 30 stays.
   EXPECT_EQ(m.checkpointed_forward_transient, 80 - 30);
   // Backward, not the first: each layer's parameter gradients (7, 11, 13) exist while they are
@@ -133,6 +139,29 @@ TEST(StageMemory, WorkspaceAndIntermediates) {
   // + 50.
   EXPECT_EQ(m.backward_peak_first, 81);
   EXPECT_EQ(m.backward_net_first, -32 + 31);
+}
+
+TEST(StageMemory, MeasuredBackwardPeaksReplaceTheEstimate) {
+  // The same three layers, with the profiler's measured peaks above each backward's start:
+  // first backward 40, 30, 20 and accumulating 25, 60, 15 (layers 0, 1, 2).
+  Profile p = testing::make_profile({{1, 1, 7, 10, 1, 5}, {1, 1, 11, 20, 2, 50}, {1, 1, 13, 30, 3, 5}}, 1, 4);
+  p.layers[0].backward_peak_bytes = {40};
+  p.layers[1].backward_peak_bytes = {30};
+  p.layers[2].backward_peak_bytes = {20};
+  p.layers[0].backward_accumulate_peak_bytes = {25};
+  p.layers[1].backward_accumulate_peak_bytes = {60};
+  p.layers[2].backward_accumulate_peak_bytes = {15};
+  const CostModel model(p);
+  const StageMemory m = stage_memory(model, model.at(1), 0, 3, false);
+  // Net changes as in WorkspaceAndIntermediates: after layer 2 -3, after layer 1 -25 (not the
+  // first); first: after layer 2 -3 + 13 = 10, after layer 1 10 + 10 + 11 - 2 - 10 - 20 = -1.
+  // Accumulating: max(0 + 15, -3 + 60, -25 + 25) = 57.
+  EXPECT_EQ(m.backward_peak, 57);
+  // First: max(0 + 20, 10 + 30, -1 + 40) = 40.
+  EXPECT_EQ(m.backward_peak_first, 40);
+  // The nets are what is allocated and freed, not peaks: unchanged.
+  EXPECT_EQ(m.backward_net, -32);
+  EXPECT_EQ(m.backward_net_first, -1);
 }
 
 }  // namespace
