@@ -133,9 +133,25 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
     // again, would keep its weights in cache, which a pipeline streaming micro-batches through
     // many layers does not; small-batch layers are bound by memory, so that matters.
     // Layers are joined by detached tensors, so each backward can be timed by itself.
-    std::vector<std::vector<std::uint64_t>> forward_ids(layer_count), backward_ids(layer_count);
+    std::vector<std::vector<std::uint64_t>> forward_ids(layer_count), backward_ids(layer_count),
+        nograd_ids(layer_count);
     for (int r = 0; r < options.warmup + options.repeats; ++r) {
       const bool timed = r >= options.warmup;
+      // First the forward a checkpointed micro-batch runs: no autograd, nothing saved.
+      {
+        at::NoGradGuard no_grad;
+        at::Tensor current = input;
+        for (int l = 0; l < layer_count; ++l) {
+          Runner run{*modules[l], model, l + 1 == layer_count, target};
+          const std::uint64_t id = next_region++;
+          if (timed) backend->begin(id);
+          current = run.forward(current).second;
+          if (timed) {
+            backend->end(id);
+            nograd_ids[l].push_back(id);
+          }
+        }
+      }
       std::vector<at::Tensor> inputs(layer_count), roots(layer_count);
       at::Tensor current = input;
       for (int l = 0; l < layer_count; ++l) {
@@ -236,6 +252,7 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
       const Statistics forward = pick(forward_ids[l]), backward = pick(backward_ids[l]);
       out.forward_ms.push_back(forward.median);
       out.backward_ms.push_back(backward.median);
+      out.forward_nograd_ms.push_back(pick(nograd_ids[l]).median);
       out.forward_ms_spread.push_back(forward.spread);
       out.backward_ms_spread.push_back(backward.spread);
       out.output_bytes.push_back(output);

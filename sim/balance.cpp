@@ -8,14 +8,14 @@ std::vector<int> time_balanced(const CostModel& costs, const Hardware& hardware,
                                const Plan& shape) {
   const auto sizes = split_batch(costs.profile().batch_size, shape.chunks);
   const int micro_batches = static_cast<int>(sizes.size());
-  // Per-iteration work of a layer: every micro-batch's forward and backward, plus a second
-  // forward for each recomputed micro-batch.
+  // Per-iteration work of a layer: every micro-batch's forward and backward, plus, for each
+  // recomputed micro-batch, its forward without autograd.
   std::vector<double> prefix(costs.layer_count() + 1, 0.0);
   for (int i = 0; i < micro_batches; ++i) {
     const SizeCosts& c = costs.at(sizes[i]);
-    const double forward_weight = is_checkpointed(shape.checkpoint, i, micro_batches) ? 2.0 : 1.0;
+    const bool checkpointed = is_checkpointed(shape.checkpoint, i, micro_batches);
     for (int l = 0; l < costs.layer_count(); ++l) {
-      prefix[l + 1] += forward_weight * c.forward_ms[l] + c.backward_ms[l];
+      prefix[l + 1] += c.forward_ms[l] + c.backward_ms[l] + (checkpointed ? c.forward_nograd_ms[l] : 0.0);
     }
   }
   for (int l = 0; l < costs.layer_count(); ++l) prefix[l + 1] += prefix[l];

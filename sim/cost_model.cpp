@@ -57,6 +57,8 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
   costs->input_bytes = interpolate_bytes(sizes, profile_.input_bytes, x);
   costs->forward_ms.resize(layers);
   costs->backward_ms.resize(layers);
+  costs->forward_nograd_ms.resize(layers);
+  costs->forward_nograd_prefix.assign(layers + 1, 0.0);
   costs->output_bytes.resize(layers);
   costs->saved_bytes.resize(layers);
   costs->workspace_bytes.resize(layers);
@@ -67,6 +69,8 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
     const auto& layer = profile_.layers[l];
     costs->forward_ms[l] = interpolate(sizes, layer.forward_ms, x);
     costs->backward_ms[l] = interpolate(sizes, layer.backward_ms, x);
+    costs->forward_nograd_ms[l] =
+        layer.forward_nograd_ms.empty() ? costs->forward_ms[l] : interpolate(sizes, layer.forward_nograd_ms, x);
     costs->output_bytes[l] = interpolate_bytes(sizes, layer.output_bytes, x);
     costs->saved_bytes[l] = interpolate_bytes(sizes, layer.saved_bytes, x);
     costs->workspace_bytes[l] = interpolate_bytes(sizes, layer.workspace_bytes, x);
@@ -78,6 +82,7 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
     }
     costs->forward_prefix[l + 1] = costs->forward_prefix[l] + costs->forward_ms[l];
     costs->backward_prefix[l + 1] = costs->backward_prefix[l] + costs->backward_ms[l];
+    costs->forward_nograd_prefix[l + 1] = costs->forward_nograd_prefix[l] + costs->forward_nograd_ms[l];
     costs->kept_prefix[l + 1] =
         costs->kept_prefix[l] + costs->saved_bytes[l] + costs->output_bytes[l];
   }

@@ -22,14 +22,18 @@ struct SizeCosts {
   std::int64_t size = 0;
   std::int64_t input_bytes = 0;  ///< the model's input at this size
   std::vector<double> forward_ms, backward_ms;
+  std::vector<double> forward_nograd_ms;  ///< without autograd; forward_ms where not profiled
   std::vector<std::int64_t> output_bytes, saved_bytes, workspace_bytes;
   /// Measured backward peaks (LayerProfile); empty when the profile has none.
   std::vector<std::int64_t> backward_peak_bytes, backward_accumulate_peak_bytes;
-  std::vector<double> forward_prefix, backward_prefix;  ///< size L + 1
+  std::vector<double> forward_prefix, backward_prefix, forward_nograd_prefix;  ///< size L + 1
   std::vector<std::int64_t> kept_prefix;  ///< Σ saved + output, size L + 1
 
   double forward_ms_sum(int first, int end) const {
     return forward_prefix[end] - forward_prefix[first];
+  }
+  double forward_nograd_ms_sum(int first, int end) const {
+    return forward_nograd_prefix[end] - forward_nograd_prefix[first];
   }
   double backward_ms_sum(int first, int end) const {
     return backward_prefix[end] - backward_prefix[first];

@@ -110,8 +110,17 @@ class PlanSearch {
   double busy(int j, int a, int b) const {
     return (work_[b] - work_[a]) / speed_[j] + overhead_ * tasks_per_stage_;
   }
+  // With autograd: a forward that is kept, and every recompute.
   double forward(const SizeCosts& c, int j, int a, int b) const {
     return c.forward_ms_sum(a, b) / speed_[j] + overhead_;
+  }
+  // A forward that may run with or without autograd, on a path the bounds follow (the least it
+  // can take) or as work that fills a wait (the most): either way the bound stays a bound.
+  double least_forward(const SizeCosts& c, int j, int a, int b) const {
+    return std::min(c.forward_ms_sum(a, b), c.forward_nograd_ms_sum(a, b)) / speed_[j] + overhead_;
+  }
+  double most_forward(const SizeCosts& c, int j, int a, int b) const {
+    return std::max(c.forward_ms_sum(a, b), c.forward_nograd_ms_sum(a, b)) / speed_[j] + overhead_;
   }
   double backward(const SizeCosts& c, int j, int a, int b) const {
     return c.backward_ms_sum(a, b) / speed_[j] + overhead_;
@@ -224,8 +233,9 @@ void PlanSearch::prepare(const Config& config) {
   const int r_last = last_differs && stop == m ? 1 : 0, r_first = std::min(stop, n_first);
   work_.assign(layers_ + 1, 0.0);
   for (int k = 0; k < layers_; ++k) {
-    work_[k + 1] = work_[k] + n_first * (f.forward_ms[k] + f.backward_ms[k]) + r_first * f.forward_ms[k] +
-                   n_last * (l.forward_ms[k] + l.backward_ms[k]) + r_last * l.forward_ms[k];
+    // A recomputed micro-batch runs its forward without autograd, then again with it.
+    work_[k + 1] = work_[k] + n_first * (f.forward_ms[k] + f.backward_ms[k]) + r_first * f.forward_nograd_ms[k] +
+                   n_last * (l.forward_ms[k] + l.backward_ms[k]) + r_last * l.forward_nograd_ms[k];
   }
   tasks_per_stage_ = 2 * m + stop;
 
@@ -239,10 +249,10 @@ void PlanSearch::prepare(const Config& config) {
   before_.assign(layers_ + 1, 0.0);
   after_.assign(layers_ + 1, 0.0);
   for (int k = 0; k < layers_; ++k) {
-    before_[k + 1] = before_[k] + (f.forward_ms[k] + f.backward_ms[k]) / max_speed_;
+    before_[k + 1] = before_[k] + (std::min(f.forward_ms[k], f.forward_nograd_ms[k]) + f.backward_ms[k]) / max_speed_;
   }
   for (int k = layers_ - 1; k >= 0; --k) {
-    after_[k] = after_[k + 1] + (onward.forward_ms[k] + f.backward_ms[k]) / max_speed_;
+    after_[k] = after_[k + 1] + (std::min(onward.forward_ms[k], onward.forward_nograd_ms[k]) + f.backward_ms[k]) / max_speed_;
   }
 }
 
@@ -284,9 +294,9 @@ double PlanSearch::pass_filler(int j, int a, int b) const {
   const int warmup = std::min(m, stages_ - j);
   const double recompute_0 = c.recomputed(0) ? forward(f, j, a, b) : 0.0;
   const double cooldown = std::min(warmup - 1, p) * (backward(f, j, a, b) + recompute_0) +
-                          (uneven ? forward(l, j, a, b) : 0.0) + recompute_p;
-  const double warm = std::max(0, std::min(warmup - 1, m - 2)) * forward(f, j, a, b) +
-                      (warmup == m && m >= 2 ? forward(l, j, a, b) : 0.0) + recompute_0;
+                          (uneven ? most_forward(l, j, a, b) : 0.0) + recompute_p;
+  const double warm = std::max(0, std::min(warmup - 1, m - 2)) * most_forward(f, j, a, b) +
+                      (warmup == m && m >= 2 ? most_forward(l, j, a, b) : 0.0) + recompute_0;
   return std::min(cooldown, warm);
 }
 
@@ -528,7 +538,7 @@ void PlanSearch::search(int j, int a, double arrive, double drain, double worst,
       evaluate(balance_, objective);
       continue;
     }
-    const double next_arrive = arrive + forward(*first_size_, j, a, b) + copy(*first_size_, j, b);
+    const double next_arrive = arrive + least_forward(*first_size_, j, a, b) + copy(*first_size_, j, b);
     const double next_drain = drain + backward(drain_size, j, a, b) + copy(drain_size, j, b);
     // The later stages wait for the passes through what is placed so far; chained_ counts the
     // passes from layer 0, so take out the part before b.

@@ -41,7 +41,7 @@ std::vector<std::int64_t> byte_counts(const Node& node, std::size_t count) {
 LayerProfile parse_layer(const Node& node, std::size_t sizes) {
   node.allow_only({"name", "param_bytes", "forward_ms", "backward_ms", "output_bytes",
                    "saved_bytes", "workspace_bytes", "backward_peak_bytes", "backward_accumulate_peak_bytes",
-                   "forward_ms_spread", "backward_ms_spread"});
+                   "forward_nograd_ms", "forward_ms_spread", "backward_ms_spread"});
   LayerProfile layer;
   layer.name = node.field("name").string();
   layer.param_bytes = node.field("param_bytes").non_negative_integer();
@@ -61,6 +61,7 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
     layer.backward_peak_bytes = byte_counts(*first_peak, sizes);
     layer.backward_accumulate_peak_bytes = byte_counts(*accumulate_peak, sizes);
   }
+  if (auto nograd = node.optional_field("forward_nograd_ms")) layer.forward_nograd_ms = numbers(*nograd, sizes);
   if (auto spread = node.optional_field("forward_ms_spread")) {
     layer.forward_ms_spread = numbers(*spread, sizes);
   }
@@ -150,6 +151,7 @@ std::string profile_to_json(const Profile& p) {
       layer["backward_peak_bytes"] = l.backward_peak_bytes;
       layer["backward_accumulate_peak_bytes"] = l.backward_accumulate_peak_bytes;
     }
+    if (!l.forward_nograd_ms.empty()) layer["forward_nograd_ms"] = l.forward_nograd_ms;
     if (!l.forward_ms_spread.empty()) layer["forward_ms_spread"] = l.forward_ms_spread;
     if (!l.backward_ms_spread.empty()) layer["backward_ms_spread"] = l.backward_ms_spread;
     layers.push_back(std::move(layer));

@@ -23,6 +23,9 @@ struct LayerProfile {
   /// Without them the memory model estimates both from the fields above.
   std::vector<std::int64_t> backward_peak_bytes;
   std::vector<std::int64_t> backward_accumulate_peak_bytes;
+  /// Optional (empty when absent): the forward without autograd, as a checkpointed micro-batch
+  /// runs it; nothing is recorded for the backward, so it is often cheaper. Absent: forward_ms.
+  std::vector<double> forward_nograd_ms;
   std::vector<double> forward_ms_spread;      ///< optional (empty when absent)
   std::vector<double> backward_ms_spread;     ///< optional (empty when absent)
 };

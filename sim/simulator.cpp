@@ -76,6 +76,7 @@ namespace {
 // A stage's costs at one micro-batch size.
 struct StageCost {
   double forward_ms = 0.0;
+  double forward_nograd_ms = 0.0;  ///< a checkpointed micro-batch's forward
   double backward_ms = 0.0;
   StageMemory memory;
 };
@@ -137,6 +138,7 @@ SimulationResult Simulator::run(const Plan& plan, const SimulationOptions& optio
       const SizeCosts& c = costs_.at(size);
       cost[s][slot].forward_ms =
           c.forward_ms_sum(first[s], first[s + 1]) / speed + overhead_ms;
+      cost[s][slot].forward_nograd_ms = c.forward_nograd_ms_sum(first[s], first[s + 1]) / speed + overhead_ms;
       cost[s][slot].backward_ms =
           c.backward_ms_sum(first[s], first[s + 1]) / speed + overhead_ms;
       cost[s][slot].memory = stage_memory(costs_, c, first[s], first[s + 1], s == 0);
@@ -164,8 +166,8 @@ SimulationResult Simulator::run(const Plan& plan, const SimulationOptions& optio
     const bool last_stage = s + 1 == stages;
     switch (t.kind) {
       case TaskKind::Forward:
-        engine.set_duration(task, c.forward_ms);
-        busy[d] += c.forward_ms;
+        engine.set_duration(task, recomputed[i] ? c.forward_nograd_ms : c.forward_ms);
+        busy[d] += recomputed[i] ? c.forward_nograd_ms : c.forward_ms;
         if (recomputed[i]) {
           // No autograd: only the output survives; the last stage drops it with the loss.
           engine.set_start_effect(task, counter[d], m.output_bytes + m.checkpointed_forward_transient);

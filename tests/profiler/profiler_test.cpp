@@ -140,6 +140,11 @@ TEST(Profiler, KnownCostsRankAndScale) {
     const double expected = 2.0 * static_cast<double>(p.micro_batch_sizes[k]);
     EXPECT_GE(p.layers[0].forward_ms[k], expected);
     EXPECT_LT(p.layers[0].forward_ms[k], expected + 3.0);  // a sleep overshoots a little
+    // Without autograd the sleep is the same; four products still cost more than one.
+    ASSERT_EQ(p.layers[0].forward_nograd_ms.size(), p.micro_batch_sizes.size());
+    EXPECT_GE(p.layers[0].forward_nograd_ms[k], expected);
+    EXPECT_LT(p.layers[0].forward_nograd_ms[k], expected + 3.0);
+    EXPECT_GT(p.layers[2].forward_nograd_ms[k], p.layers[1].forward_nograd_ms[k]);
     // Four products cost more than one, at every size.
     EXPECT_GT(p.layers[2].forward_ms[k], p.layers[1].forward_ms[k]);
     EXPECT_GT(p.layers[2].backward_ms[k], p.layers[1].backward_ms[k]);

@@ -167,6 +167,18 @@ TEST(ProfileFormat, MeasuredBackwardPeaksParseAndRoundTrip) {
   EXPECT_EQ(profile_to_json(parse_profile(kProfile, "in.json")).find("backward_peak_bytes"), std::string::npos);
 }
 
+TEST(ProfileFormat, NoGradForwardTimesParseAndRoundTrip) {
+  const Profile p = parse_profile(
+      profile_with(R"("forward_ms": [0.5, 1.0])", R"("forward_ms": [0.5, 1.0], "forward_nograd_ms": [0.25, 0.75])"),
+      "in.json");
+  EXPECT_EQ(p.layers[0].forward_nograd_ms, (std::vector<double>{0.25, 0.75}));
+  EXPECT_TRUE(p.layers[1].forward_nograd_ms.empty());  // optional per layer: forward_ms stands in
+  EXPECT_EQ(parse_profile(profile_to_json(p), "again.json").layers[0].forward_nograd_ms, p.layers[0].forward_nograd_ms);
+  EXPECT_EQ(profile_error(profile_with(R"("forward_ms": [0.5, 1.0])",
+                                       R"("forward_ms": [0.5, 1.0], "forward_nograd_ms": [0.25, -1])")),
+            "in.json: layers[0].forward_nograd_ms[1]: expected a non-negative number, got -1");
+}
+
 TEST(ProfileFormat, MeasuredBackwardPeaksBothOrNeitherOnEveryLayer) {
   EXPECT_EQ(profile_error(profile_with_peaks(R"("backward_peak_bytes": [440, 560], )", "")),
             "in.json: layers[0]: missing field \"backward_accumulate_peak_bytes\" (backward_peak_bytes and "

@@ -84,6 +84,14 @@ Profile random_profile(std::mt19937& rng, int layers, std::int64_t batch) {
       l.backward_ms[k] *= scale;
     }
   }
+  // Half the profiles time the forward without autograd too: usually cheaper, now and then
+  // (noise) dearer, so the planner's bounds must hold either way.
+  if (rng() % 2) {
+    for (auto& l : p.layers) {
+      const double factor = 0.3 + (rng() % 11) / 10.0;  // 0.3..1.3
+      for (double ms : l.forward_ms) l.forward_nograd_ms.push_back(ms * factor);
+    }
+  }
   return p;
 }
 

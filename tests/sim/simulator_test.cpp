@@ -73,6 +73,35 @@ TEST(Simulator, RecomputeCostsOneForwardPerCheckpointedMicroBatch) {
   }
 }
 
+TEST(Simulator, CheckpointedForwardsTakeTheirNoGradTime) {
+  // The forwards of recomputed micro-batches run without autograd and take g, the recomputes
+  // (with autograd) f. GPipe, always: the forwards fill the pipe in (M + K - 1) g, the last
+  // stage then recomputes and runs back every micro-batch, M (f + b), and the last gradient
+  // crosses the K - 1 stages before, whose recomputes fit in their waits: (K - 1) b.
+  // Except the last: micro-batch M - 1 goes forward with autograd, f on every stage, and is not
+  // recomputed: (M - 1) g + K f, then b + (M - 1)(f + b), then (K - 1) b.
+  constexpr double g = 1.0;
+  for (int k : kStages) {
+    for (int m : kMicroBatches) {
+      const Uniform u{k, m};
+      Profile profile = u.profile();
+      for (auto& layer : profile.layers) {
+        layer.forward_nograd_ms.assign(profile.micro_batch_sizes.size(), g / u.layers_per_stage);
+      }
+      const Hardware hw = replicate_device(profile.device, k);  // the simulator keeps a reference
+      const Simulator sim(profile, hw);
+      EXPECT_DOUBLE_EQ(sim.run(u.plan(CheckpointMode::Always)).iteration_ms,
+                       (m + k - 1) * g + m * (u.f + u.b) + (k - 1) * u.b)
+          << "K=" << k << " M=" << m;
+      EXPECT_DOUBLE_EQ(sim.run(u.plan(CheckpointMode::ExceptLast)).iteration_ms,
+                       (m - 1) * g + k * u.f + u.b + (m - 1) * (u.f + u.b) + (k - 1) * u.b)
+          << "K=" << k << " M=" << m;
+      // Never checkpointed: the no-grad time is never used.
+      EXPECT_DOUBLE_EQ(sim.run(u.plan(CheckpointMode::Never)).iteration_ms, (m + k - 1) * (u.f + u.b));
+    }
+  }
+}
+
 TEST(Simulator, OneFOneBTakesAsLongAsGPipeOnUniformStages) {
   for (int k : kStages) {
     for (int m : kMicroBatches) {
