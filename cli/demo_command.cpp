@@ -137,7 +137,8 @@ int full_demo(const DemoFlags& flags) {
   std::printf("profile -> plan -> calibrate -> predict -> run -> compare; everything goes to %s/\n\n",
               flags.out.c_str());
   std::fflush(stdout);
-  PhaseProgress bars(progress_mode(flags.progress));
+  const std::string mode = progress_mode(flags.progress);
+  PhaseProgress bars(mode);
   std::string phase;
   o.progress = [&](const std::string& now, std::size_t done, std::size_t total) {
     if (now != phase) {
@@ -147,7 +148,7 @@ int full_demo(const DemoFlags& flags) {
                          : now == "plan"      ? "searching every balance, chunk count, checkpoint mode and schedule"
                          : now == "calibrate" ? "calibrating on plans that will not be validated"
                                               : "running the 3 best plans for real, taking turns";
-      std::fprintf(stderr, "%s\n", what);
+      if (mode != "none") std::fprintf(stderr, "%s\n", what);  // none: quiet
     }
     bars(now, done, total);
   };

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 
+#include "cli/report.hpp"
 #include "sim/error.hpp"
 #include "sim/units.hpp"
 
@@ -92,14 +93,13 @@ Hardware resolve_hardware(const Profile& profile, const HardwareFlags& flags, in
     }
     for (auto& d : hw.devices) d.memory_bytes = bytes;
   }
-  if (!flags.bandwidth.empty()) {
-    const double bandwidth = parse_bandwidth(flags.bandwidth, "--bandwidth");
-    hw.link.bandwidth_bytes_per_s = bandwidth;
-    for (auto& o : hw.links) o.link.bandwidth_bytes_per_s = bandwidth;
-  }
-  if (flags.latency_ms >= 0) {
-    hw.link.latency_ms = flags.latency_ms;
-    for (auto& o : hw.links) o.link.latency_ms = flags.latency_ms;
+  std::optional<double> bandwidth, latency;
+  if (!flags.bandwidth.empty()) bandwidth = parse_bandwidth(flags.bandwidth, "--bandwidth");
+  if (flags.latency_ms >= 0) latency = flags.latency_ms;
+  set_all_links(hw, bandwidth, latency);
+  if (note && !hw.calibration.empty()) {
+    // Predictions differ from the profile's numbers: say so, and by how much.
+    *note = fmt::format("applying the calibration in {}: {}", flags.hardware_path, calibration_summary(hw.calibration));
   }
   return hw;
 }

@@ -36,6 +36,9 @@ int main(int argc, char** argv) {
   } catch (const InputError& e) {
     std::fprintf(stderr, "pipetune: error: %s\n", e.what());
     return 2;
+  } catch (const WorkError& e) {
+    std::fprintf(stderr, "pipetune: error: %s\n", e.what());
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "pipetune: internal error: %s\n", e.what());
     return 1;

@@ -222,6 +222,19 @@ std::string search_summary(const PlannerStats& s, bool found) {
 
 }  // namespace
 
+std::string calibration_summary(const Calibration& c) {
+  std::vector<std::string> parts;
+  for (const auto& [devices, scale] : c.compute_scale) {
+    parts.push_back(fmt::format("compute x{:.3f} on {} busy device{}", scale, devices, devices == 1 ? "" : "s"));
+  }
+  if (c.task_overhead_ms > 0) parts.push_back(fmt::format("+{:.3f} ms per task", c.task_overhead_ms));
+  if (c.copy) {
+    parts.push_back(fmt::format("copies {} + {:.3f} ms", format_bandwidth(c.copy->bandwidth_bytes_per_s),
+                                c.copy->latency_ms));
+  }
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
 std::string plan_text(const Profile& profile, const Hardware& hardware, const PlanSearchResult& result) {
   std::string out;
   out += fmt::format("model       {} ({}, {}), batch {}, {} layers\n", profile.model,

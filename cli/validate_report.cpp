@@ -35,19 +35,6 @@ std::string ordinal(int n) {
   return fmt::format("{}{}", n, suffix);
 }
 
-std::string calibration_summary(const Calibration& c) {
-  std::vector<std::string> parts;
-  for (const auto& [devices, scale] : c.compute_scale) {
-    parts.push_back(fmt::format("compute x{:.3f} on {} busy device{}", scale, devices, devices == 1 ? "" : "s"));
-  }
-  if (c.task_overhead_ms > 0) parts.push_back(fmt::format("+{:.3f} ms per task", c.task_overhead_ms));
-  if (c.copy) {
-    parts.push_back(fmt::format("copies {} + {:.3f} ms", format_bandwidth(c.copy->bandwidth_bytes_per_s),
-                                c.copy->latency_ms));
-  }
-  return fmt::format("{}", fmt::join(parts, ", "));
-}
-
 std::string ranking_sentence(const Validation& v) {
   if (v.plans.size() < 2) return "one plan run: nothing to rank";
   const std::size_t p = v.predicted_best(), m = v.measured_best();
@@ -228,6 +215,26 @@ std::string validation_json(const Validation& v, const ValidationThresholds& thr
     j["measured_rank"] = p.measured_rank;
     return j;
   };
+  // The contract of DESIGN.md, one entry per validated plan: the headline prediction (the
+  // calibrated one when a calibration was applied) against the measurement.
+  auto run_json = [&](const PlanValidation& p) {
+    const TraceComparison& c = v.has_calibration() ? p.calibrated : p.uncalibrated;
+    const Plan& plan = p.plan();
+    ordered_json j;
+    j["plan"] = {{"balance", plan.balance},
+                 {"chunks", plan.chunks},
+                 {"checkpoint", std::string(to_string(plan.checkpoint))},
+                 {"schedule", std::string(to_string(plan.schedule))}};
+    j["predicted_ms"] = tidy(c.predicted_ms);
+    j["measured_ms"] = tidy(c.measured_ms);
+    j["time_error"] = tidy(c.time_error);
+    j["predicted_peak_memory_bytes"] = c.predicted_peak_bytes;
+    j["measured_peak_memory_bytes"] = c.measured_peak_bytes;
+    std::vector<double> memory;
+    for (double e : c.memory_error) memory.push_back(tidy(e));
+    j["memory_error"] = memory;
+    return j;
+  };
   ordered_json out;
   out["format"] = "pipetune.validation/1";
   out["model"] = v.model;
@@ -240,6 +247,8 @@ std::string validation_json(const Validation& v, const ValidationThresholds& thr
   out["calibration"] = v.has_calibration() ? (v.calibration_fitted ? "fitted" : "reused") : "none";
   out["calibration_runs"] = ordered_json::array();
   for (const auto& c : v.calibration_runs) out["calibration_runs"].push_back(plan_json(c));
+  out["runs"] = ordered_json::array();
+  for (const auto& p : v.plans) out["runs"].push_back(run_json(p));
   out["plans"] = ordered_json::array();
   for (const auto& p : v.plans) out["plans"].push_back(plan_json(p));
   out["predicted_best"] = v.plans.empty() ? 0 : v.predicted_best() + 1;

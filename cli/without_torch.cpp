@@ -9,7 +9,7 @@ void add_run_command(CLI::App& app, std::vector<Command>& commands) {
   CLI::App* sub = app.add_subcommand("run", "Train with a plan on the GPipe executor (needs LibTorch)");
   sub->allow_extras();
   commands.emplace_back(sub, []() -> int {
-    throw InputError("run: this build of pipetune has no LibTorch; run scripts/setup.sh and rebuild");
+    throw WorkError("run: this build of pipetune has no LibTorch; run scripts/setup.sh and rebuild");
   });
 }
 
@@ -17,7 +17,7 @@ void add_profile_command(CLI::App& app, std::vector<Command>& commands) {
   CLI::App* sub = app.add_subcommand("profile", "Measure every layer on the real device (needs LibTorch)");
   sub->allow_extras();
   commands.emplace_back(sub, []() -> int {
-    throw InputError("profile: this build of pipetune has no LibTorch; run scripts/setup.sh and rebuild");
+    throw WorkError("profile: this build of pipetune has no LibTorch; run scripts/setup.sh and rebuild");
   });
 }
 
@@ -25,7 +25,7 @@ void add_validate_command(CLI::App& app, std::vector<Command>& commands) {
   CLI::App* sub = app.add_subcommand("validate", "Predict, run for real and compare (needs LibTorch)");
   sub->allow_extras();
   commands.emplace_back(sub, []() -> int {
-    throw InputError("validate: this build of pipetune has no LibTorch; run scripts/setup.sh and rebuild");
+    throw WorkError("validate: this build of pipetune has no LibTorch; run scripts/setup.sh and rebuild");
   });
 }
 

@@ -27,13 +27,14 @@
 #include <vector>
 
 #include "executor/models/model.hpp"
+#include "sim/error.hpp"
 #include "sim/plan.hpp"
 #include "sim/trace.hpp"
 
 namespace pipetune::exec {
 
 /// A stage failed: names the stage, micro-batch and action ("2F3") and what went wrong.
-class ExecutorError : public std::runtime_error {
+class ExecutorError : public WorkError {
  public:
   ExecutorError(int stage, int micro_batch, const std::string& action, const std::string& what);
   int stage, micro_batch;

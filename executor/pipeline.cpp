@@ -23,7 +23,7 @@
 namespace pipetune::exec {
 
 ExecutorError::ExecutorError(int stage_, int micro_batch_, const std::string& action, const std::string& what)
-    : std::runtime_error(fmt::format("stage {}, micro-batch {} ({}): {}", stage_, micro_batch_, action, what)),
+    : WorkError(fmt::format("stage {}, micro-batch {} ({}): {}", stage_, micro_batch_, action, what)),
       stage(stage_),
       micro_batch(micro_batch_) {}
 

@@ -6,7 +6,7 @@
 // forward or backward at one micro-batch size, one repetition). CUPTI then delivers, in buffers,
 // in no particular order: kernel and memcpy records carrying a correlation id, and external
 // correlation records mapping a correlation id to our id. This file joins them. It knows nothing
-// of CUPTI's headers (cupti_source.cpp translates), so it is tested on CI with fabricated
+// of CUPTI's headers (cuda_backend.cpp translates CUPTI's records), so it is tested on CI with fabricated
 // records (kineto's pattern).
 
 #include <cstdint>

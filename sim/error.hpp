@@ -13,4 +13,12 @@ class InputError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// The input was fine but the work could not be done: no plan fits the devices, a stage failed
+/// while running, the build lacks what the command needs. Front ends print the message as one
+/// line and exit 1, apart from bad input (2) and pipetune's own bugs ("internal error").
+class WorkError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 }  // namespace pipetune

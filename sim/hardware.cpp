@@ -214,4 +214,16 @@ Hardware replicate_device(const ProfileDevice& device, int count) {
   return hw;
 }
 
+void set_all_links(Hardware& hardware, std::optional<double> bandwidth_bytes_per_s,
+                   std::optional<double> latency_ms) {
+  if (!bandwidth_bytes_per_s && !latency_ms) return;
+  auto set = [&](Link& link) {
+    if (bandwidth_bytes_per_s) link.bandwidth_bytes_per_s = *bandwidth_bytes_per_s;
+    if (latency_ms) link.latency_ms = *latency_ms;
+  };
+  set(hardware.link);
+  for (auto& o : hardware.links) set(o.link);
+  hardware.calibration.copy.reset();
+}
+
 }  // namespace pipetune

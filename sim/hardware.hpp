@@ -68,6 +68,12 @@ struct Hardware {
   int device_index(std::string_view name) const;  ///< -1 when unknown
 };
 
+/// Sets every link's bandwidth and/or latency (the default link and each override). A link the
+/// user sets replaces the one calibration measured under load, so that link is dropped: a what-if
+/// on the link must change the prediction.
+void set_all_links(Hardware& hardware, std::optional<double> bandwidth_bytes_per_s,
+                   std::optional<double> latency_ms);
+
 inline constexpr std::string_view kHardwareFormat = "pipetune.hardware/1";
 
 Hardware parse_hardware(std::string_view text, const std::string& source);

@@ -50,10 +50,7 @@ std::vector<SweepRow> run_sweep(const Profile& profile, const Hardware& hardware
       Hardware hw = hardware;
       hw.devices.resize(k);
       std::erase_if(hw.links, [k](const LinkOverride& o) { return o.first >= k || o.second >= k; });
-      if (bandwidth > 0) {
-        hw.link.bandwidth_bytes_per_s = bandwidth;
-        for (auto& o : hw.links) o.link.bandwidth_bytes_per_s = bandwidth;
-      }
+      if (bandwidth > 0) set_all_links(hw, bandwidth, std::nullopt);
       const Simulator simulator(profile, hw);
       for (ScheduleKind schedule : spec.schedules) {
         for (CheckpointMode checkpoint : spec.checkpoints) {

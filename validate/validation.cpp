@@ -203,7 +203,7 @@ Validation run_validation(const ValidationOptions& options) {
     if (options.progress) po.progress = [&](std::size_t d, std::size_t t) { options.progress("plan", d, t); };
     const PlanSearchResult result = find_best_plans(profile, hardware, po);
     if (result.ranked.empty()) {
-      throw InputError(fmt::format("no plan of {} fits the memory of {}", profile.model, hardware_source));
+      throw WorkError(fmt::format("no plan of {} fits the memory of {}", profile.model, hardware_source));
     }
     for (const auto& c : result.ranked) plans.push_back(c.plan);
     v.planner_proven = result.stats.proven;

@@ -44,7 +44,7 @@ struct ValidationOptions {
   bool recalibrate = false;   ///< fit anew even when the hardware file has a calibration
   int profile_repeats = 5, profile_warmup = 2;
   std::string out_dir;        ///< everything is written here
-  /// Long work reports here: a phase ("profile", "calibrate", "run"), then its progress.
+  /// Long work reports here: a phase ("profile", "plan", "calibrate", "run"), then its progress.
   std::function<void(const std::string& phase, std::size_t done, std::size_t total)> progress;
 };
 
@@ -91,7 +91,7 @@ struct Validation {
 /// stage fails. Nothing is written outside out_dir.
 Validation run_validation(const ValidationOptions& options);
 
-/// The calibration plans for a validation: the even balance at a few chunk counts, checkpoint
+/// The calibration plans for a validation: the time-balanced split at a few chunk counts, checkpoint
 /// modes and schedules, none of them `validated`, all fitting the hardware's memory.
 std::vector<Plan> calibration_plans(const Profile& profile, const Hardware& hardware, int stages,
                                     const std::vector<Plan>& validated, int count);

@@ -40,10 +40,7 @@ Hardware apply_edits(const Hardware& base, const HardwareEdits& edits) {
   if (edits.memory_bytes) {
     for (auto& d : hw.devices) d.memory_bytes = *edits.memory_bytes;
   }
-  if (edits.bandwidth_bytes_per_s) {
-    hw.link.bandwidth_bytes_per_s = *edits.bandwidth_bytes_per_s;
-    for (auto& o : hw.links) o.link.bandwidth_bytes_per_s = *edits.bandwidth_bytes_per_s;
-  }
+  if (edits.bandwidth_bytes_per_s) set_all_links(hw, edits.bandwidth_bytes_per_s, std::nullopt);
   return hw;
 }
 

@@ -109,6 +109,24 @@ TEST(CliValidate, ReportTracesAndErrorsAgreeAndCalibrationIsFittedElsewhereThenR
     EXPECT_NE(calibrated.iteration_ms, predicted.iteration_ms);
   }
 
+  // "runs", DESIGN.md's contract: the plan as fields and the headline (calibrated) comparison.
+  ASSERT_EQ(report["runs"].size(), report["plans"].size());
+  for (std::size_t k = 0; k < report["runs"].size(); ++k) {
+    const auto& run = report["runs"][k];
+    const auto& c = report["plans"][k]["calibrated"];
+    const Plan plan = load_plan(report["plans"][k]["plan_file"].get<std::string>());
+    EXPECT_EQ(run["plan"]["balance"].get<std::vector<int>>(), plan.balance);
+    EXPECT_EQ(run["plan"]["chunks"].get<int>(), plan.chunks);
+    EXPECT_EQ(run["plan"]["checkpoint"].get<std::string>(), to_string(plan.checkpoint));
+    EXPECT_EQ(run["plan"]["schedule"].get<std::string>(), to_string(plan.schedule));
+    EXPECT_EQ(run["predicted_ms"], c["predicted_ms"]);
+    EXPECT_EQ(run["measured_ms"], c["measured_ms"]);
+    EXPECT_EQ(run["time_error"], c["time_error"]);
+    EXPECT_EQ(run["predicted_peak_memory_bytes"], c["predicted_peak_bytes"]);
+    EXPECT_EQ(run["measured_peak_memory_bytes"], c["measured_peak_bytes"]);
+    EXPECT_EQ(run["memory_error"], c["memory_error"]);
+  }
+
   // Reused: no profiling, no calibration runs, the same calibration; a threshold no real run
   // meets fails with exit 3 and names the plan.
   const fs::path again = scratch("again");
@@ -175,6 +193,18 @@ TEST(CliValidate, BadInputIsOneLine) {
   args = kModel;
   args.insert(args.end(), {"--plan", plan.string(), "--top", "2"});
   EXPECT_THAT(error(args), ::testing::HasSubstr("--plan excludes --top"));
+}
+
+TEST(CliValidate, NoPlanFitsIsWorkNotDoneExitOne) {
+  // Good input, impossible work: 4 KiB per device holds no plan of the model.
+  const fs::path hardware = scratch("tiny.hardware.json");
+  std::ofstream(hardware) << R"({"format": "pipetune.hardware/1",
+    "devices": [{"name": "cpu:0", "memory_bytes": 4096}, {"name": "cpu:1", "memory_bytes": 4096}],
+    "link": {"bandwidth_bytes_per_s": null, "latency_ms": 0}})";
+  const auto r = validate({"--model", "mlp:layers=4,width=32", "--batch", "8", "--hardware", hardware.string(), "--out",
+                           scratch("nofit").string(), "--progress", "none"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, ::testing::HasSubstr("pipetune: error: no plan of mlp-4x32 fits the memory of"));
 }
 
 TEST(CliDemo, RunsTheWholeLoopAndEndsWithTheSummaryAndTheGuiCommand) {

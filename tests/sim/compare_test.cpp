@@ -183,5 +183,22 @@ TEST(Calibration, ThePlannerPlansWithTheCalibratedDurations) {
               Simulator(s.profile, s.hardware).run(with.ranked[0].plan).iteration_ms, 1e-9);
 }
 
+TEST(Calibration, ALinkTheUserSetsReplacesTheCalibratedOne) {
+  // Copies of 1e6 bytes: calibrated 1e9 B/s + 0.5 ms = 1.5 ms; the user's 1e8 B/s and 0 ms: 10 ms.
+  const Profile profile = testing::uniform_profile(2, 1.0, 2.0, 1);
+  Hardware hw = replicate_device(profile.device, 2);
+  hw.calibration.copy = Link{1e9, 0.5};
+  hw.calibration.compute_scale[2] = 1.5;
+  set_all_links(hw, 1e8, 0.0);
+  EXPECT_FALSE(hw.calibration.copy);
+  EXPECT_EQ(hw.calibration.compute_scale.at(2), 1.5);  // the rest of the calibration stays
+  EXPECT_DOUBLE_EQ(calibrated(hw, 2).link.transfer_ms(1e6), 10.0);
+  // Neither given: nothing changes.
+  Hardware untouched = replicate_device(profile.device, 2);
+  untouched.calibration.copy = Link{1e9, 0.5};
+  set_all_links(untouched, std::nullopt, std::nullopt);
+  EXPECT_TRUE(untouched.calibration.copy);
+}
+
 }  // namespace
 }  // namespace pipetune

@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""Turns `pipetune validate` reports (report.json) into the markdown table of docs/validation.md.
+
+    python3 bench/validation/record_table.py OUT/*/*/report.json
+
+One row per plan validated: predicted time without and with the calibration, the median measured
+time and its spread (median absolute deviation over steps), both errors, and the peak memory of
+the device whose prediction is furthest off. Then a summary of the absolute errors.
+"""
+import json
+import statistics
+import sys
+
+
+def mib(b):
+    return f"{b / 2**20:.1f} MiB"
+
+
+def pct(x):
+    return f"{x * 100:+.1f} %"
+
+
+def main(paths):
+    rows, time_raw, time_cal, memory = [], [], [], []
+    for path in paths:
+        with open(path) as f:
+            r = json.load(f)
+        calibrated = r["calibration"] != "none"
+        for p in r["plans"]:
+            u, c = p["uncalibrated"], p["calibrated"]
+            worst = max(range(len(c["memory_error"])), key=lambda d: abs(c["memory_error"][d]))
+            time_raw.append(abs(u["time_error"]))
+            if calibrated:
+                time_cal.append(abs(c["time_error"]))
+            memory.append(abs(c["memory_error"][worst]))
+            rows.append("| {} | {} | {} | {:.1f} | {} | {:.1f} ± {:.1f} | {} | {} | {} | {} | {} |".format(
+                r["model"], r["batch_size"], p["plan"], u["predicted_ms"],
+                f"{c['predicted_ms']:.1f}" if calibrated else "-", p["measured_median_ms"], p["measured_spread_ms"],
+                pct(u["time_error"]), pct(c["time_error"]) if calibrated else "-",
+                mib(c["predicted_peak_bytes"][worst]), mib(c["measured_peak_bytes"][worst]),
+                pct(c["memory_error"][worst])))
+    print("| model | batch | plan | predicted ms | calibrated ms | measured ms | error | error calibrated | "
+          "peak predicted | peak measured | memory error |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
+    print()
+
+    def summary(name, values):
+        if not values:
+            return
+        within5 = sum(v <= 0.05 for v in values)
+        within10 = sum(v <= 0.10 for v in values)
+        print(f"- {name}: median |error| {statistics.median(values) * 100:.1f} %, worst {max(values) * 100:.1f} %, "
+              f"{within5}/{len(values)} within 5 %, {within10}/{len(values)} within 10 %")
+
+    summary("iteration time, uncalibrated", time_raw)
+    summary("iteration time, calibrated", time_cal)
+    summary("peak memory (worst device of each plan)", memory)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    main(sys.argv[1:])
