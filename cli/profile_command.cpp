@@ -27,6 +27,7 @@ struct ProfileFlags {
   std::uint64_t seed = 0;
   std::string output;
   std::string hardware;
+  std::string progress;
 };
 }  // namespace
 
@@ -52,6 +53,8 @@ void add_profile_command(CLI::App& app, std::vector<Command>& commands) {
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--seed", flags->seed, "initialisation and data seed");
   sub->add_option("-o,--output", flags->output, "profile.json to write")->required()->type_name("FILE");
+  sub->add_option("--progress", flags->progress, "bar (default on a terminal), lines or none")
+      ->check(CLI::IsMember({"bar", "lines", "none"}));
   sub->add_option("--hardware", flags->hardware, "also measure the devices and links into this hardware.json")
       ->type_name("FILE");
 
@@ -71,8 +74,9 @@ void add_profile_command(CLI::App& app, std::vector<Command>& commands) {
       // Measure with the threads each CPU device will have when the executor runs the plan.
       options.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / flags->devices);
     }
-    ProgressBar bar("layers x sizes");
-    options.progress = [&](std::size_t done, std::size_t total) { bar.update(done, total); };
+    // The same choice as run and validate: a bar, "progress DONE TOTAL" lines, or nothing.
+    PhaseProgress bar(progress_mode(flags->progress));
+    options.progress = [&](std::size_t done, std::size_t total) { bar("profile", done, total); };
     const auto started = std::chrono::steady_clock::now();
     const profiler::ProfileResult result = profiler::profile_model(model, options);
     bar.finish();

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The accuracy record of docs/validation.md: `pipetune validate` over the zoo's three model
 # families, every checkpoint mode, several chunk counts and both schedules, on this machine's
-# CPU with 2 devices. Each model is profiled and calibrated once (its first run), then reused.
+# CPU with 2 devices (PIPETUNE_RECORD_DEVICES=N for more). Each model is profiled and calibrated
+# once (its first run), then reused.
 #
 #   bench/validation/record.sh OUT_DIR [extra validate flags]
 #
@@ -12,6 +13,7 @@ out="${1:?usage: record.sh OUT_DIR [validate flags]}"
 shift
 cli="${PIPETUNE_BUILD_DIR:-build}/cli/pipetune"
 steps="${PIPETUNE_RECORD_STEPS:-20}"
+devices="${PIPETUNE_RECORD_DEVICES:-2}"
 
 models=(
   "mlp mlp:layers=8,width=1024 256"
@@ -29,7 +31,7 @@ for entry in "${models[@]}"; do
       reuse=(--profile "$out/$name/never/profile.json" --hardware "$out/$name/never/hardware.json")
     fi
     echo "== $name $mode" >&2
-    "$cli" validate --model "$spec" --batch "$batch" --devices 2 --checkpoint "$mode" --chunks 1,2,4,8 \
+    "$cli" validate --model "$spec" --batch "$batch" --devices "$devices" --checkpoint "$mode" --chunks 1,2,4,8 \
       --top 4 --steps "$steps" --rounds 4 --out "$dir" --progress none "${reuse[@]}" "$@" > "$dir.txt" ||
       { echo "validate failed for $name $mode (see $dir.txt)" >&2; exit 1; }
     first=0
