@@ -170,16 +170,19 @@ std::string validation_markdown(const Validation& v) {
 std::string validation_json(const Validation& v, const ValidationThresholds& thresholds,
                             const std::vector<std::string>& failures) {
   using nlohmann::ordered_json;
-  auto comparison = [](const TraceComparison& c) {
+  auto tidied = [](const std::vector<double>& values) {
+    std::vector<double> out;
+    for (double v : values) out.push_back(tidy(v));
+    return out;
+  };
+  auto comparison = [&](const TraceComparison& c) {
     ordered_json j;
     j["predicted_ms"] = tidy(c.predicted_ms);
     j["measured_ms"] = tidy(c.measured_ms);
     j["time_error"] = tidy(c.time_error);
     j["predicted_peak_bytes"] = c.predicted_peak_bytes;
     j["measured_peak_bytes"] = c.measured_peak_bytes;
-    std::vector<double> memory;
-    for (double e : c.memory_error) memory.push_back(tidy(e));
-    j["memory_error"] = memory;
+    j["memory_error"] = tidied(c.memory_error);
     j["median_abs_task_error"] = tidy(c.median_abs_duration_error);
     j["same_critical_path"] = c.same_critical_path;
     j["critical_path_agreement"] = tidy(c.critical_path_agreement);
@@ -203,9 +206,7 @@ std::string validation_json(const Validation& v, const ValidationThresholds& thr
     j["measured_trace"] = p.measured_trace_path;
     j["predicted_trace"] = p.predicted_trace_path;
     if (!p.calibrated_trace_path.empty()) j["calibrated_trace"] = p.calibrated_trace_path;
-    std::vector<double> steps;
-    for (double t : p.measured.pipeline_ms) steps.push_back(tidy(t));
-    j["measured_pipeline_ms"] = steps;
+    j["measured_pipeline_ms"] = tidied(p.measured.pipeline_ms);
     j["measured_median_ms"] = tidy(p.measured.median_pipeline_ms());
     j["measured_spread_ms"] = tidy(p.measured.spread_ms());
     j["measured_step_ms"] = tidy(p.measured.median_step_ms());
@@ -230,9 +231,7 @@ std::string validation_json(const Validation& v, const ValidationThresholds& thr
     j["time_error"] = tidy(c.time_error);
     j["predicted_peak_memory_bytes"] = c.predicted_peak_bytes;
     j["measured_peak_memory_bytes"] = c.measured_peak_bytes;
-    std::vector<double> memory;
-    for (double e : c.memory_error) memory.push_back(tidy(e));
-    j["memory_error"] = memory;
+    j["memory_error"] = tidied(c.memory_error);
     return j;
   };
   ordered_json out;
