@@ -10,6 +10,7 @@
 #include "cli/torch_inputs.hpp"
 #include "profiler/profiler.hpp"
 #include "sim/error.hpp"
+#include "sim/file_io.hpp"
 
 namespace pipetune::cli {
 
@@ -60,6 +61,8 @@ void add_profile_command(CLI::App& app, std::vector<Command>& commands) {
 
   commands.emplace_back(sub, [flags] {
     if (flags->batch < 1) throw InputError(fmt::format("--batch: expected a positive integer, got {}", flags->batch));
+    check_writable(flags->output, "--output");
+    if (!flags->hardware.empty()) check_writable(flags->hardware, "--hardware");
     models::Model model = build_model_from(flags->model, flags->seed);
     profiler::ProfileOptions options;
     options.device = flags->device;

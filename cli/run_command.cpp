@@ -11,12 +11,14 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
+#include "cli/fit_check.hpp"
 #include "cli/progress.hpp"
 #include "cli/report.hpp"
 #include "cli/torch_inputs.hpp"
 #include "executor/executor.hpp"
 #include "executor/placement.hpp"
 #include "sim/error.hpp"
+#include "sim/file_io.hpp"
 #include "sim/units.hpp"
 
 namespace pipetune::cli {
@@ -37,6 +39,8 @@ struct RunFlags {
   int threads = 0;
   std::string progress;
   bool json = false;
+  std::string profile, hardware, memory;  // for the check that the plan fits
+  bool force = false;
 };
 
 // Ctrl-C asks the running pipeline to stop after its current tasks.
@@ -74,9 +78,16 @@ void add_run_command(CLI::App& app, std::vector<Command>& commands) {
   sub->add_option("--progress", flags->progress, "bar (default on a terminal), lines or none")
       ->check(CLI::IsMember({"bar", "lines", "none"}));
   sub->add_flag("--json", flags->json, "print one JSON object instead of the report");
+  sub->add_option("--profile", flags->profile, "profile.json of the model, to check that the plan fits (default: a quick one)")
+      ->type_name("FILE");
+  sub->add_option("--hardware", flags->hardware, "the devices' memory, to check that the plan fits")->type_name("FILE");
+  sub->add_option("--memory", flags->memory, "memory per device, to check that the plan fits, e.g. 16GiB");
+  sub->add_flag("--force", flags->force, "run a plan predicted not to fit anyway");
 
   commands.emplace_back(sub, [flags] {
     const Plan plan = load_plan(flags->plan);
+    // A trace that cannot be written is known now, not after the run.
+    if (!flags->trace.empty()) check_writable(flags->trace, "--trace");
     models::Model model = build_model_from(flags->model, flags->seed);
     exec::ExecutorOptions options;
     options.devices = exec::executor_devices(plan, flags->device);
@@ -87,6 +98,20 @@ void add_run_command(CLI::App& app, std::vector<Command>& commands) {
                         : flags->optimizer == "momentum" ? exec::OptimizerKind::Momentum
                         : flags->optimizer == "adam"     ? exec::OptimizerKind::Adam
                                                          : exec::OptimizerKind::Sgd;
+    FitCheck fit;
+    fit.plan_source = flags->plan;
+    fit.profile_path = flags->profile;
+    fit.hardware_path = flags->hardware;
+    fit.memory = flags->memory;
+    fit.device_kind = flags->device;
+    fit.devices = options.devices;
+    fit.batch = flags->batch;
+    fit.optimizer_state_factor = options.optimizer == exec::OptimizerKind::Adam       ? 2.0
+                                 : options.optimizer == exec::OptimizerKind::Momentum ? 1.0
+                                                                                      : 0.0;
+    fit.force = flags->force;
+    refuse_plans_that_do_not_fit(fit, exec::with_executor_devices(plan, options.devices),
+                                 [&] { return build_model_from(flags->model, flags->seed); });
     exec::Pipeline pipeline(model, exec::with_executor_devices(plan, options.devices), flags->batch, options);
 
     const std::string progress = !flags->progress.empty() ? flags->progress

@@ -2,6 +2,7 @@
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/util/Exception.h>
 
 #include <array>
 #include <atomic>
@@ -32,6 +33,7 @@ static_assert(sizeof(Header) <= kHeader);
 struct CountingAllocator::State {
   std::array<std::atomic<std::int64_t>, kMaxTrackedDevices> current{};
   std::array<std::atomic<std::int64_t>, kMaxTrackedDevices> peak{};
+  std::array<std::atomic<std::int64_t>, kMaxTrackedDevices> capacity{};  // 0: unlimited
   std::atomic<bool> history{false};
   std::chrono::steady_clock::time_point origin;
   std::array<int, kMaxTrackedDevices> slot{};  // device -> index in samples, -1 if not recorded
@@ -77,6 +79,7 @@ class Wrapper final : public c10::Allocator {
   explicit Wrapper(c10::Allocator* inner) : inner_(inner) {}
 
   c10::DataPtr allocate(std::size_t n) override {
+    the_owner->check_capacity(CountingAllocator::current_device(), static_cast<std::int64_t>(n));
     char* base = cache().take(n);
     if (base == nullptr) {
       c10::DataPtr block = inner_->allocate(n + kHeader);
@@ -152,6 +155,21 @@ void CountingAllocator::charge(int device, std::int64_t bytes) {
       s->samples[slot].push_back({t, now});
     }
   }
+}
+
+void CountingAllocator::set_capacity(int device, std::int64_t bytes) {
+  if (device < 0 || device >= kMaxTrackedDevices) return;
+  state()->capacity[device].store(bytes);
+}
+
+void CountingAllocator::check_capacity(int device, std::int64_t bytes) {
+  if (device < 0 || device >= kMaxTrackedDevices) return;
+  State* s = state();
+  const std::int64_t capacity = s->capacity[device].load(std::memory_order_relaxed);
+  const std::int64_t now = s->current[device].load(std::memory_order_relaxed);
+  TORCH_CHECK_WITH(OutOfMemoryError, capacity == 0 || now + bytes <= capacity, "CPU device ", device,
+                   ": out of memory: tried to allocate ", bytes, " bytes with ", now, " of ", capacity,
+                   " bytes allocated");
 }
 
 std::int64_t CountingAllocator::allocated(int device) const {

@@ -48,6 +48,13 @@ class CountingAllocator {
 
   void charge(int device, std::int64_t bytes);  ///< used by the allocator's blocks
 
+  /// Gives `device` a memory of `bytes` (0: unlimited, the default): an allocation that would
+  /// take it beyond throws c10::OutOfMemoryError, as a full GPU does. How CPU runs and tests
+  /// meet an out-of-memory mid-step without a GPU.
+  void set_capacity(int device, std::int64_t bytes);
+  /// Throws c10::OutOfMemoryError if `bytes` more would exceed `device`'s capacity.
+  void check_capacity(int device, std::int64_t bytes);
+
  private:
   CountingAllocator() = default;
   struct State;

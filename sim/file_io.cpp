@@ -46,4 +46,16 @@ void write_text_file_atomically(const std::string& path, std::string_view text) 
   }
 }
 
+void check_writable(const std::string& path, std::string_view flag) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  auto fail = [&](const std::string& why) {
+    throw InputError(std::string(flag) + ": " + path + ": cannot write: " + why);
+  };
+  if (fs::is_directory(path, ec)) fail("is a directory");
+  const fs::path folder = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+  if (!fs::is_directory(folder, ec)) fail("no folder " + folder.string());
+  if (::access(folder.c_str(), W_OK) != 0) fail(std::strerror(errno));
+}
+
 }  // namespace pipetune

@@ -9,7 +9,12 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "sim/hardware.hpp"
+#include "sim/plan.hpp"
+#include "sim/profile.hpp"
+#include "sim/simulator.hpp"
 #include "sim/trace.hpp"
+#include "sim/units.hpp"
 #include "tests/support/run_command.hpp"
 
 namespace pipetune {
@@ -75,6 +80,61 @@ TEST(CliRun, BadInputIsOneLine) {
     EXPECT_EQ(error({"--model", "mlp:layers=5", "--plan", plan.string(), "--device", "cuda"}),
               "pipetune: error: --device cuda: no CUDA device on this machine\n");
   }
+}
+
+TEST(CliRun, APlanPredictedNotToFitIsRefusedUnlessForced) {
+  const fs::path plan = write_plan("fit.json", R"({"format": "pipetune.plan/1", "balance": [3, 3], "chunks": 2,
+    "checkpoint": "never", "schedule": "gpipe"})");
+  const fs::path profile = scratch("fit.profile.json");
+  ASSERT_EQ(testing::run_command({PIPETUNE_CLI, "profile", "--model", "mlp:layers=5,width=64", "--batch", "8", "-o",
+                                  profile.string(), "--repeats", "1", "--warmup", "0"})
+                .exit_code,
+            0);
+  // The bytes the refusal names are the simulator's prediction from that profile.
+  const Profile p = load_profile(profile.string());
+  Hardware hw = replicate_device(p.device, 2);
+  hw.devices[0].name = "cpu:0";
+  hw.devices[1].name = "cpu:1";
+  const auto predicted = Simulator(p, hw).run(load_plan(plan.string())).devices;
+  const std::vector<std::string> args{PIPETUNE_CLI, "run", "--model", "mlp:layers=5,width=64", "--plan", plan.string(),
+                                      "--batch", "8", "--steps", "1", "--profile", profile.string(), "--memory",
+                                      "20KiB"};
+  const auto refused = testing::run_command(args);
+  EXPECT_EQ(refused.exit_code, 1) << refused.err;
+  EXPECT_EQ(refused.err, "pipetune: error: " + plan.string() + ": the plan does not fit: cpu:0 needs " +
+                             format_bytes(predicted[0].peak_memory_bytes) + " (" +
+                             std::to_string(predicted[0].peak_memory_bytes) + " bytes) predicted, has 20.0 KiB (20480 " +
+                             "bytes); cpu:1 needs " + format_bytes(predicted[1].peak_memory_bytes) + " (" +
+                             std::to_string(predicted[1].peak_memory_bytes) +
+                             " bytes) predicted, has 20.0 KiB (20480 bytes) (--force runs it anyway)\n");
+  EXPECT_TRUE(refused.out.empty());  // refused before any step
+  // Forced: it runs, and says what it was told.
+  std::vector<std::string> forced = args;
+  forced.push_back("--force");
+  const auto ran = testing::run_command(forced);
+  EXPECT_EQ(ran.exit_code, 0) << ran.err;
+  EXPECT_THAT(ran.err, ::testing::HasSubstr("running it anyway (--force)"));
+  // Enough memory, and without a profile (a quick one is taken): it runs.
+  const auto roomy = testing::run_command({PIPETUNE_CLI, "run", "--model", "mlp:layers=5,width=64", "--plan",
+                                           plan.string(), "--batch", "8", "--steps", "1", "--memory", "1GiB"});
+  EXPECT_EQ(roomy.exit_code, 0) << roomy.err;
+}
+
+TEST(CliRun, AnOutputThatCannotBeWrittenIsRefusedBeforeAnyWork) {
+  const fs::path plan = write_plan("two.json", kTwoStages);
+  const auto r = testing::run_command({PIPETUNE_CLI, "run", "--model", "mlp:layers=5,width=64", "--plan", plan.string(),
+                                       "--batch", "8", "--trace", "/no/such/folder/t.json"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err, "pipetune: error: --trace: /no/such/folder/t.json: cannot write: no folder /no/such/folder\n");
+  EXPECT_TRUE(r.out.empty());
+  const auto folder = testing::run_command({PIPETUNE_CLI, "run", "--model", "mlp:layers=5,width=64", "--plan",
+                                            plan.string(), "--batch", "8", "--trace", scratch("").string()});
+  EXPECT_EQ(folder.exit_code, 2);
+  EXPECT_THAT(folder.err, ::testing::HasSubstr("cannot write: is a directory"));
+  const auto profile = testing::run_command({PIPETUNE_CLI, "profile", "--model", "mlp:layers=2,width=8", "--batch", "4",
+                                             "-o", "/no/such/folder/p.json"});
+  EXPECT_EQ(profile.exit_code, 2);
+  EXPECT_EQ(profile.err, "pipetune: error: --output: /no/such/folder/p.json: cannot write: no folder /no/such/folder\n");
 }
 
 TEST(CliRun, CtrlCStopsCleanlyAndKeepsTheTraceOfCompletedSteps) {

@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <thread>
 
+#include "executor/counting_allocator.hpp"
 #include "executor/executor.hpp"
 #include "executor/models/layers.hpp"
 #include "sim/error.hpp"
@@ -20,6 +21,7 @@
 namespace pipetune {
 namespace {
 
+using exec::CountingAllocator;
 using exec::ExecutorOptions;
 using exec::OptimizerKind;
 using exec::Pipeline;
@@ -300,6 +302,43 @@ TEST(Executor, AFailingStageReachesTheCallerNamingStageAndMicroBatch) {
     }
     EXPECT_EQ(settled_thread_count(threads_before), threads_before) << "threads left behind after " << c.message;
   }
+}
+
+TEST(Executor, AnOutOfMemoryMidStepReachesTheCallerAndNothingHangs) {
+  // A CPU device given less memory than a step needs fails as a full GPU does: the allocator
+  // throws mid-step, in a stage's compute or in the copy that feeds it.
+  struct Capacity {  // removed again whatever happens
+    int device;
+    ~Capacity() { CountingAllocator::install().set_capacity(device, 0); }
+  };
+  models::Model model = models::build_model("mlp:layers=3,width=64", double_precision());
+  auto [input, target] = batch_for(model);
+  const Plan plan = plan_of({2, 2}, 3, CheckpointMode::Never, ScheduleKind::GPipe);
+  std::int64_t need = 0;
+  {
+    Pipeline pipeline(model, plan, kBatch, cpu_devices(2));
+    need = pipeline.step(input, target).peak_memory_bytes[1];
+  }
+  const int threads_before = settled_thread_count();
+  {
+    Capacity limit{1};
+    Pipeline pipeline(model, plan, kBatch, cpu_devices(2));
+    CountingAllocator& allocator = CountingAllocator::install();
+    allocator.set_capacity(1, allocator.allocated(1) + (need - allocator.allocated(1)) / 2);
+    const auto started = std::chrono::steady_clock::now();
+    try {
+      pipeline.step(input, target);
+      ADD_FAILURE() << "no out-of-memory with half of the " << need << " bytes device 1 needs";
+    } catch (const exec::ExecutorError& e) {
+      EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("out of memory"));
+      EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("micro-batch"));
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(1));
+  }
+  EXPECT_EQ(settled_thread_count(threads_before), threads_before) << "threads left behind";
+  // With the memory back, the same model trains again.
+  Pipeline pipeline(model, plan, kBatch, cpu_devices(2));
+  EXPECT_NO_THROW(pipeline.step(input, target));
 }
 
 TEST(Executor, BadPlansAreRefusedBeforeAnyWork) {
