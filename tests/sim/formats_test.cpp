@@ -84,6 +84,14 @@ TEST(ProfileFormat, MalformedJsonNamesLineAndColumn) {
   EXPECT_THAT(e, HasSubstr("in.json: invalid JSON at line 3, column"));
 }
 
+TEST(ProfileFormat, TruncatedFileSaysWhereItEnds) {
+  // A profile cut off mid-write (a full disk, a killed copy): one message, where it ends.
+  const std::string text = std::string(kProfile).substr(0, std::string(kProfile).find("\"layers\": [") + 11);
+  const std::string e = profile_error(text);
+  EXPECT_THAT(e, HasSubstr("in.json: invalid JSON at line 9, column 14"));
+  EXPECT_THAT(e, HasSubstr("unexpected end of input"));
+}
+
 TEST(ProfileFormat, EmptyFile) {
   EXPECT_EQ(profile_error("  \n"), "in.json: empty file, expected a JSON document");
 }
