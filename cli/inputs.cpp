@@ -78,6 +78,13 @@ Hardware resolve_hardware(const Profile& profile, const HardwareFlags& flags, in
     hw = load_hardware(flags.hardware_path);
   } else {
     const int count = flags.devices > 0 ? flags.devices : default_count;
+    // The simulator keeps a link per pair of devices: a bound keeps --devices 2000000000 from
+    // exhausting memory instead of being refused.
+    constexpr int kMaxDevices = 1024;
+    if (count > kMaxDevices) {
+      throw InputError(
+          fmt::format("--devices: expected at most {} devices, got {}", kMaxDevices, count));
+    }
     hw = replicate_device(profile.device, count);
     if (note) {
       *note = fmt::format("no --hardware: {} x the profile's device ({}{}{}) with {} links", count,
@@ -133,8 +140,11 @@ Plan resolve_plan(const PlanFlags& flags) {
   }
   if (!flags.stage_devices.empty()) plan.devices = flags.stage_devices;
   if (flags.optimizer_state_factor) {
-    if (*flags.optimizer_state_factor < 0) {
-      throw InputError("--optimizer-state-factor: expected a non-negative number");
+    // Written so that NaN fails too; the bound is the plan file's.
+    if (!(*flags.optimizer_state_factor >= 0 && *flags.optimizer_state_factor <= 1000)) {
+      throw InputError(
+          fmt::format("--optimizer-state-factor: expected a number from 0 to 1000, got {}",
+                      *flags.optimizer_state_factor));
     }
     plan.optimizer_state_factor = *flags.optimizer_state_factor;
   }

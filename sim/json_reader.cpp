@@ -38,8 +38,29 @@ std::string strip_nlohmann_prefix(std::string message) {
 }  // namespace
 
 nlohmann::json parse_document(std::string_view text, const std::string& source) {
+  // No pipetune document nests deeper than a few levels. A bound keeps the recursive writer
+  // (dump, which re-indents every level) from exhausting the stack or memory on a free-form
+  // field such as a profile's meta.
+  constexpr int kMaxDepth = 64;
+  const auto limit_depth = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json&) {
+    // `depth` counts the containers around the one starting.
+    const bool opens = event == nlohmann::json::parse_event_t::object_start ||
+                       event == nlohmann::json::parse_event_t::array_start;
+    if (opens && depth >= kMaxDepth) {
+      throw InputError(fmt::format("{}: invalid JSON: nested deeper than {} levels", source,
+                                   kMaxDepth));
+    }
+    return true;
+  };
   try {
-    return nlohmann::json::parse(text);
+    return nlohmann::json::parse(text, limit_depth);
+  } catch (const nlohmann::json::out_of_range& e) {
+    // A number beyond double's range ("1e400") is reported as out_of_range, not parse_error:
+    // "[json.exception.out_of_range.406] number overflow parsing '1e400'".
+    const std::string_view what = e.what();
+    const auto end = what.find("] ");
+    throw InputError(fmt::format("{}: invalid JSON: {}", source,
+                                 end == std::string_view::npos ? what : what.substr(end + 2)));
   } catch (const nlohmann::json::parse_error& e) {
     auto [line, column] = line_and_column(text, e.byte == 0 ? 0 : e.byte - 1);
     if (text.find_first_not_of(" \t\r\n") == std::string_view::npos) {

@@ -71,6 +71,8 @@ Plan parse_plan(std::string_view text, const std::string& source) {
     if (!s.value().is_number() || s.integer() < 1) {
       s.fail("a positive integer (every stage needs at least one layer)");
     }
+    // Bounded like chunks, so the cast to int cannot wrap (4294967297 must not read as 1).
+    if (s.integer() > 1'000'000'000) s.fail("at most 1000000000 layers per stage");
     plan.balance.push_back(static_cast<int>(s.integer()));
   }
   const Node chunks = root.field("chunks");
@@ -94,6 +96,8 @@ Plan parse_plan(std::string_view text, const std::string& source) {
   }
   if (auto factor = root.optional_field("optimizer_state_factor")) {
     plan.optimizer_state_factor = factor->non_negative_number();
+    // Adam keeps 2 (a few more with master weights); a huge factor overflows the byte counts.
+    if (plan.optimizer_state_factor > 1000) factor->fail("a number from 0 to 1000");
   }
   return plan;
 }
@@ -197,7 +201,8 @@ bool is_checkpointed(CheckpointMode mode, int micro_batch, int micro_batches) {
 std::vector<std::int64_t> split_batch(std::int64_t batch, int chunks) {
   std::vector<std::int64_t> sizes;
   if (batch <= 0 || chunks <= 0) return sizes;
-  const std::int64_t each = (batch + chunks - 1) / chunks;
+  // Rounded up without batch + chunks - 1, which overflows for a batch near INT64_MAX.
+  const std::int64_t each = batch / chunks + (batch % chunks != 0 ? 1 : 0);
   for (std::int64_t left = batch; left > 0; left -= each) sizes.push_back(std::min(each, left));
   return sizes;
 }

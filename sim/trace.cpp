@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <tuple>
 
@@ -41,6 +42,14 @@ TaskKey consumer_of(const TraceTask& copy) {
     return {TaskKind::Forward, copy.stage + 1, copy.micro_batch, copy.step};
   }
   return {TaskKind::Backward, copy.stage - 1, copy.micro_batch, copy.step};
+}
+
+// Stages, micro-batches and steps are ints. The bound rejects values that would wrap in the
+// cast and keeps stage + 1 (the consumer of a copy) defined.
+int count_field(const Node& node) {
+  const auto v = node.non_negative_integer();
+  if (v > 1'000'000'000) node.fail("a non-negative integer up to 1000000000");
+  return static_cast<int>(v);
 }
 
 ordered_json summary_json(const Trace& t) {
@@ -208,7 +217,7 @@ Trace parse_trace(std::string_view text, const std::string& source) {
     TraceDevice device;
     device.name = d.field("name").string();
     for (const Node& s : d.field("stages").elements()) {
-      device.stages.push_back(static_cast<int>(s.non_negative_integer()));
+      device.stages.push_back(count_field(s));
     }
     device.busy_ms = d.field("busy_ms").non_negative_number();
     device.peak_memory_bytes = d.field("peak_memory_bytes").non_negative_integer();
@@ -246,14 +255,16 @@ Trace parse_trace(std::string_view text, const std::string& source) {
       task.device = pid_of(e);
       const double ts = e.field("ts").non_negative_number();
       const double dur = e.field("dur").non_negative_number();
+      // Each is finite, their sum need not be; an infinite end would be written as "inf".
+      if (!std::isfinite(ts + dur)) {
+        e.fail_message(fmt::format("expected ts + dur to be a finite time, got {} + {}", ts, dur));
+      }
       task.start_ms = ts / 1e3;
       task.end_ms = (ts + dur) / 1e3;
       const Node args = e.field("args");
-      task.stage = static_cast<int>(args.field("stage").non_negative_integer());
-      task.micro_batch = static_cast<int>(args.field("micro_batch").non_negative_integer());
-      if (auto step = args.optional_field("step")) {
-        task.step = static_cast<int>(step->non_negative_integer());
-      }
+      task.stage = count_field(args.field("stage"));
+      task.micro_batch = count_field(args.field("micro_batch"));
+      if (auto step = args.optional_field("step")) task.step = count_field(*step);
       if (task.kind == TaskKind::SendActivation) {
         const Node direction = args.field("direction");
         const std::string d = direction.string();
@@ -263,8 +274,9 @@ Trace parse_trace(std::string_view text, const std::string& source) {
           direction.fail("\"activation\" or \"gradient\"");
         }
         const Node to = args.field("to");
-        task.peer = static_cast<int>(to.non_negative_integer());
-        if (task.peer >= device_count) to.fail(fmt::format("a device pid below {}", device_count));
+        const auto peer = to.non_negative_integer();  // compared before the cast can wrap it
+        if (peer >= device_count) to.fail(fmt::format("a device pid below {}", device_count));
+        task.peer = static_cast<int>(peer);
         task.bytes = args.field("bytes").non_negative_integer();
       }
       trace.tasks.push_back(task);

@@ -51,7 +51,10 @@ std::int64_t parse_bytes(const std::string& text) {
   } else {
     return -1;
   }
-  return std::llround(number * scale);
+  // llround's result is unspecified beyond int64: "1e30" must not come back as a negative size.
+  const double bytes = number * scale;
+  if (!(bytes < 0x1p63)) return -1;
+  return std::llround(bytes);
 }
 
 }  // namespace pipetune

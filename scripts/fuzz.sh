@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (clang, ASan + UBSan) in build-fuzz/ and runs each one for a fixed
+# number of executions from a scratch copy of its seed corpus (fuzz/corpus/<target>/ stays as
+# it is). Exits non-zero when any target finds a crash, leak, UBSan report, escaped exception or
+# hang; the input that did it is kept under build-fuzz/fuzz-artifacts/.
+#
+#   PIPETUNE_FUZZ_RUNS     executions per target (default 1000000)
+#   PIPETUNE_FUZZ_TARGETS  targets to run (default: all five)
+#   PIPETUNE_FUZZ_DIR      build folder (default build-fuzz)
+#   PIPETUNE_JOBS          build jobs (default: the number of cores)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+runs="${PIPETUNE_FUZZ_RUNS:-1000000}"
+targets="${PIPETUNE_FUZZ_TARGETS:-profile hardware plan trace cli_flags}"
+build="${PIPETUNE_FUZZ_DIR:-build-fuzz}"
+jobs="${PIPETUNE_JOBS:-$(nproc)}"
+
+# JSON files need room; a plan or a command line does not.
+max_len() {
+  case "$1" in
+    profile | trace) echo 65536 ;;
+    hardware) echo 16384 ;;
+    plan) echo 4096 ;;
+    *) echo 1024 ;;
+  esac
+}
+
+cmake -S . -B "$build" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DPIPETUNE_FUZZ=ON \
+  -DPIPETUNE_WITH_TORCH=OFF -DPIPETUNE_WITH_QT=OFF -DPIPETUNE_WITH_CUDA=OFF \
+  -DPIPETUNE_BUILD_TESTS=OFF -DPIPETUNE_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+build_targets=()
+for t in $targets; do build_targets+=("${t}_fuzz"); done
+cmake --build "$build" -j "$jobs" --target "${build_targets[@]}"
+
+logs="$build/fuzz-logs"
+artifacts="$build/fuzz-artifacts"
+scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
+mkdir -p "$logs" "$artifacts"
+
+failed=0
+summary=()
+for t in $targets; do
+  corpus="$scratch/$t"
+  rm -rf "${artifacts:?}/$t"  # only this run's findings
+  mkdir -p "$corpus" "$artifacts/$t"
+  cp fuzz/corpus/"$t"/* "$corpus"/
+  seeds=$(find "fuzz/corpus/$t" -type f | wc -l)
+  log="$logs/$t.log"
+  echo "== $t: $runs runs from $seeds seeds (log: $log)"
+  status=0
+  # A fresh TMPDIR per run: cli_flags_fuzz writes its fixture files there.
+  TMPDIR="$scratch" "$build/fuzz/${t}_fuzz" -runs="$runs" -max_len="$(max_len "$t")" -timeout=10 \
+    -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$artifacts/$t/" "$corpus" \
+    >"$log" 2>&1 || status=$?
+  executed=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+  seconds=$(sed -n 's/^Done [0-9]* runs in \([0-9]*\) second.*/\1/p' "$log" | tail -1)
+  coverage=$(sed -n 's/^#[0-9]*.*DONE *cov: \([0-9]*\).*/\1/p' "$log" | tail -1)
+  if [[ $status -eq 0 ]]; then
+    result="ok"
+  else
+    failed=1
+    crash=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" | tail -1)
+    result="FAILED (exit $status${crash:+, input $crash})"
+    grep -m 5 -E 'ERROR:|runtime error:|uncaught exception|fuzz invariant|deadly signal' "$log" || true
+  fi
+  line="$t: ${executed:-?} executions in ${seconds:-?} s, ${rate:-?} exec/s, cov ${coverage:-?}: $result"
+  echo "$line"
+  summary+=("$line")
+done
+
+echo
+echo "== fuzz summary (runs=$runs)"
+printf '%s\n' "${summary[@]}"
+exit "$failed"
