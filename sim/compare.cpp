@@ -41,11 +41,7 @@ double fraction_error(double predicted, double measured) {
 }  // namespace
 
 std::string TaskComparison::label() const {
-  TraceTask t;
-  t.kind = kind;
-  t.stage = stage;
-  t.micro_batch = micro_batch;
-  return t.label();
+  return task_label(kind, stage, micro_batch);
 }
 
 double TaskComparison::duration_error() const { return fraction_error(predicted_ms(), measured_ms()); }

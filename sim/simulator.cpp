@@ -30,7 +30,9 @@ bool is_compute(TaskKind kind) {
   return kind == TaskKind::Forward || kind == TaskKind::Recompute || kind == TaskKind::Backward;
 }
 
-std::string SimTask::label() const {
+std::string SimTask::label() const { return task_label(kind, stage, micro_batch); }
+
+std::string task_label(TaskKind kind, int stage, int micro_batch) {
   switch (kind) {
     case TaskKind::Forward:
       return to_string(Action{ActionKind::Forward, stage, micro_batch});

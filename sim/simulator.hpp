@@ -21,6 +21,9 @@ enum class TaskKind : std::uint8_t { Forward, Recompute, Backward, SendActivatio
 
 std::string_view to_string(TaskKind kind);  ///< "forward", …, "send_activation"
 bool is_compute(TaskKind kind);
+/// A task's name in IR form: "2F0" for compute tasks, "2>3 act 0" / "3>2 grad 0" for copies
+/// (`stage` being the sender's). Predicted, measured and compared tasks are all named by it.
+std::string task_label(TaskKind kind, int stage, int micro_batch);
 
 /// One simulated task. Compute tasks run on `device`; copies go from `device` to `peer`.
 struct SimTask {

@@ -70,11 +70,7 @@ ordered_json summary_json(const Trace& t) {
 }  // namespace
 
 std::string TraceTask::label() const {
-  SimTask t;
-  t.kind = kind;
-  t.stage = stage;
-  t.micro_batch = micro_batch;
-  return t.label();
+  return task_label(kind, stage, micro_batch);
 }
 
 Trace trace_from_simulation(const SimulationResult& result, const std::string& model) {
