@@ -1,6 +1,5 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <unistd.h>
 
 #include <ATen/ATen.h>
 #include <algorithm>
@@ -114,9 +113,7 @@ void add_run_command(CLI::App& app, std::vector<Command>& commands) {
                                  [&] { return build_model_from(flags->model, flags->seed); });
     exec::Pipeline pipeline(model, exec::with_executor_devices(plan, options.devices), flags->batch, options);
 
-    const std::string progress = !flags->progress.empty() ? flags->progress
-                                 : ::isatty(STDERR_FILENO)  ? "bar"
-                                                            : "none";
+    const std::string progress = progress_mode(flags->progress);
     ProgressBar bar("steps");
     running_pipeline = &pipeline;
     auto previous = std::signal(SIGINT, on_interrupt);

@@ -14,14 +14,20 @@ bool earlier(const std::vector<TimelineTask>& tasks, int a, int b) {
   return tasks[a].start_ms < tasks[b].start_ms;
 }
 
+// The predicted side of a row, from a simulated device or a predicted trace's (same fields).
+template <typename Device>
+void set_predicted_row(TimelineRow& row, const Device& d) {
+  row.name = d.name;
+  row.stages = d.stages;
+  row.capacity_bytes = d.memory_capacity_bytes;
+  row.predicted_peak_bytes = d.peak_memory_bytes;
+  row.predicted_memory = d.memory;
+}
+
 }  // namespace
 
 std::string TimelineTask::label() const {
-  SimTask t;
-  t.kind = kind;
-  t.stage = stage;
-  t.micro_batch = micro_batch;
-  return t.label();
+  return task_label(kind, stage, micro_batch);
 }
 
 std::uint64_t TimelineModel::key_of(TaskKind kind, int stage, int micro_batch) {
@@ -52,14 +58,8 @@ void TimelineModel::set_prediction(const SimulationResult& result) {
   for (const auto& d : result.devices) max_index = std::max(max_index, d.index);
   std::vector<int> row_of(static_cast<std::size_t>(max_index) + 1, -1);
   for (std::size_t r = 0; r < result.devices.size(); ++r) {
-    const DeviceReport& d = result.devices[r];
-    TimelineRow& row = rows_[r];
-    row.name = d.name;
-    row.stages = d.stages;
-    row.capacity_bytes = d.memory_capacity_bytes;
-    row.predicted_peak_bytes = d.peak_memory_bytes;
-    row.predicted_memory = d.memory;
-    row_of[d.index] = static_cast<int>(r);
+    set_predicted_row(rows_[r], result.devices[r]);
+    row_of[result.devices[r].index] = static_cast<int>(r);
   }
   auto& predicted = tasks_[0];
   predicted.resize(result.tasks.size());
@@ -84,15 +84,7 @@ void TimelineModel::set_prediction(const SimulationResult& result) {
 void TimelineModel::set_prediction(const Trace& trace) {
   has_prediction_ = true;
   rows_.resize(trace.devices.size());
-  for (std::size_t r = 0; r < trace.devices.size(); ++r) {
-    const TraceDevice& d = trace.devices[r];
-    TimelineRow& row = rows_[r];
-    row.name = d.name;
-    row.stages = d.stages;
-    row.capacity_bytes = d.memory_capacity_bytes;
-    row.predicted_peak_bytes = d.peak_memory_bytes;
-    row.predicted_memory = d.memory;
-  }
+  for (std::size_t r = 0; r < trace.devices.size(); ++r) set_predicted_row(rows_[r], trace.devices[r]);
   auto& predicted = tasks_[0];
   predicted.clear();
   predicted_ms_ = trace.iteration_ms;
