@@ -16,6 +16,7 @@
 #include "cli/torch_inputs.hpp"
 #include "executor/executor.hpp"
 #include "executor/placement.hpp"
+#include "sim/compare.hpp"
 #include "sim/error.hpp"
 #include "sim/file_io.hpp"
 #include "sim/units.hpp"
@@ -46,12 +47,6 @@ struct RunFlags {
 std::atomic<exec::Pipeline*> running_pipeline{nullptr};
 void on_interrupt(int) {
   if (auto* p = running_pipeline.load()) p->request_stop();
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
 }  // namespace

@@ -18,12 +18,6 @@ namespace {
 
 using Key = std::tuple<TaskKind, int, int>;
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
 std::vector<std::string> compute_path(const Trace& trace, const std::string& source) {
   const ReplayResult replay = replay_trace(trace, source);
   std::vector<std::string> out;
@@ -39,6 +33,12 @@ double fraction_error(double predicted, double measured) {
 }
 
 }  // namespace
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
 
 std::string TaskComparison::label() const {
   return task_label(kind, stage, micro_batch);

@@ -12,6 +12,10 @@
 
 namespace pipetune {
 
+/// The median of `values`: the mean of the middle two for an even count, 0 for none. Measured
+/// steps, task errors and calibration fits all take theirs this way.
+double median(std::vector<double> values);
+
 /// One task of the programme, as predicted and as measured (times from the iteration's start).
 struct TaskComparison {
   TaskKind kind = TaskKind::Forward;

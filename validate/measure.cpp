@@ -8,15 +8,10 @@
 
 #include "executor/executor.hpp"
 #include "executor/placement.hpp"
+#include "sim/compare.hpp"
 #include "sim/error.hpp"
 
 namespace pipetune::validate {
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
 
 double MeasuredRun::median_pipeline_ms() const { return median(pipeline_ms); }
 double MeasuredRun::median_step_ms() const { return median(step_ms); }

@@ -51,6 +51,4 @@ std::vector<MeasuredRun> measure_plans(models::Model& model, const std::vector<P
                                        const RunSettings& settings,
                                        const std::function<void(std::size_t, std::size_t)>& progress = {});
 
-double median(std::vector<double> values);
-
 }  // namespace pipetune::validate
