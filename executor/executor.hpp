@@ -11,6 +11,10 @@
 // autograd and keep only their input; their recompute runs the forward again right before the
 // backward, with the same dropout masks (each (step, stage, micro-batch) has its own seed).
 //
+// A distributed run (one process per device) is the same code: a send to a device in another
+// process goes through a Transport, and a receiver thread per peer takes what arrives, in the
+// order this device's programme needs it.
+//
 // CPU "devices" are worker threads with their own intra-op thread count, so the whole pipeline
 // runs and is tested without a GPU; memory is charged to them by a counting allocator.
 
@@ -46,6 +50,8 @@ class Interrupted : public std::runtime_error {
   Interrupted() : std::runtime_error("interrupted") {}
 };
 
+class Transport;  // executor/transport.hpp
+
 enum class OptimizerKind { None, Sgd, Momentum, Adam };
 
 struct ExecutorOptions {
@@ -57,6 +63,10 @@ struct ExecutorOptions {
   OptimizerKind optimizer = OptimizerKind::Sgd;
   double learning_rate = 0.01;
   bool record_memory_history = true;  ///< the memory curve per device (peaks are always kept)
+  /// One process of a distributed run (distributed/): device i of the plan runs in the process
+  /// of rank i; this process runs device transport->rank() and reaches the others through it.
+  /// StepRecord then holds this rank's tasks, or on rank 0 every rank's, merged on its clock.
+  std::shared_ptr<Transport> transport;
 };
 
 /// What one training step measured. Times in ms from the step's start, one time base for all
@@ -67,7 +77,7 @@ struct StepRecord {
   double pipeline_ms = 0.0;  ///< first task's start to last task's end: what the simulator predicts
   double step_ms = 0.0;      ///< the whole step, optimizer included
   std::vector<TraceTask> tasks;  ///< device = index into device_names(), in the order they ran
-  std::vector<std::int64_t> peak_memory_bytes;  ///< per device
+  std::vector<std::int64_t> peak_memory_bytes;     ///< per device
   std::vector<std::vector<CounterSample>> memory;  ///< per device, when recorded
 };
 
@@ -75,7 +85,8 @@ class Pipeline {
  public:
   /// Splits `model` by the plan's balance and places the stages. Throws InputError for a plan
   /// that does not fit the model or the devices, before any work.
-  Pipeline(models::Model& model, const Plan& plan, std::int64_t batch_size, ExecutorOptions options);
+  Pipeline(models::Model& model, const Plan& plan, std::int64_t batch_size,
+           ExecutorOptions options);
   ~Pipeline();
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
