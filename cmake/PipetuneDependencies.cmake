@@ -120,6 +120,20 @@ elseif(PIPETUNE_HAVE_TORCH)
   pipetune_left_out("CUDA paths" "PIPETUNE_WITH_CUDA=OFF")
 endif()
 
+# --- Gloo (c10d's CPU backend, for distributed runs) ------------------------------------
+# The torch wheel has the Gloo backend compiled in but ships no gloo headers, which c10d's
+# ProcessGroupGloo.hpp includes; Debian's libgloo-dev provides them. Headers only: linking
+# Debian's libgloo too would put a second gloo beside the wheel's.
+set(PIPETUNE_HAVE_GLOO FALSE)
+if(PIPETUNE_HAVE_TORCH)
+  find_path(PIPETUNE_GLOO_INCLUDE_DIR gloo/rendezvous/store.h)
+  if(PIPETUNE_GLOO_INCLUDE_DIR)
+    set(PIPETUNE_HAVE_GLOO TRUE)
+  else()
+    pipetune_left_out("distributed runs (Gloo)" "gloo headers not found (libgloo-dev)")
+  endif()
+endif()
+
 # --- Qt6 ---------------------------------------------------------------------------------
 set(PIPETUNE_HAVE_QT FALSE)
 pipetune_wanted(PIPETUNE_WITH_QT _want_qt)
@@ -140,6 +154,9 @@ function(pipetune_report_features)
   set(_parts "sim" "cli")
   if(PIPETUNE_HAVE_TORCH)
     list(APPEND _parts "executor" "profiler")
+  endif()
+  if(PIPETUNE_HAVE_GLOO)
+    list(APPEND _parts "distributed (gloo)")
   endif()
   if(PIPETUNE_HAVE_CUDA)
     list(APPEND _parts "cuda")

@@ -25,6 +25,7 @@ packages=(
   libboost-graph-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   qt6-base-dev qt6-charts-dev xvfb xauth
+  libgloo-dev
   python3-venv
 )
 

@@ -1,0 +1,392 @@
+#include "distributed/process_group.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "sim/error.hpp"
+
+#ifdef PIPETUNE_WITH_GLOO
+#include <ATen/ATen.h>
+
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#endif
+
+namespace pipetune::distributed {
+
+namespace {
+
+int read_int(const char* name, int min, int max, std::optional<int> fallback = std::nullopt) {
+  const char* text = std::getenv(name);
+  if (!text || !*text) {
+    if (fallback) return *fallback;
+    throw InputError(
+        fmt::format("--distributed: {} is not set (start the ranks with pipetune launch, torchrun "
+                    "or srun, which set RANK, "
+                    "WORLD_SIZE, MASTER_ADDR and MASTER_PORT)",
+                    name));
+  }
+  char* end = nullptr;
+  errno = 0;
+  const long value = std::strtol(text, &end, 10);
+  if (*end != '\0' || errno != 0 || value < min || value > max) {
+    throw InputError(fmt::format("--distributed: {}=\"{}\": expected an integer from {} to {}",
+                                 name, text, min, max));
+  }
+  return static_cast<int>(value);
+}
+
+double steady_ms() {
+  return std::chrono::duration<double, std::milli>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+LaunchEnvironment read_launch_environment() {
+  LaunchEnvironment env;
+  env.world_size = read_int("WORLD_SIZE", 1, 1 << 16);
+  env.rank = read_int("RANK", 0, env.world_size - 1);
+  env.local_rank = read_int("LOCAL_RANK", 0, 1 << 16, env.rank);
+  env.local_world_size = read_int("LOCAL_WORLD_SIZE", 1, 1 << 16, env.world_size);
+  const char* addr = std::getenv("MASTER_ADDR");
+  if (!addr || !*addr) {
+    throw InputError(
+        "--distributed: MASTER_ADDR is not set (the host of rank 0, where the ranks meet)");
+  }
+  env.master_addr = addr;
+  env.master_port = read_int("MASTER_PORT", 1, 65535);
+  return env;
+}
+
+#ifndef PIPETUNE_WITH_GLOO
+
+bool gloo_built() {
+  return false;
+}
+
+std::shared_ptr<exec::Transport> connect(const LaunchEnvironment&, double) {
+  throw InputError(
+      "--distributed: this build of pipetune has no Gloo (install libgloo-dev and rebuild)");
+}
+
+#else
+
+bool gloo_built() {
+  return true;
+}
+
+namespace {
+
+// A tensor travels as a fixed header (dtype, shape, when it was sent) and then its data, each
+// with its own tag, so the receiver can allocate before the data comes.
+constexpr int kMaxDims = 8;
+constexpr int kHeader = 3 + kMaxDims;  // dtype, dims, shape..., sent_ms
+
+// c10d's message, less what says nothing to a user: the C++ stack trace c10 appends, gloo's
+// source location and its boilerplate advice.
+std::string why(const std::exception& e) {
+  std::string what = e.what();
+  const auto newline = what.find('\n');
+  if (newline != std::string::npos) what.resize(newline);
+  if (!what.empty() && what.front() == '[') {
+    const auto close = what.find("] ");
+    if (close != std::string::npos) what.erase(0, close + 2);
+  }
+  const auto advice = what.find(". This is typically");
+  if (advice != std::string::npos) what.resize(advice);
+  return what;
+}
+
+class GlooTransport final : public exec::Transport {
+ public:
+  GlooTransport(const LaunchEnvironment& env, double timeout_s) : env_(env), timeout_s_(timeout_s) {
+    const auto timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1e3));
+    c10d::TCPStoreOptions options;
+    options.port = static_cast<std::uint16_t>(env.master_port);
+    options.isServer = env.rank == 0;
+    options.numWorkers = env.world_size;
+    options.waitWorkers = true;
+    options.timeout = timeout;
+    try {
+      store_ = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+    } catch (const std::exception& e) {
+      throw WorkError(fmt::format("rank {}: the {} ranks did not all meet at {}:{} within {} s: {}",
+                                  env.rank, env.world_size, env.master_addr, env.master_port,
+                                  timeout_s, why(e)));
+    }
+    align_clocks();
+    start_heartbeat();
+    auto group_options = c10d::ProcessGroupGloo::Options::create(timeout);
+    const bool loopback = env.master_addr == "localhost" || env.master_addr.rfind("127.", 0) == 0;
+    group_options->devices.push_back(
+        loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                 : c10d::ProcessGroupGloo::createDefaultDevice());
+    try {
+      group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, env.rank, env.world_size,
+                                                           group_options);
+    } catch (const std::exception& e) {
+      throw WorkError(fmt::format("rank {}: connecting the Gloo group: {}", env.rank, why(e)));
+    }
+  }
+
+  ~GlooTransport() override {
+    {
+      std::lock_guard<std::mutex> lock(heartbeat_mutex_);
+      stopping_ = true;
+    }
+    heartbeat_wake_.notify_all();
+    if (heartbeat_.joinable()) heartbeat_.join();
+  }
+  GlooTransport(const GlooTransport&) = delete;
+  GlooTransport& operator=(const GlooTransport&) = delete;
+
+  int rank() const override { return env_.rank; }
+  int world_size() const override { return env_.world_size; }
+  double timeout_s() const override { return timeout_s_; }
+  double clock_ms() const override { return steady_ms() + offset_ms_; }
+  double clock_offset_ms() const override { return offset_ms_; }
+  double clock_round_trip_ms() const override { return round_trip_ms_; }
+
+  void send(const at::Tensor& tensor, int to_rank, int tag, double sent_ms) override {
+    if (tensor.dim() > kMaxDims) {
+      throw WorkError(fmt::format("sending to rank {}: {} dimensions, at most {} travel", to_rank,
+                                  tensor.dim(), kMaxDims));
+    }
+    at::Tensor header = at::zeros({kHeader}, at::kLong);
+    auto* h = header.data_ptr<std::int64_t>();
+    h[0] = static_cast<std::int64_t>(tensor.scalar_type());
+    h[1] = tensor.dim();
+    for (int d = 0; d < tensor.dim(); ++d) h[2 + d] = tensor.size(d);
+    std::memcpy(&h[2 + kMaxDims], &sent_ms, sizeof sent_ms);
+    std::vector<at::Tensor> header_list{header}, data_list{tensor.contiguous()};
+    std::lock_guard<std::mutex> lock(mutex_);
+    // Sends the peer has taken let go of their tensors now, as a copy within one process
+    // would: holding them to the step's end would raise this device's peak.
+    std::erase_if(pending_, [](const auto& p) { return p.second->isCompleted(); });
+    pending_.push_back({to_rank, group_->send(header_list, to_rank, 2 * tag)});
+    pending_.push_back({to_rank, group_->send(data_list, to_rank, 2 * tag + 1)});
+  }
+
+  exec::Received recv(int from_rank, int tag) override {
+    std::vector<at::Tensor> header{at::empty({kHeader}, at::kLong)};
+    wait(group_->recv(header, from_rank, 2 * tag), from_rank, "send");
+    const auto* h = header[0].data_ptr<std::int64_t>();
+    std::vector<std::int64_t> shape(h + 2, h + 2 + h[1]);
+    exec::Received got;
+    std::memcpy(&got.sent_ms, &h[2 + kMaxDims], sizeof got.sent_ms);
+    std::vector<at::Tensor> data{
+        at::empty(shape, at::TensorOptions().dtype(static_cast<at::ScalarType>(h[0])))};
+    wait(group_->recv(data, from_rank, 2 * tag + 1), from_rank, "send");
+    got.tensor = data[0];
+    return got;
+  }
+
+  void flush_sends() override {
+    std::vector<std::pair<int, c10::intrusive_ptr<c10d::Work> > > pending;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      pending.swap(pending_);
+    }
+    for (auto& [to, work] : pending) wait(work, to, "receive");
+  }
+
+  // Gloo's barrier notices a dead rank at once, but not which one: the heartbeats tell.
+  void barrier(const std::string& what) override {
+    try {
+      group_->barrier()->wait(timeout());
+    } catch (const std::exception& e) {
+      const std::vector<int> stalled = stalled_ranks();
+      const std::string who =
+          stalled.empty() ? "a rank" : "rank " + fmt::format("{}", fmt::join(stalled, ", "));
+      throw WorkError(timed_out(why(e))
+                          ? fmt::format("{} did not reach {} within {} s", who, what, timeout_s_)
+                          : fmt::format("{} is gone before {} ({})", who, what, why(e)));
+    }
+  }
+
+  void leave_after_failure() override {
+    try {
+      if (env_.rank != 0) {
+        store_->set("pipetune/failed/" + std::to_string(env_.rank), std::vector<std::uint8_t>{1});
+        return;
+      }
+      const auto deadline =
+          std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
+      while (std::chrono::steady_clock::now() < deadline) {
+        const std::vector<int> stalled = stalled_ranks();
+        bool all_done = true;
+        for (int r = 1; r < env_.world_size; ++r) {
+          const bool failed = store_->check({"pipetune/failed/" + std::to_string(r)});
+          if (!failed && std::find(stalled.begin(), stalled.end(), r) == stalled.end())
+            all_done = false;
+        }
+        if (all_done) return;
+      }
+    } catch (const std::exception&) {
+      // Leaving anyway: this rank has failed already and says so itself.
+    }
+  }
+
+  std::vector<std::string> gather(const std::string& key, const std::string& blob) override {
+    const std::string prefix = "pipetune/gather/" + key + "/";
+    const std::vector<std::uint8_t> bytes(blob.begin(), blob.end());
+    store_->set(prefix + std::to_string(env_.rank), bytes);
+    if (env_.rank != 0) return {};
+    std::vector<std::string> all;
+    for (int r = 0; r < env_.world_size; ++r) {
+      try {
+        const auto value = store_->get(prefix + std::to_string(r));
+        all.emplace_back(value.begin(), value.end());
+        store_->deleteKey(prefix + std::to_string(r));
+      } catch (const std::exception& e) {
+        throw WorkError(
+            fmt::format("rank {} did not report {} within {} s: {}", r, key, timeout_s_, why(e)));
+      }
+    }
+    return all;
+  }
+
+ private:
+  std::chrono::milliseconds timeout() const {
+    return std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s_ * 1e3));
+  }
+
+  static bool timed_out(const std::string& what) {
+    return what.find("imed out") != std::string::npos || what.find("imeout") != std::string::npos;
+  }
+
+  void wait(const c10::intrusive_ptr<c10d::Work>& work, int peer, const char* verb) {
+    try {
+      work->wait(timeout());
+    } catch (const std::exception& e) {
+      const std::string what = why(e);
+      throw WorkError(timed_out(what) ? fmt::format("rank {} did not {} within {} s (hung?)", peer,
+                                                    verb, timeout_s_)
+                                      : fmt::format("rank {} is gone ({})", peer, what));
+    }
+  }
+
+  // A rank's pulse in the store, from a thread with a connection of its own (a blocking get on
+  // the main connection must not stop it): a rank whose count stands still is dead or stopped.
+  void start_heartbeat() {
+    c10d::TCPStoreOptions options;
+    options.port = static_cast<std::uint16_t>(env_.master_port);
+    options.isServer = false;
+    options.waitWorkers = false;
+    options.timeout = timeout();
+    heartbeat_store_ = c10::make_intrusive<c10d::TCPStore>(env_.master_addr, options);
+    heartbeat_ = std::thread([this] {
+      const std::string key = "pipetune/heartbeat/" + std::to_string(env_.rank);
+      std::unique_lock<std::mutex> lock(heartbeat_mutex_);
+      while (!stopping_) {
+        try {
+          heartbeat_store_->add(key, 1);
+        } catch (const std::exception&) {
+          return;  // the store is gone (rank 0 has finished or failed): nobody listens
+        }
+        heartbeat_wake_.wait_for(lock, kBeat);
+      }
+    });
+  }
+
+  // The ranks whose pulse stood still over a few beats; rank 0 when the store itself is gone.
+  std::vector<int> stalled_ranks() {
+    try {
+      const auto beats = [this] {
+        std::vector<std::int64_t> count;
+        for (int r = 0; r < env_.world_size; ++r) {
+          count.push_back(store_->add("pipetune/heartbeat/" + std::to_string(r), 0));
+        }
+        return count;
+      };
+      const auto before = beats();
+      std::this_thread::sleep_for(5 * kBeat);
+      const auto after = beats();
+      std::vector<int> stalled;
+      for (int r = 0; r < env_.world_size; ++r) {
+        if (after[r] == before[r]) stalled.push_back(r);
+      }
+      return stalled;
+    } catch (const std::exception&) {
+      return {0};
+    }
+  }
+
+  static constexpr auto kBeat = std::chrono::milliseconds(200);
+
+  // Rank 0's clock as each rank reads it, through the store: rank r posts a ping, rank 0 answers
+  // with its clock, r takes the midpoint of its round trip; the shortest of several rounds wins
+  // (NTP's rule: the least queued exchange is the most symmetric).
+  void align_clocks() {
+    constexpr int kRounds = 8;
+    const auto bytes = [](const std::string& s) {
+      return std::vector<std::uint8_t>(s.begin(), s.end());
+    };
+    if (env_.rank == 0) {
+      for (int r = 1; r < env_.world_size; ++r) {
+        for (int k = 0; k < kRounds; ++k) {
+          const std::string key = fmt::format("pipetune/clock/{}/{}/", r, k);
+          store_->get(key + "ping");
+          store_->set(key + "pong", bytes(fmt::format("{:.6f}", steady_ms())));
+        }
+      }
+      return;
+    }
+    round_trip_ms_ = std::numeric_limits<double>::infinity();
+    for (int k = 0; k < kRounds; ++k) {
+      const std::string key = fmt::format("pipetune/clock/{}/{}/", env_.rank, k);
+      const double sent = steady_ms();
+      store_->set(key + "ping", bytes("1"));
+      const auto answer = store_->get(key + "pong");
+      const double back = steady_ms();
+      const double rank0 = std::stod(std::string(answer.begin(), answer.end()));
+      if (back - sent < round_trip_ms_) {
+        round_trip_ms_ = back - sent;
+        offset_ms_ = rank0 - (sent + back) / 2.0;
+      }
+      store_->deleteKey(key + "ping");
+      store_->deleteKey(key + "pong");
+    }
+  }
+
+  LaunchEnvironment env_;
+  double timeout_s_;
+  double offset_ms_ = 0.0, round_trip_ms_ = 0.0;
+  c10::intrusive_ptr<c10d::TCPStore> store_;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
+  std::mutex mutex_;
+  std::vector<std::pair<int, c10::intrusive_ptr<c10d::Work> > > pending_;
+  c10::intrusive_ptr<c10d::TCPStore> heartbeat_store_;
+  std::thread heartbeat_;
+  std::mutex heartbeat_mutex_;
+  std::condition_variable heartbeat_wake_;
+  bool stopping_ = false;
+};
+
+}  // namespace
+
+std::shared_ptr<exec::Transport> connect(const LaunchEnvironment& env, double timeout_s) {
+  // c10d logs every failed store read with a C++ stack trace; pipetune reports failures itself,
+  // once, naming the rank. A level the user set is kept.
+  setenv("TORCH_CPP_LOG_LEVEL", "ERROR", /*overwrite=*/0);
+  return std::make_shared<GlooTransport>(env, timeout_s);
+}
+
+#endif
+
+}  // namespace pipetune::distributed
