@@ -1,21 +1,27 @@
+#include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <ATen/ATen.h>
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "cli/commands.hpp"
 #include "cli/fit_check.hpp"
 #include "cli/progress.hpp"
 #include "cli/report.hpp"
 #include "cli/torch_inputs.hpp"
+#include "distributed/link_probe.hpp"
+#include "distributed/process_group.hpp"
 #include "executor/executor.hpp"
 #include "executor/placement.hpp"
+#include "executor/transport.hpp"
 #include "sim/compare.hpp"
 #include "sim/error.hpp"
 #include "sim/file_io.hpp"
@@ -41,7 +47,14 @@ struct RunFlags {
   bool json = false;
   std::string profile, hardware, memory;  // for the check that the plan fits
   bool force = false;
+  bool distributed = false;
+  double timeout_s = 300.0;
+  std::string links_out;
 };
+
+// The distributed run's connection, held here so that it outlives run_plan's locals on the
+// failure path.
+std::shared_ptr<exec::Transport> connected_transport;
 
 // Ctrl-C asks the running pipeline to stop after its current tasks.
 std::atomic<exec::Pipeline*> running_pipeline{nullptr};
@@ -51,41 +64,116 @@ void on_interrupt(int) {
 
 }  // namespace
 
+int run_plan(const std::shared_ptr<RunFlags>& flags);
+
 void add_run_command(CLI::App& app, std::vector<Command>& commands) {
   auto flags = std::make_shared<RunFlags>();
   CLI::App* sub = app.add_subcommand(
       "run", "Train with a plan on the real GPipe executor and record the measured timeline");
   add_model_flags(*sub, flags->model);
-  sub->add_option("--plan", flags->plan, "plan.json (from pipetune plan)")->required()->type_name("FILE");
-  sub->add_option("--batch", flags->batch, "samples per mini-batch (default 32)")->check(CLI::PositiveNumber);
-  sub->add_option("--device", flags->device, "cpu or cuda (default cpu)")->check(CLI::IsMember({"cpu", "cuda"}));
-  sub->add_option("--steps", flags->steps, "training steps measured (default 10)")->check(CLI::PositiveNumber);
+  sub->add_option("--plan", flags->plan, "plan.json (from pipetune plan)")
+      ->required()
+      ->type_name("FILE");
+  sub->add_option("--batch", flags->batch, "samples per mini-batch (default 32)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--device", flags->device, "cpu or cuda (default cpu)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  sub->add_option("--steps", flags->steps, "training steps measured (default 10)")
+      ->check(CLI::PositiveNumber);
   sub->add_option("--warmup", flags->warmup, "steps run first and not measured (default 1)")
       ->check(CLI::NonNegativeNumber);
-  sub->add_option("--trace", flags->trace, "write the measured timeline of the median step")->type_name("OUT.json");
-  sub->add_option("--seed", flags->seed, "data, initialisation and dropout seed: the same seed, the same run");
+  sub->add_option("--trace", flags->trace, "write the measured timeline of the median step")
+      ->type_name("OUT.json");
+  sub->add_option("--seed", flags->seed,
+                  "data, initialisation and dropout seed: the same seed, the same run");
   sub->add_option("--optimizer", flags->optimizer, "sgd, momentum, adam or none (default sgd)")
       ->check(CLI::IsMember({"sgd", "momentum", "adam", "none"}));
-  sub->add_option("--lr", flags->learning_rate, "learning rate (default 0.01)")->check(CLI::PositiveNumber);
-  sub->add_option("--threads", flags->threads, "intra-op threads per CPU device (default: cores / devices)")
+  sub->add_option("--lr", flags->learning_rate, "learning rate (default 0.01)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--threads", flags->threads,
+                  "intra-op threads per CPU device (default: cores / devices)")
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--progress", flags->progress, "bar (default on a terminal), lines or none")
       ->check(CLI::IsMember({"bar", "lines", "none"}));
   sub->add_flag("--json", flags->json, "print one JSON object instead of the report");
-  sub->add_option("--profile", flags->profile, "profile.json of the model, to check that the plan fits (default: a quick one)")
+  sub->add_option("--profile", flags->profile,
+                  "profile.json of the model, to check that the plan fits (default: a quick one)")
       ->type_name("FILE");
-  sub->add_option("--hardware", flags->hardware, "the devices' memory, to check that the plan fits")->type_name("FILE");
-  sub->add_option("--memory", flags->memory, "memory per device, to check that the plan fits, e.g. 16GiB");
+  sub->add_option("--hardware", flags->hardware, "the devices' memory, to check that the plan fits")
+      ->type_name("FILE");
+  sub->add_option("--memory", flags->memory,
+                  "memory per device, to check that the plan fits, e.g. 16GiB");
   sub->add_flag("--force", flags->force, "run a plan predicted not to fit anyway");
+  sub->add_flag(
+      "--distributed", flags->distributed,
+      "one process per device: rank i runs the plan's device i (RANK, WORLD_SIZE, MASTER_ADDR, "
+      "MASTER_PORT "
+      "from pipetune launch, torchrun or srun); rank 0 reports and writes the merged trace");
+  sub->add_option("--timeout", flags->timeout_s,
+                  "--distributed: seconds a rank waits for another (to meet, to send) before it "
+                  "gives up (default 300)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option(
+         "--links-out", flags->links_out,
+         "--distributed: measure the links between the ranks first and write them as hardware.json")
+      ->type_name("OUT.json");
 
   commands.emplace_back(sub, [flags] {
+    if (!flags->distributed) return run_plan(flags);
+    // A rank that fails says which rank it is and leaves at once: threads blocked on a peer
+    // must not hold it up, and its closed connections are how the other ranks learn of it.
+    const char* rank = std::getenv("RANK");
+    try {
+      const int status = run_plan(flags);
+      connected_transport.reset();
+      return status;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "pipetune: error: rank %s: %s\n", rank ? rank : "?", e.what());
+      std::fflush(stdout);
+      std::fflush(stderr);
+      if (connected_transport) connected_transport->leave_after_failure();
+      std::_Exit(dynamic_cast<const InputError*>(&e) ? 2 : 1);
+    }
+  });
+}
+
+int run_plan(const std::shared_ptr<RunFlags>& flags) {
+  {
     const Plan plan = load_plan(flags->plan);
-    // A trace that cannot be written is known now, not after the run.
-    if (!flags->trace.empty()) check_writable(flags->trace, "--trace");
-    models::Model model = build_model_from(flags->model, flags->seed);
     exec::ExecutorOptions options;
     options.devices = exec::executor_devices(plan, flags->device);
     options.threads_per_cpu_device = flags->threads;
+    distributed::LaunchEnvironment launch;
+    if (flags->distributed) {
+      launch = distributed::read_launch_environment();
+      // Refused before any work, on every rank alike.
+      if (static_cast<int>(options.devices.size()) != launch.world_size) {
+        throw InputError(fmt::format(
+            "{}: the plan has {} devices ({}) but WORLD_SIZE is {}: --distributed runs one "
+            "process per device",
+            flags->plan, options.devices.size(), fmt::join(options.devices, ", "),
+            launch.world_size));
+      }
+      if (flags->device == "cuda") {
+        throw InputError(
+            "--distributed --device cuda: NCCL transport is not in this build yet; use --device "
+            "cpu (Gloo)");
+      }
+      if (flags->threads == 0) {
+        // The ranks on this machine share its cores.
+        options.threads_per_cpu_device = std::max(
+            1, static_cast<int>(std::thread::hardware_concurrency()) / launch.local_world_size);
+      }
+    } else if (!flags->links_out.empty()) {
+      throw InputError(
+          "--links-out: only with --distributed (pipetune profile --hardware-out probes one "
+          "process)");
+    }
+    const bool reports = !flags->distributed || launch.rank == 0;
+    // A file that cannot be written is known now, not after the run.
+    if (reports && !flags->trace.empty()) check_writable(flags->trace, "--trace");
+    if (reports && !flags->links_out.empty()) check_writable(flags->links_out, "--links-out");
+    models::Model model = build_model_from(flags->model, flags->seed);
     options.seed = flags->seed;
     options.learning_rate = flags->learning_rate;
     options.optimizer = flags->optimizer == "none"       ? exec::OptimizerKind::None
@@ -106,9 +194,19 @@ void add_run_command(CLI::App& app, std::vector<Command>& commands) {
     fit.force = flags->force;
     refuse_plans_that_do_not_fit(fit, exec::with_executor_devices(plan, options.devices),
                                  [&] { return build_model_from(flags->model, flags->seed); });
-    exec::Pipeline pipeline(model, exec::with_executor_devices(plan, options.devices), flags->batch, options);
+    if (flags->distributed) {
+      options.transport = distributed::connect(launch, flags->timeout_s);
+      connected_transport = options.transport;
+      if (!flags->links_out.empty()) {
+        const Hardware links =
+            distributed::probe_process_links(*options.transport, options.devices);
+        if (reports) save_hardware(links, flags->links_out);
+      }
+    }
+    exec::Pipeline pipeline(model, exec::with_executor_devices(plan, options.devices), flags->batch,
+                            options);
 
-    const std::string progress = progress_mode(flags->progress);
+    const std::string progress = reports ? progress_mode(flags->progress) : std::string("none");
     ProgressBar bar("steps");
     running_pipeline = &pipeline;
     auto previous = std::signal(SIGINT, on_interrupt);
@@ -117,7 +215,8 @@ void add_run_command(CLI::App& app, std::vector<Command>& commands) {
     bool interrupted = false;
     try {
       for (int k = 0; k < total; ++k) {
-        auto [input, target] = model.make_batch(flags->batch, flags->seed * 1000003 + static_cast<std::uint64_t>(k));
+        auto [input, target] =
+            model.make_batch(flags->batch, flags->seed * 1000003 + static_cast<std::uint64_t>(k));
         if (at::isFloatingType(input.scalar_type())) input = input.to(flags->model.dtype());
         exec::StepRecord record = pipeline.step(input, target);
         if (k >= flags->warmup) steps.push_back(std::move(record));
@@ -142,7 +241,8 @@ void add_run_command(CLI::App& app, std::vector<Command>& commands) {
       pipeline_ms.push_back(s.pipeline_ms);
       step_ms.push_back(s.step_ms);
       losses.push_back(s.loss);
-      for (std::size_t d = 0; d < peaks.size(); ++d) peaks[d] = std::max(peaks[d], s.peak_memory_bytes[d]);
+      for (std::size_t d = 0; d < peaks.size(); ++d)
+        peaks[d] = std::max(peaks[d], s.peak_memory_bytes[d]);
     }
     // The trace shows the step whose pipeline time is the median (the lower one of an even
     // count, as validate picks it, so both show the same step of the same run).
@@ -150,9 +250,11 @@ void add_run_command(CLI::App& app, std::vector<Command>& commands) {
     if (!steps.empty()) {
       std::vector<const exec::StepRecord*> order;
       for (const auto& s : steps) order.push_back(&s);
-      std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->pipeline_ms < b->pipeline_ms; });
+      std::sort(order.begin(), order.end(),
+                [](auto* a, auto* b) { return a->pipeline_ms < b->pipeline_ms; });
       shown = order[(order.size() - 1) / 2];
     }
+    if (!reports) return interrupted ? 130 : 0;  // rank 0 speaks for the run
     if (!flags->trace.empty() && shown) {
       save_trace(exec::measured_trace(pipeline, *shown, model.name), flags->trace);
     }
@@ -170,16 +272,25 @@ void add_run_command(CLI::App& app, std::vector<Command>& commands) {
                   static_cast<long long>(flags->batch));
       std::printf("plan      %s on %s\n", describe_plan(plan).c_str(),
                   fmt::format("{}", fmt::join(pipeline.device_names(), ", ")).c_str());
+      if (flags->distributed) {
+        std::printf(
+            "ranks     %d processes (rank i runs device i), Gloo; clocks aligned on rank 0's\n",
+            launch.world_size);
+      }
+      if (!flags->links_out.empty())
+        std::printf("links     %s (measured between the ranks)\n", flags->links_out.c_str());
       for (std::size_t k = 0; k < steps.size(); ++k) {
         std::printf("step %3zu  loss %.4f  step %s ms  pipeline %s ms\n", k + 1, steps[k].loss,
                     format_ms(steps[k].step_ms).c_str(), format_ms(steps[k].pipeline_ms).c_str());
       }
       if (!steps.empty()) {
-        std::printf("median    pipeline %s ms, step %s ms, %.1f samples/s\n", format_ms(median(pipeline_ms)).c_str(),
-                    format_ms(median(step_ms)).c_str(), static_cast<double>(flags->batch) / (median(step_ms) / 1e3));
+        std::printf("median    pipeline %s ms, step %s ms, %.1f samples/s\n",
+                    format_ms(median(pipeline_ms)).c_str(), format_ms(median(step_ms)).c_str(),
+                    static_cast<double>(flags->batch) / (median(step_ms) / 1e3));
         std::vector<std::string> peak_text;
         for (std::size_t d = 0; d < peaks.size(); ++d) {
-          peak_text.push_back(fmt::format("{} {}", pipeline.device_names()[d], format_bytes(peaks[d])));
+          peak_text.push_back(
+              fmt::format("{} {}", pipeline.device_names()[d], format_bytes(peaks[d])));
         }
         std::printf("peak      %s\n", fmt::format("{}", fmt::join(peak_text, ", ")).c_str());
       }
@@ -194,7 +305,7 @@ void add_run_command(CLI::App& app, std::vector<Command>& commands) {
       return 130;
     }
     return 0;
-  });
+  }
 }
 
 }  // namespace pipetune::cli
