@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   cli::add_run_command(app, commands);
   cli::add_validate_command(app, commands);
   cli::add_demo_command(app, commands);
+  cli::add_launch_command(app, commands);
 
   try {
     app.parse(argc, argv);
