@@ -1,0 +1,262 @@
+// The pipeline with one process per device, on c10d's Gloo over loopback, as CI runs it.
+//
+// The truth: the same model unpipelined in one process (rank_main.cpp compares gradients and
+// loss with it), and `pipetune run` in one process (the losses, dropout and recompute included,
+// must be the same numbers). Faults: a rank killed or stopped mid-run; the others must exit
+// non-zero within the timeout, naming it.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "sim/schedule.hpp"
+#include "sim/simulator.hpp"
+#include "sim/trace.hpp"
+#include "tests/distributed/ranks.hpp"
+#include "tests/support/run_command.hpp"
+
+namespace pipetune {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::Ranks;
+
+class Distributed : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("pipetune-distributed-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string write_plan(const std::string& name, const std::string& json) const {
+    const fs::path path = dir_ / name;
+    std::ofstream(path) << json;
+    return path.string();
+  }
+
+  fs::path dir_;
+};
+
+std::string plan_json(const std::string& balance, int chunks, const std::string& checkpoint,
+                      const std::string& schedule, const std::string& devices = "") {
+  return "{\"format\": \"pipetune.plan/1\", \"balance\": [" + balance +
+         "], \"chunks\": " + std::to_string(chunks) + ", \"checkpoint\": \"" + checkpoint +
+         "\", \"schedule\": \"" + schedule + "\"" +
+         (devices.empty() ? "" : ", \"devices\": [" + devices + "]") + "}";
+}
+
+std::string all_output(const std::vector<testing::RankResult>& results) {
+  std::string text;
+  for (std::size_t r = 0; r < results.size(); ++r) {
+    text += "--- rank " + std::to_string(r) + " (exit " + std::to_string(results[r].exit_code) +
+            ")\n" + results[r].out + results[r].err;
+  }
+  return text;
+}
+
+struct GradientCase {
+  int ranks;
+  std::string balance;
+  int chunks;
+  std::string checkpoint, schedule, devices;
+};
+
+// Names the case in test output instead of dumping its bytes.
+void PrintTo(const GradientCase& c, std::ostream* os) {
+  *os << c.ranks << " ranks, balance [" << c.balance << "], " << c.chunks << " chunks, "
+      << c.checkpoint << ", " << c.schedule
+      << (c.devices.empty() ? "" : ", devices [" + c.devices + "]");
+}
+
+class DistributedGradients : public Distributed,
+                             public ::testing::WithParamInterface<GradientCase> {};
+
+// Every rank's gradients and rank 0's loss equal the unpipelined reference's.
+TEST_P(DistributedGradients, EqualTheSingleProcessReference) {
+  const GradientCase& c = GetParam();
+  const std::string plan =
+      write_plan("plan.json", plan_json(c.balance, c.chunks, c.checkpoint, c.schedule, c.devices));
+  Ranks ranks({PIPETUNE_DISTRIBUTED_RANK, "mlp:layers=5,width=32", plan, "12", "7"}, c.ranks);
+  const auto results = ranks.wait(120.0);
+  for (std::size_t r = 0; r < results.size(); ++r) {
+    EXPECT_EQ(results[r].exit_code, 0) << all_output(results);
+    EXPECT_NE(results[r].out.find("0 differ"), std::string::npos) << all_output(results);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    PlansAndRanks, DistributedGradients,
+    ::testing::Values(GradientCase{2, "3, 3", 4, "never", "gpipe", ""},
+                      GradientCase{2, "3, 3", 4, "always", "gpipe", ""},
+                      GradientCase{2, "2, 4", 3, "except_last", "1f1b", ""},
+                      GradientCase{3, "2, 2, 2", 4, "always", "1f1b", ""},
+                      GradientCase{3, "1, 3, 2", 5, "except_last", "gpipe", ""},
+                      GradientCase{3, "2, 2, 2", 4, "never", "1f1b", ""},
+                      // Two stages per rank: activations and gradients both ways on one pair.
+                      GradientCase{2, "2, 1, 1, 2", 3, "always", "gpipe",
+                                   "\"cpu:0\", \"cpu:1\", \"cpu:0\", \"cpu:1\""}),
+    [](const auto& info) {
+      const GradientCase& c = info.param;
+      return std::to_string(c.ranks) + "ranks_" + c.schedule + "_" + c.checkpoint + "_" +
+             std::to_string(info.index);
+    });
+
+std::vector<double> losses_of(const std::string& json_text) {
+  return nlohmann::json::parse(json_text).at("losses").get<std::vector<double>>();
+}
+
+// `run --distributed` trains as `run` does: the same losses step after step (so the same
+// updates), with dropout masks drawn again identically by checkpointed recomputes.
+TEST_F(Distributed, RunGivesTheSingleProcessLossesAndAValidMergedTrace) {
+  const std::string plan = write_plan("plan.json", plan_json("2, 2, 2", 4, "except_last", "1f1b"));
+  const std::vector<std::string> common{
+      "run",      "--model",     "gpt:layers=4,width=32,heads=2,seq=8,vocab=50,dropout=0.1",
+      "--plan",   plan,          "--batch",
+      "8",        "--steps",     "3",
+      "--warmup", "1",           "--seed",
+      "5",        "--json",      "--progress",
+      "none",     "--optimizer", "adam"};
+  std::vector<std::string> single{PIPETUNE_CLI};
+  single.insert(single.end(), common.begin(), common.end());
+  const auto one = testing::run_command(single);
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+
+  std::vector<std::string> argv{PIPETUNE_CLI};
+  argv.insert(argv.end(), common.begin(), common.end());
+  const std::string trace = (dir_ / "merged.json").string();
+  argv.insert(argv.end(), {"--distributed", "--timeout", "60", "--trace", trace});
+  Ranks ranks(argv, 3);
+  const auto results = ranks.wait(180.0);
+  for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << all_output(results);
+  EXPECT_EQ(results[1].out, "");  // rank 0 speaks for the run
+  EXPECT_EQ(results[2].out, "");
+  const auto expected = losses_of(one.out), got = losses_of(results[0].out);
+  ASSERT_EQ(got.size(), expected.size());
+  for (std::size_t k = 0; k < got.size(); ++k)
+    EXPECT_NEAR(got[k], expected[k], 1e-6 * std::abs(expected[k])) << k;
+
+  // The merged trace: loadable, one device per rank, each running its part of the schedule in
+  // the schedule's order, and every copy between ranks on it.
+  const Trace merged = load_trace(trace);
+  ASSERT_EQ(merged.devices.size(), 3u);
+  const Schedule schedule = make_schedule(ScheduleKind::OneFOneB, 3, 4, CheckpointMode::ExceptLast);
+  const std::vector<int> device_of{0, 1, 2};
+  const auto programs = device_programs(schedule, device_of, 3);
+  int copies = 0;
+  for (int d = 0; d < 3; ++d) {
+    std::vector<std::string> ran, want;
+    for (const auto& t : merged.tasks) {
+      if (t.device == d && is_compute(t.kind))
+        ran.push_back(task_label(t.kind, t.stage, t.micro_batch));
+      if (t.device == d && !is_compute(t.kind)) {
+        ++copies;
+        EXPECT_GE(t.end_ms, t.start_ms);
+        EXPECT_EQ(t.peer, t.kind == TaskKind::SendActivation ? d + 1 : d - 1);
+      }
+    }
+    for (const Action& a : programs[d]) want.push_back(to_string(a));
+    EXPECT_EQ(ran, want) << "device " << d;
+    EXPECT_GT(merged.devices[d].peak_memory_bytes, 0) << "device " << d;
+  }
+  EXPECT_EQ(copies, 2 * 2 * 4);  // two boundaries, activation and gradient, four micro-batches
+  EXPECT_GT(merged.iteration_ms, 0.0);
+}
+
+// A plan that does not match WORLD_SIZE is refused before any work: no rank waits for others.
+TEST_F(Distributed, APlanThatDoesNotMatchWorldSizeIsRefusedAtOnce) {
+  const std::string plan = write_plan("plan.json", plan_json("2, 2, 2", 2, "never", "gpipe"));
+  Ranks ranks({PIPETUNE_CLI, "run", "--model", "mlp:layers=5,width=16", "--plan", plan, "--batch",
+               "4", "--distributed", "--progress", "none"},
+              2);
+  const auto results = ranks.wait(60.0);
+  for (const auto& r : results) {
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find("the plan has 3 devices (cpu:0, cpu:1, cpu:2) but WORLD_SIZE is 2"),
+              std::string::npos)
+        << r.err;
+  }
+  const auto alone = testing::run_command(
+      {PIPETUNE_CLI, "run", "--model", "mlp:layers=5,width=16", "--plan", plan, "--distributed"});
+  EXPECT_EQ(alone.exit_code, 2);
+  EXPECT_NE(alone.err.find("is not set (start the ranks with pipetune launch"), std::string::npos)
+      << alone.err;
+}
+
+// Starts three ranks on a long run and waits until rank 0 is past its first steps.
+void start_long_run(Ranks*& ranks, const std::string& plan, double timeout_s) {
+  ranks = new Ranks({PIPETUNE_CLI, "run", "--model", "mlp:layers=5,width=64", "--plan", plan,
+                     "--batch", "16", "--steps", "1000000", "--distributed", "--timeout",
+                     std::to_string(timeout_s), "--progress", "lines"},
+                    3);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
+  while (ranks->err(0).find("progress 3 ") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+// A rank that dies mid-run: the others notice its closed connections and leave, naming it.
+TEST_F(Distributed, AKilledRankMakesTheOthersExitNamingIt) {
+  const std::string plan = write_plan("plan.json", plan_json("2, 2, 2", 4, "except_last", "gpipe"));
+  Ranks* started = nullptr;
+  start_long_run(started, plan, 20.0);
+  std::unique_ptr<Ranks> ranks(started);
+  ASSERT_NE(ranks->err(0).find("progress 3 "), std::string::npos) << ranks->err(0);
+  const auto killed_at = std::chrono::steady_clock::now();
+  kill(ranks->pid(1), SIGKILL);
+  const auto results = ranks->wait(60.0);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  EXPECT_EQ(results[1].exit_code, 128 + SIGKILL);
+  for (int r : {0, 2}) {
+    EXPECT_EQ(results[r].exit_code, 1) << all_output(results);
+    EXPECT_NE(results[r].err.find("rank 1"), std::string::npos) << results[r].err;
+    EXPECT_NE(results[r].err.find("step "), std::string::npos) << results[r].err;
+  }
+  EXPECT_LT(seconds, 20.0);  // well within the timeout: a dead peer is noticed, not waited for
+}
+
+// A rank that hangs (stopped): the others give up after the timeout, naming it and the step.
+TEST_F(Distributed, AHungRankMakesTheOthersExitAfterTheTimeout) {
+  const std::string plan = write_plan("plan.json", plan_json("2, 2, 2", 4, "never", "1f1b"));
+  Ranks* started = nullptr;
+  start_long_run(started, plan, 3.0);
+  std::unique_ptr<Ranks> ranks(started);
+  ASSERT_NE(ranks->err(0).find("progress 3 "), std::string::npos) << ranks->err(0);
+  kill(ranks->pid(1), SIGSTOP);
+  const auto stopped_at = std::chrono::steady_clock::now();
+  // Rank 1 never exits by itself: wait for the others only, then kill it.
+  std::vector<testing::RankResult> results(3);
+  for (int r : {0, 2}) {
+    int status = 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (waitpid(ranks->pid(r), &status, WNOHANG) == 0 &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    results[r].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    results[r].seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped_at).count();
+    results[r].err = ranks->err(r);
+  }
+  for (int r : {0, 2}) {
+    EXPECT_EQ(results[r].exit_code, 1) << results[r].err;
+    EXPECT_NE(results[r].err.find("rank 1"), std::string::npos) << results[r].err;
+    EXPECT_NE(results[r].err.find("within 3 s"), std::string::npos) << results[r].err;
+    EXPECT_LT(results[r].seconds, 3.0 + 10.0);  // the timeout, and slack for a loaded machine
+  }
+  kill(ranks->pid(1), SIGCONT);
+}
+
+}  // namespace
+}  // namespace pipetune

@@ -1,0 +1,87 @@
+// One rank of the distributed executor's gradient test (distributed_test.cpp starts several).
+// It runs one step of the plan in its process, then the same model unpipelined on the whole
+// batch in-process (tests/executor/reference.hpp), and compares its own stages' gradients and,
+// on rank 0, the merged loss with that reference. Exit 0: equal; 1: not; 2: could not run.
+//
+//   pipetune_distributed_rank MODEL_SPEC PLAN.json BATCH SEED
+// with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set.
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "distributed/process_group.hpp"
+#include "executor/executor.hpp"
+#include "executor/placement.hpp"
+#include "sim/plan.hpp"
+#include "tests/executor/reference.hpp"
+
+using namespace pipetune;
+
+int main(int argc, char** argv) {
+  if (argc != 5) {
+    std::fprintf(stderr, "usage: %s MODEL_SPEC PLAN.json BATCH SEED\n", argv[0]);
+    return 2;
+  }
+  const std::string spec = argv[1];
+  const Plan plan = load_plan(argv[2]);
+  const std::int64_t batch = std::stoll(argv[3]);
+  const std::uint64_t seed = std::stoull(argv[4]);
+  try {
+    const auto env = distributed::read_launch_environment();
+    models::ModelOptions model_options;
+    model_options.seed = seed;
+    models::Model model = models::build_model(spec, model_options);
+    models::Model reference = models::build_model(spec, model_options);
+
+    exec::ExecutorOptions options;
+    options.devices = exec::executor_devices(plan, "cpu");
+    options.optimizer = exec::OptimizerKind::None;  // the gradients stay to be read
+    options.threads_per_cpu_device = 1;
+    options.seed = seed;
+    options.transport = distributed::connect(env, 60.0);
+    exec::Pipeline pipeline(model, exec::with_executor_devices(plan, options.devices), batch,
+                            options);
+    const auto [input, target] = model.make_batch(batch, seed);
+    const exec::StepRecord record = pipeline.step(input, target);
+
+    const double reference_loss = testing::reference_step(reference, input, target, plan.chunks);
+    const auto expected = testing::gradients(reference);
+    int compared = 0, wrong = 0;
+    for (int s = 0; s < plan.stages(); ++s) {
+      if (pipeline.stage_device()[s] != env.rank) continue;
+      for (const auto& p : pipeline.stages()[s]->named_parameters()) {
+        const at::Tensor want = expected.at(p.key());
+        const at::Tensor got = p.value().grad();
+        ++compared;
+        if (!got.defined() || !at::allclose(got, want, 1e-5, 1e-6)) {
+          ++wrong;
+          std::fprintf(stderr, "rank %d: stage %d: gradient of %s differs by %g\n", env.rank, s,
+                       p.key().c_str(),
+                       got.defined() ? (got - want).abs().max().item<double>() : INFINITY);
+        }
+      }
+    }
+    if (compared == 0) {
+      std::fprintf(stderr, "rank %d: no parameters compared\n", env.rank);
+      return 1;
+    }
+    if (env.rank == 0 &&
+        std::abs(record.loss - reference_loss) > 1e-5 * std::max(1.0, std::abs(reference_loss))) {
+      std::fprintf(stderr, "rank 0: loss %.9g, reference %.9g\n", record.loss, reference_loss);
+      ++wrong;
+    }
+    std::printf("rank %d: %d gradients compared, %d differ; loss %.9g (reference %.9g)\n", env.rank,
+                compared, wrong, record.loss, reference_loss);
+    std::fflush(stdout);
+    std::_Exit(wrong == 0 ? 0 : 1);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %s: %s\n", std::getenv("RANK") ? std::getenv("RANK") : "?",
+                 e.what());
+    std::fflush(stderr);
+    std::_Exit(2);
+  }
+}
