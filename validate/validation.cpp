@@ -28,7 +28,8 @@ std::size_t Validation::predicted_best() const {
 std::size_t Validation::measured_best() const {
   std::size_t best = 0;
   for (std::size_t k = 0; k < plans.size(); ++k) {
-    if (plans[k].measured.median_pipeline_ms() < plans[best].measured.median_pipeline_ms()) best = k;
+    if (plans[k].measured.median_pipeline_ms() < plans[best].measured.median_pipeline_ms())
+      best = k;
   }
   return best;
 }
@@ -49,7 +50,8 @@ SimulationOptions full_record() {
 }
 
 Trace predict(const Profile& profile, const Hardware& hardware, const Plan& plan) {
-  return trace_from_simulation(Simulator(profile, hardware).run(plan, full_record()), profile.model);
+  return trace_from_simulation(Simulator(profile, hardware).run(plan, full_record()),
+                               profile.model);
 }
 
 Hardware without_calibration(Hardware hardware) {
@@ -62,15 +64,16 @@ Profile obtain_profile(models::Model& model, const ValidationOptions& options, V
     Profile profile = load_profile(options.profile_path);
     const std::string& src = options.profile_path;
     if (profile.model != model.name) {
-      throw InputError(fmt::format("{}: \"model\" is \"{}\", but --model builds \"{}\"", src, profile.model, model.name));
+      throw InputError(fmt::format("{}: \"model\" is \"{}\", but --model builds \"{}\"", src,
+                                   profile.model, model.name));
     }
     if (profile.batch_size != options.run.batch) {
-      throw InputError(fmt::format("{}: \"batch_size\" is {}, but --batch is {}", src, profile.batch_size,
-                                   options.run.batch));
+      throw InputError(fmt::format("{}: \"batch_size\" is {}, but --batch is {}", src,
+                                   profile.batch_size, options.run.batch));
     }
     if (profile.layer_count() != model.layer_names.size()) {
-      throw InputError(fmt::format("{}: {} layers, but the model has {}", src, profile.layer_count(),
-                                   model.layer_names.size()));
+      throw InputError(fmt::format("{}: {} layers, but the model has {}", src,
+                                   profile.layer_count(), model.layer_names.size()));
     }
     v.profile_path = options.profile_path;
     return profile;
@@ -84,41 +87,50 @@ Profile obtain_profile(models::Model& model, const ValidationOptions& options, V
   po.threads = options.run.threads;
   if (po.threads == 0 && options.run.device == "cpu") {
     // The threads each CPU device will have when the executor runs the plans.
-    po.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / options.devices);
+    po.threads =
+        std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / options.devices);
   }
   if (options.progress) {
-    po.progress = [&](std::size_t done, std::size_t total) { options.progress("profile", done, total); };
+    po.progress = [&](std::size_t done, std::size_t total) {
+      options.progress("profile", done, total);
+    };
   }
   const auto started = std::chrono::steady_clock::now();
   profiler::ProfileResult result = profiler::profile_model(model, po);
-  v.profile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  v.profile_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   v.profiled = true;
   v.profile_path = (fs::path(options.out_dir) / "profile.json").string();
   save_profile(result.profile, v.profile_path);
   return std::move(result.profile);
 }
 
-Hardware obtain_hardware(const ValidationOptions& options) {
+Hardware obtain_hardware(const ValidationOptions& options, int layers) {
   if (!options.hardware_path.empty()) return load_hardware(options.hardware_path);
+  if (options.probe) return options.probe(layers);
   Hardware hw = profiler::probe_hardware(options.run.device, options.devices);
   const int keep = options.devices;
   if (static_cast<int>(hw.devices.size()) > keep) hw.devices.resize(keep);
-  std::erase_if(hw.links, [keep](const LinkOverride& o) { return o.first >= keep || o.second >= keep; });
+  std::erase_if(hw.links,
+                [keep](const LinkOverride& o) { return o.first >= keep || o.second >= keep; });
   return hw;
 }
 
 // Each plan's predictions, written beside its measured trace and compared with it.
-PlanValidation judge(const Profile& profile, const Hardware& hardware, MeasuredRun run, const std::string& stem) {
+PlanValidation judge(const Profile& profile, const Hardware& hardware, MeasuredRun run,
+                     const std::string& stem) {
   PlanValidation pv;
   pv.measured = std::move(run);
   const Plan& plan = pv.measured.plan;
   pv.predicted = predict(profile, without_calibration(hardware), plan);
-  pv.predicted_calibrated = hardware.calibration.empty() ? pv.predicted : predict(profile, hardware, plan);
+  pv.predicted_calibrated =
+      hardware.calibration.empty() ? pv.predicted : predict(profile, hardware, plan);
   pv.predicted_calibrated.kind = "predicted";
   const double measured_ms = pv.measured.median_pipeline_ms();
-  pv.uncalibrated = compare_traces(pv.predicted, pv.measured.trace, stem + ".measured.trace.json", measured_ms);
-  pv.calibrated =
-      compare_traces(pv.predicted_calibrated, pv.measured.trace, stem + ".measured.trace.json", measured_ms);
+  pv.uncalibrated =
+      compare_traces(pv.predicted, pv.measured.trace, stem + ".measured.trace.json", measured_ms);
+  pv.calibrated = compare_traces(pv.predicted_calibrated, pv.measured.trace,
+                                 stem + ".measured.trace.json", measured_ms);
   pv.plan_path = stem + ".plan.json";
   pv.measured_trace_path = stem + ".measured.trace.json";
   pv.predicted_trace_path = stem + ".predicted.trace.json";
@@ -157,7 +169,8 @@ std::vector<Plan> calibration_plans(const Profile& profile, const Hardware& hard
     if (static_cast<int>(out.size()) >= count) break;
     Plan plan;
     plan.chunks = std::min(s.chunks, batch);
-    plan.optimizer_state_factor = validated.empty() ? 0.0 : validated.front().optimizer_state_factor;
+    plan.optimizer_state_factor =
+        validated.empty() ? 0.0 : validated.front().optimizer_state_factor;
     plan.checkpoint = s.checkpoint;
     plan.schedule = s.schedule;
     plan.balance = time_balanced(costs, hardware, stages, plan);
@@ -172,9 +185,12 @@ std::vector<Plan> calibration_plans(const Profile& profile, const Hardware& hard
 
 Validation run_validation(const ValidationOptions& options) {
   const auto started = std::chrono::steady_clock::now();
-  if (options.out_dir.empty()) throw InputError("--out: a folder for the traces and the report is needed");
-  if (options.devices < 1) throw InputError(fmt::format("--devices: expected at least 1, got {}", options.devices));
-  if (options.top < 1) throw InputError(fmt::format("--top: expected at least 1, got {}", options.top));
+  if (options.out_dir.empty())
+    throw InputError("--out: a folder for the traces and the report is needed");
+  if (options.devices < 1)
+    throw InputError(fmt::format("--devices: expected at least 1, got {}", options.devices));
+  if (options.top < 1)
+    throw InputError(fmt::format("--top: expected at least 1, got {}", options.top));
   fs::create_directories(options.out_dir);
 
   Validation v;
@@ -188,9 +204,15 @@ Validation run_validation(const ValidationOptions& options) {
   models::Model model = models::build_model(options.model_spec, mo);
   v.model = model.name;
 
+  const auto measure = [&](const std::vector<Plan>& to_run, const RunSettings& settings,
+                           const std::function<void(std::size_t, std::size_t)>& progress) {
+    return options.measure ? options.measure(to_run, settings, progress)
+                           : measure_plans(model, to_run, settings, progress);
+  };
   const Profile profile = obtain_profile(model, options, v);
-  Hardware hardware = obtain_hardware(options);
-  const std::string hardware_source = options.hardware_path.empty() ? "the probed hardware" : options.hardware_path;
+  Hardware hardware = obtain_hardware(options, static_cast<int>(model.layer_names.size()));
+  const std::string hardware_source =
+      options.hardware_path.empty() ? "the probed hardware" : options.hardware_path;
 
   // The plans to validate.
   std::vector<Plan> plans;
@@ -200,10 +222,12 @@ Validation run_validation(const ValidationOptions& options) {
   } else {
     PlannerOptions po = options.planner;
     po.top = static_cast<std::size_t>(options.top);
-    if (options.progress) po.progress = [&](std::size_t d, std::size_t t) { options.progress("plan", d, t); };
+    if (options.progress)
+      po.progress = [&](std::size_t d, std::size_t t) { options.progress("plan", d, t); };
     const PlanSearchResult result = find_best_plans(profile, hardware, po);
     if (result.ranked.empty()) {
-      throw WorkError(fmt::format("no plan of {} fits the memory of {}", profile.model, hardware_source));
+      throw WorkError(
+          fmt::format("no plan of {} fits the memory of {}", profile.model, hardware_source));
     }
     for (const auto& c : result.ranked) plans.push_back(c.plan);
     v.planner_proven = result.stats.proven;
@@ -214,12 +238,13 @@ Validation run_validation(const ValidationOptions& options) {
   if (!reuse && options.calibration_plans > 0) {
     hardware.calibration = {};
     const int stages = plans.front().stages();
-    std::vector<Plan> fit_on = calibration_plans(profile, hardware, stages, plans, options.calibration_plans);
+    std::vector<Plan> fit_on =
+        calibration_plans(profile, hardware, stages, plans, options.calibration_plans);
     if (!fit_on.empty()) {
       RunSettings rs = options.run;
       rs.steps = std::max(1, options.calibration_steps);
       rs.rounds = 1;
-      std::vector<MeasuredRun> runs = measure_plans(model, fit_on, rs, [&](std::size_t d, std::size_t t) {
+      std::vector<MeasuredRun> runs = measure(fit_on, rs, [&](std::size_t d, std::size_t t) {
         if (options.progress) options.progress("calibrate", d, t);
       });
       std::vector<std::pair<Trace, Trace>> pairs;
@@ -231,8 +256,9 @@ Validation run_validation(const ValidationOptions& options) {
       hardware.calibration = fit_calibration(pairs, names);
       v.calibration_fitted = true;
       for (std::size_t k = 0; k < runs.size(); ++k) {
-        v.calibration_runs.push_back(judge(profile, hardware, std::move(runs[k]),
-                                           (fs::path(options.out_dir) / fmt::format("calibration-{}", k + 1)).string()));
+        v.calibration_runs.push_back(
+            judge(profile, hardware, std::move(runs[k]),
+                  (fs::path(options.out_dir) / fmt::format("calibration-{}", k + 1)).string()));
       }
     }
   } else if (!reuse) {
@@ -243,12 +269,12 @@ Validation run_validation(const ValidationOptions& options) {
   save_hardware(hardware, v.hardware_path);
 
   // The real runs, interleaved, and the comparisons.
-  std::vector<MeasuredRun> runs = measure_plans(model, plans, options.run, [&](std::size_t d, std::size_t t) {
+  std::vector<MeasuredRun> runs = measure(plans, options.run, [&](std::size_t d, std::size_t t) {
     if (options.progress) options.progress("run", d, t);
   });
   for (std::size_t k = 0; k < runs.size(); ++k) {
-    v.plans.push_back(
-        judge(profile, hardware, std::move(runs[k]), (fs::path(options.out_dir) / fmt::format("plan-{}", k + 1)).string()));
+    v.plans.push_back(judge(profile, hardware, std::move(runs[k]),
+                            (fs::path(options.out_dir) / fmt::format("plan-{}", k + 1)).string()));
   }
   // Ranks among the plans validated, 1 = fastest.
   for (auto& p : v.plans) {

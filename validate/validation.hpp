@@ -31,19 +31,28 @@ namespace pipetune::validate {
 struct ValidationOptions {
   std::string model_spec;
   bool deferred_batch_norm = false;
-  RunSettings run;   ///< device, batch, steps, … (run.float64: the model's dtype too)
-  int devices = 2;   ///< pipeline devices: CPU worker threads, or the first CUDA devices
+  RunSettings run;            ///< device, batch, steps, … (run.float64: the model's dtype too)
+  int devices = 2;            ///< pipeline devices: CPU worker threads, or the first CUDA devices
   std::string profile_path;   ///< reuse this profile ("" : profile now)
   std::string hardware_path;  ///< reuse these devices and links, and their calibration
   std::optional<Plan> plan;   ///< validate this plan instead of the planner's best
   std::string plan_source = "--plan";  ///< its file, for error messages
-  int top = 3;                ///< how many of the planner's best plans to validate
-  PlannerOptions planner;     ///< chunk counts, modes and schedules the planner may choose
-  int calibration_plans = 2;  ///< plans run to fit a calibration; 0: none
+  int top = 3;                         ///< how many of the planner's best plans to validate
+  PlannerOptions planner;              ///< chunk counts, modes and schedules the planner may choose
+  int calibration_plans = 2;           ///< plans run to fit a calibration; 0: none
   int calibration_steps = 4;
-  bool recalibrate = false;   ///< fit anew even when the hardware file has a calibration
+  bool recalibrate = false;  ///< fit anew even when the hardware file has a calibration
   int profile_repeats = 5, profile_warmup = 2;
-  std::string out_dir;        ///< everything is written here
+  std::string out_dir;  ///< everything is written here
+  /// Where the plans run. Unset: in this process (measure_plans). `pipetune validate
+  /// --distributed` runs each plan as one process per device instead (cli/distributed_runs).
+  std::function<std::vector<MeasuredRun>(
+      const std::vector<Plan>& plans, const RunSettings& settings,
+      const std::function<void(std::size_t, std::size_t)>& progress)>
+      measure;
+  /// The devices and links when no hardware file is given, for a model of `layers` layers.
+  /// Unset: probed in this process.
+  std::function<Hardware(int layers)> probe;
   /// Long work reports here: a phase ("profile", "plan", "calibrate", "run"), then its progress.
   std::function<void(const std::string& phase, std::size_t done, std::size_t total)> progress;
 };
@@ -67,7 +76,7 @@ struct Validation {
   double profile_seconds = 0.0;
   std::string hardware_path;  ///< the hardware (calibration included) as written
   Hardware hardware;
-  bool calibration_fitted = false;  ///< fitted by this run (else reused, or none)
+  bool calibration_fitted = false;               ///< fitted by this run (else reused, or none)
   std::vector<PlanValidation> calibration_runs;  ///< the plans it was fitted on
   std::vector<PlanValidation> plans;             ///< the plans validated, planner's order
   bool planner_proven = true;  ///< the first plan is optimal under the model (when planned)
@@ -78,7 +87,9 @@ struct Validation {
   static const TraceComparison& headline(const PlanValidation& p, bool calibrated) {
     return calibrated ? p.calibrated : p.uncalibrated;
   }
-  const TraceComparison& headline(const PlanValidation& p) const { return headline(p, has_calibration()); }
+  const TraceComparison& headline(const PlanValidation& p) const {
+    return headline(p, has_calibration());
+  }
   /// Index of the plan predicted fastest, and of the plan measured fastest.
   std::size_t predicted_best() const;
   std::size_t measured_best() const;
@@ -91,8 +102,8 @@ struct Validation {
 /// stage fails. Nothing is written outside out_dir.
 Validation run_validation(const ValidationOptions& options);
 
-/// The calibration plans for a validation: the time-balanced split at a few chunk counts, checkpoint
-/// modes and schedules, none of them `validated`, all fitting the hardware's memory.
+/// The calibration plans for a validation: the time-balanced split at a few chunk counts,
+/// checkpoint modes and schedules, none of them `validated`, all fitting the hardware's memory.
 std::vector<Plan> calibration_plans(const Profile& profile, const Hardware& hardware, int stages,
                                     const std::vector<Plan>& validated, int count);
 
