@@ -10,12 +10,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
+#include "sim/hardware.hpp"
 #include "sim/schedule.hpp"
 #include "sim/simulator.hpp"
 #include "sim/trace.hpp"
@@ -256,6 +259,132 @@ TEST_F(Distributed, AHungRankMakesTheOthersExitAfterTheTimeout) {
     EXPECT_LT(results[r].seconds, 3.0 + 10.0);  // the timeout, and slack for a loaded machine
   }
   kill(ranks->pid(1), SIGCONT);
+}
+
+// The children of `parent` that have RANK=<rank> in their environment (pipetune launch's ranks).
+std::vector<pid_t> children_with_rank(pid_t parent, int rank) {
+  std::vector<pid_t> found;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const auto close = text.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream fields(text.substr(close + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    fields >> state >> ppid;
+    if (ppid != parent) continue;
+    std::ifstream environ(entry.path() / "environ");
+    std::string variable;
+    while (std::getline(environ, variable, '\0')) {
+      if (variable == "RANK=" + std::to_string(rank)) found.push_back(std::stoi(name));
+    }
+  }
+  return found;
+}
+
+// Under `pipetune launch`: the same losses as one process, and a rank killed mid-run ends the
+// launch with a failure and leaves no process behind.
+TEST_F(Distributed, UnderLaunchTheRunTrainsAndAKilledRankLeavesNothingBehind) {
+  const std::string plan = write_plan("plan.json", plan_json("3, 3", 4, "always", "gpipe"));
+  const std::vector<std::string> run{"run",        "--model", "mlp:layers=5,width=32",
+                                     "--plan",     plan,      "--batch",
+                                     "8",          "--steps", "3",
+                                     "--seed",     "2",       "--json",
+                                     "--progress", "none"};
+  std::vector<std::string> single{PIPETUNE_CLI};
+  single.insert(single.end(), run.begin(), run.end());
+  std::vector<std::string> launched{PIPETUNE_CLI, "launch", "-n", "2", "--"};
+  launched.insert(launched.end(), run.begin(), run.end());
+  launched.push_back("--distributed");
+  const auto one = testing::run_command(single), two = testing::run_command(launched);
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  EXPECT_EQ(losses_of(two.out), losses_of(one.out));
+
+  // A long run; rank 1 is killed once rank 0 reports steps.
+  std::vector<std::string> long_run{PIPETUNE_CLI,
+                                    "launch",
+                                    "-n",
+                                    "2",
+                                    "--timeout",
+                                    "5",
+                                    "--",
+                                    "run",
+                                    "--model",
+                                    "mlp:layers=5,width=32",
+                                    "--plan",
+                                    plan,
+                                    "--batch",
+                                    "8",
+                                    "--steps",
+                                    "1000000",
+                                    "--progress",
+                                    "lines",
+                                    "--distributed",
+                                    "--timeout",
+                                    "10"};
+  Ranks launcher(long_run, 1);  // one launcher (it gets RANK=0 itself, which it ignores)
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (launcher.err(0).find("progress 3 ") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::vector<pid_t> rank0 = children_with_rank(launcher.pid(0), 0),
+                     rank1 = children_with_rank(launcher.pid(0), 1);
+  ASSERT_EQ(rank0.size(), 1u) << launcher.err(0);
+  ASSERT_EQ(rank1.size(), 1u) << launcher.err(0);
+  kill(rank1[0], SIGKILL);
+  const auto results = launcher.wait(60.0);
+  EXPECT_NE(results[0].exit_code, 0) << results[0].err;
+  EXPECT_NE(results[0].err.find("rank 1 killed by signal 9"), std::string::npos) << results[0].err;
+  EXPECT_NE(results[0].err.find("pipetune: error: rank 0:"), std::string::npos) << results[0].err;
+  EXPECT_TRUE(kill(rank0[0], 0) != 0 && errno == ESRCH) << "rank 0 outlived the launcher";
+  EXPECT_LT(results[0].seconds, 60.0);
+}
+
+// validate --distributed: the links probed between processes, every plan run as ranks, and the
+// prediction compared with the merged trace.
+TEST_F(Distributed, ValidateRunsThePlansAsRanksAndComparesThem) {
+  const std::string out = (dir_ / "validate").string();
+  const auto r = testing::run_command({PIPETUNE_CLI,
+                                       "validate",
+                                       "--model",
+                                       "mlp:layers=5,width=64",
+                                       "--batch",
+                                       "16",
+                                       "--devices",
+                                       "2",
+                                       "--distributed",
+                                       "--top",
+                                       "1",
+                                       "--steps",
+                                       "3",
+                                       "--calibration-plans",
+                                       "0",
+                                       "--json",
+                                       "--progress",
+                                       "none",
+                                       "--out",
+                                       out,
+                                       "--timeout",
+                                       "60"},
+                                      {}, 240.0);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto report = nlohmann::json::parse(r.out);
+  ASSERT_EQ(report.at("plans").size(), 1u) << r.out;
+  const Hardware links = load_hardware(out + "/ranks/links.hardware.json");
+  ASSERT_EQ(links.devices.size(), 2u);
+  ASSERT_EQ(links.links.size(), 1u);
+  EXPECT_GT(links.links[0].link.bandwidth_bytes_per_s, 0.0);
+  EXPECT_GT(links.links[0].link.latency_ms, 0.0);
+  const Trace measured = load_trace(out + "/plan-1.measured.trace.json");
+  ASSERT_EQ(measured.devices.size(), 2u);
+  int copies = 0;
+  for (const auto& t : measured.tasks) copies += is_compute(t.kind) ? 0 : 1;
+  EXPECT_GT(copies, 0);
 }
 
 }  // namespace
