@@ -125,9 +125,9 @@ class GlooTransport final : public exec::Transport {
     try {
       store_ = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
     } catch (const std::exception& e) {
-      throw WorkError(fmt::format("rank {}: the {} ranks did not all meet at {}:{} within {} s: {}",
-                                  env.rank, env.world_size, env.master_addr, env.master_port,
-                                  timeout_s, why(e)));
+      throw WorkError(fmt::format("the {} ranks did not all meet at {}:{} within {} s: {}",
+                                  env.world_size, env.master_addr, env.master_port, timeout_s,
+                                  why(e)));
     }
     align_clocks();
     start_heartbeat();
@@ -140,7 +140,7 @@ class GlooTransport final : public exec::Transport {
       group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, env.rank, env.world_size,
                                                            group_options);
     } catch (const std::exception& e) {
-      throw WorkError(fmt::format("rank {}: connecting the Gloo group: {}", env.rank, why(e)));
+      throw WorkError(fmt::format("connecting the Gloo group: {}", why(e)));
     }
   }
 
@@ -184,14 +184,14 @@ class GlooTransport final : public exec::Transport {
 
   exec::Received recv(int from_rank, int tag) override {
     std::vector<at::Tensor> header{at::empty({kHeader}, at::kLong)};
-    wait(group_->recv(header, from_rank, 2 * tag), from_rank, "send");
+    receive(group_->recv(header, from_rank, 2 * tag), from_rank);
     const auto* h = header[0].data_ptr<std::int64_t>();
     std::vector<std::int64_t> shape(h + 2, h + 2 + h[1]);
     exec::Received got;
     std::memcpy(&got.sent_ms, &h[2 + kMaxDims], sizeof got.sent_ms);
     std::vector<at::Tensor> data{
         at::empty(shape, at::TensorOptions().dtype(static_cast<at::ScalarType>(h[0])))};
-    wait(group_->recv(data, from_rank, 2 * tag + 1), from_rank, "send");
+    receive(group_->recv(data, from_rank, 2 * tag + 1), from_rank);
     got.tensor = data[0];
     return got;
   }
@@ -217,6 +217,12 @@ class GlooTransport final : public exec::Transport {
                           ? fmt::format("{} did not reach {} within {} s", who, what, timeout_s_)
                           : fmt::format("{} is gone before {} ({})", who, what, why(e)));
     }
+  }
+
+  void cancel_receives() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    cancelled_ = true;
+    for (auto& work : receiving_) work->abort();
   }
 
   void leave_after_failure() override {
@@ -270,15 +276,35 @@ class GlooTransport final : public exec::Transport {
     return what.find("imed out") != std::string::npos || what.find("imeout") != std::string::npos;
   }
 
+  // A receive that cancel_receives() can wake: it is known while it waits.
+  void receive(const c10::intrusive_ptr<c10d::Work>& work, int peer) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (cancelled_) throw WorkError("cancelled");
+      receiving_.push_back(work);
+    }
+    struct Forget {
+      GlooTransport* self;
+      const c10::intrusive_ptr<c10d::Work>& work;
+      ~Forget() {
+        std::lock_guard<std::mutex> lock(self->mutex_);
+        std::erase(self->receiving_, work);
+      }
+    } forget{this, work};
+    wait(work, peer, "send");
+  }
+
   void wait(const c10::intrusive_ptr<c10d::Work>& work, int peer, const char* verb) {
+    bool completed = false;
     try {
-      work->wait(timeout());
+      completed = work->wait(timeout());
     } catch (const std::exception& e) {
       const std::string what = why(e);
       throw WorkError(timed_out(what) ? fmt::format("rank {} did not {} within {} s (hung?)", peer,
                                                     verb, timeout_s_)
                                       : fmt::format("rank {} is gone ({})", peer, what));
     }
+    if (!completed) throw WorkError("cancelled");  // gloo's answer to an aborted wait
   }
 
   // A rank's pulse in the store, from a thread with a connection of its own (a blocking get on
@@ -371,6 +397,8 @@ class GlooTransport final : public exec::Transport {
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
   std::mutex mutex_;
   std::vector<std::pair<int, c10::intrusive_ptr<c10d::Work> > > pending_;
+  std::vector<c10::intrusive_ptr<c10d::Work> > receiving_;
+  bool cancelled_ = false;
   c10::intrusive_ptr<c10d::TCPStore> heartbeat_store_;
   std::thread heartbeat_;
   std::mutex heartbeat_mutex_;

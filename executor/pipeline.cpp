@@ -496,6 +496,7 @@ void Pipeline::Impl::receiver_main(Receiver* r) {
         mailbox[key] = Handoff{got.tensor, nullptr};
         wake.notify_all();
       } catch (const std::exception& e) {
+        if (abort || stop) break;  // cancelled: this step failed or stopped here already
         fail(Action{activation ? ActionKind::Forward : ActionKind::Backward, key.stage,
                     key.micro_batch},
              fmt::format("step {}: waiting for the {} of stage {} from rank {}: {}", step_index + 1,
@@ -690,7 +691,18 @@ StepRecord Pipeline::step(const at::Tensor& input, const at::Tensor& target) {
     m.workers_running = static_cast<int>(m.workers.size() + m.receivers.size());
     ++m.generation;
     m.wake.notify_all();
-    while (m.workers_running > 0) m.wake.wait_for(lock, kPoll);
+    bool cancelled = false;
+    while (m.workers_running > 0) {
+      m.wake.wait_for(lock, kPoll);
+      // A receiver blocked on a peer must not hold up a step that failed or stopped here (the
+      // signal handler cannot do this itself: it may only set the flag).
+      if (transport && (m.abort || m.stop) && !cancelled) {
+        cancelled = true;
+        lock.unlock();
+        transport->cancel_receives();
+        lock.lock();
+      }
+    }
   }
   m.runtime->end_step();
   if (transport && !m.error && !m.stop) {

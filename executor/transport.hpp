@@ -42,6 +42,9 @@ class Transport {
   /// Blocks until the tensor with `tag` from `from_rank` has arrived. Throws WorkError naming
   /// the rank when it died or did not send within the timeout.
   virtual Received recv(int from_rank, int tag) = 0;
+  /// Wakes every recv blocked in this process, and any later one, with WorkError("cancelled"):
+  /// the step was stopped or failed here, and what the peers would send is no longer wanted.
+  virtual void cancel_receives() = 0;
   /// Waits until every posted send has been received (or throws WorkError, as recv).
   virtual void flush_sends() = 0;
 

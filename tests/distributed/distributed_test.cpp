@@ -229,6 +229,25 @@ TEST_F(Distributed, AKilledRankMakesTheOthersExitNamingIt) {
   EXPECT_LT(seconds, 20.0);  // well within the timeout: a dead peer is noticed, not waited for
 }
 
+// Ctrl-C on every rank (as the launcher passes it on): each stops after its running tasks, even
+// with its receivers blocked on peers that stopped too, and reports the steps measured.
+TEST_F(Distributed, CtrlCStopsEveryRankPromptly) {
+  const std::string plan = write_plan("plan.json", plan_json("2, 2, 2", 4, "always", "gpipe"));
+  Ranks* started = nullptr;
+  start_long_run(started, plan, 60.0);
+  std::unique_ptr<Ranks> ranks(started);
+  ASSERT_NE(ranks->err(0).find("progress 3 "), std::string::npos) << ranks->err(0);
+  const auto interrupted_at = std::chrono::steady_clock::now();
+  for (int r = 0; r < 3; ++r) kill(ranks->pid(r), SIGINT);
+  const auto results = ranks->wait(60.0);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - interrupted_at).count();
+  for (const auto& r : results) EXPECT_EQ(r.exit_code, 130) << all_output(results);
+  EXPECT_NE(results[0].out.find("median"), std::string::npos) << results[0].out;
+  EXPECT_NE(results[0].err.find("interrupted after"), std::string::npos) << results[0].err;
+  EXPECT_LT(seconds, 30.0);  // not the 60 s a blocked receive would wait
+}
+
 // A rank that hangs (stopped): the others give up after the timeout, naming it and the step.
 TEST_F(Distributed, AHungRankMakesTheOthersExitAfterTheTimeout) {
   const std::string plan = write_plan("plan.json", plan_json("2, 2, 2", 4, "never", "1f1b"));
