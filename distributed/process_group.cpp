@@ -20,6 +20,7 @@
 
 #ifdef PIPETUNE_WITH_GLOO
 #include <ATen/ATen.h>
+#include <c10/util/Logging.h>
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -411,7 +412,9 @@ class GlooTransport final : public exec::Transport {
 std::shared_ptr<exec::Transport> connect(const LaunchEnvironment& env, double timeout_s) {
   // c10d logs every failed store read with a C++ stack trace; pipetune reports failures itself,
   // once, naming the rank. A level the user set is kept.
-  setenv("TORCH_CPP_LOG_LEVEL", "ERROR", /*overwrite=*/0);
+  // (c10 read TORCH_CPP_LOG_LEVEL when it loaded: the flag itself is what can still change.)
+  if (!std::getenv("TORCH_CPP_LOG_LEVEL"))
+    FLAGS_caffe2_log_level = std::max(FLAGS_caffe2_log_level, 2);
   return std::make_shared<GlooTransport>(env, timeout_s);
 }
 

@@ -676,14 +676,21 @@ StepRecord Pipeline::step(const at::Tensor& input, const at::Tensor& target) {
       return work();
     } catch (const WorkError& e) {
       m.broken = true;
+      // Ctrl-C reaches every rank at about the same time: a peer that stopped first is no fault.
+      if (m.stop) throw Interrupted();
       throw WorkError(fmt::format("step {}: {}", m.step_index + 1, e.what()));
     } catch (...) {
       m.broken = true;
       throw;
     }
   };
-  if (transport)
+  if (transport) {
+    if (m.stop) {
+      m.broken = true;
+      throw Interrupted();
+    }
     between_ranks([&] { transport->barrier(fmt::format("step {}", m.step_index + 1)); });
+  }
   m.runtime->begin_step();
   if (transport) m.origin_clock_ms = transport->clock_ms();
   {
