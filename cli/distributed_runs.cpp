@@ -107,7 +107,7 @@ std::vector<validate::MeasuredRun> measure_plans_distributed(
   const std::size_t per_plan = static_cast<std::size_t>(settings.warmup + settings.steps);
   for (std::size_t p = 0; p < plans.size(); ++p) {
     const std::string stem =
-        (fs::path(runs.work_dir) / fmt::format("distributed-{}", p + 1)).string();
+        (fs::path(runs.work_dir) / fmt::format("launch-{}", ++*runs.launches)).string();
     save_plan(plans[p], stem + ".plan.json");
     std::vector<std::string> argv =
         launch_run(runs, devices_of(plans[p]), stem + ".plan.json", settings);

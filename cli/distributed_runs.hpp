@@ -5,6 +5,7 @@
 // validate's loop (validate/validation.hpp) is unchanged; these are its measure and probe.
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,9 @@ struct DistributedRuns {
   std::string work_dir;      ///< plans, traces and the links are written here
   double timeout_s = 300.0;  ///< --timeout of every rank
   int devices = 2;           ///< processes of the link probe
+  /// Launches so far, numbering the files of each (calibration and validation runs share
+  /// work_dir); shared by the copies of this struct that validate's hooks hold.
+  std::shared_ptr<int> launches = std::make_shared<int>(0);
 };
 
 /// Runs every plan for settings.warmup + settings.steps steps (rounds are not interleaved: each

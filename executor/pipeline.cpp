@@ -151,6 +151,8 @@ struct Pipeline::Impl {
   void worker_main(int device);
   void channel_main(Channel* channel);
   void receiver_main(Receiver* receiver);
+  bool next_step(std::uint64_t& seen);
+  void step_done();
   bool is_local(int device) const { return local < 0 || device == local; }
   int tag(const Key& key) const {
     return (key.stage * 2 + static_cast<int>(key.carry)) * micro_batches + key.micro_batch;
@@ -464,16 +466,24 @@ void Pipeline::Impl::channel_main(Channel* c) {
   }
 }
 
+// A worker's or receiver's wait for the next step; false when the pipeline shuts down.
+bool Pipeline::Impl::next_step(std::uint64_t& seen) {
+  std::unique_lock<std::mutex> lock(mutex);
+  while (generation == seen && !shutting_down) wake.wait_for(lock, kPoll);
+  seen = generation;
+  return !shutting_down;
+}
+
+void Pipeline::Impl::step_done() {
+  std::lock_guard<std::mutex> lock(mutex);
+  --workers_running;
+  wake.notify_all();
+}
+
 void Pipeline::Impl::receiver_main(Receiver* r) {
   runtime->bind_copy_thread(r->peer, local);
   std::uint64_t seen = 0;
-  for (;;) {
-    {
-      std::unique_lock<std::mutex> lock(mutex);
-      while (generation == seen && !shutting_down) wake.wait_for(lock, kPoll);
-      if (shutting_down) return;
-      seen = generation;
-    }
+  while (next_step(seen)) {
     for (const Key& key : r->expected) {
       if (abort || stop) break;
       const bool activation = key.carry == Carry::Activation;
@@ -504,9 +514,7 @@ void Pipeline::Impl::receiver_main(Receiver* r) {
         break;
       }
     }
-    std::lock_guard<std::mutex> lock(mutex);
-    --workers_running;
-    wake.notify_all();
+    step_done();
   }
 }
 
@@ -571,13 +579,7 @@ void Pipeline::Impl::worker_main(int d) {
   runtime->bind_compute_thread(d);
   at::Generator generator = runtime->make_generator(d);
   std::uint64_t seen = 0;
-  for (;;) {
-    {
-      std::unique_lock<std::mutex> lock(mutex);
-      while (generation == seen && !shutting_down) wake.wait_for(lock, kPoll);
-      if (shutting_down) return;
-      seen = generation;
-    }
+  while (next_step(seen)) {
     Action current{};
     try {
       // Gradients start from nothing each step; the first backward allocates them.
@@ -619,9 +621,7 @@ void Pipeline::Impl::worker_main(int d) {
     } catch (const std::exception& e) {
       fail(current, e.what());
     }
-    std::lock_guard<std::mutex> lock(mutex);
-    --workers_running;
-    wake.notify_all();
+    step_done();
   }
 }
 
