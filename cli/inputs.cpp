@@ -188,4 +188,23 @@ std::vector<ScheduleKind> parse_schedule_list(const std::vector<std::string>& na
   return out;
 }
 
+CLI::Validator optimizer_state_factor_range() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        double value = 0.0;
+        std::size_t used = 0;
+        try {
+          value = std::stod(text, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        // Written so that NaN fails too.
+        if (used != text.size() || !(value >= 0 && value <= 1000)) {
+          return "expected a number from 0 to 1000, got " + text;
+        }
+        return {};
+      },
+      "0..1000");
+}
+
 }  // namespace pipetune::cli

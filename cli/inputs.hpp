@@ -57,4 +57,8 @@ std::vector<ScheduleKind> parse_schedule_list(const std::vector<std::string>& na
                                               const std::string& flag);
 double parse_bandwidth(const std::string& text, const std::string& flag);
 
+/// --optimizer-state-factor's check for plan and sweep: a number from 0 to 1000, the plan file's
+/// bound (CLI::NonNegativeNumber lets NaN through).
+CLI::Validator optimizer_state_factor_range();
+
 }  // namespace pipetune::cli

@@ -76,7 +76,7 @@ void add_plan_command(CLI::App& app, std::vector<Command>& commands) {
       ->type_name("KIND,...");
   sub->add_option("--optimizer-state-factor", flags->optimizer_state_factor,
                   "optimizer state bytes per parameter byte: 0 SGD, 1 momentum, 2 Adam")
-      ->check(CLI::NonNegativeNumber);
+      ->check(optimizer_state_factor_range());
   sub->add_option("--stages", flags->stages, "pipeline stages (default: one per device)")
       ->check(CLI::PositiveNumber);
   sub->add_option("--top", flags->top, "how many configurations to rank (default 5)")

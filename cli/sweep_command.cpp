@@ -63,7 +63,7 @@ void add_sweep_command(CLI::App& app, std::vector<Command>& commands) {
       ->type_name("N,...");
   sub->add_option("--optimizer-state-factor", flags->optimizer_state_factor,
                   "optimizer state bytes per parameter byte: 0 SGD, 1 momentum, 2 Adam")
-      ->check(CLI::NonNegativeNumber);
+      ->check(optimizer_state_factor_range());
   sub->add_option("--format", flags->format, "table, csv or json")
       ->check(CLI::IsMember({"table", "csv", "json"}));
   sub->add_flag("--json", flags->json, "same as --format json");

@@ -82,7 +82,6 @@ class PlanSearch {
  public:
   PlanSearch(const Profile& profile, const Hardware& hardware, const PlannerOptions& options)
       : profile_(profile),
-        hardware_(hardware),
         options_(options),
         costs_(profile),
         simulator_(profile, hardware),
@@ -147,7 +146,6 @@ class PlanSearch {
   }
 
   const Profile& profile_;
-  const Hardware& hardware_;
   const PlannerOptions& options_;
   CostModel costs_;
   Simulator simulator_;

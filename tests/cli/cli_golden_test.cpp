@@ -129,5 +129,23 @@ TEST(CliSimulate, UnwritableTracePath) {
       << r.err;
 }
 
+// --optimizer-state-factor of plan and sweep: NaN and out-of-range values are one line, exit 2
+// (CLI11's NonNegativeNumber used to let NaN through to the planner).
+TEST(CliPlan, OptimizerStateFactorMustBeAFiniteNumberInRange) {
+  for (const std::string sub : {"plan", "sweep"}) {
+    for (const std::string value : {"nan", "-1", "1001", "inf", "2x"}) {
+      std::vector<std::string> argv{PIPETUNE_CLI, sub, "--profile", kProfile, "--devices", "2",
+                                    "--optimizer-state-factor", value};
+      const auto r = testing::run_command(argv, PIPETUNE_SOURCE_DIR);
+      EXPECT_EQ(r.exit_code, 2) << sub << " " << value << ": " << r.err;
+      EXPECT_NE(r.err.find("expected a number from 0 to 1000, got " + value), std::string::npos)
+          << sub << " " << value << ": " << r.err;
+    }
+    std::vector<std::string> ok{PIPETUNE_CLI, sub, "--profile", kProfile, "--devices", "2",
+                                "--optimizer-state-factor", "2"};
+    EXPECT_EQ(testing::run_command(ok, PIPETUNE_SOURCE_DIR).exit_code, 0) << sub;
+  }
+}
+
 }  // namespace
 }  // namespace pipetune
