@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "cli/commands.hpp"
@@ -139,6 +140,7 @@ void add_run_command(CLI::App& app, std::vector<Command>& commands) {
 
 int run_plan(const std::shared_ptr<RunFlags>& flags) {
   {
+    std::vector<double> clock_offsets_ms, clock_round_trips_ms;  // per rank, on rank 0
     const Plan plan = load_plan(flags->plan);
     exec::ExecutorOptions options;
     options.devices = exec::executor_devices(plan, flags->device);
@@ -197,6 +199,17 @@ int run_plan(const std::shared_ptr<RunFlags>& flags) {
     if (flags->distributed) {
       options.transport = distributed::connect(launch, flags->timeout_s);
       connected_transport = options.transport;
+      // What each rank's clock alignment measured, for the report: "offset round_trip".
+      const auto parts = options.transport->gather(
+          "clocks", fmt::format("{} {}", options.transport->clock_offset_ms(),
+                                options.transport->clock_round_trip_ms()));
+      for (const auto& part : parts) {
+        std::istringstream in(part);
+        double offset = 0.0, round_trip = 0.0;
+        in >> offset >> round_trip;
+        clock_offsets_ms.push_back(offset);
+        clock_round_trips_ms.push_back(round_trip);
+      }
       if (!flags->links_out.empty()) {
         const Hardware links =
             distributed::probe_process_links(*options.transport, options.devices);
@@ -266,6 +279,10 @@ int run_plan(const std::shared_ptr<RunFlags>& flags) {
       out["pipeline_ms"] = pipeline_ms;
       out["peak_memory_bytes"] = peaks;
       out["devices"] = pipeline.device_names();
+      if (flags->distributed) {
+        out["clock_offset_ms"] = clock_offsets_ms;
+        out["clock_round_trip_ms"] = clock_round_trips_ms;
+      }
       std::fputs((out.dump() + "\n").c_str(), stdout);
     } else {
       std::printf("model     %s (%s), batch %lld\n", model.name.c_str(), model.spec.c_str(),
@@ -276,6 +293,13 @@ int run_plan(const std::shared_ptr<RunFlags>& flags) {
         std::printf(
             "ranks     %d processes (rank i runs device i), Gloo; clocks aligned on rank 0's\n",
             launch.world_size);
+        std::vector<std::string> clocks;
+        for (std::size_t r = 1; r < clock_offsets_ms.size(); ++r) {
+          clocks.push_back(fmt::format("rank {} {:+.3f} ms (round trip {:.3f} ms)", r,
+                                       clock_offsets_ms[r], clock_round_trips_ms[r]));
+        }
+        if (!clocks.empty())
+          std::printf("clocks    %s\n", fmt::format("{}", fmt::join(clocks, ", ")).c_str());
       }
       if (!flags->links_out.empty())
         std::printf("links     %s (measured between the ranks)\n", flags->links_out.c_str());

@@ -143,6 +143,18 @@ TEST_F(Distributed, RunGivesTheSingleProcessLossesAndAValidMergedTrace) {
   for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << all_output(results);
   EXPECT_EQ(results[1].out, "");  // rank 0 speaks for the run
   EXPECT_EQ(results[2].out, "");
+  // One machine, one CLOCK_MONOTONIC: the true offset is 0, and the alignment's estimate is off
+  // by at most half the round trip it came from.
+  const auto report = nlohmann::json::parse(results[0].out);
+  const auto offsets = report.at("clock_offset_ms").get<std::vector<double>>();
+  const auto round_trips = report.at("clock_round_trip_ms").get<std::vector<double>>();
+  ASSERT_EQ(offsets.size(), 3u);
+  ASSERT_EQ(round_trips.size(), 3u);
+  EXPECT_EQ(offsets[0], 0.0);
+  for (int r = 1; r < 3; ++r) {
+    EXPECT_GT(round_trips[r], 0.0);
+    EXPECT_LE(std::abs(offsets[r]), round_trips[r] / 2 + 1e-3) << "rank " << r;
+  }
   const auto expected = losses_of(one.out), got = losses_of(results[0].out);
   ASSERT_EQ(got.size(), expected.size());
   for (std::size_t k = 0; k < got.size(); ++k)
