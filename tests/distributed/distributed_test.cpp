@@ -207,26 +207,28 @@ TEST_F(Distributed, APlanThatDoesNotMatchWorldSizeIsRefusedAtOnce) {
       << alone.err;
 }
 
-// Starts three ranks on a long run and waits until rank 0 is past its first steps.
-void start_long_run(Ranks*& ranks, const std::string& plan, double timeout_s) {
-  ranks = new Ranks({PIPETUNE_CLI, "run", "--model", "mlp:layers=5,width=64", "--plan", plan,
-                     "--batch", "16", "--steps", "1000000", "--distributed", "--timeout",
-                     std::to_string(timeout_s), "--progress", "lines"},
-                    3);
+// Three ranks on a long run, once rank 0 is past its first steps (a failed assertion if it
+// never gets there).
+std::unique_ptr<Ranks> start_long_run(const std::string& plan, double timeout_s) {
+  auto ranks = std::make_unique<Ranks>(
+      std::vector<std::string>{PIPETUNE_CLI, "run", "--model", "mlp:layers=5,width=64", "--plan",
+                               plan, "--batch", "16", "--steps", "1000000", "--distributed",
+                               "--timeout", std::to_string(timeout_s), "--progress", "lines"},
+      3);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
   while (ranks->err(0).find("progress 3 ") == std::string::npos &&
          std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  EXPECT_NE(ranks->err(0).find("progress 3 "), std::string::npos) << ranks->err(0);
+  return ranks;
 }
 
 // A rank that dies mid-run: the others notice its closed connections and leave, naming it.
 TEST_F(Distributed, AKilledRankMakesTheOthersExitNamingIt) {
   const std::string plan = write_plan("plan.json", plan_json("2, 2, 2", 4, "except_last", "gpipe"));
-  Ranks* started = nullptr;
-  start_long_run(started, plan, 20.0);
-  std::unique_ptr<Ranks> ranks(started);
-  ASSERT_NE(ranks->err(0).find("progress 3 "), std::string::npos) << ranks->err(0);
+  const auto ranks = start_long_run(plan, 20.0);
+  if (HasFailure()) return;
   const auto killed_at = std::chrono::steady_clock::now();
   kill(ranks->pid(1), SIGKILL);
   const auto results = ranks->wait(60.0);
@@ -245,10 +247,8 @@ TEST_F(Distributed, AKilledRankMakesTheOthersExitNamingIt) {
 // with its receivers blocked on peers that stopped too, and reports the steps measured.
 TEST_F(Distributed, CtrlCStopsEveryRankPromptly) {
   const std::string plan = write_plan("plan.json", plan_json("2, 2, 2", 4, "always", "gpipe"));
-  Ranks* started = nullptr;
-  start_long_run(started, plan, 60.0);
-  std::unique_ptr<Ranks> ranks(started);
-  ASSERT_NE(ranks->err(0).find("progress 3 "), std::string::npos) << ranks->err(0);
+  const auto ranks = start_long_run(plan, 60.0);
+  if (HasFailure()) return;
   const auto interrupted_at = std::chrono::steady_clock::now();
   for (int r = 0; r < 3; ++r) kill(ranks->pid(r), SIGINT);
   const auto results = ranks->wait(60.0);
@@ -263,10 +263,8 @@ TEST_F(Distributed, CtrlCStopsEveryRankPromptly) {
 // A rank that hangs (stopped): the others give up after the timeout, naming it and the step.
 TEST_F(Distributed, AHungRankMakesTheOthersExitAfterTheTimeout) {
   const std::string plan = write_plan("plan.json", plan_json("2, 2, 2", 4, "never", "1f1b"));
-  Ranks* started = nullptr;
-  start_long_run(started, plan, 3.0);
-  std::unique_ptr<Ranks> ranks(started);
-  ASSERT_NE(ranks->err(0).find("progress 3 "), std::string::npos) << ranks->err(0);
+  const auto ranks = start_long_run(plan, 3.0);
+  if (HasFailure()) return;
   kill(ranks->pid(1), SIGSTOP);
   const auto stopped_at = std::chrono::steady_clock::now();
   // Rank 1 never exits by itself: wait for the others only, then kill it.
