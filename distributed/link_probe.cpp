@@ -7,6 +7,7 @@
 #include <chrono>
 #include <sstream>
 
+#include "sim/compare.hpp"
 #include "sim/error.hpp"
 
 namespace pipetune::distributed {
@@ -15,11 +16,6 @@ namespace {
 
 constexpr int kRounds = 7;
 constexpr int kProbeTag = 1 << 24;  // clear of the pipeline's tags: the probe runs before it
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // Half the round trip of `bytes` from `a` to `b` and back, as `a` times it; `b` echoes.
 std::vector<double> ping_pong(exec::Transport& transport, int a, int b, std::int64_t bytes,
@@ -67,10 +63,9 @@ Hardware probe_process_links(exec::Transport& transport,
       const auto small = ping_pong(transport, a, b, kSmall, tag);
       const auto large = ping_pong(transport, a, b, large_bytes, tag + 2 * kRounds);
       if (transport.rank() != a) continue;
-      const double fixed = median(small);
-      const double per_byte =
-          std::max(1e-12, (median(large) - fixed) / static_cast<double>(large_bytes - kSmall));
-      mine << fmt::format("{} {} {:.9g} {:.9g}\n", a, b, fixed, 1e3 / per_byte);
+      const Link link = link_from_copies(small, kSmall, large, large_bytes);
+      mine << fmt::format("{} {} {:.9g} {:.9g}\n", a, b, link.latency_ms,
+                          link.bandwidth_bytes_per_s);
     }
   }
   const std::vector<std::string> parts = transport.gather("link probe", mine.str());

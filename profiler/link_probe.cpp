@@ -12,6 +12,7 @@
 
 #include "executor/device_runtime.hpp"
 #include "profiler/profiler.hpp"
+#include "sim/compare.hpp"
 #include "sim/error.hpp"
 
 #ifdef PIPETUNE_WITH_CUDA
@@ -24,11 +25,6 @@
 namespace pipetune::profiler {
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // What handing a tensor to another worker costs the executor on a CPU: a wake-up of the other
 // thread through a condition variable, one way (half a round trip).
@@ -66,11 +62,8 @@ Link fit_link(Copy copy, double handover_ms) {
     small.push_back(copy(kSmall));
     large.push_back(copy(kLarge));
   }
-  const double fixed = median(small);
-  const double per_byte = std::max(1e-12, (median(large) - fixed) / static_cast<double>(kLarge - kSmall));
-  Link link;
-  link.latency_ms = fixed + handover_ms;
-  link.bandwidth_bytes_per_s = 1e3 / per_byte;
+  Link link = link_from_copies(small, kSmall, large, kLarge);
+  link.latency_ms += handover_ms;
   return link;
 }
 

@@ -40,6 +40,17 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
+Link link_from_copies(const std::vector<double>& small_ms, std::int64_t small_bytes,
+                      const std::vector<double>& large_ms, std::int64_t large_bytes) {
+  const double fixed = median(small_ms);
+  const double per_byte =
+      std::max(1e-12, (median(large_ms) - fixed) / static_cast<double>(large_bytes - small_bytes));
+  Link link;
+  link.latency_ms = fixed;
+  link.bandwidth_bytes_per_s = 1e3 / per_byte;
+  return link;
+}
+
 std::string TaskComparison::label() const {
   return task_label(kind, stage, micro_batch);
 }

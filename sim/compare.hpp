@@ -57,6 +57,13 @@ struct TraceComparison {
 TraceComparison compare_traces(const Trace& predicted, const Trace& measured, const std::string& measured_source,
                                double measured_ms = 0.0);
 
+/// A link from copies timed at two sizes: the latency is the small copies' median time, the
+/// bandwidth what the large copies' median adds per byte (at least 1e-12 ms a byte, so a large
+/// copy measured no slower than a small one gives a finite, very fast link). The link probes of
+/// one process (threads, CUDA devices) and of several (ranks) both fit this way.
+Link link_from_copies(const std::vector<double>& small_ms, std::int64_t small_bytes,
+                      const std::vector<double>& large_ms, std::int64_t large_bytes);
+
 /// A calibration fitted from runs: pairs of (prediction without calibration, measurement),
 /// each of a different plan. Compute tasks give the time scale per number of busy devices
 /// (median of measured over predicted durations); copies, when their sizes vary enough, a link.

@@ -44,6 +44,16 @@ Trace stretched(const Trace& t, double factor, double shift) {
   return m;
 }
 
+// Copies of 256 B take 0.5 ms; 256 B + 1 MB take 1 ms more: latency 0.5 ms, 1e9 bytes/s. The
+// medians ignore one outlier each; a large copy no slower than a small one stays finite.
+TEST(LinkFromCopies, LatencyAndBandwidthFromTheMedians) {
+  const Link link = link_from_copies({0.5, 9.0, 0.5}, 256, {1.5, 1.5, 0.1}, 256 + 1'000'000);
+  EXPECT_DOUBLE_EQ(link.latency_ms, 0.5);
+  EXPECT_NEAR(link.bandwidth_bytes_per_s, 1e9, 1e-3);
+  const Link flat = link_from_copies({2.0}, 256, {1.0}, 1 << 20);
+  EXPECT_DOUBLE_EQ(flat.bandwidth_bytes_per_s, 1e15);
+}
+
 TEST(CompareTraces, KnownStretchAndOffsets) {
   const Scenario s = scenario({2, 2}, 4);
   Trace measured = stretched(s.predicted, 1.25, 3.0);
