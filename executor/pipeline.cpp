@@ -60,6 +60,17 @@ std::uint64_t mix(std::uint64_t x) {  // splitmix64
   return x ^ (x >> 31);
 }
 
+// First task's start to last task's end: what the simulator predicts as the iteration.
+double pipeline_ms(const std::vector<TraceTask>& tasks) {
+  if (tasks.empty()) return 0.0;
+  double first = tasks.front().start_ms, last = tasks.front().end_ms;
+  for (const auto& t : tasks) {
+    first = std::min(first, t.start_ms);
+    last = std::max(last, t.end_ms);
+  }
+  return last - first;
+}
+
 // Parses "cpu:3" / "cuda:1".
 std::pair<c10::DeviceType, int> parse_device(const std::string& name) {
   const auto colon = name.find(':');
@@ -741,7 +752,6 @@ StepRecord Pipeline::step(const at::Tensor& input, const at::Tensor& target) {
     if (l.defined()) loss += l.item<double>();  // only the last stage's process has them
   }
   record.loss = loss;
-  double first = 1e300, last = 0.0;
   for (std::size_t d = 0; d < m.ran.size(); ++d) {
     for (std::size_t k = 0; k < m.ran[d].size(); ++k) {
       TraceTask t = m.ran[d][k];
@@ -760,11 +770,7 @@ StepRecord Pipeline::step(const at::Tensor& input, const at::Tensor& target) {
   }
   for (auto& r : m.receivers)
     record.tasks.insert(record.tasks.end(), r->done.begin(), r->done.end());
-  for (const auto& t : record.tasks) {
-    first = std::min(first, t.start_ms);
-    last = std::max(last, t.end_ms);
-  }
-  record.pipeline_ms = record.tasks.empty() ? 0.0 : last - first;
+  record.pipeline_ms = pipeline_ms(record.tasks);
   for (std::size_t d = 0; d < m.device_names.size(); ++d) {
     record.peak_memory_bytes.push_back(m.runtime->peak(static_cast<int>(d)));
   }
@@ -825,12 +831,7 @@ StepRecord Pipeline::Impl::merge_ranks(StepRecord mine) {
       }
     }
   }
-  double first = 1e300, last = 0.0;
-  for (const auto& t : merged.tasks) {
-    first = std::min(first, t.start_ms);
-    last = std::max(last, t.end_ms);
-  }
-  merged.pipeline_ms = merged.tasks.empty() ? 0.0 : last - first;
+  merged.pipeline_ms = pipeline_ms(merged.tasks);
   return merged;
 }
 
