@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/launch.hpp"
+#include "executor/placement.hpp"
 #include "sim/error.hpp"
 #include "sim/file_io.hpp"
 #include "sim/trace.hpp"
@@ -89,13 +90,6 @@ std::vector<std::string> launch_run(const DistributedRuns& runs, int ranks,
   return argv;
 }
 
-int devices_of(const Plan& plan) {
-  if (plan.devices.empty()) return plan.stages();
-  std::vector<std::string> names = plan.devices;
-  std::sort(names.begin(), names.end());
-  return static_cast<int>(std::unique(names.begin(), names.end()) - names.begin());
-}
-
 }  // namespace
 
 std::vector<validate::MeasuredRun> measure_plans_distributed(
@@ -110,7 +104,8 @@ std::vector<validate::MeasuredRun> measure_plans_distributed(
         (fs::path(runs.work_dir) / fmt::format("launch-{}", ++*runs.launches)).string();
     save_plan(plans[p], stem + ".plan.json");
     std::vector<std::string> argv =
-        launch_run(runs, devices_of(plans[p]), stem + ".plan.json", settings);
+        launch_run(runs, static_cast<int>(exec::executor_devices(plans[p], "cpu").size()),
+                   stem + ".plan.json", settings);
     argv.insert(argv.end(),
                 {"--steps", std::to_string(settings.steps), "--warmup",
                  std::to_string(settings.warmup), "--json", "--trace", stem + ".trace.json"});
