@@ -1,9 +1,7 @@
 #include "tests/distributed/ranks.hpp"
 
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +12,8 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+
+#include "cli/launch.hpp"
 
 namespace pipetune::testing {
 
@@ -32,26 +32,11 @@ std::string slurp(const std::string& path) {
 
 }  // namespace
 
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = 0;
-  socklen_t length = sizeof address;
-  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    throw std::runtime_error("no free port");
-  }
-  close(fd);
-  return ntohs(address.sin_port);
-}
-
 Ranks::Ranks(const std::vector<std::string>& argv, int world) {
   char pattern[] = "/tmp/pipetune-ranks-XXXXXX";
   if (!mkdtemp(pattern)) throw std::runtime_error("mkdtemp failed");
   directory_ = pattern;
-  const std::string port = std::to_string(free_port());
+  const std::string port = std::to_string(cli::pick_free_port());
   started_ = now_s();
   for (int r = 0; r < world; ++r) {
     out_paths_.push_back(directory_ + "/out" + std::to_string(r));

@@ -36,7 +36,4 @@ class Ranks {
   double started_ = 0.0;
 };
 
-/// A TCP port free on 127.0.0.1 now (the kernel's pick for port 0).
-int free_port();
-
 }  // namespace pipetune::testing
