@@ -5,8 +5,11 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
+#include <string>
 #include <string_view>
 
+#include "sim/error.hpp"
 #include "sim/hardware.hpp"
 #include "sim/profile.hpp"
 #include "sim/simulator.hpp"
@@ -23,6 +26,35 @@ namespace pipetune::fuzz {
 
 inline void require(bool ok, std::string_view what, std::string_view detail = {}) {
   if (!ok) fail(what, detail);
+}
+
+/// A document a loader accepted, what the writer made of it, and that text read back.
+template <typename Document>
+struct RoundTrip {
+  Document accepted;
+  std::string written;
+  Document again;
+};
+
+/// The loaders' contract: an input is accepted or refused with InputError (then: nothing), and
+/// what is accepted is written and must load again. Whether `again` is the same document is the
+/// target's to judge: each format has its own sameness (text, ==, times to a tolerance).
+template <typename Parse, typename Write>
+auto round_trip(std::string_view text, const std::string& kind, Parse parse, Write write)
+    -> std::optional<RoundTrip<decltype(parse(text, kind))>> {
+  RoundTrip<decltype(parse(text, kind))> trip;
+  try {
+    trip.accepted = parse(text, "fuzz." + kind + ".json");
+  } catch (const InputError&) {
+    return std::nullopt;
+  }
+  trip.written = write(trip.accepted);
+  try {
+    trip.again = parse(trip.written, "rewritten." + kind + ".json");
+  } catch (const InputError& e) {
+    fail("the written " + kind + " does not load again", e.what());
+  }
+  return trip;
 }
 
 /// What any simulation of an accepted input must give: no NaN, no negative time or memory

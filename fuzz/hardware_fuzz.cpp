@@ -13,21 +13,11 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace pipetune;
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  Hardware hardware;
-  try {
-    hardware = parse_hardware(text, "fuzz.hardware.json");
-  } catch (const InputError&) {
-    return 0;
-  }
-  const std::string written = hardware_to_json(hardware);
-  Hardware again;
-  try {
-    again = parse_hardware(written, "rewritten.hardware.json");
-  } catch (const InputError& e) {
-    fuzz::fail("the written hardware does not load again", e.what());
-  }
-  fuzz::require(hardware_to_json(again) == written, "the hardware changed on a round trip",
-                written);
+  const auto trip = fuzz::round_trip(text, "hardware", parse_hardware, hardware_to_json);
+  if (!trip) return 0;
+  fuzz::require(hardware_to_json(trip->again) == trip->written,
+                "the hardware changed on a round trip", trip->written);
+  const Hardware& hardware = trip->accepted;
   // What the simulator and planner derive from it right away.
   for (int busy = 1; busy <= 3; ++busy) (void)calibrated(hardware, busy);
   const int devices = static_cast<int>(hardware.devices.size());

@@ -15,19 +15,11 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace pipetune;
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  Plan plan;
-  try {
-    plan = parse_plan(text, "fuzz.plan.json");
-  } catch (const InputError&) {
-    return 0;
-  }
-  const std::string written = plan_to_json(plan);
-  try {
-    fuzz::require(parse_plan(written, "rewritten.plan.json") == plan,
-                  "the plan changed on a round trip", written);
-  } catch (const InputError& e) {
-    fuzz::fail("the written plan does not load again", e.what());
-  }
+  const auto trip = fuzz::round_trip(text, "plan", parse_plan, plan_to_json);
+  if (!trip) return 0;
+  const Plan& plan = trip->accepted;
+  const std::string& written = trip->written;
+  fuzz::require(trip->again == plan, "the plan changed on a round trip", written);
   (void)describe_plan(plan);
 
   const Profile& profile = fuzz::fixed_profile();

@@ -39,20 +39,12 @@ bool plausible(const pipetune::Profile& p) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace pipetune;
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  Profile profile;
-  try {
-    profile = parse_profile(text, "fuzz.profile.json");
-  } catch (const InputError&) {
-    return 0;
-  }
-  const std::string written = profile_to_json(profile);
-  Profile again;
-  try {
-    again = parse_profile(written, "rewritten.profile.json");
-  } catch (const InputError& e) {
-    fuzz::fail("the written profile does not load again", e.what());
-  }
-  fuzz::require(profile_to_json(again) == written, "the profile changed on a round trip", written);
+  const auto trip = fuzz::round_trip(text, "profile", parse_profile, profile_to_json);
+  if (!trip) return 0;
+  const std::string& written = trip->written;
+  fuzz::require(profile_to_json(trip->again) == written, "the profile changed on a round trip",
+                written);
+  const Profile& profile = trip->accepted;
 
   // Simulate only profiles of plausible size. Beyond that, sums of byte counts overflow int64
   // in the cost and memory models, and the cost model's cache (a vector indexed by micro-batch

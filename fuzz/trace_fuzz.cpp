@@ -56,19 +56,9 @@ bool same(const pipetune::Trace& a, const pipetune::Trace& b) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace pipetune;
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  Trace trace;
-  try {
-    trace = parse_trace(text, "fuzz.trace.json");
-  } catch (const InputError&) {
-    return 0;
-  }
-  const std::string written = trace_to_json(trace);
-  Trace again;
-  try {
-    again = parse_trace(written, "rewritten.trace.json");
-  } catch (const InputError& e) {
-    fuzz::fail("the written trace does not load again", e.what());
-  }
-  fuzz::require(same(trace, again), "the trace changed on a round trip", written);
+  const auto trip = fuzz::round_trip(text, "trace", parse_trace, trace_to_json);
+  if (!trip) return 0;
+  fuzz::require(same(trip->accepted, trip->again), "the trace changed on a round trip",
+                trip->written);
   return 0;
 }
