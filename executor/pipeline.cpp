@@ -422,8 +422,7 @@ void Pipeline::Impl::send(Carry carry, int to_stage, int micro_batch, const at::
   if (!is_local(to_device)) {
     // Another process: the receiver there records the copy, from the time sent along with it.
     const Key key{carry, to_stage, micro_batch};
-    options.transport->send(tensor.contiguous(), to_device, tag(key),
-                            options.transport->clock_ms());
+    options.transport->send(tensor, to_device, tag(key), options.transport->clock_ms());
     return;
   }
   Handoff h = runtime->publish(tensor, from_device);
