@@ -14,7 +14,9 @@
 #   PIPETUNE_NO_TORCH=1     skip the venv: builds sim/, cli/ (simulate, plan, sweep), gui/ only
 set -euo pipefail
 
-TORCH_VERSION="${PIPETUNE_TORCH_VERSION:-2.15.0}"
+# The GPU image ships torch 2.11.0; the CPU build uses the same version so that a profile, a
+# trace or a test result means the same on both.
+TORCH_VERSION="${PIPETUNE_TORCH_VERSION:-2.11.0}"
 VENV="${PIPETUNE_VENV:-$HOME/.cache/pipetune/venv}"
 PYTHON="${PIPETUNE_PYTHON:-python3}"
 
