@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 #include <chrono>
 #include <dirent.h>
+#include <fstream>
 #include <thread>
 
 #include "executor/counting_allocator.hpp"
@@ -17,6 +18,7 @@
 #include "sim/error.hpp"
 #include "sim/schedule.hpp"
 #include "tests/executor/reference.hpp"
+#include "tests/support/gpu.hpp"
 
 namespace pipetune {
 namespace {
@@ -210,10 +212,19 @@ TEST(Executor, MeasuredOrderIsTheSchedules) {
 
 // --- failures ---------------------------------------------------------------------------------
 
+// The executor's own threads (named "pt-..."): LibTorch and CUDA start threads of their own
+// on first use (the autograd engine's device threads on a machine with a GPU), which are not
+// the executor's to stop.
 int thread_count() {
   int n = 0;
   if (DIR* dir = opendir("/proc/self/task")) {
-    while (auto* entry = readdir(dir)) n += entry->d_name[0] != '.' ? 1 : 0;
+    while (auto* entry = readdir(dir)) {
+      if (entry->d_name[0] == '.') continue;
+      std::ifstream comm(std::string("/proc/self/task/") + entry->d_name + "/comm");
+      std::string name;
+      std::getline(comm, name);
+      n += name.rfind("pt-", 0) == 0 ? 1 : 0;
+    }
     closedir(dir);
   }
   return n;
@@ -288,6 +299,8 @@ TEST(Executor, AFailingStageReachesTheCallerNamingStageAndMicroBatch) {
       }
       auto [input, target] = batch_for(model);
       Pipeline pipeline(broken, plan_of({2, 3}, 3, c.mode, ScheduleKind::GPipe), kBatch, cpu_devices(2));
+      // Two compute workers and two copy channels, each named (else this test could not fail).
+      EXPECT_EQ(settled_thread_count(threads_before + 4), threads_before + 4);
       const auto started = std::chrono::steady_clock::now();
       try {
         pipeline.step(input, target);
@@ -362,7 +375,7 @@ TEST(Executor, BadPlansAreRefusedBeforeAnyWork) {
 }
 
 TEST(Executor, CudaDevicesTheSameWay) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  PIPETUNE_GPU_TEST_NEEDS(torch::cuda::is_available(), "no CUDA device");
   const std::string spec = "mlp:layers=4,width=16,classes=5";
   models::Model reference = models::build_model(spec, double_precision());
   auto [input, target] = batch_for(reference);
