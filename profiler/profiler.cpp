@@ -106,6 +106,7 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
   profile.model = model.name;
   profile.device = {backend->device_type(), backend->device_name(), backend->memory_bytes()};
   profile.dtype = dtype == at::kDouble ? "float64" : dtype == at::kHalf ? "float16" : dtype == at::kBFloat16 ? "bfloat16" : "float32";
+  profile.timer = backend->timer_name();
   profile.batch_size = options.batch_size;
   profile.micro_batch_sizes = sizes;
   profile.layers.resize(layer_count);

@@ -78,7 +78,7 @@ Profile parse_profile(std::string_view text, const std::string& source) {
   const Node root(document, source);
   if (!document.is_object()) root.fail("a JSON object");
   root.allow_only({"format", "model", "device", "dtype", "batch_size", "micro_batch_sizes",
-                   "input_bytes", "layers", "meta"});
+                   "input_bytes", "layers", "timer", "meta"});
   check_format(root, kProfileFormat);
 
   Profile p;
@@ -89,6 +89,12 @@ Profile parse_profile(std::string_view text, const std::string& source) {
   p.device.name = device.field("name").string();
   p.device.memory_bytes = device.field("memory_bytes").non_negative_integer();
   p.dtype = root.field("dtype").non_empty_string();
+  if (auto timer = root.optional_field("timer")) {
+    p.timer = timer->non_empty_string();
+    if (p.timer != "clock" && p.timer != "cuda-events" && p.timer != "cupti") {
+      timer->fail("\"clock\", \"cuda-events\" or \"cupti\"");
+    }
+  }
   p.batch_size = root.field("batch_size").positive_integer();
 
   const Node sizes = root.field("micro_batch_sizes");
@@ -135,6 +141,7 @@ std::string profile_to_json(const Profile& p) {
                     {"name", p.device.name},
                     {"memory_bytes", p.device.memory_bytes}};
   root["dtype"] = p.dtype;
+  if (!p.timer.empty()) root["timer"] = p.timer;
   root["batch_size"] = p.batch_size;
   root["micro_batch_sizes"] = p.micro_batch_sizes;
   root["input_bytes"] = p.input_bytes;

@@ -41,6 +41,9 @@ struct Profile {
   std::string model;
   ProfileDevice device;
   std::string dtype;
+  /// How times were taken: "clock" (the host's steady clock, CPU), "cupti" (CUPTI's activity
+  /// records of the device's work), "cuda-events" (CUDA events around each region); "": unknown.
+  std::string timer;
   std::int64_t batch_size = 0;
   std::vector<std::int64_t> micro_batch_sizes;  ///< strictly increasing, ≥ 1
   std::vector<std::int64_t> input_bytes;        ///< model input, one per micro-batch size

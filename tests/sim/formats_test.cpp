@@ -138,7 +138,19 @@ TEST(ProfileFormat, SizesMustIncrease) {
 TEST(ProfileFormat, UnknownFieldIsATypo) {
   EXPECT_EQ(profile_error(profile_with("\"dtype\"", "\"dtyp\": 1, \"dtype\"")),
             "in.json: dtyp: unknown field (expected one of: format, model, device, dtype, "
-            "batch_size, micro_batch_sizes, input_bytes, layers, meta)");
+            "batch_size, micro_batch_sizes, input_bytes, layers, timer, meta)");
+}
+
+TEST(ProfileFormat, TimerSaysHowTimesWereTaken) {
+  EXPECT_EQ(parse_profile(kProfile, "in.json").timer, "");  // older profiles have none
+  EXPECT_EQ(profile_to_json(parse_profile(kProfile, "in.json")).find("\"timer\""), std::string::npos);
+  for (const std::string timer : {"clock", "cupti", "cuda-events"}) {
+    const Profile p = parse_profile(profile_with("\"dtype\"", "\"timer\": \"" + timer + "\", \"dtype\""), "in.json");
+    EXPECT_EQ(p.timer, timer);
+    EXPECT_EQ(parse_profile(profile_to_json(p), "again.json").timer, timer);
+  }
+  EXPECT_EQ(profile_error(profile_with("\"dtype\"", "\"timer\": \"stopwatch\", \"dtype\"")),
+            "in.json: timer: expected \"clock\", \"cuda-events\" or \"cupti\", got \"stopwatch\"");
 }
 
 TEST(ProfileFormat, NoLayers) {
