@@ -47,6 +47,7 @@ std::vector<DoesNotFit> predict_misfits(const FitCheck& check, const Plan& plan,
     o.warmup = 0;
     o.repeats = 1;
     o.threads = 1;
+    o.timer = "events";  // no CUPTI session left behind for the run that follows
     models::Model model = make_model();
     profile = profiler::profile_model(model, o).profile;
   }

@@ -45,8 +45,11 @@ std::vector<std::string> ActivityAttribution::warnings() const {
         "profile with fewer repeats or --timer events",
         dropped_));
   }
-  if (const auto n = unmatched(); n > 0) {
-    out.push_back(fmt::format("{} GPU activities ran outside any measured layer and were left out", n));
+  // Work between layers (inputs made, gradients cleared) is expected to match no layer; work
+  // that matches none at all means the join failed and every layer reads as free.
+  if (const auto n = unmatched(); n > 0 && n == work_.size()) {
+    out.push_back(fmt::format(
+        "none of the {} GPU activities could be joined to a measured layer: profile with --timer events", n));
   }
   return out;
 }

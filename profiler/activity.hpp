@@ -2,10 +2,11 @@
 
 // CUPTI activity records, reduced to what attribution needs, and the attribution itself.
 //
-// The GPU backend pushes an external correlation id around each measured region (a layer's
-// forward or backward at one micro-batch size, one repetition). CUPTI then delivers, in buffers,
-// in no particular order: kernel and memcpy records carrying a correlation id, and external
-// correlation records mapping a correlation id to our id. This file joins them. It knows nothing
+// The GPU backend tags every CUDA API call made while a measured region is open (a layer's
+// forward or backward at one micro-batch size, one repetition) with the region's id: a
+// correlation record (correlation id -> our id) per launch. CUPTI delivers, in buffers, in no
+// particular order, kernel and memcpy records carrying the launch's correlation id. This file
+// joins them. It knows nothing
 // of CUPTI's headers (cuda_backend.cpp translates CUPTI's records), so it is tested on CI with fabricated
 // records (kineto's pattern).
 
@@ -47,7 +48,7 @@ class ActivityAttribution {
   /// (launched outside any region) is left out; unmatched() counts it.
   std::map<std::uint64_t, RegionTime> regions() const;
   std::size_t unmatched() const;
-  /// Human-readable problems: dropped records, work outside regions.
+  /// Human-readable problems: dropped records; no work joined to any region at all.
   std::vector<std::string> warnings() const;
   void clear();
 

@@ -12,6 +12,7 @@
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -37,24 +38,33 @@ namespace {
 #if PIPETUNE_HAVE_CUPTI
 
 // CUPTI hands records over in buffers through C callbacks, so the session is process-wide.
+//
+// Joining a kernel to its region: every launch is an API call with a correlation id, which
+// the kernel's activity record repeats. CUPTI's own external correlation ids are pushed per
+// thread, but a backward's kernels are launched by the autograd engine's device thread, not by
+// the thread that called backward(), so the session instead watches every runtime and driver
+// API call (the callback API) and tags each with the region open at that moment. Regions do
+// not overlap on the host: the profiler runs one at a time.
 class CuptiSession {
  public:
   static CuptiSession& get() {
-    static CuptiSession session;
-    return session;
+    static CuptiSession* session = new CuptiSession;  // never destroyed: CUPTI may call back at exit
+    return *session;
   }
 
   // Throws InputError when CUPTI cannot be had (another subscriber holds it).
   void start() {
     std::lock_guard<std::mutex> lock(mutex_);
     if (started_) return;
-    CUpti_SubscriberHandle probe = nullptr;
-    const CUptiResult subscribed = cuptiSubscribe(&probe, reinterpret_cast<CUpti_CallbackFunc>(&ignore), nullptr);
+    CUpti_SubscriberHandle subscriber = nullptr;
+    const CUptiResult subscribed =
+        cuptiSubscribe(&subscriber, reinterpret_cast<CUpti_CallbackFunc>(&on_api_call), this);
     if (subscribed != CUPTI_SUCCESS) throw_unavailable(subscribed);
-    subscriber_ = probe;
+    subscriber_ = subscriber;
+    check(cuptiEnableDomain(1, subscriber_, CUPTI_CB_DOMAIN_RUNTIME_API), "watch the runtime API");
+    check(cuptiEnableDomain(1, subscriber_, CUPTI_CB_DOMAIN_DRIVER_API), "watch the driver API");
     check(cuptiActivityRegisterCallbacks(&buffer_requested, &buffer_completed), "register buffers");
-    for (auto kind : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET,
-                      CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION}) {
+    for (auto kind : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET}) {
       const CUptiResult r = cuptiActivityEnable(kind);
       if (r != CUPTI_SUCCESS) throw_unavailable(r);
     }
@@ -68,23 +78,68 @@ class CuptiSession {
     started_ = true;
   }
 
-  void push(std::uint64_t id) {
-    cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, id);
+  // Ends collection: nothing more is recorded or delivered, and the API calls of whatever the
+  // process does next (a training run) are no longer watched. start() may begin it again.
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!started_) return;
+      started_ = false;
+    }
+    close();
+    for (auto kind : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET}) {
+      cuptiActivityDisable(kind);
+    }
+    cuptiEnableDomain(0, subscriber_, CUPTI_CB_DOMAIN_RUNTIME_API);
+    cuptiEnableDomain(0, subscriber_, CUPTI_CB_DOMAIN_DRIVER_API);
+    cuptiUnsubscribe(subscriber_);
+    subscriber_ = nullptr;
+    stopping_ = true;  // buffers still in flight are freed, not recorded
+    cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    stopping_ = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      attribution_.clear();
+    }
+    std::lock_guard<std::mutex> tags(tags_mutex_);
+    tagged_.clear();
   }
-  void pop() {
-    std::uint64_t id = 0;
-    cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &id);
+
+  // The region whose launches follow, until close().
+  void open(std::uint64_t region) {
+    region_.store(region, std::memory_order_release);
+    open_.store(true, std::memory_order_release);
   }
+  void close() { open_.store(false, std::memory_order_release); }
 
   // After the device is idle: every record so far, attributed.
   ActivityAttribution& flush() {
-    check(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "flush");
+    lock_free_flush();
     std::lock_guard<std::mutex> lock(mutex_);
+    {
+      std::lock_guard<std::mutex> tags(tags_mutex_);
+      attribution_.add(tagged_);
+      tagged_.clear();
+    }
     return attribution_;
   }
 
  private:
-  static void ignore() {}
+  // CUPTI hands completed buffers to buffer_completed() on this thread or its own.
+  void lock_free_flush() { check(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "flush"); }
+
+  // On whichever thread makes the call: the launch belongs to the region open now.
+  static void CUPTIAPI on_api_call(void* self, CUpti_CallbackDomain domain, CUpti_CallbackId,
+                                   const CUpti_CallbackData* info) {
+    if (domain != CUPTI_CB_DOMAIN_RUNTIME_API && domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
+    if (info->callbackSite != CUPTI_API_ENTER) return;
+    auto* session = static_cast<CuptiSession*>(self);
+    if (!session->open_.load(std::memory_order_acquire)) return;
+    const std::uint64_t region = session->region_.load(std::memory_order_acquire);
+    std::lock_guard<std::mutex> lock(session->tags_mutex_);
+    session->tagged_.push_back(
+        {ActivityRecord::Kind::ExternalCorrelation, 0, 0, info->correlationId, region});
+  }
 
   [[noreturn]] static void throw_unavailable(CUptiResult r) {
     const char* what = nullptr;
@@ -130,18 +185,13 @@ class CuptiSession {
           records.push_back({ActivityRecord::Kind::Memset, m->start, m->end, m->correlationId, 0});
           break;
         }
-        case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
-          auto* e = reinterpret_cast<CUpti_ActivityExternalCorrelation*>(record);
-          records.push_back({ActivityRecord::Kind::ExternalCorrelation, 0, 0, e->correlationId, e->externalId});
-          break;
-        }
         default:
           break;
       }
     }
     size_t dropped = 0;
     cuptiActivityGetNumDroppedRecords(context, stream, &dropped);
-    {
+    if (!get().stopping_) {
       CuptiSession& s = get();
       std::lock_guard<std::mutex> lock(s.mutex_);
       s.attribution_.add(records);
@@ -155,9 +205,26 @@ class CuptiSession {
   CUpti_SubscriberHandle subscriber_ = nullptr;
   ClockMapping clock_;
   ActivityAttribution attribution_;
+  std::atomic<bool> open_{false};
+  std::atomic<bool> stopping_{false};
+  std::atomic<std::uint64_t> region_{0};
+  std::mutex tags_mutex_;  // API callbacks come on any thread
+  std::vector<ActivityRecord> tagged_;  // correlation id -> region, as ExternalCorrelation records
 };
 
 #endif  // PIPETUNE_HAVE_CUPTI
+
+// An idle GPU runs at a low clock and needs a moment of work to reach its working clock; the
+// first layers measured would otherwise read slower than the rest. Keep it busy first.
+void spin_up(int index) {
+  c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(index));
+  at::Tensor a = at::rand({4096, 4096}, at::TensorOptions().device(at::kCUDA, index));
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+  while (std::chrono::steady_clock::now() < until) {
+    for (int k = 0; k < 8; ++k) a = at::mm(a, a).clamp_(0, 1);
+    c10::cuda::device_synchronize();
+  }
+}
 
 class CudaBackend final : public MeasureBackend {
  public:
@@ -183,6 +250,19 @@ class CudaBackend final : public MeasureBackend {
 #else
     if (timer == "cupti") throw InputError("--timer cupti: this build of pipetune has no CUPTI");
 #endif
+    spin_up(index);
+  }
+
+  ~CudaBackend() override {
+#if PIPETUNE_HAVE_CUPTI
+    if (cupti_) {
+      try {
+        c10::cuda::device_synchronize();
+      } catch (...) {  // a failed device still lets CUPTI go
+      }
+      CuptiSession::get().stop();
+    }
+#endif
   }
 
   c10::Device device() const override { return c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index_)); }
@@ -198,7 +278,7 @@ class CudaBackend final : public MeasureBackend {
   void begin(std::uint64_t region) override {
 #if PIPETUNE_HAVE_CUPTI
     if (cupti_) {
-      CuptiSession::get().push(region);
+      CuptiSession::get().open(region);
       return;
     }
 #endif
@@ -210,7 +290,7 @@ class CudaBackend final : public MeasureBackend {
   void end(std::uint64_t region) override {
 #if PIPETUNE_HAVE_CUPTI
     if (cupti_) {
-      CuptiSession::get().pop();
+      CuptiSession::get().close();
       return;
     }
 #endif

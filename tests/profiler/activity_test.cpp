@@ -55,8 +55,13 @@ TEST(ActivityAttribution, DroppedAndUnmatchedRecordsAreReported) {
   const auto w = a.warnings();
   ASSERT_EQ(w.size(), 2u);
   EXPECT_THAT(w[0], ::testing::HasSubstr("CUPTI dropped 3 activity records"));
-  EXPECT_THAT(w[1], ::testing::HasSubstr("1 GPU activities ran outside any measured layer"));
+  EXPECT_THAT(w[1], ::testing::HasSubstr("none of the 1 GPU activities could be joined"));
   a.clear();
+  EXPECT_TRUE(a.warnings().empty());
+  // Work between layers (here correlation 5) is expected once some work was joined.
+  const std::vector<ActivityRecord> mixed{external(1, 7), kernel(0, 10, 1), kernel(20, 30, 5)};
+  a.add(mixed);
+  EXPECT_EQ(a.unmatched(), 1u);
   EXPECT_TRUE(a.warnings().empty());
 }
 

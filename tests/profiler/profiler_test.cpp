@@ -17,6 +17,7 @@
 
 #include "profiler/profiler.hpp"
 #include "sim/error.hpp"
+#include "tests/support/gpu.hpp"
 #include "tests/support/run_command.hpp"
 
 namespace pipetune {
@@ -193,9 +194,9 @@ TEST(ProfilerCli, BadInputIsOneLine) {
 
 TEST(ProfilerGpu, CuptiLayerTimesSumToTheWholeModelAndRepeat) {
 #ifndef PIPETUNE_WITH_CUDA
-  GTEST_SKIP() << "built without CUDA";
+  PIPETUNE_GPU_TEST_NEEDS(false, "built without CUDA");
 #else
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  PIPETUNE_GPU_TEST_NEEDS(torch::cuda::is_available(), "no CUDA device");
   models::Model m = models::build_model("gpt:layers=4,width=512,heads=8,seq=128,vocab=4096");
   profiler::ProfileOptions o = quick(16, {16});
   o.device = "cuda";
@@ -206,13 +207,14 @@ TEST(ProfilerGpu, CuptiLayerTimesSumToTheWholeModelAndRepeat) {
   double per_layer = 0.0;
   for (std::size_t l = 0; l < first.layers.size(); ++l) {
     per_layer += first.layers[l].forward_ms[0] + first.layers[l].backward_ms[0];
-    // The same profile twice agrees within 3 % per layer (for layers long enough to time).
+    // The same profile twice agrees within 3 % per layer, give or take 20 µs: a region's time
+    // runs from its first kernel's start to its last one's end, so it includes the gaps the
+    // host leaves between launches, which jitter by some microseconds.
     using Times = std::vector<double> LayerProfile::*;
     for (Times v : {&LayerProfile::forward_ms, &LayerProfile::backward_ms}) {
       const double a = (first.layers[l].*v)[0], b = (second.layers[l].*v)[0];
-      if (a > 0.05) {
-        EXPECT_NEAR(b, a, 0.03 * a) << first.layers[l].name;
-      }
+      EXPECT_GT(a, 0.0) << first.layers[l].name << ": no GPU work joined to the layer";
+      EXPECT_NEAR(b, a, 0.03 * a + 0.02) << first.layers[l].name;
     }
   }
   // The whole model's forward and backward, timed with CUDA events.
