@@ -25,7 +25,8 @@ struct ValidateFlags {
   std::int64_t batch = 32;
   std::string device = "cpu";
   int devices = 2;
-  std::string profile, hardware, plan;
+  std::string profile, hardware;
+  std::vector<std::string> plans;
   int top = 3;
   std::vector<int> chunks;
   std::vector<std::string> checkpoints{"all"}, schedules{"all"};
@@ -69,7 +70,10 @@ void add_validate_command(CLI::App& app, std::vector<Command>& commands) {
   sub->add_option("--hardware", flags->hardware,
                   "reuse these devices and links, and their calibration")
       ->type_name("FILE");
-  auto* plan = sub->add_option("--plan", flags->plan, "validate this plan")->type_name("FILE");
+  auto* plan = sub->add_option("--plan", flags->plans,
+                               "validate these plans (repeat, or comma-separated) instead of the planner's best")
+                   ->delimiter(',')
+                   ->type_name("FILE");
   sub->add_option("--top", flags->top, "validate the planner's N best plans (default 3)")
       ->check(CLI::Range(1, 100))
       ->excludes(plan);
@@ -150,9 +154,9 @@ void add_validate_command(CLI::App& app, std::vector<Command>& commands) {
     o.devices = flags->devices;
     o.profile_path = flags->profile;
     o.hardware_path = flags->hardware;
-    if (!flags->plan.empty()) {
-      o.plan = load_plan(flags->plan);
-      o.plan_source = flags->plan;
+    for (const auto& path : flags->plans) {
+      o.plans.push_back(load_plan(path));
+      o.plan_sources.push_back(path);
     }
     o.top = flags->top;
     o.planner.chunks = flags->chunks;

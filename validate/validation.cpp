@@ -216,9 +216,12 @@ Validation run_validation(const ValidationOptions& options) {
 
   // The plans to validate.
   std::vector<Plan> plans;
-  if (options.plan) {
-    check_plan(*options.plan, profile, hardware, options.plan_source);
-    plans.push_back(*options.plan);
+  if (!options.plans.empty()) {
+    for (std::size_t k = 0; k < options.plans.size(); ++k) {
+      check_plan(options.plans[k], profile, hardware,
+                 k < options.plan_sources.size() ? options.plan_sources[k] : "--plan");
+      plans.push_back(options.plans[k]);
+    }
   } else {
     PlannerOptions po = options.planner;
     po.top = static_cast<std::size_t>(options.top);

@@ -7,7 +7,7 @@
 //   hardware  the devices and links probed (or a hardware.json given), and its calibration:
 //             reused when the file has one, else fitted on a few plans run briefly that are
 //             not among those validated, so its accuracy is judged on plans it never saw
-//   plan      the planner's N best (or the plan given)
+//   plan      the planner's N best (or the plans given)
 //   predict   each plan with the calibration and without
 //   run       each plan on the executor, interleaved in rounds
 //   compare   time, memory, every task, the critical path, the ranking
@@ -35,8 +35,9 @@ struct ValidationOptions {
   int devices = 2;            ///< pipeline devices: CPU worker threads, or the first CUDA devices
   std::string profile_path;   ///< reuse this profile ("" : profile now)
   std::string hardware_path;  ///< reuse these devices and links, and their calibration
-  std::optional<Plan> plan;   ///< validate this plan instead of the planner's best
-  std::string plan_source = "--plan";  ///< its file, for error messages
+  /// Validate these plans instead of the planner's best, with their files for error messages.
+  std::vector<Plan> plans;
+  std::vector<std::string> plan_sources;
   int top = 3;                         ///< how many of the planner's best plans to validate
   PlannerOptions planner;              ///< chunk counts, modes and schedules the planner may choose
   int calibration_plans = 2;           ///< plans run to fit a calibration; 0: none
