@@ -66,8 +66,12 @@ if(_want_torch)
     get_filename_component(PIPETUNE_TORCH_SITE "${Torch_DIR}/../../../.." ABSOLUTE)
     # The torch wheel ships fmt headers of another version on its -isystem path; a -I link to
     # Debian's fmt (the one we link) puts ours first in every LibTorch target.
-    find_path(PIPETUNE_FMT_INCLUDE_DIR fmt/format.h NO_CMAKE_PATH NO_CMAKE_ENVIRONMENT_PATH
-              PATHS /usr/include /usr/local/include)
+    # The fmt found above (Debian's, or the GPU kit's copy of it) says where its headers are.
+    get_target_property(_fmt_includes fmt::fmt INTERFACE_INCLUDE_DIRECTORIES)
+    find_path(PIPETUNE_FMT_INCLUDE_DIR fmt/format.h PATHS ${_fmt_includes} NO_DEFAULT_PATH)
+    if(NOT PIPETUNE_FMT_INCLUDE_DIR)
+      message(FATAL_ERROR "fmt/format.h not found beside the fmt package (${_fmt_includes})")
+    endif()
     set(PIPETUNE_FMT_SHIM "${CMAKE_BINARY_DIR}/fmt-shim")
     file(MAKE_DIRECTORY "${PIPETUNE_FMT_SHIM}")
     file(CREATE_LINK "${PIPETUNE_FMT_INCLUDE_DIR}/fmt" "${PIPETUNE_FMT_SHIM}/fmt" SYMBOLIC)
@@ -105,7 +109,7 @@ if(PIPETUNE_HAVE_TORCH AND _want_cuda)
     find_path(PIPETUNE_CUPTI_INCLUDE_DIR cupti_activity.h
       HINTS "${PIPETUNE_TORCH_SITE}/nvidia/cu13/include" "${CUDAToolkit_INCLUDE_DIRS}"
             "${CUDAToolkit_LIBRARY_ROOT}/extras/CUPTI/include")
-    find_library(PIPETUNE_CUPTI_LIBRARY NAMES cupti libcupti.so.13 libcupti.so.12
+    find_library(PIPETUNE_CUPTI_LIBRARY NAMES libcupti.so.13 libcupti.so.12 cupti NAMES_PER_DIR
       HINTS "${PIPETUNE_TORCH_SITE}/nvidia/cu13/lib" "${CUDAToolkit_LIBRARY_DIR}"
             "${CUDAToolkit_LIBRARY_ROOT}/extras/CUPTI/lib64")
     if(PIPETUNE_CUPTI_INCLUDE_DIR AND PIPETUNE_CUPTI_LIBRARY)
