@@ -8,8 +8,18 @@ time and its spread (median absolute deviation over steps), both errors, and the
 the device whose prediction is furthest off. Then a summary of the absolute errors.
 """
 import json
+import os
 import statistics
 import sys
+
+
+def device_of(report):
+    """The device's model from the profile the report used, else the device kind."""
+    path = report.get("profile", "")
+    if path and os.path.exists(path):
+        with open(path) as f:
+            return json.load(f)["device"]["name"] or report["device"]
+    return report["device"]
 
 
 def mib(b):
@@ -33,15 +43,15 @@ def main(paths):
             if calibrated:
                 time_cal.append(abs(c["time_error"]))
             memory.append(abs(c["memory_error"][worst]))
-            rows.append("| {} | {} | {} | {:.1f} | {} | {:.1f} ± {:.1f} | {} | {} | {} | {} | {} |".format(
-                r["model"], r["batch_size"], p["plan"], u["predicted_ms"],
-                f"{c['predicted_ms']:.1f}" if calibrated else "-", p["measured_median_ms"], p["measured_spread_ms"],
+            rows.append("| {} | {} | {} | {} | {:.2f} | {} | {:.2f} ± {:.2f} | {} | {} | {} | {} | {} |".format(
+                device_of(r), r["model"], r["batch_size"], p["plan"], u["predicted_ms"],
+                f"{c['predicted_ms']:.2f}" if calibrated else "-", p["measured_median_ms"], p["measured_spread_ms"],
                 pct(u["time_error"]), pct(c["time_error"]) if calibrated else "-",
                 mib(c["predicted_peak_bytes"][worst]), mib(c["measured_peak_bytes"][worst]),
                 pct(c["memory_error"][worst])))
-    print("| model | batch | plan | predicted ms | calibrated ms | measured ms | error | error calibrated | "
+    print("| device | model | batch | plan | predicted ms | calibrated ms | measured ms | error | error calibrated | "
           "peak predicted | peak measured | memory error |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     print()
 
