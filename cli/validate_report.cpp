@@ -216,7 +216,7 @@ std::string validation_json(const Validation& v, const ValidationThresholds& thr
     j["measured_rank"] = p.measured_rank;
     return j;
   };
-  // The contract of DESIGN.md, one entry per validated plan: the headline prediction (the
+  // The "runs" contract of docs/cli.md, one entry per validated plan: the headline prediction (the
   // calibrated one when a calibration was applied) against the measurement.
   auto run_json = [&](const PlanValidation& p) {
     const TraceComparison& c = v.has_calibration() ? p.calibrated : p.uncalibrated;

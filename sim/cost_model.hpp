@@ -10,8 +10,8 @@
 namespace pipetune {
 
 /// Piecewise-linear through the measured points (sizes[k], values[k]); outside the measured
-/// range, extended along the nearest segment (DESIGN.md: "beyond the largest, extrapolated from
-/// the last two points"); never below zero. With one point, proportional to the size.
+/// range, extended along the nearest segment (docs/formats.md, "Between and beyond the measured
+/// sizes"); never below zero. With one point, proportional to the size.
 double interpolate(std::span<const std::int64_t> sizes, std::span<const double> values,
                    double size);
 std::int64_t interpolate_bytes(std::span<const std::int64_t> sizes,

@@ -109,7 +109,7 @@ TEST(CliValidate, ReportTracesAndErrorsAgreeAndCalibrationIsFittedElsewhereThenR
     EXPECT_NE(calibrated.iteration_ms, predicted.iteration_ms);
   }
 
-  // "runs", DESIGN.md's contract: the plan as fields and the headline (calibrated) comparison.
+  // "runs", the contract of docs/cli.md: the plan as fields and the headline (calibrated) comparison.
   ASSERT_EQ(report["runs"].size(), report["plans"].size());
   for (std::size_t k = 0; k < report["runs"].size(); ++k) {
     const auto& run = report["runs"][k];

@@ -290,7 +290,7 @@ TEST_F(AppTest, RunLaunchesTheCommandAndOverlaysWhatItMeasured) {
   EXPECT_EQ(window.timeline_model().unmatched(Series::Predicted), 0);
 }
 
-// The command line's screenshot mode (DESIGN.md): opens the files, renders, exits.
+// The command line's screenshot mode (docs/gui.md): opens the files, renders, exits.
 TEST_F(AppTest, ScreenshotModeWritesTheImageAndExits) {
   const QString png = testing::output_dir() + "/screenshot-mode.png";
   QFile::remove(png);

@@ -153,7 +153,7 @@ TEST(Planner, EqualsBruteForceOnRandomInstances) {
   EXPECT_GT(with_caps, 10);
 }
 
-// torchgpipe's balancer is not optimal (REFERENCES.md). With many micro-batches the iteration is
+// torchgpipe's balancer is not optimal (docs/references.md). With many micro-batches the iteration is
 // (total + (M - 1) x the slowest stage) per pass, so the best plan has the least bottleneck.
 std::vector<int> best_balance(const std::vector<double>& costs, int devices) {
   std::vector<testing::LayerSpec> specs;

@@ -13,7 +13,7 @@ namespace {
 using Cells = std::vector<std::vector<std::pair<int, int>>>;
 
 TEST(ClockCycles, MatchesTorchgpipe) {
-  // Expected values from torchgpipe's test_clock_cycles (REFERENCES.md).
+  // Expected values from torchgpipe's test_clock_cycles (docs/references.md).
   EXPECT_EQ(clock_cycles(1, 1), (Cells{{{0, 0}}}));
   EXPECT_EQ(clock_cycles(1, 3), (Cells{{{0, 0}}, {{0, 1}}, {{0, 2}}}));
   EXPECT_EQ(clock_cycles(3, 1), (Cells{{{0, 0}}, {{1, 0}}, {{2, 0}}}));
@@ -33,7 +33,7 @@ std::vector<Action> forwards(const std::vector<Action>& actions) {
   return out;
 }
 
-// For each (m, n) of REFERENCES.md: the forwards of the whole programme, in order, are the
+// For each (m, n) of docs/references.md: the forwards of the whole programme, in order, are the
 // clock cycles flattened; on each stage, micro-batch i runs at clock i + j.
 TEST(GPipe, ForwardOrderEqualsClockCycles) {
   for (auto [m, n] : std::vector<std::pair<int, int>>{{1, 1}, {1, 3}, {3, 1}, {3, 3}, {4, 2}}) {
