@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdio>
 
 #include "cli/report.hpp"
@@ -55,13 +56,12 @@ void add_plan_flags(CLI::App& app, PlanFlags& flags) {
 }
 
 double parse_bandwidth(const std::string& text, const std::string& flag) {
-  if (text == "ideal" || text == "inf") return std::numeric_limits<double>::infinity();
-  const std::int64_t value = parse_bytes(text);
-  if (value <= 0) {
+  const double value = pipetune::parse_bandwidth(text);
+  if (std::isnan(value)) {
     throw InputError(fmt::format("{}: expected bytes per second (e.g. 25e9, 25GB or ideal), got \"{}\"",
                                  flag, text));
   }
-  return static_cast<double>(value);
+  return value;
 }
 
 void print_note(const std::string& note) {

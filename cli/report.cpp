@@ -20,17 +20,6 @@ double tidy(double value) {
 
 std::string format_ms(double ms) { return fmt::format("{:.3f}", ms); }
 std::string format_percent(double fraction) { return fmt::format("{:.1f} %", fraction * 100.0); }
-std::string format_balance(const std::vector<int>& balance) {
-  return fmt::format("[{}]", fmt::join(balance, ","));
-}
-
-std::string format_bandwidth(double bytes_per_s) {
-  if (std::isinf(bytes_per_s)) return "ideal";
-  if (bytes_per_s >= 1e9) return fmt::format("{:.3g} GB/s", bytes_per_s / 1e9);
-  if (bytes_per_s >= 1e6) return fmt::format("{:.3g} MB/s", bytes_per_s / 1e6);
-  return fmt::format("{:.3g} B/s", bytes_per_s);
-}
-
 namespace {
 
 std::string micro_batch_summary(const std::vector<std::int64_t>& sizes) {

@@ -10,6 +10,7 @@
 #include "sim/profile.hpp"
 #include "sim/simulator.hpp"
 #include "sim/sweep.hpp"
+#include "sim/units.hpp"  // format_bandwidth, format_balance: one form for the CLI and the GUI
 
 namespace pipetune::cli {
 
@@ -34,7 +35,5 @@ std::string plan_explanation(const Profile& profile, const Hardware& hardware,
 std::string calibration_summary(const Calibration& calibration);
 std::string format_ms(double ms);
 std::string format_percent(double fraction);
-std::string format_bandwidth(double bytes_per_s);
-std::string format_balance(const std::vector<int>& balance);
 
 }  // namespace pipetune::cli

@@ -1,10 +1,13 @@
 #include "sim/units.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
 namespace pipetune {
 
@@ -55,6 +58,65 @@ std::int64_t parse_bytes(const std::string& text) {
   const double bytes = number * scale;
   if (!(bytes < 0x1p63)) return -1;
   return std::llround(bytes);
+}
+
+namespace {
+
+std::string lower_without_spaces(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (!std::isspace(static_cast<unsigned char>(c))) {
+      out.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string format_bandwidth(double bytes_per_s) {
+  if (std::isinf(bytes_per_s)) return "ideal";
+  if (bytes_per_s >= 1e9) return fmt::format("{:.3g} GB/s", bytes_per_s / 1e9);
+  if (bytes_per_s >= 1e6) return fmt::format("{:.3g} MB/s", bytes_per_s / 1e6);
+  return fmt::format("{:.3g} B/s", bytes_per_s);
+}
+
+double parse_bandwidth(const std::string& text) {
+  std::string cleaned = lower_without_spaces(text);
+  if (cleaned == "ideal" || cleaned == "inf") return std::numeric_limits<double>::infinity();
+  if (cleaned.size() > 2 && cleaned.ends_with("/s")) cleaned.resize(cleaned.size() - 2);
+  const std::int64_t bytes = parse_bytes(cleaned);
+  return bytes > 0 ? static_cast<double>(bytes) : std::numeric_limits<double>::quiet_NaN();
+}
+
+std::string format_balance(const std::vector<int>& balance) {
+  return fmt::format("[{}]", fmt::join(balance, ","));
+}
+
+std::vector<int> parse_balance(const std::string& text) {
+  std::vector<int> balance;
+  std::string token;
+  auto flush = [&]() {
+    if (token.empty()) return true;
+    char* end = nullptr;
+    const long n = std::strtol(token.c_str(), &end, 10);
+    const bool ok = *end == '\0' && n >= 1 && n <= std::numeric_limits<int>::max();
+    if (ok) balance.push_back(static_cast<int>(n));
+    token.clear();
+    return ok;
+  };
+  std::string inner = text;
+  std::erase(inner, '[');
+  std::erase(inner, ']');
+  for (char c : inner) {
+    if (c == ',' || std::isspace(static_cast<unsigned char>(c))) {
+      if (!flush()) return {};
+    } else {
+      token.push_back(c);
+    }
+  }
+  if (!flush()) return {};
+  return balance;
 }
 
 }  // namespace pipetune

@@ -1,7 +1,5 @@
 #include "gui/model/text_format.hpp"
 
-#include <QRegularExpression>
-#include <QStringList>
 #include <cmath>
 #include <limits>
 
@@ -62,36 +60,14 @@ QString format_size(std::int64_t bytes, bool zero_is_unknown) {
 }
 
 QString format_bandwidth(double bytes_per_s) {
-  if (std::isinf(bytes_per_s)) return QStringLiteral("ideal");
-  if (bytes_per_s >= 1e9)
-    return QString::number(bytes_per_s / 1e9, 'g', 3) + QStringLiteral(" GB/s");
-  if (bytes_per_s >= 1e6)
-    return QString::number(bytes_per_s / 1e6, 'g', 3) + QStringLiteral(" MB/s");
-  if (bytes_per_s >= 1e3)
-    return QString::number(bytes_per_s / 1e3, 'g', 3) + QStringLiteral(" kB/s");
-  return QString::number(bytes_per_s, 'g', 3) + QStringLiteral(" B/s");
+  return QString::fromStdString(pipetune::format_bandwidth(bytes_per_s));
 }
 
 QString format_balance(const std::vector<int>& balance) {
-  QStringList parts;
-  for (int n : balance) parts << QString::number(n);
-  return QLatin1Char('[') + parts.join(QLatin1Char(',')) + QLatin1Char(']');
+  return QString::fromStdString(pipetune::format_balance(balance));
 }
 
-std::vector<int> parse_balance(const QString& text) {
-  QString cleaned = text;
-  cleaned.remove(QLatin1Char('[')).remove(QLatin1Char(']'));
-  const QStringList parts =
-      cleaned.split(QRegularExpression(QStringLiteral("[,\\s]+")), Qt::SkipEmptyParts);
-  std::vector<int> balance;
-  for (const QString& part : parts) {
-    bool ok = false;
-    const int n = part.toInt(&ok);
-    if (!ok || n < 1) return {};
-    balance.push_back(n);
-  }
-  return balance;
-}
+std::vector<int> parse_balance(const QString& text) { return pipetune::parse_balance(text.toStdString()); }
 
 std::int64_t parse_size(const QString& text) {
   QString cleaned = text.trimmed().toLower();
@@ -103,15 +79,6 @@ std::int64_t parse_size(const QString& text) {
   return parse_bytes(cleaned.toStdString());
 }
 
-double parse_bandwidth(const QString& text) {
-  QString cleaned = text.trimmed().toLower();
-  cleaned.remove(QLatin1Char(' '));
-  if (cleaned == QLatin1String("ideal") || cleaned == QLatin1String("inf")) {
-    return std::numeric_limits<double>::infinity();
-  }
-  if (cleaned.endsWith(QLatin1String("/s"))) cleaned.chop(2);
-  const std::int64_t bytes = parse_bytes(cleaned.toStdString());
-  return bytes > 0 ? static_cast<double>(bytes) : std::numeric_limits<double>::quiet_NaN();
-}
+double parse_bandwidth(const QString& text) { return pipetune::parse_bandwidth(text.toStdString()); }
 
 }  // namespace pipetune::gui

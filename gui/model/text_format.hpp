@@ -17,9 +17,9 @@ QString format_tick(double ms, double step_ms);
 QString format_error(double fraction);
 /// Binary units (sim's format_bytes); "—" for 0 when `zero_is_unknown`.
 QString format_size(std::int64_t bytes, bool zero_is_unknown = false);
-/// "1e+08 B/s" style as the CLI writes it: "25 GB/s", "ideal".
+/// As the CLI writes it (sim/units.hpp): "25 GB/s", "ideal".
 QString format_bandwidth(double bytes_per_s);
-/// "[3,3,2]"
+/// "[3,3,2]" (sim/units.hpp)
 QString format_balance(const std::vector<int>& balance);
 /// Parses "3,3,2" (spaces and brackets allowed); empty when it is not a list of positive counts.
 std::vector<int> parse_balance(const QString& text);
