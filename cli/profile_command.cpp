@@ -3,11 +3,11 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
-#include <thread>
 
 #include "cli/commands.hpp"
 #include "cli/progress.hpp"
 #include "cli/torch_inputs.hpp"
+#include "executor/placement.hpp"
 #include "profiler/profiler.hpp"
 #include "sim/error.hpp"
 #include "sim/file_io.hpp"
@@ -75,7 +75,7 @@ void add_profile_command(CLI::App& app, std::vector<Command>& commands) {
     options.threads = flags->threads;
     if (options.threads == 0 && flags->device == "cpu") {
       // Measure with the threads each CPU device will have when the executor runs the plan.
-      options.threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / flags->devices);
+      options.threads = exec::cpu_threads_per_device(flags->devices);
     }
     // The same choice as run and validate: a bar, "progress DONE TOTAL" lines, or nothing.
     PhaseProgress bar(progress_mode(flags->progress));

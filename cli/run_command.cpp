@@ -11,7 +11,6 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <thread>
 
 #include "cli/commands.hpp"
 #include "cli/fit_check.hpp"
@@ -163,8 +162,7 @@ int run_plan(const std::shared_ptr<RunFlags>& flags) {
       }
       if (flags->threads == 0) {
         // The ranks on this machine share its cores.
-        options.threads_per_cpu_device = std::max(
-            1, static_cast<int>(std::thread::hardware_concurrency()) / launch.local_world_size);
+        options.threads_per_cpu_device = exec::cpu_threads_per_device(launch.local_world_size);
       }
     } else if (!flags->links_out.empty()) {
       throw InputError(

@@ -19,6 +19,7 @@
 #include "executor/device_runtime.hpp"
 #include "executor/executor.hpp"
 #include "executor/models/layers.hpp"
+#include "executor/placement.hpp"
 #include "executor/transport.hpp"
 #include "sim/error.hpp"
 #include "sim/schedule.hpp"
@@ -282,16 +283,10 @@ void Pipeline::Impl::validate_and_place() {
   if (cuda) {
     runtime = make_cuda_runtime(torch_devices, options.record_memory_history);
   } else {
-    int threads = options.threads_per_cpu_device;
-    if (threads <= 0) {
-      threads = std::max(
-          1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, cpu_devices));
-    }
-    if (options.transport) {
-      threads = options.threads_per_cpu_device > 0
-                    ? options.threads_per_cpu_device
-                    : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-    }
+    // A rank runs one device of its own; worker threads in one process share the cores.
+    const int threads = options.threads_per_cpu_device > 0
+                            ? options.threads_per_cpu_device
+                            : cpu_threads_per_device(options.transport ? 1 : cpu_devices);
     runtime = make_cpu_runtime(static_cast<int>(device_names.size()), threads,
                                options.record_memory_history);
   }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <thread>
 
 #include "executor/device_runtime.hpp"
 #include "sim/error.hpp"
@@ -60,6 +61,11 @@ Plan with_executor_devices(const Plan& plan, const std::vector<std::string>& dev
     name = devices[static_cast<std::size_t>(it - seen.begin())];
   }
   return out;
+}
+
+int cpu_threads_per_device(int devices) {
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  return std::max(1, cores / std::max(1, devices));
 }
 
 }  // namespace pipetune::exec

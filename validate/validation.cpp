@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <thread>
 
 #include "executor/models/model.hpp"
+#include "executor/placement.hpp"
 #include "profiler/profiler.hpp"
 #include "sim/balance.hpp"
 #include "sim/error.hpp"
@@ -87,8 +87,7 @@ Profile obtain_profile(models::Model& model, const ValidationOptions& options, V
   po.threads = options.run.threads;
   if (po.threads == 0 && options.run.device == "cpu") {
     // The threads each CPU device will have when the executor runs the plans.
-    po.threads =
-        std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / options.devices);
+    po.threads = exec::cpu_threads_per_device(options.devices);
   }
   if (options.progress) {
     po.progress = [&](std::size_t done, std::size_t total) {
