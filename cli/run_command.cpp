@@ -176,10 +176,7 @@ int run_plan(const std::shared_ptr<RunFlags>& flags) {
     models::Model model = build_model_from(flags->model, flags->seed);
     options.seed = flags->seed;
     options.learning_rate = flags->learning_rate;
-    options.optimizer = flags->optimizer == "none"       ? exec::OptimizerKind::None
-                        : flags->optimizer == "momentum" ? exec::OptimizerKind::Momentum
-                        : flags->optimizer == "adam"     ? exec::OptimizerKind::Adam
-                                                         : exec::OptimizerKind::Sgd;
+    options.optimizer = exec::parse_optimizer(flags->optimizer);
     FitCheck fit;
     fit.plan_source = flags->plan;
     fit.profile_path = flags->profile;
@@ -188,9 +185,7 @@ int run_plan(const std::shared_ptr<RunFlags>& flags) {
     fit.device_kind = flags->device;
     fit.devices = options.devices;
     fit.batch = flags->batch;
-    fit.optimizer_state_factor = options.optimizer == exec::OptimizerKind::Adam       ? 2.0
-                                 : options.optimizer == exec::OptimizerKind::Momentum ? 1.0
-                                                                                      : 0.0;
+    fit.optimizer_state_factor = exec::optimizer_state_factor(options.optimizer);
     fit.force = flags->force;
     refuse_plans_that_do_not_fit(fit, exec::with_executor_devices(plan, options.devices),
                                  [&] { return build_model_from(flags->model, flags->seed); });

@@ -13,6 +13,7 @@
 #include "cli/progress.hpp"
 #include "cli/torch_inputs.hpp"
 #include "cli/validate_report.hpp"
+#include "executor/optimizer.hpp"
 #include "sim/error.hpp"
 #include "sim/file_io.hpp"
 
@@ -45,10 +46,6 @@ struct ValidateFlags {
   bool distributed = false;
   double timeout_s = 300.0;
 };
-
-double optimizer_state_factor(const std::string& optimizer) {
-  return optimizer == "adam" ? 2.0 : optimizer == "momentum" ? 1.0 : 0.0;
-}
 
 }  // namespace
 
@@ -162,7 +159,7 @@ void add_validate_command(CLI::App& app, std::vector<Command>& commands) {
     o.planner.chunks = flags->chunks;
     o.planner.checkpoints = parse_checkpoint_list(flags->checkpoints, "--checkpoint");
     o.planner.schedules = parse_schedule_list(flags->schedules, "--schedule");
-    o.planner.optimizer_state_factor = optimizer_state_factor(flags->optimizer);
+    o.planner.optimizer_state_factor = exec::optimizer_state_factor(exec::parse_optimizer(flags->optimizer));
     for (int c : o.planner.chunks) {
       if (c < 1 || c > flags->batch) {
         throw InputError(

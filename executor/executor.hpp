@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "executor/models/model.hpp"
+#include "executor/optimizer.hpp"
 #include "sim/error.hpp"
 #include "sim/plan.hpp"
 #include "sim/trace.hpp"
@@ -51,8 +52,6 @@ class Interrupted : public std::runtime_error {
 };
 
 class Transport;  // executor/transport.hpp
-
-enum class OptimizerKind { None, Sgd, Momentum, Adam };
 
 struct ExecutorOptions {
   /// The devices the plan names, in order; a plan without `devices` puts stage i on entry i.

@@ -313,33 +313,16 @@ void Pipeline::Impl::validate_and_place() {
   schedule = make_schedule(plan.schedule, stage_count, micro_batches, plan.checkpoint);
   programs = device_programs(schedule, device_of, static_cast<int>(device_names.size()));
 
+  // One optimizer per device, over the parameters of every stage it holds.
   optimizers.resize(device_names.size());
-  if (options.optimizer != OptimizerKind::None) {
-    for (int d = 0; d < static_cast<int>(device_names.size()); ++d) {
-      if (!is_local(d)) continue;
-      std::vector<at::Tensor> params;
-      for (int s = 0; s < stage_count; ++s) {
-        if (device_of[s] != d) continue;
-        for (auto& p : stages[s]->parameters()) params.push_back(p);
-      }
-      if (params.empty()) continue;
-      switch (options.optimizer) {
-        case OptimizerKind::Sgd:
-          optimizers[d] = std::make_unique<torch::optim::SGD>(
-              params, torch::optim::SGDOptions(options.learning_rate));
-          break;
-        case OptimizerKind::Momentum:
-          optimizers[d] = std::make_unique<torch::optim::SGD>(
-              params, torch::optim::SGDOptions(options.learning_rate).momentum(0.9));
-          break;
-        case OptimizerKind::Adam:
-          optimizers[d] = std::make_unique<torch::optim::Adam>(
-              params, torch::optim::AdamOptions(options.learning_rate));
-          break;
-        case OptimizerKind::None:
-          break;
-      }
+  for (int d = 0; d < static_cast<int>(device_names.size()); ++d) {
+    if (!is_local(d)) continue;
+    std::vector<at::Tensor> params;
+    for (int s = 0; s < stage_count; ++s) {
+      if (device_of[s] != d) continue;
+      for (auto& p : stages[s]->parameters()) params.push_back(p);
     }
+    optimizers[d] = make_optimizer(options.optimizer, std::move(params), options.learning_rate);
   }
 }
 

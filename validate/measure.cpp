@@ -22,18 +22,6 @@ double MeasuredRun::spread_ms() const {
   return median(deviations);
 }
 
-namespace {
-
-exec::OptimizerKind optimizer_kind(const std::string& name) {
-  if (name == "none") return exec::OptimizerKind::None;
-  if (name == "sgd") return exec::OptimizerKind::Sgd;
-  if (name == "momentum") return exec::OptimizerKind::Momentum;
-  if (name == "adam") return exec::OptimizerKind::Adam;
-  throw InputError(fmt::format("--optimizer: expected sgd, momentum, adam or none, got \"{}\"", name));
-}
-
-}  // namespace
-
 std::vector<MeasuredRun> measure_plans(models::Model& model, const std::vector<Plan>& plans,
                                        const RunSettings& settings,
                                        const std::function<void(std::size_t, std::size_t)>& progress) {
@@ -52,7 +40,7 @@ std::vector<MeasuredRun> measure_plans(models::Model& model, const std::vector<P
       options.devices = exec::executor_devices(plans[p], settings.device);
       options.threads_per_cpu_device = settings.threads;
       options.seed = settings.seed;
-      options.optimizer = optimizer_kind(settings.optimizer);
+      options.optimizer = exec::parse_optimizer(settings.optimizer);
       options.learning_rate = settings.learning_rate;
       exec::Pipeline pipeline(model, exec::with_executor_devices(plans[p], options.devices), settings.batch, options);
       MeasuredRun& run = runs[p];
