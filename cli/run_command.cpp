@@ -250,16 +250,7 @@ int run_plan(const std::shared_ptr<RunFlags>& flags) {
       for (std::size_t d = 0; d < peaks.size(); ++d)
         peaks[d] = std::max(peaks[d], s.peak_memory_bytes[d]);
     }
-    // The trace shows the step whose pipeline time is the median (the lower one of an even
-    // count, as validate picks it, so both show the same step of the same run).
-    const exec::StepRecord* shown = nullptr;
-    if (!steps.empty()) {
-      std::vector<const exec::StepRecord*> order;
-      for (const auto& s : steps) order.push_back(&s);
-      std::sort(order.begin(), order.end(),
-                [](auto* a, auto* b) { return a->pipeline_ms < b->pipeline_ms; });
-      shown = order[(order.size() - 1) / 2];
-    }
+    const exec::StepRecord* shown = steps.empty() ? nullptr : &steps[median_step(pipeline_ms)];
     if (!reports) return interrupted ? 130 : 0;  // rank 0 speaks for the run
     if (!flags->trace.empty() && shown) {
       save_trace(exec::measured_trace(pipeline, *shown, model.name), flags->trace);

@@ -40,6 +40,14 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
+std::size_t median_step(const std::vector<double>& step_ms) {
+  if (step_ms.empty()) return 0;
+  std::vector<std::size_t> order(step_ms.size());
+  for (std::size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return step_ms[a] < step_ms[b]; });
+  return order[(order.size() - 1) / 2];
+}
+
 Link link_from_copies(const std::vector<double>& small_ms, std::int64_t small_bytes,
                       const std::vector<double>& large_ms, std::int64_t large_bytes) {
   const double fixed = median(small_ms);

@@ -16,6 +16,11 @@ namespace pipetune {
 /// steps, task errors and calibration fits all take theirs this way.
 double median(std::vector<double> values);
 
+/// Which measured step a report shows as "the median step": the index of the lower median of
+/// the steps' times (a step that happened, never the mean of two), so that `run --trace` and
+/// `validate` show the same step of the same run. Ties go to the earlier step; 0 for none.
+std::size_t median_step(const std::vector<double>& step_ms);
+
 /// One task of the programme, as predicted and as measured (times from the iteration's start).
 struct TaskComparison {
   TaskKind kind = TaskKind::Forward;

@@ -65,12 +65,7 @@ std::vector<MeasuredRun> measure_plans(models::Model& model, const std::vector<P
     step_index += settings.warmup + measured;
   }
   for (std::size_t p = 0; p < plans.size(); ++p) {
-    // The median step's timeline (the lower median for an even count, a step that happened).
-    std::vector<std::size_t> order(traces[p].size());
-    for (std::size_t k = 0; k < order.size(); ++k) order[k] = k;
-    std::sort(order.begin(), order.end(),
-              [&](std::size_t a, std::size_t b) { return runs[p].pipeline_ms[a] < runs[p].pipeline_ms[b]; });
-    Trace& trace = traces[p][order[(order.size() - 1) / 2]];
+    Trace& trace = traces[p][median_step(runs[p].pipeline_ms)];
     for (std::size_t d = 0; d < trace.devices.size() && d < runs[p].peak_memory_bytes.size(); ++d) {
       trace.devices[d].peak_memory_bytes = runs[p].peak_memory_bytes[d];
     }

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "sim/compare.hpp"
 #include "sim/error.hpp"
 #include "sim/planner.hpp"
@@ -46,6 +48,28 @@ Trace stretched(const Trace& t, double factor, double shift) {
 
 // Copies of 256 B take 0.5 ms; 256 B + 1 MB take 1 ms more: latency 0.5 ms, 1e9 bytes/s. The
 // medians ignore one outlier each; a large copy no slower than a small one stays finite.
+// The shown step is a lower median: at most (n-1)/2 steps are faster, and it with the ones no
+// slower than it make up more than (n-1)/2; checked on random step times with ties.
+TEST(MedianStep, IsTheLowerMedianAndAStepThatHappened) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 500; ++trial) {
+    std::vector<double> ms(1 + rng() % 12);
+    for (double& t : ms) t = static_cast<double>(rng() % 5);
+    const std::size_t k = median_step(ms);
+    ASSERT_LT(k, ms.size());
+    std::size_t faster = 0, not_slower = 0;
+    for (double t : ms) {
+      faster += t < ms[k] ? 1 : 0;
+      not_slower += t <= ms[k] ? 1 : 0;
+    }
+    const std::size_t rank = (ms.size() - 1) / 2;
+    EXPECT_LE(faster, rank);
+    EXPECT_GT(not_slower, rank);
+  }
+  EXPECT_EQ(median_step({}), 0u);
+  EXPECT_EQ(median_step({5, 1, 3, 2}), 3u);  // sorted 1 2 3 5: the lower middle is 2, step 3
+}
+
 TEST(LinkFromCopies, LatencyAndBandwidthFromTheMedians) {
   const Link link = link_from_copies({0.5, 9.0, 0.5}, 256, {1.5, 1.5, 0.1}, 256 + 1'000'000);
   EXPECT_DOUBLE_EQ(link.latency_ms, 0.5);
