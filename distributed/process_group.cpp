@@ -208,15 +208,17 @@ class GlooTransport final : public exec::Transport {
 
   // Gloo's barrier notices a dead rank at once, but not which one: the heartbeats tell.
   void barrier(const std::string& what) override {
+    const auto started = std::chrono::steady_clock::now();
     try {
       group_->barrier()->wait(timeout());
     } catch (const std::exception& e) {
       const std::vector<int> stalled = stalled_ranks();
       const std::string who =
           stalled.empty() ? "a rank" : "rank " + fmt::format("{}", fmt::join(stalled, ", "));
-      throw WorkError(timed_out(why(e))
-                          ? fmt::format("{} did not reach {} within {} s", who, what, timeout_s_)
-                          : fmt::format("{} is gone before {} ({})", who, what, why(e)));
+      if (waited_out(started)) {
+        throw TimeoutError(fmt::format("{} did not reach {} within {} s", who, what, timeout_s_));
+      }
+      throw WorkError(fmt::format("{} is gone before {} ({})", who, what, why(e)));
     }
   }
 
@@ -273,8 +275,10 @@ class GlooTransport final : public exec::Transport {
     return std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s_ * 1e3));
   }
 
-  static bool timed_out(const std::string& what) {
-    return what.find("imed out") != std::string::npos || what.find("imeout") != std::string::npos;
+  // c10d reports a timeout as an error like any other, with no type of its own: a wait that
+  // failed after (nearly) its whole bound is taken as one. Its own message is not parsed.
+  bool waited_out(std::chrono::steady_clock::time_point started) const {
+    return std::chrono::steady_clock::now() - started >= timeout() * 9 / 10;
   }
 
   // A receive that cancel_receives() can wake: it is known while it waits.
@@ -297,13 +301,14 @@ class GlooTransport final : public exec::Transport {
 
   void wait(const c10::intrusive_ptr<c10d::Work>& work, int peer, const char* verb) {
     bool completed = false;
+    const auto started = std::chrono::steady_clock::now();
     try {
       completed = work->wait(timeout());
     } catch (const std::exception& e) {
-      const std::string what = why(e);
-      throw WorkError(timed_out(what) ? fmt::format("rank {} did not {} within {} s (hung?)", peer,
-                                                    verb, timeout_s_)
-                                      : fmt::format("rank {} is gone ({})", peer, what));
+      if (waited_out(started)) {
+        throw TimeoutError(fmt::format("rank {} did not {} within {} s (hung?)", peer, verb, timeout_s_));
+      }
+      throw WorkError(fmt::format("rank {} is gone ({})", peer, why(e)));
     }
     if (!completed) throw WorkError("cancelled");  // gloo's answer to an aborted wait
   }

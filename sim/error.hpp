@@ -21,4 +21,11 @@ class WorkError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// Work that waited its whole time bound for someone else (a peer rank that neither answered
+/// nor died). A type, so callers tell a hang from a failure without reading the message.
+class TimeoutError : public WorkError {
+ public:
+  using WorkError::WorkError;
+};
+
 }  // namespace pipetune
