@@ -238,9 +238,12 @@ QString MainWindow::ask_save(const QString& title, const QString& name, const QS
 void MainWindow::report(const QString& problem) {
   if (problem.isEmpty()) return;
   statusBar()->showMessage(problem, 10000);
-  if (isVisible() && QGuiApplication::platformName() != QLatin1String("offscreen")) {
-    QMessageBox::warning(this, tr("pipetune"), problem);
-  }
+  if (!isVisible()) return;  // a screenshot run prints its problems itself
+  // Window-modal, not a nested event loop: the window keeps drawing and nothing waits on a
+  // click, the same on a desktop as on the offscreen platform.
+  auto* box = new QMessageBox(QMessageBox::Warning, tr("pipetune"), problem, QMessageBox::Ok, this);
+  box->setAttribute(Qt::WA_DeleteOnClose);
+  box->open();
 }
 
 QStringList MainWindow::open_files(const QStringList& paths) {
