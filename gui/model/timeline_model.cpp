@@ -78,7 +78,7 @@ void TimelineModel::set_prediction(const SimulationResult& result) {
   rebuild_measured();
   rebuild_lanes();
   match();
-  ++revision_;
+  changed();
 }
 
 void TimelineModel::set_prediction(const Trace& trace) {
@@ -106,7 +106,7 @@ void TimelineModel::set_prediction(const Trace& trace) {
   rebuild_measured();
   rebuild_lanes();
   match();
-  ++revision_;
+  changed();
 }
 
 void TimelineModel::clear_prediction() {
@@ -117,7 +117,7 @@ void TimelineModel::clear_prediction() {
   rebuild_measured();
   rebuild_lanes();
   match();
-  ++revision_;
+  changed();
 }
 
 void TimelineModel::set_measured(std::shared_ptr<const Trace> measured, int step) {
@@ -170,7 +170,12 @@ void TimelineModel::set_measured(std::shared_ptr<const Trace> measured, int step
   rebuild_measured();
   rebuild_lanes();
   match();
+  changed();
+}
+
+void TimelineModel::changed() {
   ++revision_;
+  listeners_.notify();
 }
 
 void TimelineModel::clear_measured() {

@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "gui/model/listeners.hpp"
 #include "sim/simulator.hpp"
 #include "sim/trace.hpp"
 
@@ -112,11 +113,18 @@ class TimelineModel {
   /// Bumped on every rebuild, so views know their caches are stale.
   std::uint64_t revision() const { return revision_; }
 
+  /// `listener` runs after every rebuild, so views follow the model by themselves instead of
+  /// being told by whoever changed it, for as long as the returned handle lives.
+  [[nodiscard]] Listeners::Subscription subscribe(std::function<void()> listener) const {
+    return listeners_.add(std::move(listener));
+  }
+
  private:
   static std::uint64_t key_of(TaskKind kind, int stage, int micro_batch);
   void rebuild_measured();
   void rebuild_lanes();
   void match();
+  void changed();  // a new revision: tell the listeners
 
   bool has_prediction_ = false;
   double predicted_ms_ = 0.0;
@@ -136,6 +144,7 @@ class TimelineModel {
 
   std::vector<int> lane_of_copy_;  // scratch: row * rows + peer -> lane
   std::uint64_t revision_ = 0;
+  Listeners listeners_;
 };
 
 /// Tooltip text for a task: what it is, where, when, and for a matched pair the other side and

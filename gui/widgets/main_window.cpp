@@ -121,8 +121,6 @@ MainWindow::MainWindow(QWidget* parent)
   });
   connect(comparison_, &ComparisonPanel::step_chosen, this, [this](int step) {
     timeline_model_.set_measured(measured_, step);
-    timeline_view_->model_changed();
-    memory_view_->model_changed();
     refresh_comparison();
   });
   connect(comparison_, &ComparisonPanel::overlay_style_chosen, timeline_view_,
@@ -324,8 +322,6 @@ QString MainWindow::open_trace(const QString& path) {
       return refused.isEmpty() ? QString() : path + QStringLiteral(": ") + refused;
     }
     timeline_model_.set_prediction(*trace);
-    timeline_view_->model_changed();
-    memory_view_->model_changed();
     timeline_view_->fit();
     refresh_comparison();
     return {};
@@ -333,8 +329,6 @@ QString MainWindow::open_trace(const QString& path) {
   measured_ = std::move(trace);
   trace_path_ = path;
   timeline_model_.set_measured(measured_);
-  timeline_view_->model_changed();
-  memory_view_->model_changed();
   refresh_comparison();
   update_title();
   return {};
@@ -344,8 +338,6 @@ void MainWindow::close_trace() {
   measured_.reset();
   trace_path_.clear();
   timeline_model_.clear_measured();
-  timeline_view_->model_changed();
-  memory_view_->model_changed();
   refresh_comparison();
   update_title();
 }
@@ -388,8 +380,6 @@ QString MainWindow::save_screenshot(const QString& path, const QSize& size) {
 
 void MainWindow::on_simulated() {
   timeline_model_.set_prediction(editor_.result());
-  timeline_view_->model_changed();
-  memory_view_->model_changed();
   cost_strip_->refresh();
   refresh_comparison();
   const SimulationResult& r = editor_.result();

@@ -29,6 +29,7 @@ MemoryChartView::MemoryChartView(const TimelineModel& model, TimelineView& timel
   setMouseTracking(true);
   setAttribute(Qt::WA_OpaquePaintEvent);
   connect(&timeline_, &TimelineView::view_changed, this, qOverload<>(&QWidget::update));
+  subscription_ = model_.subscribe([this] { model_changed(); });
 }
 
 void MemoryChartView::model_changed() {

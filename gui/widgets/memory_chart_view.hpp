@@ -17,6 +17,7 @@ class MemoryChartView : public QWidget {
   Q_OBJECT
 
  public:
+  /// Follows the model's changes by itself (TimelineModel::subscribe).
   MemoryChartView(const TimelineModel& model, TimelineView& timeline, QWidget* parent = nullptr);
 
   void model_changed();
@@ -38,6 +39,7 @@ class MemoryChartView : public QWidget {
   TimelineView& timeline_;
   MemoryChartGeometry geometry_;
   MemoryChartPainter painter_;
+  Listeners::Subscription subscription_;  // last: ends before the members it calls
 };
 
 }  // namespace pipetune::gui

@@ -25,6 +25,7 @@ TimelineView::TimelineView(const TimelineModel& model, QWidget* parent)
     update();
   });
   relayout();
+  subscription_ = model_.subscribe([this] { model_changed(); });
 }
 
 void TimelineView::model_changed() {

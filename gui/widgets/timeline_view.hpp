@@ -22,6 +22,7 @@ class TimelineView : public QWidget {
   Q_OBJECT
 
  public:
+  /// Follows the model's changes by itself (TimelineModel::subscribe).
   explicit TimelineView(const TimelineModel& model, QWidget* parent = nullptr);
 
   /// The model was rebuilt: re-lay the lanes, keep the view (refit it if it was fitted).
@@ -86,6 +87,7 @@ class TimelineView : public QWidget {
   QPointF press_point_;
   double last_drag_x_ = 0.0;
   bool moved_ = false;
+  Listeners::Subscription subscription_;  // last: ends before the members it calls
 };
 
 }  // namespace pipetune::gui

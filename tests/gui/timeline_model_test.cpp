@@ -75,6 +75,39 @@ TEST(TimelineModel, HoldsEverySimulatedTask) {
   EXPECT_EQ(placed, tasks.size());
 }
 
+TEST(TimelineModel, ListenersHearEveryChangeWhileSubscribed) {
+  const Profile profile = load_profile(testing::data_path("tiny.profile.json"));
+  const Hardware hardware = load_hardware(testing::data_path("hardware-2.json"));
+  const Plan plan = load_plan(testing::data_path("plan-2x4.json"));
+  const SimulationResult result = testing::simulate_directly(profile, hardware, plan);
+  auto model = std::make_unique<TimelineModel>();
+  int heard = 0, revision_seen = -1;
+  auto subscription = model->subscribe([&] {
+    ++heard;
+    revision_seen = static_cast<int>(model->revision());  // called after the rebuild
+  });
+  model->set_prediction(result);
+  model->clear_measured();
+  model->clear_prediction();
+  EXPECT_EQ(heard, 3);
+  EXPECT_EQ(revision_seen, static_cast<int>(model->revision()));
+
+  // A copy has listeners of its own (none), not the original's.
+  TimelineModel copy = *model;
+  copy.set_prediction(result);
+  EXPECT_EQ(heard, 3);
+
+  subscription.reset();
+  model->set_prediction(result);
+  EXPECT_EQ(heard, 3);
+
+  // A handle that outlives its model ends quietly.
+  auto late = model->subscribe([&] { ++heard; });
+  model.reset();
+  late.reset();
+  EXPECT_EQ(heard, 3);
+}
+
 TEST(TimelineModel, StagesSharingADeviceShareItsComputeLane) {
   const SharedDeviceCase c;
   TimelineModel model;
