@@ -14,7 +14,7 @@ void add_simulate_command(CLI::App& app, std::vector<Command>& commands);
 void add_sweep_command(CLI::App& app, std::vector<Command>& commands);
 void add_plan_command(CLI::App& app, std::vector<Command>& commands);
 void add_demo_command(CLI::App& app, std::vector<Command>& commands);
-/// launch: start the ranks of a distributed run on this machine (cli/launch.hpp).
+/// launch: start the ranks of a distributed run on this machine (launch/launch.hpp).
 void add_launch_command(CLI::App& app, std::vector<Command>& commands);
 /// run, profile, validate: the real thing with LibTorch, a one-line refusal without it.
 void add_run_command(CLI::App& app, std::vector<Command>& commands);

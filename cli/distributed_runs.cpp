@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "cli/launch.hpp"
+#include "launch/launch.hpp"
 #include "executor/placement.hpp"
 #include "sim/error.hpp"
 #include "sim/file_io.hpp"
@@ -56,7 +56,7 @@ std::pair<int, std::string> run_capturing_stdout(const std::vector<std::string>&
 std::vector<std::string> launch_run(const DistributedRuns& runs, int ranks,
                                     const std::string& plan_path,
                                     const validate::RunSettings& settings) {
-  std::vector<std::string> argv{own_executable(),
+  std::vector<std::string> argv{launcher::own_executable(),
                                 "launch",
                                 "-n",
                                 std::to_string(ranks),

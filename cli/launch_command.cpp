@@ -1,4 +1,4 @@
-// pipetune launch: start the ranks of a distributed run on this machine (cli/launch.hpp).
+// pipetune launch: start the ranks of a distributed run on this machine (launch/launch.hpp).
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -7,14 +7,14 @@
 #include <memory>
 
 #include "cli/commands.hpp"
-#include "cli/launch.hpp"
+#include "launch/launch.hpp"
 #include "sim/error.hpp"
 
 namespace pipetune::cli {
 
 namespace {
 struct LaunchFlags {
-  LaunchOptions options;
+  launcher::LaunchOptions options;
   std::vector<std::string> command;  // everything after --, verbatim
 };
 
@@ -33,7 +33,7 @@ void add_launch_command(CLI::App& app, std::vector<Command>& commands) {
       "launch", "Start N processes of a distributed run on this machine, as torchrun does");
   sub->add_option("-n,--nproc", flags->options.nproc, "processes (ranks) to start, 1 to 1024")
       ->required()
-      ->check(CLI::Range(1, kLaunchMaxProcesses));
+      ->check(CLI::Range(1, launcher::kMaxProcesses));
   sub->add_option("--master-addr", flags->options.master_addr,
                   "address rank 0 listens on, passed as MASTER_ADDR (default 127.0.0.1)")
       ->type_name("ADDR");
@@ -52,7 +52,7 @@ void add_launch_command(CLI::App& app, std::vector<Command>& commands) {
   sub->footer("example: pipetune launch -n 2 -- run --distributed --model mlp --plan plan.json");
 
   commands.emplace_back(sub, [flags, &app] {
-    LaunchOptions options = flags->options;
+    launcher::LaunchOptions options = flags->options;
     const std::vector<std::string>& command = flags->command;
     if (command.empty()) {
       throw InputError(
@@ -66,15 +66,15 @@ void add_launch_command(CLI::App& app, std::vector<Command>& commands) {
     if (std::find(subcommands.begin(), subcommands.end(), first) != subcommands.end()) {
       // Every rank runs this very pipetune, whatever PATH says.
       options.program = "/proc/self/exe";
-      options.args.insert(options.args.begin(), own_executable());
-    } else if (const std::optional<std::string> program = find_program(first)) {
+      options.args.insert(options.args.begin(), launcher::own_executable());
+    } else if (const std::optional<std::string> program = launcher::find_program(first)) {
       options.program = *program;  // like torchrun --no-python
     } else {
       throw InputError(
           fmt::format("launch: {} is neither a pipetune subcommand ({}) nor a program on PATH",
                       first, fmt::join(subcommands, ", ")));
     }
-    return launch(options);
+    return launcher::launch(options);
   });
 }
 

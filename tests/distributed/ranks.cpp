@@ -13,7 +13,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "cli/launch.hpp"
+#include "launch/launch.hpp"
 
 namespace pipetune::testing {
 
@@ -36,7 +36,7 @@ Ranks::Ranks(const std::vector<std::string>& argv, int world) {
   char pattern[] = "/tmp/pipetune-ranks-XXXXXX";
   if (!mkdtemp(pattern)) throw std::runtime_error("mkdtemp failed");
   directory_ = pattern;
-  const std::string port = std::to_string(cli::pick_free_port());
+  const std::string port = std::to_string(launcher::pick_free_port());
   started_ = now_s();
   for (int r = 0; r < world; ++r) {
     out_paths_.push_back(directory_ + "/out" + std::to_string(r));

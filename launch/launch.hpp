@@ -1,17 +1,21 @@
 #pragma once
 
-// pipetune launch: a torchrun-style local launcher. It starts one process per rank on this
-// machine with the rendezvous environment `pipetune run --distributed` reads, waits for all of
-// them, and stops the rest when one fails. No rank outlives the launcher.
+// pipetune launch as a library: a torchrun-style local launcher. It starts one process per rank
+// on this machine with the rendezvous environment `pipetune run --distributed` reads, waits for
+// all of them, and stops the rest when one fails. No rank outlives the launcher.
+//
+// The parts: spawn (fork, exec, the ranks' process group and environment), rank_output (the
+// --tag-output line prefixes), stop_signals (Ctrl-C passed on), supervisor (what happens when a
+// rank fails or a signal comes, as explicit states). cli/launch_command.cpp is its flags.
 
 #include <optional>
 #include <string>
 #include <vector>
 
-namespace pipetune::cli {
+namespace pipetune::launcher {
 
 struct LaunchOptions {
-  int nproc = 0;  ///< ranks to start, 1 to kLaunchMaxProcesses
+  int nproc = 0;  ///< ranks to start, 1 to kMaxProcesses
   std::string master_addr = "127.0.0.1";
   int master_port = 0;            ///< 0: pick a free port
   double timeout_s = 30.0;        ///< how long the others may take to exit after a failure
@@ -21,9 +25,9 @@ struct LaunchOptions {
   std::vector<std::string> args;  ///< the children's argv; args[0] is their argv[0]
 };
 
-inline constexpr int kLaunchMaxProcesses = 1024;
+inline constexpr int kMaxProcesses = 1024;
 /// Interval of the loop that reaps children and checks deadlines.
-inline constexpr int kLaunchPollMs = 20;
+inline constexpr int kPollMs = 20;
 
 /// Starts the ranks and waits for all of them. Returns 0 when every rank exited 0, else the
 /// first failing rank's exit code (128 + signal when a signal killed it), or 128 + the signal
@@ -44,4 +48,4 @@ std::optional<std::string> find_program(const std::string& name);
 /// when the file was rebuilt meanwhile).
 std::string own_executable();
 
-}  // namespace pipetune::cli
+}  // namespace pipetune::launcher
