@@ -13,7 +13,6 @@
 #include <sstream>
 
 #include "cli/commands.hpp"
-#include "cli/fit_check.hpp"
 #include "cli/progress.hpp"
 #include "cli/report.hpp"
 #include "cli/torch_inputs.hpp"
@@ -26,6 +25,7 @@
 #include "sim/error.hpp"
 #include "sim/file_io.hpp"
 #include "sim/units.hpp"
+#include "validate/fit_check.hpp"
 
 namespace pipetune::cli {
 
@@ -177,18 +177,28 @@ int run_plan(const std::shared_ptr<RunFlags>& flags) {
     options.seed = flags->seed;
     options.learning_rate = flags->learning_rate;
     options.optimizer = exec::parse_optimizer(flags->optimizer);
-    FitCheck fit;
+    // A plan predicted not to fit is refused now, not by an out-of-memory error mid-step.
+    validate::FitCheck fit;
     fit.plan_source = flags->plan;
     fit.profile_path = flags->profile;
     fit.hardware_path = flags->hardware;
-    fit.memory = flags->memory;
+    if (!flags->memory.empty()) {
+      fit.memory_bytes = parse_bytes(flags->memory);
+      if (fit.memory_bytes <= 0) {
+        throw InputError(fmt::format("--memory: expected a size such as 16GiB, got \"{}\"", flags->memory));
+      }
+    }
     fit.device_kind = flags->device;
     fit.devices = options.devices;
     fit.batch = flags->batch;
     fit.optimizer_state_factor = exec::optimizer_state_factor(options.optimizer);
-    fit.force = flags->force;
-    refuse_plans_that_do_not_fit(fit, exec::with_executor_devices(plan, options.devices),
-                                 [&] { return build_model_from(flags->model, flags->seed); });
+    const auto misfits = validate::predict_misfits(fit, exec::with_executor_devices(plan, options.devices),
+                                                   [&] { return build_model_from(flags->model, flags->seed); });
+    if (!misfits.empty()) {
+      const std::string what = validate::misfit_message(flags->plan, misfits);
+      if (!flags->force) throw WorkError(what + " (--force runs it anyway)");
+      std::fprintf(stderr, "warning: %s; running it anyway (--force)\n", what.c_str());
+    }
     if (flags->distributed) {
       options.transport = distributed::connect(launch, flags->timeout_s);
       connected_transport = options.transport;

@@ -1,9 +1,8 @@
-#include "cli/fit_check.hpp"
+#include "validate/fit_check.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <cstdio>
 #include <set>
 
 #include "profiler/profiler.hpp"
@@ -12,7 +11,7 @@
 #include "sim/simulator.hpp"
 #include "sim/units.hpp"
 
-namespace pipetune::cli {
+namespace pipetune::validate {
 
 namespace {
 
@@ -26,11 +25,7 @@ std::vector<std::int64_t> sizes_of(const Plan& plan, std::int64_t batch) {
 }  // namespace
 
 std::vector<DoesNotFit> predict_misfits(const FitCheck& check, const Plan& plan, const ModelFactory& make_model) {
-  std::int64_t memory = 0;
-  if (!check.memory.empty()) {
-    memory = parse_bytes(check.memory);
-    if (memory <= 0) throw InputError(fmt::format("--memory: expected a size such as 16GiB, got \"{}\"", check.memory));
-  }
+  const std::int64_t memory = check.memory_bytes;
   // CPU devices have no memory of their own to exceed unless the user gives one.
   const bool known = check.device_kind == "cuda" || !check.hardware_path.empty() || memory > 0;
   if (!known) return {};
@@ -77,18 +72,14 @@ std::vector<DoesNotFit> predict_misfits(const FitCheck& check, const Plan& plan,
   return out;
 }
 
-void refuse_plans_that_do_not_fit(const FitCheck& check, const Plan& plan, const ModelFactory& make_model) {
-  const auto misfits = predict_misfits(check, plan, make_model);
-  if (misfits.empty()) return;
+std::string misfit_message(const std::string& plan_source, const std::vector<DoesNotFit>& misfits) {
   std::vector<std::string> parts;
   for (const auto& m : misfits) {
     parts.push_back(fmt::format("{} needs {} ({} bytes) predicted, has {} ({} bytes)", m.device,
                                 format_bytes(m.predicted_bytes), m.predicted_bytes, format_bytes(m.capacity_bytes),
                                 m.capacity_bytes));
   }
-  const std::string what = fmt::format("{}: the plan does not fit: {}", check.plan_source, fmt::join(parts, "; "));
-  if (!check.force) throw WorkError(what + " (--force runs it anyway)");
-  std::fprintf(stderr, "warning: %s; running it anyway (--force)\n", what.c_str());
+  return fmt::format("{}: the plan does not fit: {}", plan_source, fmt::join(parts, "; "));
 }
 
-}  // namespace pipetune::cli
+}  // namespace pipetune::validate
