@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/table.hpp"
+#include "sim/one_choice_away.hpp"
 #include "sim/units.hpp"
 
 namespace pipetune::cli {
@@ -310,42 +311,6 @@ std::string plan_explanation(const Profile& profile, const Hardware& hardware,
                                                                        static_cast<double>(cap))));
   }
 
-  // The best plan one choice away, each re-planned with only that choice changed.
-  struct Alternative {
-    std::string label;
-    PlannerOptions options;
-  };
-  std::vector<Alternative> alternatives;
-  PlannerOptions fixed = options;
-  fixed.top = 1;
-  fixed.progress = {};
-  fixed.search_budget = std::max<std::uint64_t>(options.search_budget / 8, 1'000'000);
-  fixed.chunks = {best.plan.chunks};
-  fixed.checkpoints = {best.plan.checkpoint};
-  fixed.schedules = {best.plan.schedule};
-  for (auto mode : kAllCheckpointModes) {
-    if (mode == best.plan.checkpoint) continue;
-    Alternative a{fmt::format("checkpoint {}", to_string(mode)), fixed};
-    a.options.checkpoints = {mode};
-    alternatives.push_back(a);
-  }
-  for (auto kind : kAllScheduleKinds) {
-    if (kind == best.plan.schedule) continue;
-    Alternative a{fmt::format("schedule {}", to_string(kind)), fixed};
-    a.options.schedules = {kind};
-    alternatives.push_back(a);
-  }
-  const auto best_split = split_batch(profile.batch_size, best.plan.chunks);
-  for (int c : {best.plan.chunks / 2, best.plan.chunks * 2}) {
-    if (c < 1 || c > profile.batch_size) continue;
-    const auto split = split_batch(profile.batch_size, c);
-    if (split == best_split) continue;
-    std::string label = fmt::format("chunks {}", c);
-    if (static_cast<int>(split.size()) != c) label += fmt::format(" ({} micro-batches)", split.size());
-    Alternative a{label, fixed};
-    a.options.chunks = {c};
-    alternatives.push_back(a);
-  }
   out += "  one choice away, each re-planned:\n";
   TextTable table;
   table.add_column("    change");
@@ -355,14 +320,13 @@ std::string plan_explanation(const Profile& profile, const Hardware& hardware,
   table.add_column("memory", TextTable::Align::Right);
   table.add_column("balance");
   const double best_peak = static_cast<double>(best.max_peak_memory_bytes());
-  for (const auto& a : alternatives) {
-    const PlanSearchResult r = find_best_plans(profile, hardware, a.options);
-    if (r.ranked.empty()) {
-      table.add_row({"    " + a.label, "-", "-", "-", "-", "does not fit"});
+  for (const auto& a : one_choice_away(profile, hardware, options, best)) {
+    if (!a.best) {
+      table.add_row({"    " + a.change, "-", "-", "-", "-", "does not fit"});
       continue;
     }
-    const auto& c = r.ranked.front();
-    table.add_row({"    " + a.label, format_ms(c.iteration_ms),
+    const auto& c = *a.best;
+    table.add_row({"    " + a.change, format_ms(c.iteration_ms),
                    fmt::format("{:+.1f} %", 100.0 * (c.iteration_ms / best.iteration_ms - 1.0)),
                    format_bytes(c.max_peak_memory_bytes()),
                    best_peak > 0 ? fmt::format("{:+.1f} %", 100.0 * (c.max_peak_memory_bytes() / best_peak - 1.0)) : "-",

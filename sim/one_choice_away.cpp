@@ -1,0 +1,59 @@
+#include "sim/one_choice_away.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "sim/plan.hpp"
+
+namespace pipetune {
+
+std::vector<Alternative> one_choice_away(const Profile& profile, const Hardware& hardware, const PlannerOptions& options,
+                                         const PlanCandidate& best) {
+  struct Change {
+    std::string label;
+    PlannerOptions options;
+  };
+  std::vector<Change> changes;
+  PlannerOptions fixed = options;
+  fixed.top = 1;
+  fixed.progress = {};
+  fixed.search_budget = std::max<std::uint64_t>(options.search_budget / 8, 1'000'000);
+  fixed.chunks = {best.plan.chunks};
+  fixed.checkpoints = {best.plan.checkpoint};
+  fixed.schedules = {best.plan.schedule};
+  for (auto mode : kAllCheckpointModes) {
+    if (mode == best.plan.checkpoint) continue;
+    Change c{fmt::format("checkpoint {}", to_string(mode)), fixed};
+    c.options.checkpoints = {mode};
+    changes.push_back(c);
+  }
+  for (auto kind : kAllScheduleKinds) {
+    if (kind == best.plan.schedule) continue;
+    Change c{fmt::format("schedule {}", to_string(kind)), fixed};
+    c.options.schedules = {kind};
+    changes.push_back(c);
+  }
+  // Half and twice the chunks, where that splits the batch differently (tensor.chunk may give
+  // fewer micro-batches than asked).
+  const auto best_split = split_batch(profile.batch_size, best.plan.chunks);
+  for (int chunks : {best.plan.chunks / 2, best.plan.chunks * 2}) {
+    if (chunks < 1 || chunks > profile.batch_size) continue;
+    const auto split = split_batch(profile.batch_size, chunks);
+    if (split == best_split) continue;
+    std::string label = fmt::format("chunks {}", chunks);
+    if (static_cast<int>(split.size()) != chunks) label += fmt::format(" ({} micro-batches)", split.size());
+    Change c{label, fixed};
+    c.options.chunks = {chunks};
+    changes.push_back(c);
+  }
+
+  std::vector<Alternative> out;
+  for (const auto& c : changes) {
+    const PlanSearchResult r = find_best_plans(profile, hardware, c.options);
+    out.push_back({c.label, r.ranked.empty() ? std::nullopt : std::optional<PlanCandidate>(r.ranked.front())});
+  }
+  return out;
+}
+
+}  // namespace pipetune

@@ -1,0 +1,82 @@
+// The best plan one choice away from the winner, against a brute force over balances with that
+// choice fixed, through the simulator.
+
+#include "sim/one_choice_away.hpp"
+
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <random>
+
+#include "sim/simulator.hpp"
+#include "tests/sim/fixtures.hpp"
+
+namespace pipetune {
+namespace {
+
+// The fastest balance of `layers` over two stages for one (chunks, checkpoint, schedule).
+double brute_force(const Profile& profile, const Hardware& hw, int chunks, CheckpointMode mode, ScheduleKind kind) {
+  double best = std::numeric_limits<double>::infinity();
+  const int layers = profile.layer_count();
+  for (int first = 1; first < layers; ++first) {
+    Plan plan = testing::make_plan({first, layers - first}, chunks, mode, kind);
+    const SimulationResult r = Simulator(profile, hw).run(plan);
+    if (r.fits()) best = std::min(best, r.iteration_ms);
+  }
+  return best;
+}
+
+TEST(OneChoiceAway, EachIsTheBestWithThatChoiceChanged) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> cost(0.5, 3.0);
+  std::vector<testing::LayerSpec> layers;
+  for (int l = 0; l < 7; ++l) layers.push_back({cost(rng), 2 * cost(rng), 4096, 512, 1024, 0});
+  const Profile profile = testing::make_profile(layers, 8, 256);
+  const Hardware hw = replicate_device(profile.device, 2);
+  PlannerOptions options;
+  options.chunks = {1, 2, 4, 8};
+  const PlanSearchResult result = find_best_plans(profile, hw, options);
+  ASSERT_FALSE(result.ranked.empty());
+  ASSERT_TRUE(result.stats.proven);
+  const PlanCandidate& best = result.ranked.front();
+
+  const auto alternatives = one_choice_away(profile, hw, options, best);
+  // Two other checkpoint modes, one other schedule, and half and/or twice the chunks.
+  const std::size_t chunk_changes = (best.plan.chunks / 2 >= 1 ? 1 : 0) + (best.plan.chunks * 2 <= 8 ? 1 : 0);
+  ASSERT_EQ(alternatives.size(), 3 + chunk_changes);
+  for (const Alternative& a : alternatives) {
+    ASSERT_TRUE(a.best) << a.change;
+    const Plan& p = a.best->plan;
+    const int changed = (p.chunks != best.plan.chunks) + (p.checkpoint != best.plan.checkpoint) +
+                        (p.schedule != best.plan.schedule);
+    EXPECT_EQ(changed, 1) << a.change;  // exactly the one choice named
+    EXPECT_GE(a.best->iteration_ms, best.iteration_ms - 1e-9) << a.change;  // the winner is optimal
+    EXPECT_NEAR(a.best->iteration_ms, brute_force(profile, hw, p.chunks, p.checkpoint, p.schedule), 1e-9)
+        << a.change;
+  }
+}
+
+TEST(OneChoiceAway, AChangeThatFitsNowhereSaysSo) {
+  // Checkpointing every micro-batch saves memory; a cap between the two modes' peaks leaves
+  // "never" without a plan.
+  std::vector<testing::LayerSpec> layers(4, testing::LayerSpec{1.0, 2.0, 0, 256, 4096, 0});
+  const Profile profile = testing::make_profile(layers, 4, 64);
+  Hardware hw = replicate_device(profile.device, 2);
+  PlannerOptions options;
+  options.chunks = {4};
+  options.checkpoints = {CheckpointMode::Always};
+  const PlanSearchResult lean = find_best_plans(profile, hw, options);
+  ASSERT_FALSE(lean.ranked.empty());
+  for (auto& d : hw.devices) d.memory_bytes = lean.ranked.front().max_peak_memory_bytes();
+  options.checkpoints = {std::begin(kAllCheckpointModes), std::end(kAllCheckpointModes)};
+  const PlanSearchResult capped = find_best_plans(profile, hw, options);
+  ASSERT_FALSE(capped.ranked.empty());
+  bool saw_misfit = false;
+  for (const Alternative& a : one_choice_away(profile, hw, options, capped.ranked.front())) {
+    if (a.change == "checkpoint never") saw_misfit = !a.best.has_value();
+  }
+  EXPECT_TRUE(saw_misfit);
+}
+
+}  // namespace
+}  // namespace pipetune
