@@ -65,36 +65,6 @@ BruteForce brute_force(const Profile& profile, const Hardware& hw) {
   return out;
 }
 
-Profile random_profile(std::mt19937& rng, int layers, std::int64_t batch) {
-  std::vector<testing::LayerSpec> specs(layers);
-  for (auto& s : specs) {
-    s.forward_ms = 0.1 + (rng() % 50) / 10.0;
-    s.backward_ms = 0.1 + (rng() % 100) / 10.0;
-    s.param_bytes = 1000 * (rng() % 50);
-    s.output_per_sample = 100 * (rng() % 40);
-    s.saved_per_sample = 100 * (rng() % 40);
-    s.workspace_per_sample = 10 * (rng() % 20);
-  }
-  Profile p = testing::make_profile(specs, batch, 50);
-  // Costs that grow sub-linearly with the micro-batch size, as on a real device.
-  for (auto& l : p.layers) {
-    for (std::size_t k = 0; k < p.micro_batch_sizes.size(); ++k) {
-      const double scale = std::pow(static_cast<double>(p.micro_batch_sizes[k]), 0.7);
-      l.forward_ms[k] *= scale;
-      l.backward_ms[k] *= scale;
-    }
-  }
-  // Half the profiles time the forward without autograd too: usually cheaper, now and then
-  // (noise) dearer, so the planner's bounds must hold either way.
-  if (rng() % 2) {
-    for (auto& l : p.layers) {
-      const double factor = 0.3 + (rng() % 11) / 10.0;  // 0.3..1.3
-      for (double ms : l.forward_ms) l.forward_nograd_ms.push_back(ms * factor);
-    }
-  }
-  return p;
-}
-
 TEST(Planner, EqualsBruteForceOnRandomInstances) {
   std::mt19937 rng(2024);
   int with_caps = 0, infeasible = 0;
@@ -102,7 +72,7 @@ TEST(Planner, EqualsBruteForceOnRandomInstances) {
     const int layers = 2 + static_cast<int>(rng() % 11);             // 2..12
     const int stages = 1 + static_cast<int>(rng() % std::min(layers, 4));  // 1..4
     const std::int64_t batch = 1 + rng() % 8;
-    const Profile profile = random_profile(rng, layers, batch);
+    const Profile profile = testing::random_profile(rng, layers, batch);
     Hardware hw = replicate_device(profile.device, stages);
     hw.link.bandwidth_bytes_per_s = 1e5 * (1 + rng() % 100);
     hw.link.latency_ms = (rng() % 5) / 10.0;
@@ -193,7 +163,7 @@ TEST(Planner, TorchgpipeBalancingCases) {
 
 TEST(Planner, MemoryCapExcludesTheFastestPlan) {
   std::mt19937 rng(5);
-  const Profile profile = random_profile(rng, 8, 8);
+  const Profile profile = testing::random_profile(rng, 8, 8);
   Hardware hw = replicate_device(profile.device, 3);
   const auto free = find_best_plans(profile, hw, {});
   ASSERT_FALSE(free.ranked.empty());
@@ -211,7 +181,7 @@ TEST(Planner, MemoryCapExcludesTheFastestPlan) {
 
 TEST(Planner, NothingFitsReportsTheLeanestPlan) {
   std::mt19937 rng(9);
-  const Profile profile = random_profile(rng, 6, 4);
+  const Profile profile = testing::random_profile(rng, 6, 4);
   Hardware hw = replicate_device(profile.device, 2);
   for (auto& d : hw.devices) d.memory_bytes = 1000;  // far too little
   const auto result = find_best_plans(profile, hw, {});
