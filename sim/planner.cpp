@@ -4,12 +4,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <numeric>
 
 #include "sim/cost_model.hpp"
 #include "sim/error.hpp"
 #include "sim/simulator.hpp"
+#include "sim/stage_timing.hpp"
 
 namespace pipetune {
 
@@ -26,6 +29,8 @@ std::int64_t PlanCandidate::max_peak_memory_bytes() const {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+// A sweep costs about as much per task as a node of the search per this many tasks.
+constexpr std::size_t kSweepTasksPerStep = 8;
 
 struct Config;
 int recompute_stop(const Config& config);
@@ -94,6 +99,13 @@ class PlanSearch {
       link_.push_back(j + 1 < stages_ ? &hardware.link_between(j, j + 1) : nullptr);
     }
     total_speed_ = std::accumulate(speed_.begin(), speed_.end(), 0.0);
+    after_speed_.assign(stages_, 0.0);
+    after_latency_.assign(stages_, 0.0);
+    for (int j = stages_ - 2; j >= 0; --j) {
+      after_speed_[j] = std::max(after_speed_[j + 1], speed_[j + 1]);
+      // Links after stage j + 1, each crossed by an activation and a gradient.
+      after_latency_[j] = j + 2 < stages_ ? after_latency_[j + 1] + 2.0 * link_[j + 1]->latency_ms : 0.0;
+    }
     max_speed_ = *std::max_element(speed_.begin(), speed_.end());
     input_bytes_ = costs_.at(profile.batch_size).input_bytes;
   }
@@ -138,8 +150,17 @@ class PlanSearch {
   std::vector<int> busy_balanced() const;
   std::int64_t memory_bound(int j, int a, int b) const;
   double time_bound(int j, int a, int b, double arrive, double drain) const;
+  StageDurations durations(int j, int a, int b) const;
+  double wait_bound(int j, int a, int b, const StageDurations& d, double arrive, double drain) const;
+  double waits(int j, const StageDurations& d, double trip_first, double trip_last) const;
+  double wait_cost(int j, int a, int b) const;
 
-  void search(int j, int a, double arrive, double drain, double worst, Objective objective);
+  // The passes that bound stage j (see wait_bound): micro-batch 0's exact arrival and the
+  // exact way back of the micro-batch that ends each stage's programme.
+  struct Passes {
+    double arrive = 0.0, drain = 0.0;
+  };
+  void search(int j, int a, double arrive, double drain, Passes exact, double worst, Objective objective);
   void evaluate(const std::vector<int>& balance, Objective objective);
   double threshold(Objective objective) const {
     return objective == Objective::Time ? std::min(config_best_, ranking_threshold_) : lean_best_;
@@ -166,6 +187,13 @@ class PlanSearch {
   std::vector<double> before_, after_;     // one micro-batch's pass: prefix and suffix sums
   std::vector<std::vector<double>> suffix_, chained_;  // see build_suffix_tables()
   std::vector<int> balance_;
+  std::vector<StageDurations> durations_;         // of the stages placed, for the sweep
+  std::unique_ptr<IterationSweep> sweep_;         // leaves of this configuration
+  std::vector<double> pass_first_, pass_last_;    // suffix sums: see prepare()
+  std::vector<double> after_speed_;               // fastest device after stage j
+  std::vector<double> wait_before_;  // micro-batch 0's forward and the drain up to layer a
+  std::vector<std::vector<double>> waits_;  // min-max of wait_cost() over suffixes
+  std::vector<double> after_latency_;             // latencies of the links after stage j + 1
   double config_best_ = kInf;
   PlanCandidate config_best_candidate_;
   double ranking_threshold_ = kInf;
@@ -236,6 +264,25 @@ void PlanSearch::prepare(const Config& config) {
                    n_last * (l.forward_ms[k] + l.backward_ms[k]) + r_last * l.forward_nograd_ms[k];
   }
   tasks_per_stage_ = 2 * m + stop;
+
+  // Micro-batch 0's and the last micro-batch's forward (without autograd when recomputed) and
+  // backward through layers [b, L): the round trips that wait_bound() follows.
+  const bool recompute_last = config.recomputed(m - 1), recompute_first = config.recomputed(0);
+  pass_first_.assign(layers_ + 1, 0.0);
+  pass_last_.assign(layers_ + 1, 0.0);
+  for (int k = layers_ - 1; k >= 0; --k) {
+    pass_first_[k] = pass_first_[k + 1] + (recompute_first ? f.forward_nograd_ms[k] : f.forward_ms[k]) + f.backward_ms[k];
+    pass_last_[k] = pass_last_[k + 1] + (recompute_last ? l.forward_nograd_ms[k] : l.forward_ms[k]) + l.backward_ms[k];
+  }
+  // GPipe's drain follows micro-batch 0, 1F1B's the last one.
+  const SizeCosts& drained = config.schedule == ScheduleKind::GPipe ? f : l;
+  wait_before_.assign(layers_ + 1, 0.0);
+  for (int k = 0; k < layers_; ++k) {
+    wait_before_[k + 1] = wait_before_[k] +
+                          ((recompute_first ? f.forward_nograd_ms[k] : f.forward_ms[k]) + drained.backward_ms[k]) / max_speed_;
+  }
+  sweep_ = std::make_unique<IterationSweep>(config.schedule, config.checkpoint, stages_, m, last_differs);
+  durations_.assign(stages_, StageDurations{});
 
   // One micro-batch's pass through layers at the fastest device's speed. Before a stage: its
   // first forward waits for micro-batch 0's forwards, and after its backward of a full-size
@@ -383,6 +430,7 @@ void PlanSearch::build_suffix_tables() {
   min_max_suffix(stages_, layers_, suffix_, [this](int j, int a, int b) { return busy(j, a, b); });
   min_max_suffix(stages_, layers_, chained_,
                  [this](int j, int a, int b) { return chained_cost(j, a, b); });
+  min_max_suffix(stages_, layers_, waits_, [this](int j, int a, int b) { return wait_cost(j, a, b); });
 }
 
 // The balance with the least busiest stage, read off the suffix table.
@@ -457,6 +505,86 @@ double PlanSearch::time_bound(int j, int a, int b, double arrive, double drain) 
   return base + std::max(0.0, pass - pass_filler(j, a, b));
 }
 
+StageDurations PlanSearch::durations(int j, int a, int b) const {
+  return stage_durations(*first_size_, *last_size_, a, b, speed_[j], overhead_, link_[j],
+                         j > 0 ? link_[j - 1] : nullptr);
+}
+
+// A lower bound on the simulated iteration time of any plan whose stage j is [a, b), from the
+// stage's exact durations `d`, micro-batch 0's arrival at the stage (`arrive`) and the way back
+// from the stage to stage 0 of the micro-batch that ends every programme (`drain`: GPipe's 0,
+// 1F1B's last). Stage j runs from its first forward to its last backward, busy all along but
+// for the waits of its programme. A backward of micro-batch i waits for i's round trip through
+// the later stages (each of its forwards and backwards, at the fastest speed there, the
+// latencies of their links, and the two copies across this boundary), during which the stage
+// can only run what its programme puts in between:
+//   GPipe: between the last forward and the first backward (of M - 1), that one's recompute;
+//   1F1B (w = min(M, K - j) warm-up forwards): between 0's forward and 0's backward, forwards
+//   1..w-1 and 0's recompute; between M-1's forward and backward, backwards M-w..M-2 with
+//   their recomputes and M-1's recompute. When w < M the two intervals do not overlap (0's
+//   backward comes before M-1's forward), so both waits count.
+double PlanSearch::wait_bound(int j, int a, int b, const StageDurations& d, double arrive,
+                              double drain) const {
+  if (j + 1 == stages_) return arrive + busy(j, a, b) + drain;
+  const double onward = 2.0 * overhead_ * (stages_ - 1 - j) + after_latency_[j];
+  const double speed = after_speed_[j];
+  const double trip_first = pass_first_[b] / speed + onward + 2.0 * copy(*first_size_, j, b);
+  const double trip_last = pass_last_[b] / speed + onward + 2.0 * copy(*last_size_, j, b);
+  return arrive + busy(j, a, b) + waits(j, d, trip_first, trip_last) + drain;
+}
+
+// The least idle time of stage j between its first forward and its last backward, given the
+// round trips of micro-batch 0 and of the last one from the end of its forward to the start of
+// its backward.
+double PlanSearch::waits(int j, const StageDurations& d, double trip_first, double trip_last) const {
+  const Config& c = *config_;
+  const int m = c.micro_batches();
+  const bool last_differs = c.sizes.back() != c.sizes.front();
+  const int stop = recompute_stop(c);
+  // Sums of the stage's durations over micro-batches [p, q): forwards as run (no autograd when
+  // recomputed), recomputes, backwards. Only micro-batch M - 1 may have the last size.
+  struct Sums {
+    double forward = 0.0, recompute = 0.0, backward = 0.0;
+  };
+  auto sums = [&](int p, int q) {
+    Sums out;
+    if (q <= p) return out;
+    const int last_in = last_differs && p <= m - 1 && m - 1 < q ? 1 : 0;
+    const int last_recomputed = last_in && m - 1 < stop ? 1 : 0;
+    const int recomputed = std::max(0, std::min(q, stop) - p) - last_recomputed;  // common size
+    const int plain = q - p - last_in - recomputed;
+    out.forward = plain * d.forward[0] + recomputed * d.forward_nograd[0] +
+                  (last_in ? (last_recomputed ? d.forward_nograd[1] : d.forward[1]) : 0.0);
+    out.recompute = recomputed * d.forward[0] + (last_recomputed ? d.forward[1] : 0.0);
+    out.backward = (q - p - last_in) * d.backward[0] + (last_in ? d.backward[1] : 0.0);
+    return out;
+  };
+  const double recompute_last = sums(m - 1, m).recompute;
+  if (c.schedule == ScheduleKind::GPipe) return std::max(0.0, trip_last - recompute_last);
+  const int warmup = std::min(m, stages_ - j);
+  const double fill_first = sums(1, warmup).forward + sums(0, 1).recompute;
+  const Sums cooldown = sums(m - warmup, m - 1);
+  const double fill_last = cooldown.backward + cooldown.recompute + recompute_last;
+  const double wait_first = std::max(0.0, trip_first - fill_first);
+  const double wait_last = std::max(0.0, trip_last - fill_last);
+  return warmup < m ? wait_first + wait_last : std::max(wait_first, wait_last);
+}
+
+// wait_bound() for the dynamic programme over suffixes: the passes before the stage counted
+// from layer 0 at the fastest speed (the search swaps the part before its placed stages for the
+// exact one), the round trips at the fastest speed and without the copies across the boundary.
+// It grows with b and shrinks as a grows, as the programme needs: per layer, the stage's work
+// holds micro-batch 0's forward, the drained micro-batch's backward, both round trips' forward
+// and backward and every task the waits subtract, each at most once, at a speed no faster than
+// the fastest; and the copies, which need not grow with b, are left out.
+double PlanSearch::wait_cost(int j, int a, int b) const {
+  const double own = wait_before_[a] + busy(j, a, b);
+  if (j + 1 == stages_) return own;
+  const double onward = 2.0 * overhead_ * (stages_ - 1 - j) + after_latency_[j];
+  return own + waits(j, durations(j, a, b), pass_first_[b] / max_speed_ + onward,
+                     pass_last_[b] / max_speed_ + onward);
+}
+
 void PlanSearch::evaluate(const std::vector<int>& balance, Objective objective) {
   const Config& c = *config_;
   Plan plan;
@@ -465,6 +593,14 @@ void PlanSearch::evaluate(const std::vector<int>& balance, Objective objective) 
   plan.checkpoint = c.checkpoint;
   plan.schedule = c.schedule;
   plan.optimizer_state_factor = options_.optimizer_state_factor;
+  if (objective == Objective::Time) {
+    // The sweep gives the time (durations_ holds the balance's stages); only a plan that would
+    // be the new best needs the simulator, for its memory.
+    const double time = sweep_->run(durations_);
+    ++stats_.sweeps;
+    stats_.steps += sweep_->task_count() / kSweepTasksPerStep;
+    if (!(time < config_best_)) return;
+  }
   SimulationOptions lean;
   lean.record_tasks = false;
   lean.record_memory = false;
@@ -502,7 +638,8 @@ void PlanSearch::evaluate(const std::vector<int>& balance, Objective objective) 
 
 // Depth-first over stage j's last layer. `arrive`/`drain`: micro-batch passes through the
 // stages already placed (see time_bound); `worst`: the largest bound of those stages.
-void PlanSearch::search(int j, int a, double arrive, double drain, double worst, Objective objective) {
+void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact, double worst,
+                        Objective objective) {
   if (out_of_budget_) return;
   const bool last = j + 1 == stages_;
   const int remaining = stages_ - 1 - j;
@@ -522,16 +659,20 @@ void PlanSearch::search(int j, int a, double arrive, double drain, double worst,
       if (last) {
         evaluate(balance_, objective);
       } else {
-        search(j + 1, b, 0.0, 0.0, bound, objective);
+        search(j + 1, b, 0.0, 0.0, {}, bound, objective);
       }
       continue;
     }
     // arrive + busy - tail + drain only grows with b: nothing further right can do better.
     if (arrive + busy(j, a, b) - tail(j, a, b) + drain >= limit) break;
     if (capacity_[j] > 0 && memory_bound(j, a, b) > capacity_[j]) continue;
-    const double bound = std::max(worst, time_bound(j, a, b, arrive, drain));
+    double bound = std::max(worst, time_bound(j, a, b, arrive, drain));
+    if (bound >= limit) continue;
+    const StageDurations d = durations(j, a, b);
+    bound = std::max(bound, wait_bound(j, a, b, d, exact.arrive, exact.drain));
     if (bound >= limit) continue;
     balance_[j] = b - a;
+    durations_[j] = d;
     if (last) {
       evaluate(balance_, objective);
       continue;
@@ -543,7 +684,14 @@ void PlanSearch::search(int j, int a, double arrive, double drain, double worst,
     const double rest = std::max(next_arrive + suffix_[remaining][b],
                                  next_arrive + next_drain - before_[b] + chained_[remaining][b]);
     if (rest >= limit) continue;
-    search(j + 1, b, next_arrive, next_drain, bound, objective);
+    // Micro-batch 0 goes on as it runs here; the drain follows GPipe's micro-batch 0 and
+    // 1F1B's last one.
+    const int slot = config_->schedule == ScheduleKind::GPipe || config_->sizes.back() == config_->sizes.front() ? 0 : 1;
+    Passes onward;
+    onward.arrive = exact.arrive + (config_->recomputed(0) ? d.forward_nograd[0] : d.forward[0]) + d.activation_copy[0];
+    onward.drain = exact.drain + d.backward[slot] + d.activation_copy[slot];  // same bytes either way
+    if (onward.arrive + onward.drain - wait_before_[b] + waits_[remaining][b] >= limit) continue;
+    search(j + 1, b, next_arrive, next_drain, onward, bound, objective);
   }
 }
 
@@ -555,7 +703,8 @@ PlanSearchResult PlanSearch::run() {
     prepare(c);
     c.lower_bound = std::max(
         {balance_free_bound(), greedy_bound([this](int j, int a, int b) { return busy(j, a, b); }),
-         greedy_bound([this](int j, int a, int b) { return chained_cost(j, a, b); })});
+         greedy_bound([this](int j, int a, int b) { return chained_cost(j, a, b); }),
+         greedy_bound([this](int j, int a, int b) { return wait_cost(j, a, b); })});
   }
   std::stable_sort(configs.begin(), configs.end(),
                    [](const Config& x, const Config& y) { return x.lower_bound < y.lower_bound; });
@@ -574,14 +723,18 @@ PlanSearchResult PlanSearch::run() {
     }
     prepare(config);
     build_suffix_tables();
-    const double root = std::max({config.lower_bound, suffix_[stages_][0], chained_[stages_][0]});
+    const double root =
+        std::max({config.lower_bound, suffix_[stages_][0], chained_[stages_][0], waits_[stages_][0]});
     if (root >= ranking_threshold_) {
       ++stats_.configurations_skipped;
       continue;
     }
+    if (std::getenv("PT_DEBUG")) fprintf(stderr, "cfg x%d %d %d lb=%.3f suffix=%.3f chained=%.3f waits=%.3f steps=%lu\n", config.chunks, (int)config.checkpoint, (int)config.schedule, config.lower_bound, suffix_[stages_][0], chained_[stages_][0], waits_[stages_][0], (unsigned long)stats_.steps);
     config_best_ = kInf;
-    evaluate(busy_balanced(), Objective::Time);  // a good first incumbent
-    search(0, 0, 0.0, 0.0, 0.0, Objective::Time);
+    const std::vector<int> first = busy_balanced();  // a good first incumbent
+    for (int j = 0, a = 0; j < stages_; a += first[j++]) durations_[j] = durations(j, a, a + first[j]);
+    evaluate(first, Objective::Time);
+    search(0, 0, 0.0, 0.0, {}, 0.0, Objective::Time);
     if (out_of_budget_) unexplored = std::min(unexplored, root);
     if (config_best_ < kInf) {
       best = std::min(best, config_best_);
@@ -603,7 +756,7 @@ PlanSearchResult PlanSearch::run() {
     }
     for (const Config& config : configs) {
       prepare(config);
-      search(0, 0, 0.0, 0.0, 0.0, Objective::Memory);
+      search(0, 0, 0.0, 0.0, {}, 0.0, Objective::Memory);
     }
     result.leanest = lean_candidate_;
     result.leanest_proven = !out_of_budget_;
