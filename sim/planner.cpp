@@ -151,14 +151,18 @@ class PlanSearch {
   std::int64_t memory_bound(int j, int a, int b) const;
   double time_bound(int j, int a, int b, double arrive, double drain) const;
   StageDurations durations(int j, int a, int b) const;
-  double wait_bound(int j, int a, int b, const StageDurations& d, double arrive, double drain) const;
-  double waits(int j, const StageDurations& d, double trip_first, double trip_last) const;
+  struct Passes;
+  double wait_bound(int j, int a, int b, const StageDurations& d, const Passes& before) const;
+  struct Waits {
+    double idle = 0.0, tail = 0.0;
+  };
+  Waits waits(int j, const StageDurations& d, int q, double trip_first, double trip_q) const;
   double wait_cost(int j, int a, int b) const;
 
   // The passes that bound stage j (see wait_bound): micro-batch 0's exact arrival and the
   // exact way back of the micro-batch that ends each stage's programme.
   struct Passes {
-    double arrive = 0.0, drain = 0.0;
+    double arrive = 0.0, drain_full = 0.0, drain_last = 0.0;
   };
   void search(int j, int a, double arrive, double drain, Passes exact, double worst, Objective objective);
   void evaluate(const std::vector<int>& balance, Objective objective);
@@ -193,6 +197,7 @@ class PlanSearch {
   std::vector<double> after_speed_;               // fastest device after stage j
   std::vector<double> wait_before_;  // micro-batch 0's forward and the drain up to layer a
   std::vector<std::vector<double>> waits_;  // min-max of wait_cost() over suffixes
+  int followed_ = 0;  // the micro-batch whose way back wait_cost() follows
   std::vector<double> after_latency_;             // latencies of the links after stage j + 1
   double config_best_ = kInf;
   PlanCandidate config_best_candidate_;
@@ -274,8 +279,10 @@ void PlanSearch::prepare(const Config& config) {
     pass_first_[k] = pass_first_[k + 1] + (recompute_first ? f.forward_nograd_ms[k] : f.forward_ms[k]) + f.backward_ms[k];
     pass_last_[k] = pass_last_[k + 1] + (recompute_last ? l.forward_nograd_ms[k] : l.forward_ms[k]) + l.backward_ms[k];
   }
-  // GPipe's drain follows micro-batch 0, 1F1B's the last one.
-  const SizeCosts& drained = config.schedule == ScheduleKind::GPipe ? f : l;
+  // GPipe's drain follows micro-batch 0; 1F1B's the last one, or the last full-size one when
+  // tensor.chunk left a smaller last one (its drain is the longer).
+  followed_ = config.schedule == ScheduleKind::OneFOneB && last_differs && m >= 2 ? m - 2 : m - 1;
+  const SizeCosts& drained = config.schedule == ScheduleKind::OneFOneB && followed_ == m - 1 ? l : f;
   wait_before_.assign(layers_ + 1, 0.0);
   for (int k = 0; k < layers_; ++k) {
     wait_before_[k + 1] = wait_before_[k] +
@@ -511,78 +518,120 @@ StageDurations PlanSearch::durations(int j, int a, int b) const {
 }
 
 // A lower bound on the simulated iteration time of any plan whose stage j is [a, b), from the
-// stage's exact durations `d`, micro-batch 0's arrival at the stage (`arrive`) and the way back
-// from the stage to stage 0 of the micro-batch that ends every programme (`drain`: GPipe's 0,
-// 1F1B's last). Stage j runs from its first forward to its last backward, busy all along but
-// for the waits of its programme. A backward of micro-batch i waits for i's round trip through
+// stage's exact durations `d` and the exact passes through the stages before it (`before`):
+// micro-batch 0's arrival and the ways back to stage 0 of a full-size and of the last
+// micro-batch. Stage j runs from its first forward to its backward of a micro-batch q, busy all
+// along but for the waits of its programme, and q's gradient must then go back to stage 0
+// (GPipe: q = 0, its last backward; 1F1B: q = M - 1, and with a smaller last micro-batch also
+// the last full-size one, M - 2). A backward of micro-batch i waits for i's round trip through
 // the later stages (each of its forwards and backwards, at the fastest speed there, the
 // latencies of their links, and the two copies across this boundary), during which the stage
 // can only run what its programme puts in between:
 //   GPipe: between the last forward and the first backward (of M - 1), that one's recompute;
-//   1F1B (w = min(M, K - j) warm-up forwards): between 0's forward and 0's backward, forwards
-//   1..w-1 and 0's recompute; between M-1's forward and backward, backwards M-w..M-2 with
-//   their recomputes and M-1's recompute. When w < M the two intervals do not overlap (0's
-//   backward comes before M-1's forward), so both waits count.
-double PlanSearch::wait_bound(int j, int a, int b, const StageDurations& d, double arrive,
-                              double drain) const {
-  if (j + 1 == stages_) return arrive + busy(j, a, b) + drain;
+//   1F1B (w = min(M, K - j) warm-up forwards): between 0's forward and backward, forwards
+//   1..w-1 and 0's recompute; between q's forward and backward, backwards q-w+1..q-1 with
+//   their recomputes, q's recompute and forwards q+1..q+w-1. When q >= w the two intervals do
+//   not overlap (0's backward comes before q's forward), so both waits count.
+double PlanSearch::wait_bound(int j, int a, int b, const StageDurations& d, const Passes& before) const {
+  if (j + 1 == stages_) {
+    const double own = before.arrive + busy(j, a, b);
+    if (config_->schedule == ScheduleKind::GPipe) return own + before.drain_full;
+    double bound = own + before.drain_last;
+    const int m = config_->micro_batches();
+    if (m >= 2 && config_->sizes.back() != config_->sizes.front()) {
+      bound = std::max(bound, own - waits(j, d, m - 2, 0.0, 0.0).tail + before.drain_full);
+    }
+    return bound;
+  }
   const double onward = 2.0 * overhead_ * (stages_ - 1 - j) + after_latency_[j];
   const double speed = after_speed_[j];
   const double trip_first = pass_first_[b] / speed + onward + 2.0 * copy(*first_size_, j, b);
   const double trip_last = pass_last_[b] / speed + onward + 2.0 * copy(*last_size_, j, b);
-  return arrive + busy(j, a, b) + waits(j, d, trip_first, trip_last) + drain;
+  const int m = config_->micro_batches();
+  const double own = before.arrive + busy(j, a, b);
+  if (config_->schedule == ScheduleKind::GPipe) {
+    return own + waits(j, d, m - 1, trip_first, trip_last).idle + before.drain_full;
+  }
+  const Waits last = waits(j, d, m - 1, trip_first, trip_last);
+  double bound = own + last.idle + before.drain_last;
+  if (m >= 2 && config_->sizes.back() != config_->sizes.front()) {
+    // Micro-batch M - 2 has the first size and mode (M - 2 and 0 are both recomputed or not).
+    const Waits full = waits(j, d, m - 2, trip_first, trip_first);
+    bound = std::max(bound, own - full.tail + full.idle + before.drain_full);
+  }
+  return bound;
 }
 
-// The least idle time of stage j between its first forward and its last backward, given the
-// round trips of micro-batch 0 and of the last one from the end of its forward to the start of
-// its backward.
-double PlanSearch::waits(int j, const StageDurations& d, double trip_first, double trip_last) const {
+// The least idle time of stage j between its first forward and its backward of micro-batch q
+// (GPipe: the first backward, q = M - 1), given the round trips of micro-batch 0 and of q from
+// the end of its forward to the start of its backward; and the work after that backward.
+PlanSearch::Waits PlanSearch::waits(int j, const StageDurations& d, int q, double trip_first,
+                                    double trip_q) const {
   const Config& c = *config_;
   const int m = c.micro_batches();
   const bool last_differs = c.sizes.back() != c.sizes.front();
   const int stop = recompute_stop(c);
-  // Sums of the stage's durations over micro-batches [p, q): forwards as run (no autograd when
+  // Sums of the stage's durations over micro-batches [p, r): forwards as run (no autograd when
   // recomputed), recomputes, backwards. Only micro-batch M - 1 may have the last size.
   struct Sums {
     double forward = 0.0, recompute = 0.0, backward = 0.0;
   };
-  auto sums = [&](int p, int q) {
+  auto sums = [&](int p, int r) {
     Sums out;
-    if (q <= p) return out;
-    const int last_in = last_differs && p <= m - 1 && m - 1 < q ? 1 : 0;
+    r = std::min(r, m);
+    p = std::max(p, 0);
+    if (r <= p) return out;
+    const int last_in = last_differs && p <= m - 1 && m - 1 < r ? 1 : 0;
     const int last_recomputed = last_in && m - 1 < stop ? 1 : 0;
-    const int recomputed = std::max(0, std::min(q, stop) - p) - last_recomputed;  // common size
-    const int plain = q - p - last_in - recomputed;
+    const int recomputed = std::max(0, std::min(r, stop) - p) - last_recomputed;  // common size
+    const int plain = r - p - last_in - recomputed;
     out.forward = plain * d.forward[0] + recomputed * d.forward_nograd[0] +
                   (last_in ? (last_recomputed ? d.forward_nograd[1] : d.forward[1]) : 0.0);
     out.recompute = recomputed * d.forward[0] + (last_recomputed ? d.forward[1] : 0.0);
-    out.backward = (q - p - last_in) * d.backward[0] + (last_in ? d.backward[1] : 0.0);
+    out.backward = (r - p - last_in) * d.backward[0] + (last_in ? d.backward[1] : 0.0);
     return out;
   };
-  const double recompute_last = sums(m - 1, m).recompute;
-  if (c.schedule == ScheduleKind::GPipe) return std::max(0.0, trip_last - recompute_last);
+  Waits out;
+  if (c.schedule == ScheduleKind::GPipe) {
+    out.idle = std::max(0.0, trip_q - sums(m - 1, m).recompute);
+    return out;
+  }
   const int warmup = std::min(m, stages_ - j);
+  const Sums after = sums(q + 1, m);
+  out.tail = after.backward + after.recompute + sums(q + warmup, m).forward;
   const double fill_first = sums(1, warmup).forward + sums(0, 1).recompute;
-  const Sums cooldown = sums(m - warmup, m - 1);
-  const double fill_last = cooldown.backward + cooldown.recompute + recompute_last;
   const double wait_first = std::max(0.0, trip_first - fill_first);
-  const double wait_last = std::max(0.0, trip_last - fill_last);
-  return warmup < m ? wait_first + wait_last : std::max(wait_first, wait_last);
+  if (q == 0) {
+    out.idle = wait_first;
+    return out;
+  }
+  const Sums cooldown = sums(q - warmup + 1, q);
+  const double fill_q = cooldown.backward + cooldown.recompute + sums(q, q + 1).recompute +
+                        sums(q + 1, q + warmup).forward;
+  const double wait_q = std::max(0.0, trip_q - fill_q);
+  out.idle = q >= warmup ? wait_first + wait_q : std::max(wait_first, wait_q);
+  return out;
 }
 
-// wait_bound() for the dynamic programme over suffixes: the passes before the stage counted
-// from layer 0 at the fastest speed (the search swaps the part before its placed stages for the
-// exact one), the round trips at the fastest speed and without the copies across the boundary.
-// It grows with b and shrinks as a grows, as the programme needs: per layer, the stage's work
-// holds micro-batch 0's forward, the drained micro-batch's backward, both round trips' forward
-// and backward and every task the waits subtract, each at most once, at a speed no faster than
-// the fastest; and the copies, which need not grow with b, are left out.
+// wait_bound() for the dynamic programme over suffixes, following q = followed_: the passes
+// before the stage counted from layer 0 at the fastest speed (the search swaps the part before
+// its placed stages for the exact one), the round trips at the fastest speed and without the
+// copies across the boundary. It grows with b and shrinks as a grows, as the programme needs:
+// per layer, the stage's work before q's backward holds micro-batch 0's forward, q's backward,
+// both round trips' forward and backward and every task the waits subtract, each at most once,
+// at a speed no faster than the fastest; and the copies, which need not grow with b, are left
+// out.
 double PlanSearch::wait_cost(int j, int a, int b) const {
   const double own = wait_before_[a] + busy(j, a, b);
-  if (j + 1 == stages_) return own;
+  const StageDurations d = durations(j, a, b);
   const double onward = 2.0 * overhead_ * (stages_ - 1 - j) + after_latency_[j];
-  return own + waits(j, durations(j, a, b), pass_first_[b] / max_speed_ + onward,
-                     pass_last_[b] / max_speed_ + onward);
+  const bool last = j + 1 == stages_;
+  const double trip_first = last ? 0.0 : pass_first_[b] / max_speed_ + onward;
+  const double trip_q = followed_ == config_->micro_batches() - 1
+                            ? (last ? 0.0 : pass_last_[b] / max_speed_ + onward)
+                            : trip_first;
+  const Waits w = waits(j, d, followed_, trip_first, trip_q);
+  return own - w.tail + (last ? 0.0 : w.idle);
 }
 
 void PlanSearch::evaluate(const std::vector<int>& balance, Objective objective) {
@@ -669,7 +718,7 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
     double bound = std::max(worst, time_bound(j, a, b, arrive, drain));
     if (bound >= limit) continue;
     const StageDurations d = durations(j, a, b);
-    bound = std::max(bound, wait_bound(j, a, b, d, exact.arrive, exact.drain));
+    bound = std::max(bound, wait_bound(j, a, b, d, exact));
     if (bound >= limit) continue;
     balance_[j] = b - a;
     durations_[j] = d;
@@ -686,11 +735,15 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
     if (rest >= limit) continue;
     // Micro-batch 0 goes on as it runs here; the drain follows GPipe's micro-batch 0 and
     // 1F1B's last one.
-    const int slot = config_->schedule == ScheduleKind::GPipe || config_->sizes.back() == config_->sizes.front() ? 0 : 1;
     Passes onward;
     onward.arrive = exact.arrive + (config_->recomputed(0) ? d.forward_nograd[0] : d.forward[0]) + d.activation_copy[0];
-    onward.drain = exact.drain + d.backward[slot] + d.activation_copy[slot];  // same bytes either way
-    if (onward.arrive + onward.drain - wait_before_[b] + waits_[remaining][b] >= limit) continue;
+    // The gradient copy back over this boundary carries as many bytes as the activation.
+    onward.drain_full = exact.drain_full + d.backward[0] + d.activation_copy[0];
+    onward.drain_last = exact.drain_last + d.backward[1] + d.activation_copy[1];
+    const double drain = followed_ == config_->micro_batches() - 1 && config_->schedule == ScheduleKind::OneFOneB
+                             ? onward.drain_last
+                             : onward.drain_full;
+    if (onward.arrive + drain - wait_before_[b] + waits_[remaining][b] >= limit) continue;
     search(j + 1, b, next_arrive, next_drain, onward, bound, objective);
   }
 }
