@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <limits>
 #include <numeric>
 
@@ -165,6 +163,7 @@ class PlanSearch {
     double arrive = 0.0, drain_full = 0.0, drain_last = 0.0;
   };
   void search(int j, int a, double arrive, double drain, Passes exact, double worst, Objective objective);
+  int first_open_end(int j, int a, double arrive, double drain, const Passes& exact) const;
   void evaluate(const std::vector<int>& balance, Objective objective);
   double threshold(Objective objective) const {
     return objective == Objective::Time ? std::min(config_best_, ranking_threshold_) : lean_best_;
@@ -528,6 +527,8 @@ StageDurations PlanSearch::durations(int j, int a, int b) const {
 // latencies of their links, and the two copies across this boundary), during which the stage
 // can only run what its programme puts in between:
 //   GPipe: between the last forward and the first backward (of M - 1), that one's recompute;
+//   with a smaller last micro-batch also M - 2's wait, filled by M - 1's forward, recompute and
+//   backward and M - 2's recompute;
 //   1F1B (w = min(M, K - j) warm-up forwards): between 0's forward and backward, forwards
 //   1..w-1 and 0's recompute; between q's forward and backward, backwards q-w+1..q-1 with
 //   their recomputes, q's recompute and forwards q+1..q+w-1. When q >= w the two intervals do
@@ -593,7 +594,15 @@ PlanSearch::Waits PlanSearch::waits(int j, const StageDurations& d, int q, doubl
   };
   Waits out;
   if (c.schedule == ScheduleKind::GPipe) {
-    out.idle = std::max(0.0, trip_q - sums(m - 1, m).recompute);
+    const Sums last = sums(m - 1, m);
+    out.idle = std::max(0.0, trip_q - last.recompute);
+    if (last_differs && m >= 3) {
+      // The smaller last micro-batch comes back sooner; the full-size one before it (whose trip
+      // is micro-batch 0's) may come later, with only the last one's work to fill its wait. (M
+      // >= 3 keeps it apart from micro-batch 0's forward and backward for the suffix table.)
+      const double fill = last.forward + last.recompute + last.backward + sums(m - 2, m - 1).recompute;
+      out.idle = std::max(out.idle, trip_first - fill);
+    }
     return out;
   }
   const int warmup = std::min(m, stages_ - j);
@@ -687,6 +696,33 @@ void PlanSearch::evaluate(const std::vector<int>& balance, Objective objective) 
 
 // Depth-first over stage j's last layer. `arrive`/`drain`: micro-batch passes through the
 // stages already placed (see time_bound); `worst`: the largest bound of those stages.
+// The least end b of stage j that the bounds on the later stages do not rule out. Each of those
+// bounds is at least its value with the passes through stage j left out, and that value only
+// falls as b grows (the tables are over shorter suffixes), so binary search finds where it
+// drops below the threshold; ends before it need not be examined one by one.
+int PlanSearch::first_open_end(int j, int a, double arrive, double drain, const Passes& exact) const {
+  const int remaining = stages_ - 1 - j;
+  const double limit = threshold(Objective::Time);
+  const bool follow_last = followed_ == config_->micro_batches() - 1 && config_->schedule == ScheduleKind::OneFOneB;
+  const double exact_drain = follow_last ? exact.drain_last : exact.drain_full;
+  auto open = [&](int b) {
+    return arrive + suffix_[remaining][b] < limit &&
+           arrive + drain - before_[a] + chained_[remaining][b] < limit &&
+           exact.arrive + exact_drain - wait_before_[a] + waits_[remaining][b] < limit;
+  };
+  int lo = a + 1, hi = layers_ - remaining;
+  if (!open(hi)) return hi + 1;
+  while (lo < hi) {
+    const int mid = lo + (hi - lo) / 2;
+    if (open(mid)) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return lo;
+}
+
 void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact, double worst,
                         Objective objective) {
   if (out_of_budget_) return;
@@ -694,7 +730,9 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
   const int remaining = stages_ - 1 - j;
   const int b_end = last ? layers_ : layers_ - remaining;
   const SizeCosts& drain_size = *first_size_;  // the micro-batch q of prepare()
-  for (int b = last ? layers_ : a + 1; b <= b_end; ++b) {
+  int b_start = last ? layers_ : a + 1;
+  if (!last && objective == Objective::Time) b_start = first_open_end(j, a, arrive, drain, exact);
+  for (int b = b_start; b <= b_end; ++b) {
     ++stats_.nodes;
     if (++stats_.steps > options_.search_budget) {
       out_of_budget_ = true;
@@ -744,6 +782,16 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
                              ? onward.drain_last
                              : onward.drain_full;
     if (onward.arrive + drain - wait_before_[b] + waits_[remaining][b] >= limit) continue;
+    {
+      // The stages placed so far exactly, the later ones as round trips (see run_prefix).
+      const double onward_tasks = 2.0 * overhead_ * (stages_ - 1 - j) + after_latency_[j];
+      const double trip_first = pass_first_[b] / after_speed_[j] + onward_tasks + 2.0 * copy(*first_size_, j, b);
+      const double trip_last = pass_last_[b] / after_speed_[j] + onward_tasks + 2.0 * copy(*last_size_, j, b);
+      ++stats_.prefix_sweeps;
+      stats_.steps += 1 + sweep_->prefix_task_count(j) / kSweepTasksPerStep;
+      bound = std::max(bound, sweep_->run_prefix(durations_, j, trip_first, trip_last));
+      if (bound >= limit) continue;
+    }
     search(j + 1, b, next_arrive, next_drain, onward, bound, objective);
   }
 }
@@ -782,7 +830,6 @@ PlanSearchResult PlanSearch::run() {
       ++stats_.configurations_skipped;
       continue;
     }
-    if (std::getenv("PT_DEBUG")) fprintf(stderr, "cfg x%d %d %d lb=%.3f suffix=%.3f chained=%.3f waits=%.3f steps=%lu\n", config.chunks, (int)config.checkpoint, (int)config.schedule, config.lower_bound, suffix_[stages_][0], chained_[stages_][0], waits_[stages_][0], (unsigned long)stats_.steps);
     config_best_ = kInf;
     const std::vector<int> first = busy_balanced();  // a good first incumbent
     for (int j = 0, a = 0; j < stages_; a += first[j++]) durations_[j] = durations(j, a, a + first[j]);

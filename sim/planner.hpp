@@ -65,6 +65,7 @@ struct PlannerStats {
   std::uint64_t nodes = 0;                ///< partial balances examined
   std::uint64_t simulations = 0;         ///< full simulations (a new best plan's memory)
   std::uint64_t sweeps = 0;              ///< leaves timed by IterationSweep
+  std::uint64_t prefix_sweeps = 0;       ///< partial balances bounded by a sweep of their stages
   std::uint64_t steps = 0;                ///< nodes + simulated tasks, against search_budget
   bool proven = true;  ///< the best plan is optimal under the simulator (the search finished)
   /// No fitting plan is faster than this: the best plan's time when proven, else the least

@@ -40,6 +40,12 @@ IterationSweep::IterationSweep(ScheduleKind schedule, CheckpointMode checkpoint,
     if ((step.kind == 0 && a.stage + 1 < stages) || (step.kind == 2 && a.stage > 0)) ++task_count_;
   }
   task_count_ += order_.size();
+  prefix_order_.resize(stages);
+  for (int last = 0; last + 1 < stages; ++last) {
+    for (const Step& step : order_) {
+      if (step.stage <= last) prefix_order_[last].push_back(step);
+    }
+  }
   const std::size_t cells = static_cast<std::size_t>(stages) * micro_batches;
   activation_at_.assign(cells, 0.0);
   gradient_at_.assign(cells, 0.0);
@@ -49,12 +55,23 @@ IterationSweep::IterationSweep(ScheduleKind schedule, CheckpointMode checkpoint,
 }
 
 double IterationSweep::run(std::span<const StageDurations> stages) const {
+  return sweep(order_, stages, stages_ - 1, 0.0, 0.0);
+}
+
+double IterationSweep::run_prefix(std::span<const StageDurations> stages, int last,
+                                  double trip_full, double trip_last) const {
+  return sweep(last + 1 == stages_ ? order_ : prefix_order_[last], stages, last, trip_full, trip_last);
+}
+
+double IterationSweep::sweep(const std::vector<Step>& order, std::span<const StageDurations> stages,
+                             int last_stage, double trip_full, double trip_last) const {
   std::fill(stage_free_.begin(), stage_free_.end(), 0.0);
   std::fill(activation_channel_free_.begin(), activation_channel_free_.end(), 0.0);
   std::fill(gradient_channel_free_.begin(), gradient_channel_free_.end(), 0.0);
-  const int m = micro_batches_, last_stage = stages_ - 1;
+  const int m = micro_batches_;
+  const std::array<double, 2> trip{trip_full, trip_last};
   double makespan = 0.0;
-  for (const Step& step : order_) {
+  for (const Step& step : order) {
     const int s = step.stage, i = step.micro_batch;
     const StageDurations& d = stages[s];
     double& free = stage_free_[s];
@@ -70,6 +87,9 @@ double IterationSweep::run(std::span<const StageDurations> stages) const {
           channel = copy_start + d.activation_copy[step.slot];
           activation_at_[cell + m] = channel;
           makespan = std::max(makespan, channel);
+        } else if (s + 1 < stages_) {
+          // The round trip through the stages left out, as early as it can be back.
+          gradient_at_[cell] = free + trip[i == m - 1 ? 1 : 0];
         }
         break;
       }
@@ -77,7 +97,7 @@ double IterationSweep::run(std::span<const StageDurations> stages) const {
         free += d.forward[step.slot];
         break;
       default: {  // backward: needs the next stage's gradient
-        const double start = s < last_stage ? std::max(free, gradient_at_[cell]) : free;
+        const double start = s < stages_ - 1 ? std::max(free, gradient_at_[cell]) : free;
         free = start + d.backward[step.slot];
         if (s > 0) {
           double& channel = gradient_channel_free_[s];

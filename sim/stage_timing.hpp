@@ -47,8 +47,20 @@ class IterationSweep {
 
   /// The simulated iteration time (makespan) of a plan whose stage j takes stages[j].
   double run(std::span<const StageDurations> stages) const;
+  /// A lower bound on run() for every plan whose stages 0..last are stages[0..last]: the same
+  /// sweep over those stages alone, with stage `last`'s backward of a micro-batch waiting only
+  /// for that micro-batch's round trip through the later stages, at least `trip_last` (the last
+  /// micro-batch) or `trip_full` (any other) after its forward there. Leaving out
+  /// the later stages' tasks only removes constraints, so the times can only be earlier. With
+  /// last = K - 1 (trips 0) it equals run().
+  double run_prefix(std::span<const StageDurations> stages, int last, double trip_full,
+                    double trip_last) const;
   /// Tasks (compute and copies) one run() covers.
   std::size_t task_count() const { return task_count_; }
+  /// Compute tasks one run_prefix(…, last, …) covers.
+  std::size_t prefix_task_count(int last) const {
+    return last + 1 == stages_ ? order_.size() : prefix_order_[last].size();
+  }
 
  private:
   struct Step {
@@ -59,6 +71,9 @@ class IterationSweep {
     int micro_batch;
   };
   std::vector<Step> order_;
+  double sweep(const std::vector<Step>& order, std::span<const StageDurations> stages, int last_stage,
+               double trip_full, double trip_last) const;
+  std::vector<std::vector<Step>> prefix_order_;  // [last]: order_ restricted to stages 0..last
   int stages_, micro_batches_;
   std::size_t task_count_ = 0;
   mutable std::vector<double> activation_at_, gradient_at_;  // [stage * M + i]: input arrived
