@@ -287,8 +287,6 @@ void PlanSearch::prepare(const Config& config) {
     wait_before_[k + 1] = wait_before_[k] +
                           ((recompute_first ? f.forward_nograd_ms[k] : f.forward_ms[k]) + drained.backward_ms[k]) / max_speed_;
   }
-  sweep_ = std::make_unique<IterationSweep>(config.schedule, config.checkpoint, stages_, m, last_differs);
-  durations_.assign(stages_, StageDurations{});
 
   // One micro-batch's pass through layers at the fastest device's speed. Before a stage: its
   // first forward waits for micro-batch 0's forwards, and after its backward of a full-size
@@ -382,9 +380,17 @@ double PlanSearch::greedy_bound(Cost cost) const {
   auto fits = [&](double limit) {
     int a = 0;
     for (int j = 0; j < stages_ && a < layers_; ++j) {
-      int b = a;
-      while (b < layers_ && cost(j, a, b + 1) <= limit) ++b;
-      a = b;
+      // The furthest end that fits (cost grows with it): binary search.
+      int lo = a, hi = layers_;
+      while (lo < hi) {
+        const int mid = lo + (hi - lo + 1) / 2;
+        if (cost(j, a, mid) <= limit) {
+          lo = mid;
+        } else {
+          hi = mid - 1;
+        }
+      }
+      a = lo;
     }
     return a == layers_;
   };
@@ -831,6 +837,9 @@ PlanSearchResult PlanSearch::run() {
       continue;
     }
     config_best_ = kInf;
+    sweep_ = std::make_unique<IterationSweep>(config.schedule, config.checkpoint, stages_, config.micro_batches(),
+                                              config.sizes.back() != config.sizes.front());
+    durations_.assign(stages_, StageDurations{});
     const std::vector<int> first = busy_balanced();  // a good first incumbent
     for (int j = 0, a = 0; j < stages_; a += first[j++]) durations_[j] = durations(j, a, a + first[j]);
     evaluate(first, Objective::Time);

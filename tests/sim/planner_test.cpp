@@ -8,6 +8,7 @@
 #include <map>
 #include <random>
 
+#include "bench/synthetic_profile.hpp"
 #include "sim/planner.hpp"
 #include "sim/simulator.hpp"
 #include "tests/sim/fixtures.hpp"
@@ -68,8 +69,8 @@ BruteForce brute_force(const Profile& profile, const Hardware& hw) {
 TEST(Planner, EqualsBruteForceOnRandomInstances) {
   std::mt19937 rng(2024);
   int with_caps = 0, infeasible = 0;
-  for (int trial = 0; trial < 36; ++trial) {
-    const int layers = 2 + static_cast<int>(rng() % 11);             // 2..12
+  for (int trial = 0; trial < 48; ++trial) {
+    const int layers = 2 + static_cast<int>(rng() % 13);             // 2..14
     const int stages = 1 + static_cast<int>(rng() % std::min(layers, 4));  // 1..4
     const std::int64_t batch = 1 + rng() % 8;
     const Profile profile = testing::random_profile(rng, layers, batch);
@@ -204,6 +205,56 @@ TEST(Planner, UniformLayersAreSolvedWithoutSearching) {
   EXPECT_EQ(result.ranked.front().plan.balance, std::vector<int>(8, 8));
   EXPECT_LT(result.stats.simulations, 200u);
   EXPECT_TRUE(result.stats.proven);
+}
+
+// The case of issue 15: bench's 1,000-layer synthetic profile on 16 devices. The best 1F1B plan
+// at 26 chunks simulates to 1924.672409 ms ([62,63,63,63,63,62,63,63,62,63,62,63,62,62,62,62]
+// and others of the same time); the search must reach it and prove that nothing beats it.
+TEST(Planner, ThousandLayersOnSixteenDevicesIsProven) {
+  const Profile profile = bench::synthetic_profile(1000, 256);
+  Hardware hw = replicate_device(profile.device, 16);
+  hw.link.bandwidth_bytes_per_s = 1e10;
+  hw.link.latency_ms = 0.01;
+  PlannerOptions options;
+  options.top = 1;
+  options.chunks = {26};
+  options.checkpoints = {CheckpointMode::Never};
+  options.schedules = {ScheduleKind::OneFOneB};
+  options.search_budget = 100'000'000;
+  const auto result = find_best_plans(profile, hw, options);
+  ASSERT_FALSE(result.ranked.empty());
+  EXPECT_TRUE(result.stats.proven);
+  EXPECT_LE(result.ranked.front().iteration_ms, 1924.672409);
+  // The simulator agrees with the time the sweep gave the search.
+  const auto simulated = Simulator(profile, hw).run(result.ranked.front().plan);
+  EXPECT_EQ(simulated.iteration_ms, result.ranked.front().iteration_ms);
+}
+
+// Equal blocks with costs linear in the micro-batch size and free copies, at the issue's scale
+// (1,024 layers, so that 16 equal stages of 64 exist): with M equal micro-batches of B / M
+// samples both schedules take (M + K - 1)(B / M)(f + b) per stage, least at M = B, i.e.
+// (B + K - 1)(f + b) with f, b one sample's costs; the planner must find it among every chunk
+// count, checkpoint mode and schedule, and prove it.
+TEST(Planner, EqualBlocksAtScaleReachTheKnownOptimum) {
+  const int layers = 1024, stages = 16;
+  const std::int64_t batch = 32;
+  std::vector<testing::LayerSpec> specs(layers, testing::LayerSpec{0.01, 0.02, 0, 0, 0, 0});
+  Profile profile = testing::make_profile(specs, batch);
+  for (auto& l : profile.layers) {
+    for (std::size_t k = 0; k < profile.micro_batch_sizes.size(); ++k) {
+      l.forward_ms[k] *= static_cast<double>(profile.micro_batch_sizes[k]);
+      l.backward_ms[k] *= static_cast<double>(profile.micro_batch_sizes[k]);
+    }
+  }
+  PlannerOptions options;
+  options.top = 1;
+  const auto result = find_best_plans(profile, replicate_device(profile.device, stages), options);
+  ASSERT_FALSE(result.ranked.empty());
+  EXPECT_TRUE(result.stats.proven);
+  // Per stage and sample: 64 layers x (0.01 + 0.02) ms.
+  const double per_stage = 64 * 0.03;
+  EXPECT_NEAR(result.ranked.front().iteration_ms, (batch + stages - 1) * per_stage, 1e-9);
+  EXPECT_EQ(result.ranked.front().plan.balance, std::vector<int>(stages, 64));
 }
 
 }  // namespace

@@ -61,6 +61,30 @@ TEST(IterationSweep, EqualsTheSimulatorOnRandomInstances) {
         SCOPED_TRACE(describe_plan(plan));
         EXPECT_EQ(sweep.run(durations), r.iteration_ms);
         EXPECT_EQ(sweep.task_count(), r.task_count);
+        // Each prefix, with the later stages as their shortest round trip (every forward and
+        // backward of one micro-batch and the copies between), is a lower bound; the whole
+        // pipeline is the plan itself.
+        const int m = static_cast<int>(sizes.size());
+        for (int last = 0; last < stages; ++last) {
+          double trip_full = 0.0, trip_last = 0.0;
+          for (int k = last; k + 1 < stages; ++k) {
+            const auto& d = durations[k];
+            const auto& next = durations[k + 1];
+            const bool full_nograd = is_checkpointed(checkpoint, 0, m) && m > 1;
+            const bool last_nograd = is_checkpointed(checkpoint, m - 1, m);
+            const int slot = sizes.back() != sizes.front() ? 1 : 0;
+            trip_full += 2 * d.activation_copy[0] + (full_nograd ? next.forward_nograd[0] : next.forward[0]) +
+                         next.backward[0];
+            trip_last += 2 * d.activation_copy[slot] +
+                         (last_nograd ? next.forward_nograd[slot] : next.forward[slot]) + next.backward[slot];
+          }
+          const double bound = sweep.run_prefix(durations, last, trip_full, trip_last);
+          if (last + 1 == stages) {
+            EXPECT_EQ(bound, r.iteration_ms);
+          } else {
+            EXPECT_LE(bound, r.iteration_ms * (1 + 1e-12)) << "stages 0.." << last;
+          }
+        }
         ++compared;
       }
     }
