@@ -146,7 +146,9 @@ class PlanSearch {
   double greedy_bound(Cost cost) const;
   void build_suffix_tables();
   std::vector<int> busy_balanced() const;
-  std::int64_t memory_bound(int j, int a, int b) const;
+  /// nested: without the received input and the sent output, whose sizes depend on where the
+  /// stage starts and ends, so that the bound only grows as the stage grows at either end.
+  std::int64_t memory_bound(int j, int a, int b, bool nested = false) const;
   double time_bound(int j, int a, int b, double arrive, double drain) const;
   StageDurations durations(int j, int a, int b) const;
   struct Passes;
@@ -442,7 +444,12 @@ void PlanSearch::build_suffix_tables() {
   min_max_suffix(stages_, layers_, suffix_, [this](int j, int a, int b) { return busy(j, a, b); });
   min_max_suffix(stages_, layers_, chained_,
                  [this](int j, int a, int b) { return chained_cost(j, a, b); });
-  min_max_suffix(stages_, layers_, waits_, [this](int j, int a, int b) { return wait_cost(j, a, b); });
+  // A stage that cannot fit its device is ruled out here too (infinitely slow): the nested memory
+  // bound only grows with the stage, so the table keeps the monotony its search needs.
+  min_max_suffix(stages_, layers_, waits_, [this](int j, int a, int b) {
+    if (capacity_[j] > 0 && memory_bound(j, a, b, true) > capacity_[j]) return kInf;
+    return wait_cost(j, a, b);
+  });
 }
 
 // The balance with the least busiest stage, read off the suffix table.
@@ -469,7 +476,7 @@ std::vector<int> PlanSearch::busy_balanced() const {
 // first backward starts (parameters, optimizer state, the batch on stage 0, activations of the
 // micro-batches in flight, their received inputs, the received gradient), and at the end of the
 // iteration (plus the parameter gradients).
-std::int64_t PlanSearch::memory_bound(int j, int a, int b) const {
+std::int64_t PlanSearch::memory_bound(int j, int a, int b, bool nested) const {
   const Config& c = *config_;
   const int m = c.micro_batches();
   const std::int64_t params = costs_.param_bytes(a, b);
@@ -496,6 +503,7 @@ std::int64_t PlanSearch::memory_bound(int j, int a, int b) const {
   if (first_backward < stop) {
     at_backward += first_backward == m - 1 ? l.kept_bytes(a, b) : f.kept_bytes(a, b);
   }
+  if (nested) return std::max(base + params, at_backward);
   if (j > 0) at_backward += sum(0, in_flight, f.stage_input_bytes(a), l.stage_input_bytes(a));
   if (j + 1 < stages_) {
     at_backward += first_backward == m - 1 ? l.output_bytes[b - 1] : f.output_bytes[b - 1];
