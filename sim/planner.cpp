@@ -166,6 +166,7 @@ class PlanSearch {
   };
   void search(int j, int a, double arrive, double drain, Passes exact, double worst, Objective objective);
   int first_open_end(int j, int a, double arrive, double drain, const Passes& exact) const;
+  double last_stage_fill(int j, int b, double offset, double limit) const;
   void evaluate(const std::vector<int>& balance, Objective objective);
   double threshold(Objective objective) const {
     return objective == Objective::Time ? std::min(config_best_, ranking_threshold_) : lean_best_;
@@ -714,6 +715,37 @@ void PlanSearch::evaluate(const std::vector<int>& balance, Objective objective) 
 // bounds is at least its value with the passes through stage j left out, and that value only
 // falls as b grows (the tables are over shorter suffixes), so binary search finds where it
 // drops below the threshold; ends before it need not be examined one by one.
+// GPipe: a full-size micro-batch i's round trip from stage j also waits, on the last stage, for
+// what its programme runs between i's forward and backward: at least the last micro-batch's
+// forward, recompute and backward and M - 2's recompute, over the last stage's layers. Those
+// layers are unknown before the last stage is placed, but include [c, L) for the largest start
+// c that the stages in between can reach while each stays below the threshold (`offset` turns
+// wait_cost into a bound given the placed stages): a greedy fill, exact for costs that grow
+// with a stage, gives it. Returns that work, or -1 when no completion stays below the threshold.
+double PlanSearch::last_stage_fill(int j, int b, double offset, double limit) const {
+  const int last = stages_ - 1;
+  int a = b;
+  for (int k = j + 1; k < last; ++k) {
+    int lo = a + 1, hi = layers_ - (last - k);
+    if (lo > hi || offset + wait_cost(k, a, lo) >= limit) return -1.0;
+    while (lo < hi) {
+      const int mid = lo + (hi - lo + 1) / 2;
+      if (offset + wait_cost(k, a, mid) < limit) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    a = lo;
+  }
+  const Config& c = *config_;
+  const int m = c.micro_batches();
+  const StageDurations d = durations(last, a, layers_);
+  const int slot = c.sizes.back() != c.sizes.front() ? 1 : 0;
+  return (c.recomputed(m - 1) ? d.forward_nograd[slot] + d.forward[slot] : d.forward[slot]) + d.backward[slot] +
+         (c.recomputed(m - 2) ? d.forward[0] : 0.0);
+}
+
 int PlanSearch::first_open_end(int j, int a, double arrive, double drain, const Passes& exact) const {
   const int remaining = stages_ - 1 - j;
   const double limit = threshold(Objective::Time);
@@ -799,8 +831,13 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
     {
       // The stages placed so far exactly, the later ones as round trips (see run_prefix).
       const double onward_tasks = 2.0 * overhead_ * (stages_ - 1 - j) + after_latency_[j];
-      const double trip_first = pass_first_[b] / after_speed_[j] + onward_tasks + 2.0 * copy(*first_size_, j, b);
+      double trip_first = pass_first_[b] / after_speed_[j] + onward_tasks + 2.0 * copy(*first_size_, j, b);
       const double trip_last = pass_last_[b] / after_speed_[j] + onward_tasks + 2.0 * copy(*last_size_, j, b);
+      if (config_->schedule == ScheduleKind::GPipe && config_->micro_batches() >= 2) {
+        const double fill = last_stage_fill(j, b, onward.arrive + drain - wait_before_[b], limit);
+        if (fill < 0.0) continue;  // no completion can beat the threshold
+        trip_first += fill;
+      }
       ++stats_.prefix_sweeps;
       stats_.steps += 1 + sweep_->prefix_task_count(j) / kSweepTasksPerStep;
       bound = std::max(bound, sweep_->run_prefix(durations_, j, trip_first, trip_last));
