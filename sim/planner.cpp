@@ -834,6 +834,7 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
       double trip_first = pass_first_[b] / after_speed_[j] + onward_tasks + 2.0 * copy(*first_size_, j, b);
       const double trip_last = pass_last_[b] / after_speed_[j] + onward_tasks + 2.0 * copy(*last_size_, j, b);
       if (config_->schedule == ScheduleKind::GPipe && config_->micro_batches() >= 2) {
+        stats_.steps += static_cast<std::uint64_t>(std::max(0, stages_ - 2 - j));  // its greedy fill
         const double fill = last_stage_fill(j, b, onward.arrive + drain - wait_before_[b], limit);
         if (fill < 0.0) continue;  // no completion can beat the threshold
         trip_first += fill;
