@@ -169,6 +169,25 @@ void BM_PlanLognormal1000Layers16Devices(benchmark::State& state) {
 }
 BENCHMARK(BM_PlanLognormal1000Layers16Devices)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Iterations(1);
 
+// Unequal devices: the synthetic 1,000-layer profile on 16 devices of speeds 1.5, 1, 0.75, 1
+// repeated, so that the best balance is far from equal layer counts.
+void BM_PlanHeterogeneous1000Layers16Devices(benchmark::State& state) {
+  const Profile profile = synthetic_profile(1000, 256);
+  Hardware hw = replicate_device(profile.device, 16);
+  for (int i = 0; i < 16; ++i) hw.devices[i].speed = i % 4 == 0 ? 1.5 : i % 4 == 2 ? 0.75 : 1.0;
+  hw.link.bandwidth_bytes_per_s = 1e10;
+  hw.link.latency_ms = 0.01;
+  PlannerOptions options;
+  options.top = 1;
+  PlanSearchResult result;
+  for (auto _ : state) {
+    result = find_best_plans(profile, hw, options);
+    benchmark::DoNotOptimize(result.ranked.data());
+  }
+  report_search(state, result);
+}
+BENCHMARK(BM_PlanHeterogeneous1000Layers16Devices)->Unit(benchmark::kMillisecond)->Iterations(1);
+
 // How the search scales: the synthetic profile, range(0) layers on range(1) devices, every
 // chunk count, checkpoint mode and schedule, the default budget.
 void BM_PlanScaling(benchmark::State& state) {
