@@ -16,9 +16,12 @@ StageDurations stage_durations(const SizeCosts& common, const SizeCosts& last, i
     d.forward[slot] = c.forward_ms_sum(first, end) / speed + overhead_ms;
     d.forward_nograd[slot] = c.forward_nograd_ms_sum(first, end) / speed + overhead_ms;
     d.backward[slot] = c.backward_ms_sum(first, end) / speed + overhead_ms;
-    if (next_link) d.activation_copy[slot] = next_link->transfer_ms(static_cast<double>(c.output_bytes[end - 1]));
+    if (next_link)
+      d.activation_copy[slot] =
+          next_link->transfer_ms(static_cast<double>(c.output_bytes[end - 1]));
     if (previous_link) {
-      d.gradient_copy[slot] = previous_link->transfer_ms(static_cast<double>(c.stage_input_bytes(first)));
+      d.gradient_copy[slot] =
+          previous_link->transfer_ms(static_cast<double>(c.stage_input_bytes(first)));
     }
   }
   return d;
@@ -60,7 +63,8 @@ double IterationSweep::run(std::span<const StageDurations> stages) const {
 
 double IterationSweep::run_prefix(std::span<const StageDurations> stages, int last,
                                   double trip_full, double trip_last) const {
-  return sweep(last + 1 == stages_ ? order_ : prefix_order_[last], stages, last, trip_full, trip_last);
+  return sweep(last + 1 == stages_ ? order_ : prefix_order_[last], stages, last, trip_full,
+               trip_last);
 }
 
 double IterationSweep::sweep(const std::vector<Step>& order, std::span<const StageDurations> stages,

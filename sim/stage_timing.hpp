@@ -71,8 +71,8 @@ class IterationSweep {
     int micro_batch;
   };
   std::vector<Step> order_;
-  double sweep(const std::vector<Step>& order, std::span<const StageDurations> stages, int last_stage,
-               double trip_full, double trip_last) const;
+  double sweep(const std::vector<Step>& order, std::span<const StageDurations> stages,
+               int last_stage, double trip_full, double trip_last) const;
   std::vector<std::vector<Step>> prefix_order_;  // [last]: order_ restricted to stages 0..last
   int stages_, micro_batches_;
   std::size_t task_count_ = 0;

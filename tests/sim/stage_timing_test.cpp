@@ -44,8 +44,8 @@ TEST(IterationSweep, EqualsTheSimulatorOnRandomInstances) {
     const SizeCosts& last = costs.at(sizes.back());
     std::vector<StageDurations> durations;
     for (int j = 0; j < stages; ++j) {
-      durations.push_back(stage_durations(common, last, bounds[j], bounds[j + 1], hw.devices[j].speed,
-                                          hw.launch_overhead_ms,
+      durations.push_back(stage_durations(common, last, bounds[j], bounds[j + 1],
+                                          hw.devices[j].speed, hw.launch_overhead_ms,
                                           j + 1 < stages ? &hw.link_between(j, j + 1) : nullptr,
                                           j > 0 ? &hw.link_between(j, j - 1) : nullptr));
     }
@@ -73,10 +73,12 @@ TEST(IterationSweep, EqualsTheSimulatorOnRandomInstances) {
             const bool full_nograd = is_checkpointed(checkpoint, 0, m) && m > 1;
             const bool last_nograd = is_checkpointed(checkpoint, m - 1, m);
             const int slot = sizes.back() != sizes.front() ? 1 : 0;
-            trip_full += 2 * d.activation_copy[0] + (full_nograd ? next.forward_nograd[0] : next.forward[0]) +
+            trip_full += 2 * d.activation_copy[0] +
+                         (full_nograd ? next.forward_nograd[0] : next.forward[0]) +
                          next.backward[0];
             trip_last += 2 * d.activation_copy[slot] +
-                         (last_nograd ? next.forward_nograd[slot] : next.forward[slot]) + next.backward[slot];
+                         (last_nograd ? next.forward_nograd[slot] : next.forward[slot]) +
+                         next.backward[slot];
           }
           const double bound = sweep.run_prefix(durations, last, trip_full, trip_last);
           if (last + 1 == stages) {
