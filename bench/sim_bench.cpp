@@ -135,8 +135,84 @@ void BM_Plan1000Layers16Devices(benchmark::State& state) {
   state.counters["gap_percent"] = 100.0 * result.stats.gap();
   state.counters["simulations"] = static_cast<double>(result.stats.simulations);
   state.counters["configurations"] = static_cast<double>(result.stats.configurations);
+  state.counters["best_ms"] = result.stats.best_ms;
 }
 BENCHMARK(BM_Plan1000Layers16Devices)->Unit(benchmark::kMillisecond)->Iterations(2);
+
+void report_search(benchmark::State& state, const PlanSearchResult& result) {
+  state.counters["proven"] = result.stats.proven ? 1 : 0;
+  state.counters["gap_percent"] = 100.0 * result.stats.gap();
+  state.counters["nodes"] = static_cast<double>(result.stats.nodes);
+  state.counters["best_ms"] = result.stats.best_ms;
+}
+
+// Issue 15's second case: lognormal layer costs, random activation and parameter sizes, 16
+// devices on 20 GB/s links; with range(0) = 1, each device capped at 2.5 x its share of the
+// parameters, so that checkpointing and the chunk count matter.
+void BM_PlanLognormal1000Layers16Devices(benchmark::State& state) {
+  const Profile profile = lognormal_profile(1000, 256);
+  Hardware hw = replicate_device(profile.device, 16);
+  hw.link.bandwidth_bytes_per_s = 2e10;
+  if (state.range(0) == 1) {
+    std::int64_t params = 0;
+    for (const auto& l : profile.layers) params += l.param_bytes;
+    for (auto& d : hw.devices) d.memory_bytes = static_cast<std::int64_t>(2.5 * static_cast<double>(params) / 16);
+  }
+  PlannerOptions options;
+  options.top = 1;
+  PlanSearchResult result;
+  for (auto _ : state) {
+    result = find_best_plans(profile, hw, options);
+    benchmark::DoNotOptimize(result.ranked.data());
+  }
+  report_search(state, result);
+}
+BENCHMARK(BM_PlanLognormal1000Layers16Devices)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+// Unequal devices: the synthetic 1,000-layer profile on 16 devices of speeds 1.5, 1, 0.75, 1
+// repeated, so that the best balance is far from equal layer counts.
+void BM_PlanHeterogeneous1000Layers16Devices(benchmark::State& state) {
+  const Profile profile = synthetic_profile(1000, 256);
+  Hardware hw = replicate_device(profile.device, 16);
+  for (int i = 0; i < 16; ++i) hw.devices[i].speed = i % 4 == 0 ? 1.5 : i % 4 == 2 ? 0.75 : 1.0;
+  hw.link.bandwidth_bytes_per_s = 1e10;
+  hw.link.latency_ms = 0.01;
+  PlannerOptions options;
+  options.top = 1;
+  PlanSearchResult result;
+  for (auto _ : state) {
+    result = find_best_plans(profile, hw, options);
+    benchmark::DoNotOptimize(result.ranked.data());
+  }
+  report_search(state, result);
+}
+BENCHMARK(BM_PlanHeterogeneous1000Layers16Devices)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+// How the search scales: the synthetic profile, range(0) layers on range(1) devices, every
+// chunk count, checkpoint mode and schedule, the default budget.
+void BM_PlanScaling(benchmark::State& state) {
+  const Profile profile = synthetic_profile(static_cast<int>(state.range(0)), 256);
+  Hardware hw = replicate_device(profile.device, static_cast<int>(state.range(1)));
+  hw.link.bandwidth_bytes_per_s = 1e10;
+  hw.link.latency_ms = 0.01;
+  PlannerOptions options;
+  options.top = 1;
+  PlanSearchResult result;
+  for (auto _ : state) {
+    result = find_best_plans(profile, hw, options);
+    benchmark::DoNotOptimize(result.ranked.data());
+  }
+  report_search(state, result);
+}
+BENCHMARK(BM_PlanScaling)
+    ->Args({100, 16})
+    ->Args({300, 16})
+    ->Args({3000, 16})
+    ->Args({1000, 4})
+    ->Args({1000, 8})
+    ->Args({1000, 32})
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
 
 // A model the size users profile (48 blocks, 4 devices, batch 64): the search finishes.
 void BM_Plan48Layers4Devices(benchmark::State& state) {

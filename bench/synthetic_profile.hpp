@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <random>
 #include <string>
 
 #include "sim/profile.hpp"
@@ -31,6 +32,39 @@ inline Profile synthetic_profile(int layers, std::int64_t batch_size) {
       layer.backward_ms.push_back(2.0 * weight * (0.05 + 0.02 * std::pow(x, 0.9)));
       layer.output_bytes.push_back(static_cast<std::int64_t>(16384 * x));
       layer.saved_bytes.push_back(static_cast<std::int64_t>(32768 * weight * x));
+      layer.workspace_bytes.push_back(static_cast<std::int64_t>(8192 * x));
+    }
+    p.layers.push_back(std::move(layer));
+  }
+  return p;
+}
+
+/// Layers unlike each other: lognormal compute costs (a few layers several times the median),
+/// random activation, saved and parameter sizes; deterministic for a seed.
+inline Profile lognormal_profile(int layers, std::int64_t batch_size, unsigned seed = 15) {
+  std::mt19937 rng(seed);
+  std::lognormal_distribution<double> cost(0.0, 0.6);
+  std::uniform_real_distribution<double> unit(0.2, 2.0);
+  Profile p;
+  p.model = "lognormal-" + std::to_string(layers);
+  p.device = {"cpu", "synthetic", 0};
+  p.dtype = "float32";
+  p.batch_size = batch_size;
+  for (std::int64_t s = 1; s < batch_size; s *= 2) p.micro_batch_sizes.push_back(s);
+  p.micro_batch_sizes.push_back(batch_size);
+  for (auto s : p.micro_batch_sizes) p.input_bytes.push_back(4096 * s);
+  for (int l = 0; l < layers; ++l) {
+    LayerProfile layer;
+    layer.name = std::to_string(l);
+    const double weight = cost(rng);
+    const double output = unit(rng), saved = unit(rng);
+    layer.param_bytes = static_cast<std::int64_t>(4e6 * unit(rng));
+    for (auto s : p.micro_batch_sizes) {
+      const double x = static_cast<double>(s);
+      layer.forward_ms.push_back(weight * (0.05 + 0.02 * std::pow(x, 0.9)));
+      layer.backward_ms.push_back(2.0 * weight * (0.05 + 0.02 * std::pow(x, 0.9)));
+      layer.output_bytes.push_back(static_cast<std::int64_t>(16384 * output * x));
+      layer.saved_bytes.push_back(static_cast<std::int64_t>(32768 * saved * x));
       layer.workspace_bytes.push_back(static_cast<std::int64_t>(8192 * x));
     }
     p.layers.push_back(std::move(layer));

@@ -196,8 +196,9 @@ std::string peaks_text(const std::vector<std::int64_t>& peaks) {
 
 std::string search_summary(const PlannerStats& s, bool found) {
   std::string out = fmt::format(
-      "searched    {} configurations ({} ruled out by bounds), {} partial balances, {} simulations\n",
-      s.configurations, s.configurations_skipped, s.nodes, s.simulations);
+      "searched    {} configurations ({} ruled out by bounds), {} partial balances, {} plans timed, "
+      "{} simulated\n",
+      s.configurations, s.configurations_skipped, s.nodes, s.sweeps, s.simulations);
   if (!found) return out;
   if (s.proven) {
     out += "            the best plan is optimal under the model: no fitting plan is faster\n";

@@ -10,6 +10,7 @@
 #include "sim/cost_model.hpp"
 #include "sim/error.hpp"
 #include "sim/simulator.hpp"
+#include "sim/stage_timing.hpp"
 
 namespace pipetune {
 
@@ -26,6 +27,8 @@ std::int64_t PlanCandidate::max_peak_memory_bytes() const {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+// A sweep costs about as much per task as a node of the search per this many tasks.
+constexpr std::size_t kSweepTasksPerStep = 8;
 
 struct Config;
 int recompute_stop(const Config& config);
@@ -94,6 +97,13 @@ class PlanSearch {
       link_.push_back(j + 1 < stages_ ? &hardware.link_between(j, j + 1) : nullptr);
     }
     total_speed_ = std::accumulate(speed_.begin(), speed_.end(), 0.0);
+    after_speed_.assign(stages_, 0.0);
+    after_latency_.assign(stages_, 0.0);
+    for (int j = stages_ - 2; j >= 0; --j) {
+      after_speed_[j] = std::max(after_speed_[j + 1], speed_[j + 1]);
+      // Links after stage j + 1, each crossed by an activation and a gradient.
+      after_latency_[j] = j + 2 < stages_ ? after_latency_[j + 1] + 2.0 * link_[j + 1]->latency_ms : 0.0;
+    }
     max_speed_ = *std::max_element(speed_.begin(), speed_.end());
     input_bytes_ = costs_.at(profile.batch_size).input_bytes;
   }
@@ -136,10 +146,27 @@ class PlanSearch {
   double greedy_bound(Cost cost) const;
   void build_suffix_tables();
   std::vector<int> busy_balanced() const;
-  std::int64_t memory_bound(int j, int a, int b) const;
+  /// nested: without the received input and the sent output, whose sizes depend on where the
+  /// stage starts and ends, so that the bound only grows as the stage grows at either end.
+  std::int64_t memory_bound(int j, int a, int b, bool nested = false) const;
   double time_bound(int j, int a, int b, double arrive, double drain) const;
+  StageDurations durations(int j, int a, int b) const;
+  struct Passes;
+  double wait_bound(int j, int a, int b, const StageDurations& d, const Passes& before) const;
+  struct Waits {
+    double idle = 0.0, tail = 0.0;
+  };
+  Waits waits(int j, const StageDurations& d, int q, double trip_first, double trip_q) const;
+  double wait_cost(int j, int a, int b) const;
 
-  void search(int j, int a, double arrive, double drain, double worst, Objective objective);
+  // The passes that bound stage j (see wait_bound): micro-batch 0's exact arrival and the
+  // exact way back of the micro-batch that ends each stage's programme.
+  struct Passes {
+    double arrive = 0.0, drain_full = 0.0, drain_last = 0.0;
+  };
+  void search(int j, int a, double arrive, double drain, Passes exact, double worst, Objective objective);
+  int first_open_end(int j, int a, double arrive, double drain, const Passes& exact) const;
+  double last_stage_fill(int j, int b, double offset, double limit) const;
   void evaluate(const std::vector<int>& balance, Objective objective);
   double threshold(Objective objective) const {
     return objective == Objective::Time ? std::min(config_best_, ranking_threshold_) : lean_best_;
@@ -166,6 +193,14 @@ class PlanSearch {
   std::vector<double> before_, after_;     // one micro-batch's pass: prefix and suffix sums
   std::vector<std::vector<double>> suffix_, chained_;  // see build_suffix_tables()
   std::vector<int> balance_;
+  std::vector<StageDurations> durations_;         // of the stages placed, for the sweep
+  std::unique_ptr<IterationSweep> sweep_;         // leaves of this configuration
+  std::vector<double> pass_first_, pass_last_;    // suffix sums: see prepare()
+  std::vector<double> after_speed_;               // fastest device after stage j
+  std::vector<double> wait_before_;  // micro-batch 0's forward and the drain up to layer a
+  std::vector<std::vector<double>> waits_;  // min-max of wait_cost() over suffixes
+  int followed_ = 0;  // the micro-batch whose way back wait_cost() follows
+  std::vector<double> after_latency_;             // latencies of the links after stage j + 1
   double config_best_ = kInf;
   PlanCandidate config_best_candidate_;
   double ranking_threshold_ = kInf;
@@ -236,6 +271,25 @@ void PlanSearch::prepare(const Config& config) {
                    n_last * (l.forward_ms[k] + l.backward_ms[k]) + r_last * l.forward_nograd_ms[k];
   }
   tasks_per_stage_ = 2 * m + stop;
+
+  // Micro-batch 0's and the last micro-batch's forward (without autograd when recomputed) and
+  // backward through layers [b, L): the round trips that wait_bound() follows.
+  const bool recompute_last = config.recomputed(m - 1), recompute_first = config.recomputed(0);
+  pass_first_.assign(layers_ + 1, 0.0);
+  pass_last_.assign(layers_ + 1, 0.0);
+  for (int k = layers_ - 1; k >= 0; --k) {
+    pass_first_[k] = pass_first_[k + 1] + (recompute_first ? f.forward_nograd_ms[k] : f.forward_ms[k]) + f.backward_ms[k];
+    pass_last_[k] = pass_last_[k + 1] + (recompute_last ? l.forward_nograd_ms[k] : l.forward_ms[k]) + l.backward_ms[k];
+  }
+  // GPipe's drain follows micro-batch 0; 1F1B's the last one, or the last full-size one when
+  // tensor.chunk left a smaller last one (its drain is the longer).
+  followed_ = config.schedule == ScheduleKind::OneFOneB && last_differs && m >= 2 ? m - 2 : m - 1;
+  const SizeCosts& drained = config.schedule == ScheduleKind::OneFOneB && followed_ == m - 1 ? l : f;
+  wait_before_.assign(layers_ + 1, 0.0);
+  for (int k = 0; k < layers_; ++k) {
+    wait_before_[k + 1] = wait_before_[k] +
+                          ((recompute_first ? f.forward_nograd_ms[k] : f.forward_ms[k]) + drained.backward_ms[k]) / max_speed_;
+  }
 
   // One micro-batch's pass through layers at the fastest device's speed. Before a stage: its
   // first forward waits for micro-batch 0's forwards, and after its backward of a full-size
@@ -329,9 +383,17 @@ double PlanSearch::greedy_bound(Cost cost) const {
   auto fits = [&](double limit) {
     int a = 0;
     for (int j = 0; j < stages_ && a < layers_; ++j) {
-      int b = a;
-      while (b < layers_ && cost(j, a, b + 1) <= limit) ++b;
-      a = b;
+      // The furthest end that fits (cost grows with it): binary search.
+      int lo = a, hi = layers_;
+      while (lo < hi) {
+        const int mid = lo + (hi - lo + 1) / 2;
+        if (cost(j, a, mid) <= limit) {
+          lo = mid;
+        } else {
+          hi = mid - 1;
+        }
+      }
+      a = lo;
     }
     return a == layers_;
   };
@@ -383,6 +445,12 @@ void PlanSearch::build_suffix_tables() {
   min_max_suffix(stages_, layers_, suffix_, [this](int j, int a, int b) { return busy(j, a, b); });
   min_max_suffix(stages_, layers_, chained_,
                  [this](int j, int a, int b) { return chained_cost(j, a, b); });
+  // A stage that cannot fit its device is ruled out here too (infinitely slow): the nested memory
+  // bound only grows with the stage, so the table keeps the monotony its search needs.
+  min_max_suffix(stages_, layers_, waits_, [this](int j, int a, int b) {
+    if (capacity_[j] > 0 && memory_bound(j, a, b, true) > capacity_[j]) return kInf;
+    return wait_cost(j, a, b);
+  });
 }
 
 // The balance with the least busiest stage, read off the suffix table.
@@ -409,7 +477,7 @@ std::vector<int> PlanSearch::busy_balanced() const {
 // first backward starts (parameters, optimizer state, the batch on stage 0, activations of the
 // micro-batches in flight, their received inputs, the received gradient), and at the end of the
 // iteration (plus the parameter gradients).
-std::int64_t PlanSearch::memory_bound(int j, int a, int b) const {
+std::int64_t PlanSearch::memory_bound(int j, int a, int b, bool nested) const {
   const Config& c = *config_;
   const int m = c.micro_batches();
   const std::int64_t params = costs_.param_bytes(a, b);
@@ -436,6 +504,7 @@ std::int64_t PlanSearch::memory_bound(int j, int a, int b) const {
   if (first_backward < stop) {
     at_backward += first_backward == m - 1 ? l.kept_bytes(a, b) : f.kept_bytes(a, b);
   }
+  if (nested) return std::max(base + params, at_backward);
   if (j > 0) at_backward += sum(0, in_flight, f.stage_input_bytes(a), l.stage_input_bytes(a));
   if (j + 1 < stages_) {
     at_backward += first_backward == m - 1 ? l.output_bytes[b - 1] : f.output_bytes[b - 1];
@@ -457,6 +526,138 @@ double PlanSearch::time_bound(int j, int a, int b, double arrive, double drain) 
   return base + std::max(0.0, pass - pass_filler(j, a, b));
 }
 
+StageDurations PlanSearch::durations(int j, int a, int b) const {
+  return stage_durations(*first_size_, *last_size_, a, b, speed_[j], overhead_, link_[j],
+                         j > 0 ? link_[j - 1] : nullptr);
+}
+
+// A lower bound on the simulated iteration time of any plan whose stage j is [a, b), from the
+// stage's exact durations `d` and the exact passes through the stages before it (`before`):
+// micro-batch 0's arrival and the ways back to stage 0 of a full-size and of the last
+// micro-batch. Stage j runs from its first forward to its backward of a micro-batch q, busy all
+// along but for the waits of its programme, and q's gradient must then go back to stage 0
+// (GPipe: q = 0, its last backward; 1F1B: q = M - 1, and with a smaller last micro-batch also
+// the last full-size one, M - 2). A backward of micro-batch i waits for i's round trip through
+// the later stages (each of its forwards and backwards, at the fastest speed there, the
+// latencies of their links, and the two copies across this boundary), during which the stage
+// can only run what its programme puts in between:
+//   GPipe: between the last forward and the first backward (of M - 1), that one's recompute;
+//   with a smaller last micro-batch also M - 2's wait, filled by M - 1's forward, recompute and
+//   backward and M - 2's recompute;
+//   1F1B (w = min(M, K - j) warm-up forwards): between 0's forward and backward, forwards
+//   1..w-1 and 0's recompute; between q's forward and backward, backwards q-w+1..q-1 with
+//   their recomputes, q's recompute and forwards q+1..q+w-1. When q >= w the two intervals do
+//   not overlap (0's backward comes before q's forward), so both waits count.
+double PlanSearch::wait_bound(int j, int a, int b, const StageDurations& d, const Passes& before) const {
+  if (j + 1 == stages_) {
+    const double own = before.arrive + busy(j, a, b);
+    if (config_->schedule == ScheduleKind::GPipe) return own + before.drain_full;
+    double bound = own + before.drain_last;
+    const int m = config_->micro_batches();
+    if (m >= 2 && config_->sizes.back() != config_->sizes.front()) {
+      bound = std::max(bound, own - waits(j, d, m - 2, 0.0, 0.0).tail + before.drain_full);
+    }
+    return bound;
+  }
+  const double onward = 2.0 * overhead_ * (stages_ - 1 - j) + after_latency_[j];
+  const double speed = after_speed_[j];
+  const double trip_first = pass_first_[b] / speed + onward + 2.0 * copy(*first_size_, j, b);
+  const double trip_last = pass_last_[b] / speed + onward + 2.0 * copy(*last_size_, j, b);
+  const int m = config_->micro_batches();
+  const double own = before.arrive + busy(j, a, b);
+  if (config_->schedule == ScheduleKind::GPipe) {
+    return own + waits(j, d, m - 1, trip_first, trip_last).idle + before.drain_full;
+  }
+  const Waits last = waits(j, d, m - 1, trip_first, trip_last);
+  double bound = own + last.idle + before.drain_last;
+  if (m >= 2 && config_->sizes.back() != config_->sizes.front()) {
+    // Micro-batch M - 2 has the first size and mode (M - 2 and 0 are both recomputed or not).
+    const Waits full = waits(j, d, m - 2, trip_first, trip_first);
+    bound = std::max(bound, own - full.tail + full.idle + before.drain_full);
+  }
+  return bound;
+}
+
+// The least idle time of stage j between its first forward and its backward of micro-batch q
+// (GPipe: the first backward, q = M - 1), given the round trips of micro-batch 0 and of q from
+// the end of its forward to the start of its backward; and the work after that backward.
+PlanSearch::Waits PlanSearch::waits(int j, const StageDurations& d, int q, double trip_first,
+                                    double trip_q) const {
+  const Config& c = *config_;
+  const int m = c.micro_batches();
+  const bool last_differs = c.sizes.back() != c.sizes.front();
+  const int stop = recompute_stop(c);
+  // Sums of the stage's durations over micro-batches [p, r): forwards as run (no autograd when
+  // recomputed), recomputes, backwards. Only micro-batch M - 1 may have the last size.
+  struct Sums {
+    double forward = 0.0, recompute = 0.0, backward = 0.0;
+  };
+  auto sums = [&](int p, int r) {
+    Sums out;
+    r = std::min(r, m);
+    p = std::max(p, 0);
+    if (r <= p) return out;
+    const int last_in = last_differs && p <= m - 1 && m - 1 < r ? 1 : 0;
+    const int last_recomputed = last_in && m - 1 < stop ? 1 : 0;
+    const int recomputed = std::max(0, std::min(r, stop) - p) - last_recomputed;  // common size
+    const int plain = r - p - last_in - recomputed;
+    out.forward = plain * d.forward[0] + recomputed * d.forward_nograd[0] +
+                  (last_in ? (last_recomputed ? d.forward_nograd[1] : d.forward[1]) : 0.0);
+    out.recompute = recomputed * d.forward[0] + (last_recomputed ? d.forward[1] : 0.0);
+    out.backward = (r - p - last_in) * d.backward[0] + (last_in ? d.backward[1] : 0.0);
+    return out;
+  };
+  Waits out;
+  if (c.schedule == ScheduleKind::GPipe) {
+    const Sums last = sums(m - 1, m);
+    out.idle = std::max(0.0, trip_q - last.recompute);
+    if (last_differs && m >= 3) {
+      // The smaller last micro-batch comes back sooner; the full-size one before it (whose trip
+      // is micro-batch 0's) may come later, with only the last one's work to fill its wait. (M
+      // >= 3 keeps it apart from micro-batch 0's forward and backward for the suffix table.)
+      const double fill = last.forward + last.recompute + last.backward + sums(m - 2, m - 1).recompute;
+      out.idle = std::max(out.idle, trip_first - fill);
+    }
+    return out;
+  }
+  const int warmup = std::min(m, stages_ - j);
+  const Sums after = sums(q + 1, m);
+  out.tail = after.backward + after.recompute + sums(q + warmup, m).forward;
+  const double fill_first = sums(1, warmup).forward + sums(0, 1).recompute;
+  const double wait_first = std::max(0.0, trip_first - fill_first);
+  if (q == 0) {
+    out.idle = wait_first;
+    return out;
+  }
+  const Sums cooldown = sums(q - warmup + 1, q);
+  const double fill_q = cooldown.backward + cooldown.recompute + sums(q, q + 1).recompute +
+                        sums(q + 1, q + warmup).forward;
+  const double wait_q = std::max(0.0, trip_q - fill_q);
+  out.idle = q >= warmup ? wait_first + wait_q : std::max(wait_first, wait_q);
+  return out;
+}
+
+// wait_bound() for the dynamic programme over suffixes, following q = followed_: the passes
+// before the stage counted from layer 0 at the fastest speed (the search swaps the part before
+// its placed stages for the exact one), the round trips at the fastest speed and without the
+// copies across the boundary. It grows with b and shrinks as a grows, as the programme needs:
+// per layer, the stage's work before q's backward holds micro-batch 0's forward, q's backward,
+// both round trips' forward and backward and every task the waits subtract, each at most once,
+// at a speed no faster than the fastest; and the copies, which need not grow with b, are left
+// out.
+double PlanSearch::wait_cost(int j, int a, int b) const {
+  const double own = wait_before_[a] + busy(j, a, b);
+  const StageDurations d = durations(j, a, b);
+  const double onward = 2.0 * overhead_ * (stages_ - 1 - j) + after_latency_[j];
+  const bool last = j + 1 == stages_;
+  const double trip_first = last ? 0.0 : pass_first_[b] / max_speed_ + onward;
+  const double trip_q = followed_ == config_->micro_batches() - 1
+                            ? (last ? 0.0 : pass_last_[b] / max_speed_ + onward)
+                            : trip_first;
+  const Waits w = waits(j, d, followed_, trip_first, trip_q);
+  return own - w.tail + (last ? 0.0 : w.idle);
+}
+
 void PlanSearch::evaluate(const std::vector<int>& balance, Objective objective) {
   const Config& c = *config_;
   Plan plan;
@@ -465,6 +666,14 @@ void PlanSearch::evaluate(const std::vector<int>& balance, Objective objective) 
   plan.checkpoint = c.checkpoint;
   plan.schedule = c.schedule;
   plan.optimizer_state_factor = options_.optimizer_state_factor;
+  if (objective == Objective::Time) {
+    // The sweep gives the time (durations_ holds the balance's stages); only a plan that would
+    // be the new best needs the simulator, for its memory.
+    const double time = sweep_->run(durations_);
+    ++stats_.sweeps;
+    stats_.steps += sweep_->task_count() / kSweepTasksPerStep;
+    if (!(time < config_best_)) return;
+  }
   SimulationOptions lean;
   lean.record_tasks = false;
   lean.record_memory = false;
@@ -502,13 +711,74 @@ void PlanSearch::evaluate(const std::vector<int>& balance, Objective objective) 
 
 // Depth-first over stage j's last layer. `arrive`/`drain`: micro-batch passes through the
 // stages already placed (see time_bound); `worst`: the largest bound of those stages.
-void PlanSearch::search(int j, int a, double arrive, double drain, double worst, Objective objective) {
+// The least end b of stage j that the bounds on the later stages do not rule out. Each of those
+// bounds is at least its value with the passes through stage j left out, and that value only
+// falls as b grows (the tables are over shorter suffixes), so binary search finds where it
+// drops below the threshold; ends before it need not be examined one by one.
+// GPipe: a full-size micro-batch i's round trip from stage j also waits, on the last stage, for
+// what its programme runs between i's forward and backward: at least the last micro-batch's
+// forward, recompute and backward and M - 2's recompute, over the last stage's layers. Those
+// layers are unknown before the last stage is placed, but include [c, L) for the largest start
+// c that the stages in between can reach while each stays below the threshold (`offset` turns
+// wait_cost into a bound given the placed stages): a greedy fill, exact for costs that grow
+// with a stage, gives it. Returns that work, or -1 when no completion stays below the threshold.
+double PlanSearch::last_stage_fill(int j, int b, double offset, double limit) const {
+  const int last = stages_ - 1;
+  int a = b;
+  for (int k = j + 1; k < last; ++k) {
+    int lo = a + 1, hi = layers_ - (last - k);
+    if (lo > hi || offset + wait_cost(k, a, lo) >= limit) return -1.0;
+    while (lo < hi) {
+      const int mid = lo + (hi - lo + 1) / 2;
+      if (offset + wait_cost(k, a, mid) < limit) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    a = lo;
+  }
+  const Config& c = *config_;
+  const int m = c.micro_batches();
+  const StageDurations d = durations(last, a, layers_);
+  const int slot = c.sizes.back() != c.sizes.front() ? 1 : 0;
+  return (c.recomputed(m - 1) ? d.forward_nograd[slot] + d.forward[slot] : d.forward[slot]) + d.backward[slot] +
+         (c.recomputed(m - 2) ? d.forward[0] : 0.0);
+}
+
+int PlanSearch::first_open_end(int j, int a, double arrive, double drain, const Passes& exact) const {
+  const int remaining = stages_ - 1 - j;
+  const double limit = threshold(Objective::Time);
+  const bool follow_last = followed_ == config_->micro_batches() - 1 && config_->schedule == ScheduleKind::OneFOneB;
+  const double exact_drain = follow_last ? exact.drain_last : exact.drain_full;
+  auto open = [&](int b) {
+    return arrive + suffix_[remaining][b] < limit &&
+           arrive + drain - before_[a] + chained_[remaining][b] < limit &&
+           exact.arrive + exact_drain - wait_before_[a] + waits_[remaining][b] < limit;
+  };
+  int lo = a + 1, hi = layers_ - remaining;
+  if (!open(hi)) return hi + 1;
+  while (lo < hi) {
+    const int mid = lo + (hi - lo) / 2;
+    if (open(mid)) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return lo;
+}
+
+void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact, double worst,
+                        Objective objective) {
   if (out_of_budget_) return;
   const bool last = j + 1 == stages_;
   const int remaining = stages_ - 1 - j;
   const int b_end = last ? layers_ : layers_ - remaining;
   const SizeCosts& drain_size = *first_size_;  // the micro-batch q of prepare()
-  for (int b = last ? layers_ : a + 1; b <= b_end; ++b) {
+  int b_start = last ? layers_ : a + 1;
+  if (!last && objective == Objective::Time) b_start = first_open_end(j, a, arrive, drain, exact);
+  for (int b = b_start; b <= b_end; ++b) {
     ++stats_.nodes;
     if (++stats_.steps > options_.search_budget) {
       out_of_budget_ = true;
@@ -522,16 +792,20 @@ void PlanSearch::search(int j, int a, double arrive, double drain, double worst,
       if (last) {
         evaluate(balance_, objective);
       } else {
-        search(j + 1, b, 0.0, 0.0, bound, objective);
+        search(j + 1, b, 0.0, 0.0, {}, bound, objective);
       }
       continue;
     }
     // arrive + busy - tail + drain only grows with b: nothing further right can do better.
     if (arrive + busy(j, a, b) - tail(j, a, b) + drain >= limit) break;
     if (capacity_[j] > 0 && memory_bound(j, a, b) > capacity_[j]) continue;
-    const double bound = std::max(worst, time_bound(j, a, b, arrive, drain));
+    double bound = std::max(worst, time_bound(j, a, b, arrive, drain));
+    if (bound >= limit) continue;
+    const StageDurations d = durations(j, a, b);
+    bound = std::max(bound, wait_bound(j, a, b, d, exact));
     if (bound >= limit) continue;
     balance_[j] = b - a;
+    durations_[j] = d;
     if (last) {
       evaluate(balance_, objective);
       continue;
@@ -543,7 +817,34 @@ void PlanSearch::search(int j, int a, double arrive, double drain, double worst,
     const double rest = std::max(next_arrive + suffix_[remaining][b],
                                  next_arrive + next_drain - before_[b] + chained_[remaining][b]);
     if (rest >= limit) continue;
-    search(j + 1, b, next_arrive, next_drain, bound, objective);
+    // Micro-batch 0 goes on as it runs here; the drain follows GPipe's micro-batch 0 and
+    // 1F1B's last one.
+    Passes onward;
+    onward.arrive = exact.arrive + (config_->recomputed(0) ? d.forward_nograd[0] : d.forward[0]) + d.activation_copy[0];
+    // The gradient copy back over this boundary carries as many bytes as the activation.
+    onward.drain_full = exact.drain_full + d.backward[0] + d.activation_copy[0];
+    onward.drain_last = exact.drain_last + d.backward[1] + d.activation_copy[1];
+    const double drain = followed_ == config_->micro_batches() - 1 && config_->schedule == ScheduleKind::OneFOneB
+                             ? onward.drain_last
+                             : onward.drain_full;
+    if (onward.arrive + drain - wait_before_[b] + waits_[remaining][b] >= limit) continue;
+    {
+      // The stages placed so far exactly, the later ones as round trips (see run_prefix).
+      const double onward_tasks = 2.0 * overhead_ * (stages_ - 1 - j) + after_latency_[j];
+      double trip_first = pass_first_[b] / after_speed_[j] + onward_tasks + 2.0 * copy(*first_size_, j, b);
+      const double trip_last = pass_last_[b] / after_speed_[j] + onward_tasks + 2.0 * copy(*last_size_, j, b);
+      if (config_->schedule == ScheduleKind::GPipe && config_->micro_batches() >= 2) {
+        stats_.steps += static_cast<std::uint64_t>(std::max(0, stages_ - 2 - j));  // its greedy fill
+        const double fill = last_stage_fill(j, b, onward.arrive + drain - wait_before_[b], limit);
+        if (fill < 0.0) continue;  // no completion can beat the threshold
+        trip_first += fill;
+      }
+      ++stats_.prefix_sweeps;
+      stats_.steps += 1 + sweep_->prefix_task_count(j) / kSweepTasksPerStep;
+      bound = std::max(bound, sweep_->run_prefix(durations_, j, trip_first, trip_last));
+      if (bound >= limit) continue;
+    }
+    search(j + 1, b, next_arrive, next_drain, onward, bound, objective);
   }
 }
 
@@ -555,7 +856,8 @@ PlanSearchResult PlanSearch::run() {
     prepare(c);
     c.lower_bound = std::max(
         {balance_free_bound(), greedy_bound([this](int j, int a, int b) { return busy(j, a, b); }),
-         greedy_bound([this](int j, int a, int b) { return chained_cost(j, a, b); })});
+         greedy_bound([this](int j, int a, int b) { return chained_cost(j, a, b); }),
+         greedy_bound([this](int j, int a, int b) { return wait_cost(j, a, b); })});
   }
   std::stable_sort(configs.begin(), configs.end(),
                    [](const Config& x, const Config& y) { return x.lower_bound < y.lower_bound; });
@@ -574,14 +876,20 @@ PlanSearchResult PlanSearch::run() {
     }
     prepare(config);
     build_suffix_tables();
-    const double root = std::max({config.lower_bound, suffix_[stages_][0], chained_[stages_][0]});
+    const double root =
+        std::max({config.lower_bound, suffix_[stages_][0], chained_[stages_][0], waits_[stages_][0]});
     if (root >= ranking_threshold_) {
       ++stats_.configurations_skipped;
       continue;
     }
     config_best_ = kInf;
-    evaluate(busy_balanced(), Objective::Time);  // a good first incumbent
-    search(0, 0, 0.0, 0.0, 0.0, Objective::Time);
+    sweep_ = std::make_unique<IterationSweep>(config.schedule, config.checkpoint, stages_, config.micro_batches(),
+                                              config.sizes.back() != config.sizes.front());
+    durations_.assign(stages_, StageDurations{});
+    const std::vector<int> first = busy_balanced();  // a good first incumbent
+    for (int j = 0, a = 0; j < stages_; a += first[j++]) durations_[j] = durations(j, a, a + first[j]);
+    evaluate(first, Objective::Time);
+    search(0, 0, 0.0, 0.0, {}, 0.0, Objective::Time);
     if (out_of_budget_) unexplored = std::min(unexplored, root);
     if (config_best_ < kInf) {
       best = std::min(best, config_best_);
@@ -603,7 +911,7 @@ PlanSearchResult PlanSearch::run() {
     }
     for (const Config& config : configs) {
       prepare(config);
-      search(0, 0, 0.0, 0.0, 0.0, Objective::Memory);
+      search(0, 0, 0.0, 0.0, {}, 0.0, Objective::Memory);
     }
     result.leanest = lean_candidate_;
     result.leanest_proven = !out_of_budget_;

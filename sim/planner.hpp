@@ -5,21 +5,16 @@
 //
 // A configuration is a (micro-batch split, checkpoint mode, schedule) triple; within one, the
 // balance is searched by branch and bound over stage boundaries. Every leaf is a complete plan
-// and is judged by the simulator itself, so the answer is optimal under the simulator's model,
-// not under a proxy. The bounds that prune are lower bounds on the simulated time of every plan
-// below a node:
-//
-//   stage j cannot start before micro-batch 0 has gone forward through stages 0..j-1 (A_j),
-//   must then do all its work (busy_j), and after its last backward that micro-batch's
-//   gradient must still go back through stages j-1..0 (D_j). Between its last forward and its
-//   first backward (GPipe), or its first forward and first backward (1F1B), the micro-batch
-//   must travel through stages j+1.. and back (E_j), which only a recompute or warm-up forwards
-//   can overlap. For uniform stages these bounds equal GPipe's (M + K - 1)(f + b).
-//
-// plus the exact min-max busy time of the layers not yet placed (dynamic programming), and a
-// per-stage memory lower bound (what is certainly allocated when the stage's first backward
-// starts, and at the end of the iteration). Configurations are visited in order of a
-// balance-free lower bound and skipped once it cannot beat the plans already found.
+// timed by IterationSweep, which equals the simulator's time exactly (the simulator itself runs
+// for a leaf that would be the new best, for its memory), so the answer is optimal under the
+// simulator's model, not under a proxy. The bounds that prune are lower bounds on the simulated
+// time of every plan below a node (docs/planner.md): per placed stage, its busy time plus the
+// waits its programme cannot fill (1F1B: micro-batch 0's round trip through the later stages
+// and the last one's; GPipe: the last ones'), the passes before and after it; a sweep of the
+// placed stages with the later ones as round trips; and, for the layers not yet placed, exact
+// min-max tables over suffixes. A per-stage memory lower bound rules out stages that cannot
+// fit. Configurations are visited in order of a balance-free lower bound and skipped once it
+// cannot beat the plans already found.
 
 #include <cstdint>
 #include <functional>
@@ -40,9 +35,10 @@ struct PlannerOptions {
   double optimizer_state_factor = 0.0;
   int stages = 0;          ///< 0: one stage per device; k: the first k devices
   std::size_t top = 5;     ///< configurations to rank
-  /// Work allowed before the search stops proving: one step per partial balance examined and
-  /// one per task simulated. When it runs out, the best plans found so far are returned with a
-  /// proven lower bound (PlannerStats). About 20 million steps a second on one core.
+  /// Work allowed before the search stops proving: one step per partial balance examined, one
+  /// per eight tasks swept and one per task simulated. When it runs out, the best plans found
+  /// so far are returned with a proven lower bound (PlannerStats). About 20 million steps a
+  /// second on one core.
   std::uint64_t search_budget = 10'000'000;
   std::function<void(std::size_t done, std::size_t total)> progress;
 };
@@ -63,8 +59,10 @@ struct PlannerStats {
   std::size_t configurations = 0;         ///< distinct (split, checkpoint, schedule) triples
   std::size_t configurations_skipped = 0;  ///< ruled out by a bound, never searched
   std::uint64_t nodes = 0;                ///< partial balances examined
-  std::uint64_t simulations = 0;
-  std::uint64_t steps = 0;                ///< nodes + simulated tasks, against search_budget
+  std::uint64_t simulations = 0;         ///< full simulations (a new best plan's memory)
+  std::uint64_t sweeps = 0;              ///< leaves timed by IterationSweep
+  std::uint64_t prefix_sweeps = 0;       ///< partial balances bounded by a sweep of their stages
+  std::uint64_t steps = 0;                ///< nodes + swept tasks / 8 + simulated tasks, against search_budget
   bool proven = true;  ///< the best plan is optimal under the simulator (the search finished)
   /// No fitting plan is faster than this: the best plan's time when proven, else the least
   /// bound over what the search left unexplored.

@@ -2,7 +2,9 @@
 
 // Profiles built in code, with costs simple enough that tests can predict results by hand.
 
+#include <cmath>
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -67,6 +69,39 @@ inline Plan make_plan(std::vector<int> balance, int chunks, CheckpointMode check
   plan.checkpoint = checkpoint;
   plan.schedule = schedule;
   return plan;
+}
+
+/// Random layer costs and sizes (the planner and timing tests' instances): costs that grow
+/// sub-linearly with the micro-batch size, and in half the profiles a no-grad forward that is
+/// usually cheaper than the forward, now and then dearer.
+inline Profile random_profile(std::mt19937& rng, int layers, std::int64_t batch) {
+  std::vector<testing::LayerSpec> specs(layers);
+  for (auto& s : specs) {
+    s.forward_ms = 0.1 + (rng() % 50) / 10.0;
+    s.backward_ms = 0.1 + (rng() % 100) / 10.0;
+    s.param_bytes = 1000 * (rng() % 50);
+    s.output_per_sample = 100 * (rng() % 40);
+    s.saved_per_sample = 100 * (rng() % 40);
+    s.workspace_per_sample = 10 * (rng() % 20);
+  }
+  Profile p = make_profile(specs, batch, 50);
+  // Costs that grow sub-linearly with the micro-batch size, as on a real device.
+  for (auto& l : p.layers) {
+    for (std::size_t k = 0; k < p.micro_batch_sizes.size(); ++k) {
+      const double scale = std::pow(static_cast<double>(p.micro_batch_sizes[k]), 0.7);
+      l.forward_ms[k] *= scale;
+      l.backward_ms[k] *= scale;
+    }
+  }
+  // Half the profiles time the forward without autograd too: usually cheaper, now and then
+  // (noise) dearer, so the planner's bounds must hold either way.
+  if (rng() % 2) {
+    for (auto& l : p.layers) {
+      const double factor = 0.3 + (rng() % 11) / 10.0;  // 0.3..1.3
+      for (double ms : l.forward_ms) l.forward_nograd_ms.push_back(ms * factor);
+    }
+  }
+  return p;
 }
 
 }  // namespace pipetune::testing

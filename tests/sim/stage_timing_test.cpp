@@ -1,0 +1,98 @@
+// The sweep against the event engine: the same iteration time for every schedule, checkpoint
+// mode, micro-batch split (with and without a smaller last one) and device speed.
+
+#include "sim/stage_timing.hpp"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "sim/simulator.hpp"
+#include "tests/sim/fixtures.hpp"
+
+namespace pipetune {
+namespace {
+
+TEST(IterationSweep, EqualsTheSimulatorOnRandomInstances) {
+  std::mt19937 rng(77);
+  int compared = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int layers = 1 + static_cast<int>(rng() % 24);
+    const int stages = 1 + static_cast<int>(rng() % std::min(layers, 8));
+    const std::int64_t batch = 1 + rng() % 40;
+    const Profile profile = testing::random_profile(rng, layers, batch);
+    Hardware hw = replicate_device(profile.device, stages);
+    hw.link.bandwidth_bytes_per_s = 1e4 * (1 + rng() % 1000);
+    hw.link.latency_ms = (rng() % 5) / 10.0;
+    hw.launch_overhead_ms = (rng() % 3) / 100.0;
+    for (auto& d : hw.devices) d.speed = 0.5 + (rng() % 4) / 2.0;
+    if (stages > 2) hw.links.push_back({0, 1, Link{2e4, 0.3}});  // one link unlike the others
+    const Simulator simulator(profile, hw);
+    const CostModel costs(profile);
+    // A random balance.
+    std::vector<int> bounds{0};
+    for (int j = 1; j < stages; ++j) {
+      const int lo = bounds.back() + 1, hi = layers - (stages - j);
+      bounds.push_back(lo + static_cast<int>(rng() % (hi - lo + 1)));
+    }
+    bounds.push_back(layers);
+    std::vector<int> balance;
+    for (int j = 0; j < stages; ++j) balance.push_back(bounds[j + 1] - bounds[j]);
+    const int chunks = 1 + static_cast<int>(rng() % batch);
+    const auto sizes = split_batch(batch, chunks);
+    const SizeCosts& common = costs.at(sizes.front());
+    const SizeCosts& last = costs.at(sizes.back());
+    std::vector<StageDurations> durations;
+    for (int j = 0; j < stages; ++j) {
+      durations.push_back(stage_durations(common, last, bounds[j], bounds[j + 1],
+                                          hw.devices[j].speed, hw.launch_overhead_ms,
+                                          j + 1 < stages ? &hw.link_between(j, j + 1) : nullptr,
+                                          j > 0 ? &hw.link_between(j, j - 1) : nullptr));
+    }
+    for (auto schedule : kAllScheduleKinds) {
+      for (auto checkpoint : kAllCheckpointModes) {
+        const Plan plan = testing::make_plan(balance, chunks, checkpoint, schedule);
+        SimulationOptions lean;
+        lean.record_tasks = false;
+        lean.record_memory = false;
+        const SimulationResult r = simulator.run(plan, lean);
+        const IterationSweep sweep(schedule, checkpoint, stages, static_cast<int>(sizes.size()),
+                                   sizes.back() != sizes.front());
+        SCOPED_TRACE(describe_plan(plan));
+        EXPECT_EQ(sweep.run(durations), r.iteration_ms);
+        EXPECT_EQ(sweep.task_count(), r.task_count);
+        // Each prefix, with the later stages as their shortest round trip (every forward and
+        // backward of one micro-batch and the copies between), is a lower bound; the whole
+        // pipeline is the plan itself.
+        const int m = static_cast<int>(sizes.size());
+        for (int last = 0; last < stages; ++last) {
+          double trip_full = 0.0, trip_last = 0.0;
+          for (int k = last; k + 1 < stages; ++k) {
+            const auto& d = durations[k];
+            const auto& next = durations[k + 1];
+            const bool full_nograd = is_checkpointed(checkpoint, 0, m) && m > 1;
+            const bool last_nograd = is_checkpointed(checkpoint, m - 1, m);
+            const int slot = sizes.back() != sizes.front() ? 1 : 0;
+            trip_full += 2 * d.activation_copy[0] +
+                         (full_nograd ? next.forward_nograd[0] : next.forward[0]) +
+                         next.backward[0];
+            trip_last += 2 * d.activation_copy[slot] +
+                         (last_nograd ? next.forward_nograd[slot] : next.forward[slot]) +
+                         next.backward[slot];
+          }
+          const double bound = sweep.run_prefix(durations, last, trip_full, trip_last);
+          if (last + 1 == stages) {
+            EXPECT_EQ(bound, r.iteration_ms);
+          } else {
+            EXPECT_LE(bound, r.iteration_ms * (1 + 1e-12)) << "stages 0.." << last;
+          }
+        }
+        ++compared;
+      }
+    }
+  }
+  EXPECT_EQ(compared, 300 * 6);
+}
+
+}  // namespace
+}  // namespace pipetune
