@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "sim/limits.hpp"
 #include "sim/units.hpp"
 
 namespace pipetune::gui {
@@ -100,7 +101,8 @@ std::int64_t parse_size(const QString& text) {
       cleaned == QLatin1String("—") || cleaned == QLatin1String("-")) {
     return 0;
   }
-  return parse_bytes(cleaned.toStdString());
+  const std::int64_t bytes = parse_bytes(cleaned.toStdString());
+  return bytes > limits::kMaxBytes ? -1 : bytes;  // the hardware file's ceiling
 }
 
 double parse_bandwidth(const QString& text) {
@@ -111,7 +113,8 @@ double parse_bandwidth(const QString& text) {
   }
   if (cleaned.endsWith(QLatin1String("/s"))) cleaned.chop(2);
   const std::int64_t bytes = parse_bytes(cleaned.toStdString());
-  return bytes > 0 ? static_cast<double>(bytes) : std::numeric_limits<double>::quiet_NaN();
+  return bytes >= limits::kMinBandwidth ? static_cast<double>(bytes)
+                                        : std::numeric_limits<double>::quiet_NaN();
 }
 
 }  // namespace pipetune::gui
