@@ -60,7 +60,7 @@ double parse_bandwidth(const std::string& text, const std::string& flag) {
   const std::int64_t value = parse_bytes(text);
   // A slower link turns the largest copies into times beyond any meaning (sim/limits.hpp).
   if (value < static_cast<std::int64_t>(limits::kMinBandwidth)) {
-    throw InputError(fmt::format("{}: expected bytes per second (e.g. 25e9, 25GB or ideal), got \"{}\"",
+    throw InputError(fmt::format("{}: expected bytes per second, at least 1 (e.g. 25e9, 25GB or ideal), got \"{}\"",
                                  flag, text));
   }
   return static_cast<double>(value);
