@@ -22,6 +22,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "distributed/process_group.hpp"
 #include "executor/executor.hpp"
@@ -43,8 +44,8 @@ int destroy_while_rank_0_is_stopped(const std::string& spec, const Plan& plan, s
   // A long timeout: without a bound of its own, a destructor would wait this long.
   std::shared_ptr<exec::Transport> transport = distributed::connect(env, 60.0);
   options.transport = transport;
-  auto pipeline = std::make_unique<exec::Pipeline>(
-      model, exec::with_executor_devices(plan, options.devices), batch, options);
+  const Plan placed = exec::with_executor_devices(plan, options.devices);
+  auto pipeline = std::make_unique<exec::Pipeline>(model, placed, batch, std::move(options));
   transport->barrier("ready");
   transport.reset();  // the pipeline holds the last reference
   if (env.rank == 0) {
