@@ -7,6 +7,7 @@
 
 #include "cli/report.hpp"
 #include "sim/error.hpp"
+#include "sim/limits.hpp"
 #include "sim/units.hpp"
 
 namespace pipetune::cli {
@@ -56,9 +57,10 @@ void add_plan_flags(CLI::App& app, PlanFlags& flags) {
 }
 
 double parse_bandwidth(const std::string& text, const std::string& flag) {
+  // The one parser (sim/units.hpp) refuses what is below sim/limits.hpp's least bandwidth.
   const double value = pipetune::parse_bandwidth(text);
   if (std::isnan(value)) {
-    throw InputError(fmt::format("{}: expected bytes per second (e.g. 25e9, 25GB or ideal), got \"{}\"",
+    throw InputError(fmt::format("{}: expected bytes per second, at least 1 (e.g. 25e9, 25GB or ideal), got \"{}\"",
                                  flag, text));
   }
   return value;
@@ -80,10 +82,9 @@ Hardware resolve_hardware(const Profile& profile, const HardwareFlags& flags, in
     const int count = flags.devices > 0 ? flags.devices : default_count;
     // The simulator keeps a link per pair of devices: a bound keeps --devices 2000000000 from
     // exhausting memory instead of being refused.
-    constexpr int kMaxDevices = 1024;
-    if (count > kMaxDevices) {
+    if (count > limits::kMaxDevices) {
       throw InputError(
-          fmt::format("--devices: expected at most {} devices, got {}", kMaxDevices, count));
+          fmt::format("--devices: expected at most {} devices, got {}", limits::kMaxDevices, count));
     }
     hw = replicate_device(profile.device, count);
     if (note) {
@@ -98,11 +99,19 @@ Hardware resolve_hardware(const Profile& profile, const HardwareFlags& flags, in
     if (bytes < 0) {
       throw InputError(fmt::format("--memory: expected a size such as 16GiB, got \"{}\"", flags.memory));
     }
+    if (bytes > limits::kMaxBytes) {
+      throw InputError(fmt::format("--memory: expected at most 64TiB, got \"{}\"", flags.memory));
+    }
     for (auto& d : hw.devices) d.memory_bytes = bytes;
   }
   std::optional<double> bandwidth, latency;
   if (!flags.bandwidth.empty()) bandwidth = parse_bandwidth(flags.bandwidth, "--bandwidth");
-  if (flags.latency_ms >= 0) latency = flags.latency_ms;
+  if (flags.latency_ms >= 0) {
+    if (!(flags.latency_ms <= limits::kMaxMs)) {
+      throw InputError(fmt::format("--latency-ms: expected at most 1e9 (milliseconds), got {}", flags.latency_ms));
+    }
+    latency = flags.latency_ms;
+  }
   set_all_links(hw, bandwidth, latency);
   if (note && !hw.calibration.empty()) {
     // Predictions differ from the profile's numbers: say so, and by how much.
@@ -120,7 +129,9 @@ Plan resolve_plan(const PlanFlags& flags) {
   }
   if (!flags.balance.empty()) plan.balance = flags.balance;
   if (flags.chunks) {
-    if (*flags.chunks < 1) throw InputError(fmt::format("--chunks: expected at least 1, got {}", *flags.chunks));
+    if (*flags.chunks < 1 || *flags.chunks > limits::kMaxChunks) {
+      throw InputError(fmt::format("--chunks: expected 1 to {}, got {}", limits::kMaxChunks, *flags.chunks));
+    }
     plan.chunks = *flags.chunks;
   }
   if (flags.checkpoint) {

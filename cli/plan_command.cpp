@@ -103,9 +103,8 @@ void add_plan_command(CLI::App& app, std::vector<Command>& commands) {
     options.top = static_cast<std::size_t>(flags->top);
     options.search_budget = flags->budget;
     for (int c : options.chunks) {
-      if (c < 1 || c > profile.batch_size) {
-        throw InputError(fmt::format("--chunks: expected 1 to {} (the batch size), got {}",
-                                     profile.batch_size, c));
+      if (c < 1 || c > max_chunks(profile.batch_size)) {
+        throw InputError(fmt::format("--chunks: expected {}, got {}", chunks_expectation(profile.batch_size), c));
       }
     }
     const int stages = flags->stages > 0 ? flags->stages : static_cast<int>(hardware.devices.size());

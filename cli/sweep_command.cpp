@@ -90,8 +90,9 @@ void add_sweep_command(CLI::App& app, std::vector<Command>& commands) {
                              : flags->devices;
     spec.chunks = flags->chunks;
     if (spec.chunks.empty()) {
-      for (std::int64_t c = 1; c < profile.batch_size; c *= 2) spec.chunks.push_back(static_cast<int>(c));
-      spec.chunks.push_back(static_cast<int>(profile.batch_size));
+      const int most_chunks = max_chunks(profile.batch_size);
+      for (int c = 1; c < most_chunks; c *= 2) spec.chunks.push_back(c);
+      spec.chunks.push_back(most_chunks);
     }
     spec.checkpoints = parse_checkpoint_list(flags->checkpoints, "--checkpoint");
     spec.schedules = parse_schedule_list(flags->schedules, "--schedule");

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string_view>
@@ -145,13 +146,21 @@ class GlooTransport final : public exec::Transport {
     }
   }
 
+  // Never waits on a peer longer than kStopBound: the heartbeat may be blocked in a store call
+  // to a rank 0 that is stopped or unreachable, for up to the timeout. It owns what it uses, so
+  // when it does not stop in time it is left to finish (or fail) on its own.
   ~GlooTransport() override {
-    {
-      std::lock_guard<std::mutex> lock(heartbeat_mutex_);
-      stopping_ = true;
+    if (!heartbeat_) return;
+    std::unique_lock<std::mutex> lock(heartbeat_->mutex);
+    heartbeat_->stopping = true;
+    heartbeat_->wake.notify_all();
+    if (heartbeat_->wake.wait_for(lock, kStopBound, [&] { return heartbeat_->finished; })) {
+      lock.unlock();
+      heartbeat_thread_.join();
+    } else {
+      lock.unlock();
+      heartbeat_thread_.detach();
     }
-    heartbeat_wake_.notify_all();
-    if (heartbeat_.joinable()) heartbeat_.join();
   }
   GlooTransport(const GlooTransport&) = delete;
   GlooTransport& operator=(const GlooTransport&) = delete;
@@ -321,18 +330,27 @@ class GlooTransport final : public exec::Transport {
     options.isServer = false;
     options.waitWorkers = false;
     options.timeout = timeout();
-    heartbeat_store_ = c10::make_intrusive<c10d::TCPStore>(env_.master_addr, options);
-    heartbeat_ = std::thread([this] {
-      const std::string key = "pipetune/heartbeat/" + std::to_string(env_.rank);
-      std::unique_lock<std::mutex> lock(heartbeat_mutex_);
-      while (!stopping_) {
+    heartbeat_ = std::make_shared<Heartbeat>();
+    heartbeat_->store = c10::make_intrusive<c10d::TCPStore>(env_.master_addr, options);
+    // The thread shares ownership of its state, and calls the store without holding the lock,
+    // so the destructor can always tell it to stop and, if it is stuck, leave it.
+    heartbeat_thread_ = std::thread([beat = heartbeat_, rank = env_.rank] {
+      const std::string key = "pipetune/heartbeat/" + std::to_string(rank);
+      std::unique_lock<std::mutex> lock(beat->mutex);
+      while (!beat->stopping) {
+        lock.unlock();
+        bool gone = false;
         try {
-          heartbeat_store_->add(key, 1);
+          beat->store->add(key, 1);
         } catch (const std::exception&) {
-          return;  // the store is gone (rank 0 has finished or failed): nobody listens
+          gone = true;  // the store is gone (rank 0 has finished or failed): nobody listens
         }
-        heartbeat_wake_.wait_for(lock, kBeat);
+        lock.lock();
+        if (gone) break;
+        beat->wake.wait_for(lock, kBeat, [&] { return beat->stopping; });
       }
+      beat->finished = true;
+      beat->wake.notify_all();
     });
   }
 
@@ -360,6 +378,16 @@ class GlooTransport final : public exec::Transport {
   }
 
   static constexpr auto kBeat = std::chrono::milliseconds(200);
+  // The longest a destructor waits for the heartbeat (docs/distributed.md).
+  static constexpr auto kStopBound = std::chrono::milliseconds(500);
+
+  struct Heartbeat {
+    c10::intrusive_ptr<c10d::TCPStore> store;  // a connection of its own
+    std::mutex mutex;
+    std::condition_variable wake;
+    bool stopping = false;
+    bool finished = false;
+  };
 
   // Rank 0's clock as each rank reads it, through the store: rank r posts a ping, rank 0 answers
   // with its clock, r takes the midpoint of its round trip; the shortest of several rounds wins
@@ -405,11 +433,8 @@ class GlooTransport final : public exec::Transport {
   std::vector<std::pair<int, c10::intrusive_ptr<c10d::Work> > > pending_;
   std::vector<c10::intrusive_ptr<c10d::Work> > receiving_;
   bool cancelled_ = false;
-  c10::intrusive_ptr<c10d::TCPStore> heartbeat_store_;
-  std::thread heartbeat_;
-  std::mutex heartbeat_mutex_;
-  std::condition_variable heartbeat_wake_;
-  bool stopping_ = false;
+  std::shared_ptr<Heartbeat> heartbeat_;
+  std::thread heartbeat_thread_;
 };
 
 }  // namespace

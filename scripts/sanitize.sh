@@ -1,41 +1,67 @@
 #!/usr/bin/env bash
-# The sim/ and executor CPU tests under AddressSanitizer + UndefinedBehaviorSanitizer, and the
-# executor's (threaded) tests under ThreadSanitizer, each in a build of its own (build-asan,
-# build-tsan) with only what those tests need. .ci/run calls this after the normal suite.
+# Every test binary that runs pipetune's own code under the sanitizers, each kind in one build
+# of its own, built once and used for every run of that kind:
+#   build-asan (ASan + UBSan + LSan): the sim/ and executor CPU tests; the distributed tests,
+#     whose ranks (`pipetune run --distributed`, the rank helper) are built there too, so every
+#     process they start is sanitized; and the GUI tests (model library, widgets offscreen)
+#     when Qt is found.
+#   build-tsan (TSan): the executor's tests, every one of which runs worker and copy threads.
+# .ci/run calls this after the normal suite. Each phase prints its time.
 #
 #   scripts/sanitize.sh [asan|tsan]   (default: both)
+#   PIPETUNE_SANITIZE_PARTS="sim executor distributed gui"   which ASan runs (default: all there are)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh  # idempotent: seconds when everything is there
+source scripts/phase.sh
+phase setup scripts/setup.sh  # idempotent: seconds when everything is there
 
 VENV="${PIPETUNE_VENV:-$HOME/.cache/pipetune/venv}"
 jobs="${PIPETUNE_JOBS:-$(nproc)}"
 which="${1:-all}"
+parts="${PIPETUNE_SANITIZE_PARTS:-sim executor distributed gui}"
 
-configure() {  # DIR SANITIZERS
+# -g1 (line tables) is what a report's stack needs; the benchmarks and CUDA are left out.
+configure() {  # DIR SANITIZERS QT
   if [ ! -f "$1/CMakeCache.txt" ]; then
-    cmake -S . -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPIPETUNE_VENV="$VENV" \
-      -DPIPETUNE_SANITIZE="$2" -DPIPETUNE_WITH_QT=OFF -DPIPETUNE_WITH_CUDA=OFF -DPIPETUNE_BUILD_BENCH=OFF
+    cmake -S . -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
+      -DPIPETUNE_VENV="$VENV" -DPIPETUNE_SANITIZE="$2" -DPIPETUNE_WITH_QT="$3" \
+      -DPIPETUNE_WITH_CUDA=OFF -DPIPETUNE_BUILD_BENCH=OFF >/dev/null
   fi
 }
+has_target() { cmake --build "$1" --target help | grep -q "^$2:"; }
+wanted() { [[ " $parts " == *" $1 "* ]]; }
 
-# A report is a failure: abort at the first one, with a stack.
+# A report is a failure: abort at the first one, with a stack. Child processes (ranks, the
+# GUI's `pipetune run`) inherit these.
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:halt_on_error=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp"
 export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp"
 
 if [ "$which" = all ] || [ "$which" = asan ]; then
-  configure build-asan "address,undefined"
-  cmake --build build-asan --parallel "$jobs" --target pipetune_sim_tests pipetune_executor_tests
-  echo "== ASan+UBSan: sim tests" >&2
-  build-asan/tests/sim/pipetune_sim_tests --gtest_brief=1
-  echo "== ASan+UBSan: executor tests" >&2
-  build-asan/tests/executor/pipetune_executor_tests --gtest_brief=1
+  phase asan-configure configure build-asan "address,undefined" AUTO
+  targets=()
+  wanted sim && targets+=(pipetune_sim_tests)
+  wanted executor && targets+=(pipetune_executor_tests)
+  if wanted distributed && has_target build-asan pipetune_distributed_tests; then
+    targets+=(pipetune_distributed_tests)
+  fi
+  if wanted gui && has_target build-asan pipetune_gui_tests; then targets+=(pipetune_gui_tests); fi
+  phase asan-build cmake --build build-asan --parallel "$jobs" --target "${targets[@]}"
+  for t in "${targets[@]}"; do
+    case "$t" in
+      pipetune_sim_tests) phase asan-sim build-asan/tests/sim/pipetune_sim_tests --gtest_brief=1 ;;
+      pipetune_executor_tests)
+        phase asan-executor build-asan/tests/executor/pipetune_executor_tests --gtest_brief=1 ;;
+      pipetune_distributed_tests)
+        phase asan-distributed build-asan/tests/distributed/pipetune_distributed_tests --gtest_brief=1 ;;
+      pipetune_gui_tests)
+        phase asan-gui env QT_QPA_PLATFORM=offscreen build-asan/tests/gui/pipetune_gui_tests --gtest_brief=1 ;;
+    esac
+  done
 fi
 if [ "$which" = all ] || [ "$which" = tsan ]; then
-  configure build-tsan thread
-  cmake --build build-tsan --parallel "$jobs" --target pipetune_executor_tests
-  echo "== TSan: executor tests" >&2
-  build-tsan/tests/executor/pipetune_executor_tests --gtest_brief=1
+  phase tsan-configure configure build-tsan thread OFF
+  phase tsan-build cmake --build build-tsan --parallel "$jobs" --target pipetune_executor_tests
+  phase tsan-executor build-tsan/tests/executor/pipetune_executor_tests --gtest_brief=1
 fi

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 namespace pipetune {
 
@@ -45,9 +47,11 @@ CostModel::CostModel(const Profile& profile) : profile_(profile) {
 }
 
 const SizeCosts& CostModel::at(std::int64_t size) const {
-  const auto index = static_cast<std::size_t>(size);
-  if (index >= cache_.size()) cache_.resize(index + 1);
-  if (cache_[index]) return *cache_[index];
+  if (auto it = cache_.find(size); it != cache_.end()) return *it->second;
+  if (size < 1 || size > profile_.batch_size) {
+    throw std::out_of_range("cost model: micro-batch size " + std::to_string(size) +
+                            " outside 1 to the batch size " + std::to_string(profile_.batch_size));
+  }
 
   auto costs = std::make_unique<SizeCosts>();
   const auto& sizes = profile_.micro_batch_sizes;
@@ -86,8 +90,7 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
     costs->kept_prefix[l + 1] =
         costs->kept_prefix[l] + costs->saved_bytes[l] + costs->output_bytes[l];
   }
-  cache_[index] = std::move(costs);
-  return *cache_[index];
+  return *cache_.emplace(size, std::move(costs)).first->second;
 }
 
 }  // namespace pipetune

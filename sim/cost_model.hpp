@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "sim/profile.hpp"
@@ -59,6 +60,8 @@ class CostModel {
 
   const Profile& profile() const { return profile_; }
   int layer_count() const { return static_cast<int>(profile_.layers.size()); }
+  /// Costs at a micro-batch of `size` samples, 1 ≤ size ≤ the batch (std::out_of_range
+  /// otherwise): the profile loader bounds the byte counts over exactly that range.
   const SizeCosts& at(std::int64_t size) const;
   std::int64_t param_bytes(int first, int end) const {
     return param_prefix_[end] - param_prefix_[first];
@@ -68,7 +71,8 @@ class CostModel {
  private:
   const Profile& profile_;
   std::vector<std::int64_t> param_prefix_;
-  mutable std::vector<std::unique_ptr<SizeCosts>> cache_;  // indexed by size
+  // (size, costs) for the few sizes asked for; not indexed by size, which may be up to the batch.
+  mutable std::unordered_map<std::int64_t, std::unique_ptr<SizeCosts>> cache_;
 };
 
 }  // namespace pipetune

@@ -7,6 +7,7 @@
 #include "sim/error.hpp"
 #include "sim/file_io.hpp"
 #include "sim/json_reader.hpp"
+#include "sim/limits.hpp"
 
 namespace pipetune {
 
@@ -34,8 +35,9 @@ Link parse_link(const Node& node, std::initializer_list<std::string_view> extra_
   const Node bandwidth = node.field("bandwidth_bytes_per_s");
   link.bandwidth_bytes_per_s = bandwidth.value().is_null()
                                    ? std::numeric_limits<double>::infinity()
-                                   : bandwidth.positive_number();
-  link.latency_ms = node.field("latency_ms").non_negative_number();
+                                   : bandwidth.number_in(limits::kMinBandwidth, 1e300,
+                                                         "at least 1 (bytes per second), or null for unlimited");
+  link.latency_ms = node.field("latency_ms").milliseconds();
   return link;
 }
 
@@ -77,6 +79,10 @@ Hardware parse_hardware(std::string_view text, const std::string& source) {
   const Node devices = root.field("devices");
   const auto device_nodes = devices.elements();
   if (device_nodes.empty()) devices.fail("a non-empty array of devices");
+  // The simulator keeps a link per ordered pair of devices.
+  if (device_nodes.size() > static_cast<std::size_t>(limits::kMaxDevices)) {
+    devices.fail("at most 1024 devices");
+  }
   for (const Node& d : device_nodes) {
     d.allow_only({"name", "memory_bytes", "speed"});
     HardwareDevice device;
@@ -85,8 +91,10 @@ Hardware parse_hardware(std::string_view text, const std::string& source) {
     if (hw.device_index(device.name) >= 0) {
       name.fail_message(fmt::format("duplicate device name \"{}\"", device.name));
     }
-    device.memory_bytes = d.field("memory_bytes").non_negative_integer();
-    if (auto speed = d.optional_field("speed")) device.speed = speed->positive_number();
+    device.memory_bytes = d.field("memory_bytes").bytes();
+    if (auto speed = d.optional_field("speed")) {
+      device.speed = speed->number_in(limits::kMinSpeed, limits::kMaxSpeed, "a number from 1e-6 to 1e6");
+    }
     hw.devices.push_back(std::move(device));
   }
   hw.link = parse_link(root.field("link"));
@@ -109,7 +117,7 @@ Hardware parse_hardware(std::string_view text, const std::string& source) {
     }
   }
   if (auto overhead = root.optional_field("launch_overhead_ms")) {
-    hw.launch_overhead_ms = overhead->non_negative_number();
+    hw.launch_overhead_ms = overhead->milliseconds();
   }
   if (auto calibration = root.optional_field("calibration")) {
     calibration->allow_only({"compute_scale", "task_overhead_ms", "copy", "fitted_on"});
@@ -127,11 +135,12 @@ Hardware parse_hardware(std::string_view text, const std::string& source) {
         if (devices < 1 || std::to_string(devices) != key) {
           factor.fail_message(fmt::format("expected a device count as the key, got \"{}\"", key));
         }
-        c.compute_scale[devices] = factor.positive_number();
+        c.compute_scale[devices] =
+            factor.number_in(limits::kMinSpeed, limits::kMaxSpeed, "a number from 1e-6 to 1e6");
       }
     }
     if (auto overhead = calibration->optional_field("task_overhead_ms")) {
-      c.task_overhead_ms = overhead->non_negative_number();
+      c.task_overhead_ms = overhead->milliseconds();
     }
     if (auto copy = calibration->optional_field("copy")) c.copy = parse_link(*copy);
     if (auto fitted = calibration->optional_field("fitted_on")) {

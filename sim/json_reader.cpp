@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "sim/error.hpp"
+#include "sim/limits.hpp"
 
 namespace pipetune::json_reader {
 
@@ -212,6 +213,24 @@ std::int64_t Node::positive_integer() const {
   const auto v = integer_or_fail("a positive integer");
   if (v < 1) fail("a positive integer");
   return v;
+}
+
+double Node::milliseconds() const {
+  return number_in(0.0, limits::kMaxMs, "a non-negative number of milliseconds up to 1e9");
+}
+
+std::int64_t Node::bytes() const {
+  const auto v = integer_or_fail("a non-negative integer (bytes)");
+  if (v < 0 || v > limits::kMaxBytes) fail("a byte count from 0 to 70368744177664 (64 TiB)");
+  return v;
+}
+
+double Node::number_in(double low, double high, std::string_view expected) const {
+  // Written so that NaN fails too (nlohmann never yields one, but a caller's value might).
+  if (!value_->is_number() || !(value_->get<double>() >= low && value_->get<double>() <= high)) {
+    fail(expected);
+  }
+  return value_->get<double>();
 }
 
 }  // namespace pipetune::json_reader

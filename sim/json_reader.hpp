@@ -51,6 +51,12 @@ class Node {
   std::int64_t integer() const;
   std::int64_t non_negative_integer() const;
   std::int64_t positive_integer() const;
+  /// A duration: a non-negative number of milliseconds up to limits::kMaxMs.
+  double milliseconds() const;
+  /// A byte count: a non-negative integer up to limits::kMaxBytes.
+  std::int64_t bytes() const;
+  /// A number in [low, high] (NaN and infinities fail); `expected` says so in the message.
+  double number_in(double low, double high, std::string_view expected) const;
 
  private:
   std::int64_t integer_or_fail(std::string_view expected) const;

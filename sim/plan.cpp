@@ -3,11 +3,13 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "sim/error.hpp"
 #include "sim/file_io.hpp"
 #include "sim/json_reader.hpp"
+#include "sim/limits.hpp"
 
 namespace pipetune {
 
@@ -67,6 +69,7 @@ Plan parse_plan(std::string_view text, const std::string& source) {
   const Node balance = root.field("balance");
   const auto stages = balance.elements();
   if (stages.empty()) balance.fail("a non-empty array of layer counts, one per stage");
+  if (stages.size() > static_cast<std::size_t>(limits::kMaxStages)) balance.fail("at most 1024 stages");
   for (const Node& s : stages) {
     if (!s.value().is_number() || s.integer() < 1) {
       s.fail("a positive integer (every stage needs at least one layer)");
@@ -77,7 +80,7 @@ Plan parse_plan(std::string_view text, const std::string& source) {
   }
   const Node chunks = root.field("chunks");
   const auto c = chunks.positive_integer();
-  if (c > 1'000'000'000) chunks.fail("at most 1000000000 micro-batches");
+  if (c > limits::kMaxChunks) chunks.fail("at most 4096 micro-batches");
   plan.chunks = static_cast<int>(c);
 
   const Node checkpoint = root.field("checkpoint");
@@ -150,9 +153,13 @@ void check_plan(const Plan& plan, const Profile& profile, const Hardware& hardwa
         "{}: balance: expected layer counts summing to {} (the profile's layers), got {} = {}",
         source, profile.layer_count(), fmt::join(plan.balance, "+"), total));
   }
-  if (plan.chunks < 1 || plan.chunks > profile.batch_size) {
-    throw InputError(fmt::format("{}: chunks: expected 1 to {} (the batch size), got {}", source,
-                                 profile.batch_size, plan.chunks));
+  if (plan.balance.size() > static_cast<std::size_t>(limits::kMaxStages)) {
+    throw InputError(fmt::format("{}: balance: expected at most {} stages, got {}", source,
+                                 limits::kMaxStages, plan.balance.size()));
+  }
+  if (plan.chunks < 1 || plan.chunks > max_chunks(profile.batch_size)) {
+    throw InputError(fmt::format("{}: chunks: expected {}, got {}", source,
+                                 chunks_expectation(profile.batch_size), plan.chunks));
   }
   if (plan.devices.empty()) {
     if (plan.balance.size() > hardware.devices.size()) {
@@ -176,6 +183,16 @@ void check_plan(const Plan& plan, const Profile& profile, const Hardware& hardwa
       }
     }
   }
+}
+
+int max_chunks(std::int64_t batch) {
+  return static_cast<int>(std::min<std::int64_t>(batch, limits::kMaxChunks));
+}
+
+std::string chunks_expectation(std::int64_t batch) {
+  return batch <= limits::kMaxChunks
+             ? fmt::format("1 to {} (the batch size)", batch)
+             : fmt::format("1 to {} (the most micro-batches a plan may have)", limits::kMaxChunks);
 }
 
 std::vector<int> stage_devices(const Plan& plan, const Hardware& hardware) {

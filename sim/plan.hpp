@@ -58,6 +58,12 @@ std::string describe_plan(const Plan& plan);
 void check_plan(const Plan& plan, const Profile& profile, const Hardware& hardware,
                 const std::string& source);
 
+/// The most chunks a plan over a batch of `batch` samples may ask for: the batch size, and at
+/// most limits::kMaxChunks.
+int max_chunks(std::int64_t batch);
+/// "expected 1 to N (the batch size)" or "(… at most 4096)": the reason for max_chunks.
+std::string chunks_expectation(std::int64_t batch);
+
 /// Device index of each stage (the plan must have passed check_plan).
 std::vector<int> stage_devices(const Plan& plan, const Hardware& hardware);
 

@@ -216,15 +216,14 @@ class PlanSearch {
 std::vector<Config> PlanSearch::configurations() const {
   std::vector<int> chunks = options_.chunks;
   if (chunks.empty()) {
-    for (std::int64_t c = 1; c <= profile_.batch_size; ++c) chunks.push_back(static_cast<int>(c));
+    for (int c = 1; c <= max_chunks(profile_.batch_size); ++c) chunks.push_back(c);
   }
   std::sort(chunks.begin(), chunks.end());
   std::vector<std::vector<std::int64_t>> splits;
   std::vector<int> first_chunks;
   for (int c : chunks) {
-    if (c < 1 || c > profile_.batch_size) {
-      throw InputError(fmt::format("chunks: expected 1 to {} (the batch size), got {}",
-                                   profile_.batch_size, c));
+    if (c < 1 || c > max_chunks(profile_.batch_size)) {
+      throw InputError(fmt::format("chunks: expected {}, got {}", chunks_expectation(profile_.batch_size), c));
     }
     auto split = split_batch(profile_.batch_size, c);
     if (std::find(splits.begin(), splits.end(), split) == splits.end()) {

@@ -2,9 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
+#include "sim/cost_model.hpp"
 #include "sim/error.hpp"
 #include "sim/file_io.hpp"
 #include "sim/json_reader.hpp"
+#include "sim/limits.hpp"
 
 namespace pipetune {
 
@@ -24,7 +28,7 @@ void check_format(const Node& root, std::string_view expected) {
 std::vector<double> numbers(const Node& node, std::size_t count) {
   std::vector<double> out;
   for (const Node& e : node.elements(count, "non-negative numbers, one per micro-batch size")) {
-    out.push_back(e.non_negative_number());
+    out.push_back(e.milliseconds());
   }
   return out;
 }
@@ -33,9 +37,45 @@ std::vector<std::int64_t> byte_counts(const Node& node, std::size_t count) {
   std::vector<std::int64_t> out;
   for (const Node& e :
        node.elements(count, "non-negative integers (bytes), one per micro-batch size")) {
-    out.push_back(e.non_negative_integer());
+    out.push_back(e.bytes());
   }
   return out;
+}
+
+// Every byte count the cost model can yield, summed over the layers, stays within
+// limits::kMaxProfileBytes at every micro-batch size from 1 to the batch: what keeps the
+// simulator's counters from overflowing (sim/limits.hpp). Each count is max(0, a linear
+// function) between measured sizes and beyond them, so the sum is convex on each of those
+// pieces and its largest value is at a piece's end: 1, a measured size or the batch.
+void check_profile_total(const Profile& p, const std::string& source) {
+  std::vector<std::int64_t> at{1, p.batch_size};
+  for (auto s : p.micro_batch_sizes) {
+    if (s <= p.batch_size) at.push_back(s);
+  }
+  const auto& sizes = p.micro_batch_sizes;
+  // In doubles: the sum is what is being checked, it must not wrap on the way.
+  const auto in_double = [&](const std::vector<std::int64_t>& field, double x) {
+    std::vector<double> values(field.begin(), field.end());
+    return interpolate(sizes, values, x);
+  };
+  for (const auto size : at) {
+    const double x = static_cast<double>(size);
+    double total = in_double(p.input_bytes, x);
+    for (const auto& l : p.layers) {
+      total += static_cast<double>(l.param_bytes);
+      for (const auto* field : {&l.output_bytes, &l.saved_bytes, &l.workspace_bytes,
+                                &l.backward_peak_bytes, &l.backward_accumulate_peak_bytes}) {
+        if (!field->empty()) total += in_double(*field, x);
+      }
+    }
+    if (total > static_cast<double>(limits::kMaxProfileBytes)) {
+      throw InputError(fmt::format(
+          "{}: layers: the byte counts add up to {:.4g} bytes at a micro-batch of {} sample{} "
+          "(parameters, input and every per-size field{}), above the 64 TiB a profile may hold",
+          source, total, size, size == 1 ? "" : "s",
+          std::find(sizes.begin(), sizes.end(), size) == sizes.end() ? ", extended beyond the measured sizes" : ""));
+    }
+  }
 }
 
 LayerProfile parse_layer(const Node& node, std::size_t sizes) {
@@ -44,7 +84,7 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
                    "forward_nograd_ms", "forward_ms_spread", "backward_ms_spread"});
   LayerProfile layer;
   layer.name = node.field("name").string();
-  layer.param_bytes = node.field("param_bytes").non_negative_integer();
+  layer.param_bytes = node.field("param_bytes").bytes();
   layer.forward_ms = numbers(node.field("forward_ms"), sizes);
   layer.backward_ms = numbers(node.field("backward_ms"), sizes);
   layer.output_bytes = byte_counts(node.field("output_bytes"), sizes);
@@ -87,7 +127,7 @@ Profile parse_profile(std::string_view text, const std::string& source) {
   device.allow_only({"type", "name", "memory_bytes"});
   p.device.type = device.field("type").non_empty_string();
   p.device.name = device.field("name").string();
-  p.device.memory_bytes = device.field("memory_bytes").non_negative_integer();
+  p.device.memory_bytes = device.field("memory_bytes").bytes();
   p.dtype = root.field("dtype").non_empty_string();
   if (auto timer = root.optional_field("timer")) {
     p.timer = timer->non_empty_string();
@@ -95,13 +135,16 @@ Profile parse_profile(std::string_view text, const std::string& source) {
       timer->fail("\"clock\", \"cuda-events\" or \"cupti\"");
     }
   }
-  p.batch_size = root.field("batch_size").positive_integer();
+  const Node batch = root.field("batch_size");
+  p.batch_size = batch.positive_integer();
+  if (p.batch_size > limits::kMaxBatch) batch.fail("a positive integer up to 1000000000");
 
   const Node sizes = root.field("micro_batch_sizes");
   const auto size_nodes = sizes.elements();
   if (size_nodes.empty()) sizes.fail("a non-empty array of micro-batch sizes");
   for (const Node& s : size_nodes) {
     const auto v = s.positive_integer();
+    if (v > limits::kMaxBatch) s.fail("a positive integer up to 1000000000");
     if (!p.micro_batch_sizes.empty() && v <= p.micro_batch_sizes.back()) {
       s.fail(fmt::format("a size above {} (sizes must be strictly increasing)",
                          p.micro_batch_sizes.back()));
@@ -123,6 +166,8 @@ Profile parse_profile(std::string_view text, const std::string& source) {
                                       : "missing field \"backward_peak_bytes\" (layers[0] has it: every layer or none)");
     }
   }
+
+  check_profile_total(p, source);
 
   if (auto meta = root.optional_field("meta")) {
     if (!meta->value().is_object()) meta->fail("an object");

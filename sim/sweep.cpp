@@ -30,9 +30,8 @@ std::vector<SweepRow> run_sweep(const Profile& profile, const Hardware& hardware
     }
   }
   for (int c : spec.chunks) {
-    if (c < 1 || c > profile.batch_size) {
-      throw InputError(
-          fmt::format("--chunks: expected 1 to {} (the batch size), got {}", profile.batch_size, c));
+    if (c < 1 || c > max_chunks(profile.batch_size)) {
+      throw InputError(fmt::format("--chunks: expected {}, got {}", chunks_expectation(profile.batch_size), c));
     }
   }
   std::vector<double> bandwidths = spec.bandwidths;

@@ -10,6 +10,7 @@
 #include "sim/error.hpp"
 #include "sim/file_io.hpp"
 #include "sim/json_reader.hpp"
+#include "sim/limits.hpp"
 
 namespace pipetune {
 
@@ -209,7 +210,12 @@ Trace parse_trace(std::string_view text, const std::string& source) {
   trace.iteration_ms = summary.field("iteration_ms").non_negative_number();
   trace.throughput_samples_per_s = summary.field("throughput_samples_per_s").non_negative_number();
   trace.bubble_fraction = summary.field("bubble_fraction").number();
-  for (const Node& d : summary.field("devices").elements()) {
+  const Node summary_devices = summary.field("devices");
+  if (summary_devices.value().is_array() &&
+      summary_devices.value().size() > static_cast<std::size_t>(limits::kMaxDevices)) {
+    summary_devices.fail("at most 1024 devices");
+  }
+  for (const Node& d : summary_devices.elements()) {
     TraceDevice device;
     device.name = d.field("name").string();
     for (const Node& s : d.field("stages").elements()) {
@@ -217,7 +223,7 @@ Trace parse_trace(std::string_view text, const std::string& source) {
     }
     device.busy_ms = d.field("busy_ms").non_negative_number();
     device.peak_memory_bytes = d.field("peak_memory_bytes").non_negative_integer();
-    device.memory_capacity_bytes = d.field("memory_capacity_bytes").non_negative_integer();
+    device.memory_capacity_bytes = d.field("memory_capacity_bytes").bytes();
     trace.devices.push_back(std::move(device));
   }
 
@@ -273,7 +279,7 @@ Trace parse_trace(std::string_view text, const std::string& source) {
         const auto peer = to.non_negative_integer();  // compared before the cast can wrap it
         if (peer >= device_count) to.fail(fmt::format("a device pid below {}", device_count));
         task.peer = static_cast<int>(peer);
-        task.bytes = args.field("bytes").non_negative_integer();
+        task.bytes = args.field("bytes").bytes();
       }
       trace.tasks.push_back(task);
     } else if (phase == "C") {

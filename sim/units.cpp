@@ -1,5 +1,7 @@
 #include "sim/units.hpp"
 
+#include "sim/limits.hpp"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -86,7 +88,9 @@ double parse_bandwidth(const std::string& text) {
   if (cleaned == "ideal" || cleaned == "inf") return std::numeric_limits<double>::infinity();
   if (cleaned.size() > 2 && cleaned.ends_with("/s")) cleaned.resize(cleaned.size() - 2);
   const std::int64_t bytes = parse_bytes(cleaned);
-  return bytes > 0 ? static_cast<double>(bytes) : std::numeric_limits<double>::quiet_NaN();
+  // Slower links turn the largest copies into times beyond any meaning.
+  return static_cast<double>(bytes) >= limits::kMinBandwidth ? static_cast<double>(bytes)
+                                                             : std::numeric_limits<double>::quiet_NaN();
 }
 
 std::string format_balance(const std::vector<int>& balance) {

@@ -128,7 +128,7 @@ void PlanEditor::move_boundary(int boundary, int gap) {
 void PlanEditor::set_chunks(int chunks) {
   if (!profile_ || chunks == plan_.chunks) return;
   Plan plan = plan_;
-  plan.chunks = static_cast<int>(std::clamp<std::int64_t>(chunks, 1, profile_->batch_size));
+  plan.chunks = std::clamp(chunks, 1, max_chunks(profile_->batch_size));  // check_plan's bound
   commit(std::move(plan));
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "sim/limits.hpp"
 #include "sim/units.hpp"
 
 namespace pipetune::gui {
@@ -76,7 +77,8 @@ std::int64_t parse_size(const QString& text) {
       cleaned == QLatin1String("—") || cleaned == QLatin1String("-")) {
     return 0;
   }
-  return parse_bytes(cleaned.toStdString());
+  const std::int64_t bytes = parse_bytes(cleaned.toStdString());
+  return bytes > limits::kMaxBytes ? -1 : bytes;  // the hardware file's ceiling
 }
 
 double parse_bandwidth(const QString& text) { return pipetune::parse_bandwidth(text.toStdString()); }

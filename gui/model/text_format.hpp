@@ -23,9 +23,9 @@ QString format_bandwidth(double bytes_per_s);
 QString format_balance(const std::vector<int>& balance);
 /// Parses "3,3,2" (spaces and brackets allowed); empty when it is not a list of positive counts.
 std::vector<int> parse_balance(const QString& text);
-/// "16 GiB", "512MiB", "8e9", "unlimited" (0); -1 when it is not a size.
+/// "16 GiB", "512MiB", "8e9", "unlimited" (0); -1 when it is not a size, or above 64 TiB.
 std::int64_t parse_size(const QString& text);
-/// "25 GB/s", "1e8", "ideal" (infinity); NaN when it is not a bandwidth.
+/// "25 GB/s", "1e8", "ideal" (infinity); NaN when it is not a bandwidth of at least 1 B/s.
 double parse_bandwidth(const QString& text);
 
 }  // namespace pipetune::gui

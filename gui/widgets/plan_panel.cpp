@@ -101,7 +101,7 @@ PlanPanel::PlanPanel(PlanEditor& editor, QWidget* parent)
   connect(memory_, &QLineEdit::editingFinished, this, [this] {
     const std::int64_t bytes = parse_size(memory_->text());
     if (bytes < 0) {
-      show_problem(tr("memory: expected a size such as 16 GiB, 512 MiB or unlimited"));
+      show_problem(tr("memory: expected a size up to 64 TiB such as 16 GiB, 512 MiB or unlimited"));
       return;
     }
     show_problem({});

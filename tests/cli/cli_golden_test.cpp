@@ -99,7 +99,21 @@ INSTANTIATE_TEST_SUITE_P(
         GoldenCase{"error_plan_chunks", {"plan", "--profile", kProfile, "--devices", "2", "--chunks", "0,4"}},
         GoldenCase{"error_plan_too_many_stages", {"plan", "--profile", kProfile, "--devices", "7"}},
         GoldenCase{"error_bad_bandwidth",
-                   {"sweep", "--profile", kProfile, "--devices", "2", "--bandwidth", "fast"}}),
+                   {"sweep", "--profile", kProfile, "--devices", "2", "--bandwidth", "fast"}},
+        // The ceilings of sim/limits.hpp (docs/formats.md): 1e300 ms used to predict a 300-digit
+        // iteration and exit 0.
+        GoldenCase{"error_time_above_ceiling",
+                   {"simulate", "--profile", "tests/data/bad/huge_time.json", "--plan", kPlan}},
+        GoldenCase{"error_plan_time_above_ceiling",
+                   {"plan", "--profile", "tests/data/bad/huge_time.json", "--devices", "2"}},
+        GoldenCase{"error_memory_above_ceiling",
+                   {"simulate", "--profile", kProfile, "--plan", kPlan, "--memory", "65TiB"}},
+        GoldenCase{"error_latency_above_ceiling",
+                   {"simulate", "--profile", kProfile, "--plan", kPlan, "--latency-ms", "1e10"}},
+        GoldenCase{"error_bandwidth_below_floor",
+                   {"simulate", "--profile", kProfile, "--plan", kPlan, "--bandwidth", "0.4"}},
+        GoldenCase{"error_chunks_above_ceiling",
+                   {"simulate", "--profile", kProfile, "--plan", kPlan, "--chunks", "5000"}}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // --trace writes a valid Chrome trace; its summary agrees with --json.

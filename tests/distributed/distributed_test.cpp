@@ -290,6 +290,30 @@ TEST_F(Distributed, AHungRankMakesTheOthersExitAfterTheTimeout) {
   kill(ranks->pid(1), SIGCONT);
 }
 
+// A library user destroying its Pipeline (and so the transport) while rank 0, which hosts the
+// store, is stopped: the destructor gives up on the silent peer within its bound (0.5 s,
+// docs/distributed.md) instead of waiting for the store's 60 s timeout.
+TEST_F(Distributed, ADestructorDoesNotWaitForASilentRankZero) {
+  const std::string plan = write_plan("plan.json", plan_json("2, 2, 2", 2, "never", "gpipe"));
+  Ranks ranks({PIPETUNE_DISTRIBUTED_RANK, "--destroy-while-rank-0-is-stopped", "mlp:layers=5,width=16",
+               plan, "4"},
+              3);
+  for (int r : {1, 2}) {
+    int status = 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
+    while (waitpid(ranks.pid(r), &status, WNOHANG) == 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    const std::string err = ranks.err(r);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "rank " << r << ": " << err;
+    const auto at = err.find("destroyed in ");
+    ASSERT_NE(at, std::string::npos) << err;
+    const double seconds = std::stod(err.substr(at + 13));
+    EXPECT_LT(seconds, 0.5 + 1.0) << "rank " << r << " (bound 0.5 s, slack for a loaded machine)";
+  }
+  kill(ranks.pid(0), SIGKILL);  // stopped; the Ranks object reaps it
+}
+
 // The children of `parent` that have RANK=<rank> in their environment (pipetune launch's ranks).
 std::vector<pid_t> children_with_rank(pid_t parent, int rank) {
   std::vector<pid_t> found;

@@ -5,13 +5,24 @@
 //
 //   pipetune_distributed_rank MODEL_SPEC PLAN.json BATCH SEED
 // with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set.
+//
+//   pipetune_distributed_rank --destroy-while-rank-0-is-stopped MODEL_SPEC PLAN.json BATCH
+// builds the pipeline on every rank; then rank 0, which hosts the store, stops itself (SIGSTOP)
+// and every other rank destroys its pipeline (and with it the transport) and prints on stderr
+// how long that took: "destroyed in S s". A destructor must not wait on the silent peer.
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <signal.h>
+
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <string>
+#include <thread>
+#include <utility>
 
 #include "distributed/process_group.hpp"
 #include "executor/executor.hpp"
@@ -21,7 +32,49 @@
 
 using namespace pipetune;
 
+namespace {
+
+int destroy_while_rank_0_is_stopped(const std::string& spec, const Plan& plan, std::int64_t batch) {
+  const auto env = distributed::read_launch_environment();
+  models::Model model = models::build_model(spec, {});
+  exec::ExecutorOptions options;
+  options.devices = exec::executor_devices(plan, "cpu");
+  options.optimizer = exec::OptimizerKind::None;
+  options.threads_per_cpu_device = 1;
+  // A long timeout: without a bound of its own, a destructor would wait this long.
+  std::shared_ptr<exec::Transport> transport = distributed::connect(env, 60.0);
+  options.transport = transport;
+  const Plan placed = exec::with_executor_devices(plan, options.devices);
+  auto pipeline = std::make_unique<exec::Pipeline>(model, placed, batch, std::move(options));
+  transport->barrier("ready");
+  transport.reset();  // the pipeline holds the last reference
+  if (env.rank == 0) {
+    raise(SIGSTOP);  // the test continues it once the others are done
+    std::_Exit(0);
+  }
+  // Rank 0 is stopped by now, and the heartbeat's next call to its store waits for an answer.
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const auto started = std::chrono::steady_clock::now();
+  pipeline.reset();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::fprintf(stderr, "rank %d: destroyed in %.3f s\n", env.rank, seconds);
+  std::fflush(stderr);
+  std::_Exit(0);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  if (argc == 5 && std::string(argv[1]) == "--destroy-while-rank-0-is-stopped") {
+    try {
+      return destroy_while_rank_0_is_stopped(argv[2], load_plan(argv[3]), std::stoll(argv[4]));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rank %s: %s\n", std::getenv("RANK") ? std::getenv("RANK") : "?", e.what());
+      std::fflush(stderr);
+      std::_Exit(2);
+    }
+  }
   if (argc != 5) {
     std::fprintf(stderr, "usage: %s MODEL_SPEC PLAN.json BATCH SEED\n", argv[0]);
     return 2;

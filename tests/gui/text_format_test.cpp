@@ -53,6 +53,10 @@ TEST(TextFormat, SizesAndBandwidthsParseWhatTheyPrint) {
   EXPECT_DOUBLE_EQ(parse_bandwidth(QStringLiteral("25 GB/s")), 25e9);
   EXPECT_DOUBLE_EQ(parse_bandwidth(QStringLiteral("1e8")), 1e8);
   EXPECT_TRUE(std::isnan(parse_bandwidth(QStringLiteral("fast"))));
+  // The hardware file's ceilings (docs/formats.md): 64 TiB at most, 1 B/s at least.
+  EXPECT_EQ(parse_size(QStringLiteral("64 TiB")), 64LL << 40);
+  EXPECT_EQ(parse_size(QStringLiteral("65 TiB")), -1);
+  EXPECT_TRUE(std::isnan(parse_bandwidth(QStringLiteral("0.4"))));
   for (double b : {1e8, 2.5e10, 4.5e11}) {
     EXPECT_DOUBLE_EQ(parse_bandwidth(format_bandwidth(b)), b);
   }

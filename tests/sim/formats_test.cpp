@@ -118,9 +118,11 @@ TEST(ProfileFormat, WrongType) {
 
 TEST(ProfileFormat, NegativeCost) {
   EXPECT_EQ(profile_error(profile_with("\"backward_ms\": [1.0, 2.0]", "\"backward_ms\": [1.0, -2.0]")),
-            "in.json: layers[0].backward_ms[1]: expected a non-negative number, got -2.0");
+            "in.json: layers[0].backward_ms[1]: expected a non-negative number of milliseconds up to 1e9, "
+            "got -2.0");
   EXPECT_EQ(profile_error(profile_with("\"saved_bytes\": [4, 16]", "\"saved_bytes\": [4, -16]")),
-            "in.json: layers[0].saved_bytes[1]: expected a non-negative integer, got -16");
+            "in.json: layers[0].saved_bytes[1]: expected a byte count from 0 to 70368744177664 (64 TiB), "
+            "got -16");
 }
 
 TEST(ProfileFormat, WrongArrayLength) {
@@ -196,7 +198,8 @@ TEST(ProfileFormat, NoGradForwardTimesParseAndRoundTrip) {
   EXPECT_EQ(parse_profile(profile_to_json(p), "again.json").layers[0].forward_nograd_ms, p.layers[0].forward_nograd_ms);
   EXPECT_EQ(profile_error(profile_with(R"("forward_ms": [0.5, 1.0])",
                                        R"("forward_ms": [0.5, 1.0], "forward_nograd_ms": [0.25, -1])")),
-            "in.json: layers[0].forward_nograd_ms[1]: expected a non-negative number, got -1");
+            "in.json: layers[0].forward_nograd_ms[1]: expected a non-negative number of milliseconds "
+            "up to 1e9, got -1");
 }
 
 TEST(ProfileFormat, MeasuredBackwardPeaksBothOrNeitherOnEveryLayer) {
@@ -259,9 +262,10 @@ TEST(HardwareFormat, BadInput) {
   EXPECT_EQ(hardware_error(std::string(text).replace(text.find("[\"gpu0\", \"gpu1\"]"), 16, "[\"gpu0\", \"gpu7\"]")),
             "in.json: links[0].between[1]: expected the name of a device in \"devices\", got \"gpu7\"");
   EXPECT_EQ(hardware_error(std::string(text).replace(text.find("1e9"), 3, "-1")),
-            "in.json: link.bandwidth_bytes_per_s: expected a positive number, got -1");
+            "in.json: link.bandwidth_bytes_per_s: expected at least 1 (bytes per second), or null for "
+            "unlimited, got -1");
   EXPECT_EQ(hardware_error(std::string(text).replace(text.find("\"speed\": 2.0"), 12, "\"speed\": 0")),
-            "in.json: devices[0].speed: expected a positive number, got 0");
+            "in.json: devices[0].speed: expected a number from 1e-6 to 1e6, got 0");
 }
 
 const char* const kPlan = R"({"format": "pipetune.plan/1", "balance": [1, 1], "chunks": 4,
