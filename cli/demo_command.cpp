@@ -163,6 +163,13 @@ int full_demo(const DemoFlags& flags) {
   std::printf("\nsummary: the plan chosen, %s%s, predicted and measured\n\n", describe_plan(chosen.plan()).c_str(),
               v.planner_proven ? " (optimal under the model)" : "");
   std::fputs(summary_table(v).c_str(), stdout);
+  // Which prediction the headline is, and why that one.
+  if (v.has_calibration()) {
+    std::printf("\nthe prediction trusted is the calibrated one (calibration %s)\n", v.calibration_reason.empty() ? "reused" : v.calibration_reason.c_str());
+  } else {
+    std::printf("\nthe prediction trusted is the uncalibrated one (calibration %s)\n",
+                v.calibration_reason.empty() ? "none" : v.calibration_reason.c_str());
+  }
   std::printf("\ntraces, plans, profile, hardware and reports are in %s/ (%.0f s in all)\n", flags.out.c_str(),
               v.seconds);
   std::printf("open the predicted timeline over the measured one:\n  %s %s %s %s %s\n", gui_program().c_str(),

@@ -112,6 +112,10 @@ std::string validation_text(const Validation& v) {
                        v.calibration_fitted ? "fitted now" : "reused",
                        fmt::join(v.hardware.calibration.fitted_on, "; "));
     if (!v.calibration_runs.empty()) out += fmt::format("            on the plans it was fitted on: {}\n", calibration_fit_line(v));
+    if (!v.calibration_reason.empty()) out += fmt::format("            {}\n", v.calibration_reason);
+  } else if (!v.calibration_reason.empty()) {
+    out += fmt::format("calibration none: {}{}\n", v.calibration_reason,
+                       v.unused_calibration.empty() ? "" : fmt::format(" (it was {})", calibration_summary(v.unused_calibration)));
   } else {
     out += "calibration none\n";
   }
@@ -151,6 +155,8 @@ std::string validation_markdown(const Validation& v) {
   if (v.has_calibration()) {
     out += fmt::format("- calibration ({}): {}; fitted on {}\n", v.calibration_fitted ? "fitted by this run" : "reused",
                        calibration_summary(v.hardware.calibration), fmt::join(v.hardware.calibration.fitted_on, "; "));
+  } else if (!v.calibration_reason.empty()) {
+    out += fmt::format("- calibration: none, {}\n", v.calibration_reason);
   } else {
     out += "- calibration: none\n";
   }
@@ -244,6 +250,7 @@ std::string validation_json(const Validation& v, const ValidationThresholds& thr
   out["profiled"] = v.profiled;
   out["hardware"] = v.hardware_path;
   out["calibration"] = v.has_calibration() ? (v.calibration_fitted ? "fitted" : "reused") : "none";
+  if (!v.calibration_reason.empty()) out["calibration_reason"] = v.calibration_reason;
   out["calibration_runs"] = ordered_json::array();
   for (const auto& c : v.calibration_runs) out["calibration_runs"].push_back(plan_json(c));
   out["runs"] = ordered_json::array();

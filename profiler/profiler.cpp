@@ -52,21 +52,29 @@ struct Runner {
   }
 };
 
-void reset_gradients(torch::nn::Module& module, at::Tensor& input) {
+// A layer's input as a stage's intermediate: a storage of its own (so what keeps it alive can
+// be seen), with a graph behind it when it needs a gradient (so a layer that works in place
+// may modify it). The gradient arrives in `leaf`.
+struct LayerInput {
+  at::Tensor leaf, x;
+};
+LayerInput layer_input(const at::Tensor& previous, int layer) {
+  LayerInput in;
+  if (layer == 0 || !at::isFloatingType(previous.scalar_type())) {
+    in.x = previous.detach().clone();
+    return in;
+  }
+  in.leaf = previous.detach().requires_grad_(true);
+  in.x = in.leaf.clone();
+  return in;
+}
+
+void reset_gradients(torch::nn::Module& module, LayerInput& input) {
   for (auto& p : module.parameters()) p.mutable_grad().reset();
-  if (input.defined() && input.requires_grad()) input.mutable_grad().reset();
+  if (input.leaf.defined()) input.leaf.mutable_grad().reset();
 }
 
-}  // namespace
-
-std::vector<std::int64_t> default_micro_batch_sizes(std::int64_t batch) {
-  std::vector<std::int64_t> sizes;
-  for (std::int64_t s = 1; s < batch; s *= 2) sizes.push_back(s);
-  sizes.push_back(batch);
-  return sizes;
-}
-
-ProfileResult profile_model(models::Model& model, const ProfileOptions& options) {
+std::vector<std::int64_t> checked_sizes(const ProfileOptions& options) {
   if (options.batch_size < 1) {
     throw InputError(fmt::format("--batch: expected a positive integer, got {}", options.batch_size));
   }
@@ -81,18 +89,220 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
                                    options.batch_size, s));
     }
   }
+  return sizes;
+}
 
-  std::unique_ptr<MeasureBackend> backend;
-  if (options.device == "cpu") {
-    backend = make_cpu_backend(options.threads);
-  } else if (options.device.rfind("cuda", 0) == 0) {
+std::unique_ptr<MeasureBackend> make_backend(const ProfileOptions& options) {
+  if (options.device == "cpu") return make_cpu_backend(options.threads);
+  if (options.device.rfind("cuda", 0) == 0) {
     const int index = options.device.size() > 5 ? std::stoi(options.device.substr(5)) : 0;
-    backend = make_cuda_backend(index, options.timer);
-  } else {
-    throw InputError(fmt::format("--device: expected cpu or cuda, got \"{}\"", options.device));
+    return make_cuda_backend(index, options.timer);
   }
-  const c10::Device device = backend->device();
+  throw InputError(fmt::format("--device: expected cpu or cuda, got \"{}\"", options.device));
+}
 
+// The profile's header and each layer's name and parameters; the per-size arrays come later.
+Profile empty_profile(models::Model& model, MeasureBackend& backend, at::ScalarType dtype,
+                      const ProfileOptions& options, const std::vector<std::int64_t>& sizes) {
+  Profile profile;
+  profile.model = model.name;
+  profile.device = {backend.device_type(), backend.device_name(), backend.memory_bytes()};
+  profile.dtype = dtype == at::kDouble ? "float64" : dtype == at::kHalf ? "float16" : dtype == at::kBFloat16 ? "bfloat16" : "float32";
+  profile.timer = backend.timer_name();
+  profile.batch_size = options.batch_size;
+  profile.micro_batch_sizes = sizes;
+  profile.layers.resize(model.layer_names.size());
+  auto layer = model.layers->begin();
+  for (std::size_t l = 0; l < profile.layers.size(); ++l, ++layer) {
+    profile.layers[l].name = model.layer_names[l];
+    for (const auto& p : layer->ptr()->parameters()) profile.layers[l].param_bytes += bytes_of(p);
+  }
+  return profile;
+}
+
+// Each layer's median times at one size, and their spreads.
+struct LayerTimes {
+  Statistics forward, backward, forward_nograd;
+};
+
+// Time, in context: each repetition is one forward pass through every layer and one backward
+// pass back, each layer timed on its own within it. Timing a layer alone, again and again,
+// would keep its weights in cache, which a pipeline streaming micro-batches through many
+// layers does not; small-batch layers are bound by memory, so that matters. Layers are joined
+// by detached tensors, so each backward can be timed by itself.
+std::vector<LayerTimes> time_layers(models::Model& model, std::vector<torch::nn::AnyModule*>& modules,
+                                    const at::Tensor& input, const at::Tensor& target, MeasureBackend& backend,
+                                    const ProfileOptions& options) {
+  const int layer_count = static_cast<int>(modules.size());
+  std::uint64_t next_region = 1;
+  std::vector<std::vector<std::uint64_t>> forward_ids(layer_count), backward_ids(layer_count),
+      nograd_ids(layer_count);
+  // Runs `work` as region `ids` of layer l when the repetition is timed.
+  auto region = [&](bool timed, std::vector<std::uint64_t>& ids, auto&& work) {
+    const std::uint64_t id = next_region++;
+    if (timed) backend.begin(id);
+    auto result = work();
+    if (timed) {
+      backend.end(id);
+      ids.push_back(id);
+    }
+    return result;
+  };
+  for (int r = 0; r < options.warmup + options.repeats; ++r) {
+    const bool timed = r >= options.warmup;
+    // First the forward a checkpointed micro-batch runs: no autograd, nothing saved.
+    {
+      at::NoGradGuard no_grad;
+      at::Tensor current = input;
+      for (int l = 0; l < layer_count; ++l) {
+        Runner run{*modules[l], model, l + 1 == layer_count, target};
+        current = region(timed, nograd_ids[l], [&] { return run.forward(current).second; });
+      }
+    }
+    std::vector<LayerInput> inputs(layer_count);
+    std::vector<at::Tensor> roots(layer_count);
+    at::Tensor current = input;
+    for (int l = 0; l < layer_count; ++l) {
+      inputs[l] = layer_input(current, l);
+      Runner run{*modules[l], model, l + 1 == layer_count, target};
+      auto pair = region(timed, forward_ids[l], [&] { return run.forward(inputs[l].x); });
+      roots[l] = pair.first;
+      current = pair.second;
+    }
+    at::Tensor gradient;  // flowing back from the layer after
+    for (int l = layer_count - 1; l >= 0; --l) {
+      if (!roots[l].requires_grad()) break;  // nothing before can need a gradient either
+      region(timed, backward_ids[l], [&] {
+        if (l + 1 == layer_count) {
+          torch::autograd::backward({roots[l]});
+        } else {
+          torch::autograd::backward({roots[l]}, {gradient});
+        }
+        return 0;
+      });
+      gradient = inputs[l].leaf.defined() ? inputs[l].leaf.grad() : at::Tensor();
+      roots[l] = at::Tensor();
+      if (!gradient.defined()) break;
+    }
+    // Parameter gradients stay allocated and accumulate, as in every backward of a stage but
+    // its first.
+  }
+  const auto times = backend.collect_ms();
+  auto pick = [&](const std::vector<std::uint64_t>& ids) {
+    std::vector<double> v;
+    for (auto id : ids) {
+      auto it = times.find(id);
+      v.push_back(it == times.end() ? 0.0 : it->second);  // no device work at all: 0
+    }
+    return statistics(v);
+  };
+  std::vector<LayerTimes> out(layer_count);
+  for (int l = 0; l < layer_count; ++l) {
+    out[l] = {pick(forward_ids[l]), pick(backward_ids[l]), pick(nograd_ids[l])};
+  }
+  return out;
+}
+
+// One layer's memory at one size, counted by the device's allocator.
+struct LayerMemory {
+  at::Tensor output;  ///< detached: the next layer's input (none after the last layer)
+  std::int64_t output_bytes = 0, saved = 0, workspace = 0, first_peak = 0, accumulate_peak = 0;
+  bool keeps_input = true, keeps_output = false, aliases = false;
+};
+
+// One backward, given the gradient of the output; returns the peak above its start. The last
+// layer's output is not kept once the loss exists, as in the executor's last stage.
+std::int64_t backward_peak(Runner& run, std::pair<at::Tensor, at::Tensor> pair, MeasureBackend& backend) {
+  if (run.last) pair.second = at::Tensor();
+  if (!pair.first.requires_grad()) return 0;  // a first layer without parameters: no backward
+  at::Tensor seed_gradient = run.last ? at::Tensor() : at::ones_like(pair.first);
+  const std::int64_t start = backend.allocated();
+  backend.reset_peak();
+  if (run.last) {
+    torch::autograd::backward({pair.first});
+  } else {
+    torch::autograd::backward({pair.first}, {seed_gradient});
+  }
+  return std::max<std::int64_t>(0, backend.peak() - start);
+}
+
+// What autograd keeps of a forward: run it, let go of the input and the output, hold only the
+// graph, and see which storages survive. What the allocator still counts beyond those is saved.
+void measure_retention(Runner& run, const at::Tensor& previous, int layer, MeasureBackend& backend,
+                       LayerMemory& out) {
+  LayerInput in = layer_input(previous, layer);
+  const std::int64_t input_bytes = static_cast<std::int64_t>(in.x.storage().nbytes());
+  const std::int64_t before = backend.allocated();
+  auto [root, y] = run.forward(in.x);
+  out.aliases = y.storage().unsafeGetStorageImpl() == in.x.storage().unsafeGetStorageImpl();
+  const auto input_storage = in.x.storage().getWeakStorageImpl();
+  const auto output_storage = y.storage().getWeakStorageImpl();
+  const std::int64_t output_bytes = bytes_of(y), loss_bytes = run.last ? bytes_of(root) : 0;
+  // The graph: the loss holds it on the last layer; elsewhere the output's node does.
+  std::shared_ptr<torch::autograd::Node> graph = run.last ? nullptr : y.grad_fn();
+  if (!run.last) root = at::Tensor();
+  y = at::Tensor();
+  in.x = at::Tensor();
+  const std::int64_t held = backend.allocated() - (before - input_bytes);
+  out.keeps_input = !input_storage.expired();
+  out.keeps_output = !out.aliases && !output_storage.expired();
+  out.saved = std::max<std::int64_t>(
+      0, held - (out.keeps_input ? input_bytes : 0) - (out.keeps_output ? output_bytes : 0) - loss_bytes);
+}
+
+LayerMemory measure_layer_memory(Runner& run, const at::Tensor& previous, int layer, MeasureBackend& backend) {
+  LayerMemory out;
+  LayerInput in = layer_input(previous, layer);
+  reset_gradients(*run.layer.ptr(), in);
+  {
+    backend.reset_peak();
+    auto pair = run.forward(in.x);
+    // The backward's peaks are measured on their own, so the workspace is the forward's.
+    out.workspace = std::max<std::int64_t>(0, backend.peak() - backend.allocated());
+    out.output_bytes = bytes_of(pair.second);
+    if (!run.last) out.output = pair.second.detach();
+    // The first backward creates the parameters' gradients and keeps them.
+    out.first_peak = backward_peak(run, std::move(pair), backend);
+    // A later one adds into them: the new gradients are transient. The stage input is new
+    // each micro-batch (and a layer working in place has changed this one), so is its gradient.
+    const LayerInput again = layer_input(previous, layer);
+    out.accumulate_peak = backward_peak(run, run.forward(again.x), backend);
+  }
+  reset_gradients(*run.layer.ptr(), in);
+  measure_retention(run, previous, layer, backend, out);
+  return out;
+}
+
+void append(LayerProfile& layer, const LayerTimes& times, const LayerMemory& memory, bool first_size) {
+  layer.forward_ms.push_back(times.forward.median);
+  layer.backward_ms.push_back(times.backward.median);
+  layer.forward_nograd_ms.push_back(times.forward_nograd.median);
+  layer.forward_ms_spread.push_back(times.forward.spread);
+  layer.backward_ms_spread.push_back(times.backward.spread);
+  layer.output_bytes.push_back(memory.output_bytes);
+  layer.backward_peak_bytes.push_back(memory.first_peak);
+  layer.backward_accumulate_peak_bytes.push_back(memory.accumulate_peak);
+  layer.saved_bytes.push_back(memory.saved);
+  layer.workspace_bytes.push_back(memory.workspace);
+  // One answer for every size, on the safe side should sizes disagree: kept if kept at any.
+  layer.keeps_input = memory.keeps_input || (!first_size && layer.keeps_input);
+  layer.keeps_output = memory.keeps_output || (!first_size && layer.keeps_output);
+  layer.output_aliases_input = memory.aliases && (first_size || layer.output_aliases_input);
+}
+
+}  // namespace
+
+std::vector<std::int64_t> default_micro_batch_sizes(std::int64_t batch) {
+  std::vector<std::int64_t> sizes;
+  for (std::int64_t s = 1; s < batch; s *= 2) sizes.push_back(s);
+  sizes.push_back(batch);
+  return sizes;
+}
+
+ProfileResult profile_model(models::Model& model, const ProfileOptions& options) {
+  const std::vector<std::int64_t> sizes = checked_sizes(options);
+  std::unique_ptr<MeasureBackend> backend = make_backend(options);
+  const c10::Device device = backend->device();
   at::ScalarType dtype = at::kFloat;
   for (auto& p : model.layers->parameters()) {
     dtype = p.scalar_type();
@@ -100,24 +310,12 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
   }
   model.layers->to(device);
   model.layers->train();
+  Profile profile = empty_profile(model, *backend, dtype, options, sizes);
+  const std::int64_t before_any_work = backend->allocated();
 
-  const int layer_count = static_cast<int>(model.layer_names.size());
-  Profile profile;
-  profile.model = model.name;
-  profile.device = {backend->device_type(), backend->device_name(), backend->memory_bytes()};
-  profile.dtype = dtype == at::kDouble ? "float64" : dtype == at::kHalf ? "float16" : dtype == at::kBFloat16 ? "bfloat16" : "float32";
-  profile.timer = backend->timer_name();
-  profile.batch_size = options.batch_size;
-  profile.micro_batch_sizes = sizes;
-  profile.layers.resize(layer_count);
-  auto layer = model.layers->begin();
-  for (int l = 0; l < layer_count; ++l, ++layer) {
-    profile.layers[l].name = model.layer_names[l];
-    for (const auto& p : layer->ptr()->parameters()) profile.layers[l].param_bytes += bytes_of(p);
-  }
-
-  ProfileResult result;
-  std::uint64_t next_region = 1;
+  std::vector<torch::nn::AnyModule*> modules;
+  for (auto it = model.layers->begin(); it != model.layers->end(); ++it) modules.push_back(&*it);
+  const int layer_count = static_cast<int>(modules.size());
   const std::size_t total = sizes.size() * static_cast<std::size_t>(layer_count);
   std::size_t done = 0;
   for (std::int64_t size : sizes) {
@@ -126,144 +324,23 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
     input = input.to(device);
     target = target.to(device);
     profile.input_bytes.push_back(bytes_of(input));
-    std::vector<torch::nn::AnyModule*> modules;
-    for (auto it = model.layers->begin(); it != model.layers->end(); ++it) modules.push_back(&*it);
-
-    // Time, in context: each repetition is one forward pass through every layer and one
-    // backward pass back, each layer timed on its own within it. Timing a layer alone, again and
-    // again, would keep its weights in cache, which a pipeline streaming micro-batches through
-    // many layers does not; small-batch layers are bound by memory, so that matters.
-    // Layers are joined by detached tensors, so each backward can be timed by itself.
-    std::vector<std::vector<std::uint64_t>> forward_ids(layer_count), backward_ids(layer_count),
-        nograd_ids(layer_count);
-    for (int r = 0; r < options.warmup + options.repeats; ++r) {
-      const bool timed = r >= options.warmup;
-      // First the forward a checkpointed micro-batch runs: no autograd, nothing saved.
-      {
-        at::NoGradGuard no_grad;
-        at::Tensor current = input;
-        for (int l = 0; l < layer_count; ++l) {
-          Runner run{*modules[l], model, l + 1 == layer_count, target};
-          const std::uint64_t id = next_region++;
-          if (timed) backend->begin(id);
-          current = run.forward(current).second;
-          if (timed) {
-            backend->end(id);
-            nograd_ids[l].push_back(id);
-          }
-        }
-      }
-      std::vector<at::Tensor> inputs(layer_count), roots(layer_count);
-      at::Tensor current = input;
-      for (int l = 0; l < layer_count; ++l) {
-        at::Tensor x = current.detach();
-        if (l > 0 && at::isFloatingType(x.scalar_type())) x.requires_grad_(true);
-        Runner run{*modules[l], model, l + 1 == layer_count, target};
-        const std::uint64_t id = next_region++;
-        if (timed) backend->begin(id);
-        auto pair = run.forward(x);
-        if (timed) {
-          backend->end(id);
-          forward_ids[l].push_back(id);
-        }
-        inputs[l] = x;
-        roots[l] = pair.first;
-        current = pair.second;
-      }
-      at::Tensor gradient;  // flowing back from the layer after
-      for (int l = layer_count - 1; l >= 0; --l) {
-        const bool last = l + 1 == layer_count;
-        if (!roots[l].requires_grad()) break;  // nothing before can need a gradient either
-        const std::uint64_t id = next_region++;
-        if (timed) backend->begin(id);
-        if (last) {
-          torch::autograd::backward({roots[l]});
-        } else {
-          torch::autograd::backward({roots[l]}, {gradient});
-        }
-        if (timed) {
-          backend->end(id);
-          backward_ids[l].push_back(id);
-        }
-        gradient = inputs[l].requires_grad() ? inputs[l].grad() : at::Tensor();
-        roots[l] = at::Tensor();
-        if (!gradient.defined()) break;
-      }
-      // Parameter gradients stay allocated and accumulate, as in every backward of a stage but
-      // its first.
-    }
-    const auto times = backend->collect_ms();
-    auto pick = [&](const std::vector<std::uint64_t>& ids) {
-      std::vector<double> v;
-      for (auto id : ids) {
-        auto it = times.find(id);
-        v.push_back(it == times.end() ? 0.0 : it->second);  // no device work at all: 0
-      }
-      return statistics(v);
-    };
-
-    // Memory: each layer on its own, one forward and one backward, counted.
+    const std::vector<LayerTimes> times = time_layers(model, modules, input, target, *backend, options);
+    // Memory: each layer on its own, its input the previous layer's output.
     at::Tensor current = input;
     for (int l = 0; l < layer_count; ++l) {
-      LayerProfile& out = profile.layers[l];
-      torch::nn::AnyModule& module = *modules[l];
-      Runner run{module, model, l + 1 == layer_count, target};
-      at::Tensor x = current.detach();
-      if (l > 0 && at::isFloatingType(x.scalar_type())) x.requires_grad_(true);
-      reset_gradients(*module.ptr(), x);
-      std::int64_t output = 0, saved = 0, workspace = 0, first_peak = 0, accumulate_peak = 0;
-      // One backward, given the gradient of the output; returns the peak above its start.
-      // The last layer's output is not kept once the loss exists, as in the executor's last stage.
-      auto measure_backward = [&](std::pair<at::Tensor, at::Tensor> pair) -> std::int64_t {
-        if (run.last) pair.second = at::Tensor();
-        if (!pair.first.requires_grad()) return 0;  // a first layer without parameters: no backward
-        at::Tensor seed_gradient = run.last ? at::Tensor() : at::ones_like(pair.first);
-        const std::int64_t start = backend->allocated();
-        backend->reset_peak();
-        if (run.last) {
-          torch::autograd::backward({pair.first});
-        } else {
-          torch::autograd::backward({pair.first}, {seed_gradient});
-        }
-        return std::max<std::int64_t>(0, backend->peak() - start);
-      };
-      {
-        backend->reset_peak();
-        const std::int64_t before = backend->allocated();
-        auto pair = run.forward(x);
-        const std::int64_t after = backend->allocated();
-        output = bytes_of(pair.second);
-        saved = std::max<std::int64_t>(0, after - before - output - (run.last ? bytes_of(pair.first) : 0));
-        // The backward's peaks are measured on their own, so the workspace is the forward's.
-        workspace = std::max<std::int64_t>(0, backend->peak() - after);
-        if (!run.last) {
-          at::NoGradGuard no_grad;
-          current = pair.second.detach();
-        }
-        // The first backward creates the parameters' gradients and keeps them.
-        first_peak = measure_backward(std::move(pair));
-        // A later one adds into them: the new gradients are transient. The stage input's
-        // gradient is new each micro-batch, so it starts from nothing again.
-        pair = {};
-        if (x.requires_grad()) x.mutable_grad().reset();
-        accumulate_peak = measure_backward(run.forward(x));
-      }
-      reset_gradients(*module.ptr(), x);
-
-      const Statistics forward = pick(forward_ids[l]), backward = pick(backward_ids[l]);
-      out.forward_ms.push_back(forward.median);
-      out.backward_ms.push_back(backward.median);
-      out.forward_nograd_ms.push_back(pick(nograd_ids[l]).median);
-      out.forward_ms_spread.push_back(forward.spread);
-      out.backward_ms_spread.push_back(backward.spread);
-      out.output_bytes.push_back(output);
-      out.backward_peak_bytes.push_back(first_peak);
-      out.backward_accumulate_peak_bytes.push_back(accumulate_peak);
-      out.saved_bytes.push_back(saved);
-      out.workspace_bytes.push_back(workspace);
+      Runner run{*modules[l], model, l + 1 == layer_count, target};
+      LayerMemory memory = measure_layer_memory(run, current, l, *backend);
+      append(profile.layers[l], times[l], memory, size == sizes.front());
+      current = std::move(memory.output);
       if (options.progress) options.progress(++done, total);
     }
   }
+  // What stays allocated once the work is done and every tensor is gone: the libraries'
+  // workspaces (cuBLAS keeps one per thread and stream), which every pipeline device holds too.
+  for (auto& p : model.layers->parameters()) p.mutable_grad().reset();
+  profile.device.library_bytes = std::max<std::int64_t>(0, backend->allocated() - before_any_work);
+
+  ProfileResult result;
   for (auto& w : backend->take_warnings()) result.warnings.push_back(w);
   model.layers->to(at::kCPU);
 

@@ -3,19 +3,23 @@
 // pipetune's profiler: every layer of a model, at every micro-batch size, on the real device.
 //
 // For each size, the model's layers run one after the other on a synthetic batch, each layer's
-// input being the previous layer's output (detached, and requiring a gradient as a stage input
-// would). Per layer and size:
+// input being the previous layer's output (copied into a storage of its own, with a graph
+// behind it as a stage's intermediate has, so a layer may work in place). Per layer and size:
 //   forward_ms, backward_ms   median of `repeats` full forward and backward passes after
 //                             `warmup` passes, each layer timed within the pass, so its weights
 //                             are as cold as in a pipeline (spread: the median absolute
 //                             deviation); the last layer's include the loss;
 //   output_bytes              the output tensor;
-//   saved_bytes               allocated after the forward minus before, minus the output: what
-//                             autograd keeps (the input is not counted: it was there before);
-//   workspace_bytes           the peak above the steady state, in the forward (above saved +
-//                             output) or the backward (above the start, the input's gradient and
-//                             the parameters' gradients), whichever is larger;
+//   keeps_input, keeps_output, output_aliases_input
+//                             after a forward, with the input and the output let go and only
+//                             the graph held: whether the input's and the output's storages
+//                             survive, and whether the output is the input's storage;
+//   saved_bytes               what the allocator still counts then beyond those storages;
+//   workspace_bytes           the forward's peak above its steady state;
+//   backward_peak_bytes, backward_accumulate_peak_bytes
+//                             the backward's peak above its start, the first time and later;
 //   param_bytes.
+// device.library_bytes is what stays allocated once the work is done (cuBLAS workspaces).
 // Memory comes from the CUDA caching allocator on GPUs and from the counting allocator on the
 // CPU, so it is what the executor's measurements count.
 

@@ -11,6 +11,7 @@
 #include "sim/critical_path.hpp"
 #include "sim/error.hpp"
 #include "sim/replay.hpp"
+#include "sim/simulator.hpp"
 
 namespace pipetune {
 
@@ -90,12 +91,18 @@ TraceComparison compare_traces(const Trace& predicted, const Trace& measured, co
   c.predicted_ms = predicted.iteration_ms;
   c.measured_ms = measured_ms > 0 ? measured_ms : measured.iteration_ms;
   c.time_error = fraction_error(c.predicted_ms, c.measured_ms);
+  // Devices are paired by the stages they hold: the simulator lists them in the hardware's
+  // order, the executor in the order stages first use them.
   for (std::size_t d = 0; d < predicted.devices.size(); ++d) {
-    c.devices.push_back(measured.devices[d].name);
+    std::size_t m = d;
+    for (std::size_t k = 0; k < measured.devices.size(); ++k) {
+      if (!predicted.devices[d].stages.empty() && measured.devices[k].stages == predicted.devices[d].stages) m = k;
+    }
+    c.devices.push_back(measured.devices[m].name);
     c.predicted_peak_bytes.push_back(predicted.devices[d].peak_memory_bytes);
-    c.measured_peak_bytes.push_back(measured.devices[d].peak_memory_bytes);
+    c.measured_peak_bytes.push_back(measured.devices[m].peak_memory_bytes);
     c.memory_error.push_back(fraction_error(static_cast<double>(predicted.devices[d].peak_memory_bytes),
-                                            static_cast<double>(measured.devices[d].peak_memory_bytes)));
+                                            static_cast<double>(measured.devices[m].peak_memory_bytes)));
   }
   // Both traces start their iteration at their first task.
   auto origin = [](const Trace& t) {
@@ -218,6 +225,87 @@ Calibration fit_calibration(const std::vector<std::pair<Trace, Trace>>& runs, co
   }
   cal.fitted_on = plan_names;
   return cal;
+}
+
+namespace {
+
+double mean_abs(const std::vector<double>& errors) {
+  double sum = 0.0;
+  for (double e : errors) sum += std::abs(e);
+  return errors.empty() ? 0.0 : sum / static_cast<double>(errors.size());
+}
+
+std::string percent(double e) { return fmt::format("{:.1f} %", 100.0 * std::abs(e)); }
+
+}  // namespace
+
+CalibrationChoice choose_calibration(const Profile& profile, const Hardware& hardware,
+                                     const std::vector<CalibrationRun>& runs) {
+  CalibrationChoice choice;
+  const std::size_t n = runs.size();
+  std::vector<Trace> predicted;
+  std::vector<std::string> names;
+  for (const auto& r : runs) {
+    predicted.push_back(trace_from_simulation(Simulator(profile, hardware).run(r.plan), profile.model));
+    names.push_back(describe_plan(r.plan));
+  }
+  // The time error of every run predicted with `calibration`.
+  auto errors_with = [&](const Calibration& calibration, std::size_t only = SIZE_MAX) {
+    std::vector<double> out;
+    Hardware calibrated = hardware;
+    calibrated.calibration = calibration;
+    for (std::size_t k = 0; k < n; ++k) {
+      if (only != SIZE_MAX && k != only) continue;
+      const double ms = Simulator(profile, calibrated).run(runs[k].plan).iteration_ms;
+      out.push_back(fraction_error(ms, runs[k].measured_ms));
+    }
+    return out;
+  };
+  // Fitted on every run but `leave_out` (SIZE_MAX: on all).
+  auto fit = [&](std::size_t leave_out) {
+    std::vector<std::pair<Trace, Trace>> pairs;
+    std::vector<std::string> fitted_names;
+    for (std::size_t k = 0; k < n; ++k) {
+      if (k == leave_out) continue;
+      pairs.emplace_back(predicted[k], runs[k].measured);
+      fitted_names.push_back(names[k]);
+    }
+    return fit_calibration(pairs, fitted_names);
+  };
+  if (n == 0) {
+    choice.reason = "no run to fit it on";
+    return choice;
+  }
+  choice.fitted = fit(SIZE_MAX);
+  choice.uncalibrated_error = errors_with({});
+  choice.in_sample_error = errors_with(choice.fitted);
+  if (choice.fitted.empty()) {
+    choice.reason = "the runs gave nothing to fit";
+    return choice;
+  }
+  if (n < 2) {
+    choice.reason = "one run leaves none to judge it on";
+    return choice;
+  }
+  for (std::size_t k = 0; k < n; ++k) choice.out_of_sample_error.push_back(errors_with(fit(k), k).front());
+  const double held_out = mean_abs(choice.out_of_sample_error), without = mean_abs(choice.uncalibrated_error);
+  if (held_out >= without) {
+    choice.reason = fmt::format("not used: on plans it was not fitted on it is off by {} on average, uncalibrated {}",
+                                percent(held_out), percent(without));
+    return choice;
+  }
+  for (std::size_t k = 0; k < n; ++k) {
+    if (std::abs(choice.in_sample_error[k]) > std::abs(choice.uncalibrated_error[k])) {
+      choice.reason = fmt::format("not used: on {}, a plan it was fitted on, it is off by {}, uncalibrated {}",
+                                  names[k], percent(choice.in_sample_error[k]), percent(choice.uncalibrated_error[k]));
+      return choice;
+    }
+  }
+  choice.used = true;
+  choice.reason = fmt::format("used: on plans it was not fitted on it is off by {} on average, uncalibrated {}; "
+                              "no worse on any plan it was fitted on",
+                              percent(held_out), percent(without));
+  return choice;
 }
 
 }  // namespace pipetune

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "sim/hardware.hpp"
+#include "sim/plan.hpp"
+#include "sim/profile.hpp"
 #include "sim/trace.hpp"
 
 namespace pipetune {
@@ -74,5 +76,29 @@ Link link_from_copies(const std::vector<double>& small_ms, std::int64_t small_by
 /// (median of measured over predicted durations); copies, when their sizes vary enough, a link.
 /// `plan_names` go into fitted_on.
 Calibration fit_calibration(const std::vector<std::pair<Trace, Trace>>& runs, const std::vector<std::string>& plan_names);
+
+/// A run a calibration may be fitted on: a plan and its measurement (`measured_ms`, the median
+/// step, is what the time error is taken against).
+struct CalibrationRun {
+  Plan plan;
+  Trace measured;
+  double measured_ms = 0.0;
+};
+
+/// Whether a calibration earns its place, and the one to use.
+struct CalibrationChoice {
+  Calibration fitted;       ///< fitted on every run (empty with no run)
+  bool used = false;        ///< apply `fitted`; else predict uncalibrated
+  std::string reason;       ///< one line: why it is used or not, with the errors behind it
+  /// Per run, signed time errors: uncalibrated; with `fitted` (in sample); with a calibration
+  /// fitted on the other runs alone (out of sample; empty with fewer than two runs).
+  std::vector<double> uncalibrated_error, in_sample_error, out_of_sample_error;
+};
+
+/// Fits a calibration on `runs` and uses it only where it helps: out of sample (each run
+/// predicted by a fit on the others) its mean |error| must be below the uncalibrated one, and
+/// in sample it may be worse than uncalibrated on no run. `hardware` carries no calibration.
+CalibrationChoice choose_calibration(const Profile& profile, const Hardware& hardware,
+                                     const std::vector<CalibrationRun>& runs);
 
 }  // namespace pipetune

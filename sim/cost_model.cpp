@@ -69,6 +69,7 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
   costs->forward_prefix.assign(layers + 1, 0.0);
   costs->backward_prefix.assign(layers + 1, 0.0);
   costs->kept_prefix.assign(layers + 1, 0);
+  costs->stored_bytes.assign(layers, 0);
   for (std::size_t l = 0; l < layers; ++l) {
     const auto& layer = profile_.layers[l];
     costs->forward_ms[l] = interpolate(sizes, layer.forward_ms, x);
@@ -87,10 +88,37 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
     costs->forward_prefix[l + 1] = costs->forward_prefix[l] + costs->forward_ms[l];
     costs->backward_prefix[l + 1] = costs->backward_prefix[l] + costs->backward_ms[l];
     costs->forward_nograd_prefix[l + 1] = costs->forward_nograd_prefix[l] + costs->forward_nograd_ms[l];
-    costs->kept_prefix[l + 1] =
-        costs->kept_prefix[l] + costs->saved_bytes[l] + costs->output_bytes[l];
+    costs->keeps_input.push_back(layer.keeps_input ? 1 : 0);
+    costs->keeps_output.push_back(layer.keeps_output ? 1 : 0);
+    costs->aliases.push_back(layer.output_aliases_input ? 1 : 0);
+  }
+  // A storage made by layer l is referenced by l, the aliasing layers after it, and the next
+  // layer that makes its own; it is kept if one of them keeps it.
+  for (std::size_t l = 0; l < layers; ++l) {
+    if (costs->aliases[l]) continue;
+    bool kept = costs->keeps_output[l] != 0;
+    for (std::size_t j = l + 1; j < layers && !kept; ++j) {
+      kept = costs->keeps_input[j] || (costs->aliases[j] && costs->keeps_output[j]);
+      if (!costs->aliases[j]) break;
+    }
+    costs->stored_bytes[l] = kept ? costs->output_bytes[l] : 0;
+  }
+  for (std::size_t l = 0; l < layers; ++l) {
+    costs->kept_prefix[l + 1] = costs->kept_prefix[l] + costs->saved_bytes[l] + costs->stored_bytes[l];
   }
   return *cache_.emplace(size, std::move(costs)).first->second;
+}
+
+std::int64_t SizeCosts::kept_bytes(int first, int end) const {
+  std::int64_t kept = kept_prefix[end] - kept_prefix[first];
+  // Only the storage the stage output lives in depends on where the stage ends: made by the
+  // last layer that is not a view (none: the stage input's, counted elsewhere).
+  int maker = end - 1;
+  while (maker >= first && aliases[maker]) --maker;
+  if (maker < first) return kept;
+  bool held = end < static_cast<int>(output_bytes.size()) || keeps_output[maker];
+  for (int j = maker + 1; j < end && !held; ++j) held = keeps_input[j] || keeps_output[j];
+  return kept - stored_bytes[maker] + (held ? output_bytes[maker] : 0);
 }
 
 }  // namespace pipetune

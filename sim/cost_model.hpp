@@ -28,7 +28,13 @@ struct SizeCosts {
   /// Measured backward peaks (LayerProfile); empty when the profile has none.
   std::vector<std::int64_t> backward_peak_bytes, backward_accumulate_peak_bytes;
   std::vector<double> forward_prefix, backward_prefix, forward_nograd_prefix;  ///< size L + 1
-  std::vector<std::int64_t> kept_prefix;  ///< Σ saved + output, size L + 1
+  /// Per layer, from the profile (LayerProfile): what autograd keeps of input and output.
+  std::vector<std::uint8_t> keeps_input, keeps_output, aliases;
+  /// Layer l's output storage when a layer of its own keeps it (the layer itself, the aliasing
+  /// layers after it, or the next layer that makes a storage of its own); else 0. Aliasing
+  /// layers make no storage: 0.
+  std::vector<std::int64_t> stored_bytes;
+  std::vector<std::int64_t> kept_prefix;  ///< Σ saved + stored, size L + 1
 
   double forward_ms_sum(int first, int end) const {
     return forward_prefix[end] - forward_prefix[first];
@@ -39,13 +45,11 @@ struct SizeCosts {
   double backward_ms_sum(int first, int end) const {
     return backward_prefix[end] - backward_prefix[first];
   }
-  /// What a forward with autograd keeps for layers [first, end): saved bytes and outputs.
-  /// What a forward with autograd keeps for the backward. The model's output is not kept: the
-  /// last stage turns it into the loss at once, whose graph holds what it needs (saved_bytes).
-  std::int64_t kept_bytes(int first, int end) const {
-    const std::int64_t all = kept_prefix[end] - kept_prefix[first];
-    return end == static_cast<int>(output_bytes.size()) ? all - output_bytes[end - 1] : all;
-  }
+  /// What a forward with autograd of layers [first, end) keeps for the backward: saved bytes,
+  /// the storages some layer keeps, and the stage output, which the executor holds, except on
+  /// the last stage, where the loss consumes it at once and keeps what it needs (saved_bytes).
+  /// Equals stage_memory()'s kept_bytes in O(1) but for a walk over aliasing layers.
+  std::int64_t kept_bytes(int first, int end) const;
   /// What a stage starting at layer `first` receives: the model input or the previous output.
   std::int64_t stage_input_bytes(int first) const {
     return first == 0 ? input_bytes : output_bytes[first - 1];

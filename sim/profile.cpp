@@ -81,7 +81,8 @@ void check_profile_total(const Profile& p, const std::string& source) {
 LayerProfile parse_layer(const Node& node, std::size_t sizes) {
   node.allow_only({"name", "param_bytes", "forward_ms", "backward_ms", "output_bytes",
                    "saved_bytes", "workspace_bytes", "backward_peak_bytes", "backward_accumulate_peak_bytes",
-                   "forward_nograd_ms", "forward_ms_spread", "backward_ms_spread"});
+                   "forward_nograd_ms", "forward_ms_spread", "backward_ms_spread", "keeps_input",
+                   "keeps_output", "output_aliases_input"});
   LayerProfile layer;
   layer.name = node.field("name").string();
   layer.param_bytes = node.field("param_bytes").bytes();
@@ -102,6 +103,9 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
     layer.backward_accumulate_peak_bytes = byte_counts(*accumulate_peak, sizes);
   }
   if (auto nograd = node.optional_field("forward_nograd_ms")) layer.forward_nograd_ms = numbers(*nograd, sizes);
+  if (auto keeps = node.optional_field("keeps_input")) layer.keeps_input = keeps->boolean();
+  if (auto keeps = node.optional_field("keeps_output")) layer.keeps_output = keeps->boolean();
+  if (auto alias = node.optional_field("output_aliases_input")) layer.output_aliases_input = alias->boolean();
   if (auto spread = node.optional_field("forward_ms_spread")) {
     layer.forward_ms_spread = numbers(*spread, sizes);
   }
@@ -124,10 +128,11 @@ Profile parse_profile(std::string_view text, const std::string& source) {
   Profile p;
   p.model = root.field("model").non_empty_string();
   const Node device = root.field("device");
-  device.allow_only({"type", "name", "memory_bytes"});
+  device.allow_only({"type", "name", "memory_bytes", "library_bytes"});
   p.device.type = device.field("type").non_empty_string();
   p.device.name = device.field("name").string();
   p.device.memory_bytes = device.field("memory_bytes").bytes();
+  if (auto library = device.optional_field("library_bytes")) p.device.library_bytes = library->bytes();
   p.dtype = root.field("dtype").non_empty_string();
   if (auto timer = root.optional_field("timer")) {
     p.timer = timer->non_empty_string();
@@ -185,6 +190,7 @@ std::string profile_to_json(const Profile& p) {
   root["device"] = {{"type", p.device.type},
                     {"name", p.device.name},
                     {"memory_bytes", p.device.memory_bytes}};
+  if (p.device.library_bytes > 0) root["device"]["library_bytes"] = p.device.library_bytes;
   root["dtype"] = p.dtype;
   if (!p.timer.empty()) root["timer"] = p.timer;
   root["batch_size"] = p.batch_size;
@@ -204,6 +210,10 @@ std::string profile_to_json(const Profile& p) {
       layer["backward_accumulate_peak_bytes"] = l.backward_accumulate_peak_bytes;
     }
     if (!l.forward_nograd_ms.empty()) layer["forward_nograd_ms"] = l.forward_nograd_ms;
+    // Written where they differ from the defaults, so profiles without them read back the same.
+    if (!l.keeps_input) layer["keeps_input"] = false;
+    if (l.keeps_output) layer["keeps_output"] = true;
+    if (l.output_aliases_input) layer["output_aliases_input"] = true;
     if (!l.forward_ms_spread.empty()) layer["forward_ms_spread"] = l.forward_ms_spread;
     if (!l.backward_ms_spread.empty()) layer["backward_ms_spread"] = l.backward_ms_spread;
     layers.push_back(std::move(layer));

@@ -26,6 +26,12 @@ struct LayerProfile {
   /// Optional (empty when absent): the forward without autograd, as a checkpointed micro-batch
   /// runs it; nothing is recorded for the backward, so it is often cheaper. Absent: forward_ms.
   std::vector<double> forward_nograd_ms;
+  /// What autograd keeps of the layer's input and output for the backward, by storage (a view
+  /// keeps its whole storage alive). Optional, each defaulting to what a profile without them
+  /// meant: the input kept, the output not kept by the layer itself, the output its own storage.
+  bool keeps_input = true;            ///< a saved tensor is the input or a view of it
+  bool keeps_output = false;          ///< a saved tensor is its own output (ReLU, Sigmoid)
+  bool output_aliases_input = false;  ///< the output is a view of the input, or the input modified in place
   std::vector<double> forward_ms_spread;      ///< optional (empty when absent)
   std::vector<double> backward_ms_spread;     ///< optional (empty when absent)
 };
@@ -34,6 +40,9 @@ struct ProfileDevice {
   std::string type;               ///< "cpu", "cuda", ...
   std::string name;               ///< human-readable model of the device
   std::int64_t memory_bytes = 0;  ///< 0: unknown, no memory limit is enforced
+  /// Optional (0 when absent): what the device's libraries keep allocated once used, on every
+  /// device of a pipeline (cuBLAS keeps a workspace per thread and stream); 0 on a CPU.
+  std::int64_t library_bytes = 0;
 };
 
 /// The per-layer costs that the simulator and the planner read (format pipetune.profile/1).

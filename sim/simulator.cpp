@@ -83,6 +83,118 @@ struct StageCost {
   StageMemory memory;
 };
 
+// What a plan is made of, in the terms the task effects need.
+struct PlanShape {
+  int stages = 0, devices = 0;
+  std::vector<int> device_of;           ///< per stage
+  std::vector<int> first;               ///< layers [first[s], first[s+1]) form stage s
+  std::vector<std::int64_t> sizes;      ///< per micro-batch
+  std::vector<std::uint8_t> slot_of;    ///< per micro-batch: 0 the common size, 1 a smaller last
+  std::vector<std::uint8_t> recomputed;  ///< per micro-batch
+};
+
+int busy_devices(const PlanShape& shape) {
+  std::vector<std::uint8_t> seen(shape.devices, 0);
+  int busy = 0;
+  for (int d : shape.device_of) busy += seen[d]++ == 0 ? 1 : 0;
+  return busy;
+}
+
+// Every stage's durations and memory at both micro-batch sizes. A calibration (empty: scale
+// 1, no overhead) scales compute by how many devices are busy.
+std::vector<std::array<StageCost, 2>> stage_costs(const CostModel& costs, const Hardware& hardware,
+                                                  const PlanShape& shape) {
+  const double time_scale = hardware.calibration.scale_for(busy_devices(shape));
+  const double overhead_ms = hardware.launch_overhead_ms + hardware.calibration.task_overhead_ms;
+  std::vector<std::array<StageCost, 2>> cost(shape.stages);
+  for (int s = 0; s < shape.stages; ++s) {
+    const double speed = hardware.devices[shape.device_of[s]].speed / time_scale;
+    const int a = shape.first[s], b = shape.first[s + 1];
+    for (int slot = 0; slot < 2; ++slot) {
+      const SizeCosts& c = costs.at(slot == 0 ? shape.sizes.front() : shape.sizes.back());
+      cost[s][slot].forward_ms = c.forward_ms_sum(a, b) / speed + overhead_ms;
+      cost[s][slot].forward_nograd_ms = c.forward_nograd_ms_sum(a, b) / speed + overhead_ms;
+      cost[s][slot].backward_ms = c.backward_ms_sum(a, b) / speed + overhead_ms;
+      cost[s][slot].memory = stage_memory(costs, c, a, b, s == 0);
+    }
+  }
+  return cost;
+}
+
+// Memory that lives through the whole iteration: parameters, optimizer state, the batch, and
+// the libraries' workspaces on every device that computes.
+std::vector<std::int64_t> baseline_memory(const CostModel& costs, const Plan& plan, const PlanShape& shape) {
+  std::vector<std::int64_t> baseline(shape.devices, 0);
+  std::vector<std::uint8_t> computes(shape.devices, 0);
+  for (int s = 0; s < shape.stages; ++s) {
+    const double params = static_cast<double>(costs.param_bytes(shape.first[s], shape.first[s + 1]));
+    baseline[shape.device_of[s]] += std::llround(params * (1.0 + plan.optimizer_state_factor));
+    computes[shape.device_of[s]] = 1;
+  }
+  baseline[shape.device_of[0]] += costs.at(costs.profile().batch_size).input_bytes;
+  for (int d = 0; d < shape.devices; ++d) baseline[d] += computes[d] ? costs.profile().device.library_bytes : 0;
+  return baseline;
+}
+
+// A compute task's duration and memory effects (docs/memory-model.md); returns the duration.
+double set_compute_effects(TaskGraph& graph, int task, const StageCost& c, const PlanShape& shape) {
+  const SimTask& t = graph.tasks[static_cast<std::size_t>(task)];
+  EventEngine& engine = graph.engine;
+  const int s = t.stage, i = t.micro_batch, counter = graph.counter[t.device];
+  const StageMemory& m = c.memory;
+  const bool last_stage = s + 1 == shape.stages, recomputed = shape.recomputed[i] != 0;
+  double ms = 0.0;
+  switch (t.kind) {
+    case TaskKind::Forward:
+      ms = recomputed ? c.forward_nograd_ms : c.forward_ms;
+      if (recomputed) {
+        // No autograd: only the output survives; the last stage drops it with the loss.
+        engine.set_start_effect(task, counter, m.output_bytes + m.checkpointed_forward_transient);
+        engine.set_end_effect(task, counter, m.checkpointed_forward_transient + (last_stage ? m.output_bytes : 0));
+      } else {
+        engine.set_start_effect(task, counter, m.kept_bytes + m.forward_transient);
+        engine.set_end_effect(task, counter, m.forward_transient);
+      }
+      break;
+    case TaskKind::Recompute:
+      ms = c.forward_ms;
+      engine.set_start_effect(task, counter, m.kept_bytes + m.forward_transient);
+      engine.set_end_effect(task, counter, m.forward_transient);
+      break;
+    case TaskKind::Backward: {
+      ms = c.backward_ms;
+      const bool first_time = i == graph.first_backward[s];
+      const std::int64_t peak = first_time ? m.backward_peak_first : m.backward_peak;
+      const std::int64_t net = first_time ? m.backward_net_first : m.backward_net;
+      // A stage input that is its own buffer (received from another device, or left behind
+      // by a checkpointed stage on this device) dies with the backward; otherwise it is the
+      // previous stage's output, which that stage frees. The stage output and the received
+      // gradient die here too; the last stage has neither (its output died with the forward).
+      const bool own_input = s > 0 && (shape.device_of[s - 1] != t.device || recomputed);
+      engine.set_start_effect(task, counter, peak);
+      engine.set_end_effect(task, counter,
+                            (peak - net) + (last_stage ? 0 : 2 * m.output_bytes) + (own_input ? m.input_bytes : 0));
+      break;
+    }
+    default:
+      break;
+  }
+  engine.set_duration(task, ms);
+  return ms;
+}
+
+// A copy's duration and memory effects: the receiver allocates at once; the sender frees a
+// gradient when it is done, and an activation when it is checkpointed (nothing else holds it).
+void set_copy_effects(TaskGraph& graph, int task, const StageMemory& m, const PlanShape& shape, const Link& link) {
+  SimTask& t = graph.tasks[static_cast<std::size_t>(task)];
+  const bool gradient = t.kind == TaskKind::SendGradient;
+  t.bytes = gradient ? m.input_bytes : m.output_bytes;
+  graph.engine.set_duration(task, link.transfer_ms(static_cast<double>(t.bytes)));
+  graph.engine.set_start_effect(task, graph.counter[t.peer], t.bytes);
+  const bool sender_frees = gradient || shape.recomputed[t.micro_batch];
+  graph.engine.set_end_effect(task, graph.counter[t.device], sender_frees ? t.bytes : 0);
+}
+
 }  // namespace
 
 Simulator::Graph& Simulator::graph_for(const Plan& plan, const std::vector<int>& device_of,
@@ -104,119 +216,35 @@ Simulator::Graph& Simulator::graph_for(const Plan& plan, const std::vector<int>&
 }
 
 SimulationResult Simulator::run(const Plan& plan, const SimulationOptions& options) const {
-  const int stages = plan.stages();
-  const int devices = static_cast<int>(hardware_.devices.size());
-  const std::vector<int> device_of = stage_devices(plan, hardware_);
-  const std::vector<std::int64_t> sizes = split_batch(profile_.batch_size, plan.chunks);
-  const int micro_batches = static_cast<int>(sizes.size());
-  Graph& cached = graph_for(plan, device_of, micro_batches);
+  PlanShape shape;
+  shape.stages = plan.stages();
+  shape.devices = static_cast<int>(hardware_.devices.size());
+  shape.device_of = stage_devices(plan, hardware_);
+  shape.sizes = split_batch(profile_.batch_size, plan.chunks);
+  const int micro_batches = static_cast<int>(shape.sizes.size());
+  Graph& cached = graph_for(plan, shape.device_of, micro_batches);
   TaskGraph& graph = *cached.graph;
   EventEngine& engine = graph.engine;
-
-  // Layers [first[s], first[s+1]) form stage s.
-  std::vector<int> first(stages + 1, 0);
-  for (int s = 0; s < stages; ++s) first[s + 1] = first[s] + plan.balance[s];
-
+  const int devices = shape.devices, stages = shape.stages;
+  shape.first.assign(stages + 1, 0);
+  for (int s = 0; s < stages; ++s) shape.first[s + 1] = shape.first[s] + plan.balance[s];
   // tensor.chunk gives at most two distinct sizes: the common one and a smaller last one.
-  std::vector<std::uint8_t> slot_of(micro_batches), recomputed(micro_batches);
   for (int i = 0; i < micro_batches; ++i) {
-    slot_of[i] = sizes[i] == sizes[0] ? 0 : 1;
-    recomputed[i] = graph.schedule.recomputes(i) ? 1 : 0;
-  }
-  // A calibration (empty: scale 1, no overhead) scales compute by how many devices are busy.
-  const Calibration& calibration = hardware_.calibration;
-  int busy_devices = 0;
-  {
-    std::vector<std::uint8_t> seen(devices, 0);
-    for (int d : device_of) busy_devices += seen[d]++ == 0 ? 1 : 0;
-  }
-  const double time_scale = calibration.scale_for(busy_devices);
-  const double overhead_ms = hardware_.launch_overhead_ms + calibration.task_overhead_ms;
-  std::vector<std::array<StageCost, 2>> cost(stages);
-  for (int s = 0; s < stages; ++s) {
-    const double speed = hardware_.devices[device_of[s]].speed / time_scale;
-    for (int slot = 0; slot < 2; ++slot) {
-      const std::int64_t size = slot == 0 ? sizes.front() : sizes.back();
-      const SizeCosts& c = costs_.at(size);
-      cost[s][slot].forward_ms =
-          c.forward_ms_sum(first[s], first[s + 1]) / speed + overhead_ms;
-      cost[s][slot].forward_nograd_ms = c.forward_nograd_ms_sum(first[s], first[s + 1]) / speed + overhead_ms;
-      cost[s][slot].backward_ms =
-          c.backward_ms_sum(first[s], first[s + 1]) / speed + overhead_ms;
-      cost[s][slot].memory = stage_memory(costs_, c, first[s], first[s + 1], s == 0);
-    }
+    shape.slot_of.push_back(shape.sizes[i] == shape.sizes[0] ? 0 : 1);
+    shape.recomputed.push_back(graph.schedule.recomputes(i) ? 1 : 0);
   }
 
-  // Memory that lives through the whole iteration: parameters, optimizer state, the batch.
-  std::vector<std::int64_t> baseline(devices, 0);
-  for (int s = 0; s < stages; ++s) {
-    const double params = static_cast<double>(costs_.param_bytes(first[s], first[s + 1]));
-    baseline[device_of[s]] += std::llround(params * (1.0 + plan.optimizer_state_factor));
-  }
-  baseline[device_of[0]] += costs_.at(profile_.batch_size).input_bytes;
+  const auto cost = stage_costs(costs_, hardware_, shape);
+  const std::vector<std::int64_t> baseline = baseline_memory(costs_, plan, shape);
   for (int d = 0; d < devices; ++d) engine.set_counter_initial(graph.counter[d], baseline[d]);
-
-  // Durations and memory effects, task by task (docs/memory-model.md).
   std::vector<double> busy(devices, 0.0);
-  const auto& counter = graph.counter;
   for (std::size_t id = 0; id < graph.tasks.size(); ++id) {
-    SimTask& t = graph.tasks[id];
-    const int task = static_cast<int>(id);
-    const int s = t.stage, i = t.micro_batch, d = t.device;
-    const StageCost& c = cost[s][slot_of[i]];
-    const StageMemory& m = c.memory;
-    const bool last_stage = s + 1 == stages;
-    switch (t.kind) {
-      case TaskKind::Forward:
-        engine.set_duration(task, recomputed[i] ? c.forward_nograd_ms : c.forward_ms);
-        busy[d] += recomputed[i] ? c.forward_nograd_ms : c.forward_ms;
-        if (recomputed[i]) {
-          // No autograd: only the output survives; the last stage drops it with the loss.
-          engine.set_start_effect(task, counter[d], m.output_bytes + m.checkpointed_forward_transient);
-          engine.set_end_effect(task, counter[d],
-                                m.checkpointed_forward_transient + (last_stage ? m.output_bytes : 0));
-        } else {
-          engine.set_start_effect(task, counter[d], m.kept_bytes + m.forward_transient);
-          engine.set_end_effect(task, counter[d], m.forward_transient);
-        }
-        break;
-      case TaskKind::Recompute:
-        engine.set_duration(task, c.forward_ms);
-        busy[d] += c.forward_ms;
-        engine.set_start_effect(task, counter[d], m.kept_bytes + m.forward_transient);
-        engine.set_end_effect(task, counter[d], m.forward_transient);
-        break;
-      case TaskKind::Backward: {
-        engine.set_duration(task, c.backward_ms);
-        busy[d] += c.backward_ms;
-        const bool first_time = i == graph.first_backward[s];
-        const std::int64_t peak = first_time ? m.backward_peak_first : m.backward_peak;
-        const std::int64_t net = first_time ? m.backward_net_first : m.backward_net;
-        // A stage input that is its own buffer (received from another device, or left behind
-        // by a checkpointed stage on this device) dies with the backward; otherwise it is the
-        // previous stage's output, which that stage frees. The stage output and the received
-        // gradient die here too; the last stage has neither (its output died with the forward).
-        const bool own_input = s > 0 && (device_of[s - 1] != d || recomputed[i]);
-        engine.set_start_effect(task, counter[d], peak);
-        engine.set_end_effect(task, counter[d],
-                              (peak - net) + (last_stage ? 0 : 2 * m.output_bytes) +
-                                  (own_input ? m.input_bytes : 0));
-        break;
-      }
-      case TaskKind::SendActivation:
-        // The receiver allocates at once; a checkpointed sender frees its output when done.
-        t.bytes = m.output_bytes;
-        engine.set_duration(task, links_[d * devices + t.peer]->transfer_ms(static_cast<double>(t.bytes)));
-        engine.set_start_effect(task, counter[t.peer], t.bytes);
-        engine.set_end_effect(task, counter[d], recomputed[i] ? t.bytes : 0);
-        break;
-      case TaskKind::SendGradient:
-        // The receiver allocates at once, the sender frees when it is done.
-        t.bytes = m.input_bytes;
-        engine.set_duration(task, links_[d * devices + t.peer]->transfer_ms(static_cast<double>(t.bytes)));
-        engine.set_start_effect(task, counter[t.peer], t.bytes);
-        engine.set_end_effect(task, counter[d], t.bytes);
-        break;
+    const SimTask& t = graph.tasks[id];
+    const StageCost& c = cost[t.stage][shape.slot_of[t.micro_batch]];
+    if (is_compute(t.kind)) {
+      busy[t.device] += set_compute_effects(graph, static_cast<int>(id), c, shape);
+    } else {
+      set_copy_effects(graph, static_cast<int>(id), c.memory, shape, *links_[t.device * devices + t.peer]);
     }
   }
 
@@ -224,7 +252,7 @@ SimulationResult Simulator::run(const Plan& plan, const SimulationOptions& optio
 
   SimulationResult result;
   result.plan = plan;
-  result.micro_batch_sizes = sizes;
+  result.micro_batch_sizes = shape.sizes;
   result.iteration_ms = engine.makespan();
   result.task_count = engine.task_count();
   result.throughput_samples_per_s =
@@ -234,16 +262,16 @@ SimulationResult Simulator::run(const Plan& plan, const SimulationOptions& optio
   for (int d = 0; d < devices; ++d) {
     DeviceReport report;
     for (int s = 0; s < stages; ++s) {
-      if (device_of[s] == d) report.stages.push_back(s);
+      if (shape.device_of[s] == d) report.stages.push_back(s);
     }
     if (report.stages.empty()) continue;
     report.name = hardware_.devices[d].name;
     report.index = d;
     report.busy_ms = busy[d];
-    report.peak_memory_bytes = engine.peak(counter[d]);
-    report.peak_time_ms = engine.peak_time(counter[d]);
+    report.peak_memory_bytes = engine.peak(graph.counter[d]);
+    report.peak_time_ms = engine.peak_time(graph.counter[d]);
     report.memory_capacity_bytes = hardware_.devices[d].memory_bytes;
-    if (options.record_memory) report.memory = engine.history(counter[d]);
+    if (options.record_memory) report.memory = engine.history(graph.counter[d]);
     busy_total += busy[d];
     result.devices.push_back(std::move(report));
   }

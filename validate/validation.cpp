@@ -249,14 +249,14 @@ Validation run_validation(const ValidationOptions& options) {
       std::vector<MeasuredRun> runs = measure(fit_on, rs, [&](std::size_t d, std::size_t t) {
         if (options.progress) options.progress("calibrate", d, t);
       });
-      std::vector<std::pair<Trace, Trace>> pairs;
-      std::vector<std::string> names;
-      for (const auto& r : runs) {
-        pairs.emplace_back(predict(profile, hardware, r.plan), r.trace);
-        names.push_back(describe_plan(r.plan));
-      }
-      hardware.calibration = fit_calibration(pairs, names);
-      v.calibration_fitted = true;
+      std::vector<CalibrationRun> fit_runs;
+      for (const auto& r : runs) fit_runs.push_back({r.plan, r.trace, r.median_pipeline_ms()});
+      // Applied only where it earns its place; else the report says why, and predicts without.
+      const CalibrationChoice choice = choose_calibration(profile, hardware, fit_runs);
+      v.calibration_reason = choice.reason;
+      if (!choice.used) v.unused_calibration = choice.fitted;
+      hardware.calibration = choice.used ? choice.fitted : Calibration{};
+      v.calibration_fitted = choice.used;
       for (std::size_t k = 0; k < runs.size(); ++k) {
         v.calibration_runs.push_back(
             judge(profile, hardware, std::move(runs[k]),

@@ -6,7 +6,8 @@
 //   profile   the model's layers on the device (or a profile given to reuse)
 //   hardware  the devices and links probed (or a hardware.json given), and its calibration:
 //             reused when the file has one, else fitted on a few plans run briefly that are
-//             not among those validated, so its accuracy is judged on plans it never saw
+//             not among those validated, and used only where it earns its place
+//             (choose_calibration), so its accuracy is judged on plans it never saw
 //   plan      the planner's N best (or the plans given)
 //   predict   each plan with the calibration and without
 //   run       each plan on the executor, interleaved in rounds
@@ -77,7 +78,10 @@ struct Validation {
   double profile_seconds = 0.0;
   std::string hardware_path;  ///< the hardware (calibration included) as written
   Hardware hardware;
-  bool calibration_fitted = false;               ///< fitted by this run (else reused, or none)
+  bool calibration_fitted = false;               ///< fitted by this run and used (else reused, or none)
+  /// Why this run's calibration is used or not (choose_calibration); "" when none was fitted.
+  std::string calibration_reason;
+  Calibration unused_calibration;  ///< fitted by this run but not used (empty otherwise)
   std::vector<PlanValidation> calibration_runs;  ///< the plans it was fitted on
   std::vector<PlanValidation> plans;             ///< the plans validated, planner's order
   bool planner_proven = true;  ///< the first plan is optimal under the model (when planned)

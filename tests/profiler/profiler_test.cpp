@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "profiler/profiler.hpp"
+#include "sim/cost_model.hpp"
 #include "sim/error.hpp"
 #include "tests/support/gpu.hpp"
 #include "tests/support/run_command.hpp"
@@ -99,6 +100,68 @@ TEST(Profiler, ByteCountsOfConv2dAreExact) {
   EXPECT_EQ(p.layers[0].output_bytes, (std::vector<std::int64_t>{2 * 4 * 8 * 8 * 4}));
   EXPECT_EQ(p.layers[0].saved_bytes, (std::vector<std::int64_t>{0}));  // input and weight exist
   EXPECT_EQ(p.input_bytes, (std::vector<std::int64_t>{2 * 3 * 8 * 8 * 4}));
+}
+
+// Global average pooling by a mean: autograd keeps only the input's shape.
+class MeanPoolImpl : public torch::nn::Module {
+ public:
+  at::Tensor forward(const at::Tensor& x) { return x.mean({2, 3}, /*keepdim=*/true); }
+};
+TORCH_MODULE(MeanPool);
+
+TEST(Profiler, WhatAutogradKeepsOfInputAndOutputByStorage) {
+  // Input n x 2 x 4 x 4 floats. Per sample: the conv's output 4 x 4 x 4 floats = 256 bytes, the
+  // pooled one 4 floats = 16 bytes, the logits 3 floats = 12 bytes.
+  models::Model m = model_of(
+      {{"conv", torch::nn::AnyModule(torch::nn::Conv2d(torch::nn::Conv2dOptions(2, 4, 3).padding(1)))},
+       {"relu_", torch::nn::AnyModule(torch::nn::ReLU(torch::nn::ReLUOptions().inplace(true)))},
+       {"sigmoid", torch::nn::AnyModule(torch::nn::Sigmoid())},
+       {"pool", torch::nn::AnyModule(MeanPool())},
+       {"flatten", torch::nn::AnyModule(torch::nn::Flatten())},
+       {"head", torch::nn::AnyModule(torch::nn::Linear(4, 3))}},
+      {2, 4, 4});
+  const Profile p = profiler::profile_model(m, quick(4, {1, 4})).profile;
+  const auto per_sample = [&](std::int64_t bytes) { return std::vector<std::int64_t>{bytes, 4 * bytes}; };
+  const auto none = std::vector<std::int64_t>{0, 0};
+  // conv keeps its input (and its weight, which exists): nothing new.
+  EXPECT_TRUE(p.layers[0].keeps_input);
+  EXPECT_FALSE(p.layers[0].keeps_output);
+  EXPECT_FALSE(p.layers[0].output_aliases_input);
+  EXPECT_EQ(p.layers[0].output_bytes, per_sample(256));
+  EXPECT_EQ(p.layers[0].saved_bytes, none);
+  // relu_ writes into its input and keeps the result: the same storage, no new bytes.
+  EXPECT_TRUE(p.layers[1].output_aliases_input);
+  EXPECT_TRUE(p.layers[1].keeps_input);
+  EXPECT_EQ(p.layers[1].output_bytes, per_sample(256));
+  EXPECT_EQ(p.layers[1].saved_bytes, none);
+  // sigmoid keeps its own output, not its input.
+  EXPECT_FALSE(p.layers[2].keeps_input);
+  EXPECT_TRUE(p.layers[2].keeps_output);
+  EXPECT_FALSE(p.layers[2].output_aliases_input);
+  EXPECT_EQ(p.layers[2].saved_bytes, none);
+  // The mean keeps nothing of its input.
+  EXPECT_FALSE(p.layers[3].keeps_input);
+  EXPECT_FALSE(p.layers[3].keeps_output);
+  EXPECT_EQ(p.layers[3].output_bytes, per_sample(16));
+  EXPECT_EQ(p.layers[3].saved_bytes, none);
+  // Flatten is a view of the pooled storage and keeps nothing.
+  EXPECT_TRUE(p.layers[4].output_aliases_input);
+  EXPECT_FALSE(p.layers[4].keeps_input);
+  EXPECT_EQ(p.layers[4].output_bytes, per_sample(16));
+  EXPECT_EQ(p.layers[4].saved_bytes, none);
+  // The head keeps its input (the view, so the pooled storage); the logits die with the loss
+  // (a mean, which keeps only their shape).
+  EXPECT_TRUE(p.layers[5].keeps_input);
+  EXPECT_FALSE(p.layers[5].keeps_output);
+  EXPECT_EQ(p.layers[5].output_bytes, per_sample(12));
+  EXPECT_EQ(p.layers[5].saved_bytes, none);
+  // The CPU's libraries keep nothing once the work is done.
+  EXPECT_EQ(p.device.library_bytes, 0);
+
+  // A stage of all six keeps, per sample: the conv's storage 256 (kept by relu_), sigmoid's
+  // output 256 (kept by itself), the pooled storage 16 (kept by the head through the view).
+  const CostModel costs(p);
+  EXPECT_EQ(costs.at(4).kept_bytes(0, 6), 4 * (256 + 256 + 16));
 }
 
 // Sleeps a known time per sample in its forward.

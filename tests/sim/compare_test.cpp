@@ -1,5 +1,6 @@
 // Prediction against measurement, on hand-built pairs of traces with known differences.
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <random>
@@ -122,9 +123,80 @@ TEST(CompareTraces, OneSlowTaskIsTheMostMispredictedAndMovesTheCriticalPath) {
             c.measured_critical_path.end());
 }
 
+TEST(CompareTraces, DevicesArePairedByTheirStagesNotTheirOrder) {
+  // Stage 0 on cpu:1, stage 1 on cpu:0: the prediction lists cpu:0 (stage 1) first, the
+  // executor's measurement cpu:1 (stage 0), the device its first stage uses.
+  Scenario s = scenario({2, 2}, 4);
+  s.plan.devices = {"cpu:1", "cpu:0"};
+  s.predicted = trace_from_simulation(Simulator(s.profile, s.hardware).run(s.plan), "m");
+  ASSERT_EQ(s.predicted.devices[0].stages, (std::vector<int>{1}));
+  Trace measured = stretched(s.predicted, 1.0, 0.0);
+  std::swap(measured.devices[0], measured.devices[1]);
+  measured.devices[0].peak_memory_bytes = s.predicted.devices[1].peak_memory_bytes;      // stage 0: exact
+  measured.devices[1].peak_memory_bytes = 2 * s.predicted.devices[0].peak_memory_bytes;  // stage 1: half
+  const TraceComparison c = compare_traces(s.predicted, measured, "m.json");
+  EXPECT_EQ(c.devices, (std::vector<std::string>{"cpu:0", "cpu:1"}));
+  EXPECT_NEAR(c.memory_error[0], -0.5, 1e-12);
+  EXPECT_NEAR(c.memory_error[1], 0.0, 1e-12);
+}
+
 TEST(CompareTraces, DifferentPlansAreRefused) {
   const Scenario a = scenario({2, 2}, 4), b = scenario({1, 3}, 4);
   EXPECT_THROW(compare_traces(a.predicted, stretched(b.predicted, 1.0, 0.0), "m.json"), InputError);
+}
+
+// Calibration runs of three plans, each measured as its prediction stretched by `factors[k]`.
+std::vector<CalibrationRun> stretched_runs(const std::vector<double>& factors) {
+  const Scenario plans[] = {scenario({2, 2}, 4), scenario({1, 3}, 2), scenario({3, 1}, 8)};
+  std::vector<CalibrationRun> runs;
+  for (std::size_t k = 0; k < factors.size(); ++k) {
+    const Scenario& s = plans[k % 3];
+    runs.push_back({s.plan, stretched(s.predicted, factors[k], 0.0), factors[k] * s.predicted.iteration_ms});
+  }
+  return runs;
+}
+
+TEST(ChooseCalibration, UsedWhenItHelpsOnPlansItWasNotFittedOn) {
+  const Scenario s = scenario({2, 2}, 4);
+  const CalibrationChoice c = choose_calibration(s.profile, s.hardware, stretched_runs({1.25, 1.25, 1.25}));
+  EXPECT_TRUE(c.used) << c.reason;
+  ASSERT_EQ(c.out_of_sample_error.size(), 3u);
+  for (std::size_t k = 0; k < 3; ++k) {
+    EXPECT_NEAR(c.uncalibrated_error[k], 1.0 / 1.25 - 1.0, 1e-9);
+    EXPECT_NEAR(c.out_of_sample_error[k], 0.0, 1e-6);
+    EXPECT_NEAR(c.in_sample_error[k], 0.0, 1e-6);
+  }
+  EXPECT_THAT(c.reason, ::testing::StartsWith("used: "));
+}
+
+TEST(ChooseCalibration, NotUsedWhenItDoesNotCarryOver) {
+  // One plan 30 % slower than predicted, the next 20 % faster: a fit on either is worse on the
+  // other than no calibration.
+  const Scenario s = scenario({2, 2}, 4);
+  const CalibrationChoice c = choose_calibration(s.profile, s.hardware, stretched_runs({1.3, 0.8}));
+  EXPECT_FALSE(c.used);
+  EXPECT_FALSE(c.fitted.empty());
+  EXPECT_THAT(c.reason, ::testing::StartsWith("not used: on plans it was not fitted on"));
+  // One run leaves nothing to judge it on.
+  const CalibrationChoice one = choose_calibration(s.profile, s.hardware, stretched_runs({1.25}));
+  EXPECT_FALSE(one.used);
+  EXPECT_EQ(one.reason, "one run leaves none to judge it on");
+}
+
+TEST(ChooseCalibration, NeverWorseThanUncalibratedOnThePlansItWasFittedOn) {
+  const Scenario s = scenario({2, 2}, 4);
+  for (const auto& factors : std::vector<std::vector<double>>{
+           {1.2, 1.2, 1.0}, {1.25, 1.25, 1.25}, {1.1, 0.9, 1.0}, {1.0, 1.0, 1.0}, {0.7, 0.75, 0.8}, {1.3, 0.8}}) {
+    const CalibrationChoice c = choose_calibration(s.profile, s.hardware, stretched_runs(factors));
+    ASSERT_EQ(c.in_sample_error.size(), factors.size());
+    if (!c.used) continue;
+    for (std::size_t k = 0; k < factors.size(); ++k) {
+      EXPECT_LE(std::abs(c.in_sample_error[k]), std::abs(c.uncalibrated_error[k])) << c.reason;
+    }
+  }
+  // A calibration that fits two plans and is off on the third is not used.
+  const CalibrationChoice c = choose_calibration(s.profile, s.hardware, stretched_runs({1.2, 1.2, 1.0}));
+  EXPECT_FALSE(c.used) << c.reason;
 }
 
 TEST(Calibration, FittedOnSomePlansAppliedToAnotherStoredAndReloaded) {

@@ -202,6 +202,36 @@ TEST(ProfileFormat, NoGradForwardTimesParseAndRoundTrip) {
             "up to 1e9, got -1");
 }
 
+TEST(ProfileFormat, WhatAutogradKeepsParsesAndRoundTrips) {
+  // Absent: the input kept, the output neither kept by the layer nor a view (older profiles).
+  const Profile old = parse_profile(kProfile, "in.json");
+  EXPECT_TRUE(old.layers[0].keeps_input);
+  EXPECT_FALSE(old.layers[0].keeps_output);
+  EXPECT_FALSE(old.layers[0].output_aliases_input);
+  EXPECT_EQ(old.device.library_bytes, 0);
+  EXPECT_EQ(profile_to_json(old).find("keeps_"), std::string::npos);  // defaults are not written
+  const Profile p = parse_profile(
+      profile_with(R"("forward_ms": [0.5, 1.0])",
+                   R"("forward_ms": [0.5, 1.0], "keeps_input": false, "keeps_output": true, "output_aliases_input": true)"),
+      "in.json");
+  EXPECT_FALSE(p.layers[0].keeps_input);
+  EXPECT_TRUE(p.layers[0].keeps_output);
+  EXPECT_TRUE(p.layers[0].output_aliases_input);
+  EXPECT_TRUE(p.layers[1].keeps_input);
+  const Profile q = parse_profile(profile_to_json(p), "again.json");
+  EXPECT_FALSE(q.layers[0].keeps_input);
+  EXPECT_TRUE(q.layers[0].keeps_output);
+  EXPECT_TRUE(q.layers[0].output_aliases_input);
+  EXPECT_EQ(profile_error(profile_with(R"("forward_ms": [0.5, 1.0])", R"("forward_ms": [0.5, 1.0], "keeps_input": 1)")),
+            "in.json: layers[0].keeps_input: expected true or false, got 1");
+  // The device's library workspaces.
+  const Profile gpu = parse_profile(profile_with(R"("memory_bytes": 0})", R"("memory_bytes": 0, "library_bytes": 33554432})"), "in.json");
+  EXPECT_EQ(gpu.device.library_bytes, 33554432);
+  EXPECT_EQ(parse_profile(profile_to_json(gpu), "again.json").device.library_bytes, 33554432);
+  EXPECT_EQ(profile_error(profile_with(R"("memory_bytes": 0})", R"("memory_bytes": 0, "library_bytes": -1})")),
+            "in.json: device.library_bytes: expected a non-negative integer, got -1");
+}
+
 TEST(ProfileFormat, MeasuredBackwardPeaksBothOrNeitherOnEveryLayer) {
   EXPECT_EQ(profile_error(profile_with_peaks(R"("backward_peak_bytes": [440, 560], )", "")),
             "in.json: layers[0]: missing field \"backward_accumulate_peak_bytes\" (backward_peak_bytes and "

@@ -94,6 +94,17 @@ TEST(Memory, SharedDeviceCountsOneBufferPerBoundary) {
   EXPECT_EQ(peaks(two_layers(2), plan, 1), (std::vector<std::int64_t>{4270}));
 }
 
+TEST(Memory, LibraryWorkspacesOncePerDeviceThatComputes) {
+  // cuBLAS-style workspaces (here 4096 bytes) stay allocated on every device that runs a stage,
+  // once however many stages share it; the third device holds none and is not reported.
+  Profile p = two_layers(2);
+  p.device.library_bytes = 4096;
+  EXPECT_EQ(peaks(p, make_plan({1, 1}, 2, CheckpointMode::Never), 3), (std::vector<std::int64_t>{3270 + 4096, 1720 + 4096}));
+  Plan shared = make_plan({1, 1}, 2, CheckpointMode::Never);
+  shared.devices = {"cpu:0", "cpu:0"};
+  EXPECT_EQ(peaks(p, shared, 1), (std::vector<std::int64_t>{4270 + 4096}));
+}
+
 TEST(Memory, OneFOneBHoldsAtMostKMicroBatchesOnStageZero) {
   // No parameters: stage 0 holds, per micro-batch, saved 50 + output 100, plus one received
   // gradient (100) when its backward starts, plus the batch input (M x 10).
@@ -162,6 +173,83 @@ TEST(StageMemory, MeasuredBackwardPeaksReplaceTheEstimate) {
   // The nets are what is allocated and freed, not peaks: unchanged.
   EXPECT_EQ(m.backward_net, -32);
   EXPECT_EQ(m.backward_net_first, -1);
+}
+
+// A convolutional head, as autograd keeps it (bytes at size 1, no parameters):
+//   0 conv      output 100, keeps its input (the stage input)
+//   1 relu_     in place: its output is its input's storage, which it keeps (for its backward)
+//   2 pool      output 10, keeps nothing of its input (only its shape)
+//   3 flatten   a view of the pooled output, keeps nothing
+//   4 head      output 2, saved 1, keeps its input: the view, so the pooled storage
+Profile convolutional_head() {
+  Profile p = testing::make_profile({{1, 1, 0, 100, 0, 0}, {1, 1, 0, 100, 0, 0}, {1, 1, 0, 10, 0, 0},
+                                     {1, 1, 0, 10, 0, 0}, {1, 1, 0, 2, 1, 0}},
+                                    1, 4);
+  p.layers[1].output_aliases_input = true;
+  p.layers[2].keeps_input = false;
+  p.layers[3].output_aliases_input = true;
+  p.layers[3].keeps_input = false;
+  return p;
+}
+
+TEST(StageMemory, StoragesKeptByLayersThatKeepThemOnly) {
+  const Profile p = convolutional_head();
+  const CostModel model(p);
+  const SizeCosts& c = model.at(1);
+  const StageMemory m = stage_memory(model, c, 0, 5, true);
+  // Kept: the conv's storage (100, kept by relu_), the pooled storage (10, kept by the head
+  // through the view) and the head's saved 1; the logits die with the loss. Charging every
+  // output, as profiles without these fields do, would give 1 + 100 + 100 + 10 + 10 = 221.
+  EXPECT_EQ(m.kept_bytes, 111);
+  EXPECT_EQ(c.kept_bytes(0, 5), 111);
+  // Peak while the head runs: 100 kept, the pooled storage, saved 1, logits 2.
+  EXPECT_EQ(m.forward_transient, 113 - 111);
+  // Checkpointed: the peak is the pool's (its input 100 and its output 10); the logits stay.
+  EXPECT_EQ(m.checkpointed_forward_transient, 110 - 2);
+  // Backward: head +10 -1 -10 (the pooled storage) = -1; flatten +10 -10 = -1; pool
+  // +100 -10 = 89, where relu_'s input gradient takes it to 189 (peak); relu_ frees the conv's
+  // storage and its output's gradient: -11; conv frees its output's gradient: -111, all kept.
+  EXPECT_EQ(m.backward_peak, 189);
+  EXPECT_EQ(m.backward_net, -111);
+  // Stages that are not the last hold their output: the pooled storage (pool ends the stage),
+  // the conv's storage (kept by relu_ and held, counted once).
+  EXPECT_EQ(stage_memory(model, c, 0, 3, true).kept_bytes, 110);
+  EXPECT_EQ(c.kept_bytes(0, 3), 110);
+  EXPECT_EQ(stage_memory(model, c, 0, 2, true).kept_bytes, 100);
+  EXPECT_EQ(c.kept_bytes(0, 2), 100);
+  // Its walk frees nothing of it: the held output is freed when the backward ends.
+  EXPECT_EQ(stage_memory(model, c, 0, 2, true).backward_net, 0);
+  // A stage starting at the pool: its input is the stage's, counted elsewhere.
+  EXPECT_EQ(stage_memory(model, c, 2, 5, false).kept_bytes, 11);
+  EXPECT_EQ(c.kept_bytes(2, 5), 11);
+}
+
+TEST(StageMemory, KeptBytesAgreesWithTheWalkOnEveryStageOfEveryFlagMix) {
+  // Four layers, every combination of the three flags on each (8^4 profiles), every stage.
+  for (int mask = 0; mask < 8 * 8 * 8 * 8; ++mask) {
+    Profile p = testing::make_profile({{1, 1, 0, 100, 1, 0}, {1, 1, 0, 30, 2, 0}, {1, 1, 0, 7, 4, 0},
+                                       {1, 1, 0, 5, 8, 0}},
+                                      1, 4);
+    for (int l = 0; l < 4; ++l) {
+      const int flags = (mask >> (3 * l)) & 7;
+      p.layers[l].keeps_input = flags & 1;
+      p.layers[l].keeps_output = flags & 2;
+      p.layers[l].output_aliases_input = flags & 4;
+    }
+    const CostModel model(p);
+    for (int a = 0; a < 4; ++a) {
+      for (int b = a + 1; b <= 4; ++b) {
+        const StageMemory m = stage_memory(model, model.at(1), a, b, a == 0);
+        ASSERT_EQ(model.at(1).kept_bytes(a, b), m.kept_bytes) << "mask " << mask << " stage " << a << ".." << b;
+        // Everything kept is freed: by the walk, or (a held output) when the backward ends.
+        const std::int64_t held = b < 4 ? m.output_bytes : 0;
+        const std::int64_t input_gradient = a == 0 ? 0 : m.input_bytes;
+        if (!p.layers[b - 1].output_aliases_input) {
+          ASSERT_EQ(m.backward_net, input_gradient - m.kept_bytes + held) << "mask " << mask << " stage " << a << ".." << b;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -1,0 +1,121 @@
+// Peak memory on a model the project has never seen, built here: depthwise convolution,
+// GroupNorm, an in-place ReLU, a Sigmoid, a mean pool and a view before the head. Profiled,
+// predicted, run on the executor: every device's predicted peak against the counting
+// allocator's, and what the prediction would have been without measuring what autograd keeps.
+
+#include <gtest/gtest.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+#include <ATen/ATen.h>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "profiler/profiler.hpp"
+#include "sim/simulator.hpp"
+#include "validate/measure.hpp"
+
+namespace pipetune::validate {
+namespace {
+
+class MeanPoolImpl : public torch::nn::Module {
+ public:
+  at::Tensor forward(const at::Tensor& x) { return x.mean({2, 3}, /*keepdim=*/true); }
+};
+TORCH_MODULE(MeanPool);
+
+models::Model held_out_model() {
+  namespace nn = torch::nn;
+  models::Model m;
+  m.name = "held-out-convnet";
+  m.spec = "held-out-convnet";
+  auto add = [&](const std::string& name, nn::AnyModule module) {
+    m.layer_names.push_back(name);
+    m.layers->push_back(name, std::move(module));
+  };
+  add("conv", nn::AnyModule(nn::Conv2d(nn::Conv2dOptions(3, 16, 3).padding(1))));
+  add("relu_", nn::AnyModule(nn::ReLU(nn::ReLUOptions().inplace(true))));
+  add("depthwise", nn::AnyModule(nn::Conv2d(nn::Conv2dOptions(16, 16, 3).padding(1).groups(16))));
+  add("norm", nn::AnyModule(nn::GroupNorm(nn::GroupNormOptions(4, 16))));
+  add("sigmoid", nn::AnyModule(nn::Sigmoid()));
+  add("pool", nn::AnyModule(MeanPool()));
+  add("flatten", nn::AnyModule(nn::Flatten()));
+  add("head", nn::AnyModule(nn::Linear(16, 10)));
+  m.loss = [](const at::Tensor& y, const at::Tensor& target) { return at::cross_entropy_loss(y, target); };
+  m.make_batch = [](std::int64_t batch, std::uint64_t seed) {
+    auto g = at::detail::createCPUGenerator(seed);
+    return std::make_pair(at::randn({batch, 3, 16, 16}, g), at::randint(10, {batch}, g, at::kLong));
+  };
+  return m;
+}
+
+TEST(HeldOutMemory, MedianDevicePeakWithinOnePercent) {
+  models::Model model = held_out_model();
+  profiler::ProfileOptions po;
+  po.batch_size = 8;
+  po.warmup = 1;
+  po.repeats = 1;
+  po.threads = 1;
+  const Profile profile = profiler::profile_model(model, po).profile;
+  // The same profile as if nothing were known of what autograd keeps: every output charged.
+  Profile unmeasured = profile;
+  for (auto& l : unmeasured.layers) {
+    l.keeps_input = true;
+    l.keeps_output = false;
+    l.output_aliases_input = false;
+  }
+  const Hardware hardware = replicate_device(profile.device, 2);
+  auto plan = [](std::vector<int> balance, int chunks, CheckpointMode mode, ScheduleKind schedule) {
+    Plan p;
+    p.balance = std::move(balance);
+    p.chunks = chunks;
+    p.checkpoint = mode;
+    p.schedule = schedule;
+    return p;
+  };
+  // No stage starts at relu_: a stage input is a leaf, which autograd does not let change in place.
+  const std::vector<Plan> plans = {plan({3, 5}, 2, CheckpointMode::Never, ScheduleKind::GPipe),
+                                   plan({4, 4}, 4, CheckpointMode::ExceptLast, ScheduleKind::OneFOneB),
+                                   plan({2, 6}, 1, CheckpointMode::Always, ScheduleKind::GPipe),
+                                   plan({5, 3}, 2, CheckpointMode::Never, ScheduleKind::OneFOneB)};
+  RunSettings settings;
+  settings.batch = 8;
+  settings.steps = 2;
+  settings.warmup = 1;
+  settings.rounds = 1;
+  settings.threads = 1;
+  const std::vector<MeasuredRun> runs = measure_plans(model, plans, settings, {});
+  double worst = 0.0, worst_unmeasured = 0.0;
+  std::vector<double> errors;
+  for (const MeasuredRun& run : runs) {
+    const SimulationResult predicted = Simulator(profile, hardware).run(run.plan);
+    const SimulationResult before = Simulator(unmeasured, hardware).run(run.plan);
+    ASSERT_EQ(predicted.devices.size(), run.peak_memory_bytes.size());
+    for (std::size_t d = 0; d < run.peak_memory_bytes.size(); ++d) {
+      const double measured = static_cast<double>(run.peak_memory_bytes[d]);
+      const double error = static_cast<double>(predicted.devices[d].peak_memory_bytes) / measured - 1.0;
+      const double error_before = static_cast<double>(before.devices[d].peak_memory_bytes) / measured - 1.0;
+      std::printf("%s device %zu: measured %lld, predicted %lld (%+.2f %%), without the flags %lld (%+.2f %%)\n",
+                  describe_plan(run.plan).c_str(), d, static_cast<long long>(run.peak_memory_bytes[d]),
+                  static_cast<long long>(predicted.devices[d].peak_memory_bytes), 100.0 * error,
+                  static_cast<long long>(before.devices[d].peak_memory_bytes), 100.0 * error_before);
+      worst = std::max(worst, std::abs(error));
+      worst_unmeasured = std::max(worst_unmeasured, std::abs(error_before));
+      errors.push_back(std::abs(error));
+    }
+  }
+  std::printf("worst |error| %.2f %%, without the flags %.2f %%\n", 100.0 * worst, 100.0 * worst_unmeasured);
+  // Typically seven or eight of the eight devices are within 0.1 % (17-26 % over without the
+  // flags). The rest is order, not bytes: a peak that depends on whether a copy arrives before
+  // or after a backward starts follows the timings, which differ between the profile and the
+  // run and between runs (the same device was seen exact in one run and one Sigmoid output
+  // over in the next, the prediction moving with the profile's times). Hence the median.
+  std::sort(errors.begin(), errors.end());
+  EXPECT_LE(errors[errors.size() / 2], 0.01);
+}
+
+}  // namespace
+}  // namespace pipetune::validate
