@@ -3,10 +3,10 @@
 // scripted module, so moving or training the layer moves and trains the script. The data is a
 // batch file (batch_file.hpp) or random: floats, or token ids with a target per token.
 
+#include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <torch/script.h>
 
-#include <ATen/ATen.h>
 #include <filesystem>
 
 #include "executor/models/batch_file.hpp"
@@ -61,7 +61,9 @@ SampleShape parse_input(const std::string& text) {
     if (dtype == "long" || dtype == "int64") {
       shape.tokens = true;
     } else if (dtype != "float") {
-      throw InputError(fmt::format("--model: torchscript: input: expected float or long before the dimensions, got \"{}\"", text));
+      throw InputError(fmt::format(
+          "--model: torchscript: input: expected float or long before the dimensions, got \"{}\"",
+          text));
     }
     dims = text.substr(colon + 1);
   }
@@ -72,7 +74,10 @@ SampleShape parse_input(const std::string& text) {
     char* end = nullptr;
     const long long v = std::strtoll(part.c_str(), &end, 10);
     if (part.empty() || *end != '\0' || v < 1) {
-      throw InputError(fmt::format("--model: torchscript: input: expected dimensions such as 3x32x32 or long:128, got \"{}\"", text));
+      throw InputError(
+          fmt::format("--model: torchscript: input: expected dimensions such as 3x32x32 or "
+                      "long:128, got \"{}\"",
+                      text));
     }
     shape.dims.push_back(v);
     if (x == std::string::npos) break;
@@ -94,24 +99,33 @@ Model build_torchscript_model(Spec& spec, const ModelOptions&) {
   if (spec.has("batch")) {
     for (const char* key : {"input", "classes", "vocab"}) {
       if (spec.has(key)) {
-        throw InputError(fmt::format("--model: torchscript: {}: only for random data; the batch file gives the inputs and targets", key));
+        throw InputError(
+            fmt::format("--model: torchscript: {}: only for random data; the batch file gives the "
+                        "inputs and targets",
+                        key));
       }
     }
     auto file = std::make_shared<BatchFile>(load_batch_file(spec.text("batch", "")));
     m.samples = file->samples();
-    m.make_batch = [file](std::int64_t batch, std::int64_t step, std::uint64_t) { return take_samples(*file, batch, step); };
+    m.make_batch = [file](std::int64_t batch, std::int64_t step, std::uint64_t) {
+      return take_samples(*file, batch, step);
+    };
   } else {
     const SampleShape input = parse_input(spec.text("input", "32"));
     std::int64_t vocab = 0;
     if (input.tokens) {
-      if (!spec.has("vocab")) throw InputError("--model: torchscript: vocab: expected the number of token ids for input=long:…");
+      if (!spec.has("vocab"))
+        throw InputError(
+            "--model: torchscript: vocab: expected the number of token ids for input=long:…");
       vocab = spec.positive("vocab", 1);
     } else if (spec.has("vocab")) {
       throw InputError("--model: torchscript: vocab: only for token inputs (input=long:…)");
     }
     // Token inputs have one target per token unless classes asks for one per sample.
-    const std::int64_t classes = input.tokens && !spec.has("classes") ? 0 : spec.positive("classes", 10);
-    m.make_batch = [input, vocab, classes](std::int64_t batch, std::int64_t step, std::uint64_t seed) {
+    const std::int64_t classes =
+        input.tokens && !spec.has("classes") ? 0 : spec.positive("classes", 10);
+    m.make_batch = [input, vocab, classes](std::int64_t batch, std::int64_t step,
+                                           std::uint64_t seed) {
       auto g = at::detail::createCPUGenerator(seed * 1000003 + static_cast<std::uint64_t>(step));
       std::vector<std::int64_t> shape{batch};
       shape.insert(shape.end(), input.dims.begin(), input.dims.end());
@@ -120,8 +134,11 @@ Model build_torchscript_model(Spec& spec, const ModelOptions&) {
       return std::make_pair(x, y);
     };
   }
-  const LossKind loss = spec.has("loss") ? parse_loss(spec.text("loss", "")) : LossKind::CrossEntropy;
-  m.loss = [loss](const at::Tensor& output, const at::Tensor& target) { return loss_of(loss, output, target); };
+  const LossKind loss =
+      spec.has("loss") ? parse_loss(spec.text("loss", "")) : LossKind::CrossEntropy;
+  m.loss = [loss](const at::Tensor& output, const at::Tensor& target) {
+    return loss_of(loss, output, target);
+  };
 
   torch::jit::Module script;
   try {

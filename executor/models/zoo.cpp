@@ -2,6 +2,7 @@
 // operation keeps its input for backward, so the profile's saved/output bytes compose exactly
 // across stage boundaries (docs/formats.md).
 
+#include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/modules/batchnorm.h>
@@ -12,7 +13,6 @@
 #include <torch/nn/modules/pooling.h>
 #include <torch/utils.h>
 
-#include <ATen/ATen.h>
 #include <cmath>
 
 #include "executor/models/layers.hpp"
@@ -244,7 +244,8 @@ std::string model_catalogue() {
          "gpt[:layers=4,width=256,heads=4,seq=64,vocab=1000,dropout=0], "
          "resnet[:blocks=4,channels=32,image=32,classes=10], "
          "torchscript:path=FILE.pt,batch=BATCH.pt[,loss=cross_entropy|mse] or "
-         "torchscript:path=FILE.pt,input=[long:]3x32x32,classes=10|vocab=V (a scripted nn.Sequential)";
+         "torchscript:path=FILE.pt,input=[long:]3x32x32,classes=10|vocab=V (a scripted "
+         "nn.Sequential)";
 }
 
 Model build_model(const std::string& text, const ModelOptions& options) {
@@ -271,8 +272,8 @@ Model build_model(const std::string& text, const ModelOptions& options) {
   m.spec = spec.canonical();
   m.layers->to(options.dtype);
   // Floating data in the model's dtype; token ids and class indices as they are.
-  m.make_batch = [make = std::move(m.make_batch), dtype = options.dtype](std::int64_t batch, std::int64_t step,
-                                                                        std::uint64_t seed) {
+  m.make_batch = [make = std::move(m.make_batch), dtype = options.dtype](
+                     std::int64_t batch, std::int64_t step, std::uint64_t seed) {
     auto [x, y] = make(batch, step, seed);
     if (at::isFloatingType(x.scalar_type())) x = x.to(dtype);
     if (at::isFloatingType(y.scalar_type())) y = y.to(dtype);
