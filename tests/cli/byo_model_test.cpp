@@ -139,56 +139,62 @@ TEST(CliBringYourOwnModel, BadInputIsOneLineAndWritesNothing) {
     EXPECT_FALSE(fs::exists(out)) << model;
     return r.err;
   };
-  auto save = [&](const std::string& name, const std::string& value) {
-    const fs::path p = scratch(name);
-    python("import sys, torch; torch.save(" + value + ", sys.argv[1])", {p.string()});
-    return p.string();
-  };
+  // The bad files, written in one Python run (each start of torch costs seconds).
+  const fs::path text = scratch("hello.pt"), triple = scratch("triple.pt"),
+                 tensor = scratch("tensor.pt"), floats = scratch("floats.pt"),
+                 per_sample = scratch("per-sample.pt"), flat = scratch("flat.pt");
+  python(
+      "import sys, torch\n"
+      "text, triple, tensor, floats, per_sample, flat = sys.argv[1:]\n"
+      "open(text, 'w').write('hello')\n"
+      "torch.save((torch.zeros(4, 16, dtype=torch.long),) * 3, triple)\n"
+      "torch.save(torch.zeros(4, 16), tensor)\n"
+      "torch.save((torch.randn(4, 16), torch.zeros(4, 16, dtype=torch.long)), floats)\n"
+      "torch.save((torch.zeros(4, 16, dtype=torch.long), torch.zeros(4, dtype=torch.long)), "
+      "per_sample)\n"
+      "torch.jit.script(torch.nn.Sequential(torch.nn.Linear(8, 1), "
+      "torch.nn.Flatten(0))).save(flat)\n",
+      {text.string(), triple.string(), tensor.string(), floats.string(), per_sample.string(),
+       flat.string()});
 
-  const fs::path text = scratch("hello.pt");
-  python("import sys; open(sys.argv[1], 'w').write('hello')", {text.string()});
   EXPECT_THAT(error("torchscript:path=" + text.string() + ",input=8"),
               ::testing::StartsWith("pipetune: error: --model: " + text.string() +
                                     ": not a TorchScript file"));
 
-  const std::string triple = save("triple.pt", "(torch.zeros(4, 16, dtype=torch.long),) * 3");
-  EXPECT_EQ(error("torchscript:path=" + gpt + ",batch=" + triple),
-            "pipetune: error: --model: batch: " + triple +
+  EXPECT_EQ(error("torchscript:path=" + gpt + ",batch=" + triple.string()),
+            "pipetune: error: --model: batch: " + triple.string() +
                 ": expected a pair of tensors, as torch.save((inputs, targets), FILE) writes; got "
                 "a tuple of 3\n");
-  const std::string tensor = save("tensor.pt", "torch.zeros(4, 16)");
-  EXPECT_EQ(error("torchscript:path=" + gpt + ",batch=" + tensor),
-            "pipetune: error: --model: batch: " + tensor +
+  EXPECT_EQ(error("torchscript:path=" + gpt + ",batch=" + tensor.string()),
+            "pipetune: error: --model: batch: " + tensor.string() +
                 ": expected a pair of tensors, as torch.save((inputs, targets), FILE) writes; got "
                 "a Tensor\n");
   EXPECT_THAT(error("torchscript:path=" + gpt + ",batch=" + text.string()),
               ::testing::StartsWith("pipetune: error: --model: batch: " + text.string() +
                                     ": not a file torch.save wrote"));
 
+  // validate refuses before it makes its folder.
+  const fs::path folder = scratch("never-validated");
+  const auto v = testing::run_command({PIPETUNE_CLI, "validate", "--model", spec, "--batch", "21",
+                                       "--out", folder.string(), "--progress", "none"});
+  EXPECT_EQ(v.exit_code, 2);
+  EXPECT_EQ(v.err, "pipetune: error: --batch 21: the model's batch file holds only 20 samples\n");
+  EXPECT_FALSE(fs::exists(folder));
   EXPECT_EQ(error(spec, "21"),
             "pipetune: error: --batch 21: the model's batch file holds only 20 samples\n");
 
-  const std::string floats =
-      save("floats.pt", "(torch.randn(4, 16), torch.zeros(4, 16, dtype=torch.long))");
   EXPECT_THAT(
-      error("torchscript:path=" + gpt + ",batch=" + floats, "4"),
+      error("torchscript:path=" + gpt + ",batch=" + floats.string(), "4"),
       ::testing::StartsWith(
           "pipetune: error: --model: layer 0 (\"embed\") rejects its input float32 [2, 16]: "));
 
-  const std::string per_sample = save(
-      "per-sample.pt", "(torch.zeros(4, 16, dtype=torch.long), torch.zeros(4, dtype=torch.long))");
-  EXPECT_EQ(error("torchscript:path=" + gpt + ",batch=" + per_sample, "4"),
+  EXPECT_EQ(error("torchscript:path=" + gpt + ",batch=" + per_sample.string(), "4"),
             "pipetune: error: loss: targets int64 [2] cannot match the output float32 [2, 16, 50]: "
             "cross entropy takes "
             "class indices of shape [2, 16] (the output's without its last dimension) or class "
             "probabilities of "
             "the output's shape\n");
 
-  const fs::path flat = scratch("flat.pt");
-  python(
-      "import sys, torch; torch.jit.script(torch.nn.Sequential(torch.nn.Linear(8, 1), "
-      "torch.nn.Flatten(0))).save(sys.argv[1])",
-      {flat.string()});
   EXPECT_EQ(error("torchscript:path=" + flat.string() + ",input=8"),
             "pipetune: error: loss: the model's output float32 [2] has no last dimension to "
             "classify over (cross "
