@@ -64,6 +64,7 @@ void add_profile_command(CLI::App& app, std::vector<Command>& commands) {
     check_writable(flags->output, "--output");
     if (!flags->hardware.empty()) check_writable(flags->hardware, "--hardware");
     models::Model model = build_model_from(flags->model, flags->seed);
+    models::check_model_batch(model, flags->batch);
     profiler::ProfileOptions options;
     options.device = flags->device;
     options.batch_size = flags->batch;

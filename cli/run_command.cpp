@@ -174,6 +174,7 @@ int run_plan(const std::shared_ptr<RunFlags>& flags) {
     if (reports && !flags->trace.empty()) check_writable(flags->trace, "--trace");
     if (reports && !flags->links_out.empty()) check_writable(flags->links_out, "--links-out");
     models::Model model = build_model_from(flags->model, flags->seed);
+    models::check_model_batch(model, flags->batch);
     options.seed = flags->seed;
     options.learning_rate = flags->learning_rate;
     options.optimizer = exec::parse_optimizer(flags->optimizer);
@@ -231,9 +232,7 @@ int run_plan(const std::shared_ptr<RunFlags>& flags) {
     bool interrupted = false;
     try {
       for (int k = 0; k < total; ++k) {
-        auto [input, target] =
-            model.make_batch(flags->batch, flags->seed * 1000003 + static_cast<std::uint64_t>(k));
-        if (at::isFloatingType(input.scalar_type())) input = input.to(flags->model.dtype());
+        auto [input, target] = model.make_batch(flags->batch, k, flags->seed);
         exec::StepRecord record = pipeline.step(input, target);
         if (k >= flags->warmup) steps.push_back(std::move(record));
         if (progress == "lines") {

@@ -319,7 +319,7 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
   const std::size_t total = sizes.size() * static_cast<std::size_t>(layer_count);
   std::size_t done = 0;
   for (std::int64_t size : sizes) {
-    auto [input, target] = model.make_batch(size, options.seed);
+    auto [input, target] = model.make_batch(size, 0, options.seed);
     if (at::isFloatingType(input.scalar_type())) input = input.to(dtype);
     input = input.to(device);
     target = target.to(device);

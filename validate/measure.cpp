@@ -46,8 +46,7 @@ std::vector<MeasuredRun> measure_plans(models::Model& model, const std::vector<P
       MeasuredRun& run = runs[p];
       run.plan = plans[p];
       for (int k = 0; k < settings.warmup + measured; ++k) {
-        auto [input, target] = model.make_batch(settings.batch, settings.seed * 1000003 + static_cast<std::uint64_t>(step_index + k));
-        if (at::isFloatingType(input.scalar_type())) input = input.to(settings.float64 ? at::kDouble : at::kFloat);
+        auto [input, target] = model.make_batch(settings.batch, step_index + k, settings.seed);
         const exec::StepRecord record = pipeline.step(input, target);
         if (k >= settings.warmup) {
           run.pipeline_ms.push_back(record.pipeline_ms);

@@ -190,7 +190,6 @@ Validation run_validation(const ValidationOptions& options) {
     throw InputError(fmt::format("--devices: expected at least 1, got {}", options.devices));
   if (options.top < 1)
     throw InputError(fmt::format("--top: expected at least 1, got {}", options.top));
-  fs::create_directories(options.out_dir);
 
   Validation v;
   v.model_spec = options.model_spec;
@@ -201,6 +200,8 @@ Validation run_validation(const ValidationOptions& options) {
   mo.deferred_batch_norm = options.deferred_batch_norm;
   mo.seed = options.run.seed;
   models::Model model = models::build_model(options.model_spec, mo);
+  models::check_model_batch(model, options.run.batch);
+  fs::create_directories(options.out_dir);  // only once the model and its data are known good
   v.model = model.name;
 
   const auto measure = [&](const std::vector<Plan>& to_run, const RunSettings& settings,

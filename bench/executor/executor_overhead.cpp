@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
     exec::Pipeline pipeline(model, plan, c.batch, options);
     std::vector<double> measured, replayed;
     for (int k = 0; k < steps + 2; ++k) {
-      auto [x, y] = model.make_batch(c.batch, k);
+      auto [x, y] = model.make_batch(c.batch, k, 0);
       const auto record = pipeline.step(x, y);
       if (k < 2) continue;  // warm-up
       const Trace trace = exec::measured_trace(pipeline, record, model.name);

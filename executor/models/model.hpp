@@ -26,20 +26,35 @@ struct Model {
   std::string spec;  ///< what --model was given, canonical form: "mlp:layers=8,width=1024,..."
   torch::nn::Sequential layers;
   std::vector<std::string> layer_names;
-  /// Mean loss of `output` against `target` over the samples given (cross entropy).
+  /// Mean loss of `output` against `target` over the samples given: cross entropy over the
+  /// output's last dimension, or mean squared error. Throws InputError when the target's shape
+  /// cannot match the output's.
   std::function<at::Tensor(const at::Tensor& output, const at::Tensor& target)> loss;
-  /// A deterministic synthetic batch (inputs, targets) of `batch` samples, on the CPU.
-  std::function<std::pair<at::Tensor, at::Tensor>(std::int64_t batch, std::uint64_t seed)> make_batch;
+  /// The (inputs, targets) of training step `step` (0, 1, …), `batch` samples, on the CPU, floating
+  /// tensors in the model's dtype: synthetic data drawn from (seed, step), or the next `batch`
+  /// samples of a batch file, wrapping around.
+  std::function<std::pair<at::Tensor, at::Tensor>(std::int64_t batch, std::int64_t step, std::uint64_t seed)>
+      make_batch;
+  /// Samples in the model's batch file; 0 when the data is synthetic (any batch size).
+  std::int64_t samples = 0;
 };
 
 /// Builds a model from a spec:
 ///   mlp[:layers=8,width=1024,input=W,classes=10,dropout=0]
 ///   gpt[:layers=4,width=256,heads=4,seq=64,vocab=1000,dropout=0]
 ///   resnet[:blocks=4,channels=32,image=32,classes=10]
-///   torchscript:path=FILE.pt,input=3x32x32,classes=10   (or just FILE.pt with the same keys)
+///   torchscript:path=FILE.pt,batch=BATCH.pt[,loss=cross_entropy|mse]   (or FILE.pt:batch=…)
+///   torchscript:path=FILE.pt,input=[long:]3x32x32,classes=10|vocab=V[,loss=…]
 /// A TorchScript file's top level must be a Sequential; its children are the layers.
 /// Throws InputError naming the key and what was expected.
 Model build_model(const std::string& spec, const ModelOptions& options = {});
+
+/// Refuses, before any training, what would fail in the first step: a batch file with fewer
+/// samples than `batch`, an input a layer rejects (its dtype, its shape), an output with no
+/// last dimension to classify, targets whose shape cannot match the output. Runs the first
+/// min(batch, 2) samples of step 0 through the layers on the CPU, without autograd and in
+/// evaluation mode (no running statistics move). Throws InputError naming the layer or shapes.
+void check_model_batch(Model& model, std::int64_t batch);
 
 /// The models build_model knows, one line each, for --help texts and errors.
 std::string model_catalogue();

@@ -2,9 +2,9 @@
 // operation keeps its input for backward, so the profile's saved/output bytes compose exactly
 // across stage boundaries (docs/formats.md).
 
+#include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <torch/nn/functional/activation.h>
-#include <torch/nn/functional/loss.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/embedding.h>
@@ -13,10 +13,10 @@
 #include <torch/nn/modules/pooling.h>
 #include <torch/utils.h>
 
-#include <ATen/ATen.h>
 #include <cmath>
 
 #include "executor/models/layers.hpp"
+#include "executor/models/loss.hpp"
 #include "executor/models/model.hpp"
 #include "executor/models/spec.hpp"
 #include "sim/error.hpp"
@@ -26,12 +26,6 @@ namespace pipetune::models {
 Model build_torchscript_model(Spec& spec, const ModelOptions& options);  // torchscript.cpp
 
 namespace {
-
-namespace F = torch::nn::functional;
-
-at::Tensor cross_entropy(const at::Tensor& output, const at::Tensor& target) {
-  return F::cross_entropy(output.reshape({-1, output.size(-1)}), target.reshape({-1}));
-}
 
 // --- MLP -----------------------------------------------------------------------------------
 
@@ -62,8 +56,8 @@ Model build_mlp(Spec& spec) {
   m.layer_names.push_back("head");
   m.layers->push_back("head", torch::nn::Linear(width, classes));
   m.loss = cross_entropy;
-  m.make_batch = [input, classes](std::int64_t batch, std::uint64_t seed) {
-    auto g = at::detail::createCPUGenerator(seed);
+  m.make_batch = [input, classes](std::int64_t batch, std::int64_t step, std::uint64_t seed) {
+    auto g = at::detail::createCPUGenerator(seed * 1000003 + static_cast<std::uint64_t>(step));
     return std::make_pair(at::randn({batch, input}, g), at::randint(classes, {batch}, g));
   };
   return m;
@@ -154,8 +148,8 @@ Model build_gpt(Spec& spec) {
   m.layer_names.push_back("head");
   m.layers->push_back("head", LanguageHead(width, vocab));
   m.loss = cross_entropy;
-  m.make_batch = [seq, vocab](std::int64_t batch, std::uint64_t seed) {
-    auto g = at::detail::createCPUGenerator(seed);
+  m.make_batch = [seq, vocab](std::int64_t batch, std::int64_t step, std::uint64_t seed) {
+    auto g = at::detail::createCPUGenerator(seed * 1000003 + static_cast<std::uint64_t>(step));
     return std::make_pair(at::randint(vocab, {batch, seq}, g), at::randint(vocab, {batch, seq}, g));
   };
   return m;
@@ -232,8 +226,8 @@ Model build_resnet(Spec& spec, const ModelOptions& options) {
   m.layer_names.push_back("head");
   m.layers->push_back("head", Classifier(channels, classes));
   m.loss = cross_entropy;
-  m.make_batch = [image, classes](std::int64_t batch, std::uint64_t seed) {
-    auto g = at::detail::createCPUGenerator(seed);
+  m.make_batch = [image, classes](std::int64_t batch, std::int64_t step, std::uint64_t seed) {
+    auto g = at::detail::createCPUGenerator(seed * 1000003 + static_cast<std::uint64_t>(step));
     return std::make_pair(at::randn({batch, 3, image, image}, g), at::randint(classes, {batch}, g));
   };
   return m;
@@ -249,7 +243,9 @@ std::string model_catalogue() {
   return "mlp[:layers=8,width=1024,input=1024,classes=10,dropout=0], "
          "gpt[:layers=4,width=256,heads=4,seq=64,vocab=1000,dropout=0], "
          "resnet[:blocks=4,channels=32,image=32,classes=10], "
-         "torchscript:path=FILE.pt,input=3x32x32,classes=10 (a scripted nn.Sequential)";
+         "torchscript:path=FILE.pt,batch=BATCH.pt[,loss=cross_entropy|mse] or "
+         "torchscript:path=FILE.pt,input=[long:]3x32x32,classes=10|vocab=V (a scripted "
+         "nn.Sequential)";
 }
 
 Model build_model(const std::string& text, const ModelOptions& options) {
@@ -275,6 +271,14 @@ Model build_model(const std::string& text, const ModelOptions& options) {
   }
   m.spec = spec.canonical();
   m.layers->to(options.dtype);
+  // Floating data in the model's dtype; token ids and class indices as they are.
+  m.make_batch = [make = std::move(m.make_batch), dtype = options.dtype](
+                     std::int64_t batch, std::int64_t step, std::uint64_t seed) {
+    auto [x, y] = make(batch, step, seed);
+    if (at::isFloatingType(x.scalar_type())) x = x.to(dtype);
+    if (at::isFloatingType(y.scalar_type())) y = y.to(dtype);
+    return std::make_pair(x, y);
+  };
   return m;
 }
 

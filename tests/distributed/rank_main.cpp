@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
     options.transport = distributed::connect(env, 60.0);
     exec::Pipeline pipeline(model, exec::with_executor_devices(plan, options.devices), batch,
                             options);
-    const auto [input, target] = model.make_batch(batch, seed);
+    const auto [input, target] = model.make_batch(batch, seed, 0);
     const exec::StepRecord record = pipeline.step(input, target);
 
     const double reference_loss = testing::reference_step(reference, input, target, plan.chunks);

@@ -40,7 +40,7 @@ ModelOptions double_precision(bool deferred = false) {
 }
 
 std::pair<at::Tensor, at::Tensor> batch_for(models::Model& m, std::int64_t batch = kBatch) {
-  auto [x, y] = m.make_batch(batch, 3);
+  auto [x, y] = m.make_batch(batch, 3, 0);
   if (at::isFloatingType(x.scalar_type())) x = x.to(at::kDouble);
   return {x, y};
 }
@@ -122,7 +122,7 @@ TEST(Executor, ParametersMatchAfterOptimizerSteps) {
   Pipeline pipeline(model, plan_of({2, 2}, 3, CheckpointMode::ExceptLast, ScheduleKind::OneFOneB), kBatch, options);
   torch::optim::SGD optimizer(reference.layers->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
   for (int step = 0; step < 3; ++step) {
-    auto [input, target] = reference.make_batch(kBatch, 100 + step);
+    auto [input, target] = reference.make_batch(kBatch, 100 + step, 0);
     input = input.to(at::kDouble);
     testing::reference_step(reference, input, target, 3);
     optimizer.step();

@@ -14,18 +14,18 @@ TEST(Models, ZooBuildsEachFamilyWithItsLayers) {
   auto mlp = models::build_model("mlp:layers=3,width=8,classes=4");
   EXPECT_EQ(mlp.layer_names, (std::vector<std::string>{"block0", "block1", "block2", "head"}));
   EXPECT_EQ(mlp.spec, "mlp:layers=3,width=8,input=8,classes=4,dropout=0");
-  auto [x, y] = mlp.make_batch(5, 1);
+  auto [x, y] = mlp.make_batch(5, 1, 0);
   EXPECT_EQ(mlp.layers->forward(x).sizes(), (std::vector<std::int64_t>{5, 4}));
 
   auto gpt = models::build_model("gpt:layers=2,width=16,heads=4,seq=6,vocab=20");
   EXPECT_EQ(gpt.layer_names.size(), 4u);
-  auto [tokens, next] = gpt.make_batch(3, 1);
+  auto [tokens, next] = gpt.make_batch(3, 1, 0);
   EXPECT_EQ(gpt.layers->forward(tokens).sizes(), (std::vector<std::int64_t>{3, 6, 20}));
   EXPECT_TRUE(std::isfinite(gpt.loss(gpt.layers->forward(tokens), next).item<double>()));
 
   auto resnet = models::build_model("resnet:blocks=2,channels=4,image=8,classes=3");
   EXPECT_EQ(resnet.layer_names, (std::vector<std::string>{"stem", "block0", "block1", "head"}));
-  auto [images, labels] = resnet.make_batch(2, 1);
+  auto [images, labels] = resnet.make_batch(2, 1, 0);
   EXPECT_EQ(resnet.layers->forward(images).sizes(), (std::vector<std::int64_t>{2, 3}));
 }
 

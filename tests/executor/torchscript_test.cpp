@@ -27,7 +27,7 @@ TEST(TorchScript, ScriptedSequentialRunsPipelinedLikeTheZoo) {
   models::Model model = models::build_model(spec, o);
   EXPECT_EQ(model.layer_names, (std::vector<std::string>{"0", "1", "2", "3", "4"}));
   models::Model reference = models::build_model(spec, o);
-  auto [x, y] = reference.make_batch(6, 1);
+  auto [x, y] = reference.make_batch(6, 1, 0);
   x = x.to(at::kDouble);
   const double expected = testing::reference_step(reference, x, y, 3);
   Plan plan;

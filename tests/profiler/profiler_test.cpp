@@ -34,7 +34,7 @@ models::Model model_of(std::vector<std::pair<std::string, torch::nn::AnyModule>>
     m.layers->push_back(std::string(name), module);
   }
   m.loss = [](const at::Tensor& y, const at::Tensor&) { return y.mean(); };
-  m.make_batch = [sample_shape](std::int64_t batch, std::uint64_t seed) {
+  m.make_batch = [sample_shape](std::int64_t batch, std::int64_t, std::uint64_t seed) {
     auto g = at::detail::createCPUGenerator(seed);
     std::vector<std::int64_t> shape{batch};
     shape.insert(shape.end(), sample_shape.begin(), sample_shape.end());
@@ -282,7 +282,7 @@ TEST(ProfilerGpu, CuptiLayerTimesSumToTheWholeModelAndRepeat) {
   }
   // The whole model's forward and backward, timed with CUDA events.
   m.layers->to(at::kCUDA);
-  auto [x, y] = m.make_batch(16, 0);
+  auto [x, y] = m.make_batch(16, 0, 0);
   x = x.to(at::kCUDA);
   y = y.to(at::kCUDA);
   std::vector<double> whole;

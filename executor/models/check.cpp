@@ -1,0 +1,75 @@
+// What would fail in a model's first step, found before any work: the data against the layers
+// and the loss, on a couple of samples.
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "executor/models/loss.hpp"
+#include "executor/models/model.hpp"
+#include "sim/error.hpp"
+
+namespace pipetune::models {
+
+namespace {
+
+// Torch's own reason, without the TorchScript traceback around it.
+std::string reason(const std::exception& e) {
+  std::string what = e.what();
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e))
+    what = c10_error->what_without_backtrace();
+  if (const auto at = what.rfind("RuntimeError: "); at != std::string::npos)
+    what = what.substr(at + 14);
+  while (!what.empty() && what.front() == '\n') what.erase(0, 1);
+  return what.substr(0, what.find('\n'));
+}
+
+// Evaluation mode for the check, then the mode the model was in.
+class EvalGuard {
+ public:
+  explicit EvalGuard(torch::nn::Module& module) : module_(module), training_(module.is_training()) {
+    module_.eval();
+  }
+  ~EvalGuard() { module_.train(training_); }
+  EvalGuard(const EvalGuard&) = delete;
+  EvalGuard& operator=(const EvalGuard&) = delete;
+
+ private:
+  torch::nn::Module& module_;
+  bool training_;
+};
+
+}  // namespace
+
+void check_model_batch(Model& model, std::int64_t batch) {
+  if (batch < 1)
+    throw InputError(fmt::format("--batch: expected a positive integer, got {}", batch));
+  if (model.samples > 0 && batch > model.samples) {
+    throw InputError(fmt::format("--batch {}: the model's batch file holds only {} samples", batch,
+                                 model.samples));
+  }
+  auto [x, y] = model.make_batch(std::min<std::int64_t>(batch, 2), 0, 0);
+  at::NoGradGuard no_grad;
+  EvalGuard eval(*model.layers);
+  at::Tensor h = x;
+  std::size_t l = 0;
+  for (auto it = model.layers->begin(); it != model.layers->end(); ++it, ++l) {
+    try {
+      h = it->forward(h);
+    } catch (const std::exception& e) {
+      throw InputError(fmt::format("--model: layer {} (\"{}\") rejects its input {}: {}", l,
+                                   model.layer_names.at(l), describe(h), reason(e)));
+    }
+  }
+  try {
+    model.loss(h, y);
+  } catch (const InputError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw InputError(
+        fmt::format("loss: output {}, targets {}: {}", describe(h), describe(y), reason(e)));
+  }
+}
+
+}  // namespace pipetune::models
