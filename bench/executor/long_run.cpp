@@ -62,7 +62,7 @@ bool long_run(int steps, int chunks) {
   std::int64_t warm_resident = 0, late_resident = 0;
   const auto started = std::chrono::steady_clock::now();
   for (int k = 0; k < steps; ++k) {
-    auto [input, target] = model.make_batch(kBatch, 1000 + static_cast<std::uint64_t>(k));
+    auto [input, target] = model.make_batch(kBatch, k, 1000);
     const exec::StepRecord record = pipeline.step(input, target);
     if (k > 0) {
       distinct.insert(record.peak_memory_bytes);

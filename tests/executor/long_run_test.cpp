@@ -57,7 +57,7 @@ Run long_run(int chunks, int steps, int warmup) {
   exec::Pipeline pipeline(model, plan, kBatch, options);
   Run run;
   for (int k = 0; k < steps; ++k) {
-    auto [input, target] = model.make_batch(kBatch, 1000 + static_cast<std::uint64_t>(k));
+    auto [input, target] = model.make_batch(kBatch, k, 1000);
     run.peaks.push_back(pipeline.step(input, target).peak_memory_bytes);
     if (k + 1 == warmup) run.warm_resident = resident_bytes();
     if (k + 1 > warmup) run.top_resident = std::max(run.top_resident, resident_bytes());
