@@ -340,7 +340,7 @@ std::string plan_explanation(const Profile& profile, const Hardware& hardware,
     a.options.checkpoints = {mode};
     alternatives.push_back(a);
   }
-  for (auto kind : kAllScheduleKinds) {
+  for (auto kind : kSingleStageScheduleKinds) {
     if (kind == best.plan.schedule) continue;
     Alternative a{fmt::format("schedule {}", to_string(kind)), fixed};
     a.options.schedules = {kind};

@@ -64,6 +64,10 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
   costs->workspace_bytes.resize(layers);
   costs->forward_prefix.assign(layers + 1, 0.0);
   costs->backward_prefix.assign(layers + 1, 0.0);
+  costs->backward_input_ms.resize(layers);
+  costs->backward_weight_ms.resize(layers);
+  costs->backward_input_prefix.assign(layers + 1, 0.0);
+  costs->backward_weight_prefix.assign(layers + 1, 0.0);
   costs->kept_prefix.assign(layers + 1, 0);
   for (std::size_t l = 0; l < layers; ++l) {
     const auto& layer = profile_.layers[l];
@@ -71,6 +75,16 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
     costs->backward_ms[l] = interpolate(sizes, layer.backward_ms, x);
     costs->forward_nograd_ms[l] =
         layer.forward_nograd_ms.empty() ? costs->forward_ms[l] : interpolate(sizes, layer.forward_nograd_ms, x);
+    if (!layer.backward_input_ms.empty()) {
+      costs->backward_input_ms[l] = interpolate(sizes, layer.backward_input_ms, x);
+      costs->backward_weight_ms[l] = interpolate(sizes, layer.backward_weight_ms, x);
+    } else {
+      // Unmeasured: a layer's weight gradient costs about what its input gradient does (two
+      // matrix products of one size); a layer without parameters has no W at all.
+      const double weight_share = layer.param_bytes > 0 ? 0.5 : 0.0;
+      costs->backward_weight_ms[l] = weight_share * costs->backward_ms[l];
+      costs->backward_input_ms[l] = costs->backward_ms[l] - costs->backward_weight_ms[l];
+    }
     costs->output_bytes[l] = interpolate_bytes(sizes, layer.output_bytes, x);
     costs->saved_bytes[l] = interpolate_bytes(sizes, layer.saved_bytes, x);
     costs->workspace_bytes[l] = interpolate_bytes(sizes, layer.workspace_bytes, x);
@@ -83,6 +97,9 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
     costs->forward_prefix[l + 1] = costs->forward_prefix[l] + costs->forward_ms[l];
     costs->backward_prefix[l + 1] = costs->backward_prefix[l] + costs->backward_ms[l];
     costs->forward_nograd_prefix[l + 1] = costs->forward_nograd_prefix[l] + costs->forward_nograd_ms[l];
+    costs->backward_input_prefix[l + 1] = costs->backward_input_prefix[l] + costs->backward_input_ms[l];
+    costs->backward_weight_prefix[l + 1] =
+        costs->backward_weight_prefix[l] + costs->backward_weight_ms[l];
     costs->kept_prefix[l + 1] =
         costs->kept_prefix[l] + costs->saved_bytes[l] + costs->output_bytes[l];
   }

@@ -23,10 +23,14 @@ struct SizeCosts {
   std::int64_t input_bytes = 0;  ///< the model's input at this size
   std::vector<double> forward_ms, backward_ms;
   std::vector<double> forward_nograd_ms;  ///< without autograd; forward_ms where not profiled
+  /// The backward's I and W halves: measured, or backward_ms split (halves for a layer with
+  /// parameters, all of it in I for one without).
+  std::vector<double> backward_input_ms, backward_weight_ms;
   std::vector<std::int64_t> output_bytes, saved_bytes, workspace_bytes;
   /// Measured backward peaks (LayerProfile); empty when the profile has none.
   std::vector<std::int64_t> backward_peak_bytes, backward_accumulate_peak_bytes;
   std::vector<double> forward_prefix, backward_prefix, forward_nograd_prefix;  ///< size L + 1
+  std::vector<double> backward_input_prefix, backward_weight_prefix;           ///< size L + 1
   std::vector<std::int64_t> kept_prefix;  ///< Σ saved + output, size L + 1
 
   double forward_ms_sum(int first, int end) const {
@@ -38,7 +42,12 @@ struct SizeCosts {
   double backward_ms_sum(int first, int end) const {
     return backward_prefix[end] - backward_prefix[first];
   }
-  /// What a forward with autograd keeps for layers [first, end): saved bytes and outputs.
+  double backward_input_ms_sum(int first, int end) const {
+    return backward_input_prefix[end] - backward_input_prefix[first];
+  }
+  double backward_weight_ms_sum(int first, int end) const {
+    return backward_weight_prefix[end] - backward_weight_prefix[first];
+  }
   /// What a forward with autograd keeps for the backward. The model's output is not kept: the
   /// last stage turns it into the loss at once, whose graph holds what it needs (saved_bytes).
   std::int64_t kept_bytes(int first, int end) const {

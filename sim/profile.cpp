@@ -41,7 +41,8 @@ std::vector<std::int64_t> byte_counts(const Node& node, std::size_t count) {
 LayerProfile parse_layer(const Node& node, std::size_t sizes) {
   node.allow_only({"name", "param_bytes", "forward_ms", "backward_ms", "output_bytes",
                    "saved_bytes", "workspace_bytes", "backward_peak_bytes", "backward_accumulate_peak_bytes",
-                   "forward_nograd_ms", "forward_ms_spread", "backward_ms_spread"});
+                   "forward_nograd_ms", "backward_input_ms", "backward_weight_ms",
+                   "forward_ms_spread", "backward_ms_spread"});
   LayerProfile layer;
   layer.name = node.field("name").string();
   layer.param_bytes = node.field("param_bytes").non_negative_integer();
@@ -62,6 +63,17 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
     layer.backward_accumulate_peak_bytes = byte_counts(*accumulate_peak, sizes);
   }
   if (auto nograd = node.optional_field("forward_nograd_ms")) layer.forward_nograd_ms = numbers(*nograd, sizes);
+  const auto input_half = node.optional_field("backward_input_ms");
+  const auto weight_half = node.optional_field("backward_weight_ms");
+  if (input_half.has_value() != weight_half.has_value()) {
+    node.fail_message(fmt::format("missing field \"{}\" (backward_input_ms and "
+                                  "backward_weight_ms come together)",
+                                  input_half ? "backward_weight_ms" : "backward_input_ms"));
+  }
+  if (input_half) {
+    layer.backward_input_ms = numbers(*input_half, sizes);
+    layer.backward_weight_ms = numbers(*weight_half, sizes);
+  }
   if (auto spread = node.optional_field("forward_ms_spread")) {
     layer.forward_ms_spread = numbers(*spread, sizes);
   }
@@ -122,6 +134,13 @@ Profile parse_profile(std::string_view text, const std::string& source) {
                                       ? "has backward_peak_bytes, but layers[0] has none (every layer or none)"
                                       : "missing field \"backward_peak_bytes\" (layers[0] has it: every layer or none)");
     }
+    // The split of the backward, likewise: one rule for every stage.
+    if (p.layers[k].backward_input_ms.empty() != p.layers[0].backward_input_ms.empty()) {
+      layer_nodes[k].fail_message(
+          p.layers[0].backward_input_ms.empty()
+              ? "has backward_input_ms, but layers[0] has none (every layer or none)"
+              : "missing field \"backward_input_ms\" (layers[0] has it: every layer or none)");
+    }
   }
 
   if (auto meta = root.optional_field("meta")) {
@@ -159,6 +178,10 @@ std::string profile_to_json(const Profile& p) {
       layer["backward_accumulate_peak_bytes"] = l.backward_accumulate_peak_bytes;
     }
     if (!l.forward_nograd_ms.empty()) layer["forward_nograd_ms"] = l.forward_nograd_ms;
+    if (!l.backward_input_ms.empty()) {
+      layer["backward_input_ms"] = l.backward_input_ms;
+      layer["backward_weight_ms"] = l.backward_weight_ms;
+    }
     if (!l.forward_ms_spread.empty()) layer["forward_ms_spread"] = l.forward_ms_spread;
     if (!l.backward_ms_spread.empty()) layer["backward_ms_spread"] = l.backward_ms_spread;
     layers.push_back(std::move(layer));

@@ -26,6 +26,12 @@ struct LayerProfile {
   /// Optional (empty when absent): the forward without autograd, as a checkpointed micro-batch
   /// runs it; nothing is recorded for the backward, so it is often cheaper. Absent: forward_ms.
   std::vector<double> forward_nograd_ms;
+  /// Optional (empty when absent; both or neither, every layer or none): the backward split as
+  /// zero-bubble schedules run it, I (autograd w.r.t. the layer input, graph kept) then W
+  /// (w.r.t. the parameters). Absent: a layer with parameters splits backward_ms in halves, one
+  /// without gives it all to I (CostModel).
+  std::vector<double> backward_input_ms;
+  std::vector<double> backward_weight_ms;
   std::vector<double> forward_ms_spread;      ///< optional (empty when absent)
   std::vector<double> backward_ms_spread;     ///< optional (empty when absent)
 };

@@ -1,0 +1,250 @@
+// The simulator on the multi-stage and zero-bubble schedules: against a list-scheduling
+// reference written here, and against known results (the interleaved bubble, zero bubble's
+// gain, its activation memory).
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+
+#include "sim/plan.hpp"
+#include "sim/schedule.hpp"
+#include "sim/schedule_csv.hpp"
+#include "sim/simulator.hpp"
+#include "tests/sim/fixtures.hpp"
+
+namespace pipetune {
+namespace {
+
+using testing::LayerSpec;
+using testing::make_plan;
+using testing::make_profile;
+
+// Random per-layer F, B, I, W (I + W need not equal B: they are measured apart).
+Profile random_profile(std::mt19937& rng, int layers, std::int64_t batch) {
+  std::uniform_real_distribution<double> ms(0.1, 3.0);
+  std::vector<LayerSpec> specs(layers);
+  for (auto& spec : specs) {
+    spec.forward_ms = ms(rng);
+    spec.backward_ms = ms(rng);
+    spec.param_bytes = 1024;
+  }
+  Profile p = make_profile(specs, batch);
+  for (auto& layer : p.layers) {
+    const double input = ms(rng), weight = ms(rng);
+    layer.backward_input_ms.assign(p.micro_batch_sizes.size(), input);
+    layer.backward_weight_ms.assign(p.micro_batch_sizes.size(), weight);
+  }
+  return p;
+}
+
+// List scheduling: each device takes its programme's actions in order, each at the later of
+// the device being free and its inputs existing (F after the previous stage's F; B or I after
+// this stage's F and the next stage's B or I; W after its I). Ideal links, one programme per
+// device.
+double list_schedule(const Schedule& s, const Profile& p, const std::vector<int>& balance) {
+  std::vector<int> first(balance.size() + 1, 0);
+  for (std::size_t k = 0; k < balance.size(); ++k) first[k + 1] = first[k] + balance[k];
+  auto cost = [&](const Action& a) {
+    double sum = 0;
+    for (int l = first[a.stage]; l < first[a.stage + 1]; ++l) {
+      const auto& layer = p.layers[l];
+      switch (a.kind) {
+        case ActionKind::Forward:
+          sum += layer.forward_ms[0];
+          break;
+        case ActionKind::Backward:
+          sum += layer.backward_ms[0];
+          break;
+        case ActionKind::InputGrad:
+          sum += layer.backward_input_ms[0];
+          break;
+        case ActionKind::WeightGrad:
+          sum += layer.backward_weight_ms[0];
+          break;
+        case ActionKind::Recompute:
+          ADD_FAILURE() << "no recompute here";
+      }
+    }
+    return sum;
+  };
+  std::map<std::tuple<ActionKind, int, int>, double> done;  // finish times
+  auto finished = [&](ActionKind k, int stage, int i) -> std::optional<double> {
+    auto it = done.find({k, stage, i});
+    if (it != done.end()) return it->second;
+    return std::nullopt;
+  };
+  auto gradient = [&](int stage, int i) {
+    auto b = finished(ActionKind::Backward, stage, i);
+    return b ? b : finished(ActionKind::InputGrad, stage, i);
+  };
+  std::vector<std::size_t> next(s.ranks(), 0);
+  std::vector<double> free(s.ranks(), 0.0);
+  double end = 0;
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < s.ranks(); ++r) {
+      while (next[r] < s.per_rank[r].size()) {
+        const Action a = s.per_rank[r][next[r]];
+        std::vector<std::optional<double>> needs;
+        if (a.kind == ActionKind::Forward && a.stage > 0) {
+          needs.push_back(finished(ActionKind::Forward, a.stage - 1, a.micro_batch));
+        }
+        if (sends_gradient(a.kind)) {
+          needs.push_back(finished(ActionKind::Forward, a.stage, a.micro_batch));
+          if (a.stage + 1 < s.stages) needs.push_back(gradient(a.stage + 1, a.micro_batch));
+        }
+        if (a.kind == ActionKind::WeightGrad) {
+          needs.push_back(finished(ActionKind::InputGrad, a.stage, a.micro_batch));
+        }
+        double start = free[r];
+        bool ready = true;
+        for (const auto& n : needs) {
+          if (!n) ready = false;
+          else start = std::max(start, *n);
+        }
+        if (!ready) break;
+        free[r] = start + cost(a);
+        done[{a.kind, a.stage, a.micro_batch}] = free[r];
+        end = std::max(end, free[r]);
+        ++next[r];
+        progress = true;
+      }
+    }
+  }
+  for (int r = 0; r < s.ranks(); ++r) EXPECT_EQ(next[r], s.per_rank[r].size()) << "stuck";
+  return end;
+}
+
+TEST(ScheduleSimulation, TorchCsvSchedulesEqualListScheduling) {
+  std::mt19937 rng(18);
+  int checked = 0;
+  for (auto kind : kAllScheduleKinds) {
+    for (int ranks : {2, 3, 4}) {
+      const int per_rank = kind == ScheduleKind::ZBV ? 2 : (is_multi_stage(kind) ? 2 : 1);
+      for (int m : {1, 2, 4, 5, 8}) {
+        const int stages = ranks * per_rank;
+        if (schedule_refusal(kind, ranks, per_rank, m)) continue;
+        // The schedule as torch's CSV, read back; random layers, 1 to 3 per stage.
+        const Schedule generated = make_schedule(kind, stages, m, CheckpointMode::Never, per_rank);
+        const Schedule s = parse_schedule_csv(schedule_csv(generated.per_rank), "torch.csv");
+        std::vector<int> balance(stages);
+        for (int& b : balance) b = 1 + static_cast<int>(rng() % 3);
+        int layers = 0;
+        for (int b : balance) layers += b;
+        const Profile profile = random_profile(rng, layers, 4L * m);
+        const Hardware hw = replicate_device(profile.device, ranks);
+        Plan plan = make_plan(balance, m, CheckpointMode::Never);
+        for (int st = 0; st < stages; ++st) {
+          plan.devices.push_back(hw.devices[s.stage_rank[st]].name);
+        }
+        check_plan(plan, profile, hw, "plan");
+        const auto result = Simulator(profile, hw).run(plan, s);
+        EXPECT_NEAR(result.iteration_ms, list_schedule(s, profile, balance), 1e-9)
+            << to_string(kind) << " ranks " << ranks << " M " << m;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 60);
+}
+
+// Uniform stages: F and B per stage of the whole model's f and b split evenly.
+SimulationResult uniform(ScheduleKind kind, int ranks, int per_rank, int m, double weight_share,
+                         std::int64_t saved = 0) {
+  const int stages = ranks * per_rank;
+  LayerSpec spec;
+  spec.forward_ms = 1.0 / per_rank;
+  spec.backward_ms = 2.0 / per_rank;
+  spec.param_bytes = 1 << 20;
+  spec.output_per_sample = 16;
+  spec.saved_per_sample = saved;
+  Profile p = make_profile(std::vector<LayerSpec>(stages, spec), m);
+  for (auto& layer : p.layers) {
+    layer.backward_weight_ms.assign(p.micro_batch_sizes.size(), weight_share * spec.backward_ms);
+    layer.backward_input_ms.assign(p.micro_batch_sizes.size(),
+                                   (1 - weight_share) * spec.backward_ms);
+  }
+  const Hardware hw = replicate_device(p.device, ranks);
+  Plan plan = make_plan(std::vector<int>(stages, 1), m, CheckpointMode::Never, kind);
+  plan.stages_per_device = per_rank;
+  check_plan(plan, p, hw, "plan");
+  return Simulator(p, hw).run(plan);
+}
+
+TEST(ScheduleSimulation, InterleavingShrinksTheBubbleByStagesPerDevice) {
+  // 1F1B on D devices, M micro-batches, F + B = 3 per device: M·3 + (D − 1)·3. Interleaved
+  // with v stages per device: the fill and drain take (D − 1)·3 / v.
+  for (int ranks : {2, 4}) {
+    for (int v : {1, 2, 4}) {
+      for (int m : {ranks, 2 * ranks, 4 * ranks}) {
+        const double expected = m * 3.0 + (ranks - 1) * 3.0 / v;
+        EXPECT_NEAR(uniform(ScheduleKind::Interleaved1F1B, ranks, v, m, 0.5).iteration_ms,
+                    expected, 1e-9)
+            << "D " << ranks << " v " << v << " M " << m;
+      }
+    }
+    EXPECT_NEAR(uniform(ScheduleKind::OneFOneB, ranks, 1, 8, 0.5).iteration_ms,
+                8 * 3.0 + (ranks - 1) * 3.0, 1e-9);
+  }
+}
+
+TEST(ScheduleSimulation, ZeroBubbleBeatsOneFOneBWhenWeightGradientsAreAShare) {
+  for (int ranks : {2, 4}) {
+    for (int m : {ranks, 2 * ranks, 3 * ranks}) {
+      const double one_f_one_b = uniform(ScheduleKind::OneFOneB, ranks, 1, m, 0.5).iteration_ms;
+      const double zb = uniform(ScheduleKind::InterleavedZB, ranks, 1, m, 0.5).iteration_ms;
+      EXPECT_LT(zb, one_f_one_b - 0.5) << "D " << ranks << " M " << m;
+      const double interleaved =
+          uniform(ScheduleKind::Interleaved1F1B, ranks, 2, m, 0.5).iteration_ms;
+      const double zbv = uniform(ScheduleKind::ZBV, ranks, 2, m, 0.5).iteration_ms;
+      EXPECT_LT(zbv, interleaved) << "D " << ranks << " M " << m;
+      // Without weight gradients (W = 0) there is nothing to fill the bubble with.
+      EXPECT_GE(uniform(ScheduleKind::InterleavedZB, ranks, 1, m, 0.0).iteration_ms + 1e-9,
+                one_f_one_b)
+          << "D " << ranks << " M " << m;
+    }
+  }
+}
+
+// Micro-batches whose activations a device holds at once: forwards whose backward has not
+// ended (B, or W for a split one), at the worst point of its programme.
+std::vector<int> most_in_flight(const Schedule& s) {
+  std::vector<int> most(s.ranks(), 0);
+  for (int r = 0; r < s.ranks(); ++r) {
+    int now = 0;
+    for (const Action& a : s.per_rank[r]) {
+      if (a.kind == ActionKind::Forward) most[r] = std::max(most[r], ++now);
+      if (a.kind == ActionKind::Backward || a.kind == ActionKind::WeightGrad) --now;
+    }
+  }
+  return most;
+}
+
+TEST(ScheduleSimulation, ZeroBubblePeakMemoryFollowsWhatTheScheduleKeeps) {
+  // One layer per stage with parameters: W keeps no output gradient, so a device's activation
+  // memory is its micro-batches in flight times what one keeps.
+  for (int ranks : {2, 3, 4}) {
+    for (int m : {ranks, 2 * ranks}) {
+      const auto one = uniform(ScheduleKind::OneFOneB, ranks, 1, m, 0.5, 64);
+      const auto zb = uniform(ScheduleKind::InterleavedZB, ranks, 1, m, 0.5, 64);
+      const auto held_one = most_in_flight(make_schedule(ScheduleKind::OneFOneB, ranks, m,
+                                                         CheckpointMode::Never));
+      const auto held_zb = most_in_flight(make_schedule(ScheduleKind::InterleavedZB, ranks, m,
+                                                        CheckpointMode::Never, 1));
+      for (int d = 0; d < ranks; ++d) {
+        if (held_zb[d] <= held_one[d]) {
+          EXPECT_LE(zb.devices[d].peak_memory_bytes, one.devices[d].peak_memory_bytes)
+              << "D " << ranks << " M " << m << " device " << d;
+        } else {
+          EXPECT_GT(zb.devices[d].peak_memory_bytes, one.devices[d].peak_memory_bytes)
+              << "D " << ranks << " M " << m << " device " << d;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pipetune
