@@ -238,7 +238,7 @@ std::vector<CheckpointMode> parse_checkpoint_list(const std::vector<std::string>
 }
 
 std::vector<ScheduleKind> parse_schedule_list(const std::vector<std::string>& names,
-                                              const std::string& flag) {
+                                              const std::string& flag, bool multi_stage) {
   std::vector<ScheduleKind> out;
   for (const auto& name : names) {
     if (name == "all") {
@@ -250,6 +250,12 @@ std::vector<ScheduleKind> parse_schedule_list(const std::vector<std::string>& na
           "{}: expected gpipe, 1f1b, interleaved-1f1b, interleaved-zb, zbv, looped-bfs or all, "
           "got \"{}\"",
           flag, name));
+    }
+    if (!multi_stage && is_multi_stage(*kind)) {
+      throw InputError(fmt::format(
+          "{}: {} is simulated (simulate --schedule {}) and swept, not yet planned or run: "
+          "expected gpipe, 1f1b or all",
+          flag, name, name));
     }
     out.push_back(*kind);
   }
