@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <random>
 
+#include "sim/cost_model.hpp"
+#include "sim/error.hpp"
 #include "sim/plan.hpp"
 #include "sim/schedule.hpp"
 #include "sim/schedule_csv.hpp"
@@ -243,6 +246,79 @@ TEST(ScheduleSimulation, ZeroBubblePeakMemoryFollowsWhatTheScheduleKeeps) {
     }
   }
   EXPECT_GE(compared, 6);  // device 0 of each at least
+}
+
+TEST(BackwardSplit, ProfileFieldsRoundTripAndComeTogether) {
+  std::mt19937 rng(7);
+  const Profile p = random_profile(rng, 3, 4);
+  const Profile q = parse_profile(profile_to_json(p), "again.json");
+  EXPECT_EQ(q.layers[2].backward_input_ms, p.layers[2].backward_input_ms);
+  EXPECT_EQ(q.layers[2].backward_weight_ms, p.layers[2].backward_weight_ms);
+  auto refusal = [&](const std::function<void(Profile&)>& edit) {
+    Profile bad = p;
+    edit(bad);
+    try {
+      parse_profile(profile_to_json(bad), "in.json");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(refusal([](Profile& x) { x.layers[1].backward_weight_ms.clear(); })
+                .find("layers[1]: missing field \"backward_weight_ms\" (backward_input_ms and "
+                      "backward_weight_ms come together)"),
+            std::string::npos);
+  EXPECT_NE(refusal([](Profile& x) {
+              x.layers[2].backward_input_ms.clear();
+              x.layers[2].backward_weight_ms.clear();
+            }).find("layers[2]: missing field \"backward_input_ms\" (layers[0] has it"),
+            std::string::npos);
+  // An old profile (no split) still loads.
+  EXPECT_EQ(refusal([](Profile& x) {
+              for (auto& l : x.layers) l.backward_input_ms.clear(), l.backward_weight_ms.clear();
+            }),
+            "accepted");
+}
+
+TEST(BackwardSplit, UnmeasuredSplitsHalvesWhereThereAreParameters) {
+  std::vector<LayerSpec> specs(2);
+  specs[0].backward_ms = 3.0;
+  specs[0].param_bytes = 4096;
+  specs[1].backward_ms = 2.0;  // no parameters: no W
+  const Profile p = make_profile(specs, 4);
+  const CostModel costs(p);
+  const SizeCosts& c = costs.at(2);
+  EXPECT_DOUBLE_EQ(c.backward_input_ms[0], 1.5);
+  EXPECT_DOUBLE_EQ(c.backward_weight_ms[0], 1.5);
+  EXPECT_DOUBLE_EQ(c.backward_input_ms[1], 2.0);
+  EXPECT_DOUBLE_EQ(c.backward_weight_ms[1], 0.0);
+  EXPECT_DOUBLE_EQ(c.backward_input_ms_sum(0, 2) + c.backward_weight_ms_sum(0, 2),
+                   c.backward_ms_sum(0, 2));
+}
+
+// I and W free, together, what B frees: after the iteration every device is back at its
+// baseline plus the parameter gradients, whichever the schedule.
+TEST(BackwardSplit, MemoryReturnsToTheSameLevelAsWithAWholeBackward) {
+  LayerSpec spec;
+  spec.param_bytes = 1000;
+  spec.output_per_sample = 40;
+  spec.saved_per_sample = 24;
+  spec.workspace_per_sample = 8;
+  const Profile p = make_profile(std::vector<LayerSpec>(8, spec), 8, 16);
+  const Hardware hw = replicate_device(p.device, 2);
+  for (auto mode : kAllCheckpointModes) {
+    auto final_levels = [&](ScheduleKind kind) {
+      Plan plan = make_plan({2, 2, 2, 2}, 4, mode, kind);
+      plan.stages_per_device = 2;
+      check_plan(plan, p, hw, "plan");
+      const auto r = Simulator(p, hw).run(plan);
+      std::vector<std::int64_t> out;
+      for (const auto& d : r.devices) out.push_back(d.memory.back().value);
+      return out;
+    };
+    EXPECT_EQ(final_levels(ScheduleKind::InterleavedZB), final_levels(ScheduleKind::Interleaved1F1B))
+        << to_string(mode);
+  }
 }
 
 }  // namespace

@@ -120,6 +120,47 @@ TEST(ScheduleCsv, RoundTripsEveryGeneratedSchedule) {
   }
 }
 
+// What we write, torch's loader accepts: every kind, with recomputes left out, and GPipe with
+// two stages on one device written as that device's merged programme.
+TEST(ScheduleCsv, TorchValidatesWhatWeWrite) {
+  if (!std::filesystem::exists(PIPETUNE_PYTHON)) GTEST_SKIP() << "no venv at " << PIPETUNE_PYTHON;
+  const auto dir = std::filesystem::temp_directory_path() / "pipetune_schedule_csv_test";
+  std::filesystem::create_directories(dir);
+  std::vector<std::string> argv{PIPETUNE_PYTHON, PIPETUNE_TORCH_SCHEDULES, "--validate"};
+  auto add = [&](const std::string& name, const std::vector<std::vector<Action>>& programs,
+                 int stages, int m) {
+    const auto path = (dir / (name + ".csv")).string();
+    std::ofstream(path, std::ios::binary) << schedule_csv(programs);
+    argv.push_back(path + ":" + std::to_string(stages) + ":" + std::to_string(m));
+  };
+  for (auto kind : kAllScheduleKinds) {
+    const int v = kind == ScheduleKind::ZBV ? 2 : (is_multi_stage(kind) ? 2 : 1);
+    for (int m : {3, 4, 8}) {
+      if (schedule_refusal(kind, 3, v, m)) continue;
+      const Schedule s = make_schedule(kind, 3 * v, m, CheckpointMode::ExceptLast, v);
+      add(std::string(to_string(kind)) + "-" + std::to_string(m), s.per_rank, 3 * v, m);
+    }
+  }
+  const Schedule shared = make_schedule(ScheduleKind::GPipe, 4, 4, CheckpointMode::Never);
+  const std::vector<int> device_of{0, 0, 1, 1};
+  add("gpipe-shared", device_programs(shared, device_of, 2), 4, 4);
+  const auto result = testing::run_command(argv, {}, 600.0);
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  std::istringstream lines(result.out);
+  int ok = 0;
+  std::string current;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("case ", 0) == 0) {
+      current = line.substr(5);
+    } else {
+      EXPECT_EQ(line, "ok") << current;
+      ok += line == "ok";
+    }
+  }
+  EXPECT_GE(ok, 15);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ScheduleCsv, LeavesRecomputesOutAndCountsThem) {
   const Schedule s = make_schedule(ScheduleKind::OneFOneB, 2, 3, CheckpointMode::ExceptLast);
   int left_out = -1;

@@ -5,8 +5,13 @@ Usage: torch_schedules.py NAME:RANKS:STAGES_PER_RANK:MICRO_BATCHES ...
 For each request it prints "case NAME:RANKS:STAGES_PER_RANK:MICRO_BATCHES", then one line per rank
 with the rank's pipeline_order as torch's compute-only CSV writes it (empty cells idle; compute
 actions only), or "error MESSAGE" when torch refuses the combination.
+
+Or: torch_schedules.py --validate FILE.csv:STAGES:MICRO_BATCHES ... reads each CSV as
+_PipelineScheduleMulti._load_csv does and runs torch's _validate_schedule on it, printing
+"case FILE" then "ok" or "error MESSAGE".
 """
 
+import csv
 import sys
 from unittest import mock
 
@@ -53,7 +58,24 @@ def rows(name, ranks, per_rank, micro_batches):
     return out
 
 
+def validate(request):
+    path, stages, micro_batches = request.rsplit(":", 2)
+    with open(path, newline="") as f:
+        actions = {rank: [schedules._Action.from_str(c) for c in row]
+                   for rank, row in enumerate(csv.reader(f))}
+    schedules._validate_schedule(actions, len(actions), int(stages), int(micro_batches))
+
+
 def main():
+    if sys.argv[1:2] == ["--validate"]:
+        for request in sys.argv[2:]:
+            print(f"case {request}")
+            try:
+                validate(request)
+                print("ok")
+            except Exception as error:
+                print("error " + (str(error).splitlines()[0] if str(error) else type(error).__name__))
+        return
     for request in sys.argv[1:]:
         name, ranks, per_rank, micro_batches = request.split(":")
         print(f"case {request}")
