@@ -264,10 +264,22 @@ TEST(BackwardSplit, ProfileFieldsRoundTripAndComeTogether) {
     }
     return std::string("accepted");
   };
-  EXPECT_NE(refusal([](Profile& x) { x.layers[1].backward_weight_ms.clear(); })
-                .find("layers[1]: missing field \"backward_weight_ms\" (backward_input_ms and "
-                      "backward_weight_ms come together)"),
-            std::string::npos);
+  // Layer 1 without its backward_weight_ms field.
+  std::string text = profile_to_json(p);
+  std::size_t at = text.find("\"backward_weight_ms\"");
+  at = text.find("\"backward_weight_ms\"", at + 1);
+  const std::size_t from = text.rfind(',', at), to = text.find(']', at);
+  text.erase(from, to + 1 - from);
+  try {
+    parse_profile(text, "in.json");
+    ADD_FAILURE() << "accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("layers[1]: missing field \"backward_weight_ms\" "
+                                         "(backward_input_ms and backward_weight_ms come "
+                                         "together)"),
+              std::string::npos)
+        << e.what();
+  }
   EXPECT_NE(refusal([](Profile& x) {
               x.layers[2].backward_input_ms.clear();
               x.layers[2].backward_weight_ms.clear();
