@@ -283,6 +283,7 @@ Schedule schedule_from_programs(
   }
   if (s.stages == 0) throw std::invalid_argument("the schedule has no actions");
   s.stage_rank.assign(s.stages, -1);
+  std::vector<std::size_t> first_at(s.stages, 0);  // position of each stage's first action
   // Per (stage, micro-batch, kind): done already? Validation in programme order, as torch's.
   std::map<std::tuple<int, int, ActionKind>, bool> seen;
   auto done = [&](int stage, int i, ActionKind kind) {
@@ -320,9 +321,12 @@ Schedule schedule_from_programs(
       }
       int& rank = s.stage_rank[a.stage];
       if (rank >= 0 && rank != static_cast<int>(r)) {
-        throw std::invalid_argument(fmt::format("{}: {}: stage {} is already on programme {}",
-                                                where(r, k), text, a.stage, rank));
+        throw std::invalid_argument(fmt::format("{}: {}: stage {} already runs at {} (one "
+                                                "programme per stage)",
+                                                where(r, k), text, a.stage,
+                                                where(rank, first_at[a.stage])));
       }
+      if (rank < 0) first_at[a.stage] = k;
       rank = static_cast<int>(r);
       seen[{a.stage, a.micro_batch, a.kind}] = true;
     }

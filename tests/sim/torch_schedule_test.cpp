@@ -201,8 +201,8 @@ TEST(ScheduleCsv, RefusesWhatTorchRefusesNamingRowAndCell) {
   EXPECT_EQ(refusal("0B0,0F0\n"), "s.csv: row 1, cell 1: 0B0: before 0F0");
   EXPECT_EQ(refusal("0F0,0W0,0I0\n"), "s.csv: row 1, cell 2: 0W0: before 0I0");
   // A stage on two ranks.
-  EXPECT_EQ(refusal("0F0,1F0\n1B0,0B0\n"), "s.csv: row 2, cell 1: 1B0: stage 1 is already on "
-                                           "programme 0");
+  EXPECT_EQ(refusal("0F0,1F0\n1B0,0B0\n"), "s.csv: row 2, cell 1: 1B0: stage 1 already runs at "
+                                           "row 1, cell 2 (one programme per stage)");
   // A micro-batch without a backward, or with I but no W, or with both B and I.
   EXPECT_EQ(refusal("0F0,0F1,0B0\n"), "s.csv: stage 0 has 2 micro-batches but no 0B1");
   EXPECT_EQ(refusal("0F0,0I0\n"), "s.csv: stage 0 has 1 micro-batches but no 0W0");
