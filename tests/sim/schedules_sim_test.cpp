@@ -2,6 +2,7 @@
 // reference written here, and against known results (the interleaved bubble, zero bubble's
 // gain, its activation memory).
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "sim/schedule.hpp"
 #include "sim/schedule_csv.hpp"
 #include "sim/simulator.hpp"
+#include "sim/sweep.hpp"
 #include "tests/sim/fixtures.hpp"
 
 namespace pipetune {
@@ -331,6 +333,28 @@ TEST(BackwardSplit, MemoryReturnsToTheSameLevelAsWithAWholeBackward) {
     EXPECT_EQ(final_levels(ScheduleKind::InterleavedZB), final_levels(ScheduleKind::Interleaved1F1B))
         << to_string(mode);
   }
+}
+
+TEST(ScheduleSweep, MultiStagePointsHaveTwoStagesPerDeviceAndSkipWhatTorchRefuses) {
+  const Profile p = testing::uniform_profile(8, 1.0, 2.0, 20);
+  const Hardware hw = replicate_device(p.device, 2);
+  SweepSpec spec;
+  spec.device_counts = {2};
+  spec.chunks = {4, 5};  // 5 micro-batches on 2 devices: rounds of 2 do not divide them
+  spec.checkpoints = {CheckpointMode::Never};
+  spec.schedules = {ScheduleKind::OneFOneB, ScheduleKind::Interleaved1F1B, ScheduleKind::ZBV};
+  const auto rows = run_sweep(p, hw, spec);
+  std::vector<std::string> seen;
+  for (const auto& row : rows) {
+    seen.push_back(fmt::format("{} x{}", to_string(row.plan.schedule), row.plan.chunks));
+    const int v = is_multi_stage(row.plan.schedule) ? 2 : 1;
+    EXPECT_EQ(row.plan.stages_per_device, v);
+    EXPECT_EQ(row.plan.stages(), 2 * v);
+    // The sweep's numbers are the simulator's for that plan.
+    EXPECT_DOUBLE_EQ(row.iteration_ms, Simulator(p, hw).run(row.plan).iteration_ms);
+  }
+  EXPECT_EQ(seen, (std::vector<std::string>{"1f1b x4", "1f1b x5", "interleaved-1f1b x4",
+                                            "zbv x4", "zbv x5"}));
 }
 
 }  // namespace
