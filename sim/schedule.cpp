@@ -214,8 +214,8 @@ std::optional<std::string> schedule_refusal(ScheduleKind kind, int ranks, int st
   return std::nullopt;
 }
 
-Schedule make_schedule(ScheduleKind kind, int stages, int micro_batches,
-                       CheckpointMode checkpoint, int stages_per_device) {
+Schedule make_schedule(ScheduleKind kind, int stages, int micro_batches, CheckpointMode checkpoint,
+                       int stages_per_device) {
   if (stages < 1 || micro_batches < 1) {
     throw std::invalid_argument("make_schedule: need at least one stage and one micro-batch");
   }
@@ -286,9 +286,7 @@ Schedule schedule_from_programs(
   std::vector<std::size_t> first_at(s.stages, 0);  // position of each stage's first action
   // Per (stage, micro-batch, kind): done already? Validation in programme order, as torch's.
   std::map<std::tuple<int, int, ActionKind>, bool> seen;
-  auto done = [&](int stage, int i, ActionKind kind) {
-    return seen.count({stage, i, kind}) > 0;
-  };
+  auto done = [&](int stage, int i, ActionKind kind) { return seen.count({stage, i, kind}) > 0; };
   for (std::size_t r = 0; r < s.per_rank.size(); ++r) {
     for (std::size_t k = 0; k < s.per_rank[r].size(); ++k) {
       const Action& a = s.per_rank[r][k];
@@ -307,7 +305,8 @@ Schedule schedule_from_programs(
             fmt::format("{}: {}: before {}", where(r, k), text,
                         to_string(Action{ActionKind::Forward, a.stage, a.micro_batch})));
       }
-      if (a.kind == ActionKind::WeightGrad && !done(a.stage, a.micro_batch, ActionKind::InputGrad)) {
+      if (a.kind == ActionKind::WeightGrad &&
+          !done(a.stage, a.micro_batch, ActionKind::InputGrad)) {
         throw std::invalid_argument(
             fmt::format("{}: {}: before {}", where(r, k), text,
                         to_string(Action{ActionKind::InputGrad, a.stage, a.micro_batch})));
@@ -315,16 +314,17 @@ Schedule schedule_from_programs(
       const bool backward_done = done(a.stage, a.micro_batch, ActionKind::Backward) ||
                                  done(a.stage, a.micro_batch, ActionKind::InputGrad);
       if (sends_gradient(a.kind) && backward_done) {
-        throw std::invalid_argument(fmt::format("{}: {}: micro-batch {} of stage {} has a "
-                                                "backward already",
-                                                where(r, k), text, a.micro_batch, a.stage));
+        throw std::invalid_argument(
+            fmt::format("{}: {}: micro-batch {} of stage {} has a "
+                        "backward already",
+                        where(r, k), text, a.micro_batch, a.stage));
       }
       int& rank = s.stage_rank[a.stage];
       if (rank >= 0 && rank != static_cast<int>(r)) {
-        throw std::invalid_argument(fmt::format("{}: {}: stage {} already runs at {} (one "
-                                                "programme per stage)",
-                                                where(r, k), text, a.stage,
-                                                where(rank, first_at[a.stage])));
+        throw std::invalid_argument(
+            fmt::format("{}: {}: stage {} already runs at {} (one "
+                        "programme per stage)",
+                        where(r, k), text, a.stage, where(rank, first_at[a.stage])));
       }
       if (rank < 0) first_at[a.stage] = k;
       rank = static_cast<int>(r);
@@ -338,13 +338,12 @@ Schedule schedule_from_programs(
       const bool input = done(stage, i, ActionKind::InputGrad);
       const bool weight = done(stage, i, ActionKind::WeightGrad);
       if (!forward || (!whole && !input) || input != weight) {
-        const Action missing{!forward  ? ActionKind::Forward
-                             : !input  ? (weight ? ActionKind::InputGrad : ActionKind::Backward)
-                                       : ActionKind::WeightGrad,
+        const Action missing{!forward ? ActionKind::Forward
+                             : !input ? (weight ? ActionKind::InputGrad : ActionKind::Backward)
+                                      : ActionKind::WeightGrad,
                              stage, i};
         throw std::invalid_argument(fmt::format(
-            "stage {} has {} micro-batches but no {}{}", stage, s.micro_batches,
-            to_string(missing),
+            "stage {} has {} micro-batches but no {}{}", stage, s.micro_batches, to_string(missing),
             s.stage_rank[stage] < 0 ? fmt::format(" (stage {} has no actions at all)", stage)
                                     : std::string()));
       }

@@ -42,8 +42,8 @@ Schedule parse_schedule_csv(std::string_view text, const std::string& source) {
     std::size_t cell = 0;
     for (std::size_t begin = 0; begin <= line.size();) {
       const auto comma = line.find(',', begin);
-      const std::string_view raw =
-          line.substr(begin, comma == std::string_view::npos ? std::string_view::npos : comma - begin);
+      const std::string_view raw = line.substr(
+          begin, comma == std::string_view::npos ? std::string_view::npos : comma - begin);
       begin = comma == std::string_view::npos ? line.size() + 1 : comma + 1;
       ++cell;
       const std::string_view content = trim(raw);

@@ -18,7 +18,8 @@ TaskKind task_kind(ActionKind kind) {
   return TaskKind::Forward;
 }
 
-void build_task_graph(TaskGraph& g, const Schedule& schedule, const std::vector<int>& device_of, int devices) {
+void build_task_graph(TaskGraph& g, const Schedule& schedule, const std::vector<int>& device_of,
+                      int devices) {
   const int stages = schedule.stages;
   const int micro_batches = schedule.micro_batches;
   g.schedule = schedule;

@@ -106,8 +106,10 @@ double list_schedule(const Schedule& s, const Profile& p, const std::vector<int>
         double start = free[r];
         bool ready = true;
         for (const auto& n : needs) {
-          if (!n) ready = false;
-          else start = std::max(start, *n);
+          if (!n)
+            ready = false;
+          else
+            start = std::max(start, *n);
         }
         if (!ready) break;
         free[r] = start + cost(a);
@@ -185,8 +187,8 @@ TEST(ScheduleSimulation, InterleavingShrinksTheBubbleByStagesPerDevice) {
     for (int v : {1, 2, 4}) {
       for (int m : {ranks, 2 * ranks, 4 * ranks}) {
         const double expected = m * 3.0 + (ranks - 1) * 3.0 / v;
-        EXPECT_NEAR(uniform(ScheduleKind::Interleaved1F1B, ranks, v, m, 0.5).iteration_ms,
-                    expected, 1e-9)
+        EXPECT_NEAR(uniform(ScheduleKind::Interleaved1F1B, ranks, v, m, 0.5).iteration_ms, expected,
+                    1e-9)
             << "D " << ranks << " v " << v << " M " << m;
       }
     }
@@ -235,10 +237,10 @@ TEST(ScheduleSimulation, ZeroBubblePeakMemoryFollowsWhatTheScheduleKeeps) {
     for (int m : {ranks, 2 * ranks}) {
       const auto one = uniform(ScheduleKind::OneFOneB, ranks, 1, m, 0.5, 64);
       const auto zb = uniform(ScheduleKind::InterleavedZB, ranks, 1, m, 0.5, 64);
-      const auto held_one = most_in_flight(make_schedule(ScheduleKind::OneFOneB, ranks, m,
-                                                         CheckpointMode::Never));
-      const auto held_zb = most_in_flight(make_schedule(ScheduleKind::InterleavedZB, ranks, m,
-                                                        CheckpointMode::Never, 1));
+      const auto held_one =
+          most_in_flight(make_schedule(ScheduleKind::OneFOneB, ranks, m, CheckpointMode::Never));
+      const auto held_zb = most_in_flight(
+          make_schedule(ScheduleKind::InterleavedZB, ranks, m, CheckpointMode::Never, 1));
       for (int d = 0; d < ranks; ++d) {
         if (held_zb[d] > held_one[d]) continue;  // ZB1P delays W: it may hold more here
         EXPECT_LE(zb.devices[d].peak_memory_bytes, one.devices[d].peak_memory_bytes)
@@ -330,7 +332,8 @@ TEST(BackwardSplit, MemoryReturnsToTheSameLevelAsWithAWholeBackward) {
       for (const auto& d : r.devices) out.push_back(d.memory.back().value);
       return out;
     };
-    EXPECT_EQ(final_levels(ScheduleKind::InterleavedZB), final_levels(ScheduleKind::Interleaved1F1B))
+    EXPECT_EQ(final_levels(ScheduleKind::InterleavedZB),
+              final_levels(ScheduleKind::Interleaved1F1B))
         << to_string(mode);
   }
 }
@@ -353,8 +356,8 @@ TEST(ScheduleSweep, MultiStagePointsHaveTwoStagesPerDeviceAndSkipWhatTorchRefuse
     // The sweep's numbers are the simulator's for that plan.
     EXPECT_DOUBLE_EQ(row.iteration_ms, Simulator(p, hw).run(row.plan).iteration_ms);
   }
-  EXPECT_EQ(seen, (std::vector<std::string>{"1f1b x4", "1f1b x5", "interleaved-1f1b x4",
-                                            "zbv x4", "zbv x5"}));
+  EXPECT_EQ(seen, (std::vector<std::string>{"1f1b x4", "1f1b x5", "interleaved-1f1b x4", "zbv x4",
+                                            "zbv x5"}));
 }
 
 }  // namespace

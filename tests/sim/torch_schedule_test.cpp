@@ -29,8 +29,8 @@ struct Case {
 
 std::vector<Case> cases() {
   std::vector<Case> out;
-  for (auto kind : {ScheduleKind::Interleaved1F1B, ScheduleKind::InterleavedZB,
-                    ScheduleKind::LoopedBFS}) {
+  for (auto kind :
+       {ScheduleKind::Interleaved1F1B, ScheduleKind::InterleavedZB, ScheduleKind::LoopedBFS}) {
     for (int ranks : {1, 2, 3, 4}) {
       for (int per_rank : {1, 2, 3}) {
         for (int m = 1; m <= 12; ++m) out.push_back({kind, ranks, per_rank, m});
@@ -74,14 +74,15 @@ TEST(TorchSchedules, GeneratorsEqualTorchActionForAction) {
     ASSERT_FALSE(rows.empty()) << c.request();
     const int stages = c.ranks * c.per_rank;
     if (rows.front().rfind("error", 0) == 0) {
-      EXPECT_THROW(make_schedule(c.kind, stages, c.micro_batches, CheckpointMode::Never, c.per_rank),
-                   std::invalid_argument)
+      EXPECT_THROW(
+          make_schedule(c.kind, stages, c.micro_batches, CheckpointMode::Never, c.per_rank),
+          std::invalid_argument)
           << c.request() << ": torch refuses (" << rows.front() << ")";
       ++refused;
       continue;
     }
-    const Schedule ours = make_schedule(c.kind, stages, c.micro_batches, CheckpointMode::Never,
-                                        c.per_rank);
+    const Schedule ours =
+        make_schedule(c.kind, stages, c.micro_batches, CheckpointMode::Never, c.per_rank);
     ASSERT_EQ(ours.ranks(), c.ranks) << c.request();
     ASSERT_EQ(static_cast<int>(rows.size()), c.ranks) << c.request();
     for (int r = 0; r < c.ranks; ++r) {
@@ -189,10 +190,12 @@ std::string refusal(const std::string& csv) {
 
 TEST(ScheduleCsv, RefusesWhatTorchRefusesNamingRowAndCell) {
   // Not an action torch 2.11 parses (2.4's form, a recompute, a typo), or not compute-only.
-  EXPECT_EQ(refusal("0F0_s1,0B0\n"), "s.csv: row 1, cell 1: expected an action such as 2F0 "
-                                     "(stage, F, B, I or W, micro-batch), got \"0F0_s1\"");
-  EXPECT_NE(refusal("0F0,0R0,0B0\n").find("row 1, cell 2: expected F, B, I or W (torch has no "
-                                          "recompute"),
+  EXPECT_EQ(refusal("0F0_s1,0B0\n"),
+            "s.csv: row 1, cell 1: expected an action such as 2F0 "
+            "(stage, F, B, I or W, micro-batch), got \"0F0_s1\"");
+  EXPECT_NE(refusal("0F0,0R0,0B0\n")
+                .find("row 1, cell 2: expected F, B, I or W (torch has no "
+                      "recompute"),
             std::string::npos);
   EXPECT_NE(refusal("0F0,0SEND_F0,0B0\n").find("row 1, cell 2: expected a compute action"),
             std::string::npos);
@@ -201,13 +204,15 @@ TEST(ScheduleCsv, RefusesWhatTorchRefusesNamingRowAndCell) {
   EXPECT_EQ(refusal("0B0,0F0\n"), "s.csv: row 1, cell 1: 0B0: before 0F0");
   EXPECT_EQ(refusal("0F0,0W0,0I0\n"), "s.csv: row 1, cell 2: 0W0: before 0I0");
   // A stage on two ranks.
-  EXPECT_EQ(refusal("0F0,1F0\n1B0,0B0\n"), "s.csv: row 2, cell 1: 1B0: stage 1 already runs at "
-                                           "row 1, cell 2 (one programme per stage)");
+  EXPECT_EQ(refusal("0F0,1F0\n1B0,0B0\n"),
+            "s.csv: row 2, cell 1: 1B0: stage 1 already runs at "
+            "row 1, cell 2 (one programme per stage)");
   // A micro-batch without a backward, or with I but no W, or with both B and I.
   EXPECT_EQ(refusal("0F0,0F1,0B0\n"), "s.csv: stage 0 has 2 micro-batches but no 0B1");
   EXPECT_EQ(refusal("0F0,0I0\n"), "s.csv: stage 0 has 1 micro-batches but no 0W0");
-  EXPECT_NE(refusal("0F0,0I0,0B0,0W0\n").find("row 1, cell 3: 0B0: micro-batch 0 of stage 0 has "
-                                               "a backward already"),
+  EXPECT_NE(refusal("0F0,0I0,0B0,0W0\n")
+                .find("row 1, cell 3: 0B0: micro-batch 0 of stage 0 has "
+                      "a backward already"),
             std::string::npos);
   // A stage with no actions at all.
   EXPECT_NE(refusal("0F0,0B0\n2F0,2B0\n").find("stage 1 has 1 micro-batches but no 1F0"),
