@@ -78,7 +78,7 @@ std::string find_shipped_profile() {
   spec.device_counts = {flags.devices};
   for (int c = 1; c <= profile.batch_size; ++c) spec.chunks.push_back(c);
   spec.checkpoints = {std::begin(kAllCheckpointModes), std::end(kAllCheckpointModes)};
-  spec.schedules = {std::begin(kAllScheduleKinds), std::end(kAllScheduleKinds)};
+  spec.schedules = {std::begin(kSingleStageScheduleKinds), std::end(kSingleStageScheduleKinds)};
   std::vector<SweepRow> rows = run_sweep(profile, hardware, spec);
   std::stable_sort(rows.begin(), rows.end(),
                    [](const SweepRow& a, const SweepRow& b) { return a.iteration_ms < b.iteration_ms; });

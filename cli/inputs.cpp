@@ -8,6 +8,8 @@
 #include "cli/report.hpp"
 #include "sim/error.hpp"
 #include "sim/limits.hpp"
+#include "sim/file_io.hpp"
+#include "sim/schedule_csv.hpp"
 #include "sim/units.hpp"
 
 namespace pipetune::cli {
@@ -46,7 +48,14 @@ void add_plan_flags(CLI::App& app, PlanFlags& flags) {
       ->type_name("M");
   app.add_option("--checkpoint", flags.checkpoint, "always | except_last | never (default except_last)")
       ->type_name("MODE");
-  app.add_option("--schedule", flags.schedule, "gpipe | 1f1b (default gpipe)")->type_name("KIND");
+  app.add_option("--schedule", flags.schedule,
+                 "gpipe | 1f1b | interleaved-1f1b | interleaved-zb | zbv | looped-bfs (default "
+                 "gpipe)")
+      ->type_name("KIND");
+  app.add_option("--stages-per-device", flags.stages_per_device,
+                 "stages each device runs, for the interleaved, zbv and looped-bfs schedules "
+                 "(default 1; zbv: 2)")
+      ->type_name("V");
   app.add_option("--stage-devices", flags.stage_devices,
                  "device of each stage by name, e.g. cpu:0,cpu:0 to share one")
       ->delimiter(',')
@@ -145,9 +154,21 @@ Plan resolve_plan(const PlanFlags& flags) {
   if (flags.schedule) {
     const auto kind = parse_schedule_kind(*flags.schedule);
     if (!kind) {
-      throw InputError(fmt::format("--schedule: expected gpipe or 1f1b, got \"{}\"", *flags.schedule));
+      throw InputError(fmt::format(
+          "--schedule: expected gpipe, 1f1b, interleaved-1f1b, interleaved-zb, zbv or "
+          "looped-bfs, got \"{}\"",
+          *flags.schedule));
     }
     plan.schedule = *kind;
+    // ZBV runs exactly two stages per device: the one value it takes is its default.
+    if (kind == ScheduleKind::ZBV && !flags.stages_per_device) plan.stages_per_device = 2;
+  }
+  if (flags.stages_per_device) {
+    if (*flags.stages_per_device < 1) {
+      throw InputError(fmt::format("--stages-per-device: expected at least 1, got {}",
+                                   *flags.stages_per_device));
+    }
+    plan.stages_per_device = *flags.stages_per_device;
   }
   if (!flags.stage_devices.empty()) plan.devices = flags.stage_devices;
   if (flags.optimizer_state_factor) {
@@ -162,9 +183,51 @@ Plan resolve_plan(const PlanFlags& flags) {
   return plan;
 }
 
+int device_count(const Plan& plan) {
+  if (!is_multi_stage(plan.schedule) || plan.stages_per_device < 1) return plan.stages();
+  return std::max(1, plan.stages() / plan.stages_per_device);
+}
+
+void use_schedule_csv(const Schedule& schedule, const std::string& path, const Hardware& hardware,
+                      Plan& plan) {
+  if (schedule.stages != plan.stages()) {
+    throw InputError(fmt::format("{}: the schedule has {} stages; --balance gives {}", path,
+                                 schedule.stages, plan.stages()));
+  }
+  const int devices = static_cast<int>(hardware.devices.size());
+  if (schedule.ranks() > devices) {
+    throw InputError(fmt::format("{}: {} rows (one per rank), but only {} device{}", path,
+                                 schedule.ranks(), devices, devices == 1 ? "" : "s"));
+  }
+  // The rows are the programmes; one stage per programme for check_plan, placed as the rows say.
+  plan.schedule = ScheduleKind::GPipe;
+  plan.stages_per_device = 1;
+  plan.checkpoint = CheckpointMode::Never;
+  if (plan.devices.empty()) {
+    for (int s = 0; s < schedule.stages; ++s) {
+      plan.devices.push_back(hardware.devices[schedule.stage_rank[s]].name);
+    }
+  }
+}
+
+void write_schedule_csv(const Schedule& schedule, const std::vector<int>& device_of,
+                        const Hardware& hardware, const std::string& path) {
+  auto programs = device_programs(schedule, device_of, static_cast<int>(hardware.devices.size()));
+  std::erase_if(programs, [](const auto& program) { return program.empty(); });
+  int left_out = 0;
+  write_text_file_atomically(path, schedule_csv(programs, &left_out));
+  if (left_out > 0) {
+    print_note(fmt::format(
+        "{}: left out {} recompute{} (torch has no recompute action: checkpoint inside the stage "
+        "module instead)",
+        path, left_out, left_out == 1 ? "" : "s"));
+  }
+}
+
 std::string plan_source(const PlanFlags& flags) {
   const bool inline_flags = !flags.balance.empty() || flags.chunks || flags.checkpoint ||
-                            flags.schedule || !flags.stage_devices.empty() ||
+                            flags.schedule || flags.stages_per_device ||
+                            !flags.stage_devices.empty() ||
                             flags.optimizer_state_factor;
   if (flags.plan_path.empty()) return "command line";
   return inline_flags ? flags.plan_path + " (with flags)" : flags.plan_path;
@@ -186,13 +249,24 @@ std::vector<CheckpointMode> parse_checkpoint_list(const std::vector<std::string>
 }
 
 std::vector<ScheduleKind> parse_schedule_list(const std::vector<std::string>& names,
-                                              const std::string& flag) {
+                                              const std::string& flag, bool multi_stage) {
   std::vector<ScheduleKind> out;
   for (const auto& name : names) {
-    if (name == "all") return {std::begin(kAllScheduleKinds), std::end(kAllScheduleKinds)};
+    if (name == "all") {
+      return {std::begin(kSingleStageScheduleKinds), std::end(kSingleStageScheduleKinds)};
+    }
     const auto kind = parse_schedule_kind(name);
     if (!kind) {
-      throw InputError(fmt::format("{}: expected gpipe, 1f1b or all, got \"{}\"", flag, name));
+      throw InputError(fmt::format(
+          "{}: expected gpipe, 1f1b, interleaved-1f1b, interleaved-zb, zbv, looped-bfs or all, "
+          "got \"{}\"",
+          flag, name));
+    }
+    if (!multi_stage && is_multi_stage(*kind)) {
+      throw InputError(fmt::format(
+          "{}: {} is simulated (simulate --schedule {}) and swept, not yet planned or run: "
+          "expected gpipe, 1f1b or all",
+          flag, name, name));
     }
     out.push_back(*kind);
   }

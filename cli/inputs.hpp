@@ -11,6 +11,7 @@
 #include "sim/hardware.hpp"
 #include "sim/plan.hpp"
 #include "sim/profile.hpp"
+#include "sim/schedule.hpp"
 
 namespace pipetune::cli {
 
@@ -28,6 +29,7 @@ struct PlanFlags {
   std::optional<int> chunks;
   std::optional<std::string> checkpoint;
   std::optional<std::string> schedule;
+  std::optional<int> stages_per_device;
   std::vector<std::string> stage_devices;
   std::optional<double> optimizer_state_factor;
 };
@@ -48,13 +50,30 @@ void print_note(const std::string& note);
 /// The plan from --plan and/or the inline flags (inline ones override the file's fields).
 /// Not yet checked against a profile: that is check_plan's job.
 Plan resolve_plan(const PlanFlags& flags);
+/// The devices a plan needs without a `devices` mapping: one per stage, or per programme of
+/// stages_per_device stages.
+int device_count(const Plan& plan);
+
+/// --schedule-csv: the plan runs `schedule` (read from `path`): programme r on device r, unless
+/// the plan names devices; no recomputes (torch's CSV has none). Refuses more programmes than
+/// devices, or a balance with another stage count.
+void use_schedule_csv(const Schedule& schedule, const std::string& path, const Hardware& hardware,
+                      Plan& plan);
+
+/// --write-schedule-csv: one row per device that holds stages, in device order, as torch's
+/// ranks run them; says on stderr how many recomputes it left out.
+void write_schedule_csv(const Schedule& schedule, const std::vector<int>& device_of,
+                        const Hardware& hardware, const std::string& path);
+
 /// What to call the plan in error messages: its file, or "command line".
 std::string plan_source(const PlanFlags& flags);
 
 std::vector<CheckpointMode> parse_checkpoint_list(const std::vector<std::string>& names,
                                                   const std::string& flag);
+/// "all" is gpipe and 1f1b. `multi_stage`: whether the caller takes the multi-stage schedules
+/// by name (the sweep does; the planner and the executor behind validate do not yet).
 std::vector<ScheduleKind> parse_schedule_list(const std::vector<std::string>& names,
-                                              const std::string& flag);
+                                              const std::string& flag, bool multi_stage = false);
 double parse_bandwidth(const std::string& text, const std::string& flag);
 
 /// --optimizer-state-factor's check for plan and sweep: a number from 0 to 1000, the plan file's

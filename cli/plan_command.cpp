@@ -28,6 +28,7 @@ struct PlanFlagsSet {
   int top = 5;
   std::uint64_t budget = PlannerOptions{}.search_budget;
   std::string output;
+  std::string schedule_csv;
   bool json = false;
   bool explain = false;
 };
@@ -35,7 +36,7 @@ struct PlanFlagsSet {
 std::string plan_json(const PlanSearchResult& result) {
   using nlohmann::ordered_json;
   auto candidate_json = [](const PlanCandidate& c) {
-    return ordered_json{{"balance", c.plan.balance},
+    ordered_json out{{"balance", c.plan.balance},
                         {"chunks", c.plan.chunks},
                         {"checkpoint", to_string(c.plan.checkpoint)},
                         {"schedule", to_string(c.plan.schedule)},
@@ -43,6 +44,8 @@ std::string plan_json(const PlanSearchResult& result) {
                         {"throughput_samples_per_s", tidy(c.throughput_samples_per_s)},
                         {"bubble_fraction", tidy(c.bubble_fraction)},
                         {"peak_memory_bytes", c.peak_memory_bytes}};
+    if (c.plan.stages_per_device != 1) out["stages_per_device"] = c.plan.stages_per_device;
+    return out;
   };
   ordered_json root;
   ordered_json plans = ordered_json::array();
@@ -84,6 +87,9 @@ void add_plan_command(CLI::App& app, std::vector<Command>& commands) {
   sub->add_option("--budget", flags->budget,
                   "search steps before settling for a proven bound instead of a proof (default 10M)");
   sub->add_option("-o,--output", flags->output, "write the best plan here")->type_name("plan.json");
+  sub->add_option("--write-schedule-csv", flags->schedule_csv,
+                  "write the best plan's schedule as torch's compute-only CSV, one row per device")
+      ->type_name("OUT.csv");
   sub->add_flag("--json", flags->json, "print one JSON object instead of the table");
   sub->add_flag("--explain", flags->explain, "say why the best plan wins");
 
@@ -128,6 +134,14 @@ void add_plan_command(CLI::App& app, std::vector<Command>& commands) {
     if (!flags->output.empty()) {
       save_plan(result.ranked.front().plan, flags->output);
       if (!flags->json) std::printf("\nwrote the best plan to %s\n", flags->output.c_str());
+    }
+    if (!flags->schedule_csv.empty()) {
+      const Plan& best = result.ranked.front().plan;
+      const auto micro_batches =
+          static_cast<int>(split_batch(profile.batch_size, best.chunks).size());
+      write_schedule_csv(make_schedule(best.schedule, best.stages(), micro_batches,
+                                       best.checkpoint, best.stages_per_device),
+                         stage_devices(best, hardware), hardware, flags->schedule_csv);
     }
     if (flags->explain && !flags->json) {
       std::fputs(plan_explanation(profile, hardware, options, result).c_str(), stdout);

@@ -54,7 +54,7 @@ void add_sweep_command(CLI::App& app, std::vector<Command>& commands) {
   sub->add_option("--checkpoint", flags->checkpoints, "always,except_last,never or all (default all)")
       ->delimiter(',')
       ->type_name("MODE,...");
-  sub->add_option("--schedule", flags->schedules, "gpipe,1f1b or all (default all)")
+  sub->add_option("--schedule", flags->schedules, "gpipe,1f1b,interleaved-1f1b,interleaved-zb,zbv,looped-bfs or all (gpipe,1f1b; default all)")
       ->delimiter(',')
       ->type_name("KIND,...");
   sub->add_option("--balance", flags->balance,
@@ -95,7 +95,7 @@ void add_sweep_command(CLI::App& app, std::vector<Command>& commands) {
       spec.chunks.push_back(most_chunks);
     }
     spec.checkpoints = parse_checkpoint_list(flags->checkpoints, "--checkpoint");
-    spec.schedules = parse_schedule_list(flags->schedules, "--schedule");
+    spec.schedules = parse_schedule_list(flags->schedules, "--schedule", true);
     for (const auto& b : flags->bandwidths) {
       spec.bandwidths.push_back(parse_bandwidth(b, "--bandwidth"));
     }

@@ -186,6 +186,11 @@ struct Pipeline::Impl {
 void Pipeline::Impl::validate_and_place() {
   const int layers = static_cast<int>(model.layer_names.size());
   if (plan.balance.empty()) throw InputError("plan: balance: expected at least one stage");
+  if (is_multi_stage(plan.schedule)) {
+    throw InputError(fmt::format(
+        "plan: schedule: the executor runs gpipe and 1f1b; {} is simulated and planned only",
+        to_string(plan.schedule)));
+  }
   long long total = 0;
   for (std::size_t s = 0; s < plan.balance.size(); ++s) {
     if (plan.balance[s] < 1) {

@@ -23,7 +23,8 @@ std::vector<int> time_balanced(const CostModel& costs, const Hardware& hardware,
   std::vector<double> speed(stages, 1.0);
   for (int s = 0; s < stages; ++s) {
     const int device =
-        shape.devices.empty() ? s : hardware.device_index(shape.devices[static_cast<std::size_t>(s)]);
+        shape.devices.empty() ? stage_rank(shape.schedule, s, stages, shape.stages_per_device)
+                              : hardware.device_index(shape.devices[static_cast<std::size_t>(s)]);
     if (device >= 0 && device < static_cast<int>(hardware.devices.size())) {
       speed[s] = hardware.devices[device].speed;
     }

@@ -68,6 +68,10 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
   costs->workspace_bytes.resize(layers);
   costs->forward_prefix.assign(layers + 1, 0.0);
   costs->backward_prefix.assign(layers + 1, 0.0);
+  costs->backward_input_ms.resize(layers);
+  costs->backward_weight_ms.resize(layers);
+  costs->backward_input_prefix.assign(layers + 1, 0.0);
+  costs->backward_weight_prefix.assign(layers + 1, 0.0);
   costs->kept_prefix.assign(layers + 1, 0);
   costs->stored_bytes.assign(layers, 0);
   for (std::size_t l = 0; l < layers; ++l) {
@@ -76,6 +80,16 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
     costs->backward_ms[l] = interpolate(sizes, layer.backward_ms, x);
     costs->forward_nograd_ms[l] =
         layer.forward_nograd_ms.empty() ? costs->forward_ms[l] : interpolate(sizes, layer.forward_nograd_ms, x);
+    if (!layer.backward_input_ms.empty()) {
+      costs->backward_input_ms[l] = interpolate(sizes, layer.backward_input_ms, x);
+      costs->backward_weight_ms[l] = interpolate(sizes, layer.backward_weight_ms, x);
+    } else {
+      // Unmeasured: a layer's weight gradient costs about what its input gradient does (two
+      // matrix products of one size); a layer without parameters has no W at all.
+      const double weight_share = layer.param_bytes > 0 ? 0.5 : 0.0;
+      costs->backward_weight_ms[l] = weight_share * costs->backward_ms[l];
+      costs->backward_input_ms[l] = costs->backward_ms[l] - costs->backward_weight_ms[l];
+    }
     costs->output_bytes[l] = interpolate_bytes(sizes, layer.output_bytes, x);
     costs->saved_bytes[l] = interpolate_bytes(sizes, layer.saved_bytes, x);
     costs->workspace_bytes[l] = interpolate_bytes(sizes, layer.workspace_bytes, x);
@@ -91,6 +105,8 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
     costs->keeps_input.push_back(layer.keeps_input ? 1 : 0);
     costs->keeps_output.push_back(layer.keeps_output ? 1 : 0);
     costs->aliases.push_back(layer.output_aliases_input ? 1 : 0);
+    costs->backward_input_prefix[l + 1] = costs->backward_input_prefix[l] + costs->backward_input_ms[l];
+    costs->backward_weight_prefix[l + 1] = costs->backward_weight_prefix[l] + costs->backward_weight_ms[l];
   }
   // A storage made by layer l is referenced by l, the aliasing layers after it, and the next
   // layer that makes its own; it is kept if one of them keeps it.

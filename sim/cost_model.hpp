@@ -24,6 +24,9 @@ struct SizeCosts {
   std::int64_t input_bytes = 0;  ///< the model's input at this size
   std::vector<double> forward_ms, backward_ms;
   std::vector<double> forward_nograd_ms;  ///< without autograd; forward_ms where not profiled
+  /// The backward's I and W halves: measured, or backward_ms split (halves for a layer with
+  /// parameters, all of it in I for one without).
+  std::vector<double> backward_input_ms, backward_weight_ms;
   std::vector<std::int64_t> output_bytes, saved_bytes, workspace_bytes;
   /// Measured backward peaks (LayerProfile); empty when the profile has none.
   std::vector<std::int64_t> backward_peak_bytes, backward_accumulate_peak_bytes;
@@ -35,6 +38,7 @@ struct SizeCosts {
   /// layers make no storage: 0.
   std::vector<std::int64_t> stored_bytes;
   std::vector<std::int64_t> kept_prefix;  ///< Σ saved + stored, size L + 1
+  std::vector<double> backward_input_prefix, backward_weight_prefix;  ///< size L + 1
 
   double forward_ms_sum(int first, int end) const {
     return forward_prefix[end] - forward_prefix[first];
@@ -50,6 +54,12 @@ struct SizeCosts {
   /// the last stage, where the loss consumes it at once and keeps what it needs (saved_bytes).
   /// Equals stage_memory()'s kept_bytes in O(1) but for a walk over aliasing layers.
   std::int64_t kept_bytes(int first, int end) const;
+  double backward_input_ms_sum(int first, int end) const {
+    return backward_input_prefix[end] - backward_input_prefix[first];
+  }
+  double backward_weight_ms_sum(int first, int end) const {
+    return backward_weight_prefix[end] - backward_weight_prefix[first];
+  }
   /// What a stage starting at layer `first` receives: the model input or the previous output.
   std::int64_t stage_input_bytes(int first) const {
     return first == 0 ? input_bytes : output_bytes[first - 1];

@@ -82,6 +82,24 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
     (first_backward ? m.backward_peak_first : m.backward_peak) = backward_peak;
     (first_backward ? m.backward_net_first : m.backward_net) = current;
   }
+
+  // I: the same walk without parameter gradients and without freeing activations (W frees
+  // them); a layer's output gradient stays when the layer has parameters.
+  std::int64_t current = 0;
+  for (int k = end - 1; k >= first; --k) {
+    const std::int64_t input_grad =
+        k > first ? c.output_bytes[k - 1] : (first_stage ? 0 : m.input_bytes);
+    m.input_backward_peak = std::max(m.input_backward_peak, current + input_grad + c.workspace_bytes[k]);
+    current += input_grad;
+    if (k < end - 1) {
+      if (model.param_bytes_of(k) > 0) {
+        m.weight_kept_gradients += c.output_bytes[k];
+      } else {
+        current -= c.output_bytes[k];
+      }
+    }
+  }
+  m.input_backward_net = current;
   return m;
 }
 

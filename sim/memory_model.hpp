@@ -28,6 +28,14 @@ struct StageMemory {
   /// received gradient are freed by the simulator at the end of the backward, not counted here.
   std::int64_t backward_net = 0;
   std::int64_t backward_net_first = 0;
+  /// The backward split (I then W). I walks the layers for input gradients only, with the graph
+  /// kept: it frees no activation, and of the gradients of the layers' outputs it keeps those
+  /// of layers with parameters, which their weight gradients read. Peak above I's start, and
+  /// what I leaves (the stage's input gradient and the gradients kept for W).
+  std::int64_t input_backward_peak = 0;
+  std::int64_t input_backward_net = 0;
+  /// Of input_backward_net, what W frees: the output gradients kept for it.
+  std::int64_t weight_kept_gradients = 0;
 };
 
 /// `first_stage`: the model input needs no gradient, so the backward allocates none for it.

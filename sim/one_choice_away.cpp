@@ -28,7 +28,7 @@ std::vector<Alternative> one_choice_away(const Profile& profile, const Hardware&
     c.options.checkpoints = {mode};
     changes.push_back(c);
   }
-  for (auto kind : kAllScheduleKinds) {
+  for (auto kind : kSingleStageScheduleKinds) {
     if (kind == best.plan.schedule) continue;
     Change c{fmt::format("schedule {}", to_string(kind)), fixed};
     c.options.schedules = {kind};

@@ -10,6 +10,7 @@
 #include "sim/file_io.hpp"
 #include "sim/json_reader.hpp"
 #include "sim/limits.hpp"
+#include "sim/schedule.hpp"
 
 namespace pipetune {
 
@@ -37,8 +38,31 @@ std::string_view to_string(ScheduleKind kind) {
       return "gpipe";
     case ScheduleKind::OneFOneB:
       return "1f1b";
+    case ScheduleKind::Interleaved1F1B:
+      return "interleaved-1f1b";
+    case ScheduleKind::InterleavedZB:
+      return "interleaved-zb";
+    case ScheduleKind::ZBV:
+      return "zbv";
+    case ScheduleKind::LoopedBFS:
+      return "looped-bfs";
   }
   return "?";
+}
+
+bool is_multi_stage(ScheduleKind kind) {
+  return kind != ScheduleKind::GPipe && kind != ScheduleKind::OneFOneB;
+}
+
+bool splits_backward(ScheduleKind kind) {
+  return kind == ScheduleKind::InterleavedZB || kind == ScheduleKind::ZBV;
+}
+
+int stage_rank(ScheduleKind kind, int stage, int stages, int stages_per_device) {
+  const int ranks = stages / std::max(1, stages_per_device);
+  if (!is_multi_stage(kind) || ranks < 1) return stage;
+  if (kind == ScheduleKind::ZBV) return stage < ranks ? stage : stages - 1 - stage;
+  return stage % ranks;
 }
 
 std::optional<CheckpointMode> parse_checkpoint_mode(std::string_view text) {
@@ -59,8 +83,8 @@ Plan parse_plan(std::string_view text, const std::string& source) {
   const json document = json_reader::parse_document(text, source);
   const Node root(document, source);
   if (!document.is_object()) root.fail("a JSON object");
-  root.allow_only(
-      {"format", "balance", "chunks", "checkpoint", "schedule", "devices", "optimizer_state_factor"});
+  root.allow_only({"format", "balance", "chunks", "checkpoint", "schedule", "stages_per_device",
+                   "devices", "optimizer_state_factor"});
   const Node tag = root.field("format");
   if (!tag.value().is_string() || tag.value().get<std::string>() != kPlanFormat) {
     tag.fail(fmt::format("\"{}\"", kPlanFormat));
@@ -90,8 +114,17 @@ Plan parse_plan(std::string_view text, const std::string& source) {
 
   const Node schedule = root.field("schedule");
   const auto kind = parse_schedule_kind(schedule.value().is_string() ? schedule.string() : "");
-  if (!kind) schedule.fail("one of \"gpipe\", \"1f1b\"");
+  if (!kind) {
+    schedule.fail(
+        "one of \"gpipe\", \"1f1b\", \"interleaved-1f1b\", \"interleaved-zb\", \"zbv\", "
+        "\"looped-bfs\"");
+  }
   plan.schedule = *kind;
+  if (auto per_device = root.optional_field("stages_per_device")) {
+    const auto v = per_device->positive_integer();
+    if (v > 1'000'000) per_device->fail("at most 1000000 stages per device");
+    plan.stages_per_device = static_cast<int>(v);
+  }
 
   if (auto devices = root.optional_field("devices")) {
     const auto names = devices->elements(plan.balance.size(), "device names, one per stage");
@@ -115,6 +148,9 @@ std::string plan_to_json(const Plan& plan) {
   out += fmt::format("  \"chunks\": {},\n", plan.chunks);
   out += fmt::format("  \"checkpoint\": \"{}\",\n", to_string(plan.checkpoint));
   out += fmt::format("  \"schedule\": \"{}\",\n", to_string(plan.schedule));
+  if (plan.stages_per_device != 1) {
+    out += fmt::format("  \"stages_per_device\": {},\n", plan.stages_per_device);
+  }
   if (!plan.devices.empty()) {
     std::vector<std::string> names;
     for (const auto& d : plan.devices) names.push_back(json(d).dump());
@@ -130,9 +166,46 @@ void save_plan(const Plan& plan, const std::string& path) {
 }
 
 std::string describe_plan(const Plan& plan) {
-  return fmt::format("[{}] x{} {} {}", fmt::join(plan.balance, ","), plan.chunks,
-                     to_string(plan.checkpoint), to_string(plan.schedule));
+  return fmt::format("[{}] x{} {} {}{}", fmt::join(plan.balance, ","), plan.chunks,
+                     to_string(plan.checkpoint), to_string(plan.schedule),
+                     plan.stages_per_device != 1
+                         ? fmt::format(" ({} stages/device)", plan.stages_per_device)
+                         : std::string());
 }
+
+namespace {
+
+// What each schedule kind accepts of stages_per_device, and what torch refuses besides.
+void check_stages_per_device(const Plan& plan, const Profile& profile, const std::string& source) {
+  const int v = plan.stages_per_device;
+  const int stages = plan.stages();
+  if (v < 1) {
+    throw InputError(fmt::format("{}: stages_per_device: expected a positive integer, got {}",
+                                 source, v));
+  }
+  if (!is_multi_stage(plan.schedule) && v != 1) {
+    throw InputError(fmt::format(
+        "{}: stages_per_device: expected 1 for {} (one stage per programme; name \"devices\" to "
+        "put several stages on one device), got {}",
+        source, to_string(plan.schedule), v));
+  }
+  if (plan.schedule == ScheduleKind::ZBV && v != 2) {
+    throw InputError(fmt::format("{}: stages_per_device: expected 2 for zbv (a V of two stages "
+                                 "per device), got {}",
+                                 source, v));
+  }
+  if (stages % v != 0) {
+    throw InputError(fmt::format(
+        "{}: balance: expected a multiple of {} stages (stages_per_device), got {}", source, v,
+        stages));
+  }
+  const int micro_batches = static_cast<int>(split_batch(profile.batch_size, plan.chunks).size());
+  if (auto why = schedule_refusal(plan.schedule, stages / v, v, micro_batches)) {
+    throw InputError(fmt::format("{}: chunks: {}", source, *why));
+  }
+}
+
+}  // namespace
 
 void check_plan(const Plan& plan, const Profile& profile, const Hardware& hardware,
                 const std::string& source) {
@@ -161,8 +234,18 @@ void check_plan(const Plan& plan, const Profile& profile, const Hardware& hardwa
     throw InputError(fmt::format("{}: chunks: expected {}, got {}", source,
                                  chunks_expectation(profile.batch_size), plan.chunks));
   }
+  check_stages_per_device(plan, profile, source);
+  const int stages = plan.stages();
+  const int ranks = stages / plan.stages_per_device;
   if (plan.devices.empty()) {
-    if (plan.balance.size() > hardware.devices.size()) {
+    if (is_multi_stage(plan.schedule)) {
+      if (ranks > static_cast<int>(hardware.devices.size())) {
+        throw InputError(fmt::format(
+            "{}: balance: expected at most {} stages ({} per device on {} device{}), got {}",
+            source, plan.stages_per_device * hardware.devices.size(), plan.stages_per_device,
+            hardware.devices.size(), hardware.devices.size() == 1 ? "" : "s", stages));
+      }
+    } else if (plan.balance.size() > hardware.devices.size()) {
       throw InputError(fmt::format(
           "{}: balance: expected at most {} stage{} (one per device; name \"devices\" to put "
           "several stages on one device), got {}",
@@ -182,6 +265,19 @@ void check_plan(const Plan& plan, const Profile& profile, const Hardware& hardwa
                                      fmt::join(names, ", "), plan.devices[s]));
       }
     }
+    // One programme runs on one device: its stages' order is fixed by the schedule.
+    std::vector<int> first_of_rank(ranks, -1);
+    for (int s = 0; s < stages; ++s) {
+      int& first = first_of_rank[stage_rank(plan.schedule, s, stages, plan.stages_per_device)];
+      if (first < 0) {
+        first = s;
+      } else if (plan.devices[s] != plan.devices[first]) {
+        throw InputError(fmt::format(
+            "{}: devices[{}]: expected \"{}\" (stages {} and {} are one programme of {}), got "
+            "\"{}\"",
+            source, s, plan.devices[first], first, s, to_string(plan.schedule), plan.devices[s]));
+      }
+    }
   }
 }
 
@@ -198,7 +294,9 @@ std::string chunks_expectation(std::int64_t batch) {
 std::vector<int> stage_devices(const Plan& plan, const Hardware& hardware) {
   std::vector<int> out(plan.balance.size());
   for (std::size_t s = 0; s < out.size(); ++s) {
-    out[s] = plan.devices.empty() ? static_cast<int>(s) : hardware.device_index(plan.devices[s]);
+    out[s] = plan.devices.empty() ? stage_rank(plan.schedule, static_cast<int>(s), plan.stages(),
+                                               plan.stages_per_device)
+                                  : hardware.device_index(plan.devices[s]);
   }
   return out;
 }

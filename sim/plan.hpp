@@ -16,8 +16,13 @@ namespace pipetune {
 enum class CheckpointMode : std::uint8_t { Always, ExceptLast, Never };
 
 enum class ScheduleKind : std::uint8_t {
-  GPipe,    ///< fill-drain: every forward, then every backward in reverse micro-batch order
-  OneFOneB  ///< PipeDream-flush: warm-up forwards, then one backward per forward
+  GPipe,     ///< fill-drain: every forward, then every backward in reverse micro-batch order
+  OneFOneB,  ///< PipeDream-flush: warm-up forwards, then one backward per forward
+  // Several stages per device, as torch.distributed.pipelining 2.11 orders them (schedule.hpp):
+  Interleaved1F1B,  ///< ScheduleInterleaved1F1B: stage s on device s mod D, depth first
+  InterleavedZB,    ///< ScheduleInterleavedZeroBubble (ZB1P): backward split into I and W
+  ZBV,              ///< ScheduleZBVZeroBubble: two stages per device in a V, I and W
+  LoopedBFS         ///< ScheduleLoopedBFS: stage s on device s mod D, breadth first
 };
 
 std::string_view to_string(CheckpointMode mode);
@@ -27,7 +32,21 @@ std::optional<ScheduleKind> parse_schedule_kind(std::string_view text);
 inline constexpr CheckpointMode kAllCheckpointModes[] = {CheckpointMode::Always,
                                                          CheckpointMode::ExceptLast,
                                                          CheckpointMode::Never};
-inline constexpr ScheduleKind kAllScheduleKinds[] = {ScheduleKind::GPipe, ScheduleKind::OneFOneB};
+inline constexpr ScheduleKind kAllScheduleKinds[] = {
+    ScheduleKind::GPipe,         ScheduleKind::OneFOneB, ScheduleKind::Interleaved1F1B,
+    ScheduleKind::InterleavedZB, ScheduleKind::ZBV,      ScheduleKind::LoopedBFS};
+/// The schedules that run one stage per programme (GPipe, 1F1B): the ones the executor runs.
+inline constexpr ScheduleKind kSingleStageScheduleKinds[] = {ScheduleKind::GPipe,
+                                                             ScheduleKind::OneFOneB};
+
+/// True for the schedules whose programmes hold several stages each (`stages_per_device`).
+bool is_multi_stage(ScheduleKind kind);
+/// True for the schedules that split the backward into I and W (zero bubble).
+bool splits_backward(ScheduleKind kind);
+/// The programme (torch's rank) that runs `stage` of `stages` under `kind` with
+/// `stages_per_device` stages each: s mod D for the looped schedules, a V for ZBV (device r
+/// holds stages r and 2D - 1 - r), s itself for GPipe and 1F1B.
+int stage_rank(ScheduleKind kind, int stage, int stages, int stages_per_device);
 
 /// How a model is pipelined (format pipetune.plan/1).
 struct Plan {
@@ -37,6 +56,9 @@ struct Plan {
   ScheduleKind schedule = ScheduleKind::GPipe;
   std::vector<std::string> devices;  ///< stage -> device name; empty: stage i on device i
   double optimizer_state_factor = 0.0;
+  /// Stages each device runs (multi-stage schedules; 1 for GPipe and 1F1B). The balance has
+  /// stages_per_device × devices stages.
+  int stages_per_device = 1;
 
   int stages() const { return static_cast<int>(balance.size()); }
   bool operator==(const Plan&) const = default;
@@ -54,7 +76,8 @@ std::string describe_plan(const Plan& plan);
 
 /// Rejects a plan that does not fit the profile or the hardware, naming `source` and the field:
 /// balance not summing to the layer count, chunks above the batch size, unknown device names,
-/// more stages than devices without a `devices` mapping.
+/// more stages than devices without a `devices` mapping, stages per device that the schedule
+/// cannot run, a `devices` mapping that splits one programme over two devices.
 void check_plan(const Plan& plan, const Profile& profile, const Hardware& hardware,
                 const std::string& source);
 
@@ -64,7 +87,8 @@ int max_chunks(std::int64_t batch);
 /// "expected 1 to N (the batch size)" or "(… at most 4096)": the reason for max_chunks.
 std::string chunks_expectation(std::int64_t batch);
 
-/// Device index of each stage (the plan must have passed check_plan).
+/// Device index of each stage (the plan must have passed check_plan): `devices` when named,
+/// else the stage's programme (stage_rank).
 std::vector<int> stage_devices(const Plan& plan, const Hardware& hardware);
 
 /// True iff micro-batch `micro_batch` of `micro_batches` is checkpointed (recomputed).

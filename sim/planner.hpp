@@ -31,7 +31,7 @@ struct PlannerOptions {
   std::vector<int> chunks;  ///< chunk counts to try; empty: every count from 1 to the batch size
   std::vector<CheckpointMode> checkpoints{std::begin(kAllCheckpointModes),
                                           std::end(kAllCheckpointModes)};
-  std::vector<ScheduleKind> schedules{std::begin(kAllScheduleKinds), std::end(kAllScheduleKinds)};
+  std::vector<ScheduleKind> schedules{std::begin(kSingleStageScheduleKinds), std::end(kSingleStageScheduleKinds)};
   double optimizer_state_factor = 0.0;
   int stages = 0;          ///< 0: one stage per device; k: the first k devices
   std::size_t top = 5;     ///< configurations to rank

@@ -81,8 +81,8 @@ void check_profile_total(const Profile& p, const std::string& source) {
 LayerProfile parse_layer(const Node& node, std::size_t sizes) {
   node.allow_only({"name", "param_bytes", "forward_ms", "backward_ms", "output_bytes",
                    "saved_bytes", "workspace_bytes", "backward_peak_bytes", "backward_accumulate_peak_bytes",
-                   "forward_nograd_ms", "forward_ms_spread", "backward_ms_spread", "keeps_input",
-                   "keeps_output", "output_aliases_input"});
+                   "forward_nograd_ms", "backward_input_ms", "backward_weight_ms", "forward_ms_spread",
+                   "backward_ms_spread", "keeps_input", "keeps_output", "output_aliases_input"});
   LayerProfile layer;
   layer.name = node.field("name").string();
   layer.param_bytes = node.field("param_bytes").bytes();
@@ -106,6 +106,17 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
   if (auto keeps = node.optional_field("keeps_input")) layer.keeps_input = keeps->boolean();
   if (auto keeps = node.optional_field("keeps_output")) layer.keeps_output = keeps->boolean();
   if (auto alias = node.optional_field("output_aliases_input")) layer.output_aliases_input = alias->boolean();
+  const auto input_half = node.optional_field("backward_input_ms");
+  const auto weight_half = node.optional_field("backward_weight_ms");
+  if (input_half.has_value() != weight_half.has_value()) {
+    node.fail_message(fmt::format("missing field \"{}\" (backward_input_ms and "
+                                  "backward_weight_ms come together)",
+                                  input_half ? "backward_weight_ms" : "backward_input_ms"));
+  }
+  if (input_half) {
+    layer.backward_input_ms = numbers(*input_half, sizes);
+    layer.backward_weight_ms = numbers(*weight_half, sizes);
+  }
   if (auto spread = node.optional_field("forward_ms_spread")) {
     layer.forward_ms_spread = numbers(*spread, sizes);
   }
@@ -170,6 +181,13 @@ Profile parse_profile(std::string_view text, const std::string& source) {
                                       ? "has backward_peak_bytes, but layers[0] has none (every layer or none)"
                                       : "missing field \"backward_peak_bytes\" (layers[0] has it: every layer or none)");
     }
+    // The split of the backward, likewise: one rule for every stage.
+    if (p.layers[k].backward_input_ms.empty() != p.layers[0].backward_input_ms.empty()) {
+      layer_nodes[k].fail_message(
+          p.layers[0].backward_input_ms.empty()
+              ? "has backward_input_ms, but layers[0] has none (every layer or none)"
+              : "missing field \"backward_input_ms\" (layers[0] has it: every layer or none)");
+    }
   }
 
   check_profile_total(p, source);
@@ -214,6 +232,10 @@ std::string profile_to_json(const Profile& p) {
     if (!l.keeps_input) layer["keeps_input"] = false;
     if (l.keeps_output) layer["keeps_output"] = true;
     if (l.output_aliases_input) layer["output_aliases_input"] = true;
+    if (!l.backward_input_ms.empty()) {
+      layer["backward_input_ms"] = l.backward_input_ms;
+      layer["backward_weight_ms"] = l.backward_weight_ms;
+    }
     if (!l.forward_ms_spread.empty()) layer["forward_ms_spread"] = l.forward_ms_spread;
     if (!l.backward_ms_spread.empty()) layer["backward_ms_spread"] = l.backward_ms_spread;
     layers.push_back(std::move(layer));

@@ -32,6 +32,12 @@ struct LayerProfile {
   bool keeps_input = true;            ///< a saved tensor is the input or a view of it
   bool keeps_output = false;          ///< a saved tensor is its own output (ReLU, Sigmoid)
   bool output_aliases_input = false;  ///< the output is a view of the input, or the input modified in place
+  /// Optional (empty when absent; both or neither, every layer or none): the backward split as
+  /// zero-bubble schedules run it, I (autograd w.r.t. the layer input, graph kept) then W
+  /// (w.r.t. the parameters). Absent: a layer with parameters splits backward_ms in halves, one
+  /// without gives it all to I (CostModel).
+  std::vector<double> backward_input_ms;
+  std::vector<double> backward_weight_ms;
   std::vector<double> forward_ms_spread;      ///< optional (empty when absent)
   std::vector<double> backward_ms_spread;     ///< optional (empty when absent)
 };

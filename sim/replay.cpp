@@ -36,7 +36,10 @@ ReplayResult replay_trace(const Trace& measured, const std::string& source) {
   for (const TraceTask& t : measured.tasks) took[{t.kind, t.stage, t.micro_batch}] = t.duration_ms();
 
   TaskGraph graph;
-  build_task_graph(graph, make_schedule(plan.schedule, stages, micro_batches, plan.checkpoint), device_of,
+  build_task_graph(graph,
+                   make_schedule(plan.schedule, stages, micro_batches, plan.checkpoint,
+                                 plan.stages_per_device),
+                   device_of,
                    static_cast<int>(measured.devices.size()));
   for (std::size_t id = 0; id < graph.tasks.size(); ++id) {
     const SimTask& t = graph.tasks[id];

@@ -2,11 +2,15 @@
 
 // The schedule IR: one programme that both the simulator and the executor run.
 //
-// An action is (kind, stage, micro-batch), written as torch.distributed.pipelining writes it:
-// "2F0" is stage 2's forward of micro-batch 0, "1R3" a recompute, "0B1" a backward. Transfers
-// (activation forward, gradient backward) are not actions: both consumers derive them from the
-// stage order. Each stage runs its actions in order; stages that share a device are merged into
-// one device programme (device_programs).
+// An action is (kind, stage, micro-batch), written as torch.distributed.pipelining 2.11 writes it:
+// "2F0" is stage 2's forward of micro-batch 0, "0B1" a whole backward, "0I1" its half w.r.t. the
+// stage input and "0W1" its half w.r.t. the stage's weights (zero-bubble schedules), "1R3" a
+// recompute (ours: torch checkpoints inside the stage module). Transfers (activation forward,
+// gradient backward) are not actions: both consumers derive them from the stage order.
+//
+// A schedule is a set of programmes (torch's ranks): each runs its actions in order and holds
+// one stage (GPipe, 1F1B) or several (the interleaved and V schedules). Programmes that share a
+// device are merged into one device programme (device_programs).
 //
 // GPipe fill-drain with K = 3 stages and M = 4 micro-batches, torchgpipe's clock cycles
 // (micro-batch i of stage j runs at clock i + j):
@@ -22,8 +26,23 @@
 // 1F1B (PipeDream-flush, as torch.distributed.pipelining's Schedule1F1B): stage s first runs
 // min(M, K - s) forwards, then alternates one backward and one forward, then drains the
 // backwards, so stage s never holds more than K - s micro-batches of activations.
-
+//
+// The multi-stage schedules follow torch.distributed.pipelining 2.11 action for action
+// (tests/sim/torch_schedule_test.cpp compares them with torch's own pipeline_order). With D
+// programmes of v stages each and M micro-batches:
+//  - interleaved 1F1B: stage s on programme s mod D. M is cut into rounds of M / max(1, M / D)
+//    micro-batches; a programme runs forwards round by round through its stages in turn (depth
+//    first), (v - 1) rounds plus 2 (D - 1 - r) forwards of warm-up, then one forward and one
+//    backward, then the remaining backwards, last stage first.
+//  - interleaved zero bubble (ZB1P): the same with (v - 1) rounds plus D - 1 - r of warm-up and
+//    the backward split in I then W; the W of the k-th I runs once r further Is have run.
+//  - ZBV: v = 2, programme r holds stages r and 2D - 1 - r; forwards down the first stage, up
+//    the second, each micro-batch's I and W together in the steady state.
+//  - looped BFS: every forward of each local stage in turn, then every backward, last stage and
+//    last micro-batch first.
+// A checkpointed micro-batch's recompute runs right before its B or I on the same stage.
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -35,7 +54,16 @@
 
 namespace pipetune {
 
-enum class ActionKind : std::uint8_t { Forward, Recompute, Backward };
+enum class ActionKind : std::uint8_t {
+  Forward,
+  Recompute,
+  Backward,    ///< the whole backward (B)
+  InputGrad,   ///< the backward w.r.t. the stage input (I); keeps what W needs
+  WeightGrad   ///< the backward w.r.t. the stage's weights (W), after I
+};
+inline constexpr ActionKind kAllActionKinds[] = {ActionKind::Forward, ActionKind::Recompute,
+                                                 ActionKind::Backward, ActionKind::InputGrad,
+                                                 ActionKind::WeightGrad};
 
 struct Action {
   ActionKind kind = ActionKind::Forward;
@@ -44,38 +72,64 @@ struct Action {
   bool operator==(const Action&) const = default;
 };
 
-char action_letter(ActionKind kind);  ///< 'F', 'R', 'B'
+char action_letter(ActionKind kind);  ///< 'F', 'R', 'B', 'I', 'W'
 std::string to_string(const Action& action);
 std::optional<Action> parse_action(std::string_view text);
+/// True for B and I: the action that sends the input gradient to the previous stage.
+inline bool sends_gradient(ActionKind kind) {
+  return kind == ActionKind::Backward || kind == ActionKind::InputGrad;
+}
 
 struct Schedule {
   ScheduleKind kind = ScheduleKind::GPipe;
   CheckpointMode checkpoint = CheckpointMode::Never;
   int stages = 0;
   int micro_batches = 0;
-  std::vector<std::vector<Action>> per_stage;  ///< each stage's actions, in order
+  std::vector<int> stage_rank;                 ///< the programme that runs each stage
+  std::vector<std::vector<Action>> per_rank;   ///< each programme's actions, in order
+  std::vector<std::vector<Action>> per_stage;  ///< each stage's actions, in order (derived)
 
+  int ranks() const { return static_cast<int>(per_rank.size()); }
   bool recomputes(int micro_batch) const {
     return is_checkpointed(checkpoint, micro_batch, micro_batches);
   }
+  bool operator==(const Schedule&) const = default;
 };
 
-Schedule make_schedule(ScheduleKind kind, int stages, int micro_batches, CheckpointMode checkpoint);
+/// The schedule `kind` with `stages` stages, `stages_per_device` per programme. Throws
+/// std::invalid_argument for what schedule_refusal refuses.
+Schedule make_schedule(ScheduleKind kind, int stages, int micro_batches, CheckpointMode checkpoint,
+                       int stages_per_device = 1);
+
+/// Why torch.distributed.pipelining 2.11 refuses `kind` on `ranks` programmes of
+/// `stages_per_device` stages with `micro_batches` micro-batches, or nothing.
+std::optional<std::string> schedule_refusal(ScheduleKind kind, int ranks, int stages_per_device,
+                                            int micro_batches);
+
+/// A schedule from its programmes (e.g. read from torch's CSV): stages, micro-batches and each
+/// stage's programme are inferred; recomputes are whatever the programmes hold. Throws
+/// std::invalid_argument naming programme and position for what torch's _validate_schedule
+/// refuses: a stage on two programmes, a stage without M forwards, B or I before F, W before I,
+/// B and I+W counts that do not make M backwards; and actions repeated.
+/// `where(programme, position)` names an action in messages (default "programme r, action k").
+Schedule schedule_from_programs(
+    std::vector<std::vector<Action>> per_rank,
+    const std::function<std::string(std::size_t, std::size_t)>& where = {});
 
 /// torchgpipe's clock_cycles(m, n): for clock k, the (micro_batch, stage) pairs that run.
 std::vector<std::vector<std::pair<int, int>>> clock_cycles(int micro_batches, int stages);
 
-/// The stages' actions merged into one ordered programme per device (stage s on device
-/// stage_device[s]). The merge follows the order in which the actions start when every action
-/// takes one unit of time and every stage has its own device; that order respects every
-/// dependency, so any mapping of stages to devices runs without deadlock, and for GPipe it is
-/// torchgpipe's clock-cycle order.
+/// The programmes merged into one ordered programme per device (stage s on device
+/// stage_device[s]; a programme's stages on one device). The merge follows the order in which
+/// the actions start when every action takes one unit of time and every programme has its own
+/// device; that order respects every dependency, so any mapping of programmes to devices runs
+/// without deadlock, and for GPipe it is torchgpipe's clock-cycle order.
 std::vector<std::vector<Action>> device_programs(const Schedule& schedule,
                                                  std::span<const int> stage_device,
                                                  int devices);
 
-/// The same merge with every stage on one device: a valid single-threaded order of the whole
-/// schedule.
+/// The same merge with every programme on one device: a valid single-threaded order of the
+/// whole schedule. Throws std::logic_error if the programmes deadlock.
 std::vector<Action> program_order(const Schedule& schedule);
 
 }  // namespace pipetune

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 
+#include "sim/error.hpp"
 #include "sim/memory_model.hpp"
 #include "sim/task_graph.hpp"
 
@@ -22,12 +23,16 @@ std::string_view to_string(TaskKind kind) {
       return "send_activation";
     case TaskKind::SendGradient:
       return "send_gradient";
+    case TaskKind::InputGrad:
+      return "backward_input";
+    case TaskKind::WeightGrad:
+      return "backward_weight";
   }
   return "?";
 }
 
 bool is_compute(TaskKind kind) {
-  return kind == TaskKind::Forward || kind == TaskKind::Recompute || kind == TaskKind::Backward;
+  return kind != TaskKind::SendActivation && kind != TaskKind::SendGradient;
 }
 
 std::string SimTask::label() const { return task_label(kind, stage, micro_batch); }
@@ -44,6 +49,10 @@ std::string task_label(TaskKind kind, int stage, int micro_batch) {
       return fmt::format("{}>{} act {}", stage, stage + 1, micro_batch);
     case TaskKind::SendGradient:
       return fmt::format("{}>{} grad {}", stage, stage - 1, micro_batch);
+    case TaskKind::InputGrad:
+      return to_string(Action{ActionKind::InputGrad, stage, micro_batch});
+    case TaskKind::WeightGrad:
+      return to_string(Action{ActionKind::WeightGrad, stage, micro_batch});
   }
   return "?";
 }
@@ -80,6 +89,9 @@ struct StageCost {
   double forward_ms = 0.0;
   double forward_nograd_ms = 0.0;  ///< a checkpointed micro-batch's forward
   double backward_ms = 0.0;
+  double backward_input_ms = 0.0;   ///< I
+  double backward_weight_ms = 0.0;  ///< W
+  std::int64_t param_bytes = 0;     ///< the gradients W allocates
   StageMemory memory;
 };
 
@@ -115,6 +127,9 @@ std::vector<std::array<StageCost, 2>> stage_costs(const CostModel& costs, const 
       cost[s][slot].forward_ms = c.forward_ms_sum(a, b) / speed + overhead_ms;
       cost[s][slot].forward_nograd_ms = c.forward_nograd_ms_sum(a, b) / speed + overhead_ms;
       cost[s][slot].backward_ms = c.backward_ms_sum(a, b) / speed + overhead_ms;
+      cost[s][slot].backward_input_ms = c.backward_input_ms_sum(a, b) / speed + overhead_ms;
+      cost[s][slot].backward_weight_ms = c.backward_weight_ms_sum(a, b) / speed + overhead_ms;
+      cost[s][slot].param_bytes = costs.param_bytes(a, b);
       cost[s][slot].memory = stage_memory(costs, c, a, b, s == 0);
     }
   }
@@ -143,6 +158,13 @@ double set_compute_effects(TaskGraph& graph, int task, const StageCost& c, const
   const int s = t.stage, i = t.micro_batch, counter = graph.counter[t.device];
   const StageMemory& m = c.memory;
   const bool last_stage = s + 1 == shape.stages, recomputed = shape.recomputed[i] != 0;
+  const bool first_time = i == graph.first_backward[s];
+  // A stage input that is its own buffer (received from another device, or left behind by a
+  // checkpointed stage on this device) dies with the backward; otherwise it is the previous
+  // stage's output, which that stage frees. The stage output and the received gradient die
+  // with it too; the last stage has neither (its output died with the forward).
+  const bool own_input = s > 0 && (shape.device_of[s - 1] != t.device || recomputed);
+  const std::int64_t dies_with_backward = (last_stage ? 0 : 2 * m.output_bytes) + (own_input ? m.input_bytes : 0);
   double ms = 0.0;
   switch (t.kind) {
     case TaskKind::Forward:
@@ -163,19 +185,27 @@ double set_compute_effects(TaskGraph& graph, int task, const StageCost& c, const
       break;
     case TaskKind::Backward: {
       ms = c.backward_ms;
-      const bool first_time = i == graph.first_backward[s];
       const std::int64_t peak = first_time ? m.backward_peak_first : m.backward_peak;
       const std::int64_t net = first_time ? m.backward_net_first : m.backward_net;
-      // A stage input that is its own buffer (received from another device, or left behind
-      // by a checkpointed stage on this device) dies with the backward; otherwise it is the
-      // previous stage's output, which that stage frees. The stage output and the received
-      // gradient die here too; the last stage has neither (its output died with the forward).
-      const bool own_input = s > 0 && (shape.device_of[s - 1] != t.device || recomputed);
       engine.set_start_effect(task, counter, peak);
-      engine.set_end_effect(task, counter,
-                            (peak - net) + (last_stage ? 0 : 2 * m.output_bytes) + (own_input ? m.input_bytes : 0));
+      engine.set_end_effect(task, counter, (peak - net) + dies_with_backward);
       break;
     }
+    case TaskKind::InputGrad:
+      // The graph stays: I leaves its input gradient and the gradients W reads.
+      ms = c.backward_input_ms;
+      engine.set_start_effect(task, counter, m.input_backward_peak);
+      engine.set_end_effect(task, counter, m.input_backward_peak - m.input_backward_net);
+      break;
+    case TaskKind::WeightGrad:
+      // The parameter gradients (kept the first time, added into .grad later), then the
+      // graph's activations, the gradients I kept and what dies with any backward.
+      ms = c.backward_weight_ms;
+      engine.set_start_effect(task, counter, c.param_bytes);
+      engine.set_end_effect(task, counter,
+                            (first_time ? 0 : c.param_bytes) + m.weight_kept_gradients + m.kept_bytes -
+                                (last_stage ? 0 : m.output_bytes) + dies_with_backward);
+      break;
     default:
       break;
   }
@@ -200,30 +230,77 @@ void set_copy_effects(TaskGraph& graph, int task, const StageMemory& m, const Pl
 Simulator::Graph& Simulator::graph_for(const Plan& plan, const std::vector<int>& device_of,
                                        int micro_batches) const {
   Graph& g = graph_;
-  if (g.valid && g.kind == plan.schedule && g.checkpoint == plan.checkpoint &&
-      g.micro_batches == micro_batches && g.device_of == device_of) {
+  if (g.valid && !g.given && g.kind == plan.schedule && g.checkpoint == plan.checkpoint &&
+      g.micro_batches == micro_batches && g.stages_per_device == plan.stages_per_device &&
+      g.device_of == device_of) {
     return g;
   }
   g.valid = false;
+  g.given = false;
   g.kind = plan.schedule;
   g.checkpoint = plan.checkpoint;
   g.micro_batches = micro_batches;
+  g.stages_per_device = plan.stages_per_device;
   g.device_of = device_of;
-  build_task_graph(*g.graph, make_schedule(plan.schedule, plan.stages(), micro_batches, plan.checkpoint), device_of,
-                   static_cast<int>(hardware_.devices.size()));
+  build_task_graph(*g.graph,
+                   make_schedule(plan.schedule, plan.stages(), micro_batches, plan.checkpoint,
+                                 plan.stages_per_device),
+                   device_of, static_cast<int>(hardware_.devices.size()));
+  g.valid = true;
+  return g;
+}
+
+Simulator::Graph& Simulator::graph_for(const Schedule& schedule,
+                                       const std::vector<int>& device_of) const {
+  Graph& g = graph_;
+  if (g.valid && g.given && g.device_of == device_of && g.graph->schedule == schedule) return g;
+  g.valid = false;
+  g.given = true;
+  g.device_of = device_of;
+  build_task_graph(*g.graph, schedule, device_of, static_cast<int>(hardware_.devices.size()));
   g.valid = true;
   return g;
 }
 
 SimulationResult Simulator::run(const Plan& plan, const SimulationOptions& options) const {
+  const std::vector<int> device_of = stage_devices(plan, hardware_);
+  const auto micro_batches = static_cast<int>(split_batch(profile_.batch_size, plan.chunks).size());
+  graph_for(plan, device_of, micro_batches);
+  return simulate(plan, device_of, options);
+}
+
+SimulationResult Simulator::run(const Plan& plan, const Schedule& schedule,
+                                const SimulationOptions& options) const {
+  const auto micro_batches = static_cast<int>(split_batch(profile_.batch_size, plan.chunks).size());
+  if (schedule.stages != plan.stages() || schedule.micro_batches != micro_batches) {
+    throw InputError(fmt::format(
+        "the schedule has {} stages and {} micro-batches; the plan has {} stages and {} "
+        "micro-batches (chunks {} of a batch of {})",
+        schedule.stages, schedule.micro_batches, plan.stages(), micro_batches, plan.chunks,
+        profile_.batch_size));
+  }
+  const int devices = static_cast<int>(hardware_.devices.size());
+  std::vector<int> device_of = schedule.stage_rank;
+  if (!plan.devices.empty()) {
+    device_of = stage_devices(plan, hardware_);
+  } else if (schedule.ranks() > devices) {
+    throw InputError(fmt::format("the schedule has {} programmes (rows); the hardware has {} "
+                                 "device{}",
+                                 schedule.ranks(), devices, devices == 1 ? "" : "s"));
+  }
+  graph_for(schedule, device_of);
+  return simulate(plan, device_of, options);
+}
+
+SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& device_of,
+                                     const SimulationOptions& options) const {
   PlanShape shape;
   shape.stages = plan.stages();
   shape.devices = static_cast<int>(hardware_.devices.size());
-  shape.device_of = stage_devices(plan, hardware_);
+  shape.device_of = device_of;
   shape.sizes = split_batch(profile_.batch_size, plan.chunks);
   const int micro_batches = static_cast<int>(shape.sizes.size());
-  Graph& cached = graph_for(plan, shape.device_of, micro_batches);
-  TaskGraph& graph = *cached.graph;
+  TaskGraph& graph = *graph_.graph;
   EventEngine& engine = graph.engine;
   const int devices = shape.devices, stages = shape.stages;
   shape.first.assign(stages + 1, 0);

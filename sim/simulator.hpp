@@ -17,9 +17,19 @@ namespace pipetune {
 
 struct TaskGraph;
 
-enum class TaskKind : std::uint8_t { Forward, Recompute, Backward, SendActivation, SendGradient };
+enum class TaskKind : std::uint8_t {
+  Forward,
+  Recompute,
+  Backward,
+  SendActivation,
+  SendGradient,
+  InputGrad,  ///< I: the backward w.r.t. the stage input
+  WeightGrad  ///< W: the backward w.r.t. the stage's weights
+};
 
-std::string_view to_string(TaskKind kind);  ///< "forward", …, "send_activation"
+/// "forward", "recompute", "backward", "send_activation", "send_gradient", "backward_input",
+/// "backward_weight"
+std::string_view to_string(TaskKind kind);
 bool is_compute(TaskKind kind);
 /// A task's name in IR form: "2F0" for compute tasks, "2>3 act 0" / "3>2 grad 0" for copies
 /// (`stage` being the sender's). Predicted, measured and compared tasks are all named by it.
@@ -88,6 +98,12 @@ class Simulator {
 
   /// The plan must have passed check_plan() against the same profile and hardware.
   SimulationResult run(const Plan& plan, const SimulationOptions& options = {}) const;
+  /// The plan's balance, chunks, devices and optimizer state with a given schedule (read from
+  /// a file) instead of the plan's own: one stage per balance entry, as many micro-batches as
+  /// the plan's chunks give, each programme on the device the plan names for its stages (or
+  /// programme r on device r). Throws InputError when the shapes disagree.
+  SimulationResult run(const Plan& plan, const Schedule& schedule,
+                       const SimulationOptions& options = {}) const;
 
   const Profile& profile() const { return profile_; }
   const Hardware& hardware() const { return hardware_; }
@@ -99,13 +115,18 @@ class Simulator {
   // planner that tries many balances of one shape builds the graph once.
   struct Graph {
     bool valid = false;
+    bool given = false;  // the schedule came from run(plan, schedule)
     ScheduleKind kind{};
     CheckpointMode checkpoint{};
     int micro_batches = 0;
+    int stages_per_device = 1;
     std::vector<int> device_of;
     std::unique_ptr<TaskGraph> graph;  // made by the constructor: TaskGraph is incomplete here
   };
   Graph& graph_for(const Plan& plan, const std::vector<int>& device_of, int micro_batches) const;
+  Graph& graph_for(const Schedule& schedule, const std::vector<int>& device_of) const;
+  SimulationResult simulate(const Plan& plan, const std::vector<int>& device_of,
+                            const SimulationOptions& options) const;
 
   const Profile& profile_;
   const Hardware& hardware_;

@@ -7,9 +7,29 @@
 
 #include "sim/balance.hpp"
 #include "sim/error.hpp"
+#include "sim/schedule.hpp"
 #include "sim/simulator.hpp"
 
 namespace pipetune {
+
+namespace {
+
+// (schedule, stages per device) pairs the grid tries.
+std::vector<std::pair<ScheduleKind, int>> schedule_shapes(const SweepSpec& spec) {
+  std::vector<std::pair<ScheduleKind, int>> out;
+  for (ScheduleKind kind : spec.schedules) {
+    if (!is_multi_stage(kind)) {
+      out.emplace_back(kind, 1);
+    } else if (kind == ScheduleKind::ZBV) {
+      out.emplace_back(kind, 2);
+    } else {
+      for (int v : spec.stages_per_device) out.emplace_back(kind, v);
+    }
+  }
+  return out;
+}
+
+}  // namespace
 
 std::vector<SweepRow> run_sweep(const Profile& profile, const Hardware& hardware,
                                 const SweepSpec& spec,
@@ -37,8 +57,9 @@ std::vector<SweepRow> run_sweep(const Profile& profile, const Hardware& hardware
   std::vector<double> bandwidths = spec.bandwidths;
   if (bandwidths.empty()) bandwidths.push_back(0.0);  // 0: keep the hardware's links
 
-  const std::size_t total = spec.device_counts.size() * bandwidths.size() * spec.schedules.size() *
-                            spec.checkpoints.size() * spec.chunks.size();
+  const std::size_t total = spec.device_counts.size() * bandwidths.size() *
+                            schedule_shapes(spec).size() * spec.checkpoints.size() *
+                            spec.chunks.size();
   std::vector<SweepRow> rows;
   rows.reserve(total);
   SimulationOptions lean;
@@ -51,16 +72,23 @@ std::vector<SweepRow> run_sweep(const Profile& profile, const Hardware& hardware
       std::erase_if(hw.links, [k](const LinkOverride& o) { return o.first >= k || o.second >= k; });
       if (bandwidth > 0) set_all_links(hw, bandwidth, std::nullopt);
       const Simulator simulator(profile, hw);
-      for (ScheduleKind schedule : spec.schedules) {
+      for (const auto& [schedule, v] : schedule_shapes(spec)) {
         for (CheckpointMode checkpoint : spec.checkpoints) {
           for (int chunks : spec.chunks) {
             Plan plan;
             plan.chunks = chunks;
             plan.checkpoint = checkpoint;
             plan.schedule = schedule;
+            plan.stages_per_device = v;
             plan.optimizer_state_factor = spec.optimizer_state_factor;
+            const auto m = static_cast<int>(split_batch(profile.batch_size, chunks).size());
+            if (k * v > static_cast<int>(profile.layer_count()) ||
+                (!spec.balance.empty() && static_cast<int>(spec.balance.size()) != k * v) ||
+                schedule_refusal(schedule, k, v, m)) {
+              continue;
+            }
             plan.balance = spec.balance.empty()
-                               ? time_balanced(simulator.costs(), hw, k, plan)
+                               ? time_balanced(simulator.costs(), hw, k * v, plan)
                                : spec.balance;
             check_plan(plan, profile, hw, "sweep");
             const SimulationResult r = simulator.run(plan, lean);

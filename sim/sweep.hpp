@@ -17,6 +17,9 @@ struct SweepSpec {
   std::vector<int> chunks;
   std::vector<CheckpointMode> checkpoints;
   std::vector<ScheduleKind> schedules;
+  /// Stages per device tried with each multi-stage schedule (zbv: 2 only); GPipe and 1F1B run
+  /// one. Points torch refuses (micro-batches, or more stages than layers) are left out.
+  std::vector<int> stages_per_device{2};
   std::vector<double> bandwidths;        ///< link bandwidths (bytes/s); empty: the hardware's
   std::vector<int> balance;              ///< fixed balance; empty: time_balanced() per point
   double optimizer_state_factor = 0.0;

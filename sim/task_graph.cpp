@@ -2,16 +2,34 @@
 
 namespace pipetune {
 
-void build_task_graph(TaskGraph& g, const Schedule& schedule, const std::vector<int>& device_of, int devices) {
+TaskKind task_kind(ActionKind kind) {
+  switch (kind) {
+    case ActionKind::Forward:
+      return TaskKind::Forward;
+    case ActionKind::Recompute:
+      return TaskKind::Recompute;
+    case ActionKind::Backward:
+      return TaskKind::Backward;
+    case ActionKind::InputGrad:
+      return TaskKind::InputGrad;
+    case ActionKind::WeightGrad:
+      return TaskKind::WeightGrad;
+  }
+  return TaskKind::Forward;
+}
+
+void build_task_graph(TaskGraph& g, const Schedule& schedule, const std::vector<int>& device_of,
+                      int devices) {
   const int stages = schedule.stages;
   const int micro_batches = schedule.micro_batches;
   g.schedule = schedule;
   const auto programs = device_programs(g.schedule, device_of, devices);
 
+  // The stage's first B or W creates the parameter gradients; later ones add into them.
   g.first_backward.assign(stages, -1);
   for (int s = 0; s < stages; ++s) {
     for (const Action& a : g.schedule.per_stage[s]) {
-      if (a.kind == ActionKind::Backward) {
+      if (a.kind == ActionKind::Backward || a.kind == ActionKind::WeightGrad) {
         g.first_backward[s] = a.micro_batch;
         break;
       }
@@ -21,9 +39,9 @@ void build_task_graph(TaskGraph& g, const Schedule& schedule, const std::vector<
   EventEngine& engine = g.engine;
   engine.clear();
   const std::size_t cells = static_cast<std::size_t>(stages) * micro_batches;
-  engine.reserve(5 * cells);
+  engine.reserve(6 * cells);
   g.tasks.clear();
-  g.tasks.reserve(5 * cells);
+  g.tasks.reserve(6 * cells);
   g.counter.resize(devices);
   std::vector<int> compute(devices);
   for (int d = 0; d < devices; ++d) {
@@ -37,19 +55,29 @@ void build_task_graph(TaskGraph& g, const Schedule& schedule, const std::vector<
     return r;
   };
   auto cell = [&](int s, int i) { return static_cast<std::size_t>(s) * micro_batches + i; };
-  std::vector<int> forward(cells, -1), recompute(cells, -1), backward(cells, -1);
+  // Per cell, the engine task of each action kind (-1: none); "backward" is the B or I.
+  std::vector<int> forward(cells, -1), recompute(cells, -1), backward(cells, -1), weight(cells, -1);
   std::vector<int> send_activation(cells, -1), send_gradient(cells, -1);
+  auto slot = [&](ActionKind kind) -> std::vector<int>& {
+    switch (kind) {
+      case ActionKind::Forward:
+        return forward;
+      case ActionKind::Recompute:
+        return recompute;
+      case ActionKind::WeightGrad:
+        return weight;
+      case ActionKind::Backward:
+      case ActionKind::InputGrad:
+        break;
+    }
+    return backward;
+  };
 
   // Compute tasks in each device's programme order.
   for (int d = 0; d < devices; ++d) {
     for (const Action& a : programs[d]) {
-      const int id = engine.add_task(compute[d], 0.0);
-      const std::size_t k = cell(a.stage, a.micro_batch);
-      TaskKind kind = TaskKind::Forward;
-      if (a.kind == ActionKind::Forward) forward[k] = id;
-      if (a.kind == ActionKind::Recompute) recompute[k] = id, kind = TaskKind::Recompute;
-      if (a.kind == ActionKind::Backward) backward[k] = id, kind = TaskKind::Backward;
-      g.tasks.push_back({kind, a.stage, a.micro_batch, d, -1, 0.0, 0.0, 0});
+      slot(a.kind)[cell(a.stage, a.micro_batch)] = engine.add_task(compute[d], 0.0);
+      g.tasks.push_back({task_kind(a.kind), a.stage, a.micro_batch, d, -1, 0.0, 0.0, 0});
     }
   }
   // Copies, queued on each channel in the order their producers run on the sending device.
@@ -60,14 +88,15 @@ void build_task_graph(TaskGraph& g, const Schedule& schedule, const std::vector<
         send_activation[cell(s, i)] = engine.add_task(channel_between(d, device_of[s + 1]), 0.0);
         g.tasks.push_back({TaskKind::SendActivation, s, i, d, device_of[s + 1], 0.0, 0.0, 0});
       }
-      if (a.kind == ActionKind::Backward && s > 0 && device_of[s - 1] != d) {
+      if (sends_gradient(a.kind) && s > 0 && device_of[s - 1] != d) {
         send_gradient[cell(s, i)] = engine.add_task(channel_between(d, device_of[s - 1]), 0.0);
         g.tasks.push_back({TaskKind::SendGradient, s, i, d, device_of[s - 1], 0.0, 0.0, 0});
       }
     }
   }
-  // Dependencies: a forward needs the previous stage's activation; a backward needs its own
-  // forward or recompute and the next stage's gradient; a copy needs what it sends.
+  // Dependencies: a forward needs the previous stage's activation; a backward (B or I) needs
+  // its own forward or recompute and the next stage's gradient; W needs its I; a copy needs
+  // what it sends.
   for (int s = 0; s < stages; ++s) {
     for (int i = 0; i < micro_batches; ++i) {
       const std::size_t k = cell(s, i);
@@ -82,6 +111,7 @@ void build_task_graph(TaskGraph& g, const Schedule& schedule, const std::vector<
         const int producer = send_gradient[cell(s + 1, i)];
         engine.add_dependency(producer >= 0 ? producer : backward[cell(s + 1, i)], backward[k]);
       }
+      if (weight[k] >= 0) engine.add_dependency(backward[k], weight[k]);
       if (send_gradient[k] >= 0) engine.add_dependency(backward[k], send_gradient[k]);
     }
   }

@@ -18,8 +18,11 @@ struct TaskGraph {
   EventEngine engine;
   std::vector<SimTask> tasks;       ///< what each engine task is (times filled by the caller)
   std::vector<int> counter;         ///< per device: its memory counter
-  std::vector<int> first_backward;  ///< per stage: the micro-batch of its first backward
+  std::vector<int> first_backward;  ///< per stage: the micro-batch of its first B or W
 };
+
+/// The task kind that runs an action.
+TaskKind task_kind(ActionKind kind);
 
 void build_task_graph(TaskGraph& graph, const Schedule& schedule, const std::vector<int>& device_of, int devices);
 

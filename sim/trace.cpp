@@ -30,13 +30,19 @@ std::string_view category(TaskKind kind) {
       return "recompute";
     case TaskKind::Backward:
       return "backward";
-    default:
-      return "copy";
+    case TaskKind::InputGrad:
+      return "backward_input";
+    case TaskKind::WeightGrad:
+      return "backward_weight";
+    case TaskKind::SendActivation:
+    case TaskKind::SendGradient:
+      break;
   }
+  return "copy";
 }
 
 // The compute task that consumes a copy: the next stage's forward, or the previous stage's
-// backward. Keyed by (kind, stage, micro-batch, step).
+// backward (B or I, both keyed as B). Keyed by (kind, stage, micro-batch, step).
 using TaskKey = std::tuple<TaskKind, int, int, int>;
 TaskKey consumer_of(const TraceTask& copy) {
   if (copy.kind == TaskKind::SendActivation) {
@@ -164,7 +170,9 @@ std::string trace_to_json(const Trace& trace) {
                           t.kind == TaskKind::SendActivation ? "activation" : "gradient", t.peer,
                           t.bytes);
       flow = fmt::format(R"(,"bind_id":"0x{:x}","flow_out":true)", k + 1);
-    } else if (auto it = flow_into.find({t.kind, t.stage, t.micro_batch, t.step});
+    } else if (auto it = flow_into.find(
+                   {t.kind == TaskKind::InputGrad ? TaskKind::Backward : t.kind, t.stage,
+                    t.micro_batch, t.step});
                it != flow_into.end()) {
       flow = fmt::format(R"(,"bind_id":"0x{:x}","flow_in":true)", it->second);
     }
@@ -249,6 +257,10 @@ Trace parse_trace(std::string_view text, const std::string& source) {
         task.kind = TaskKind::Recompute;
       } else if (cat == "backward") {
         task.kind = TaskKind::Backward;
+      } else if (cat == "backward_input") {
+        task.kind = TaskKind::InputGrad;
+      } else if (cat == "backward_weight") {
+        task.kind = TaskKind::WeightGrad;
       } else if (cat == "copy") {
         task.kind = TaskKind::SendActivation;
       } else {

@@ -23,6 +23,11 @@ QColor task(TaskKind kind) {
       return QColor(0xb0, 0x7a, 0xa1);
     case TaskKind::SendGradient:
       return QColor(0x9c, 0x6b, 0x8f);
+    // The backward's halves: green's neighbours, so B, I and W read as one family.
+    case TaskKind::InputGrad:
+      return QColor(0x2f, 0x8a, 0x7e);
+    case TaskKind::WeightGrad:
+      return QColor(0x6b, 0x8e, 0x23);
   }
   return QColor(Qt::gray);
 }

@@ -56,7 +56,8 @@ PlanPanel::PlanPanel(PlanEditor& editor, QWidget* parent)
   }
   checkpoint_->setToolTip(tr("torchgpipe's checkpoint modes: which micro-batches are recomputed"));
   form->addRow(tr("Checkpoint"), checkpoint_);
-  for (ScheduleKind kind : kAllScheduleKinds) {
+  // The multi-stage schedules need stages per device, which the editor does not set yet.
+  for (ScheduleKind kind : kSingleStageScheduleKinds) {
     schedule_->addItem(QString::fromUtf8(to_string(kind).data()), static_cast<int>(kind));
   }
   form->addRow(tr("Schedule"), schedule_);

@@ -91,7 +91,7 @@ TEST_P(TransparencyTest, LossAndGradientsEqualTheUnpipelinedRun) {
   auto [input, target] = batch_for(reference);
   const double expected_loss = testing::reference_step(reference, input, target, t.chunks);
   const auto expected = testing::gradients(reference);
-  for (auto kind : kAllScheduleKinds) {
+  for (auto kind : kSingleStageScheduleKinds) {
     for (auto mode : kAllCheckpointModes) {
       models::Model model = models::build_model(t.spec, double_precision());
       const int devices = t.devices.empty() ? static_cast<int>(t.balance.size()) : 2;
@@ -180,7 +180,7 @@ TEST(Executor, DeferredBatchNormKeepsFullBatchRunningStatistics) {
 }
 
 TEST(Executor, MeasuredOrderIsTheSchedules) {
-  for (auto kind : kAllScheduleKinds) {
+  for (auto kind : kSingleStageScheduleKinds) {
     models::Model model = models::build_model("mlp:layers=5,width=8", double_precision());
     auto [input, target] = batch_for(model);
     const Plan plan = plan_of({2, 1, 3}, 4, CheckpointMode::ExceptLast, kind, {"cpu:0", "cpu:1", "cpu:0"});
@@ -381,7 +381,7 @@ TEST(Executor, CudaDevicesTheSameWay) {
   auto [input, target] = batch_for(reference);
   const double expected_loss = testing::reference_step(reference, input, target, 3);
   const auto expected = testing::gradients(reference);
-  for (auto kind : kAllScheduleKinds) {
+  for (auto kind : kSingleStageScheduleKinds) {
     for (auto mode : kAllCheckpointModes) {
       models::Model model = models::build_model(spec, double_precision());
       ExecutorOptions options;

@@ -330,7 +330,8 @@ TEST(PlanFormat, BadValues) {
             "in.json: checkpoint: expected one of \"always\", \"except_last\", \"never\", got "
             "\"sometimes\"");
   EXPECT_EQ(plan_error(plan_with("1f1b", "zb-v")),
-            "in.json: schedule: expected one of \"gpipe\", \"1f1b\", got \"zb-v\"");
+            "in.json: schedule: expected one of \"gpipe\", \"1f1b\", \"interleaved-1f1b\", "
+            "\"interleaved-zb\", \"zbv\", \"looped-bfs\", got \"zb-v\"");
   EXPECT_EQ(plan_error(plan_with("\"balance\": [1, 1]", "\"balance\": []")),
             "in.json: balance: expected a non-empty array of layer counts, one per stage, got an "
             "array of 0 elements");

@@ -49,7 +49,7 @@ BruteForce brute_force(const Profile& profile, const Hardware& hw) {
   const int stages = static_cast<int>(hw.devices.size());
   for (int chunks = 1; chunks <= profile.batch_size; ++chunks) {
     for (auto checkpoint : kAllCheckpointModes) {
-      for (auto schedule : kAllScheduleKinds) {
+      for (auto schedule : kSingleStageScheduleKinds) {
         for_each_balance(static_cast<int>(profile.layer_count()), stages, [&](const std::vector<int>& balance) {
           const Plan plan = testing::make_plan(balance, chunks, checkpoint, schedule);
           const auto r = simulator.run(plan);

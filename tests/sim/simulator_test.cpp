@@ -161,7 +161,7 @@ TEST(Simulator, FasterDeviceTakesLess) {
 
 TEST(Simulator, StagesSharingOneDeviceSerialize) {
   // Everything on one device: never idle, so the iteration is the sum of all work.
-  for (auto kind : kAllScheduleKinds) {
+  for (auto kind : kSingleStageScheduleKinds) {
     for (auto mode : kAllCheckpointModes) {
       const Uniform u{4, 6};
       const Profile profile = u.profile();

@@ -118,7 +118,7 @@ namespace {
 // Replaying a prediction's own task durations reproduces its iteration time: the replay runs
 // the same programme on the same engine.
 TEST(Replay, OfAPredictionReproducesIt) {
-  for (auto kind : kAllScheduleKinds) {
+  for (auto kind : kSingleStageScheduleKinds) {
     for (auto mode : kAllCheckpointModes) {
       testing::LayerSpec a{1.0, 2.0, 1000, 100, 50, 0}, b{0.5, 3.0, 0, 300, 10, 0};
       const Profile profile = testing::make_profile({a, b, a, b}, 8, 10);
