@@ -229,7 +229,7 @@ TEST(ProfileFormat, WhatAutogradKeepsParsesAndRoundTrips) {
   EXPECT_EQ(gpu.device.library_bytes, 33554432);
   EXPECT_EQ(parse_profile(profile_to_json(gpu), "again.json").device.library_bytes, 33554432);
   EXPECT_EQ(profile_error(profile_with(R"("memory_bytes": 0})", R"("memory_bytes": 0, "library_bytes": -1})")),
-            "in.json: device.library_bytes: expected a non-negative integer, got -1");
+            "in.json: device.library_bytes: expected a byte count from 0 to 70368744177664 (64 TiB), got -1");
 }
 
 TEST(ProfileFormat, MeasuredBackwardPeaksBothOrNeitherOnEveryLayer) {

@@ -212,8 +212,8 @@ TEST(Limits, TheLargestAcceptedValuesSimulateWithoutOverflow) {
     Plan plan = base;
     plan.optimizer_state_factor = 1000;
     SCOPED_TRACE(describe_plan(plan));
-    const SimulationResult a = Simulator(small, hardware).run(plan, {});
-    const SimulationResult b = Simulator(big, hardware).run(plan, {});
+    const SimulationResult a = Simulator(small, hardware).run(plan, SimulationOptions{});
+    const SimulationResult b = Simulator(big, hardware).run(plan, SimulationOptions{});
     EXPECT_EQ(b.iteration_ms, a.iteration_ms * times);
     ASSERT_EQ(a.devices.size(), b.devices.size());
     for (std::size_t d = 0; d < a.devices.size(); ++d) {
@@ -228,7 +228,7 @@ TEST(Limits, TheLargestAcceptedValuesSimulateWithoutOverflow) {
   slow.launch_overhead_ms = limits::kMaxMs;
   for (auto& d : slow.devices) d.speed = limits::kMinSpeed;
   const SimulationResult r =
-      Simulator(big, slow).run(make_plan({1, 1, 1, 1}, limits::kMaxChunks, CheckpointMode::Never), {});
+      Simulator(big, slow).run(make_plan({1, 1, 1, 1}, limits::kMaxChunks, CheckpointMode::Never), SimulationOptions{});
   EXPECT_TRUE(std::isfinite(r.iteration_ms));
   EXPECT_GT(r.iteration_ms, limits::kMaxMs * limits::kMaxChunks);
 }
