@@ -17,19 +17,19 @@ VOCAB, WIDTH, HEADS, SEQ, LAYERS = 256, 128, 4, 64, 4
 
 
 class Embed(torch.nn.Module):
-    def __init__(self):
+    def __init__(self, vocab: int, width: int, seq: int):
         super().__init__()
-        self.token = torch.nn.Embedding(VOCAB, WIDTH)
-        self.position = torch.nn.Parameter(torch.randn(SEQ, WIDTH) * 0.02)
+        self.token = torch.nn.Embedding(vocab, width)
+        self.position = torch.nn.Parameter(torch.randn(seq, width) * 0.02)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.token(tokens) + self.position[: tokens.size(1)]
 
 
 class Block(torch.nn.Module):
-    def __init__(self):
+    def __init__(self, width: int, heads: int):
         super().__init__()
-        self.layer = torch.nn.TransformerEncoderLayer(WIDTH, HEADS, 4 * WIDTH, dropout=0.0, batch_first=True,
+        self.layer = torch.nn.TransformerEncoderLayer(width, heads, 4 * width, dropout=0.0, batch_first=True,
                                                       norm_first=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -39,19 +39,26 @@ class Block(torch.nn.Module):
 
 
 class Head(torch.nn.Module):
-    def __init__(self):
+    def __init__(self, width: int, vocab: int):
         super().__init__()
-        self.norm = torch.nn.LayerNorm(WIDTH)
-        self.out = torch.nn.Linear(WIDTH, VOCAB)
+        self.norm = torch.nn.LayerNorm(width)
+        self.out = torch.nn.Linear(width, vocab)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.out(self.norm(x))
 
 
-def build():
+def gpt(vocab: int, width: int, heads: int, seq: int, layers: int) -> torch.nn.Sequential:
+    """The Sequential: embed, `layers` blocks, head (seeded, so every call builds the same one)."""
     torch.manual_seed(0)
-    layers = [("embed", Embed())] + [(f"block{i}", Block()) for i in range(LAYERS)] + [("head", Head())]
-    model = torch.nn.Sequential(collections.OrderedDict(layers))
+    children = [("embed", Embed(vocab, width, seq))]
+    children += [(f"block{i}", Block(width, heads)) for i in range(layers)]
+    children += [("head", Head(width, vocab))]
+    return torch.nn.Sequential(collections.OrderedDict(children))
+
+
+def build():
+    model = gpt(VOCAB, WIDTH, HEADS, SEQ, LAYERS)
     docs = sorted((pathlib.Path(__file__).resolve().parent.parent / "docs").glob("*.md"))
     text = torch.tensor(list(b"".join(p.read_bytes() for p in docs)), dtype=torch.long)
     windows = text[: (len(text) - 1) // SEQ * SEQ + 1].unfold(0, SEQ + 1, SEQ)
