@@ -45,8 +45,8 @@ models::Model held_out_model() {
   add("flatten", nn::AnyModule(nn::Flatten()));
   add("head", nn::AnyModule(nn::Linear(16, 10)));
   m.loss = [](const at::Tensor& y, const at::Tensor& target) { return at::cross_entropy_loss(y, target); };
-  m.make_batch = [](std::int64_t batch, std::uint64_t seed) {
-    auto g = at::detail::createCPUGenerator(seed);
+  m.make_batch = [](std::int64_t batch, std::int64_t step, std::uint64_t seed) {
+    auto g = at::detail::createCPUGenerator(seed * 1000003 + static_cast<std::uint64_t>(step));
     return std::make_pair(at::randn({batch, 3, 16, 16}, g), at::randint(10, {batch}, g, at::kLong));
   };
   return m;
