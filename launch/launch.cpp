@@ -107,9 +107,9 @@ int launch(const LaunchOptions& options) {
   const StopSignals stop_signals;
   StartedRanks started = start_ranks(options, port, stop_signals);
 
-  std::vector<bool> running(started.ranks.size(), true);
+  // The supervisor knows which ranks still run; its actions are only called once it exists.
   Supervisor supervisor(options.nproc, options.timeout_s, options.kill_after_s,
-                        {[&](int signal) { signal_ranks(started, running, signal); },
+                        {[&](int signal) { signal_ranks(started, supervisor.running(), signal); },
                          [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }});
   int signals_seen = 0;
   for (;;) {
@@ -119,10 +119,9 @@ int launch(const LaunchOptions& options) {
     }
     for (std::size_t r = 0; r < started.ranks.size(); ++r) {
       RankProcess& rank = started.ranks[r];
-      if (!running[r]) continue;
+      if (!supervisor.running(static_cast<int>(r))) continue;
       int status = 0;
       if (waitpid(rank.pid, &status, WNOHANG) != rank.pid) continue;
-      running[r] = false;
       rank.out.drain();
       rank.err.drain();
       supervisor.rank_exited(static_cast<int>(r), status, Supervisor::Clock::now());

@@ -40,6 +40,7 @@ class Supervisor {
 
   State state() const { return state_; }
   bool running(int rank) const { return running_[static_cast<std::size_t>(rank)]; }
+  const std::vector<bool>& running() const { return running_; }
   bool any_running() const;
   /// 0 when no rank failed and no signal came; else the first failing rank's exit code (128 +
   /// the signal that killed it), else 128 + the stop signal the launcher received.
