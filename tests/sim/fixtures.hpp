@@ -8,11 +8,24 @@
 #include <string>
 #include <vector>
 
+#include "sim/error.hpp"
 #include "sim/hardware.hpp"
 #include "sim/plan.hpp"
 #include "sim/profile.hpp"
 
 namespace pipetune::testing {
+
+/// The message a loader (`parse(text, source)`) throws for `text` as "in.json", or "" if it
+/// accepted it. Anything other than an InputError escapes and fails the test.
+template <typename Parse, typename Text>
+std::string error_of(Parse parse, const Text& text) {
+  try {
+    parse(text, "in.json");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
 
 /// One layer whose costs do not depend on the micro-batch size; bytes per sample are scaled by
 /// the size (so a micro-batch of n samples has n times the bytes).

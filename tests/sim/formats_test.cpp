@@ -36,16 +36,7 @@ const char* const kProfile = R"({
   ]
 })";
 
-// The message a loader throws for `text`, or "" if it accepted it.
-template <typename Parse>
-std::string error_of(Parse parse, const std::string& text) {
-  try {
-    parse(text, "in.json");
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 std::string profile_error(const std::string& text) {
   return error_of([](const std::string& t, const std::string& s) { parse_profile(t, s); }, text);

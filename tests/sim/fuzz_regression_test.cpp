@@ -18,23 +18,14 @@
 #include "sim/profile.hpp"
 #include "sim/trace.hpp"
 #include "sim/units.hpp"
+#include "tests/sim/fixtures.hpp"
 
 namespace pipetune {
 namespace {
 
 using ::testing::HasSubstr;
 
-// The message a loader throws for `text`, or "" if it accepted it. Anything other than an
-// InputError escapes and fails the test.
-template <typename Parse>
-std::string error_of(Parse parse, std::string_view text) {
-  try {
-    parse(text, "in.json");
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 std::string profile_error(std::string_view t) {
   return error_of(parse_profile, t);

@@ -32,15 +32,7 @@ using testing::LayerSpec;
 using testing::make_plan;
 using testing::make_profile;
 
-template <typename Parse>
-std::string error_of(Parse parse, const std::string& text) {
-  try {
-    parse(text, "in.json");
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::error_of;
 
 // A small profile through its writer, with one replacement.
 std::string profile_text(std::string_view from = {}, std::string_view to = {}) {
