@@ -75,6 +75,13 @@ double parse_bandwidth(const std::string& text, const std::string& flag) {
   return value;
 }
 
+std::int64_t parse_memory(const std::string& text, const std::string& flag) {
+  const std::int64_t bytes = parse_bytes(text);
+  if (bytes < 0) throw InputError(fmt::format("{}: expected a size such as 16GiB, got \"{}\"", flag, text));
+  if (bytes > limits::kMaxBytes) throw InputError(fmt::format("{}: expected at most 64TiB, got \"{}\"", flag, text));
+  return bytes;
+}
+
 void print_note(const std::string& note) {
   if (!note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
 }
@@ -104,13 +111,7 @@ Hardware resolve_hardware(const Profile& profile, const HardwareFlags& flags, in
     }
   }
   if (!flags.memory.empty()) {
-    const std::int64_t bytes = parse_bytes(flags.memory);
-    if (bytes < 0) {
-      throw InputError(fmt::format("--memory: expected a size such as 16GiB, got \"{}\"", flags.memory));
-    }
-    if (bytes > limits::kMaxBytes) {
-      throw InputError(fmt::format("--memory: expected at most 64TiB, got \"{}\"", flags.memory));
-    }
+    const std::int64_t bytes = parse_memory(flags.memory, "--memory");
     for (auto& d : hw.devices) d.memory_bytes = bytes;
   }
   std::optional<double> bandwidth, latency;

@@ -75,6 +75,8 @@ std::vector<CheckpointMode> parse_checkpoint_list(const std::vector<std::string>
 std::vector<ScheduleKind> parse_schedule_list(const std::vector<std::string>& names,
                                               const std::string& flag, bool multi_stage = false);
 double parse_bandwidth(const std::string& text, const std::string& flag);
+/// A --memory value in bytes, 0 to 64 TiB; InputError naming `flag` otherwise.
+std::int64_t parse_memory(const std::string& text, const std::string& flag);
 
 /// --optimizer-state-factor's check for plan and sweep: a number from 0 to 1000, the plan file's
 /// bound (CLI::NonNegativeNumber lets NaN through).

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "cli/commands.hpp"
+#include "cli/inputs.hpp"
 #include "cli/progress.hpp"
 #include "cli/report.hpp"
 #include "cli/torch_inputs.hpp"
@@ -184,8 +185,8 @@ int run_plan(const std::shared_ptr<RunFlags>& flags) {
     fit.profile_path = flags->profile;
     fit.hardware_path = flags->hardware;
     if (!flags->memory.empty()) {
-      fit.memory_bytes = parse_bytes(flags->memory);
-      if (fit.memory_bytes <= 0) {
+      fit.memory_bytes = parse_memory(flags->memory, "--memory");
+      if (fit.memory_bytes == 0) {  // no device has none
         throw InputError(fmt::format("--memory: expected a size such as 16GiB, got \"{}\"", flags->memory));
       }
     }
