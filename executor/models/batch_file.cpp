@@ -1,10 +1,15 @@
 #include "executor/models/batch_file.hpp"
 
 #include <ATen/ATen.h>
+#include <caffe2/serialize/inline_container.h>
+#include <caffe2/serialize/read_adapter_interface.h>
 #include <fmt/format.h>
-#include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/csrc/jit/serialization/import_read.h>
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
+#include <memory>
 
 #include "executor/models/loss.hpp"
 #include "sim/error.hpp"
@@ -13,6 +18,33 @@
 namespace pipetune::models {
 
 namespace {
+
+// LibTorch's own in-memory reader (behind torch::jit::pickle_load) copies whatever range the zip
+// directory asks for, so a file whose directory points past its end made pipetune read out of
+// bounds (found by fuzzing). This one hands out only the bytes that exist; the archive reader
+// then fails on the short read and says so, which becomes "not a file torch.save wrote".
+class BoundedReader final : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit BoundedReader(const std::string& bytes) : bytes_(bytes) {}
+  size_t size() const override { return bytes_.size(); }
+  size_t read(uint64_t pos, void* buf, size_t n, const char* /*what*/) const override {
+    if (pos >= bytes_.size()) return 0;
+    const size_t available = std::min<uint64_t>(n, bytes_.size() - pos);
+    std::memcpy(buf, bytes_.data() + pos, available);
+    return available;
+  }
+
+ private:
+  const std::string& bytes_;
+};
+
+// What torch::jit::pickle_load does, with the bounded reader: the pickle is the archive's
+// "data.pkl", its tensors the archive's "data/" records.
+c10::IValue unpickle_archive(const std::string& bytes) {
+  caffe2::serialize::PyTorchStreamReader archive(std::make_shared<BoundedReader>(bytes));
+  return torch::jit::readArchiveAndTensors("data", /*pickle_prefix=*/"", /*tensor_prefix=*/"",
+                                           std::nullopt, std::nullopt, std::nullopt, archive);
+}
 
 std::string kind_of(const c10::IValue& v) {
   if (v.isTuple()) return fmt::format("a tuple of {}", v.toTupleRef().elements().size());
@@ -28,7 +60,7 @@ BatchFile load_batch_file(const std::string& path) {
   const std::string bytes = read_text_file(path);
   c10::IValue value;
   try {
-    value = torch::jit::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
+    value = unpickle_archive(bytes);
   } catch (const std::exception& e) {
     const std::string what = e.what();
     throw InputError(fmt::format("--model: batch: {}: not a file torch.save wrote ({})", path,

@@ -172,6 +172,12 @@ TEST(CliBringYourOwnModel, BadInputIsOneLineAndWritesNothing) {
   EXPECT_THAT(error("torchscript:path=" + gpt + ",batch=" + text.string()),
               ::testing::StartsWith("pipetune: error: --model: batch: " + text.string() +
                                     ": not a file torch.save wrote"));
+  // A torch.save file whose zip directory points past its end (found by the batch_file fuzz
+  // target): LibTorch's in-memory reader copied from beyond the buffer and crashed.
+  const std::string past_end = PIPETUNE_SOURCE_DIR "/tests/data/bad/batch_zip_directory_past_end.pt";
+  EXPECT_THAT(error("torchscript:path=" + gpt + ",batch=" + past_end),
+              ::testing::StartsWith("pipetune: error: --model: batch: " + past_end +
+                                    ": not a file torch.save wrote"));
 
   // validate refuses before it makes its folder.
   const fs::path folder = scratch("never-validated");
