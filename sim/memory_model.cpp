@@ -140,8 +140,8 @@ MemoryEffect weight_backward_effect(const StageMemory& m, std::int64_t param_byt
                            (last_stage ? 0 : m.output_bytes) + dies};
 }
 
-std::int64_t left_by_first_backward(const StageMemory& m, bool first_stage, bool last_stage) {
-  return m.kept_bytes + m.backward_net_first - (last_stage ? 0 : m.output_bytes) -
+std::int64_t left_by_backward(const StageMemory& m, bool first_time, bool first_stage, bool last_stage) {
+  return m.kept_bytes + (first_time ? m.backward_net_first : m.backward_net) - (last_stage ? 0 : m.output_bytes) -
          (first_stage ? 0 : m.input_bytes);
 }
 
@@ -159,7 +159,7 @@ std::int64_t peak_bound_before_backward(std::int64_t baseline,
   const std::int64_t input = state.received_inputs[state.slot] > 0 ? q.input_bytes : 0;
   // The gradient from the next device arrives before the backward can start.
   const std::int64_t received_gradient = last_stage ? 0 : q.output_bytes;
-  const std::int64_t level = baseline + (state.first ? 0 : state.left_by_first) + others +
+  const std::int64_t level = baseline + (state.first ? 0 : state.left_by_earlier) + others +
                              q.kept_bytes + input + received_gradient;
   std::int64_t bound = level + backward_effect(q, state.first, 0).allocated;
   if (state.first) {
@@ -208,38 +208,45 @@ std::int64_t stage_peak_bound(const CostModel& model, const SizeCosts& common,
   const bool gpipe = shape.schedule == ScheduleKind::GPipe;
   const int first_q = gpipe ? m - 1 : 0;  // the first backward's micro-batch
   std::array<StageMemory, 2> memory;
-  std::int64_t left_by_first = 0;
+  std::int64_t left_first = 0, left_later = 0;  // by the first backward, by any later one
   if (nested) {
     memory[0].kept_bytes = common.kept_bytes_within(first, end);
     memory[1].kept_bytes = last.kept_bytes_within(first, end);
-    left_by_first = params - shape.view_output_bytes[slot_of(first_q)];
+    left_first = params - shape.view_output_bytes[slot_of(first_q)];
+    left_later = -shape.view_output_bytes[0];
   } else {
     memory[0] = stage_memory(model, common, first, end, stage == 0);
     memory[1] = shape.last_differs ? stage_memory(model, last, first, end, stage == 0) : memory[0];
-    left_by_first = left_by_first_backward(memory[slot_of(first_q)], stage == 0, last_stage);
+    left_first = left_by_backward(memory[slot_of(first_q)], true, stage == 0, last_stage);
+    left_later = left_by_backward(memory[0], false, stage == 0, last_stage);
   }
-  // Micro-batches [p, r) are forwarded and not yet backwarded when q's backward starts.
-  auto before = [&](int p, int r, int q, bool is_first) {
+  // Micro-batches [p, r) are forwarded and not yet backwarded when q's backward starts, after
+  // `earlier` backwards (all of common size but perhaps the first).
+  auto before = [&](int p, int r, int q, int earlier) {
     BeforeBackward state;
-    for (int i = p; i < r; ++i) {
-      if (i >= stop) ++state.kept_forwards[slot_of(i)];
-      if (stage > 0 && !nested) ++state.received_inputs[slot_of(i)];
-    }
+    const int autograd_from = std::max(p, stop);
+    const int last_in = shape.last_differs && p <= m - 1 && m - 1 < r ? 1 : 0;
+    const int autograd_last = last_in && m - 1 >= stop ? 1 : 0;
+    state.kept_forwards = {std::max(0, r - autograd_from) - autograd_last, autograd_last};
+    if (stage > 0 && !nested) state.received_inputs = {r - p - last_in, last_in};
     state.slot = slot_of(q);
     state.recomputed = q < stop;
-    state.first = is_first;
-    state.left_by_first = left_by_first;
+    state.first = earlier == 0;
+    state.left_by_earlier = earlier == 0 ? 0 : left_first + (earlier - 1) * left_later;
     return peak_bound_before_backward(baseline, memory, state, last_stage || nested);
   };
   // Right after the first backward, the others in flight hold at least nothing.
-  std::int64_t bound = baseline + left_by_first;
+  std::int64_t bound = baseline + left_first;
   if (gpipe) {
-    bound = std::max(bound, before(0, m, m - 1, true));
-    if (m >= 2) bound = std::max(bound, before(0, m - 1, m - 2, false));
+    bound = std::max(bound, before(0, m, m - 1, 0));
+    if (m >= 2) bound = std::max(bound, before(0, m - 1, m - 2, 1));
   } else {
     const int warmup = std::min(m, shape.stages - stage);
-    bound = std::max(bound, before(0, warmup, 0, true));
-    if (m >= 2) bound = std::max(bound, before(1, std::min(m, warmup + 1), 1, false));
+    bound = std::max(bound, before(0, warmup, 0, 0));
+    // Before q's backward, forwards up to min(M, w + q) have run.
+    for (int q : {1, m - warmup, m - 1}) {
+      if (q >= 1 && q < m) bound = std::max(bound, before(q, std::min(m, warmup + q), q, q));
+    }
   }
   return bound;
 }

@@ -65,12 +65,13 @@ MemoryEffect input_backward_effect(const StageMemory& m);
 MemoryEffect weight_backward_effect(const StageMemory& m, std::int64_t param_bytes, bool first_time,
                                     bool last_stage, std::int64_t dies);
 
-/// What a stage's first backward leaves of its micro-batch once it has ended and its input
-/// gradient has gone to the previous device (kept activations and the walk's net change, less
-/// the held output and the input gradient): the parameter gradients, as long as the stage's
-/// last layer makes its own storage; when that layer is a view, the freed output's size may
-/// exceed the held storage's by up to the output's size.
-std::int64_t left_by_first_backward(const StageMemory& m, bool first_stage, bool last_stage);
+/// What a stage's backward leaves of its micro-batch once it has ended and its input gradient
+/// has gone to the previous device (kept activations and the walk's net change, less the held
+/// output and the input gradient): the parameter gradients for the first backward (`first_time`),
+/// nothing for the others, as long as the stage's last layer makes its own storage; when that
+/// layer is a view, the freed output's size may exceed the held storage's by up to the output's
+/// size.
+std::int64_t left_by_backward(const StageMemory& m, bool first_time, bool first_stage, bool last_stage);
 
 /// A device that runs one stage, just before one of its backwards (of micro-batch q) starts:
 /// what its programme has certainly left allocated. Slots: 0 the common micro-batch size, 1 a
@@ -83,14 +84,14 @@ struct BeforeBackward {
   int slot = 0;             ///< q's size
   bool recomputed = false;  ///< q is recomputed right before this backward
   bool first = false;       ///< the stage's first backward (no parameter gradients yet)
-  /// Not the first: what the first backward left (left_by_first_backward(), or a lower bound).
-  std::int64_t left_by_first = 0;
+  /// What the stage's earlier backwards left (left_by_backward() summed, or a lower bound).
+  std::int64_t left_by_earlier = 0;
 };
 
 /// A lower bound on the simulated peak of that device, from the effects above: `baseline`
 /// (parameters, optimizer state, the batch, library workspaces), the kept activations and
 /// received inputs in flight, q's recompute, its received gradient (unless `last_stage`) and
-/// what the first backward left (unless `first`), plus what the backward allocates when it
+/// what the earlier backwards left, plus what the backward allocates when it
 /// starts; for the first backward also the level once it ends. Only what is certain counts: a
 /// checkpointed forward's output, freed when its copy ends, does not. `memory[slot]` is
 /// stage_memory() at each size (or less of each term, for a weaker bound).
@@ -117,14 +118,15 @@ struct StagePeakShape {
 StagePeakShape stage_peak_shape(const CostModel& model, const Plan& plan, int stages);
 
 /// A lower bound on the simulated peak of the device that runs stage `stage` = layers [first,
-/// end), from peak_bound_before_backward() just before the stage's first two backwards (GPipe:
-/// of M - 1 and M - 2 after every forward; 1F1B: of 0 after the w = min(M, K - stage) warm-up
-/// forwards, and of 1 after one more forward) and once the first backward has ended.
+/// end), from peak_bound_before_backward() just before the backwards where the most is held
+/// (GPipe: of M - 1 and M - 2 after every forward; 1F1B: of 0 after the w = min(M, K - stage)
+/// warm-up forwards, of 1 after one more forward, of M - w, the first after the last forward,
+/// and of M - 1) and once the first backward has ended.
 /// `common`, `last`: the costs at the common and the last micro-batch size. With `nested` the
 /// stage's memory is reduced to its kept activations but the output's storage
 /// (SizeCosts::kept_bytes_within, O(1)), received
-/// inputs and gradients are left out, and the first backward is taken to leave its parameter
-/// gradients less the largest output of a view layer: a weaker bound that only grows as the
+/// inputs and gradients are left out, and each backward is taken to leave its parameter
+/// gradients (the first) less the largest output of a view layer: a weaker bound that only grows as the
 /// stage grows at either end (what the planner's tables over suffixes need).
 std::int64_t stage_peak_bound(const CostModel& model, const SizeCosts& common,
                               const SizeCosts& last, const StagePeakShape& shape, int stage,

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <functional>
 #include <limits>
 #include <numeric>
 
@@ -109,11 +108,6 @@ class PlanSearch {
           j + 2 < stages_ ? after_latency_[j + 1] + 2.0 * link_[j + 1]->latency_ms : 0.0;
     }
     max_speed_ = *std::max_element(speed_.begin(), speed_.end());
-    later_speeds_.assign(stages_, {});
-    for (int j = 0; j < stages_; ++j) {
-      later_speeds_[j].assign(speed_.begin() + j + 1, speed_.end());
-      std::sort(later_speeds_[j].begin(), later_speeds_[j].end(), std::greater<>());
-    }
   }
 
   PlanSearchResult run();
@@ -166,7 +160,6 @@ class PlanSearch {
   };
   Waits waits(int j, const StageDurations& d, int q, double trip_first, double trip_q) const;
   double wait_cost(int j, int a, int b) const;
-  double later_pass(int j, double work, double share, double limit) const;
 
   // The passes that bound stage j (see wait_bound): micro-batch 0's exact arrival and the
   // exact way back of the micro-batch that ends each stage's programme.
@@ -207,10 +200,6 @@ class PlanSearch {
   std::unique_ptr<IterationSweep> sweep_;       // leaves of this configuration
   std::vector<double> pass_first_, pass_last_;  // suffix sums: see prepare()
   std::vector<double> after_speed_;             // fastest device after stage j
-  std::vector<std::vector<double>>
-      later_speeds_;  // [j]: speeds of the devices after j, fastest first
-  // The most of pass_first_'s (pass_last_'s) work a layer carries per unit of its work_.
-  double first_pass_share_ = kInf, last_pass_share_ = kInf;
   std::vector<double> wait_before_;         // micro-batch 0's forward and the drain up to layer a
   std::vector<std::vector<double>> waits_;  // min-max of wait_cost() over suffixes
   int followed_ = 0;                        // the micro-batch whose way back wait_cost() follows
@@ -307,18 +296,6 @@ void PlanSearch::prepare(const Config& config) {
                      f.backward_ms[k];
     pass_last_[k] = pass_last_[k + 1] +
                     (recompute_last ? l.forward_nograd_ms[k] : l.forward_ms[k]) + l.backward_ms[k];
-  }
-  first_pass_share_ = last_pass_share_ = 0.0;
-  for (int k = 0; k < layers_; ++k) {
-    const double own = work_[k + 1] - work_[k];
-    const double first_pass = pass_first_[k] - pass_first_[k + 1],
-                 last_pass = pass_last_[k] - pass_last_[k + 1];
-    first_pass_share_ = std::max(first_pass_share_, own > 0.0          ? first_pass / own
-                                                    : first_pass > 0.0 ? kInf
-                                                                       : 0.0);
-    last_pass_share_ = std::max(last_pass_share_, own > 0.0         ? last_pass / own
-                                                  : last_pass > 0.0 ? kInf
-                                                                    : 0.0);
   }
   // GPipe's drain follows micro-batch 0; 1F1B's the last one, or the last full-size one when
   // tensor.chunk left a smaller last one (its drain is the longer).
@@ -575,11 +552,9 @@ double PlanSearch::wait_bound(int j, int a, int b, const StageDurations& d,
     return bound;
   }
   const double onward = 2.0 * overhead_ * (stages_ - 1 - j) + after_latency_[j];
-  const double limit = threshold(Objective::Time);
-  const double trip_first = later_pass(j, pass_first_[b], first_pass_share_, limit) + onward +
-                            2.0 * copy(*first_size_, j, b);
-  const double trip_last = later_pass(j, pass_last_[b], last_pass_share_, limit) + onward +
-                           2.0 * copy(*last_size_, j, b);
+  const double speed = after_speed_[j];
+  const double trip_first = pass_first_[b] / speed + onward + 2.0 * copy(*first_size_, j, b);
+  const double trip_last = pass_last_[b] / speed + onward + 2.0 * copy(*last_size_, j, b);
   const int m = config_->micro_batches();
   const double own = before.arrive + busy(j, a, b);
   if (config_->schedule == ScheduleKind::GPipe) {
@@ -674,27 +649,6 @@ double PlanSearch::wait_cost(int j, int a, int b) const {
                             : trip_first;
   const Waits w = waits(j, d, followed_, trip_first, trip_q);
   return own - w.tail + (last ? 0.0 : w.idle);
-}
-
-// The least time a micro-batch's pass of `work` (unscaled, as pass_first_) through the stages
-// after j can take in a plan faster than `limit`. Each of those stages is busy for less than
-// the limit, so stage k holds less than (limit - its task overheads) x speed_k of work_ and so
-// at most `share` times that of the pass, which takes it at most that amount / speed_k: filling
-// the fastest devices first gives the least time. Unequal speeds make this more than work /
-// the fastest speed; if the stages cannot hold the work, no completion beats the limit.
-double PlanSearch::later_pass(int j, double work, double share, double limit) const {
-  const double at_fastest = work / after_speed_[j];
-  if (!(limit < kInf) || !(share < kInf) || work <= 0.0) return at_fastest;
-  const double per_speed = share * (limit - overhead_ * tasks_per_stage_) * (1.0 + 1e-9);
-  if (per_speed <= 0.0) return kInf;
-  double left = work, time = 0.0;
-  for (double speed : later_speeds_[j]) {
-    const double taken = std::min(left, per_speed * speed);
-    time += taken / speed;
-    left -= taken;
-    if (left <= 0.0) break;
-  }
-  return left > 1e-9 * work ? kInf : std::max(at_fastest, time);
 }
 
 void PlanSearch::evaluate(const std::vector<int>& balance, Objective objective) {
@@ -839,12 +793,18 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
     }
     // arrive + busy - tail + drain only grows with b: nothing further right can do better.
     if (arrive + busy(j, a, b) - tail(j, a, b) + drain >= limit) break;
-    if (capacity_[j] > 0 && memory_bound(j, a, b) > capacity_[j]) continue;
+    // The nested memory bound only grows with b either: no further end fits.
+    if (capacity_[j] > 0 && memory_bound(j, a, b, true) > capacity_[j]) break;
     double bound = std::max(worst, time_bound(j, a, b, arrive, drain));
     if (bound >= limit) continue;
     const StageDurations d = durations(j, a, b);
     bound = std::max(bound, wait_bound(j, a, b, d, exact));
     if (bound >= limit) continue;
+    if (capacity_[j] > 0) {
+      // The full bound walks the stage's layers: last, and counted like a sweep.
+      stats_.steps += 1 + static_cast<std::uint64_t>(b - a) / kSweepTasksPerStep;
+      if (memory_bound(j, a, b) > capacity_[j]) continue;
+    }
     balance_[j] = b - a;
     durations_[j] = d;
     if (last) {
@@ -875,10 +835,10 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
     {
       // The stages placed so far exactly, the later ones as round trips (see run_prefix).
       const double onward_tasks = 2.0 * overhead_ * (stages_ - 1 - j) + after_latency_[j];
-      double trip_first = later_pass(j, pass_first_[b], first_pass_share_, limit) + onward_tasks +
-                          2.0 * copy(*first_size_, j, b);
-      const double trip_last = later_pass(j, pass_last_[b], last_pass_share_, limit) +
-                               onward_tasks + 2.0 * copy(*last_size_, j, b);
+      double trip_first =
+          pass_first_[b] / after_speed_[j] + onward_tasks + 2.0 * copy(*first_size_, j, b);
+      const double trip_last =
+          pass_last_[b] / after_speed_[j] + onward_tasks + 2.0 * copy(*last_size_, j, b);
       if (config_->schedule == ScheduleKind::GPipe && config_->micro_batches() >= 2) {
         stats_.steps +=
             static_cast<std::uint64_t>(std::max(0, stages_ - 2 - j));  // its greedy fill
