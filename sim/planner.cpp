@@ -151,6 +151,8 @@ class PlanSearch {
   /// nested: without the received input and the sent output, whose sizes depend on where the
   /// stage starts and ends, so that the bound only grows as the stage grows at either end.
   std::int64_t memory_bound(int j, int a, int b, bool nested = false) const;
+  // Whether stage j = [a, b) passes the nested memory bound (see build_suffix_tables()).
+  bool fits_nested(int j, int a, int b) const { return fit_end_[j].empty() || b <= fit_end_[j][a]; }
   double time_bound(int j, int a, int b, double arrive, double drain) const;
   StageDurations durations(int j, int a, int b) const;
   struct Passes;
@@ -185,7 +187,8 @@ class PlanSearch {
   std::vector<std::int64_t> capacity_;
   std::vector<const Link*> link_;
   double total_speed_ = 0.0, max_speed_ = 0.0;
-  StagePeakShape peak_shape_;  // of the configuration, for memory_bound()
+  std::vector<std::vector<int>> fit_end_;  // [j][a]: the furthest end fitting device j's cap
+  StagePeakShape peak_shape_;              // of the configuration, for memory_bound()
 
   // The configuration being searched.
   const Config* config_ = nullptr;
@@ -471,8 +474,21 @@ void PlanSearch::build_suffix_tables() {
                  [this](int j, int a, int b) { return chained_cost(j, a, b); });
   // A stage that cannot fit its device is ruled out here too (infinitely slow): the nested memory
   // bound only grows with the stage, so the table keeps the monotony its search needs.
+  // The furthest end that fits, per stage and start: it never moves left as the start moves
+  // right (the bound shrinks), so one pass per stage finds them all.
+  fit_end_.assign(stages_, {});
+  for (int j = 0; j < stages_; ++j) {
+    if (capacity_[j] <= 0) continue;
+    fit_end_[j].assign(layers_, 0);
+    int end = 0;
+    for (int a = 0; a < layers_; ++a) {
+      end = std::max(end, a);
+      while (end < layers_ && memory_bound(j, a, end + 1, true) <= capacity_[j]) ++end;
+      fit_end_[j][a] = end;
+    }
+  }
   min_max_suffix(stages_, layers_, waits_, [this](int j, int a, int b) {
-    if (capacity_[j] > 0 && memory_bound(j, a, b, true) > capacity_[j]) return kInf;
+    if (!fits_nested(j, a, b)) return kInf;
     return wait_cost(j, a, b);
   });
 }
@@ -794,7 +810,7 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
     // arrive + busy - tail + drain only grows with b: nothing further right can do better.
     if (arrive + busy(j, a, b) - tail(j, a, b) + drain >= limit) break;
     // The nested memory bound only grows with b either: no further end fits.
-    if (capacity_[j] > 0 && memory_bound(j, a, b, true) > capacity_[j]) break;
+    if (!fits_nested(j, a, b)) break;
     double bound = std::max(worst, time_bound(j, a, b, arrive, drain));
     if (bound >= limit) continue;
     const StageDurations d = durations(j, a, b);
