@@ -140,9 +140,10 @@ MemoryEffect weight_backward_effect(const StageMemory& m, std::int64_t param_byt
                            (last_stage ? 0 : m.output_bytes) + dies};
 }
 
-std::int64_t left_by_backward(const StageMemory& m, bool first_time, bool first_stage, bool last_stage) {
-  return m.kept_bytes + (first_time ? m.backward_net_first : m.backward_net) - (last_stage ? 0 : m.output_bytes) -
-         (first_stage ? 0 : m.input_bytes);
+std::int64_t left_by_backward(const StageMemory& m, bool first_time, bool first_stage,
+                              bool last_stage) {
+  return m.kept_bytes + (first_time ? m.backward_net_first : m.backward_net) -
+         (last_stage ? 0 : m.output_bytes) - (first_stage ? 0 : m.input_bytes);
 }
 
 std::int64_t peak_bound_before_backward(std::int64_t baseline,

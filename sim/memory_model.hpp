@@ -71,7 +71,8 @@ MemoryEffect weight_backward_effect(const StageMemory& m, std::int64_t param_byt
 /// nothing for the others, as long as the stage's last layer makes its own storage; when that
 /// layer is a view, the freed output's size may exceed the held storage's by up to the output's
 /// size.
-std::int64_t left_by_backward(const StageMemory& m, bool first_time, bool first_stage, bool last_stage);
+std::int64_t left_by_backward(const StageMemory& m, bool first_time, bool first_stage,
+                              bool last_stage);
 
 /// A device that runs one stage, just before one of its backwards (of micro-batch q) starts:
 /// what its programme has certainly left allocated. Slots: 0 the common micro-batch size, 1 a
@@ -126,8 +127,8 @@ StagePeakShape stage_peak_shape(const CostModel& model, const Plan& plan, int st
 /// stage's memory is reduced to its kept activations but the output's storage
 /// (SizeCosts::kept_bytes_within, O(1)), received
 /// inputs and gradients are left out, and each backward is taken to leave its parameter
-/// gradients (the first) less the largest output of a view layer: a weaker bound that only grows as the
-/// stage grows at either end (what the planner's tables over suffixes need).
+/// gradients (the first) less the largest output of a view layer: a weaker bound that only grows as
+/// the stage grows at either end (what the planner's tables over suffixes need).
 std::int64_t stage_peak_bound(const CostModel& model, const SizeCosts& common,
                               const SizeCosts& last, const StagePeakShape& shape, int stage,
                               int first, int end, bool nested);
