@@ -78,8 +78,9 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
     const auto& layer = profile_.layers[l];
     costs->forward_ms[l] = interpolate(sizes, layer.forward_ms, x);
     costs->backward_ms[l] = interpolate(sizes, layer.backward_ms, x);
-    costs->forward_nograd_ms[l] =
-        layer.forward_nograd_ms.empty() ? costs->forward_ms[l] : interpolate(sizes, layer.forward_nograd_ms, x);
+    costs->forward_nograd_ms[l] = layer.forward_nograd_ms.empty()
+                                      ? costs->forward_ms[l]
+                                      : interpolate(sizes, layer.forward_nograd_ms, x);
     if (!layer.backward_input_ms.empty()) {
       costs->backward_input_ms[l] = interpolate(sizes, layer.backward_input_ms, x);
       costs->backward_weight_ms[l] = interpolate(sizes, layer.backward_weight_ms, x);
@@ -97,16 +98,20 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
       costs->backward_peak_bytes.resize(layers);
       costs->backward_accumulate_peak_bytes.resize(layers);
       costs->backward_peak_bytes[l] = interpolate_bytes(sizes, layer.backward_peak_bytes, x);
-      costs->backward_accumulate_peak_bytes[l] = interpolate_bytes(sizes, layer.backward_accumulate_peak_bytes, x);
+      costs->backward_accumulate_peak_bytes[l] =
+          interpolate_bytes(sizes, layer.backward_accumulate_peak_bytes, x);
     }
     costs->forward_prefix[l + 1] = costs->forward_prefix[l] + costs->forward_ms[l];
     costs->backward_prefix[l + 1] = costs->backward_prefix[l] + costs->backward_ms[l];
-    costs->forward_nograd_prefix[l + 1] = costs->forward_nograd_prefix[l] + costs->forward_nograd_ms[l];
+    costs->forward_nograd_prefix[l + 1] =
+        costs->forward_nograd_prefix[l] + costs->forward_nograd_ms[l];
     costs->keeps_input.push_back(layer.keeps_input ? 1 : 0);
     costs->keeps_output.push_back(layer.keeps_output ? 1 : 0);
     costs->aliases.push_back(layer.output_aliases_input ? 1 : 0);
-    costs->backward_input_prefix[l + 1] = costs->backward_input_prefix[l] + costs->backward_input_ms[l];
-    costs->backward_weight_prefix[l + 1] = costs->backward_weight_prefix[l] + costs->backward_weight_ms[l];
+    costs->backward_input_prefix[l + 1] =
+        costs->backward_input_prefix[l] + costs->backward_input_ms[l];
+    costs->backward_weight_prefix[l + 1] =
+        costs->backward_weight_prefix[l] + costs->backward_weight_ms[l];
   }
   // A storage made by layer l is referenced by l, the aliasing layers after it, and the next
   // layer that makes its own; it is kept if one of them keeps it.
@@ -120,7 +125,8 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
     costs->stored_bytes[l] = kept ? costs->output_bytes[l] : 0;
   }
   for (std::size_t l = 0; l < layers; ++l) {
-    costs->kept_prefix[l + 1] = costs->kept_prefix[l] + costs->saved_bytes[l] + costs->stored_bytes[l];
+    costs->kept_prefix[l + 1] =
+        costs->kept_prefix[l] + costs->saved_bytes[l] + costs->stored_bytes[l];
   }
   return *cache_.emplace(size, std::move(costs)).first->second;
 }
@@ -135,6 +141,13 @@ std::int64_t SizeCosts::kept_bytes(int first, int end) const {
   bool held = end < static_cast<int>(output_bytes.size()) || keeps_output[maker];
   for (int j = maker + 1; j < end && !held; ++j) held = keeps_input[j] || keeps_output[j];
   return kept - stored_bytes[maker] + (held ? output_bytes[maker] : 0);
+}
+
+std::int64_t SizeCosts::kept_bytes_within(int first, int end) const {
+  int maker = end - 1;
+  while (maker >= first && aliases[maker]) --maker;
+  const std::int64_t kept = kept_prefix[end] - kept_prefix[first];
+  return maker < first ? kept : kept - stored_bytes[maker];
 }
 
 }  // namespace pipetune

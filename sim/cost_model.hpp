@@ -54,6 +54,9 @@ struct SizeCosts {
   /// the last stage, where the loss consumes it at once and keeps what it needs (saved_bytes).
   /// Equals stage_memory()'s kept_bytes in O(1) but for a walk over aliasing layers.
   std::int64_t kept_bytes(int first, int end) const;
+  /// kept_bytes() less the storage the stage output lives in: at most kept_bytes(), and it
+  /// only grows as the stage grows at either end (the planner's tables need that).
+  std::int64_t kept_bytes_within(int first, int end) const;
   double backward_input_ms_sum(int first, int end) const {
     return backward_input_prefix[end] - backward_input_prefix[first];
   }

@@ -1,6 +1,7 @@
 #include "sim/memory_model.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 namespace pipetune {
@@ -89,7 +90,8 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
   for (int k = end - 1; k >= first; --k) {
     const std::int64_t input_grad =
         k > first ? c.output_bytes[k - 1] : (first_stage ? 0 : m.input_bytes);
-    m.input_backward_peak = std::max(m.input_backward_peak, current + input_grad + c.workspace_bytes[k]);
+    m.input_backward_peak =
+        std::max(m.input_backward_peak, current + input_grad + c.workspace_bytes[k]);
     current += input_grad;
     if (k < end - 1) {
       if (model.param_bytes_of(k) > 0) {
@@ -101,6 +103,153 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
   }
   m.input_backward_net = current;
   return m;
+}
+
+std::int64_t dies_with_backward(const StageMemory& m, bool last_stage, bool own_input) {
+  return (last_stage ? 0 : 2 * m.output_bytes) + (own_input ? m.input_bytes : 0);
+}
+
+MemoryEffect forward_effect(const StageMemory& m, bool checkpointed, bool last_stage) {
+  if (checkpointed) {
+    return {m.output_bytes + m.checkpointed_forward_transient,
+            m.checkpointed_forward_transient + (last_stage ? m.output_bytes : 0)};
+  }
+  return {m.kept_bytes + m.forward_transient, m.forward_transient};
+}
+
+MemoryEffect recompute_effect(const StageMemory& m) {
+  return {m.kept_bytes + m.forward_transient, m.forward_transient};
+}
+
+MemoryEffect backward_effect(const StageMemory& m, bool first_time, std::int64_t dies) {
+  const std::int64_t peak = first_time ? m.backward_peak_first : m.backward_peak;
+  const std::int64_t net = first_time ? m.backward_net_first : m.backward_net;
+  return {peak, (peak - net) + dies};
+}
+
+MemoryEffect input_backward_effect(const StageMemory& m) {
+  // The graph stays: I leaves its input gradient and the gradients W reads.
+  return {m.input_backward_peak, m.input_backward_peak - m.input_backward_net};
+}
+
+MemoryEffect weight_backward_effect(const StageMemory& m, std::int64_t param_bytes, bool first_time,
+                                    bool last_stage, std::int64_t dies) {
+  // The parameter gradients (kept the first time, added into .grad later), then the graph's
+  // activations, the gradients I kept and what dies with any backward.
+  return {param_bytes, (first_time ? 0 : param_bytes) + m.weight_kept_gradients + m.kept_bytes -
+                           (last_stage ? 0 : m.output_bytes) + dies};
+}
+
+std::int64_t left_by_backward(const StageMemory& m, bool first_time, bool first_stage,
+                              bool last_stage) {
+  return m.kept_bytes + (first_time ? m.backward_net_first : m.backward_net) -
+         (last_stage ? 0 : m.output_bytes) - (first_stage ? 0 : m.input_bytes);
+}
+
+std::int64_t peak_bound_before_backward(std::int64_t baseline,
+                                        const std::array<StageMemory, 2>& memory,
+                                        const BeforeBackward& state, bool last_stage) {
+  const StageMemory& q = memory[state.slot];
+  std::int64_t others = 0;  // in flight besides q
+  for (int slot = 0; slot < 2; ++slot) {
+    others += state.kept_forwards[slot] * memory[slot].kept_bytes;
+    others += state.received_inputs[slot] * memory[slot].input_bytes;
+  }
+  if (!state.recomputed) others -= q.kept_bytes;
+  if (state.received_inputs[state.slot] > 0) others -= q.input_bytes;
+  const std::int64_t input = state.received_inputs[state.slot] > 0 ? q.input_bytes : 0;
+  // The gradient from the next device arrives before the backward can start.
+  const std::int64_t received_gradient = last_stage ? 0 : q.output_bytes;
+  const std::int64_t level = baseline + (state.first ? 0 : state.left_by_earlier) + others +
+                             q.kept_bytes + input + received_gradient;
+  std::int64_t bound = level + backward_effect(q, state.first, 0).allocated;
+  if (state.first) {
+    // Once it ends (its frees are exact; the input gradient's copy has not started).
+    const MemoryEffect b = backward_effect(q, true, dies_with_backward(q, last_stage, input > 0));
+    bound = std::max(bound, level + b.allocated - b.freed);
+  }
+  return bound;
+}
+
+StagePeakShape stage_peak_shape(const CostModel& model, const Plan& plan, int stages) {
+  const Profile& profile = model.profile();
+  const std::vector<std::int64_t> sizes = split_batch(profile.batch_size, plan.chunks);
+  StagePeakShape shape;
+  shape.schedule = plan.schedule;
+  shape.checkpoint = plan.checkpoint;
+  shape.micro_batches = static_cast<int>(sizes.size());
+  shape.last_differs = sizes.back() != sizes.front();
+  shape.stages = stages;
+  shape.optimizer_state_factor = plan.optimizer_state_factor;
+  shape.batch_input_bytes = model.at(profile.batch_size).input_bytes;
+  shape.library_bytes = profile.device.library_bytes;
+  const SizeCosts& common = model.at(sizes.front());
+  const SizeCosts& last = model.at(sizes.back());
+  for (std::size_t k = 0; k < profile.layers.size(); ++k) {
+    if (!common.aliases[k]) continue;
+    shape.view_output_bytes[0] = std::max(shape.view_output_bytes[0], common.output_bytes[k]);
+    shape.view_output_bytes[1] = std::max(shape.view_output_bytes[1], last.output_bytes[k]);
+  }
+  return shape;
+}
+
+std::int64_t stage_peak_bound(const CostModel& model, const SizeCosts& common,
+                              const SizeCosts& last, const StagePeakShape& shape, int stage,
+                              int first, int end, bool nested) {
+  const int m = shape.micro_batches;
+  const std::int64_t params = model.param_bytes(first, end);
+  const std::int64_t baseline =
+      std::llround(static_cast<double>(params) * (1.0 + shape.optimizer_state_factor)) +
+      (stage == 0 ? shape.batch_input_bytes : 0) + shape.library_bytes;
+  const bool last_stage = stage + 1 == shape.stages;
+  const int stop = shape.checkpoint == CheckpointMode::Always       ? m
+                   : shape.checkpoint == CheckpointMode::ExceptLast ? m - 1
+                                                                    : 0;  // [0, stop) recomputed
+  auto slot_of = [&](int i) { return shape.last_differs && i == m - 1 ? 1 : 0; };
+  const bool gpipe = shape.schedule == ScheduleKind::GPipe;
+  const int first_q = gpipe ? m - 1 : 0;  // the first backward's micro-batch
+  std::array<StageMemory, 2> memory;
+  std::int64_t left_first = 0, left_later = 0;  // by the first backward, by any later one
+  if (nested) {
+    memory[0].kept_bytes = common.kept_bytes_within(first, end);
+    memory[1].kept_bytes = last.kept_bytes_within(first, end);
+    left_first = params - shape.view_output_bytes[slot_of(first_q)];
+    left_later = -shape.view_output_bytes[0];
+  } else {
+    memory[0] = stage_memory(model, common, first, end, stage == 0);
+    memory[1] = shape.last_differs ? stage_memory(model, last, first, end, stage == 0) : memory[0];
+    left_first = left_by_backward(memory[slot_of(first_q)], true, stage == 0, last_stage);
+    left_later = left_by_backward(memory[0], false, stage == 0, last_stage);
+  }
+  // Micro-batches [p, r) are forwarded and not yet backwarded when q's backward starts, after
+  // `earlier` backwards (all of common size but perhaps the first).
+  auto before = [&](int p, int r, int q, int earlier) {
+    BeforeBackward state;
+    const int autograd_from = std::max(p, stop);
+    const int last_in = shape.last_differs && p <= m - 1 && m - 1 < r ? 1 : 0;
+    const int autograd_last = last_in && m - 1 >= stop ? 1 : 0;
+    state.kept_forwards = {std::max(0, r - autograd_from) - autograd_last, autograd_last};
+    if (stage > 0 && !nested) state.received_inputs = {r - p - last_in, last_in};
+    state.slot = slot_of(q);
+    state.recomputed = q < stop;
+    state.first = earlier == 0;
+    state.left_by_earlier = earlier == 0 ? 0 : left_first + (earlier - 1) * left_later;
+    return peak_bound_before_backward(baseline, memory, state, last_stage || nested);
+  };
+  // Right after the first backward, the others in flight hold at least nothing.
+  std::int64_t bound = baseline + left_first;
+  if (gpipe) {
+    bound = std::max(bound, before(0, m, m - 1, 0));
+    if (m >= 2) bound = std::max(bound, before(0, m - 1, m - 2, 1));
+  } else {
+    const int warmup = std::min(m, shape.stages - stage);
+    bound = std::max(bound, before(0, warmup, 0, 0));
+    // Before q's backward, forwards up to min(M, w + q) have run.
+    for (int q : {1, m - warmup, m - 1}) {
+      if (q >= 1 && q < m) bound = std::max(bound, before(q, std::min(m, warmup + q), q, q));
+    }
+  }
+  return bound;
 }
 
 }  // namespace pipetune

@@ -1,8 +1,10 @@
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 #include "sim/cost_model.hpp"
+#include "sim/plan.hpp"
 
 namespace pipetune {
 
@@ -41,5 +43,94 @@ struct StageMemory {
 /// `first_stage`: the model input needs no gradient, so the backward allocates none for it.
 StageMemory stage_memory(const CostModel& model, const SizeCosts& costs, int first, int end,
                          bool first_stage);
+
+/// What a task allocates on its device when it starts and frees when it ends; the simulator
+/// charges these, and the planner's memory bound is derived from them.
+struct MemoryEffect {
+  std::int64_t allocated = 0;
+  std::int64_t freed = 0;
+};
+
+/// What a backward (B, or W when split) frees besides its layer walk: the stage output and the
+/// received gradient (the last stage has neither), and the stage input when it is the stage's
+/// own buffer (received from another device, or left by a checkpointed stage on this one).
+std::int64_t dies_with_backward(const StageMemory& m, bool last_stage, bool own_input);
+/// A forward: with autograd it keeps kept_bytes; checkpointed, only the output survives (the
+/// last stage drops it with the loss).
+MemoryEffect forward_effect(const StageMemory& m, bool checkpointed, bool last_stage);
+MemoryEffect recompute_effect(const StageMemory& m);
+/// `first_time`: the stage's first backward, which creates the parameter gradients.
+MemoryEffect backward_effect(const StageMemory& m, bool first_time, std::int64_t dies);
+MemoryEffect input_backward_effect(const StageMemory& m);
+MemoryEffect weight_backward_effect(const StageMemory& m, std::int64_t param_bytes, bool first_time,
+                                    bool last_stage, std::int64_t dies);
+
+/// What a stage's backward leaves of its micro-batch once it has ended and its input gradient
+/// has gone to the previous device (kept activations and the walk's net change, less the held
+/// output and the input gradient): the parameter gradients for the first backward (`first_time`),
+/// nothing for the others, as long as the stage's last layer makes its own storage; when that
+/// layer is a view, the freed output's size may exceed the held storage's by up to the output's
+/// size.
+std::int64_t left_by_backward(const StageMemory& m, bool first_time, bool first_stage,
+                              bool last_stage);
+
+/// A device that runs one stage, just before one of its backwards (of micro-batch q) starts:
+/// what its programme has certainly left allocated. Slots: 0 the common micro-batch size, 1 a
+/// smaller last one.
+struct BeforeBackward {
+  /// Micro-batches forwarded with autograd and not yet backwarded, q included when it was.
+  std::array<int, 2> kept_forwards{};
+  /// Micro-batches forwarded and not yet backwarded whose input came from another device.
+  std::array<int, 2> received_inputs{};
+  int slot = 0;             ///< q's size
+  bool recomputed = false;  ///< q is recomputed right before this backward
+  bool first = false;       ///< the stage's first backward (no parameter gradients yet)
+  /// What the stage's earlier backwards left (left_by_backward() summed, or a lower bound).
+  std::int64_t left_by_earlier = 0;
+};
+
+/// A lower bound on the simulated peak of that device, from the effects above: `baseline`
+/// (parameters, optimizer state, the batch, library workspaces), the kept activations and
+/// received inputs in flight, q's recompute, its received gradient (unless `last_stage`) and
+/// what the earlier backwards left, plus what the backward allocates when it
+/// starts; for the first backward also the level once it ends. Only what is certain counts: a
+/// checkpointed forward's output, freed when its copy ends, does not. `memory[slot]` is
+/// stage_memory() at each size (or less of each term, for a weaker bound).
+std::int64_t peak_bound_before_backward(std::int64_t baseline,
+                                        const std::array<StageMemory, 2>& memory,
+                                        const BeforeBackward& state, bool last_stage);
+
+/// What stage_peak_bound() needs of a GPipe or 1F1B plan with one stage per device besides
+/// the stage's layers.
+struct StagePeakShape {
+  ScheduleKind schedule = ScheduleKind::GPipe;
+  CheckpointMode checkpoint = CheckpointMode::Never;
+  int micro_batches = 1;
+  bool last_differs = false;  ///< tensor.chunk left a smaller last micro-batch
+  int stages = 1;
+  double optimizer_state_factor = 0.0;
+  std::int64_t batch_input_bytes = 0;  ///< the mini-batch, on stage 0's device
+  std::int64_t library_bytes = 0;
+  /// Per size slot, the largest output of a layer that is a view (for `nested`, see below).
+  std::array<std::int64_t, 2> view_output_bytes{};
+};
+
+/// The shape of `plan` (its balance aside) for a profile of these costs.
+StagePeakShape stage_peak_shape(const CostModel& model, const Plan& plan, int stages);
+
+/// A lower bound on the simulated peak of the device that runs stage `stage` = layers [first,
+/// end), from peak_bound_before_backward() just before the backwards where the most is held
+/// (GPipe: of M - 1 and M - 2 after every forward; 1F1B: of 0 after the w = min(M, K - stage)
+/// warm-up forwards, of 1 after one more forward, of M - w, the first after the last forward,
+/// and of M - 1) and once the first backward has ended.
+/// `common`, `last`: the costs at the common and the last micro-batch size. With `nested` the
+/// stage's memory is reduced to its kept activations but the output's storage
+/// (SizeCosts::kept_bytes_within, O(1)), received
+/// inputs and gradients are left out, and each backward is taken to leave its parameter
+/// gradients (the first) less the largest output of a view layer: a weaker bound that only grows as
+/// the stage grows at either end (what the planner's tables over suffixes need).
+std::int64_t stage_peak_bound(const CostModel& model, const SizeCosts& common,
+                              const SizeCosts& last, const StagePeakShape& shape, int stage,
+                              int first, int end, bool nested);
 
 }  // namespace pipetune

@@ -3,12 +3,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <numeric>
 
 #include "sim/cost_model.hpp"
 #include "sim/error.hpp"
+#include "sim/memory_model.hpp"
 #include "sim/simulator.hpp"
 #include "sim/stage_timing.hpp"
 
@@ -102,10 +104,10 @@ class PlanSearch {
     for (int j = stages_ - 2; j >= 0; --j) {
       after_speed_[j] = std::max(after_speed_[j + 1], speed_[j + 1]);
       // Links after stage j + 1, each crossed by an activation and a gradient.
-      after_latency_[j] = j + 2 < stages_ ? after_latency_[j + 1] + 2.0 * link_[j + 1]->latency_ms : 0.0;
+      after_latency_[j] =
+          j + 2 < stages_ ? after_latency_[j + 1] + 2.0 * link_[j + 1]->latency_ms : 0.0;
     }
     max_speed_ = *std::max_element(speed_.begin(), speed_.end());
-    input_bytes_ = costs_.at(profile.batch_size).input_bytes;
   }
 
   PlanSearchResult run();
@@ -149,6 +151,8 @@ class PlanSearch {
   /// nested: without the received input and the sent output, whose sizes depend on where the
   /// stage starts and ends, so that the bound only grows as the stage grows at either end.
   std::int64_t memory_bound(int j, int a, int b, bool nested = false) const;
+  // Whether stage j = [a, b) passes the nested memory bound (see build_suffix_tables()).
+  bool fits_nested(int j, int a, int b) const { return fit_end_[j].empty() || b <= fit_end_[j][a]; }
   double time_bound(int j, int a, int b, double arrive, double drain) const;
   StageDurations durations(int j, int a, int b) const;
   struct Passes;
@@ -164,7 +168,8 @@ class PlanSearch {
   struct Passes {
     double arrive = 0.0, drain_full = 0.0, drain_last = 0.0;
   };
-  void search(int j, int a, double arrive, double drain, Passes exact, double worst, Objective objective);
+  void search(int j, int a, double arrive, double drain, Passes exact, double worst,
+              Objective objective);
   int first_open_end(int j, int a, double arrive, double drain, const Passes& exact) const;
   double last_stage_fill(int j, int b, double offset, double limit) const;
   void evaluate(const std::vector<int>& balance, Objective objective);
@@ -182,7 +187,8 @@ class PlanSearch {
   std::vector<std::int64_t> capacity_;
   std::vector<const Link*> link_;
   double total_speed_ = 0.0, max_speed_ = 0.0;
-  std::int64_t input_bytes_ = 0;
+  std::vector<std::vector<int>> fit_end_;  // [j][a]: the furthest end fitting device j's cap
+  StagePeakShape peak_shape_;              // of the configuration, for memory_bound()
 
   // The configuration being searched.
   const Config* config_ = nullptr;
@@ -190,17 +196,17 @@ class PlanSearch {
   const SizeCosts* last_size_ = nullptr;   // the last micro-batch's size
   std::vector<double> work_;               // prefix over layers of one iteration's compute
   int tasks_per_stage_ = 0;
-  std::vector<double> before_, after_;     // one micro-batch's pass: prefix and suffix sums
+  std::vector<double> before_, after_;  // one micro-batch's pass: prefix and suffix sums
   std::vector<std::vector<double>> suffix_, chained_;  // see build_suffix_tables()
   std::vector<int> balance_;
-  std::vector<StageDurations> durations_;         // of the stages placed, for the sweep
-  std::unique_ptr<IterationSweep> sweep_;         // leaves of this configuration
-  std::vector<double> pass_first_, pass_last_;    // suffix sums: see prepare()
-  std::vector<double> after_speed_;               // fastest device after stage j
-  std::vector<double> wait_before_;  // micro-batch 0's forward and the drain up to layer a
+  std::vector<StageDurations> durations_;       // of the stages placed, for the sweep
+  std::unique_ptr<IterationSweep> sweep_;       // leaves of this configuration
+  std::vector<double> pass_first_, pass_last_;  // suffix sums: see prepare()
+  std::vector<double> after_speed_;             // fastest device after stage j
+  std::vector<double> wait_before_;         // micro-batch 0's forward and the drain up to layer a
   std::vector<std::vector<double>> waits_;  // min-max of wait_cost() over suffixes
-  int followed_ = 0;  // the micro-batch whose way back wait_cost() follows
-  std::vector<double> after_latency_;             // latencies of the links after stage j + 1
+  int followed_ = 0;                        // the micro-batch whose way back wait_cost() follows
+  std::vector<double> after_latency_;       // latencies of the links after stage j + 1
   double config_best_ = kInf;
   PlanCandidate config_best_candidate_;
   double ranking_threshold_ = kInf;
@@ -223,7 +229,8 @@ std::vector<Config> PlanSearch::configurations() const {
   std::vector<int> first_chunks;
   for (int c : chunks) {
     if (c < 1 || c > max_chunks(profile_.batch_size)) {
-      throw InputError(fmt::format("chunks: expected {}, got {}", chunks_expectation(profile_.batch_size), c));
+      throw InputError(
+          fmt::format("chunks: expected {}, got {}", chunks_expectation(profile_.batch_size), c));
     }
     auto split = split_batch(profile_.batch_size, c);
     if (std::find(splits.begin(), splits.end(), split) == splits.end()) {
@@ -243,7 +250,8 @@ std::vector<Config> PlanSearch::configurations() const {
         c.checkpoint = checkpoint;
         c.schedule = schedule;
         // except_last with one micro-batch checkpoints nothing: the same plan as never.
-        if (checkpoint == CheckpointMode::ExceptLast && c.micro_batches() == 1 && never_too) continue;
+        if (checkpoint == CheckpointMode::ExceptLast && c.micro_batches() == 1 && never_too)
+          continue;
         out.push_back(std::move(c));
       }
     }
@@ -263,10 +271,19 @@ void PlanSearch::prepare(const Config& config) {
   const bool last_differs = config.sizes.back() != config.sizes.front();
   const int n_last = last_differs ? 1 : 0, n_first = m - n_last;
   const int r_last = last_differs && stop == m ? 1 : 0, r_first = std::min(stop, n_first);
+  {
+    Plan shape;
+    shape.chunks = config.chunks;
+    shape.checkpoint = config.checkpoint;
+    shape.schedule = config.schedule;
+    shape.optimizer_state_factor = options_.optimizer_state_factor;
+    peak_shape_ = stage_peak_shape(costs_, shape, stages_);
+  }
   work_.assign(layers_ + 1, 0.0);
   for (int k = 0; k < layers_; ++k) {
     // A recomputed micro-batch runs its forward without autograd, then again with it.
-    work_[k + 1] = work_[k] + n_first * (f.forward_ms[k] + f.backward_ms[k]) + r_first * f.forward_nograd_ms[k] +
+    work_[k + 1] = work_[k] + n_first * (f.forward_ms[k] + f.backward_ms[k]) +
+                   r_first * f.forward_nograd_ms[k] +
                    n_last * (l.forward_ms[k] + l.backward_ms[k]) + r_last * l.forward_nograd_ms[k];
   }
   tasks_per_stage_ = 2 * m + stop;
@@ -277,17 +294,23 @@ void PlanSearch::prepare(const Config& config) {
   pass_first_.assign(layers_ + 1, 0.0);
   pass_last_.assign(layers_ + 1, 0.0);
   for (int k = layers_ - 1; k >= 0; --k) {
-    pass_first_[k] = pass_first_[k + 1] + (recompute_first ? f.forward_nograd_ms[k] : f.forward_ms[k]) + f.backward_ms[k];
-    pass_last_[k] = pass_last_[k + 1] + (recompute_last ? l.forward_nograd_ms[k] : l.forward_ms[k]) + l.backward_ms[k];
+    pass_first_[k] = pass_first_[k + 1] +
+                     (recompute_first ? f.forward_nograd_ms[k] : f.forward_ms[k]) +
+                     f.backward_ms[k];
+    pass_last_[k] = pass_last_[k + 1] +
+                    (recompute_last ? l.forward_nograd_ms[k] : l.forward_ms[k]) + l.backward_ms[k];
   }
   // GPipe's drain follows micro-batch 0; 1F1B's the last one, or the last full-size one when
   // tensor.chunk left a smaller last one (its drain is the longer).
   followed_ = config.schedule == ScheduleKind::OneFOneB && last_differs && m >= 2 ? m - 2 : m - 1;
-  const SizeCosts& drained = config.schedule == ScheduleKind::OneFOneB && followed_ == m - 1 ? l : f;
+  const SizeCosts& drained =
+      config.schedule == ScheduleKind::OneFOneB && followed_ == m - 1 ? l : f;
   wait_before_.assign(layers_ + 1, 0.0);
   for (int k = 0; k < layers_; ++k) {
-    wait_before_[k + 1] = wait_before_[k] +
-                          ((recompute_first ? f.forward_nograd_ms[k] : f.forward_ms[k]) + drained.backward_ms[k]) / max_speed_;
+    wait_before_[k + 1] =
+        wait_before_[k] +
+        ((recompute_first ? f.forward_nograd_ms[k] : f.forward_ms[k]) + drained.backward_ms[k]) /
+            max_speed_;
   }
 
   // One micro-batch's pass through layers at the fastest device's speed. Before a stage: its
@@ -300,10 +323,14 @@ void PlanSearch::prepare(const Config& config) {
   before_.assign(layers_ + 1, 0.0);
   after_.assign(layers_ + 1, 0.0);
   for (int k = 0; k < layers_; ++k) {
-    before_[k + 1] = before_[k] + (std::min(f.forward_ms[k], f.forward_nograd_ms[k]) + f.backward_ms[k]) / max_speed_;
+    before_[k + 1] =
+        before_[k] +
+        (std::min(f.forward_ms[k], f.forward_nograd_ms[k]) + f.backward_ms[k]) / max_speed_;
   }
   for (int k = layers_ - 1; k >= 0; --k) {
-    after_[k] = after_[k + 1] + (std::min(onward.forward_ms[k], onward.forward_nograd_ms[k]) + f.backward_ms[k]) / max_speed_;
+    after_[k] = after_[k + 1] +
+                (std::min(onward.forward_ms[k], onward.forward_nograd_ms[k]) + f.backward_ms[k]) /
+                    max_speed_;
   }
 }
 
@@ -315,7 +342,8 @@ double PlanSearch::tail(int j, int a, int b) const {
   const Config& c = *config_;
   const int m = c.micro_batches();
   if (c.schedule == ScheduleKind::GPipe || m < 2 || c.sizes.back() == c.sizes.front()) return 0.0;
-  return backward(*last_size_, j, a, b) + (c.recomputed(m - 1) ? forward(*last_size_, j, a, b) : 0.0);
+  return backward(*last_size_, j, a, b) +
+         (c.recomputed(m - 1) ? forward(*last_size_, j, a, b) : 0.0);
 }
 
 // The most of stage j's own work that can run while a backward of stage j waits for a
@@ -446,8 +474,21 @@ void PlanSearch::build_suffix_tables() {
                  [this](int j, int a, int b) { return chained_cost(j, a, b); });
   // A stage that cannot fit its device is ruled out here too (infinitely slow): the nested memory
   // bound only grows with the stage, so the table keeps the monotony its search needs.
+  // The furthest end that fits, per stage and start: it never moves left as the start moves
+  // right (the bound shrinks), so one pass per stage finds them all.
+  fit_end_.assign(stages_, {});
+  for (int j = 0; j < stages_; ++j) {
+    if (capacity_[j] <= 0) continue;
+    fit_end_[j].assign(layers_, 0);
+    int end = 0;
+    for (int a = 0; a < layers_; ++a) {
+      end = std::max(end, a);
+      while (end < layers_ && memory_bound(j, a, end + 1, true) <= capacity_[j]) ++end;
+      fit_end_[j][a] = end;
+    }
+  }
   min_max_suffix(stages_, layers_, waits_, [this](int j, int a, int b) {
-    if (capacity_[j] > 0 && memory_bound(j, a, b, true) > capacity_[j]) return kInf;
+    if (!fits_nested(j, a, b)) return kInf;
     return wait_cost(j, a, b);
   });
 }
@@ -472,43 +513,10 @@ std::vector<int> PlanSearch::busy_balanced() const {
   return balance;
 }
 
-// A lower bound on the simulated peak of stage j's device: what is certainly allocated when its
-// first backward starts (parameters, optimizer state, the batch on stage 0, activations of the
-// micro-batches in flight, their received inputs, the received gradient), and at the end of the
-// iteration (plus the parameter gradients).
+// A lower bound on the simulated peak of stage j's device (stage_peak_bound(), derived from the
+// memory model's task effects); `nested` for the tables over suffixes.
 std::int64_t PlanSearch::memory_bound(int j, int a, int b, bool nested) const {
-  const Config& c = *config_;
-  const int m = c.micro_batches();
-  const std::int64_t params = costs_.param_bytes(a, b);
-  const std::int64_t base =
-      std::llround(static_cast<double>(params) * (1.0 + options_.optimizer_state_factor)) +
-      (j == 0 ? input_bytes_ : 0);
-  const bool gpipe = c.schedule == ScheduleKind::GPipe;
-  const int in_flight = gpipe ? m : std::min(m, stages_ - j);
-  const int first_backward = gpipe ? m - 1 : 0;
-  const int stop = recompute_stop(c);
-  const bool last_differs = c.sizes.back() != c.sizes.front();
-  const SizeCosts& f = *first_size_;
-  const SizeCosts& l = *last_size_;
-  // Sum over micro-batches [p, q) of a per-size value (only the last may have the last size).
-  auto sum = [&](int p, int q, std::int64_t first_value, std::int64_t last_value) -> std::int64_t {
-    if (q <= p) return 0;
-    const int n_last = last_differs && p <= m - 1 && m - 1 < q ? 1 : 0;
-    return (q - p - n_last) * first_value + n_last * last_value;
-  };
-  std::int64_t at_backward = base;
-  // Activations kept by forwards with autograd (micro-batches from `stop` on), and by the
-  // recompute of the first backward's micro-batch.
-  at_backward += sum(std::min(stop, in_flight), in_flight, f.kept_bytes(a, b), l.kept_bytes(a, b));
-  if (first_backward < stop) {
-    at_backward += first_backward == m - 1 ? l.kept_bytes(a, b) : f.kept_bytes(a, b);
-  }
-  if (nested) return std::max(base + params, at_backward);
-  if (j > 0) at_backward += sum(0, in_flight, f.stage_input_bytes(a), l.stage_input_bytes(a));
-  if (j + 1 < stages_) {
-    at_backward += first_backward == m - 1 ? l.output_bytes[b - 1] : f.output_bytes[b - 1];
-  }
-  return std::max(base + params, at_backward);
+  return stage_peak_bound(costs_, *first_size_, *last_size_, peak_shape_, j, a, b, nested);
 }
 
 // A lower bound on the simulated iteration time of any plan whose stage j is [a, b), given the
@@ -547,7 +555,8 @@ StageDurations PlanSearch::durations(int j, int a, int b) const {
 //   1..w-1 and 0's recompute; between q's forward and backward, backwards q-w+1..q-1 with
 //   their recomputes, q's recompute and forwards q+1..q+w-1. When q >= w the two intervals do
 //   not overlap (0's backward comes before q's forward), so both waits count.
-double PlanSearch::wait_bound(int j, int a, int b, const StageDurations& d, const Passes& before) const {
+double PlanSearch::wait_bound(int j, int a, int b, const StageDurations& d,
+                              const Passes& before) const {
   if (j + 1 == stages_) {
     const double own = before.arrive + busy(j, a, b);
     if (config_->schedule == ScheduleKind::GPipe) return own + before.drain_full;
@@ -614,7 +623,8 @@ PlanSearch::Waits PlanSearch::waits(int j, const StageDurations& d, int q, doubl
       // The smaller last micro-batch comes back sooner; the full-size one before it (whose trip
       // is micro-batch 0's) may come later, with only the last one's work to fill its wait. (M
       // >= 3 keeps it apart from micro-batch 0's forward and backward for the suffix table.)
-      const double fill = last.forward + last.recompute + last.backward + sums(m - 2, m - 1).recompute;
+      const double fill =
+          last.forward + last.recompute + last.backward + sums(m - 2, m - 1).recompute;
       out.idle = std::max(out.idle, trip_first - fill);
     }
     return out;
@@ -741,14 +751,16 @@ double PlanSearch::last_stage_fill(int j, int b, double offset, double limit) co
   const int m = c.micro_batches();
   const StageDurations d = durations(last, a, layers_);
   const int slot = c.sizes.back() != c.sizes.front() ? 1 : 0;
-  return (c.recomputed(m - 1) ? d.forward_nograd[slot] + d.forward[slot] : d.forward[slot]) + d.backward[slot] +
-         (c.recomputed(m - 2) ? d.forward[0] : 0.0);
+  return (c.recomputed(m - 1) ? d.forward_nograd[slot] + d.forward[slot] : d.forward[slot]) +
+         d.backward[slot] + (c.recomputed(m - 2) ? d.forward[0] : 0.0);
 }
 
-int PlanSearch::first_open_end(int j, int a, double arrive, double drain, const Passes& exact) const {
+int PlanSearch::first_open_end(int j, int a, double arrive, double drain,
+                               const Passes& exact) const {
   const int remaining = stages_ - 1 - j;
   const double limit = threshold(Objective::Time);
-  const bool follow_last = followed_ == config_->micro_batches() - 1 && config_->schedule == ScheduleKind::OneFOneB;
+  const bool follow_last =
+      followed_ == config_->micro_batches() - 1 && config_->schedule == ScheduleKind::OneFOneB;
   const double exact_drain = follow_last ? exact.drain_last : exact.drain_full;
   auto open = [&](int b) {
     return arrive + suffix_[remaining][b] < limit &&
@@ -797,19 +809,26 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
     }
     // arrive + busy - tail + drain only grows with b: nothing further right can do better.
     if (arrive + busy(j, a, b) - tail(j, a, b) + drain >= limit) break;
-    if (capacity_[j] > 0 && memory_bound(j, a, b) > capacity_[j]) continue;
+    // The nested memory bound only grows with b either: no further end fits.
+    if (!fits_nested(j, a, b)) break;
     double bound = std::max(worst, time_bound(j, a, b, arrive, drain));
     if (bound >= limit) continue;
     const StageDurations d = durations(j, a, b);
     bound = std::max(bound, wait_bound(j, a, b, d, exact));
     if (bound >= limit) continue;
+    if (capacity_[j] > 0) {
+      // The full bound walks the stage's layers: last, and counted like a sweep.
+      stats_.steps += 1 + static_cast<std::uint64_t>(b - a) / kSweepTasksPerStep;
+      if (memory_bound(j, a, b) > capacity_[j]) continue;
+    }
     balance_[j] = b - a;
     durations_[j] = d;
     if (last) {
       evaluate(balance_, objective);
       continue;
     }
-    const double next_arrive = arrive + least_forward(*first_size_, j, a, b) + copy(*first_size_, j, b);
+    const double next_arrive =
+        arrive + least_forward(*first_size_, j, a, b) + copy(*first_size_, j, b);
     const double next_drain = drain + backward(drain_size, j, a, b) + copy(drain_size, j, b);
     // The later stages wait for the passes through what is placed so far; chained_ counts the
     // passes from layer 0, so take out the part before b.
@@ -819,21 +838,26 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
     // Micro-batch 0 goes on as it runs here; the drain follows GPipe's micro-batch 0 and
     // 1F1B's last one.
     Passes onward;
-    onward.arrive = exact.arrive + (config_->recomputed(0) ? d.forward_nograd[0] : d.forward[0]) + d.activation_copy[0];
+    onward.arrive = exact.arrive + (config_->recomputed(0) ? d.forward_nograd[0] : d.forward[0]) +
+                    d.activation_copy[0];
     // The gradient copy back over this boundary carries as many bytes as the activation.
     onward.drain_full = exact.drain_full + d.backward[0] + d.activation_copy[0];
     onward.drain_last = exact.drain_last + d.backward[1] + d.activation_copy[1];
-    const double drain = followed_ == config_->micro_batches() - 1 && config_->schedule == ScheduleKind::OneFOneB
-                             ? onward.drain_last
-                             : onward.drain_full;
+    const double drain =
+        followed_ == config_->micro_batches() - 1 && config_->schedule == ScheduleKind::OneFOneB
+            ? onward.drain_last
+            : onward.drain_full;
     if (onward.arrive + drain - wait_before_[b] + waits_[remaining][b] >= limit) continue;
     {
       // The stages placed so far exactly, the later ones as round trips (see run_prefix).
       const double onward_tasks = 2.0 * overhead_ * (stages_ - 1 - j) + after_latency_[j];
-      double trip_first = pass_first_[b] / after_speed_[j] + onward_tasks + 2.0 * copy(*first_size_, j, b);
-      const double trip_last = pass_last_[b] / after_speed_[j] + onward_tasks + 2.0 * copy(*last_size_, j, b);
+      double trip_first =
+          pass_first_[b] / after_speed_[j] + onward_tasks + 2.0 * copy(*first_size_, j, b);
+      const double trip_last =
+          pass_last_[b] / after_speed_[j] + onward_tasks + 2.0 * copy(*last_size_, j, b);
       if (config_->schedule == ScheduleKind::GPipe && config_->micro_batches() >= 2) {
-        stats_.steps += static_cast<std::uint64_t>(std::max(0, stages_ - 2 - j));  // its greedy fill
+        stats_.steps +=
+            static_cast<std::uint64_t>(std::max(0, stages_ - 2 - j));  // its greedy fill
         const double fill = last_stage_fill(j, b, onward.arrive + drain - wait_before_[b], limit);
         if (fill < 0.0) continue;  // no completion can beat the threshold
         trip_first += fill;
@@ -875,18 +899,20 @@ PlanSearchResult PlanSearch::run() {
     }
     prepare(config);
     build_suffix_tables();
-    const double root =
-        std::max({config.lower_bound, suffix_[stages_][0], chained_[stages_][0], waits_[stages_][0]});
+    const double root = std::max(
+        {config.lower_bound, suffix_[stages_][0], chained_[stages_][0], waits_[stages_][0]});
     if (root >= ranking_threshold_) {
       ++stats_.configurations_skipped;
       continue;
     }
     config_best_ = kInf;
-    sweep_ = std::make_unique<IterationSweep>(config.schedule, config.checkpoint, stages_, config.micro_batches(),
+    sweep_ = std::make_unique<IterationSweep>(config.schedule, config.checkpoint, stages_,
+                                              config.micro_batches(),
                                               config.sizes.back() != config.sizes.front());
     durations_.assign(stages_, StageDurations{});
     const std::vector<int> first = busy_balanced();  // a good first incumbent
-    for (int j = 0, a = 0; j < stages_; a += first[j++]) durations_[j] = durations(j, a, a + first[j]);
+    for (int j = 0, a = 0; j < stages_; a += first[j++])
+      durations_[j] = durations(j, a, a + first[j]);
     evaluate(first, Objective::Time);
     search(0, 0, 0.0, 0.0, {}, 0.0, Objective::Time);
     if (out_of_budget_) unexplored = std::min(unexplored, root);
@@ -924,10 +950,11 @@ PlanSearchResult PlanSearch::run() {
 
 PlanSearchResult find_best_plans(const Profile& profile, const Hardware& hardware,
                                  const PlannerOptions& options) {
-  const int stages = options.stages > 0 ? options.stages : static_cast<int>(hardware.devices.size());
+  const int stages =
+      options.stages > 0 ? options.stages : static_cast<int>(hardware.devices.size());
   if (stages > static_cast<int>(hardware.devices.size())) {
-    throw InputError(fmt::format("--stages: {} stages asked for, the hardware has {} devices", stages,
-                                 hardware.devices.size()));
+    throw InputError(fmt::format("--stages: {} stages asked for, the hardware has {} devices",
+                                 stages, hardware.devices.size()));
   }
   if (stages > static_cast<int>(profile.layer_count())) {
     throw InputError(fmt::format("{} stages asked for, but the profile has only {} layers", stages,
@@ -936,7 +963,9 @@ PlanSearchResult find_best_plans(const Profile& profile, const Hardware& hardwar
   // Calibration applied up front, so that the bounds see the durations the simulator will.
   Hardware used = calibrated(hardware, stages);
   used.devices.resize(stages);
-  std::erase_if(used.links, [stages](const LinkOverride& o) { return o.first >= stages || o.second >= stages; });
+  std::erase_if(used.links, [stages](const LinkOverride& o) {
+    return o.first >= stages || o.second >= stages;
+  });
   PlanSearch search(profile, used, options);
   return search.run();
 }

@@ -35,7 +35,9 @@ bool is_compute(TaskKind kind) {
   return kind != TaskKind::SendActivation && kind != TaskKind::SendGradient;
 }
 
-std::string SimTask::label() const { return task_label(kind, stage, micro_batch); }
+std::string SimTask::label() const {
+  return task_label(kind, stage, micro_batch);
+}
 
 std::string task_label(TaskKind kind, int stage, int micro_batch) {
   switch (kind) {
@@ -58,7 +60,8 @@ std::string task_label(TaskKind kind, int stage, int micro_batch) {
 }
 
 bool SimulationResult::fits() const {
-  return std::all_of(devices.begin(), devices.end(), [](const DeviceReport& d) { return d.fits(); });
+  return std::all_of(devices.begin(), devices.end(),
+                     [](const DeviceReport& d) { return d.fits(); });
 }
 
 std::int64_t SimulationResult::max_peak_memory_bytes() const {
@@ -73,8 +76,8 @@ Simulator::Simulator(const Profile& profile, const Hardware& hardware)
   links_.resize(static_cast<std::size_t>(devices) * devices);
   for (int from = 0; from < devices; ++from) {
     for (int to = 0; to < devices; ++to) {
-      links_[from * devices + to] =
-          hardware.calibration.copy ? &*hardware.calibration.copy : &hardware.link_between(from, to);
+      links_[from * devices + to] = hardware.calibration.copy ? &*hardware.calibration.copy
+                                                              : &hardware.link_between(from, to);
     }
   }
   graph_.graph = std::make_unique<TaskGraph>();
@@ -98,10 +101,10 @@ struct StageCost {
 // What a plan is made of, in the terms the task effects need.
 struct PlanShape {
   int stages = 0, devices = 0;
-  std::vector<int> device_of;           ///< per stage
-  std::vector<int> first;               ///< layers [first[s], first[s+1]) form stage s
-  std::vector<std::int64_t> sizes;      ///< per micro-batch
-  std::vector<std::uint8_t> slot_of;    ///< per micro-batch: 0 the common size, 1 a smaller last
+  std::vector<int> device_of;            ///< per stage
+  std::vector<int> first;                ///< layers [first[s], first[s+1]) form stage s
+  std::vector<std::int64_t> sizes;       ///< per micro-batch
+  std::vector<std::uint8_t> slot_of;     ///< per micro-batch: 0 the common size, 1 a smaller last
   std::vector<std::uint8_t> recomputed;  ///< per micro-batch
 };
 
@@ -138,16 +141,19 @@ std::vector<std::array<StageCost, 2>> stage_costs(const CostModel& costs, const 
 
 // Memory that lives through the whole iteration: parameters, optimizer state, the batch, and
 // the libraries' workspaces on every device that computes.
-std::vector<std::int64_t> baseline_memory(const CostModel& costs, const Plan& plan, const PlanShape& shape) {
+std::vector<std::int64_t> baseline_memory(const CostModel& costs, const Plan& plan,
+                                          const PlanShape& shape) {
   std::vector<std::int64_t> baseline(shape.devices, 0);
   std::vector<std::uint8_t> computes(shape.devices, 0);
   for (int s = 0; s < shape.stages; ++s) {
-    const double params = static_cast<double>(costs.param_bytes(shape.first[s], shape.first[s + 1]));
+    const double params =
+        static_cast<double>(costs.param_bytes(shape.first[s], shape.first[s + 1]));
     baseline[shape.device_of[s]] += std::llround(params * (1.0 + plan.optimizer_state_factor));
     computes[shape.device_of[s]] = 1;
   }
   baseline[shape.device_of[0]] += costs.at(costs.profile().batch_size).input_bytes;
-  for (int d = 0; d < shape.devices; ++d) baseline[d] += computes[d] ? costs.profile().device.library_bytes : 0;
+  for (int d = 0; d < shape.devices; ++d)
+    baseline[d] += computes[d] ? costs.profile().device.library_bytes : 0;
   return baseline;
 }
 
@@ -164,58 +170,44 @@ double set_compute_effects(TaskGraph& graph, int task, const StageCost& c, const
   // stage's output, which that stage frees. The stage output and the received gradient die
   // with it too; the last stage has neither (its output died with the forward).
   const bool own_input = s > 0 && (shape.device_of[s - 1] != t.device || recomputed);
-  const std::int64_t dies_with_backward = (last_stage ? 0 : 2 * m.output_bytes) + (own_input ? m.input_bytes : 0);
+  const std::int64_t dies = dies_with_backward(m, last_stage, own_input);
   double ms = 0.0;
+  MemoryEffect effect;
   switch (t.kind) {
     case TaskKind::Forward:
       ms = recomputed ? c.forward_nograd_ms : c.forward_ms;
-      if (recomputed) {
-        // No autograd: only the output survives; the last stage drops it with the loss.
-        engine.set_start_effect(task, counter, m.output_bytes + m.checkpointed_forward_transient);
-        engine.set_end_effect(task, counter, m.checkpointed_forward_transient + (last_stage ? m.output_bytes : 0));
-      } else {
-        engine.set_start_effect(task, counter, m.kept_bytes + m.forward_transient);
-        engine.set_end_effect(task, counter, m.forward_transient);
-      }
+      effect = forward_effect(m, recomputed, last_stage);
       break;
     case TaskKind::Recompute:
       ms = c.forward_ms;
-      engine.set_start_effect(task, counter, m.kept_bytes + m.forward_transient);
-      engine.set_end_effect(task, counter, m.forward_transient);
+      effect = recompute_effect(m);
       break;
-    case TaskKind::Backward: {
+    case TaskKind::Backward:
       ms = c.backward_ms;
-      const std::int64_t peak = first_time ? m.backward_peak_first : m.backward_peak;
-      const std::int64_t net = first_time ? m.backward_net_first : m.backward_net;
-      engine.set_start_effect(task, counter, peak);
-      engine.set_end_effect(task, counter, (peak - net) + dies_with_backward);
+      effect = backward_effect(m, first_time, dies);
       break;
-    }
     case TaskKind::InputGrad:
-      // The graph stays: I leaves its input gradient and the gradients W reads.
       ms = c.backward_input_ms;
-      engine.set_start_effect(task, counter, m.input_backward_peak);
-      engine.set_end_effect(task, counter, m.input_backward_peak - m.input_backward_net);
+      effect = input_backward_effect(m);
       break;
     case TaskKind::WeightGrad:
-      // The parameter gradients (kept the first time, added into .grad later), then the
-      // graph's activations, the gradients I kept and what dies with any backward.
       ms = c.backward_weight_ms;
-      engine.set_start_effect(task, counter, c.param_bytes);
-      engine.set_end_effect(task, counter,
-                            (first_time ? 0 : c.param_bytes) + m.weight_kept_gradients + m.kept_bytes -
-                                (last_stage ? 0 : m.output_bytes) + dies_with_backward);
+      effect = weight_backward_effect(m, c.param_bytes, first_time, last_stage, dies);
       break;
     default:
-      break;
+      engine.set_duration(task, ms);
+      return ms;
   }
+  engine.set_start_effect(task, counter, effect.allocated);
+  engine.set_end_effect(task, counter, effect.freed);
   engine.set_duration(task, ms);
   return ms;
 }
 
 // A copy's duration and memory effects: the receiver allocates at once; the sender frees a
 // gradient when it is done, and an activation when it is checkpointed (nothing else holds it).
-void set_copy_effects(TaskGraph& graph, int task, const StageMemory& m, const PlanShape& shape, const Link& link) {
+void set_copy_effects(TaskGraph& graph, int task, const StageMemory& m, const PlanShape& shape,
+                      const Link& link) {
   SimTask& t = graph.tasks[static_cast<std::size_t>(task)];
   const bool gradient = t.kind == TaskKind::SendGradient;
   t.bytes = gradient ? m.input_bytes : m.output_bytes;
@@ -284,9 +276,10 @@ SimulationResult Simulator::run(const Plan& plan, const Schedule& schedule,
   if (!plan.devices.empty()) {
     device_of = stage_devices(plan, hardware_);
   } else if (schedule.ranks() > devices) {
-    throw InputError(fmt::format("the schedule has {} programmes (rows); the hardware has {} "
-                                 "device{}",
-                                 schedule.ranks(), devices, devices == 1 ? "" : "s"));
+    throw InputError(
+        fmt::format("the schedule has {} programmes (rows); the hardware has {} "
+                    "device{}",
+                    schedule.ranks(), devices, devices == 1 ? "" : "s"));
   }
   graph_for(schedule, device_of);
   return simulate(plan, device_of, options);
@@ -321,7 +314,8 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
     if (is_compute(t.kind)) {
       busy[t.device] += set_compute_effects(graph, static_cast<int>(id), c, shape);
     } else {
-      set_copy_effects(graph, static_cast<int>(id), c.memory, shape, *links_[t.device * devices + t.peer]);
+      set_copy_effects(graph, static_cast<int>(id), c.memory, shape,
+                       *links_[t.device * devices + t.peer]);
     }
   }
 
@@ -333,8 +327,9 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
   result.iteration_ms = engine.makespan();
   result.task_count = engine.task_count();
   result.throughput_samples_per_s =
-      result.iteration_ms > 0 ? static_cast<double>(profile_.batch_size) / (result.iteration_ms / 1e3)
-                              : 0.0;
+      result.iteration_ms > 0
+          ? static_cast<double>(profile_.batch_size) / (result.iteration_ms / 1e3)
+          : 0.0;
   double busy_total = 0.0;
   for (int d = 0; d < devices; ++d) {
     DeviceReport report;

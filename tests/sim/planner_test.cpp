@@ -1,6 +1,8 @@
 // The planner against brute force: every balance x chunk count x checkpoint mode x schedule
 // through the simulator.
 
+#include "sim/planner.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,14 +11,14 @@
 #include <random>
 
 #include "bench/synthetic_profile.hpp"
-#include "sim/planner.hpp"
 #include "sim/simulator.hpp"
 #include "tests/sim/fixtures.hpp"
 
 namespace pipetune {
 namespace {
 
-void for_each_balance(int layers, int stages, const std::function<void(const std::vector<int>&)>& visit) {
+void for_each_balance(int layers, int stages,
+                      const std::function<void(const std::vector<int>&)>& visit) {
   std::vector<int> balance;
   std::function<void(int)> go = [&](int left) {
     const int placed = static_cast<int>(balance.size());
@@ -50,16 +52,18 @@ BruteForce brute_force(const Profile& profile, const Hardware& hw) {
   for (int chunks = 1; chunks <= profile.batch_size; ++chunks) {
     for (auto checkpoint : kAllCheckpointModes) {
       for (auto schedule : kSingleStageScheduleKinds) {
-        for_each_balance(static_cast<int>(profile.layer_count()), stages, [&](const std::vector<int>& balance) {
-          const Plan plan = testing::make_plan(balance, chunks, checkpoint, schedule);
-          const auto r = simulator.run(plan);
-          out.leanest_peak = std::min(out.leanest_peak, static_cast<double>(r.max_peak_memory_bytes()));
-          if (!r.fits()) return;
-          auto key = std::make_tuple(r.micro_batch_sizes, checkpoint, schedule);
-          auto [it, inserted] = out.per_config.emplace(key, r.iteration_ms);
-          if (!inserted) it->second = std::min(it->second, r.iteration_ms);
-          if (r.iteration_ms < out.best_ms) out.best_ms = r.iteration_ms, out.best_plan = plan;
-        });
+        for_each_balance(
+            static_cast<int>(profile.layer_count()), stages, [&](const std::vector<int>& balance) {
+              const Plan plan = testing::make_plan(balance, chunks, checkpoint, schedule);
+              const auto r = simulator.run(plan);
+              out.leanest_peak =
+                  std::min(out.leanest_peak, static_cast<double>(r.max_peak_memory_bytes()));
+              if (!r.fits()) return;
+              auto key = std::make_tuple(r.micro_batch_sizes, checkpoint, schedule);
+              auto [it, inserted] = out.per_config.emplace(key, r.iteration_ms);
+              if (!inserted) it->second = std::min(it->second, r.iteration_ms);
+              if (r.iteration_ms < out.best_ms) out.best_ms = r.iteration_ms, out.best_plan = plan;
+            });
       }
     }
   }
@@ -70,10 +74,25 @@ TEST(Planner, EqualsBruteForceOnRandomInstances) {
   std::mt19937 rng(2024);
   int with_caps = 0, infeasible = 0;
   for (int trial = 0; trial < 48; ++trial) {
-    const int layers = 2 + static_cast<int>(rng() % 13);             // 2..14
+    const int layers = 2 + static_cast<int>(rng() % 13);                   // 2..14
     const int stages = 1 + static_cast<int>(rng() % std::min(layers, 4));  // 1..4
     const std::int64_t batch = 1 + rng() % 8;
-    const Profile profile = testing::random_profile(rng, layers, batch);
+    Profile profile = testing::random_profile(rng, layers, batch);
+    if (trial % 3 == 2) {
+      // Layers that keep or alias storages, and measured backward peaks: the memory bound's
+      // terms that a plain profile leaves at their defaults (own generator, so that the other
+      // trials stay as they were).
+      std::mt19937 flags(static_cast<unsigned>(trial));
+      for (auto& l : profile.layers) {
+        l.keeps_input = flags() % 3 != 0;
+        l.keeps_output = flags() % 3 == 0;
+        l.output_aliases_input = flags() % 4 == 0;
+        for (std::size_t k = 0; k < profile.micro_batch_sizes.size() && trial % 4 == 3; ++k) {
+          l.backward_peak_bytes.push_back(static_cast<std::int64_t>(flags() % 20000));
+          l.backward_accumulate_peak_bytes.push_back(static_cast<std::int64_t>(flags() % 20000));
+        }
+      }
+    }
     Hardware hw = replicate_device(profile.device, stages);
     hw.link.bandwidth_bytes_per_s = 1e5 * (1 + rng() % 100);
     hw.link.latency_ms = (rng() % 5) / 10.0;
@@ -82,7 +101,8 @@ TEST(Planner, EqualsBruteForceOnRandomInstances) {
     if (trial % 2 == 1) {
       // Caps that bind: between the leanest and the largest peaks of the unconstrained plans.
       const BruteForce free = brute_force(profile, hw);
-      const std::int64_t cap = static_cast<std::int64_t>(free.leanest_peak * (1.0 + (rng() % 40) / 100.0));
+      const std::int64_t cap =
+          static_cast<std::int64_t>(free.leanest_peak * (1.0 + (rng() % 40) / 100.0));
       for (auto& d : hw.devices) d.memory_bytes = cap;
       ++with_caps;
     }
@@ -90,14 +110,15 @@ TEST(Planner, EqualsBruteForceOnRandomInstances) {
     PlannerOptions options;
     options.top = 100;  // every configuration, so each one's best can be checked
     const PlanSearchResult result = find_best_plans(profile, hw, options);
-    SCOPED_TRACE(::testing::Message() << "trial " << trial << ": " << layers << " layers, " << stages
-                                      << " stages, batch " << batch);
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << ": " << layers << " layers, "
+                                      << stages << " stages, batch " << batch);
     EXPECT_TRUE(result.stats.proven);
     if (expected.per_config.empty()) {
       ++infeasible;
       EXPECT_TRUE(result.ranked.empty());
       ASSERT_TRUE(result.leanest);
-      EXPECT_DOUBLE_EQ(static_cast<double>(result.leanest->max_peak_memory_bytes()), expected.leanest_peak);
+      EXPECT_DOUBLE_EQ(static_cast<double>(result.leanest->max_peak_memory_bytes()),
+                       expected.leanest_peak);
       continue;
     }
     ASSERT_FALSE(result.ranked.empty());
@@ -107,10 +128,11 @@ TEST(Planner, EqualsBruteForceOnRandomInstances) {
     // Every ranked entry is its configuration's best, and the list is sorted.
     for (std::size_t k = 0; k < result.ranked.size(); ++k) {
       const auto& c = result.ranked[k];
-      const auto key = std::make_tuple(split_batch(profile.batch_size, c.plan.chunks), c.plan.checkpoint,
-                                       c.plan.schedule);
+      const auto key = std::make_tuple(split_batch(profile.batch_size, c.plan.chunks),
+                                       c.plan.checkpoint, c.plan.schedule);
       ASSERT_TRUE(expected.per_config.count(key)) << describe_plan(c.plan);
-      EXPECT_NEAR(c.iteration_ms, expected.per_config.at(key), 1e-9 * c.iteration_ms) << describe_plan(c.plan);
+      EXPECT_NEAR(c.iteration_ms, expected.per_config.at(key), 1e-9 * c.iteration_ms)
+          << describe_plan(c.plan);
       if (k > 0) {
         EXPECT_LE(result.ranked[k - 1].iteration_ms, c.iteration_ms);
       }
@@ -124,8 +146,8 @@ TEST(Planner, EqualsBruteForceOnRandomInstances) {
   EXPECT_GT(with_caps, 10);
 }
 
-// torchgpipe's balancer is not optimal (docs/references.md). With many micro-batches the iteration is
-// (total + (M - 1) x the slowest stage) per pass, so the best plan has the least bottleneck.
+// torchgpipe's balancer is not optimal (docs/references.md). With many micro-batches the iteration
+// is (total + (M - 1) x the slowest stage) per pass, so the best plan has the least bottleneck.
 std::vector<int> best_balance(const std::vector<double>& costs, int devices) {
   std::vector<testing::LayerSpec> specs;
   for (double c : costs) specs.push_back({c, 2 * c, 0, 0, 0, 0});
