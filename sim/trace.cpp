@@ -62,6 +62,18 @@ int count_field(const Node& node) {
   return static_cast<int>(v);
 }
 
+// A step runs each task once: `event_of_task` keeps the path of each task's event so far.
+void refuse_repeated_task(std::map<StepTaskKey, std::string>& event_of_task, const TraceTask& task,
+                          const Node& event) {
+  const auto [first, inserted] = event_of_task.emplace(
+      StepTaskKey{task.kind, task.stage, task.micro_batch, task.step}, event.path());
+  if (!inserted) {
+    event.fail_message(
+        fmt::format("expected each task once a step, got {} of step {} again (first at {})",
+                    task.label(), task.step, first->second));
+  }
+}
+
 ordered_json summary_json(const Trace& t) {
   ordered_json devices = ordered_json::array();
   for (const auto& d : t.devices) {
@@ -331,7 +343,7 @@ Trace parse_trace(std::string_view text, const std::string& source) {
     }
     return static_cast<int>(p);
   };
-  std::map<StepTaskKey, std::string> event_of_task;  // a step runs each task once
+  std::map<StepTaskKey, std::string> event_of_task;
   for (const Node& e : root.field("traceEvents").elements()) {
     const Node ph = e.field("ph");
     const std::string phase = ph.string();
@@ -380,13 +392,7 @@ Trace parse_trace(std::string_view text, const std::string& source) {
         task.peer = static_cast<int>(peer);
         task.bytes = args.field("bytes").bytes();
       }
-      const auto [first, inserted] = event_of_task.emplace(
-          StepTaskKey{task.kind, task.stage, task.micro_batch, task.step}, e.path());
-      if (!inserted) {
-        e.fail_message(
-            fmt::format("expected each task once a step, got {} of step {} again (first at {})",
-                        task.label(), task.step, first->second));
-      }
+      refuse_repeated_task(event_of_task, task, e);
       trace.tasks.push_back(task);
     } else if (phase == "C") {
       if (e.field("name").string() != "memory") continue;
