@@ -138,192 +138,251 @@ void add_run_command(CLI::App& app, std::vector<Command>& commands) {
   });
 }
 
-int run_plan(const std::shared_ptr<RunFlags>& flags) {
-  {
-    std::vector<double> clock_offsets_ms, clock_round_trips_ms;  // per rank, on rank 0
-    const Plan plan = load_plan(flags->plan);
-    exec::ExecutorOptions options;
-    options.devices = exec::executor_devices(plan, flags->device);
-    options.threads_per_cpu_device = flags->threads;
-    distributed::LaunchEnvironment launch;
-    if (flags->distributed) {
-      launch = distributed::read_launch_environment();
-      // Refused before any work, on every rank alike.
-      if (static_cast<int>(options.devices.size()) != launch.world_size) {
-        throw InputError(fmt::format(
-            "{}: the plan has {} devices ({}) but WORLD_SIZE is {}: --distributed runs one "
-            "process per device",
-            flags->plan, options.devices.size(), fmt::join(options.devices, ", "),
-            launch.world_size));
-      }
-      if (flags->device == "cuda") {
-        throw InputError(
-            "--distributed --device cuda: NCCL transport is not in this build yet; use --device "
-            "cpu (Gloo)");
-      }
-      if (flags->threads == 0) {
-        // The ranks on this machine share its cores.
-        options.threads_per_cpu_device = exec::cpu_threads_per_device(launch.local_world_size);
-      }
-    } else if (!flags->links_out.empty()) {
+namespace {
+
+// The devices, threads and runtime options the plan runs with; for a distributed run also the
+// launcher's environment, checked against the plan before any work, on every rank alike.
+exec::ExecutorOptions executor_options(const RunFlags& flags, const Plan& plan,
+                                       distributed::LaunchEnvironment& launch) {
+  exec::ExecutorOptions options;
+  options.devices = exec::executor_devices(plan, flags.device);
+  options.threads_per_cpu_device = flags.threads;
+  if (flags.distributed) {
+    launch = distributed::read_launch_environment();
+    if (static_cast<int>(options.devices.size()) != launch.world_size) {
+      throw InputError(fmt::format(
+          "{}: the plan has {} devices ({}) but WORLD_SIZE is {}: --distributed runs one "
+          "process per device",
+          flags.plan, options.devices.size(), fmt::join(options.devices, ", "), launch.world_size));
+    }
+    if (flags.device == "cuda") {
       throw InputError(
-          "--links-out: only with --distributed (pipetune profile --hardware-out probes one "
-          "process)");
+          "--distributed --device cuda: NCCL transport is not in this build yet; use --device "
+          "cpu (Gloo)");
     }
-    const bool reports = !flags->distributed || launch.rank == 0;
-    // A file that cannot be written is known now, not after the run.
-    if (reports && !flags->trace.empty()) check_writable(flags->trace, "--trace");
-    if (reports && !flags->links_out.empty()) check_writable(flags->links_out, "--links-out");
-    models::Model model = build_model_from(flags->model, flags->seed);
-    models::check_model_batch(model, flags->batch);
-    options.seed = flags->seed;
-    options.learning_rate = flags->learning_rate;
-    options.optimizer = exec::parse_optimizer(flags->optimizer);
-    // A plan predicted not to fit is refused now, not by an out-of-memory error mid-step.
-    validate::FitCheck fit;
-    fit.plan_source = flags->plan;
-    fit.profile_path = flags->profile;
-    fit.hardware_path = flags->hardware;
-    if (!flags->memory.empty()) {
-      fit.memory_bytes = parse_memory(flags->memory, "--memory");
-      if (fit.memory_bytes == 0) {  // no device has none
-        throw InputError(fmt::format("--memory: expected a size such as 16GiB, got \"{}\"", flags->memory));
-      }
+    if (flags.threads == 0) {
+      // The ranks on this machine share its cores.
+      options.threads_per_cpu_device = exec::cpu_threads_per_device(launch.local_world_size);
     }
-    fit.device_kind = flags->device;
-    fit.devices = options.devices;
-    fit.batch = flags->batch;
-    fit.optimizer_state_factor = exec::optimizer_state_factor(options.optimizer);
-    const auto misfits = validate::predict_misfits(fit, exec::with_executor_devices(plan, options.devices),
-                                                   [&] { return build_model_from(flags->model, flags->seed); });
-    if (!misfits.empty()) {
-      const std::string what = validate::misfit_message(flags->plan, misfits);
-      if (!flags->force) throw WorkError(what + " (--force runs it anyway)");
-      std::fprintf(stderr, "warning: %s; running it anyway (--force)\n", what.c_str());
-    }
-    if (flags->distributed) {
-      options.transport = distributed::connect(launch, flags->timeout_s);
-      connected_transport = options.transport;
-      // What each rank's clock alignment measured, for the report: "offset round_trip".
-      const auto parts = options.transport->gather(
-          "clocks", fmt::format("{} {}", options.transport->clock_offset_ms(),
-                                options.transport->clock_round_trip_ms()));
-      for (const auto& part : parts) {
-        std::istringstream in(part);
-        double offset = 0.0, round_trip = 0.0;
-        in >> offset >> round_trip;
-        clock_offsets_ms.push_back(offset);
-        clock_round_trips_ms.push_back(round_trip);
-      }
-      if (!flags->links_out.empty()) {
-        const Hardware links =
-            distributed::probe_process_links(*options.transport, options.devices);
-        if (reports) save_hardware(links, flags->links_out);
-      }
-    }
-    exec::Pipeline pipeline(model, exec::with_executor_devices(plan, options.devices), flags->batch,
-                            options);
-
-    const std::string progress = reports ? progress_mode(flags->progress) : std::string("none");
-    ProgressBar bar("steps");
-    running_pipeline = &pipeline;
-    auto previous = std::signal(SIGINT, on_interrupt);
-    std::vector<exec::StepRecord> steps;
-    const int total = flags->warmup + flags->steps;
-    bool interrupted = false;
-    try {
-      for (int k = 0; k < total; ++k) {
-        auto [input, target] = model.make_batch(flags->batch, k, flags->seed);
-        exec::StepRecord record = pipeline.step(input, target);
-        if (k >= flags->warmup) steps.push_back(std::move(record));
-        if (progress == "lines") {
-          std::fprintf(stderr, "progress %d %d\n", k + 1, total);
-        } else if (progress == "bar") {
-          const double rate = steps.empty() ? 0.0 : 1e3 / steps.back().step_ms;
-          bar.update(static_cast<std::size_t>(k + 1), static_cast<std::size_t>(total),
-                     fmt::format("{:.1f} steps/s", rate));
-        }
-      }
-    } catch (const exec::Interrupted&) {
-      interrupted = true;
-    }
-    std::signal(SIGINT, previous);
-    running_pipeline = nullptr;
-    bar.finish();
-
-    std::vector<double> pipeline_ms, step_ms, losses;
-    std::vector<std::int64_t> peaks(pipeline.device_names().size(), 0);
-    for (const auto& s : steps) {
-      pipeline_ms.push_back(s.pipeline_ms);
-      step_ms.push_back(s.step_ms);
-      losses.push_back(s.loss);
-      for (std::size_t d = 0; d < peaks.size(); ++d)
-        peaks[d] = std::max(peaks[d], s.peak_memory_bytes[d]);
-    }
-    const exec::StepRecord* shown = steps.empty() ? nullptr : &steps[median_step(pipeline_ms)];
-    if (!reports) return interrupted ? 130 : 0;  // rank 0 speaks for the run
-    if (!flags->trace.empty() && shown) {
-      save_trace(exec::measured_trace(pipeline, *shown, model.name), flags->trace);
-    }
-
-    if (flags->json) {
-      nlohmann::ordered_json out;
-      out["losses"] = losses;
-      out["step_ms"] = step_ms;
-      out["pipeline_ms"] = pipeline_ms;
-      out["peak_memory_bytes"] = peaks;
-      out["devices"] = pipeline.device_names();
-      if (flags->distributed) {
-        out["clock_offset_ms"] = clock_offsets_ms;
-        out["clock_round_trip_ms"] = clock_round_trips_ms;
-      }
-      std::fputs((out.dump() + "\n").c_str(), stdout);
-    } else {
-      std::printf("model     %s (%s), batch %lld\n", model.name.c_str(), model.spec.c_str(),
-                  static_cast<long long>(flags->batch));
-      std::printf("plan      %s on %s\n", describe_plan(plan).c_str(),
-                  fmt::format("{}", fmt::join(pipeline.device_names(), ", ")).c_str());
-      if (flags->distributed) {
-        std::printf(
-            "ranks     %d processes (rank i runs device i), Gloo; clocks aligned on rank 0's\n",
-            launch.world_size);
-        std::vector<std::string> clocks;
-        for (std::size_t r = 1; r < clock_offsets_ms.size(); ++r) {
-          clocks.push_back(fmt::format("rank {} {:+.3f} ms (round trip {:.3f} ms)", r,
-                                       clock_offsets_ms[r], clock_round_trips_ms[r]));
-        }
-        if (!clocks.empty())
-          std::printf("clocks    %s\n", fmt::format("{}", fmt::join(clocks, ", ")).c_str());
-      }
-      if (!flags->links_out.empty())
-        std::printf("links     %s (measured between the ranks)\n", flags->links_out.c_str());
-      for (std::size_t k = 0; k < steps.size(); ++k) {
-        std::printf("step %3zu  loss %.4f  step %s ms  pipeline %s ms\n", k + 1, steps[k].loss,
-                    format_ms(steps[k].step_ms).c_str(), format_ms(steps[k].pipeline_ms).c_str());
-      }
-      if (!steps.empty()) {
-        std::printf("median    pipeline %s ms, step %s ms, %.1f samples/s\n",
-                    format_ms(median(pipeline_ms)).c_str(), format_ms(median(step_ms)).c_str(),
-                    static_cast<double>(flags->batch) / (median(step_ms) / 1e3));
-        std::vector<std::string> peak_text;
-        for (std::size_t d = 0; d < peaks.size(); ++d) {
-          peak_text.push_back(
-              fmt::format("{} {}", pipeline.device_names()[d], format_bytes(peaks[d])));
-        }
-        std::printf("peak      %s\n", fmt::format("{}", fmt::join(peak_text, ", ")).c_str());
-      }
-      if (!flags->trace.empty() && shown) {
-        std::printf("trace     %s (step %d, the median)\n", flags->trace.c_str(),
-                    shown->step + 1 - flags->warmup);
-      }
-    }
-    if (interrupted) {
-      std::fprintf(stderr, "pipetune: interrupted after %zu measured steps%s\n", steps.size(),
-                   !flags->trace.empty() && shown ? "; the trace of those was written" : "");
-      return 130;
-    }
-    return 0;
+  } else if (!flags.links_out.empty()) {
+    throw InputError(
+        "--links-out: only with --distributed (pipetune profile --hardware-out probes one "
+        "process)");
   }
+  return options;
+}
+
+// A plan predicted not to fit is refused now, not by an out-of-memory error mid-step.
+void refuse_misfit(const RunFlags& flags, const Plan& plan, const exec::ExecutorOptions& options) {
+  validate::FitCheck fit;
+  fit.plan_source = flags.plan;
+  fit.profile_path = flags.profile;
+  fit.hardware_path = flags.hardware;
+  if (!flags.memory.empty()) {
+    fit.memory_bytes = parse_memory(flags.memory, "--memory");
+    if (fit.memory_bytes == 0) {  // no device has none
+      throw InputError(
+          fmt::format("--memory: expected a size such as 16GiB, got \"{}\"", flags.memory));
+    }
+  }
+  fit.device_kind = flags.device;
+  fit.devices = options.devices;
+  fit.batch = flags.batch;
+  fit.optimizer_state_factor = exec::optimizer_state_factor(options.optimizer);
+  const auto misfits =
+      validate::predict_misfits(fit, exec::with_executor_devices(plan, options.devices),
+                                [&] { return build_model_from(flags.model, flags.seed); });
+  if (!misfits.empty()) {
+    const std::string what = validate::misfit_message(flags.plan, misfits);
+    if (!flags.force) throw WorkError(what + " (--force runs it anyway)");
+    std::fprintf(stderr, "warning: %s; running it anyway (--force)\n", what.c_str());
+  }
+}
+
+// What each rank's clock alignment measured, gathered on rank 0 for the report.
+struct RankClocks {
+  std::vector<double> offsets_ms, round_trips_ms;
+};
+
+// Joins the ranks, gathers their clocks and, with --links-out, measures the links between them.
+RankClocks connect_ranks(const RunFlags& flags, const distributed::LaunchEnvironment& launch,
+                         exec::ExecutorOptions& options, bool reports) {
+  RankClocks clocks;
+  options.transport = distributed::connect(launch, flags.timeout_s);
+  connected_transport = options.transport;
+  // Each part is "offset round_trip".
+  const auto parts =
+      options.transport->gather("clocks", fmt::format("{} {}", options.transport->clock_offset_ms(),
+                                                      options.transport->clock_round_trip_ms()));
+  for (const auto& part : parts) {
+    std::istringstream in(part);
+    double offset = 0.0, round_trip = 0.0;
+    in >> offset >> round_trip;
+    clocks.offsets_ms.push_back(offset);
+    clocks.round_trips_ms.push_back(round_trip);
+  }
+  if (!flags.links_out.empty()) {
+    const Hardware links = distributed::probe_process_links(*options.transport, options.devices);
+    if (reports) save_hardware(links, flags.links_out);
+  }
+  return clocks;
+}
+
+struct MeasuredSteps {
+  std::vector<exec::StepRecord> records;  ///< after the warm-up
+  bool interrupted = false;               ///< Ctrl-C stopped the run
+};
+
+// Warm-up and measured steps, with progress on stderr; Ctrl-C stops after the current tasks.
+MeasuredSteps run_steps(const RunFlags& flags, models::Model& model, exec::Pipeline& pipeline,
+                        const std::string& progress) {
+  MeasuredSteps steps;
+  ProgressBar bar("steps");
+  running_pipeline = &pipeline;
+  auto previous = std::signal(SIGINT, on_interrupt);
+  const int total = flags.warmup + flags.steps;
+  try {
+    for (int k = 0; k < total; ++k) {
+      auto [input, target] = model.make_batch(flags.batch, k, flags.seed);
+      exec::StepRecord record = pipeline.step(input, target);
+      if (k >= flags.warmup) steps.records.push_back(std::move(record));
+      if (progress == "lines") {
+        std::fprintf(stderr, "progress %d %d\n", k + 1, total);
+      } else if (progress == "bar") {
+        const double rate = steps.records.empty() ? 0.0 : 1e3 / steps.records.back().step_ms;
+        bar.update(static_cast<std::size_t>(k + 1), static_cast<std::size_t>(total),
+                   fmt::format("{:.1f} steps/s", rate));
+      }
+    }
+  } catch (const exec::Interrupted&) {
+    steps.interrupted = true;
+  }
+  std::signal(SIGINT, previous);
+  running_pipeline = nullptr;
+  bar.finish();
+  return steps;
+}
+
+// The measured steps' series, each device's peak over them, and the step the trace shows.
+struct StepSummary {
+  std::vector<double> pipeline_ms, step_ms, losses;
+  std::vector<std::int64_t> peaks;
+  const exec::StepRecord* shown = nullptr;  ///< the median step; none without a step
+};
+
+StepSummary summarize(const std::vector<exec::StepRecord>& steps, std::size_t devices) {
+  StepSummary summary;
+  summary.peaks.assign(devices, 0);
+  for (const auto& s : steps) {
+    summary.pipeline_ms.push_back(s.pipeline_ms);
+    summary.step_ms.push_back(s.step_ms);
+    summary.losses.push_back(s.loss);
+    for (std::size_t d = 0; d < devices; ++d)
+      summary.peaks[d] = std::max(summary.peaks[d], s.peak_memory_bytes[d]);
+  }
+  if (!steps.empty()) summary.shown = &steps[median_step(summary.pipeline_ms)];
+  return summary;
+}
+
+void print_run_json(const RunFlags& flags, const StepSummary& summary,
+                    const exec::Pipeline& pipeline, const RankClocks& clocks) {
+  nlohmann::ordered_json out;
+  out["losses"] = summary.losses;
+  out["step_ms"] = summary.step_ms;
+  out["pipeline_ms"] = summary.pipeline_ms;
+  out["peak_memory_bytes"] = summary.peaks;
+  out["devices"] = pipeline.device_names();
+  if (flags.distributed) {
+    out["clock_offset_ms"] = clocks.offsets_ms;
+    out["clock_round_trip_ms"] = clocks.round_trips_ms;
+  }
+  std::fputs((out.dump() + "\n").c_str(), stdout);
+}
+
+void print_rank_clocks(const distributed::LaunchEnvironment& launch, const RankClocks& clocks) {
+  std::printf("ranks     %d processes (rank i runs device i), Gloo; clocks aligned on rank 0's\n",
+              launch.world_size);
+  std::vector<std::string> text;
+  for (std::size_t r = 1; r < clocks.offsets_ms.size(); ++r) {
+    text.push_back(fmt::format("rank {} {:+.3f} ms (round trip {:.3f} ms)", r, clocks.offsets_ms[r],
+                               clocks.round_trips_ms[r]));
+  }
+  if (!text.empty())
+    std::printf("clocks    %s\n", fmt::format("{}", fmt::join(text, ", ")).c_str());
+}
+
+void print_run_text(const RunFlags& flags, const Plan& plan, const models::Model& model,
+                    const exec::Pipeline& pipeline, const std::vector<exec::StepRecord>& steps,
+                    const StepSummary& summary, const distributed::LaunchEnvironment& launch,
+                    const RankClocks& clocks) {
+  std::printf("model     %s (%s), batch %lld\n", model.name.c_str(), model.spec.c_str(),
+              static_cast<long long>(flags.batch));
+  std::printf("plan      %s on %s\n", describe_plan(plan).c_str(),
+              fmt::format("{}", fmt::join(pipeline.device_names(), ", ")).c_str());
+  if (flags.distributed) print_rank_clocks(launch, clocks);
+  if (!flags.links_out.empty())
+    std::printf("links     %s (measured between the ranks)\n", flags.links_out.c_str());
+  for (std::size_t k = 0; k < steps.size(); ++k) {
+    std::printf("step %3zu  loss %.4f  step %s ms  pipeline %s ms\n", k + 1, steps[k].loss,
+                format_ms(steps[k].step_ms).c_str(), format_ms(steps[k].pipeline_ms).c_str());
+  }
+  if (!steps.empty()) {
+    std::printf("median    pipeline %s ms, step %s ms, %.1f samples/s\n",
+                format_ms(median(summary.pipeline_ms)).c_str(),
+                format_ms(median(summary.step_ms)).c_str(),
+                static_cast<double>(flags.batch) / (median(summary.step_ms) / 1e3));
+    std::vector<std::string> peak_text;
+    for (std::size_t d = 0; d < summary.peaks.size(); ++d) {
+      peak_text.push_back(
+          fmt::format("{} {}", pipeline.device_names()[d], format_bytes(summary.peaks[d])));
+    }
+    std::printf("peak      %s\n", fmt::format("{}", fmt::join(peak_text, ", ")).c_str());
+  }
+  if (!flags.trace.empty() && summary.shown) {
+    std::printf("trace     %s (step %d, the median)\n", flags.trace.c_str(),
+                summary.shown->step + 1 - flags.warmup);
+  }
+}
+
+}  // namespace
+
+int run_plan(const std::shared_ptr<RunFlags>& flags) {
+  const Plan plan = load_plan(flags->plan);
+  distributed::LaunchEnvironment launch;
+  exec::ExecutorOptions options = executor_options(*flags, plan, launch);
+  const bool reports = !flags->distributed || launch.rank == 0;
+  // A file that cannot be written is known now, not after the run.
+  if (reports && !flags->trace.empty()) check_writable(flags->trace, "--trace");
+  if (reports && !flags->links_out.empty()) check_writable(flags->links_out, "--links-out");
+  models::Model model = build_model_from(flags->model, flags->seed);
+  models::check_model_batch(model, flags->batch);
+  options.seed = flags->seed;
+  options.learning_rate = flags->learning_rate;
+  options.optimizer = exec::parse_optimizer(flags->optimizer);
+  refuse_misfit(*flags, plan, options);
+  RankClocks clocks;
+  if (flags->distributed) clocks = connect_ranks(*flags, launch, options, reports);
+  exec::Pipeline pipeline(model, exec::with_executor_devices(plan, options.devices), flags->batch,
+                          options);
+
+  const std::string progress = reports ? progress_mode(flags->progress) : std::string("none");
+  const MeasuredSteps steps = run_steps(*flags, model, pipeline, progress);
+  const StepSummary summary = summarize(steps.records, pipeline.device_names().size());
+  if (!reports) return steps.interrupted ? 130 : 0;  // rank 0 speaks for the run
+  if (!flags->trace.empty() && summary.shown) {
+    save_trace(exec::measured_trace(pipeline, *summary.shown, model.name), flags->trace);
+  }
+  if (flags->json) {
+    print_run_json(*flags, summary, pipeline, clocks);
+  } else {
+    print_run_text(*flags, plan, model, pipeline, steps.records, summary, launch, clocks);
+  }
+  if (steps.interrupted) {
+    std::fprintf(stderr, "pipetune: interrupted after %zu measured steps%s\n", steps.records.size(),
+                 !flags->trace.empty() && summary.shown ? "; the trace of those was written" : "");
+    return 130;
+  }
+  return 0;
 }
 
 }  // namespace pipetune::cli

@@ -12,9 +12,7 @@ Trace measured_trace(const Pipeline& pipeline, const StepRecord& step, const std
   trace.plan = pipeline.plan();
   trace.micro_batch_sizes = pipeline.micro_batch_sizes();
   // Align at the iteration's start, as predictions start at 0.
-  double origin = 1e300;
-  for (const auto& t : step.tasks) origin = std::min(origin, t.start_ms);
-  if (step.tasks.empty()) origin = 0.0;
+  const double origin = task_span(step.tasks).start_ms;
 
   const auto& names = pipeline.device_names();
   const auto& device_of = pipeline.stage_device();
@@ -44,9 +42,10 @@ Trace measured_trace(const Pipeline& pipeline, const StepRecord& step, const std
     }
     trace.tasks.push_back(t);
   }
-  std::stable_sort(trace.tasks.begin(), trace.tasks.end(), [](const TraceTask& a, const TraceTask& b) {
-    return std::tie(a.device, a.start_ms) < std::tie(b.device, b.start_ms);
-  });
+  std::stable_sort(trace.tasks.begin(), trace.tasks.end(),
+                   [](const TraceTask& a, const TraceTask& b) {
+                     return std::tie(a.device, a.start_ms) < std::tie(b.device, b.start_ms);
+                   });
   trace.iteration_ms = step.pipeline_ms;
   std::int64_t samples = 0;
   for (auto size : pipeline.micro_batch_sizes()) samples += size;

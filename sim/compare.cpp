@@ -6,7 +6,6 @@
 #include <cmath>
 #include <map>
 #include <set>
-#include <tuple>
 
 #include "sim/critical_path.hpp"
 #include "sim/error.hpp"
@@ -16,8 +15,6 @@
 namespace pipetune {
 
 namespace {
-
-using Key = std::tuple<TaskKind, int, int>;
 
 std::vector<std::string> compute_path(const Trace& trace, const std::string& source) {
   const ReplayResult replay = replay_trace(trace, source);
@@ -45,7 +42,8 @@ std::size_t median_step(const std::vector<double>& step_ms) {
   if (step_ms.empty()) return 0;
   std::vector<std::size_t> order(step_ms.size());
   for (std::size_t k = 0; k < order.size(); ++k) order[k] = k;
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return step_ms[a] < step_ms[b]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return step_ms[a] < step_ms[b]; });
   return order[(order.size() - 1) / 2];
 }
 
@@ -64,22 +62,27 @@ std::string TaskComparison::label() const {
   return task_label(kind, stage, micro_batch);
 }
 
-double TaskComparison::duration_error() const { return fraction_error(predicted_ms(), measured_ms()); }
+double TaskComparison::duration_error() const {
+  return fraction_error(predicted_ms(), measured_ms());
+}
 
 std::vector<TaskComparison> TraceComparison::most_mispredicted(std::size_t count) const {
   std::vector<TaskComparison> out = tasks;
   std::stable_sort(out.begin(), out.end(), [](const TaskComparison& a, const TaskComparison& b) {
-    return std::abs(a.predicted_ms() - a.measured_ms()) > std::abs(b.predicted_ms() - b.measured_ms());
+    return std::abs(a.predicted_ms() - a.measured_ms()) >
+           std::abs(b.predicted_ms() - b.measured_ms());
   });
   if (out.size() > count) out.resize(count);
   return out;
 }
 
-TraceComparison compare_traces(const Trace& predicted, const Trace& measured, const std::string& measured_source,
-                               double measured_ms) {
+TraceComparison compare_traces(const Trace& predicted, const Trace& measured,
+                               const std::string& measured_source, double measured_ms) {
   if (predicted.plan && measured.plan &&
-      (predicted.plan->balance != measured.plan->balance || predicted.plan->chunks != measured.plan->chunks ||
-       predicted.plan->checkpoint != measured.plan->checkpoint || predicted.plan->schedule != measured.plan->schedule)) {
+      (predicted.plan->balance != measured.plan->balance ||
+       predicted.plan->chunks != measured.plan->chunks ||
+       predicted.plan->checkpoint != measured.plan->checkpoint ||
+       predicted.plan->schedule != measured.plan->schedule)) {
     throw InputError(fmt::format("{}: measured {}, but the prediction is of {}", measured_source,
                                  describe_plan(*measured.plan), describe_plan(*predicted.plan)));
   }
@@ -96,33 +99,25 @@ TraceComparison compare_traces(const Trace& predicted, const Trace& measured, co
   for (std::size_t d = 0; d < predicted.devices.size(); ++d) {
     std::size_t m = d;
     for (std::size_t k = 0; k < measured.devices.size(); ++k) {
-      if (!predicted.devices[d].stages.empty() && measured.devices[k].stages == predicted.devices[d].stages) m = k;
+      if (!predicted.devices[d].stages.empty() &&
+          measured.devices[k].stages == predicted.devices[d].stages)
+        m = k;
     }
     c.devices.push_back(measured.devices[m].name);
     c.predicted_peak_bytes.push_back(predicted.devices[d].peak_memory_bytes);
     c.measured_peak_bytes.push_back(measured.devices[m].peak_memory_bytes);
-    c.memory_error.push_back(fraction_error(static_cast<double>(predicted.devices[d].peak_memory_bytes),
-                                            static_cast<double>(measured.devices[m].peak_memory_bytes)));
+    c.memory_error.push_back(
+        fraction_error(static_cast<double>(predicted.devices[d].peak_memory_bytes),
+                       static_cast<double>(measured.devices[m].peak_memory_bytes)));
   }
   // Both traces start their iteration at their first task.
-  auto origin = [](const Trace& t) {
-    double o = 1e300;
-    for (const auto& task : t.tasks) o = std::min(o, task.start_ms);
-    return t.tasks.empty() ? 0.0 : o;
-  };
-  const double po = origin(predicted), mo = origin(measured);
-  std::map<Key, const TraceTask*> measured_tasks;
-  for (const auto& t : measured.tasks) measured_tasks[{t.kind, t.stage, t.micro_batch}] = &t;
-  std::set<Key> matched;
+  const double po = task_span(predicted.tasks).start_ms, mo = task_span(measured.tasks).start_ms;
+  const TaskMatching matching = match_tasks(predicted, measured, measured_source);
+  c.unmatched = matching.unmatched;
   std::vector<double> errors;
-  for (const auto& p : predicted.tasks) {
-    auto it = measured_tasks.find({p.kind, p.stage, p.micro_batch});
-    if (it == measured_tasks.end()) {
-      ++c.unmatched;
-      continue;
-    }
-    matched.insert(it->first);
-    const TraceTask& m = *it->second;
+  for (const auto& [predicted_index, measured_index] : matching.pairs) {
+    const TraceTask& p = predicted.tasks[predicted_index];
+    const TraceTask& m = measured.tasks[measured_index];
     TaskComparison tc;
     tc.kind = p.kind;
     tc.stage = p.stage;
@@ -135,17 +130,18 @@ TraceComparison compare_traces(const Trace& predicted, const Trace& measured, co
     if (is_compute(p.kind)) errors.push_back(std::abs(tc.duration_error()));
     c.tasks.push_back(tc);
   }
-  c.unmatched += measured_tasks.size() - matched.size();
   c.median_abs_duration_error = median(errors);
 
   c.predicted_critical_path = compute_path(predicted, "the prediction");
   c.measured_critical_path = compute_path(measured, measured_source);
   c.same_critical_path = c.predicted_critical_path == c.measured_critical_path;
-  const std::set<std::string> on_predicted(c.predicted_critical_path.begin(), c.predicted_critical_path.end());
+  const std::set<std::string> on_predicted(c.predicted_critical_path.begin(),
+                                           c.predicted_critical_path.end());
   std::size_t shared = 0;
   for (const auto& label : c.measured_critical_path) shared += on_predicted.count(label);
-  c.critical_path_agreement =
-      c.measured_critical_path.empty() ? 1.0 : static_cast<double>(shared) / c.measured_critical_path.size();
+  c.critical_path_agreement = c.measured_critical_path.empty()
+                                  ? 1.0
+                                  : static_cast<double>(shared) / c.measured_critical_path.size();
   return c;
 }
 
@@ -159,7 +155,8 @@ std::pair<double, double> fit_scale_and_overhead(std::vector<std::pair<double, d
   const std::size_t half = pairs.size() / 2;
   auto medians = [&](std::size_t from, std::size_t to) {
     std::vector<double> p, m;
-    for (std::size_t k = from; k < to; ++k) p.push_back(pairs[k].first), m.push_back(pairs[k].second);
+    for (std::size_t k = from; k < to; ++k)
+      p.push_back(pairs[k].first), m.push_back(pairs[k].second);
     return std::pair{median(p), median(m)};
   };
   if (half >= 2) {
@@ -178,28 +175,33 @@ std::pair<double, double> fit_scale_and_overhead(std::vector<std::pair<double, d
 
 }  // namespace
 
-Calibration fit_calibration(const std::vector<std::pair<Trace, Trace>>& runs, const std::vector<std::string>& plan_names) {
+Calibration fit_calibration(const std::vector<std::pair<Trace, Trace>>& runs,
+                            const std::vector<std::string>& plan_names) {
   Calibration cal;
-  std::map<int, std::vector<std::pair<double, double>>> compute;  // busy devices -> (predicted, measured)
-  std::vector<std::pair<double, double>> copies;                  // (bytes, ms)
-  for (const auto& [predicted, measured] : runs) {
-    std::map<Key, const TraceTask*> m;
-    for (const auto& t : measured.tasks) m[{t.kind, t.stage, t.micro_batch}] = &t;
+  std::map<int, std::vector<std::pair<double, double>>>
+      compute;                                    // busy devices -> (predicted, measured)
+  std::vector<std::pair<double, double>> copies;  // (bytes, ms)
+  for (std::size_t run = 0; run < runs.size(); ++run) {
+    const auto& [predicted, measured] = runs[run];
     const int devices = static_cast<int>(predicted.devices.size());
-    for (const auto& p : predicted.tasks) {
-      auto it = m.find({p.kind, p.stage, p.micro_batch});
-      if (it == m.end()) continue;
+    const std::string source = run < plan_names.size() ? "the measurement of " + plan_names[run]
+                                                       : fmt::format("measured run {}", run + 1);
+    for (const auto& [predicted_index, measured_index] :
+         match_tasks(predicted, measured, source).pairs) {
+      const TraceTask& p = predicted.tasks[predicted_index];
+      const TraceTask& m = measured.tasks[measured_index];
       if (is_compute(p.kind)) {
-        if (p.duration_ms() > 1e-6) compute[devices].emplace_back(p.duration_ms(), it->second->duration_ms());
+        if (p.duration_ms() > 1e-6) compute[devices].emplace_back(p.duration_ms(), m.duration_ms());
       } else {
-        copies.emplace_back(static_cast<double>(it->second->bytes), it->second->duration_ms());
+        copies.emplace_back(static_cast<double>(m.bytes), m.duration_ms());
       }
     }
   }
   // One overhead for the machine (the median of what each device count suggests), then each
   // count's scale given that overhead.
   std::vector<double> overheads;
-  for (const auto& [devices, pairs] : compute) overheads.push_back(fit_scale_and_overhead(pairs).second);
+  for (const auto& [devices, pairs] : compute)
+    overheads.push_back(fit_scale_and_overhead(pairs).second);
   cal.task_overhead_ms = median(overheads);
   for (const auto& [devices, pairs] : compute) {
     std::vector<double> ratios;
@@ -235,7 +237,9 @@ double mean_abs(const std::vector<double>& errors) {
   return errors.empty() ? 0.0 : sum / static_cast<double>(errors.size());
 }
 
-std::string percent(double e) { return fmt::format("{:.1f} %", 100.0 * std::abs(e)); }
+std::string percent(double e) {
+  return fmt::format("{:.1f} %", 100.0 * std::abs(e));
+}
 
 }  // namespace
 
@@ -246,7 +250,8 @@ CalibrationChoice choose_calibration(const Profile& profile, const Hardware& har
   std::vector<Trace> predicted;
   std::vector<std::string> names;
   for (const auto& r : runs) {
-    predicted.push_back(trace_from_simulation(Simulator(profile, hardware).run(r.plan), profile.model));
+    predicted.push_back(
+        trace_from_simulation(Simulator(profile, hardware).run(r.plan), profile.model));
     names.push_back(describe_plan(r.plan));
   }
   // The time error of every run predicted with `calibration`.
@@ -287,24 +292,29 @@ CalibrationChoice choose_calibration(const Profile& profile, const Hardware& har
     choice.reason = "one run leaves none to judge it on";
     return choice;
   }
-  for (std::size_t k = 0; k < n; ++k) choice.out_of_sample_error.push_back(errors_with(fit(k), k).front());
-  const double held_out = mean_abs(choice.out_of_sample_error), without = mean_abs(choice.uncalibrated_error);
+  for (std::size_t k = 0; k < n; ++k)
+    choice.out_of_sample_error.push_back(errors_with(fit(k), k).front());
+  const double held_out = mean_abs(choice.out_of_sample_error),
+               without = mean_abs(choice.uncalibrated_error);
   if (held_out >= without) {
-    choice.reason = fmt::format("not used: on plans it was not fitted on it is off by {} on average, uncalibrated {}",
-                                percent(held_out), percent(without));
+    choice.reason = fmt::format(
+        "not used: on plans it was not fitted on it is off by {} on average, uncalibrated {}",
+        percent(held_out), percent(without));
     return choice;
   }
   for (std::size_t k = 0; k < n; ++k) {
     if (std::abs(choice.in_sample_error[k]) > std::abs(choice.uncalibrated_error[k])) {
-      choice.reason = fmt::format("not used: on {}, a plan it was fitted on, it is off by {}, uncalibrated {}",
-                                  names[k], percent(choice.in_sample_error[k]), percent(choice.uncalibrated_error[k]));
+      choice.reason = fmt::format(
+          "not used: on {}, a plan it was fitted on, it is off by {}, uncalibrated {}", names[k],
+          percent(choice.in_sample_error[k]), percent(choice.uncalibrated_error[k]));
       return choice;
     }
   }
   choice.used = true;
-  choice.reason = fmt::format("used: on plans it was not fitted on it is off by {} on average, uncalibrated {}; "
-                              "no worse on any plan it was fitted on",
-                              percent(held_out), percent(without));
+  choice.reason = fmt::format(
+      "used: on plans it was not fitted on it is off by {} on average, uncalibrated {}; "
+      "no worse on any plan it was fitted on",
+      percent(held_out), percent(without));
   return choice;
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "sim/error.hpp"
@@ -20,7 +21,9 @@ using json_reader::Node;
 using nlohmann::json;
 using nlohmann::ordered_json;
 
-std::string json_quoted(std::string_view s) { return json(s).dump(); }
+std::string json_quoted(std::string_view s) {
+  return json(s).dump();
+}
 
 std::string_view category(TaskKind kind) {
   switch (kind) {
@@ -43,8 +46,8 @@ std::string_view category(TaskKind kind) {
 
 // The compute task that consumes a copy: the next stage's forward, or the previous stage's
 // backward (B or I, both keyed as B). Keyed by (kind, stage, micro-batch, step).
-using TaskKey = std::tuple<TaskKind, int, int, int>;
-TaskKey consumer_of(const TraceTask& copy) {
+using StepTaskKey = std::tuple<TaskKind, int, int, int>;
+StepTaskKey consumer_of(const TraceTask& copy) {
   if (copy.kind == TaskKind::SendActivation) {
     return {TaskKind::Forward, copy.stage + 1, copy.micro_batch, copy.step};
   }
@@ -57,6 +60,18 @@ int count_field(const Node& node) {
   const auto v = node.non_negative_integer();
   if (v > 1'000'000'000) node.fail("a non-negative integer up to 1000000000");
   return static_cast<int>(v);
+}
+
+// A step runs each task once: `event_of_task` keeps the path of each task's event so far.
+void refuse_repeated_task(std::map<StepTaskKey, std::string>& event_of_task, const TraceTask& task,
+                          const Node& event) {
+  const auto [first, inserted] = event_of_task.emplace(
+      StepTaskKey{task.kind, task.stage, task.micro_batch, task.step}, event.path());
+  if (!inserted) {
+    event.fail_message(
+        fmt::format("expected each task once a step, got {} of step {} again (first at {})",
+                    task.label(), task.step, first->second));
+  }
 }
 
 ordered_json summary_json(const Trace& t) {
@@ -78,6 +93,87 @@ ordered_json summary_json(const Trace& t) {
 
 std::string TraceTask::label() const {
   return task_label(kind, stage, micro_batch);
+}
+
+TaskSpan task_span(const std::vector<TraceTask>& tasks) {
+  if (tasks.empty()) return {};
+  TaskSpan span{tasks.front().start_ms, tasks.front().end_ms};
+  for (const auto& t : tasks) {
+    span.start_ms = std::min(span.start_ms, t.start_ms);
+    span.end_ms = std::max(span.end_ms, t.end_ms);
+  }
+  return span;
+}
+
+std::vector<int> trace_steps(const Trace& trace) {
+  std::set<int> steps;
+  for (const auto& t : trace.tasks) steps.insert(t.step);
+  return {steps.begin(), steps.end()};
+}
+
+namespace {
+
+// Stages and micro-batches are at most 10^9 (the loader's bound): 32 bits each; the kind in 4.
+std::uint64_t packed(const TaskKey& key) {
+  return (static_cast<std::uint64_t>(key.stage) << 36) |
+         (static_cast<std::uint64_t>(key.micro_batch) << 4) | static_cast<std::uint64_t>(key.kind);
+}
+
+}  // namespace
+
+StepTasks::StepTasks(const std::vector<TraceTask>& tasks, int step, const std::string& source) {
+  for (std::size_t k = 0; k < tasks.size(); ++k) {
+    const TraceTask& t = tasks[k];
+    if (t.step != step) continue;
+    const auto [it, inserted] =
+        position_of_.emplace(packed(TaskKey::of(t)), static_cast<int>(indices_.size()));
+    if (!inserted) {
+      throw InputError(
+          fmt::format("{}: task {} appears twice in step {}; a step runs each task once", source,
+                      t.label(), step));
+    }
+    const double start = indices_.empty() ? t.start_ms : std::min(span_.start_ms, t.start_ms);
+    const double end = indices_.empty() ? t.end_ms : std::max(span_.end_ms, t.end_ms);
+    span_ = {start, end};
+    indices_.push_back(static_cast<int>(k));
+  }
+}
+
+int StepTasks::find(const TaskKey& key) const {
+  const auto it = position_of_.find(packed(key));
+  return it == position_of_.end() ? -1 : it->second;
+}
+
+namespace {
+
+// The one step of a prediction or of a measurement being compared with one.
+StepTasks only_step(const Trace& trace, const std::string& source) {
+  const std::vector<int> steps = trace_steps(trace);
+  if (steps.size() > 1) {
+    throw InputError(
+        fmt::format("{}: holds {} training steps ({} to {}); expected a trace of one step", source,
+                    steps.size(), steps.front(), steps.back()));
+  }
+  return StepTasks(trace.tasks, steps.empty() ? 0 : steps.front(), source);
+}
+
+}  // namespace
+
+TaskMatching match_tasks(const Trace& predicted, const Trace& measured,
+                         const std::string& measured_source) {
+  const StepTasks predicted_step = only_step(predicted, "the prediction");
+  const StepTasks measured_step = only_step(measured, measured_source);
+  TaskMatching matching;
+  std::size_t matched = 0;
+  for (int p : predicted_step.indices()) {
+    const int m = measured_step.find(TaskKey::of(predicted.tasks[p]));
+    if (m < 0) continue;
+    matching.pairs.emplace_back(p, measured_step.indices()[m]);
+    ++matched;
+  }
+  matching.unmatched =
+      predicted_step.indices().size() + measured_step.indices().size() - 2 * matched;
+  return matching;
 }
 
 Trace trace_from_simulation(const SimulationResult& result, const std::string& model) {
@@ -143,20 +239,21 @@ std::string trace_to_json(const Trace& trace) {
   for (std::size_t p = 0; p < trace.devices.size(); ++p) {
     event(fmt::format(R"({{"ph":"M","pid":{},"name":"process_name","args":{{"name":{}}}}})", p,
                       json_quoted(trace.devices[p].name)));
-    event(fmt::format(R"({{"ph":"M","pid":{},"name":"process_sort_index","args":{{"sort_index":{}}}}})",
-                      p, p));
-    event(fmt::format(R"({{"ph":"M","pid":{},"tid":0,"name":"thread_name","args":{{"name":"compute"}}}})",
-                      p));
+    event(fmt::format(
+        R"({{"ph":"M","pid":{},"name":"process_sort_index","args":{{"sort_index":{}}}}})", p, p));
+    event(fmt::format(
+        R"({{"ph":"M","pid":{},"tid":0,"name":"thread_name","args":{{"name":"compute"}}}})", p));
     auto targets = copy_targets[p];
     std::sort(targets.begin(), targets.end());
     for (int peer : targets) {
-      event(fmt::format(R"({{"ph":"M","pid":{},"tid":{},"name":"thread_name","args":{{"name":{}}}}})",
-                        p, 1 + peer, json_quoted("copy to " + trace.devices[peer].name)));
+      event(
+          fmt::format(R"({{"ph":"M","pid":{},"tid":{},"name":"thread_name","args":{{"name":{}}}}})",
+                      p, 1 + peer, json_quoted("copy to " + trace.devices[peer].name)));
     }
   }
 
   // Flow arrows join each copy to the task that consumes it.
-  std::map<TaskKey, std::size_t> flow_into;
+  std::map<StepTaskKey, std::size_t> flow_into;
   for (std::size_t k = 0; k < trace.tasks.size(); ++k) {
     if (!is_compute(trace.tasks[k].kind)) flow_into[consumer_of(trace.tasks[k])] = k + 1;
   }
@@ -170,9 +267,9 @@ std::string trace_to_json(const Trace& trace) {
                           t.kind == TaskKind::SendActivation ? "activation" : "gradient", t.peer,
                           t.bytes);
       flow = fmt::format(R"(,"bind_id":"0x{:x}","flow_out":true)", k + 1);
-    } else if (auto it = flow_into.find(
-                   {t.kind == TaskKind::InputGrad ? TaskKind::Backward : t.kind, t.stage,
-                    t.micro_batch, t.step});
+    } else if (auto it =
+                   flow_into.find({t.kind == TaskKind::InputGrad ? TaskKind::Backward : t.kind,
+                                   t.stage, t.micro_batch, t.step});
                it != flow_into.end()) {
       flow = fmt::format(R"(,"bind_id":"0x{:x}","flow_in":true)", it->second);
     }
@@ -183,8 +280,9 @@ std::string trace_to_json(const Trace& trace) {
   }
   for (std::size_t p = 0; p < trace.devices.size(); ++p) {
     for (const auto& sample : trace.devices[p].memory) {
-      event(fmt::format(R"({{"ph":"C","pid":{},"name":"memory","ts":{:.3f},"args":{{"allocated":{}}}}})",
-                        p, sample.time * 1e3, sample.value));
+      event(fmt::format(
+          R"({{"ph":"C","pid":{},"name":"memory","ts":{:.3f},"args":{{"allocated":{}}}}})", p,
+          sample.time * 1e3, sample.value));
     }
   }
   out += "\n]}\n";
@@ -245,6 +343,7 @@ Trace parse_trace(std::string_view text, const std::string& source) {
     }
     return static_cast<int>(p);
   };
+  std::map<StepTaskKey, std::string> event_of_task;
   for (const Node& e : root.field("traceEvents").elements()) {
     const Node ph = e.field("ph");
     const std::string phase = ph.string();
@@ -293,6 +392,7 @@ Trace parse_trace(std::string_view text, const std::string& source) {
         task.peer = static_cast<int>(peer);
         task.bytes = args.field("bytes").bytes();
       }
+      refuse_repeated_task(event_of_task, task, e);
       trace.tasks.push_back(task);
     } else if (phase == "C") {
       if (e.field("name").string() != "memory") continue;
@@ -303,13 +403,16 @@ Trace parse_trace(std::string_view text, const std::string& source) {
     }
   }
   for (auto& d : trace.devices) {
-    std::stable_sort(d.memory.begin(), d.memory.end(),
-                     [](const CounterSample& a, const CounterSample& b) { return a.time < b.time; });
+    std::stable_sort(
+        d.memory.begin(), d.memory.end(),
+        [](const CounterSample& a, const CounterSample& b) { return a.time < b.time; });
   }
   return trace;
 }
 
-Trace load_trace(const std::string& path) { return parse_trace(read_text_file(path), path); }
+Trace load_trace(const std::string& path) {
+  return parse_trace(read_text_file(path), path);
+}
 
 void save_trace(const Trace& trace, const std::string& path) {
   write_text_file_atomically(path, trace_to_json(trace));

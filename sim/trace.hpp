@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "sim/event_engine.hpp"
@@ -52,6 +53,63 @@ struct Trace {
   std::vector<TraceDevice> devices;
   std::vector<TraceTask> tasks;
 };
+
+/// From the first task's start to the last task's end: what a step took, and where it is
+/// aligned (its start goes to 0, as a prediction's). Both 0 without a task.
+struct TaskSpan {
+  double start_ms = 0.0;
+  double end_ms = 0.0;
+  double duration_ms() const { return end_ms - start_ms; }
+};
+TaskSpan task_span(const std::vector<TraceTask>& tasks);
+
+/// The training steps a trace holds, ascending; none without a task.
+std::vector<int> trace_steps(const Trace& trace);
+
+/// What pairs a predicted task with its measurement: the same kind, stage and micro-batch.
+struct TaskKey {
+  TaskKind kind = TaskKind::Forward;
+  int stage = 0;
+  int micro_batch = 0;
+
+  template <typename Task>
+  static TaskKey of(const Task& task) {
+    return {task.kind, task.stage, task.micro_batch};
+  }
+  bool operator==(const TaskKey&) const = default;
+};
+
+/// The tasks of one training step of a trace, found by key: how a measured step is aligned and
+/// matched to a prediction (compare, calibration, the GUI's overlay).
+class StepTasks {
+ public:
+  StepTasks() = default;
+  /// The tasks of `step` among `tasks`. Throws InputError naming `source` when the step holds a
+  /// task twice: a step runs each task once.
+  StepTasks(const std::vector<TraceTask>& tasks, int step, const std::string& source);
+
+  /// Indices into `tasks` of the step's tasks, in their order there.
+  const std::vector<int>& indices() const { return indices_; }
+  /// The position in indices() of the task with `key`; -1 when the step has none.
+  int find(const TaskKey& key) const;
+  TaskSpan span() const { return span_; }
+
+ private:
+  std::vector<int> indices_;
+  std::unordered_map<std::uint64_t, int> position_of_;
+  TaskSpan span_;
+};
+
+/// The tasks of two traces of one step each (a prediction and a measurement) paired by key.
+struct TaskMatching {
+  std::vector<std::pair<int, int>> pairs;  ///< (predicted, measured) indices, predicted order
+  std::size_t unmatched = 0;               ///< tasks in one trace only
+};
+
+/// Pairs the tasks of `predicted` and `measured`. Throws InputError naming the trace (the
+/// prediction, or `measured_source`) that holds several steps or a task twice.
+TaskMatching match_tasks(const Trace& predicted, const Trace& measured,
+                         const std::string& measured_source);
 
 inline constexpr std::string_view kTraceFormat = "pipetune.trace/1";
 

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <set>
 
 #include "gui/model/text_format.hpp"
 
@@ -28,11 +27,6 @@ void set_predicted_row(TimelineRow& row, const Device& d) {
 
 std::string TimelineTask::label() const {
   return task_label(kind, stage, micro_batch);
-}
-
-std::uint64_t TimelineModel::key_of(TaskKind kind, int stage, int micro_batch) {
-  return (static_cast<std::uint64_t>(stage) << 36) |
-         (static_cast<std::uint64_t>(micro_batch) << 4) | static_cast<std::uint64_t>(kind);
 }
 
 double TimelineModel::extent_ms() const {
@@ -84,7 +78,8 @@ void TimelineModel::set_prediction(const SimulationResult& result) {
 void TimelineModel::set_prediction(const Trace& trace) {
   has_prediction_ = true;
   rows_.resize(trace.devices.size());
-  for (std::size_t r = 0; r < trace.devices.size(); ++r) set_predicted_row(rows_[r], trace.devices[r]);
+  for (std::size_t r = 0; r < trace.devices.size(); ++r)
+    set_predicted_row(rows_[r], trace.devices[r]);
   auto& predicted = tasks_[0];
   predicted.clear();
   predicted_ms_ = trace.iteration_ms;
@@ -123,30 +118,19 @@ void TimelineModel::clear_prediction() {
 void TimelineModel::set_measured(std::shared_ptr<const Trace> measured, int step) {
   measured_ = std::move(measured);
   steps_.clear();
-  measured_by_key_.clear();
   tasks_[1].clear();
   measured_ms_ = 0.0;
   measured_offset_ms_ = 0.0;
   if (measured_) {
-    std::set<int> steps;
-    for (const auto& t : measured_->tasks) steps.insert(t.step);
-    steps_.assign(steps.begin(), steps.end());
+    steps_ = trace_steps(*measured_);
     step_ = steps_.empty() ? 0 : steps_.back();
-    if (step >= 0 && steps.count(step)) step_ = step;
-
+    if (step >= 0 && std::binary_search(steps_.begin(), steps_.end(), step)) step_ = step;
+    measured_step_tasks_ = StepTasks(measured_->tasks, step_, "the measured trace");
     // Align the step at its first task: the prediction starts at 0.
-    double first = std::numeric_limits<double>::infinity(), last = 0.0;
-    for (const auto& t : measured_->tasks) {
-      if (t.step != step_) continue;
-      first = std::min(first, t.start_ms);
-      last = std::max(last, t.end_ms);
-    }
-    if (std::isfinite(first)) {
-      measured_offset_ms_ = first;
-      measured_ms_ = last - first;
-    }
-    for (const auto& s : measured_->tasks) {
-      if (s.step != step_) continue;
+    measured_offset_ms_ = measured_step_tasks_.span().start_ms;
+    measured_ms_ = measured_step_tasks_.span().duration_ms();
+    for (int k : measured_step_tasks_.indices()) {
+      const TraceTask& s = measured_->tasks[k];
       TimelineTask t;
       t.kind = s.kind;
       t.stage = s.stage;
@@ -156,10 +140,10 @@ void TimelineModel::set_measured(std::shared_ptr<const Trace> measured, int step
       t.start_ms = s.start_ms - measured_offset_ms_;
       t.end_ms = s.end_ms - measured_offset_ms_;
       t.bytes = s.bytes;
-      measured_by_key_.emplace(key_of(t.kind, t.stage, t.micro_batch),
-                               static_cast<int>(tasks_[1].size()));
       tasks_[1].push_back(t);
     }
+  } else {
+    measured_step_tasks_ = {};
   }
   measured_pid_.resize(tasks_[1].size());
   measured_peer_pid_.resize(tasks_[1].size());
@@ -311,16 +295,17 @@ void TimelineModel::match() {
   for (auto& series : tasks_) {
     for (auto& t : series) t.match = -1, t.error = kNaN;
   }
-  if (measured_by_key_.empty()) return;
   auto& predicted = tasks_[0];
   auto& measured = tasks_[1];
+  if (measured.empty()) return;
   for (std::size_t k = 0; k < predicted.size(); ++k) {
     TimelineTask& p = predicted[k];
-    const auto it = measured_by_key_.find(key_of(p.kind, p.stage, p.micro_batch));
-    if (it == measured_by_key_.end()) continue;
-    TimelineTask& m = measured[it->second];
+    // Measured tasks are the step's, in the step's order: a position is an index here.
+    const int position = measured_step_tasks_.find(TaskKey::of(p));
+    if (position < 0) continue;
+    TimelineTask& m = measured[position];
     if (m.row < 0) continue;
-    p.match = it->second;
+    p.match = position;
     m.match = static_cast<int>(k);
     const double measured_ms = m.duration_ms();
     const double error = measured_ms > 0 ? (p.duration_ms() - measured_ms) / measured_ms : kNaN;

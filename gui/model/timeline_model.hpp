@@ -11,7 +11,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "gui/model/listeners.hpp"
@@ -120,7 +119,6 @@ class TimelineModel {
   }
 
  private:
-  static std::uint64_t key_of(TaskKind kind, int stage, int micro_batch);
   void rebuild_measured();
   void rebuild_lanes();
   void match();
@@ -139,7 +137,7 @@ class TimelineModel {
   int step_ = 0;
   double measured_offset_ms_ = 0.0;
   int dropped_measured_ = 0;
-  std::unordered_map<std::uint64_t, int> measured_by_key_;
+  StepTasks measured_step_tasks_;  // the shown step's tasks, matched to the prediction by key
   std::vector<int> measured_pid_, measured_peer_pid_;  // the trace's device of each measured task
 
   std::vector<int> lane_of_copy_;  // scratch: row * rows + peer -> lane

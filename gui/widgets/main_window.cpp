@@ -25,6 +25,7 @@
 #include "gui/widgets/comparison_panel.hpp"
 #include "gui/widgets/cost_strip_view.hpp"
 #include "gui/widgets/memory_chart_view.hpp"
+#include "gui/widgets/one_choice_away_view.hpp"
 #include "gui/widgets/plan_panel.hpp"
 #include "gui/widgets/planner_panel.hpp"
 #include "gui/widgets/run_controller.hpp"
@@ -66,6 +67,7 @@ MainWindow::MainWindow(QWidget* parent)
       plan_panel_(new PlanPanel(editor_)),
       comparison_(new ComparisonPanel),
       planner_panel_(new PlannerPanel(editor_)),
+      one_choice_away_(new OneChoiceAwayView(editor_)),
       run_panel_(new RunPanel(editor_, *runner_)),
       status_plan_(new QLabel),
       status_fit_(new QLabel),
@@ -80,6 +82,7 @@ MainWindow::MainWindow(QWidget* parent)
   side_layout->addWidget(group(tr("Plan"), plan_panel_));
   side_layout->addWidget(group(tr("Prediction vs measurement"), comparison_));
   side_layout->addWidget(group(tr("Best plans"), planner_panel_));
+  side_layout->addWidget(group(tr("One choice away"), one_choice_away_));
   side_layout->addWidget(group(tr("Run on the real model"), run_panel_));
   side_layout->addStretch(1);
   auto* scroll = new QScrollArea;
@@ -129,6 +132,11 @@ MainWindow::MainWindow(QWidget* parent)
           &TimelineView::set_colour_by_error);
   connect(comparison_, &ComparisonPanel::close_trace_requested, this, &MainWindow::close_trace);
   connect(planner_panel_, &PlannerPanel::plan_picked, this, &MainWindow::report);
+  connect(planner_panel_, &PlannerPanel::search_started, one_choice_away_,
+          &OneChoiceAwayView::waiting);
+  connect(&planner_panel_->worker(), &PlannerWorker::explained, one_choice_away_,
+          &OneChoiceAwayView::show_alternatives);
+  connect(one_choice_away_, &OneChoiceAwayView::plan_picked, this, &MainWindow::report);
   connect(runner_.get(), &RunController::succeeded, this,
           [this](const QString& path) { report(open_trace(path)); });
   refresh_comparison();

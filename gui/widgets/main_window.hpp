@@ -22,6 +22,7 @@ class ComparisonPanel;
 class CostStripView;
 class MemoryChartView;
 class PlanPanel;
+class OneChoiceAwayView;
 class PlannerPanel;
 class RunController;
 class RunPanel;
@@ -56,6 +57,7 @@ class MainWindow : public QMainWindow {
   PlanPanel* plan_panel() const { return plan_panel_; }
   ComparisonPanel* comparison_panel() const { return comparison_; }
   PlannerPanel* planner_panel() const { return planner_panel_; }
+  OneChoiceAwayView* one_choice_away_view() const { return one_choice_away_; }
   RunPanel* run_panel() const { return run_panel_; }
   RunController& runner() { return *runner_; }
 
@@ -85,6 +87,7 @@ class MainWindow : public QMainWindow {
   PlanPanel* plan_panel_;
   ComparisonPanel* comparison_;
   PlannerPanel* planner_panel_;
+  OneChoiceAwayView* one_choice_away_;
   RunPanel* run_panel_;
   QLabel* status_plan_;
   QLabel* status_fit_;

@@ -1,7 +1,6 @@
 #include "gui/widgets/planner_panel.hpp"
 
 #include <QHBoxLayout>
-#include <QHeaderView>
 #include <QLabel>
 #include <QProgressBar>
 #include <QPushButton>
@@ -9,6 +8,7 @@
 #include <QVBoxLayout>
 
 #include "gui/model/text_format.hpp"
+#include "gui/widgets/plan_table.hpp"
 
 namespace pipetune::gui {
 
@@ -19,7 +19,8 @@ PlannerPanel::PlannerPanel(PlanEditor& editor, QWidget* parent)
       find_(new QPushButton(tr("Find best plan"), this)),
       progress_(new QProgressBar(this)),
       status_(new QLabel(this)),
-      table_(new QTableWidget(this)) {
+      table_(make_plan_table(
+          {tr("balance"), tr("chunks"), tr("checkpoint"), tr("sched."), tr("iteration")}, this)) {
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(0, 0, 0, 0);
   auto* row = new QHBoxLayout;
@@ -38,21 +39,10 @@ PlannerPanel::PlannerPanel(PlanEditor& editor, QWidget* parent)
   status_->setText(tr("Ranks the best plan of each configuration; click one to load it."));
   layout->addWidget(status_);
 
-  table_->setColumnCount(5);
-  table_->setHorizontalHeaderLabels(
-      {tr("balance"), tr("chunks"), tr("checkpoint"), tr("sched."), tr("iteration")});
-  table_->verticalHeader()->hide();
-  table_->verticalHeader()->setDefaultSectionSize(table_->fontMetrics().height() + 6);
-  table_->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
-  table_->horizontalHeader()->setSectionResizeMode(0, QHeaderView::Stretch);
-  table_->setSelectionBehavior(QAbstractItemView::SelectRows);
-  table_->setSelectionMode(QAbstractItemView::SingleSelection);
-  table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
-  table_->setFixedHeight(130);
   layout->addWidget(table_);
 
   connect(find_, &QPushButton::clicked, this, [this] {
-    if (worker_.running()) {
+    if (searching_) {
       worker_.cancel();
     } else {
       find_best_plan();
@@ -83,12 +73,16 @@ PlannerPanel::PlannerPanel(PlanEditor& editor, QWidget* parent)
 }
 
 void PlannerPanel::set_busy(bool busy) {
+  searching_ = busy;
   find_->setText(busy ? tr("Cancel") : tr("Find best plan"));
   if (!busy) progress_->setValue(progress_->maximum());
 }
 
 void PlannerPanel::find_best_plan() {
-  if (!editor_.has_profile() || worker_.running()) return;
+  if (!editor_.has_profile() || searching_) return;
+  // The last search's alternatives may still be re-planned: drop them.
+  worker_.cancel();
+  worker_.wait();
   PlannerOptions options;
   options.optimizer_state_factor = editor_.plan().optimizer_state_factor;
   options.top = 10;
@@ -99,6 +93,7 @@ void PlannerPanel::find_best_plan() {
                       static_cast<int>(editor_.hardware().devices.size())));
   set_busy(true);
   worker_.start(editor_.profile(), editor_.hardware(), options);
+  emit search_started();
 }
 
 void PlannerPanel::show_result(std::shared_ptr<const PlanSearchResult> result) {

@@ -30,6 +30,7 @@ class PlannerPanel : public QWidget {
   void pick(int row);
 
  signals:
+  void search_started();
   void search_finished();
   void plan_picked(const QString& problem);
 
@@ -44,6 +45,7 @@ class PlannerPanel : public QWidget {
   QLabel* status_;
   QTableWidget* table_;
   std::shared_ptr<const PlanSearchResult> result_;
+  bool searching_ = false;  // the worker may still run after: it re-plans the alternatives
 };
 
 }  // namespace pipetune::gui

@@ -38,6 +38,16 @@ bool PlannerWorker::start(const Profile& profile, const Hardware& hardware,
           std::make_shared<const PlanSearchResult>(find_best_plans(profile, hardware, options));
       QMetaObject::invokeMethod(
           this, [this, result] { emit finished(result); }, Qt::QueuedConnection);
+      if (result->ranked.empty()) return;
+      // The alternatives' searches are small (an eighth of the budget each) and report no
+      // progress, so they run to the end; a cancel meanwhile drops them.
+      auto away = std::make_shared<OneChoiceAway>();
+      away->best = result->ranked.front();
+      away->alternatives = one_choice_away(profile, hardware, options, away->best);
+      if (flag->load()) return;
+      std::shared_ptr<const OneChoiceAway> explained_away = std::move(away);
+      QMetaObject::invokeMethod(
+          this, [this, explained_away] { emit explained(explained_away); }, Qt::QueuedConnection);
     } catch (const Cancelled&) {
       QMetaObject::invokeMethod(
           this, [this] { emit cancelled(); }, Qt::QueuedConnection);

@@ -1,15 +1,17 @@
 #pragma once
 
 // Runs the planner (sim/planner.hpp find_best_plans) on a thread of its own so the window stays
-// responsive; its progress callback and its result come back to the GUI thread as signals. The
-// search works on copies of the profile and hardware, so edits made meanwhile do not race it.
-// Cancelling stops it at the next configuration.
+// responsive; its progress callback and its result come back to the GUI thread as signals. Then,
+// on the same thread, the best plan with each of its choices changed (sim/one_choice_away.hpp).
+// The search works on copies of the profile and hardware, so edits made meanwhile do not race
+// it. Cancelling stops it at the next configuration.
 
 #include <QObject>
 #include <QThread>
 #include <atomic>
 #include <memory>
 
+#include "gui/model/one_choice_rows.hpp"
 #include "sim/hardware.hpp"
 #include "sim/planner.hpp"
 #include "sim/profile.hpp"
@@ -33,6 +35,9 @@ class PlannerWorker : public QObject {
  signals:
   void progressed(int done, int total);
   void finished(std::shared_ptr<const pipetune::PlanSearchResult> result);
+  /// After `finished` when it ranked a plan: that plan with each choice changed, re-planned.
+  /// Not sent when cancelled meanwhile (the re-planning itself runs to its end).
+  void explained(std::shared_ptr<const pipetune::gui::OneChoiceAway> away);
   void failed(const QString& reason);
   void cancelled();
 

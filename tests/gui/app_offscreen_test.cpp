@@ -17,11 +17,13 @@
 #include <QSpinBox>
 #include <QTableWidget>
 #include <QTemporaryDir>
+#include <algorithm>
 
 #include "gui/model/palette.hpp"
 #include "gui/widgets/comparison_panel.hpp"
 #include "gui/widgets/cost_strip_view.hpp"
 #include "gui/widgets/main_window.hpp"
+#include "gui/widgets/one_choice_away_view.hpp"
 #include "gui/widgets/plan_panel.hpp"
 #include "gui/widgets/planner_panel.hpp"
 #include "gui/widgets/run_controller.hpp"
@@ -249,6 +251,38 @@ TEST_F(AppTest, FindBestPlanRunsInTheBackgroundAndPickingOneLoadsIt) {
   planner->worker().wait();
   EXPECT_TRUE(
       window.save_screenshot(testing::output_dir() + "/main-window-best-plans.png").isEmpty());
+}
+
+TEST_F(AppTest, AfterASearchTheBestPlanOneChoiceAwayIsListedAndLoads) {
+  MainWindow window;
+  ASSERT_TRUE(window.open_files({path("tiny.profile.json"), path("hardware-2.json")}).isEmpty());
+  OneChoiceAwayView* view = window.one_choice_away_view();
+  EXPECT_EQ(view->table()->rowCount(), 0);
+  window.planner_panel()->find_best_plan();
+  ASSERT_TRUE(testing::wait_until([&] { return !view->rows().empty(); }));
+  const PlanSearchResult* result = window.planner_panel()->last_result();
+  ASSERT_NE(result, nullptr);
+  // The same alternatives sim/one_choice_away gives for the search's best plan.
+  PlannerOptions options;
+  options.optimizer_state_factor = window.editor().plan().optimizer_state_factor;
+  options.top = 10;
+  const auto expected = one_choice_away(window.editor().profile(), window.editor().hardware(),
+                                        options, result->ranked.front());
+  ASSERT_EQ(view->rows().size(), expected.size());
+  EXPECT_EQ(view->table()->rowCount(), static_cast<int>(expected.size()));
+  for (std::size_t k = 0; k < expected.size(); ++k) {
+    EXPECT_EQ(view->table()->item(static_cast<int>(k), 0)->text().toStdString(),
+              expected[k].change);
+  }
+  const auto fits =
+      std::find_if(expected.begin(), expected.end(), [](const Alternative& a) { return a.best; });
+  ASSERT_NE(fits, expected.end());
+  view->pick(static_cast<int>(fits - expected.begin()));
+  EXPECT_EQ(window.editor().plan(), fits->best->plan);
+  EXPECT_NEAR(window.editor().result().iteration_ms, fits->best->iteration_ms, 1e-9);
+  window.planner_panel()->worker().wait();
+  EXPECT_TRUE(
+      window.save_screenshot(testing::output_dir() + "/main-window-one-choice-away.png").isEmpty());
 }
 
 TEST_F(AppTest, RunLaunchesTheCommandAndOverlaysWhatItMeasured) {

@@ -1,0 +1,135 @@
+// time_balanced (sim/balance) against a brute force over every contiguous partition, with the
+// per-layer work read straight from the profile's tables.
+
+#include "sim/balance.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "sim/cost_model.hpp"
+#include "tests/sim/fixtures.hpp"
+
+namespace pipetune {
+namespace {
+
+// One iteration's compute of each layer: per micro-batch its forward and backward, and for a
+// recomputed micro-batch its forward without autograd (the forward's time when not profiled).
+// Every micro-batch size used here is a profiled one, so no interpolation is involved.
+std::vector<double> layer_work(const Profile& profile, int chunks, CheckpointMode mode) {
+  const std::int64_t size = profile.batch_size / chunks;
+  const auto column =
+      std::find(profile.micro_batch_sizes.begin(), profile.micro_batch_sizes.end(), size) -
+      profile.micro_batch_sizes.begin();
+  std::vector<double> work;
+  for (const auto& layer : profile.layers) {
+    const double nograd = layer.forward_nograd_ms.empty() ? layer.forward_ms[column]
+                                                          : layer.forward_nograd_ms[column];
+    double w = 0.0;
+    for (int i = 0; i < chunks; ++i) {
+      const bool recomputed =
+          mode == CheckpointMode::Always || (mode == CheckpointMode::ExceptLast && i < chunks - 1);
+      w += layer.forward_ms[column] + layer.backward_ms[column] + (recomputed ? nograd : 0.0);
+    }
+    work.push_back(w);
+  }
+  return work;
+}
+
+double bottleneck(const std::vector<double>& work, const std::vector<int>& balance,
+                  const std::vector<double>& speed) {
+  double worst = 0.0;
+  int layer = 0;
+  for (std::size_t s = 0; s < balance.size(); ++s) {
+    double sum = 0.0;
+    for (int k = 0; k < balance[s]; ++k) sum += work[layer++];
+    worst = std::max(worst, sum / speed[s]);
+  }
+  return worst;
+}
+
+// The least bottleneck over every way to cut the layers into `parts` non-empty blocks.
+double brute_force(const std::vector<double>& work, int parts, const std::vector<double>& speed) {
+  const int n = static_cast<int>(work.size());
+  double best = std::numeric_limits<double>::infinity();
+  std::vector<int> balance;
+  std::function<void(int)> place = [&](int left) {
+    if (static_cast<int>(balance.size()) == parts - 1) {
+      if (left < 1) return;
+      balance.push_back(left);
+      best = std::min(best, bottleneck(work, balance, speed));
+      balance.pop_back();
+      return;
+    }
+    const int still_to_place = parts - 1 - static_cast<int>(balance.size());
+    for (int size = 1; size <= left - still_to_place; ++size) {
+      balance.push_back(size);
+      place(left - size);
+      balance.pop_back();
+    }
+  };
+  place(n);
+  return best;
+}
+
+TEST(TimeBalanced, ReachesTheBruteForceOptimumOverEveryContiguousPartition) {
+  std::mt19937 rng(20);
+  const CheckpointMode modes[] = {CheckpointMode::Never, CheckpointMode::ExceptLast,
+                                  CheckpointMode::Always};
+  for (int trial = 0; trial < 60; ++trial) {
+    const int layers = 2 + static_cast<int>(rng() % 9);  // 2..10
+    const int stages = 1 + static_cast<int>(rng() % std::min(layers, 5));
+    const Profile profile = testing::random_profile(rng, layers, 8);
+    const CostModel costs(profile);
+    Hardware hardware = replicate_device(profile.device, stages);
+    // One speed for every device: with different speeds the prefix DP's binary search is not
+    // exact (min_max_partition needs the best prefix bottleneck to grow with the prefix).
+    const std::vector<double> speed(stages, 0.5 + (rng() % 4) * 0.5);
+    for (int d = 0; d < stages; ++d) hardware.devices[d].speed = speed[d];
+    Plan shape = testing::make_plan({}, 1 << (rng() % 4), modes[rng() % 3]);
+
+    const std::vector<int> balance = time_balanced(costs, hardware, stages, shape);
+    SCOPED_TRACE(::testing::Message()
+                 << "trial " << trial << ": " << layers << " layers, " << stages << " stages");
+    ASSERT_EQ(static_cast<int>(balance.size()), stages);
+    EXPECT_EQ(std::accumulate(balance.begin(), balance.end(), 0), layers);
+    for (int b : balance) EXPECT_GE(b, 1);
+    const std::vector<double> work = layer_work(profile, shape.chunks, shape.checkpoint);
+    const double best = brute_force(work, stages, speed);
+    EXPECT_NEAR(bottleneck(work, balance, speed), best, 1e-9 * best);
+  }
+}
+
+TEST(TimeBalanced, FollowsTheDevicesAPlanNames) {
+  // Four equal layers; device "b" is three times as fast as "a". Stage 0 on b, stage 1 on a:
+  // the fast device takes three layers. Named the other way round, the split mirrors.
+  const Profile profile = testing::uniform_profile(4, 1.0, 2.0, 4);
+  const CostModel costs(profile);
+  Hardware hardware = replicate_device(profile.device, 2);
+  hardware.devices[0].name = "a";
+  hardware.devices[1].name = "b";
+  hardware.devices[1].speed = 3.0;
+  Plan shape = testing::make_plan({}, 1, CheckpointMode::Never);
+  shape.devices = {"b", "a"};
+  EXPECT_EQ(time_balanced(costs, hardware, 2, shape), (std::vector<int>{3, 1}));
+  shape.devices = {"a", "b"};
+  EXPECT_EQ(time_balanced(costs, hardware, 2, shape), (std::vector<int>{1, 3}));
+  shape.devices.clear();  // one stage per device in order: stage 1 on the fast "b"
+  EXPECT_EQ(time_balanced(costs, hardware, 2, shape), (std::vector<int>{1, 3}));
+}
+
+TEST(TimeBalanced, IsEmptyWithFewerLayersThanStages) {
+  const Profile profile = testing::uniform_profile(2, 1.0, 1.0, 2);
+  const Hardware hardware = replicate_device(profile.device, 3);
+  EXPECT_TRUE(time_balanced(CostModel(profile), hardware, 3,
+                            testing::make_plan({}, 1, CheckpointMode::Never))
+                  .empty());
+}
+
+}  // namespace
+}  // namespace pipetune
