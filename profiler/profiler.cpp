@@ -223,9 +223,9 @@ std::int64_t allocation_of(const at::Tensor& t, MeasureBackend& backend) {
 // At a stage's end the executor holds the output and the gradient it received for the whole
 // backward. Inside a stage (`inside_stage`) nothing but autograd holds either: the gradient dies
 // once the layer's first node has used it, the output once its last saved reference goes. There
-// the gradient comes from a node after the layer (a multiplication by one, which saves nothing),
-// so the engine owns it, and the peak is given above a level that holds it, as the memory
-// model's walk does.
+// the gradient comes from a node after the layer (a negation: it saves nothing, and its backward
+// makes nothing but that gradient), so the engine owns it, and the peak is given above a level
+// that holds it, as the memory model's walk does.
 std::int64_t backward_peak(Runner& run, std::pair<at::Tensor, at::Tensor> pair,
                            MeasureBackend& backend, bool inside_stage) {
   if (run.last) pair.second = at::Tensor();
@@ -233,7 +233,7 @@ std::int64_t backward_peak(Runner& run, std::pair<at::Tensor, at::Tensor> pair,
   std::int64_t received = 0;
   if (inside_stage && !run.last) {
     received = allocation_of(pair.first, backend);
-    pair.first = pair.first * 1.0;
+    pair.first = pair.first.neg();
     pair.second = at::Tensor();
   }
   at::Tensor seed_gradient = run.last ? at::Tensor() : at::ones_like(pair.first);
