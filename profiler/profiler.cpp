@@ -207,14 +207,35 @@ std::vector<LayerTimes> time_layers(models::Model& model, std::vector<torch::nn:
 struct LayerMemory {
   at::Tensor output;  ///< detached: the next layer's input (none after the last layer)
   std::int64_t output_bytes = 0, saved = 0, workspace = 0, first_peak = 0, accumulate_peak = 0;
+  std::int64_t inner_first_peak = 0, inner_accumulate_peak = 0;  ///< not the stage's last layer
   bool keeps_input = true, keeps_output = false, aliases = false;
 };
 
+// What the allocator counts for a new tensor like `t` (its rounding included).
+std::int64_t allocation_of(const at::Tensor& t, MeasureBackend& backend) {
+  const std::int64_t before = backend.allocated();
+  const at::Tensor probe = at::empty_like(t);
+  return backend.allocated() - before;
+}
+
 // One backward, given the gradient of the output; returns the peak above its start. The last
 // layer's output is not kept once the loss exists, as in the executor's last stage.
-std::int64_t backward_peak(Runner& run, std::pair<at::Tensor, at::Tensor> pair, MeasureBackend& backend) {
+// At a stage's end the executor holds the output and the gradient it received for the whole
+// backward. Inside a stage (`inside_stage`) nothing but autograd holds either: the gradient dies
+// once the layer's first node has used it, the output once its last saved reference goes. There
+// the gradient comes from a node after the layer (a negation: it saves nothing, and its backward
+// makes nothing but that gradient), so the engine owns it, and the peak is given above a level
+// that holds it, as the memory model's walk does.
+std::int64_t backward_peak(Runner& run, std::pair<at::Tensor, at::Tensor> pair,
+                           MeasureBackend& backend, bool inside_stage) {
   if (run.last) pair.second = at::Tensor();
   if (!pair.first.requires_grad()) return 0;  // a first layer without parameters: no backward
+  std::int64_t received = 0;
+  if (inside_stage && !run.last) {
+    received = allocation_of(pair.first, backend);
+    pair.first = pair.first.neg();
+    pair.second = at::Tensor();
+  }
   at::Tensor seed_gradient = run.last ? at::Tensor() : at::ones_like(pair.first);
   const std::int64_t start = backend.allocated();
   backend.reset_peak();
@@ -223,7 +244,7 @@ std::int64_t backward_peak(Runner& run, std::pair<at::Tensor, at::Tensor> pair, 
   } else {
     torch::autograd::backward({pair.first}, {seed_gradient});
   }
-  return std::max<std::int64_t>(0, backend.peak() - start);
+  return std::max<std::int64_t>(0, backend.peak() - start - received);
 }
 
 // What autograd keeps of a forward: run it, let go of the input and the output, hold only the
@@ -250,25 +271,42 @@ void measure_retention(Runner& run, const at::Tensor& previous, int layer, Measu
       0, held - (out.keeps_input ? input_bytes : 0) - (out.keeps_output ? output_bytes : 0) - loss_bytes);
 }
 
-LayerMemory measure_layer_memory(Runner& run, const at::Tensor& previous, int layer, MeasureBackend& backend) {
-  LayerMemory out;
+// The backward's peaks, the first time (creating the parameter gradients) and a later time
+// (adding into them), as at a stage's end or inside it.
+void measure_backward_peaks(Runner& run, const at::Tensor& previous, int layer, bool inside_stage,
+                            MeasureBackend& backend, std::int64_t& first_peak,
+                            std::int64_t& accumulate_peak) {
   LayerInput in = layer_input(previous, layer);
   reset_gradients(*run.layer.ptr(), in);
+  first_peak = backward_peak(run, run.forward(in.x), backend, inside_stage);
+  // The stage input is new each micro-batch (and a layer working in place has changed this
+  // one), so is its gradient.
+  const LayerInput again = layer_input(previous, layer);
+  accumulate_peak = backward_peak(run, run.forward(again.x), backend, inside_stage);
+  reset_gradients(*run.layer.ptr(), in);
+}
+
+LayerMemory measure_layer_memory(Runner& run, const at::Tensor& previous, int layer,
+                                 MeasureBackend& backend) {
+  LayerMemory out;
   {
+    LayerInput in = layer_input(previous, layer);
+    reset_gradients(*run.layer.ptr(), in);
     backend.reset_peak();
-    auto pair = run.forward(in.x);
+    auto [root, y] = run.forward(in.x);
     // The backward's peaks are measured on their own, so the workspace is the forward's.
     out.workspace = std::max<std::int64_t>(0, backend.peak() - backend.allocated());
-    out.output_bytes = bytes_of(pair.second);
-    if (!run.last) out.output = pair.second.detach();
-    // The first backward creates the parameters' gradients and keeps them.
-    out.first_peak = backward_peak(run, std::move(pair), backend);
-    // A later one adds into them: the new gradients are transient. The stage input is new
-    // each micro-batch (and a layer working in place has changed this one), so is its gradient.
-    const LayerInput again = layer_input(previous, layer);
-    out.accumulate_peak = backward_peak(run, run.forward(again.x), backend);
+    out.output_bytes = bytes_of(y);
+    if (!run.last) out.output = y.detach();
   }
-  reset_gradients(*run.layer.ptr(), in);
+  measure_backward_peaks(run, previous, layer, false, backend, out.first_peak, out.accumulate_peak);
+  if (run.last) {  // the model's last layer is always its stage's last
+    out.inner_first_peak = out.first_peak;
+    out.inner_accumulate_peak = out.accumulate_peak;
+  } else {
+    measure_backward_peaks(run, previous, layer, true, backend, out.inner_first_peak,
+                           out.inner_accumulate_peak);
+  }
   measure_retention(run, previous, layer, backend, out);
   return out;
 }
@@ -282,6 +320,8 @@ void append(LayerProfile& layer, const LayerTimes& times, const LayerMemory& mem
   layer.output_bytes.push_back(memory.output_bytes);
   layer.backward_peak_bytes.push_back(memory.first_peak);
   layer.backward_accumulate_peak_bytes.push_back(memory.accumulate_peak);
+  layer.inner_backward_peak_bytes.push_back(memory.inner_first_peak);
+  layer.inner_backward_accumulate_peak_bytes.push_back(memory.inner_accumulate_peak);
   layer.saved_bytes.push_back(memory.saved);
   layer.workspace_bytes.push_back(memory.workspace);
   // One answer for every size, on the safe side should sizes disagree: kept if kept at any.

@@ -17,7 +17,10 @@
 //   saved_bytes               what the allocator still counts then beyond those storages;
 //   workspace_bytes           the forward's peak above its steady state;
 //   backward_peak_bytes, backward_accumulate_peak_bytes
-//                             the backward's peak above its start, the first time and later;
+//                             the backward's peak above its start, the first time and later,
+//                             the output and the gradient fed to it held (a stage's last layer);
+//   inner_backward_peak_bytes, inner_backward_accumulate_peak_bytes
+//                             the same with both owned by autograd alone (inside a stage);
 //   param_bytes.
 // device.library_bytes is what stays allocated once the work is done (cuBLAS workspaces).
 // Memory comes from the CUDA caching allocator on GPUs and from the counting allocator on the

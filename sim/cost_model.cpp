@@ -100,6 +100,13 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
       costs->backward_peak_bytes[l] = interpolate_bytes(sizes, layer.backward_peak_bytes, x);
       costs->backward_accumulate_peak_bytes[l] =
           interpolate_bytes(sizes, layer.backward_accumulate_peak_bytes, x);
+      const bool inner = !layer.inner_backward_peak_bytes.empty();
+      costs->inner_backward_peak_bytes.push_back(
+          inner ? interpolate_bytes(sizes, layer.inner_backward_peak_bytes, x)
+                : costs->backward_peak_bytes[l]);
+      costs->inner_backward_accumulate_peak_bytes.push_back(
+          inner ? interpolate_bytes(sizes, layer.inner_backward_accumulate_peak_bytes, x)
+                : costs->backward_accumulate_peak_bytes[l]);
     }
     costs->forward_prefix[l + 1] = costs->forward_prefix[l] + costs->forward_ms[l];
     costs->backward_prefix[l + 1] = costs->backward_prefix[l] + costs->backward_ms[l];

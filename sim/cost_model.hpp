@@ -30,6 +30,8 @@ struct SizeCosts {
   std::vector<std::int64_t> output_bytes, saved_bytes, workspace_bytes;
   /// Measured backward peaks (LayerProfile); empty when the profile has none.
   std::vector<std::int64_t> backward_peak_bytes, backward_accumulate_peak_bytes;
+  /// The same inside a stage (LayerProfile); the ones above where the profile has none.
+  std::vector<std::int64_t> inner_backward_peak_bytes, inner_backward_accumulate_peak_bytes;
   std::vector<double> forward_prefix, backward_prefix, forward_nograd_prefix;  ///< size L + 1
   /// Per layer, from the profile (LayerProfile): what autograd keeps of input and output.
   std::vector<std::uint8_t> keeps_input, keeps_output, aliases;

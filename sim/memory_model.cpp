@@ -71,11 +71,17 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
       const std::int64_t input_grad =
           k > first ? c.output_bytes[k - 1] : (first_stage ? 0 : m.input_bytes);
       const std::int64_t param_grad = first_backward ? model.param_bytes_of(k) : 0;
-      // Measured when the profile has it; else every gradient plus the workspace at once.
-      const std::int64_t peak_above =
-          c.backward_peak_bytes.empty()
-              ? input_grad + model.param_bytes_of(k) + c.workspace_bytes[k]
-              : (first_backward ? c.backward_peak_bytes[k] : c.backward_accumulate_peak_bytes[k]);
+      // Measured when the profile has it (inside the stage, the output and its gradient die
+      // early); else every gradient plus the workspace at once.
+      std::int64_t peak_above = input_grad + model.param_bytes_of(k) + c.workspace_bytes[k];
+      if (!c.backward_peak_bytes.empty()) {
+        const bool inside = k < end - 1;
+        const auto& measured = first_backward
+                                   ? (inside ? c.inner_backward_peak_bytes : c.backward_peak_bytes)
+                                   : (inside ? c.inner_backward_accumulate_peak_bytes
+                                             : c.backward_accumulate_peak_bytes);
+        peak_above = measured[k];
+      }
       backward_peak = std::max(backward_peak, current + peak_above);
       current += input_grad + param_grad - c.saved_bytes[k] - released[k - first];
       if (k < end - 1) current -= c.output_bytes[k];

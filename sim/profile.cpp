@@ -63,8 +63,10 @@ void check_profile_total(const Profile& p, const std::string& source) {
     double total = in_double(p.input_bytes, x);
     for (const auto& l : p.layers) {
       total += static_cast<double>(l.param_bytes);
-      for (const auto* field : {&l.output_bytes, &l.saved_bytes, &l.workspace_bytes,
-                                &l.backward_peak_bytes, &l.backward_accumulate_peak_bytes}) {
+      for (const auto* field :
+           {&l.output_bytes, &l.saved_bytes, &l.workspace_bytes, &l.backward_peak_bytes,
+            &l.backward_accumulate_peak_bytes, &l.inner_backward_peak_bytes,
+            &l.inner_backward_accumulate_peak_bytes}) {
         if (!field->empty()) total += in_double(*field, x);
       }
     }
@@ -80,9 +82,11 @@ void check_profile_total(const Profile& p, const std::string& source) {
 
 LayerProfile parse_layer(const Node& node, std::size_t sizes) {
   node.allow_only({"name", "param_bytes", "forward_ms", "backward_ms", "output_bytes",
-                   "saved_bytes", "workspace_bytes", "backward_peak_bytes", "backward_accumulate_peak_bytes",
-                   "forward_nograd_ms", "backward_input_ms", "backward_weight_ms", "forward_ms_spread",
-                   "backward_ms_spread", "keeps_input", "keeps_output", "output_aliases_input"});
+                   "saved_bytes", "workspace_bytes", "backward_peak_bytes",
+                   "backward_accumulate_peak_bytes", "inner_backward_peak_bytes",
+                   "inner_backward_accumulate_peak_bytes", "forward_nograd_ms", "backward_input_ms",
+                   "backward_weight_ms", "forward_ms_spread", "backward_ms_spread", "keeps_input",
+                   "keeps_output", "output_aliases_input"});
   LayerProfile layer;
   layer.name = node.field("name").string();
   layer.param_bytes = node.field("param_bytes").bytes();
@@ -101,6 +105,21 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
   if (first_peak) {
     layer.backward_peak_bytes = byte_counts(*first_peak, sizes);
     layer.backward_accumulate_peak_bytes = byte_counts(*accumulate_peak, sizes);
+  }
+  const auto inner_first_peak = node.optional_field("inner_backward_peak_bytes");
+  const auto inner_accumulate_peak = node.optional_field("inner_backward_accumulate_peak_bytes");
+  if (inner_first_peak.has_value() != inner_accumulate_peak.has_value()) {
+    node.fail_message(fmt::format(
+        "missing field \"{}\" (inner_backward_peak_bytes and "
+        "inner_backward_accumulate_peak_bytes come together)",
+        inner_first_peak ? "inner_backward_accumulate_peak_bytes" : "inner_backward_peak_bytes"));
+  }
+  if (inner_first_peak) {
+    if (!first_peak)
+      node.fail_message(
+          "has inner_backward_peak_bytes, but no backward_peak_bytes (they refine them)");
+    layer.inner_backward_peak_bytes = byte_counts(*inner_first_peak, sizes);
+    layer.inner_backward_accumulate_peak_bytes = byte_counts(*inner_accumulate_peak, sizes);
   }
   if (auto nograd = node.optional_field("forward_nograd_ms")) layer.forward_nograd_ms = numbers(*nograd, sizes);
   if (auto keeps = node.optional_field("keeps_input")) layer.keeps_input = keeps->boolean();
@@ -181,6 +200,14 @@ Profile parse_profile(std::string_view text, const std::string& source) {
                                       ? "has backward_peak_bytes, but layers[0] has none (every layer or none)"
                                       : "missing field \"backward_peak_bytes\" (layers[0] has it: every layer or none)");
     }
+    if (p.layers[k].inner_backward_peak_bytes.empty() !=
+        p.layers[0].inner_backward_peak_bytes.empty()) {
+      layer_nodes[k].fail_message(
+          p.layers[0].inner_backward_peak_bytes.empty()
+              ? "has inner_backward_peak_bytes, but layers[0] has none (every layer or none)"
+              : "missing field \"inner_backward_peak_bytes\" (layers[0] has it: every layer or "
+                "none)");
+    }
     // The split of the backward, likewise: one rule for every stage.
     if (p.layers[k].backward_input_ms.empty() != p.layers[0].backward_input_ms.empty()) {
       layer_nodes[k].fail_message(
@@ -226,6 +253,10 @@ std::string profile_to_json(const Profile& p) {
     if (!l.backward_peak_bytes.empty()) {
       layer["backward_peak_bytes"] = l.backward_peak_bytes;
       layer["backward_accumulate_peak_bytes"] = l.backward_accumulate_peak_bytes;
+    }
+    if (!l.inner_backward_peak_bytes.empty()) {
+      layer["inner_backward_peak_bytes"] = l.inner_backward_peak_bytes;
+      layer["inner_backward_accumulate_peak_bytes"] = l.inner_backward_accumulate_peak_bytes;
     }
     if (!l.forward_nograd_ms.empty()) layer["forward_nograd_ms"] = l.forward_nograd_ms;
     // Written where they differ from the defaults, so profiles without them read back the same.

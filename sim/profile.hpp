@@ -23,6 +23,12 @@ struct LayerProfile {
   /// Without them the memory model estimates both from the fields above.
   std::vector<std::int64_t> backward_peak_bytes;
   std::vector<std::int64_t> backward_accumulate_peak_bytes;
+  /// Optional (empty when absent; both or neither, only with the two above): the same peaks for
+  /// the layer inside a stage, where nothing but autograd holds its output and the gradient it
+  /// receives, so both die as soon as the layer's backward is done with them; given above a
+  /// level that holds that gradient. Absent: the peaks above, measured with both held.
+  std::vector<std::int64_t> inner_backward_peak_bytes;
+  std::vector<std::int64_t> inner_backward_accumulate_peak_bytes;
   /// Optional (empty when absent): the forward without autograd, as a checkpointed micro-batch
   /// runs it; nothing is recorded for the backward, so it is often cheaper. Absent: forward_ms.
   std::vector<double> forward_nograd_ms;

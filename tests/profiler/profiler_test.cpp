@@ -164,6 +164,41 @@ TEST(Profiler, WhatAutogradKeepsOfInputAndOutputByStorage) {
   EXPECT_EQ(costs.at(4).kept_bytes(0, 6), 4 * (256 + 256 + 16));
 }
 
+// relu(-x): a negation that saves nothing (its backward makes only the input's gradient), then a
+// ReLU that keeps its own output, as a residual block ends. Two autograd nodes in one layer.
+class NegatedReluImpl : public torch::nn::Module {
+ public:
+  at::Tensor forward(const at::Tensor& x) { return at::relu(x.neg()); }
+};
+TORCH_MODULE(NegatedRelu);
+
+TEST(Profiler, BackwardPeaksInsideAStageLetTheOutputAndItsGradientGo) {
+  // Per sample, every activation is 16 floats = 64 bytes (call it A).
+  models::Model m = model_of({{"linear", torch::nn::AnyModule(torch::nn::Linear(8, 16))},
+                              {"negated_relu", torch::nn::AnyModule(NegatedRelu())},
+                              {"relu", torch::nn::AnyModule(torch::nn::ReLU())},
+                              {"head", torch::nn::AnyModule(torch::nn::Linear(16, 2))}},
+                             {8});
+  const Profile p = profiler::profile_model(m, quick(4, {1, 4})).profile;
+  const auto activations = [](std::int64_t count) { return std::vector<std::int64_t>{count * 64, count * 4 * 64}; };
+  // negated_relu at a stage's end (its output and the gradient it got held throughout): the
+  // ReLU's input gradient A, then the negation's input gradient A more: 2A.
+  EXPECT_EQ(p.layers[1].backward_peak_bytes, activations(2));
+  // Inside a stage, above a level that holds the gradient it receives and its output: the
+  // ReLU's input gradient A; then the received gradient and the output are freed (-2A) before
+  // the negation's input gradient (+A): the peak is A.
+  EXPECT_EQ(p.layers[1].inner_backward_peak_bytes, activations(1));
+  // Without parameters, a later backward is the same.
+  EXPECT_EQ(p.layers[1].backward_accumulate_peak_bytes, activations(2));
+  EXPECT_EQ(p.layers[1].inner_backward_accumulate_peak_bytes, activations(1));
+  // A lone ReLU peaks while both are still alive (they die when its only node returns): A both ways.
+  EXPECT_EQ(p.layers[2].backward_peak_bytes, activations(1));
+  EXPECT_EQ(p.layers[2].inner_backward_peak_bytes, activations(1));
+  // The model's last layer always ends its stage.
+  EXPECT_EQ(p.layers[3].inner_backward_peak_bytes, p.layers[3].backward_peak_bytes);
+  EXPECT_EQ(p.layers[3].inner_backward_accumulate_peak_bytes, p.layers[3].backward_accumulate_peak_bytes);
+}
+
 // Sleeps a known time per sample in its forward.
 class SleepPerSampleImpl : public torch::nn::Module {
  public:

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "sim/cost_model.hpp"
 #include "sim/error.hpp"
 #include "sim/file_io.hpp"
 #include "sim/hardware.hpp"
@@ -178,6 +179,37 @@ TEST(ProfileFormat, MeasuredBackwardPeaksParseAndRoundTrip) {
   EXPECT_EQ(q.layers[1].backward_accumulate_peak_bytes, p.layers[1].backward_accumulate_peak_bytes);
   // Without them, none is written.
   EXPECT_EQ(profile_to_json(parse_profile(kProfile, "in.json")).find("backward_peak_bytes"), std::string::npos);
+}
+
+TEST(ProfileFormat, InnerBackwardPeaksParseRoundTripAndComeWithTheOthers) {
+  const std::string inner = R"("inner_backward_peak_bytes": [300, 420], )"
+                            R"("inner_backward_accumulate_peak_bytes": [260, 260], )";
+  const std::string inner1 = R"("inner_backward_peak_bytes": [40, 160], )"
+                             R"("inner_backward_accumulate_peak_bytes": [40, 160], )";
+  const std::string peaks1 = R"("backward_peak_bytes": [40, 160], "backward_accumulate_peak_bytes": [40, 160], )";
+  const Profile p = parse_profile(
+      profile_with_peaks(R"("backward_peak_bytes": [440, 560], )" + inner, R"("backward_accumulate_peak_bytes": [400, 400], )",
+                         peaks1 + inner1),
+      "in.json");
+  EXPECT_EQ(p.layers[0].inner_backward_peak_bytes, (std::vector<std::int64_t>{300, 420}));
+  EXPECT_EQ(p.layers[0].inner_backward_accumulate_peak_bytes, (std::vector<std::int64_t>{260, 260}));
+  const Profile q = parse_profile(profile_to_json(p), "again.json");
+  EXPECT_EQ(q.layers[0].inner_backward_peak_bytes, p.layers[0].inner_backward_peak_bytes);
+  EXPECT_EQ(q.layers[1].inner_backward_accumulate_peak_bytes, p.layers[1].inner_backward_accumulate_peak_bytes);
+  // Without them the held peaks stand in, and none is written.
+  const Profile old = parse_profile(profile_with_peaks(), "in.json");
+  EXPECT_TRUE(old.layers[0].inner_backward_peak_bytes.empty());
+  EXPECT_EQ(profile_to_json(old).find("inner_backward"), std::string::npos);
+  EXPECT_EQ(CostModel(old).at(4).inner_backward_peak_bytes, CostModel(old).at(4).backward_peak_bytes);
+  EXPECT_EQ(CostModel(p).at(4).inner_backward_peak_bytes, (std::vector<std::int64_t>{420, 160}));
+
+  EXPECT_EQ(profile_error(profile_with_peaks(R"("backward_peak_bytes": [440, 560], "inner_backward_peak_bytes": [1, 1], )")),
+            "in.json: layers[0]: missing field \"inner_backward_accumulate_peak_bytes\" (inner_backward_peak_bytes "
+            "and inner_backward_accumulate_peak_bytes come together)");
+  EXPECT_EQ(profile_error(profile_with_peaks(R"("backward_peak_bytes": [440, 560], )" + inner)),
+            "in.json: layers[1]: missing field \"inner_backward_peak_bytes\" (layers[0] has it: every layer or none)");
+  EXPECT_EQ(profile_error(profile_with_peaks(inner, "", "")),
+            "in.json: layers[0]: has inner_backward_peak_bytes, but no backward_peak_bytes (they refine them)");
 }
 
 TEST(ProfileFormat, NoGradForwardTimesParseAndRoundTrip) {

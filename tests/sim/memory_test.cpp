@@ -181,6 +181,39 @@ TEST(StageMemory, MeasuredBackwardPeaksReplaceTheEstimate) {
   EXPECT_EQ(m.backward_net_first, -1);
 }
 
+TEST(StageMemory, InsideAStageTheInnerPeaksApply) {
+  // The same, with the peaks measured for a layer inside a stage (its output and the gradient
+  // it receives die early): first 35, 12, 99 and accumulating 22, 50, 99. A stage's last layer
+  // keeps the peaks above: the executor holds its output and the gradient it received.
+  Profile p = testing::make_profile({{1, 1, 7, 10, 1, 5}, {1, 1, 11, 20, 2, 50}, {1, 1, 13, 30, 3, 5}}, 1, 4);
+  p.layers[0].backward_peak_bytes = {40};
+  p.layers[1].backward_peak_bytes = {30};
+  p.layers[2].backward_peak_bytes = {20};
+  p.layers[0].backward_accumulate_peak_bytes = {25};
+  p.layers[1].backward_accumulate_peak_bytes = {60};
+  p.layers[2].backward_accumulate_peak_bytes = {15};
+  p.layers[0].inner_backward_peak_bytes = {35};
+  p.layers[1].inner_backward_peak_bytes = {12};
+  p.layers[2].inner_backward_peak_bytes = {99};
+  p.layers[0].inner_backward_accumulate_peak_bytes = {22};
+  p.layers[1].inner_backward_accumulate_peak_bytes = {50};
+  p.layers[2].inner_backward_accumulate_peak_bytes = {99};
+  const CostModel model(p);
+  const StageMemory m = stage_memory(model, model.at(1), 0, 3, false);
+  // The walk's levels as above. Accumulating: max(0 + 15, -3 + 50, -25 + 22) = 47; first:
+  // max(0 + 20, 10 + 12, -1 + 35) = 34.
+  EXPECT_EQ(m.backward_peak, 47);
+  EXPECT_EQ(m.backward_peak_first, 34);
+  EXPECT_EQ(m.backward_net, -32);
+  // A stage ending at layer 1: its measured peak is the held one. Layer 1 allocates its
+  // input's gradient 10 (and, the first time, its parameters' 11) and frees its saved 2 and its
+  // input's storage 10: level -2 for layer 0 (9 the first time). Accumulating:
+  // max(0 + 60, -2 + 22) = 60; first: max(0 + 30, 9 + 35) = 44.
+  const StageMemory ending = stage_memory(model, model.at(1), 0, 2, false);
+  EXPECT_EQ(ending.backward_peak, 60);
+  EXPECT_EQ(ending.backward_peak_first, 44);
+}
+
 // A convolutional head, as autograd keeps it (bytes at size 1, no parameters):
 //   0 conv      output 100, keeps its input (the stage input)
 //   1 relu_     in place: its output is its input's storage, which it keeps (for its backward)
