@@ -11,6 +11,7 @@
 #include "sim/cost_model.hpp"
 #include "sim/error.hpp"
 #include "sim/memory_model.hpp"
+#include "sim/partition.hpp"
 #include "sim/simulator.hpp"
 #include "sim/stage_timing.hpp"
 
@@ -198,6 +199,8 @@ class PlanSearch {
   int tasks_per_stage_ = 0;
   std::vector<double> before_, after_;  // one micro-batch's pass: prefix and suffix sums
   std::vector<std::vector<double>> suffix_, chained_;  // see build_suffix_tables()
+  // The same three tables made non-increasing in the suffix's start, for first_open_end().
+  std::vector<std::vector<double>> suffix_floor_, chained_floor_, waits_floor_;
   std::vector<int> balance_;
   std::vector<StageDurations> durations_;       // of the stages placed, for the sweep
   std::unique_ptr<IterationSweep> sweep_;       // leaves of this configuration
@@ -434,33 +437,29 @@ double PlanSearch::greedy_bound(Cost cost) const {
 }
 
 // Min-max over the ways to give layers [x, L) to the last m stages, each at least one layer:
-// table[m][x], by dynamic programming with a binary search per cell (exact for costs that grow
-// with a block's end and shrink as its start moves right).
+// table[m][x], exact for costs that grow with a block's end and shrink as its start moves right.
+// It is min_max_prefix_table() read backwards: layer l becomes L - l and stage j becomes S-1-j, so
+// a suffix over the last m stages is a prefix over the first m. Exact matters: the search prunes
+// on these as lower bounds.
 template <typename Cost>
 void min_max_suffix(int stages, int layers, std::vector<std::vector<double>>& table, Cost cost) {
+  const MinMaxTable reversed = min_max_prefix_table(layers, stages, [&](int j, int begin, int end) {
+    return cost(stages - 1 - j, layers - end, layers - begin);
+  });
   table.assign(stages + 1, std::vector<double>(layers + 1, kInf));
-  for (int i = 1; i <= layers; ++i) table[1][layers - i] = cost(stages - 1, layers - i, layers);
-  for (int m = 2; m <= stages; ++m) {
-    const int j = stages - m;  // the stage that takes the front of the suffix
-    for (int i = m; i <= layers; ++i) {
-      const int x = layers - i;
-      // Stage j takes [x, t), the other m - 1 stages [t, L): table[m-1][t] falls as t grows,
-      // cost(j, x, t) rises.
-      int lo = x + 1, hi = layers - (m - 1);
-      while (lo < hi) {
-        const int mid = lo + (hi - lo) / 2;
-        if (cost(j, x, mid) >= table[m - 1][mid]) {
-          hi = mid;
-        } else {
-          lo = mid + 1;
-        }
-      }
-      double best = kInf;
-      for (int t = std::max(x + 1, lo - 1); t <= std::min(layers - (m - 1), lo); ++t) {
-        best = std::min(best, std::max(cost(j, x, t), table[m - 1][t]));
-      }
-      table[m][x] = best;
-    }
+  for (int m = 1; m <= stages; ++m) {
+    for (int x = 0; x <= layers; ++x) table[m][x] = reversed.best[m - 1][layers - x];
+  }
+}
+
+// floors[m][x]: the least table[m][y] over y <= x. With devices of different speeds a shorter
+// suffix can cost more than a longer one (the slow device may have to take a heavy layer), so
+// table[m][x] need not fall as x grows; its floor does, and stays a lower bound.
+void running_min(const std::vector<std::vector<double>>& table,
+                 std::vector<std::vector<double>>& floors) {
+  floors = table;
+  for (auto& row : floors) {
+    for (std::size_t x = 1; x < row.size(); ++x) row[x] = std::min(row[x], row[x - 1]);
   }
 }
 
@@ -491,6 +490,9 @@ void PlanSearch::build_suffix_tables() {
     if (!fits_nested(j, a, b)) return kInf;
     return wait_cost(j, a, b);
   });
+  running_min(suffix_, suffix_floor_);
+  running_min(chained_, chained_floor_);
+  running_min(waits_, waits_floor_);
 }
 
 // The balance with the least busiest stage, read off the suffix table.
@@ -721,9 +723,9 @@ void PlanSearch::evaluate(const std::vector<int>& balance, Objective objective) 
 // Depth-first over stage j's last layer. `arrive`/`drain`: micro-batch passes through the
 // stages already placed (see time_bound); `worst`: the largest bound of those stages.
 // The least end b of stage j that the bounds on the later stages do not rule out. Each of those
-// bounds is at least its value with the passes through stage j left out, and that value only
-// falls as b grows (the tables are over shorter suffixes), so binary search finds where it
-// drops below the threshold; ends before it need not be examined one by one.
+// bounds is at least its value with the passes through stage j left out, and at least the
+// floor of that value (running_min), which only falls as b grows, so binary search finds where
+// it drops below the threshold; ends before it need not be examined one by one.
 // GPipe: a full-size micro-batch i's round trip from stage j also waits, on the last stage, for
 // what its programme runs between i's forward and backward: at least the last micro-batch's
 // forward, recompute and backward and M - 2's recompute, over the last stage's layers. Those
@@ -763,9 +765,9 @@ int PlanSearch::first_open_end(int j, int a, double arrive, double drain,
       followed_ == config_->micro_batches() - 1 && config_->schedule == ScheduleKind::OneFOneB;
   const double exact_drain = follow_last ? exact.drain_last : exact.drain_full;
   auto open = [&](int b) {
-    return arrive + suffix_[remaining][b] < limit &&
-           arrive + drain - before_[a] + chained_[remaining][b] < limit &&
-           exact.arrive + exact_drain - wait_before_[a] + waits_[remaining][b] < limit;
+    return arrive + suffix_floor_[remaining][b] < limit &&
+           arrive + drain - before_[a] + chained_floor_[remaining][b] < limit &&
+           exact.arrive + exact_drain - wait_before_[a] + waits_floor_[remaining][b] < limit;
   };
   int lo = a + 1, hi = layers_ - remaining;
   if (!open(hi)) return hi + 1;

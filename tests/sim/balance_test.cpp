@@ -81,16 +81,16 @@ TEST(TimeBalanced, ReachesTheBruteForceOptimumOverEveryContiguousPartition) {
   std::mt19937 rng(20);
   const CheckpointMode modes[] = {CheckpointMode::Never, CheckpointMode::ExceptLast,
                                   CheckpointMode::Always};
-  for (int trial = 0; trial < 60; ++trial) {
-    const int layers = 2 + static_cast<int>(rng() % 9);  // 2..10
+  for (int trial = 0; trial < 200; ++trial) {
+    const int layers = 2 + static_cast<int>(rng() % 11);  // 2..12
     const int stages = 1 + static_cast<int>(rng() % std::min(layers, 5));
     const Profile profile = testing::random_profile(rng, layers, 8);
     const CostModel costs(profile);
     Hardware hardware = replicate_device(profile.device, stages);
-    // One speed for every device: with different speeds the prefix DP's binary search is not
-    // exact (min_max_partition needs the best prefix bottleneck to grow with the prefix).
-    const std::vector<double> speed(stages, 0.5 + (rng() % 4) * 0.5);
-    for (int d = 0; d < stages; ++d) hardware.devices[d].speed = speed[d];
+    // Each device its own speed: a longer prefix can then be cheaper to balance than a shorter
+    // one, which a DP that assumes otherwise gets wrong.
+    std::vector<double> speed(stages);
+    for (int d = 0; d < stages; ++d) hardware.devices[d].speed = speed[d] = 0.5 + (rng() % 4) * 0.5;
     Plan shape = testing::make_plan({}, 1 << (rng() % 4), modes[rng() % 3]);
 
     const std::vector<int> balance = time_balanced(costs, hardware, stages, shape);

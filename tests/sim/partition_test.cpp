@@ -1,13 +1,14 @@
 // The exact min-max partition against torchgpipe's published weak cases and brute force.
 
+#include "sim/partition.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <random>
-
-#include "sim/partition.hpp"
 
 namespace pipetune {
 namespace {
@@ -77,9 +78,74 @@ TEST(MinMaxPartition, PerBlockWeights) {
   // Block 0 on a device twice as fast: it takes more of the work.
   std::vector<double> prefix{0, 1, 2, 3, 4, 5, 6};
   const double speed[] = {2.0, 1.0};
-  const auto p = min_max_partition(6, 2, [&](int j, int b, int e) { return (prefix[e] - prefix[b]) / speed[j]; });
+  const auto p = min_max_partition(
+      6, 2, [&](int j, int b, int e) { return (prefix[e] - prefix[b]) / speed[j]; });
   EXPECT_EQ(p.sizes, (std::vector<int>{4, 2}));
   EXPECT_EQ(p.bottleneck, 2.0);
+}
+
+// Every way to cut n items into `parts` non-empty blocks, block j's sum divided by speed[j].
+double brute_force_with_speeds(const std::vector<double>& w, const std::vector<double>& speed) {
+  const int n = static_cast<int>(w.size()), parts = static_cast<int>(speed.size());
+  double best = std::numeric_limits<double>::infinity();
+  std::vector<int> ends;
+  std::function<void(int)> go = [&](int start) {
+    const int block = static_cast<int>(ends.size());
+    if (block == parts - 1) {
+      double worst = std::accumulate(w.begin() + start, w.end(), 0.0) / speed[block];
+      for (int k = 0, b = 0; k < block; b = ends[k++]) {
+        worst =
+            std::max(worst, std::accumulate(w.begin() + b, w.begin() + ends[k], 0.0) / speed[k]);
+      }
+      best = std::min(best, worst);
+      return;
+    }
+    for (int end = start + 1; end <= n - (parts - 1 - block); ++end) {
+      ends.push_back(end);
+      go(end);
+      ends.pop_back();
+    }
+  };
+  go(0);
+  return best;
+}
+
+TEST(MinMaxPartition, PerBlockSpeedsWhereTheBestPrefixShrinksAsItGrows) {
+  // Two items [2, 7] over speeds [2, 1] cost 7; three [2, 7, 2] cost 4.5 (7 moves to the fast
+  // block): a prefix's best bottleneck need not grow with the prefix.
+  const std::vector<double> prefix{0, 2, 9, 11, 12};
+  const double speed[] = {2.0, 1.0, 1.0};
+  const auto p = min_max_partition(
+      4, 3, [&](int j, int b, int e) { return (prefix[e] - prefix[b]) / speed[j]; });
+  EXPECT_EQ(p.sizes, (std::vector<int>{2, 1, 1}));
+  EXPECT_EQ(p.bottleneck, 4.5);
+}
+
+TEST(MinMaxPartition, EqualsBruteForceWithPerBlockSpeeds) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 12);
+    const int parts = 1 + static_cast<int>(rng() % std::min(n, 5));
+    std::vector<double> w(n), speed(parts);
+    for (auto& x : w) x = static_cast<double>(rng() % 20);  // zeros included
+    for (auto& s : speed) s = 0.25 * static_cast<double>(1 + rng() % 16);
+    std::vector<double> prefix(n + 1, 0.0);
+    std::partial_sum(w.begin(), w.end(), prefix.begin() + 1);
+    const auto cost = [&](int j, int b, int e) { return (prefix[e] - prefix[b]) / speed[j]; };
+    const auto p = min_max_partition(n, parts, cost);
+    SCOPED_TRACE(::testing::Message()
+                 << "trial " << trial << ": " << n << " items, " << parts << " blocks");
+    EXPECT_DOUBLE_EQ(p.bottleneck, brute_force_with_speeds(w, speed));
+    ASSERT_EQ(static_cast<int>(p.sizes.size()), parts);
+    EXPECT_EQ(std::accumulate(p.sizes.begin(), p.sizes.end(), 0), n);
+    // The sizes returned reach the bottleneck returned.
+    double worst = 0.0;
+    for (int j = 0, b = 0; j < parts; b += p.sizes[j++]) {
+      ASSERT_GE(p.sizes[j], 1);
+      worst = std::max(worst, cost(j, b, b + p.sizes[j]));
+    }
+    EXPECT_EQ(worst, p.bottleneck);
+  }
 }
 
 TEST(MinMaxPartition, TooFewItems) {

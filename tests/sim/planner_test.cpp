@@ -146,6 +146,32 @@ TEST(Planner, EqualsBruteForceOnRandomInstances) {
   EXPECT_GT(with_caps, 10);
 }
 
+TEST(Planner, EqualsBruteForceWithDevicesOfVeryDifferentSpeeds) {
+  // Speeds 16:1 apart: a slow device may have to take a heavy layer, so the least bottleneck of
+  // the later stages need not fall as they get fewer layers. A search that assumes it does
+  // prunes the optimum away.
+  std::mt19937 rng(31);
+  for (int trial = 0; trial < 400; ++trial) {
+    const int layers = 3 + static_cast<int>(rng() % 8);                        // 3..10
+    const int stages = 2 + static_cast<int>(rng() % std::min(layers - 1, 4));  // 2..5
+    const std::int64_t batch = 1 + rng() % 2;
+    const Profile profile = testing::random_profile(rng, layers, batch);
+    Hardware hw = replicate_device(profile.device, stages);
+    hw.link.bandwidth_bytes_per_s = 1e5 * (1 + rng() % 100);
+    hw.link.latency_ms = (rng() % 5) / 10.0;
+    for (auto& d : hw.devices) d.speed = 0.25 * static_cast<double>(1 + rng() % 16);
+    const BruteForce expected = brute_force(profile, hw);
+    const PlanSearchResult result = find_best_plans(profile, hw, PlannerOptions{});
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << ": " << layers << " layers, "
+                                      << stages << " stages, batch " << batch);
+    EXPECT_TRUE(result.stats.proven);
+    ASSERT_FALSE(result.ranked.empty());
+    EXPECT_NEAR(result.ranked.front().iteration_ms, expected.best_ms, 1e-9 * expected.best_ms)
+        << "brute force: " << describe_plan(expected.best_plan)
+        << ", planner: " << describe_plan(result.ranked.front().plan);
+  }
+}
+
 // torchgpipe's balancer is not optimal (docs/references.md). With many micro-batches the iteration
 // is (total + (M - 1) x the slowest stage) per pass, so the best plan has the least bottleneck.
 std::vector<int> best_balance(const std::vector<double>& costs, int devices) {
