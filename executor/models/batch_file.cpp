@@ -46,6 +46,37 @@ c10::IValue unpickle_archive(const std::string& bytes) {
                                            std::nullopt, std::nullopt, std::nullopt, archive);
 }
 
+// LibTorch takes a loaded tensor's shape, strides and offset from the file as they are, so a
+// corrupted file can describe more elements than its storage holds; every later read (the
+// copy to contiguous, a step's index_select) would then go past the buffer (found by fuzzing).
+void check_within_storage(const at::Tensor& t, const std::string& which, const std::string& path) {
+  const auto refuse = [&](const std::string& why) {
+    throw InputError(fmt::format("--model: batch: {}: the {} {}", path, which, why));
+  };
+  if (t.layout() != at::kStrided || !t.has_storage()) refuse("are not a dense tensor");
+  for (std::int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) == 0) return;  // no elements: nothing is read
+  }
+  // Sizes, strides and offset are the file's, up to 2^63 each: checked arithmetic.
+  std::int64_t last = t.storage_offset(), extent = 0, needed = 0;
+  if (last < 0) refuse("start before their storage");
+  for (std::int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) < 0 || t.stride(d) < 0) refuse("have a negative size or stride");
+    if (__builtin_mul_overflow(t.size(d) - 1, t.stride(d), &extent) ||
+        __builtin_add_overflow(last, extent, &last)) {
+      refuse("describe more elements than any file can hold");
+    }
+  }
+  if (__builtin_add_overflow(last, 1, &needed) ||
+      __builtin_mul_overflow(needed, static_cast<std::int64_t>(t.element_size()), &needed)) {
+    refuse("describe more elements than any file can hold");
+  }
+  if (needed > static_cast<std::int64_t>(t.storage().nbytes())) {
+    refuse(fmt::format("{} need {} bytes, but the file stores {}", describe(t), needed,
+                       t.storage().nbytes()));
+  }
+}
+
 std::string kind_of(const c10::IValue& v) {
   if (v.isTuple()) return fmt::format("a tuple of {}", v.toTupleRef().elements().size());
   if (v.isList()) return fmt::format("a list of {}", v.toListRef().size());
@@ -81,6 +112,8 @@ BatchFile load_batch_file(const std::string& path) {
                         ? fmt::format("a pair of {} and {}", items[0].tagKind(), items[1].tagKind())
                         : kind_of(value)));
   }
+  check_within_storage(items[0].toTensor(), "inputs", path);
+  check_within_storage(items[1].toTensor(), "targets", path);
   BatchFile file{items[0].toTensor().detach().contiguous(),
                  items[1].toTensor().detach().contiguous()};
   if (file.inputs.dim() == 0 || file.targets.dim() == 0 ||

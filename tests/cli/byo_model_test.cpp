@@ -178,6 +178,14 @@ TEST(CliBringYourOwnModel, BadInputIsOneLineAndWritesNothing) {
   EXPECT_THAT(error("torchscript:path=" + gpt + ",batch=" + past_end),
               ::testing::StartsWith("pipetune: error: --model: batch: " + past_end +
                                     ": not a file torch.save wrote"));
+  // A tensor whose shape claims more elements than the file stores (found by the same target):
+  // copying it to contiguous, or taking a step's samples, read past its storage.
+  const std::string past_storage =
+      PIPETUNE_SOURCE_DIR "/tests/data/bad/batch_tensor_past_storage.pt";
+  EXPECT_THAT(error("torchscript:path=" + gpt + ",batch=" + past_storage),
+              ::testing::MatchesRegex("pipetune: error: --model: batch: " + past_storage +
+                                      ": the (inputs|targets) .* need [0-9]+ bytes, but the file "
+                                      "stores [0-9]+\n"));
 
   // validate refuses before it makes its folder.
   const fs::path folder = scratch("never-validated");
