@@ -19,10 +19,11 @@ bool is_kind(const std::string& name, const std::string& kind) {
 
 std::vector<std::string> executor_devices(const Plan& plan, const std::string& kind) {
   if (kind == "cuda" && !exec::cuda_built()) {
-    throw InputError("--device cuda: this build of pipetune has no CUDA (LibTorch without CUDA, or no CUDA toolkit)");
+    throw InputError(Input::Device, "cuda",
+                     "this build of pipetune has no CUDA (LibTorch without CUDA, or no CUDA toolkit)");
   }
   if (kind == "cuda" && exec::cuda_device_count() == 0) {
-    throw InputError("--device cuda: no CUDA device on this machine");
+    throw InputError(Input::Device, "cuda", "no CUDA device on this machine");
   }
   std::vector<std::string> out;
   if (plan.devices.empty()) {
@@ -38,8 +39,8 @@ std::vector<std::string> executor_devices(const Plan& plan, const std::string& k
   if (kind == "cuda") {
     for (const auto& name : out) {
       if (std::stoi(name.substr(5)) >= exec::cuda_device_count()) {
-        throw InputError(fmt::format(
-            "--device cuda: the plan needs {} but this machine has {} CUDA device(s); name the plan's devices to "
+        throw InputError(Input::Device, "cuda", fmt::format(
+            "the plan needs {} but this machine has {} CUDA device(s); name the plan's devices to "
             "put several stages on one (e.g. \"devices\": [\"cuda:0\", \"cuda:0\"])",
             name, exec::cuda_device_count()));
       }

@@ -76,16 +76,19 @@ void reset_gradients(torch::nn::Module& module, LayerInput& input) {
 
 std::vector<std::int64_t> checked_sizes(const ProfileOptions& options) {
   if (options.batch_size < 1) {
-    throw InputError(fmt::format("--batch: expected a positive integer, got {}", options.batch_size));
+    throw InputError(Input::BatchSize,
+                     fmt::format("expected a positive integer, got {}", options.batch_size));
   }
-  if (options.repeats < 1) throw InputError(fmt::format("--repeats: expected at least 1, got {}", options.repeats));
+  if (options.repeats < 1)
+    throw InputError(Input::Repeats, fmt::format("expected at least 1, got {}", options.repeats));
   std::vector<std::int64_t> sizes =
       options.micro_batch_sizes.empty() ? default_micro_batch_sizes(options.batch_size) : options.micro_batch_sizes;
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
   for (auto s : sizes) {
     if (s < 1 || s > options.batch_size) {
-      throw InputError(fmt::format("--micro-batch-sizes: expected sizes from 1 to {} (the batch size), got {}",
+      throw InputError(Input::MicroBatchSizes,
+                       fmt::format("expected sizes from 1 to {} (the batch size), got {}",
                                    options.batch_size, s));
     }
   }
@@ -98,7 +101,7 @@ std::unique_ptr<MeasureBackend> make_backend(const ProfileOptions& options) {
     const int index = options.device.size() > 5 ? std::stoi(options.device.substr(5)) : 0;
     return make_cuda_backend(index, options.timer);
   }
-  throw InputError(fmt::format("--device: expected cpu or cuda, got \"{}\"", options.device));
+  throw InputError(Input::Device, fmt::format("expected cpu or cuda, got \"{}\"", options.device));
 }
 
 // The profile's header and each layer's name and parameters; the per-size arrays come later.

@@ -24,15 +24,15 @@ std::string kind_of(const c10::IValue& v) {
 
 BatchFile load_batch_file(const std::string& path) {
   if (!std::filesystem::is_regular_file(path))
-    throw InputError(fmt::format("--model: batch: {}: no such file", path));
+    throw InputError(Input::Model, fmt::format("batch: {}: no such file", path));
   const std::string bytes = read_text_file(path);
   c10::IValue value;
   try {
     value = torch::jit::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
   } catch (const std::exception& e) {
     const std::string what = e.what();
-    throw InputError(fmt::format("--model: batch: {}: not a file torch.save wrote ({})", path,
-                                 what.substr(0, what.find('\n'))));
+    throw InputError(Input::Model, fmt::format("batch: {}: not a file torch.save wrote ({})", path,
+                                               what.substr(0, what.find('\n'))));
   }
   std::vector<c10::IValue> items;
   if (value.isTuple()) {
@@ -42,7 +42,8 @@ BatchFile load_batch_file(const std::string& path) {
   }
   if (items.size() != 2 || !items[0].isTensor() || !items[1].isTensor()) {
     throw InputError(
-        fmt::format("--model: batch: {}: expected a pair of tensors, as torch.save((inputs, "
+        Input::Model,
+        fmt::format("batch: {}: expected a pair of tensors, as torch.save((inputs, "
                     "targets), FILE) writes; got {}",
                     path,
                     items.size() == 2
@@ -53,10 +54,10 @@ BatchFile load_batch_file(const std::string& path) {
                  items[1].toTensor().detach().contiguous()};
   if (file.inputs.dim() == 0 || file.targets.dim() == 0 ||
       file.inputs.size(0) != file.targets.size(0) || file.inputs.size(0) == 0) {
-    throw InputError(
-        fmt::format("--model: batch: {}: inputs {} and targets {} must have the same number of "
-                    "samples, at least one, in dimension 0",
-                    path, describe(file.inputs), describe(file.targets)));
+    throw InputError(Input::Model,
+                     fmt::format("batch: {}: inputs {} and targets {} must have the same number of "
+                                 "samples, at least one, in dimension 0",
+                                 path, describe(file.inputs), describe(file.targets)));
   }
   return file;
 }

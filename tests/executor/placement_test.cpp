@@ -53,7 +53,8 @@ TEST(Placement, CudaIsRefusedInOneLineWhereThereIsNone) {
     executor_devices(plan_with({1, 1}, {}), "cuda");
     FAIL() << "expected an InputError";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("--device cuda"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).rfind("device cuda: ", 0), 0u) << e.what();
+    EXPECT_EQ(e.input(), Input::Device);
   }
 }
 
