@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "executor/device_name.hpp"
 #include "profiler/backend.hpp"
 #include "sim/error.hpp"
 
@@ -95,12 +96,14 @@ std::vector<std::int64_t> checked_sizes(const ProfileOptions& options) {
   return sizes;
 }
 
+// "cpu" or "cuda[:<n>]", read as the executor reads device names.
 std::unique_ptr<MeasureBackend> make_backend(const ProfileOptions& options) {
-  if (options.device == "cpu") return make_cpu_backend(options.threads);
-  if (options.device.rfind("cuda", 0) == 0) {
-    const int index = options.device.size() > 5 ? std::stoi(options.device.substr(5)) : 0;
-    return make_cuda_backend(index, options.timer);
+  const auto device = exec::try_parse_device_name(options.device);
+  if (device && device->kind == exec::DeviceKind::Cpu && !device->has_index) {
+    return make_cpu_backend(options.threads);
   }
+  if (device && device->kind == exec::DeviceKind::Cuda)
+    return make_cuda_backend(device->index, options.timer);
   throw InputError(Input::Device, fmt::format("expected cpu or cuda, got \"{}\"", options.device));
 }
 

@@ -234,6 +234,13 @@ TEST(Profiler, BadOptions) {
   if (!torch::cuda::is_available()) {
     EXPECT_THAT(error(on_gpu), ::testing::StartsWith("device cuda: "));
   }
+  // Device strings are read by the executor's parser: a malformed index is bad input, and the
+  // profiler measures on "cpu" itself, not on one of the pipeline's CPU devices.
+  for (const std::string device : {"cuda:x", "cuda:-1", "cpu:1", "gpu", "cudax"}) {
+    profiler::ProfileOptions o = quick(8, {});
+    o.device = device;
+    EXPECT_EQ(error(o), "device: expected cpu or cuda, got \"" + device + "\"");
+  }
 }
 
 TEST(ProfilerCli, BadInputIsOneLine) {
