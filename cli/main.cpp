@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "cli/commands.hpp"
+#include "cli/error_text.hpp"
 #include "sim/error.hpp"
 
 int main(int argc, char** argv) {
@@ -35,7 +36,7 @@ int main(int argc, char** argv) {
       if (sub->parsed()) return run();
     }
   } catch (const InputError& e) {
-    std::fprintf(stderr, "pipetune: error: %s\n", e.what());
+    std::fprintf(stderr, "pipetune: error: %s\n", cli::error_text(e).c_str());
     return 2;
   } catch (const WorkError& e) {
     std::fprintf(stderr, "pipetune: error: %s\n", e.what());

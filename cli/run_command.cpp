@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "cli/commands.hpp"
+#include "cli/error_text.hpp"
 #include "cli/inputs.hpp"
 #include "cli/progress.hpp"
 #include "cli/report.hpp"
@@ -129,11 +130,13 @@ void add_run_command(CLI::App& app, std::vector<Command>& commands) {
       connected_transport.reset();
       return status;
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "pipetune: error: rank %s: %s\n", rank ? rank : "?", e.what());
+      const auto* input_error = dynamic_cast<const InputError*>(&e);
+      std::fprintf(stderr, "pipetune: error: rank %s: %s\n", rank ? rank : "?",
+                   input_error ? error_text(*input_error).c_str() : e.what());
       std::fflush(stdout);
       std::fflush(stderr);
       if (connected_transport) connected_transport->leave_after_failure();
-      std::_Exit(dynamic_cast<const InputError*>(&e) ? 2 : 1);
+      std::_Exit(input_error ? 2 : 1);
     }
   });
 }

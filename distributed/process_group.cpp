@@ -35,18 +35,18 @@ int read_int(const char* name, int min, int max, std::optional<int> fallback = s
   const char* text = std::getenv(name);
   if (!text || !*text) {
     if (fallback) return *fallback;
-    throw InputError(
-        fmt::format("--distributed: {} is not set (start the ranks with pipetune launch, torchrun "
-                    "or srun, which set RANK, "
-                    "WORLD_SIZE, MASTER_ADDR and MASTER_PORT)",
-                    name));
+    throw InputError(Input::Distributed,
+                     fmt::format("{} is not set (start the ranks with pipetune launch, torchrun "
+                                 "or srun, which set RANK, "
+                                 "WORLD_SIZE, MASTER_ADDR and MASTER_PORT)",
+                                 name));
   }
   char* end = nullptr;
   errno = 0;
   const long value = std::strtol(text, &end, 10);
   if (*end != '\0' || errno != 0 || value < min || value > max) {
-    throw InputError(fmt::format("--distributed: {}=\"{}\": expected an integer from {} to {}",
-                                 name, text, min, max));
+    throw InputError(Input::Distributed, fmt::format("{}=\"{}\": expected an integer from {} to {}",
+                                                     name, text, min, max));
   }
   return static_cast<int>(value);
 }
@@ -67,8 +67,8 @@ LaunchEnvironment read_launch_environment() {
   env.local_world_size = read_int("LOCAL_WORLD_SIZE", 1, 1 << 16, env.world_size);
   const char* addr = std::getenv("MASTER_ADDR");
   if (!addr || !*addr) {
-    throw InputError(
-        "--distributed: MASTER_ADDR is not set (the host of rank 0, where the ranks meet)");
+    throw InputError(Input::Distributed,
+                     "MASTER_ADDR is not set (the host of rank 0, where the ranks meet)");
   }
   env.master_addr = addr;
   env.master_port = read_int("MASTER_PORT", 1, 65535);
@@ -82,8 +82,8 @@ bool gloo_built() {
 }
 
 std::shared_ptr<exec::Transport> connect(const LaunchEnvironment&, double) {
-  throw InputError(
-      "--distributed: this build of pipetune has no Gloo (install libgloo-dev and rebuild)");
+  throw InputError(Input::Distributed,
+                   "this build of pipetune has no Gloo (install libgloo-dev and rebuild)");
 }
 
 #else

@@ -105,9 +105,8 @@ class Pipeline {
   const Plan& plan() const;
   const std::vector<std::int64_t>& micro_batch_sizes() const;
 
-  struct Impl;
-
  private:
+  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

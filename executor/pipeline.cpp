@@ -1,6 +1,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <pthread.h>
 #include <torch/autograd.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/sgd.h>
@@ -11,15 +12,14 @@
 #include <deque>
 #include <map>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <numeric>
-#include <pthread.h>
 #include <thread>
 
 #include "executor/device_runtime.hpp"
 #include "executor/executor.hpp"
 #include "executor/models/layers.hpp"
 #include "executor/placement.hpp"
+#include "executor/rank_merge.hpp"
 #include "executor/transport.hpp"
 #include "sim/error.hpp"
 #include "sim/schedule.hpp"
@@ -79,21 +79,60 @@ double pipeline_ms(const std::vector<TraceTask>& tasks) {
   return last - first;
 }
 
-// Parses "cpu:3" / "cuda:1".
-std::pair<c10::DeviceType, int> parse_device(const std::string& name) {
-  const auto colon = name.find(':');
-  const std::string type = name.substr(0, colon);
-  int index = 0;
-  if (colon != std::string::npos) {
-    const std::string digits = name.substr(colon + 1);
-    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) {
-      throw InputError(fmt::format("device \"{}\": expected cpu:<n> or cuda:<n>", name));
+// The stage that produced what `key` carries: activations come from the stage before, gradients
+// from the stage after.
+int sender_stage(const Key& key) {
+  return key.carry == Carry::Activation ? key.stage - 1 : key.stage + 1;
+}
+
+// The copy that carries `key` from the stage that produced it to the one that receives it; the
+// caller sets its times.
+TraceTask copy_task(const Key& key, int from_device, int to_device, int step, std::int64_t bytes) {
+  const bool activation = key.carry == Carry::Activation;
+  TraceTask t;
+  t.kind = activation ? TaskKind::SendActivation : TaskKind::SendGradient;
+  t.stage = sender_stage(key);
+  t.micro_batch = key.micro_batch;
+  t.device = from_device;
+  t.peer = to_device;
+  t.step = step;
+  t.bytes = bytes;
+  return t;
+}
+
+// CUDA streams when the stages are on GPUs; else worker threads with an equal share of the
+// cores (a rank runs one device of its own; worker threads in one process share the cores).
+std::unique_ptr<DeviceRuntime> make_runtime(const StagePlacement& placement,
+                                            const ExecutorOptions& options) {
+  if (placement.cuda) {
+    std::vector<c10::Device> devices;
+    for (const DeviceName& d : placement.devices) {
+      devices.emplace_back(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(d.index));
     }
-    index = std::stoi(digits);
+    return make_cuda_runtime(devices, options.record_memory_history);
   }
-  if (type == "cpu") return {c10::DeviceType::CPU, index};
-  if (type == "cuda") return {c10::DeviceType::CUDA, index};
-  throw InputError(fmt::format("device \"{}\": expected cpu:<n> or cuda:<n>", name));
+  const int devices = static_cast<int>(placement.device_names.size());
+  const int threads = options.threads_per_cpu_device > 0
+                          ? options.threads_per_cpu_device
+                          : cpu_threads_per_device(options.transport ? 1 : devices);
+  return make_cpu_runtime(devices, threads, options.record_memory_history);
+}
+
+// Stage s holds the next balance[s] of the model's children (the modules themselves, shared).
+std::vector<torch::nn::Sequential> split_model(models::Model& model,
+                                               const std::vector<int>& balance) {
+  std::vector<torch::nn::Sequential> stages;
+  auto layer = model.layers->begin();
+  std::size_t layer_index = 0;
+  for (int layers : balance) {
+    torch::nn::Sequential stage;
+    for (int k = 0; k < layers; ++k, ++layer, ++layer_index) {
+      stage->push_back(model.layer_names[layer_index], *layer);
+    }
+    stage->train();
+    stages.push_back(stage);
+  }
+  return stages;
 }
 
 }  // namespace
@@ -101,18 +140,16 @@ std::pair<c10::DeviceType, int> parse_device(const std::string& name) {
 struct Pipeline::Impl {
   // --- fixed at construction ---
   models::Model& model;
-  Plan plan;
-  std::int64_t batch_size;
-  ExecutorOptions options;
-  std::vector<std::int64_t> sizes;
-  int stage_count = 0, micro_batches = 0;
-  std::vector<torch::nn::Sequential> stages;
-  std::vector<std::string> device_names;  // devices that hold stages
-  std::vector<int> device_of;             // stage -> device
-  bool cuda = false;
+  const Plan plan;
+  const std::int64_t batch_size;
+  const ExecutorOptions options;
+  const StagePlacement placement;
+  const int stage_count, micro_batches;
+  const int local;  // the device this process runs (distributed), -1: all of them
   std::unique_ptr<DeviceRuntime> runtime;
-  Schedule schedule;
-  std::vector<std::vector<Action>> programs;
+  std::vector<torch::nn::Sequential> stages;
+  const Schedule schedule;
+  const std::vector<std::vector<Action>> programs;                   // per device
   std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers;  // per device
 
   // --- threads ---
@@ -133,7 +170,6 @@ struct Pipeline::Impl {
     std::vector<TraceTask> done;
   };
   std::vector<std::unique_ptr<Receiver>> receivers;
-  int local = -1;                // the device this process runs (distributed), -1: all of them
   double origin_clock_ms = 0.0;  // rank 0's clock at this step's begin_step
   std::mutex mutex;              // guards everything below and the channels' queues
   std::condition_variable wake;
@@ -155,17 +191,35 @@ struct Pipeline::Impl {
   std::atomic<bool> abort{false};
   std::atomic<bool> stop{false};
   bool broken = false;
-  std::string error_message;
   std::unique_ptr<ExecutorError> error;
 
   Impl(models::Model& m, const Plan& p, std::int64_t batch, ExecutorOptions o)
-      : model(m), plan(p), batch_size(batch), options(std::move(o)) {}
+      : model(m),
+        plan(p),
+        batch_size(batch),
+        options(std::move(o)),
+        placement(place_stages(plan, static_cast<int>(model.layer_names.size()), model.name,
+                               batch_size, options.devices,
+                               options.transport ? options.transport->world_size() : 0)),
+        stage_count(plan.stages()),
+        micro_batches(static_cast<int>(placement.micro_batch_sizes.size())),
+        local(options.transport ? options.transport->rank() : -1),
+        runtime(make_runtime(placement, options)),
+        stages(split_model(model, plan.balance)),
+        schedule(make_schedule(plan.schedule, stage_count, micro_batches, plan.checkpoint)),
+        programs(device_programs(schedule, placement.device_of, device_count())) {
+    adopt_local_stages();
+    optimizers = make_optimizers();
+  }
 
+  int device_count() const { return static_cast<int>(placement.device_names.size()); }
+  int device_of(int stage) const { return placement.device_of[stage]; }
   Context& context(int s, int i) {
     return contexts[static_cast<std::size_t>(s) * micro_batches + i];
   }
 
-  void validate_and_place();
+  void adopt_local_stages();
+  std::vector<std::unique_ptr<torch::optim::Optimizer>> make_optimizers();
   void start_threads();
   void worker_main(int device);
   void channel_main(Channel* channel);
@@ -176,163 +230,50 @@ struct Pipeline::Impl {
   int tag(const Key& key) const {
     return (key.stage * 2 + static_cast<int>(key.carry)) * micro_batches + key.micro_batch;
   }
-  StepRecord merge_ranks(StepRecord local_record);
   void run_action(int device, const Action& a, at::Generator& generator, Handoff incoming);
   void send(Carry carry, int to_stage, int micro_batch, const at::Tensor& tensor, int from_device);
   Handoff take(const Key& key);
   void fail(const Action& a, const std::string& what);
+
+  // One step, in the order Pipeline::step runs them.
+  void check_batch(const at::Tensor& input, const at::Tensor& target) const;
+  void scatter(const at::Tensor& input, const at::Tensor& target);
+  template <typename Work>
+  auto between_ranks(const Work& work);
+  void run_programmes();
+  void throw_if_failed();
+  StepRecord record(double step_ms);
+  StepRecord merge_ranks(const StepRecord& mine);
 };
 
-void Pipeline::Impl::validate_and_place() {
-  const int layers = static_cast<int>(model.layer_names.size());
-  if (plan.balance.empty()) throw InputError("plan: balance: expected at least one stage");
-  if (is_multi_stage(plan.schedule)) {
-    throw InputError(fmt::format(
-        "plan: schedule: the executor runs gpipe and 1f1b; {} is simulated and planned only",
-        to_string(plan.schedule)));
-  }
-  long long total = 0;
-  for (std::size_t s = 0; s < plan.balance.size(); ++s) {
-    if (plan.balance[s] < 1) {
-      throw InputError(fmt::format(
-          "plan: balance[{}]: expected a positive integer (every stage needs a layer), got {}", s,
-          plan.balance[s]));
-    }
-    total += plan.balance[s];
-  }
-  if (total != layers) {
-    throw InputError(
-        fmt::format("plan: balance: expected layer counts summing to {} (the layers of {}), got {}",
-                    layers, model.name, total));
-  }
-  if (plan.chunks < 1 || plan.chunks > batch_size) {
-    throw InputError(fmt::format("plan: chunks: expected 1 to {} (the batch size), got {}",
-                                 batch_size, plan.chunks));
-  }
-  stage_count = plan.stages();
-  sizes = split_batch(batch_size, plan.chunks);
-  micro_batches = static_cast<int>(sizes.size());
-
-  // Which named device each stage runs on.
-  std::vector<std::string> stage_device_name(stage_count);
-  if (plan.devices.empty()) {
-    if (stage_count > static_cast<int>(options.devices.size())) {
-      throw InputError(
-          fmt::format("plan: {} stages but {} devices (name the plan's devices to put several "
-                      "stages on one device)",
-                      stage_count, options.devices.size()));
-    }
-    for (int s = 0; s < stage_count; ++s) stage_device_name[s] = options.devices[s];
-  } else {
-    for (int s = 0; s < stage_count; ++s) {
-      const auto& name = plan.devices[s];
-      if (std::find(options.devices.begin(), options.devices.end(), name) ==
-          options.devices.end()) {
-        throw InputError(
-            fmt::format("plan: devices[{}]: \"{}\" is not one of the devices given ({})", s, name,
-                        fmt::join(options.devices, ", ")));
-      }
-      stage_device_name[s] = name;
-    }
-  }
-  // Devices that hold stages, in the order given.
-  for (const auto& name : options.devices) {
-    if (std::find(stage_device_name.begin(), stage_device_name.end(), name) !=
-        stage_device_name.end()) {
-      device_names.push_back(name);
-    }
-  }
-  device_of.resize(stage_count);
+// Parameters and buffers become the device's own (moved to it, charged to it); another
+// process's stages stay as built, unused here.
+void Pipeline::Impl::adopt_local_stages() {
+  at::NoGradGuard no_grad;
   for (int s = 0; s < stage_count; ++s) {
-    device_of[s] =
-        static_cast<int>(std::find(device_names.begin(), device_names.end(), stage_device_name[s]) -
-                         device_names.begin());
-  }
-  if (options.transport) {
-    const int world = options.transport->world_size();
-    if (static_cast<int>(device_names.size()) != world) {
-      throw InputError(
-          fmt::format("plan: {} devices ({}) but WORLD_SIZE is {}: a distributed run puts each "
-                      "device in its own process",
-                      device_names.size(), fmt::join(device_names, ", "), world));
-    }
-    local = options.transport->rank();
-  }
-  std::vector<c10::Device> torch_devices;
-  int cpu_devices = 0;
-  for (const auto& name : device_names) {
-    const auto [type, index] = parse_device(name);
-    if (type == c10::DeviceType::CUDA) {
-      if (!cuda_built())
-        throw InputError(fmt::format("device {}: this build of pipetune has no CUDA", name));
-      if (index >= cuda_device_count()) {
-        throw InputError(fmt::format("device {}: no such CUDA device (this machine has {})", name,
-                                     cuda_device_count()));
-      }
-      if (options.transport) {
-        throw InputError(fmt::format(
-            "device {}: a distributed run on CUDA (NCCL) is not in this build; use --device cpu",
-            name));
-      }
-      cuda = true;
-      torch_devices.emplace_back(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index));
-    } else {
-      ++cpu_devices;
-      torch_devices.emplace_back(c10::DeviceType::CPU);
-    }
-  }
-  if (cuda && cpu_devices > 0) {
-    throw InputError("plan: mixing cpu and cuda devices in one pipeline is not supported");
-  }
-
-  if (cuda) {
-    runtime = make_cuda_runtime(torch_devices, options.record_memory_history);
-  } else {
-    // A rank runs one device of its own; worker threads in one process share the cores.
-    const int threads = options.threads_per_cpu_device > 0
-                            ? options.threads_per_cpu_device
-                            : cpu_threads_per_device(options.transport ? 1 : cpu_devices);
-    runtime = make_cpu_runtime(static_cast<int>(device_names.size()), threads,
-                               options.record_memory_history);
-  }
-
-  // Split the model: stage s holds the next balance[s] children.
-  auto layer = model.layers->begin();
-  int layer_index = 0;
-  for (int s = 0; s < stage_count; ++s) {
-    torch::nn::Sequential stage;
-    for (int k = 0; k < plan.balance[s]; ++k, ++layer, ++layer_index) {
-      stage->push_back(model.layer_names[layer_index], *layer);  // shares the module
-    }
-    // Parameters and buffers become the device's own (moved to it, charged to it); another
-    // process's stages stay as built, unused here.
-    at::NoGradGuard no_grad;
-    if (is_local(device_of[s])) {
-      for (auto& p : stage->parameters()) p.set_data(runtime->adopt(p.detach(), device_of[s]));
-      for (auto& b : stage->buffers()) b.set_data(runtime->adopt(b.detach(), device_of[s]));
-    }
-    stage->train();
-    stages.push_back(stage);
-  }
-
-  schedule = make_schedule(plan.schedule, stage_count, micro_batches, plan.checkpoint);
-  programs = device_programs(schedule, device_of, static_cast<int>(device_names.size()));
-
-  // One optimizer per device, over the parameters of every stage it holds.
-  optimizers.resize(device_names.size());
-  for (int d = 0; d < static_cast<int>(device_names.size()); ++d) {
-    if (!is_local(d)) continue;
-    std::vector<at::Tensor> params;
-    for (int s = 0; s < stage_count; ++s) {
-      if (device_of[s] != d) continue;
-      for (auto& p : stages[s]->parameters()) params.push_back(p);
-    }
-    optimizers[d] = make_optimizer(options.optimizer, std::move(params), options.learning_rate);
+    if (!is_local(device_of(s))) continue;
+    for (auto& p : stages[s]->parameters()) p.set_data(runtime->adopt(p.detach(), device_of(s)));
+    for (auto& b : stages[s]->buffers()) b.set_data(runtime->adopt(b.detach(), device_of(s)));
   }
 }
 
+// One optimizer per device, over the parameters of every stage it holds.
+std::vector<std::unique_ptr<torch::optim::Optimizer>> Pipeline::Impl::make_optimizers() {
+  std::vector<std::unique_ptr<torch::optim::Optimizer>> out(device_count());
+  for (int d = 0; d < device_count(); ++d) {
+    if (!is_local(d)) continue;
+    std::vector<at::Tensor> params;
+    for (int s = 0; s < stage_count; ++s) {
+      if (device_of(s) != d) continue;
+      for (auto& p : stages[s]->parameters()) params.push_back(p);
+    }
+    out[d] = make_optimizer(options.optimizer, std::move(params), options.learning_rate);
+  }
+  return out;
+}
+
 void Pipeline::Impl::start_threads() {
-  const int devices = static_cast<int>(device_names.size());
+  const int devices = device_count();
   ran.resize(devices);
   stamps.resize(devices);
   for (int d = 0; d < devices; ++d) {
@@ -344,12 +285,12 @@ void Pipeline::Impl::start_threads() {
     for (const Action& a : programs[local]) {
       int from = -1;
       Key key{};
-      if (a.kind == ActionKind::Forward && a.stage > 0 && device_of[a.stage - 1] != local) {
-        from = device_of[a.stage - 1];
+      if (a.kind == ActionKind::Forward && a.stage > 0 && device_of(a.stage - 1) != local) {
+        from = device_of(a.stage - 1);
         key = {Carry::Activation, a.stage, a.micro_batch};
       } else if (a.kind == ActionKind::Backward && a.stage + 1 < stage_count &&
-                 device_of[a.stage + 1] != local) {
-        from = device_of[a.stage + 1];
+                 device_of(a.stage + 1) != local) {
+        from = device_of(a.stage + 1);
         key = {Carry::Gradient, a.stage, a.micro_batch};
       }
       if (from < 0) continue;
@@ -369,7 +310,7 @@ void Pipeline::Impl::start_threads() {
   }
   // One copy channel per direction between devices that exchange data.
   for (int s = 0; s + 1 < stage_count; ++s) {
-    const int a = device_of[s], b = device_of[s + 1];
+    const int a = device_of(s), b = device_of(s + 1);
     if (a == b) continue;
     for (auto [from, to] : {std::pair{a, b}, std::pair{b, a}}) {
       auto& c = channels[{from, to}];
@@ -408,7 +349,7 @@ Handoff Pipeline::Impl::take(const Key& key) {
 
 void Pipeline::Impl::send(Carry carry, int to_stage, int micro_batch, const at::Tensor& tensor,
                           int from_device) {
-  const int to_device = device_of[to_stage];
+  const int to_device = device_of(to_stage);
   if (!is_local(to_device)) {
     // Another process: the receiver there records the copy, from the time sent along with it.
     const Key key{carry, to_stage, micro_batch};
@@ -444,21 +385,15 @@ void Pipeline::Impl::channel_main(Channel* c) {
       moved = runtime->copy(handoff, c->from, c->to);
       end = runtime->now(c->to);
     } catch (const std::exception& e) {
-      const int sender = key.carry == Carry::Activation ? key.stage - 1 : key.stage + 1;
+      const int sender = sender_stage(key);
       fail(Action{key.carry == Carry::Activation ? ActionKind::Forward : ActionKind::Backward,
                   sender, key.micro_batch},
-           fmt::format("copy to {}: {}", device_names[c->to], e.what()));
+           fmt::format("copy to {}: {}", placement.device_names[c->to], e.what()));
       lock.lock();
       continue;
     }
-    TraceTask t;
-    t.kind = key.carry == Carry::Activation ? TaskKind::SendActivation : TaskKind::SendGradient;
-    t.stage = key.carry == Carry::Activation ? key.stage - 1 : key.stage + 1;
-    t.micro_batch = key.micro_batch;
-    t.device = c->from;
-    t.peer = c->to;
-    t.step = step_index;
-    t.bytes = static_cast<std::int64_t>(handoff.tensor.nbytes());
+    const TraceTask t = copy_task(key, c->from, c->to, step_index,
+                                  static_cast<std::int64_t>(handoff.tensor.nbytes()));
     handoff = {};  // the sender's buffer may go now (CUDA: after the copy, by record_stream)
     lock.lock();
     c->done.push_back({t, {begin, end}});
@@ -489,18 +424,12 @@ void Pipeline::Impl::receiver_main(Receiver* r) {
     for (const Key& key : r->expected) {
       if (abort || stop) break;
       const bool activation = key.carry == Carry::Activation;
-      const int sender = activation ? key.stage - 1 : key.stage + 1;
+      const int sender = sender_stage(key);
       try {
         Received got = options.transport->recv(r->peer, tag(key));
         const Stamp arrived = runtime->now(local);
-        TraceTask t;
-        t.kind = activation ? TaskKind::SendActivation : TaskKind::SendGradient;
-        t.stage = sender;
-        t.micro_batch = key.micro_batch;
-        t.device = r->peer;
-        t.peer = local;
-        t.step = step_index;
-        t.bytes = static_cast<std::int64_t>(got.tensor.nbytes());
+        TraceTask t = copy_task(key, r->peer, local, step_index,
+                                static_cast<std::int64_t>(got.tensor.nbytes()));
         t.start_ms = got.sent_ms - origin_clock_ms;  // the sender's clock, as rank 0 reads it
         t.end_ms = runtime->resolve(arrived);
         std::lock_guard<std::mutex> lock(mutex);
@@ -530,7 +459,8 @@ void Pipeline::Impl::run_action(int d, const Action& a, at::Generator& generator
       mix(options.seed ^ mix(static_cast<std::uint64_t>(step_index) << 32 ^
                              static_cast<std::uint64_t>(s) << 16 ^ static_cast<std::uint64_t>(i))));
   models::ScopedGenerator use(&generator);
-  const double scale = static_cast<double>(sizes[i]) / static_cast<double>(batch_size);
+  const double scale =
+      static_cast<double>(placement.micro_batch_sizes[i]) / static_cast<double>(batch_size);
 
   switch (a.kind) {
     case ActionKind::Forward: {
@@ -587,7 +517,7 @@ void Pipeline::Impl::worker_main(int d) {
     try {
       // Gradients start from nothing each step; the first backward allocates them.
       for (int s = 0; s < stage_count; ++s) {
-        if (device_of[s] != d) continue;
+        if (device_of(s) != d) continue;
         for (auto& p : stages[s]->parameters()) p.mutable_grad().reset();
       }
       for (const Action& a : programs[d]) {
@@ -628,10 +558,26 @@ void Pipeline::Impl::worker_main(int d) {
   }
 }
 
+// What fails between the ranks names the step (counted from 1, warm-up included), and leaves
+// the pipeline broken.
+template <typename Work>
+auto Pipeline::Impl::between_ranks(const Work& work) {
+  try {
+    return work();
+  } catch (const WorkError& e) {
+    broken = true;
+    // Ctrl-C reaches every rank at about the same time: a peer that stopped first is no fault.
+    if (stop) throw Interrupted();
+    throw WorkError(fmt::format("step {}: {}", step_index + 1, e.what()));
+  } catch (...) {
+    broken = true;
+    throw;
+  }
+}
+
 Pipeline::Pipeline(models::Model& model, const Plan& plan, std::int64_t batch_size,
                    ExecutorOptions options)
     : impl_(std::make_unique<Impl>(model, plan, batch_size, std::move(options))) {
-  impl_->validate_and_place();
   impl_->start_threads();
 }
 
@@ -651,190 +597,149 @@ StepRecord Pipeline::step(const at::Tensor& input, const at::Tensor& target) {
   Impl& m = *impl_;
   if (m.broken)
     throw std::logic_error("the pipeline failed in an earlier step and cannot run again");
-  if (input.size(0) != m.batch_size || target.size(0) != m.batch_size) {
-    throw InputError(fmt::format("batch: expected {} samples, got {} inputs and {} targets",
-                                 m.batch_size, input.size(0), target.size(0)));
-  }
+  m.check_batch(input, target);
   const auto started = Clock::now();
-  // Scatter: micro-batches as tensor.chunk makes them, charged to the first (inputs) and the
-  // last (targets) stage's device.
-  m.micro_inputs.clear();
-  m.micro_targets.clear();
-  if (m.is_local(m.device_of.front()))
-    m.micro_inputs = m.runtime->adopt(input, m.device_of.front()).chunk(m.plan.chunks);
-  if (m.is_local(m.device_of.back()))
-    m.micro_targets = m.runtime->adopt(target, m.device_of.back()).chunk(m.plan.chunks);
-  m.contexts.assign(static_cast<std::size_t>(m.stage_count) * m.micro_batches, {});
-  m.losses.assign(m.micro_batches, {});
-  for (auto& r : m.ran) r.clear();
-  for (auto& s : m.stamps) s.clear();
-  for (auto& [key, c] : m.channels) c->done.clear();
-  for (auto& r : m.receivers) r->done.clear();
-  m.mailbox.clear();
-
+  m.scatter(input, target);
   Transport* transport = m.options.transport.get();
-  // What fails between the ranks names the step (counted from 1, warm-up included).
-  const auto between_ranks = [&m](const auto& work) {
-    try {
-      return work();
-    } catch (const WorkError& e) {
-      m.broken = true;
-      // Ctrl-C reaches every rank at about the same time: a peer that stopped first is no fault.
-      if (m.stop) throw Interrupted();
-      throw WorkError(fmt::format("step {}: {}", m.step_index + 1, e.what()));
-    } catch (...) {
-      m.broken = true;
-      throw;
-    }
-  };
   if (transport) {
     if (m.stop) {
       m.broken = true;
       throw Interrupted();
     }
-    between_ranks([&] { transport->barrier(fmt::format("step {}", m.step_index + 1)); });
+    m.between_ranks([&] { transport->barrier(fmt::format("step {}", m.step_index + 1)); });
   }
   m.runtime->begin_step();
   if (transport) m.origin_clock_ms = transport->clock_ms();
-  {
-    std::unique_lock<std::mutex> lock(m.mutex);
-    m.workers_running = static_cast<int>(m.workers.size() + m.receivers.size());
-    ++m.generation;
-    m.wake.notify_all();
-    bool cancelled = false;
-    while (m.workers_running > 0) {
-      m.wake.wait_for(lock, kPoll);
-      // A receiver blocked on a peer must not hold up a step that failed or stopped here (the
-      // signal handler cannot do this itself: it may only set the flag).
-      if (transport && (m.abort || m.stop) && !cancelled) {
-        cancelled = true;
-        lock.unlock();
-        transport->cancel_receives();
-        lock.lock();
-      }
-    }
-  }
+  m.run_programmes();
   m.runtime->end_step();
   if (transport && !m.error && !m.stop) {
-    between_ranks(
-        [&] { transport->flush_sends(); });  // the peers have what it sent: their step is over too
+    // The peers have what this rank sent: their step is over too.
+    m.between_ranks([&] { transport->flush_sends(); });
   }
   const double step_ms = std::chrono::duration<double, std::milli>(Clock::now() - started).count();
+  m.throw_if_failed();
 
-  m.micro_inputs.clear();
-  m.micro_targets.clear();
-  m.contexts.clear();
-  if (m.error) {
-    m.broken = true;
-    throw *m.error;
-  }
-  if (m.stop) {
-    m.broken = true;
-    throw Interrupted();
-  }
-  for (int s = 0; s < m.stage_count; ++s) {
-    if (m.is_local(m.device_of[s])) models::commit_deferred_batch_norms(*m.stages[s]);
-  }
-
-  StepRecord record;
-  record.step = m.step_index++;
-  record.step_ms = step_ms;
-  double loss = 0.0;
-  for (const auto& l : m.losses) {
-    if (l.defined()) loss += l.item<double>();  // only the last stage's process has them
-  }
-  record.loss = loss;
-  for (std::size_t d = 0; d < m.ran.size(); ++d) {
-    for (std::size_t k = 0; k < m.ran[d].size(); ++k) {
-      TraceTask t = m.ran[d][k];
-      t.start_ms = m.runtime->resolve(m.stamps[d][2 * k]);
-      t.end_ms = m.runtime->resolve(m.stamps[d][2 * k + 1]);
-      record.tasks.push_back(t);
-    }
-  }
-  for (auto& [key, c] : m.channels) {
-    for (auto& [task, span] : c->done) {
-      TraceTask t = task;
-      t.start_ms = m.runtime->resolve(span.first);
-      t.end_ms = m.runtime->resolve(span.second);
-      record.tasks.push_back(t);
-    }
-  }
-  for (auto& r : m.receivers)
-    record.tasks.insert(record.tasks.end(), r->done.begin(), r->done.end());
+  StepRecord record = m.record(step_ms);
+  if (transport) record = m.between_ranks([&] { return m.merge_ranks(record); });
   record.pipeline_ms = pipeline_ms(record.tasks);
-  for (std::size_t d = 0; d < m.device_names.size(); ++d) {
-    record.peak_memory_bytes.push_back(m.runtime->peak(static_cast<int>(d)));
-  }
-  if (m.options.record_memory_history) record.memory = m.runtime->memory_history();
-  if (transport) return between_ranks([&] { return m.merge_ranks(std::move(record)); });
   return record;
 }
 
-// Every rank sends rank 0 its part of the step; rank 0 puts the parts on its own clock. Device
-// d runs on rank d, so a rank's tasks already name the right devices.
-StepRecord Pipeline::Impl::merge_ranks(StepRecord mine) {
-  nlohmann::json part;
-  part["origin_ms"] = origin_clock_ms;
-  part["loss"] = mine.loss;
-  part["step_ms"] = mine.step_ms;
-  part["peak"] = mine.peak_memory_bytes.at(local);
-  auto& tasks = part["tasks"] = nlohmann::json::array();
-  for (const auto& t : mine.tasks) {
-    tasks.push_back({static_cast<int>(t.kind), t.stage, t.micro_batch, t.device, t.peer, t.bytes,
-                     t.start_ms, t.end_ms});
+void Pipeline::Impl::check_batch(const at::Tensor& input, const at::Tensor& target) const {
+  if (input.size(0) != batch_size || target.size(0) != batch_size) {
+    throw InputError(fmt::format("batch: expected {} samples, got {} inputs and {} targets",
+                                 batch_size, input.size(0), target.size(0)));
   }
-  auto& memory = part["memory"] = nlohmann::json::array();
-  if (static_cast<int>(mine.memory.size()) > local) {
-    for (const auto& sample : mine.memory[local]) memory.push_back({sample.time, sample.value});
-  }
-  const std::vector<std::string> parts =
-      options.transport->gather(fmt::format("step {}", mine.step + 1), part.dump());
-  if (parts.empty()) return mine;  // not rank 0: this rank's part
+}
 
-  StepRecord merged;
-  merged.step = mine.step;
-  merged.step_ms = 0.0;
-  merged.peak_memory_bytes.assign(parts.size(), 0);
-  if (options.record_memory_history) merged.memory.resize(parts.size());
-  for (std::size_t r = 0; r < parts.size(); ++r) {
-    const auto j = nlohmann::json::parse(parts[r]);
-    const double shift = j.at("origin_ms").get<double>() - origin_clock_ms;
-    merged.loss += j.at("loss").get<double>();
-    merged.step_ms = std::max(merged.step_ms, j.at("step_ms").get<double>());
-    merged.peak_memory_bytes[r] = j.at("peak").get<std::int64_t>();
-    for (const auto& row : j.at("tasks")) {
-      TraceTask t;
-      t.kind = static_cast<TaskKind>(row[0].get<int>());
-      t.stage = row[1].get<int>();
-      t.micro_batch = row[2].get<int>();
-      t.device = row[3].get<int>();
-      t.peer = row[4].get<int>();
-      t.bytes = row[5].get<std::int64_t>();
-      t.start_ms = row[6].get<double>() + shift;
-      t.end_ms = row[7].get<double>() + shift;
-      t.step = merged.step;
-      merged.tasks.push_back(t);
-    }
-    if (options.record_memory_history) {
-      for (const auto& sample : j.at("memory")) {
-        merged.memory[r].push_back(
-            {sample[0].get<double>() + shift, sample[1].get<std::int64_t>()});
-      }
+// Micro-batches as tensor.chunk makes them, charged to the first (inputs) and the last
+// (targets) stage's device; and this step's state, empty.
+void Pipeline::Impl::scatter(const at::Tensor& input, const at::Tensor& target) {
+  micro_inputs.clear();
+  micro_targets.clear();
+  const int first = device_of(0), last = device_of(stage_count - 1);
+  if (is_local(first)) micro_inputs = runtime->adopt(input, first).chunk(plan.chunks);
+  if (is_local(last)) micro_targets = runtime->adopt(target, last).chunk(plan.chunks);
+  contexts.assign(static_cast<std::size_t>(stage_count) * micro_batches, {});
+  losses.assign(micro_batches, {});
+  for (auto& r : ran) r.clear();
+  for (auto& s : stamps) s.clear();
+  for (auto& [key, c] : channels) c->done.clear();
+  for (auto& r : receivers) r->done.clear();
+  mailbox.clear();
+}
+
+// Wakes the workers and receivers for this step and waits until every one is done.
+void Pipeline::Impl::run_programmes() {
+  Transport* transport = options.transport.get();
+  std::unique_lock<std::mutex> lock(mutex);
+  workers_running = static_cast<int>(workers.size() + receivers.size());
+  ++generation;
+  wake.notify_all();
+  bool cancelled = false;
+  while (workers_running > 0) {
+    wake.wait_for(lock, kPoll);
+    // A receiver blocked on a peer must not hold up a step that failed or stopped here (the
+    // signal handler cannot do this itself: it may only set the flag).
+    if (transport && (abort || stop) && !cancelled) {
+      cancelled = true;
+      lock.unlock();
+      transport->cancel_receives();
+      lock.lock();
     }
   }
-  merged.pipeline_ms = pipeline_ms(merged.tasks);
-  return merged;
+}
+
+// Drops the step's tensors; a failed or stopped step leaves the pipeline broken.
+void Pipeline::Impl::throw_if_failed() {
+  micro_inputs.clear();
+  micro_targets.clear();
+  contexts.clear();
+  if (error) {
+    broken = true;
+    throw *error;
+  }
+  if (stop) {
+    broken = true;
+    throw Interrupted();
+  }
+  for (int s = 0; s < stage_count; ++s) {
+    if (is_local(device_of(s))) models::commit_deferred_batch_norms(*stages[s]);
+  }
+}
+
+// What this process measured: its tasks on one time base, the loss, the memory.
+StepRecord Pipeline::Impl::record(double step_ms) {
+  StepRecord out;
+  out.step = step_index++;
+  out.step_ms = step_ms;
+  for (const auto& l : losses) {
+    if (l.defined()) out.loss += l.item<double>();  // only the last stage's process has them
+  }
+  for (std::size_t d = 0; d < ran.size(); ++d) {
+    for (std::size_t k = 0; k < ran[d].size(); ++k) {
+      TraceTask t = ran[d][k];
+      t.start_ms = runtime->resolve(stamps[d][2 * k]);
+      t.end_ms = runtime->resolve(stamps[d][2 * k + 1]);
+      out.tasks.push_back(t);
+    }
+  }
+  for (auto& [key, c] : channels) {
+    for (auto& [task, span] : c->done) {
+      TraceTask t = task;
+      t.start_ms = runtime->resolve(span.first);
+      t.end_ms = runtime->resolve(span.second);
+      out.tasks.push_back(t);
+    }
+  }
+  for (auto& r : receivers) out.tasks.insert(out.tasks.end(), r->done.begin(), r->done.end());
+  for (int d = 0; d < device_count(); ++d) out.peak_memory_bytes.push_back(runtime->peak(d));
+  if (options.record_memory_history) out.memory = runtime->memory_history();
+  return out;
+}
+
+// Every rank sends rank 0 its part of the step (executor/rank_merge.hpp); rank 0 puts the
+// parts on its own clock, the others keep their own part.
+StepRecord Pipeline::Impl::merge_ranks(const StepRecord& mine) {
+  const std::vector<std::string> messages =
+      options.transport->gather(fmt::format("step {}", mine.step + 1),
+                                encode_rank_part(rank_part(mine, local, origin_clock_ms)));
+  if (messages.empty()) return mine;  // not rank 0
+  std::vector<RankPart> parts;
+  for (std::size_t r = 0; r < messages.size(); ++r) {
+    parts.push_back(decode_rank_part(messages[r], static_cast<int>(r)));
+  }
+  return merge_rank_parts(parts, mine.step, origin_clock_ms, options.record_memory_history);
 }
 
 void Pipeline::request_stop() {
   impl_->stop = true;
 }
 const std::vector<std::string>& Pipeline::device_names() const {
-  return impl_->device_names;
+  return impl_->placement.device_names;
 }
 const std::vector<int>& Pipeline::stage_device() const {
-  return impl_->device_of;
+  return impl_->placement.device_of;
 }
 std::vector<torch::nn::Sequential>& Pipeline::stages() {
   return impl_->stages;
@@ -843,7 +748,7 @@ const Plan& Pipeline::plan() const {
   return impl_->plan;
 }
 const std::vector<std::int64_t>& Pipeline::micro_batch_sizes() const {
-  return impl_->sizes;
+  return impl_->placement.micro_batch_sizes;
 }
 
 }  // namespace pipetune::exec

@@ -1,28 +1,147 @@
 #include "executor/placement.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <thread>
 
 #include "executor/device_runtime.hpp"
 #include "sim/error.hpp"
+#include "sim/schedule.hpp"
 
 namespace pipetune::exec {
 
 namespace {
+
+// "<kind>:<n>": a name the executor can use as it is.
 bool is_kind(const std::string& name, const std::string& kind) {
-  return name.rfind(kind + ":", 0) == 0 && name.size() > kind.size() + 1 &&
-         name.find_first_not_of("0123456789", kind.size() + 1) == std::string::npos;
+  const auto parsed = try_parse_device_name(name);
+  return parsed && parsed->has_index && to_string(parsed->kind) == kind;
 }
+
+// What the executor runs: one-stage schedules, a layer or more per stage summing to the
+// model's, a chunk count the batch can split into.
+void check_runnable(const Plan& plan, int model_layers, const std::string& model_name,
+                    std::int64_t batch_size) {
+  if (plan.balance.empty()) throw InputError("plan: balance: expected at least one stage");
+  if (is_multi_stage(plan.schedule)) {
+    throw InputError(fmt::format(
+        "plan: schedule: the executor runs gpipe and 1f1b; {} is simulated and planned only",
+        to_string(plan.schedule)));
+  }
+  long long total = 0;
+  for (std::size_t s = 0; s < plan.balance.size(); ++s) {
+    if (plan.balance[s] < 1) {
+      throw InputError(fmt::format(
+          "plan: balance[{}]: expected a positive integer (every stage needs a layer), got {}", s,
+          plan.balance[s]));
+    }
+    total += plan.balance[s];
+  }
+  if (total != model_layers) {
+    throw InputError(
+        fmt::format("plan: balance: expected layer counts summing to {} (the layers of {}), got {}",
+                    model_layers, model_name, total));
+  }
+  if (plan.chunks < 1 || plan.chunks > batch_size) {
+    throw InputError(fmt::format("plan: chunks: expected 1 to {} (the batch size), got {}",
+                                 batch_size, plan.chunks));
+  }
+}
+
+// Which of `devices` each stage runs on: the plan's own names, or stage i on entry i.
+std::vector<std::string> stage_device_names(const Plan& plan,
+                                            const std::vector<std::string>& devices) {
+  const int stage_count = plan.stages();
+  std::vector<std::string> names(stage_count);
+  if (plan.devices.empty()) {
+    if (stage_count > static_cast<int>(devices.size())) {
+      throw InputError(
+          fmt::format("plan: {} stages but {} devices (name the plan's devices to put several "
+                      "stages on one device)",
+                      stage_count, devices.size()));
+    }
+    for (int s = 0; s < stage_count; ++s) names[s] = devices[s];
+    return names;
+  }
+  for (int s = 0; s < stage_count; ++s) {
+    const auto& name = plan.devices[s];
+    if (std::find(devices.begin(), devices.end(), name) == devices.end()) {
+      throw InputError(fmt::format("plan: devices[{}]: \"{}\" is not one of the devices given ({})",
+                                   s, name, fmt::join(devices, ", ")));
+    }
+    names[s] = name;
+  }
+  return names;
+}
+
+// One device, parsed and checked against this build and machine.
+DeviceName checked_device(const std::string& name, bool distributed) {
+  const DeviceName device = parse_device_name(name);
+  if (device.kind != DeviceKind::Cuda) return device;
+  if (!cuda_built()) {
+    throw InputError(fmt::format("device {}: this build of pipetune has no CUDA", name));
+  }
+  if (device.index >= cuda_device_count()) {
+    throw InputError(fmt::format("device {}: no such CUDA device (this machine has {})", name,
+                                 cuda_device_count()));
+  }
+  if (distributed) {
+    throw InputError(fmt::format(
+        "device {}: a distributed run on CUDA (NCCL) is not in this build; use --device cpu",
+        name));
+  }
+  return device;
+}
+
 }  // namespace
+
+StagePlacement place_stages(const Plan& plan, int model_layers, const std::string& model_name,
+                            std::int64_t batch_size, const std::vector<std::string>& devices,
+                            int world_size) {
+  check_runnable(plan, model_layers, model_name, batch_size);
+  StagePlacement out;
+  out.micro_batch_sizes = split_batch(batch_size, plan.chunks);
+  const std::vector<std::string> stage_names = stage_device_names(plan, devices);
+  for (const auto& name : devices) {
+    if (std::find(stage_names.begin(), stage_names.end(), name) != stage_names.end()) {
+      out.device_names.push_back(name);
+    }
+  }
+  for (const auto& name : stage_names) {
+    const auto it = std::find(out.device_names.begin(), out.device_names.end(), name);
+    out.device_of.push_back(static_cast<int>(it - out.device_names.begin()));
+  }
+  if (world_size > 0 && static_cast<int>(out.device_names.size()) != world_size) {
+    throw InputError(
+        fmt::format("plan: {} devices ({}) but WORLD_SIZE is {}: a distributed run puts each "
+                    "device in its own process",
+                    out.device_names.size(), fmt::join(out.device_names, ", "), world_size));
+  }
+  int cpu_devices = 0;
+  for (const auto& name : out.device_names) {
+    out.devices.push_back(checked_device(name, world_size > 0));
+    if (out.devices.back().kind == DeviceKind::Cuda) {
+      out.cuda = true;
+    } else {
+      ++cpu_devices;
+    }
+  }
+  if (out.cuda && cpu_devices > 0) {
+    throw InputError("plan: mixing cpu and cuda devices in one pipeline is not supported");
+  }
+  return out;
+}
 
 std::vector<std::string> executor_devices(const Plan& plan, const std::string& kind) {
   if (kind == "cuda" && !exec::cuda_built()) {
-    throw InputError("--device cuda: this build of pipetune has no CUDA (LibTorch without CUDA, or no CUDA toolkit)");
+    throw InputError(Input::Device, "cuda",
+                     "this build of pipetune has no CUDA (LibTorch without CUDA, or no CUDA "
+                     "toolkit)");
   }
   if (kind == "cuda" && exec::cuda_device_count() == 0) {
-    throw InputError("--device cuda: no CUDA device on this machine");
+    throw InputError(Input::Device, "cuda", "no CUDA device on this machine");
   }
   std::vector<std::string> out;
   if (plan.devices.empty()) {
@@ -32,16 +151,20 @@ std::vector<std::string> executor_devices(const Plan& plan, const std::string& k
     for (const auto& name : plan.devices) {
       if (std::find(seen.begin(), seen.end(), name) == seen.end()) seen.push_back(name);
     }
-    const bool own = std::all_of(seen.begin(), seen.end(), [&](const std::string& n) { return is_kind(n, kind); });
-    for (std::size_t k = 0; k < seen.size(); ++k) out.push_back(own ? seen[k] : fmt::format("{}:{}", kind, k));
+    const bool own = std::all_of(seen.begin(), seen.end(),
+                                 [&](const std::string& n) { return is_kind(n, kind); });
+    for (std::size_t k = 0; k < seen.size(); ++k)
+      out.push_back(own ? seen[k] : fmt::format("{}:{}", kind, k));
   }
   if (kind == "cuda") {
     for (const auto& name : out) {
-      if (std::stoi(name.substr(5)) >= exec::cuda_device_count()) {
-        throw InputError(fmt::format(
-            "--device cuda: the plan needs {} but this machine has {} CUDA device(s); name the plan's devices to "
-            "put several stages on one (e.g. \"devices\": [\"cuda:0\", \"cuda:0\"])",
-            name, exec::cuda_device_count()));
+      if (parse_device_name(name).index >= exec::cuda_device_count()) {
+        throw InputError(
+            Input::Device, "cuda",
+            fmt::format("the plan needs {} but this machine has {} CUDA device(s); "
+                        "name the plan's devices to "
+                        "put several stages on one (e.g. \"devices\": [\"cuda:0\", \"cuda:0\"])",
+                        name, exec::cuda_device_count()));
       }
     }
   }

@@ -3,9 +3,11 @@
 // Which executor devices a plan's stages go to. A plan may name its devices for the simulator
 // ("gpu0", or the CPU profile's "cpu:1"); the executor needs "cpu:<n>" or "cuda:<n>".
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
+#include "executor/device_name.hpp"
 #include "sim/plan.hpp"
 
 namespace pipetune::exec {
@@ -21,5 +23,22 @@ std::vector<std::string> executor_devices(const Plan& plan, const std::string& k
 int cpu_threads_per_device(int devices);
 /// The plan with its device names replaced by executor_devices()' (unchanged when it has none).
 Plan with_executor_devices(const Plan& plan, const std::vector<std::string>& devices);
+
+/// Where a plan's stages run and how its batch splits: what the pipeline builds its runtime on.
+struct StagePlacement {
+  std::vector<std::int64_t> micro_batch_sizes;  ///< split_batch(batch size, plan.chunks)
+  std::vector<std::string> device_names;  ///< the devices that hold stages, in the order given
+  std::vector<DeviceName> devices;        ///< device_names, parsed
+  std::vector<int> device_of;             ///< stage -> index into device_names
+  bool cuda = false;                      ///< every device is CUDA (else every one is a CPU)
+};
+
+/// Checks the plan against the model (`model_layers` layers), the batch and `devices` (executor
+/// names, ExecutorOptions::devices) and places its stages. Throws InputError naming the plan
+/// field or device at fault, before any work. `world_size` > 0: a distributed run of that many
+/// processes, each running one device.
+StagePlacement place_stages(const Plan& plan, int model_layers, const std::string& model_name,
+                            std::int64_t batch_size, const std::vector<std::string>& devices,
+                            int world_size);
 
 }  // namespace pipetune::exec

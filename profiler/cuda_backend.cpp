@@ -144,10 +144,11 @@ class CuptiSession {
   [[noreturn]] static void throw_unavailable(CUptiResult r) {
     const char* what = nullptr;
     cuptiGetResultString(r, &what);
-    throw InputError(fmt::format(
-        "--timer cupti: CUPTI is not available ({}); another tool may hold it (Nsight Systems, Nsight Compute, the "
-        "torch profiler). Profile with --timer events, or close that tool",
-        what ? what : "unknown error"));
+    throw InputError(Input::Timer, "cupti",
+                     fmt::format("CUPTI is not available ({}); another tool may hold it (Nsight "
+                                 "Systems, Nsight Compute, the torch profiler). Profile with "
+                                 "--timer events, or close that tool",
+                                 what ? what : "unknown error"));
   }
   static void check(CUptiResult r, const char* step) {
     if (r != CUPTI_SUCCESS) {
@@ -229,9 +230,10 @@ void spin_up(int index) {
 class CudaBackend final : public MeasureBackend {
  public:
   CudaBackend(int index, const std::string& timer) : index_(index) {
-    if (!at::cuda::is_available()) throw InputError("--device cuda: no CUDA device on this machine");
+    if (!at::cuda::is_available())
+      throw InputError(Input::Device, "cuda", "no CUDA device on this machine");
     if (index >= static_cast<int>(c10::cuda::device_count())) {
-      throw InputError(fmt::format("--device cuda:{}: no such CUDA device", index));
+      throw InputError(Input::Device, fmt::format("cuda:{}", index), "no such CUDA device");
     }
     c10::cuda::set_device(static_cast<c10::DeviceIndex>(index));
     const auto* props = at::cuda::getDeviceProperties(index);
@@ -248,7 +250,8 @@ class CudaBackend final : public MeasureBackend {
       }
     }
 #else
-    if (timer == "cupti") throw InputError("--timer cupti: this build of pipetune has no CUPTI");
+    if (timer == "cupti")
+      throw InputError(Input::Timer, "cupti", "this build of pipetune has no CUPTI");
 #endif
     spin_up(index);
   }

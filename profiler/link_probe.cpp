@@ -72,7 +72,8 @@ Link fit_link(Copy copy, double handover_ms) {
 Hardware probe_hardware(const std::string& device, int devices) {
   Hardware hw;
   if (device == "cpu") {
-    if (devices < 1) throw InputError(fmt::format("--devices: expected at least 1, got {}", devices));
+    if (devices < 1)
+      throw InputError(Input::Devices, fmt::format("expected at least 1, got {}", devices));
     for (int d = 0; d < devices; ++d) hw.devices.push_back({fmt::format("cpu:{}", d), 0, 1.0});
     // The executor's CPU copy: a clone made by the channel's thread.
     const double handover = thread_handover_ms();
@@ -88,7 +89,7 @@ Hardware probe_hardware(const std::string& device, int devices) {
   }
 #ifdef PIPETUNE_WITH_CUDA
   const int count = static_cast<int>(c10::cuda::device_count());
-  if (count == 0) throw InputError("--device cuda: no CUDA device on this machine");
+  if (count == 0) throw InputError(Input::Device, "cuda", "no CUDA device on this machine");
   for (int d = 0; d < count; ++d) {
     const auto* props = at::cuda::getDeviceProperties(d);
     hw.devices.push_back({fmt::format("cuda:{}", d), static_cast<std::int64_t>(props->totalGlobalMem), 1.0});
@@ -118,7 +119,7 @@ Hardware probe_hardware(const std::string& device, int devices) {
   return hw;
 #else
   (void)devices;
-  throw InputError("--device cuda: this build of pipetune has no CUDA");
+  throw InputError(Input::Device, "cuda", "this build of pipetune has no CUDA");
 #endif
 }
 

@@ -6,7 +6,9 @@
 namespace pipetune::profiler {
 
 std::unique_ptr<MeasureBackend> make_cuda_backend(int, const std::string&) {
-  throw InputError("--device cuda: this build of pipetune has no CUDA (LibTorch without CUDA, or no CUDA toolkit)");
+  throw InputError(
+      Input::Device, "cuda",
+      "this build of pipetune has no CUDA (LibTorch without CUDA, or no CUDA toolkit)");
 }
 
 }  // namespace pipetune::profiler

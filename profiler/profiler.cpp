@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "executor/device_name.hpp"
 #include "profiler/backend.hpp"
 #include "sim/error.hpp"
 
@@ -76,29 +77,34 @@ void reset_gradients(torch::nn::Module& module, LayerInput& input) {
 
 std::vector<std::int64_t> checked_sizes(const ProfileOptions& options) {
   if (options.batch_size < 1) {
-    throw InputError(fmt::format("--batch: expected a positive integer, got {}", options.batch_size));
+    throw InputError(Input::BatchSize,
+                     fmt::format("expected a positive integer, got {}", options.batch_size));
   }
-  if (options.repeats < 1) throw InputError(fmt::format("--repeats: expected at least 1, got {}", options.repeats));
+  if (options.repeats < 1)
+    throw InputError(Input::Repeats, fmt::format("expected at least 1, got {}", options.repeats));
   std::vector<std::int64_t> sizes =
       options.micro_batch_sizes.empty() ? default_micro_batch_sizes(options.batch_size) : options.micro_batch_sizes;
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
   for (auto s : sizes) {
     if (s < 1 || s > options.batch_size) {
-      throw InputError(fmt::format("--micro-batch-sizes: expected sizes from 1 to {} (the batch size), got {}",
+      throw InputError(Input::MicroBatchSizes,
+                       fmt::format("expected sizes from 1 to {} (the batch size), got {}",
                                    options.batch_size, s));
     }
   }
   return sizes;
 }
 
+// "cpu" or "cuda[:<n>]", read as the executor reads device names.
 std::unique_ptr<MeasureBackend> make_backend(const ProfileOptions& options) {
-  if (options.device == "cpu") return make_cpu_backend(options.threads);
-  if (options.device.rfind("cuda", 0) == 0) {
-    const int index = options.device.size() > 5 ? std::stoi(options.device.substr(5)) : 0;
-    return make_cuda_backend(index, options.timer);
+  const auto device = exec::try_parse_device_name(options.device);
+  if (device && device->kind == exec::DeviceKind::Cpu && !device->has_index) {
+    return make_cpu_backend(options.threads);
   }
-  throw InputError(fmt::format("--device: expected cpu or cuda, got \"{}\"", options.device));
+  if (device && device->kind == exec::DeviceKind::Cuda)
+    return make_cuda_backend(device->index, options.timer);
+  throw InputError(Input::Device, fmt::format("expected cpu or cuda, got \"{}\"", options.device));
 }
 
 // The profile's header and each layer's name and parameters; the per-size arrays come later.

@@ -955,8 +955,8 @@ PlanSearchResult find_best_plans(const Profile& profile, const Hardware& hardwar
   const int stages =
       options.stages > 0 ? options.stages : static_cast<int>(hardware.devices.size());
   if (stages > static_cast<int>(hardware.devices.size())) {
-    throw InputError(fmt::format("--stages: {} stages asked for, the hardware has {} devices",
-                                 stages, hardware.devices.size()));
+    throw InputError(Input::Stages, fmt::format("{} stages asked for, the hardware has {} devices",
+                                                stages, hardware.devices.size()));
   }
   if (stages > static_cast<int>(profile.layer_count())) {
     throw InputError(fmt::format("{} stages asked for, but the profile has only {} layers", stages,

@@ -36,22 +36,24 @@ std::vector<SweepRow> run_sweep(const Profile& profile, const Hardware& hardware
                                 const std::function<void(std::size_t, std::size_t)>& progress) {
   for (int k : spec.device_counts) {
     if (k < 1 || k > static_cast<int>(hardware.devices.size())) {
-      throw InputError(fmt::format("--devices: {} devices asked for, the hardware has {}", k,
-                                   hardware.devices.size()));
+      throw InputError(Input::Devices, fmt::format("{} devices asked for, the hardware has {}", k,
+                                                   hardware.devices.size()));
     }
     if (k > static_cast<int>(profile.layer_count())) {
-      throw InputError(fmt::format("--devices: {} stages asked for, the profile has {} layers", k,
-                                   profile.layer_count()));
+      throw InputError(Input::Devices, fmt::format("{} stages asked for, the profile has {} layers",
+                                                   k, profile.layer_count()));
     }
     if (!spec.balance.empty() && static_cast<int>(spec.balance.size()) != k) {
-      throw InputError(fmt::format(
-          "--balance: {} stages given, but the sweep asks for {} devices (one stage each)",
-          spec.balance.size(), k));
+      throw InputError(
+          Input::Balance,
+          fmt::format("{} stages given, but the sweep asks for {} devices (one stage each)",
+                      spec.balance.size(), k));
     }
   }
   for (int c : spec.chunks) {
     if (c < 1 || c > max_chunks(profile.batch_size)) {
-      throw InputError(fmt::format("--chunks: expected {}, got {}", chunks_expectation(profile.batch_size), c));
+      throw InputError(Input::Chunks, fmt::format("expected {}, got {}",
+                                                  chunks_expectation(profile.batch_size), c));
     }
   }
   std::vector<double> bandwidths = spec.bandwidths;

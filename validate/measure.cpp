@@ -25,7 +25,8 @@ double MeasuredRun::spread_ms() const {
 std::vector<MeasuredRun> measure_plans(models::Model& model, const std::vector<Plan>& plans,
                                        const RunSettings& settings,
                                        const std::function<void(std::size_t, std::size_t)>& progress) {
-  if (settings.steps < 1) throw InputError(fmt::format("--steps: expected at least 1, got {}", settings.steps));
+  if (settings.steps < 1)
+    throw InputError(Input::Steps, fmt::format("expected at least 1, got {}", settings.steps));
   const int rounds = std::clamp(settings.rounds, 1, settings.steps);
   std::vector<MeasuredRun> runs(plans.size());
   std::vector<std::vector<Trace>> traces(plans.size());

@@ -185,11 +185,11 @@ std::vector<Plan> calibration_plans(const Profile& profile, const Hardware& hard
 Validation run_validation(const ValidationOptions& options) {
   const auto started = std::chrono::steady_clock::now();
   if (options.out_dir.empty())
-    throw InputError("--out: a folder for the traces and the report is needed");
+    throw InputError(Input::OutputFolder, "a folder for the traces and the report is needed");
   if (options.devices < 1)
-    throw InputError(fmt::format("--devices: expected at least 1, got {}", options.devices));
+    throw InputError(Input::Devices, fmt::format("expected at least 1, got {}", options.devices));
   if (options.top < 1)
-    throw InputError(fmt::format("--top: expected at least 1, got {}", options.top));
+    throw InputError(Input::Top, fmt::format("expected at least 1, got {}", options.top));
 
   Validation v;
   v.model_spec = options.model_spec;
@@ -219,7 +219,7 @@ Validation run_validation(const ValidationOptions& options) {
   if (!options.plans.empty()) {
     for (std::size_t k = 0; k < options.plans.size(); ++k) {
       check_plan(options.plans[k], profile, hardware,
-                 k < options.plan_sources.size() ? options.plan_sources[k] : "--plan");
+                 k < options.plan_sources.size() ? options.plan_sources[k] : "plan");
       plans.push_back(options.plans[k]);
     }
   } else {

@@ -51,7 +51,7 @@ c10::IValue unpickle_archive(const std::string& bytes) {
 // copy to contiguous, a step's index_select) would then go past the buffer (found by fuzzing).
 void check_within_storage(const at::Tensor& t, const std::string& which, const std::string& path) {
   const auto refuse = [&](const std::string& why) {
-    throw InputError(fmt::format("--model: batch: {}: the {} {}", path, which, why));
+    throw InputError(Input::Model, fmt::format("batch: {}: the {} {}", path, which, why));
   };
   if (t.layout() != at::kStrided || !t.has_storage()) refuse("are not a dense tensor");
   for (std::int64_t d = 0; d < t.dim(); ++d) {
@@ -87,15 +87,15 @@ std::string kind_of(const c10::IValue& v) {
 
 BatchFile load_batch_file(const std::string& path) {
   if (!std::filesystem::is_regular_file(path))
-    throw InputError(fmt::format("--model: batch: {}: no such file", path));
+    throw InputError(Input::Model, fmt::format("batch: {}: no such file", path));
   const std::string bytes = read_text_file(path);
   c10::IValue value;
   try {
     value = unpickle_archive(bytes);
   } catch (const std::exception& e) {
     const std::string what = e.what();
-    throw InputError(fmt::format("--model: batch: {}: not a file torch.save wrote ({})", path,
-                                 what.substr(0, what.find('\n'))));
+    throw InputError(Input::Model, fmt::format("batch: {}: not a file torch.save wrote ({})", path,
+                                               what.substr(0, what.find('\n'))));
   }
   std::vector<c10::IValue> items;
   if (value.isTuple()) {
@@ -105,7 +105,8 @@ BatchFile load_batch_file(const std::string& path) {
   }
   if (items.size() != 2 || !items[0].isTensor() || !items[1].isTensor()) {
     throw InputError(
-        fmt::format("--model: batch: {}: expected a pair of tensors, as torch.save((inputs, "
+        Input::Model,
+        fmt::format("batch: {}: expected a pair of tensors, as torch.save((inputs, "
                     "targets), FILE) writes; got {}",
                     path,
                     items.size() == 2
@@ -118,10 +119,10 @@ BatchFile load_batch_file(const std::string& path) {
                  items[1].toTensor().detach().contiguous()};
   if (file.inputs.dim() == 0 || file.targets.dim() == 0 ||
       file.inputs.size(0) != file.targets.size(0) || file.inputs.size(0) == 0) {
-    throw InputError(
-        fmt::format("--model: batch: {}: inputs {} and targets {} must have the same number of "
-                    "samples, at least one, in dimension 0",
-                    path, describe(file.inputs), describe(file.targets)));
+    throw InputError(Input::Model,
+                     fmt::format("batch: {}: inputs {} and targets {} must have the same number of "
+                                 "samples, at least one, in dimension 0",
+                                 path, describe(file.inputs), describe(file.targets)));
   }
   return file;
 }

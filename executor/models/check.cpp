@@ -44,10 +44,10 @@ class EvalGuard {
 
 void check_model_batch(Model& model, std::int64_t batch) {
   if (batch < 1)
-    throw InputError(fmt::format("--batch: expected a positive integer, got {}", batch));
+    throw InputError(Input::BatchSize, fmt::format("expected a positive integer, got {}", batch));
   if (model.samples > 0 && batch > model.samples) {
-    throw InputError(fmt::format("--batch {}: the model's batch file holds only {} samples", batch,
-                                 model.samples));
+    throw InputError(Input::BatchSize, std::to_string(batch),
+                     fmt::format("the model's batch file holds only {} samples", model.samples));
   }
   auto [x, y] = model.make_batch(std::min<std::int64_t>(batch, 2), 0, 0);
   at::NoGradGuard no_grad;
@@ -58,8 +58,8 @@ void check_model_batch(Model& model, std::int64_t batch) {
     try {
       h = it->forward(h);
     } catch (const std::exception& e) {
-      throw InputError(fmt::format("--model: layer {} (\"{}\") rejects its input {}: {}", l,
-                                   model.layer_names.at(l), describe(h), reason(e)));
+      throw InputError(Input::Model, fmt::format("layer {} (\"{}\") rejects its input {}: {}", l,
+                                                 model.layer_names.at(l), describe(h), reason(e)));
     }
   }
   try {

@@ -54,7 +54,8 @@ std::string describe(const at::Tensor& t) {
 LossKind parse_loss(const std::string& name) {
   if (name == "cross_entropy") return LossKind::CrossEntropy;
   if (name == "mse") return LossKind::MeanSquaredError;
-  throw InputError(fmt::format("--model: loss: expected cross_entropy or mse, got \"{}\"", name));
+  throw InputError(Input::Model,
+                   fmt::format("loss: expected cross_entropy or mse, got \"{}\"", name));
 }
 
 at::Tensor cross_entropy(const at::Tensor& output, const at::Tensor& target) {

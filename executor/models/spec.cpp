@@ -24,7 +24,8 @@ Spec Spec::parse(const std::string& text) {
       const std::string item = rest.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
       const auto equals = item.find('=');
       if (equals == std::string::npos || equals == 0) {
-        throw InputError(fmt::format("--model: \"{}\": expected key=value, got \"{}\"", text, item));
+        throw InputError(Input::Model,
+                         fmt::format("\"{}\": expected key=value, got \"{}\"", text, item));
       }
       values[item.substr(0, equals)] = item.substr(equals + 1);
       if (comma == std::string::npos) break;
@@ -35,8 +36,8 @@ Spec Spec::parse(const std::string& text) {
 }
 
 void Spec::fail(const std::string& key, const std::string& expected) const {
-  throw InputError(fmt::format("--model: {}: {}: expected {}, got \"{}\"", name_, key, expected,
-                               values_.count(key) ? values_.at(key) : ""));
+  throw InputError(Input::Model, fmt::format("{}: {}: expected {}, got \"{}\"", name_, key,
+                                             expected, values_.count(key) ? values_.at(key) : ""));
 }
 
 void Spec::allow_only(const std::set<std::string>& keys) const {
@@ -44,7 +45,8 @@ void Spec::allow_only(const std::set<std::string>& keys) const {
     if (!keys.count(key)) {
       std::string list;
       for (const auto& k : keys) list += (list.empty() ? "" : ", ") + k;
-      throw InputError(fmt::format("--model: {}: unknown key \"{}\" (expected one of: {})", name_, key, list));
+      throw InputError(Input::Model, fmt::format("{}: unknown key \"{}\" (expected one of: {})",
+                                                 name_, key, list));
     }
   }
 }

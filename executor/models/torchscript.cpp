@@ -61,9 +61,11 @@ SampleShape parse_input(const std::string& text) {
     if (dtype == "long" || dtype == "int64") {
       shape.tokens = true;
     } else if (dtype != "float") {
-      throw InputError(fmt::format(
-          "--model: torchscript: input: expected float or long before the dimensions, got \"{}\"",
-          text));
+      throw InputError(
+          Input::Model,
+          fmt::format(
+              "torchscript: input: expected float or long before the dimensions, got \"{}\"",
+              text));
     }
     dims = text.substr(colon + 1);
   }
@@ -74,10 +76,10 @@ SampleShape parse_input(const std::string& text) {
     char* end = nullptr;
     const long long v = std::strtoll(part.c_str(), &end, 10);
     if (part.empty() || *end != '\0' || v < 1) {
-      throw InputError(
-          fmt::format("--model: torchscript: input: expected dimensions such as 3x32x32 or "
-                      "long:128, got \"{}\"",
-                      text));
+      throw InputError(Input::Model,
+                       fmt::format("torchscript: input: expected dimensions such as 3x32x32 or "
+                                   "long:128, got \"{}\"",
+                                   text));
     }
     shape.dims.push_back(v);
     if (x == std::string::npos) break;
@@ -91,16 +93,17 @@ SampleShape parse_input(const std::string& text) {
 Model build_torchscript_model(Spec& spec, const ModelOptions&) {
   spec.allow_only({"path", "batch", "input", "classes", "vocab", "loss"});
   const std::string path = spec.text("path", "");
-  if (path.empty()) throw InputError("--model: torchscript: path: expected the .pt file");
+  if (path.empty()) throw InputError(Input::Model, "torchscript: path: expected the .pt file");
   if (!std::filesystem::exists(path)) {
-    throw InputError(fmt::format("--model: {}: no such file", path));
+    throw InputError(Input::Model, fmt::format("{}: no such file", path));
   }
   Model m;
   if (spec.has("batch")) {
     for (const char* key : {"input", "classes", "vocab"}) {
       if (spec.has(key)) {
         throw InputError(
-            fmt::format("--model: torchscript: {}: only for random data; the batch file gives the "
+            Input::Model,
+            fmt::format("torchscript: {}: only for random data; the batch file gives the "
                         "inputs and targets",
                         key));
       }
@@ -115,11 +118,11 @@ Model build_torchscript_model(Spec& spec, const ModelOptions&) {
     std::int64_t vocab = 0;
     if (input.tokens) {
       if (!spec.has("vocab"))
-        throw InputError(
-            "--model: torchscript: vocab: expected the number of token ids for input=long:…");
+        throw InputError(Input::Model,
+                         "torchscript: vocab: expected the number of token ids for input=long:…");
       vocab = spec.positive("vocab", 1);
     } else if (spec.has("vocab")) {
-      throw InputError("--model: torchscript: vocab: only for token inputs (input=long:…)");
+      throw InputError(Input::Model, "torchscript: vocab: only for token inputs (input=long:…)");
     }
     // Token inputs have one target per token unless classes asks for one per sample.
     const std::int64_t classes =
@@ -145,7 +148,8 @@ Model build_torchscript_model(Spec& spec, const ModelOptions&) {
     script = torch::jit::load(path);
   } catch (const std::exception& e) {
     std::string what = e.what();
-    throw InputError(fmt::format("--model: {}: not a TorchScript file ({})", path, what.substr(0, what.find('\n'))));
+    throw InputError(Input::Model, fmt::format("{}: not a TorchScript file ({})", path,
+                                               what.substr(0, what.find('\n'))));
   }
   m.name = std::filesystem::path(path).stem().string();
   for (const auto& child : script.named_children()) {
@@ -153,7 +157,11 @@ Model build_torchscript_model(Spec& spec, const ModelOptions&) {
     m.layers->push_back(std::string(child.name), ScriptLayer(child.value));
   }
   if (m.layer_names.empty()) {
-    throw InputError(fmt::format("--model: {}: the scripted module has no children to split (its top level must be a Sequential)", path));
+    throw InputError(
+        Input::Model,
+        fmt::format(
+            "{}: the scripted module has no children to split (its top level must be a Sequential)",
+            path));
   }
   return m;
 }

@@ -135,7 +135,8 @@ Model build_gpt(Spec& spec) {
   const auto vocab = spec.positive("vocab", 1000);
   const double dropout = spec.fraction("dropout", 0.0);
   if (width % heads != 0) {
-    throw InputError(fmt::format("--model: gpt: heads: expected a divisor of width {}, got {}", width, heads));
+    throw InputError(Input::Model, fmt::format("gpt: heads: expected a divisor of width {}, got {}",
+                                               width, heads));
   }
   Model m;
   m.name = fmt::format("gpt-{}x{}", layers, width);
@@ -267,7 +268,8 @@ Model build_model(const std::string& text, const ModelOptions& options) {
   } else if (spec.name() == "torchscript") {
     m = build_torchscript_model(spec, options);
   } else {
-    throw InputError(fmt::format("--model: unknown model \"{}\" (expected {})", spec.name(), model_catalogue()));
+    throw InputError(Input::Model, fmt::format("unknown model \"{}\" (expected {})", spec.name(),
+                                               model_catalogue()));
   }
   m.spec = spec.canonical();
   m.layers->to(options.dtype);

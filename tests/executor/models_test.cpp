@@ -30,27 +30,38 @@ TEST(Models, ZooBuildsEachFamilyWithItsLayers) {
 }
 
 TEST(Models, SameSeedSameParameters) {
-  auto a = models::build_model("mlp:layers=2,width=8"), b = models::build_model("mlp:layers=2,width=8");
+  auto a = models::build_model("mlp:layers=2,width=8"),
+       b = models::build_model("mlp:layers=2,width=8");
   auto pa = a.layers->parameters(), pb = b.layers->parameters();
   ASSERT_EQ(pa.size(), pb.size());
   for (std::size_t k = 0; k < pa.size(); ++k) EXPECT_TRUE(at::equal(pa[k], pb[k]));
 }
 
 TEST(Models, BadSpecsSayWhatIsWrong) {
+  // In the library's words, with the model named as the input at fault; no front end's flag.
   auto error = [](const std::string& spec) -> std::string {
     try {
       models::build_model(spec);
     } catch (const InputError& e) {
+      EXPECT_EQ(e.input(), Input::Model) << e.what();
+      EXPECT_EQ(std::string(e.what()).find("--"), std::string::npos) << e.what();
+      // A front end names the input its own way and keeps the rest word for word.
+      EXPECT_EQ("--model" + std::string(e.what()).substr(5), e.naming_input_as("--model"));
       return e.what();
     }
     return "";
   };
-  EXPECT_EQ(error("mlp:layers=0"), "--model: mlp: layers: expected a positive integer, got \"0\"");
-  EXPECT_EQ(error("mlp:depth=3"), "--model: mlp: unknown key \"depth\" (expected one of: classes, dropout, input, layers, width)");
-  EXPECT_EQ(error("gpt:width=10,heads=3"), "--model: gpt: heads: expected a divisor of width 10, got 3");
-  EXPECT_EQ(error("mlp:dropout=1.5"), "--model: mlp: dropout: expected a number in [0, 1), got \"1.5\"");
-  EXPECT_EQ(error("transformer"), "--model: unknown model \"transformer\" (expected " + models::model_catalogue() + ")");
-  EXPECT_EQ(error("/nowhere/model.pt"), "--model: /nowhere/model.pt: no such file");
+  EXPECT_EQ(error("mlp:layers=0"), "model: mlp: layers: expected a positive integer, got \"0\"");
+  EXPECT_EQ(error("mlp:depth=3"),
+            "model: mlp: unknown key \"depth\" (expected one of: classes, dropout, input, layers, "
+            "width)");
+  EXPECT_EQ(error("gpt:width=10,heads=3"),
+            "model: gpt: heads: expected a divisor of width 10, got 3");
+  EXPECT_EQ(error("mlp:dropout=1.5"),
+            "model: mlp: dropout: expected a number in [0, 1), got \"1.5\"");
+  EXPECT_EQ(error("transformer"),
+            "model: unknown model \"transformer\" (expected " + models::model_catalogue() + ")");
+  EXPECT_EQ(error("/nowhere/model.pt"), "model: /nowhere/model.pt: no such file");
 }
 
 }  // namespace

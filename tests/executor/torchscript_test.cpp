@@ -52,7 +52,7 @@ TEST(TorchScript, NotAScriptIsAClearError) {
     models::build_model(path.string());
     FAIL();
   } catch (const InputError& e) {
-    EXPECT_EQ(std::string(e.what()).rfind("--model: " + path.string() + ": not a TorchScript file", 0), 0u) << e.what();
+    EXPECT_EQ(std::string(e.what()).rfind("model: " + path.string() + ": not a TorchScript file", 0), 0u) << e.what();
   }
   std::filesystem::remove(path);
 }

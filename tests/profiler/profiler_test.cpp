@@ -261,12 +261,20 @@ TEST(Profiler, BadOptions) {
     }
     return "";
   };
-  EXPECT_EQ(error(quick(0, {})), "--batch: expected a positive integer, got 0");
-  EXPECT_EQ(error(quick(8, {4, 16})), "--micro-batch-sizes: expected sizes from 1 to 8 (the batch size), got 16");
+  // The library's words; the CLI names the flag instead (ProfilerCli below).
+  EXPECT_EQ(error(quick(0, {})), "batch size: expected a positive integer, got 0");
+  EXPECT_EQ(error(quick(8, {4, 16})), "micro-batch sizes: expected sizes from 1 to 8 (the batch size), got 16");
   profiler::ProfileOptions on_gpu = quick(8, {});
   on_gpu.device = "cuda";
   if (!torch::cuda::is_available()) {
-    EXPECT_THAT(error(on_gpu), ::testing::HasSubstr("--device cuda"));
+    EXPECT_THAT(error(on_gpu), ::testing::StartsWith("device cuda: "));
+  }
+  // Device strings are read by the executor's parser: a malformed index is bad input, and the
+  // profiler measures on "cpu" itself, not on one of the pipeline's CPU devices.
+  for (const std::string device : {"cuda:x", "cuda:-1", "cpu:1", "gpu", "cudax"}) {
+    profiler::ProfileOptions o = quick(8, {});
+    o.device = device;
+    EXPECT_EQ(error(o), "device: expected cpu or cuda, got \"" + device + "\"");
   }
 }
 

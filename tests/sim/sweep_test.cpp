@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include "sim/error.hpp"
 #include "sim/simulator.hpp"
 #include "sim/sweep.hpp"
@@ -44,6 +46,52 @@ TEST(Sweep, RejectsImpossiblePoints) {
   spec.device_counts = {2};
   spec.chunks = {9};
   EXPECT_THROW(run_sweep(profile, hw, spec), InputError);
+}
+
+// The sweep is a library: its errors name the input in its own words, never a CLI flag, and say
+// which input it is so a front end can name it its own way.
+TEST(Sweep, ErrorsNameTheInputInTheLibrarysWords) {
+  const Profile profile = testing::uniform_profile(4, 1.0, 2.0, 8);
+  const Hardware hw = replicate_device(profile.device, 2);
+  auto refusal = [&](const SweepSpec& spec) -> std::optional<InputError> {
+    try {
+      run_sweep(profile, hw, spec);
+    } catch (const InputError& e) {
+      return e;
+    }
+    return std::nullopt;
+  };
+  SweepSpec spec;
+  spec.device_counts = {3};
+  spec.chunks = {1};
+  spec.checkpoints = {CheckpointMode::Never};
+  spec.schedules = {ScheduleKind::GPipe};
+  auto e = refusal(spec);
+  ASSERT_TRUE(e);
+  EXPECT_STREQ(e->what(), "devices: 3 devices asked for, the hardware has 2");
+  EXPECT_EQ(e->input(), Input::Devices);
+  EXPECT_EQ(e->naming_input_as("--devices"), "--devices: 3 devices asked for, the hardware has 2");
+  spec.device_counts = {2};
+  spec.balance = {1, 1, 2};
+  e = refusal(spec);
+  ASSERT_TRUE(e);
+  EXPECT_STREQ(e->what(),
+               "balance: 3 stages given, but the sweep asks for 2 devices (one stage each)");
+  EXPECT_EQ(e->input(), Input::Balance);
+}
+
+TEST(InputErrorText, AnInputNamedTwoWays) {
+  const InputError with_value(Input::Device, "cuda:3", "no such CUDA device");
+  EXPECT_STREQ(with_value.what(), "device cuda:3: no such CUDA device");
+  EXPECT_EQ(with_value.naming_input_as("--device"), "--device cuda:3: no such CUDA device");
+  const InputError plain_input(Input::BatchSize, "expected a positive integer, got 0");
+  EXPECT_STREQ(plain_input.what(), "batch size: expected a positive integer, got 0");
+  EXPECT_EQ(plain_input.naming_input_as("--batch"), "--batch: expected a positive integer, got 0");
+  // An error about a file names the file itself: nothing to rename.
+  const InputError about_a_file("plan.json: chunks: expected at least 1, got 0");
+  EXPECT_FALSE(about_a_file.input());
+  EXPECT_EQ(about_a_file.naming_input_as("--plan"),
+            "plan.json: chunks: expected at least 1, got 0");
 }
 
 }  // namespace
