@@ -23,6 +23,7 @@
 #include "executor/transport.hpp"
 #include "sim/error.hpp"
 #include "sim/schedule.hpp"
+#include "sim/trace.hpp"
 
 namespace pipetune::exec {
 
@@ -66,17 +67,6 @@ std::uint64_t mix(std::uint64_t x) {  // splitmix64
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
   return x ^ (x >> 31);
-}
-
-// First task's start to last task's end: what the simulator predicts as the iteration.
-double pipeline_ms(const std::vector<TraceTask>& tasks) {
-  if (tasks.empty()) return 0.0;
-  double first = tasks.front().start_ms, last = tasks.front().end_ms;
-  for (const auto& t : tasks) {
-    first = std::min(first, t.start_ms);
-    last = std::max(last, t.end_ms);
-  }
-  return last - first;
 }
 
 // The stage that produced what `key` carries: activations come from the stage before, gradients
@@ -621,7 +611,7 @@ StepRecord Pipeline::step(const at::Tensor& input, const at::Tensor& target) {
 
   StepRecord record = m.record(step_ms);
   if (transport) record = m.between_ranks([&] { return m.merge_ranks(record); });
-  record.pipeline_ms = pipeline_ms(record.tasks);
+  record.pipeline_ms = task_span(record.tasks).duration_ms();  // what the simulator predicts
   return record;
 }
 

@@ -89,7 +89,7 @@ DeviceName checked_device(const std::string& name, bool distributed) {
   }
   if (distributed) {
     throw InputError(fmt::format(
-        "device {}: a distributed run on CUDA (NCCL) is not in this build; use --device cpu",
+        "device {}: a distributed run on CUDA (NCCL) is not in this build; run on CPU devices",
         name));
   }
   return device;

@@ -32,24 +32,27 @@ std::map<std::uint64_t, RegionTime> ActivityAttribution::regions() const {
 }
 
 std::size_t ActivityAttribution::unmatched() const {
-  return static_cast<std::size_t>(std::count_if(work_.begin(), work_.end(), [&](const ActivityRecord& r) {
-    return !external_of_.count(r.correlation_id);
-  }));
+  return static_cast<std::size_t>(std::count_if(
+      work_.begin(), work_.end(),
+      [&](const ActivityRecord& r) { return !external_of_.count(r.correlation_id); }));
 }
 
 std::vector<std::string> ActivityAttribution::warnings() const {
   std::vector<std::string> out;
   if (dropped_ > 0) {
-    out.push_back(fmt::format(
-        "CUPTI dropped {} activity records (its buffers were full): the affected layers' times are too short; "
-        "profile with fewer repeats or --timer events",
-        dropped_));
+    out.push_back(
+        fmt::format("CUPTI dropped {} activity records (its buffers were full): the affected "
+                    "layers' times are too short; "
+                    "profile with fewer repeats or time the layers with CUDA events",
+                    dropped_));
   }
   // Work between layers (inputs made, gradients cleared) is expected to match no layer; work
   // that matches none at all means the join failed and every layer reads as free.
   if (const auto n = unmatched(); n > 0 && n == work_.size()) {
-    out.push_back(fmt::format(
-        "none of the {} GPU activities could be joined to a measured layer: profile with --timer events", n));
+    out.push_back(
+        fmt::format("none of the {} GPU activities could be joined to a measured layer: time the "
+                    "layers with CUDA events",
+                    n));
   }
   return out;
 }

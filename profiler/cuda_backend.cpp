@@ -48,7 +48,8 @@ namespace {
 class CuptiSession {
  public:
   static CuptiSession& get() {
-    static CuptiSession* session = new CuptiSession;  // never destroyed: CUPTI may call back at exit
+    static CuptiSession* session =
+        new CuptiSession;  // never destroyed: CUPTI may call back at exit
     return *session;
   }
 
@@ -64,7 +65,8 @@ class CuptiSession {
     check(cuptiEnableDomain(1, subscriber_, CUPTI_CB_DOMAIN_RUNTIME_API), "watch the runtime API");
     check(cuptiEnableDomain(1, subscriber_, CUPTI_CB_DOMAIN_DRIVER_API), "watch the driver API");
     check(cuptiActivityRegisterCallbacks(&buffer_requested, &buffer_completed), "register buffers");
-    for (auto kind : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET}) {
+    for (auto kind : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+                      CUPTI_ACTIVITY_KIND_MEMSET}) {
       const CUptiResult r = cuptiActivityEnable(kind);
       if (r != CUPTI_SUCCESS) throw_unavailable(r);
     }
@@ -87,7 +89,8 @@ class CuptiSession {
       started_ = false;
     }
     close();
-    for (auto kind : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET}) {
+    for (auto kind : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+                      CUPTI_ACTIVITY_KIND_MEMSET}) {
       cuptiActivityDisable(kind);
     }
     cuptiEnableDomain(0, subscriber_, CUPTI_CB_DOMAIN_RUNTIME_API);
@@ -126,7 +129,9 @@ class CuptiSession {
 
  private:
   // CUPTI hands completed buffers to buffer_completed() on this thread or its own.
-  void lock_free_flush() { check(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "flush"); }
+  void lock_free_flush() {
+    check(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "flush");
+  }
 
   // On whichever thread makes the call: the launch belongs to the region open now.
   static void CUPTIAPI on_api_call(void* self, CUpti_CallbackDomain domain, CUpti_CallbackId,
@@ -146,8 +151,8 @@ class CuptiSession {
     cuptiGetResultString(r, &what);
     throw InputError(Input::Timer, "cupti",
                      fmt::format("CUPTI is not available ({}); another tool may hold it (Nsight "
-                                 "Systems, Nsight Compute, the torch profiler). Profile with "
-                                 "--timer events, or close that tool",
+                                 "Systems, Nsight Compute, the torch profiler). Time the layers "
+                                 "with CUDA events instead, or close that tool",
                                  what ? what : "unknown error"));
   }
   static void check(CUptiResult r, const char* step) {
@@ -165,7 +170,8 @@ class CuptiSession {
     *max_records = 0;
   }
 
-  static void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t* buffer, size_t, size_t valid) {
+  static void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t* buffer, size_t,
+                                        size_t valid) {
     std::vector<ActivityRecord> records;
     CUpti_Activity* record = nullptr;
     while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
@@ -209,7 +215,7 @@ class CuptiSession {
   std::atomic<bool> open_{false};
   std::atomic<bool> stopping_{false};
   std::atomic<std::uint64_t> region_{0};
-  std::mutex tags_mutex_;  // API callbacks come on any thread
+  std::mutex tags_mutex_;               // API callbacks come on any thread
   std::vector<ActivityRecord> tagged_;  // correlation id -> region, as ExternalCorrelation records
 };
 
@@ -246,7 +252,8 @@ class CudaBackend final : public MeasureBackend {
         cupti_ = true;
       } catch (const InputError&) {
         if (timer == "cupti") throw;
-        warnings_.push_back("CUPTI is not available (another tool may hold it): timing with CUDA events instead");
+        warnings_.push_back(
+            "CUPTI is not available (another tool may hold it): timing with CUDA events instead");
       }
     }
 #else
@@ -268,15 +275,31 @@ class CudaBackend final : public MeasureBackend {
 #endif
   }
 
-  c10::Device device() const override { return c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index_)); }
-  std::string device_type() const override { return "cuda"; }
-  std::string device_name() const override { return name_; }
-  std::int64_t memory_bytes() const override { return memory_; }
-  std::string timer_name() const override { return cupti_ ? "cupti" : "cuda-events"; }
+  c10::Device device() const override {
+    return c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index_));
+  }
+  std::string device_type() const override {
+    return "cuda";
+  }
+  std::string device_name() const override {
+    return name_;
+  }
+  std::int64_t memory_bytes() const override {
+    return memory_;
+  }
+  std::string timer_name() const override {
+    return cupti_ ? "cupti" : "cuda-events";
+  }
 
-  std::int64_t allocated() override { return stat().current; }
-  std::int64_t peak() override { return stat().peak; }
-  void reset_peak() override { c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(index_)); }
+  std::int64_t allocated() override {
+    return stat().current;
+  }
+  std::int64_t peak() override {
+    return stat().peak;
+  }
+  void reset_peak() override {
+    c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(index_));
+  }
 
   void begin(std::uint64_t region) override {
 #if PIPETUNE_HAVE_CUPTI
@@ -321,7 +344,9 @@ class CudaBackend final : public MeasureBackend {
     return out;
   }
 
-  std::vector<std::string> take_warnings() override { return std::exchange(warnings_, {}); }
+  std::vector<std::string> take_warnings() override {
+    return std::exchange(warnings_, {});
+  }
 
  private:
   c10::CachingAllocator::Stat stat() {
@@ -333,7 +358,9 @@ class CudaBackend final : public MeasureBackend {
   std::string name_;
   std::int64_t memory_ = 0;
   bool cupti_ = false;
-  std::map<std::uint64_t, std::pair<std::shared_ptr<at::cuda::CUDAEvent>, std::shared_ptr<at::cuda::CUDAEvent>>> events_;
+  std::map<std::uint64_t,
+           std::pair<std::shared_ptr<at::cuda::CUDAEvent>, std::shared_ptr<at::cuda::CUDAEvent>>>
+      events_;
   std::vector<std::string> warnings_;
 };
 

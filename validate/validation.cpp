@@ -64,11 +64,11 @@ Profile obtain_profile(models::Model& model, const ValidationOptions& options, V
     Profile profile = load_profile(options.profile_path);
     const std::string& src = options.profile_path;
     if (profile.model != model.name) {
-      throw InputError(fmt::format("{}: \"model\" is \"{}\", but --model builds \"{}\"", src,
+      throw InputError(fmt::format("{}: \"model\" is \"{}\", but the model builds \"{}\"", src,
                                    profile.model, model.name));
     }
     if (profile.batch_size != options.run.batch) {
-      throw InputError(fmt::format("{}: \"batch_size\" is {}, but --batch is {}", src,
+      throw InputError(fmt::format("{}: \"batch_size\" is {}, but the batch size is {}", src,
                                    profile.batch_size, options.run.batch));
     }
     if (profile.layer_count() != model.layer_names.size()) {

@@ -195,7 +195,7 @@ TEST(CliValidate, BadInputIsOneLine) {
   std::vector<std::string> args = kModel;
   args.insert(args.end(), {"--profile", (other / "profile.json").string(), "--out", scratch("x").string()});
   EXPECT_EQ(error(args), "pipetune: error: " + (other / "profile.json").string() +
-                             ": \"model\" is \"mlp-3x16\", but --model builds \"mlp-4x32\"\n");
+                             ": \"model\" is \"mlp-3x16\", but the model builds \"mlp-4x32\"\n");
   // A plan that does not fit the model.
   const fs::path plan = scratch("bad-plan.json");
   std::ofstream(plan) << R"({"format": "pipetune.plan/1", "balance": [2, 2], "chunks": 2, "checkpoint": "never",
