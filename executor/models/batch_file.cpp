@@ -4,11 +4,12 @@
 #include <caffe2/serialize/inline_container.h>
 #include <caffe2/serialize/read_adapter_interface.h>
 #include <fmt/format.h>
-#include <torch/csrc/jit/serialization/import_read.h>
+#include <torch/csrc/jit/serialization/unpickler.h>
 
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
 
 #include "executor/models/loss.hpp"
@@ -38,18 +39,45 @@ class BoundedReader final : public caffe2::serialize::ReadAdapterInterface {
   const std::string& bytes_;
 };
 
-// What torch::jit::pickle_load does, with the bounded reader: the pickle is the archive's
-// "data.pkl", its tensors the archive's "data/" records.
-c10::IValue unpickle_archive(const std::string& bytes) {
+// The pickle and the byte size of every storage record it referred to, by the record's buffer.
+struct Unpickled {
+  c10::IValue value;
+  std::map<const void*, std::size_t> record_bytes;
+};
+
+// What torch::jit::pickle_load does (the pickle is the archive's "data.pkl", its storages the
+// "data/" records), with the bounded reader, and keeping each record's true size: LibTorch
+// sizes a storage by what the pickle claims, not by the record it reads.
+Unpickled unpickle_archive(const std::string& bytes) {
   caffe2::serialize::PyTorchStreamReader archive(std::make_shared<BoundedReader>(bytes));
-  return torch::jit::readArchiveAndTensors("data", /*pickle_prefix=*/"", /*tensor_prefix=*/"",
-                                           std::nullopt, std::nullopt, std::nullopt, archive);
+  auto pickle = archive.getRecord("data.pkl");
+  const char* const pickle_data = static_cast<const char*>(std::get<0>(pickle).get());
+  const std::size_t pickle_bytes = std::get<1>(pickle);
+  std::size_t offset = 0;
+  auto read_pickle = [&](char* out, std::size_t n) {
+    n = std::min(n, pickle_bytes - offset);
+    std::memcpy(out, pickle_data + offset, n);
+    offset += n;
+    return n;
+  };
+  Unpickled result;
+  auto read_record = [&](const std::string& name) {
+    auto [data, size] = archive.getRecord("data/" + name);
+    result.record_bytes[data.get()] = size;
+    return std::move(data);
+  };
+  torch::jit::Unpickler unpickler(read_pickle, nullptr, nullptr, read_record, std::nullopt);
+  unpickler.set_version(archive.version());
+  result.value = unpickler.parse_ivalue();
+  return result;
 }
 
-// LibTorch takes a loaded tensor's shape, strides and offset from the file as they are, so a
-// corrupted file can describe more elements than its storage holds; every later read (the
-// copy to contiguous, a step's index_select) would then go past the buffer (found by fuzzing).
-void check_within_storage(const at::Tensor& t, const std::string& which, const std::string& path) {
+// LibTorch takes a loaded tensor's storage size, shape, strides and offset from the pickle as
+// they are, so a corrupted file can describe more elements than the record it read holds;
+// every later read (the copy to contiguous, a step's index_select) would then go past the
+// buffer (found by fuzzing). Checked against the record's true size.
+void check_within_storage(const at::Tensor& t, const std::string& which, const std::string& path,
+                          const std::map<const void*, std::size_t>& record_bytes) {
   const auto refuse = [&](const std::string& why) {
     throw InputError(Input::Model, fmt::format("batch: {}: the {} {}", path, which, why));
   };
@@ -71,9 +99,11 @@ void check_within_storage(const at::Tensor& t, const std::string& which, const s
       __builtin_mul_overflow(needed, static_cast<std::int64_t>(t.element_size()), &needed)) {
     refuse("describe more elements than any file can hold");
   }
-  if (needed > static_cast<std::int64_t>(t.storage().nbytes())) {
-    refuse(fmt::format("{} need {} bytes, but the file stores {}", describe(t), needed,
-                       t.storage().nbytes()));
+  const auto record = record_bytes.find(t.storage().data());
+  const std::int64_t stored =
+      record == record_bytes.end() ? 0 : static_cast<std::int64_t>(record->second);
+  if (needed > stored) {
+    refuse(fmt::format("{} need {} bytes, but the file stores {}", describe(t), needed, stored));
   }
 }
 
@@ -89,14 +119,15 @@ BatchFile load_batch_file(const std::string& path) {
   if (!std::filesystem::is_regular_file(path))
     throw InputError(Input::Model, fmt::format("batch: {}: no such file", path));
   const std::string bytes = read_text_file(path);
-  c10::IValue value;
+  Unpickled unpickled;
   try {
-    value = unpickle_archive(bytes);
+    unpickled = unpickle_archive(bytes);
   } catch (const std::exception& e) {
     const std::string what = e.what();
     throw InputError(Input::Model, fmt::format("batch: {}: not a file torch.save wrote ({})", path,
                                                what.substr(0, what.find('\n'))));
   }
+  const c10::IValue& value = unpickled.value;
   std::vector<c10::IValue> items;
   if (value.isTuple()) {
     for (const auto& item : value.toTupleRef().elements()) items.push_back(item);
@@ -113,8 +144,8 @@ BatchFile load_batch_file(const std::string& path) {
                         ? fmt::format("a pair of {} and {}", items[0].tagKind(), items[1].tagKind())
                         : kind_of(value)));
   }
-  check_within_storage(items[0].toTensor(), "inputs", path);
-  check_within_storage(items[1].toTensor(), "targets", path);
+  check_within_storage(items[0].toTensor(), "inputs", path, unpickled.record_bytes);
+  check_within_storage(items[1].toTensor(), "targets", path, unpickled.record_bytes);
   BatchFile file{items[0].toTensor().detach().contiguous(),
                  items[1].toTensor().detach().contiguous()};
   if (file.inputs.dim() == 0 || file.targets.dim() == 0 ||
