@@ -172,7 +172,7 @@ class PlanSearch {
   void search(int j, int a, double arrive, double drain, Passes exact, double worst,
               Objective objective);
   int first_open_end(int j, int a, double arrive, double drain, const Passes& exact) const;
-  double last_stage_fill(int j, int b, double offset, double limit) const;
+  int last_stage_start(int j, int b, double offset, double limit) const;
   void evaluate(const std::vector<int>& balance, Objective objective);
   double threshold(Objective objective) const {
     return objective == Objective::Time ? std::min(config_best_, ranking_threshold_) : lean_best_;
@@ -726,19 +726,20 @@ void PlanSearch::evaluate(const std::vector<int>& balance, Objective objective) 
 // bounds is at least its value with the passes through stage j left out, and at least the
 // floor of that value (running_min), which only falls as b grows, so binary search finds where
 // it drops below the threshold; ends before it need not be examined one by one.
-// GPipe: a full-size micro-batch i's round trip from stage j also waits, on the last stage, for
-// what its programme runs between i's forward and backward: at least the last micro-batch's
-// forward, recompute and backward and M - 2's recompute, over the last stage's layers. Those
-// layers are unknown before the last stage is placed, but include [c, L) for the largest start
-// c that the stages in between can reach while each stays below the threshold (`offset` turns
-// wait_cost into a bound given the placed stages): a greedy fill, exact for costs that grow
-// with a stage, gives it. Returns that work, or -1 when no completion stays below the threshold.
-double PlanSearch::last_stage_fill(int j, int b, double offset, double limit) const {
+// A micro-batch i's round trip from stage j also waits, on the last stage, for what that
+// stage's programme runs between i's forward and backward. GPipe: at least the last
+// micro-batch's forward, recompute and backward and M - 2's recompute; 1F1B: i's recompute
+// (the last stage's warm-up is one forward). The last stage's layers are unknown before it is
+// placed, but include [c, L) for the largest start c that the stages in between can reach while
+// each stays below the threshold (`offset` turns wait_cost into a bound given the placed
+// stages): a greedy fill, exact for costs that grow with a stage, gives it. Returns c, or -1
+// when no completion stays below the threshold.
+int PlanSearch::last_stage_start(int j, int b, double offset, double limit) const {
   const int last = stages_ - 1;
   int a = b;
   for (int k = j + 1; k < last; ++k) {
     int lo = a + 1, hi = layers_ - (last - k);
-    if (lo > hi || offset + wait_cost(k, a, lo) >= limit) return -1.0;
+    if (lo > hi || offset + wait_cost(k, a, lo) >= limit) return -1;
     while (lo < hi) {
       const int mid = lo + (hi - lo + 1) / 2;
       if (offset + wait_cost(k, a, mid) < limit) {
@@ -749,12 +750,7 @@ double PlanSearch::last_stage_fill(int j, int b, double offset, double limit) co
     }
     a = lo;
   }
-  const Config& c = *config_;
-  const int m = c.micro_batches();
-  const StageDurations d = durations(last, a, layers_);
-  const int slot = c.sizes.back() != c.sizes.front() ? 1 : 0;
-  return (c.recomputed(m - 1) ? d.forward_nograd[slot] + d.forward[slot] : d.forward[slot]) +
-         d.backward[slot] + (c.recomputed(m - 2) ? d.forward[0] : 0.0);
+  return a;
 }
 
 int PlanSearch::first_open_end(int j, int a, double arrive, double drain,
@@ -855,14 +851,28 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
       const double onward_tasks = 2.0 * overhead_ * (stages_ - 1 - j) + after_latency_[j];
       double trip_first =
           pass_first_[b] / after_speed_[j] + onward_tasks + 2.0 * copy(*first_size_, j, b);
-      const double trip_last =
+      double trip_last =
           pass_last_[b] / after_speed_[j] + onward_tasks + 2.0 * copy(*last_size_, j, b);
-      if (config_->schedule == ScheduleKind::GPipe && config_->micro_batches() >= 2) {
+      const Config& c = *config_;
+      const int m = c.micro_batches();
+      const bool gpipe = c.schedule == ScheduleKind::GPipe;
+      if ((gpipe && m >= 2) || (!gpipe && c.recomputed(0))) {
         stats_.steps +=
             static_cast<std::uint64_t>(std::max(0, stages_ - 2 - j));  // its greedy fill
-        const double fill = last_stage_fill(j, b, onward.arrive + drain - wait_before_[b], limit);
-        if (fill < 0.0) continue;  // no completion can beat the threshold
-        trip_first += fill;
+        const int start = last_stage_start(j, b, onward.arrive + drain - wait_before_[b], limit);
+        if (start < 0) continue;  // no completion can beat the threshold
+        const StageDurations end_stage = durations(stages_ - 1, start, layers_);
+        const int slot = c.sizes.back() != c.sizes.front() ? 1 : 0;
+        if (gpipe) {
+          trip_first +=
+              (c.recomputed(m - 1) ? end_stage.forward_nograd[slot] + end_stage.forward[slot]
+                                   : end_stage.forward[slot]) +
+              end_stage.backward[slot] + (c.recomputed(m - 2) ? end_stage.forward[0] : 0.0);
+        } else {
+          // The recomputed ones are a prefix: all full-size ones if M - 2 is.
+          if (m >= 2 && c.recomputed(m - 2)) trip_first += end_stage.forward[0];
+          if (c.recomputed(m - 1)) trip_last += end_stage.forward[slot];
+        }
       }
       ++stats_.prefix_sweeps;
       stats_.steps += 1 + sweep_->prefix_task_count(j) / kSweepTasksPerStep;
