@@ -701,8 +701,9 @@ double PlanSearch::wait_cost(int j, int a, int b, double recompute_first,
   return own - w.tail + (last ? 0.0 : w.idle);
 }
 
-// The root bound with 1F1B's round trips waiting, on the last stage, for their recomputes (as
-// the prefix sweeps in search() do). The last stage's layers are unknown, so for a threshold T:
+// The root bound with 1F1B's round trips waiting, on the last stage, for their recomputes
+// (tests/sim/stage_timing_test.cpp checks that wait against the simulator). The last stage's
+// layers are unknown, so for a threshold T:
 // if a balance had every stage's chained_cost() and wait_cost() below T, its last stage would
 // start no later than c = furthest_last_start(), so it would hold [c, L) and each round trip
 // would wait at least for the recompute of [c, L); if even with that the stages cannot stay
