@@ -143,7 +143,7 @@ class PlanSearch {
   }
   double pass_filler(int j, int a, int b) const;
   double tail(int j, int a, int b) const;
-  double chained_cost(int j, int a, int b) const;
+  double chained_cost(int j, int a, int b, double recompute = 0.0) const;
   double balance_free_bound() const;
   template <typename Cost>
   double greedy_bound(Cost cost) const;
@@ -162,7 +162,9 @@ class PlanSearch {
     double idle = 0.0, tail = 0.0;
   };
   Waits waits(int j, const StageDurations& d, int q, double trip_first, double trip_q) const;
-  double wait_cost(int j, int a, int b) const;
+  double wait_cost(int j, int a, int b, double recompute_first = 0.0,
+                   double recompute_q = 0.0) const;
+  double recompute_root(double root, double ceiling) const;
 
   // The passes that bound stage j (see wait_bound): micro-batch 0's exact arrival and the
   // exact way back of the micro-batch that ends each stage's programme.
@@ -172,7 +174,7 @@ class PlanSearch {
   void search(int j, int a, double arrive, double drain, Passes exact, double worst,
               Objective objective);
   int first_open_end(int j, int a, double arrive, double drain, const Passes& exact) const;
-  double last_stage_fill(int j, int b, double offset, double limit) const;
+  int last_stage_start(int j, int b, double offset, double limit) const;
   void evaluate(const std::vector<int>& balance, Objective objective);
   double threshold(Objective objective) const {
     return objective == Objective::Time ? std::min(config_best_, ranking_threshold_) : lean_best_;
@@ -340,13 +342,15 @@ void PlanSearch::prepare(const Config& config) {
 // Stage j's work after its backward of the micro-batch whose gradient the bounds follow back
 // to stage 0: nothing for GPipe (micro-batch 0 ends it) and for 1F1B with equal micro-batches
 // (the last one ends it); with a smaller last micro-batch, 1F1B follows the last full-size one,
-// and the last one's backward (and recompute) still follow.
+// and the last one's backward (and recompute) still follow; on the last stage, whose warm-up is
+// one forward, so does the last one's forward (counted at its most, so the bound stays one).
 double PlanSearch::tail(int j, int a, int b) const {
   const Config& c = *config_;
   const int m = c.micro_batches();
   if (c.schedule == ScheduleKind::GPipe || m < 2 || c.sizes.back() == c.sizes.front()) return 0.0;
   return backward(*last_size_, j, a, b) +
-         (c.recomputed(m - 1) ? forward(*last_size_, j, a, b) : 0.0);
+         (c.recomputed(m - 1) ? forward(*last_size_, j, a, b) : 0.0) +
+         (j + 1 == stages_ ? most_forward(*last_size_, j, a, b) : 0.0);
 }
 
 // The most of stage j's own work that can run while a backward of stage j waits for a
@@ -388,10 +392,11 @@ double PlanSearch::pass_filler(int j, int a, int b) const {
 // because per layer a stage's work (every micro-batch's forward and backward, its recomputes)
 // is at least one pass plus the filler plus the tail, which never count more of a kind of work
 // than the stage does.
-double PlanSearch::chained_cost(int j, int a, int b) const {
+// `recompute`: what the round trips also wait for on the last stage (see recompute_root()).
+double PlanSearch::chained_cost(int j, int a, int b, double recompute) const {
   const double own = before_[a] + busy(j, a, b) - tail(j, a, b);
   if (j + 1 == stages_) return own;
-  return own + std::max(0.0, after_[b] - pass_filler(j, a, b));
+  return own + std::max(0.0, after_[b] + recompute - pass_filler(j, a, b));
 }
 
 // Bounds that hold for every balance of a configuration: no device can do more than its share
@@ -450,6 +455,30 @@ void min_max_suffix(int stages, int layers, std::vector<std::vector<double>>& ta
   for (int m = 1; m <= stages; ++m) {
     for (int x = 0; x <= layers; ++x) table[m][x] = reversed.best[m - 1][layers - x];
   }
+}
+
+// The furthest start of the last stage over the balances of layers [a, L) into stages
+// first..last - 1 whose stages all cost less than `limit`, for costs that grow with a stage's
+// end and shrink as its start moves right: each stage ends as far right as it can. A stage that
+// cannot take even its first layer is left empty rather than ruling the balances out: with
+// devices of different speeds a balance may put that layer on a later stage. By induction the
+// result is at least the start of the last stage of every such balance.
+template <typename Cost>
+int furthest_last_start(int first, int last, int a, int layers, double limit, Cost cost) {
+  for (int k = first; k < last; ++k) {
+    int lo = a + 1, hi = layers - (last - k);
+    if (lo > hi || !(cost(k, a, lo) < limit)) continue;
+    while (lo < hi) {
+      const int mid = lo + (hi - lo + 1) / 2;
+      if (cost(k, a, mid) < limit) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    a = lo;
+  }
+  return a;
 }
 
 // floors[m][x]: the least table[m][y] over y <= x. With devices of different speeds a shorter
@@ -656,17 +685,65 @@ PlanSearch::Waits PlanSearch::waits(int j, const StageDurations& d, int q, doubl
 // both round trips' forward and backward and every task the waits subtract, each at most once,
 // at a speed no faster than the fastest; and the copies, which need not grow with b, are left
 // out.
-double PlanSearch::wait_cost(int j, int a, int b) const {
+// `recompute_first`, `recompute_q`: what the two round trips also wait for on the last stage
+// (see recompute_root()).
+double PlanSearch::wait_cost(int j, int a, int b, double recompute_first,
+                             double recompute_q) const {
   const double own = wait_before_[a] + busy(j, a, b);
   const StageDurations d = durations(j, a, b);
   const double onward = 2.0 * overhead_ * (stages_ - 1 - j) + after_latency_[j];
   const bool last = j + 1 == stages_;
-  const double trip_first = last ? 0.0 : pass_first_[b] / max_speed_ + onward;
+  const double trip_first = last ? 0.0 : pass_first_[b] / max_speed_ + onward + recompute_first;
   const double trip_q = followed_ == config_->micro_batches() - 1
-                            ? (last ? 0.0 : pass_last_[b] / max_speed_ + onward)
-                            : trip_first;
+                            ? (last ? 0.0 : pass_last_[b] / max_speed_ + onward + recompute_q)
+                            : (last ? 0.0 : trip_first - recompute_first + recompute_q);
   const Waits w = waits(j, d, followed_, trip_first, trip_q);
   return own - w.tail + (last ? 0.0 : w.idle);
+}
+
+// The root bound with 1F1B's round trips waiting, on the last stage, for their recomputes
+// (tests/sim/stage_timing_test.cpp checks that wait against the simulator). The last stage's
+// layers are unknown, so for a threshold T:
+// if a balance had every stage's chained_cost() and wait_cost() below T, its last stage would
+// start no later than c = furthest_last_start(), so it would hold [c, L) and each round trip
+// would wait at least for the recompute of [c, L); if even with that the stages cannot stay
+// below T, no balance can, and T is a bound. Bisection finds the largest such T up to
+// `ceiling`.
+double PlanSearch::recompute_root(double root, double ceiling) const {
+  const Config& c = *config_;
+  const int m = c.micro_batches();
+  if (c.schedule != ScheduleKind::OneFOneB || !c.recomputed(0) || stages_ < 2) return root;
+  const int last = stages_ - 1;
+  auto stage_cost = [&](int j, int a, int b, double r_first, double r_q, double r_pass) {
+    if (!fits_nested(j, a, b)) return kInf;
+    return std::max(chained_cost(j, a, b, r_pass), wait_cost(j, a, b, r_first, r_q));
+  };
+  // The furthest start of the last stage, or -1 when even that stage is not below `limit`.
+  auto furthest = [&](double limit, double r_first, double r_q, double r_pass) {
+    const int start = furthest_last_start(0, last, 0, layers_, limit, [&](int j, int a, int b) {
+      return stage_cost(j, a, b, r_first, r_q, r_pass);
+    });
+    return stage_cost(last, start, layers_, 0.0, 0.0, 0.0) < limit ? start : -1;
+  };
+  const SizeCosts& q_size = followed_ == m - 1 ? *last_size_ : *first_size_;
+  auto ruled_out = [&](double limit) {
+    const int start = furthest(limit, 0.0, 0.0, 0.0);
+    if (start < 0) return true;
+    const double r_first = forward(*first_size_, last, start, layers_);
+    const double r_q = c.recomputed(followed_) ? forward(q_size, last, start, layers_) : 0.0;
+    // chained_cost follows the last full-size micro-batch and micro-batch 0 (pass_filler).
+    const int p = m >= 2 && c.sizes.back() != c.sizes.front() ? m - 2 : m - 1;
+    const double r_pass = c.recomputed(p) ? r_first : 0.0;
+    return furthest(limit, r_first, r_q, r_pass) < 0;
+  };
+  if (!(ceiling > root)) return root;
+  if (ruled_out(ceiling)) return ceiling;
+  double lo = root, hi = ceiling;  // lo: ruled out (a bound), hi: not
+  for (int step = 0; step < 16 && hi - lo > 1e-6 * hi; ++step) {
+    const double mid = 0.5 * (lo + hi);
+    (ruled_out(mid) ? lo : hi) = mid;
+  }
+  return lo;
 }
 
 void PlanSearch::evaluate(const std::vector<int>& balance, Objective objective) {
@@ -731,30 +808,13 @@ void PlanSearch::evaluate(const std::vector<int>& balance, Objective objective) 
 // forward, recompute and backward and M - 2's recompute, over the last stage's layers. Those
 // layers are unknown before the last stage is placed, but include [c, L) for the largest start
 // c that the stages in between can reach while each stays below the threshold (`offset` turns
-// wait_cost into a bound given the placed stages): a greedy fill, exact for costs that grow
-// with a stage, gives it. Returns that work, or -1 when no completion stays below the threshold.
-double PlanSearch::last_stage_fill(int j, int b, double offset, double limit) const {
+// wait_cost into a bound given the placed stages): furthest_last_start() gives it. Returns c,
+// or -1 when even the last stage from c cannot stay below the threshold.
+int PlanSearch::last_stage_start(int j, int b, double offset, double limit) const {
   const int last = stages_ - 1;
-  int a = b;
-  for (int k = j + 1; k < last; ++k) {
-    int lo = a + 1, hi = layers_ - (last - k);
-    if (lo > hi || offset + wait_cost(k, a, lo) >= limit) return -1.0;
-    while (lo < hi) {
-      const int mid = lo + (hi - lo + 1) / 2;
-      if (offset + wait_cost(k, a, mid) < limit) {
-        lo = mid;
-      } else {
-        hi = mid - 1;
-      }
-    }
-    a = lo;
-  }
-  const Config& c = *config_;
-  const int m = c.micro_batches();
-  const StageDurations d = durations(last, a, layers_);
-  const int slot = c.sizes.back() != c.sizes.front() ? 1 : 0;
-  return (c.recomputed(m - 1) ? d.forward_nograd[slot] + d.forward[slot] : d.forward[slot]) +
-         d.backward[slot] + (c.recomputed(m - 2) ? d.forward[0] : 0.0);
+  auto cost = [&](int k, int a, int e) { return offset + wait_cost(k, a, e); };
+  const int start = furthest_last_start(j + 1, last, b, layers_, limit, cost);
+  return cost(last, start, layers_) < limit ? start : -1;
 }
 
 int PlanSearch::first_open_end(int j, int a, double arrive, double drain,
@@ -857,12 +917,21 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
           pass_first_[b] / after_speed_[j] + onward_tasks + 2.0 * copy(*first_size_, j, b);
       const double trip_last =
           pass_last_[b] / after_speed_[j] + onward_tasks + 2.0 * copy(*last_size_, j, b);
-      if (config_->schedule == ScheduleKind::GPipe && config_->micro_batches() >= 2) {
+      const Config& c = *config_;
+      const int m = c.micro_batches();
+      // (1F1B's recompute on the last stage could be added the same way, but the greedy fill
+      // costs more time than the pruning saves; recompute_root() uses it at the root.)
+      if (c.schedule == ScheduleKind::GPipe && m >= 2) {
         stats_.steps +=
             static_cast<std::uint64_t>(std::max(0, stages_ - 2 - j));  // its greedy fill
-        const double fill = last_stage_fill(j, b, onward.arrive + drain - wait_before_[b], limit);
-        if (fill < 0.0) continue;  // no completion can beat the threshold
-        trip_first += fill;
+        const int start = last_stage_start(j, b, onward.arrive + drain - wait_before_[b], limit);
+        if (start < 0) continue;  // no completion can beat the threshold
+        const StageDurations end_stage = durations(stages_ - 1, start, layers_);
+        const int slot = c.sizes.back() != c.sizes.front() ? 1 : 0;
+        trip_first +=
+            (c.recomputed(m - 1) ? end_stage.forward_nograd[slot] + end_stage.forward[slot]
+                                 : end_stage.forward[slot]) +
+            end_stage.backward[slot] + (c.recomputed(m - 2) ? end_stage.forward[0] : 0.0);
       }
       ++stats_.prefix_sweeps;
       stats_.steps += 1 + sweep_->prefix_task_count(j) / kSweepTasksPerStep;
@@ -901,8 +970,14 @@ PlanSearchResult PlanSearch::run() {
     }
     prepare(config);
     build_suffix_tables();
-    const double root = std::max(
+    double root = std::max(
         {config.lower_bound, suffix_[stages_][0], chained_[stages_][0], waits_[stages_][0]});
+    if (root >= ranking_threshold_) {
+      ++stats_.configurations_skipped;
+      continue;
+    }
+    // Up to 5 % above (the term is about one stage's recompute): cheap enough at every root.
+    root = recompute_root(root, std::min(ranking_threshold_, 1.05 * root));
     if (root >= ranking_threshold_) {
       ++stats_.configurations_skipped;
       continue;

@@ -172,6 +172,56 @@ TEST(Planner, EqualsBruteForceWithDevicesOfVeryDifferentSpeeds) {
   }
 }
 
+// The root bound of a 1F1B checkpointed configuration counts each round trip's recompute on
+// the last stage (recompute_root()). With a budget of one step the search stops at once, so
+// the reported lower bound is that root (or the first plan's time): it must not exceed the
+// configuration's optimum by brute force, with memory caps and devices of different speeds.
+TEST(Planner, RecomputeRootBoundStaysBelowTheOptimum) {
+  std::mt19937 rng(4242);
+  int checked = 0, near = 0;
+  for (int trial = 0; trial < 160; ++trial) {
+    const int layers = 3 + static_cast<int>(rng() % 10);                       // 3..12
+    const int stages = 2 + static_cast<int>(rng() % std::min(layers - 1, 3));  // 2..4
+    const std::int64_t batch = 1 + rng() % 6;
+    const Profile profile = testing::random_profile(rng, layers, batch);
+    Hardware hw = replicate_device(profile.device, stages);
+    hw.link.bandwidth_bytes_per_s = 1e5 * (1 + rng() % 100);
+    hw.link.latency_ms = (rng() % 5) / 10.0;
+    hw.launch_overhead_ms = (rng() % 3) / 100.0;
+    for (auto& d : hw.devices) d.speed = 0.25 * static_cast<double>(1 + rng() % 16);
+    if (trial % 2 == 1) {
+      const BruteForce free = brute_force(profile, hw);
+      const std::int64_t cap =
+          static_cast<std::int64_t>(free.leanest_peak * (1.0 + (rng() % 40) / 100.0));
+      for (auto& d : hw.devices) d.memory_bytes = cap;
+    }
+    const BruteForce expected = brute_force(profile, hw);
+    for (int chunks = 1; chunks <= batch; ++chunks) {
+      for (auto checkpoint : {CheckpointMode::Always, CheckpointMode::ExceptLast}) {
+        const auto key = std::make_tuple(split_batch(profile.batch_size, chunks), checkpoint,
+                                         ScheduleKind::OneFOneB);
+        if (!expected.per_config.count(key)) continue;
+        const double optimum = expected.per_config.at(key);
+        PlannerOptions options;
+        options.chunks = {chunks};
+        options.checkpoints = {checkpoint};
+        options.schedules = {ScheduleKind::OneFOneB};
+        options.top = 1;
+        options.search_budget = 1;
+        const PlanSearchResult result = find_best_plans(profile, hw, options);
+        SCOPED_TRACE(::testing::Message()
+                     << "trial " << trial << ": " << layers << " layers, " << stages << " stages, x"
+                     << chunks << " " << static_cast<int>(checkpoint));
+        EXPECT_LE(result.stats.lower_bound_ms, optimum * (1 + 1e-12));
+        ++checked;
+        if (result.stats.lower_bound_ms > 0.99 * optimum) ++near;
+      }
+    }
+  }
+  EXPECT_GT(checked, 400);
+  EXPECT_GT(near, 20);  // the bound is close enough to the optimum for the check to bite
+}
+
 // torchgpipe's balancer is not optimal (docs/references.md). With many micro-batches the iteration
 // is (total + (M - 1) x the slowest stage) per pass, so the best plan has the least bottleneck.
 std::vector<int> best_balance(const std::vector<double>& costs, int devices) {

@@ -62,8 +62,8 @@ TEST(IterationSweep, EqualsTheSimulatorOnRandomInstances) {
         EXPECT_EQ(sweep.run(durations), r.iteration_ms);
         EXPECT_EQ(sweep.task_count(), r.task_count);
         // Each prefix, with the later stages as their shortest round trip (every forward and
-        // backward of one micro-batch and the copies between), is a lower bound; the whole
-        // pipeline is the plan itself.
+        // backward of one micro-batch, the copies between and its recompute on the last
+        // stage), is a lower bound; the whole pipeline is the plan itself.
         const int m = static_cast<int>(sizes.size());
         for (int last = 0; last < stages; ++last) {
           double trip_full = 0.0, trip_last = 0.0;
@@ -79,6 +79,14 @@ TEST(IterationSweep, EqualsTheSimulatorOnRandomInstances) {
             trip_last += 2 * d.activation_copy[slot] +
                          (last_nograd ? next.forward_nograd[slot] : next.forward[slot]) +
                          next.backward[slot];
+          }
+          if (last + 1 < stages) {
+            // On the last stage a micro-batch's backward also waits for its recompute there,
+            // which comes after its forward in every schedule.
+            const auto& end = durations[stages - 1];
+            const int slot = sizes.back() != sizes.front() ? 1 : 0;
+            if (m > 1 && is_checkpointed(checkpoint, m - 2, m)) trip_full += end.forward[0];
+            if (is_checkpointed(checkpoint, m - 1, m)) trip_last += end.forward[slot];
           }
           const double bound = sweep.run_prefix(durations, last, trip_full, trip_last);
           if (last + 1 == stages) {
