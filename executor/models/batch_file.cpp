@@ -82,6 +82,11 @@ void check_within_storage(const at::Tensor& t, const std::string& which, const s
     throw InputError(Input::Model, fmt::format("batch: {}: the {} {}", path, which, why));
   };
   if (t.layout() != at::kStrided || !t.has_storage()) refuse("are not a dense tensor");
+  // Quantized tensors (and any other exotic type) reach kernels that abort rather than throw
+  // on a malformed quantizer (found by fuzzing): data is floats, integers or booleans.
+  if (!at::isFloatingType(t.scalar_type()) && !at::isIntegralType(t.scalar_type(), true)) {
+    refuse(fmt::format("are {}: expected floating-point, integer or boolean data", describe(t)));
+  }
   for (std::int64_t d = 0; d < t.dim(); ++d) {
     if (t.size(d) == 0) return;  // no elements: nothing is read
   }

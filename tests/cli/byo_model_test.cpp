@@ -186,6 +186,12 @@ TEST(CliBringYourOwnModel, BadInputIsOneLineAndWritesNothing) {
               ::testing::MatchesRegex("pipetune: error: --model: batch: " + past_storage +
                                       ": the (inputs|targets) .* need [0-9]+ bytes, but the file "
                                       "stores [0-9]+\n"));
+  // A quantized tensor (found by the same target): index_select aborted inside LibTorch.
+  const std::string quantized = PIPETUNE_SOURCE_DIR "/tests/data/bad/batch_quantized_tensor.pt";
+  EXPECT_THAT(error("torchscript:path=" + gpt + ",batch=" + quantized),
+              ::testing::MatchesRegex("pipetune: error: --model: batch: " + quantized +
+                                      ": the (inputs|targets) are .*: expected floating-point, "
+                                      "integer or boolean data\n"));
 
   // validate refuses before it makes its folder.
   const fs::path folder = scratch("never-validated");
