@@ -52,6 +52,26 @@ models::Model held_out_model() {
   return m;
 }
 
+Plan plan(std::vector<int> balance, int chunks, CheckpointMode mode, ScheduleKind schedule) {
+  Plan p;
+  p.balance = std::move(balance);
+  p.chunks = chunks;
+  p.checkpoint = mode;
+  p.schedule = schedule;
+  return p;
+}
+
+// Memory does not depend on timing: a batch of 8, one warm-up step and two measured, one thread.
+RunSettings short_run() {
+  RunSettings settings;
+  settings.batch = 8;
+  settings.steps = 2;
+  settings.warmup = 1;
+  settings.rounds = 1;
+  settings.threads = 1;
+  return settings;
+}
+
 TEST(HeldOutMemory, MedianDevicePeakWithinOnePercent) {
   models::Model model = held_out_model();
   profiler::ProfileOptions po;
@@ -68,26 +88,12 @@ TEST(HeldOutMemory, MedianDevicePeakWithinOnePercent) {
     l.output_aliases_input = false;
   }
   const Hardware hardware = replicate_device(profile.device, 2);
-  auto plan = [](std::vector<int> balance, int chunks, CheckpointMode mode, ScheduleKind schedule) {
-    Plan p;
-    p.balance = std::move(balance);
-    p.chunks = chunks;
-    p.checkpoint = mode;
-    p.schedule = schedule;
-    return p;
-  };
   // No stage starts at relu_: a stage input is a leaf, which autograd does not let change in place.
   const std::vector<Plan> plans = {plan({3, 5}, 2, CheckpointMode::Never, ScheduleKind::GPipe),
                                    plan({4, 4}, 4, CheckpointMode::ExceptLast, ScheduleKind::OneFOneB),
                                    plan({2, 6}, 1, CheckpointMode::Always, ScheduleKind::GPipe),
                                    plan({5, 3}, 2, CheckpointMode::Never, ScheduleKind::OneFOneB)};
-  RunSettings settings;
-  settings.batch = 8;
-  settings.steps = 2;
-  settings.warmup = 1;
-  settings.rounds = 1;
-  settings.threads = 1;
-  const std::vector<MeasuredRun> runs = measure_plans(model, plans, settings, {});
+  const std::vector<MeasuredRun> runs = measure_plans(model, plans, short_run(), {});
   double worst = 0.0, worst_unmeasured = 0.0;
   std::vector<double> errors;
   for (const MeasuredRun& run : runs) {
@@ -171,27 +177,13 @@ TEST(HeldOutMemory, ResidualBlocksEveryPlanWithinOnePercent) {
     l.inner_backward_accumulate_peak_bytes.clear();
   }
   const Hardware hardware = replicate_device(profile.device, 2);
-  auto plan = [](std::vector<int> balance, int chunks, CheckpointMode mode, ScheduleKind schedule) {
-    Plan p;
-    p.balance = std::move(balance);
-    p.chunks = chunks;
-    p.checkpoint = mode;
-    p.schedule = schedule;
-    return p;
-  };
   const std::vector<Plan> plans = {plan({3, 5}, 2, CheckpointMode::Never, ScheduleKind::GPipe),
                                    plan({4, 4}, 4, CheckpointMode::Never, ScheduleKind::OneFOneB),
                                    plan({2, 6}, 2, CheckpointMode::ExceptLast, ScheduleKind::OneFOneB),
                                    plan({5, 3}, 4, CheckpointMode::ExceptLast, ScheduleKind::GPipe),
                                    plan({3, 5}, 2, CheckpointMode::Always, ScheduleKind::OneFOneB),
                                    plan({4, 4}, 1, CheckpointMode::Always, ScheduleKind::GPipe)};
-  RunSettings settings;
-  settings.batch = 8;
-  settings.steps = 2;
-  settings.warmup = 1;
-  settings.rounds = 1;
-  settings.threads = 1;
-  const std::vector<MeasuredRun> runs = measure_plans(model, plans, settings, {});
+  const std::vector<MeasuredRun> runs = measure_plans(model, plans, short_run(), {});
   std::vector<double> errors, errors_held;
   for (const MeasuredRun& run : runs) {
     const SimulationResult predicted = Simulator(profile, hardware).run(run.plan);
