@@ -13,41 +13,25 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-runs_for() {
-  case "$1" in
-    batch_file) echo "${PIPETUNE_FUZZ_RUNS:-20000}" ;;
-    *) echo "${PIPETUNE_FUZZ_RUNS:-1000000}" ;;
-  esac
-}
 targets="${PIPETUNE_FUZZ_TARGETS:-profile hardware plan trace cli_flags schedule_csv batch_file}"
 venv="${PIPETUNE_VENV:-$HOME/.cache/pipetune/venv}"
 build="${PIPETUNE_FUZZ_DIR:-build-fuzz}"
 jobs="${PIPETUNE_JOBS:-$(nproc)}"
 
-# JSON files and torch.save archives need room; a plan, a schedule or a command line does not.
-max_len() {
+# Per target: its input size bound (JSON files and torch.save archives need room; a plan, a
+# schedule or a command line does not), its executions, and its memory limits. batch_file runs
+# fewer (LibTorch under ASan is slow) and gets more memory: LibTorch's unpickler reserves a
+# string as long as the pickle says (up to 4 GiB) before it reads it, then refuses the short
+# read; address space outside a sanitizer, but ASan shadows such a block with 512 MiB of real
+# memory, so it gets room for two of them.
+set_limits() {
+  runs="${PIPETUNE_FUZZ_RUNS:-1000000}" rss_mb=2048 malloc_mb=2048
   case "$1" in
-    profile | trace) echo 65536 ;;
-    hardware | batch_file) echo 16384 ;;
-    plan | schedule_csv) echo 4096 ;;
-    *) echo 1024 ;;
-  esac
-}
-
-# LibTorch's unpickler reserves a string as long as the pickle says (up to 4 GiB) before it reads
-# it, then refuses the short read: address space, not memory, outside a sanitizer; ASan's shadow
-# of such a block is 512 MiB of real memory, so batch_file gets room for two of them.
-malloc_limit() {
-  case "$1" in
-    batch_file) echo 4400 ;;
-    *) echo 2048 ;;
-  esac
-}
-
-rss_limit() {
-  case "$1" in
-    batch_file) echo 6144 ;;
-    *) echo 2048 ;;
+    profile | trace) max_len=65536 ;;
+    hardware) max_len=16384 ;;
+    batch_file) max_len=16384 runs="${PIPETUNE_FUZZ_RUNS:-20000}" rss_mb=6144 malloc_mb=4400 ;;
+    plan | schedule_csv) max_len=4096 ;;
+    *) max_len=1024 ;;
   esac
 }
 
@@ -79,12 +63,13 @@ for t in $targets; do
   cp fuzz/corpus/"$t"/* "$corpus"/
   seeds=$(find "fuzz/corpus/$t" -type f | wc -l)
   log="$logs/$t.log"
-  runs=$(runs_for "$t")
+  set_limits "$t"
   echo "== $t: $runs runs from $seeds seeds (log: $log)"
   status=0
   # A fresh TMPDIR per run: cli_flags_fuzz writes its fixture files there.
-  TMPDIR="$scratch" "$build/fuzz/${t}_fuzz" -runs="$runs" -max_len="$(max_len "$t")" -timeout=10 \
-    -rss_limit_mb="$(rss_limit "$t")" -malloc_limit_mb="$(malloc_limit "$t")" -print_final_stats=1 -artifact_prefix="$artifacts/$t/" "$corpus" \
+  TMPDIR="$scratch" "$build/fuzz/${t}_fuzz" -runs="$runs" -max_len="$max_len" -timeout=10 \
+    -rss_limit_mb="$rss_mb" -malloc_limit_mb="$malloc_mb" -print_final_stats=1 \
+    -artifact_prefix="$artifacts/$t/" "$corpus" \
     >"$log" 2>&1 || status=$?
   executed=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
