@@ -2,22 +2,22 @@
 
 #include <fmt/format.h>
 
-#include <map>
-#include <tuple>
-
 #include "sim/error.hpp"
 #include "sim/task_graph.hpp"
 
 namespace pipetune {
 
 ReplayResult replay_trace(const Trace& measured, const std::string& source) {
-  if (!measured.plan) throw InputError(source + ": pipetune.plan: the trace names no plan to replay");
+  if (!measured.plan)
+    throw InputError(source + ": pipetune.plan: the trace names no plan to replay");
   const Plan& plan = *measured.plan;
   const int stages = plan.stages();
   std::vector<int> device_of(stages, -1);
   for (std::size_t d = 0; d < measured.devices.size(); ++d) {
     for (int s : measured.devices[d].stages) {
-      if (s < 0 || s >= stages) throw InputError(fmt::format("{}: summary.devices[{}].stages: stage {} is not in the plan", source, d, s));
+      if (s < 0 || s >= stages)
+        throw InputError(fmt::format("{}: summary.devices[{}].stages: stage {} is not in the plan",
+                                     source, d, s));
       device_of[s] = static_cast<int>(d);
     }
   }
@@ -25,29 +25,31 @@ ReplayResult replay_trace(const Trace& measured, const std::string& source) {
     if (device_of[s] < 0) throw InputError(fmt::format("{}: no device holds stage {}", source, s));
   }
   const int micro_batches = static_cast<int>(split_batch(
-      [&] {
-        std::int64_t n = 0;
-        for (auto size : measured.micro_batch_sizes) n += size;
-        return n;
-      }(),
-      plan.chunks).size());
+                                                 [&] {
+                                                   std::int64_t n = 0;
+                                                   for (auto size : measured.micro_batch_sizes)
+                                                     n += size;
+                                                   return n;
+                                                 }(),
+                                                 plan.chunks)
+                                                 .size());
 
-  std::map<std::tuple<TaskKind, int, int>, double> took;
-  for (const TraceTask& t : measured.tasks) took[{t.kind, t.stage, t.micro_batch}] = t.duration_ms();
+  const StepTasks step = only_step(measured, source);
 
   TaskGraph graph;
-  build_task_graph(graph,
-                   make_schedule(plan.schedule, stages, micro_batches, plan.checkpoint,
-                                 plan.stages_per_device),
-                   device_of,
-                   static_cast<int>(measured.devices.size()));
+  build_task_graph(
+      graph,
+      make_schedule(plan.schedule, stages, micro_batches, plan.checkpoint, plan.stages_per_device),
+      device_of, static_cast<int>(measured.devices.size()));
   for (std::size_t id = 0; id < graph.tasks.size(); ++id) {
     const SimTask& t = graph.tasks[id];
-    auto it = took.find({t.kind, t.stage, t.micro_batch});
-    if (it == took.end()) {
-      throw InputError(fmt::format("{}: the trace has no {} task, which the plan's programme runs", source, t.label()));
+    const int found = step.find(TaskKey::of(t));
+    if (found < 0) {
+      throw InputError(fmt::format("{}: the trace has no {} task, which the plan's programme runs",
+                                   source, t.label()));
     }
-    graph.engine.set_duration(static_cast<int>(id), it->second);
+    graph.engine.set_duration(static_cast<int>(id),
+                              measured.tasks[step.indices()[found]].duration_ms());
   }
   graph.engine.run(false);
   ReplayResult result;

@@ -17,7 +17,8 @@ struct ReplayResult {
 /// Runs a measured step's programme again on the event engine, every task (compute and copy)
 /// taking exactly as long as it was measured to: the iteration the executor would have taken
 /// had its runtime added no waiting of its own. Measured over replayed time is the executor's
-/// overhead. Throws InputError when the trace has no plan or lacks a task of the programme.
+/// overhead. Throws InputError when the trace has no plan, holds several steps, holds a task
+/// twice in its step or lacks a task of the programme.
 ReplayResult replay_trace(const Trace& measured, const std::string& source);
 
 }  // namespace pipetune

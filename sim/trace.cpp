@@ -144,9 +144,6 @@ int StepTasks::find(const TaskKey& key) const {
   return it == position_of_.end() ? -1 : it->second;
 }
 
-namespace {
-
-// The one step of a prediction or of a measurement being compared with one.
 StepTasks only_step(const Trace& trace, const std::string& source) {
   const std::vector<int> steps = trace_steps(trace);
   if (steps.size() > 1) {
@@ -156,8 +153,6 @@ StepTasks only_step(const Trace& trace, const std::string& source) {
   }
   return StepTasks(trace.tasks, steps.empty() ? 0 : steps.front(), source);
 }
-
-}  // namespace
 
 TaskMatching match_tasks(const Trace& predicted, const Trace& measured,
                          const std::string& measured_source) {

@@ -79,6 +79,11 @@ struct TaskKey {
   bool operator==(const TaskKey&) const = default;
 };
 
+class StepTasks;
+/// The one training step `trace` holds (a trace without tasks: step 0, empty). Throws
+/// InputError naming `source` when it holds several: a comparison or replay is of one step.
+StepTasks only_step(const Trace& trace, const std::string& source);
+
 /// The tasks of one training step of a trace, found by key: how a measured step is aligned and
 /// matched to a prediction (compare, calibration, the GUI's overlay).
 class StepTasks {

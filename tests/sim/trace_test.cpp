@@ -146,5 +146,29 @@ TEST(Replay, MissingTaskIsReported) {
   }
 }
 
+// Replay is of one step: a trace of two steps used to replay a mix of them (each task's last
+// copy), a task twice in a step the second copy.
+TEST(Replay, TwoStepsOrATaskTwiceAreRefused) {
+  Trace two_steps = predicted();
+  for (TraceTask t : predicted().tasks) {
+    t.step = 1;
+    two_steps.tasks.push_back(t);
+  }
+  try {
+    replay_trace(two_steps, "m.json");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("m.json: holds 2 training steps"));
+  }
+  Trace twice = predicted();
+  twice.tasks.push_back(twice.tasks.front());
+  try {
+    replay_trace(twice, "m.json");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("appears twice in step"));
+  }
+}
+
 }  // namespace
 }  // namespace pipetune
