@@ -357,13 +357,16 @@ TEST_F(Distributed, UnderLaunchTheRunTrainsAndAKilledRankLeavesNothingBehind) {
   ASSERT_EQ(two.exit_code, 0) << two.err;
   EXPECT_EQ(losses_of(two.out), losses_of(one.out));
 
-  // A long run; rank 1 is killed once rank 0 reports steps.
+  // A long run; rank 1 is killed once rank 0 reports steps. The launcher's grace (30 s) is
+  // longer than the ranks' own timeout (10 s), so rank 0 always ends by itself, naming its error,
+  // before the launcher would stop it: with a grace of 5 s, a loaded machine (CI beside other
+  // builds) had rank 0 stopped by the launcher mid-way through its own exit.
   std::vector<std::string> long_run{PIPETUNE_CLI,
                                     "launch",
                                     "-n",
                                     "2",
                                     "--timeout",
-                                    "5",
+                                    "30",
                                     "--",
                                     "run",
                                     "--model",
