@@ -321,6 +321,26 @@ TEST(PlanEditor, ARefusedScheduleKeepsThePlanAndSaysWhy) {
   expect_matches_fresh_simulation(editor);
 }
 
+TEST(PlanEditor, NewHardwareKeepsTheStagesPerDevice) {
+  PlanEditor editor;
+  const Profile profile = tiny();
+  editor.open_profile(profile, two_gpus());
+  ASSERT_TRUE(editor.set_schedule(ScheduleKind::Interleaved1F1B).isEmpty());
+  const Plan interleaved = editor.plan();
+  // Four devices: at most three hold two stages each of six layers; the plan still fits.
+  editor.open_hardware(replicate_device(profile.device, 4));
+  EXPECT_EQ(editor.hardware().devices.size(), 3u);
+  EXPECT_EQ(editor.plan(), interleaved);
+  expect_matches_fresh_simulation(editor);
+  // One device: both stages of the plan move onto it, re-balanced.
+  editor.open_hardware(replicate_device(profile.device, 1));
+  EXPECT_EQ(editor.plan().schedule, ScheduleKind::Interleaved1F1B);
+  EXPECT_EQ(editor.plan().stages_per_device, 2);
+  ASSERT_EQ(editor.plan().stages(), 2);
+  EXPECT_EQ(editor.plan().balance[0] + editor.plan().balance[1], 6);
+  expect_matches_fresh_simulation(editor);
+}
+
 TEST(PlanEditor, LayerCostsAreAtThePlansMicroBatchSize) {
   PlanEditor editor;
   const Profile profile = tiny();
