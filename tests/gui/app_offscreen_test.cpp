@@ -199,7 +199,8 @@ TEST_F(AppTest, ThePlanPanelOffersEveryScheduleAndItsStagesPerDevice) {
   EXPECT_EQ(window.editor().plan().stages_per_device, 3);
   EXPECT_EQ(window.editor().plan().balance, (std::vector<int>(6, 1)));
   EXPECT_EQ(window.plan_panel()->balance_edit()->text(), QStringLiteral("1,1,1,1,1,1"));
-  // Four per device on two devices is more stages than layers: refused, the spin box goes back.
+  // Four per device on two devices would be more stages than layers: the spin box stops at 3.
+  EXPECT_EQ(per_device->maximum(), 3);
   per_device->setValue(4);
   EXPECT_EQ(window.editor().plan().stages_per_device, 3);
   EXPECT_EQ(per_device->value(), 3);
