@@ -42,14 +42,27 @@ void PlanEditor::open_hardware(Hardware hardware) {
   hardware_from_file_ = true;
   edits_ = {};
   const int layers = static_cast<int>(profile_->layer_count());
-  if (static_cast<int>(base_hardware_.devices.size()) > layers) edits_.device_count = layers;
+  // Every stage needs a layer: stages_per_device stages on each device.
+  const int most_devices = layers / plan_.stages_per_device;
+  if (static_cast<int>(base_hardware_.devices.size()) > most_devices) {
+    edits_.device_count = most_devices;
+  }
   rebuild_hardware();
   emit hardware_changed();
   try {
     check_plan(plan_, *profile_, *hardware_, "plan");
   } catch (const InputError&) {
+    const int devices = static_cast<int>(hardware_->devices.size());
     plan_.devices.clear();
-    plan_.balance = balanced(static_cast<int>(hardware_->devices.size()), plan_);
+    plan_.balance = balanced(devices * plan_.stages_per_device, plan_);
+    try {
+      check_plan(plan_, *profile_, *hardware_, "plan");
+    } catch (const InputError&) {
+      // The multi-stage schedule is refused on these devices: fall back to one stage each.
+      plan_.schedule = ScheduleKind::GPipe;
+      plan_.stages_per_device = 1;
+      plan_.balance = balanced(devices, plan_);
+    }
   }
   emit plan_changed();
   simulate();
@@ -73,12 +86,14 @@ QString PlanEditor::commit(Plan plan) {
   if (!profile_) return QStringLiteral("open a profile first");
   // Without a stage-to-device map, every stage needs its own device: grow the devices to the
   // stages (or, for made-up devices, shrink them too).
-  if (plan.devices.empty()) {
+  // A multi-stage plan needs one device per programme (stages_per_device stages each).
+  if (plan.devices.empty() && plan.stages_per_device >= 1) {
     const int devices = static_cast<int>(hardware_->devices.size());
-    if (plan.stages() > devices || (!hardware_from_file_ && plan.stages() < devices)) {
-      if (plan.stages() < 1) return QStringLiteral("a plan needs at least one stage");
+    const int programmes = plan.stages() / plan.stages_per_device;
+    if (programmes > devices || (!hardware_from_file_ && programmes < devices)) {
+      if (programmes < 1) return QStringLiteral("a plan needs at least one stage");
       const HardwareEdits before = edits_;
-      edits_.device_count = plan.stages();
+      edits_.device_count = programmes;
       rebuild_hardware();
       try {
         check_plan(plan, *profile_, *hardware_, "plan");
@@ -125,11 +140,11 @@ void PlanEditor::move_boundary(int boundary, int gap) {
   commit(std::move(plan));
 }
 
-void PlanEditor::set_chunks(int chunks) {
-  if (!profile_ || chunks == plan_.chunks) return;
+QString PlanEditor::set_chunks(int chunks) {
+  if (!profile_ || chunks == plan_.chunks) return {};
   Plan plan = plan_;
   plan.chunks = std::clamp(chunks, 1, max_chunks(profile_->batch_size));  // check_plan's bound
-  commit(std::move(plan));
+  return commit(std::move(plan));
 }
 
 void PlanEditor::set_checkpoint(CheckpointMode mode) {
@@ -139,11 +154,58 @@ void PlanEditor::set_checkpoint(CheckpointMode mode) {
   commit(std::move(plan));
 }
 
-void PlanEditor::set_schedule(ScheduleKind kind) {
-  if (!profile_ || kind == plan_.schedule) return;
+QString PlanEditor::set_schedule(ScheduleKind kind) {
+  if (!profile_ || kind == plan_.schedule) return {};
   Plan plan = plan_;
   plan.schedule = kind;
-  commit(std::move(plan));
+  if (kind == ScheduleKind::ZBV) {
+    plan.stages_per_device = 2;
+  } else if (!is_multi_stage(kind)) {
+    plan.stages_per_device = 1;
+  } else if (!is_multi_stage(plan_.schedule)) {
+    plan.stages_per_device = 2;  // the least that interleaves
+  }
+  return restage(std::move(plan), programmes());
+}
+
+QString PlanEditor::set_stages_per_device(int stages_per_device) {
+  if (!profile_ || stages_per_device == plan_.stages_per_device) return {};
+  Plan plan = plan_;
+  plan.stages_per_device = stages_per_device;
+  return restage(std::move(plan), programmes());
+}
+
+int PlanEditor::programmes() const {
+  return plan_.stages() / std::max(1, plan_.stages_per_device);
+}
+
+QString PlanEditor::restage(Plan plan, int devices) {
+  const int v = plan.stages_per_device;
+  if (v < 1) {
+    return QStringLiteral("stages per device: expected a positive integer, got %1").arg(v);
+  }
+  // A count the schedule cannot run at all is check_plan's to name (commit below).
+  const bool accepted =
+      is_multi_stage(plan.schedule) ? plan.schedule != ScheduleKind::ZBV || v == 2 : v == 1;
+  const int stages = v * devices;
+  const int layers = static_cast<int>(profile_->layer_count());
+  if (accepted && stages > layers) {
+    return QStringLiteral(
+               "%1 with %2 stages per device on %3 device%4 needs %5 stages, but the profile has "
+               "only %6 layers (one per stage at least)")
+        .arg(QString::fromUtf8(to_string(plan.schedule).data()))
+        .arg(v)
+        .arg(devices)
+        .arg(devices == 1 ? "" : "s")
+        .arg(stages)
+        .arg(layers);
+  }
+  if (!accepted) return commit(std::move(plan));
+  if (stages != plan_.stages()) {
+    plan.devices.clear();
+    plan.balance = balanced(stages, plan);
+  }
+  return commit(std::move(plan));
 }
 
 void PlanEditor::set_optimizer_state_factor(double factor) {
@@ -164,23 +226,39 @@ QString PlanEditor::even_out() {
 
 QString PlanEditor::set_device_count(int count) {
   if (!profile_) return QStringLiteral("open a profile first");
-  const int layers = static_cast<int>(profile_->layer_count());
-  if (count < 1 || count > layers) {
-    return QStringLiteral("expected 1 to %1 devices (one layer per stage at least), got %2")
-        .arg(layers)
+  const int v = plan_.stages_per_device;
+  const int most = static_cast<int>(profile_->layer_count()) / v;
+  if (count < 1 || count > most) {
+    if (v == 1) {
+      return QStringLiteral("expected 1 to %1 devices (one layer per stage at least), got %2")
+          .arg(most)
+          .arg(count);
+    }
+    return QStringLiteral(
+               "expected 1 to %1 devices (%2 stages per device, one layer per stage at least), "
+               "got %3")
+        .arg(most)
+        .arg(v)
         .arg(count);
   }
   if (count == static_cast<int>(hardware_->devices.size()) && plan_.devices.empty() &&
-      plan_.stages() == count) {
+      plan_.stages() == count * v) {
     return {};
   }
+  const HardwareEdits before = edits_;
   edits_.device_count = count;
   rebuild_hardware();
   emit hardware_changed();
   Plan plan = plan_;
   plan.devices.clear();
-  plan.balance = balanced(count, plan);
-  return commit(std::move(plan));
+  plan.balance = balanced(count * v, plan);
+  QString problem = commit(std::move(plan));
+  if (!problem.isEmpty()) {  // e.g. torch refuses the schedule on `count` devices
+    edits_ = before;
+    rebuild_hardware();
+    emit hardware_changed();
+  }
+  return problem;
 }
 
 void PlanEditor::set_memory_per_device(std::int64_t bytes) {

@@ -41,13 +41,19 @@ class PlanEditor : public QObject {
   QString apply_plan(const Plan& plan);
   QString set_balance(const std::vector<int>& balance);
   void move_boundary(int boundary, int gap);
-  void set_chunks(int chunks);
+  QString set_chunks(int chunks);
   void set_checkpoint(CheckpointMode mode);
-  void set_schedule(ScheduleKind kind);
+  /// A multi-stage schedule runs stages_per_device × devices stages: 2 per device when coming
+  /// from a single-stage schedule, else as before (zbv: always 2); the layers are re-balanced
+  /// when the stage count changes.
+  QString set_schedule(ScheduleKind kind);
+  /// Stages per device for a multi-stage schedule (1 is the only choice for the others); the
+  /// layers are re-balanced over the new stages.
+  QString set_stages_per_device(int stages_per_device);
   void set_optimizer_state_factor(double factor);
   /// The balance that minimises the busiest device's compute, for the current stages.
   QString even_out();
-  /// One stage per device, the layers time-balanced over them.
+  /// stages_per_device stages per device, the layers time-balanced over them.
   QString set_device_count(int count);
   void set_memory_per_device(std::int64_t bytes);  ///< 0: unknown, no limit
   void set_link_bandwidth(double bytes_per_s);     ///< infinity: ideal
@@ -78,6 +84,8 @@ class PlanEditor : public QObject {
  private:
   void rebuild_hardware();
   QString commit(Plan plan);
+  QString restage(Plan plan, int devices);
+  int programmes() const;  // devices the plan runs on (stages / stages_per_device)
   void simulate();
   std::vector<int> balanced(int stages, const Plan& shape) const;
 

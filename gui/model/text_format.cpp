@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "sim/limits.hpp"
+#include "sim/plan.hpp"
 #include "sim/units.hpp"
 
 namespace pipetune::gui {
@@ -68,7 +69,16 @@ QString format_balance(const std::vector<int>& balance) {
   return QString::fromStdString(pipetune::format_balance(balance));
 }
 
-std::vector<int> parse_balance(const QString& text) { return pipetune::parse_balance(text.toStdString()); }
+QString format_schedule(const Plan& plan) {
+  QString text = QString::fromUtf8(to_string(plan.schedule).data());
+  if (plan.stages_per_device != 1)
+    text += QStringLiteral(", %1/device").arg(plan.stages_per_device);
+  return text;
+}
+
+std::vector<int> parse_balance(const QString& text) {
+  return pipetune::parse_balance(text.toStdString());
+}
 
 std::int64_t parse_size(const QString& text) {
   QString cleaned = text.trimmed().toLower();
@@ -81,6 +91,8 @@ std::int64_t parse_size(const QString& text) {
   return bytes > limits::kMaxBytes ? -1 : bytes;  // the hardware file's ceiling
 }
 
-double parse_bandwidth(const QString& text) { return pipetune::parse_bandwidth(text.toStdString()); }
+double parse_bandwidth(const QString& text) {
+  return pipetune::parse_bandwidth(text.toStdString());
+}
 
 }  // namespace pipetune::gui

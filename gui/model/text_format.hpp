@@ -6,6 +6,10 @@
 #include <cstdint>
 #include <vector>
 
+namespace pipetune {
+struct Plan;
+}
+
 namespace pipetune::gui {
 
 /// "850 µs", "12.3 ms", "1.25 s": three significant digits in the unit that fits.
@@ -21,6 +25,9 @@ QString format_size(std::int64_t bytes, bool zero_is_unknown = false);
 QString format_bandwidth(double bytes_per_s);
 /// "[3,3,2]" (sim/units.hpp)
 QString format_balance(const std::vector<int>& balance);
+/// A plan's schedule: "gpipe", or with its stages per device when not 1: "interleaved-1f1b,
+/// 2/device".
+QString format_schedule(const Plan& plan);
 /// Parses "3,3,2" (spaces and brackets allowed); empty when it is not a list of positive counts.
 std::vector<int> parse_balance(const QString& text);
 /// "16 GiB", "512MiB", "8e9", "unlimited" (0); -1 when it is not a size, or above 64 TiB.

@@ -382,4 +382,19 @@ QString describe_task(const TimelineModel& model, TaskRef ref) {
   return text;
 }
 
+std::vector<TaskKind> legend_kinds(const TimelineModel& model) {
+  bool has[2] = {false, false};  // InputGrad, WeightGrad
+  for (Series series : {Series::Predicted, Series::Measured}) {
+    for (const TimelineTask& t : model.tasks(series)) {
+      if (t.kind == TaskKind::InputGrad) has[0] = true;
+      if (t.kind == TaskKind::WeightGrad) has[1] = true;
+    }
+  }
+  std::vector<TaskKind> kinds = {TaskKind::Forward, TaskKind::Recompute, TaskKind::Backward};
+  if (has[0]) kinds.push_back(TaskKind::InputGrad);
+  if (has[1]) kinds.push_back(TaskKind::WeightGrad);
+  kinds.push_back(TaskKind::SendActivation);
+  return kinds;
+}
+
 }  // namespace pipetune::gui

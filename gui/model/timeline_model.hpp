@@ -145,6 +145,10 @@ class TimelineModel {
   Listeners listeners_;
 };
 
+/// The task kinds the timeline's legend names, in its order: forward, recompute, backward, then
+/// input- and weight-gradient only when a series has them (zero-bubble schedules), then copies.
+std::vector<TaskKind> legend_kinds(const TimelineModel& model);
+
 /// Tooltip text for a task: what it is, where, when, and for a matched pair the other side and
 /// the error.
 QString describe_task(const TimelineModel& model, TaskRef ref);

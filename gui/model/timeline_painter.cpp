@@ -317,18 +317,37 @@ void TimelinePainter::paint_ruler(QPainter& painter, const QRectF& area, const T
   painter.fillRect(corner, palette::kGutter);
   double x = corner.left() + 8;
   const double y = corner.center().y();
-  struct Key {
-    TaskKind kind;
-    const char* name;
+  auto key_name = [](TaskKind kind) {
+    switch (kind) {
+      case TaskKind::Forward:
+        return QStringLiteral("F");
+      case TaskKind::Recompute:
+        return QStringLiteral("R");
+      case TaskKind::Backward:
+        return QStringLiteral("B");
+      case TaskKind::InputGrad:
+        return QStringLiteral("I");
+      case TaskKind::WeightGrad:
+        return QStringLiteral("W");
+      case TaskKind::SendActivation:
+      case TaskKind::SendGradient:
+        break;
+    }
+    return QStringLiteral("copy");
   };
+  const std::vector<TaskKind> kinds = legend_kinds(model);
+  // Six keys only just fit the gutter: close up the gaps rather than drop one.
+  double keys_width = 0;
+  for (TaskKind kind : kinds) keys_width += 13 + texts_.size(key_name(kind), small_font_).width();
+  const double free_width = corner.width() - 8 - 4 - keys_width;
+  const double gap = std::clamp(free_width / static_cast<double>(kinds.size()), 2.0, 7.0);
   painter.setPen(palette::kText);
-  for (const Key key : {Key{TaskKind::Forward, "F"}, Key{TaskKind::Recompute, "R"},
-                        Key{TaskKind::Backward, "B"}, Key{TaskKind::SendActivation, "copy"}}) {
-    painter.fillRect(QRectF(x, y - 5, 10, 10), palette::task(key.kind));
-    const QString name = QString::fromLatin1(key.name);
+  for (TaskKind kind : kinds) {
+    painter.fillRect(QRectF(x, y - 5, 10, 10), palette::task(kind));
+    const QString name = key_name(kind);
     texts_.draw(painter, QRectF(x + 13, corner.top(), 60, corner.height()),
                 Qt::AlignLeft | Qt::AlignVCenter, name, small_font_);
-    x += 13 + texts_.size(name, small_font_).width() + 7;
+    x += 13 + texts_.size(name, small_font_).width() + gap;
   }
   if (model.has_measured() && model.has_prediction()) {
     // Overlaid: measured tasks are the solid bars, predicted ones the outlines.

@@ -10,6 +10,7 @@
 #include <QSignalBlocker>
 #include <QSlider>
 #include <QSpinBox>
+#include <algorithm>
 #include <cmath>
 
 #include "gui/model/text_format.hpp"
@@ -25,6 +26,7 @@ PlanPanel::PlanPanel(PlanEditor& editor, QWidget* parent)
       micro_batches_(new QLabel(this)),
       checkpoint_(new QComboBox(this)),
       schedule_(new QComboBox(this)),
+      stages_per_device_(new QSpinBox(this)),
       optimizer_(new QDoubleSpinBox(this)),
       devices_(new QSpinBox(this)),
       memory_(new QLineEdit(this)),
@@ -56,18 +58,22 @@ PlanPanel::PlanPanel(PlanEditor& editor, QWidget* parent)
   }
   checkpoint_->setToolTip(tr("torchgpipe's checkpoint modes: which micro-batches are recomputed"));
   form->addRow(tr("Checkpoint"), checkpoint_);
-  // The multi-stage schedules need stages per device, which the editor does not set yet.
-  for (ScheduleKind kind : kSingleStageScheduleKinds) {
+  for (ScheduleKind kind : kAllScheduleKinds) {
     schedule_->addItem(QString::fromUtf8(to_string(kind).data()), static_cast<int>(kind));
   }
   form->addRow(tr("Schedule"), schedule_);
+  stages_per_device_->setToolTip(
+      tr("Stages each device runs (interleaved-1f1b, interleaved-zb, looped-bfs; zbv runs 2); "
+         "changing it evens out the balance"));
+  form->addRow(tr("Stages / device"), stages_per_device_);
   optimizer_->setRange(0, 8);
   optimizer_->setSingleStep(1);
   optimizer_->setDecimals(1);
   optimizer_->setToolTip(tr("Optimizer state per parameter byte: 0 SGD, 1 momentum, 2 Adam"));
   form->addRow(tr("Optimizer state"), optimizer_);
 
-  devices_->setToolTip(tr("One stage per device; changing it evens out the balance"));
+  devices_->setToolTip(
+      tr("Devices the stages run on (stages / device each); changing it evens out the balance"));
   form->addRow(tr("Devices"), devices_);
   memory_->setToolTip(
       tr("Memory of every device, e.g. 16 GiB, 512 MiB, 8e9; \"unlimited\" for no limit"));
@@ -86,19 +92,22 @@ PlanPanel::PlanPanel(PlanEditor& editor, QWidget* parent)
   });
   connect(rebalance, &QPushButton::clicked, this, [this] { show_problem(editor_.even_out()); });
   connect(chunks_slider_, &QSlider::valueChanged, this,
-          [this](int value) { editor_.set_chunks(value); });
+          [this](int value) { refuse_or_sync(editor_.set_chunks(value)); });
   connect(chunks_spin_, &QSpinBox::valueChanged, this,
-          [this](int value) { editor_.set_chunks(value); });
+          [this](int value) { refuse_or_sync(editor_.set_chunks(value)); });
   connect(checkpoint_, &QComboBox::currentIndexChanged, this, [this] {
     editor_.set_checkpoint(static_cast<CheckpointMode>(checkpoint_->currentData().toInt()));
   });
   connect(schedule_, &QComboBox::currentIndexChanged, this, [this] {
-    editor_.set_schedule(static_cast<ScheduleKind>(schedule_->currentData().toInt()));
+    refuse_or_sync(
+        editor_.set_schedule(static_cast<ScheduleKind>(schedule_->currentData().toInt())));
   });
+  connect(stages_per_device_, &QSpinBox::valueChanged, this,
+          [this](int value) { refuse_or_sync(editor_.set_stages_per_device(value)); });
   connect(optimizer_, &QDoubleSpinBox::valueChanged, this,
           [this](double value) { editor_.set_optimizer_state_factor(value); });
   connect(devices_, &QSpinBox::valueChanged, this,
-          [this](int value) { show_problem(editor_.set_device_count(value)); });
+          [this](int value) { refuse_or_sync(editor_.set_device_count(value)); });
   connect(memory_, &QLineEdit::editingFinished, this, [this] {
     const std::int64_t bytes = parse_size(memory_->text());
     if (bytes < 0) {
@@ -130,12 +139,18 @@ void PlanPanel::show_problem(const QString& problem) {
   if (problem.isEmpty()) sync();
 }
 
+void PlanPanel::refuse_or_sync(const QString& problem) {
+  show_problem(problem);
+  if (!problem.isEmpty()) sync();  // back to the plan the editor kept
+}
+
 void PlanPanel::sync() {
   const bool ready = editor_.has_profile();
   setEnabled(ready);
   if (!ready) return;
   const QSignalBlocker b1(balance_), b2(chunks_slider_), b3(chunks_spin_), b4(checkpoint_),
-      b5(schedule_), b6(optimizer_), b7(devices_), b8(memory_), b9(bandwidth_);
+      b5(schedule_), b6(optimizer_), b7(devices_), b8(memory_), b9(bandwidth_),
+      b10(stages_per_device_);
   const Plan& plan = editor_.plan();
   const Profile& profile = editor_.profile();
   balance_->setText(format_balance(plan.balance).mid(1).chopped(1));
@@ -151,8 +166,15 @@ void PlanPanel::sync() {
   micro_batches_->setText(split + tr(", batch %1").arg(batch));
   checkpoint_->setCurrentIndex(checkpoint_->findData(static_cast<int>(plan.checkpoint)));
   schedule_->setCurrentIndex(schedule_->findData(static_cast<int>(plan.schedule)));
+  // Only the looped schedules choose; zbv's V is always two stages per device.
+  const int layers = static_cast<int>(profile.layer_count());
+  const int programmes = std::max(1, plan.stages() / plan.stages_per_device);
+  stages_per_device_->setEnabled(is_multi_stage(plan.schedule) &&
+                                 plan.schedule != ScheduleKind::ZBV);
+  stages_per_device_->setRange(1, std::max(plan.stages_per_device, layers / programmes));
+  stages_per_device_->setValue(plan.stages_per_device);
   optimizer_->setValue(plan.optimizer_state_factor);
-  devices_->setRange(1, static_cast<int>(profile.layer_count()));
+  devices_->setRange(1, layers / plan.stages_per_device);
   devices_->setValue(static_cast<int>(editor_.hardware().devices.size()));
   const std::int64_t memory = editor_.memory_per_device();
   memory_->setText(memory < 0    ? tr("(differs per device)")

@@ -115,7 +115,7 @@ void PlannerPanel::show_result(std::shared_ptr<const PlanSearchResult> result) {
     set(0, format_balance(c.plan.balance));
     set(1, QString::number(c.plan.chunks));
     set(2, QString::fromUtf8(to_string(c.plan.checkpoint).data()));
-    set(3, QString::fromUtf8(to_string(c.plan.schedule).data()));
+    set(3, format_schedule(c.plan));
     set(4, format_duration(c.iteration_ms));
   }
   const PlannerStats& stats = result_->stats;

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <QComboBox>
 #include <QFile>
 #include <QImage>
 #include <QLabel>
@@ -173,6 +174,55 @@ TEST_F(AppTest, APredictedTracesPlanBecomesTheCurrentPlan) {
   EXPECT_EQ(window.editor().plan(), other);
   EXPECT_FALSE(window.timeline_model().has_measured());
   expect_timeline_is(window, other);
+}
+
+TEST_F(AppTest, ThePlanPanelOffersEveryScheduleAndItsStagesPerDevice) {
+  MainWindow window;
+  ASSERT_TRUE(window.open_files({path("tiny.profile.json"), path("hardware-2.json")}).isEmpty());
+  QComboBox* schedule = window.plan_panel()->schedule_combo();
+  QSpinBox* per_device = window.plan_panel()->stages_per_device_spin();
+  ASSERT_EQ(schedule->count(), static_cast<int>(std::size(kAllScheduleKinds)));
+  for (ScheduleKind kind : kAllScheduleKinds) {
+    EXPECT_GE(schedule->findData(static_cast<int>(kind)), 0) << to_string(kind);
+  }
+  EXPECT_FALSE(per_device->isEnabled());  // gpipe: one stage per device
+  EXPECT_EQ(per_device->value(), 1);
+
+  auto pick = [&](ScheduleKind kind) {
+    schedule->setCurrentIndex(schedule->findData(static_cast<int>(kind)));
+  };
+  pick(ScheduleKind::Interleaved1F1B);
+  EXPECT_EQ(window.editor().plan().schedule, ScheduleKind::Interleaved1F1B);
+  EXPECT_TRUE(per_device->isEnabled());
+  EXPECT_EQ(per_device->value(), 2);
+  per_device->setValue(3);
+  EXPECT_EQ(window.editor().plan().stages_per_device, 3);
+  EXPECT_EQ(window.editor().plan().balance, (std::vector<int>(6, 1)));
+  EXPECT_EQ(window.plan_panel()->balance_edit()->text(), QStringLiteral("1,1,1,1,1,1"));
+  // Four per device on two devices would be more stages than layers: the spin box stops at 3.
+  EXPECT_EQ(per_device->maximum(), 3);
+  per_device->setValue(4);
+  EXPECT_EQ(window.editor().plan().stages_per_device, 3);
+  EXPECT_EQ(per_device->value(), 3);
+  expect_timeline_is(window, window.editor().plan());
+
+  pick(ScheduleKind::ZBV);
+  EXPECT_EQ(window.editor().plan().stages_per_device, 2);
+  EXPECT_EQ(per_device->value(), 2);
+  EXPECT_FALSE(per_device->isEnabled());  // zbv's V is always two
+  expect_timeline_is(window, window.editor().plan());
+
+  // Three devices hold zbv's six stages; four cannot hold eight stages of six layers, so the
+  // combo goes back to the schedule that was kept.
+  window.plan_panel()->devices_spin()->setValue(3);
+  EXPECT_EQ(window.plan_panel()->devices_spin()->maximum(), 3);
+  EXPECT_EQ(window.editor().hardware().devices.size(), 3u);
+  pick(ScheduleKind::GPipe);
+  window.plan_panel()->devices_spin()->setValue(4);
+  ASSERT_EQ(window.editor().hardware().devices.size(), 4u);
+  pick(ScheduleKind::InterleavedZB);
+  EXPECT_EQ(window.editor().plan().schedule, ScheduleKind::GPipe);
+  EXPECT_EQ(schedule->currentData().toInt(), static_cast<int>(ScheduleKind::GPipe));
 }
 
 TEST_F(AppTest, SavesPlansAndExportsTheTimelineAndTheTrace) {

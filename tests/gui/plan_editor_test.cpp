@@ -198,6 +198,149 @@ TEST(PlanEditor, APlanWithMoreStagesThanDevicesGrowsTheDevices) {
   EXPECT_FALSE(editor.apply_plan(plan).isEmpty());
 }
 
+// Every split of `layers` layers into `stages` non-empty stages, as layer counts.
+std::vector<std::vector<int>> every_balance(int layers, int stages) {
+  if (stages == 1) return {{layers}};
+  std::vector<std::vector<int>> out;
+  for (int first = 1; first <= layers - stages + 1; ++first) {
+    for (auto rest : every_balance(layers - first, stages - 1)) {
+      rest.insert(rest.begin(), first);
+      out.push_back(std::move(rest));
+    }
+  }
+  return out;
+}
+
+// The busiest stage's work of `balance` with stage s on device s mod devices (the looped
+// schedules' placement), each device's speed from `hardware`.
+double busiest_looped_stage(const Profile& p, const Hardware& hardware,
+                            const std::vector<int>& balance, int micro_batches) {
+  double busiest = 0;
+  int first = 0;
+  for (std::size_t s = 0; s < balance.size(); ++s) {
+    const double speed = hardware.devices[s % hardware.devices.size()].speed;
+    busiest = std::max(busiest, stage_work(p, first, first + balance[s], micro_batches) / speed);
+    first += balance[s];
+  }
+  return busiest;
+}
+
+TEST(PlanEditor, AnInterleavedScheduleRunsStagesPerDeviceTimesDevicesStages) {
+  PlanEditor editor;
+  const Profile profile = tiny();
+  editor.open_profile(profile, two_gpus());
+  ASSERT_EQ(editor.plan().schedule, ScheduleKind::GPipe);
+  ASSERT_EQ(editor.plan().chunks, 8);
+  EXPECT_TRUE(editor.set_schedule(ScheduleKind::Interleaved1F1B).isEmpty());
+  EXPECT_EQ(editor.plan().schedule, ScheduleKind::Interleaved1F1B);
+  EXPECT_EQ(editor.plan().stages_per_device, 2);
+  ASSERT_EQ(editor.plan().stages(), 4);  // 2 per device on 2 devices
+  EXPECT_EQ(editor.hardware().devices.size(), 2u);
+  int layers = 0;
+  for (int n : editor.plan().balance) layers += n;
+  EXPECT_EQ(layers, 6);
+
+  // Re-balanced for the new stages: a best split by brute force, stage s on device s mod 2.
+  double best = INFINITY;
+  for (const auto& balance : every_balance(6, 4)) {
+    best = std::min(best, busiest_looped_stage(profile, editor.hardware(), balance, 8));
+  }
+  EXPECT_NEAR(busiest_looped_stage(profile, editor.hardware(), editor.plan().balance, 8), best,
+              1e-9);
+  // The simulator runs stages 0, 2 on the first device and 1, 3 on the second.
+  EXPECT_EQ(stage_devices(editor.plan(), editor.hardware()), (std::vector<int>{0, 1, 0, 1}));
+  expect_matches_fresh_simulation(editor);
+
+  // Three per device: six stages of one layer each.
+  EXPECT_TRUE(editor.set_stages_per_device(3).isEmpty());
+  EXPECT_EQ(editor.plan().balance, (std::vector<int>(6, 1)));
+  expect_matches_fresh_simulation(editor);
+  // Looped BFS keeps the stages per device and the balance.
+  EXPECT_TRUE(editor.set_schedule(ScheduleKind::LoopedBFS).isEmpty());
+  EXPECT_EQ(editor.plan().stages_per_device, 3);
+  EXPECT_EQ(editor.plan().balance, (std::vector<int>(6, 1)));
+  expect_matches_fresh_simulation(editor);
+
+  // Back to a single-stage schedule: one stage per device again.
+  EXPECT_TRUE(editor.set_schedule(ScheduleKind::OneFOneB).isEmpty());
+  EXPECT_EQ(editor.plan().stages_per_device, 1);
+  EXPECT_EQ(editor.plan().stages(), 2);
+  expect_matches_fresh_simulation(editor);
+}
+
+TEST(PlanEditor, ZbvRunsTwoStagesPerDevice) {
+  PlanEditor editor;
+  editor.open_profile(tiny(), two_gpus());
+  ASSERT_TRUE(editor.set_schedule(ScheduleKind::Interleaved1F1B).isEmpty());
+  ASSERT_TRUE(editor.set_stages_per_device(3).isEmpty());
+  EXPECT_TRUE(editor.set_schedule(ScheduleKind::ZBV).isEmpty());
+  EXPECT_EQ(editor.plan().stages_per_device, 2);  // forced, whatever came before
+  ASSERT_EQ(editor.plan().stages(), 4);
+  // The V: device 0 holds stages 0 and 3, device 1 stages 1 and 2.
+  EXPECT_EQ(stage_devices(editor.plan(), editor.hardware()), (std::vector<int>{0, 1, 1, 0}));
+  expect_matches_fresh_simulation(editor);
+
+  const Plan before = editor.plan();
+  const QString problem = editor.set_stages_per_device(3);
+  EXPECT_TRUE(problem.contains(QStringLiteral("expected 2 for zbv"))) << problem.toStdString();
+  EXPECT_EQ(editor.plan(), before);
+}
+
+TEST(PlanEditor, ARefusedScheduleKeepsThePlanAndSaysWhy) {
+  PlanEditor editor;
+  editor.open_profile(tiny());  // four devices, six layers
+  const Plan before = editor.plan();
+  int simulations = 0;
+  QObject::connect(&editor, &PlanEditor::simulated, [&] { ++simulations; });
+
+  // Two stages per device on four devices would be eight stages of six layers.
+  QString problem = editor.set_schedule(ScheduleKind::Interleaved1F1B);
+  EXPECT_TRUE(problem.contains(QStringLiteral("needs 8 stages"))) << problem.toStdString();
+  EXPECT_TRUE(problem.contains(QStringLiteral("6 layers"))) << problem.toStdString();
+  EXPECT_EQ(editor.plan(), before);
+  problem = editor.set_schedule(ScheduleKind::ZBV);
+  EXPECT_TRUE(problem.contains(QStringLiteral("zbv"))) << problem.toStdString();
+  EXPECT_EQ(editor.plan(), before);
+  // GPipe runs one stage per device, and says so.
+  problem = editor.set_stages_per_device(2);
+  EXPECT_TRUE(problem.contains(QStringLiteral("stages_per_device: expected 1 for gpipe")))
+      << problem.toStdString();
+  EXPECT_EQ(editor.plan(), before);
+  EXPECT_EQ(simulations, 0);
+
+  // On three devices it fits; then a fourth device is refused and the hardware stays.
+  ASSERT_TRUE(editor.set_device_count(3).isEmpty());
+  ASSERT_TRUE(editor.set_schedule(ScheduleKind::InterleavedZB).isEmpty());
+  EXPECT_EQ(editor.plan().stages(), 6);
+  const Plan three = editor.plan();
+  problem = editor.set_device_count(4);
+  EXPECT_TRUE(problem.contains(QStringLiteral("expected 1 to 3 devices (2 stages per device")))
+      << problem.toStdString();
+  EXPECT_EQ(editor.plan(), three);
+  EXPECT_EQ(editor.hardware().devices.size(), 3u);
+  expect_matches_fresh_simulation(editor);
+}
+
+TEST(PlanEditor, NewHardwareKeepsTheStagesPerDevice) {
+  PlanEditor editor;
+  const Profile profile = tiny();
+  editor.open_profile(profile, two_gpus());
+  ASSERT_TRUE(editor.set_schedule(ScheduleKind::Interleaved1F1B).isEmpty());
+  const Plan interleaved = editor.plan();
+  // Four devices: at most three hold two stages each of six layers; the plan still fits.
+  editor.open_hardware(replicate_device(profile.device, 4));
+  EXPECT_EQ(editor.hardware().devices.size(), 3u);
+  EXPECT_EQ(editor.plan(), interleaved);
+  expect_matches_fresh_simulation(editor);
+  // One device: both stages of the plan move onto it, re-balanced.
+  editor.open_hardware(replicate_device(profile.device, 1));
+  EXPECT_EQ(editor.plan().schedule, ScheduleKind::Interleaved1F1B);
+  EXPECT_EQ(editor.plan().stages_per_device, 2);
+  ASSERT_EQ(editor.plan().stages(), 2);
+  EXPECT_EQ(editor.plan().balance[0] + editor.plan().balance[1], 6);
+  expect_matches_fresh_simulation(editor);
+}
+
 TEST(PlanEditor, LayerCostsAreAtThePlansMicroBatchSize) {
   PlanEditor editor;
   const Profile profile = tiny();

@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "sim/plan.hpp"
+
 namespace pipetune::gui {
 namespace {
 
@@ -60,6 +62,17 @@ TEST(TextFormat, SizesAndBandwidthsParseWhatTheyPrint) {
   for (double b : {1e8, 2.5e10, 4.5e11}) {
     EXPECT_DOUBLE_EQ(parse_bandwidth(format_bandwidth(b)), b);
   }
+}
+
+TEST(TextFormat, SchedulesNameTheirStagesPerDeviceWhenNotOne) {
+  Plan plan;
+  EXPECT_EQ(format_schedule(plan), QStringLiteral("gpipe"));
+  plan.schedule = ScheduleKind::Interleaved1F1B;
+  plan.stages_per_device = 3;
+  EXPECT_EQ(format_schedule(plan), QStringLiteral("interleaved-1f1b, 3/device"));
+  plan.schedule = ScheduleKind::ZBV;
+  plan.stages_per_device = 2;
+  EXPECT_EQ(format_schedule(plan), QStringLiteral("zbv, 2/device"));
 }
 
 }  // namespace

@@ -7,8 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <QImage>
+#include <map>
 
 #include "gui/model/palette.hpp"
+#include "gui/model/plan_editor.hpp"
 #include "tests/gui/gui_test_support.hpp"
 
 namespace pipetune::gui {
@@ -70,6 +72,59 @@ TEST_F(TimelinePainterTest, TasksAreFilledWithTheirKindsColour) {
   const Band& row0 = layout_.row(0);
   EXPECT_EQ(image.pixelColor(kWidth / 2, static_cast<int>(row0.bottom()) + 2),
             palette::kBackground);
+}
+
+// Pixels of exactly `colour` in the legend (the ruler's corner over the gutter).
+int legend_pixels(const QImage& image, const QColor& colour) {
+  int count = 0;
+  for (int y = 0; y < static_cast<int>(TimelineFrame::kRulerHeight); ++y) {
+    for (int x = 0; x < static_cast<int>(TimelineFrame::kGutterWidth); ++x) {
+      if (image.pixelColor(x, y) == colour) ++count;
+    }
+  }
+  return count;
+}
+
+TEST_F(TimelinePainterTest, ZeroBubbleInputAndWeightGradientsAreDrawnAndNamed) {
+  // Without them, the legend names no I or W.
+  const QImage gpipe = paint({}, "timeline-gpipe-legend.png");
+  EXPECT_EQ(legend_kinds(model_),
+            (std::vector<TaskKind>{TaskKind::Forward, TaskKind::Recompute, TaskKind::Backward,
+                                   TaskKind::SendActivation}));
+  EXPECT_EQ(legend_pixels(gpipe, palette::task(TaskKind::InputGrad)), 0);
+  EXPECT_EQ(legend_pixels(gpipe, palette::task(TaskKind::WeightGrad)), 0);
+  EXPECT_EQ(legend_pixels(gpipe, palette::task(TaskKind::Backward)), 100);  // its 10 × 10 key
+
+  PlanEditor editor;
+  editor.open_profile(profile_, hardware_);
+  ASSERT_TRUE(editor.set_schedule(ScheduleKind::InterleavedZB).isEmpty());
+  ASSERT_EQ(editor.plan().stages(), 4);
+  model_.set_prediction(editor.result());
+  // Every stage splits every micro-batch's backward into one I and one W.
+  const int micro_batches = model_.micro_batches();
+  ASSERT_GT(micro_batches, 1);
+  std::map<TaskKind, int> count;
+  for (const TimelineTask& t : model_.tasks(Series::Predicted)) ++count[t.kind];
+  EXPECT_EQ(count[TaskKind::InputGrad], 4 * micro_batches);
+  EXPECT_EQ(count[TaskKind::WeightGrad], 4 * micro_batches);
+  EXPECT_EQ(count[TaskKind::Forward], 4 * micro_batches);
+  EXPECT_EQ(
+      legend_kinds(model_),
+      (std::vector<TaskKind>{TaskKind::Forward, TaskKind::Recompute, TaskKind::Backward,
+                             TaskKind::InputGrad, TaskKind::WeightGrad, TaskKind::SendActivation}));
+
+  const QImage image = paint({}, "timeline-interleaved-zb.png");
+  std::map<TaskKind, int> checked;
+  for (const TimelineTask& t : model_.tasks(Series::Predicted)) {
+    if (!wide(t)) continue;
+    EXPECT_EQ(image.pixelColor(inside(t)), palette::task(t.kind)) << t.label();
+    ++checked[t.kind];
+  }
+  EXPECT_GE(checked[TaskKind::InputGrad], 1);
+  EXPECT_GE(checked[TaskKind::WeightGrad], 1);
+  // Each new key is a full 10 × 10 square in the legend.
+  EXPECT_EQ(legend_pixels(image, palette::task(TaskKind::InputGrad)), 100);
+  EXPECT_EQ(legend_pixels(image, palette::task(TaskKind::WeightGrad)), 100);
 }
 
 TEST_F(TimelinePainterTest, HighlightingAMicroBatchFadesTheOthers) {
