@@ -353,5 +353,63 @@ TEST(Planner, EqualBlocksAtScaleReachTheKnownOptimum) {
   EXPECT_EQ(result.ranked.front().plan.balance, std::vector<int>(stages, 64));
 }
 
+// Issue 15: the budget is shared between the configurations. With less budget than the first
+// configuration alone needs, every configuration still gets its root bound and first plan, the
+// answer is no worse than any configuration's first plan (each found alone with no budget), and
+// the bound stays below the optimum proven with a large budget.
+TEST(Planner, SmallBudgetStillVisitsEveryConfiguration) {
+  const Profile profile = bench::lognormal_profile(60, 8);
+  Hardware hw = replicate_device(profile.device, 4);
+  hw.link.bandwidth_bytes_per_s = 2e10;
+  PlannerOptions options;
+  options.top = 1;
+  options.search_budget = 100'000'000;
+  const auto full = find_best_plans(profile, hw, options);
+  ASSERT_TRUE(full.stats.proven);
+  ASSERT_FALSE(full.ranked.empty());
+  const double optimum = full.ranked.front().iteration_ms;
+
+  // What the first configuration (the least balance-free bound) needs on its own.
+  const ConfigurationStats& first = full.stats.per_configuration.front();
+  PlannerOptions alone = options;
+  alone.chunks = {first.chunks};
+  alone.checkpoints = {first.checkpoint};
+  alone.schedules = {first.schedule};
+  const auto first_alone = find_best_plans(profile, hw, alone);
+  ASSERT_TRUE(first_alone.stats.proven);
+  const std::uint64_t needed = first_alone.stats.steps;
+  ASSERT_GT(needed, 1000u);
+
+  options.search_budget = needed / 2;
+  const auto split = find_best_plans(profile, hw, options);
+  ASSERT_FALSE(split.ranked.empty());
+  const double answer = split.ranked.front().iteration_ms;
+  EXPECT_GE(answer, optimum * (1 - 1e-12));
+  EXPECT_LE(split.stats.lower_bound_ms, optimum * (1 + 1e-12));
+  EXPECT_EQ(split.stats.per_configuration.size(), split.stats.configurations);
+
+  std::size_t sliced = 0;
+  for (const ConfigurationStats& c : split.stats.per_configuration) {
+    SCOPED_TRACE(::testing::Message() << "x" << c.chunks << " " << to_string(c.checkpoint) << " "
+                                      << to_string(c.schedule));
+    // Skipped only when its balance-free bound already loses to the answer.
+    if (!c.evaluated) EXPECT_GE(c.lower_bound_ms, answer);
+    // Left open only with a bound that the answer's gap accounts for.
+    if (!c.closed) EXPECT_GE(c.lower_bound_ms, split.stats.lower_bound_ms);
+    if (c.slices > 0) ++sliced;
+    // Its first plan, alone and without budget: the answer is at least as fast.
+    PlannerOptions root_only;
+    root_only.top = 1;
+    root_only.chunks = {c.chunks};
+    root_only.checkpoints = {c.checkpoint};
+    root_only.schedules = {c.schedule};
+    root_only.search_budget = 0;
+    const auto incumbent = find_best_plans(profile, hw, root_only);
+    if (!incumbent.ranked.empty()) EXPECT_LE(answer, incumbent.ranked.front().iteration_ms);
+  }
+  // The first configuration did not take the whole budget: others were searched too.
+  EXPECT_GT(sliced, 1u);
+}
+
 }  // namespace
 }  // namespace pipetune
