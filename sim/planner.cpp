@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <numeric>
 
 #include "sim/cost_model.hpp"
@@ -230,7 +231,17 @@ class PlanSearch {
   std::vector<int> resume_;
   bool resuming_ = false;  // still on the path to resume_
 
+  // build_suffix_tables()'s output for one configuration, kept between its slices.
+  struct Tables {
+    std::vector<std::vector<double>> suffix, chained, waits, suffix_floor, chained_floor,
+        waits_floor, fitting;
+    std::vector<std::vector<int>> fit_end;
+  };
+  void swap_tables(Tables& t);
+  std::size_t table_bytes() const;
+  std::size_t table_cache_bytes_ = 0;
   struct Entry;
+  void store_tables(Entry& e);
   double ranking_threshold(const std::vector<Entry>& entries, const Entry* self) const;
   bool open(Entry& e, const std::vector<Entry>& entries);
   void open_root(Entry& e, const std::vector<Entry>& entries);
@@ -1008,13 +1019,14 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
 // Each configuration's state between its slices of the search.
 struct PlanSearch::Entry {
   const Config* config = nullptr;
-  double root = 0.0;         // lower bound on every plan of the configuration
-  double best = kInf;        // its best fitting plan so far
-  PlanCandidate candidate;   // that plan
-  std::uint64_t slice = 0;   // the steps its last slice was given
-  std::vector<int> resume;   // where its last slice stopped (see search())
-  ConfigurationStats stats;  // what was spent on it
-  bool closed = false;       // searched to the end, or ruled out by a bound
+  double root = 0.0;               // lower bound on every plan of the configuration
+  double best = kInf;              // its best fitting plan so far
+  PlanCandidate candidate;         // that plan
+  std::uint64_t slice = 0;         // the steps its last slice was given
+  std::vector<int> resume;         // where its last slice stopped (see search())
+  std::unique_ptr<Tables> tables;  // its tables between slices (store_tables())
+  ConfigurationStats stats;        // what was spent on it
+  bool closed = false;             // searched to the end, or ruled out by a bound
 };
 
 // The threshold entry `self` must beat to enter the top N: the N-th best of the others.
@@ -1038,7 +1050,13 @@ bool PlanSearch::open(Entry& e, const std::vector<Entry>& entries) {
     return false;
   }
   prepare(*e.config);
-  build_suffix_tables();
+  if (e.tables) {
+    swap_tables(*e.tables);  // e's tables are current again; its copy is released on return
+    e.tables.reset();
+    table_cache_bytes_ -= table_bytes();
+  } else {
+    build_suffix_tables();
+  }
   const Config& config = *e.config;
   sweep_ = std::make_unique<IterationSweep>(config.schedule, config.checkpoint, stages_,
                                             config.micro_batches(),
@@ -1076,6 +1094,7 @@ void PlanSearch::open_root(Entry& e, const std::vector<Entry>& entries) {
   if (!fitting_.empty()) evaluate_leaner_incumbents();
   e.stats.evaluated = true;
   keep(e);
+  store_tables(e);
 }
 
 void PlanSearch::keep(Entry& e) {
@@ -1089,6 +1108,33 @@ void PlanSearch::keep(Entry& e) {
 
 // One slice of the branch and bound over entry `e`'s balances, resumed where the last one
 // stopped, with its best plan so far as the threshold; closes it when the search ends.
+// Keeps the current tables with entry `e` for its next slice, within a memory budget: they
+// cost about as much to build as a few thousand steps of the search.
+void PlanSearch::store_tables(Entry& e) {
+  constexpr std::size_t kTableCacheBytes = std::size_t{128} << 20;
+  if (e.closed || e.tables || table_cache_bytes_ + table_bytes() > kTableCacheBytes) return;
+  e.tables = std::make_unique<Tables>();
+  swap_tables(*e.tables);
+  table_cache_bytes_ += table_bytes();
+}
+
+std::size_t PlanSearch::table_bytes() const {
+  // suffix_, chained_, waits_, their floors, fitting_: doubles; fit_end_: ints.
+  const std::size_t cells = static_cast<std::size_t>(stages_ + 1) * (layers_ + 1);
+  return cells * (7 * sizeof(double) + sizeof(int));
+}
+
+void PlanSearch::swap_tables(Tables& t) {
+  std::swap(suffix_, t.suffix);
+  std::swap(chained_, t.chained);
+  std::swap(waits_, t.waits);
+  std::swap(suffix_floor_, t.suffix_floor);
+  std::swap(chained_floor_, t.chained_floor);
+  std::swap(waits_floor_, t.waits_floor);
+  std::swap(fitting_, t.fitting);
+  std::swap(fit_end_, t.fit_end);
+}
+
 void PlanSearch::search_slice(Entry& e, std::vector<Entry>& entries, std::uint64_t slice) {
   if (!open(e, entries)) {
     e.closed = true;
@@ -1112,6 +1158,7 @@ void PlanSearch::search_slice(Entry& e, std::vector<Entry>& entries, std::uint64
   e.stats.steps += stats_.steps - steps;
   if (!out_of_budget_) e.closed = true;
   keep(e);
+  store_tables(e);
 }
 
 PlanSearchResult PlanSearch::run() {
