@@ -13,6 +13,7 @@
 #include "sim/error.hpp"
 #include "sim/memory_model.hpp"
 #include "sim/partition.hpp"
+#include "sim/schedule.hpp"
 #include "sim/simulator.hpp"
 #include "sim/stage_timing.hpp"
 
@@ -44,7 +45,10 @@ struct Config {
   int chunks = 0;  // the smallest chunk count that gives this split
   CheckpointMode checkpoint = CheckpointMode::Never;
   ScheduleKind schedule = ScheduleKind::GPipe;
-  double lower_bound = 0.0;  // on the iteration time of any balance
+  int stages_per_device = 1;  // > 1: a multi-stage schedule (searched by multi_stage_slice())
+  double lower_bound = 0.0;   // on the iteration time of any balance
+
+  bool multi_stage() const { return is_multi_stage(schedule); }
 
   int micro_batches() const { return static_cast<int>(sizes.size()); }
   bool recomputed(int i) const { return is_checkpointed(checkpoint, i, micro_batches()); }
@@ -247,6 +251,18 @@ class PlanSearch {
   void open_root(Entry& e, const std::vector<Entry>& entries);
   void keep(Entry& e);
   void search_slice(Entry& e, std::vector<Entry>& entries, std::uint64_t slice);
+  // Multi-stage schedules (see multi_stage_slice()).
+  double multi_stage_bound(const Config& c) const;
+  Plan plan_of(const Config& c, std::vector<int> balance) const;
+  PlanCandidate candidate_of(const Config& c, const Plan& plan, const SimulationResult& r) const;
+  // Simulates `balance` for entry e, keeps it if it is e's best; its time, or infinity if it
+  // does not fit (`excess`: by how much the largest peak exceeds its cap).
+  struct Score {
+    double excess = 0.0, time = 0.0;  // bytes over the tightest cap, simulated time
+  };
+  Score simulate_for(Entry& e, const std::vector<int>& balance);
+  void multi_stage_root(Entry& e, const std::vector<Entry>& entries);
+  void multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::uint64_t slice);
 };
 
 std::vector<Config> PlanSearch::configurations() const {
@@ -271,14 +287,36 @@ std::vector<Config> PlanSearch::configurations() const {
   const bool never_too = std::find(options_.checkpoints.begin(), options_.checkpoints.end(),
                                    CheckpointMode::Never) != options_.checkpoints.end();
   std::vector<Config> out;
+  // (schedule, stages per device): ZBV's V holds two; the looped ones every count asked for
+  // that leaves each stage a layer.
+  std::vector<std::pair<ScheduleKind, int>> shapes;
+  for (auto schedule : options_.schedules) {
+    if (!is_multi_stage(schedule)) {
+      shapes.emplace_back(schedule, 1);
+      continue;
+    }
+    for (int v : schedule == ScheduleKind::ZBV ? std::vector<int>{2} : options_.stages_per_device) {
+      if (v < 2) {
+        throw InputError(fmt::format("stages per device: expected at least 2 for {}, got {}",
+                                     to_string(schedule), v));
+      }
+      if (v * stages_ <= layers_) shapes.emplace_back(schedule, v);
+    }
+  }
   for (std::size_t k = 0; k < splits.size(); ++k) {
-    for (auto schedule : options_.schedules) {
+    for (auto [schedule, v] : shapes) {
       for (auto checkpoint : options_.checkpoints) {
         Config c;
         c.sizes = splits[k];
         c.chunks = first_chunks[k];
         c.checkpoint = checkpoint;
         c.schedule = schedule;
+        c.stages_per_device = v;
+        // Micro-batch counts that torch refuses for the schedule (sim/schedule.hpp).
+        if (c.multi_stage() &&
+            schedule_refusal(schedule, stages_, v, c.micro_batches()).has_value()) {
+          continue;
+        }
         // except_last with one micro-batch checkpoints nothing: the same plan as never.
         if (checkpoint == CheckpointMode::ExceptLast && c.micro_batches() == 1 && never_too)
           continue;
@@ -1025,8 +1063,14 @@ struct PlanSearch::Entry {
   std::uint64_t slice = 0;         // the steps its last slice was given
   std::vector<int> resume;         // where its last slice stopped (see search())
   std::unique_ptr<Tables> tables;  // its tables between slices (store_tables())
-  ConfigurationStats stats;        // what was spent on it
-  bool closed = false;             // searched to the end, or ruled out by a bound
+  // Multi-stage: its plan is a local optimum and it cannot be enumerated within the budget, so
+  // further slices would not change it; it stays open (its bound counts in the gap).
+  bool settled = false;
+  std::vector<int> balance;  // multi-stage: the local search's current balance
+  Score score;               // and its score
+  std::uint64_t tasks = 1;   // multi-stage: steps per simulation
+  ConfigurationStats stats;  // what was spent on it
+  bool closed = false;       // searched to the end, or ruled out by a bound
 };
 
 // The threshold entry `self` must beat to enter the top N: the N-th best of the others.
@@ -1070,6 +1114,10 @@ bool PlanSearch::open(Entry& e, const std::vector<Entry>& entries) {
 // The cheap pass: a configuration's root bound and the busy-balanced plan as its incumbent.
 void PlanSearch::open_root(Entry& e, const std::vector<Entry>& entries) {
   e.root = e.config->lower_bound;
+  if (e.config->multi_stage()) {
+    multi_stage_root(e, entries);
+    return;
+  }
   if (!open(e, entries)) {
     e.closed = true;
     keep(e);
@@ -1136,6 +1184,10 @@ void PlanSearch::swap_tables(Tables& t) {
 }
 
 void PlanSearch::search_slice(Entry& e, std::vector<Entry>& entries, std::uint64_t slice) {
+  if (e.config->multi_stage()) {
+    multi_stage_slice(e, entries, slice);
+    return;
+  }
   if (!open(e, entries)) {
     e.closed = true;
     keep(e);
@@ -1161,11 +1213,210 @@ void PlanSearch::search_slice(Entry& e, std::vector<Entry>& entries, std::uint64
   store_tables(e);
 }
 
+// Multi-stage schedules (interleaved-1f1b, looped-bfs, interleaved-zb, zbv): v x D stages, device
+// stage_rank() running several. The single-stage bounds do not hold for their programmes, so
+// candidates are timed by simulating and the configuration's bound is balance-free and sound:
+// - each device runs at least a forward and a backward (zero bubble: its I half) task per
+//   micro-batch and stage, v x 2M tasks, and together the devices do every layer's least work
+//   (forward with or without autograd, backward or its I + W halves, recomputes left out): the
+//   busiest does at least the total over the sum of speeds;
+// - some device runs the heaviest layer, for every micro-batch;
+// - micro-batch 0 goes forward through every stage and its gradient (zero bubble: the I halves)
+//   back, at best at the fastest speed; its copies left out.
+double PlanSearch::multi_stage_bound(const Config& c) const {
+  const int v = c.stages_per_device, m = c.micro_batches(), stages = v * stages_;
+  const bool split = splits_backward(c.schedule);
+  std::vector<double> layer_work(layers_, 0.0);
+  for (std::int64_t size : c.sizes) {
+    const SizeCosts& s = costs_.at(size);
+    for (int k = 0; k < layers_; ++k) {
+      layer_work[k] += std::min(s.forward_ms[k], s.forward_nograd_ms[k]) +
+                       std::min(s.backward_ms[k], s.backward_input_ms[k] + s.backward_weight_ms[k]);
+    }
+  }
+  const SizeCosts& first = costs_.at(c.sizes.front());
+  double chain = 0.0;
+  for (int k = 0; k < layers_; ++k) {
+    chain +=
+        std::min(first.forward_ms[k], first.forward_nograd_ms[k]) +
+        (split ? std::min(first.backward_input_ms[k], first.backward_ms[k]) : first.backward_ms[k]);
+  }
+  const double total = std::accumulate(layer_work.begin(), layer_work.end(), 0.0);
+  const double heaviest = *std::max_element(layer_work.begin(), layer_work.end());
+  const double tasks = overhead_ * 2.0 * v * m;
+  return std::max({total / total_speed_ + tasks, heaviest / max_speed_ + tasks,
+                   chain / max_speed_ + overhead_ * 2.0 * stages});
+}
+
+Plan PlanSearch::plan_of(const Config& c, std::vector<int> balance) const {
+  Plan plan;
+  plan.balance = std::move(balance);
+  plan.chunks = c.chunks;
+  plan.checkpoint = c.checkpoint;
+  plan.schedule = c.schedule;
+  plan.stages_per_device = c.stages_per_device;
+  plan.optimizer_state_factor = options_.optimizer_state_factor;
+  return plan;
+}
+
+PlanCandidate PlanSearch::candidate_of(const Config& c, const Plan& plan,
+                                       const SimulationResult& r) const {
+  PlanCandidate out;
+  out.plan = plan;
+  out.micro_batches = c.micro_batches();
+  out.iteration_ms = r.iteration_ms;
+  out.throughput_samples_per_s = r.throughput_samples_per_s;
+  out.bubble_fraction = r.bubble_fraction;
+  for (const auto& d : r.devices) {
+    out.busy_ms.push_back(d.busy_ms);
+    out.peak_memory_bytes.push_back(d.peak_memory_bytes);
+    out.memory_capacity_bytes.push_back(d.memory_capacity_bytes);
+  }
+  return out;
+}
+
+PlanSearch::Score PlanSearch::simulate_for(Entry& e, const std::vector<int>& balance) {
+  const Plan plan = plan_of(*e.config, balance);
+  SimulationOptions lean;
+  lean.record_tasks = false;
+  lean.record_memory = false;
+  const SimulationResult r = simulator_.run(plan, lean);
+  ++stats_.simulations;
+  ++e.stats.nodes;
+  stats_.steps += r.task_count;
+  e.tasks = std::max<std::uint64_t>(r.task_count, 1);
+  Score score{0.0, r.iteration_ms};
+  for (const auto& d : r.devices) {
+    if (d.memory_capacity_bytes > 0 && d.peak_memory_bytes > d.memory_capacity_bytes) {
+      score.excess = std::max(score.excess,
+                              static_cast<double>(d.peak_memory_bytes - d.memory_capacity_bytes));
+    }
+  }
+  if (r.fits() && r.iteration_ms < e.best) {
+    e.best = r.iteration_ms;
+    e.candidate = candidate_of(*e.config, plan, r);
+  }
+  return score;
+}
+
+// The cheap pass: the bound, and as the first plan the balance with the least busiest stage
+// (each stage's work on its device), the min-max partition.
+void PlanSearch::multi_stage_root(Entry& e, const std::vector<Entry>& entries) {
+  const Config& c = *e.config;
+  auto note = [&] {
+    e.stats.best_ms = e.best < kInf ? e.best : 0.0;
+    e.stats.lower_bound_ms = e.root;
+  };
+  if (e.root >= ranking_threshold(entries, &e)) {
+    e.closed = true;
+    note();
+    return;
+  }
+  const int v = c.stages_per_device, stages = v * stages_;
+  std::vector<double> work(layers_ + 1, 0.0);
+  for (int k = 0; k < layers_; ++k) {
+    double w = 0.0;
+    for (std::int64_t size : c.sizes) {
+      const SizeCosts& s = costs_.at(size);
+      w += s.forward_ms[k] + s.backward_ms[k];
+    }
+    work[k + 1] = work[k] + w;
+  }
+  const Partition p = min_max_partition(layers_, stages, [&](int s, int a, int b) {
+    return (work[b] - work[a]) / speed_[stage_rank(c.schedule, s, stages, v)];
+  });
+  e.balance = p.sizes;
+  e.score = simulate_for(e, e.balance);
+  e.stats.evaluated = true;
+  note();
+}
+
+// A slice: every balance simulated when they all fit in what is left of the budget (the
+// configuration is then closed, its best exact); else a first-improvement local search that
+// moves one stage boundary by one layer, least memory excess first, then time. Once no move
+// improves, the configuration is settled: it keeps its bound in the gap and takes no more slices.
+void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::uint64_t slice) {
+  const Config& c = *e.config;
+  ranking_threshold_ = ranking_threshold(entries, &e);
+  const std::uint64_t steps = stats_.steps;
+  auto note = [&] {
+    ++e.stats.slices;
+    e.stats.steps += stats_.steps - steps;
+    e.stats.best_ms = e.best < kInf ? e.best : 0.0;
+    e.stats.lower_bound_ms = e.root;
+  };
+  if (e.root >= std::min(ranking_threshold_, e.best)) {
+    e.closed = true;
+    note();
+    return;
+  }
+  const int stages = c.stages_per_device * stages_;
+  const std::uint64_t left =
+      options_.search_budget > stats_.steps ? options_.search_budget - stats_.steps : 0;
+  // C(L - 1, S - 1) balances, counted up to what the budget allows.
+  const std::uint64_t affordable = left / e.tasks;
+  std::uint64_t count = 1;
+  for (int i = 1; i <= stages - 1 && count <= affordable; ++i) {
+    count =
+        count * static_cast<std::uint64_t>(layers_ - stages + i) / static_cast<std::uint64_t>(i);
+  }
+  if (count <= affordable) {
+    std::vector<int> balance;
+    std::function<void(int)> enumerate = [&](int rest) {
+      const int placed = static_cast<int>(balance.size());
+      if (placed == stages - 1) {
+        balance.push_back(rest);
+        simulate_for(e, balance);
+        balance.pop_back();
+        return;
+      }
+      for (int n = 1; n <= rest - (stages - 1 - placed); ++n) {
+        balance.push_back(n);
+        enumerate(rest - n);
+        balance.pop_back();
+      }
+    };
+    enumerate(layers_);
+    e.closed = true;
+    note();
+    return;
+  }
+  const std::uint64_t limit = std::min(options_.search_budget, steps + slice);
+  auto better = [](const Score& x, const Score& y) {
+    return x.excess < y.excess || (x.excess == y.excess && x.time < y.time);
+  };
+  bool improved = true;
+  while (improved && stats_.steps < limit) {
+    improved = false;
+    for (int i = 0; i + 1 < stages && !improved && stats_.steps < limit; ++i) {
+      for (int delta : {-1, 1}) {
+        std::vector<int> next = e.balance;
+        next[i] += delta;
+        next[i + 1] -= delta;
+        if (next[i] < 1 || next[i + 1] < 1) continue;
+        const Score score = simulate_for(e, next);
+        if (better(score, e.score)) {
+          e.balance = std::move(next);
+          e.score = score;
+          improved = true;
+          break;
+        }
+      }
+    }
+  }
+  if (!improved) e.settled = true;
+  note();
+}
+
 PlanSearchResult PlanSearch::run() {
   std::vector<Config> configs = configurations();
   stats_.configurations = configs.size();
   // Cheap bounds first, to visit the promising configurations early and skip the rest.
   for (auto& c : configs) {
+    if (c.multi_stage()) {
+      c.lower_bound = multi_stage_bound(c);
+      continue;
+    }
     prepare(c);
     c.lower_bound = std::max(
         {balance_free_bound(), greedy_bound([this](int j, int a, int b) { return busy(j, a, b); }),
@@ -1182,6 +1433,7 @@ PlanSearchResult PlanSearch::run() {
     entries[k].stats.micro_batches = configs[k].micro_batches();
     entries[k].stats.checkpoint = configs[k].checkpoint;
     entries[k].stats.schedule = configs[k].schedule;
+    entries[k].stats.stages_per_device = configs[k].stages_per_device;
   }
   // The cheap pass over every configuration, whatever the budget: its root bound and a good
   // incumbent, so that no configuration goes unseen and the threshold is good from the start.
@@ -1198,7 +1450,7 @@ PlanSearchResult PlanSearch::run() {
   for (;;) {
     std::vector<Entry*> open_entries;
     for (Entry& e : entries) {
-      if (!e.closed) open_entries.push_back(&e);
+      if (!e.closed && !e.settled) open_entries.push_back(&e);
     }
     if (open_entries.empty()) break;
     std::stable_sort(open_entries.begin(), open_entries.end(),
@@ -1262,12 +1514,15 @@ PlanSearchResult PlanSearch::run() {
     step_limit_ = options_.search_budget;
     out_of_budget_ = stats_.steps >= step_limit_;
     balance_.assign(stages_, 0);
+    // (Among the single-stage configurations only: the memory bounds are theirs.)
     for (const Config& config : configs) {
+      if (config.multi_stage()) continue;
       prepare(config);
       build_suffix_tables();
       evaluate(busy_balanced(), Objective::Memory);
     }
     for (const Config& config : configs) {
+      if (config.multi_stage()) continue;
       prepare(config);
       search(0, 0, 0.0, 0.0, {}, 0.0, Objective::Memory);
     }

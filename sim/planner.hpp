@@ -34,6 +34,9 @@ struct PlannerOptions {
                                           std::end(kAllCheckpointModes)};
   std::vector<ScheduleKind> schedules{std::begin(kSingleStageScheduleKinds),
                                       std::end(kSingleStageScheduleKinds)};
+  /// Stages per device tried for interleaved-1f1b, interleaved-zb and looped-bfs (zbv: 2);
+  /// a count is tried only where the model has a layer for each of the v x devices stages.
+  std::vector<int> stages_per_device{2};
   double optimizer_state_factor = 0.0;
   int stages = 0;       ///< 0: one stage per device; k: the first k devices
   std::size_t top = 5;  ///< configurations to rank
@@ -64,6 +67,7 @@ struct ConfigurationStats {
   int micro_batches = 0;
   CheckpointMode checkpoint = CheckpointMode::Never;
   ScheduleKind schedule = ScheduleKind::GPipe;
+  int stages_per_device = 1;
   bool evaluated = false;  ///< its root bound was computed and its first plan simulated
   bool closed = false;     ///< searched to the end, or ruled out by a bound
   std::size_t slices = 0;  ///< slices of the branch and bound it was given
