@@ -16,6 +16,9 @@
 // fit. Every configuration first gets its root bound and a first plan (a cheap pass, whatever
 // the budget); the budget then goes in rounds of growing slices to the configurations whose
 // bound is still below the best plan, lowest bound first, so that none starves the others.
+// The multi-stage schedules (listed in PlannerOptions::schedules) are not branched and bounded:
+// a sound balance-free bound, and balances timed by simulating (all of them when they fit the
+// budget, else a local search), docs/planner.md.
 
 #include <cstdint>
 #include <functional>
@@ -70,14 +73,15 @@ struct ConfigurationStats {
   int stages_per_device = 1;
   bool evaluated = false;  ///< its root bound was computed and its first plan simulated
   bool closed = false;     ///< searched to the end, or ruled out by a bound
-  std::size_t slices = 0;  ///< slices of the branch and bound it was given
+  std::size_t slices = 0;  ///< slices of the search it was given
+  /// Partial balances examined (multi-stage: balances simulated), and steps spent.
   std::uint64_t nodes = 0, steps = 0;
   double lower_bound_ms = 0.0;  ///< its root bound
   double best_ms = 0.0;         ///< its best fitting plan, 0: none found
 };
 
 struct PlannerStats {
-  std::size_t configurations = 0;           ///< distinct (split, checkpoint, schedule) triples
+  std::size_t configurations = 0;  ///< distinct (split, checkpoint, schedule, v) configurations
   std::size_t configurations_skipped = 0;   ///< ruled out by a bound, never searched
   std::size_t configurations_searched = 0;  ///< given a root bound and a first plan
   std::uint64_t nodes = 0;                  ///< partial balances examined
