@@ -6,12 +6,14 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <numeric>
 
 #include "sim/cost_model.hpp"
 #include "sim/error.hpp"
 #include "sim/memory_model.hpp"
 #include "sim/partition.hpp"
+#include "sim/schedule.hpp"
 #include "sim/simulator.hpp"
 #include "sim/stage_timing.hpp"
 
@@ -43,7 +45,10 @@ struct Config {
   int chunks = 0;  // the smallest chunk count that gives this split
   CheckpointMode checkpoint = CheckpointMode::Never;
   ScheduleKind schedule = ScheduleKind::GPipe;
-  double lower_bound = 0.0;  // on the iteration time of any balance
+  int stages_per_device = 1;  // > 1: a multi-stage schedule (searched by multi_stage_slice())
+  double lower_bound = 0.0;   // on the iteration time of any balance
+
+  bool multi_stage() const { return is_multi_stage(schedule); }
 
   int micro_batches() const { return static_cast<int>(sizes.size()); }
   bool recomputed(int i) const { return is_checkpointed(checkpoint, i, micro_batches()); }
@@ -149,6 +154,8 @@ class PlanSearch {
   double greedy_bound(Cost cost) const;
   void build_suffix_tables();
   std::vector<int> busy_balanced() const;
+  std::vector<std::vector<int>> fit_ends(double share) const;
+  void evaluate_leaner_incumbents();
   /// nested: without the received input and the sent output, whose sizes depend on where the
   /// stage starts and ends, so that the bound only grows as the stage grows at either end.
   std::int64_t memory_bound(int j, int a, int b, bool nested = false) const;
@@ -201,6 +208,7 @@ class PlanSearch {
   int tasks_per_stage_ = 0;
   std::vector<double> before_, after_;  // one micro-batch's pass: prefix and suffix sums
   std::vector<std::vector<double>> suffix_, chained_;  // see build_suffix_tables()
+  std::vector<std::vector<double>> fitting_;           // busy_balanced()'s table with caps
   // The same three tables made non-increasing in the suffix's start, for first_open_end().
   std::vector<std::vector<double>> suffix_floor_, chained_floor_, waits_floor_;
   std::vector<int> balance_;
@@ -222,6 +230,39 @@ class PlanSearch {
 
   PlannerStats stats_;
   bool out_of_budget_ = false;
+  std::uint64_t step_limit_ = 0;  // where the current slice of the search stops
+  // Where a slice cut short stopped: per stage, the end it was at (0: from the start).
+  std::vector<int> resume_;
+  bool resuming_ = false;  // still on the path to resume_
+
+  // build_suffix_tables()'s output for one configuration, kept between its slices.
+  struct Tables {
+    std::vector<std::vector<double>> suffix, chained, waits, suffix_floor, chained_floor,
+        waits_floor, fitting;
+    std::vector<std::vector<int>> fit_end;
+  };
+  void swap_tables(Tables& t);
+  std::size_t table_bytes() const;
+  std::size_t table_cache_bytes_ = 0;
+  struct Entry;
+  void store_tables(Entry& e);
+  double ranking_threshold(const std::vector<Entry>& entries, const Entry* self) const;
+  bool open(Entry& e, const std::vector<Entry>& entries);
+  void open_root(Entry& e, const std::vector<Entry>& entries);
+  void keep(Entry& e);
+  void search_slice(Entry& e, std::vector<Entry>& entries, std::uint64_t slice);
+  // Multi-stage schedules (see multi_stage_slice()).
+  double multi_stage_bound(const Config& c) const;
+  Plan plan_of(const Config& c, std::vector<int> balance) const;
+  PlanCandidate candidate_of(const Config& c, const Plan& plan, const SimulationResult& r) const;
+  // Simulates `balance` for entry e, keeps it if it is e's best; its time, or infinity if it
+  // does not fit (`excess`: by how much the largest peak exceeds its cap).
+  struct Score {
+    double excess = 0.0, time = 0.0;  // bytes over the tightest cap, simulated time
+  };
+  Score simulate_for(Entry& e, const std::vector<int>& balance);
+  void multi_stage_root(Entry& e, const std::vector<Entry>& entries);
+  void multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::uint64_t slice);
 };
 
 std::vector<Config> PlanSearch::configurations() const {
@@ -246,14 +287,36 @@ std::vector<Config> PlanSearch::configurations() const {
   const bool never_too = std::find(options_.checkpoints.begin(), options_.checkpoints.end(),
                                    CheckpointMode::Never) != options_.checkpoints.end();
   std::vector<Config> out;
+  // (schedule, stages per device): ZBV's V holds two; the looped ones every count asked for
+  // that leaves each stage a layer.
+  std::vector<std::pair<ScheduleKind, int>> shapes;
+  for (auto schedule : options_.schedules) {
+    if (!is_multi_stage(schedule)) {
+      shapes.emplace_back(schedule, 1);
+      continue;
+    }
+    for (int v : schedule == ScheduleKind::ZBV ? std::vector<int>{2} : options_.stages_per_device) {
+      if (v < 2) {
+        throw InputError(fmt::format("stages per device: expected at least 2 for {}, got {}",
+                                     to_string(schedule), v));
+      }
+      if (v * stages_ <= layers_) shapes.emplace_back(schedule, v);
+    }
+  }
   for (std::size_t k = 0; k < splits.size(); ++k) {
-    for (auto schedule : options_.schedules) {
+    for (auto [schedule, v] : shapes) {
       for (auto checkpoint : options_.checkpoints) {
         Config c;
         c.sizes = splits[k];
         c.chunks = first_chunks[k];
         c.checkpoint = checkpoint;
         c.schedule = schedule;
+        c.stages_per_device = v;
+        // Micro-batch counts that torch refuses for the schedule (sim/schedule.hpp).
+        if (c.multi_stage() &&
+            schedule_refusal(schedule, stages_, v, c.micro_batches()).has_value()) {
+          continue;
+        }
         // except_last with one micro-batch checkpoints nothing: the same plan as never.
         if (checkpoint == CheckpointMode::ExceptLast && c.micro_batches() == 1 && never_too)
           continue;
@@ -504,16 +567,14 @@ void PlanSearch::build_suffix_tables() {
   // bound only grows with the stage, so the table keeps the monotony its search needs.
   // The furthest end that fits, per stage and start: it never moves left as the start moves
   // right (the bound shrinks), so one pass per stage finds them all.
-  fit_end_.assign(stages_, {});
-  for (int j = 0; j < stages_; ++j) {
-    if (capacity_[j] <= 0) continue;
-    fit_end_[j].assign(layers_, 0);
-    int end = 0;
-    for (int a = 0; a < layers_; ++a) {
-      end = std::max(end, a);
-      while (end < layers_ && memory_bound(j, a, end + 1, true) <= capacity_[j]) ++end;
-      fit_end_[j][a] = end;
-    }
+  fit_end_ = fit_ends(1.0);
+  // With caps, the first incumbent's table: the busiest stage among those passing the nested
+  // memory bound, so that the first plan has a chance to fit.
+  fitting_.clear();
+  if (std::any_of(capacity_.begin(), capacity_.end(), [](std::int64_t c) { return c > 0; })) {
+    min_max_suffix(stages_, layers_, fitting_, [this](int j, int a, int b) {
+      return fits_nested(j, a, b) ? busy(j, a, b) : kInf;
+    });
   }
   min_max_suffix(stages_, layers_, waits_, [this](int j, int a, int b) {
     if (!fits_nested(j, a, b)) return kInf;
@@ -524,8 +585,48 @@ void PlanSearch::build_suffix_tables() {
   running_min(waits_, waits_floor_);
 }
 
-// The balance with the least busiest stage, read off the suffix table.
+// Per stage and start, the furthest end whose nested memory bound fits `share` of the device.
+std::vector<std::vector<int>> PlanSearch::fit_ends(double share) const {
+  std::vector<std::vector<int>> out(stages_);
+  for (int j = 0; j < stages_; ++j) {
+    if (capacity_[j] <= 0) continue;
+    const double cap = share * static_cast<double>(capacity_[j]);
+    out[j].assign(layers_, 0);
+    int end = 0;
+    for (int a = 0; a < layers_; ++a) {
+      end = std::max(end, a);
+      while (end < layers_ && static_cast<double>(memory_bound(j, a, end + 1, true)) <= cap) ++end;
+      out[j][a] = end;
+    }
+  }
+  return out;
+}
+
+// The busy-balanced plan fitting ever smaller shares of the caps, until one fits the simulator
+// (the nested bound leaves out what crosses a stage's ends, so it can pass where the plan does
+// not). Only a first incumbent: the search proper keeps the true caps.
+void PlanSearch::evaluate_leaner_incumbents() {
+  const std::vector<std::vector<int>> true_ends = fit_end_;
+  for (double share : {0.9, 0.8, 0.7, 0.6, 0.5}) {
+    if (config_best_ < kInf) break;
+    fit_end_ = fit_ends(share);
+    min_max_suffix(stages_, layers_, fitting_, [this](int j, int a, int b) {
+      return fits_nested(j, a, b) ? busy(j, a, b) : kInf;
+    });
+    if (!(fitting_[stages_][0] < kInf)) break;
+    const std::vector<int> balance = busy_balanced();
+    for (int j = 0, a = 0; j < stages_; a += balance[j++])
+      durations_[j] = durations(j, a, a + balance[j]);
+    evaluate(balance, Objective::Time);
+  }
+  fit_end_ = true_ends;
+}
+
+// The balance with the least busiest stage, read off the suffix table (with caps, among the
+// stages that pass the nested memory bound, when some balance does).
 std::vector<int> PlanSearch::busy_balanced() const {
+  const auto& table = !fitting_.empty() && fitting_[stages_][0] < kInf ? fitting_ : suffix_;
+  const bool capped = &table == &fitting_;
   std::vector<int> balance;
   int a = 0;
   for (int j = 0; j < stages_; ++j) {
@@ -534,7 +635,8 @@ std::vector<int> PlanSearch::busy_balanced() const {
     if (m > 1) {
       double best = kInf;
       for (int b = a + 1; b <= layers_ - (m - 1); ++b) {
-        const double value = std::max(busy(j, a, b), suffix_[m - 1][b]);
+        if (capped && !fits_nested(j, a, b)) continue;
+        const double value = std::max(busy(j, a, b), table[m - 1][b]);
         if (value < best) best = value, best_b = b;
       }
     }
@@ -851,10 +953,18 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
   const SizeCosts& drain_size = *first_size_;  // the micro-batch q of prepare()
   int b_start = last ? layers_ : a + 1;
   if (!last && objective == Objective::Time) b_start = first_open_end(j, a, arrive, drain, exact);
+  // Resuming a slice cut short: every end before the path it stopped on was searched already.
+  const int resume_b = resuming_ ? resume_[j] : 0;
+  b_start = std::max(b_start, resume_b);
   for (int b = b_start; b <= b_end; ++b) {
+    if (b != resume_b) resuming_ = false;
     ++stats_.nodes;
-    if (++stats_.steps > options_.search_budget) {
+    if (++stats_.steps > step_limit_) {
       out_of_budget_ = true;
+      // Where to resume: the ends of the stages placed so far, and this one's.
+      resume_.assign(stages_, 0);
+      for (int k = 0, end = 0; k < j; ++k) resume_[k] = end += balance_[k];
+      resume_[j] = b;
       return;
     }
     const double limit = threshold(objective);
@@ -866,6 +976,7 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
         evaluate(balance_, objective);
       } else {
         search(j + 1, b, 0.0, 0.0, {}, bound, objective);
+        if (out_of_budget_) return;
       }
       continue;
     }
@@ -939,7 +1050,362 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
       if (bound >= limit) continue;
     }
     search(j + 1, b, next_arrive, next_drain, onward, bound, objective);
+    if (out_of_budget_) return;  // resume_ holds where the child stopped
   }
+}
+
+// Each configuration's state between its slices of the search.
+struct PlanSearch::Entry {
+  const Config* config = nullptr;
+  double root = 0.0;               // lower bound on every plan of the configuration
+  double best = kInf;              // its best fitting plan so far
+  PlanCandidate candidate;         // that plan
+  std::uint64_t slice = 0;         // the steps its last slice was given
+  std::vector<int> resume;         // where its last slice stopped (see search())
+  std::unique_ptr<Tables> tables;  // its tables between slices (store_tables())
+  // Multi-stage: its plan is a local optimum and it cannot be enumerated within the budget, so
+  // further slices would not change it; it stays open (its bound counts in the gap).
+  bool settled = false;
+  std::vector<int> balance;  // multi-stage: the local search's current balance
+  Score score;               // and its score
+  std::uint64_t tasks = 1;   // multi-stage: steps per simulation
+  ConfigurationStats stats;  // what was spent on it
+  bool closed = false;       // searched to the end, or ruled out by a bound
+};
+
+// The threshold entry `self` must beat to enter the top N: the N-th best of the others.
+double PlanSearch::ranking_threshold(const std::vector<Entry>& entries, const Entry* self) const {
+  const std::size_t top = std::max<std::size_t>(options_.top, 1);
+  std::vector<double> others;
+  for (const Entry& e : entries) {
+    if (&e != self && e.best < kInf) others.push_back(e.best);
+  }
+  if (others.size() < top) return kInf;
+  std::nth_element(others.begin(), others.begin() + static_cast<std::ptrdiff_t>(top - 1),
+                   others.end());
+  return others[top - 1];
+}
+
+// Prepares entry `e`'s configuration (tables, sweep); false when a bound rules it out.
+bool PlanSearch::open(Entry& e, const std::vector<Entry>& entries) {
+  ranking_threshold_ = ranking_threshold(entries, &e);
+  config_best_ = e.best;  // keep() reads it even when the entry is closed here
+  if (e.root >= std::min(ranking_threshold_, e.best)) {
+    return false;
+  }
+  prepare(*e.config);
+  if (e.tables) {
+    swap_tables(*e.tables);  // e's tables are current again; its copy is released on return
+    e.tables.reset();
+    table_cache_bytes_ -= table_bytes();
+  } else {
+    build_suffix_tables();
+  }
+  const Config& config = *e.config;
+  sweep_ = std::make_unique<IterationSweep>(config.schedule, config.checkpoint, stages_,
+                                            config.micro_batches(),
+                                            config.sizes.back() != config.sizes.front());
+  durations_.assign(stages_, StageDurations{});
+  config_best_ = e.best;
+  if (e.best < kInf) config_best_candidate_ = e.candidate;
+  return true;
+}
+
+// The cheap pass: a configuration's root bound and the busy-balanced plan as its incumbent.
+void PlanSearch::open_root(Entry& e, const std::vector<Entry>& entries) {
+  e.root = e.config->lower_bound;
+  if (e.config->multi_stage()) {
+    multi_stage_root(e, entries);
+    return;
+  }
+  if (!open(e, entries)) {
+    e.closed = true;
+    keep(e);
+    return;
+  }
+  const Config& config = *e.config;
+  double root =
+      std::max({config.lower_bound, suffix_[stages_][0], chained_[stages_][0], waits_[stages_][0]});
+  // Up to 5 % above (the term is about one stage's recompute): cheap enough at every root.
+  if (root < ranking_threshold_)
+    root = recompute_root(root, std::min(ranking_threshold_, 1.05 * root));
+  e.root = root;
+  if (root >= ranking_threshold_) {
+    e.closed = true;
+    keep(e);
+    return;
+  }
+  const std::vector<int> first = busy_balanced();
+  for (int j = 0, a = 0; j < stages_; a += first[j++])
+    durations_[j] = durations(j, a, a + first[j]);
+  evaluate(first, Objective::Time);
+  if (!fitting_.empty()) evaluate_leaner_incumbents();
+  e.stats.evaluated = true;
+  keep(e);
+  store_tables(e);
+}
+
+void PlanSearch::keep(Entry& e) {
+  if (config_best_ < e.best) {
+    e.best = config_best_;
+    e.candidate = config_best_candidate_;
+  }
+  e.stats.best_ms = e.best < kInf ? e.best : 0.0;
+  e.stats.lower_bound_ms = e.root;
+}
+
+// One slice of the branch and bound over entry `e`'s balances, resumed where the last one
+// stopped, with its best plan so far as the threshold; closes it when the search ends.
+// Keeps the current tables with entry `e` for its next slice, within a memory budget: they
+// cost about as much to build as a few thousand steps of the search.
+void PlanSearch::store_tables(Entry& e) {
+  constexpr std::size_t kTableCacheBytes = std::size_t{128} << 20;
+  if (e.closed || e.tables || table_cache_bytes_ + table_bytes() > kTableCacheBytes) return;
+  e.tables = std::make_unique<Tables>();
+  swap_tables(*e.tables);
+  table_cache_bytes_ += table_bytes();
+}
+
+std::size_t PlanSearch::table_bytes() const {
+  // suffix_, chained_, waits_, their floors, fitting_: doubles; fit_end_: ints.
+  const std::size_t cells = static_cast<std::size_t>(stages_ + 1) * (layers_ + 1);
+  return cells * (7 * sizeof(double) + sizeof(int));
+}
+
+void PlanSearch::swap_tables(Tables& t) {
+  std::swap(suffix_, t.suffix);
+  std::swap(chained_, t.chained);
+  std::swap(waits_, t.waits);
+  std::swap(suffix_floor_, t.suffix_floor);
+  std::swap(chained_floor_, t.chained_floor);
+  std::swap(waits_floor_, t.waits_floor);
+  std::swap(fitting_, t.fitting);
+  std::swap(fit_end_, t.fit_end);
+}
+
+void PlanSearch::search_slice(Entry& e, std::vector<Entry>& entries, std::uint64_t slice) {
+  if (e.config->multi_stage()) {
+    multi_stage_slice(e, entries, slice);
+    return;
+  }
+  if (!open(e, entries)) {
+    e.closed = true;
+    keep(e);
+    return;
+  }
+  const std::uint64_t nodes = stats_.nodes, steps = stats_.steps;
+  step_limit_ = std::min(options_.search_budget, stats_.steps + slice);
+  out_of_budget_ = false;
+  balance_.assign(stages_, 0);
+  // The threshold only fell since the last slice, so what it searched stays searched.
+  resume_ = e.resume;
+  resuming_ = !resume_.empty();
+  if (!resuming_) resume_.assign(stages_, 0);
+  search(0, 0, 0.0, 0.0, {}, 0.0, Objective::Time);
+  resuming_ = false;
+  e.resume = resume_;
+  e.slice = slice;
+  ++e.stats.slices;
+  e.stats.nodes += stats_.nodes - nodes;
+  e.stats.steps += stats_.steps - steps;
+  if (!out_of_budget_) e.closed = true;
+  keep(e);
+  store_tables(e);
+}
+
+// Multi-stage schedules (interleaved-1f1b, looped-bfs, interleaved-zb, zbv): v x D stages, device
+// stage_rank() running several. The single-stage bounds do not hold for their programmes, so
+// candidates are timed by simulating and the configuration's bound is balance-free and sound:
+// - each device runs at least a forward and a backward (zero bubble: its I half) task per
+//   micro-batch and stage, v x 2M tasks, and together the devices do every layer's least work
+//   (forward with or without autograd, backward or its I + W halves, recomputes left out): the
+//   busiest does at least the total over the sum of speeds;
+// - some device runs the heaviest layer, for every micro-batch;
+// - micro-batch 0 goes forward through every stage and its gradient (zero bubble: the I halves)
+//   back, at best at the fastest speed; its copies left out.
+double PlanSearch::multi_stage_bound(const Config& c) const {
+  const int v = c.stages_per_device, m = c.micro_batches(), stages = v * stages_;
+  const bool split = splits_backward(c.schedule);
+  std::vector<double> layer_work(layers_, 0.0);
+  for (std::int64_t size : c.sizes) {
+    const SizeCosts& s = costs_.at(size);
+    for (int k = 0; k < layers_; ++k) {
+      layer_work[k] += std::min(s.forward_ms[k], s.forward_nograd_ms[k]) +
+                       std::min(s.backward_ms[k], s.backward_input_ms[k] + s.backward_weight_ms[k]);
+    }
+  }
+  const SizeCosts& first = costs_.at(c.sizes.front());
+  double chain = 0.0;
+  for (int k = 0; k < layers_; ++k) {
+    chain +=
+        std::min(first.forward_ms[k], first.forward_nograd_ms[k]) +
+        (split ? std::min(first.backward_input_ms[k], first.backward_ms[k]) : first.backward_ms[k]);
+  }
+  const double total = std::accumulate(layer_work.begin(), layer_work.end(), 0.0);
+  const double heaviest = *std::max_element(layer_work.begin(), layer_work.end());
+  const double tasks = overhead_ * 2.0 * v * m;
+  return std::max({total / total_speed_ + tasks, heaviest / max_speed_ + tasks,
+                   chain / max_speed_ + overhead_ * 2.0 * stages});
+}
+
+Plan PlanSearch::plan_of(const Config& c, std::vector<int> balance) const {
+  Plan plan;
+  plan.balance = std::move(balance);
+  plan.chunks = c.chunks;
+  plan.checkpoint = c.checkpoint;
+  plan.schedule = c.schedule;
+  plan.stages_per_device = c.stages_per_device;
+  plan.optimizer_state_factor = options_.optimizer_state_factor;
+  return plan;
+}
+
+PlanCandidate PlanSearch::candidate_of(const Config& c, const Plan& plan,
+                                       const SimulationResult& r) const {
+  PlanCandidate out;
+  out.plan = plan;
+  out.micro_batches = c.micro_batches();
+  out.iteration_ms = r.iteration_ms;
+  out.throughput_samples_per_s = r.throughput_samples_per_s;
+  out.bubble_fraction = r.bubble_fraction;
+  for (const auto& d : r.devices) {
+    out.busy_ms.push_back(d.busy_ms);
+    out.peak_memory_bytes.push_back(d.peak_memory_bytes);
+    out.memory_capacity_bytes.push_back(d.memory_capacity_bytes);
+  }
+  return out;
+}
+
+PlanSearch::Score PlanSearch::simulate_for(Entry& e, const std::vector<int>& balance) {
+  const Plan plan = plan_of(*e.config, balance);
+  SimulationOptions lean;
+  lean.record_tasks = false;
+  lean.record_memory = false;
+  const SimulationResult r = simulator_.run(plan, lean);
+  ++stats_.simulations;
+  ++e.stats.nodes;
+  stats_.steps += r.task_count;
+  e.tasks = std::max<std::uint64_t>(r.task_count, 1);
+  Score score{0.0, r.iteration_ms};
+  for (const auto& d : r.devices) {
+    if (d.memory_capacity_bytes > 0 && d.peak_memory_bytes > d.memory_capacity_bytes) {
+      score.excess = std::max(score.excess,
+                              static_cast<double>(d.peak_memory_bytes - d.memory_capacity_bytes));
+    }
+  }
+  if (r.fits() && r.iteration_ms < e.best) {
+    e.best = r.iteration_ms;
+    e.candidate = candidate_of(*e.config, plan, r);
+  }
+  return score;
+}
+
+// The cheap pass: the bound, and as the first plan the balance with the least busiest stage
+// (each stage's work on its device), the min-max partition.
+void PlanSearch::multi_stage_root(Entry& e, const std::vector<Entry>& entries) {
+  const Config& c = *e.config;
+  auto note = [&] {
+    e.stats.best_ms = e.best < kInf ? e.best : 0.0;
+    e.stats.lower_bound_ms = e.root;
+  };
+  if (e.root >= ranking_threshold(entries, &e)) {
+    e.closed = true;
+    note();
+    return;
+  }
+  const int v = c.stages_per_device, stages = v * stages_;
+  std::vector<double> work(layers_ + 1, 0.0);
+  for (int k = 0; k < layers_; ++k) {
+    double w = 0.0;
+    for (std::int64_t size : c.sizes) {
+      const SizeCosts& s = costs_.at(size);
+      w += s.forward_ms[k] + s.backward_ms[k];
+    }
+    work[k + 1] = work[k] + w;
+  }
+  const Partition p = min_max_partition(layers_, stages, [&](int s, int a, int b) {
+    return (work[b] - work[a]) / speed_[stage_rank(c.schedule, s, stages, v)];
+  });
+  e.balance = p.sizes;
+  e.score = simulate_for(e, e.balance);
+  e.stats.evaluated = true;
+  note();
+}
+
+// A slice: every balance simulated when they all fit in what is left of the budget (the
+// configuration is then closed, its best exact); else a first-improvement local search that
+// moves one stage boundary by one layer, least memory excess first, then time. Once no move
+// improves, the configuration is settled: it keeps its bound in the gap and takes no more slices.
+void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::uint64_t slice) {
+  const Config& c = *e.config;
+  ranking_threshold_ = ranking_threshold(entries, &e);
+  const std::uint64_t steps = stats_.steps;
+  auto note = [&] {
+    ++e.stats.slices;
+    e.stats.steps += stats_.steps - steps;
+    e.stats.best_ms = e.best < kInf ? e.best : 0.0;
+    e.stats.lower_bound_ms = e.root;
+  };
+  if (e.root >= std::min(ranking_threshold_, e.best)) {
+    e.closed = true;
+    note();
+    return;
+  }
+  const int stages = c.stages_per_device * stages_;
+  const std::uint64_t left =
+      options_.search_budget > stats_.steps ? options_.search_budget - stats_.steps : 0;
+  // C(L - 1, S - 1) balances, counted up to what the budget allows.
+  const std::uint64_t affordable = left / e.tasks;
+  std::uint64_t count = 1;
+  for (int i = 1; i <= stages - 1 && count <= affordable; ++i) {
+    count =
+        count * static_cast<std::uint64_t>(layers_ - stages + i) / static_cast<std::uint64_t>(i);
+  }
+  if (count <= affordable) {
+    std::vector<int> balance;
+    std::function<void(int)> enumerate = [&](int rest) {
+      const int placed = static_cast<int>(balance.size());
+      if (placed == stages - 1) {
+        balance.push_back(rest);
+        simulate_for(e, balance);
+        balance.pop_back();
+        return;
+      }
+      for (int n = 1; n <= rest - (stages - 1 - placed); ++n) {
+        balance.push_back(n);
+        enumerate(rest - n);
+        balance.pop_back();
+      }
+    };
+    enumerate(layers_);
+    e.closed = true;
+    note();
+    return;
+  }
+  const std::uint64_t limit = std::min(options_.search_budget, steps + slice);
+  auto better = [](const Score& x, const Score& y) {
+    return x.excess < y.excess || (x.excess == y.excess && x.time < y.time);
+  };
+  bool improved = true;
+  while (improved && stats_.steps < limit) {
+    improved = false;
+    for (int i = 0; i + 1 < stages && !improved && stats_.steps < limit; ++i) {
+      for (int delta : {-1, 1}) {
+        std::vector<int> next = e.balance;
+        next[i] += delta;
+        next[i + 1] -= delta;
+        if (next[i] < 1 || next[i + 1] < 1) continue;
+        const Score score = simulate_for(e, next);
+        if (better(score, e.score)) {
+          e.balance = std::move(next);
+          e.score = score;
+          improved = true;
+          break;
+        }
+      }
+    }
+  }
+  if (!improved) e.settled = true;
+  note();
 }
 
 PlanSearchResult PlanSearch::run() {
@@ -947,6 +1413,10 @@ PlanSearchResult PlanSearch::run() {
   stats_.configurations = configs.size();
   // Cheap bounds first, to visit the promising configurations early and skip the rest.
   for (auto& c : configs) {
+    if (c.multi_stage()) {
+      c.lower_bound = multi_stage_bound(c);
+      continue;
+    }
     prepare(c);
     c.lower_bound = std::max(
         {balance_free_bound(), greedy_bound([this](int j, int a, int b) { return busy(j, a, b); }),
@@ -956,69 +1426,111 @@ PlanSearchResult PlanSearch::run() {
   std::stable_sort(configs.begin(), configs.end(),
                    [](const Config& x, const Config& y) { return x.lower_bound < y.lower_bound; });
 
+  std::vector<Entry> entries(configs.size());
+  for (std::size_t k = 0; k < configs.size(); ++k) {
+    entries[k].config = &configs[k];
+    entries[k].stats.chunks = configs[k].chunks;
+    entries[k].stats.micro_batches = configs[k].micro_batches();
+    entries[k].stats.checkpoint = configs[k].checkpoint;
+    entries[k].stats.schedule = configs[k].schedule;
+    entries[k].stats.stages_per_device = configs[k].stages_per_device;
+  }
+  // The cheap pass over every configuration, whatever the budget: its root bound and a good
+  // incumbent, so that no configuration goes unseen and the threshold is good from the start.
+  std::size_t done = 0;
+  for (Entry& e : entries) {
+    if (options_.progress) options_.progress(done++, entries.size());
+    open_root(e, entries);
+  }
+  // Then the budget, in rounds, to the configurations whose bound is below the threshold,
+  // lowest bound first (they decide the gap): each gets a share of what is left in proportion
+  // to its room below the threshold, and at least twice its last slice so that the rounds (each
+  // rebuilds the configuration's tables) are few. A slice resumes where the last one stopped.
+  const std::uint64_t least_slice = std::max<std::uint64_t>(64, options_.search_budget / 4096);
+  for (;;) {
+    std::vector<Entry*> open_entries;
+    for (Entry& e : entries) {
+      if (!e.closed && !e.settled) open_entries.push_back(&e);
+    }
+    if (open_entries.empty()) break;
+    std::stable_sort(open_entries.begin(), open_entries.end(),
+                     [](const Entry* x, const Entry* y) { return x->root < y->root; });
+    // Each one's weight: how far its bound lies below the plan it must beat, the room its
+    // search has to change the answer or the gap.
+    auto weight = [&](const Entry& e) {
+      const double beat = std::min(ranking_threshold(entries, &e), e.best);
+      return beat < kInf ? std::max(beat - e.root, 0.0) : std::max(e.root, 1.0);
+    };
+    std::vector<double> weights;
+    for (const Entry* e : open_entries) weights.push_back(weight(*e));
+    double weight_left = std::accumulate(weights.begin(), weights.end(), 0.0);
+    bool progressed = false;
+    for (std::size_t k = 0; k < open_entries.size(); ++k) {
+      Entry& e = *open_entries[k];
+      const double share_of = weight_left > 0 ? weights[k] / weight_left : 1.0;
+      weight_left -= weights[k];
+      if (e.closed) continue;
+      const std::uint64_t left =
+          options_.search_budget > stats_.steps ? options_.search_budget - stats_.steps : 0;
+      const auto share = static_cast<std::uint64_t>(share_of * static_cast<double>(left));
+      const std::uint64_t slice = std::min(left, std::max({least_slice, 2 * e.slice, share}));
+      if (slice == 0) continue;
+      search_slice(e, entries, slice);
+      progressed = true;
+    }
+    if (!progressed) break;
+  }
+  if (options_.progress) options_.progress(entries.size(), entries.size());
+
   Ranking ranking(options_.top);
-  balance_.assign(stages_, 0);
   double unexplored = kInf;  // the least bound over configurations the budget cut short
   double best = kInf;
-  std::size_t done = 0;
-  for (const Config& config : configs) {
-    if (options_.progress) options_.progress(done++, configs.size());
-    ranking_threshold_ = ranking.threshold();
-    if (config.lower_bound >= ranking_threshold_) {
-      ++stats_.configurations_skipped;
-      continue;
+  for (Entry& e : entries) {
+    if (e.best < kInf) {
+      best = std::min(best, e.best);
+      ranking.insert(e.candidate);
     }
-    prepare(config);
-    build_suffix_tables();
-    double root = std::max(
-        {config.lower_bound, suffix_[stages_][0], chained_[stages_][0], waits_[stages_][0]});
-    if (root >= ranking_threshold_) {
-      ++stats_.configurations_skipped;
-      continue;
+    if (e.stats.evaluated) ++stats_.configurations_searched;
+    if (!e.stats.evaluated) ++stats_.configurations_skipped;
+    if (!e.closed) {
+      // Still open: ruled out only if the final ranking's threshold is at or below its bound.
+      unexplored = std::min(unexplored, e.root);
     }
-    // Up to 5 % above (the term is about one stage's recompute): cheap enough at every root.
-    root = recompute_root(root, std::min(ranking_threshold_, 1.05 * root));
-    if (root >= ranking_threshold_) {
-      ++stats_.configurations_skipped;
-      continue;
-    }
-    config_best_ = kInf;
-    sweep_ = std::make_unique<IterationSweep>(config.schedule, config.checkpoint, stages_,
-                                              config.micro_batches(),
-                                              config.sizes.back() != config.sizes.front());
-    durations_.assign(stages_, StageDurations{});
-    const std::vector<int> first = busy_balanced();  // a good first incumbent
-    for (int j = 0, a = 0; j < stages_; a += first[j++])
-      durations_[j] = durations(j, a, a + first[j]);
-    evaluate(first, Objective::Time);
-    search(0, 0, 0.0, 0.0, {}, 0.0, Objective::Time);
-    if (out_of_budget_) unexplored = std::min(unexplored, root);
-    if (config_best_ < kInf) {
-      best = std::min(best, config_best_);
-      ranking.insert(config_best_candidate_);
-    }
+    e.stats.closed = e.closed;
+    stats_.per_configuration.push_back(e.stats);
   }
-  if (options_.progress) options_.progress(configs.size(), configs.size());
   stats_.best_ms = best < kInf ? best : 0.0;
   stats_.lower_bound_ms = best < kInf ? std::min(best, unexplored) : unexplored;
+  bool proven = true;
+  for (const Entry& e : entries) {
+    if (!e.closed && e.root < ranking_threshold(entries, &e)) proven = false;
+  }
 
   PlanSearchResult result;
   result.ranked = ranking.take();
   if (result.ranked.empty()) {
-    // Nothing fits: find the plan whose largest per-device peak is smallest.
+    // Nothing fits: find the plan whose largest per-device peak is smallest, with what is
+    // left of the budget.
+    step_limit_ = options_.search_budget;
+    out_of_budget_ = stats_.steps >= step_limit_;
+    balance_.assign(stages_, 0);
+    // (Among the single-stage configurations only: the memory bounds are theirs.)
     for (const Config& config : configs) {
+      if (config.multi_stage()) continue;
       prepare(config);
       build_suffix_tables();
       evaluate(busy_balanced(), Objective::Memory);
     }
     for (const Config& config : configs) {
+      if (config.multi_stage()) continue;
       prepare(config);
       search(0, 0, 0.0, 0.0, {}, 0.0, Objective::Memory);
     }
     result.leanest = lean_candidate_;
     result.leanest_proven = !out_of_budget_;
+    proven = proven && !out_of_budget_;
   }
-  stats_.proven = !out_of_budget_;
+  stats_.proven = proven;
   result.stats = stats_;
   return result;
 }

@@ -13,8 +13,12 @@
 // and the last one's; GPipe: the last ones'), the passes before and after it; a sweep of the
 // placed stages with the later ones as round trips; and, for the layers not yet placed, exact
 // min-max tables over suffixes. A per-stage memory lower bound rules out stages that cannot
-// fit. Configurations are visited in order of a balance-free lower bound and skipped once it
-// cannot beat the plans already found.
+// fit. Every configuration first gets its root bound and a first plan (a cheap pass, whatever
+// the budget); the budget then goes in rounds of growing slices to the configurations whose
+// bound is still below the best plan, lowest bound first, so that none starves the others.
+// The multi-stage schedules (listed in PlannerOptions::schedules) are not branched and bounded:
+// a sound balance-free bound, and balances timed by simulating (all of them when they fit the
+// budget, else a local search), docs/planner.md.
 
 #include <cstdint>
 #include <functional>
@@ -31,14 +35,19 @@ struct PlannerOptions {
   std::vector<int> chunks;  ///< chunk counts to try; empty: every count from 1 to the batch size
   std::vector<CheckpointMode> checkpoints{std::begin(kAllCheckpointModes),
                                           std::end(kAllCheckpointModes)};
-  std::vector<ScheduleKind> schedules{std::begin(kSingleStageScheduleKinds), std::end(kSingleStageScheduleKinds)};
+  std::vector<ScheduleKind> schedules{std::begin(kSingleStageScheduleKinds),
+                                      std::end(kSingleStageScheduleKinds)};
+  /// Stages per device tried for interleaved-1f1b, interleaved-zb and looped-bfs (zbv: 2);
+  /// a count is tried only where the model has a layer for each of the v x devices stages.
+  std::vector<int> stages_per_device{2};
   double optimizer_state_factor = 0.0;
-  int stages = 0;          ///< 0: one stage per device; k: the first k devices
-  std::size_t top = 5;     ///< configurations to rank
+  int stages = 0;       ///< 0: one stage per device; k: the first k devices
+  std::size_t top = 5;  ///< configurations to rank
   /// Work allowed before the search stops proving: one step per partial balance examined, one
   /// per eight tasks swept and one per task simulated. When it runs out, the best plans found
   /// so far are returned with a proven lower bound (PlannerStats). About 20 million steps a
-  /// second on one core.
+  /// second on one core. Shared between the configurations (see above); the cheap pass over
+  /// them counts its simulations here but runs in full even past the budget.
   std::uint64_t search_budget = 10'000'000;
   std::function<void(std::size_t done, std::size_t total)> progress;
 };
@@ -55,20 +64,39 @@ struct PlanCandidate {
   std::int64_t max_peak_memory_bytes() const;
 };
 
+/// What the search spent on one configuration.
+struct ConfigurationStats {
+  int chunks = 0;  ///< the smallest chunk count giving its split
+  int micro_batches = 0;
+  CheckpointMode checkpoint = CheckpointMode::Never;
+  ScheduleKind schedule = ScheduleKind::GPipe;
+  int stages_per_device = 1;
+  bool evaluated = false;  ///< its root bound was computed and its first plan simulated
+  bool closed = false;     ///< searched to the end, or ruled out by a bound
+  std::size_t slices = 0;  ///< slices of the search it was given
+  /// Partial balances examined (multi-stage: balances simulated), and steps spent.
+  std::uint64_t nodes = 0, steps = 0;
+  double lower_bound_ms = 0.0;  ///< its root bound
+  double best_ms = 0.0;         ///< its best fitting plan, 0: none found
+};
+
 struct PlannerStats {
-  std::size_t configurations = 0;         ///< distinct (split, checkpoint, schedule) triples
-  std::size_t configurations_skipped = 0;  ///< ruled out by a bound, never searched
-  std::uint64_t nodes = 0;                ///< partial balances examined
-  std::uint64_t simulations = 0;         ///< full simulations (a new best plan's memory)
-  std::uint64_t sweeps = 0;              ///< leaves timed by IterationSweep
-  std::uint64_t prefix_sweeps = 0;       ///< partial balances bounded by a sweep of their stages
-  std::uint64_t steps = 0;                ///< nodes + swept tasks / 8 + simulated tasks, against search_budget
-  bool proven = true;  ///< the best plan is optimal under the simulator (the search finished)
+  std::size_t configurations = 0;  ///< distinct (split, checkpoint, schedule, v) configurations
+  std::size_t configurations_skipped = 0;   ///< ruled out by a bound, never searched
+  std::size_t configurations_searched = 0;  ///< given a root bound and a first plan
+  std::uint64_t nodes = 0;                  ///< partial balances examined
+  std::uint64_t simulations = 0;            ///< full simulations (a new best plan's memory)
+  std::uint64_t sweeps = 0;                 ///< leaves timed by IterationSweep
+  std::uint64_t prefix_sweeps = 0;          ///< partial balances bounded by a sweep of their stages
+  std::uint64_t steps = 0;  ///< nodes + swept tasks / 8 + simulated tasks, against search_budget
+  bool proven = true;       ///< the best plan is optimal under the simulator (the search finished)
   /// No fitting plan is faster than this: the best plan's time when proven, else the least
   /// bound over what the search left unexplored.
   double lower_bound_ms = 0.0;
   double gap() const;  ///< (best - lower bound) / best, 0 when proven
   double best_ms = 0.0;
+  /// In the order of their balance-free bounds.
+  std::vector<ConfigurationStats> per_configuration;
 };
 
 struct PlanSearchResult {

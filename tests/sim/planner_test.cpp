@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <numeric>
 #include <random>
 
 #include "bench/synthetic_profile.hpp"
+#include "sim/schedule.hpp"
 #include "sim/simulator.hpp"
 #include "tests/sim/fixtures.hpp"
 
@@ -351,6 +353,192 @@ TEST(Planner, EqualBlocksAtScaleReachTheKnownOptimum) {
   const double per_stage = 64 * 0.03;
   EXPECT_NEAR(result.ranked.front().iteration_ms, (batch + stages - 1) * per_stage, 1e-9);
   EXPECT_EQ(result.ranked.front().plan.balance, std::vector<int>(stages, 64));
+}
+
+// Issue 15: the budget is shared between the configurations. With less budget than the first
+// configuration alone needs, every configuration still gets its root bound and first plan, the
+// answer is no worse than any configuration's first plan (each found alone with no budget), and
+// the bound stays below the optimum proven with a large budget.
+TEST(Planner, SmallBudgetStillVisitsEveryConfiguration) {
+  const Profile profile = bench::lognormal_profile(60, 8);
+  Hardware hw = replicate_device(profile.device, 4);
+  hw.link.bandwidth_bytes_per_s = 2e10;
+  PlannerOptions options;
+  options.top = 1;
+  options.search_budget = 100'000'000;
+  const auto full = find_best_plans(profile, hw, options);
+  ASSERT_TRUE(full.stats.proven);
+  ASSERT_FALSE(full.ranked.empty());
+  const double optimum = full.ranked.front().iteration_ms;
+
+  // What the first configuration (the least balance-free bound) needs on its own.
+  const ConfigurationStats& first = full.stats.per_configuration.front();
+  PlannerOptions alone = options;
+  alone.chunks = {first.chunks};
+  alone.checkpoints = {first.checkpoint};
+  alone.schedules = {first.schedule};
+  const auto first_alone = find_best_plans(profile, hw, alone);
+  ASSERT_TRUE(first_alone.stats.proven);
+  const std::uint64_t needed = first_alone.stats.steps;
+  ASSERT_GT(needed, 1000u);
+
+  options.search_budget = needed / 2;
+  const auto split = find_best_plans(profile, hw, options);
+  ASSERT_FALSE(split.ranked.empty());
+  const double answer = split.ranked.front().iteration_ms;
+  EXPECT_GE(answer, optimum * (1 - 1e-12));
+  EXPECT_LE(split.stats.lower_bound_ms, optimum * (1 + 1e-12));
+  EXPECT_EQ(split.stats.per_configuration.size(), split.stats.configurations);
+
+  std::size_t sliced = 0;
+  for (const ConfigurationStats& c : split.stats.per_configuration) {
+    SCOPED_TRACE(::testing::Message() << "x" << c.chunks << " " << to_string(c.checkpoint) << " "
+                                      << to_string(c.schedule));
+    // Skipped only when its balance-free bound already loses to the answer.
+    if (!c.evaluated) EXPECT_GE(c.lower_bound_ms, answer);
+    // Left open only with a bound that the answer's gap accounts for.
+    if (!c.closed) EXPECT_GE(c.lower_bound_ms, split.stats.lower_bound_ms);
+    if (c.slices > 0) ++sliced;
+    // Its first plan, alone and without budget: the answer is at least as fast.
+    PlannerOptions root_only;
+    root_only.top = 1;
+    root_only.chunks = {c.chunks};
+    root_only.checkpoints = {c.checkpoint};
+    root_only.schedules = {c.schedule};
+    root_only.search_budget = 0;
+    const auto incumbent = find_best_plans(profile, hw, root_only);
+    if (!incumbent.ranked.empty()) EXPECT_LE(answer, incumbent.ranked.front().iteration_ms);
+  }
+  // The first configuration did not take the whole budget: others were searched too.
+  EXPECT_GT(sliced, 1u);
+}
+
+// Issue 18: the multi-stage schedules, v = 2 on 2 devices (4 stages), against brute force over
+// every balance through the simulator. The configuration's root bound never exceeds any
+// balance's simulated time, the answer is the optimum when it says proven (the 35 balances of 8
+// layers fit the budget), and with a budget too small to enumerate them it is never below the
+// optimum and its bound never above.
+TEST(Planner, MultiStageSchedulesAgainstBruteForce) {
+  std::mt19937 rng(18);
+  constexpr ScheduleKind kMulti[] = {ScheduleKind::Interleaved1F1B, ScheduleKind::LoopedBFS,
+                                     ScheduleKind::InterleavedZB, ScheduleKind::ZBV};
+  int proven = 0, checked = 0;
+  for (int trial = 0; trial < 24; ++trial) {
+    const int layers = 4 + static_cast<int>(rng() % 5);  // 4..8
+    const std::int64_t batch = 1 + rng() % 4;
+    const Profile profile = testing::random_profile(rng, layers, batch);
+    Hardware hw = replicate_device(profile.device, 2);
+    hw.link.bandwidth_bytes_per_s = 1e5 * (1 + rng() % 100);
+    hw.link.latency_ms = (rng() % 5) / 10.0;
+    hw.launch_overhead_ms = (rng() % 3) / 100.0;
+    for (auto& d : hw.devices) d.speed = 0.5 + (rng() % 4) / 2.0;
+    const Simulator simulator(profile, hw);
+    for (ScheduleKind kind : kMulti) {
+      const int chunks = 1 + static_cast<int>(rng() % batch);
+      const CheckpointMode checkpoint = kAllCheckpointModes[rng() % 3];
+      const int m = static_cast<int>(split_batch(batch, chunks).size());
+      if (schedule_refusal(kind, 2, 2, m)) continue;
+      double optimum = 1e300, slowest = 0.0;
+      for_each_balance(layers, 4, [&](const std::vector<int>& balance) {
+        Plan plan = testing::make_plan(balance, chunks, checkpoint, kind);
+        plan.stages_per_device = 2;
+        const auto r = simulator.run(plan);
+        optimum = std::min(optimum, r.iteration_ms);
+        slowest = std::max(slowest, r.iteration_ms);
+      });
+      PlannerOptions options;
+      options.top = 1;
+      options.chunks = {chunks};
+      options.checkpoints = {checkpoint};
+      options.schedules = {kind};
+      SCOPED_TRACE(::testing::Message()
+                   << "trial " << trial << ": " << layers << " layers, x" << chunks << " "
+                   << to_string(checkpoint) << " " << to_string(kind));
+      const PlanSearchResult full = find_best_plans(profile, hw, options);
+      ASSERT_EQ(full.stats.per_configuration.size(), 1u);
+      const ConfigurationStats& config = full.stats.per_configuration.front();
+      EXPECT_EQ(config.stages_per_device, 2);
+      EXPECT_LE(config.lower_bound_ms, optimum * (1 + 1e-12));
+      ASSERT_FALSE(full.ranked.empty());
+      const double answer = full.ranked.front().iteration_ms;
+      EXPECT_GE(answer, optimum * (1 - 1e-12));
+      if (full.stats.proven) {
+        ++proven;
+        EXPECT_NEAR(answer, optimum, 1e-9 * optimum);
+      }
+      EXPECT_LE(full.stats.lower_bound_ms, optimum * (1 + 1e-12));
+      // The answer is a plan the simulator times the same.
+      EXPECT_EQ(simulator.run(full.ranked.front().plan).iteration_ms, answer);
+
+      options.search_budget = 1;  // the cheap pass and nothing else
+      const PlanSearchResult cut = find_best_plans(profile, hw, options);
+      ASSERT_FALSE(cut.ranked.empty());
+      EXPECT_GE(cut.ranked.front().iteration_ms, optimum * (1 - 1e-12));
+      EXPECT_LE(cut.stats.lower_bound_ms, optimum * (1 + 1e-12));
+      if (!cut.stats.proven) EXPECT_LT(cut.stats.lower_bound_ms, cut.stats.best_ms);
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 60);
+  EXPECT_EQ(proven, checked);  // 35 balances at most: always enumerated
+}
+
+// The multi-stage bound against random plans on random instances: never above a plan's
+// simulated time, whatever the schedule, stages per device, speeds and checkpointing.
+TEST(Planner, MultiStageBoundIsBelowEveryPlan) {
+  std::mt19937 rng(1818);
+  constexpr ScheduleKind kMulti[] = {ScheduleKind::Interleaved1F1B, ScheduleKind::LoopedBFS,
+                                     ScheduleKind::InterleavedZB, ScheduleKind::ZBV};
+  int near = 0, checked = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    const int devices = 2 + static_cast<int>(rng() % 3);  // 2..4
+    const int layers = 3 * devices + static_cast<int>(rng() % 20);
+    const std::int64_t batch = 1 + rng() % 8;
+    const Profile profile = testing::random_profile(rng, layers, batch);
+    Hardware hw = replicate_device(profile.device, devices);
+    hw.link.bandwidth_bytes_per_s = 1e5 * (1 + rng() % 100);
+    hw.link.latency_ms = (rng() % 5) / 10.0;
+    hw.launch_overhead_ms = (rng() % 3) / 100.0;
+    for (auto& d : hw.devices) d.speed = 0.25 * static_cast<double>(1 + rng() % 8);
+    const Simulator simulator(profile, hw);
+    const ScheduleKind kind = kMulti[trial % 4];
+    const int v = kind == ScheduleKind::ZBV ? 2 : 2 + static_cast<int>(rng() % 2);
+    const int chunks = 1 + static_cast<int>(rng() % batch);
+    const CheckpointMode checkpoint = kAllCheckpointModes[rng() % 3];
+    const int m = static_cast<int>(split_batch(batch, chunks).size());
+    if (schedule_refusal(kind, devices, v, m)) continue;
+    PlannerOptions options;
+    options.top = 1;
+    options.chunks = {chunks};
+    options.checkpoints = {checkpoint};
+    options.schedules = {kind};
+    options.stages_per_device = {v};
+    options.search_budget = 0;
+    const PlanSearchResult result = find_best_plans(profile, hw, options);
+    ASSERT_EQ(result.stats.per_configuration.size(), 1u);
+    const double bound = result.stats.per_configuration.front().lower_bound_ms;
+    for (int sample = 0; sample < 25; ++sample) {
+      // A random balance of v x devices non-empty stages.
+      const int stages = v * devices;
+      std::vector<int> cuts(static_cast<std::size_t>(layers - 1));
+      std::iota(cuts.begin(), cuts.end(), 1);
+      std::shuffle(cuts.begin(), cuts.end(), rng);
+      cuts.resize(static_cast<std::size_t>(stages - 1));
+      std::sort(cuts.begin(), cuts.end());
+      cuts.push_back(layers);
+      std::vector<int> balance;
+      for (int k = 0, at = 0; k < stages; at = cuts[k++]) balance.push_back(cuts[k] - at);
+      Plan plan = testing::make_plan(balance, chunks, checkpoint, kind);
+      plan.stages_per_device = v;
+      const double time = simulator.run(plan).iteration_ms;
+      SCOPED_TRACE(::testing::Message() << "trial " << trial << " " << describe_plan(plan));
+      EXPECT_LE(bound, time * (1 + 1e-12));
+      if (bound > 0.5 * time) ++near;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 600);
+  EXPECT_GT(near, 100);  // the bound is not trivially small
 }
 
 }  // namespace
