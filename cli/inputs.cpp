@@ -191,11 +191,18 @@ int device_count(const Plan& plan) {
 
 void use_schedule_csv(const Schedule& schedule, const std::string& path, const Hardware& hardware,
                       Plan& plan) {
+  std::vector<std::string> names;
+  for (const auto& device : hardware.devices) names.push_back(device.name);
+  use_schedule_csv(schedule, path, names, plan);
+}
+
+void use_schedule_csv(const Schedule& schedule, const std::string& path,
+                      const std::vector<std::string>& device_names, Plan& plan) {
   if (schedule.stages != plan.stages()) {
     throw InputError(fmt::format("{}: the schedule has {} stages; --balance gives {}", path,
                                  schedule.stages, plan.stages()));
   }
-  const int devices = static_cast<int>(hardware.devices.size());
+  const int devices = static_cast<int>(device_names.size());
   if (schedule.ranks() > devices) {
     throw InputError(fmt::format("{}: {} rows (one per rank), but only {} device{}", path,
                                  schedule.ranks(), devices, devices == 1 ? "" : "s"));
@@ -206,7 +213,7 @@ void use_schedule_csv(const Schedule& schedule, const std::string& path, const H
   plan.checkpoint = CheckpointMode::Never;
   if (plan.devices.empty()) {
     for (int s = 0; s < schedule.stages; ++s) {
-      plan.devices.push_back(hardware.devices[schedule.stage_rank[s]].name);
+      plan.devices.push_back(device_names[schedule.stage_rank[s]]);
     }
   }
 }

@@ -54,9 +54,12 @@ Plan resolve_plan(const PlanFlags& flags);
 /// stages_per_device stages.
 int device_count(const Plan& plan);
 
-/// --schedule-csv: the plan runs `schedule` (read from `path`): programme r on device r, unless
-/// the plan names devices; no recomputes (torch's CSV has none). Refuses more programmes than
-/// devices, or a balance with another stage count.
+/// --schedule-csv: the plan runs `schedule` (read from `path`): programme r on device_names[r],
+/// unless the plan names devices; no recomputes (torch's CSV has none). Refuses more programmes
+/// than devices, or a balance with another stage count. simulate passes the hardware's names,
+/// run the executor's ("cpu:0", …).
+void use_schedule_csv(const Schedule& schedule, const std::string& path,
+                      const std::vector<std::string>& device_names, Plan& plan);
 void use_schedule_csv(const Schedule& schedule, const std::string& path, const Hardware& hardware,
                       Plan& plan);
 

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "cli/commands.hpp"
@@ -26,6 +27,7 @@
 #include "sim/compare.hpp"
 #include "sim/error.hpp"
 #include "sim/file_io.hpp"
+#include "sim/schedule_csv.hpp"
 #include "sim/units.hpp"
 #include "validate/fit_check.hpp"
 
@@ -36,6 +38,8 @@ namespace {
 struct RunFlags {
   ModelFlags model;
   std::string plan;
+  std::string schedule_csv;
+  std::vector<int> balance;
   std::int64_t batch = 32;
   std::string device = "cpu";
   int steps = 10;
@@ -73,9 +77,15 @@ void add_run_command(CLI::App& app, std::vector<Command>& commands) {
   CLI::App* sub = app.add_subcommand(
       "run", "Train with a plan on the real GPipe executor and record the measured timeline");
   add_model_flags(*sub, flags->model);
-  sub->add_option("--plan", flags->plan, "plan.json (from pipetune plan)")
-      ->required()
+  sub->add_option("--plan", flags->plan, "plan.json (from pipetune plan)")->type_name("FILE");
+  sub->add_option("--schedule-csv", flags->schedule_csv,
+                  "run torch's compute-only schedule CSV instead of the plan's schedule: row r "
+                  "is device r; --balance (or the plan's) gives the layers of each stage")
       ->type_name("FILE");
+  sub->add_option("--balance", flags->balance,
+                  "layers per stage, e.g. 3,3,2 (overrides the plan's)")
+      ->delimiter(',')
+      ->type_name("N,N,...");
   sub->add_option("--batch", flags->batch, "samples per mini-batch (default 32)")
       ->check(CLI::PositiveNumber);
   sub->add_option("--device", flags->device, "cpu or cuda (default cpu)")
@@ -143,6 +153,31 @@ void add_run_command(CLI::App& app, std::vector<Command>& commands) {
 
 namespace {
 
+// What to call the plan in messages: its file, or the command line's flags.
+std::string plan_source(const RunFlags& flags) {
+  return flags.plan.empty() ? std::string("command line") : flags.plan;
+}
+
+// --plan with --balance over its balance; with --schedule-csv the CSV's programmes, one device
+// each unless the plan names devices, and its micro-batch count unless the plan gives chunks.
+Plan resolve_run_plan(const RunFlags& flags, std::optional<Schedule>& given) {
+  if (flags.plan.empty() && (flags.schedule_csv.empty() || flags.balance.empty())) {
+    throw InputError(
+        "no plan: give --plan FILE, or --schedule-csv FILE with --balance N,N,... (layers per "
+        "stage)");
+  }
+  Plan plan;
+  if (!flags.plan.empty()) plan = load_plan(flags.plan);
+  if (!flags.balance.empty()) plan.balance = flags.balance;
+  if (flags.schedule_csv.empty()) return plan;
+  given = load_schedule_csv(flags.schedule_csv);
+  if (flags.plan.empty()) plan.chunks = given->micro_batches;
+  std::vector<std::string> names;
+  for (int r = 0; r < given->ranks(); ++r) names.push_back(fmt::format("{}:{}", flags.device, r));
+  use_schedule_csv(*given, flags.schedule_csv, names, plan);
+  return plan;
+}
+
 // The devices, threads and runtime options the plan runs with; for a distributed run also the
 // launcher's environment, checked against the plan before any work, on every rank alike.
 exec::ExecutorOptions executor_options(const RunFlags& flags, const Plan& plan,
@@ -156,7 +191,8 @@ exec::ExecutorOptions executor_options(const RunFlags& flags, const Plan& plan,
       throw InputError(fmt::format(
           "{}: the plan has {} devices ({}) but WORLD_SIZE is {}: --distributed runs one "
           "process per device",
-          flags.plan, options.devices.size(), fmt::join(options.devices, ", "), launch.world_size));
+          plan_source(flags), options.devices.size(), fmt::join(options.devices, ", "),
+          launch.world_size));
     }
     if (flags.device == "cuda") {
       throw InputError(
@@ -178,7 +214,8 @@ exec::ExecutorOptions executor_options(const RunFlags& flags, const Plan& plan,
 // A plan predicted not to fit is refused now, not by an out-of-memory error mid-step.
 void refuse_misfit(const RunFlags& flags, const Plan& plan, const exec::ExecutorOptions& options) {
   validate::FitCheck fit;
-  fit.plan_source = flags.plan;
+  fit.plan_source = plan_source(flags);
+  fit.schedule = options.schedule;
   fit.profile_path = flags.profile;
   fit.hardware_path = flags.hardware;
   if (!flags.memory.empty()) {
@@ -196,7 +233,7 @@ void refuse_misfit(const RunFlags& flags, const Plan& plan, const exec::Executor
       validate::predict_misfits(fit, exec::with_executor_devices(plan, options.devices),
                                 [&] { return build_model_from(flags.model, flags.seed); });
   if (!misfits.empty()) {
-    const std::string what = validate::misfit_message(flags.plan, misfits);
+    const std::string what = validate::misfit_message(plan_source(flags), misfits);
     if (!flags.force) throw WorkError(what + " (--force runs it anyway)");
     std::fprintf(stderr, "warning: %s; running it anyway (--force)\n", what.c_str());
   }
@@ -320,7 +357,11 @@ void print_run_text(const RunFlags& flags, const Plan& plan, const models::Model
                     const RankClocks& clocks) {
   std::printf("model     %s (%s), batch %lld\n", model.name.c_str(), model.spec.c_str(),
               static_cast<long long>(flags.batch));
-  std::printf("plan      %s on %s\n", describe_plan(plan).c_str(),
+  const std::string schedule =
+      flags.schedule_csv.empty()
+          ? describe_plan(plan)
+          : fmt::format("{} x{} {}", format_balance(plan.balance), plan.chunks, flags.schedule_csv);
+  std::printf("plan      %s on %s\n", schedule.c_str(),
               fmt::format("{}", fmt::join(pipeline.device_names(), ", ")).c_str());
   if (flags.distributed) print_rank_clocks(launch, clocks);
   if (!flags.links_out.empty())
@@ -350,9 +391,11 @@ void print_run_text(const RunFlags& flags, const Plan& plan, const models::Model
 }  // namespace
 
 int run_plan(const std::shared_ptr<RunFlags>& flags) {
-  const Plan plan = load_plan(flags->plan);
+  std::optional<Schedule> given;
+  const Plan plan = resolve_run_plan(*flags, given);
   distributed::LaunchEnvironment launch;
   exec::ExecutorOptions options = executor_options(*flags, plan, launch);
+  options.schedule = std::move(given);
   const bool reports = !flags->distributed || launch.rank == 0;
   // A file that cannot be written is known now, not after the run.
   if (reports && !flags->trace.empty()) check_writable(flags->trace, "--trace");

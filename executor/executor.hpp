@@ -4,8 +4,11 @@
 // action, so that what it measures is the programme the simulator predicted.
 //
 // Each device of the plan has a worker thread that runs its programme in order: forward (F),
-// recompute (R) and backward (B) of (stage, micro-batch). A forward hands its output to the
-// next stage; a backward hands its input's gradient to the previous one. Stages on one device
+// recompute (R) and backward, whole (B) or split into I (w.r.t. the stage input) and W (w.r.t.
+// its weights), of (stage, micro-batch); a device may hold several stages (the interleaved, V
+// and looped schedules), each with its own parameters, optimizer and saved state. A forward
+// hands its output to the next stage; a B or I hands its input's gradient to the previous one
+// at once. Stages on one device
 // hand over the tensor itself; between devices a copy channel (one thread per direction, a copy
 // stream on CUDA) moves it, overlapping compute. Checkpointed micro-batches run forward without
 // autograd and keep only their input; their recompute runs the forward again right before the
@@ -26,6 +29,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -34,6 +38,7 @@
 #include "executor/optimizer.hpp"
 #include "sim/error.hpp"
 #include "sim/plan.hpp"
+#include "sim/schedule.hpp"
 #include "sim/trace.hpp"
 
 namespace pipetune::exec {
@@ -66,6 +71,10 @@ struct ExecutorOptions {
   /// of rank i; this process runs device transport->rank() and reaches the others through it.
   /// StepRecord then holds this rank's tasks, or on rank 0 every rank's, merged on its clock.
   std::shared_ptr<Transport> transport;
+  /// A schedule to run instead of the plan's (torch's CSV): the plan then gives the layers per
+  /// stage and the chunks; the schedule's programmes place the stages unless the plan names
+  /// devices, and its R actions are the recomputes.
+  std::optional<Schedule> schedule;
 };
 
 /// What one training step measured. Times in ms from the step's start, one time base for all

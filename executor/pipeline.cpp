@@ -13,6 +13,7 @@
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <thread>
 
 #include "executor/device_runtime.hpp"
@@ -20,9 +21,11 @@
 #include "executor/models/layers.hpp"
 #include "executor/placement.hpp"
 #include "executor/rank_merge.hpp"
+#include "executor/stage_backward.hpp"
 #include "executor/transport.hpp"
 #include "sim/error.hpp"
 #include "sim/schedule.hpp"
+#include "sim/task_graph.hpp"
 #include "sim/trace.hpp"
 
 namespace pipetune::exec {
@@ -125,6 +128,20 @@ std::vector<torch::nn::Sequential> split_model(models::Model& model,
   return stages;
 }
 
+// Which (stage, micro-batch) the schedule recomputes: its forward keeps only the input. Read
+// from the programmes, so a schedule given from outside (torch's CSV) is run as written.
+std::vector<char> recomputed_micro_batches(const Schedule& schedule) {
+  std::vector<char> out(static_cast<std::size_t>(schedule.stages) * schedule.micro_batches, 0);
+  for (const auto& program : schedule.per_rank) {
+    for (const Action& a : program) {
+      if (a.kind == ActionKind::Recompute) {
+        out[static_cast<std::size_t>(a.stage) * schedule.micro_batches + a.micro_batch] = 1;
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 struct Pipeline::Impl {
@@ -138,9 +155,10 @@ struct Pipeline::Impl {
   const int local;  // the device this process runs (distributed), -1: all of them
   std::unique_ptr<DeviceRuntime> runtime;
   std::vector<torch::nn::Sequential> stages;
-  const Schedule schedule;
-  const std::vector<std::vector<Action>> programs;                   // per device
-  std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers;  // per device
+  const Schedule& schedule;                         // placement's
+  const std::vector<std::vector<Action>> programs;  // per device
+  const std::vector<char> recomputed;  // stage * micro_batches + micro_batch: has an R action
+  std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers;  // per stage (local ones)
 
   // --- threads ---
   std::vector<std::thread> workers;
@@ -171,10 +189,7 @@ struct Pipeline::Impl {
   int step_index = 0;
   std::vector<at::Tensor> micro_inputs, micro_targets;
   std::map<Key, Handoff> mailbox;
-  struct Context {
-    at::Tensor input, output;
-  };
-  std::vector<Context> contexts;            // stage * micro_batches + micro_batch
+  std::vector<MicroBatchState> contexts;    // stage * micro_batches + micro_batch
   std::vector<at::Tensor> losses;           // per micro-batch, scaled
   std::vector<std::vector<TraceTask>> ran;  // per device
   std::vector<std::vector<Stamp>> stamps;   // per device: start, end of each task
@@ -190,23 +205,26 @@ struct Pipeline::Impl {
         options(std::move(o)),
         placement(place_stages(plan, static_cast<int>(model.layer_names.size()), model.name,
                                batch_size, options.devices,
-                               options.transport ? options.transport->world_size() : 0)),
+                               options.transport ? options.transport->world_size() : 0,
+                               options.schedule ? &*options.schedule : nullptr)),
         stage_count(plan.stages()),
         micro_batches(static_cast<int>(placement.micro_batch_sizes.size())),
         local(options.transport ? options.transport->rank() : -1),
         runtime(make_runtime(placement, options)),
         stages(split_model(model, plan.balance)),
-        schedule(make_schedule(plan.schedule, stage_count, micro_batches, plan.checkpoint)),
-        programs(device_programs(schedule, placement.device_of, device_count())) {
+        schedule(placement.schedule),
+        programs(device_programs(schedule, placement.device_of, device_count())),
+        recomputed(recomputed_micro_batches(schedule)) {
     adopt_local_stages();
     optimizers = make_optimizers();
   }
 
   int device_count() const { return static_cast<int>(placement.device_names.size()); }
   int device_of(int stage) const { return placement.device_of[stage]; }
-  Context& context(int s, int i) {
+  MicroBatchState& context(int s, int i) {
     return contexts[static_cast<std::size_t>(s) * micro_batches + i];
   }
+  std::optional<Key> receives(const Action& a) const;
 
   void adopt_local_stages();
   std::vector<std::unique_ptr<torch::optim::Optimizer>> make_optimizers();
@@ -247,19 +265,32 @@ void Pipeline::Impl::adopt_local_stages() {
   }
 }
 
-// One optimizer per device, over the parameters of every stage it holds.
+// One optimizer per stage this process runs, over the stage's parameters.
 std::vector<std::unique_ptr<torch::optim::Optimizer>> Pipeline::Impl::make_optimizers() {
-  std::vector<std::unique_ptr<torch::optim::Optimizer>> out(device_count());
-  for (int d = 0; d < device_count(); ++d) {
-    if (!is_local(d)) continue;
-    std::vector<at::Tensor> params;
-    for (int s = 0; s < stage_count; ++s) {
-      if (device_of(s) != d) continue;
-      for (auto& p : stages[s]->parameters()) params.push_back(p);
-    }
-    out[d] = make_optimizer(options.optimizer, std::move(params), options.learning_rate);
+  std::vector<std::unique_ptr<torch::optim::Optimizer>> out(stage_count);
+  for (int s = 0; s < stage_count; ++s) {
+    if (!is_local(device_of(s))) continue;
+    out[s] = make_optimizer(options.optimizer, stages[s]->parameters(), options.learning_rate);
   }
   return out;
+}
+
+// What an action waits for from another stage: the forward its input activation, the backward
+// (B or I) its output's gradient.
+std::optional<Key> Pipeline::Impl::receives(const Action& a) const {
+  switch (a.kind) {
+    case ActionKind::Forward:
+      if (a.stage > 0) return Key{Carry::Activation, a.stage, a.micro_batch};
+      return std::nullopt;
+    case ActionKind::Backward:
+    case ActionKind::InputGrad:
+      if (a.stage + 1 < stage_count) return Key{Carry::Gradient, a.stage, a.micro_batch};
+      return std::nullopt;
+    case ActionKind::Recompute:
+    case ActionKind::WeightGrad:
+      return std::nullopt;
+  }
+  return std::nullopt;
 }
 
 void Pipeline::Impl::start_threads() {
@@ -273,24 +304,17 @@ void Pipeline::Impl::start_threads() {
     // A receiver per peer that sends here, expecting in this device's programme order.
     std::map<int, Receiver*> by_peer;
     for (const Action& a : programs[local]) {
-      int from = -1;
-      Key key{};
-      if (a.kind == ActionKind::Forward && a.stage > 0 && device_of(a.stage - 1) != local) {
-        from = device_of(a.stage - 1);
-        key = {Carry::Activation, a.stage, a.micro_batch};
-      } else if (a.kind == ActionKind::Backward && a.stage + 1 < stage_count &&
-                 device_of(a.stage + 1) != local) {
-        from = device_of(a.stage + 1);
-        key = {Carry::Gradient, a.stage, a.micro_batch};
-      }
-      if (from < 0) continue;
+      const std::optional<Key> key = receives(a);
+      if (!key) continue;
+      const int from = device_of(sender_stage(*key));
+      if (from == local) continue;
       Receiver*& r = by_peer[from];
       if (!r) {
         receivers.push_back(std::make_unique<Receiver>());
         r = receivers.back().get();
         r->peer = from;
       }
-      r->expected.push_back(key);
+      r->expected.push_back(*key);
     }
     for (auto& r : receivers) {
       Receiver* receiver = r.get();
@@ -443,7 +467,7 @@ void Pipeline::Impl::run_action(int d, const Action& a, at::Generator& generator
                                 Handoff incoming) {
   const int s = a.stage, i = a.micro_batch;
   const bool last = s + 1 == stage_count;
-  Context& ctx = context(s, i);
+  MicroBatchState& ctx = context(s, i);
   // The same seed for a micro-batch's forward and its recompute: identical dropout masks.
   generator.set_current_seed(
       mix(options.seed ^ mix(static_cast<std::uint64_t>(step_index) << 32 ^
@@ -458,7 +482,7 @@ void Pipeline::Impl::run_action(int d, const Action& a, at::Generator& generator
       if (s > 0 && at::isFloatingType(x.scalar_type())) x.requires_grad_(true);
       ctx.input = x;
       at::Tensor y;
-      if (schedule.recomputes(i)) {
+      if (recomputed[static_cast<std::size_t>(s) * micro_batches + i]) {
         at::NoGradGuard no_grad;  // keep only the input; the recompute rebuilds the graph
         y = stages[s]->forward(x);
         if (last) losses[i] = model.loss(y, micro_targets[i]).detach() * scale;
@@ -480,20 +504,19 @@ void Pipeline::Impl::run_action(int d, const Action& a, at::Generator& generator
       ctx.output = last ? model.loss(y, micro_targets[i]) * scale : y;
       break;
     }
-    case ActionKind::Backward: {
-      if (last) {
-        torch::autograd::backward({ctx.output});
-      } else {
-        const at::Tensor gradient = runtime->consume(incoming, d);
-        torch::autograd::backward({ctx.output}, {gradient});
-      }
-      if (s > 0) {
-        at::Tensor input_gradient = ctx.input.grad();
-        send(Carry::Gradient, s - 1, i, input_gradient, d);
-      }
-      ctx = {};
+    case ActionKind::Backward:
+    case ActionKind::InputGrad: {
+      // The last stage starts from its loss; the others from the next stage's gradient.
+      const at::Tensor gradient = last ? at::Tensor() : runtime->consume(incoming, d);
+      const at::Tensor input_gradient = a.kind == ActionKind::Backward
+                                            ? backward_whole(ctx, gradient)
+                                            : backward_input(ctx, gradient);
+      if (s > 0) send(Carry::Gradient, s - 1, i, input_gradient, d);
       break;
     }
+    case ActionKind::WeightGrad:
+      backward_weight(ctx, stages[s]->parameters());
+      break;
   }
 }
 
@@ -516,20 +539,14 @@ void Pipeline::Impl::worker_main(int d) {
         // Wait for what the action needs from another stage first: a task's time is its own
         // work, and the wait is the dependency's (the simulator and replay count it there).
         Handoff incoming;
-        if (a.kind == ActionKind::Forward && a.stage > 0)
-          incoming = take({Carry::Activation, a.stage, a.micro_batch});
-        if (a.kind == ActionKind::Backward && a.stage + 1 < stage_count) {
-          incoming = take({Carry::Gradient, a.stage, a.micro_batch});
-        }
+        if (const std::optional<Key> key = receives(a)) incoming = take(*key);
         const Stamp begin = runtime->now(d);
         runtime->sample_memory(d, begin);
         run_action(d, a, generator, std::move(incoming));
         const Stamp end = runtime->now(d);
         runtime->sample_memory(d, end);
         TraceTask t;
-        t.kind = a.kind == ActionKind::Forward     ? TaskKind::Forward
-                 : a.kind == ActionKind::Recompute ? TaskKind::Recompute
-                                                   : TaskKind::Backward;
+        t.kind = task_kind(a.kind);
         t.stage = a.stage;
         t.micro_batch = a.micro_batch;
         t.device = d;
@@ -538,8 +555,10 @@ void Pipeline::Impl::worker_main(int d) {
         stamps[d].push_back(begin);
         stamps[d].push_back(end);
       }
-      // Every backward of this device's stages is done: its parameters can step.
-      if (optimizers[d] && !abort && !stop) optimizers[d]->step();
+      // Every backward of this device's stages is done: their parameters can step.
+      for (int s = 0; s < stage_count; ++s) {
+        if (device_of(s) == d && optimizers[s] && !abort && !stop) optimizers[s]->step();
+      }
     } catch (const Aborted&) {
     } catch (const std::exception& e) {
       fail(current, e.what());

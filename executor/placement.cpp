@@ -20,16 +20,11 @@ bool is_kind(const std::string& name, const std::string& kind) {
   return parsed && parsed->has_index && to_string(parsed->kind) == kind;
 }
 
-// What the executor runs: one-stage schedules, a layer or more per stage summing to the
-// model's, a chunk count the batch can split into.
+// What the executor runs: a layer or more per stage summing to the model's, a chunk count the
+// batch can split into.
 void check_runnable(const Plan& plan, int model_layers, const std::string& model_name,
                     std::int64_t batch_size) {
   if (plan.balance.empty()) throw InputError("plan: balance: expected at least one stage");
-  if (is_multi_stage(plan.schedule)) {
-    throw InputError(fmt::format(
-        "plan: schedule: the executor runs gpipe and 1f1b; {} is simulated and planned only",
-        to_string(plan.schedule)));
-  }
   long long total = 0;
   for (std::size_t s = 0; s < plan.balance.size(); ++s) {
     if (plan.balance[s] < 1) {
@@ -50,26 +45,75 @@ void check_runnable(const Plan& plan, int model_layers, const std::string& model
   }
 }
 
-// Which of `devices` each stage runs on: the plan's own names, or stage i on entry i.
-std::vector<std::string> stage_device_names(const Plan& plan,
+// The schedule the stages run: the one given, if it fits the plan, else the plan's own, with
+// torch's refusals as the plan's fault.
+Schedule schedule_to_run(const Plan& plan, int micro_batches, const Schedule* given) {
+  if (given) {
+    if (given->stages != plan.stages()) {
+      throw InputError(fmt::format("plan: balance: the schedule has {} stages, the balance {}",
+                                   given->stages, plan.stages()));
+    }
+    if (given->micro_batches != micro_batches) {
+      throw InputError(
+          fmt::format("plan: chunks: the schedule has {} micro-batches, the batch splits into {}",
+                      given->micro_batches, micro_batches));
+    }
+    return *given;
+  }
+  const int per_device = is_multi_stage(plan.schedule) ? plan.stages_per_device : 1;
+  if (per_device != plan.stages_per_device) {
+    throw InputError(fmt::format("plan: stages_per_device: expected 1 for {}, got {}",
+                                 to_string(plan.schedule), plan.stages_per_device));
+  }
+  if (per_device < 1 || plan.stages() % per_device != 0) {
+    throw InputError(
+        fmt::format("plan: balance: expected a multiple of {} stages (stages_per_device), got {}",
+                    per_device, plan.stages()));
+  }
+  if (auto why =
+          schedule_refusal(plan.schedule, plan.stages() / per_device, per_device, micro_batches)) {
+    throw InputError("plan: schedule: " + *why);
+  }
+  return make_schedule(plan.schedule, plan.stages(), micro_batches, plan.checkpoint, per_device);
+}
+
+// Which of `devices` each stage runs on: the plan's own names (a programme's stages on one
+// device), or programme r on entry r.
+std::vector<std::string> stage_device_names(const Plan& plan, const Schedule& schedule,
                                             const std::vector<std::string>& devices) {
   const int stage_count = plan.stages();
   std::vector<std::string> names(stage_count);
   if (plan.devices.empty()) {
-    if (stage_count > static_cast<int>(devices.size())) {
+    if (schedule.ranks() > static_cast<int>(devices.size())) {
+      const std::string stages = schedule.ranks() == stage_count
+                                     ? fmt::format("{} stages", stage_count)
+                                     : fmt::format("{} programmes of stages", schedule.ranks());
       throw InputError(
-          fmt::format("plan: {} stages but {} devices (name the plan's devices to put several "
-                      "stages on one device)",
-                      stage_count, devices.size()));
+          fmt::format("plan: {} but {} devices (name the plan's devices to put several stages on "
+                      "one device)",
+                      stages, devices.size()));
     }
-    for (int s = 0; s < stage_count; ++s) names[s] = devices[s];
+    for (int s = 0; s < stage_count; ++s) names[s] = devices[schedule.stage_rank[s]];
     return names;
   }
+  if (static_cast<int>(plan.devices.size()) != stage_count) {
+    throw InputError(fmt::format("plan: devices: expected one per stage ({}), got {}", stage_count,
+                                 plan.devices.size()));
+  }
+  std::vector<int> first_of_rank(schedule.ranks(), -1);
   for (int s = 0; s < stage_count; ++s) {
     const auto& name = plan.devices[s];
     if (std::find(devices.begin(), devices.end(), name) == devices.end()) {
       throw InputError(fmt::format("plan: devices[{}]: \"{}\" is not one of the devices given ({})",
                                    s, name, fmt::join(devices, ", ")));
+    }
+    int& first = first_of_rank[schedule.stage_rank[s]];
+    if (first < 0) {
+      first = s;
+    } else if (name != plan.devices[first]) {
+      throw InputError(fmt::format(
+          "plan: devices[{}]: expected \"{}\" (stages {} and {} are one programme), got \"{}\"", s,
+          plan.devices[first], first, s, name));
     }
     names[s] = name;
   }
@@ -99,11 +143,12 @@ DeviceName checked_device(const std::string& name, bool distributed) {
 
 StagePlacement place_stages(const Plan& plan, int model_layers, const std::string& model_name,
                             std::int64_t batch_size, const std::vector<std::string>& devices,
-                            int world_size) {
+                            int world_size, const Schedule* given) {
   check_runnable(plan, model_layers, model_name, batch_size);
   StagePlacement out;
   out.micro_batch_sizes = split_batch(batch_size, plan.chunks);
-  const std::vector<std::string> stage_names = stage_device_names(plan, devices);
+  out.schedule = schedule_to_run(plan, static_cast<int>(out.micro_batch_sizes.size()), given);
+  const std::vector<std::string> stage_names = stage_device_names(plan, out.schedule, devices);
   for (const auto& name : devices) {
     if (std::find(stage_names.begin(), stage_names.end(), name) != stage_names.end()) {
       out.device_names.push_back(name);
@@ -145,7 +190,12 @@ std::vector<std::string> executor_devices(const Plan& plan, const std::string& k
   }
   std::vector<std::string> out;
   if (plan.devices.empty()) {
-    for (int s = 0; s < plan.stages(); ++s) out.push_back(fmt::format("{}:{}", kind, s));
+    int programmes = 0;
+    for (int s = 0; s < plan.stages(); ++s) {
+      programmes = std::max(
+          programmes, 1 + stage_rank(plan.schedule, s, plan.stages(), plan.stages_per_device));
+    }
+    for (int r = 0; r < programmes; ++r) out.push_back(fmt::format("{}:{}", kind, r));
   } else {
     std::vector<std::string> seen;
     for (const auto& name : plan.devices) {

@@ -61,7 +61,9 @@ std::vector<DoesNotFit> predict_misfits(const FitCheck& check, const Plan& plan,
   check_plan(predicted, profile, hw, check.plan_source);
   SimulationOptions lean;
   lean.record_tasks = false;
-  const SimulationResult result = Simulator(profile, hw).run(predicted, lean);
+  const Simulator simulator(profile, hw);
+  const SimulationResult result =
+      check.schedule ? simulator.run(predicted, *check.schedule, lean) : simulator.run(predicted, lean);
 
   std::vector<DoesNotFit> out;
   for (const auto& d : result.devices) {

@@ -7,11 +7,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "executor/models/model.hpp"
 #include "sim/plan.hpp"
+#include "sim/schedule.hpp"
 
 namespace pipetune::validate {
 
@@ -24,6 +26,7 @@ struct FitCheck {
   std::vector<std::string> devices;  ///< the executor's devices, in the order the plan indexes them
   std::int64_t batch = 0;
   double optimizer_state_factor = 0.0;  ///< of the optimizer the run will use
+  std::optional<Schedule> schedule;  ///< run instead of the plan's (torch's CSV)
 };
 
 /// One device the plan does not fit, as predicted.

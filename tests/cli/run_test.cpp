@@ -137,6 +137,54 @@ TEST(CliRun, AnOutputThatCannotBeWrittenIsRefusedBeforeAnyWork) {
   EXPECT_EQ(profile.err, "pipetune: error: --output: /no/such/folder/p.json: cannot write: no folder /no/such/folder\n");
 }
 
+// torch's CSV, as simulate writes it, runs the same programmes as the plan it came from: the
+// same losses step by step, the I and W tasks in the trace.
+TEST(CliRun, AScheduleCsvFromSimulateRunsAsItsPlan) {
+  const std::string model = "mlp:layers=5,width=32";
+  const fs::path profile = scratch("csv.profile.json");
+  ASSERT_EQ(testing::run_command({PIPETUNE_CLI, "profile", "--model", model, "--batch", "8", "-o", profile.string(),
+                                  "--repeats", "1", "--warmup", "0"})
+                .exit_code,
+            0);
+  const fs::path plan = write_plan("zb.json", R"({"format": "pipetune.plan/1", "balance": [2, 1, 2, 1], "chunks": 4,
+    "checkpoint": "never", "schedule": "interleaved-zb", "stages_per_device": 2})");
+  const fs::path csv = scratch("zb.csv");
+  const auto simulated = testing::run_command({PIPETUNE_CLI, "simulate", "--profile", profile.string(), "--plan",
+                                               plan.string(), "--write-schedule-csv", csv.string()});
+  ASSERT_EQ(simulated.exit_code, 0) << simulated.err;
+  const std::vector<std::string> common{"--model", model, "--batch", "8", "--steps", "3", "--seed", "4", "--json"};
+  std::vector<std::string> by_plan{PIPETUNE_CLI, "run", "--plan", plan.string()};
+  by_plan.insert(by_plan.end(), common.begin(), common.end());
+  const fs::path trace = scratch("zb.trace.json");
+  std::vector<std::string> by_csv{PIPETUNE_CLI,      "run",    "--schedule-csv", csv.string(), "--balance",
+                                  "2,1,2,1",         "--trace", trace.string()};
+  by_csv.insert(by_csv.end(), common.begin(), common.end());
+  const auto a = testing::run_command(by_plan), b = testing::run_command(by_csv);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  const auto plan_losses = nlohmann::json::parse(a.out)["losses"], csv_losses = nlohmann::json::parse(b.out)["losses"];
+  ASSERT_EQ(plan_losses.size(), 3u);
+  ASSERT_EQ(csv_losses.size(), 3u);
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_NEAR(csv_losses[k].get<double>(), plan_losses[k].get<double>(), 1e-6 * std::abs(plan_losses[k].get<double>()))
+        << "step " << k;
+  }
+  EXPECT_EQ(nlohmann::json::parse(b.out)["devices"], (nlohmann::json{"cpu:0", "cpu:1"}));
+  int input_halves = 0, weight_halves = 0;
+  for (const auto& t : load_trace(trace.string()).tasks) {
+    input_halves += t.kind == TaskKind::InputGrad ? 1 : 0;
+    weight_halves += t.kind == TaskKind::WeightGrad ? 1 : 0;
+  }
+  EXPECT_EQ(input_halves, 4 * 4);  // every stage, every micro-batch
+  EXPECT_EQ(weight_halves, 4 * 4);
+  // Without a plan the CSV needs the layers per stage.
+  const auto no_balance = testing::run_command({PIPETUNE_CLI, "run", "--model", model, "--schedule-csv", csv.string()});
+  EXPECT_EQ(no_balance.exit_code, 2);
+  EXPECT_EQ(no_balance.err,
+            "pipetune: error: no plan: give --plan FILE, or --schedule-csv FILE with --balance N,N,... (layers per "
+            "stage)\n");
+}
+
 TEST(CliRun, CtrlCStopsCleanlyAndKeepsTheTraceOfCompletedSteps) {
   const fs::path plan = write_plan("two.json", kTwoStages);
   const fs::path trace = scratch("interrupted.json");

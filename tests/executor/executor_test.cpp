@@ -7,6 +7,7 @@
 #include <torch/optim/sgd.h>
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 #include <chrono>
 #include <dirent.h>
 #include <fstream>
@@ -207,6 +208,101 @@ TEST(Executor, MeasuredOrderIsTheSchedules) {
     for (const auto& t : step.tasks) copies += is_compute(t.kind) ? 0 : 1;
     EXPECT_EQ(copies, 2 * 2 * micro_batches);
     EXPECT_GT(step.peak_memory_bytes[0], 0);
+  }
+}
+
+// --- schedules of several stages per device, I and W -----------------------------------------
+
+Plan two_devices_plan(ScheduleKind kind, CheckpointMode mode, int chunks) {
+  const bool multi = is_multi_stage(kind);
+  Plan plan = plan_of(multi ? std::vector<int>{2, 1, 2, 1} : std::vector<int>{3, 3}, chunks, mode, kind);
+  plan.stages_per_device = multi ? 2 : 1;
+  return plan;
+}
+
+// Every schedule the simulator knows, on two CPU devices (two stages each where the schedule
+// holds several), trains three steps to the losses and parameters of the same model trained
+// unpipelined; each stage runs on its programme's device, and each action once.
+TEST(Executor, EveryScheduleTrainsAsTheUnpipelinedModel) {
+  const std::string spec = "mlp:layers=5,width=12,classes=4";  // 6 layers
+  constexpr int kChunks = 4;
+  constexpr std::int64_t kEight = 8;
+  for (auto kind : kAllScheduleKinds) {
+    for (auto mode : {CheckpointMode::Never, CheckpointMode::Always}) {
+      models::Model reference = models::build_model(spec, double_precision());
+      models::Model model = models::build_model(spec, double_precision());
+      ExecutorOptions options = cpu_devices(2, OptimizerKind::Momentum);
+      options.learning_rate = 0.1;
+      const Plan plan = two_devices_plan(kind, mode, kChunks);
+      Pipeline pipeline(model, plan, kEight, options);
+      const std::string what = describe_plan(plan);
+      ASSERT_EQ(pipeline.device_names().size(), 2u) << what;
+      for (int s = 0; s < plan.stages(); ++s) {
+        EXPECT_EQ(pipeline.stage_device()[s], stage_rank(kind, s, plan.stages(), plan.stages_per_device)) << what;
+      }
+      torch::optim::SGD optimizer(reference.layers->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+      for (int step = 0; step < 3; ++step) {
+        auto [input, target] = reference.make_batch(kEight, 100 + step, 0);
+        input = input.to(at::kDouble);
+        const double expected_loss = testing::reference_step(reference, input, target, kChunks);
+        optimizer.step();
+        const auto record = pipeline.step(input, target);
+        EXPECT_NEAR(record.loss, expected_loss, 1e-10 * std::abs(expected_loss)) << what << " step " << step;
+        std::map<TaskKind, int> ran;
+        for (const auto& t : record.tasks) ++ran[t.kind];
+        const int actions = plan.stages() * kChunks;
+        const bool split = splits_backward(kind);
+        EXPECT_EQ(ran[TaskKind::Forward], actions) << what;
+        EXPECT_EQ(ran[TaskKind::Backward], split ? 0 : actions) << what;
+        EXPECT_EQ(ran[TaskKind::InputGrad], split ? actions : 0) << what;
+        EXPECT_EQ(ran[TaskKind::WeightGrad], split ? actions : 0) << what;
+        EXPECT_EQ(ran[TaskKind::Recompute], mode == CheckpointMode::Always ? actions : 0) << what;
+      }
+      expect_same(testing::parameters(model), testing::parameters(reference), what + " after 3 steps");
+    }
+  }
+}
+
+// A zero-bubble step's measured trace holds each stage's I and W of every micro-batch exactly
+// once, W after its I on the same device; copies only where neighbouring stages are on two
+// devices (ZBV's V keeps stages 1 and 2 on one device: the tensor is handed over).
+TEST(Executor, ZeroBubbleTracesHoldEveryIAndWOnceWAfterItsI) {
+  constexpr int kChunks = 4;
+  for (auto kind : {ScheduleKind::InterleavedZB, ScheduleKind::ZBV}) {
+    models::Model model = models::build_model("mlp:layers=5,width=12,classes=4", double_precision());
+    auto [input, target] = batch_for(model, 8);
+    const Plan plan = two_devices_plan(kind, CheckpointMode::ExceptLast, kChunks);
+    Pipeline pipeline(model, plan, 8, cpu_devices(2));
+    const Trace trace = exec::measured_trace(pipeline, pipeline.step(input, target), model.name);
+    std::map<std::pair<int, int>, std::vector<TraceTask>> inputs, weights;
+    int activation_copies = 0, gradient_copies = 0;
+    for (const auto& t : trace.tasks) {
+      if (t.kind == TaskKind::InputGrad) inputs[{t.stage, t.micro_batch}].push_back(t);
+      if (t.kind == TaskKind::WeightGrad) weights[{t.stage, t.micro_batch}].push_back(t);
+      activation_copies += t.kind == TaskKind::SendActivation ? 1 : 0;
+      gradient_copies += t.kind == TaskKind::SendGradient ? 1 : 0;
+      EXPECT_NE(t.kind, TaskKind::Backward) << to_string(kind);
+    }
+    for (int s = 0; s < plan.stages(); ++s) {
+      for (int i = 0; i < kChunks; ++i) {
+        const std::string what = fmt::format("{} stage {} micro-batch {}", to_string(kind), s, i);
+        const std::pair<int, int> key{s, i};
+        ASSERT_EQ(inputs[key].size(), 1u) << what;
+        ASSERT_EQ(weights[key].size(), 1u) << what;
+        const TraceTask& in = inputs[key][0];
+        const TraceTask& w = weights[key][0];
+        EXPECT_EQ(in.device, stage_rank(kind, s, plan.stages(), 2)) << what;
+        EXPECT_EQ(w.device, in.device) << what;
+        EXPECT_GE(w.start_ms, in.end_ms - 1e-9) << what;
+      }
+    }
+    int crossings = 0;
+    for (int s = 0; s + 1 < plan.stages(); ++s) {
+      crossings += pipeline.stage_device()[s] != pipeline.stage_device()[s + 1] ? 1 : 0;
+    }
+    EXPECT_EQ(crossings, kind == ScheduleKind::ZBV ? 2 : 3);
+    EXPECT_EQ(activation_copies, crossings * kChunks) << to_string(kind);
+    EXPECT_EQ(gradient_copies, crossings * kChunks) << to_string(kind);
   }
 }
 

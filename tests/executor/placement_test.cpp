@@ -132,6 +132,28 @@ TEST(PlaceStages, SharedDevicesKeepTheOrderGiven) {
   EXPECT_EQ(p.micro_batch_sizes, (std::vector<std::int64_t>{2, 2}));
 }
 
+TEST(PlaceStages, ProgrammeROnDeviceRWhenThePlanNamesNone) {
+  Plan zbv = gpipe({1, 1, 1, 1}, 4);
+  zbv.schedule = ScheduleKind::ZBV;
+  zbv.stages_per_device = 2;
+  EXPECT_EQ(executor_devices(zbv, "cpu"), (Names{"cpu:0", "cpu:1"}));
+  const StagePlacement p = place_stages(zbv, 4, "m", 8, {"cpu:0", "cpu:1"}, 0);
+  EXPECT_EQ(p.device_of, (std::vector<int>{0, 1, 1, 0}));  // the V
+  EXPECT_EQ(p.schedule, make_schedule(ScheduleKind::ZBV, 4, 4, CheckpointMode::ExceptLast, 2));
+  // A schedule given from outside places the stages by its programmes and must fit the plan.
+  Schedule given = make_schedule(ScheduleKind::Interleaved1F1B, 4, 4, CheckpointMode::Never, 2);
+  const StagePlacement q = place_stages(gpipe({1, 1, 1, 1}, 4), 4, "m", 8, {"cpu:0", "cpu:1"}, 0, &given);
+  EXPECT_EQ(q.device_of, (std::vector<int>{0, 1, 0, 1}));
+  EXPECT_EQ(q.schedule, given);
+  try {
+    place_stages(gpipe({1, 1, 1, 1}, 2), 4, "m", 8, {"cpu:0", "cpu:1"}, 0, &given);
+    ADD_FAILURE() << "accepted 2 chunks for a schedule of 4 micro-batches";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "plan: chunks: the schedule has 4 micro-batches, the batch splits into 2");
+  }
+}
+
 TEST(PlaceStages, BadPlansAndDevicesAreRefusedNamingWhat) {
   auto refused = [](const Plan& plan, int layers, const Names& devices, int world,
                     const std::string& message) {
@@ -151,9 +173,25 @@ TEST(PlaceStages, BadPlansAndDevicesAreRefusedNamingWhat) {
   refused(gpipe({2, 2}, 0), 4, two, 0, "plan: chunks: expected 1 to 6 (the batch size), got 0");
   Plan interleaved = gpipe({1, 1, 1, 1}, 2);
   interleaved.schedule = ScheduleKind::Interleaved1F1B;
+  interleaved.stages_per_device = 2;
+  refused(interleaved, 4, {"cpu:0"}, 0,
+          "plan: 2 programmes of stages but 1 devices (name the plan's devices to put several "
+          "stages on one device)");
+  interleaved.stages_per_device = 3;
   refused(interleaved, 4, two, 0,
-          "plan: schedule: the executor runs gpipe and 1f1b; interleaved-1f1b is simulated and "
-          "planned only");
+          "plan: balance: expected a multiple of 3 stages (stages_per_device), got 4");
+  interleaved.stages_per_device = 2;
+  Plan zbv = interleaved;
+  zbv.schedule = ScheduleKind::ZBV;
+  zbv.stages_per_device = 1;
+  refused(zbv, 4, two, 0, "plan: schedule: zbv runs exactly 2 stages per device, got 1");
+  Plan split = interleaved;
+  split.devices = {"cpu:0", "cpu:1", "cpu:1", "cpu:1"};
+  refused(split, 4, two, 0,
+          "plan: devices[2]: expected \"cpu:0\" (stages 0 and 2 are one programme), got \"cpu:1\"");
+  Plan one_stage = gpipe({2, 2}, 2);
+  one_stage.stages_per_device = 2;
+  refused(one_stage, 4, two, 0, "plan: stages_per_device: expected 1 for gpipe, got 2");
   refused(gpipe({2, 2}, 2), 4, {"cpu:0", "tpu:1"}, 0,
           "device \"tpu:1\": expected cpu:<n> or cuda:<n>");
   refused(gpipe({2, 2}, 2), 4, two, 3,
