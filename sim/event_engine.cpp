@@ -10,7 +10,8 @@ namespace {
 
 using Event = detail::CompletionEvent;
 
-// Earlier first; ties by task index so runs are deterministic.
+// Earlier first; ties by task index so runs are deterministic (a mid effect, ~task, is negative:
+// it comes before every completion at its instant, and both only free).
 inline bool before(const Event& a, const Event& b) {
   return a.time < b.time || (a.time == b.time && a.task < b.task);
 }
@@ -121,7 +122,7 @@ void EventEngine::run(bool record_history) {
   // Each task becomes startable once, each resource holds one running task: fixed bounds.
   startable_.resize(n);
   batch_.resize(resource_count + 1);
-  heap_.resize(resource_count + 1);
+  heap_.resize(2 * resource_count + 1);  // a completion and a mid effect per running task
   const Task* const tasks = tasks_.data();
   const int* const queue = queue_.data();
   double* const start = start_.data();
@@ -154,7 +155,8 @@ void EventEngine::run(bool record_history) {
     const int inline_count = std::min(t.successor_count, kInlineSuccessors);
     for (int k = 0; k < inline_count; ++k) notify(t.successors[k]);
     if (t.successor_count > kInlineSuccessors) {
-      for (int k = more_begin_[id]; k < more_begin_[id + 1]; ++k) notify(more_successors_[k].second);
+      for (int k = more_begin_[id]; k < more_begin_[id + 1]; ++k)
+        notify(more_successors_[k].second);
     }
     ++finished;
   };
@@ -168,6 +170,7 @@ void EventEngine::run(bool record_history) {
       start[id] = now;
       if (t.duration == 0.0) {
         if (t.start_bytes != 0) change(t.start_counter, t.start_bytes, now);
+        if (t.mid_bytes != 0) change(t.start_counter, -t.mid_bytes, now);
         if (t.end_bytes != 0) change(t.end_counter, -t.end_bytes, now);
         release(id);
         if (now > makespan_) makespan_ = now;
@@ -180,19 +183,28 @@ void EventEngine::run(bool record_history) {
       const Task& t = tasks[batch[k]];
       if (t.start_bytes != 0) change(t.start_counter, t.start_bytes, now);
       heap_push(heap, heap_size, {now + t.duration, batch[k]});
+      if (t.mid_bytes != 0) {
+        heap_push(heap, heap_size, {now + std::min(t.mid_offset, t.duration), ~batch[k]});
+      }
     }
   };
 
   for (int r = resource_count - 1; r >= 0; --r) {
-    if (head[r] < end_of(r) && pending[queue[head[r]]] == 0) startable[startable_count++] = queue[head[r]];
+    if (head[r] < end_of(r) && pending[queue[head[r]]] == 0)
+      startable[startable_count++] = queue[head[r]];
   }
   start_ready(0.0);
   while (heap_size > 0) {
     const double now = heap[0].time;
-    // Every completion at this instant: frees first, then releases.
+    // Every completion and mid effect at this instant: frees first, then releases.
     int count = 0;
     while (heap_size > 0 && heap[0].time == now) {
       const int id = heap_pop(heap, heap_size).task;
+      if (id < 0) {
+        const Task& t = tasks[~id];
+        change(t.start_counter, -t.mid_bytes, now);
+        continue;
+      }
       const Task& t = tasks[id];
       if (t.end_bytes != 0) change(t.end_counter, -t.end_bytes, now);
       batch[count++] = id;
@@ -226,7 +238,8 @@ std::vector<std::pair<int, int>> EventEngine::edges() const {
   std::vector<int> order(tasks_.size());
   std::vector<int> fill;
   for (const auto& r : resources_) fill.push_back(r.first);
-  for (std::size_t id = 0; id < tasks_.size(); ++id) order[fill[tasks_[id].resource]++] = static_cast<int>(id);
+  for (std::size_t id = 0; id < tasks_.size(); ++id)
+    order[fill[tasks_[id].resource]++] = static_cast<int>(id);
   for (const auto& r : resources_) {
     for (int k = r.first + 1; k < r.first + r.count; ++k) out.emplace_back(order[k - 1], order[k]);
   }

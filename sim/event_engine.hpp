@@ -9,9 +9,10 @@
 // zero-duration tasks (copies over an ideal link) start and finish, then the tasks that take time
 // start and allocate. So memory released "at" an instant is free for what starts then.
 //
-// Counters (one per device) follow memory: a task may add bytes to one counter when it starts
-// and subtract bytes from one counter when it ends. The engine keeps each counter's current
-// value, its peak, and, when asked, its history.
+// Counters (one per device) follow memory: a task may add bytes to one counter when it starts,
+// subtract bytes from it at one point inside the task (when its transient peak is over), and
+// subtract bytes from one counter when it ends. The engine keeps each counter's current value,
+// its peak, and, when asked, its history.
 //
 // The graph (tasks, resources, dependencies) is built once; durations, memory effects and
 // counters' initial values may change between runs, so one graph serves many plans of the same
@@ -48,7 +49,7 @@ class EventEngine {
   /// Appends a task to `resource`'s queue; the order of calls is the resource's order.
   int add_task(int resource, double duration) {
     const int id = static_cast<int>(tasks_.size());
-    tasks_.push_back({duration, resource, 0, -1, -1, 0, 0, {-1, -1}, 0});
+    tasks_.push_back({duration, resource, 0, -1, -1, 0, 0, 0.0, 0, {-1, -1}, 0});
     ++resources_[resource].count;
     queues_ready_ = false;
     return id;
@@ -68,6 +69,12 @@ class EventEngine {
   void set_start_effect(int task, int counter, std::int64_t bytes_allocated) {
     tasks_[task].start_counter = counter;
     tasks_[task].start_bytes = bytes_allocated;
+  }
+  /// Frees `bytes_freed` from the start effect's counter `offset` after the task starts (at its
+  /// end at the latest); 0 bytes: none.
+  void set_mid_effect(int task, double offset, std::int64_t bytes_freed) {
+    tasks_[task].mid_offset = offset;
+    tasks_[task].mid_bytes = bytes_freed;
   }
   void set_end_effect(int task, int counter, std::int64_t bytes_freed) {
     tasks_[task].end_counter = counter;
@@ -104,6 +111,8 @@ class EventEngine {
     int end_counter = -1;
     std::int64_t start_bytes = 0;
     std::int64_t end_bytes = 0;
+    double mid_offset = 0.0;
+    std::int64_t mid_bytes = 0;
     int successors[kInlineSuccessors];
     int successor_count = 0;
   };
@@ -135,7 +144,7 @@ class EventEngine {
   std::vector<Resource> resources_;
   std::vector<Counter> counters_;
   std::vector<std::pair<int, int>> more_successors_;  // (task, successor), sorted by task
-  std::vector<int> more_begin_;                        // task -> first entry in more_successors_
+  std::vector<int> more_begin_;                       // task -> first entry in more_successors_
   std::vector<int> queue_;  // every resource's tasks in order, resource after resource
   bool queues_ready_ = false;
 
@@ -144,7 +153,7 @@ class EventEngine {
   std::vector<int> pending_;  // unfinished dependencies
   std::vector<int> head_;     // per resource: next position in queue_
   std::vector<char> busy_;
-  std::vector<detail::CompletionEvent> heap_;
+  std::vector<detail::CompletionEvent> heap_;  // completions, and mid effects as ~task
   std::vector<int> startable_;  // at the head of an idle resource, every dependency done
   std::vector<int> batch_;      // tasks starting (or finishing) at the current instant
   bool record_history_ = false;

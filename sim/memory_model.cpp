@@ -2,9 +2,39 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 namespace pipetune {
+
+namespace {
+
+// A backward walk's levels, last layer first: its peak (≥ 0, the level at its start), the
+// highest level once the last layer that reaches the peak is done, and when that is, as a
+// fraction of the walk's time by its layers' `ms`.
+struct PeakTracker {
+  PeakTracker(const std::vector<double>& ms, int first, int end) : ms(ms) {
+    for (int k = first; k < end; ++k) total_ms += ms[k];
+  }
+  void layer(int k, std::int64_t level) {
+    elapsed_ms += ms[k];
+    if (level >= peak) {
+      peak = level;
+      after_peak = std::numeric_limits<std::int64_t>::min();
+      peak_end = total_ms > 0.0 ? elapsed_ms / total_ms : 1.0;
+    } else {
+      after_peak = std::max(after_peak, level);
+    }
+  }
+  // A net above the peak (a measured peak below what the layer keeps) is allocated at the end.
+  void finish(std::int64_t net) { after_peak = std::min(peak, std::max(after_peak, net)); }
+
+  const std::vector<double>& ms;
+  double total_ms = 0.0, elapsed_ms = 0.0, peak_end = 1.0;
+  std::int64_t peak = 0, after_peak = 0;
+};
+
+}  // namespace
 
 StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, int end,
                          bool first_stage) {
@@ -66,7 +96,8 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
   // autograd releases k's saved tensors, the storages k was the first to keep (its input, when
   // it keeps it) and the gradient of its output (an intermediate).
   for (bool first_backward : {false, true}) {
-    std::int64_t current = 0, backward_peak = 0;
+    PeakTracker walk(c.backward_ms, first, end);
+    std::int64_t current = 0;
     for (int k = end - 1; k >= first; --k) {
       const std::int64_t input_grad =
           k > first ? c.output_bytes[k - 1] : (first_stage ? 0 : m.input_bytes);
@@ -82,22 +113,25 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
                                              : c.backward_accumulate_peak_bytes);
         peak_above = measured[k];
       }
-      backward_peak = std::max(backward_peak, current + peak_above);
+      walk.layer(k, current + peak_above);
       current += input_grad + param_grad - c.saved_bytes[k] - released[k - first];
       if (k < end - 1) current -= c.output_bytes[k];
     }
-    (first_backward ? m.backward_peak_first : m.backward_peak) = backward_peak;
+    walk.finish(current);
+    (first_backward ? m.backward_peak_first : m.backward_peak) = walk.peak;
     (first_backward ? m.backward_net_first : m.backward_net) = current;
+    (first_backward ? m.backward_after_peak_first : m.backward_after_peak) = walk.after_peak;
+    (first_backward ? m.backward_peak_end_first : m.backward_peak_end) = walk.peak_end;
   }
 
   // I: the same walk without parameter gradients and without freeing activations (W frees
   // them); a layer's output gradient stays when the layer has parameters.
+  PeakTracker input_walk(c.backward_input_ms, first, end);
   std::int64_t current = 0;
   for (int k = end - 1; k >= first; --k) {
     const std::int64_t input_grad =
         k > first ? c.output_bytes[k - 1] : (first_stage ? 0 : m.input_bytes);
-    m.input_backward_peak =
-        std::max(m.input_backward_peak, current + input_grad + c.workspace_bytes[k]);
+    input_walk.layer(k, current + input_grad + c.workspace_bytes[k]);
     current += input_grad;
     if (k < end - 1) {
       if (model.param_bytes_of(k) > 0) {
@@ -107,7 +141,11 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
       }
     }
   }
+  input_walk.finish(current);
+  m.input_backward_peak = input_walk.peak;
   m.input_backward_net = current;
+  m.input_backward_after_peak = input_walk.after_peak;
+  m.input_backward_peak_end = input_walk.peak_end;
   return m;
 }
 
@@ -130,12 +168,15 @@ MemoryEffect recompute_effect(const StageMemory& m) {
 MemoryEffect backward_effect(const StageMemory& m, bool first_time, std::int64_t dies) {
   const std::int64_t peak = first_time ? m.backward_peak_first : m.backward_peak;
   const std::int64_t net = first_time ? m.backward_net_first : m.backward_net;
-  return {peak, (peak - net) + dies};
+  const std::int64_t after_peak = first_time ? m.backward_after_peak_first : m.backward_after_peak;
+  return {peak, (after_peak - net) + dies, peak - after_peak,
+          first_time ? m.backward_peak_end_first : m.backward_peak_end};
 }
 
 MemoryEffect input_backward_effect(const StageMemory& m) {
   // The graph stays: I leaves its input gradient and the gradients W reads.
-  return {m.input_backward_peak, m.input_backward_peak - m.input_backward_net};
+  return {m.input_backward_peak, m.input_backward_after_peak - m.input_backward_net,
+          m.input_backward_peak - m.input_backward_after_peak, m.input_backward_peak_end};
 }
 
 MemoryEffect weight_backward_effect(const StageMemory& m, std::int64_t param_bytes, bool first_time,
@@ -172,7 +213,7 @@ std::int64_t peak_bound_before_backward(std::int64_t baseline,
   if (state.first) {
     // Once it ends (its frees are exact; the input gradient's copy has not started).
     const MemoryEffect b = backward_effect(q, true, dies_with_backward(q, last_stage, input > 0));
-    bound = std::max(bound, level + b.allocated - b.freed);
+    bound = std::max(bound, level + b.allocated - b.freed_after_peak - b.freed);
   }
   return bound;
 }

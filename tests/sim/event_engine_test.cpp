@@ -1,10 +1,12 @@
 // The event engine on graphs small enough to time by hand.
 
+#include "sim/event_engine.hpp"
+
 #include <gtest/gtest.h>
 
 #include <stdexcept>
-
-#include "sim/event_engine.hpp"
+#include <utility>
+#include <vector>
 
 namespace pipetune {
 namespace {
@@ -36,6 +38,34 @@ TEST(EventEngine, WaitsForALateDependencyAtTheHeadOfItsQueue) {
   e.run(false);
   EXPECT_EQ(e.start(blocked), 10.0);
   EXPECT_EQ(e.start(behind), 11.0);
+}
+
+TEST(EventEngine, AMidEffectFreesInsideItsTask) {
+  // A task of 10 allocating 80 and freeing 60 of it 2 into the task, 20 at its end; a copy-like
+  // task on another resource allocates 30 at 5, inside the first: 100 + 20 + 30, not 100 + 80 +
+  // 30. A mid effect past the end comes at the end.
+  EventEngine e;
+  const int compute = e.add_resource();
+  const int link = e.add_resource();
+  const int memory = e.add_counter(100);
+  const int task = e.add_task(compute, 10.0);
+  e.set_start_effect(task, memory, 80);
+  e.set_mid_effect(task, 2.0, 60);
+  e.set_end_effect(task, memory, 20);
+  const int wait = e.add_task(link, 5.0);
+  const int arrival = e.add_task(link, 1.0);
+  e.set_start_effect(arrival, memory, 30);
+  const int late = e.add_task(link, 4.0);
+  e.set_start_effect(late, memory, 5);
+  e.set_mid_effect(late, 99.0, 5);
+  (void)wait;
+  e.run(true);
+  EXPECT_EQ(e.peak(memory), 180);  // at 0
+  const std::vector<std::pair<double, std::int64_t>> expected = {
+      {0, 180}, {2, 120}, {5, 150}, {6, 155}, {10, 130}};
+  std::vector<std::pair<double, std::int64_t>> history;
+  for (const auto& sample : e.history(memory)) history.emplace_back(sample.time, sample.value);
+  EXPECT_EQ(history, expected);
 }
 
 TEST(EventEngine, FreesAtAnInstantComeBeforeAllocations) {

@@ -157,6 +157,47 @@ TEST(StageMemory, WorkspaceAndIntermediates) {
   EXPECT_EQ(m.backward_net_first, -32 + 31);
 }
 
+TEST(Memory, AnArrivalAfterABackwardsPeakStacksOnWhatIsLeft) {
+  // Layer 0 on device 0 (forward 7 ms, output 100); layers 1 and 2 on device 1 (forward 1 ms,
+  // backward 4 ms each, outputs 10 and 1, nothing saved, no parameters). Measured backward
+  // peaks above the level: 150 for layer 1, 500 for layer 2. 1F1B, 2 micro-batches of 1, ideal
+  // link. Device 1's backward walk: layer 2 peaks at 0 + 500, allocates its input gradient 10
+  // and frees the storage it kept (its input, 10) -> 0; layer 1 peaks at 0 + 150, allocates the
+  // stage input's gradient 100 and frees its output's gradient 10 -> net 90. So the peak is
+  // over once layer 2 is done, half-way through the task, and the level never again exceeds
+  // 150 above the start.
+  Profile p =
+      testing::make_profile({{7, 1, 0, 100, 0, 0}, {1, 4, 0, 10, 0, 0}, {1, 4, 0, 1, 0, 0}}, 2, 10);
+  for (auto& layer : p.layers) layer.backward_peak_bytes = {0, 0};
+  p.layers[1].backward_peak_bytes = {150, 150};
+  p.layers[2].backward_peak_bytes = {500, 500};
+  for (auto& layer : p.layers) layer.backward_accumulate_peak_bytes = layer.backward_peak_bytes;
+  const CostModel model(p);
+  const StageMemory m = stage_memory(model, model.at(1), 1, 3, false);
+  EXPECT_EQ(m.backward_peak, 500);
+  EXPECT_EQ(m.backward_after_peak, 150);
+  EXPECT_EQ(m.backward_net, 90);
+  EXPECT_DOUBLE_EQ(m.backward_peak_end, 0.5);
+
+  // Device 1, hand-worked: t=7 micro-batch 0 arrives (+100) and F0 starts: it keeps layer 1's
+  // output 10 (layer 2 keeps its input) and holds the model output 1 for the loss -> 111; at 9
+  // F0 ends (-1) and B0 starts (+500) -> 610. At 13 layer 2 is done (-350) -> 260; at 14
+  // micro-batch 1 arrives from device 0's second forward (+100) -> 360, where charging B0's
+  // peak to its end gave 710. At 17 B0 ends: down to its net (-60) and its input dies (-100)
+  // -> 200; the input gradient is sent (-100) and F1 starts -> 111. At 19 B1 -> 610 again (the
+  // peak), 23 -> 260, 27 -> 0.
+  const Hardware hw = replicate_device(p.device, 2);
+  const Plan plan = make_plan({1, 2}, 2, CheckpointMode::Never, ScheduleKind::OneFOneB);
+  check_plan(plan, p, hw, "test");
+  const SimulationResult r = Simulator(p, hw).run(plan);
+  EXPECT_EQ(r.devices[1].peak_memory_bytes, 610);
+  std::vector<std::pair<double, std::int64_t>> history;
+  for (const auto& sample : r.devices[1].memory) history.emplace_back(sample.time, sample.value);
+  const std::vector<std::pair<double, std::int64_t>> expected = {
+      {0, 0}, {7, 111}, {9, 610}, {13, 260}, {14, 360}, {17, 111}, {19, 610}, {23, 260}, {27, 0}};
+  EXPECT_EQ(history, expected);
+}
+
 TEST(StageMemory, MeasuredBackwardPeaksReplaceTheEstimate) {
   // The same three layers, with the profiler's measured peaks above each backward's start:
   // first backward 40, 30, 20 and accumulating 25, 60, 15 (layers 0, 1, 2).
@@ -185,7 +226,8 @@ TEST(StageMemory, InsideAStageTheInnerPeaksApply) {
   // The same, with the peaks measured for a layer inside a stage (its output and the gradient
   // it receives die early): first 35, 12, 99 and accumulating 22, 50, 99. A stage's last layer
   // keeps the peaks above: the executor holds its output and the gradient it received.
-  Profile p = testing::make_profile({{1, 1, 7, 10, 1, 5}, {1, 1, 11, 20, 2, 50}, {1, 1, 13, 30, 3, 5}}, 1, 4);
+  Profile p = testing::make_profile(
+      {{1, 1, 7, 10, 1, 5}, {1, 1, 11, 20, 2, 50}, {1, 1, 13, 30, 3, 5}}, 1, 4);
   p.layers[0].backward_peak_bytes = {40};
   p.layers[1].backward_peak_bytes = {30};
   p.layers[2].backward_peak_bytes = {20};
