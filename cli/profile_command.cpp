@@ -25,6 +25,7 @@ struct ProfileFlags {
   std::string timer = "auto";
   int threads = 0;
   int devices = 2;
+  int co_runners = -1;  // -1: devices - 1 on a CPU, 0 on a GPU
   std::uint64_t seed = 0;
   std::string output;
   std::string hardware;
@@ -52,6 +53,10 @@ void add_profile_command(CLI::App& app, std::vector<Command>& commands) {
       ->check(CLI::PositiveNumber);
   sub->add_option("--threads", flags->threads, "CPU intra-op threads (default: cores / devices)")
       ->check(CLI::NonNegativeNumber);
+  sub->add_option("--co-runners", flags->co_runners,
+                  "CPU: time each layer also beside N threads running it, for the co-run slowdown; "
+                  "0: off (default: devices - 1)")
+      ->check(CLI::NonNegativeNumber);
   sub->add_option("--seed", flags->seed, "initialisation and data seed");
   sub->add_option("-o,--output", flags->output, "profile.json to write")->required()->type_name("FILE");
   sub->add_option("--progress", flags->progress, "bar (default on a terminal), lines or none")
@@ -78,6 +83,9 @@ void add_profile_command(CLI::App& app, std::vector<Command>& commands) {
       // Measure with the threads each CPU device will have when the executor runs the plan.
       options.threads = exec::cpu_threads_per_device(flags->devices);
     }
+    options.co_runners = flags->co_runners >= 0   ? flags->co_runners
+                         : flags->device == "cpu" ? flags->devices - 1
+                                                  : 0;
     // The same choice as run and validate: a bar, "progress DONE TOTAL" lines, or nothing.
     PhaseProgress bar(progress_mode(flags->progress));
     options.progress = [&](std::size_t done, std::size_t total) { bar("profile", done, total); };

@@ -35,6 +35,7 @@ struct ValidateFlags {
   int calibration_plans = 2, calibration_steps = 4;
   bool recalibrate = false;
   int threads = 0;
+  int co_runners = -1;
   std::uint64_t seed = 0;
   std::string optimizer = "sgd";
   double learning_rate = 0.01;
@@ -108,6 +109,10 @@ void add_run_flags(CLI::App& sub, ValidateFlags& flags) {
   sub.add_option("--threads", flags.threads,
                  "intra-op threads per CPU device (default: cores / devices)")
       ->check(CLI::NonNegativeNumber);
+  sub.add_option("--co-runners", flags.co_runners,
+                 "CPU: time each layer also beside N threads running it, for the co-run slowdown; "
+                 "0: off (default: devices - 1)")
+      ->check(CLI::NonNegativeNumber);
   sub.add_option("--seed", flags.seed, "data, initialisation and dropout seed");
   sub.add_option("--optimizer", flags.optimizer, "sgd, momentum, adam or none (default sgd)")
       ->check(CLI::IsMember({"sgd", "momentum", "adam", "none"}));
@@ -156,6 +161,7 @@ validate::ValidationOptions validation_options(const ValidateFlags& flags) {
   o.run.warmup = flags.warmup;
   o.run.rounds = flags.rounds;
   o.run.threads = flags.threads;
+  o.co_runners = flags.co_runners;
   o.run.seed = flags.seed;
   o.run.optimizer = flags.optimizer;
   o.run.learning_rate = flags.learning_rate;

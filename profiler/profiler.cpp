@@ -5,10 +5,12 @@
 #include <torch/autograd.h>
 #include <torch/version.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <exception>
+#include <nlohmann/json.hpp>
+#include <thread>
 
 #include "executor/device_name.hpp"
 #include "profiler/backend.hpp"
@@ -209,6 +211,118 @@ std::vector<LayerTimes> time_layers(models::Model& model, std::vector<torch::nn:
   return out;
 }
 
+// How much slower a layer runs beside co-runners than alone (1: no slower).
+struct Slowdown {
+  double forward = 1.0, backward = 1.0;
+};
+
+// One forward and backward of a layer on its own copy of `previous`, as a co-runner or the
+// timed thread runs it; `timed` brackets each half as a region of the backend.
+template <typename Region>
+void forward_backward(Runner& run, const at::Tensor& previous, int layer, Region&& region) {
+  LayerInput in = layer_input(previous, layer);
+  std::pair<at::Tensor, at::Tensor> pair;
+  region(true, [&] { pair = run.forward(in.x); });
+  if (!pair.first.requires_grad()) return;  // a first layer without parameters: no backward
+  const at::Tensor seed = run.last ? at::Tensor() : at::ones_like(pair.first);
+  region(false, [&] {
+    if (run.last) {
+      torch::autograd::backward({pair.first});
+    } else {
+      torch::autograd::backward({pair.first}, {seed});
+    }
+  });
+}
+
+// A copy of the layer for a co-runner, so that it has parameters and gradients of its own as
+// another device would; a layer that cannot be cloned (a TorchScript one) is shared, its
+// gradients then accumulated by both, which costs the same work.
+torch::nn::AnyModule own_copy(torch::nn::AnyModule& layer) {
+  try {
+    return layer.clone();
+  } catch (const std::exception&) {
+    return layer;
+  }
+}
+
+// The layer's forward and backward timed alone, then beside `co_runners` threads that each run
+// their own copy of it in a loop with `threads` intra-op threads, as the other CPU devices of a
+// pipeline do. Medians of `repeats` repetitions after `warmup`, alone and beside, back to back.
+Slowdown measure_slowdown(Runner& run, const at::Tensor& previous, int layer,
+                          MeasureBackend& backend, const ProfileOptions& options, int threads) {
+  std::uint64_t next_region = 1;
+  auto time_repetitions = [&]() {
+    std::vector<std::uint64_t> forward_ids, backward_ids;
+    for (int r = 0; r < options.warmup + options.repeats; ++r) {
+      const bool timed = r >= options.warmup;
+      forward_backward(run, previous, layer, [&](bool forward, auto&& work) {
+        const std::uint64_t id = next_region++;
+        if (timed) backend.begin(id);
+        work();
+        if (timed) {
+          backend.end(id);
+          (forward ? forward_ids : backward_ids).push_back(id);
+        }
+      });
+    }
+    const auto times = backend.collect_ms();
+    auto median = [&](const std::vector<std::uint64_t>& ids) {
+      std::vector<double> v;
+      for (auto id : ids) {
+        auto it = times.find(id);
+        v.push_back(it == times.end() ? 0.0 : it->second);
+      }
+      return statistics(v).median;
+    };
+    return std::pair{median(forward_ids), median(backward_ids)};
+  };
+  const auto [solo_forward, solo_backward] = time_repetitions();
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> started{0};
+  std::vector<std::exception_ptr> failures(static_cast<std::size_t>(options.co_runners));
+  std::vector<std::thread> co_runners;
+  for (int k = 0; k < options.co_runners; ++k) {
+    co_runners.emplace_back([&, k] {
+      try {
+        at::set_num_threads(threads);  // with OpenMP: this thread's own pool, as a device's
+        torch::nn::AnyModule mine = own_copy(run.layer);
+        Runner copy{mine, run.model, run.last, run.target};
+        bool counted = false;
+        while (!stop.load()) {
+          forward_backward(copy, previous, layer, [](bool, auto&& work) { work(); });
+          if (!counted) {
+            counted = true;
+            started.fetch_add(1);
+          }
+        }
+      } catch (...) {
+        failures[static_cast<std::size_t>(k)] = std::current_exception();
+        started.fetch_add(1);
+      }
+    });
+  }
+  // Timed once every co-runner is past its first round (its copy made, its memory allocated).
+  while (started.load() < options.co_runners) std::this_thread::yield();
+  std::pair<double, double> beside{0.0, 0.0};
+  std::exception_ptr failure;
+  try {
+    beside = time_repetitions();
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  stop.store(true);
+  for (auto& t : co_runners) t.join();
+  for (auto& f : failures) {
+    if (!failure && f) failure = f;
+  }
+  if (failure) std::rethrow_exception(failure);
+  Slowdown slowdown;
+  if (solo_forward > 0) slowdown.forward = beside.first / solo_forward;
+  if (solo_backward > 0) slowdown.backward = beside.second / solo_backward;
+  return slowdown;
+}
+
 // One layer's memory at one size, counted by the device's allocator.
 struct LayerMemory {
   at::Tensor output;  ///< detached: the next layer's input (none after the last layer)
@@ -347,7 +461,18 @@ std::vector<std::int64_t> default_micro_batch_sizes(std::int64_t batch) {
 
 ProfileResult profile_model(models::Model& model, const ProfileOptions& options) {
   const std::vector<std::int64_t> sizes = checked_sizes(options);
+  if (options.co_runners < 0) {
+    throw InputError(fmt::format("co-runners: expected 0 or more, got {}", options.co_runners));
+  }
   std::unique_ptr<MeasureBackend> backend = make_backend(options);
+  if (options.co_runners > 0 && backend->device_type() != "cpu") {
+    throw InputError(fmt::format(
+        "co-runners: the co-run slowdown is measured on the CPU only; expected 0 with device {}",
+        options.device));
+  }
+  // The co-runners' intra-op threads: what the timed thread runs with, as every CPU device of
+  // the pipeline has the same.
+  const int threads = options.threads > 0 ? options.threads : at::get_num_threads();
   const c10::Device device = backend->device();
   at::ScalarType dtype = at::kFloat;
   for (auto& p : model.layers->parameters()) {
@@ -357,6 +482,7 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
   model.layers->to(device);
   model.layers->train();
   Profile profile = empty_profile(model, *backend, dtype, options, sizes);
+  profile.co_runners = options.co_runners;
   const std::int64_t before_any_work = backend->allocated();
 
   std::vector<torch::nn::AnyModule*> modules;
@@ -371,12 +497,19 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
     target = target.to(device);
     profile.input_bytes.push_back(bytes_of(input));
     const std::vector<LayerTimes> times = time_layers(model, modules, input, target, *backend, options);
-    // Memory: each layer on its own, its input the previous layer's output.
+    // Memory: each layer on its own, its input the previous layer's output; then, with no
+    // memory being measured any more, the co-run slowdown on the same input.
     at::Tensor current = input;
     for (int l = 0; l < layer_count; ++l) {
       Runner run{*modules[l], model, l + 1 == layer_count, target};
       LayerMemory memory = measure_layer_memory(run, current, l, *backend);
       append(profile.layers[l], times[l], memory, size == sizes.front());
+      if (options.co_runners > 0) {
+        const Slowdown slowdown = measure_slowdown(run, current, l, *backend, options, threads);
+        LayerProfile& layer = profile.layers[l];
+        layer.forward_corun_ms.push_back(times[l].forward.median * slowdown.forward);
+        layer.backward_corun_ms.push_back(times[l].backward.median * slowdown.backward);
+      }
       current = std::move(memory.output);
       if (options.progress) options.progress(++done, total);
     }
@@ -399,6 +532,7 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
                                  {"model_spec", model.spec},
                                  {"seed", options.seed},
                                  {"torch", TORCH_VERSION}};
+  if (options.co_runners > 0) meta["co_runner_threads"] = threads;
   profile.meta_json = meta.dump();
   result.profile = std::move(profile);
   return result;

@@ -21,7 +21,14 @@
 //                             the output and the gradient fed to it held (a stage's last layer);
 //   inner_backward_peak_bytes, inner_backward_accumulate_peak_bytes
 //                             the same with both owned by autograd alone (inside a stage);
-//   param_bytes.
+//   param_bytes;
+//   forward_corun_ms, backward_corun_ms (CPU, co_runners > 0)
+//                             forward_ms and backward_ms times the layer's slowdown beside
+//                             `co_runners` threads that each run their own copy of the layer
+//                             (forward and backward, on their own input) in a loop with the
+//                             same intra-op threads: the median of `repeats` repetitions of
+//                             the layer alone against the same beside the co-runners, taken
+//                             back to back, so both see the same cache state.
 // device.library_bytes is what stays allocated once the work is done (cuBLAS workspaces).
 // Memory comes from the CUDA caching allocator on GPUs and from the counting allocator on the
 // CPU, so it is what the executor's measurements count.
@@ -45,6 +52,9 @@ struct ProfileOptions {
   int repeats = 5;
   std::string timer = "auto";  ///< GPU: auto, cupti or events
   int threads = 0;             ///< CPU intra-op threads (0: torch's default)
+  /// CPU: the other devices' threads a layer is also timed beside (0: not measured). CUDA: 0
+  /// only; stages sharing one GPU are not measured (InputError).
+  int co_runners = 0;
   std::uint64_t seed = 0;
   std::function<void(std::size_t done, std::size_t total)> progress;
 };

@@ -73,6 +73,8 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
   costs->backward_input_prefix.assign(layers + 1, 0.0);
   costs->backward_weight_prefix.assign(layers + 1, 0.0);
   costs->kept_prefix.assign(layers + 1, 0);
+  costs->forward_corun_prefix.assign(layers + 1, 0.0);
+  costs->backward_corun_prefix.assign(layers + 1, 0.0);
   costs->stored_bytes.assign(layers, 0);
   for (std::size_t l = 0; l < layers; ++l) {
     const auto& layer = profile_.layers[l];
@@ -119,6 +121,17 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
         costs->backward_input_prefix[l] + costs->backward_input_ms[l];
     costs->backward_weight_prefix[l + 1] =
         costs->backward_weight_prefix[l] + costs->backward_weight_ms[l];
+    // A co-run time below the solo one is noise: taken as solo, so that solo times stay lower
+    // bounds of every prediction (the planner prunes with them).
+    const bool corun = !layer.forward_corun_ms.empty();
+    costs->forward_corun_prefix[l + 1] =
+        costs->forward_corun_prefix[l] +
+        (corun ? std::max(costs->forward_ms[l], interpolate(sizes, layer.forward_corun_ms, x))
+               : costs->forward_ms[l]);
+    costs->backward_corun_prefix[l + 1] =
+        costs->backward_corun_prefix[l] +
+        (corun ? std::max(costs->backward_ms[l], interpolate(sizes, layer.backward_corun_ms, x))
+               : costs->backward_ms[l]);
   }
   // A storage made by layer l is referenced by l, the aliasing layers after it, and the next
   // layer that makes its own; it is kept if one of them keeps it.

@@ -41,6 +41,9 @@ struct SizeCosts {
   std::vector<std::int64_t> stored_bytes;
   std::vector<std::int64_t> kept_prefix;  ///< Σ saved + stored, size L + 1
   std::vector<double> backward_input_prefix, backward_weight_prefix;  ///< size L + 1
+  /// Forward and backward beside the profile's co-runners (LayerProfile), never below the solo
+  /// times; the solo times where the profile has none.
+  std::vector<double> forward_corun_prefix, backward_corun_prefix;  ///< size L + 1
 
   double forward_ms_sum(int first, int end) const {
     return forward_prefix[end] - forward_prefix[first];
@@ -59,6 +62,12 @@ struct SizeCosts {
   /// kept_bytes() less the storage the stage output lives in: at most kept_bytes(), and it
   /// only grows as the stage grows at either end (the planner's tables need that).
   std::int64_t kept_bytes_within(int first, int end) const;
+  double forward_corun_ms_sum(int first, int end) const {
+    return forward_corun_prefix[end] - forward_corun_prefix[first];
+  }
+  double backward_corun_ms_sum(int first, int end) const {
+    return backward_corun_prefix[end] - backward_corun_prefix[first];
+  }
   double backward_input_ms_sum(int first, int end) const {
     return backward_input_prefix[end] - backward_input_prefix[first];
   }

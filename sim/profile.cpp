@@ -81,12 +81,27 @@ void check_profile_total(const Profile& p, const std::string& source) {
 }
 
 LayerProfile parse_layer(const Node& node, std::size_t sizes) {
-  node.allow_only({"name", "param_bytes", "forward_ms", "backward_ms", "output_bytes",
-                   "saved_bytes", "workspace_bytes", "backward_peak_bytes",
-                   "backward_accumulate_peak_bytes", "inner_backward_peak_bytes",
-                   "inner_backward_accumulate_peak_bytes", "forward_nograd_ms", "backward_input_ms",
-                   "backward_weight_ms", "forward_ms_spread", "backward_ms_spread", "keeps_input",
-                   "keeps_output", "output_aliases_input"});
+  node.allow_only({"name",
+                   "param_bytes",
+                   "forward_ms",
+                   "backward_ms",
+                   "output_bytes",
+                   "saved_bytes",
+                   "workspace_bytes",
+                   "backward_peak_bytes",
+                   "backward_accumulate_peak_bytes",
+                   "inner_backward_peak_bytes",
+                   "inner_backward_accumulate_peak_bytes",
+                   "forward_nograd_ms",
+                   "backward_input_ms",
+                   "backward_weight_ms",
+                   "forward_corun_ms",
+                   "backward_corun_ms",
+                   "forward_ms_spread",
+                   "backward_ms_spread",
+                   "keeps_input",
+                   "keeps_output",
+                   "output_aliases_input"});
   LayerProfile layer;
   layer.name = node.field("name").string();
   layer.param_bytes = node.field("param_bytes").bytes();
@@ -136,6 +151,18 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
     layer.backward_input_ms = numbers(*input_half, sizes);
     layer.backward_weight_ms = numbers(*weight_half, sizes);
   }
+  const auto forward_corun = node.optional_field("forward_corun_ms");
+  const auto backward_corun = node.optional_field("backward_corun_ms");
+  if (forward_corun.has_value() != backward_corun.has_value()) {
+    node.fail_message(
+        fmt::format("missing field \"{}\" (forward_corun_ms and "
+                    "backward_corun_ms come together)",
+                    forward_corun ? "backward_corun_ms" : "forward_corun_ms"));
+  }
+  if (forward_corun) {
+    layer.forward_corun_ms = numbers(*forward_corun, sizes);
+    layer.backward_corun_ms = numbers(*backward_corun, sizes);
+  }
   if (auto spread = node.optional_field("forward_ms_spread")) {
     layer.forward_ms_spread = numbers(*spread, sizes);
   }
@@ -152,7 +179,7 @@ Profile parse_profile(std::string_view text, const std::string& source) {
   const Node root(document, source);
   if (!document.is_object()) root.fail("a JSON object");
   root.allow_only({"format", "model", "device", "dtype", "batch_size", "micro_batch_sizes",
-                   "input_bytes", "layers", "timer", "meta"});
+                   "input_bytes", "layers", "timer", "co_runners", "meta"});
   check_format(root, kProfileFormat);
 
   Profile p;
@@ -217,6 +244,26 @@ Profile parse_profile(std::string_view text, const std::string& source) {
     }
   }
 
+  // Co-run times need the count they were measured with, and describe every layer or none.
+  const auto co_runners = root.optional_field("co_runners");
+  if (co_runners) {
+    const auto n = co_runners->positive_integer();
+    if (n > limits::kMaxDevices) {
+      co_runners->fail(fmt::format("a positive integer up to {}", limits::kMaxDevices));
+    }
+    p.co_runners = static_cast<int>(n);
+  }
+  for (std::size_t k = 0; k < p.layers.size(); ++k) {
+    if (p.layers[k].forward_corun_ms.empty() == (p.co_runners > 0)) {
+      layer_nodes[k].fail_message(
+          p.co_runners > 0
+              ? "missing field \"forward_corun_ms\" (co_runners is given: every layer has co-run "
+                "times)"
+              : "has forward_corun_ms, but the profile has no co_runners (the count they were "
+                "measured with)");
+    }
+  }
+
   check_profile_total(p, source);
 
   if (auto meta = root.optional_field("meta")) {
@@ -241,6 +288,7 @@ std::string profile_to_json(const Profile& p) {
   root["batch_size"] = p.batch_size;
   root["micro_batch_sizes"] = p.micro_batch_sizes;
   root["input_bytes"] = p.input_bytes;
+  if (p.co_runners > 0) root["co_runners"] = p.co_runners;
   ordered_json layers = ordered_json::array();
   for (const auto& l : p.layers) {
     ordered_json layer = {{"name", l.name},
@@ -266,6 +314,10 @@ std::string profile_to_json(const Profile& p) {
     if (!l.backward_input_ms.empty()) {
       layer["backward_input_ms"] = l.backward_input_ms;
       layer["backward_weight_ms"] = l.backward_weight_ms;
+    }
+    if (!l.forward_corun_ms.empty()) {
+      layer["forward_corun_ms"] = l.forward_corun_ms;
+      layer["backward_corun_ms"] = l.backward_corun_ms;
     }
     if (!l.forward_ms_spread.empty()) layer["forward_ms_spread"] = l.forward_ms_spread;
     if (!l.backward_ms_spread.empty()) layer["backward_ms_spread"] = l.backward_ms_spread;

@@ -44,6 +44,12 @@ struct LayerProfile {
   /// without gives it all to I (CostModel).
   std::vector<double> backward_input_ms;
   std::vector<double> backward_weight_ms;
+  /// Optional (empty when absent; both or neither, every layer or none, only with
+  /// Profile::co_runners): forward and backward while `co_runners` other threads each run the
+  /// same layer's forward and backward on their own inputs, as the other devices of a pipeline
+  /// on the same CPU (or streams on the same GPU) do. Absent: no co-run slowdown is modelled.
+  std::vector<double> forward_corun_ms;
+  std::vector<double> backward_corun_ms;
   std::vector<double> forward_ms_spread;      ///< optional (empty when absent)
   std::vector<double> backward_ms_spread;     ///< optional (empty when absent)
 };
@@ -69,9 +75,12 @@ struct Profile {
   std::vector<std::int64_t> micro_batch_sizes;  ///< strictly increasing, ≥ 1
   std::vector<std::int64_t> input_bytes;        ///< model input, one per micro-batch size
   std::vector<LayerProfile> layers;
+  /// Optional (0 when absent): how many co-runners the layers' *_corun_ms were measured with.
+  int co_runners = 0;
   std::string meta_json;  ///< optional free-form provenance object, kept verbatim ("" if none)
 
   std::size_t layer_count() const { return layers.size(); }
+  bool has_corun_times() const { return co_runners > 0; }
 };
 
 inline constexpr std::string_view kProfileFormat = "pipetune.profile/1";

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 
+#include "sim/corun.hpp"
 #include "sim/error.hpp"
 #include "sim/memory_model.hpp"
 #include "sim/task_graph.hpp"
@@ -87,14 +89,20 @@ Simulator::~Simulator() = default;
 
 namespace {
 
-// A stage's costs at one micro-batch size.
-struct StageCost {
+// A stage's compute times at one micro-batch size, alone or beside co-runners.
+struct StageTimes {
   double forward_ms = 0.0;
   double forward_nograd_ms = 0.0;  ///< a checkpointed micro-batch's forward
   double backward_ms = 0.0;
   double backward_input_ms = 0.0;   ///< I
   double backward_weight_ms = 0.0;  ///< W
-  std::int64_t param_bytes = 0;     ///< the gradients W allocates
+};
+
+// A stage's costs at one micro-batch size.
+struct StageCost {
+  StageTimes solo;
+  StageTimes corun;              ///< beside the profile's co-runners; solo without co-run times
+  std::int64_t param_bytes = 0;  ///< the gradients W allocates
   StageMemory memory;
 };
 
@@ -127,11 +135,27 @@ std::vector<std::array<StageCost, 2>> stage_costs(const CostModel& costs, const 
     const int a = shape.first[s], b = shape.first[s + 1];
     for (int slot = 0; slot < 2; ++slot) {
       const SizeCosts& c = costs.at(slot == 0 ? shape.sizes.front() : shape.sizes.back());
-      cost[s][slot].forward_ms = c.forward_ms_sum(a, b) / speed + overhead_ms;
-      cost[s][slot].forward_nograd_ms = c.forward_nograd_ms_sum(a, b) / speed + overhead_ms;
-      cost[s][slot].backward_ms = c.backward_ms_sum(a, b) / speed + overhead_ms;
-      cost[s][slot].backward_input_ms = c.backward_input_ms_sum(a, b) / speed + overhead_ms;
-      cost[s][slot].backward_weight_ms = c.backward_weight_ms_sum(a, b) / speed + overhead_ms;
+      StageTimes& solo = cost[s][slot].solo;
+      solo.forward_ms = c.forward_ms_sum(a, b) / speed + overhead_ms;
+      solo.forward_nograd_ms = c.forward_nograd_ms_sum(a, b) / speed + overhead_ms;
+      solo.backward_ms = c.backward_ms_sum(a, b) / speed + overhead_ms;
+      solo.backward_input_ms = c.backward_input_ms_sum(a, b) / speed + overhead_ms;
+      solo.backward_weight_ms = c.backward_weight_ms_sum(a, b) / speed + overhead_ms;
+      // Only forward and backward are measured beside co-runners; the forward without autograd
+      // and the backward's halves slow down by the same factor as the whole they are part of.
+      const double forward = c.forward_ms_sum(a, b), backward = c.backward_ms_sum(a, b);
+      const double forward_slowdown = forward > 0 ? c.forward_corun_ms_sum(a, b) / forward : 1.0;
+      const double backward_slowdown =
+          backward > 0 ? c.backward_corun_ms_sum(a, b) / backward : 1.0;
+      StageTimes& corun = cost[s][slot].corun;
+      corun.forward_ms = c.forward_corun_ms_sum(a, b) / speed + overhead_ms;
+      corun.forward_nograd_ms =
+          c.forward_nograd_ms_sum(a, b) * forward_slowdown / speed + overhead_ms;
+      corun.backward_ms = c.backward_corun_ms_sum(a, b) / speed + overhead_ms;
+      corun.backward_input_ms =
+          c.backward_input_ms_sum(a, b) * backward_slowdown / speed + overhead_ms;
+      corun.backward_weight_ms =
+          c.backward_weight_ms_sum(a, b) * backward_slowdown / speed + overhead_ms;
       cost[s][slot].param_bytes = costs.param_bytes(a, b);
       cost[s][slot].memory = stage_memory(costs, c, a, b, s == 0);
     }
@@ -157,7 +181,25 @@ std::vector<std::int64_t> baseline_memory(const CostModel& costs, const Plan& pl
   return baseline;
 }
 
-// A compute task's duration and memory effects (docs/memory-model.md); returns the duration.
+// A task's time of `kind` from a stage's times.
+double task_ms(TaskKind kind, bool recomputed, const StageTimes& times) {
+  switch (kind) {
+    case TaskKind::Forward:
+      return recomputed ? times.forward_nograd_ms : times.forward_ms;
+    case TaskKind::Recompute:
+      return times.forward_ms;
+    case TaskKind::Backward:
+      return times.backward_ms;
+    case TaskKind::InputGrad:
+      return times.backward_input_ms;
+    case TaskKind::WeightGrad:
+      return times.backward_weight_ms;
+    default:
+      return 0.0;
+  }
+}
+
+// A compute task's solo duration and memory effects (docs/memory-model.md); returns the duration.
 double set_compute_effects(TaskGraph& graph, int task, const StageCost& c, const PlanShape& shape) {
   const SimTask& t = graph.tasks[static_cast<std::size_t>(task)];
   EventEngine& engine = graph.engine;
@@ -171,27 +213,22 @@ double set_compute_effects(TaskGraph& graph, int task, const StageCost& c, const
   // with it too; the last stage has neither (its output died with the forward).
   const bool own_input = s > 0 && (shape.device_of[s - 1] != t.device || recomputed);
   const std::int64_t dies = dies_with_backward(m, last_stage, own_input);
-  double ms = 0.0;
+  const double ms = task_ms(t.kind, recomputed, c.solo);
   MemoryEffect effect;
   switch (t.kind) {
     case TaskKind::Forward:
-      ms = recomputed ? c.forward_nograd_ms : c.forward_ms;
       effect = forward_effect(m, recomputed, last_stage);
       break;
     case TaskKind::Recompute:
-      ms = c.forward_ms;
       effect = recompute_effect(m);
       break;
     case TaskKind::Backward:
-      ms = c.backward_ms;
       effect = backward_effect(m, first_time, dies);
       break;
     case TaskKind::InputGrad:
-      ms = c.backward_input_ms;
       effect = input_backward_effect(m);
       break;
     case TaskKind::WeightGrad:
-      ms = c.backward_weight_ms;
       effect = weight_backward_effect(m, c.param_bytes, first_time, last_stage, dies);
       break;
     default:
@@ -216,6 +253,39 @@ void set_copy_effects(TaskGraph& graph, int task, const StageMemory& m, const Pl
   graph.engine.set_start_effect(task, graph.counter[t.peer], t.bytes);
   const bool sender_frees = gradient || shape.recomputed[t.micro_batch];
   graph.engine.set_end_effect(task, graph.counter[t.device], sender_frees ? t.bytes : 0);
+}
+
+// A compute task's two durations, alone and beside the profile's co-runners.
+struct CorunTask {
+  int id = 0;
+  int device = 0;
+  double solo_ms = 0.0, corun_ms = 0.0;
+  double duration_ms = 0.0;  ///< what the engine runs it for
+};
+
+// The co-run model's fixed point (sim/corun.hpp): run with the durations set, give each task
+// solo + share × (co-run − solo) for the share of it during which other devices computed, and
+// run again, until no duration moves by more than 1e-9 of the makespan, or for a bounded number
+// of rounds, so a timeline that flips between two orders still ends (on the last durations).
+void settle_corun_durations(EventEngine& engine, std::vector<CorunTask>& tasks, int co_runners) {
+  constexpr int kMaxRounds = 32;
+  std::vector<ComputeSpan> spans(tasks.size());
+  for (int round = 0; round < kMaxRounds; ++round) {
+    engine.run(false);
+    for (std::size_t k = 0; k < tasks.size(); ++k) {
+      spans[k] = {tasks[k].device, engine.start(tasks[k].id), engine.finish(tasks[k].id)};
+    }
+    const std::vector<double> shares = corun_shares(spans, co_runners);
+    double largest_move = 0.0;
+    for (std::size_t k = 0; k < tasks.size(); ++k) {
+      CorunTask& t = tasks[k];
+      const double ms = t.solo_ms + shares[k] * (t.corun_ms - t.solo_ms);
+      largest_move = std::max(largest_move, std::abs(ms - t.duration_ms));
+      t.duration_ms = ms;
+      engine.set_duration(t.id, ms);
+    }
+    if (largest_move <= 1e-9 * engine.makespan()) return;
+  }
 }
 
 }  // namespace
@@ -308,19 +378,24 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
   const auto cost = stage_costs(costs_, hardware_, shape);
   const std::vector<std::int64_t> baseline = baseline_memory(costs_, plan, shape);
   for (int d = 0; d < devices; ++d) engine.set_counter_initial(graph.counter[d], baseline[d]);
-  std::vector<double> busy(devices, 0.0);
+  std::vector<CorunTask> corun_tasks;
   for (std::size_t id = 0; id < graph.tasks.size(); ++id) {
     const SimTask& t = graph.tasks[id];
     const StageCost& c = cost[t.stage][shape.slot_of[t.micro_batch]];
     if (is_compute(t.kind)) {
-      busy[t.device] += set_compute_effects(graph, static_cast<int>(id), c, shape);
+      const double solo_ms = set_compute_effects(graph, static_cast<int>(id), c, shape);
+      const double corun_ms = task_ms(t.kind, shape.recomputed[t.micro_batch] != 0, c.corun);
+      corun_tasks.push_back({static_cast<int>(id), t.device, solo_ms, corun_ms, solo_ms});
     } else {
       set_copy_effects(graph, static_cast<int>(id), c.memory, shape,
                        *links_[t.device * devices + t.peer]);
     }
   }
+  if (profile_.has_corun_times()) settle_corun_durations(engine, corun_tasks, profile_.co_runners);
 
   engine.run(options.record_memory);
+  std::vector<double> busy(devices, 0.0);
+  for (const CorunTask& t : corun_tasks) busy[t.device] += t.duration_ms;
 
   SimulationResult result;
   result.plan = plan;

@@ -89,6 +89,9 @@ Profile obtain_profile(models::Model& model, const ValidationOptions& options, V
     // The threads each CPU device will have when the executor runs the plans.
     po.threads = exec::cpu_threads_per_device(options.devices);
   }
+  po.co_runners = options.co_runners >= 0       ? options.co_runners
+                  : options.run.device == "cpu" ? options.devices - 1
+                                                : 0;
   if (options.progress) {
     po.progress = [&](std::size_t done, std::size_t total) {
       options.progress("profile", done, total);

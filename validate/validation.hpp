@@ -45,6 +45,9 @@ struct ValidationOptions {
   int calibration_steps = 4;
   bool recalibrate = false;  ///< fit anew even when the hardware file has a calibration
   int profile_repeats = 5, profile_warmup = 2;
+  /// CPU: the co-runners each layer is also timed beside (profiler::ProfileOptions); -1: one
+  /// per other device (devices - 1); 0: none, the simulator then uses solo times alone.
+  int co_runners = -1;
   std::string out_dir;  ///< everything is written here
   /// Where the plans run. Unset: in this process (measure_plans). `pipetune validate
   /// --distributed` runs each plan as one process per device instead (cli/distributed_runs).

@@ -6,12 +6,13 @@
 #ifdef PIPETUNE_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
 #endif
+#include <ATen/ATen.h>
+#include <torch/nn/cloneable.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 
-#include <ATen/ATen.h>
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -270,6 +271,47 @@ TEST(Profiler, KnownCostsRankAndScale) {
   EXPECT_GT(p.layers[2].forward_ms.back(), p.layers[2].forward_ms.front());  // bigger batches cost more
 }
 
+// Streams its input through memory: y = x·w + x over a tensor far larger than any cache, so
+// its time is memory bandwidth, which co-runners on the same machine share.
+class StreamImpl : public torch::nn::Cloneable<StreamImpl> {
+ public:
+  StreamImpl() { reset(); }
+  void reset() override { w = register_parameter("w", at::ones({1})); }
+  at::Tensor forward(const at::Tensor& x) { return x * w + x; }
+  at::Tensor w;
+};
+TORCH_MODULE(Stream);
+
+TEST(Profiler, CoRunTimesOfABandwidthBoundLayer) {
+  // 4 samples of 2^21 floats: 32 MiB per tensor.
+  models::Model m = model_of({{"stream", torch::nn::AnyModule(Stream())},
+                              {"sleep", torch::nn::AnyModule(SleepPerSample(0.5))}},
+                             {std::int64_t{1} << 21});
+  profiler::ProfileOptions o = quick(4, {4});
+  o.co_runners = 1;
+  const Profile p = profiler::profile_model(m, o).profile;
+  EXPECT_EQ(p.co_runners, 1);
+  for (const auto& layer : p.layers) {
+    ASSERT_EQ(layer.forward_corun_ms.size(), 1u) << layer.name;
+    ASSERT_EQ(layer.backward_corun_ms.size(), 1u) << layer.name;
+  }
+  // Beside a thread streaming the same amount, the layer gets at most the bandwidth it had
+  // alone. Loose (0.9): this is not a timing test, and the machine may be busy with others.
+  EXPECT_GE(p.layers[0].forward_corun_ms[0], 0.9 * p.layers[0].forward_ms[0]);
+  EXPECT_GE(p.layers[0].backward_corun_ms[0], 0.9 * p.layers[0].backward_ms[0]);
+  // A sleep shares nothing: beside a co-runner it still sleeps what it did alone, at least.
+  EXPECT_GE(p.layers[1].forward_corun_ms[0], 0.9 * 2.0);
+  // The profile carries them through its file and back.
+  const Profile again = parse_profile(profile_to_json(p), "again.json");
+  EXPECT_EQ(again.layers[0].forward_corun_ms, p.layers[0].forward_corun_ms);
+  EXPECT_EQ(again.co_runners, 1);
+  // Without co-runners (the default) nothing of it is written.
+  profiler::ProfileOptions solo = quick(4, {4});
+  const Profile q = profiler::profile_model(m, solo).profile;
+  EXPECT_FALSE(q.has_corun_times());
+  EXPECT_TRUE(q.layers[0].forward_corun_ms.empty());
+}
+
 TEST(Profiler, BadOptions) {
   models::Model m = models::build_model("mlp:layers=2,width=8");
   auto error = [&](profiler::ProfileOptions o) -> std::string {
@@ -283,10 +325,18 @@ TEST(Profiler, BadOptions) {
   // The library's words; the CLI names the flag instead (ProfilerCli below).
   EXPECT_EQ(error(quick(0, {})), "batch size: expected a positive integer, got 0");
   EXPECT_EQ(error(quick(8, {4, 16})), "micro-batch sizes: expected sizes from 1 to 8 (the batch size), got 16");
+  profiler::ProfileOptions negative = quick(8, {});
+  negative.co_runners = -1;
+  EXPECT_EQ(error(negative), "co-runners: expected 0 or more, got -1");
   profiler::ProfileOptions on_gpu = quick(8, {});
   on_gpu.device = "cuda";
   if (!torch::cuda::is_available()) {
     EXPECT_THAT(error(on_gpu), ::testing::StartsWith("device cuda: "));
+  } else {
+    on_gpu.co_runners = 1;
+    EXPECT_EQ(error(on_gpu),
+              "co-runners: the co-run slowdown is measured on the CPU only; expected 0 with device "
+              "cuda");
   }
   // Device strings are read by the executor's parser: a malformed index is bad input, and the
   // profiler measures on "cpu" itself, not on one of the pipeline's CPU devices.

@@ -132,7 +132,7 @@ TEST(ProfileFormat, SizesMustIncrease) {
 TEST(ProfileFormat, UnknownFieldIsATypo) {
   EXPECT_EQ(profile_error(profile_with("\"dtype\"", "\"dtyp\": 1, \"dtype\"")),
             "in.json: dtyp: unknown field (expected one of: format, model, device, dtype, "
-            "batch_size, micro_batch_sizes, input_bytes, layers, timer, meta)");
+            "batch_size, micro_batch_sizes, input_bytes, layers, timer, co_runners, meta)");
 }
 
 TEST(ProfileFormat, TimerSaysHowTimesWereTaken) {
