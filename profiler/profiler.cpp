@@ -11,6 +11,7 @@
 #include <exception>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <tuple>
 
 #include "executor/device_name.hpp"
 #include "profiler/backend.hpp"
@@ -39,7 +40,9 @@ Statistics statistics(std::vector<double> v) {
   return s;
 }
 
-std::int64_t bytes_of(const at::Tensor& t) { return t.defined() ? static_cast<std::int64_t>(t.nbytes()) : 0; }
+std::int64_t bytes_of(const at::Tensor& t) {
+  return t.defined() ? static_cast<std::int64_t>(t.nbytes()) : 0;
+}
 
 // A layer of the model and what running it means: its forward, plus the loss for the last one.
 struct Runner {
@@ -84,8 +87,9 @@ std::vector<std::int64_t> checked_sizes(const ProfileOptions& options) {
   }
   if (options.repeats < 1)
     throw InputError(Input::Repeats, fmt::format("expected at least 1, got {}", options.repeats));
-  std::vector<std::int64_t> sizes =
-      options.micro_batch_sizes.empty() ? default_micro_batch_sizes(options.batch_size) : options.micro_batch_sizes;
+  std::vector<std::int64_t> sizes = options.micro_batch_sizes.empty()
+                                        ? default_micro_batch_sizes(options.batch_size)
+                                        : options.micro_batch_sizes;
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
   for (auto s : sizes) {
@@ -115,7 +119,10 @@ Profile empty_profile(models::Model& model, MeasureBackend& backend, at::ScalarT
   Profile profile;
   profile.model = model.name;
   profile.device = {backend.device_type(), backend.device_name(), backend.memory_bytes()};
-  profile.dtype = dtype == at::kDouble ? "float64" : dtype == at::kHalf ? "float16" : dtype == at::kBFloat16 ? "bfloat16" : "float32";
+  profile.dtype = dtype == at::kDouble     ? "float64"
+                  : dtype == at::kHalf     ? "float16"
+                  : dtype == at::kBFloat16 ? "bfloat16"
+                                           : "float32";
   profile.timer = backend.timer_name();
   profile.batch_size = options.batch_size;
   profile.micro_batch_sizes = sizes;
@@ -130,21 +137,31 @@ Profile empty_profile(models::Model& model, MeasureBackend& backend, at::ScalarT
 
 // Each layer's median times at one size, and their spreads.
 struct LayerTimes {
-  Statistics forward, backward, forward_nograd;
+  Statistics forward, backward, forward_nograd, backward_input, backward_weight;
 };
+
+// The parameters a backward can reach (frozen ones have no gradient to compute).
+std::vector<at::Tensor> trainable_parameters(torch::nn::AnyModule& layer) {
+  std::vector<at::Tensor> out;
+  for (auto& p : layer.ptr()->parameters()) {
+    if (p.requires_grad()) out.push_back(p);
+  }
+  return out;
+}
 
 // Time, in context: each repetition is one forward pass through every layer and one backward
 // pass back, each layer timed on its own within it. Timing a layer alone, again and again,
 // would keep its weights in cache, which a pipeline streaming micro-batches through many
 // layers does not; small-batch layers are bound by memory, so that matters. Layers are joined
 // by detached tensors, so each backward can be timed by itself.
-std::vector<LayerTimes> time_layers(models::Model& model, std::vector<torch::nn::AnyModule*>& modules,
-                                    const at::Tensor& input, const at::Tensor& target, MeasureBackend& backend,
-                                    const ProfileOptions& options) {
+std::vector<LayerTimes> time_layers(models::Model& model,
+                                    std::vector<torch::nn::AnyModule*>& modules,
+                                    const at::Tensor& input, const at::Tensor& target,
+                                    MeasureBackend& backend, const ProfileOptions& options) {
   const int layer_count = static_cast<int>(modules.size());
   std::uint64_t next_region = 1;
   std::vector<std::vector<std::uint64_t>> forward_ids(layer_count), backward_ids(layer_count),
-      nograd_ids(layer_count);
+      nograd_ids(layer_count), input_ids(layer_count), weight_ids(layer_count);
   // Runs `work` as region `ids` of layer l when the repetition is timed.
   auto region = [&](bool timed, std::vector<std::uint64_t>& ids, auto&& work) {
     const std::uint64_t id = next_region++;
@@ -155,6 +172,46 @@ std::vector<LayerTimes> time_layers(models::Model& model, std::vector<torch::nn:
       ids.push_back(id);
     }
     return result;
+  };
+  // The backward split as zero-bubble schedules run it, after a forward of its own: per layer,
+  // I (the input's gradient, the graph kept) then W (the parameters' gradients from that graph).
+  // A layer whose input needs no gradient (the model's first) has no I; its W is its whole
+  // backward, as torch's first stage runs it. A layer without parameters has no W.
+  auto split_backward_pass = [&](bool timed) {
+    std::vector<LayerInput> inputs(layer_count);
+    std::vector<at::Tensor> roots(layer_count);
+    at::Tensor current = input;
+    for (int l = 0; l < layer_count; ++l) {
+      inputs[l] = layer_input(current, l);
+      Runner run{*modules[l], model, l + 1 == layer_count, target};
+      std::tie(roots[l], current) = run.forward(inputs[l].x);
+    }
+    at::Tensor gradient;  // the input gradient I of the layer after
+    for (int l = layer_count - 1; l >= 0; --l) {
+      if (!roots[l].requires_grad()) break;
+      const bool last = l + 1 == layer_count;
+      const std::vector<at::Tensor> seed =
+          last ? std::vector<at::Tensor>{} : std::vector<at::Tensor>{gradient};
+      const std::vector<at::Tensor> parameters = trainable_parameters(*modules[l]);
+      at::Tensor input_gradient;
+      if (inputs[l].leaf.defined()) {
+        input_gradient = region(timed, input_ids[l], [&] {
+          return torch::autograd::grad({roots[l]}, {inputs[l].leaf}, seed,
+                                       /*retain_graph=*/!parameters.empty(),
+                                       /*create_graph=*/false, /*allow_unused=*/true)[0];
+        });
+      }
+      if (!parameters.empty()) {
+        region(timed, weight_ids[l], [&] {
+          torch::autograd::backward({roots[l]}, seed, /*retain_graph=*/false,
+                                    /*create_graph=*/false, parameters);
+          return 0;
+        });
+      }
+      roots[l] = at::Tensor();
+      gradient = input_gradient;
+      if (!gradient.defined()) break;
+    }
   };
   for (int r = 0; r < options.warmup + options.repeats; ++r) {
     const bool timed = r >= options.warmup;
@@ -194,6 +251,7 @@ std::vector<LayerTimes> time_layers(models::Model& model, std::vector<torch::nn:
     }
     // Parameter gradients stay allocated and accumulate, as in every backward of a stage but
     // its first.
+    split_backward_pass(timed);
   }
   const auto times = backend.collect_ms();
   auto pick = [&](const std::vector<std::uint64_t>& ids) {
@@ -206,7 +264,8 @@ std::vector<LayerTimes> time_layers(models::Model& model, std::vector<torch::nn:
   };
   std::vector<LayerTimes> out(layer_count);
   for (int l = 0; l < layer_count; ++l) {
-    out[l] = {pick(forward_ids[l]), pick(backward_ids[l]), pick(nograd_ids[l])};
+    out[l] = {pick(forward_ids[l]), pick(backward_ids[l]), pick(nograd_ids[l]), pick(input_ids[l]),
+              pick(weight_ids[l])};
   }
   return out;
 }
@@ -387,8 +446,8 @@ void measure_retention(Runner& run, const at::Tensor& previous, int layer, Measu
   const std::int64_t held = backend.allocated() - (before - input_bytes);
   out.keeps_input = !input_storage.expired();
   out.keeps_output = !out.aliases && !output_storage.expired();
-  out.saved = std::max<std::int64_t>(
-      0, held - (out.keeps_input ? input_bytes : 0) - (out.keeps_output ? output_bytes : 0) - loss_bytes);
+  out.saved = std::max<std::int64_t>(0, held - (out.keeps_input ? input_bytes : 0) -
+                                            (out.keeps_output ? output_bytes : 0) - loss_bytes);
 }
 
 // The backward's peaks, the first time (creating the parameter gradients) and a later time
@@ -431,10 +490,13 @@ LayerMemory measure_layer_memory(Runner& run, const at::Tensor& previous, int la
   return out;
 }
 
-void append(LayerProfile& layer, const LayerTimes& times, const LayerMemory& memory, bool first_size) {
+void append(LayerProfile& layer, const LayerTimes& times, const LayerMemory& memory,
+            bool first_size) {
   layer.forward_ms.push_back(times.forward.median);
   layer.backward_ms.push_back(times.backward.median);
   layer.forward_nograd_ms.push_back(times.forward_nograd.median);
+  layer.backward_input_ms.push_back(times.backward_input.median);
+  layer.backward_weight_ms.push_back(times.backward_weight.median);
   layer.forward_ms_spread.push_back(times.forward.spread);
   layer.backward_ms_spread.push_back(times.backward.spread);
   layer.output_bytes.push_back(memory.output_bytes);

@@ -9,6 +9,13 @@
 //                             `warmup` passes, each layer timed within the pass, so its weights
 //                             are as cold as in a pipeline (spread: the median absolute
 //                             deviation); the last layer's include the loss;
+//   backward_input_ms, backward_weight_ms
+//                             the backward split as zero-bubble schedules run it, timed in a
+//                             second backward pass of each repetition: I, the gradient of the
+//                             layer's input with the graph kept, then W, the parameters'
+//                             gradients from that graph. The model's first layer (its input
+//                             needs no gradient) has I = 0 and its whole backward as W, as
+//                             torch's first stage runs it; a layer without parameters, W = 0;
 //   output_bytes              the output tensor;
 //   keeps_input, keeps_output, output_aliases_input
 //                             after a forward, with the input and the output let go and only
@@ -47,7 +54,8 @@ namespace pipetune::profiler {
 struct ProfileOptions {
   std::string device = "cpu";  ///< "cpu", "cuda" or "cuda:<n>"
   std::int64_t batch_size = 0;
-  std::vector<std::int64_t> micro_batch_sizes;  ///< empty: powers of two below the batch, and the batch
+  std::vector<std::int64_t>
+      micro_batch_sizes;  ///< empty: powers of two below the batch, and the batch
   int warmup = 2;
   int repeats = 5;
   std::string timer = "auto";  ///< GPU: auto, cupti or events

@@ -2,6 +2,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/cuda.h>
 #ifdef PIPETUNE_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
@@ -310,6 +311,113 @@ TEST(Profiler, CoRunTimesOfABandwidthBoundLayer) {
   const Profile q = profiler::profile_model(m, solo).profile;
   EXPECT_FALSE(q.has_corun_times());
   EXPECT_TRUE(q.layers[0].forward_corun_ms.empty());
+}
+
+// x * w for a one-element weight w, whose backward sleeps known times per sample: `input_ms` for
+// the input's gradient, `weight_ms` for the weight's, each only when autograd asks for it.
+struct SplitSleep : torch::autograd::Function<SplitSleep> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            const at::Tensor& w, double input_ms, double weight_ms) {
+    ctx->save_for_backward({x, w});
+    ctx->saved_data["input_ms"] = input_ms;
+    ctx->saved_data["weight_ms"] = weight_ms;
+    return x * w;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list gradients) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &w = saved[1], &g = gradients[0];
+    const double samples = static_cast<double>(x.size(0));
+    auto sleep = [&](const char* key) {
+      std::this_thread::sleep_for(
+          std::chrono::duration<double, std::milli>(ctx->saved_data[key].toDouble() * samples));
+    };
+    at::Tensor input_gradient, weight_gradient;
+    if (ctx->needs_input_grad(0)) {
+      sleep("input_ms");
+      input_gradient = g * w;
+    }
+    if (ctx->needs_input_grad(1)) {
+      sleep("weight_ms");
+      weight_gradient = (g * x).sum().reshape_as(w);
+    }
+    return {input_gradient, weight_gradient, at::Tensor(), at::Tensor()};
+  }
+};
+
+class SplitSleepLayerImpl : public torch::nn::Module {
+ public:
+  SplitSleepLayerImpl(double input_ms, double weight_ms) : input_ms_(input_ms), weight_ms_(weight_ms) {
+    w = register_parameter("w", at::ones({1}));
+  }
+  at::Tensor forward(const at::Tensor& x) { return SplitSleep::apply(x, w, input_ms_, weight_ms_); }
+  at::Tensor w;
+
+ private:
+  double input_ms_, weight_ms_;
+};
+TORCH_MODULE(SplitSleepLayer);
+
+TEST(Profiler, BackwardSplitOfKnownCosts) {
+  // The first layer's input needs no gradient: no I, and its whole backward (the weight's
+  // 2 ms/sample alone) is W. The second: I 3 ms/sample, W 1 ms/sample. Flatten has no W.
+  models::Model m = model_of({{"first", torch::nn::AnyModule(SplitSleepLayer(5.0, 2.0))},
+                              {"second", torch::nn::AnyModule(SplitSleepLayer(3.0, 1.0))},
+                              {"flatten", torch::nn::AnyModule(torch::nn::Flatten())}},
+                             {4});
+  const Profile p = profiler::profile_model(m, quick(4, {1, 2, 4})).profile;
+  const double slack = 3.0 + 2.0 * sleep_overshoot_ms(16.0);
+  for (const auto& layer : p.layers) {
+    ASSERT_EQ(layer.backward_input_ms.size(), p.micro_batch_sizes.size()) << layer.name;
+    ASSERT_EQ(layer.backward_weight_ms.size(), p.micro_batch_sizes.size()) << layer.name;
+  }
+  auto within = [&](double measured, double expected) {
+    EXPECT_GE(measured, expected);
+    EXPECT_LT(measured, expected + slack);
+  };
+  for (std::size_t k = 0; k < p.micro_batch_sizes.size(); ++k) {
+    const double samples = static_cast<double>(p.micro_batch_sizes[k]);
+    EXPECT_EQ(p.layers[0].backward_input_ms[k], 0.0);
+    within(p.layers[0].backward_weight_ms[k], 2.0 * samples);
+    within(p.layers[0].backward_ms[k], 2.0 * samples);
+    within(p.layers[1].backward_input_ms[k], 3.0 * samples);
+    within(p.layers[1].backward_weight_ms[k], 1.0 * samples);
+    within(p.layers[1].backward_ms[k], 4.0 * samples);
+    EXPECT_EQ(p.layers[2].backward_weight_ms[k], 0.0);
+    EXPECT_LT(p.layers[2].backward_input_ms[k], slack);
+  }
+  // The profile round-trips through sim's loader, the split included.
+  const Profile again = parse_profile(profile_to_json(p), "round trip");
+  for (std::size_t l = 0; l < p.layers.size(); ++l) {
+    EXPECT_EQ(again.layers[l].backward_input_ms, p.layers[l].backward_input_ms);
+    EXPECT_EQ(again.layers[l].backward_weight_ms, p.layers[l].backward_weight_ms);
+  }
+}
+
+TEST(Profiler, BackwardSplitOfLinearFollowsItsFlops) {
+  // Linear(512, 512) at a batch of n: I is g·Wᵀ and W is gᵀ·x (plus the bias's column sums),
+  // 2·n·512² flops each, so their times are alike; a ReLU has no W; the model's first layer no I.
+  models::Model m = model_of({{"first", torch::nn::AnyModule(torch::nn::Linear(512, 512))},
+                              {"relu", torch::nn::AnyModule(torch::nn::ReLU())},
+                              {"linear", torch::nn::AnyModule(torch::nn::Linear(512, 512))},
+                              {"tail", torch::nn::AnyModule(torch::nn::ReLU())}},
+                             {512});
+  profiler::ProfileOptions options = quick(128, {128});
+  options.repeats = 7;
+  const Profile p = profiler::profile_model(m, options).profile;
+  const auto& linear = p.layers[2];
+  EXPECT_GT(linear.backward_input_ms[0], 0.0);
+  EXPECT_GT(linear.backward_weight_ms[0], 0.0);
+  const double flop_ratio = (2.0 * 128 * 512 * 512) / (2.0 * 128 * 512 * 512 + 128 * 512);
+  const double ratio = linear.backward_input_ms[0] / linear.backward_weight_ms[0];
+  EXPECT_GT(ratio, flop_ratio / 3.0);
+  EXPECT_LT(ratio, flop_ratio * 3.0);
+  for (const auto& relu : {p.layers[1], p.layers[3]}) {
+    EXPECT_EQ(relu.backward_weight_ms[0], 0.0) << relu.name;
+    EXPECT_GT(relu.backward_input_ms[0], 0.0) << relu.name;
+  }
+  EXPECT_EQ(p.layers[0].backward_input_ms[0], 0.0);
+  EXPECT_GT(p.layers[0].backward_weight_ms[0], 0.0);
 }
 
 TEST(Profiler, BadOptions) {
