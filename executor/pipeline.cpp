@@ -128,13 +128,14 @@ std::vector<torch::nn::Sequential> split_model(models::Model& model,
   return stages;
 }
 
-// Which (stage, micro-batch) the schedule recomputes: its forward keeps only the input. Read
-// from the programmes, so a schedule given from outside (torch's CSV) is run as written.
-std::vector<char> recomputed_micro_batches(const Schedule& schedule) {
+// Which (stage, micro-batch) the schedule gives an action of `kind` (Recompute: its forward
+// keeps only the input; InputGrad: its backward is split). Read from the programmes, so a
+// schedule given from outside (torch's CSV) is run as written.
+std::vector<char> micro_batches_with(const Schedule& schedule, ActionKind kind) {
   std::vector<char> out(static_cast<std::size_t>(schedule.stages) * schedule.micro_batches, 0);
   for (const auto& program : schedule.per_rank) {
     for (const Action& a : program) {
-      if (a.kind == ActionKind::Recompute) {
+      if (a.kind == kind) {
         out[static_cast<std::size_t>(a.stage) * schedule.micro_batches + a.micro_batch] = 1;
       }
     }
@@ -158,6 +159,7 @@ struct Pipeline::Impl {
   const Schedule& schedule;                         // placement's
   const std::vector<std::vector<Action>> programs;  // per device
   const std::vector<char> recomputed;  // stage * micro_batches + micro_batch: has an R action
+  const std::vector<char> split;       // stage * micro_batches + micro_batch: has an I action
   std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers;  // per stage (local ones)
 
   // --- threads ---
@@ -214,7 +216,8 @@ struct Pipeline::Impl {
         stages(split_model(model, plan.balance)),
         schedule(placement.schedule),
         programs(device_programs(schedule, placement.device_of, device_count())),
-        recomputed(recomputed_micro_batches(schedule)) {
+        recomputed(micro_batches_with(schedule, ActionKind::Recompute)),
+        split(micro_batches_with(schedule, ActionKind::InputGrad)) {
     adopt_local_stages();
     optimizers = make_optimizers();
   }
@@ -487,7 +490,9 @@ void Pipeline::Impl::run_action(int d, const Action& a, at::Generator& generator
         y = stages[s]->forward(x);
         if (last) losses[i] = model.loss(y, micro_targets[i]).detach() * scale;
       } else {
-        y = stages[s]->forward(x);
+        // A split backward needs each layer's output; B needs only the stage's.
+        y = split[static_cast<std::size_t>(s) * micro_batches + i] ? forward_layers(stages[s], ctx)
+                                                                   : stages[s]->forward(x);
         if (last) {
           ctx.output = model.loss(y, micro_targets[i]) * scale;
           losses[i] = ctx.output.detach();
@@ -500,7 +505,9 @@ void Pipeline::Impl::run_action(int d, const Action& a, at::Generator& generator
     }
     case ActionKind::Recompute: {
       models::ScopedRecompute recomputing;
-      at::Tensor y = stages[s]->forward(ctx.input);
+      at::Tensor y = split[static_cast<std::size_t>(s) * micro_batches + i]
+                         ? forward_layers(stages[s], ctx)
+                         : stages[s]->forward(ctx.input);
       ctx.output = last ? model.loss(y, micro_targets[i]) * scale : y;
       break;
     }
@@ -515,7 +522,7 @@ void Pipeline::Impl::run_action(int d, const Action& a, at::Generator& generator
       break;
     }
     case ActionKind::WeightGrad:
-      backward_weight(ctx, stages[s]->parameters());
+      backward_weight(ctx, stages[s]);
       break;
   }
 }

@@ -2,12 +2,14 @@
 
 #include <torch/autograd.h>
 
+#include <unordered_set>
+
 namespace pipetune::exec {
 
 namespace {
 
-bool needs_gradient(const at::Tensor& input) {
-  return input.defined() && input.requires_grad();
+bool needs_gradient(const at::Tensor& tensor) {
+  return tensor.defined() && tensor.requires_grad();
 }
 
 // autograd's seed list: none for a scalar loss (ones), else the gradient received.
@@ -16,7 +18,68 @@ std::vector<at::Tensor> seed(const at::Tensor& output_gradient) {
   return {output_gradient};
 }
 
+// The parameters that train, each once (a module registered twice lists its own twice).
+std::vector<at::Tensor> trained(const std::vector<at::Tensor>& parameters) {
+  std::vector<at::Tensor> out;
+  std::unordered_set<const void*> seen;
+  for (const auto& p : parameters) {
+    if (p.requires_grad() && seen.insert(p.unsafeGetTensorImpl()).second) out.push_back(p);
+  }
+  return out;
+}
+
+// Adds `gradients` into the parameters' .grad as autograd's backward does.
+void accumulate(const std::vector<at::Tensor>& parameters,
+                const std::vector<at::Tensor>& gradients) {
+  at::NoGradGuard no_grad;
+  for (std::size_t k = 0; k < parameters.size(); ++k) {
+    if (!gradients[k].defined()) continue;  // a parameter this micro-batch did not reach
+    at::Tensor& grad = const_cast<at::Tensor&>(parameters[k]).mutable_grad();
+    if (grad.defined()) {
+      grad.add_(gradients[k]);
+    } else {
+      grad = gradients[k];
+    }
+  }
+}
+
+// W over the whole kept graph from the stage output: the way when no boundaries were kept.
+void weight_gradients_from_output(const MicroBatchState& state,
+                                  const std::vector<at::Tensor>& parameters) {
+  if (parameters.empty()) return;
+  accumulate(parameters,
+             torch::autograd::grad({state.output}, parameters, seed(state.output_gradient),
+                                   /*retain_graph=*/false, /*create_graph=*/false,
+                                   /*allow_unused=*/true));
+}
+
+// A parameter used by two layers of the stage: a layer's W from its own boundary would reach
+// the other use too (counted twice, through a graph already freed).
+bool layers_share_parameters(const std::vector<std::vector<at::Tensor>>& per_layer) {
+  std::unordered_set<const void*> seen;
+  for (const auto& parameters : per_layer) {
+    for (const auto& p : parameters) {
+      if (!seen.insert(p.unsafeGetTensorImpl()).second) return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
+
+at::Tensor forward_layers(torch::nn::Sequential& stage, MicroBatchState& state) {
+  state.layer_outputs.assign(stage->size(), at::Tensor());
+  at::Tensor x = state.input;
+  std::size_t j = 0;
+  for (auto& layer : *stage) {
+    x = layer.forward<at::Tensor>(x);
+    // Only W reads a boundary: keep those of layers with trained parameters.
+    if (!trained(layer.ptr()->parameters()).empty()) state.layer_outputs[j] = x;
+    ++j;
+  }
+  state.output = x;
+  return x;
+}
 
 at::Tensor backward_whole(MicroBatchState& state, const at::Tensor& output_gradient) {
   torch::autograd::backward({state.output}, seed(output_gradient));
@@ -27,32 +90,63 @@ at::Tensor backward_whole(MicroBatchState& state, const at::Tensor& output_gradi
 
 at::Tensor backward_input(MicroBatchState& state, const at::Tensor& output_gradient) {
   state.output_gradient = output_gradient;
-  if (!needs_gradient(state.input)) return {};
-  auto gradients = torch::autograd::grad({state.output}, {state.input}, seed(output_gradient),
+  // Ask for the input and every boundary that needs a gradient, except the stage output
+  // itself when it is the seeded root (its gradient is the seed).
+  std::vector<at::Tensor> wanted;
+  std::vector<int> wanted_boundary;  // per wanted: its index in layer_outputs, -1: the input
+  if (needs_gradient(state.input)) {
+    wanted.push_back(state.input);
+    wanted_boundary.push_back(-1);
+  }
+  const int layers = static_cast<int>(state.layer_outputs.size());
+  state.layer_output_gradients.assign(state.layer_outputs.size(), at::Tensor());
+  for (int j = 0; j < layers; ++j) {
+    const at::Tensor& boundary = state.layer_outputs[j];
+    if (!needs_gradient(boundary)) continue;
+    if (boundary.is_same(state.output)) {
+      state.layer_output_gradients[j] = output_gradient;
+      continue;
+    }
+    wanted.push_back(boundary);
+    wanted_boundary.push_back(j);
+  }
+  if (wanted.empty()) return {};
+  auto gradients = torch::autograd::grad({state.output}, wanted, seed(output_gradient),
                                          /*retain_graph=*/true, /*create_graph=*/false,
                                          /*allow_unused=*/true);
-  return gradients[0];
+  at::Tensor input_gradient;
+  for (std::size_t k = 0; k < wanted.size(); ++k) {
+    if (wanted_boundary[k] < 0) {
+      input_gradient = gradients[k];
+    } else {
+      state.layer_output_gradients[wanted_boundary[k]] = gradients[k];
+    }
+  }
+  return input_gradient;
 }
 
-void backward_weight(MicroBatchState& state, const std::vector<at::Tensor>& parameters) {
-  std::vector<at::Tensor> trained;
-  for (const auto& p : parameters) {
-    if (p.requires_grad()) trained.push_back(p);
+void backward_weight(MicroBatchState& state, torch::nn::Sequential& stage) {
+  const bool kept_boundaries = !state.layer_outputs.empty() &&
+                               state.layer_outputs.size() == stage->size() &&
+                               state.layer_output_gradients.size() == stage->size();
+  std::vector<std::vector<at::Tensor>> per_layer;
+  if (kept_boundaries) {
+    for (auto& layer : *stage) per_layer.push_back(trained(layer.ptr()->parameters()));
   }
-  if (!trained.empty()) {
-    auto gradients = torch::autograd::grad({state.output}, trained, seed(state.output_gradient),
-                                           /*retain_graph=*/false, /*create_graph=*/false,
-                                           /*allow_unused=*/true);
-    at::NoGradGuard no_grad;
-    for (std::size_t k = 0; k < trained.size(); ++k) {
-      if (!gradients[k].defined()) continue;  // a parameter this micro-batch did not reach
-      at::Tensor& grad = trained[k].mutable_grad();
-      if (grad.defined()) {
-        grad.add_(gradients[k]);
-      } else {
-        grad = gradients[k];
-      }
-    }
+  if (!kept_boundaries || layers_share_parameters(per_layer)) {
+    weight_gradients_from_output(state, trained(stage->parameters()));
+    state = {};
+    return;
+  }
+  // Layer j's weights from the gradient at its own output: the traversal stops at its input
+  // (only the parameters' edges are needed), so no activation gradient is recomputed.
+  for (std::size_t j = 0; j < per_layer.size(); ++j) {
+    const at::Tensor& boundary = state.layer_outputs[j];
+    const at::Tensor& gradient = state.layer_output_gradients[j];
+    if (per_layer[j].empty() || !needs_gradient(boundary) || !gradient.defined()) continue;
+    accumulate(per_layer[j], torch::autograd::grad({boundary}, per_layer[j], {gradient},
+                                                   /*retain_graph=*/false, /*create_graph=*/false,
+                                                   /*allow_unused=*/true));
   }
   state = {};
 }

@@ -4,8 +4,15 @@
 // schedules run apart (I, then W), and the state a micro-batch keeps between its forward and
 // its backward. I and W together leave the same .grad as B: W accumulates into it exactly as
 // autograd's backward does.
+//
+// A split micro-batch runs its stage's layers one by one and keeps the output of every layer
+// with parameters (boundaries autograd holds anyway). I is one traversal from the stage output to
+// the stage input that also yields the gradient at every boundary and no weight gradient; W then
+// runs, layer by layer, only the weight-gradient part of each layer from its boundary gradient, so
+// it repeats none of I's activation-gradient work.
 
 #include <ATen/core/Tensor.h>
+#include <torch/nn/modules/container/sequential.h>
 
 #include <vector>
 
@@ -13,22 +20,37 @@ namespace pipetune::exec {
 
 /// What a stage keeps of one micro-batch from its forward (or recompute) to its backward.
 struct MicroBatchState {
-  at::Tensor input;            ///< requires grad when the previous stage needs its gradient
-  at::Tensor output;           ///< the stage's output, or the scaled loss on the last stage
-  at::Tensor output_gradient;  ///< from the next stage, kept by I for W (undefined: a loss)
+  at::Tensor input;   ///< requires grad when the previous stage needs its gradient
+  at::Tensor output;  ///< the stage's output, or the scaled loss on the last stage
+  /// Split backward only: each layer's output where the layer has trained parameters (else
+  /// undefined; the last is the stage's output before any loss); empty when the forward ran
+  /// the stage whole.
+  std::vector<at::Tensor> layer_outputs;
+  /// Kept by I for W: the gradient at each of `layer_outputs` (undefined where none flows).
+  std::vector<at::Tensor> layer_output_gradients;
+  /// Kept by I for W when the stage ran whole: the gradient from the next stage (undefined: a
+  /// loss).
+  at::Tensor output_gradient;
 };
+
+/// The forward of a micro-batch whose backward is split: runs `stage`'s layers one by one on
+/// `state.input`, keeping each layer's output in `state`. Returns the stage's output (also
+/// stored as `state.output`; the last stage replaces that with its loss).
+at::Tensor forward_layers(torch::nn::Sequential& stage, MicroBatchState& state);
 
 /// B: gradients of `state.output` (seeded with `output_gradient`, undefined for a loss) into
 /// the parameters' and the input's .grad; frees the graph. Returns the input's gradient
 /// (undefined when the input needs none).
 at::Tensor backward_whole(MicroBatchState& state, const at::Tensor& output_gradient);
 
-/// I: the gradient w.r.t. the stage input only (undefined when the input needs none); the graph
-/// and `output_gradient` are kept for W.
+/// I: the gradient w.r.t. the stage input (undefined when the input needs none) and, after
+/// forward_layers, at every layer boundary; no weight gradient. The graph and the gradients W
+/// needs are kept.
 at::Tensor backward_input(MicroBatchState& state, const at::Tensor& output_gradient);
 
-/// W, after I: the gradients w.r.t. `parameters` from the kept graph, accumulated into their
-/// .grad; then the graph and the micro-batch's state are freed.
-void backward_weight(MicroBatchState& state, const std::vector<at::Tensor>& parameters);
+/// W, after I: the gradients w.r.t. the parameters of `stage`, accumulated into their .grad;
+/// after forward_layers, each layer's from its kept boundary gradient (layers without trained
+/// parameters are skipped). Then the graph and the micro-batch's state are freed.
+void backward_weight(MicroBatchState& state, torch::nn::Sequential& stage);
 
 }  // namespace pipetune::exec
