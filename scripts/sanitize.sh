@@ -10,9 +10,9 @@
 #
 #   scripts/sanitize.sh [asan|tsan]   (default: both)
 #   PIPETUNE_SANITIZE_PARTS="sim executor distributed gui"   which ASan runs (default: sim
-#   executor; all four ran clean on 2026-11-23, but the distributed and GUI parts add the CLI,
-#   the distributed library and the GUI to the ASan tree, about 20 minutes of CI's 2 cores, so
-#   they join CI's default once its fresh-clone time is measured with them)
+#   executor; all four ran clean from a fresh clone on 2026-11-23, but the distributed and GUI
+#   parts add the CLI, the distributed library and the GUI to the ASan tree, which puts CI's
+#   fresh-clone run over its 45-minute target on 2 cores: docs/reliability.md, "CI's budget")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/phase.sh
