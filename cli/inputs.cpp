@@ -272,7 +272,7 @@ std::vector<ScheduleKind> parse_schedule_list(const std::vector<std::string>& na
     }
     if (!multi_stage && is_multi_stage(*kind)) {
       throw InputError(fmt::format(
-          "{}: {} is simulated (simulate --schedule {}) and swept, not yet planned or run: "
+          "{}: {} is simulated, swept and run (simulate --schedule {}), not yet searched here: "
           "expected gpipe, 1f1b or all",
           flag, name, name));
     }

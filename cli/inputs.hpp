@@ -74,7 +74,8 @@ std::string plan_source(const PlanFlags& flags);
 std::vector<CheckpointMode> parse_checkpoint_list(const std::vector<std::string>& names,
                                                   const std::string& flag);
 /// "all" is gpipe and 1f1b. `multi_stage`: whether the caller takes the multi-stage schedules
-/// by name (the sweep does; the planner and the executor behind validate do not yet).
+/// by name (the sweep does; `plan` and `validate` do not search them yet, although the planner
+/// library and the executor take them).
 std::vector<ScheduleKind> parse_schedule_list(const std::vector<std::string>& names,
                                               const std::string& flag, bool multi_stage = false);
 double parse_bandwidth(const std::string& text, const std::string& flag);
