@@ -871,20 +871,7 @@ void PlanSearch::evaluate(const std::vector<int>& balance, Objective objective) 
   ++stats_.simulations;
   stats_.steps += r.task_count;
 
-  auto candidate = [&] {
-    PlanCandidate out;
-    out.plan = plan;
-    out.micro_batches = c.micro_batches();
-    out.iteration_ms = r.iteration_ms;
-    out.throughput_samples_per_s = r.throughput_samples_per_s;
-    out.bubble_fraction = r.bubble_fraction;
-    for (const auto& d : r.devices) {
-      out.busy_ms.push_back(d.busy_ms);
-      out.peak_memory_bytes.push_back(d.peak_memory_bytes);
-      out.memory_capacity_bytes.push_back(d.memory_capacity_bytes);
-    }
-    return out;
-  };
+  auto candidate = [&] { return candidate_of(c, plan, r); };
   if (objective == Objective::Time) {
     if (r.fits() && r.iteration_ms < config_best_) {
       config_best_ = r.iteration_ms;
