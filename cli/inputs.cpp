@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstdio>
 
@@ -257,12 +259,10 @@ std::vector<CheckpointMode> parse_checkpoint_list(const std::vector<std::string>
 }
 
 std::vector<ScheduleKind> parse_schedule_list(const std::vector<std::string>& names,
-                                              const std::string& flag, bool multi_stage) {
+                                              const std::string& flag) {
   std::vector<ScheduleKind> out;
   for (const auto& name : names) {
-    if (name == "all") {
-      return {std::begin(kSingleStageScheduleKinds), std::end(kSingleStageScheduleKinds)};
-    }
+    if (name == "all") return {std::begin(kAllScheduleKinds), std::end(kAllScheduleKinds)};
     const auto kind = parse_schedule_kind(name);
     if (!kind) {
       throw InputError(fmt::format(
@@ -270,14 +270,22 @@ std::vector<ScheduleKind> parse_schedule_list(const std::vector<std::string>& na
           "got \"{}\"",
           flag, name));
     }
-    if (!multi_stage && is_multi_stage(*kind)) {
-      throw InputError(fmt::format(
-          "{}: {} is simulated, swept and run (simulate --schedule {}), not yet searched here: "
-          "expected gpipe, 1f1b or all",
-          flag, name, name));
-    }
-    out.push_back(*kind);
+    if (std::find(out.begin(), out.end(), *kind) == out.end()) out.push_back(*kind);
   }
+  return out;
+}
+
+std::vector<int> parse_stages_per_device_list(const std::vector<int>& values,
+                                              const std::string& flag) {
+  for (int v : values) {
+    if (v < 2 || v > kMaxStagesPerDevice) {
+      throw InputError(fmt::format("{}: expected 2 to {} stages per device, got {}", flag,
+                                   kMaxStagesPerDevice, v));
+    }
+  }
+  std::vector<int> out = values;
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
 }
 

@@ -73,11 +73,14 @@ std::string plan_source(const PlanFlags& flags);
 
 std::vector<CheckpointMode> parse_checkpoint_list(const std::vector<std::string>& names,
                                                   const std::string& flag);
-/// "all" is gpipe and 1f1b. `multi_stage`: whether the caller takes the multi-stage schedules
-/// by name (the sweep does; `plan` and `validate` do not search them yet, although the planner
-/// library and the executor take them).
+/// "all" is every schedule the simulator knows (kAllScheduleKinds); names repeated count once.
 std::vector<ScheduleKind> parse_schedule_list(const std::vector<std::string>& names,
-                                              const std::string& flag, bool multi_stage = false);
+                                              const std::string& flag);
+/// The stages per device a search tries with the interleaved and looped schedules (zbv always
+/// runs 2): 2 to kMaxStagesPerDevice, sorted, each once; InputError naming `flag` otherwise.
+inline constexpr int kMaxStagesPerDevice = 64;
+std::vector<int> parse_stages_per_device_list(const std::vector<int>& values,
+                                              const std::string& flag);
 double parse_bandwidth(const std::string& text, const std::string& flag);
 /// A --memory value in bytes, 0 to 64 TiB; InputError naming `flag` otherwise.
 std::int64_t parse_memory(const std::string& text, const std::string& flag);

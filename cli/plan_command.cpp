@@ -23,6 +23,7 @@ struct PlanFlagsSet {
   std::vector<int> chunks;
   std::vector<std::string> checkpoints{"all"};
   std::vector<std::string> schedules{"all"};
+  std::vector<int> stages_per_device{2};
   double optimizer_state_factor = 0.0;
   int stages = 0;
   int top = 5;
@@ -74,9 +75,15 @@ void add_plan_command(CLI::App& app, std::vector<Command>& commands) {
   sub->add_option("--checkpoint", flags->checkpoints, "always,except_last,never or all (default all)")
       ->delimiter(',')
       ->type_name("MODE,...");
-  sub->add_option("--schedule", flags->schedules, "gpipe,1f1b or all (default all)")
+  sub->add_option("--schedule", flags->schedules,
+                  "gpipe,1f1b,interleaved-1f1b,interleaved-zb,zbv,looped-bfs or all (default all)")
       ->delimiter(',')
       ->type_name("KIND,...");
+  sub->add_option("--stages-per-device", flags->stages_per_device,
+                  "stages per device tried with interleaved-1f1b, interleaved-zb and looped-bfs "
+                  "(default 2; zbv runs 2)")
+      ->delimiter(',')
+      ->type_name("V,...");
   sub->add_option("--optimizer-state-factor", flags->optimizer_state_factor,
                   "optimizer state bytes per parameter byte: 0 SGD, 1 momentum, 2 Adam")
       ->check(optimizer_state_factor_range());
@@ -104,6 +111,8 @@ void add_plan_command(CLI::App& app, std::vector<Command>& commands) {
     options.chunks = flags->chunks;
     options.checkpoints = parse_checkpoint_list(flags->checkpoints, "--checkpoint");
     options.schedules = parse_schedule_list(flags->schedules, "--schedule");
+    options.stages_per_device =
+        parse_stages_per_device_list(flags->stages_per_device, "--stages-per-device");
     options.optimizer_state_factor = flags->optimizer_state_factor;
     options.stages = flags->stages;
     options.top = static_cast<std::size_t>(flags->top);

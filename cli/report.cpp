@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -34,15 +35,28 @@ std::string micro_batch_summary(const std::vector<std::int64_t>& sizes) {
 
 std::string capacity_text(std::int64_t bytes) { return bytes == 0 ? "-" : format_bytes(bytes); }
 
+// "1f1b", or "interleaved-1f1b, 2/device" where a device runs several stages.
+std::string schedule_label(const Plan& plan) {
+  if (plan.stages_per_device == 1) return std::string(to_string(plan.schedule));
+  return fmt::format("{}, {}/device", to_string(plan.schedule), plan.stages_per_device);
+}
+
 }  // namespace
 
 std::string simulation_text(const Profile& profile, const SimulationResult& r,
-                            const std::vector<int>& path) {
+                            const std::vector<int>& path, const std::string& schedule_csv) {
   std::string out;
   out += fmt::format("model       {} ({}, {}), batch {}\n", profile.model, profile.device.type,
                      profile.dtype, profile.batch_size);
-  out += fmt::format("plan        {}: {}\n", describe_plan(r.plan),
-                     micro_batch_summary(r.micro_batch_sizes));
+  if (schedule_csv.empty()) {
+    out += fmt::format("plan        {}: {}\n", describe_plan(r.plan),
+                       micro_batch_summary(r.micro_batch_sizes));
+  } else {
+    // The plan's own schedule kind is a placeholder then: the CSV's rows are the programmes.
+    out += fmt::format("plan        {} x{} {}: {}\n", format_balance(r.plan.balance), r.plan.chunks,
+                       to_string(r.plan.checkpoint), micro_batch_summary(r.micro_batch_sizes));
+    out += fmt::format("schedule    from {} (torch compute-only CSV)\n", schedule_csv);
+  }
   out += fmt::format("iteration   {} ms\n", format_ms(r.iteration_ms));
   out += fmt::format("throughput  {:.1f} samples/s\n", r.throughput_samples_per_s);
   out += fmt::format("bubble      {}\n\n", format_percent(r.bubble_fraction));
@@ -131,7 +145,7 @@ std::string sweep_table(const std::vector<SweepRow>& rows) {
     std::int64_t peak = 0;
     for (auto p : row.peak_memory_bytes) peak = std::max(peak, p);
     table.add_row({std::to_string(row.devices), format_bandwidth(row.bandwidth_bytes_per_s),
-                   std::string(to_string(row.plan.schedule)),
+                   schedule_label(row.plan),
                    std::string(to_string(row.plan.checkpoint)), chunks,
                    format_balance(row.plan.balance), format_ms(row.iteration_ms),
                    fmt::format("{:.1f}", row.throughput_samples_per_s),
@@ -143,14 +157,15 @@ std::string sweep_table(const std::vector<SweepRow>& rows) {
 
 std::string sweep_csv(const std::vector<SweepRow>& rows) {
   std::string out =
-      "devices,bandwidth_bytes_per_s,schedule,checkpoint,chunks,micro_batches,balance,"
-      "iteration_ms,throughput_samples_per_s,bubble_fraction,peak_memory_bytes,fits\n";
+      "devices,bandwidth_bytes_per_s,schedule,stages_per_device,checkpoint,chunks,micro_batches,"
+      "balance,iteration_ms,throughput_samples_per_s,bubble_fraction,peak_memory_bytes,fits\n";
   for (const auto& row : rows) {
-    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{}\n", row.devices,
+    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{}\n", row.devices,
                        std::isinf(row.bandwidth_bytes_per_s)
                            ? std::string("inf")
                            : fmt::format("{}", row.bandwidth_bytes_per_s),
-                       to_string(row.plan.schedule), to_string(row.plan.checkpoint),
+                       to_string(row.plan.schedule), row.plan.stages_per_device,
+                       to_string(row.plan.checkpoint),
                        row.plan.chunks, row.micro_batches, fmt::join(row.plan.balance, " "),
                        tidy(row.iteration_ms), tidy(row.throughput_samples_per_s),
                        tidy(row.bubble_fraction), fmt::join(row.peak_memory_bytes, " "),
@@ -171,6 +186,7 @@ std::string sweep_json(const std::vector<SweepRow>& rows) {
                     {"micro_batches", row.micro_batches},
                     {"checkpoint", to_string(row.plan.checkpoint)},
                     {"schedule", to_string(row.plan.schedule)},
+                    {"stages_per_device", row.plan.stages_per_device},
                     {"iteration_ms", tidy(row.iteration_ms)},
                     {"throughput_samples_per_s", tidy(row.throughput_samples_per_s)},
                     {"bubble_fraction", tidy(row.bubble_fraction)},
@@ -269,7 +285,7 @@ std::string plan_text(const Profile& profile, const Hardware& hardware, const Pl
     table.add_row({std::to_string(k + 1), format_ms(c.iteration_ms),
                    fmt::format("{:.1f}", c.throughput_samples_per_s), format_percent(c.bubble_fraction),
                    std::to_string(c.plan.chunks), std::string(to_string(c.plan.checkpoint)),
-                   std::string(to_string(c.plan.schedule)), format_balance(c.plan.balance),
+                   schedule_label(c.plan), format_balance(c.plan.balance),
                    peaks_text(c.peak_memory_bytes)});
   }
   out += table.render();
@@ -285,30 +301,66 @@ std::string plan_explanation(const Profile& profile, const Hardware& hardware,
                      result.stats.proven ? "no fitting plan is faster (the search finished)"
                                          : fmt::format("no fitting plan is faster than {} ms",
                                                        format_ms(result.stats.lower_bound_ms)));
+  // busy_ms and the peaks are per device; a device holds several stages under the
+  // interleaved, looped and V schedules.
+  const std::vector<int> device_of = stage_devices(best.plan, hardware);
+  // Devices past the last stage's (`--stages` fewer than devices) hold nothing.
+  const int devices = std::min(static_cast<int>(best.busy_ms.size()),
+                               *std::max_element(device_of.begin(), device_of.end()) + 1);
+  auto device_label = [&](int d) {
+    std::vector<int> held;
+    for (int s = 0; s < stages; ++s) {
+      if (device_of[s] == d) held.push_back(s);
+    }
+    if (held.empty()) return hardware.devices[d].name;
+    return held.size() == 1
+               ? fmt::format("stage {} on {}", held.front(), hardware.devices[d].name)
+               : fmt::format("{} (stages {})", hardware.devices[d].name, fmt::join(held, ","));
+  };
   int bottleneck = 0;
-  for (int s = 1; s < stages; ++s) {
-    if (best.busy_ms[s] > best.busy_ms[bottleneck]) bottleneck = s;
+  for (int d = 1; d < devices; ++d) {
+    if (best.busy_ms[d] > best.busy_ms[bottleneck]) bottleneck = d;
   }
   std::vector<std::string> others;
-  for (int s = 0; s < stages; ++s) {
-    if (s != bottleneck) others.push_back(fmt::format("{} {}", s, format_ms(best.busy_ms[s])));
+  for (int d = 0; d < devices; ++d) {
+    if (d == bottleneck) continue;
+    others.push_back(best.plan.stages_per_device == 1
+                         ? fmt::format("{} {}", d, format_ms(best.busy_ms[d]))
+                         : fmt::format("{} {}", hardware.devices[d].name,
+                                       format_ms(best.busy_ms[d])));
   }
-  out += fmt::format("  bottleneck  stage {} on {} computes {} ms, {} of the iteration{}{}\n", bottleneck,
-                     hardware.devices[bottleneck].name, format_ms(best.busy_ms[bottleneck]),
+  out += fmt::format("  bottleneck  {} computes {} ms, {} of the iteration{}{}\n",
+                     device_label(bottleneck), format_ms(best.busy_ms[bottleneck]),
                      format_percent(best.busy_ms[bottleneck] / best.iteration_ms),
-                     others.empty() ? "" : "; other stages: ", fmt::join(others, ", "));
-  const double m = best.micro_batches, k = stages;
-  out += fmt::format(
-      "  bubble      {} of device time idle; fill and drain alone, with equal stages, equal\n"
-      "              micro-batches and free copies, idle (K-1)/(M+K-1) = {}\n",
-      format_percent(best.bubble_fraction), format_percent((k - 1) / (m + k - 1)));
-  for (int s = 0; s < stages; ++s) {
-    const auto cap = best.memory_capacity_bytes[s];
-    out += fmt::format("  memory      {}: peak {}{}\n", hardware.devices[s].name,
-                       format_bytes(best.peak_memory_bytes[s]),
+                     others.empty() ? ""
+                     : best.plan.stages_per_device == 1 ? "; other stages: "
+                                                         : "; other devices: ",
+                     fmt::join(others, ", "));
+  const double m = best.micro_batches, k = devices, v = best.plan.stages_per_device;
+  if (splits_backward(best.plan.schedule)) {
+    out += fmt::format(
+        "  bubble      {} of device time idle; the weight gradients (W) fill what fill and\n"
+        "              drain would leave idle\n",
+        format_percent(best.bubble_fraction));
+  } else if (v > 1) {
+    out += fmt::format(
+        "  bubble      {} of device time idle; fill and drain alone, with equal stages, {} per\n"
+        "              device, equal micro-batches and free copies, idle (K-1)/(vM+K-1) = {}\n",
+        format_percent(best.bubble_fraction), best.plan.stages_per_device,
+        format_percent((k - 1) / (v * m + k - 1)));
+  } else {
+    out += fmt::format(
+        "  bubble      {} of device time idle; fill and drain alone, with equal stages, equal\n"
+        "              micro-batches and free copies, idle (K-1)/(M+K-1) = {}\n",
+        format_percent(best.bubble_fraction), format_percent((k - 1) / (m + k - 1)));
+  }
+  for (int d = 0; d < devices; ++d) {
+    const auto cap = best.memory_capacity_bytes[d];
+    out += fmt::format("  memory      {}: peak {}{}\n", hardware.devices[d].name,
+                       format_bytes(best.peak_memory_bytes[d]),
                        cap == 0 ? " (no limit given)"
                                 : fmt::format(" of {}, headroom {}", format_bytes(cap),
-                                              format_percent(1.0 - static_cast<double>(best.peak_memory_bytes[s]) /
+                                              format_percent(1.0 - static_cast<double>(best.peak_memory_bytes[d]) /
                                                                        static_cast<double>(cap))));
   }
 

@@ -17,8 +17,10 @@ namespace pipetune::cli {
 /// A number rounded to 1e-6 so JSON output stays short and stable across runs.
 double tidy(double value);
 
+/// `schedule_csv`: the torch compute-only CSV the schedule came from ("": the plan's own).
 std::string simulation_text(const Profile& profile, const SimulationResult& result,
-                            const std::vector<int>& critical_path);
+                            const std::vector<int>& critical_path,
+                            const std::string& schedule_csv = {});
 std::string simulation_json(const SimulationResult& result, const std::vector<int>& critical_path);
 
 std::string sweep_table(const std::vector<SweepRow>& rows);

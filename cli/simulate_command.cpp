@@ -71,7 +71,8 @@ void add_simulate_command(CLI::App& app, std::vector<Command>& commands) {
       save_trace(trace_from_simulation(result, profile.model), flags->trace);
     }
     const std::string out =
-        flags->json ? simulation_json(result, path) : simulation_text(profile, result, path);
+        flags->json ? simulation_json(result, path)
+                    : simulation_text(profile, result, path, flags->schedule_csv);
     std::fputs(out.c_str(), stdout);
     if (!flags->json && !flags->trace.empty()) {
       std::printf("\ntrace written to %s (open it in https://ui.perfetto.dev)\n",

@@ -22,6 +22,7 @@ struct SweepFlags {
   std::vector<int> chunks;
   std::vector<std::string> checkpoints{"all"};
   std::vector<std::string> schedules{"all"};
+  std::vector<int> stages_per_device{2};
   std::vector<int> balance;
   double optimizer_state_factor = 0.0;
   std::string format = "table";
@@ -54,9 +55,14 @@ void add_sweep_command(CLI::App& app, std::vector<Command>& commands) {
   sub->add_option("--checkpoint", flags->checkpoints, "always,except_last,never or all (default all)")
       ->delimiter(',')
       ->type_name("MODE,...");
-  sub->add_option("--schedule", flags->schedules, "gpipe,1f1b,interleaved-1f1b,interleaved-zb,zbv,looped-bfs or all (gpipe,1f1b; default all)")
+  sub->add_option("--schedule", flags->schedules, "gpipe,1f1b,interleaved-1f1b,interleaved-zb,zbv,looped-bfs or all (default all)")
       ->delimiter(',')
       ->type_name("KIND,...");
+  sub->add_option("--stages-per-device", flags->stages_per_device,
+                  "stages per device with interleaved-1f1b, interleaved-zb and looped-bfs "
+                  "(default 2; zbv runs 2)")
+      ->delimiter(',')
+      ->type_name("V,...");
   sub->add_option("--balance", flags->balance,
                   "fixed layers per stage (default: the time-balanced split at every point)")
       ->delimiter(',')
@@ -95,7 +101,9 @@ void add_sweep_command(CLI::App& app, std::vector<Command>& commands) {
       spec.chunks.push_back(most_chunks);
     }
     spec.checkpoints = parse_checkpoint_list(flags->checkpoints, "--checkpoint");
-    spec.schedules = parse_schedule_list(flags->schedules, "--schedule", true);
+    spec.schedules = parse_schedule_list(flags->schedules, "--schedule");
+    spec.stages_per_device =
+        parse_stages_per_device_list(flags->stages_per_device, "--stages-per-device");
     for (const auto& b : flags->bandwidths) {
       spec.bandwidths.push_back(parse_bandwidth(b, "--bandwidth"));
     }

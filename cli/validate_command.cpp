@@ -31,6 +31,7 @@ struct ValidateFlags {
   int top = 3;
   std::vector<int> chunks;
   std::vector<std::string> checkpoints{"all"}, schedules{"all"};
+  std::vector<int> stages_per_device{2};
   int steps = 10, warmup = 1, rounds = 2;
   int calibration_plans = 2, calibration_steps = 4;
   bool recalibrate = false;
@@ -86,6 +87,11 @@ void add_plan_flags(CLI::App& sub, ValidateFlags& flags) {
   sub.add_option("--schedule", flags.schedules, "schedules the planner may use (default all)")
       ->delimiter(',')
       ->type_name("KIND,...");
+  sub.add_option("--stages-per-device", flags.stages_per_device,
+                 "stages per device the planner may use with the interleaved and looped "
+                 "schedules (default 2; zbv runs 2)")
+      ->delimiter(',')
+      ->type_name("V,...");
 }
 
 // How each plan is run and measured, calibration runs included.
@@ -177,6 +183,8 @@ validate::ValidationOptions validation_options(const ValidateFlags& flags) {
   o.planner.chunks = flags.chunks;
   o.planner.checkpoints = parse_checkpoint_list(flags.checkpoints, "--checkpoint");
   o.planner.schedules = parse_schedule_list(flags.schedules, "--schedule");
+  o.planner.stages_per_device =
+      parse_stages_per_device_list(flags.stages_per_device, "--stages-per-device");
   o.planner.optimizer_state_factor =
       exec::optimizer_state_factor(exec::parse_optimizer(flags.optimizer));
   for (int c : o.planner.chunks) {

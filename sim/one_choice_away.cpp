@@ -22,17 +22,31 @@ std::vector<Alternative> one_choice_away(const Profile& profile, const Hardware&
   fixed.chunks = {best.plan.chunks};
   fixed.checkpoints = {best.plan.checkpoint};
   fixed.schedules = {best.plan.schedule};
+  fixed.stages_per_device = {best.plan.stages_per_device};
   for (auto mode : kAllCheckpointModes) {
     if (mode == best.plan.checkpoint) continue;
     Change c{fmt::format("checkpoint {}", to_string(mode)), fixed};
     c.options.checkpoints = {mode};
     changes.push_back(c);
   }
-  for (auto kind : kSingleStageScheduleKinds) {
-    if (kind == best.plan.schedule) continue;
-    Change c{fmt::format("schedule {}", to_string(kind)), fixed};
-    c.options.schedules = {kind};
-    changes.push_back(c);
+  // Every other (schedule, stages per device) the search was allowed: the choices the user
+  // left open, not the ones they ruled out.
+  for (auto kind : options.schedules) {
+    std::vector<int> counts{1};
+    if (kind == ScheduleKind::ZBV) {
+      counts = {2};
+    } else if (is_multi_stage(kind)) {
+      counts = options.stages_per_device;
+    }
+    for (int v : counts) {
+      if (kind == best.plan.schedule && v == best.plan.stages_per_device) continue;
+      std::string label = fmt::format("schedule {}", to_string(kind));
+      if (is_multi_stage(kind)) label += fmt::format(", {}/device", v);
+      Change c{label, fixed};
+      c.options.schedules = {kind};
+      c.options.stages_per_device = {v};
+      changes.push_back(c);
+    }
   }
   // Half and twice the chunks, where that splits the batch differently (tensor.chunk may give
   // fewer micro-batches than asked).

@@ -43,11 +43,19 @@ std::vector<SweepRow> run_sweep(const Profile& profile, const Hardware& hardware
       throw InputError(Input::Devices, fmt::format("{} stages asked for, the profile has {} layers",
                                                    k, profile.layer_count()));
     }
-    if (!spec.balance.empty() && static_cast<int>(spec.balance.size()) != k) {
-      throw InputError(
-          Input::Balance,
-          fmt::format("{} stages given, but the sweep asks for {} devices (one stage each)",
-                      spec.balance.size(), k));
+    // A fixed balance applies to the points with as many stages: k, or k x v for the
+    // multi-stage schedules asked for.
+    if (!spec.balance.empty()) {
+      bool used = false;
+      for (const auto& [kind, v] : schedule_shapes(spec)) {
+        used = used || static_cast<int>(spec.balance.size()) == k * v;
+      }
+      if (!used) {
+        throw InputError(Input::Balance,
+                         fmt::format("{} stages given, but the sweep asks for {} devices and no "
+                                     "schedule it tries runs {} stages on them",
+                                     spec.balance.size(), k, spec.balance.size()));
+      }
     }
   }
   for (int c : spec.chunks) {

@@ -243,7 +243,8 @@ Validation run_validation(const ValidationOptions& options) {
   const bool reuse = !hardware.calibration.empty() && !options.recalibrate;
   if (!reuse && options.calibration_plans > 0) {
     hardware.calibration = {};
-    const int stages = plans.front().stages();
+    // The calibration plans run one stage per device on the devices the plans use.
+    const int stages = plans.front().stages() / std::max(1, plans.front().stages_per_device);
     std::vector<Plan> fit_on =
         calibration_plans(profile, hardware, stages, plans, options.calibration_plans);
     if (!fit_on.empty()) {

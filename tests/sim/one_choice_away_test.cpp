@@ -5,7 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
+#include <functional>
 #include <limits>
+#include <set>
 #include <random>
 
 #include "sim/simulator.hpp"
@@ -54,6 +58,78 @@ TEST(OneChoiceAway, EachIsTheBestWithThatChoiceChanged) {
     EXPECT_NEAR(a.best->iteration_ms, brute_force(profile, hw, p.chunks, p.checkpoint, p.schedule), 1e-9)
         << a.change;
   }
+}
+
+// Every balance of `layers` over `stages` stages (compositions), for the brute force below.
+void for_each_balance(int layers, int stages, std::vector<int>& prefix,
+                      const std::function<void(const std::vector<int>&)>& visit) {
+  if (static_cast<int>(prefix.size()) == stages - 1) {
+    prefix.push_back(layers);
+    visit(prefix);
+    prefix.pop_back();
+    return;
+  }
+  for (int n = 1; n <= layers - (stages - 1 - static_cast<int>(prefix.size())); ++n) {
+    prefix.push_back(n);
+    for_each_balance(layers - n, stages, prefix, visit);
+    prefix.pop_back();
+  }
+}
+
+TEST(OneChoiceAway, OffersEveryAllowedScheduleAndStagesPerDeviceOnly) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> cost(0.5, 3.0);
+  std::vector<testing::LayerSpec> layers;
+  for (int l = 0; l < 7; ++l) layers.push_back({cost(rng), 2 * cost(rng), 4096, 512, 1024, 0});
+  const Profile profile = testing::make_profile(layers, 8, 256);
+  const Hardware hw = replicate_device(profile.device, 2);
+  PlannerOptions options;
+  options.chunks = {2, 4};
+  options.checkpoints = {CheckpointMode::Never};
+  // gpipe and looped-bfs are ruled out by the user: never offered.
+  options.schedules = {ScheduleKind::OneFOneB, ScheduleKind::Interleaved1F1B,
+                       ScheduleKind::InterleavedZB, ScheduleKind::ZBV};
+  options.stages_per_device = {2, 3};
+  const PlanSearchResult result = find_best_plans(profile, hw, options);
+  ASSERT_FALSE(result.ranked.empty());
+  const PlanCandidate& best = result.ranked.front();
+
+  std::set<std::string> expected{"schedule 1f1b",
+                                 "schedule interleaved-1f1b, 2/device",
+                                 "schedule interleaved-1f1b, 3/device",
+                                 "schedule interleaved-zb, 2/device",
+                                 "schedule interleaved-zb, 3/device",
+                                 "schedule zbv, 2/device"};
+  std::string own = fmt::format("schedule {}", to_string(best.plan.schedule));
+  if (is_multi_stage(best.plan.schedule)) own += fmt::format(", {}/device", best.plan.stages_per_device);
+  ASSERT_EQ(expected.erase(own), 1u) << own;
+  std::set<std::string> offered;
+  for (const Alternative& a : one_choice_away(profile, hw, options, best)) {
+    if (a.change.rfind("schedule", 0) != 0) {
+      // The other choices keep the winner's schedule and stages per device.
+      if (a.best) {
+        EXPECT_EQ(a.best->plan.schedule, best.plan.schedule) << a.change;
+        EXPECT_EQ(a.best->plan.stages_per_device, best.plan.stages_per_device) << a.change;
+      }
+      continue;
+    }
+    offered.insert(a.change);
+    if (!a.best) continue;  // torch refuses that micro-batch count for the schedule
+    const Plan& p = a.best->plan;
+    EXPECT_EQ(p.chunks, best.plan.chunks) << a.change;
+    EXPECT_EQ(p.checkpoint, best.plan.checkpoint) << a.change;
+    // Its time is the best over every balance of that (schedule, stages per device).
+    double brute = std::numeric_limits<double>::infinity();
+    std::vector<int> prefix;
+    for_each_balance(profile.layer_count(), p.stages(), prefix, [&](const std::vector<int>& b) {
+      Plan q = p;
+      q.balance = b;
+      const SimulationResult r = Simulator(profile, hw).run(q);
+      if (r.fits()) brute = std::min(brute, r.iteration_ms);
+    });
+    EXPECT_NEAR(a.best->iteration_ms, brute, 1e-9) << a.change;
+  }
+  EXPECT_EQ(offered, expected);
 }
 
 TEST(OneChoiceAway, AChangeThatFitsNowhereSaysSo) {

@@ -76,8 +76,19 @@ TEST(Sweep, ErrorsNameTheInputInTheLibrarysWords) {
   e = refusal(spec);
   ASSERT_TRUE(e);
   EXPECT_STREQ(e->what(),
-               "balance: 3 stages given, but the sweep asks for 2 devices (one stage each)");
+               "balance: 3 stages given, but the sweep asks for 2 devices and no schedule it "
+               "tries runs 3 stages on them");
   EXPECT_EQ(e->input(), Input::Balance);
+  // Four stages on two devices is an interleaved point's balance: those points use it, the
+  // single-stage ones are left out.
+  spec.balance = {1, 1, 1, 1};
+  spec.schedules = {ScheduleKind::GPipe, ScheduleKind::Interleaved1F1B};
+  spec.chunks = {2};
+  EXPECT_FALSE(refusal(spec)) << refusal(spec)->what();
+  const auto rows = run_sweep(profile, hw, spec);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].plan.schedule, ScheduleKind::Interleaved1F1B);
+  EXPECT_EQ(rows[0].plan.balance, spec.balance);
 }
 
 TEST(InputErrorText, AnInputNamedTwoWays) {
