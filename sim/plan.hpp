@@ -35,7 +35,8 @@ inline constexpr CheckpointMode kAllCheckpointModes[] = {CheckpointMode::Always,
 inline constexpr ScheduleKind kAllScheduleKinds[] = {
     ScheduleKind::GPipe,         ScheduleKind::OneFOneB, ScheduleKind::Interleaved1F1B,
     ScheduleKind::InterleavedZB, ScheduleKind::ZBV,      ScheduleKind::LoopedBFS};
-/// The schedules that run one stage per programme (GPipe, 1F1B): the ones the executor runs.
+/// The schedules that run one stage per programme (GPipe, 1F1B): the ones the planner branches
+/// and bounds, and its library default.
 inline constexpr ScheduleKind kSingleStageScheduleKinds[] = {ScheduleKind::GPipe,
                                                              ScheduleKind::OneFOneB};
 
