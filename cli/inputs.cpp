@@ -51,12 +51,12 @@ void add_plan_flags(CLI::App& app, PlanFlags& flags) {
   app.add_option("--checkpoint", flags.checkpoint, "always | except_last | never (default except_last)")
       ->type_name("MODE");
   app.add_option("--schedule", flags.schedule,
-                 "gpipe | 1f1b | interleaved-1f1b | interleaved-zb | zbv | looped-bfs (default "
+                 "gpipe | 1f1b | interleaved-1f1b | interleaved-zb | zbv | looped-bfs | dualpipev (default "
                  "gpipe)")
       ->type_name("KIND");
   app.add_option("--stages-per-device", flags.stages_per_device,
-                 "stages each device runs, for the interleaved, zbv and looped-bfs schedules "
-                 "(default 1; zbv: 2)")
+                 "stages each device runs, for the interleaved, V and looped-bfs schedules "
+                 "(default 1; zbv, dualpipev: 2)")
       ->type_name("V");
   app.add_option("--stage-devices", flags.stage_devices,
                  "device of each stage by name, e.g. cpu:0,cpu:0 to share one")
@@ -158,13 +158,14 @@ Plan resolve_plan(const PlanFlags& flags) {
     const auto kind = parse_schedule_kind(*flags.schedule);
     if (!kind) {
       throw InputError(fmt::format(
-          "--schedule: expected gpipe, 1f1b, interleaved-1f1b, interleaved-zb, zbv or "
-          "looped-bfs, got \"{}\"",
+          "--schedule: expected gpipe, 1f1b, interleaved-1f1b, interleaved-zb, zbv, "
+          "looped-bfs or dualpipev, got \"{}\"",
           *flags.schedule));
     }
     plan.schedule = *kind;
-    // ZBV runs exactly two stages per device: the one value it takes is its default.
-    if (kind == ScheduleKind::ZBV && !flags.stages_per_device) plan.stages_per_device = 2;
+    // The V schedules run exactly two stages per device: the one value they take is the default.
+    const auto fixed = fixed_stages_per_device(*kind);
+    if (is_multi_stage(*kind) && fixed && !flags.stages_per_device) plan.stages_per_device = *fixed;
   }
   if (flags.stages_per_device) {
     if (*flags.stages_per_device < 1) {
@@ -266,8 +267,8 @@ std::vector<ScheduleKind> parse_schedule_list(const std::vector<std::string>& na
     const auto kind = parse_schedule_kind(name);
     if (!kind) {
       throw InputError(fmt::format(
-          "{}: expected gpipe, 1f1b, interleaved-1f1b, interleaved-zb, zbv, looped-bfs or all, "
-          "got \"{}\"",
+          "{}: expected gpipe, 1f1b, interleaved-1f1b, interleaved-zb, zbv, looped-bfs, "
+          "dualpipev or all, got \"{}\"",
           flag, name));
     }
     if (std::find(out.begin(), out.end(), *kind) == out.end()) out.push_back(*kind);

@@ -76,12 +76,12 @@ void add_plan_command(CLI::App& app, std::vector<Command>& commands) {
       ->delimiter(',')
       ->type_name("MODE,...");
   sub->add_option("--schedule", flags->schedules,
-                  "gpipe,1f1b,interleaved-1f1b,interleaved-zb,zbv,looped-bfs or all (default all)")
+                  "gpipe,1f1b,interleaved-1f1b,interleaved-zb,zbv,looped-bfs,dualpipev or all (default all)")
       ->delimiter(',')
       ->type_name("KIND,...");
   sub->add_option("--stages-per-device", flags->stages_per_device,
                   "stages per device tried with interleaved-1f1b, interleaved-zb and looped-bfs "
-                  "(default 2; zbv runs 2)")
+                  "(default 2; zbv and dualpipev run 2)")
       ->delimiter(',')
       ->type_name("V,...");
   sub->add_option("--optimizer-state-factor", flags->optimizer_state_factor,

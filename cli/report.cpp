@@ -375,7 +375,8 @@ std::string plan_explanation(const Profile& profile, const Hardware& hardware,
   const double best_peak = static_cast<double>(best.max_peak_memory_bytes());
   for (const auto& a : one_choice_away(profile, hardware, options, best)) {
     if (!a.best) {
-      table.add_row({"    " + a.change, "-", "-", "-", "-", "does not fit"});
+      table.add_row({"    " + a.change, "-", "-", "-", "-",
+                     a.refused.empty() ? std::string("does not fit") : a.refused});
       continue;
     }
     const auto& c = *a.best;

@@ -89,7 +89,7 @@ void add_plan_flags(CLI::App& sub, ValidateFlags& flags) {
       ->type_name("KIND,...");
   sub.add_option("--stages-per-device", flags.stages_per_device,
                  "stages per device the planner may use with the interleaved and looped "
-                 "schedules (default 2; zbv runs 2)")
+                 "schedules (default 2; zbv and dualpipev run 2)")
       ->delimiter(',')
       ->type_name("V,...");
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "sim/plan.hpp"
+#include "sim/schedule.hpp"
 
 namespace pipetune {
 
@@ -32,12 +33,8 @@ std::vector<Alternative> one_choice_away(const Profile& profile, const Hardware&
   // Every other (schedule, stages per device) the search was allowed: the choices the user
   // left open, not the ones they ruled out.
   for (auto kind : options.schedules) {
-    std::vector<int> counts{1};
-    if (kind == ScheduleKind::ZBV) {
-      counts = {2};
-    } else if (is_multi_stage(kind)) {
-      counts = options.stages_per_device;
-    }
+    const auto only = fixed_stages_per_device(kind);
+    const std::vector<int> counts = only ? std::vector<int>{*only} : options.stages_per_device;
     for (int v : counts) {
       if (kind == best.plan.schedule && v == best.plan.stages_per_device) continue;
       std::string label = fmt::format("schedule {}", to_string(kind));
@@ -62,10 +59,21 @@ std::vector<Alternative> one_choice_away(const Profile& profile, const Hardware&
     changes.push_back(c);
   }
 
+  // Each change has one schedule, stages-per-device count and chunk count.
+  const int devices =
+      options.stages > 0 ? options.stages : static_cast<int>(hardware.devices.size());
   std::vector<Alternative> out;
   for (const auto& c : changes) {
+    const ScheduleKind kind = c.options.schedules.front();
+    const int v = is_multi_stage(kind) ? c.options.stages_per_device.front() : 1;
+    const auto micro_batches =
+        static_cast<int>(split_batch(profile.batch_size, c.options.chunks.front()).size());
+    if (auto why = schedule_refusal(kind, devices, v, micro_batches)) {
+      out.push_back({c.label, std::nullopt, *why});
+      continue;
+    }
     const PlanSearchResult r = find_best_plans(profile, hardware, c.options);
-    out.push_back({c.label, r.ranked.empty() ? std::nullopt : std::optional<PlanCandidate>(r.ranked.front())});
+    out.push_back({c.label, r.ranked.empty() ? std::nullopt : std::optional<PlanCandidate>(r.ranked.front()), {}});
   }
   return out;
 }

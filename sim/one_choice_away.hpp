@@ -17,6 +17,9 @@ namespace pipetune {
 struct Alternative {
   std::string change;                 ///< "checkpoint always", "schedule gpipe", "chunks 8 (6 micro-batches)"
   std::optional<PlanCandidate> best;  ///< none when no plan with that change fits
+  /// Why there is no plan when the change itself cannot run (torch refuses that schedule with
+  /// that many micro-batches); empty when plans were searched and none fits.
+  std::string refused;
 };
 
 /// `options` are the ones `best` was planned with; each alternative keeps them but for the one

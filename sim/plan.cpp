@@ -46,6 +46,8 @@ std::string_view to_string(ScheduleKind kind) {
       return "zbv";
     case ScheduleKind::LoopedBFS:
       return "looped-bfs";
+    case ScheduleKind::DualPipeV:
+      return "dualpipev";
   }
   return "?";
 }
@@ -55,13 +57,22 @@ bool is_multi_stage(ScheduleKind kind) {
 }
 
 bool splits_backward(ScheduleKind kind) {
-  return kind == ScheduleKind::InterleavedZB || kind == ScheduleKind::ZBV;
+  return kind == ScheduleKind::InterleavedZB || kind == ScheduleKind::ZBV ||
+         kind == ScheduleKind::DualPipeV;
+}
+
+std::optional<int> fixed_stages_per_device(ScheduleKind kind) {
+  if (!is_multi_stage(kind)) return 1;
+  if (kind == ScheduleKind::ZBV || kind == ScheduleKind::DualPipeV) return 2;
+  return std::nullopt;
 }
 
 int stage_rank(ScheduleKind kind, int stage, int stages, int stages_per_device) {
   const int ranks = stages / std::max(1, stages_per_device);
   if (!is_multi_stage(kind) || ranks < 1) return stage;
-  if (kind == ScheduleKind::ZBV) return stage < ranks ? stage : stages - 1 - stage;
+  if (kind == ScheduleKind::ZBV || kind == ScheduleKind::DualPipeV) {
+    return stage < ranks ? stage : stages - 1 - stage;
+  }
   return stage % ranks;
 }
 
@@ -117,7 +128,7 @@ Plan parse_plan(std::string_view text, const std::string& source) {
   if (!kind) {
     schedule.fail(
         "one of \"gpipe\", \"1f1b\", \"interleaved-1f1b\", \"interleaved-zb\", \"zbv\", "
-        "\"looped-bfs\"");
+        "\"looped-bfs\", \"dualpipev\"");
   }
   plan.schedule = *kind;
   if (auto per_device = root.optional_field("stages_per_device")) {
@@ -189,10 +200,10 @@ void check_stages_per_device(const Plan& plan, const Profile& profile, const std
         "put several stages on one device), got {}",
         source, to_string(plan.schedule), v));
   }
-  if (plan.schedule == ScheduleKind::ZBV && v != 2) {
-    throw InputError(fmt::format("{}: stages_per_device: expected 2 for zbv (a V of two stages "
+  if (const auto fixed = fixed_stages_per_device(plan.schedule); fixed && v != *fixed) {
+    throw InputError(fmt::format("{}: stages_per_device: expected {} for {} (a V of two stages "
                                  "per device), got {}",
-                                 source, v));
+                                 source, *fixed, to_string(plan.schedule), v));
   }
   if (stages % v != 0) {
     throw InputError(fmt::format(

@@ -22,7 +22,8 @@ enum class ScheduleKind : std::uint8_t {
   Interleaved1F1B,  ///< ScheduleInterleaved1F1B: stage s on device s mod D, depth first
   InterleavedZB,    ///< ScheduleInterleavedZeroBubble (ZB1P): backward split into I and W
   ZBV,              ///< ScheduleZBVZeroBubble: two stages per device in a V, I and W
-  LoopedBFS         ///< ScheduleLoopedBFS: stage s on device s mod D, breadth first
+  LoopedBFS,        ///< ScheduleLoopedBFS: stage s on device s mod D, breadth first
+  DualPipeV         ///< ScheduleDualPipeV: ZBV's V, forward and backward paired, B and I/W
 };
 
 std::string_view to_string(CheckpointMode mode);
@@ -34,7 +35,8 @@ inline constexpr CheckpointMode kAllCheckpointModes[] = {CheckpointMode::Always,
                                                          CheckpointMode::Never};
 inline constexpr ScheduleKind kAllScheduleKinds[] = {
     ScheduleKind::GPipe,         ScheduleKind::OneFOneB, ScheduleKind::Interleaved1F1B,
-    ScheduleKind::InterleavedZB, ScheduleKind::ZBV,      ScheduleKind::LoopedBFS};
+    ScheduleKind::InterleavedZB, ScheduleKind::ZBV,      ScheduleKind::LoopedBFS,
+    ScheduleKind::DualPipeV};
 /// The schedules that run one stage per programme (GPipe, 1F1B): the ones the planner branches
 /// and bounds, and its library default.
 inline constexpr ScheduleKind kSingleStageScheduleKinds[] = {ScheduleKind::GPipe,
@@ -42,11 +44,15 @@ inline constexpr ScheduleKind kSingleStageScheduleKinds[] = {ScheduleKind::GPipe
 
 /// True for the schedules whose programmes hold several stages each (`stages_per_device`).
 bool is_multi_stage(ScheduleKind kind);
-/// True for the schedules that split the backward into I and W (zero bubble).
+/// True for the schedules that split the backward into I and W (zero bubble; DualPipeV splits
+/// some micro-batches' and runs the others' whole).
 bool splits_backward(ScheduleKind kind);
+/// The one stages-per-device count a schedule runs (2 for the V schedules, zbv and dualpipev),
+/// or nothing where any count goes (the looped ones; 1 for GPipe and 1F1B).
+std::optional<int> fixed_stages_per_device(ScheduleKind kind);
 /// The programme (torch's rank) that runs `stage` of `stages` under `kind` with
-/// `stages_per_device` stages each: s mod D for the looped schedules, a V for ZBV (device r
-/// holds stages r and 2D - 1 - r), s itself for GPipe and 1F1B.
+/// `stages_per_device` stages each: s mod D for the looped schedules, a V for ZBV and DualPipeV
+/// (device r holds stages r and 2D - 1 - r), s itself for GPipe and 1F1B.
 int stage_rank(ScheduleKind kind, int stage, int stages, int stages_per_device);
 
 /// How a model is pipelined (format pipetune.plan/1).

@@ -287,7 +287,7 @@ std::vector<Config> PlanSearch::configurations() const {
   const bool never_too = std::find(options_.checkpoints.begin(), options_.checkpoints.end(),
                                    CheckpointMode::Never) != options_.checkpoints.end();
   std::vector<Config> out;
-  // (schedule, stages per device): ZBV's V holds two; the looped ones every count asked for
+  // (schedule, stages per device): the V schedules' hold two; the looped ones every count asked for
   // that leaves each stage a layer.
   std::vector<std::pair<ScheduleKind, int>> shapes;
   for (auto schedule : options_.schedules) {
@@ -295,7 +295,8 @@ std::vector<Config> PlanSearch::configurations() const {
       shapes.emplace_back(schedule, 1);
       continue;
     }
-    for (int v : schedule == ScheduleKind::ZBV ? std::vector<int>{2} : options_.stages_per_device) {
+    const auto fixed = fixed_stages_per_device(schedule);
+    for (int v : fixed ? std::vector<int>{*fixed} : options_.stages_per_device) {
       if (v < 2) {
         throw InputError(fmt::format("stages per device: expected at least 2 for {}, got {}",
                                      to_string(schedule), v));
@@ -1200,7 +1201,7 @@ void PlanSearch::search_slice(Entry& e, std::vector<Entry>& entries, std::uint64
   store_tables(e);
 }
 
-// Multi-stage schedules (interleaved-1f1b, looped-bfs, interleaved-zb, zbv): v x D stages, device
+// Multi-stage schedules (interleaved-1f1b, looped-bfs, interleaved-zb, zbv, dualpipev): v x D stages, device
 // stage_rank() running several. The single-stage bounds do not hold for their programmes, so
 // candidates are timed by simulating and the configuration's bound is balance-free and sound:
 // - each device runs at least a forward and a backward (zero bubble: its I half) task per

@@ -173,6 +173,69 @@ void zbv(const Schedule& s, int rank, int ranks, std::vector<Action>& out) {
   }
 }
 
+// DualPipeV (torch's ScheduleDualPipeV, after DeepSeek's DualPipe): ZBV's V, programme `rank`
+// holding stages rank (down) and 2 ranks - 1 - rank (up). Its steady state pairs a forward of
+// one of its stages with a whole backward of the other (torch runs the pair one after the
+// other); the warm-up's and the tail's backwards are split, their Ws run from a queue in the
+// order of their Is. Phases, with D ranks and M >= 2D micro-batches:
+//   1. 2 (D - 1 - r) forwards down          5. D - 1 - r times: B up, then F up + B down
+//   2. r + 1 times: F down, F up            6. r + 1 times: a backward up and one down, each
+//   3. D - 1 - r times: I up, a W, F up        whole until the middle pair, then I (odd ranks
+//   4. M - 2D + r + 1 times: F down + B up,    switch on the up one, even on the down one)
+//      then F up + B down (the last rank's  7. D - 1 - r times: a W, then I down
+//      first pair: F down, B up)            8. r + 1 Ws.
+void dualpipev(int rank, int ranks, int micro_batches, ProgramBuilder& p) {
+  const int down = rank, up = 2 * ranks - 1 - rank;
+  std::map<int, int> next_forward, next_backward;  // per stage: B and I share one count
+  std::vector<std::pair<int, int>> weights;       // (stage, micro-batch) of each I, in order
+  std::size_t next_weight = 0;
+  auto forward = [&](int stage) { p.forward(stage, next_forward[stage]++); };
+  auto backward = [&](int stage, bool split) {
+    const int i = next_backward[stage]++;
+    p.backward(split ? ActionKind::InputGrad : ActionKind::Backward, stage, i);
+    if (split) weights.emplace_back(stage, i);
+  };
+  auto weight = [&] {
+    if (next_weight == weights.size()) return;  // none pending
+    const auto [stage, i] = weights[next_weight++];
+    p.weight(stage, i);
+  };
+  const int tail = ranks - 1 - rank;  // D - 1 - r
+  for (int k = 0; k < 2 * tail; ++k) forward(down);
+  for (int k = 0; k <= rank; ++k) {
+    forward(down);
+    forward(up);
+  }
+  for (int k = 0; k < tail; ++k) {
+    backward(up, true);
+    weight();
+    forward(up);
+  }
+  for (int k = 0; k < micro_batches - 2 * ranks + rank + 1; ++k) {
+    forward(down);
+    backward(up, false);
+    forward(up);
+    backward(down, false);
+  }
+  for (int k = 0; k < tail; ++k) {
+    backward(up, false);
+    forward(up);
+    backward(down, false);
+  }
+  bool split = false;
+  for (int k = 0; k <= rank; ++k) {
+    if (k == (rank + 1) / 2 && rank % 2 == 1) split = true;
+    backward(up, split);
+    if (k == (rank + 1) / 2 && rank % 2 == 0) split = true;
+    backward(down, split);
+  }
+  for (int k = 0; k < tail; ++k) {
+    weight();
+    backward(down, split);
+  }
+  for (int k = 0; k <= rank; ++k) weight();
+}
+
 void looped_bfs(const Schedule& s, int rank, int ranks, int v, ProgramBuilder& p) {
   for (int local = 0; local < v; ++local) {
     for (int i = 0; i < s.micro_batches; ++i) p.forward(local * ranks + rank, i);
@@ -199,8 +262,16 @@ std::optional<std::string> schedule_refusal(ScheduleKind kind, int ranks, int st
   if (ranks < 1 || micro_batches < 1 || stages_per_device < 1) {
     return "need at least one device, one stage and one micro-batch";
   }
-  if (kind == ScheduleKind::ZBV && stages_per_device != 2) {
-    return fmt::format("zbv runs exactly 2 stages per device, got {}", stages_per_device);
+  if (const auto fixed = fixed_stages_per_device(kind);
+      is_multi_stage(kind) && fixed && stages_per_device != *fixed) {
+    return fmt::format("{} runs exactly {} stages per device, got {}", to_string(kind), *fixed,
+                       stages_per_device);
+  }
+  if (kind == ScheduleKind::DualPipeV && micro_batches < 2 * ranks) {
+    return fmt::format(
+        "dualpipev needs at least as many micro-batches as stages (torch refuses fewer): {} "
+        "stages, got {}",
+        2 * ranks, micro_batches);
   }
   if (kind == ScheduleKind::Interleaved1F1B || kind == ScheduleKind::InterleavedZB) {
     const int rounds = std::max(1, micro_batches / ranks);
@@ -258,6 +329,9 @@ Schedule make_schedule(ScheduleKind kind, int stages, int micro_batches, Checkpo
         break;
       case ScheduleKind::LoopedBFS:
         looped_bfs(s, rank, ranks, v, p);
+        break;
+      case ScheduleKind::DualPipeV:
+        dualpipev(rank, ranks, micro_batches, p);
         break;
     }
   }

@@ -40,6 +40,9 @@
 //    the second, each micro-batch's I and W together in the steady state.
 //  - looped BFS: every forward of each local stage in turn, then every backward, last stage and
 //    last micro-batch first.
+//  - DualPipeV: ZBV's V; in the steady state each forward of one stage is followed by a whole
+//    backward of the other (torch's OVERLAP_F_B pair, which its runtime runs in that order);
+//    the warm-up's and the tail's backwards split in I and W, the Ws queued in I order.
 // A checkpointed micro-batch's recompute runs right before its B or I on the same stage.
 #include <cstdint>
 #include <functional>

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <optional>
 #include <stdexcept>
+#include <string_view>
 
 #include "sim/error.hpp"
 #include "sim/file_io.hpp"
@@ -19,11 +21,22 @@ std::string_view trim(std::string_view s) {
 
 // torch 2.11's other action types: valid in its IR, not in a compute-only schedule.
 bool is_torch_communication(std::string_view cell) {
-  for (std::string_view op : {"UNSHARD", "RESHARD", "REDUCE_GRAD", "SEND_F", "RECV_F", "SEND_B",
-                              "RECV_B", "OVERLAP_F_B"}) {
+  for (std::string_view op :
+       {"UNSHARD", "RESHARD", "REDUCE_GRAD", "SEND_F", "RECV_F", "SEND_B", "RECV_B"}) {
     if (cell.find(op) != std::string_view::npos) return true;
   }
   return false;
+}
+
+// DualPipeV's paired cell, "(0F3;3B1)OVERLAP_F_B": torch's runtime runs the sub-actions one
+// after the other, so they are that many actions here. Nothing when `cell` is not one.
+constexpr std::string_view kOverlapSuffix = ")OVERLAP_F_B";
+std::optional<std::string_view> overlap_body(std::string_view cell) {
+  if (cell.size() < kOverlapSuffix.size() + 1 || cell.front() != '(' ||
+      !cell.ends_with(kOverlapSuffix)) {
+    return std::nullopt;
+  }
+  return cell.substr(1, cell.size() - 1 - kOverlapSuffix.size());
 }
 
 }  // namespace
@@ -55,16 +68,32 @@ Schedule parse_schedule_csv(std::string_view text, const std::string& source) {
       if (is_torch_communication(content)) {
         fail("a compute action (F, B, I or W): this is torch's compute-only format");
       }
-      const auto action = parse_action(content);
-      if (!action) fail("an action such as 2F0 (stage, F, B, I or W, micro-batch)");
-      if (action->kind == ActionKind::Recompute) {
-        fail("F, B, I or W (torch has no recompute action; checkpointing is the plan's)");
+      auto add = [&](std::string_view text) {
+        const auto action = parse_action(trim(text));
+        if (!action) fail("an action such as 2F0 (stage, F, B, I or W, micro-batch)");
+        if (action->kind == ActionKind::Recompute) {
+          fail("F, B, I or W (torch has no recompute action; checkpointing is the plan's)");
+        }
+        if (action->stage > 1'000'000 || action->micro_batch > 1'000'000) {
+          fail("a stage and a micro-batch up to 1000000");
+        }
+        programs.back().push_back(*action);
+        cell_of.back().push_back(cell);
+      };
+      if (const auto body = overlap_body(content)) {
+        if (body->empty()) fail("sub-actions in (…)OVERLAP_F_B, such as (0F3;3B1)OVERLAP_F_B");
+        for (std::size_t from = 0; from <= body->size();) {
+          const auto semicolon = body->find(';', from);
+          add(body->substr(from, semicolon == std::string_view::npos ? std::string_view::npos
+                                                                      : semicolon - from));
+          from = semicolon == std::string_view::npos ? body->size() + 1 : semicolon + 1;
+        }
+        continue;
       }
-      if (action->stage > 1'000'000 || action->micro_batch > 1'000'000) {
-        fail("a stage and a micro-batch up to 1000000");
+      if (content.find("OVERLAP_F_B") != std::string_view::npos) {
+        fail("(sub-action;sub-action)OVERLAP_F_B, such as (0F3;3B1)OVERLAP_F_B");
       }
-      programs.back().push_back(*action);
-      cell_of.back().push_back(cell);
+      add(content);
     }
   }
   if (programs.empty()) throw InputError(source + ": expected one row per rank, got no rows");

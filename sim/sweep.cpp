@@ -18,10 +18,8 @@ namespace {
 std::vector<std::pair<ScheduleKind, int>> schedule_shapes(const SweepSpec& spec) {
   std::vector<std::pair<ScheduleKind, int>> out;
   for (ScheduleKind kind : spec.schedules) {
-    if (!is_multi_stage(kind)) {
-      out.emplace_back(kind, 1);
-    } else if (kind == ScheduleKind::ZBV) {
-      out.emplace_back(kind, 2);
+    if (const auto fixed = fixed_stages_per_device(kind)) {
+      out.emplace_back(kind, *fixed);
     } else {
       for (int v : spec.stages_per_device) out.emplace_back(kind, v);
     }

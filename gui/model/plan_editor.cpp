@@ -158,10 +158,8 @@ QString PlanEditor::set_schedule(ScheduleKind kind) {
   if (!profile_ || kind == plan_.schedule) return {};
   Plan plan = plan_;
   plan.schedule = kind;
-  if (kind == ScheduleKind::ZBV) {
-    plan.stages_per_device = 2;
-  } else if (!is_multi_stage(kind)) {
-    plan.stages_per_device = 1;
+  if (const auto fixed = fixed_stages_per_device(kind)) {
+    plan.stages_per_device = *fixed;
   } else if (!is_multi_stage(plan_.schedule)) {
     plan.stages_per_device = 2;  // the least that interleaves
   }
@@ -185,8 +183,8 @@ QString PlanEditor::restage(Plan plan, int devices) {
     return QStringLiteral("stages per device: expected a positive integer, got %1").arg(v);
   }
   // A count the schedule cannot run at all is check_plan's to name (commit below).
-  const bool accepted =
-      is_multi_stage(plan.schedule) ? plan.schedule != ScheduleKind::ZBV || v == 2 : v == 1;
+  const auto fixed = fixed_stages_per_device(plan.schedule);
+  const bool accepted = !fixed || v == *fixed;
   const int stages = v * devices;
   const int layers = static_cast<int>(profile_->layer_count());
   if (accepted && stages > layers) {

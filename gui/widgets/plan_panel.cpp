@@ -63,7 +63,7 @@ PlanPanel::PlanPanel(PlanEditor& editor, QWidget* parent)
   }
   form->addRow(tr("Schedule"), schedule_);
   stages_per_device_->setToolTip(
-      tr("Stages each device runs (interleaved-1f1b, interleaved-zb, looped-bfs; zbv runs 2); "
+      tr("Stages each device runs (interleaved-1f1b, interleaved-zb, looped-bfs; zbv and dualpipev run 2); "
          "changing it evens out the balance"));
   form->addRow(tr("Stages / device"), stages_per_device_);
   optimizer_->setRange(0, 8);
@@ -166,11 +166,10 @@ void PlanPanel::sync() {
   micro_batches_->setText(split + tr(", batch %1").arg(batch));
   checkpoint_->setCurrentIndex(checkpoint_->findData(static_cast<int>(plan.checkpoint)));
   schedule_->setCurrentIndex(schedule_->findData(static_cast<int>(plan.schedule)));
-  // Only the looped schedules choose; zbv's V is always two stages per device.
+  // Only the looped schedules choose; the V schedules always run two stages per device.
   const int layers = static_cast<int>(profile.layer_count());
   const int programmes = std::max(1, plan.stages() / plan.stages_per_device);
-  stages_per_device_->setEnabled(is_multi_stage(plan.schedule) &&
-                                 plan.schedule != ScheduleKind::ZBV);
+  stages_per_device_->setEnabled(!fixed_stages_per_device(plan.schedule).has_value());
   stages_per_device_->setRange(1, std::max(plan.stages_per_device, layers / programmes));
   stages_per_device_->setValue(plan.stages_per_device);
   optimizer_->setValue(plan.optimizer_state_factor);

@@ -28,13 +28,16 @@ TEST(OneChoiceRows, SayHowFarEachAlternativeIsFromTheBestPlan) {
   OneChoiceAway away;
   away.best = candidate({3, 3}, 10.0, {100 * MiB, 200 * MiB});  // largest peak 200 MiB
   away.alternatives.push_back(
-      {"checkpoint always", candidate({2, 4}, 12.0, {150 * MiB, 120 * MiB})});
-  away.alternatives.push_back({"schedule gpipe", std::nullopt});
+      {"checkpoint always", candidate({2, 4}, 12.0, {150 * MiB, 120 * MiB}), {}});
+  away.alternatives.push_back({"schedule gpipe", std::nullopt, {}});
   away.alternatives.push_back(
-      {"chunks 8 (8 micro-batches)", candidate({4, 2}, 9.0, {400 * MiB, 10 * MiB})});
+      {"chunks 8 (8 micro-batches)", candidate({4, 2}, 9.0, {400 * MiB, 10 * MiB}), {}});
+  away.alternatives.push_back({"schedule dualpipev, 2/device", std::nullopt, "torch refuses it"});
 
   const std::vector<OneChoiceRow> rows = one_choice_rows(away);
-  ASSERT_EQ(rows.size(), 3u);
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(rows[3].balance, QStringLiteral("torch refuses it"));  // not "does not fit"
+  EXPECT_FALSE(rows[3].plan);
 
   EXPECT_EQ(rows[0].change, QStringLiteral("checkpoint always"));
   EXPECT_EQ(rows[0].iteration, QStringLiteral("12.0 ms"));

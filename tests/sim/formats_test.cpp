@@ -354,7 +354,7 @@ TEST(PlanFormat, BadValues) {
             "\"sometimes\"");
   EXPECT_EQ(plan_error(plan_with("1f1b", "zb-v")),
             "in.json: schedule: expected one of \"gpipe\", \"1f1b\", \"interleaved-1f1b\", "
-            "\"interleaved-zb\", \"zbv\", \"looped-bfs\", got \"zb-v\"");
+            "\"interleaved-zb\", \"zbv\", \"looped-bfs\", \"dualpipev\", got \"zb-v\"");
   EXPECT_EQ(plan_error(plan_with("\"balance\": [1, 1]", "\"balance\": []")),
             "in.json: balance: expected a non-empty array of layer counts, one per stage, got an "
             "array of 0 elements");

@@ -12,6 +12,7 @@
 #include <set>
 #include <random>
 
+#include "sim/schedule.hpp"
 #include "sim/simulator.hpp"
 #include "tests/sim/fixtures.hpp"
 
@@ -130,6 +131,31 @@ TEST(OneChoiceAway, OffersEveryAllowedScheduleAndStagesPerDeviceOnly) {
     EXPECT_NEAR(a.best->iteration_ms, brute, 1e-9) << a.change;
   }
   EXPECT_EQ(offered, expected);
+}
+
+// A change torch cannot run (DualPipeV needs as many micro-batches as stages) says why, and is
+// not reported as a memory misfit.
+TEST(OneChoiceAway, AChangeTorchRefusesSaysWhy) {
+  std::vector<testing::LayerSpec> layers(6, testing::LayerSpec{1.0, 2.0, 0, 256, 4096, 0});
+  const Profile profile = testing::make_profile(layers, 4, 64);
+  const Hardware hw = replicate_device(profile.device, 2);
+  PlannerOptions options;
+  options.chunks = {2};
+  options.schedules = {ScheduleKind::OneFOneB, ScheduleKind::DualPipeV};
+  const PlanSearchResult result = find_best_plans(profile, hw, options);
+  ASSERT_FALSE(result.ranked.empty());
+  ASSERT_EQ(result.ranked.front().plan.schedule, ScheduleKind::OneFOneB);
+  bool saw = false;
+  for (const Alternative& a : one_choice_away(profile, hw, options, result.ranked.front())) {
+    if (a.change != "schedule dualpipev, 2/device") {
+      EXPECT_TRUE(a.refused.empty()) << a.change;
+      continue;
+    }
+    saw = true;
+    EXPECT_FALSE(a.best);
+    EXPECT_EQ(a.refused, *schedule_refusal(ScheduleKind::DualPipeV, 2, 2, 2));
+  }
+  EXPECT_TRUE(saw);
 }
 
 TEST(OneChoiceAway, AChangeThatFitsNowhereSaysSo) {

@@ -421,7 +421,8 @@ TEST(Planner, SmallBudgetStillVisitsEveryConfiguration) {
 TEST(Planner, MultiStageSchedulesAgainstBruteForce) {
   std::mt19937 rng(18);
   constexpr ScheduleKind kMulti[] = {ScheduleKind::Interleaved1F1B, ScheduleKind::LoopedBFS,
-                                     ScheduleKind::InterleavedZB, ScheduleKind::ZBV};
+                                     ScheduleKind::InterleavedZB, ScheduleKind::ZBV,
+                                     ScheduleKind::DualPipeV};
   int proven = 0, checked = 0;
   for (int trial = 0; trial < 24; ++trial) {
     const int layers = 4 + static_cast<int>(rng() % 5);  // 4..8
@@ -488,7 +489,8 @@ TEST(Planner, MultiStageSchedulesAgainstBruteForce) {
 TEST(Planner, MultiStageBoundIsBelowEveryPlan) {
   std::mt19937 rng(1818);
   constexpr ScheduleKind kMulti[] = {ScheduleKind::Interleaved1F1B, ScheduleKind::LoopedBFS,
-                                     ScheduleKind::InterleavedZB, ScheduleKind::ZBV};
+                                     ScheduleKind::InterleavedZB, ScheduleKind::ZBV,
+                                     ScheduleKind::DualPipeV};
   int near = 0, checked = 0;
   for (int trial = 0; trial < 40; ++trial) {
     const int devices = 2 + static_cast<int>(rng() % 3);  // 2..4
@@ -501,8 +503,8 @@ TEST(Planner, MultiStageBoundIsBelowEveryPlan) {
     hw.launch_overhead_ms = (rng() % 3) / 100.0;
     for (auto& d : hw.devices) d.speed = 0.25 * static_cast<double>(1 + rng() % 8);
     const Simulator simulator(profile, hw);
-    const ScheduleKind kind = kMulti[trial % 4];
-    const int v = kind == ScheduleKind::ZBV ? 2 : 2 + static_cast<int>(rng() % 2);
+    const ScheduleKind kind = kMulti[trial % std::size(kMulti)];
+    const int v = fixed_stages_per_device(kind).value_or(2 + static_cast<int>(rng() % 2));
     const int chunks = 1 + static_cast<int>(rng() % batch);
     const CheckpointMode checkpoint = kAllCheckpointModes[rng() % 3];
     const int m = static_cast<int>(split_batch(batch, chunks).size());

@@ -129,7 +129,7 @@ TEST(ScheduleSimulation, TorchCsvSchedulesEqualListScheduling) {
   int checked = 0;
   for (auto kind : kAllScheduleKinds) {
     for (int ranks : {2, 3, 4}) {
-      const int per_rank = kind == ScheduleKind::ZBV ? 2 : (is_multi_stage(kind) ? 2 : 1);
+      const int per_rank = fixed_stages_per_device(kind).value_or(2);
       for (int m : {1, 2, 4, 5, 8}) {
         const int stages = ranks * per_rank;
         if (schedule_refusal(kind, ranks, per_rank, m)) continue;

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -37,8 +38,10 @@ std::vector<Case> cases() {
       }
     }
   }
-  for (int ranks : {1, 2, 3, 4, 5}) {
-    for (int m = 1; m <= 12; ++m) out.push_back({ScheduleKind::ZBV, ranks, 2, m});
+  for (auto kind : {ScheduleKind::ZBV, ScheduleKind::DualPipeV}) {
+    for (int ranks : {1, 2, 3, 4, 5}) {
+      for (int m = 1; m <= 12; ++m) out.push_back({kind, ranks, 2, m});
+    }
   }
   return out;
 }
@@ -88,11 +91,15 @@ TEST(TorchSchedules, GeneratorsEqualTorchActionForAction) {
     for (int r = 0; r < c.ranks; ++r) {
       std::string mine;
       for (const Action& a : ours.per_rank[r]) mine += (mine.empty() ? "" : ",") + to_string(a);
-      // torch's cells without the idle ones.
+      // torch's cells without the idle ones, DualPipeV's "(0F3;3B1)OVERLAP_F_B" pairs as their
+      // two actions in order (torch's runtime runs them one after the other).
       std::string theirs;
       std::istringstream cells(rows[r]);
       for (std::string cell; std::getline(cells, cell, ',');) {
-        if (!cell.empty()) theirs += (theirs.empty() ? "" : ",") + cell;
+        if (cell.empty()) continue;
+        if (cell.front() == '(') cell = cell.substr(1, cell.find(')') - 1);
+        std::replace(cell.begin(), cell.end(), ';', ',');
+        theirs += (theirs.empty() ? "" : ",") + cell;
       }
       EXPECT_EQ(mine, theirs) << c.request() << " rank " << r;
     }
@@ -118,7 +125,7 @@ TEST(TorchSchedules, GeneratorsEqualTorchActionForAction) {
 
 TEST(ScheduleCsv, RoundTripsEveryGeneratedSchedule) {
   for (auto kind : kAllScheduleKinds) {
-    const int per_rank = kind == ScheduleKind::ZBV ? 2 : (is_multi_stage(kind) ? 3 : 1);
+    const int per_rank = fixed_stages_per_device(kind).value_or(3);
     const Schedule s = make_schedule(kind, 3 * per_rank, 6, CheckpointMode::Never, per_rank);
     const Schedule back = parse_schedule_csv(schedule_csv(s.per_rank), "x.csv");
     EXPECT_EQ(back.per_rank, s.per_rank) << to_string(kind);
@@ -141,7 +148,7 @@ TEST(ScheduleCsv, TorchValidatesWhatWeWrite) {
     argv.push_back(path + ":" + std::to_string(stages) + ":" + std::to_string(m));
   };
   for (auto kind : kAllScheduleKinds) {
-    const int v = kind == ScheduleKind::ZBV ? 2 : (is_multi_stage(kind) ? 2 : 1);
+    const int v = fixed_stages_per_device(kind).value_or(2);
     for (int m : {3, 4, 8}) {
       if (schedule_refusal(kind, 3, v, m)) continue;
       const Schedule s = make_schedule(kind, 3 * v, m, CheckpointMode::ExceptLast, v);
@@ -223,9 +230,34 @@ TEST(ScheduleCsv, RefusesWhatTorchRefusesNamingRowAndCell) {
   // A stage with no actions at all.
   EXPECT_NE(refusal("0F0,0B0\n2F0,2B0\n").find("stage 1 has 1 micro-batches but no 1F0"),
             std::string::npos);
+  // DualPipeV's paired cell, malformed.
+  EXPECT_EQ(refusal("0F0,()OVERLAP_F_B\n"),
+            "s.csv: row 1, cell 2: expected sub-actions in (…)OVERLAP_F_B, such as "
+            "(0F3;3B1)OVERLAP_F_B, got \"()OVERLAP_F_B\"");
+  EXPECT_EQ(refusal("0F0,(0B0;0X1)OVERLAP_F_B\n"),
+            "s.csv: row 1, cell 2: expected an action such as 2F0 (stage, F, B, I or W, "
+            "micro-batch), got \"(0B0;0X1)OVERLAP_F_B\"");
+  EXPECT_EQ(refusal("0F0,0F1OVERLAP_F_B\n"),
+            "s.csv: row 1, cell 2: expected (sub-action;sub-action)OVERLAP_F_B, such as "
+            "(0F3;3B1)OVERLAP_F_B, got \"0F1OVERLAP_F_B\"");
   // Programmes that wait on each other forever.
   EXPECT_EQ(refusal("0F0,1B0,0B0\n1F0\n"), "s.csv: row 1, cell 2: 1B0: before 1F0");
   EXPECT_NE(refusal("0F0,0B0,0F1,0B1\n1F1,1F0,1B0,1B1\n").find("deadlocks"), std::string::npos);
+}
+
+// DualPipeV's "(F;B)OVERLAP_F_B" cell is its sub-actions in order, each named by that cell.
+TEST(ScheduleCsv, OverlappedPairsAreTheirSubActionsInOrder) {
+  const Schedule s = parse_schedule_csv(
+      "0F0,1F0,1B0,(0F1; 1F1)OVERLAP_F_B,(1B1;0B0)OVERLAP_F_B,0B1\r\n", "x.csv");
+  const std::vector<Action> expected{
+      {ActionKind::Forward, 0, 0},  {ActionKind::Forward, 1, 0},  {ActionKind::Backward, 1, 0},
+      {ActionKind::Forward, 0, 1},  {ActionKind::Forward, 1, 1},  {ActionKind::Backward, 1, 1},
+      {ActionKind::Backward, 0, 0}, {ActionKind::Backward, 0, 1}};
+  ASSERT_EQ(s.per_rank.size(), 1u);
+  EXPECT_EQ(s.per_rank[0], expected);
+  // A dependency broken inside a pair names the pair's cell.
+  EXPECT_EQ(refusal("0F0,(0B0;0B1)OVERLAP_F_B,0F1\n"),
+            "s.csv: row 1, cell 2: 0B1: before 0F1");
 }
 
 }  // namespace

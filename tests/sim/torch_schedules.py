@@ -25,8 +25,10 @@ CLASSES = {
     "interleaved-zb": schedules.ScheduleInterleavedZeroBubble,
     "zbv": schedules.ScheduleZBVZeroBubble,
     "looped-bfs": schedules.ScheduleLoopedBFS,
+    "dualpipev": schedules.ScheduleDualPipeV,
 }
-COMPUTE = {"F", "B", "I", "W"}
+# DualPipeV's paired "(0F3;3B1)OVERLAP_F_B" is a compute action too.
+COMPUTE = {"F", "B", "I", "W", "OVERLAP_F_B"}
 
 
 def stand_in_stages(cls, ranks, per_rank):
