@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
@@ -51,11 +52,16 @@ class Distributed : public ::testing::Test {
 };
 
 std::string plan_json(const std::string& balance, int chunks, const std::string& checkpoint,
-                      const std::string& schedule, const std::string& devices = "") {
+                      const std::string& schedule, const std::string& devices = "",
+                      int stages_per_device = 1) {
   return "{\"format\": \"pipetune.plan/1\", \"balance\": [" + balance +
          "], \"chunks\": " + std::to_string(chunks) + ", \"checkpoint\": \"" + checkpoint +
          "\", \"schedule\": \"" + schedule + "\"" +
-         (devices.empty() ? "" : ", \"devices\": [" + devices + "]") + "}";
+         (devices.empty() ? "" : ", \"devices\": [" + devices + "]") +
+         (stages_per_device == 1
+              ? ""
+              : ", \"stages_per_device\": " + std::to_string(stages_per_device)) +
+         "}";
 }
 
 std::string all_output(const std::vector<testing::RankResult>& results) {
@@ -72,13 +78,15 @@ struct GradientCase {
   std::string balance;
   int chunks;
   std::string checkpoint, schedule, devices;
+  int stages_per_device = 1;
 };
 
 // Names the case in test output instead of dumping its bytes.
 void PrintTo(const GradientCase& c, std::ostream* os) {
   *os << c.ranks << " ranks, balance [" << c.balance << "], " << c.chunks << " chunks, "
       << c.checkpoint << ", " << c.schedule
-      << (c.devices.empty() ? "" : ", devices [" + c.devices + "]");
+      << (c.devices.empty() ? "" : ", devices [" + c.devices + "]")
+      << (c.stages_per_device == 1 ? "" : ", " + std::to_string(c.stages_per_device) + " stages per device");
 }
 
 class DistributedGradients : public Distributed,
@@ -88,7 +96,8 @@ class DistributedGradients : public Distributed,
 TEST_P(DistributedGradients, EqualTheSingleProcessReference) {
   const GradientCase& c = GetParam();
   const std::string plan =
-      write_plan("plan.json", plan_json(c.balance, c.chunks, c.checkpoint, c.schedule, c.devices));
+      write_plan("plan.json", plan_json(c.balance, c.chunks, c.checkpoint, c.schedule, c.devices,
+                                        c.stages_per_device));
   Ranks ranks({PIPETUNE_DISTRIBUTED_RANK, "mlp:layers=5,width=32", plan, "12", "7"}, c.ranks);
   const auto results = ranks.wait(120.0);
   for (std::size_t r = 0; r < results.size(); ++r) {
@@ -107,10 +116,18 @@ INSTANTIATE_TEST_SUITE_P(
                       GradientCase{3, "2, 2, 2", 4, "never", "1f1b", ""},
                       // Two stages per rank: activations and gradients both ways on one pair.
                       GradientCase{2, "2, 1, 1, 2", 3, "always", "gpipe",
-                                   "\"cpu:0\", \"cpu:1\", \"cpu:0\", \"cpu:1\""}),
+                                   "\"cpu:0\", \"cpu:1\", \"cpu:0\", \"cpu:1\""},
+                      // The multi-stage schedules: several stages per rank in the schedule's
+                      // order, I and W split where it splits them.
+                      GradientCase{2, "2, 1, 1, 2", 4, "except_last", "interleaved-1f1b", "", 2},
+                      GradientCase{2, "1, 2, 2, 1", 4, "never", "interleaved-zb", "", 2},
+                      GradientCase{2, "2, 1, 1, 2", 4, "always", "zbv", "", 2},
+                      GradientCase{2, "1, 2, 2, 1", 4, "except_last", "dualpipev", "", 2}),
     [](const auto& info) {
       const GradientCase& c = info.param;
-      return std::to_string(c.ranks) + "ranks_" + c.schedule + "_" + c.checkpoint + "_" +
+      std::string schedule = c.schedule;
+      std::replace(schedule.begin(), schedule.end(), '-', '_');  // test names take no '-'
+      return std::to_string(c.ranks) + "ranks_" + schedule + "_" + c.checkpoint + "_" +
              std::to_string(info.index);
     });
 
