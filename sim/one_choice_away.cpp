@@ -24,8 +24,13 @@ std::vector<Alternative> one_choice_away(const Profile& profile, const Hardware&
   fixed.checkpoints = {best.plan.checkpoint};
   fixed.schedules = {best.plan.schedule};
   fixed.stages_per_device = {best.plan.stages_per_device};
+  // With one micro-batch, except_last recomputes nothing: the same plan as never.
+  const bool one_micro_batch = split_batch(profile.batch_size, best.plan.chunks).size() == 1;
+  auto effective = [&](CheckpointMode mode) {
+    return one_micro_batch && mode == CheckpointMode::ExceptLast ? CheckpointMode::Never : mode;
+  };
   for (auto mode : kAllCheckpointModes) {
-    if (mode == best.plan.checkpoint) continue;
+    if (effective(mode) == effective(best.plan.checkpoint)) continue;
     Change c{fmt::format("checkpoint {}", to_string(mode)), fixed};
     c.options.checkpoints = {mode};
     changes.push_back(c);

@@ -46,9 +46,11 @@ TEST(OneChoiceAway, EachIsTheBestWithThatChoiceChanged) {
   const PlanCandidate& best = result.ranked.front();
 
   const auto alternatives = one_choice_away(profile, hw, options, best);
-  // Two other checkpoint modes, one other schedule, and half and/or twice the chunks.
+  // Two other checkpoint modes (one with a single micro-batch, where except_last is never),
+  // one other schedule, and half and/or twice the chunks.
   const std::size_t chunk_changes = (best.plan.chunks / 2 >= 1 ? 1 : 0) + (best.plan.chunks * 2 <= 8 ? 1 : 0);
-  ASSERT_EQ(alternatives.size(), 3 + chunk_changes);
+  const std::size_t checkpoint_changes = best.plan.chunks == 1 ? 1 : 2;
+  ASSERT_EQ(alternatives.size(), checkpoint_changes + 1 + chunk_changes);
   for (const Alternative& a : alternatives) {
     ASSERT_TRUE(a.best) << a.change;
     const Plan& p = a.best->plan;
@@ -156,6 +158,23 @@ TEST(OneChoiceAway, AChangeTorchRefusesSaysWhy) {
     EXPECT_EQ(a.refused, *schedule_refusal(ScheduleKind::DualPipeV, 2, 2, 2));
   }
   EXPECT_TRUE(saw);
+}
+
+// One micro-batch: except_last and never are the same plan, so neither is offered for the other.
+TEST(OneChoiceAway, OneMicroBatchOffersNoCheckpointModeThatIsTheSamePlan) {
+  std::vector<testing::LayerSpec> layers(4, testing::LayerSpec{1.0, 2.0, 0, 256, 4096, 0});
+  const Profile profile = testing::make_profile(layers, 4, 64);
+  const Hardware hw = replicate_device(profile.device, 2);
+  PlannerOptions options;
+  options.chunks = {1};
+  const PlanSearchResult result = find_best_plans(profile, hw, options);
+  ASSERT_FALSE(result.ranked.empty());
+  ASSERT_EQ(result.ranked.front().plan.checkpoint, CheckpointMode::Never);
+  std::vector<std::string> checkpoint_changes;
+  for (const Alternative& a : one_choice_away(profile, hw, options, result.ranked.front())) {
+    if (a.change.rfind("checkpoint", 0) == 0) checkpoint_changes.push_back(a.change);
+  }
+  EXPECT_EQ(checkpoint_changes, std::vector<std::string>{"checkpoint always"});
 }
 
 TEST(OneChoiceAway, AChangeThatFitsNowhereSaysSo) {
