@@ -11,8 +11,11 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <stdexcept>
+#include <string_view>
 
 #include "executor/models/loss.hpp"
+#include "executor/models/pickle_check.hpp"
 #include "sim/error.hpp"
 #include "sim/file_io.hpp"
 
@@ -53,6 +56,9 @@ Unpickled unpickle_archive(const std::string& bytes) {
   auto pickle = archive.getRecord("data.pkl");
   const char* const pickle_data = static_cast<const char*>(std::get<0>(pickle).get());
   const std::size_t pickle_bytes = std::get<1>(pickle);
+  if (auto why = pickle_refusal(std::string_view(pickle_data, pickle_bytes))) {
+    throw std::runtime_error(*why);
+  }
   std::size_t offset = 0;
   auto read_pickle = [&](char* out, std::size_t n) {
     n = std::min(n, pickle_bytes - offset);

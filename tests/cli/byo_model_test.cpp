@@ -186,6 +186,13 @@ TEST(CliBringYourOwnModel, BadInputIsOneLineAndWritesNothing) {
               ::testing::MatchesRegex("pipetune: error: --model: batch: " + past_storage +
                                       ": the (inputs|targets) .* need [0-9]+ bytes, but the file "
                                       "stores [0-9]+\n"));
+  // A memo index of billions (found by the same target): LibTorch's unpickler grew its memo
+  // table to that many entries, 30 GB, before anything could refuse it.
+  const std::string memo = PIPETUNE_SOURCE_DIR "/tests/data/bad/batch_memo_index_past_the_memo.pt";
+  EXPECT_THAT(error("torchscript:path=" + gpt + ",batch=" + memo),
+              ::testing::MatchesRegex("pipetune: error: --model: batch: " + memo +
+                                      ": not a file torch.save wrote \\(pickle memo index [0-9]+ "
+                                      "at byte [0-9]+ is out of order \\([0-9]+ set so far\\)\\)\n"));
   // A quantized tensor (found by the same target): index_select aborted inside LibTorch.
   const std::string quantized = PIPETUNE_SOURCE_DIR "/tests/data/bad/batch_quantized_tensor.pt";
   EXPECT_THAT(error("torchscript:path=" + gpt + ",batch=" + quantized),
