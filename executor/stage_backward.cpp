@@ -82,6 +82,11 @@ at::Tensor forward_layers(torch::nn::Sequential& stage, MicroBatchState& state) 
 }
 
 at::Tensor backward_whole(MicroBatchState& state, const at::Tensor& output_gradient) {
+  // A first stage of parameterless layers (a Flatten alone) has no graph: nothing to do.
+  if (!needs_gradient(state.output)) {
+    state = {};
+    return {};
+  }
   torch::autograd::backward({state.output}, seed(output_gradient));
   at::Tensor input_gradient = needs_gradient(state.input) ? state.input.grad() : at::Tensor();
   state = {};

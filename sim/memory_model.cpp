@@ -129,6 +129,7 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
   PeakTracker input_walk(c.backward_input_ms, first, end);
   std::int64_t current = 0;
   for (int k = end - 1; k >= first; --k) {
+    m.weight_transient = std::max(m.weight_transient, model.param_bytes_of(k));
     const std::int64_t input_grad =
         k > first ? c.output_bytes[k - 1] : (first_stage ? 0 : m.input_bytes);
     input_walk.layer(k, current + input_grad + c.workspace_bytes[k]);
@@ -181,10 +182,12 @@ MemoryEffect input_backward_effect(const StageMemory& m) {
 
 MemoryEffect weight_backward_effect(const StageMemory& m, std::int64_t param_bytes, bool first_time,
                                     bool last_stage, std::int64_t dies) {
-  // The parameter gradients (kept the first time, added into .grad later), then the graph's
-  // activations, the gradients I kept and what dies with any backward.
-  return {param_bytes, (first_time ? 0 : param_bytes) + m.weight_kept_gradients + m.kept_bytes -
-                           (last_stage ? 0 : m.output_bytes) + dies};
+  // The parameter gradients: the first time all of them, kept as .grad; later one layer's at a
+  // time, added into .grad and freed. Then the graph's activations, the gradients I kept and
+  // what dies with any backward.
+  const std::int64_t gradients = first_time ? param_bytes : m.weight_transient;
+  return {gradients, (first_time ? 0 : gradients) + m.weight_kept_gradients + m.kept_bytes -
+                         (last_stage ? 0 : m.output_bytes) + dies};
 }
 
 std::int64_t left_by_backward(const StageMemory& m, bool first_time, bool first_stage,

@@ -47,6 +47,10 @@ struct StageMemory {
   double input_backward_peak_end = 1.0;
   /// Of input_backward_net, what W frees: the output gradients kept for it.
   std::int64_t weight_kept_gradients = 0;
+  /// W computes each layer's parameter gradients from its own output gradient, one layer at a
+  /// time; after the stage's first W they are added into `.grad` and freed, so they exist
+  /// twice for one layer at a time: the largest layer's parameters.
+  std::int64_t weight_transient = 0;
 };
 
 /// `first_stage`: the model input needs no gradient, so the backward allocates none for it.
