@@ -168,6 +168,7 @@ struct Pipeline::Impl {
     int from, to;
     std::thread thread;
     std::deque<std::pair<Key, Handoff>> queue;
+    bool copying = false;  // a copy taken off the queue still holds the sender's tensor
     std::vector<std::pair<TraceTask, std::pair<Stamp, Stamp>>> done;  // this step's copies
   };
   std::map<std::pair<int, int>, std::unique_ptr<Channel>> channels;
@@ -237,6 +238,7 @@ struct Pipeline::Impl {
   void receiver_main(Receiver* receiver);
   bool next_step(std::uint64_t& seen);
   void step_done();
+  void wait_for_outgoing_copies(int device);
   bool is_local(int device) const { return local < 0 || device == local; }
   int tag(const Key& key) const {
     return (key.stage * 2 + static_cast<int>(key.carry)) * micro_batches + key.micro_batch;
@@ -394,6 +396,7 @@ void Pipeline::Impl::channel_main(Channel* c) {
     auto [key, handoff] = std::move(c->queue.front());
     c->queue.pop_front();
     if (abort) continue;  // a stage failed: drop what is in flight
+    c->copying = true;
     lock.unlock();
     Handoff moved;
     Stamp begin, end;
@@ -406,13 +409,17 @@ void Pipeline::Impl::channel_main(Channel* c) {
       fail(Action{key.carry == Carry::Activation ? ActionKind::Forward : ActionKind::Backward,
                   sender, key.micro_batch},
            fmt::format("copy to {}: {}", placement.device_names[c->to], e.what()));
+      handoff = {};
       lock.lock();
+      c->copying = false;
+      wake.notify_all();
       continue;
     }
     const TraceTask t = copy_task(key, c->from, c->to, step_index,
                                   static_cast<std::int64_t>(handoff.tensor.nbytes()));
     handoff = {};  // the sender's buffer may go now (CUDA: after the copy, by record_stream)
     lock.lock();
+    c->copying = false;
     c->done.push_back({t, {begin, end}});
     mailbox[key] = std::move(moved);
     wake.notify_all();
@@ -425,6 +432,19 @@ bool Pipeline::Impl::next_step(std::uint64_t& seen) {
   while (generation == seen && !shutting_down) wake.wait_for(lock, kPoll);
   seen = generation;
   return !shutting_down;
+}
+
+// Until every copy out of `device` (same process) has let go of the sender's tensor; a failed
+// or stopped step does not wait.
+void Pipeline::Impl::wait_for_outgoing_copies(int device) {
+  std::unique_lock<std::mutex> lock(mutex);
+  auto pending = [&] {
+    for (const auto& [link, c] : channels) {
+      if (link.first == device && (c->copying || !c->queue.empty())) return true;
+    }
+    return false;
+  };
+  while (pending() && !abort && !stop && !shutting_down) wake.wait_for(lock, kPoll);
 }
 
 void Pipeline::Impl::step_done() {
@@ -562,7 +582,10 @@ void Pipeline::Impl::worker_main(int d) {
         stamps[d].push_back(begin);
         stamps[d].push_back(end);
       }
-      // Every backward of this device's stages is done: their parameters can step.
+      // Every backward of this device's stages is done: their parameters can step, once what
+      // the device sent has been copied and let go, so that the step's transients never
+      // overlap a gradient still held for its copy (the peak is then the same every step).
+      wait_for_outgoing_copies(d);
       for (int s = 0; s < stage_count; ++s) {
         if (device_of(s) == d && optimizers[s] && !abort && !stop) optimizers[s]->step();
       }

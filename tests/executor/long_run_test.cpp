@@ -2,13 +2,10 @@
 // batch each step, the Adam optimizer, two CPU devices), keep the process's resident memory flat
 // once warmed up, and the allocator's per-device peak does not creep up.
 //
-// The peak is not the same number at every step, and need not be: a device's optimizer runs
-// while the copy thread still holds the gradient it sent (freed once the copy is done, as a GPU
-// frees it after its stream's copy), and with several micro-batches how many received
-// activations wait on a device at its peak depends on timing. Each such tensor is one
-// micro-batch's activation or gradient, so from the second step on (the first creates the
-// gradients and Adam's state) the peaks of a device differ by at most the micro-batches'
-// activations; a leak of anything (64 bytes at the least) per step exceeds that within the run.
+// From the second step on (the first creates the gradients and Adam's state) each device's
+// peak is the same number at every step with one micro-batch; a device's optimizer waits until
+// what it sent has been copied and let go, so its transients never overlap a gradient held for
+// a copy. With four micro-batches one device's peak still takes two values 244 bytes apart.
 // bench/executor/long_run.cpp runs the same for 1,000 steps and prints the figures
 // docs/reliability.md records.
 
@@ -77,17 +74,16 @@ constexpr bool kResidentMeansSomething = false;
 constexpr bool kResidentMeansSomething = true;
 #endif
 
-void expect_no_growth(int chunks) {
+// `spread`: how far apart a device's peaks may be from the second step on.
+void expect_no_growth(int chunks, std::int64_t spread) {
   const Run run = long_run(chunks, 300, 100);
-  // Every micro-batch's activation (or gradient): 32 samples of 64 floats in all.
-  constexpr std::int64_t kInFlight = 32 * 64 * sizeof(float);
   for (std::size_t d = 0; d < 2; ++d) {
     std::int64_t low = run.peaks[1][d], high = low;
     for (std::size_t k = 1; k < run.peaks.size(); ++k) {
       low = std::min(low, run.peaks[k][d]);
       high = std::max(high, run.peaks[k][d]);
     }
-    EXPECT_LE(high - low, kInFlight) << "device " << d << ": peaks from " << low << " to " << high;
+    EXPECT_LE(high - low, spread) << "device " << d << ": peaks from " << low << " to " << high;
   }
   if (kResidentMeansSomething) {
     EXPECT_LT(run.top_resident - run.warm_resident, kResidentAllowance)
@@ -95,12 +91,18 @@ void expect_no_growth(int chunks) {
   }
 }
 
-TEST(LongRun, OneMicroBatchPeaksStayWithinTheCopiesInFlightAndResidentMemoryIsFlat) {
-  expect_no_growth(1);
+// One micro-batch: every device's peak is the same number at every step. (Before the optimizer
+// waited for the device's outgoing copies, the gradient still held for its copy made one
+// device's peak 8,192 bytes higher at some steps.)
+TEST(LongRun, OneMicroBatchPeaksAreEqualEveryStepAndResidentMemoryIsFlat) {
+  expect_no_growth(1, 0);
 }
 
-TEST(LongRun, FourMicroBatchesPeaksStayWithinTheCopiesInFlightAndResidentMemoryIsFlat) {
-  expect_no_growth(4);
+// Four micro-batches: cpu:1's peak is equal every step; cpu:0's alternates between two values
+// 244 bytes apart (docs/reliability.md). Less than one micro-batch's activation (2,048 bytes):
+// a leak of any tensor per step would exceed it within the run.
+TEST(LongRun, FourMicroBatchesPeaksWithinLessThanAnActivationAndResidentMemoryIsFlat) {
+  expect_no_growth(4, 8 * 64 * sizeof(float) - 1);
 }
 
 }  // namespace
