@@ -84,6 +84,8 @@ void PlannerPanel::find_best_plan() {
   worker_.cancel();
   worker_.wait();
   PlannerOptions options;
+  // Every schedule, as `pipetune plan` searches by default.
+  options.schedules.assign(std::begin(kAllScheduleKinds), std::end(kAllScheduleKinds));
   options.optimizer_state_factor = editor_.plan().optimizer_state_factor;
   options.top = 10;
   progress_->setRange(0, 1);

@@ -314,6 +314,7 @@ TEST_F(AppTest, AfterASearchTheBestPlanOneChoiceAwayIsListedAndLoads) {
   ASSERT_NE(result, nullptr);
   // The same alternatives sim/one_choice_away gives for the search's best plan.
   PlannerOptions options;
+  options.schedules.assign(std::begin(kAllScheduleKinds), std::end(kAllScheduleKinds));
   options.optimizer_state_factor = window.editor().plan().optimizer_state_factor;
   options.top = 10;
   const auto expected = one_choice_away(window.editor().profile(), window.editor().hardware(),
