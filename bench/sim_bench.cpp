@@ -229,5 +229,22 @@ void BM_Plan48Layers4Devices(benchmark::State& state) {
 }
 BENCHMARK(BM_Plan48Layers4Devices)->Unit(benchmark::kMillisecond);
 
+// The same with every schedule, as `pipetune plan` searches by default: the multi-stage
+// configurations are enumerated with their balance bound (docs/planner.md).
+void BM_Plan48Layers4DevicesEverySchedule(benchmark::State& state) {
+  const Profile profile = synthetic_profile(48, 64);
+  Hardware hw = replicate_device(profile.device, 4);
+  hw.link.bandwidth_bytes_per_s = 1e10;
+  PlannerOptions options;
+  options.schedules.assign(std::begin(kAllScheduleKinds), std::end(kAllScheduleKinds));
+  PlanSearchResult result;
+  for (auto _ : state) {
+    result = find_best_plans(profile, hw, options);
+    benchmark::DoNotOptimize(result.ranked.data());
+  }
+  report_search(state, result);
+}
+BENCHMARK(BM_Plan48Layers4DevicesEverySchedule)->Unit(benchmark::kMillisecond)->Iterations(1);
+
 }  // namespace
 }  // namespace pipetune::bench

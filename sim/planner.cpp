@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <numeric>
@@ -87,6 +88,102 @@ class Ranking {
  private:
   std::size_t size_;
   std::vector<PlanCandidate> entries_;
+};
+
+// A lower bound on the simulated time of a multi-stage plan, and of every plan whose first stages
+// are given. Device r works at least its stages' least work (forward with or without autograd,
+// whole or split backward, over every micro-batch; recomputes and copies left out) plus a
+// forward and a backward task's overhead per stage and micro-batch (busy). Its programme's first
+// action, a forward of stage s, waits for some micro-batch's forward through the stages below s,
+// none of them on r (head); when its programme ends with a B or I of stage s, that micro-batch's
+// gradient still has the stages below s to pass, none of them on r either (tail). The time is
+// at least max over r of head + busy + tail. Stages are placed in order; each term only grows as
+// more are placed, and a term that needs stages not yet placed counts 0, so the bound of a prefix
+// holds for every completion.
+class MultiStageBalanceBound {
+ public:
+  MultiStageBalanceBound(const CostModel& costs, const std::vector<std::int64_t>& sizes,
+                         ScheduleKind kind, CheckpointMode checkpoint, int devices, int v,
+                         std::vector<double> speed, double overhead)
+      : stages_(devices * v), speed_(std::move(speed)), overhead_(overhead) {
+    const int layers = costs.layer_count();
+    work_.assign(layers + 1, 0.0);
+    head_.assign(layers + 1, 0.0);
+    tail_.assign(layers + 1, 0.0);
+    for (int k = 0; k < layers; ++k) {
+      double work = 0.0, head = kInf, tail = kInf;
+      for (std::int64_t size : sizes) {
+        const SizeCosts& c = costs.at(size);
+        const double forward = std::min(c.forward_ms[k], c.forward_nograd_ms[k]);
+        work += forward + std::min(c.backward_ms[k], c.backward_input_ms[k] + c.backward_weight_ms[k]);
+        head = std::min(head, forward);
+        tail = std::min(tail, std::min(c.backward_ms[k], c.backward_input_ms[k]));
+      }
+      work_[k + 1] = work_[k] + work;
+      head_[k + 1] = head_[k] + head;
+      tail_[k + 1] = tail_[k] + tail;
+    }
+    const int m = static_cast<int>(sizes.size());
+    const Schedule schedule = make_schedule(kind, stages_, m, checkpoint, v);
+    rank_ = schedule.stage_rank;
+    first_.assign(devices, 0);
+    last_.assign(devices, -1);
+    for (int r = 0; r < devices; ++r) {
+      const auto& programme = schedule.per_rank[r];
+      first_[r] = programme.front().stage;
+      if (sends_gradient(programme.back().kind)) last_[r] = programme.back().stage;
+    }
+    fixed_ = overhead_ * 2.0 * v * m;
+    busy_.assign(devices, 0.0);
+    stage_work_.assign(stages_, 0.0);
+    head_chain_.assign(stages_ + 1, 0.0);
+    tail_chain_.assign(stages_ + 1, 0.0);
+  }
+
+  /// Stage t (placed after stages 0 … t − 1) holds layers [a, b).
+  void place(int t, int a, int b) {
+    const double speed = speed_[rank_[t]];
+    stage_work_[t] = (work_[b] - work_[a]) / speed;
+    busy_[rank_[t]] += stage_work_[t];
+    head_chain_[t + 1] = head_chain_[t] + (head_[b] - head_[a]) / speed + overhead_;
+    tail_chain_[t + 1] = tail_chain_[t] + (tail_[b] - tail_[a]) / speed + overhead_;
+  }
+  void unplace(int t) { busy_[rank_[t]] -= stage_work_[t]; }
+
+  /// The bound with stages 0 … placed − 1 placed.
+  double bound(int placed) const {
+    double out = 0.0;
+    for (std::size_t r = 0; r < busy_.size(); ++r) {
+      double time = busy_[r] + fixed_;
+      if (first_[r] <= placed) time += head_chain_[first_[r]];
+      if (last_[r] >= 0 && last_[r] <= placed) time += tail_chain_[last_[r]];
+      out = std::max(out, time);
+    }
+    return out;
+  }
+
+  /// The bound of one whole balance.
+  double of(const std::vector<int>& balance) {
+    int a = 0;
+    for (int t = 0; t < stages_; ++t) {
+      place(t, a, a + balance[t]);
+      a += balance[t];
+    }
+    const double out = bound(stages_);
+    for (int t = 0; t < stages_; ++t) unplace(t);
+    return out;
+  }
+
+ private:
+  int stages_;
+  std::vector<double> speed_;  // per device (programme)
+  double overhead_;
+  std::vector<double> work_, head_, tail_;  // prefix sums over layers
+  std::vector<int> rank_;                   // programme of each stage
+  std::vector<int> first_, last_;           // per programme: its first action's stage, and its
+                                            // last's when a B or I (else -1)
+  double fixed_ = 0.0;
+  std::vector<double> busy_, stage_work_, head_chain_, tail_chain_;
 };
 
 class PlanSearch {
@@ -1051,8 +1148,7 @@ struct PlanSearch::Entry {
   std::uint64_t slice = 0;         // the steps its last slice was given
   std::vector<int> resume;         // where its last slice stopped (see search())
   std::unique_ptr<Tables> tables;  // its tables between slices (store_tables())
-  // Multi-stage: its plan is a local optimum and it cannot be enumerated within the budget, so
-  // further slices would not change it; it stays open (its bound counts in the gap).
+  // Multi-stage: its local search has found a local optimum (the enumeration goes on).
   bool settled = false;
   std::vector<int> balance;  // multi-stage: the local search's current balance
   Score score;               // and its score
@@ -1319,63 +1415,37 @@ void PlanSearch::multi_stage_root(Entry& e, const std::vector<Entry>& entries) {
   note();
 }
 
-// A slice: every balance simulated when they all fit in what is left of the budget (the
-// configuration is then closed, its best exact); else a first-improvement local search that
-// moves one stage boundary by one layer, least memory excess first, then time. Once no move
-// improves, the configuration is settled: it keeps its bound in the gap and takes no more slices.
+// A slice: first a first-improvement local search that moves one stage boundary by one layer,
+// least memory excess first, then time, until no move improves (a good plan early makes the
+// enumeration below prune more); then the enumeration of every balance, stage by stage, where a
+// prefix whose MultiStageBalanceBound is not below the plan to beat is not extended and a whole
+// balance is simulated only when its bound is below it. The enumeration resumes where the last
+// slice stopped (the plan to beat only falls, so what it skipped stays skipped); when it ends,
+// the configuration is closed with its exact best.
 void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::uint64_t slice) {
   const Config& c = *e.config;
   ranking_threshold_ = ranking_threshold(entries, &e);
   const std::uint64_t steps = stats_.steps;
   auto note = [&] {
     ++e.stats.slices;
+    e.slice = slice;
     e.stats.steps += stats_.steps - steps;
     e.stats.best_ms = e.best < kInf ? e.best : 0.0;
     e.stats.lower_bound_ms = e.root;
   };
-  if (e.root >= std::min(ranking_threshold_, e.best)) {
+  auto beat = [&] { return std::min(ranking_threshold_, e.best); };
+  if (e.root >= beat()) {
     e.closed = true;
     note();
     return;
   }
   const int stages = c.stages_per_device * stages_;
-  const std::uint64_t left =
-      options_.search_budget > stats_.steps ? options_.search_budget - stats_.steps : 0;
-  // C(L - 1, S - 1) balances, counted up to what the budget allows.
-  const std::uint64_t affordable = left / e.tasks;
-  std::uint64_t count = 1;
-  for (int i = 1; i <= stages - 1 && count <= affordable; ++i) {
-    count =
-        count * static_cast<std::uint64_t>(layers_ - stages + i) / static_cast<std::uint64_t>(i);
-  }
-  if (count <= affordable) {
-    std::vector<int> balance;
-    std::function<void(int)> enumerate = [&](int rest) {
-      const int placed = static_cast<int>(balance.size());
-      if (placed == stages - 1) {
-        balance.push_back(rest);
-        simulate_for(e, balance);
-        balance.pop_back();
-        return;
-      }
-      for (int n = 1; n <= rest - (stages - 1 - placed); ++n) {
-        balance.push_back(n);
-        enumerate(rest - n);
-        balance.pop_back();
-      }
-    };
-    enumerate(layers_);
-    e.closed = true;
-    note();
-    return;
-  }
   const std::uint64_t limit = std::min(options_.search_budget, steps + slice);
   auto better = [](const Score& x, const Score& y) {
     return x.excess < y.excess || (x.excess == y.excess && x.time < y.time);
   };
-  bool improved = true;
-  while (improved && stats_.steps < limit) {
-    improved = false;
+  while (!e.settled && stats_.steps < limit) {
+    bool improved = false;
     for (int i = 0; i + 1 < stages && !improved && stats_.steps < limit; ++i) {
       for (int delta : {-1, 1}) {
         std::vector<int> next = e.balance;
@@ -1391,8 +1461,63 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
         }
       }
     }
+    if (!improved) e.settled = true;
   }
-  if (!improved) e.settled = true;
+
+  MultiStageBalanceBound bound(costs_, c.sizes, c.schedule, c.checkpoint, stages_,
+                               c.stages_per_device, speed_, overhead_);
+  // A bound a hair above a time it should not exceed is rounding, not a proof.
+  auto below_beat = [&](double lower) { return lower * (1.0 - 1e-12) < beat(); };
+  bool resuming = !e.resume.empty();
+  bool out = false;
+  std::vector<int> ends;  // stage t ends at ends[t]
+  std::function<void(int, int)> enumerate = [&](int t, int a) {
+    const int last_end = layers_ - (stages - 1 - t);
+    int b = a + 1;
+    if (resuming) {
+      b = e.resume[t];
+      // The deepest stage the last slice placed: below it, start afresh.
+      if (t + 1 == static_cast<int>(e.resume.size())) resuming = false;
+    }
+    for (; b <= last_end && !out; ++b, resuming = false) {
+      if (stats_.steps >= limit) {
+        out = true;
+        e.resume = ends;
+        e.resume.push_back(b);
+        return;
+      }
+      ++stats_.steps;
+      ++stats_.nodes;
+      bound.place(t, a, b);
+      if (t + 2 == stages) {  // the last stage takes the rest
+        bound.place(t + 1, b, layers_);
+        if (below_beat(bound.bound(stages))) {
+          std::vector<int> balance;
+          int from = 0;
+          for (int end : ends) {
+            balance.push_back(end - from);
+            from = end;
+          }
+          balance.push_back(b - from);
+          balance.push_back(layers_ - b);
+          simulate_for(e, balance);
+        }
+        bound.unplace(t + 1);
+      } else if (below_beat(bound.bound(t + 1))) {
+        ends.push_back(b);
+        enumerate(t + 1, b);
+        ends.pop_back();
+      }
+      bound.unplace(t);
+    }
+  };
+  if (stats_.steps < limit) {
+    enumerate(0, 0);
+    if (!out) {
+      e.closed = true;
+      e.resume.clear();
+    }
+  }
   note();
 }
 
@@ -1438,7 +1563,7 @@ PlanSearchResult PlanSearch::run() {
   for (;;) {
     std::vector<Entry*> open_entries;
     for (Entry& e : entries) {
-      if (!e.closed && !e.settled) open_entries.push_back(&e);
+      if (!e.closed) open_entries.push_back(&e);
     }
     if (open_entries.empty()) break;
     std::stable_sort(open_entries.begin(), open_entries.end(),
@@ -1545,6 +1670,19 @@ PlanSearchResult find_best_plans(const Profile& profile, const Hardware& hardwar
   });
   PlanSearch search(profile, used, options);
   return search.run();
+}
+
+double multi_stage_balance_bound(const Profile& profile, const Hardware& hardware,
+                                 const Plan& plan) {
+  const int v = plan.stages_per_device;
+  const int devices = plan.stages() / std::max(1, v);
+  std::vector<double> speed;
+  for (int d = 0; d < devices; ++d) speed.push_back(hardware.devices.at(d).speed);
+  const CostModel costs(profile);
+  MultiStageBalanceBound bound(costs, split_batch(profile.batch_size, plan.chunks), plan.schedule,
+                               plan.checkpoint, devices, v, std::move(speed),
+                               hardware.launch_overhead_ms);
+  return bound.of(plan.balance);
 }
 
 }  // namespace pipetune

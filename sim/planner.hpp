@@ -115,4 +115,10 @@ struct PlanSearchResult {
 PlanSearchResult find_best_plans(const Profile& profile, const Hardware& hardware,
                                  const PlannerOptions& options);
 
+/// The lower bound the planner prunes multi-stage balances with (docs/planner.md): no plan with
+/// `plan`'s balance simulates faster. `plan` is a multi-stage plan that check_plan accepts, its
+/// stage s on device stage_rank(s).
+double multi_stage_balance_bound(const Profile& profile, const Hardware& hardware,
+                                 const Plan& plan);
+
 }  // namespace pipetune

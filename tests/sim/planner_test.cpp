@@ -491,7 +491,7 @@ TEST(Planner, MultiStageBoundIsBelowEveryPlan) {
   constexpr ScheduleKind kMulti[] = {ScheduleKind::Interleaved1F1B, ScheduleKind::LoopedBFS,
                                      ScheduleKind::InterleavedZB, ScheduleKind::ZBV,
                                      ScheduleKind::DualPipeV};
-  int near = 0, checked = 0;
+  int near = 0, tight = 0, checked = 0;
   for (int trial = 0; trial < 40; ++trial) {
     const int devices = 2 + static_cast<int>(rng() % 3);  // 2..4
     const int layers = 3 * devices + static_cast<int>(rng() % 20);
@@ -536,11 +536,40 @@ TEST(Planner, MultiStageBoundIsBelowEveryPlan) {
       SCOPED_TRACE(::testing::Message() << "trial " << trial << " " << describe_plan(plan));
       EXPECT_LE(bound, time * (1 + 1e-12));
       if (bound > 0.5 * time) ++near;
+      // The bound of this very balance, the one the enumeration prunes with.
+      const double balance_bound = multi_stage_balance_bound(profile, hw, plan);
+      EXPECT_LE(balance_bound, time * (1 + 1e-12));
+      if (balance_bound > 0.95 * time) ++tight;
       ++checked;
     }
   }
   EXPECT_GT(checked, 600);
   EXPECT_GT(near, 100);  // the bound is not trivially small
+  EXPECT_GT(tight, 20);  // x 1.05 it would exceed these plans' times (34 of them)
+}
+
+// The multi-stage balance bound by hand: looped BFS, one micro-batch, four one-layer stages on
+// two devices (stages 0 and 2 on cpu:0, 1 and 3 on cpu:1). cpu:1 cannot start before stage 0's
+// forward (head), works F1 + F3 + B3 + B1, and its last action, B1, leaves stage 0's backward
+// (tail): 1 + 66 + 10 = 77. cpu:0 works F0 + F2 + B2 + B0 = 44 from the start and ends with B0.
+// The run itself is the whole chain, 110.
+TEST(Planner, MultiStageBalanceBoundByHand) {
+  std::vector<testing::LayerSpec> layers{{1, 10}, {2, 20}, {3, 30}, {4, 40}};
+  const Profile profile = testing::make_profile(layers, 1);
+  Hardware hw = replicate_device(profile.device, 2);
+  hw.launch_overhead_ms = 0.0;
+  Plan plan = testing::make_plan({1, 1, 1, 1}, 1, CheckpointMode::Never, ScheduleKind::LoopedBFS);
+  plan.stages_per_device = 2;
+  EXPECT_NEAR(multi_stage_balance_bound(profile, hw, plan), 77.0, 1e-9);
+  EXPECT_NEAR(Simulator(profile, hw).run(plan).iteration_ms, 110.0, 1e-9);
+  // cpu:1 twice as fast: its work halves, the head and tail on cpu:0 do not.
+  hw.devices[1].speed = 2.0;
+  EXPECT_NEAR(multi_stage_balance_bound(profile, hw, plan), 1 + 33 + 10, 1e-9);
+  // A task's overhead: every stage's forward and backward on the device, and one per stage the
+  // head and the tail pass.
+  hw.devices[1].speed = 1.0;
+  hw.launch_overhead_ms = 0.5;
+  EXPECT_NEAR(multi_stage_balance_bound(profile, hw, plan), 77.0 + 4 * 0.5 + 0.5 + 0.5, 1e-9);
 }
 
 }  // namespace
