@@ -39,7 +39,7 @@ void add_sweep_command(CLI::App& app, std::vector<Command>& commands) {
   add_profile_flag(*sub, flags->profile);
   sub->add_option("--hardware", flags->hardware, "hardware.json (a point with k devices uses its first k)")
       ->type_name("FILE");
-  sub->add_option("--devices", flags->devices, "device counts, e.g. 2,4,8 (one stage per device)")
+  sub->add_option("--devices", flags->devices, "device counts, e.g. 2,4,8 (one stage each, or --stages-per-device with the looped and V schedules)")
       ->delimiter(',')
       ->type_name("N,...");
   sub->add_option("--memory", flags->memory, "memory of every device, e.g. 16GiB")->type_name("SIZE");
