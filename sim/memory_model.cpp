@@ -34,6 +34,28 @@ struct PeakTracker {
   std::int64_t peak = 0, after_peak = 0;
 };
 
+// W's transients, layer by layer in the order the executor runs them (first layer first).
+// A layer's W is its backward without the input gradient: the profile's measured backward peak
+// (held variant: W's output gradient is kept by I, not owned by autograd) less the gradient of
+// the layer's input, which the profiler computes for every layer but the model's first.
+void set_weight_backward(const CostModel& model, const SizeCosts& c, int first, int end,
+                         StageMemory& m) {
+  const bool measured = !c.backward_peak_bytes.empty();
+  std::int64_t kept = 0;  // the first W's .grad of the layers before
+  for (int k = first; k < end; ++k) {
+    const std::int64_t params = model.param_bytes_of(k);
+    if (params == 0) continue;
+    const std::int64_t input_grad = k > 0 ? c.output_bytes[k - 1] : 0;
+    auto own = [&](const std::vector<std::int64_t>& peak) {
+      return measured ? std::max(params, peak[k] - input_grad) : params;
+    };
+    m.weight_transient = std::max(m.weight_transient, own(c.backward_accumulate_peak_bytes));
+    m.weight_first_extra = std::max(m.weight_first_extra, kept + own(c.backward_peak_bytes));
+    kept += params;
+  }
+  m.weight_first_extra = std::max<std::int64_t>(0, m.weight_first_extra - kept);
+}
+
 }  // namespace
 
 StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, int end,
@@ -129,7 +151,6 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
   PeakTracker input_walk(c.backward_input_ms, first, end);
   std::int64_t current = 0;
   for (int k = end - 1; k >= first; --k) {
-    m.weight_transient = std::max(m.weight_transient, model.param_bytes_of(k));
     const std::int64_t input_grad =
         k > first ? c.output_bytes[k - 1] : (first_stage ? 0 : m.input_bytes);
     input_walk.layer(k, current + input_grad + c.workspace_bytes[k]);
@@ -143,6 +164,7 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
     }
   }
   input_walk.finish(current);
+  set_weight_backward(model, c, first, end, m);
   m.input_backward_peak = input_walk.peak;
   m.input_backward_net = current;
   m.input_backward_after_peak = input_walk.after_peak;
@@ -182,11 +204,13 @@ MemoryEffect input_backward_effect(const StageMemory& m) {
 
 MemoryEffect weight_backward_effect(const StageMemory& m, std::int64_t param_bytes, bool first_time,
                                     bool last_stage, std::int64_t dies) {
-  // The parameter gradients: the first time all of them, kept as .grad; later one layer's at a
-  // time, added into .grad and freed. Then the graph's activations, the gradients I kept and
-  // what dies with any backward.
-  const std::int64_t gradients = first_time ? param_bytes : m.weight_transient;
-  return {gradients, (first_time ? 0 : gradients) + m.weight_kept_gradients + m.kept_bytes -
+  // The parameter gradients: the first time all of them, kept as .grad, with the largest
+  // transient a layer's backward stacks on those before it; later one layer's at a time, added
+  // into .grad and freed. Then the graph's activations, the gradients I kept and what dies with
+  // any backward.
+  const std::int64_t gradients = first_time ? param_bytes + m.weight_first_extra : m.weight_transient;
+  const std::int64_t transient = first_time ? m.weight_first_extra : m.weight_transient;
+  return {gradients, transient + m.weight_kept_gradients + m.kept_bytes -
                          (last_stage ? 0 : m.output_bytes) + dies};
 }
 

@@ -48,9 +48,15 @@ struct StageMemory {
   /// Of input_backward_net, what W frees: the output gradients kept for it.
   std::int64_t weight_kept_gradients = 0;
   /// W computes each layer's parameter gradients from its own output gradient, one layer at a
-  /// time; after the stage's first W they are added into `.grad` and freed, so they exist
-  /// twice for one layer at a time: the largest layer's parameters.
+  /// time, first layer first. A layer's W allocates its parameter gradients and whatever its
+  /// backward makes on the way to them (a ReLU's gradient before the Linear's weights): its
+  /// measured backward peak less the input gradient W does not compute, or its parameters when
+  /// the profile has no backward peaks. After the stage's first W the gradients are added into
+  /// `.grad` and freed: the transient is the largest layer's.
   std::int64_t weight_transient = 0;
+  /// The stage's first W keeps every layer's gradients as `.grad`, so its peak stacks the
+  /// earlier layers' on a layer's transient; this is that peak above the stage's parameters.
+  std::int64_t weight_first_extra = 0;
 };
 
 /// `first_stage`: the model input needs no gradient, so the backward allocates none for it.

@@ -222,6 +222,39 @@ TEST(StageMemory, MeasuredBackwardPeaksReplaceTheEstimate) {
   EXPECT_EQ(m.backward_net_first, -1);
 }
 
+TEST(StageMemory, SplitBackwardWHoldsWhatEachLayersBackwardMakesOnTheWayToItsWeights) {
+  // The same three layers and measured peaks. W runs layer by layer, first layer first, and
+  // does not compute a layer's input gradient (10 for layer 1, 20 for layer 2; the model's
+  // first layer has none), so a layer's W peaks at its measured peak less that gradient, and at
+  // least at its parameters: first time 40, max(11, 30 - 10) = 20, max(13, 20 - 20) = 13;
+  // accumulating 25, 60 - 10 = 50, 13.
+  Profile p = testing::make_profile(
+      {{1, 1, 7, 10, 1, 5}, {1, 1, 11, 20, 2, 50}, {1, 1, 13, 30, 3, 5}}, 1, 4);
+  p.layers[0].backward_peak_bytes = {40};
+  p.layers[1].backward_peak_bytes = {30};
+  p.layers[2].backward_peak_bytes = {20};
+  p.layers[0].backward_accumulate_peak_bytes = {25};
+  p.layers[1].backward_accumulate_peak_bytes = {60};
+  p.layers[2].backward_accumulate_peak_bytes = {15};
+  const CostModel model(p);
+  const StageMemory m = stage_memory(model, model.at(1), 0, 3, true);
+  EXPECT_EQ(m.weight_transient, 50);
+  // The first W keeps each layer's gradients as .grad: max(0 + 40, 7 + 20, 18 + 13) = 40, which
+  // is 9 above the 31 bytes of parameter gradients it leaves.
+  EXPECT_EQ(m.weight_first_extra, 9);
+  const MemoryEffect first = weight_backward_effect(m, 31, true, false, 0);
+  EXPECT_EQ(first.allocated, 40);
+  // A stage from layer 1: max(0 + 20, 11 + 13) = 24 = its parameters: nothing above them.
+  const StageMemory later = stage_memory(model, model.at(1), 1, 3, false);
+  EXPECT_EQ(later.weight_transient, 50);
+  EXPECT_EQ(later.weight_first_extra, 0);
+  // Without measured peaks a layer's W is its parameters: the largest, 13.
+  const CostModel unmeasured(testing::make_profile(
+      {{1, 1, 7, 10, 1, 5}, {1, 1, 11, 20, 2, 50}, {1, 1, 13, 30, 3, 5}}, 1, 4));
+  EXPECT_EQ(stage_memory(unmeasured, unmeasured.at(1), 0, 3, true).weight_transient, 13);
+  EXPECT_EQ(stage_memory(unmeasured, unmeasured.at(1), 0, 3, true).weight_first_extra, 0);
+}
+
 TEST(StageMemory, InsideAStageTheInnerPeaksApply) {
   // The same, with the peaks measured for a layer inside a stage (its output and the gradient
   // it receives die early): first 35, 12, 99 and accumulating 22, 50, 99. A stage's last layer
