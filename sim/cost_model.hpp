@@ -85,6 +85,8 @@ struct SizeCosts {
 class CostModel {
  public:
   explicit CostModel(const Profile& profile);
+  /// It keeps a reference to the profile: a temporary would dangle (ASan found one in a test).
+  explicit CostModel(Profile&&) = delete;
 
   const Profile& profile() const { return profile_; }
   int layer_count() const { return static_cast<int>(profile_.layers.size()); }

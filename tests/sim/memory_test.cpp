@@ -249,8 +249,9 @@ TEST(StageMemory, SplitBackwardWHoldsWhatEachLayersBackwardMakesOnTheWayToItsWei
   EXPECT_EQ(later.weight_transient, 50);
   EXPECT_EQ(later.weight_first_extra, 0);
   // Without measured peaks a layer's W is its parameters: the largest, 13.
-  const CostModel unmeasured(testing::make_profile(
-      {{1, 1, 7, 10, 1, 5}, {1, 1, 11, 20, 2, 50}, {1, 1, 13, 30, 3, 5}}, 1, 4));
+  const Profile bare = testing::make_profile(
+      {{1, 1, 7, 10, 1, 5}, {1, 1, 11, 20, 2, 50}, {1, 1, 13, 30, 3, 5}}, 1, 4);
+  const CostModel unmeasured(bare);
   EXPECT_EQ(stage_memory(unmeasured, unmeasured.at(1), 0, 3, true).weight_transient, 13);
   EXPECT_EQ(stage_memory(unmeasured, unmeasured.at(1), 0, 3, true).weight_first_extra, 0);
 }
