@@ -9,10 +9,9 @@
 # .ci/run calls this after the normal suite. Each phase prints its time.
 #
 #   scripts/sanitize.sh [asan|tsan]   (default: both)
-#   PIPETUNE_SANITIZE_PARTS="sim executor distributed gui"   which ASan runs (default: sim
-#   executor; all four ran clean from a fresh clone on 2026-11-23, but the distributed and GUI
-#   parts add the CLI, the distributed library and the GUI to the ASan tree, which puts CI's
-#   fresh-clone run over its 45-minute target on 2 cores: docs/reliability.md, "CI's budget")
+#   PIPETUNE_SANITIZE_PARTS="sim executor"   which ASan runs (default: all four, "sim executor
+#   distributed gui"; fewer for a quicker look: the distributed and GUI parts add the CLI, the
+#   distributed library and the GUI to the ASan tree, docs/reliability.md, "CI's budget")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/phase.sh
@@ -21,7 +20,7 @@ phase setup scripts/setup.sh  # idempotent: seconds when everything is there
 VENV="${PIPETUNE_VENV:-$HOME/.cache/pipetune/venv}"
 jobs="${PIPETUNE_JOBS:-$(nproc)}"
 which="${1:-all}"
-parts="${PIPETUNE_SANITIZE_PARTS:-sim executor}"
+parts="${PIPETUNE_SANITIZE_PARTS:-sim executor distributed gui}"
 
 # -g1 (line tables) is what a report's stack needs; the benchmarks and CUDA are left out.
 configure() {  # DIR SANITIZERS QT
