@@ -275,7 +275,7 @@ TEST(HeldOutMemory, WideLayersEverySchedulesDevicesWithinOnePercent) {
 // the weights: a block's W runs the activation's backward before the Linear's weights, so it
 // holds that gradient (one activation) beside the block's fresh parameter gradients. Charging W
 // with the parameters alone was one activation short on the zero-bubble devices (1-3 % on the
-// zoo's MLP record; here median 3.2 %, worst 11.1 %).
+// zoo's MLP record; here 2.6-5.3 % under on every plan).
 class LinearThenImpl : public torch::nn::Module {
  public:
   LinearThenImpl(std::int64_t in, std::int64_t out, at::Tensor (*activation)(const at::Tensor&))
@@ -288,7 +288,7 @@ class LinearThenImpl : public torch::nn::Module {
 };
 TORCH_MODULE(LinearThen);
 
-TEST(HeldOutMemory, SplitBackwardOfCompositeBlocksWithinOnePercent) {
+TEST(HeldOutMemory, SplitBackwardOfCompositeBlocksWithinHalfAPercent) {
   namespace nn = torch::nn;
   models::Model model = held_out_model();
   model.name = model.spec = "held-out-blocks";
@@ -312,16 +312,19 @@ TEST(HeldOutMemory, SplitBackwardOfCompositeBlocksWithinOnePercent) {
   po.repeats = 1;
   po.threads = 1;
   const Profile profile = profiler::profile_model(model, po).profile;
-  const Hardware hardware = replicate_device(profile.device, 2);
-  auto two_per_device = [](Plan p) {
-    p.stages_per_device = 2;
+  // Every stage on one device: one worker thread runs the whole programme, so no copy lands at
+  // a time the threads decide and the peaks are the same every run (on two devices a received
+  // activation, as large as the effect, lands before or after W's peak by timing).
+  const Hardware hardware = replicate_device(profile.device, 1);
+  auto on_one_device = [](Plan p) {
+    p.stages_per_device = static_cast<int>(p.balance.size());
     return p;
   };
   const std::vector<Plan> plans = {
-      two_per_device(plan({2, 1, 2, 1}, 1, CheckpointMode::Never, ScheduleKind::InterleavedZB)),
-      two_per_device(plan({2, 2, 1, 1}, 2, CheckpointMode::ExceptLast, ScheduleKind::InterleavedZB)),
-      two_per_device(plan({2, 1, 1, 2}, 1, CheckpointMode::Never, ScheduleKind::ZBV)),
-      two_per_device(plan({1, 2, 1, 2}, 4, CheckpointMode::Always, ScheduleKind::DualPipeV))};
+      on_one_device(plan({2, 1, 2, 1}, 1, CheckpointMode::Never, ScheduleKind::InterleavedZB)),
+      on_one_device(plan({2, 2, 1, 1}, 2, CheckpointMode::ExceptLast, ScheduleKind::InterleavedZB)),
+      on_one_device(plan({3, 3}, 1, CheckpointMode::Never, ScheduleKind::ZBV)),
+      on_one_device(plan({2, 4}, 2, CheckpointMode::Always, ScheduleKind::DualPipeV))};
   const std::vector<MeasuredRun> runs = measure_plans(model, plans, settings, {});
   std::vector<double> errors;
   for (const MeasuredRun& run : runs) {
@@ -336,9 +339,7 @@ TEST(HeldOutMemory, SplitBackwardOfCompositeBlocksWithinOnePercent) {
       errors.push_back(std::abs(error));
     }
   }
-  std::sort(errors.begin(), errors.end());
-  EXPECT_LE(errors[errors.size() / 2], 0.01);
-  EXPECT_LE(errors.back(), 0.03);
+  EXPECT_LE(*std::max_element(errors.begin(), errors.end()), 0.005);
 }
 
 }  // namespace
