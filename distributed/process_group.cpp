@@ -268,9 +268,11 @@ class GlooTransport final : public exec::Transport {
     std::vector<std::string> all;
     for (int r = 0; r < env_.world_size; ++r) {
       try {
-        const auto value = store_->get(prefix + std::to_string(r));
+        const auto value = reported(r, prefix + std::to_string(r), key);
         all.emplace_back(value.begin(), value.end());
         store_->deleteKey(prefix + std::to_string(r));
+      } catch (const WorkError&) {
+        throw;
       } catch (const std::exception& e) {
         throw WorkError(
             fmt::format("rank {} did not report {} within {} s: {}", r, key, timeout_s_, why(e)));
@@ -288,6 +290,38 @@ class GlooTransport final : public exec::Transport {
   // failed after (nearly) its whole bound is taken as one. Its own message is not parsed.
   bool waited_out(std::chrono::steady_clock::time_point started) const {
     return std::chrono::steady_clock::now() - started >= timeout() * 9 / 10;
+  }
+
+  // Rank r's `key` from the store, once r has set it. A rank killed after its step's work but
+  // before it reported would otherwise hold rank 0 in a blocking get for the whole timeout (the
+  // survivors all failed at once, rank 0 after 20 s); its heartbeat standing still for 2 s
+  // names it. A stopped rank's heartbeat stands still too: it is named the same way.
+  std::vector<std::uint8_t> reported(int r, const std::string& key, const std::string& what) {
+    const auto started = std::chrono::steady_clock::now();
+    const std::string beat_key = "pipetune/heartbeat/" + std::to_string(r);
+    std::int64_t beat = store_->add(beat_key, 0);
+    auto beat_seen = started;
+    while (true) {
+      try {
+        store_->wait({key}, kBeat);  // returns as soon as the key is there
+        return store_->get(key);
+      } catch (const c10::Error&) {
+        // Not yet: a wait that runs out throws.
+      }
+      const auto now = std::chrono::steady_clock::now();
+      if (now - started >= timeout()) {
+        throw WorkError(fmt::format("rank {} did not report {} within {} s", r, what, timeout_s_));
+      }
+      const std::int64_t latest = store_->add(beat_key, 0);
+      if (latest != beat) {
+        beat = latest;
+        beat_seen = now;
+      } else if (now - beat_seen >= 10 * kBeat) {
+        throw WorkError(fmt::format(
+            "rank {} is gone before it reported {} (its heartbeat stood still for {} s)", r, what,
+            std::chrono::duration<double>(10 * kBeat).count()));
+      }
+    }
   }
 
   // A receive that cancel_receives() can wake: it is known while it waits.

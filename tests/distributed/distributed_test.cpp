@@ -301,7 +301,10 @@ TEST_F(Distributed, AHungRankMakesTheOthersExitAfterTheTimeout) {
   for (int r : {0, 2}) {
     EXPECT_EQ(results[r].exit_code, 1) << results[r].err;
     EXPECT_NE(results[r].err.find("rank 1"), std::string::npos) << results[r].err;
-    EXPECT_NE(results[r].err.find("within 3 s"), std::string::npos) << results[r].err;
+    // Waited out, or (rank 0 gathering the step's records) named by its still heartbeat.
+    EXPECT_TRUE(results[r].err.find("within 3 s") != std::string::npos ||
+                results[r].err.find("heartbeat stood still") != std::string::npos)
+        << results[r].err;
     EXPECT_LT(results[r].seconds, 3.0 + 10.0);  // the timeout, and slack for a loaded machine
   }
   kill(ranks->pid(1), SIGCONT);
@@ -329,6 +332,23 @@ TEST_F(Distributed, ADestructorDoesNotWaitForASilentRankZero) {
     EXPECT_LT(seconds, 0.5 + 1.0) << "rank " << r << " (bound 0.5 s, slack for a loaded machine)";
   }
   kill(ranks.pid(0), SIGKILL);  // stopped; the Ranks object reaps it
+}
+
+// A rank killed after its step's work but before it reported its records: rank 0 gathers them
+// after every step and used to wait in the store for the whole timeout (seen once in a fresh-
+// clone CI run as `AKilledRankMakesTheOthersExitNamingIt` taking 21 s against its 20 s
+// timeout). The dead rank's heartbeat names it within seconds.
+TEST_F(Distributed, RankZeroDoesNotWaitForTheRecordsOfADeadRank) {
+  Ranks ranks({PIPETUNE_DISTRIBUTED_RANK, "--gather-after-rank-1-dies"}, 3);
+  const auto results = ranks.wait(90.0);
+  EXPECT_EQ(results[1].exit_code, 128 + SIGKILL);
+  EXPECT_EQ(results[2].exit_code, 0) << results[2].err;
+  ASSERT_EQ(results[0].exit_code, 1) << results[0].err;
+  EXPECT_NE(results[0].err.find("rank 1 is gone before it reported step 1"), std::string::npos)
+      << results[0].err;
+  const auto at = results[0].err.find("failed in ");
+  ASSERT_NE(at, std::string::npos) << results[0].err;
+  EXPECT_LT(std::stod(results[0].err.substr(at + 10)), 10.0) << "timeout 60 s";
 }
 
 // The children of `parent` that have RANK=<rank> in their environment (pipetune launch's ranks).

@@ -10,6 +10,11 @@
 // builds the pipeline on every rank; then rank 0, which hosts the store, stops itself (SIGSTOP)
 // and every other rank destroys its pipeline (and with it the transport) and prints on stderr
 // how long that took: "destroyed in S s". A destructor must not wait on the silent peer.
+//
+//   pipetune_distributed_rank --gather-after-rank-1-dies
+// connects with a 60 s timeout; rank 1 dies (SIGKILL) without reporting, the others gather a
+// step's records as rank 0 does after every step. Rank 0 prints on stderr what it was told and
+// how long it took: "gather failed in S s: MESSAGE". A dead rank must not be waited for.
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -63,9 +68,36 @@ int destroy_while_rank_0_is_stopped(const std::string& spec, const Plan& plan, s
   std::_Exit(0);
 }
 
+int gather_after_rank_1_dies() {
+  const auto env = distributed::read_launch_environment();
+  std::shared_ptr<exec::Transport> transport = distributed::connect(env, 60.0);
+  transport->barrier("ready");
+  if (env.rank == 1) raise(SIGKILL);
+  const auto started = std::chrono::steady_clock::now();
+  try {
+    transport->gather("step 1", "record");
+  } catch (const std::exception& e) {
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    std::fprintf(stderr, "rank %d: gather failed in %.3f s: %s\n", env.rank, seconds, e.what());
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+  std::_Exit(0);  // every rank but 0 only reports
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]) == "--gather-after-rank-1-dies") {
+    try {
+      return gather_after_rank_1_dies();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rank %s: %s\n", std::getenv("RANK") ? std::getenv("RANK") : "?", e.what());
+      std::fflush(stderr);
+      std::_Exit(2);
+    }
+  }
   if (argc == 5 && std::string(argv[1]) == "--destroy-while-rank-0-is-stopped") {
     try {
       return destroy_while_rank_0_is_stopped(argv[2], load_plan(argv[3]), std::stoll(argv[4]));
