@@ -18,7 +18,6 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
-
 #include <signal.h>
 
 #include <chrono>
@@ -93,7 +92,8 @@ int main(int argc, char** argv) {
     try {
       return gather_after_rank_1_dies();
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "rank %s: %s\n", std::getenv("RANK") ? std::getenv("RANK") : "?", e.what());
+      std::fprintf(stderr, "rank %s: %s\n", std::getenv("RANK") ? std::getenv("RANK") : "?",
+                   e.what());
       std::fflush(stderr);
       std::_Exit(2);
     }
@@ -102,7 +102,8 @@ int main(int argc, char** argv) {
     try {
       return destroy_while_rank_0_is_stopped(argv[2], load_plan(argv[3]), std::stoll(argv[4]));
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "rank %s: %s\n", std::getenv("RANK") ? std::getenv("RANK") : "?", e.what());
+      std::fprintf(stderr, "rank %s: %s\n", std::getenv("RANK") ? std::getenv("RANK") : "?",
+                   e.what());
       std::fflush(stderr);
       std::_Exit(2);
     }
