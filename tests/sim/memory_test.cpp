@@ -198,9 +198,9 @@ TEST(Memory, AnArrivalAfterABackwardsPeakStacksOnWhatIsLeft) {
   EXPECT_EQ(history, expected);
 }
 
-TEST(StageMemory, MeasuredBackwardPeaksReplaceTheEstimate) {
-  // The same three layers, with the profiler's measured peaks above each backward's start:
-  // first backward 40, 30, 20 and accumulating 25, 60, 15 (layers 0, 1, 2).
+// The three layers of WorkspaceAndIntermediates with the profiler's measured peaks above each
+// backward's start: first backward 40, 30, 20 and accumulating 25, 60, 15 (layers 0, 1, 2).
+Profile three_layers_with_measured_peaks() {
   Profile p = testing::make_profile(
       {{1, 1, 7, 10, 1, 5}, {1, 1, 11, 20, 2, 50}, {1, 1, 13, 30, 3, 5}}, 1, 4);
   p.layers[0].backward_peak_bytes = {40};
@@ -209,6 +209,13 @@ TEST(StageMemory, MeasuredBackwardPeaksReplaceTheEstimate) {
   p.layers[0].backward_accumulate_peak_bytes = {25};
   p.layers[1].backward_accumulate_peak_bytes = {60};
   p.layers[2].backward_accumulate_peak_bytes = {15};
+  return p;
+}
+
+TEST(StageMemory, MeasuredBackwardPeaksReplaceTheEstimate) {
+  // The same three layers, with the profiler's measured peaks above each backward's start:
+  // first backward 40, 30, 20 and accumulating 25, 60, 15 (layers 0, 1, 2).
+  Profile p = three_layers_with_measured_peaks();
   const CostModel model(p);
   const StageMemory m = stage_memory(model, model.at(1), 0, 3, false);
   // Net changes as in WorkspaceAndIntermediates: after layer 2 -3, after layer 1 -25 (not the
@@ -228,14 +235,7 @@ TEST(StageMemory, SplitBackwardWHoldsWhatEachLayersBackwardMakesOnTheWayToItsWei
   // first layer has none), so a layer's W peaks at its measured peak less that gradient, and at
   // least at its parameters: first time 40, max(11, 30 - 10) = 20, max(13, 20 - 20) = 13;
   // accumulating 25, 60 - 10 = 50, 13.
-  Profile p = testing::make_profile(
-      {{1, 1, 7, 10, 1, 5}, {1, 1, 11, 20, 2, 50}, {1, 1, 13, 30, 3, 5}}, 1, 4);
-  p.layers[0].backward_peak_bytes = {40};
-  p.layers[1].backward_peak_bytes = {30};
-  p.layers[2].backward_peak_bytes = {20};
-  p.layers[0].backward_accumulate_peak_bytes = {25};
-  p.layers[1].backward_accumulate_peak_bytes = {60};
-  p.layers[2].backward_accumulate_peak_bytes = {15};
+  Profile p = three_layers_with_measured_peaks();
   const CostModel model(p);
   const StageMemory m = stage_memory(model, model.at(1), 0, 3, true);
   EXPECT_EQ(m.weight_transient, 50);
@@ -260,14 +260,7 @@ TEST(StageMemory, InsideAStageTheInnerPeaksApply) {
   // The same, with the peaks measured for a layer inside a stage (its output and the gradient
   // it receives die early): first 35, 12, 99 and accumulating 22, 50, 99. A stage's last layer
   // keeps the peaks above: the executor holds its output and the gradient it received.
-  Profile p = testing::make_profile(
-      {{1, 1, 7, 10, 1, 5}, {1, 1, 11, 20, 2, 50}, {1, 1, 13, 30, 3, 5}}, 1, 4);
-  p.layers[0].backward_peak_bytes = {40};
-  p.layers[1].backward_peak_bytes = {30};
-  p.layers[2].backward_peak_bytes = {20};
-  p.layers[0].backward_accumulate_peak_bytes = {25};
-  p.layers[1].backward_accumulate_peak_bytes = {60};
-  p.layers[2].backward_accumulate_peak_bytes = {15};
+  Profile p = three_layers_with_measured_peaks();
   p.layers[0].inner_backward_peak_bytes = {35};
   p.layers[1].inner_backward_peak_bytes = {12};
   p.layers[2].inner_backward_peak_bytes = {99};

@@ -52,6 +52,20 @@ models::Model held_out_model() {
   return m;
 }
 
+// The held-out model's input, loss and batches, without its layers: tests add their own.
+models::Model held_out_input_and_loss(const std::string& name) {
+  models::Model m = held_out_model();
+  m.name = m.spec = name;
+  m.layer_names.clear();
+  m.layers = torch::nn::Sequential();
+  return m;
+}
+
+void add_layer(models::Model& m, const std::string& name, torch::nn::AnyModule module) {
+  m.layer_names.push_back(name);
+  m.layers->push_back(name, std::move(module));
+}
+
 Plan plan(std::vector<int> balance, int chunks, CheckpointMode mode, ScheduleKind schedule) {
   Plan p;
   p.balance = std::move(balance);
@@ -219,13 +233,9 @@ TEST(HeldOutMemory, ResidualBlocksEveryPlanWithinOnePercent) {
 // through (its whole backward threw "does not require grad" before).
 TEST(HeldOutMemory, WideLayersEverySchedulesDevicesWithinOnePercent) {
   namespace nn = torch::nn;
-  models::Model model = held_out_model();
-  model.name = model.spec = "held-out-wide";
-  model.layer_names.clear();
-  model.layers = nn::Sequential();
+  models::Model model = held_out_input_and_loss("held-out-wide");
   auto add = [&](const std::string& name, nn::AnyModule module) {
-    model.layer_names.push_back(name);
-    model.layers->push_back(name, std::move(module));
+    add_layer(model, name, std::move(module));
   };
   add("flatten", nn::AnyModule(nn::Flatten()));
   add("wide0", nn::AnyModule(nn::Linear(3 * 16 * 16, 256)));
@@ -290,13 +300,9 @@ TORCH_MODULE(LinearThen);
 
 TEST(HeldOutMemory, SplitBackwardOfCompositeBlocksWithinHalfAPercent) {
   namespace nn = torch::nn;
-  models::Model model = held_out_model();
-  model.name = model.spec = "held-out-blocks";
-  model.layer_names.clear();
-  model.layers = nn::Sequential();
+  models::Model model = held_out_input_and_loss("held-out-blocks");
   auto add = [&](const std::string& name, nn::AnyModule module) {
-    model.layer_names.push_back(name);
-    model.layers->push_back(name, std::move(module));
+    add_layer(model, name, std::move(module));
   };
   add("flatten", nn::AnyModule(nn::Flatten()));
   add("block0", nn::AnyModule(LinearThen(3 * 16 * 16, 256, &at::relu)));
