@@ -298,8 +298,7 @@ class GlooTransport final : public exec::Transport {
   // names it. A stopped rank's heartbeat stands still too: it is named the same way.
   std::vector<std::uint8_t> reported(int r, const std::string& key, const std::string& what) {
     const auto started = std::chrono::steady_clock::now();
-    const std::string beat_key = "pipetune/heartbeat/" + std::to_string(r);
-    std::int64_t beat = store_->add(beat_key, 0);
+    std::int64_t beat = beat_of(r);
     auto beat_seen = started;
     while (true) {
       try {
@@ -312,7 +311,7 @@ class GlooTransport final : public exec::Transport {
       if (now - started >= timeout()) {
         throw WorkError(fmt::format("rank {} did not report {} within {} s", r, what, timeout_s_));
       }
-      const std::int64_t latest = store_->add(beat_key, 0);
+      const std::int64_t latest = beat_of(r);
       if (latest != beat) {
         beat = latest;
         beat_seen = now;
@@ -369,7 +368,7 @@ class GlooTransport final : public exec::Transport {
     // The thread shares ownership of its state, and calls the store without holding the lock,
     // so the destructor can always tell it to stop and, if it is stuck, leave it.
     heartbeat_thread_ = std::thread([beat = heartbeat_, rank = env_.rank] {
-      const std::string key = "pipetune/heartbeat/" + std::to_string(rank);
+      const std::string key = heartbeat_key(rank);
       std::unique_lock<std::mutex> lock(beat->mutex);
       while (!beat->stopping) {
         lock.unlock();
@@ -388,13 +387,19 @@ class GlooTransport final : public exec::Transport {
     });
   }
 
+  static std::string heartbeat_key(int rank) {
+    return "pipetune/heartbeat/" + std::to_string(rank);
+  }
+  // Rank r's pulse: how many beats it has posted so far.
+  std::int64_t beat_of(int rank) { return store_->add(heartbeat_key(rank), 0); }
+
   // The ranks whose pulse stood still over a few beats; rank 0 when the store itself is gone.
   std::vector<int> stalled_ranks() {
     try {
       const auto beats = [this] {
         std::vector<std::int64_t> count;
         for (int r = 0; r < env_.world_size; ++r) {
-          count.push_back(store_->add("pipetune/heartbeat/" + std::to_string(r), 0));
+          count.push_back(beat_of(r));
         }
         return count;
       };

@@ -208,11 +208,10 @@ MemoryEffect weight_backward_effect(const StageMemory& m, std::int64_t param_byt
   // transient a layer's backward stacks on those before it; later one layer's at a time, added
   // into .grad and freed. Then the graph's activations, the gradients I kept and what dies with
   // any backward.
-  const std::int64_t gradients =
-      first_time ? param_bytes + m.weight_first_extra : m.weight_transient;
   const std::int64_t transient = first_time ? m.weight_first_extra : m.weight_transient;
-  return {gradients, transient + m.weight_kept_gradients + m.kept_bytes -
-                         (last_stage ? 0 : m.output_bytes) + dies};
+  const std::int64_t freed =
+      transient + m.weight_kept_gradients + m.kept_bytes - (last_stage ? 0 : m.output_bytes) + dies;
+  return {(first_time ? param_bytes : 0) + transient, freed};
 }
 
 std::int64_t left_by_backward(const StageMemory& m, bool first_time, bool first_stage,

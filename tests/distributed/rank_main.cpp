@@ -85,28 +85,29 @@ int gather_after_rank_1_dies() {
   std::_Exit(0);  // every rank but 0 only reports
 }
 
+// Runs one of the modes above; what it could not run is "rank R: MESSAGE" and exit 2.
+template <typename Mode>
+int exit_2_on_error(Mode&& mode) {
+  try {
+    return mode();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %s: %s\n", std::getenv("RANK") ? std::getenv("RANK") : "?",
+                 e.what());
+    std::fflush(stderr);
+    std::_Exit(2);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc == 2 && std::string(argv[1]) == "--gather-after-rank-1-dies") {
-    try {
-      return gather_after_rank_1_dies();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "rank %s: %s\n", std::getenv("RANK") ? std::getenv("RANK") : "?",
-                   e.what());
-      std::fflush(stderr);
-      std::_Exit(2);
-    }
+    return exit_2_on_error([] { return gather_after_rank_1_dies(); });
   }
   if (argc == 5 && std::string(argv[1]) == "--destroy-while-rank-0-is-stopped") {
-    try {
+    return exit_2_on_error([&] {
       return destroy_while_rank_0_is_stopped(argv[2], load_plan(argv[3]), std::stoll(argv[4]));
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "rank %s: %s\n", std::getenv("RANK") ? std::getenv("RANK") : "?",
-                   e.what());
-      std::fflush(stderr);
-      std::_Exit(2);
-    }
+    });
   }
   if (argc != 5) {
     std::fprintf(stderr, "usage: %s MODEL_SPEC PLAN.json BATCH SEED\n", argv[0]);

@@ -126,10 +126,16 @@ TEST(Memory, OptimizerStateScalesParameters) {
   EXPECT_EQ(peaks(one_layer(2), plan, 1), (std::vector<std::int64_t>{3070 + 2000}));
 }
 
+// Three layers: parameters 7, 11, 13; outputs 10, 20, 30; saved 1, 2, 3; workspace 5, 50, 5
+// (bytes at size 1); model input 4.
+Profile three_layers() {
+  return testing::make_profile(
+      {{1, 1, 7, 10, 1, 5}, {1, 1, 11, 20, 2, 50}, {1, 1, 13, 30, 3, 5}}, 1, 4);
+}
+
 TEST(StageMemory, WorkspaceAndIntermediates) {
   // Three layers: outputs 10, 20, 30; saved 1, 2, 3; workspace 5, 50, 5 (bytes at size 1).
-  Profile p = testing::make_profile(
-      {{1, 1, 7, 10, 1, 5}, {1, 1, 11, 20, 2, 50}, {1, 1, 13, 30, 3, 5}}, 1, 4);
+  Profile p = three_layers();
   const CostModel model(p);
   const StageMemory m = stage_memory(model, model.at(1), 0, 3, false);
   EXPECT_EQ(m.input_bytes, 4);
@@ -201,8 +207,7 @@ TEST(Memory, AnArrivalAfterABackwardsPeakStacksOnWhatIsLeft) {
 // The three layers of WorkspaceAndIntermediates with the profiler's measured peaks above each
 // backward's start: first backward 40, 30, 20 and accumulating 25, 60, 15 (layers 0, 1, 2).
 Profile three_layers_with_measured_peaks() {
-  Profile p = testing::make_profile(
-      {{1, 1, 7, 10, 1, 5}, {1, 1, 11, 20, 2, 50}, {1, 1, 13, 30, 3, 5}}, 1, 4);
+  Profile p = three_layers();
   p.layers[0].backward_peak_bytes = {40};
   p.layers[1].backward_peak_bytes = {30};
   p.layers[2].backward_peak_bytes = {20};
@@ -249,8 +254,7 @@ TEST(StageMemory, SplitBackwardWHoldsWhatEachLayersBackwardMakesOnTheWayToItsWei
   EXPECT_EQ(later.weight_transient, 50);
   EXPECT_EQ(later.weight_first_extra, 0);
   // Without measured peaks a layer's W is its parameters: the largest, 13.
-  const Profile bare = testing::make_profile(
-      {{1, 1, 7, 10, 1, 5}, {1, 1, 11, 20, 2, 50}, {1, 1, 13, 30, 3, 5}}, 1, 4);
+  const Profile bare = three_layers();
   const CostModel unmeasured(bare);
   EXPECT_EQ(stage_memory(unmeasured, unmeasured.at(1), 0, 3, true).weight_transient, 13);
   EXPECT_EQ(stage_memory(unmeasured, unmeasured.at(1), 0, 3, true).weight_first_extra, 0);
