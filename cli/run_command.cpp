@@ -306,14 +306,17 @@ MeasuredSteps run_steps(const RunFlags& flags, models::Model& model, exec::Pipel
 // The measured steps' series, each device's peak over them, and the step the trace shows.
 struct StepSummary {
   std::vector<double> pipeline_ms, step_ms, losses;
-  std::vector<std::int64_t> peaks;
+  std::vector<std::int64_t> peaks, library;  ///< per device, the largest over the steps
   const exec::StepRecord* shown = nullptr;  ///< the median step; none without a step
 };
 
 StepSummary summarize(const std::vector<exec::StepRecord>& steps, std::size_t devices) {
   StepSummary summary;
   summary.peaks.assign(devices, 0);
+  summary.library.assign(devices, 0);
   for (const auto& s : steps) {
+    for (std::size_t d = 0; d < devices && d < s.library_memory_bytes.size(); ++d)
+      summary.library[d] = std::max(summary.library[d], s.library_memory_bytes[d]);
     summary.pipeline_ms.push_back(s.pipeline_ms);
     summary.step_ms.push_back(s.step_ms);
     summary.losses.push_back(s.loss);
@@ -331,6 +334,8 @@ void print_run_json(const RunFlags& flags, const StepSummary& summary,
   out["step_ms"] = summary.step_ms;
   out["pipeline_ms"] = summary.pipeline_ms;
   out["peak_memory_bytes"] = summary.peaks;
+  // Part of the peaks: cuBLAS workspaces and the like.
+  out["library_memory_bytes"] = summary.library;
   out["devices"] = pipeline.device_names();
   if (flags.distributed) {
     out["clock_offset_ms"] = clocks.offsets_ms;

@@ -216,6 +216,8 @@ std::string validation_json(const Validation& v, const ValidationThresholds& thr
     j["measured_median_ms"] = tidy(p.measured.median_pipeline_ms());
     j["measured_spread_ms"] = tidy(p.measured.spread_ms());
     j["measured_step_ms"] = tidy(p.measured.median_step_ms());
+    // Part of the measured peaks: what the libraries keep (cuBLAS workspaces; 0 on CPU devices).
+    j["measured_library_bytes"] = p.measured.library_memory_bytes;
     j["uncalibrated"] = comparison(p.uncalibrated);
     j["calibrated"] = comparison(p.calibrated);
     j["predicted_rank"] = p.predicted_rank;

@@ -22,6 +22,10 @@ class CpuRuntime final : public DeviceRuntime {
         history_(history),
         allocator_(CountingAllocator::install()) {}
 
+  void count_from(const std::vector<std::int64_t>& held) override {
+    for (int d = 0; d < devices_; ++d) base_[d].before = allocator_.allocated(d) - held[d];
+  }
+
   void bind_compute_thread(int device) override {
     scope_ = std::make_unique<CountingAllocator::DeviceScope>(device);
     // With OpenMP this sets the calling thread's own pool size: each device gets its share.
@@ -39,13 +43,24 @@ class CpuRuntime final : public DeviceRuntime {
     return tensor.clone();
   }
 
-  void begin_step() override {
+  void begin_step(const std::vector<std::int64_t>& held) override {
     origin_ = std::chrono::steady_clock::now();
     std::vector<int> all(devices_);
     for (int d = 0; d < devices_; ++d) all[d] = d;
     allocator_.begin_recording(all, history_, origin_);
+    // The same accounting as on CUDA, so that this twin exercises it: here the allocator's count
+    // and the pipeline's tensors agree (library_bytes() is 0; a test holds it to that).
+    for (int d = 0; d < devices_; ++d) {
+      base_[d].at_begin = base_[d](allocator_.allocated(d));
+      base_[d].held = held[d];
+    }
   }
-  void end_step() override { history_samples_ = allocator_.end_recording(); }
+  void end_step() override {
+    history_samples_ = allocator_.end_recording();
+    for (std::size_t d = 0; d < history_samples_.size(); ++d) {
+      for (auto& sample : history_samples_[d]) sample.value = base_[d](sample.value);
+    }
+  }
 
   Stamp now(int device) override {
     Stamp s;
@@ -62,8 +77,11 @@ class CpuRuntime final : public DeviceRuntime {
   }
   at::Tensor consume(const Handoff& handoff, int) override { return handoff.tensor; }
 
-  std::int64_t allocated(int device) override { return allocator_.allocated(device); }
-  std::int64_t peak(int device) override { return allocator_.peak(device); }
+  std::int64_t allocated(int device) override {
+    return base_[device](allocator_.allocated(device));
+  }
+  std::int64_t peak(int device) override { return base_[device](allocator_.peak(device)); }
+  std::int64_t library_bytes(int device) override { return base_[device].library(); }
   std::vector<std::vector<CounterSample>> memory_history() override { return history_samples_; }
   void sample_memory(int, const Stamp&) override {}  // the allocator records every change
 
@@ -73,6 +91,7 @@ class CpuRuntime final : public DeviceRuntime {
   CountingAllocator& allocator_;
   std::chrono::steady_clock::time_point origin_;
   std::vector<std::vector<CounterSample>> history_samples_;
+  std::vector<MemoryBase> base_ = std::vector<MemoryBase>(static_cast<std::size_t>(devices_));
   static thread_local std::unique_ptr<CountingAllocator::DeviceScope> scope_;
 };
 

@@ -33,6 +33,7 @@ class CudaRuntime final : public DeviceRuntime {
   CudaRuntime(const std::vector<c10::Device>& devices, bool history) : devices_(devices), history_(history) {
     for (const auto& d : devices_) compute_.push_back(c10::cuda::getStreamFromPool(/*high_priority=*/false, d.index()));
     base_.resize(devices_.size());
+    memory_base_.resize(devices_.size());
     samples_.resize(devices_.size());
   }
 
@@ -59,11 +60,19 @@ class CudaRuntime final : public DeviceRuntime {
     return out;
   }
 
-  void begin_step() override {
+  void count_from(const std::vector<std::int64_t>& held) override {
+    for (std::size_t d = 0; d < devices_.size(); ++d) {
+      memory_base_[d].before = raw_allocated(static_cast<int>(d)) - held[d];
+    }
+  }
+
+  void begin_step(const std::vector<std::int64_t>& held) override {
     for (std::size_t d = 0; d < devices_.size(); ++d) {
       c10::cuda::CUDAGuard guard(devices_[d].index());
       c10::cuda::device_synchronize();
       c10::cuda::CUDACachingAllocator::resetPeakStats(devices_[d].index());
+      memory_base_[d].at_begin = allocated(static_cast<int>(d));
+      memory_base_[d].held = held[d];
       base_[d] = timed_event();
       base_[d]->record(compute_[d]);
     }
@@ -119,10 +128,18 @@ class CudaRuntime final : public DeviceRuntime {
   }
 
   std::int64_t allocated(int device) override {
-    return stats(device).allocated_bytes[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)].current;
+    return memory_base_[device](raw_allocated(device));
   }
   std::int64_t peak(int device) override {
-    return stats(device).allocated_bytes[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
+    return memory_base_[device](
+        stats(device)
+            .allocated_bytes[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
+            .peak);
+  }
+  std::int64_t library_bytes(int device) override { return memory_base_[device].library(); }
+  // The caching allocator hands out blocks in multiples of 512 bytes.
+  std::int64_t block_bytes(std::int64_t nbytes) const override {
+    return std::max<std::int64_t>(512, (nbytes + 511) / 512 * 512);
   }
 
   void sample_memory(int device, const Stamp& when) override {
@@ -143,6 +160,11 @@ class CudaRuntime final : public DeviceRuntime {
   }
 
  private:
+  std::int64_t raw_allocated(int device) {
+    return stats(device)
+        .allocated_bytes[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
+        .current;
+  }
   c10::CachingDeviceAllocator::DeviceStats stats(int device) {
     return c10::cuda::CUDACachingAllocator::getDeviceStats(devices_[device].index());
   }
@@ -164,6 +186,7 @@ class CudaRuntime final : public DeviceRuntime {
   bool history_;
   std::vector<CUDAStream> compute_;
   std::vector<std::shared_ptr<at::cuda::CUDAEvent>> base_;
+  std::vector<MemoryBase> memory_base_;
   std::map<std::pair<int, int>, std::pair<CUDAStream, CUDAStream>> channels_;
   std::mutex channels_mutex_;
   std::vector<std::vector<std::pair<Stamp, std::int64_t>>> samples_;

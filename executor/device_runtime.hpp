@@ -46,7 +46,10 @@ class DeviceRuntime {
   /// Makes a host tensor the device's own (moved to it, charged to it).
   virtual at::Tensor adopt(const at::Tensor& tensor, int device) = 0;
 
-  virtual void begin_step() = 0;  ///< on the main thread: time origin, peaks restart
+  /// On the main thread: time origin, peaks restart. `held` is what the pipeline's tensors take
+  /// on each device as the step starts (parameters, buffers, optimizer state, micro-batches),
+  /// which tells the libraries' bytes apart (library_bytes()).
+  virtual void begin_step(const std::vector<std::int64_t>& held) = 0;
   virtual void end_step() = 0;    ///< on the main thread: waits until every device is idle
   virtual Stamp now(int device) = 0;  ///< on a thread bound to `device` (or a copy channel to it)
   virtual double resolve(const Stamp& stamp) = 0;  ///< ms since begin_step, after end_step
@@ -58,13 +61,32 @@ class DeviceRuntime {
   /// On the consumer's thread, bound to `device`: the tensor, safe to use there.
   virtual at::Tensor consume(const Handoff& handoff, int device) = 0;
 
+  /// Once the stages are on their devices, with `held` what the pipeline's tensors take there:
+  /// from now on a device's bytes are the pipeline's, its allocator's count less what it holds
+  /// beyond `held` now. On CUDA the caching allocator serves the whole process: an earlier
+  /// pipeline's cuBLAS workspaces and a user's tensors are not the plan's.
+  virtual void count_from(const std::vector<std::int64_t>& held) = 0;
   virtual std::int64_t allocated(int device) = 0;
   virtual std::int64_t peak(int device) = 0;  ///< since begin_step
+  /// Of the bytes at begin_step, those not in the pipeline's tensors: the libraries' workspaces
+  /// (cuBLAS keeps one per stream and thread); 0 on a CPU device.
+  virtual std::int64_t library_bytes(int device) = 0;
+  /// The bytes a tensor storage of `nbytes` takes in this runtime's allocator.
+  virtual std::int64_t block_bytes(std::int64_t nbytes) const { return nbytes; }
   /// Memory over the step, per device (the exact curve on the CPU; samples at task boundaries
   /// on CUDA). Called after end_step.
   virtual std::vector<std::vector<CounterSample>> memory_history() = 0;
   /// Called at task boundaries on compute threads (CUDA samples memory there).
   virtual void sample_memory(int device, const Stamp& when) = 0;
+};
+
+/// One device's allocator count, read as the pipeline's (see DeviceRuntime::allocated).
+struct MemoryBase {
+  std::int64_t before = 0;    ///< not the pipeline's (count_from)
+  std::int64_t at_begin = 0;  ///< at begin_step, as the pipeline's
+  std::int64_t held = 0;      ///< the pipeline's tensors at begin_step
+  std::int64_t operator()(std::int64_t raw) const { return raw - before; }
+  std::int64_t library() const { return at_begin - held; }
 };
 
 /// CPU devices: worker threads, a counting allocator, the steady clock.

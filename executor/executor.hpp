@@ -85,7 +85,12 @@ struct StepRecord {
   double pipeline_ms = 0.0;  ///< first task's start to last task's end: what the simulator predicts
   double step_ms = 0.0;      ///< the whole step, optimizer included
   std::vector<TraceTask> tasks;  ///< device = index into device_names(), in the order they ran
-  std::vector<std::int64_t> peak_memory_bytes;     ///< per device
+  /// Per device: the most the device's allocator held beyond what it held before the pipeline
+  /// was built (a GPU's allocator serves the whole process), which the simulator predicts.
+  std::vector<std::int64_t> peak_memory_bytes;
+  /// Per device: of those bytes as the step started, the ones in no tensor of the pipeline: the
+  /// libraries' workspaces (cuBLAS keeps one per stream and thread); 0 on CPU devices.
+  std::vector<std::int64_t> library_memory_bytes;
   std::vector<std::vector<CounterSample>> memory;  ///< per device, when recorded
 };
 

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <torch/optim.h>
 
+#include <stdexcept>
+
 #include "sim/error.hpp"
 
 namespace pipetune::exec {
@@ -42,6 +44,21 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(OptimizerKind kind, std:
       break;
   }
   return nullptr;
+}
+
+std::vector<at::Tensor> optimizer_state_tensors(torch::optim::Optimizer& optimizer) {
+  std::vector<at::Tensor> out;
+  for (auto& [key, state] : optimizer.state()) {
+    if (const auto* sgd = dynamic_cast<const torch::optim::SGDParamState*>(state.get())) {
+      out.push_back(sgd->momentum_buffer());
+    } else if (const auto* adam = dynamic_cast<const torch::optim::AdamParamState*>(state.get())) {
+      out.insert(out.end(), {adam->exp_avg(), adam->exp_avg_sq(), adam->max_exp_avg_sq()});
+    } else {
+      throw std::logic_error(
+          "optimizer_state_tensors: an optimizer state this executor does not make");
+    }
+  }
+  return out;
 }
 
 }  // namespace pipetune::exec

@@ -30,4 +30,8 @@ double optimizer_state_factor(OptimizerKind kind);
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(OptimizerKind kind, std::vector<at::Tensor> params,
                                                         double lr);
 
+/// The tensors an optimizer keeps between steps (momentum buffers, Adam's moments), for
+/// counting what a pipeline holds.
+std::vector<at::Tensor> optimizer_state_tensors(torch::optim::Optimizer& optimizer);
+
 }  // namespace pipetune::exec

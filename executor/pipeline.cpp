@@ -14,6 +14,7 @@
 #include <mutex>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "executor/device_runtime.hpp"
@@ -219,8 +220,12 @@ struct Pipeline::Impl {
         programs(device_programs(schedule, placement.device_of, device_count())),
         recomputed(micro_batches_with(schedule, ActionKind::Recompute)),
         split(micro_batches_with(schedule, ActionKind::InputGrad)) {
+    // An earlier pipeline over the same model may have left gradients, charged where its stages
+    // were: gone before the count starts, or their release would count against this plan.
+    drop_gradients();
     adopt_local_stages();
     optimizers = make_optimizers();
+    runtime->count_from(held_bytes());
   }
 
   int device_count() const { return static_cast<int>(placement.device_names.size()); }
@@ -243,6 +248,8 @@ struct Pipeline::Impl {
   int tag(const Key& key) const {
     return (key.stage * 2 + static_cast<int>(key.carry)) * micro_batches + key.micro_batch;
   }
+  void drop_gradients();
+  std::vector<std::int64_t> held_bytes();
   void run_action(int device, const Action& a, at::Generator& generator, Handoff incoming);
   void send(Carry carry, int to_stage, int micro_batch, const at::Tensor& tensor, int from_device);
   Handoff take(const Key& key);
@@ -268,6 +275,46 @@ void Pipeline::Impl::adopt_local_stages() {
     for (auto& p : stages[s]->parameters()) p.set_data(runtime->adopt(p.detach(), device_of(s)));
     for (auto& b : stages[s]->buffers()) b.set_data(runtime->adopt(b.detach(), device_of(s)));
   }
+}
+
+// Gradients start from nothing each step, as the memory model has it: the first backward
+// allocates them. Dropped before the step's memory count starts, so the count never holds last
+// step's gradients.
+void Pipeline::Impl::drop_gradients() {
+  for (int s = 0; s < stage_count; ++s) {
+    if (!is_local(device_of(s))) continue;
+    for (auto& p : stages[s]->parameters()) p.mutable_grad().reset();
+  }
+}
+
+// What this pipeline's tensors take on each of its devices as a step starts: parameters,
+// buffers, optimizer state, this step's micro-batches; each storage once, in the allocator's
+// block sizes. The rest of what the device gained since the pipeline was built is the
+// libraries' (StepRecord::library_memory_bytes).
+std::vector<std::int64_t> Pipeline::Impl::held_bytes() {
+  std::vector<std::int64_t> bytes(static_cast<std::size_t>(device_count()), 0);
+  std::set<const void*> seen;
+  auto count = [&](const at::Tensor& t, int device) {
+    if (!t.defined() || !t.has_storage() || t.storage().nbytes() == 0) return;
+    if (seen.insert(t.storage().data()).second) {
+      bytes[device] += runtime->block_bytes(static_cast<std::int64_t>(t.storage().nbytes()));
+    }
+  };
+  for (int s = 0; s < stage_count; ++s) {
+    const int d = device_of(s);
+    if (!is_local(d)) continue;
+    for (const auto& p : stages[s]->parameters()) {
+      count(p, d);
+      count(p.grad(), d);
+    }
+    for (const auto& b : stages[s]->buffers()) count(b, d);
+    if (optimizers[s]) {
+      for (const auto& t : optimizer_state_tensors(*optimizers[s])) count(t, d);
+    }
+  }
+  for (const auto& x : micro_inputs) count(x, device_of(0));
+  for (const auto& y : micro_targets) count(y, device_of(stage_count - 1));
+  return bytes;
 }
 
 // One optimizer per stage this process runs, over the stage's parameters.
@@ -555,11 +602,6 @@ void Pipeline::Impl::worker_main(int d) {
   while (next_step(seen)) {
     Action current{};
     try {
-      // Gradients start from nothing each step; the first backward allocates them.
-      for (int s = 0; s < stage_count; ++s) {
-        if (device_of(s) != d) continue;
-        for (auto& p : stages[s]->parameters()) p.mutable_grad().reset();
-      }
       for (const Action& a : programs[d]) {
         if (abort || stop) throw Aborted{};
         current = a;
@@ -647,7 +689,8 @@ StepRecord Pipeline::step(const at::Tensor& input, const at::Tensor& target) {
     }
     m.between_ranks([&] { transport->barrier(fmt::format("step {}", m.step_index + 1)); });
   }
-  m.runtime->begin_step();
+  m.drop_gradients();
+  m.runtime->begin_step(m.held_bytes());
   if (transport) m.origin_clock_ms = transport->clock_ms();
   m.run_programmes();
   m.runtime->end_step();
@@ -752,7 +795,10 @@ StepRecord Pipeline::Impl::record(double step_ms) {
     }
   }
   for (auto& r : receivers) out.tasks.insert(out.tasks.end(), r->done.begin(), r->done.end());
-  for (int d = 0; d < device_count(); ++d) out.peak_memory_bytes.push_back(runtime->peak(d));
+  for (int d = 0; d < device_count(); ++d) {
+    out.peak_memory_bytes.push_back(runtime->peak(d));
+    out.library_memory_bytes.push_back(runtime->library_bytes(d));
+  }
   if (options.record_memory_history) out.memory = runtime->memory_history();
   return out;
 }

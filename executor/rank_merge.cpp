@@ -64,6 +64,7 @@ RankPart rank_part(const StepRecord& record, int rank, double origin_ms) {
   part.loss = record.loss;
   part.step_ms = record.step_ms;
   part.peak_memory_bytes = record.peak_memory_bytes.at(static_cast<std::size_t>(rank));
+  part.library_memory_bytes = record.library_memory_bytes.at(static_cast<std::size_t>(rank));
   part.tasks = record.tasks;
   if (static_cast<int>(record.memory.size()) > rank) part.memory = record.memory[rank];
   return part;
@@ -75,6 +76,7 @@ std::string encode_rank_part(const RankPart& part) {
   out["loss"] = part.loss;
   out["step_ms"] = part.step_ms;
   out["peak_memory_bytes"] = part.peak_memory_bytes;
+  out["library_memory_bytes"] = part.library_memory_bytes;
   auto& tasks = out["tasks"] = nlohmann::json::array();
   for (const auto& t : part.tasks) {
     tasks.push_back({{"kind", std::string(to_string(t.kind))},
@@ -99,12 +101,14 @@ RankPart decode_rank_part(const std::string& message, int rank) {
   try {
     const nlohmann::json document = json_reader::parse_document(message, source);
     const json_reader::Node root(document, source);
-    root.allow_only({"origin_ms", "loss", "step_ms", "peak_memory_bytes", "tasks", "memory"});
+    root.allow_only({"origin_ms", "loss", "step_ms", "peak_memory_bytes", "library_memory_bytes",
+                     "tasks", "memory"});
     RankPart part;
     part.origin_ms = root.field("origin_ms").number();
     part.loss = root.field("loss").number();
     part.step_ms = root.field("step_ms").non_negative_number();
     part.peak_memory_bytes = root.field("peak_memory_bytes").non_negative_integer();
+    part.library_memory_bytes = root.field("library_memory_bytes").integer();
     for (const auto& task : root.field("tasks").elements()) part.tasks.push_back(decode_task(task));
     for (const auto& sample : root.field("memory").elements()) {
       sample.allow_only({"time_ms", "bytes"});
@@ -122,12 +126,14 @@ StepRecord merge_rank_parts(const std::vector<RankPart>& parts, int step, double
   StepRecord merged;
   merged.step = step;
   merged.peak_memory_bytes.assign(parts.size(), 0);
+  merged.library_memory_bytes.assign(parts.size(), 0);
   if (with_memory) merged.memory.resize(parts.size());
   for (std::size_t r = 0; r < parts.size(); ++r) {
     const RankPart& part = parts[r];
     merged.loss += part.loss;
     merged.step_ms = std::max(merged.step_ms, part.step_ms);
     merged.peak_memory_bytes[r] = part.peak_memory_bytes;
+    merged.library_memory_bytes[r] = part.library_memory_bytes;
     // Device d runs on rank d, so a rank's tasks already name the right devices.
     for (TraceTask t : part.tasks) {
       t.start_ms = shifted(t.start_ms, part.origin_ms, origin_ms);

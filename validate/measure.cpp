@@ -54,6 +54,11 @@ std::vector<MeasuredRun> measure_plans(models::Model& model, const std::vector<P
           run.step_ms.push_back(record.step_ms);
           run.losses.push_back(record.loss);
           run.peak_memory_bytes.resize(record.peak_memory_bytes.size(), 0);
+          run.library_memory_bytes.resize(record.library_memory_bytes.size(), 0);
+          for (std::size_t d = 0; d < record.library_memory_bytes.size(); ++d) {
+            run.library_memory_bytes[d] =
+                std::max(run.library_memory_bytes[d], record.library_memory_bytes[d]);
+          }
           for (std::size_t d = 0; d < record.peak_memory_bytes.size(); ++d) {
             run.peak_memory_bytes[d] = std::max(run.peak_memory_bytes[d], record.peak_memory_bytes[d]);
           }

@@ -36,6 +36,7 @@ struct MeasuredRun {
   Plan plan;
   std::vector<double> pipeline_ms, step_ms, losses;  ///< per measured step, in the order run
   std::vector<std::int64_t> peak_memory_bytes;       ///< per device, the largest over the steps
+  std::vector<std::int64_t> library_memory_bytes;    ///< per device, the largest over the steps
   Trace trace;  ///< the step whose pipeline time is the median; peaks as above
 
   double median_pipeline_ms() const;

@@ -478,6 +478,71 @@ TEST(Executor, BadPlansAreRefusedBeforeAnyWork) {
           "plan: devices[1]: \"gpu:1\" is not one of the devices given (cpu:0, cpu:1)");
 }
 
+// A device's memory counts from what the pipeline holds as a step starts, found by walking its
+// tensors (parameters, buffers, optimizer state, micro-batches), because a GPU's allocator also
+// holds what is not the plan's. On the CPU the counting allocator sees this pipeline's threads
+// only, so the walk must find exactly what the allocator counts: nothing left over, every
+// optimizer and several stages per device included.
+TEST(Executor, HeldBytesAreWhatTheAllocatorCountsAsAStepStarts) {
+  for (auto optimizer : {OptimizerKind::Sgd, OptimizerKind::Momentum, OptimizerKind::Adam}) {
+    for (const Plan& plan :
+         {plan_of({2, 1, 2}, 3, CheckpointMode::Never, ScheduleKind::OneFOneB),
+          plan_of({1, 2, 1, 1}, 2, CheckpointMode::ExceptLast, ScheduleKind::InterleavedZB,
+                  {"cpu:0", "cpu:1", "cpu:0", "cpu:1"})}) {
+      models::Model model =
+          models::build_model("mlp:layers=4,width=16,classes=5", double_precision());
+      auto [input, target] = batch_for(model);
+      ExecutorOptions options = cpu_devices(plan.devices.empty() ? 3 : 2);
+      options.optimizer = optimizer;
+      Pipeline pipeline(model, plan, kBatch, options);
+      for (int step = 0; step < 3; ++step) {  // the optimizer's state exists from the first step on
+        const exec::StepRecord record = pipeline.step(input, target);
+        ASSERT_EQ(record.library_memory_bytes.size(), record.peak_memory_bytes.size());
+        for (std::size_t d = 0; d < record.library_memory_bytes.size(); ++d) {
+          EXPECT_EQ(record.library_memory_bytes[d], 0)
+              << describe_plan(plan) << " optimizer " << static_cast<int>(optimizer) << " step "
+              << step << " device " << d;
+        }
+      }
+    }
+  }
+}
+
+// On a GPU the caching allocator serves the whole process: what was there before a pipeline
+// (an earlier pipeline's cuBLAS workspaces, a user's tensors) is not the plan's. Two pipelines
+// in a row on one GPU see the same peak however much was left behind between them.
+TEST(Executor, CudaPeakIsThePipelinesOwnWhateverElseTheGpuHolds) {
+  PIPETUNE_GPU_TEST_NEEDS(torch::cuda::is_available(), "no CUDA device");
+  const std::string spec = "mlp:layers=4,width=512,classes=5";
+  std::vector<std::int64_t> peaks;
+  std::vector<at::Tensor> left_behind;
+  models::Model model = models::build_model(spec);
+  std::int64_t parameter_bytes = 0;
+  for (const auto& p : model.layers->parameters()) parameter_bytes += p.numel() * 4;
+  for (int round = 0; round < 2; ++round) {
+    // Something else on the GPU, as a user's own tensors or another library's workspace.
+    left_behind.push_back(at::empty({16 << 20}, at::TensorOptions(at::kCUDA).dtype(at::kByte)));
+    // The same model object for both, as validate runs its plans: the first pipeline leaves its
+    // parameters on the GPU, and the second must still count them as its own.
+    auto [input, target] = model.make_batch(kBatch, 0, 0);
+    ExecutorOptions options;
+    options.devices = {"cuda:0"};
+    Pipeline pipeline(
+        model, plan_of({3, 2}, 2, CheckpointMode::Never, ScheduleKind::GPipe, {"cuda:0", "cuda:0"}),
+        kBatch, options);
+    std::int64_t peak = 0;
+    for (int step = 0; step < 3; ++step) {
+      const exec::StepRecord record = pipeline.step(input, target);
+      EXPECT_GE(record.library_memory_bytes[0], 0);
+      EXPECT_GE(record.peak_memory_bytes[0], parameter_bytes);
+      if (step > 0) peak = std::max(peak, record.peak_memory_bytes[0]);
+    }
+    peaks.push_back(peak);
+  }
+  EXPECT_NEAR(static_cast<double>(peaks[1]), static_cast<double>(peaks[0]),
+              0.01 * static_cast<double>(peaks[0]));
+}
+
 TEST(Executor, CudaDevicesTheSameWay) {
   PIPETUNE_GPU_TEST_NEEDS(torch::cuda::is_available(), "no CUDA device");
   const std::string spec = "mlp:layers=4,width=16,classes=5";

@@ -32,6 +32,7 @@ RankPart sample_part() {
   part.loss = 0.1 + 0.2;  // not exactly 0.3: the codec must keep every bit
   part.step_ms = 17.25;
   part.peak_memory_bytes = (std::int64_t{1} << 40) + 3;
+  part.library_memory_bytes = -512;  // a device may hold less than counted (never seen; kept whole)
   part.tasks = {task(TaskKind::Forward, 1, 0, 1, -1, 0, 0.5, 1.75),
                 task(TaskKind::SendActivation, 1, 0, 1, 2, 4096, 1.75, 2.0 / 3.0),
                 task(TaskKind::SendGradient, 2, 3, 2, 1, 8, 3.0, 3.5),
@@ -48,6 +49,7 @@ void expect_same(const RankPart& a, const RankPart& b) {
   EXPECT_EQ(a.loss, b.loss);
   EXPECT_EQ(a.step_ms, b.step_ms);
   EXPECT_EQ(a.peak_memory_bytes, b.peak_memory_bytes);
+  EXPECT_EQ(a.library_memory_bytes, b.library_memory_bytes);
   ASSERT_EQ(a.tasks.size(), b.tasks.size());
   for (std::size_t k = 0; k < a.tasks.size(); ++k) {
     const TraceTask &x = a.tasks[k], &y = b.tasks[k];
