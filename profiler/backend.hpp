@@ -32,6 +32,8 @@ class MeasureBackend {
   virtual void end(std::uint64_t region) = 0;
   /// Waits for the device, then returns each region's time (ms) since the last collect.
   virtual std::map<std::uint64_t, double> collect_ms() = 0;
+  /// Brings the device to its working clock before anything is measured (a GPU idles low).
+  virtual void spin_up() {}
   /// Problems worth telling the user (dropped CUPTI records, …); cleared when read.
   virtual std::vector<std::string> take_warnings() { return {}; }
 };

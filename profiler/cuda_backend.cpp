@@ -223,7 +223,7 @@ class CuptiSession {
 
 // An idle GPU runs at a low clock and needs a moment of work to reach its working clock; the
 // first layers measured would otherwise read slower than the rest. Keep it busy first.
-void spin_up(int index) {
+void spin_up_device(int index) {
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(index));
   at::Tensor a = at::rand({4096, 4096}, at::TensorOptions().device(at::kCUDA, index));
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
@@ -260,7 +260,12 @@ class CudaBackend final : public MeasureBackend {
     if (timer == "cupti")
       throw InputError(Input::Timer, "cupti", "this build of pipetune has no CUPTI");
 #endif
-    spin_up(index);
+  }
+
+  // Run by profile_model after it reads the allocator, so that the cuBLAS workspace this thread
+  // makes here counts among the library bytes, as a pipeline's compute thread makes its own.
+  void spin_up() override {
+    spin_up_device(index_);
   }
 
   ~CudaBackend() override {

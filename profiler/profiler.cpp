@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <exception>
 #include <nlohmann/json.hpp>
@@ -521,6 +522,30 @@ std::vector<std::int64_t> default_micro_batch_sizes(std::int64_t batch) {
   return sizes;
 }
 
+// A GPU that has been idle runs its first milliseconds of work at low clocks, and the first call
+// of each kernel loads its module: the whole model trains for a while before anything is timed,
+// or the first layers of the first profile in a process come out slow (up to twice a second
+// profile's times on an H100). A CPU has neither; it starts at once.
+void warm_up_device(models::Model& model, MeasureBackend& backend, std::int64_t size,
+                    at::ScalarType dtype, const ProfileOptions& options) {
+  if (backend.device_type() == "cpu") return;
+  auto [input, target] = model.make_batch(size, 0, options.seed);
+  if (at::isFloatingType(input.scalar_type())) input = input.to(dtype);
+  input = input.to(backend.device());
+  target = target.to(backend.device());
+  constexpr double kWarmSeconds = 0.5;
+  constexpr int kMostPasses = 200;
+  const auto started = std::chrono::steady_clock::now();
+  for (int pass = 0; pass < kMostPasses; ++pass) {
+    at::Tensor loss = model.loss(model.layers->forward(input), target);
+    loss.backward();
+    loss.item<double>();  // waits for the pass, so the clock below reads the device's time
+    const std::chrono::duration<double> spent = std::chrono::steady_clock::now() - started;
+    if (pass >= 1 && spent.count() >= kWarmSeconds) break;
+  }
+  for (auto& p : model.layers->parameters()) p.mutable_grad().reset();
+}
+
 ProfileResult profile_model(models::Model& model, const ProfileOptions& options) {
   const std::vector<std::int64_t> sizes = checked_sizes(options);
   if (options.co_runners < 0) {
@@ -545,7 +570,13 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
   model.layers->train();
   Profile profile = empty_profile(model, *backend, dtype, options, sizes);
   profile.co_runners = options.co_runners;
+  // Library bytes: what the allocator gains from here without a tensor to show for it. A
+  // pipeline's device has two threads running cuBLAS on its stream, the compute thread and
+  // autograd's device thread, each with its own 32 MiB workspace (measured on an H100); so has
+  // this profile, once the spin-up (this thread) and the warm-up's backward (autograd's) ran.
   const std::int64_t before_any_work = backend->allocated();
+  backend->spin_up();
+  warm_up_device(model, *backend, sizes.back(), dtype, options);
 
   std::vector<torch::nn::AnyModule*> modules;
   for (auto it = model.layers->begin(); it != model.layers->end(); ++it) modules.push_back(&*it);
