@@ -17,7 +17,9 @@
 # `build test` then `profile record bench` does not build twice. When $OUT is set (the device
 # tool sets it), `pack` runs at the end of every invocation.
 #
-# Environment: PIPETUNE_KEEP_GOING=1 (run the later phases after one fails), PIPETUNE_KIT (default .gpu-kit/kit.tar.xz), PIPETUNE_GPU_WORK, PIPETUNE_PYTHON
+# Environment: PIPETUNE_KEEP_GOING=1 (run the later phases after one fails), PIPETUNE_KIT (default
+# .gpu-kit/kit.tar.xz), PIPETUNE_BUILD_TARGETS (build only these, e.g. a re-check's tests),
+# PIPETUNE_GPU_WORK, PIPETUNE_PYTHON
 # (default python3: the one that has the image's torch), PIPETUNE_BUILD_DIR (default
 # $PIPETUNE_GPU_WORK/build), PIPETUNE_CMAKE_ARGS (more configure flags, e.g. a sanitizer build:
 # PIPETUNE_BUILD_DIR=/tmp/asan PIPETUNE_CMAKE_ARGS=-DPIPETUNE_SANITIZE=address).
@@ -102,7 +104,10 @@ phase_build() {
       { grep 'pipetune:' "$work/logs/configure.log"; fail "configure left out CUDA or CUPTI"; }
   fi
   grep 'pipetune:' "$work/logs/configure.log" | tee -a "$log" >&2
-  logged cmake --build "$build" --parallel "$jobs" > "$work/logs/build.log" ||
+  # -k 0: every compile error of a first contact in one go, not only the first.
+  # shellcheck disable=SC2086 # a list of targets
+  logged cmake --build "$build" --parallel "$jobs" ${PIPETUNE_BUILD_TARGETS:+--target $PIPETUNE_BUILD_TARGETS} -- -k 0 \
+    > "$work/logs/build.log" ||
     { tail -60 "$work/logs/build.log"; fail "build (see logs/build.log)"; }
   say "built in $build"
 }
