@@ -5,11 +5,15 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <torch/csrc/jit/passes/inliner.h>
 #include <torch/script.h>
 
 #include <filesystem>
+#include <mutex>
+#include <unordered_set>
 
 #include "executor/models/batch_file.hpp"
+#include "executor/models/layers.hpp"
 #include "executor/models/loss.hpp"
 #include "executor/models/model.hpp"
 #include "executor/models/spec.hpp"
@@ -19,9 +23,65 @@ namespace pipetune::models {
 
 namespace {
 
+// Whether a graph (its blocks included) draws random numbers: dropout and its kin, sampling.
+bool draws_random(const torch::jit::Block* block) {
+  static const std::unordered_set<std::string> kinds = {"aten::dropout",
+                                                        "aten::dropout_",
+                                                        "aten::feature_dropout",
+                                                        "aten::feature_dropout_",
+                                                        "aten::alpha_dropout",
+                                                        "aten::alpha_dropout_",
+                                                        "aten::feature_alpha_dropout",
+                                                        "aten::feature_alpha_dropout_",
+                                                        "aten::native_dropout",
+                                                        "aten::bernoulli",
+                                                        "aten::bernoulli_",
+                                                        "aten::rand",
+                                                        "aten::rand_like",
+                                                        "aten::randn",
+                                                        "aten::randn_like",
+                                                        "aten::randint",
+                                                        "aten::randint_like",
+                                                        "aten::randperm",
+                                                        "aten::multinomial",
+                                                        "aten::normal",
+                                                        "aten::normal_",
+                                                        "aten::uniform_",
+                                                        "aten::rrelu",
+                                                        "aten::rrelu_",
+                                                        "aten::exponential_",
+                                                        "aten::geometric_",
+                                                        "aten::cauchy_",
+                                                        "aten::log_normal_",
+                                                        "aten::random_"};
+  for (const torch::jit::Node* node : block->nodes()) {
+    if (kinds.count(node->kind().toQualString()) != 0) return true;
+    for (const torch::jit::Block* inner : node->blocks()) {
+      if (draws_random(inner)) return true;
+    }
+  }
+  return false;
+}
+
+bool forward_draws_random(const torch::jit::Module& module) {
+  auto graph = module.get_method("forward").graph()->copy();
+  torch::jit::Inline(*graph);  // the submodules' calls, so that their dropout shows
+  return draws_random(graph->block());
+}
+
+// A script's dropout draws from the global generator, which every stage's thread shares: left
+// alone, a recomputed micro-batch would draw other masks than its forward did (wrong gradients
+// under checkpointing) and concurrent stages would interleave their draws. So while the
+// executor runs a micro-batch (ScopedGenerator set), such a layer holds this lock for its
+// forward and draws from the global generator seeded for (micro-batch, layer), as the zoo's
+// StageDropout draws from its own: the same masks on a recompute, whatever ran meanwhile. The
+// price: these layers' forwards do not overlap across stages.
+std::mutex global_generator_lock;
+
 class ScriptLayerImpl : public torch::nn::Module {
  public:
-  explicit ScriptLayerImpl(torch::jit::Module module) : module_(std::move(module)) {
+  ScriptLayerImpl(torch::jit::Module module, std::uint64_t salt)
+      : module_(std::move(module)), salt_(salt), random_(forward_draws_random(module_)) {
     // Names may not contain dots in a torch::nn::Module.
     auto clean = [](std::string name) {
       for (auto& c : name) {
@@ -36,7 +96,22 @@ class ScriptLayerImpl : public torch::nn::Module {
       register_buffer(clean(b.name), b.value);
     }
   }
-  at::Tensor forward(const at::Tensor& x) { return module_.forward({x}).toTensor(); }
+  at::Tensor forward(const at::Tensor& x) {
+    at::Generator* mine = ScopedGenerator::current();
+    if (!random_ || mine == nullptr) return module_.forward({x}).toTensor();
+    std::lock_guard<std::mutex> lock(global_generator_lock);
+    at::Generator global = at::globalContext().defaultGenerator(x.device());
+    at::Tensor saved;
+    {
+      std::lock_guard<std::mutex> g(global.mutex());
+      saved = global.get_state();
+      global.set_current_seed(mine->current_seed() ^ (salt_ * 0x9E3779B97F4A7C15ULL));
+    }
+    at::Tensor out = module_.forward({x}).toTensor();
+    std::lock_guard<std::mutex> g(global.mutex());
+    global.set_state(saved);
+    return out;
+  }
   void train(bool on = true) override {
     torch::nn::Module::train(on);
     module_.train(on);
@@ -44,6 +119,8 @@ class ScriptLayerImpl : public torch::nn::Module {
 
  private:
   torch::jit::Module module_;
+  std::uint64_t salt_;  // the layer's index plus one: its masks differ from its neighbours'
+  bool random_;
 };
 TORCH_MODULE(ScriptLayer);
 
@@ -154,7 +231,7 @@ Model build_torchscript_model(Spec& spec, const ModelOptions&) {
   m.name = std::filesystem::path(path).stem().string();
   for (const auto& child : script.named_children()) {
     m.layer_names.push_back(child.name);
-    m.layers->push_back(std::string(child.name), ScriptLayer(child.value));
+    m.layers->push_back(std::string(child.name), ScriptLayer(child.value, m.layer_names.size()));
   }
   if (m.layer_names.empty()) {
     throw InputError(
