@@ -315,13 +315,13 @@ StepSummary summarize(const std::vector<exec::StepRecord>& steps, std::size_t de
   summary.peaks.assign(devices, 0);
   summary.library.assign(devices, 0);
   for (const auto& s : steps) {
-    for (std::size_t d = 0; d < devices && d < s.library_memory_bytes.size(); ++d)
-      summary.library[d] = std::max(summary.library[d], s.library_memory_bytes[d]);
     summary.pipeline_ms.push_back(s.pipeline_ms);
     summary.step_ms.push_back(s.step_ms);
     summary.losses.push_back(s.loss);
-    for (std::size_t d = 0; d < devices; ++d)
+    for (std::size_t d = 0; d < devices; ++d) {
       summary.peaks[d] = std::max(summary.peaks[d], s.peak_memory_bytes[d]);
+      summary.library[d] = std::max(summary.library[d], s.library_memory_bytes[d]);
+    }
   }
   if (!steps.empty()) summary.shown = &steps[median_step(summary.pipeline_ms)];
   return summary;

@@ -23,7 +23,7 @@ class CpuRuntime final : public DeviceRuntime {
         allocator_(CountingAllocator::install()) {}
 
   void count_from(const std::vector<std::int64_t>& held) override {
-    for (int d = 0; d < devices_; ++d) base_[d].before = allocator_.allocated(d) - held[d];
+    for (int d = 0; d < devices_; ++d) base_[d].count_from(allocator_.allocated(d), held[d]);
   }
 
   void bind_compute_thread(int device) override {
@@ -50,10 +50,7 @@ class CpuRuntime final : public DeviceRuntime {
     allocator_.begin_recording(all, history_, origin_);
     // The same accounting as on CUDA, so that this twin exercises it: here the allocator's count
     // and the pipeline's tensors agree (library_bytes() is 0; a test holds it to that).
-    for (int d = 0; d < devices_; ++d) {
-      base_[d].at_begin = base_[d](allocator_.allocated(d));
-      base_[d].held = held[d];
-    }
+    for (int d = 0; d < devices_; ++d) base_[d].begin_step(allocator_.allocated(d), held[d]);
   }
   void end_step() override {
     history_samples_ = allocator_.end_recording();
@@ -81,7 +78,7 @@ class CpuRuntime final : public DeviceRuntime {
     return base_[device](allocator_.allocated(device));
   }
   std::int64_t peak(int device) override { return base_[device](allocator_.peak(device)); }
-  std::int64_t library_bytes(int device) override { return base_[device].library(); }
+  std::int64_t library_bytes(int device) override { return base_[device].library; }
   std::vector<std::vector<CounterSample>> memory_history() override { return history_samples_; }
   void sample_memory(int, const Stamp&) override {}  // the allocator records every change
 

@@ -62,7 +62,7 @@ class CudaRuntime final : public DeviceRuntime {
 
   void count_from(const std::vector<std::int64_t>& held) override {
     for (std::size_t d = 0; d < devices_.size(); ++d) {
-      memory_base_[d].before = raw_allocated(static_cast<int>(d)) - held[d];
+      memory_base_[d].count_from(raw_allocated(static_cast<int>(d)), held[d]);
     }
   }
 
@@ -71,8 +71,7 @@ class CudaRuntime final : public DeviceRuntime {
       c10::cuda::CUDAGuard guard(devices_[d].index());
       c10::cuda::device_synchronize();
       c10::cuda::CUDACachingAllocator::resetPeakStats(devices_[d].index());
-      memory_base_[d].at_begin = allocated(static_cast<int>(d));
-      memory_base_[d].held = held[d];
+      memory_base_[d].begin_step(raw_allocated(static_cast<int>(d)), held[d]);
       base_[d] = timed_event();
       base_[d]->record(compute_[d]);
     }
@@ -136,7 +135,7 @@ class CudaRuntime final : public DeviceRuntime {
             .allocated_bytes[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
             .peak);
   }
-  std::int64_t library_bytes(int device) override { return memory_base_[device].library(); }
+  std::int64_t library_bytes(int device) override { return memory_base_[device].library; }
   // The caching allocator hands out blocks in multiples of 512 bytes.
   std::int64_t block_bytes(std::int64_t nbytes) const override {
     return std::max<std::int64_t>(512, (nbytes + 511) / 512 * 512);

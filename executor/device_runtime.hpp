@@ -80,13 +80,14 @@ class DeviceRuntime {
   virtual void sample_memory(int device, const Stamp& when) = 0;
 };
 
-/// One device's allocator count, read as the pipeline's (see DeviceRuntime::allocated).
+/// One device's allocator count, read as the pipeline's (see DeviceRuntime::allocated). Both
+/// runtimes keep one per device and feed it their allocator's raw count.
 struct MemoryBase {
-  std::int64_t before = 0;    ///< not the pipeline's (count_from)
-  std::int64_t at_begin = 0;  ///< at begin_step, as the pipeline's
-  std::int64_t held = 0;      ///< the pipeline's tensors at begin_step
+  std::int64_t before = 0;   ///< not the pipeline's (count_from)
+  std::int64_t library = 0;  ///< the libraries' bytes at the last begin_step
+  void count_from(std::int64_t raw, std::int64_t held) { before = raw - held; }
+  void begin_step(std::int64_t raw, std::int64_t held) { library = (*this)(raw)-held; }
   std::int64_t operator()(std::int64_t raw) const { return raw - before; }
-  std::int64_t library() const { return at_begin - held; }
 };
 
 /// CPU devices: worker threads, a counting allocator, the steady clock.

@@ -522,6 +522,15 @@ std::vector<std::int64_t> default_micro_batch_sizes(std::int64_t batch) {
   return sizes;
 }
 
+// A batch of `size` as the profile runs it: the model's dtype for floating inputs, on `device`.
+std::pair<at::Tensor, at::Tensor> batch_on(models::Model& model, std::int64_t size,
+                                           at::ScalarType dtype, const c10::Device& device,
+                                           std::uint64_t seed) {
+  auto [input, target] = model.make_batch(size, 0, seed);
+  if (at::isFloatingType(input.scalar_type())) input = input.to(dtype);
+  return {input.to(device), target.to(device)};
+}
+
 // A GPU that has been idle runs its first milliseconds of work at low clocks, and the first call
 // of each kernel loads its module: the whole model trains for a while before anything is timed,
 // or the first layers of the first profile in a process come out slow (up to twice a second
@@ -529,10 +538,7 @@ std::vector<std::int64_t> default_micro_batch_sizes(std::int64_t batch) {
 void warm_up_device(models::Model& model, MeasureBackend& backend, std::int64_t size,
                     at::ScalarType dtype, const ProfileOptions& options) {
   if (backend.device_type() == "cpu") return;
-  auto [input, target] = model.make_batch(size, 0, options.seed);
-  if (at::isFloatingType(input.scalar_type())) input = input.to(dtype);
-  input = input.to(backend.device());
-  target = target.to(backend.device());
+  const auto [input, target] = batch_on(model, size, dtype, backend.device(), options.seed);
   constexpr double kWarmSeconds = 0.5;
   constexpr int kMostPasses = 200;
   const auto started = std::chrono::steady_clock::now();
@@ -584,10 +590,7 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
   const std::size_t total = sizes.size() * static_cast<std::size_t>(layer_count);
   std::size_t done = 0;
   for (std::int64_t size : sizes) {
-    auto [input, target] = model.make_batch(size, 0, options.seed);
-    if (at::isFloatingType(input.scalar_type())) input = input.to(dtype);
-    input = input.to(device);
-    target = target.to(device);
+    const auto [input, target] = batch_on(model, size, dtype, device, options.seed);
     profile.input_bytes.push_back(bytes_of(input));
     const std::vector<LayerTimes> times = time_layers(model, modules, input, target, *backend, options);
     // Memory: each layer on its own, its input the previous layer's output; then, with no

@@ -22,6 +22,16 @@ double MeasuredRun::spread_ms() const {
   return median(deviations);
 }
 
+namespace {
+
+// Each device's largest value so far.
+void keep_largest(std::vector<std::int64_t>& largest, const std::vector<std::int64_t>& step) {
+  largest.resize(step.size(), 0);
+  for (std::size_t d = 0; d < step.size(); ++d) largest[d] = std::max(largest[d], step[d]);
+}
+
+}  // namespace
+
 std::vector<MeasuredRun> measure_plans(models::Model& model, const std::vector<Plan>& plans,
                                        const RunSettings& settings,
                                        const std::function<void(std::size_t, std::size_t)>& progress) {
@@ -53,15 +63,8 @@ std::vector<MeasuredRun> measure_plans(models::Model& model, const std::vector<P
           run.pipeline_ms.push_back(record.pipeline_ms);
           run.step_ms.push_back(record.step_ms);
           run.losses.push_back(record.loss);
-          run.peak_memory_bytes.resize(record.peak_memory_bytes.size(), 0);
-          run.library_memory_bytes.resize(record.library_memory_bytes.size(), 0);
-          for (std::size_t d = 0; d < record.library_memory_bytes.size(); ++d) {
-            run.library_memory_bytes[d] =
-                std::max(run.library_memory_bytes[d], record.library_memory_bytes[d]);
-          }
-          for (std::size_t d = 0; d < record.peak_memory_bytes.size(); ++d) {
-            run.peak_memory_bytes[d] = std::max(run.peak_memory_bytes[d], record.peak_memory_bytes[d]);
-          }
+          keep_largest(run.peak_memory_bytes, record.peak_memory_bytes);
+          keep_largest(run.library_memory_bytes, record.library_memory_bytes);
           traces[p].push_back(exec::measured_trace(pipeline, record, model.name));
         }
         if (progress) progress(++done, total);
