@@ -77,7 +77,7 @@ TEST(RankMerge, APartReadsBackAsItWasSent) {
 
 TEST(RankMerge, FieldsAreNamedOnTheWire) {
   const std::string message = encode_rank_part(sample_part());
-  for (const char* field : {"\"origin_ms\"", "\"peak_memory_bytes\"",
+  for (const char* field : {"\"origin_ms\"", "\"peak_memory_bytes\"", "\"library_memory_bytes\"",
                             "\"kind\":\"send_activation\"", "\"micro_batch\"", "\"time_ms\""}) {
     EXPECT_THAT(message, ::testing::HasSubstr(field));
   }
@@ -116,6 +116,9 @@ TEST(RankMerge, AMalformedPartIsRefusedNamingTheRankAndField) {
               ::testing::StartsWith(prefix + "tasks[0].stage: expected"));
   EXPECT_THAT(refusal(with_replaced(good, "\"peak_memory_bytes\":", "\"peak_memory_bytes\":-")),
               ::testing::StartsWith(prefix + "peak_memory_bytes: expected"));
+  // The libraries' bytes may be negative (kept whole), but they are a whole number.
+  EXPECT_THAT(refusal(with_replaced(good, "\"library_memory_bytes\":-512", "\"library_memory_bytes\":\"-512\"")),
+              ::testing::StartsWith(prefix + "library_memory_bytes: expected"));
 }
 
 TEST(RankMerge, RankZeroPutsThePartsOnItsClock) {
