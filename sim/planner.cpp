@@ -13,6 +13,7 @@
 #include "sim/cost_model.hpp"
 #include "sim/error.hpp"
 #include "sim/memory_model.hpp"
+#include "sim/minimax_bound.hpp"
 #include "sim/partition.hpp"
 #include "sim/schedule.hpp"
 #include "sim/simulator.hpp"
@@ -266,6 +267,18 @@ class PlanSearch {
     double idle = 0.0, tail = 0.0;
   };
   Waits waits(int j, const StageDurations& d, int q, double trip_first, double trip_q) const;
+  struct WaitTerms {
+    struct Wait {
+      bool first_trip = true;  // micro-batch 0's round trip, else q's
+      double fill = 0.0;       // the stage's own work that can run meanwhile
+    };
+    std::array<Wait, 2> wait{};
+    int count = 0;
+    bool both = false;  // the waits cannot overlap: their excesses add up
+    double tail = 0.0;
+  };
+  WaitTerms wait_terms(int j, const StageDurations& d, int q) const;
+  double relaxed_root() const;
   double wait_cost(int j, int a, int b, double recompute_first = 0.0,
                    double recompute_q = 0.0) const;
   double recompute_root(double root, double ceiling) const;
@@ -313,6 +326,15 @@ class PlanSearch {
   std::unique_ptr<IterationSweep> sweep_;       // leaves of this configuration
   std::vector<double> pass_first_, pass_last_;  // suffix sums: see prepare()
   std::vector<double> after_speed_;             // fastest device after stage j
+  // [j][b]: the least time of one pass (pass_first_, pass_last_) through layers [b, L) on the
+  // stages after j at their own speeds, over the ways to place them that could beat the
+  // threshold (see build_trip_tables()); empty: not built.
+  std::vector<std::vector<double>> trip_first_, trip_last_;
+  void build_trip_tables(double limit);
+  double least_trip(const std::vector<double>& pass, const std::vector<std::vector<double>>& table,
+                    int j, int b) const {
+    return std::max(pass[b] / after_speed_[j], table.empty() ? 0.0 : table[j][b]);
+  }
   std::vector<double> wait_before_;         // micro-batch 0's forward and the drain up to layer a
   std::vector<std::vector<double>> waits_;  // min-max of wait_cost() over suffixes
   int followed_ = 0;                        // the micro-batch whose way back wait_cost() follows
@@ -799,9 +821,10 @@ double PlanSearch::wait_bound(int j, int a, int b, const StageDurations& d,
     return bound;
   }
   const double onward = 2.0 * overhead_ * (stages_ - 1 - j) + after_latency_[j];
-  const double speed = after_speed_[j];
-  const double trip_first = pass_first_[b] / speed + onward + 2.0 * copy(*first_size_, j, b);
-  const double trip_last = pass_last_[b] / speed + onward + 2.0 * copy(*last_size_, j, b);
+  const double trip_first =
+      least_trip(pass_first_, trip_first_, j, b) + onward + 2.0 * copy(*first_size_, j, b);
+  const double trip_last =
+      least_trip(pass_last_, trip_last_, j, b) + onward + 2.0 * copy(*last_size_, j, b);
   const int m = config_->micro_batches();
   const double own = before.arrive + busy(j, a, b);
   if (config_->schedule == ScheduleKind::GPipe) {
@@ -817,11 +840,11 @@ double PlanSearch::wait_bound(int j, int a, int b, const StageDurations& d,
   return bound;
 }
 
-// The least idle time of stage j between its first forward and its backward of micro-batch q
-// (GPipe: the first backward, q = M - 1), given the round trips of micro-batch 0 and of q from
-// the end of its forward to the start of its backward; and the work after that backward.
-PlanSearch::Waits PlanSearch::waits(int j, const StageDurations& d, int q, double trip_first,
-                                    double trip_q) const {
+// What stage j's programme can do while its backward of micro-batch q (GPipe: the first
+// backward, q = M - 1) waits: one or two waits, each for a round trip (micro-batch 0's or q's)
+// and filled by part of the stage's own work; the idle time is the sum of the waits' excesses
+// when they cannot overlap, else the larger; and the work after that backward.
+PlanSearch::WaitTerms PlanSearch::wait_terms(int j, const StageDurations& d, int q) const {
   const Config& c = *config_;
   const int m = c.micro_batches();
   const bool last_differs = c.sizes.back() != c.sizes.front();
@@ -846,34 +869,44 @@ PlanSearch::Waits PlanSearch::waits(int j, const StageDurations& d, int q, doubl
     out.backward = (r - p - last_in) * d.backward[0] + (last_in ? d.backward[1] : 0.0);
     return out;
   };
-  Waits out;
+  WaitTerms out;
   if (c.schedule == ScheduleKind::GPipe) {
     const Sums last = sums(m - 1, m);
-    out.idle = std::max(0.0, trip_q - last.recompute);
+    out.wait[out.count++] = {false, last.recompute};
     if (last_differs && m >= 3) {
       // The smaller last micro-batch comes back sooner; the full-size one before it (whose trip
       // is micro-batch 0's) may come later, with only the last one's work to fill its wait. (M
       // >= 3 keeps it apart from micro-batch 0's forward and backward for the suffix table.)
-      const double fill =
-          last.forward + last.recompute + last.backward + sums(m - 2, m - 1).recompute;
-      out.idle = std::max(out.idle, trip_first - fill);
+      out.wait[out.count++] = {
+          true, last.forward + last.recompute + last.backward + sums(m - 2, m - 1).recompute};
     }
     return out;
   }
   const int warmup = std::min(m, stages_ - j);
   const Sums after = sums(q + 1, m);
   out.tail = after.backward + after.recompute + sums(q + warmup, m).forward;
-  const double fill_first = sums(1, warmup).forward + sums(0, 1).recompute;
-  const double wait_first = std::max(0.0, trip_first - fill_first);
-  if (q == 0) {
-    out.idle = wait_first;
-    return out;
-  }
+  out.wait[out.count++] = {true, sums(1, warmup).forward + sums(0, 1).recompute};
+  if (q == 0) return out;
   const Sums cooldown = sums(q - warmup + 1, q);
-  const double fill_q = cooldown.backward + cooldown.recompute + sums(q, q + 1).recompute +
-                        sums(q + 1, q + warmup).forward;
-  const double wait_q = std::max(0.0, trip_q - fill_q);
-  out.idle = q >= warmup ? wait_first + wait_q : std::max(wait_first, wait_q);
+  out.wait[out.count++] = {false, cooldown.backward + cooldown.recompute +
+                                      sums(q, q + 1).recompute + sums(q + 1, q + warmup).forward};
+  out.both = q >= warmup;
+  return out;
+}
+
+// The least idle time of stage j between its first forward and its backward of micro-batch q,
+// given the round trips of micro-batch 0 and of q from the end of its forward to the start of
+// its backward (see wait_terms()); and the work after that backward.
+PlanSearch::Waits PlanSearch::waits(int j, const StageDurations& d, int q, double trip_first,
+                                    double trip_q) const {
+  const WaitTerms terms = wait_terms(j, d, q);
+  Waits out;
+  out.tail = terms.tail;
+  for (int t = 0; t < terms.count; ++t) {
+    const auto& w = terms.wait[t];
+    const double excess = std::max(0.0, (w.first_trip ? trip_first : trip_q) - w.fill);
+    out.idle = terms.both ? out.idle + excess : std::max(out.idle, excess);
+  }
   return out;
 }
 
@@ -899,6 +932,150 @@ double PlanSearch::wait_cost(int j, int a, int b, double recompute_first,
                             : (last ? 0.0 : trip_first - recompute_first + recompute_q);
   const Waits w = waits(j, d, followed_, trip_first, trip_q);
   return own - w.tail + (last ? 0.0 : w.idle);
+}
+
+// wait_bound() of every stage at once, with the stages' work shared out continuously (docs/
+// planner.md, "The relaxed root"). The tables bound the stages not yet placed one at a time, so
+// they must time every round trip through later stages at the fastest device's speed; here the
+// trips go through the later stages at their own speeds, which is what decides the bubble when
+// devices differ. Each stage j gets a share x_j of the iteration's work (work_); every quantity
+// wait_bound() adds up over a stage's layers is bounded through its least (or, where it is
+// subtracted, its largest) ratio to a layer's work, so that for every balance each stage's
+// wait_bound() is at least a linear function of the shares, one per way its waits' excesses can
+// be clipped at zero. The least largest of those functions over all shares (a linear programme,
+// min_max_share_bound()) is at most the least largest wait_bound() over balances, so at most
+// every plan's simulated time. Copies count their least size.
+double PlanSearch::relaxed_root() const {
+  const Config& c = *config_;
+  const int m = c.micro_batches();
+  const bool gpipe = c.schedule == ScheduleKind::GPipe;
+  const bool uneven = m >= 2 && c.sizes.back() != c.sizes.front();
+  const SizeCosts& f = *first_size_;
+  const SizeCosts& l = *last_size_;
+  // A layer's quantity against its work: the least ratio bounds what is added, the largest what
+  // is subtracted; layers without work add their quantity to the largest.
+  struct Ratio {
+    double least = kInf, most = 0.0, workless = 0.0;
+    void add(double value, double work) {
+      if (work > 0.0) {
+        least = std::min(least, value / work);
+        most = std::max(most, value / work);
+      } else {
+        workless += value;
+      }
+    }
+    double lower() const { return least < kInf ? least : 0.0; }
+  };
+  // wait_bound()'s cases: the micro-batch q whose backward ends the waits and whose gradient
+  // drains to stage 0 (GPipe: 0's, with the waits of M - 1; 1F1B: the last one, and with a
+  // smaller last one also the last full-size one, M - 2, which follows micro-batch 0's trip).
+  struct Case {
+    int q;
+    const SizeCosts* drained;
+    bool q_trip_last;  // q's round trip is the last micro-batch's
+    Ratio path;        // micro-batch 0's forward and q's backward through a stage
+    std::vector<std::array<Ratio, 2>> fill;
+    std::vector<std::array<double, 2>> fill_overhead;
+    std::vector<Ratio> tail;
+    std::vector<double> tail_overhead;
+  };
+  std::vector<Case> cases;
+  cases.push_back({m - 1, gpipe ? &f : &l, true, {}, {}, {}, {}, {}});
+  if (!gpipe && uneven) cases.push_back({m - 2, &f, false, {}, {}, {}, {}, {}});
+  StageDurations overhead_only;
+  overhead_only.forward = overhead_only.forward_nograd =
+      overhead_only.backward = {overhead_, overhead_};
+  for (Case& k : cases) {
+    k.fill.assign(stages_, {});
+    k.fill_overhead.assign(stages_, {0.0, 0.0});
+    k.tail.assign(stages_, {});
+    k.tail_overhead.assign(stages_, 0.0);
+    for (int j = 0; j < stages_; ++j) {
+      const WaitTerms t = wait_terms(j, overhead_only, k.q);
+      for (int i = 0; i < t.count; ++i) k.fill_overhead[j][i] = t.wait[i].fill;
+      k.tail_overhead[j] = t.tail;
+    }
+  }
+  Ratio trip_first, trip_last;
+  double least_output_first = kInf, least_output_last = kInf;
+  for (int x = 0; x < layers_; ++x) {
+    const double work = work_[x + 1] - work_[x];
+    trip_first.add(pass_first_[x] - pass_first_[x + 1], work);
+    trip_last.add(pass_last_[x] - pass_last_[x + 1], work);
+    const StageDurations d = stage_durations(f, l, x, x + 1, 1.0, 0.0, nullptr, nullptr);
+    for (Case& k : cases) {
+      k.path.add(
+          (c.recomputed(0) ? f.forward_nograd_ms[x] : f.forward_ms[x]) + k.drained->backward_ms[x],
+          work);
+      for (int j = 0; j < stages_; ++j) {
+        const WaitTerms t = wait_terms(j, d, k.q);
+        for (int i = 0; i < t.count; ++i) k.fill[j][i].add(t.wait[i].fill, work);
+        k.tail[j].add(t.tail, work);
+      }
+    }
+    if (x + 1 < layers_) {
+      least_output_first = std::min(least_output_first, static_cast<double>(f.output_bytes[x]));
+      least_output_last = std::min(least_output_last, static_cast<double>(l.output_bytes[x]));
+    }
+  }
+  auto least_copy = [&](int j, bool last_size) {
+    const double bytes = last_size ? least_output_last : least_output_first;
+    return bytes < kInf ? link_[j]->transfer_ms(bytes) : 0.0;
+  };
+  std::vector<double> constant;
+  std::vector<std::vector<double>> slope;
+  for (const Case& k : cases) {
+    const bool drained_last = k.drained == &l;
+    for (int j = 0; j < stages_; ++j) {
+      // Micro-batch 0's forwards and q's backwards through the stages before j, with their
+      // copies; stage j's own work, less what follows q's backward (1F1B's M - 2 case only).
+      double base = overhead_ * tasks_per_stage_;
+      std::vector<double> g(stages_, 0.0);
+      for (int s = 0; s < j; ++s) {
+        base += 2.0 * overhead_ + least_copy(s, false) + least_copy(s, drained_last);
+        g[s] = k.path.lower() / speed_[s];
+      }
+      g[j] = 1.0 / speed_[j];
+      if (k.q != m - 1) {
+        base -= k.tail_overhead[j] + k.tail[j].workless / speed_[j];
+        g[j] -= k.tail[j].most / speed_[j];
+      }
+      constant.push_back(base);
+      slope.push_back(g);
+      if (j + 1 == stages_) continue;
+      // Each wait: the round trip through the later stages at their speeds, less the most of
+      // stage j's work that fills it.
+      const WaitTerms t = wait_terms(j, overhead_only, k.q);
+      const double onward = 2.0 * overhead_ * (stages_ - 1 - j) + after_latency_[j];
+      std::array<double, 2> wait_constant{};
+      std::array<std::vector<double>, 2> wait_slope;
+      for (int i = 0; i < t.count; ++i) {
+        const bool last_trip = !t.wait[i].first_trip && k.q_trip_last;
+        const Ratio& trip = last_trip ? trip_last : trip_first;
+        wait_constant[i] = onward + 2.0 * least_copy(j, last_trip) - k.fill_overhead[j][i] -
+                           k.fill[j][i].workless / speed_[j];
+        wait_slope[i].assign(stages_, 0.0);
+        for (int s = j + 1; s < stages_; ++s) wait_slope[i][s] = trip.lower() / speed_[s];
+        wait_slope[i][j] = -k.fill[j][i].most / speed_[j];
+      }
+      // Every way of clipping the excesses: one at a time when they overlap, any set when they
+      // add up.
+      for (int mask = 1; mask < (1 << t.count); ++mask) {
+        if (!t.both && (mask & (mask - 1)) != 0) continue;
+        double a = base;
+        std::vector<double> row = g;
+        for (int i = 0; i < t.count; ++i) {
+          if (!(mask & (1 << i))) continue;
+          a += wait_constant[i];
+          for (int s = 0; s < stages_; ++s) row[s] += wait_slope[i][s];
+        }
+        constant.push_back(a);
+        slope.push_back(std::move(row));
+      }
+    }
+  }
+  const double bound = min_max_share_bound(constant, slope, work_[layers_]);
+  return std::max(0.0, bound * (1.0 - 1e-12));
 }
 
 // The root bound with 1F1B's round trips waiting, on the last stage, for their recomputes
@@ -1109,10 +1286,10 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
     {
       // The stages placed so far exactly, the later ones as round trips (see run_prefix).
       const double onward_tasks = 2.0 * overhead_ * (stages_ - 1 - j) + after_latency_[j];
-      double trip_first =
-          pass_first_[b] / after_speed_[j] + onward_tasks + 2.0 * copy(*first_size_, j, b);
+      double trip_first = least_trip(pass_first_, trip_first_, j, b) + onward_tasks +
+                          2.0 * copy(*first_size_, j, b);
       const double trip_last =
-          pass_last_[b] / after_speed_[j] + onward_tasks + 2.0 * copy(*last_size_, j, b);
+          least_trip(pass_last_, trip_last_, j, b) + onward_tasks + 2.0 * copy(*last_size_, j, b);
       const Config& c = *config_;
       const int m = c.micro_batches();
       // (1F1B's recompute on the last stage could be added the same way, but the greedy fill
@@ -1137,6 +1314,62 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
     search(j + 1, b, next_arrive, next_drain, onward, bound, objective);
     if (out_of_budget_) return;  // resume_ holds where the child stopped
   }
+}
+
+// The round trips that wait_bound() and the prefix sweeps follow through the stages after j,
+// at those stages' own speeds rather than the fastest one's. Any balance that beats `limit` has
+// every stage's chained_cost() below it and passing the nested memory bound, so its later
+// stages hold layers [b, L) in a way this dynamic programme also considers: least pass over the
+// ways to split [b, L) among stages j+1..K-1 (each non-empty) that keep every stage below the
+// limit. With devices of equal speed it is the pass at that speed; when they differ it keeps
+// the fast devices from holding more than the limit lets them, which the fastest speed cannot.
+// O(K L): the stage's furthest end grows with its start (the cost shrinks as the start moves
+// right), so the minimum over ends is a sliding window.
+void PlanSearch::build_trip_tables(double limit) {
+  trip_first_.clear();
+  trip_last_.clear();
+  if (!(limit < kInf) || stages_ < 2) return;
+  const int last = stages_ - 1;
+  auto fits = [&](int k, int a, int e) {
+    return fits_nested(k, a, e) && chained_cost(k, a, e) < limit;
+  };
+  // furthest[k][a]: the furthest end of stage k from a that fits, a when none does.
+  std::vector<std::vector<int>> furthest(stages_, std::vector<int>(layers_ + 1, 0));
+  for (int k = 1; k < last; ++k) {
+    int e = 0;
+    for (int a = 0; a < layers_; ++a) {
+      e = std::max(e, a);
+      while (e < layers_ && fits(k, a, e + 1)) ++e;
+      furthest[k][a] = e;
+    }
+  }
+  auto build = [&](const std::vector<double>& pass, std::vector<std::vector<double>>& table) {
+    table.assign(stages_, std::vector<double>(layers_ + 1, kInf));
+    for (int b = 0; b < layers_; ++b)
+      if (fits(last, b, layers_)) table[last - 1][b] = (pass[b] - pass[layers_]) / speed_[last];
+    for (int j = last - 2; j >= 0; --j) {
+      const int k = j + 1;  // the stage that starts at b
+      const double speed = speed_[k];
+      const std::vector<double>& next = table[k];
+      auto value = [&](int e) { return next[e] - pass[e] / speed; };
+      std::vector<int> window;  // ends, values increasing: a monotone deque
+      std::size_t front = 0;
+      int added = 0;  // ends up to here were offered
+      for (int b = 0; b < layers_; ++b) {
+        const int upper = std::min(furthest[k][b], layers_ - (last - k));
+        for (int e = std::max(added + 1, b + 1); e <= upper; ++e) {
+          while (window.size() > front && !(value(window.back()) < value(e))) window.pop_back();
+          window.push_back(e);
+          added = e;
+        }
+        while (front < window.size() && window[front] <= b) ++front;
+        if (front < window.size() && window[front] <= upper && value(window[front]) < kInf)
+          table[j][b] = pass[b] / speed + value(window[front]);
+      }
+    }
+  };
+  build(pass_first_, trip_first_);
+  build(pass_last_, trip_last_);
 }
 
 // Each configuration's state between its slices of the search.
@@ -1208,8 +1441,8 @@ void PlanSearch::open_root(Entry& e, const std::vector<Entry>& entries) {
     return;
   }
   const Config& config = *e.config;
-  double root =
-      std::max({config.lower_bound, suffix_[stages_][0], chained_[stages_][0], waits_[stages_][0]});
+  double root = std::max({config.lower_bound, suffix_[stages_][0], chained_[stages_][0],
+                          waits_[stages_][0], relaxed_root()});
   // Up to 5 % above (the term is about one stage's recompute): cheap enough at every root.
   if (root < ranking_threshold_)
     root = recompute_root(root, std::min(ranking_threshold_, 1.05 * root));
@@ -1285,6 +1518,7 @@ void PlanSearch::search_slice(Entry& e, std::vector<Entry>& entries, std::uint64
   resume_ = e.resume;
   resuming_ = !resume_.empty();
   if (!resuming_) resume_.assign(stages_, 0);
+  build_trip_tables(threshold(Objective::Time));
   search(0, 0, 0.0, 0.0, {}, 0.0, Objective::Time);
   resuming_ = false;
   e.resume = resume_;

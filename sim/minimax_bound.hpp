@@ -1,0 +1,25 @@
+#pragma once
+
+#include <vector>
+
+namespace pipetune {
+
+/// A lower bound on  min over x >= 0 with sum(x) = total  of  max_i (constant[i] + slope[i] . x):
+/// the least possible largest of some linear functions when a fixed total is shared out among
+/// the coordinates of x. The planner's relaxed root bound (docs/planner.md) has this shape:
+/// x is the work each stage gets, each function one stage's lower bound on the iteration.
+///
+/// Solved through the dual: for weights w >= 0 summing to 1, sum_i w_i (constant[i] +
+/// slope[i] . x) is at most the largest function at every x, and it is least at a vertex, all of
+/// the total on one coordinate. So  sum_i w_i constant[i] + total * min_k sum_i w_i slope[i][k]
+/// is a bound for every w; a simplex method finds the best w, and the value returned is
+/// recomputed from those weights, so rounding in the pivots can make the bound a little
+/// lower, never invalid. Exact (up to rounding) for the continuous problem.
+///
+/// `slope[i]` has one entry per coordinate (all the same length); returns -infinity for no
+/// functions. `shares`, if given, receives the x that attains the bound (the primal solution).
+double min_max_share_bound(const std::vector<double>& constant,
+                           const std::vector<std::vector<double>>& slope, double total,
+                           std::vector<double>* shares = nullptr);
+
+}  // namespace pipetune

@@ -1,0 +1,86 @@
+// The relaxed root's linear programme against hand-solved cases and a fine grid over the
+// shares.
+
+#include "sim/minimax_bound.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+namespace pipetune {
+namespace {
+
+double largest_at(const std::vector<double>& constant,
+                  const std::vector<std::vector<double>>& slope, const std::vector<double>& x) {
+  double worst = -1e300;
+  for (std::size_t i = 0; i < constant.size(); ++i) {
+    double v = constant[i];
+    for (std::size_t k = 0; k < x.size(); ++k) v += slope[i][k] * x[k];
+    worst = std::max(worst, v);
+  }
+  return worst;
+}
+
+TEST(MinMaxShareBound, TwoDevicesOfDifferentSpeedsShareByHand) {
+  // Times x0 / 2 and x1 / 1 of a total 9: equal at x0 = 6, x1 = 3, both 3.
+  std::vector<double> shares;
+  const double bound = min_max_share_bound({0.0, 0.0}, {{0.5, 0.0}, {0.0, 1.0}}, 9.0, &shares);
+  EXPECT_NEAR(bound, 3.0, 1e-12);
+  ASSERT_EQ(shares.size(), 2u);
+  EXPECT_NEAR(shares[0], 6.0, 1e-9);
+  EXPECT_NEAR(shares[1], 3.0, 1e-9);
+}
+
+TEST(MinMaxShareBound, PassPlusBottleneckByHand) {
+  // A two-stage pipeline's rows: stage 0 is M x0 + the trip through stage 1 (x1), stage 1 the
+  // pass through stage 0 plus M x1 (M = 3): 3 x0 + x1 and x0 + 3 x1 with x0 + x1 = 8 meet at
+  // x0 = x1 = 4, both 16. Adding 2 to stage 0's row: 2 x0 + 10 = 24 - 2 x0 at x0 = 3.5, 17.
+  EXPECT_NEAR(min_max_share_bound({0.0, 0.0}, {{3.0, 1.0}, {1.0, 3.0}}, 8.0), 16.0, 1e-12);
+  EXPECT_NEAR(min_max_share_bound({2.0, 0.0}, {{3.0, 1.0}, {1.0, 3.0}}, 8.0), 17.0, 1e-12);
+}
+
+TEST(MinMaxShareBound, NegativeSlopesAndConstants) {
+  // A wait's excess can lower a row as its own stage grows: -x0 + 10 and x0 - 2 with x0 + x1
+  // = 20 (x1 unused): equal at x0 = 6, both 4.
+  EXPECT_NEAR(min_max_share_bound({10.0, -2.0}, {{-1.0, 0.0}, {1.0, 0.0}}, 20.0), 4.0, 1e-12);
+  // A row negative everywhere, least with the whole total on its falling coordinate.
+  EXPECT_NEAR(min_max_share_bound({-5.0}, {{0.0, -1.0}}, 1.0), -6.0, 1e-12);
+}
+
+TEST(MinMaxShareBound, MatchesAGridOverThreeShares) {
+  std::mt19937 rng(15);
+  std::uniform_real_distribution<double> coef(-1.0, 3.0), offset(-5.0, 10.0);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int rows = 1 + static_cast<int>(rng() % 7);
+    std::vector<double> constant(rows);
+    std::vector<std::vector<double>> slope(rows, std::vector<double>(3));
+    for (int i = 0; i < rows; ++i) {
+      constant[i] = offset(rng);
+      for (double& g : slope[i]) g = coef(rng);
+    }
+    const double total = 12.0;
+    std::vector<double> shares;
+    const double bound = min_max_share_bound(constant, slope, total, &shares);
+    // The grid's least largest row: at least the bound, and within the grid's step of it (each
+    // row moves at most 4 per unit of share and a grid point is within 1/40 per coordinate).
+    const int n = 480;
+    double grid = 1e300;
+    for (int a = 0; a <= n; ++a) {
+      for (int b = 0; a + b <= n; ++b) {
+        const std::vector<double> x = {total * a / n, total * b / n, total * (n - a - b) / n};
+        grid = std::min(grid, largest_at(constant, slope, x));
+      }
+    }
+    SCOPED_TRACE(trial);
+    EXPECT_LE(bound, grid + 1e-9);
+    EXPECT_GE(bound, grid - 8.0 * 2 * total / n);
+    // The shares it reports attain it (strong duality), within rounding.
+    ASSERT_EQ(shares.size(), 3u);
+    EXPECT_NEAR(shares[0] + shares[1] + shares[2], total, 1e-9);
+    EXPECT_NEAR(largest_at(constant, slope, shares), bound, 1e-7);
+  }
+}
+
+}  // namespace
+}  // namespace pipetune
