@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstddef>
 #include <vector>
 
 namespace pipetune {
@@ -7,7 +8,7 @@ namespace pipetune {
 /// A lower bound on  min over x >= 0 with sum(x) = total  of  max_i (constant[i] + slope[i] . x):
 /// the least possible largest of some linear functions when a fixed total is shared out among
 /// the coordinates of x. The planner's relaxed root bound (docs/planner.md) has this shape:
-/// x is the work each stage gets, each function one stage's lower bound on the iteration.
+/// x is the work each stage gets, each function a lower bound on the iteration time.
 ///
 /// Solved through the dual: for weights w >= 0 summing to 1, sum_i w_i (constant[i] +
 /// slope[i] . x) is at most the largest function at every x, and it is least at a vertex, all of
@@ -21,5 +22,29 @@ namespace pipetune {
 double min_max_share_bound(const std::vector<double>& constant,
                            const std::vector<std::vector<double>>& slope, double total,
                            std::vector<double>* shares = nullptr);
+
+/// The same programme, grown one function at a time (cutting planes): each solve() goes on from
+/// the last optimal basis, so a new function costs a few pivots instead of a new solution.
+/// Needs the least largest function to be non-negative (true of times); below zero solve()
+/// still returns a bound, only a weaker one.
+class MinMaxShareProgramme {
+ public:
+  MinMaxShareProgramme(std::size_t coordinates, double total);
+  void add(double constant, const std::vector<double>& slope);
+  double solve(std::vector<double>* shares = nullptr);
+  std::size_t functions() const { return constant_.size(); }
+
+ private:
+  double value(std::size_t i, std::size_t k) const { return constant_[i] + total_ * slope_[i][k]; }
+  std::size_t coordinates_;
+  double total_;
+  std::vector<double> constant_;
+  std::vector<std::vector<double>> slope_;
+  // The simplex tableau of the dual: rows = coordinates + 1 (the weights' sum); columns: the
+  // rows' slacks, then z, then one weight per function.
+  std::vector<std::vector<double>> tableau_;
+  std::vector<double> rhs_, reduced_;  // right-hand sides; the objective row (reduced costs)
+  std::vector<std::size_t> basis_;
+};
 
 }  // namespace pipetune

@@ -34,6 +34,8 @@ std::int64_t PlanCandidate::max_peak_memory_bytes() const {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+// Cutting-plane rounds of relaxed_root(), each a linear programme of a few hundred pivots.
+constexpr int kRelaxedRootRounds = 40;
 // A sweep costs about as much per task as a node of the search per this many tasks.
 constexpr std::size_t kSweepTasksPerStep = 8;
 
@@ -278,7 +280,7 @@ class PlanSearch {
     double tail = 0.0;
   };
   WaitTerms wait_terms(int j, const StageDurations& d, int q) const;
-  double relaxed_root() const;
+  double relaxed_root(std::vector<int>& balance) const;
   double wait_cost(int j, int a, int b, double recompute_first = 0.0,
                    double recompute_q = 0.0) const;
   double recompute_root(double root, double ceiling) const;
@@ -366,7 +368,7 @@ class PlanSearch {
   struct Entry;
   void store_tables(Entry& e);
   double ranking_threshold(const std::vector<Entry>& entries, const Entry* self) const;
-  bool open(Entry& e, const std::vector<Entry>& entries);
+  bool open(Entry& e, const std::vector<Entry>& entries, bool tables = true);
   void open_root(Entry& e, const std::vector<Entry>& entries);
   void keep(Entry& e);
   void search_slice(Entry& e, std::vector<Entry>& entries, std::uint64_t slice);
@@ -945,7 +947,7 @@ double PlanSearch::wait_cost(int j, int a, int b, double recompute_first,
 // be clipped at zero. The least largest of those functions over all shares (a linear programme,
 // min_max_share_bound()) is at most the least largest wait_bound() over balances, so at most
 // every plan's simulated time. Copies count their least size.
-double PlanSearch::relaxed_root() const {
+double PlanSearch::relaxed_root(std::vector<int>& balance) const {
   const Config& c = *config_;
   const int m = c.micro_batches();
   const bool gpipe = c.schedule == ScheduleKind::GPipe;
@@ -1074,7 +1076,74 @@ double PlanSearch::relaxed_root() const {
       }
     }
   }
-  const double bound = min_max_share_bound(constant, slope, work_[layers_]);
+  // Paths of the iteration itself (cutting planes): every path of the task graph is at most the
+  // simulated time, and its length is linear in the shares once each task is bounded by its
+  // least ratio to the work. Solve, time the shares' own plan in that model, add its longest
+  // path if it is longer than the bound, and solve again; each solution is a bound, and they
+  // only grow. It stops when the model's plan is no longer than the bound (the continuous
+  // model's optimum) or after a few rounds.
+  std::array<std::array<Ratio, 2>, 4> task_ratio;  // [kind][slot], kinds as in PathCounts
+  for (int x = 0; x < layers_; ++x) {
+    const double work = work_[x + 1] - work_[x];
+    for (int slot = 0; slot < 2; ++slot) {
+      const SizeCosts& size = slot == 0 ? f : l;
+      task_ratio[0][slot].add(size.forward_ms[x], work);
+      task_ratio[1][slot].add(size.forward_nograd_ms[x], work);
+      task_ratio[2][slot].add(size.forward_ms[x], work);
+      task_ratio[3][slot].add(size.backward_ms[x], work);
+    }
+  }
+  MinMaxShareProgramme programme(stages_, work_[layers_]);
+  for (std::size_t i = 0; i < constant.size(); ++i) programme.add(constant[i], slope[i]);
+  std::vector<double> shares;
+  double bound = programme.solve(&shares);
+  std::vector<StageDurations> model(stages_);
+  IterationSweep::PathCounts path;
+  for (int round = 0; round < kRelaxedRootRounds; ++round) {
+    for (int k = 0; k < stages_; ++k) {
+      StageDurations& d = model[k];
+      for (int slot = 0; slot < 2; ++slot) {
+        const double per_speed = shares[k] / speed_[k];
+        d.forward[slot] = task_ratio[0][slot].lower() * per_speed + overhead_;
+        d.forward_nograd[slot] = task_ratio[1][slot].lower() * per_speed + overhead_;
+        d.backward[slot] = task_ratio[3][slot].lower() * per_speed + overhead_;
+        d.activation_copy[slot] = k + 1 < stages_ ? least_copy(k, slot == 1) : 0.0;
+        d.gradient_copy[slot] = k > 0 ? least_copy(k - 1, slot == 1) : 0.0;
+      }
+    }
+    const double longest = sweep_->run_critical_path(model, path);
+    if (!(longest > bound * (1.0 + 1e-9))) break;
+    double a = 0.0;
+    std::vector<double> row(stages_, 0.0);
+    for (int k = 0; k < stages_; ++k) {
+      for (int kind = 0; kind < 4; ++kind) {
+        for (int slot = 0; slot < 2; ++slot) {
+          const int n = path.tasks[k][kind * 2 + slot];
+          a += n * overhead_;
+          row[k] += n * task_ratio[kind][slot].lower() / speed_[k];
+        }
+      }
+      for (int slot = 0; slot < 2; ++slot) {
+        if (k + 1 < stages_)
+          a += (path.copies[k][slot] + path.copies[k][2 + slot]) * least_copy(k, slot == 1);
+      }
+    }
+    programme.add(a, row);
+    bound = std::max(bound, programme.solve(&shares));
+  }
+  // The shares' plan, rounded to layer boundaries: a first plan near the bound.
+  balance.assign(stages_, 0);
+  double share_end = 0.0;
+  for (int k = 0, start = 0; k < stages_; ++k) {
+    share_end += shares[k];
+    int end =
+        static_cast<int>(std::lower_bound(work_.begin(), work_.end(), share_end) - work_.begin());
+    if (end > start && end <= layers_ && share_end - work_[end - 1] < work_[end] - share_end) --end;
+    end = std::clamp(end, start + 1, layers_ - (stages_ - 1 - k));
+    if (k + 1 == stages_) end = layers_;
+    balance[k] = end - start;
+    start = end;
+  }
   return std::max(0.0, bound * (1.0 - 1e-12));
 }
 
@@ -1404,14 +1473,16 @@ double PlanSearch::ranking_threshold(const std::vector<Entry>& entries, const En
 }
 
 // Prepares entry `e`'s configuration (tables, sweep); false when a bound rules it out.
-bool PlanSearch::open(Entry& e, const std::vector<Entry>& entries) {
+bool PlanSearch::open(Entry& e, const std::vector<Entry>& entries, bool tables) {
   ranking_threshold_ = ranking_threshold(entries, &e);
   config_best_ = e.best;  // keep() reads it even when the entry is closed here
   if (e.root >= std::min(ranking_threshold_, e.best)) {
     return false;
   }
   prepare(*e.config);
-  if (e.tables) {
+  if (!tables) {
+    // The caller builds them when it needs them (open_root()).
+  } else if (e.tables) {
     swap_tables(*e.tables);  // e's tables are current again; its copy is released on return
     e.tables.reset();
     table_cache_bytes_ -= table_bytes();
@@ -1435,14 +1506,22 @@ void PlanSearch::open_root(Entry& e, const std::vector<Entry>& entries) {
     multi_stage_root(e, entries);
     return;
   }
-  if (!open(e, entries)) {
+  if (!open(e, entries, false)) {
     e.closed = true;
     keep(e);
     return;
   }
   const Config& config = *e.config;
-  double root = std::max({config.lower_bound, suffix_[stages_][0], chained_[stages_][0],
-                          waits_[stages_][0], relaxed_root()});
+  // The relaxed root first: where it rules the configuration out, its tables are never built.
+  std::vector<int> relaxed;  // the relaxed root's plan
+  e.root = std::max(e.root, relaxed_root(relaxed));
+  if (e.root >= ranking_threshold_) {
+    e.closed = true;
+    keep(e);
+    return;
+  }
+  build_suffix_tables();
+  double root = std::max({e.root, suffix_[stages_][0], chained_[stages_][0], waits_[stages_][0]});
   // Up to 5 % above (the term is about one stage's recompute): cheap enough at every root.
   if (root < ranking_threshold_)
     root = recompute_root(root, std::min(ranking_threshold_, 1.05 * root));
@@ -1452,10 +1531,11 @@ void PlanSearch::open_root(Entry& e, const std::vector<Entry>& entries) {
     keep(e);
     return;
   }
-  const std::vector<int> first = busy_balanced();
-  for (int j = 0, a = 0; j < stages_; a += first[j++])
-    durations_[j] = durations(j, a, a + first[j]);
-  evaluate(first, Objective::Time);
+  for (const std::vector<int>& first : {busy_balanced(), relaxed}) {
+    for (int j = 0, a = 0; j < stages_; a += first[j++])
+      durations_[j] = durations(j, a, a + first[j]);
+    evaluate(first, Objective::Time);
+  }
   if (!fitting_.empty()) evaluate_leaner_incumbents();
   e.stats.evaluated = true;
   keep(e);
@@ -1789,10 +1869,12 @@ PlanSearchResult PlanSearch::run() {
     if (options_.progress) options_.progress(done++, entries.size());
     open_root(e, entries);
   }
-  // Then the budget, in rounds, to the configurations whose bound is below the threshold,
-  // lowest bound first (they decide the gap): each gets a share of what is left in proportion
-  // to its room below the threshold, and at least twice its last slice so that the rounds (each
-  // rebuilds the configuration's tables) are few. A slice resumes where the last one stopped.
+  // Then the budget, in rounds, to the configurations whose bound is below the threshold, the
+  // one with the fastest plan first (its search is the likeliest to lower the threshold that
+  // the others must beat, and so to shorten their searches): each gets a share of what is left
+  // in proportion to its room below the threshold, and at least twice its last slice so that
+  // the rounds (each rebuilds the configuration's tables) are few. A slice resumes where the
+  // last one stopped.
   const std::uint64_t least_slice = std::max<std::uint64_t>(64, options_.search_budget / 4096);
   for (;;) {
     std::vector<Entry*> open_entries;
@@ -1801,7 +1883,7 @@ PlanSearchResult PlanSearch::run() {
     }
     if (open_entries.empty()) break;
     std::stable_sort(open_entries.begin(), open_entries.end(),
-                     [](const Entry* x, const Entry* y) { return x->root < y->root; });
+                     [](const Entry* x, const Entry* y) { return x->best < y->best; });
     // Each one's weight: how far its bound lies below the plan it must beat, the room its
     // search has to change the answer or the gap.
     auto weight = [&](const Entry& e) {

@@ -57,24 +57,106 @@ IterationSweep::IterationSweep(ScheduleKind schedule, CheckpointMode checkpoint,
   gradient_channel_free_.assign(stages, 0.0);
 }
 
+// The sweep's bookkeeping of which task or copy set each time, for run_critical_path(); the
+// plain sweep compiles it away.
+struct IterationSweep::NoTracker {
+  void stage(int, int, int) {}
+  void copy(int, int, int, int, bool) {}
+  void arrive_from(int, int) {}
+  void end(int) {}
+};
+
+// Every time the sweep keeps (a stage's stream free, a channel free, an input arrived) comes
+// with the event that set it; each event records the one it waited for.
+struct IterationSweep::PathTracker {
+  struct Event {
+    int previous;  // -1: the path starts here
+    int stage;     // or the link, for a copy
+    int index;     // into PathCounts::tasks or copies
+    bool copy;
+  };
+  std::vector<Event> events;
+  std::vector<int> stage_last, activation_channel_last, gradient_channel_last;
+  std::vector<int> activation_from, gradient_from;  // [stage * M + i]: the copy that brought it
+  int pending_wait = -1;  // the input the next task waited for, when it did
+  int final_event = -1;
+  void reset(int stages, int micro_batches) {
+    events.clear();
+    stage_last.assign(stages, -1);
+    activation_channel_last.assign(stages, -1);
+    gradient_channel_last.assign(stages, -1);
+    activation_from.assign(static_cast<std::size_t>(stages) * micro_batches, -1);
+    gradient_from.assign(static_cast<std::size_t>(stages) * micro_batches, -1);
+  }
+  // A compute task on stage s: it follows the input it waited for, or the stage's last task.
+  void stage(int s, int kind, int slot) {
+    const int previous = pending_wait >= 0 ? pending_wait : stage_last[s];
+    pending_wait = -1;
+    events.push_back({previous, s, kind * 2 + slot, false});
+    stage_last[s] = static_cast<int>(events.size()) - 1;
+  }
+  // A copy over the link after stage `link`: it follows the task just recorded, or the copy
+  // before it on its channel when it had to wait for the channel.
+  void copy(int link, int direction, int slot, int cell, bool waited_for_channel) {
+    std::vector<int>& channel = direction == 0 ? activation_channel_last : gradient_channel_last;
+    const int previous = waited_for_channel ? channel[link] : static_cast<int>(events.size()) - 1;
+    events.push_back({previous, link, direction * 2 + slot, true});
+    channel[link] = static_cast<int>(events.size()) - 1;
+    (direction == 0 ? activation_from : gradient_from)[cell] = channel[link];
+  }
+  // The next task waits for its input rather than for its stage.
+  void arrive_from(int cell, int direction) {
+    pending_wait = (direction == 0 ? activation_from : gradient_from)[cell];
+  }
+  void end(int event) { final_event = event; }
+};
+
 double IterationSweep::run(std::span<const StageDurations> stages) const {
-  return sweep(order_, stages, stages_ - 1, 0.0, 0.0);
+  NoTracker none;
+  return sweep(order_, stages, stages_ - 1, 0.0, 0.0, none);
 }
 
 double IterationSweep::run_prefix(std::span<const StageDurations> stages, int last,
                                   double trip_full, double trip_last) const {
+  NoTracker none;
   return sweep(last + 1 == stages_ ? order_ : prefix_order_[last], stages, last, trip_full,
-               trip_last);
+               trip_last, none);
 }
 
+double IterationSweep::run_critical_path(std::span<const StageDurations> stages,
+                                         PathCounts& path) const {
+  PathTracker tracker;
+  tracker.reset(stages_, micro_batches_);
+  const double makespan = sweep(order_, stages, stages_ - 1, 0.0, 0.0, tracker);
+  path.tasks.assign(stages_, {});
+  path.copies.assign(stages_, {});
+  for (int e = tracker.final_event; e >= 0; e = tracker.events[e].previous) {
+    const auto& event = tracker.events[e];
+    (event.copy ? path.copies[event.stage][event.index] : path.tasks[event.stage][event.index]) +=
+        1;
+  }
+  return makespan;
+}
+
+template <typename Tracker>
 double IterationSweep::sweep(const std::vector<Step>& order, std::span<const StageDurations> stages,
-                             int last_stage, double trip_full, double trip_last) const {
+                             int last_stage, double trip_full, double trip_last,
+                             Tracker& tracker) const {
   std::fill(stage_free_.begin(), stage_free_.end(), 0.0);
   std::fill(activation_channel_free_.begin(), activation_channel_free_.end(), 0.0);
   std::fill(gradient_channel_free_.begin(), gradient_channel_free_.end(), 0.0);
   const int m = micro_batches_;
   const std::array<double, 2> trip{trip_full, trip_last};
   double makespan = 0.0;
+  // Events are numbered as the tracker records them: one per task and per copy.
+  int event = -1, makespan_event = -1;
+  auto ends = [&](double time) {
+    ++event;
+    if (time > makespan) {
+      makespan = time;
+      makespan_event = event;
+    }
+  };
   for (const Step& step : order) {
     const int s = step.stage, i = step.micro_batch;
     const StageDurations& d = stages[s];
@@ -82,15 +164,20 @@ double IterationSweep::sweep(const std::vector<Step>& order, std::span<const Sta
     const std::size_t cell = static_cast<std::size_t>(s) * m + i;
     switch (step.kind) {
       case 0: {  // forward: needs the previous stage's activation
+        if (s > 0 && activation_at_[cell] > free) tracker.arrive_from(static_cast<int>(cell), 0);
         const double start = s > 0 ? std::max(free, activation_at_[cell]) : free;
         free = start + (step.nograd ? d.forward_nograd[step.slot] : d.forward[step.slot]);
+        tracker.stage(s, step.nograd ? 1 : 0, step.slot);
+        ends(free);
         if (s < last_stage) {
           // Copies leave in the order the forwards run, which is this order.
           double& channel = activation_channel_free_[s];
+          const bool waits = channel > free;
           const double copy_start = std::max(free, channel);
           channel = copy_start + d.activation_copy[step.slot];
           activation_at_[cell + m] = channel;
-          makespan = std::max(makespan, channel);
+          tracker.copy(s, 0, step.slot, static_cast<int>(cell + m), waits);
+          ends(channel);
         } else if (s + 1 < stages_) {
           // The round trip through the stages left out, as early as it can be back.
           gradient_at_[cell] = free + trip[i == m - 1 ? 1 : 0];
@@ -99,22 +186,30 @@ double IterationSweep::sweep(const std::vector<Step>& order, std::span<const Sta
       }
       case 1:  // recompute: its forward ran earlier on this stream
         free += d.forward[step.slot];
+        tracker.stage(s, 2, step.slot);
+        ends(free);
         break;
       default: {  // backward: needs the next stage's gradient
+        if (s < stages_ - 1 && gradient_at_[cell] > free)
+          tracker.arrive_from(static_cast<int>(cell), 1);
         const double start = s < stages_ - 1 ? std::max(free, gradient_at_[cell]) : free;
         free = start + d.backward[step.slot];
+        tracker.stage(s, 3, step.slot);
+        ends(free);
         if (s > 0) {
           double& channel = gradient_channel_free_[s];
+          const bool waits = channel > free;
           const double copy_start = std::max(free, channel);
           channel = copy_start + d.gradient_copy[step.slot];
           gradient_at_[cell - m] = channel;
-          makespan = std::max(makespan, channel);
+          tracker.copy(s - 1, 1, step.slot, static_cast<int>(cell - m), waits);
+          ends(channel);
         }
         break;
       }
     }
-    makespan = std::max(makespan, free);
   }
+  tracker.end(makespan_event);
   return makespan;
 }
 

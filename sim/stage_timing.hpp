@@ -55,6 +55,17 @@ class IterationSweep {
   /// last = K - 1 (trips 0) it equals run().
   double run_prefix(std::span<const StageDurations> stages, int last, double trip_full,
                     double trip_last) const;
+  /// What a longest path of run() is made of: how many of each kind of task per stage and of
+  /// copies per link it holds. Its length, with each task at its duration, is run()'s value;
+  /// the planner's relaxed root (docs/planner.md) bounds every plan by such paths.
+  struct PathCounts {
+    /// [stage][kind * 2 + slot], kind 0 forward (with autograd), 1 forward without, 2 recompute,
+    /// 3 backward; slot as in StageDurations.
+    std::vector<std::array<int, 8>> tasks;
+    /// [link after stage j][direction * 2 + slot], direction 0 activation, 1 gradient.
+    std::vector<std::array<int, 4>> copies;
+  };
+  double run_critical_path(std::span<const StageDurations> stages, PathCounts& path) const;
   /// Tasks (compute and copies) one run() covers.
   std::size_t task_count() const { return task_count_; }
   /// Compute tasks one run_prefix(…, last, …) covers.
@@ -71,8 +82,11 @@ class IterationSweep {
     int micro_batch;
   };
   std::vector<Step> order_;
+  template <typename Tracker>
   double sweep(const std::vector<Step>& order, std::span<const StageDurations> stages,
-               int last_stage, double trip_full, double trip_last) const;
+               int last_stage, double trip_full, double trip_last, Tracker& tracker) const;
+  struct NoTracker;
+  struct PathTracker;
   std::vector<std::vector<Step>> prefix_order_;  // [last]: order_ restricted to stages 0..last
   int stages_, micro_batches_;
   std::size_t task_count_ = 0;

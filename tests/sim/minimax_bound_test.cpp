@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 
 namespace pipetune {
@@ -79,6 +80,34 @@ TEST(MinMaxShareBound, MatchesAGridOverThreeShares) {
     ASSERT_EQ(shares.size(), 3u);
     EXPECT_NEAR(shares[0] + shares[1] + shares[2], total, 1e-9);
     EXPECT_NEAR(largest_at(constant, slope, shares), bound, 1e-7);
+  }
+}
+
+// Cutting planes: functions added one at a time, solving in between, end where one solution of
+// all of them does (the warm start changes the path, not the optimum); every intermediate bound
+// is at most the final one.
+TEST(MinMaxShareProgramme, GrowingOneFunctionAtATimeEndsAtTheWholeProgrammesBound) {
+  std::mt19937 rng(16);
+  std::uniform_real_distribution<double> coef(0.0, 3.0), offset(0.0, 10.0);
+  for (int trial = 0; trial < 100; ++trial) {
+    const std::size_t coords = 1 + rng() % 6, rows = 1 + rng() % 30;
+    std::vector<double> constant(rows);
+    std::vector<std::vector<double>> slope(rows, std::vector<double>(coords));
+    for (std::size_t i = 0; i < rows; ++i) {
+      constant[i] = offset(rng);
+      for (double& g : slope[i]) g = coef(rng) - (i % 3 == 2 ? 1.0 : 0.0);
+    }
+    const double total = 20.0;
+    const double whole = min_max_share_bound(constant, slope, total);
+    MinMaxShareProgramme programme(coords, total);
+    double last = -1e300;
+    for (std::size_t i = 0; i < rows; ++i) {
+      programme.add(constant[i], slope[i]);
+      last = programme.solve();
+      EXPECT_LE(last, whole + 1e-9 * std::abs(whole));
+    }
+    SCOPED_TRACE(trial);
+    EXPECT_NEAR(last, whole, 1e-9 * std::max(1.0, std::abs(whole)));
   }
 }
 

@@ -418,8 +418,10 @@ TEST(Planner, EqualBlocksAtScaleReachTheKnownOptimum) {
 // answer is no worse than any configuration's first plan (each found alone with no budget), and
 // the bound stays below the optimum proven with a large budget.
 TEST(Planner, SmallBudgetStillVisitsEveryConfiguration) {
-  const Profile profile = bench::lognormal_profile(60, 8);
-  Hardware hw = replicate_device(profile.device, 4);
+  // Large enough that more than one configuration needs a search (the relaxed root closes
+  // every other configuration of smaller cases before any search).
+  const Profile profile = bench::lognormal_profile(100, 16);
+  Hardware hw = replicate_device(profile.device, 8);
   hw.link.bandwidth_bytes_per_s = 2e10;
   PlannerOptions options;
   options.top = 1;

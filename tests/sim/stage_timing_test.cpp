@@ -13,6 +13,25 @@
 namespace pipetune {
 namespace {
 
+// A path's length from its counts: each task and copy at its duration.
+double path_length(const IterationSweep::PathCounts& path, const std::vector<StageDurations>& d) {
+  double length = 0.0;
+  for (std::size_t j = 0; j < d.size(); ++j) {
+    for (int slot = 0; slot < 2; ++slot) {
+      length += path.tasks[j][0 + slot] * d[j].forward[slot] +
+                path.tasks[j][2 + slot] * d[j].forward_nograd[slot] +
+                path.tasks[j][4 + slot] * d[j].forward[slot] +
+                path.tasks[j][6 + slot] * d[j].backward[slot];
+      // The link after stage j: activations sent by j, gradients sent by j + 1.
+      if (j + 1 < d.size()) {
+        length += path.copies[j][slot] * d[j].activation_copy[slot] +
+                  path.copies[j][2 + slot] * d[j + 1].gradient_copy[slot];
+      }
+    }
+  }
+  return length;
+}
+
 TEST(IterationSweep, EqualsTheSimulatorOnRandomInstances) {
   std::mt19937 rng(77);
   int compared = 0;
@@ -95,6 +114,10 @@ TEST(IterationSweep, EqualsTheSimulatorOnRandomInstances) {
             EXPECT_LE(bound, r.iteration_ms * (1 + 1e-12)) << "stages 0.." << last;
           }
         }
+        // The longest path it reports: made of the plan's own tasks, as long as the plan.
+        IterationSweep::PathCounts path;
+        EXPECT_EQ(sweep.run_critical_path(durations, path), r.iteration_ms);
+        EXPECT_NEAR(path_length(path, durations), r.iteration_ms, 1e-9 * r.iteration_ms);
         ++compared;
       }
     }
