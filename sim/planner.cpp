@@ -18,6 +18,7 @@
 #include "sim/schedule.hpp"
 #include "sim/simulator.hpp"
 #include "sim/stage_timing.hpp"
+#include "sim/task_graph.hpp"
 
 namespace pipetune {
 
@@ -195,6 +196,7 @@ class PlanSearch {
       : profile_(profile),
         options_(options),
         costs_(profile),
+        hardware_(hardware),
         simulator_(profile, hardware),
         stages_(static_cast<int>(hardware.devices.size())),
         layers_(static_cast<int>(profile.layers.size())),
@@ -302,6 +304,7 @@ class PlanSearch {
   const Profile& profile_;
   const PlannerOptions& options_;
   CostModel costs_;
+  const Hardware& hardware_;
   Simulator simulator_;
   int stages_, layers_;
   double overhead_;
@@ -383,6 +386,7 @@ class PlanSearch {
   };
   Score simulate_for(Entry& e, const std::vector<int>& balance);
   void multi_stage_root(Entry& e, const std::vector<Entry>& entries);
+  double multi_stage_relaxed_root(const Config& c) const;
   void multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::uint64_t slice);
 };
 
@@ -1699,6 +1703,121 @@ PlanSearch::Score PlanSearch::simulate_for(Entry& e, const std::vector<int>& bal
 
 // The cheap pass: the bound, and as the first plan the balance with the least busiest stage
 // (each stage's work on its device), the min-max partition.
+// The relaxed root of a multi-stage configuration (docs/planner.md): each stage s gets a share
+// x_s of the work, every task is bounded by its least ratio to a layer's work over its stage's
+// share (plus its overhead; a copy by the least bytes a boundary can carry), and the plan is at
+// least every path of its task graph, which depends on the schedule alone, not on the balance.
+// Rows: each device's busy time, then (cutting planes) the longest path of the shares' own
+// plan in that model, timed by the event engine, until no path is longer than the bound.
+double PlanSearch::multi_stage_relaxed_root(const Config& c) const {
+  const int v = c.stages_per_device, m = c.micro_batches(), stages = v * stages_;
+  std::vector<int> device_of(stages);
+  for (int s = 0; s < stages; ++s) device_of[s] = stage_rank(c.schedule, s, stages, v);
+  TaskGraph graph;
+  build_task_graph(graph, make_schedule(c.schedule, stages, m, c.checkpoint, v), device_of,
+                   stages_);
+  const SizeCosts* size_of[2] = {&costs_.at(c.sizes.front()), &costs_.at(c.sizes.back())};
+  std::vector<int> slot_of(m);
+  for (int i = 0; i < m; ++i) slot_of[i] = c.sizes[i] == c.sizes.front() ? 0 : 1;
+  // The shares are of the work of multi_stage_root(): every micro-batch's forward and backward.
+  std::vector<double> work(layers_, 0.0);
+  for (std::int64_t size : c.sizes) {
+    const SizeCosts& sc = costs_.at(size);
+    for (int k = 0; k < layers_; ++k) work[k] += sc.forward_ms[k] + sc.backward_ms[k];
+  }
+  const double total = std::accumulate(work.begin(), work.end(), 0.0);
+  // [kind][slot]: the least cost of a task of that kind per unit of work; kinds as TaskKind,
+  // with the forward without autograd at SendActivation's place (no copy needs one).
+  std::array<std::array<double, 2>, 7> ratio;
+  for (auto& r : ratio) r.fill(kInf);
+  double least_bytes[2] = {kInf, kInf};
+  for (int slot = 0; slot < 2; ++slot) {
+    const SizeCosts& sc = *size_of[slot];
+    for (int k = 0; k < layers_; ++k) {
+      if (work[k] > 0.0) {
+        const double per[7] = {sc.forward_ms[k],
+                               sc.forward_ms[k],
+                               sc.backward_ms[k],
+                               sc.forward_nograd_ms[k],
+                               0.0,
+                               sc.backward_input_ms[k],
+                               sc.backward_weight_ms[k]};
+        for (int kind = 0; kind < 7; ++kind)
+          ratio[kind][slot] = std::min(ratio[kind][slot], per[kind] / work[k]);
+      }
+      if (k + 1 < layers_)
+        least_bytes[slot] = std::min(least_bytes[slot], static_cast<double>(sc.output_bytes[k]));
+    }
+  }
+  for (auto& r : ratio)
+    for (double& x : r) x = x < kInf ? x : 0.0;
+  const auto nograd_kind = static_cast<int>(TaskKind::SendActivation);
+  auto kind_of = [&](const SimTask& t) {
+    return t.kind == TaskKind::Forward && graph.schedule.recomputes(t.micro_batch)
+               ? nograd_kind
+               : static_cast<int>(t.kind);
+  };
+  auto copy_ms = [&](const SimTask& t) {
+    const double bytes = least_bytes[slot_of[t.micro_batch]];
+    return bytes < kInf ? hardware_.link_between(t.device, t.peer).transfer_ms(bytes) : 0.0;
+  };
+  MinMaxShareProgramme programme(stages, total);
+  {
+    std::vector<std::vector<double>> busy(stages_, std::vector<double>(stages, 0.0));
+    std::vector<double> tasks(stages_, 0.0);
+    for (const SimTask& t : graph.tasks) {
+      if (!is_compute(t.kind)) continue;
+      busy[t.device][t.stage] += ratio[kind_of(t)][slot_of[t.micro_batch]] / speed_[t.device];
+      tasks[t.device] += overhead_;
+    }
+    for (int r = 0; r < stages_; ++r) programme.add(tasks[r], busy[r]);
+  }
+  std::vector<double> shares;
+  double bound = programme.solve(&shares);
+  EventEngine& engine = graph.engine;
+  std::vector<std::vector<int>> before;  // each task's predecessors (edges() needs a run first)
+  for (int round = 0; round < kRelaxedRootRounds; ++round) {
+    for (std::size_t id = 0; id < graph.tasks.size(); ++id) {
+      const SimTask& t = graph.tasks[id];
+      engine.set_duration(static_cast<int>(id), is_compute(t.kind)
+                                                    ? ratio[kind_of(t)][slot_of[t.micro_batch]] *
+                                                              shares[t.stage] / speed_[t.device] +
+                                                          overhead_
+                                                    : copy_ms(t));
+    }
+    engine.run(false);
+    if (before.empty()) {
+      before.resize(graph.tasks.size());
+      for (const auto& [u, t] : engine.edges()) before[t].push_back(u);
+    }
+    if (!(engine.makespan() > bound * (1.0 + 1e-9))) break;
+    // Back from the task that ends last, each time to a predecessor that ended as it started.
+    int at = 0;
+    for (std::size_t id = 0; id < graph.tasks.size(); ++id)
+      if (engine.finish(static_cast<int>(id)) > engine.finish(at)) at = static_cast<int>(id);
+    double constant = 0.0;
+    std::vector<double> row(stages, 0.0);
+    while (at >= 0) {
+      const SimTask& t = graph.tasks[at];
+      if (is_compute(t.kind)) {
+        row[t.stage] += ratio[kind_of(t)][slot_of[t.micro_batch]] / speed_[t.device];
+        constant += overhead_;
+      } else {
+        constant += copy_ms(t);
+      }
+      const double start = engine.start(at);
+      int next = -1;
+      for (int u : before[at]) {
+        if (engine.finish(u) >= start) next = u;
+      }
+      at = start > 0.0 ? next : -1;
+    }
+    programme.add(constant, row);
+    bound = std::max(bound, programme.solve(&shares));
+  }
+  return std::max(0.0, bound * (1.0 - 1e-12));
+}
+
 void PlanSearch::multi_stage_root(Entry& e, const std::vector<Entry>& entries) {
   const Config& c = *e.config;
   auto note = [&] {
@@ -1719,6 +1838,12 @@ void PlanSearch::multi_stage_root(Entry& e, const std::vector<Entry>& entries) {
       w += s.forward_ms[k] + s.backward_ms[k];
     }
     work[k + 1] = work[k] + w;
+  }
+  e.root = std::max(e.root, multi_stage_relaxed_root(c));
+  if (e.root >= ranking_threshold(entries, &e)) {
+    e.closed = true;
+    note();
+    return;
   }
   const Partition p = min_max_partition(layers_, stages, [&](int s, int a, int b) {
     return (work[b] - work[a]) / speed_[stage_rank(c.schedule, s, stages, v)];
