@@ -169,12 +169,14 @@ void BM_PlanLognormal1000Layers16Devices(benchmark::State& state) {
 }
 BENCHMARK(BM_PlanLognormal1000Layers16Devices)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Iterations(1);
 
-// Unequal devices: the synthetic 1,000-layer profile on 16 devices of speeds 1.5, 1, 0.75, 1
-// repeated, so that the best balance is far from equal layer counts.
-void BM_PlanHeterogeneous1000Layers16Devices(benchmark::State& state) {
-  const Profile profile = synthetic_profile(1000, 256);
-  Hardware hw = replicate_device(profile.device, 16);
-  for (int i = 0; i < 16; ++i) hw.devices[i].speed = i % 4 == 0 ? 1.5 : i % 4 == 2 ? 0.75 : 1.0;
+// Unequal devices: the synthetic profile, range(0) layers on range(1) devices of speeds 1.5, 1,
+// 0.75, 1 repeated, so that the best balance is far from equal layer counts.
+void BM_PlanHeterogeneous(benchmark::State& state) {
+  const int devices = static_cast<int>(state.range(1));
+  const Profile profile = synthetic_profile(static_cast<int>(state.range(0)), 256);
+  Hardware hw = replicate_device(profile.device, devices);
+  for (int i = 0; i < devices; ++i)
+    hw.devices[i].speed = i % 4 == 0 ? 1.5 : i % 4 == 2 ? 0.75 : 1.0;
   hw.link.bandwidth_bytes_per_s = 1e10;
   hw.link.latency_ms = 0.01;
   PlannerOptions options;
@@ -185,8 +187,16 @@ void BM_PlanHeterogeneous1000Layers16Devices(benchmark::State& state) {
     benchmark::DoNotOptimize(result.ranked.data());
   }
   report_search(state, result);
+  state.counters["steps"] = static_cast<double>(result.stats.steps);
 }
-BENCHMARK(BM_PlanHeterogeneous1000Layers16Devices)->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK(BM_PlanHeterogeneous)
+    ->Args({1000, 16})
+    ->Args({100, 4})
+    ->Args({100, 8})
+    ->Args({1000, 4})
+    ->Args({200, 8})
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
 
 // How the search scales: the synthetic profile, range(0) layers on range(1) devices, every
 // chunk count, checkpoint mode and schedule, the default budget.
