@@ -7,50 +7,60 @@
 
 namespace pipetune {
 
-// The dual: max z subject to z <= sum_i w_i value_k(i) for every coordinate k (value_k(i): the
-// function i with the whole total on k) and sum w <= 1, with z, w >= 0. Every right-hand side
-// is 0 or 1, so the slacks make a first basis.
-MinMaxShareProgramme::MinMaxShareProgramme(std::size_t coordinates, double total)
-    : coordinates_(coordinates), total_(total) {
-  const std::size_t rows = coordinates + 1;
-  tableau_.assign(rows, std::vector<double>(rows + 1, 0.0));
+// The dual: max sum_c total_c u_c + sum_i w_i constant[i] subject to u_c <= sum_i w_i
+// slope[i][c, k] for every block c and coordinate k, sum w <= 1, w >= 0 and u free (u+ - u-).
+// Every right-hand side is 0 or 1, so the slacks make a first basis.
+MinMaxShareProgramme::MinMaxShareProgramme(std::size_t coordinates, std::vector<double> totals)
+    : coordinates_(coordinates), totals_(std::move(totals)) {
+  const std::size_t blocks = totals_.size(), rows = blocks * coordinates + 1;
+  const std::size_t cols = rows + 2 * blocks;
+  tableau_.assign(rows, std::vector<double>(cols, 0.0));
   rhs_.assign(rows, 0.0);
-  rhs_[coordinates] = 1.0;
-  reduced_.assign(rows + 1, 0.0);
+  rhs_[rows - 1] = 1.0;
+  reduced_.assign(cols, 0.0);
   basis_.resize(rows);
   for (std::size_t r = 0; r < rows; ++r) {
     tableau_[r][r] = 1.0;
     basis_[r] = r;
   }
-  for (std::size_t k = 0; k < coordinates; ++k) tableau_[k][rows] = 1.0;  // z
-  reduced_[rows] = -1.0;                                                  // maximise z
+  for (std::size_t c = 0; c < blocks; ++c) {
+    for (std::size_t k = 0; k < coordinates; ++k) {
+      tableau_[c * coordinates + k][rows + 2 * c] = 1.0;       // u+
+      tableau_[c * coordinates + k][rows + 2 * c + 1] = -1.0;  // u-
+    }
+    reduced_[rows + 2 * c] = -totals_[c];
+    reduced_[rows + 2 * c + 1] = totals_[c];
+  }
 }
 
 void MinMaxShareProgramme::add(double constant, const std::vector<double>& slope) {
   constant_.push_back(constant);
   slope_.push_back(slope);
-  const std::size_t i = constant_.size() - 1, rows = coordinates_ + 1;
+  const std::size_t rows = tableau_.size();
   // The weight's column in the original rows, then in the current basis: the slack columns
   // hold the basis inverse, the objective row's slack entries the dual values.
   std::vector<double> column(rows);
-  for (std::size_t k = 0; k < coordinates_; ++k) column[k] = -value(i, k);
-  column[coordinates_] = 1.0;
-  double reduced = 0.0;
+  for (std::size_t r = 0; r + 1 < rows; ++r) column[r] = -slope[r];
+  column[rows - 1] = 1.0;
   for (std::size_t r = 0; r < rows; ++r) {
     double entry = 0.0;
     for (std::size_t q = 0; q < rows; ++q) entry += tableau_[r][q] * column[q];
     tableau_[r].push_back(entry);
   }
+  double reduced = -constant;
   for (std::size_t q = 0; q < rows; ++q) reduced += reduced_[q] * column[q];
   reduced_.push_back(reduced);
 }
 
 double MinMaxShareProgramme::solve(std::vector<double>* shares) {
-  const std::size_t rows = coordinates_ + 1, cols = reduced_.size();
+  const std::size_t rows = tableau_.size(), cols = reduced_.size();
   if (constant_.empty()) return -std::numeric_limits<double>::infinity();
   double scale = 1.0;
-  for (std::size_t i = 0; i < constant_.size(); ++i)
-    for (std::size_t k = 0; k < coordinates_; ++k) scale = std::max(scale, std::abs(value(i, k)));
+  for (std::size_t i = 0; i < constant_.size(); ++i) {
+    scale = std::max(scale, std::abs(constant_[i]));
+    for (std::size_t r = 0; r + 1 < rows; ++r)
+      scale = std::max(scale, std::abs(slope_[i][r]) * totals_[r / coordinates_]);
+  }
   const double eps = 1e-12 * scale;
   for (std::size_t iteration = 0; iteration < 50 * (rows + cols); ++iteration) {
     std::size_t enter = cols;
@@ -71,7 +81,7 @@ double MinMaxShareProgramme::solve(std::vector<double>* shares) {
         leave = r;
       }
     }
-    if (leave == rows) break;  // unbounded: cannot happen (z <= the largest value)
+    if (leave == rows) break;  // unbounded: cannot happen (u <= the slopes, w sums to 1 at most)
     const double pivot = tableau_[leave][enter];
     for (double& x : tableau_[leave]) x /= pivot;
     rhs_[leave] /= pivot;
@@ -89,28 +99,50 @@ double MinMaxShareProgramme::solve(std::vector<double>* shares) {
     basis_[leave] = enter;
   }
   // The bound from the weights found, normalised (see the header).
-  const std::size_t first_weight = rows + 1, n = constant_.size();
+  const std::size_t first_weight = rows + 2 * totals_.size(), n = constant_.size();
   std::vector<double> w(n, 0.0);
   for (std::size_t r = 0; r < rows; ++r)
     if (basis_[r] >= first_weight) w[basis_[r] - first_weight] = std::max(rhs_[r], 0.0);
   const double sum = std::accumulate(w.begin(), w.end(), 0.0);
   for (double& v : w) v = sum > 0.0 ? v / sum : 1.0 / static_cast<double>(n);
-  double bound = std::numeric_limits<double>::infinity();
-  for (std::size_t k = 0; k < coordinates_; ++k) {
-    double at_k = 0.0;
-    for (std::size_t i = 0; i < n; ++i) at_k += w[i] * value(i, k);
-    bound = std::min(bound, at_k);
+  double bound = 0.0;
+  for (std::size_t i = 0; i < n; ++i) bound += w[i] * constant_[i];
+  for (std::size_t c = 0; c < totals_.size(); ++c) {
+    double least = std::numeric_limits<double>::infinity();
+    for (std::size_t k = 0; k < coordinates_; ++k) {
+      double at_k = 0.0;
+      for (std::size_t i = 0; i < n; ++i) at_k += w[i] * slope_[i][c * coordinates_ + k];
+      least = std::min(least, at_k);
+    }
+    bound += totals_[c] * least;
   }
   if (shares) {
-    // The dual value of each coordinate's row is the weight of that vertex: the share.
-    shares->assign(coordinates_, 0.0);
-    double total_dual = 0.0;
-    for (std::size_t k = 0; k < coordinates_; ++k) total_dual += std::max(reduced_[k], 0.0);
-    for (std::size_t k = 0; k < coordinates_; ++k)
-      (*shares)[k] = total_dual > 0.0 ? total_ * std::max(reduced_[k], 0.0) / total_dual
-                                      : total_ / static_cast<double>(coordinates_);
+    // The dual value of each (block, coordinate) row is that coordinate's share of the block.
+    shares->assign(rows - 1, 0.0);
+    for (std::size_t c = 0; c < totals_.size(); ++c) {
+      double block = 0.0;
+      for (std::size_t k = 0; k < coordinates_; ++k)
+        block += std::max(reduced_[c * coordinates_ + k], 0.0);
+      for (std::size_t k = 0; k < coordinates_; ++k) {
+        const double y = std::max(reduced_[c * coordinates_ + k], 0.0);
+        (*shares)[c * coordinates_ + k] =
+            block > 0.0 ? totals_[c] * y / block : totals_[c] / static_cast<double>(coordinates_);
+      }
+    }
   }
   return bound;
+}
+
+double MinMaxShareProgramme::solve_with_least(std::size_t index, double least) const {
+  const std::size_t block = index / coordinates_;
+  if (!(least <= totals_[block])) return std::numeric_limits<double>::infinity();
+  // x = least at `index` plus y, y >= 0 shared as before with the block's total less `least`.
+  std::vector<double> totals = totals_;
+  totals[block] -= least;
+  MinMaxShareProgramme shifted(coordinates_, totals);
+  for (std::size_t i = 0; i < constant_.size(); ++i)
+    shifted.add(constant_[i] + slope_[i][index] * least, slope_[i]);
+  return shifted.solve();
 }
 
 double min_max_share_bound(const std::vector<double>& constant,
@@ -118,8 +150,8 @@ double min_max_share_bound(const std::vector<double>& constant,
                            std::vector<double>* shares) {
   if (constant.empty()) return -std::numeric_limits<double>::infinity();
   const std::size_t coords = slope.front().size();
-  // The functions may be negative everywhere; lift them all by the same amount so that the
-  // least largest is not, and take it off again.
+  // The dual's weights sum to at most 1, so a least largest function below zero would be read
+  // as zero: lift every function by the same amount so that none is negative, and take it off.
   double shift = 0.0;
   for (std::size_t i = 0; i < constant.size(); ++i)
     for (std::size_t k = 0; k < coords; ++k)

@@ -23,25 +23,34 @@ double min_max_share_bound(const std::vector<double>& constant,
                            const std::vector<std::vector<double>>& slope, double total,
                            std::vector<double>* shares = nullptr);
 
-/// The same programme, grown one function at a time (cutting planes): each solve() goes on from
-/// the last optimal basis, so a new function costs a few pivots instead of a new solution.
+/// The same programme with several totals, each shared out on its own (x = one block of
+/// coordinates per total, each block summing to its total), grown one function at a time
+/// (cutting planes): each solve() goes on from the last optimal basis, so a new function costs
+/// a few pivots instead of a new solution. Slopes are laid out block after block. The dual
+/// bound is  sum_i w_i constant[i] + sum_c total_c * min_k over block c of sum_i w_i slope[i][k].
 /// Needs the least largest function to be non-negative (true of times); below zero solve()
 /// still returns a bound, only a weaker one.
 class MinMaxShareProgramme {
  public:
-  MinMaxShareProgramme(std::size_t coordinates, double total);
+  MinMaxShareProgramme(std::size_t coordinates, std::vector<double> totals);
+  MinMaxShareProgramme(std::size_t coordinates, double total)
+      : MinMaxShareProgramme(coordinates, std::vector<double>{total}) {}
+  /// `slope`: coordinates x totals entries, block by block.
   void add(double constant, const std::vector<double>& slope);
   double solve(std::vector<double>* shares = nullptr);
+  /// The bound of the same functions when coordinate `index` (block * coordinates + k) holds
+  /// at least `least` of its block's total, solved afresh; infinity when the block is smaller.
+  double solve_with_least(std::size_t index, double least) const;
   std::size_t functions() const { return constant_.size(); }
 
  private:
-  double value(std::size_t i, std::size_t k) const { return constant_[i] + total_ * slope_[i][k]; }
   std::size_t coordinates_;
-  double total_;
+  std::vector<double> totals_;
   std::vector<double> constant_;
   std::vector<std::vector<double>> slope_;
-  // The simplex tableau of the dual: rows = coordinates + 1 (the weights' sum); columns: the
-  // rows' slacks, then z, then one weight per function.
+  // The simplex tableau of the dual: one row per (block, coordinate) and one for the weights'
+  // sum; columns: the rows' slacks, then each block's bound u_c as u+ and u-, then one weight
+  // per function.
   std::vector<std::vector<double>> tableau_;
   std::vector<double> rhs_, reduced_;  // right-hand sides; the objective row (reduced costs)
   std::vector<std::size_t> basis_;

@@ -190,6 +190,84 @@ class MultiStageBalanceBound {
   std::vector<double> busy_, stage_work_, head_chain_, tail_chain_;
 };
 
+// The relaxed roots' view of layers (docs/planner.md, "The relaxed root"): each layer's costs
+// against its work, the least ratio bounding what a bound adds and the largest what it
+// subtracts, per class of layers; layers without work add their quantity to the largest.
+struct ClassRatio {
+  std::vector<double> least, most;
+  double workless = 0.0;
+  explicit ClassRatio(int classes = 1) : least(classes, kInf), most(classes, 0.0) {}
+  void add(int cls, double value, double work) {
+    if (work > 0.0) {
+      least[cls] = std::min(least[cls], value / work);
+      most[cls] = std::max(most[cls], value / work);
+    } else {
+      workless += value;
+    }
+  }
+  double lower(int cls) const { return least[cls] < kInf ? least[cls] : 0.0; }
+};
+
+// Layers grouped by the share of their forward in forward plus backward, in equal ranges of
+// that share: one least ratio for all layers is loose when an embedding's backward is ten
+// times its forward and a block's twice, so each class (a kind of layer, in most models) gets
+// its own ratios and its own share of the work. Empty ranges are dropped.
+struct RatioClasses {
+  std::vector<int> of;       // per layer
+  std::vector<double> work;  // per class: its layers' work
+};
+constexpr int kRatioClasses = 4;
+RatioClasses ratio_classes(const std::vector<double>& layer_work, const SizeCosts& size) {
+  const int layers = static_cast<int>(layer_work.size());
+  auto share = [&](int x) {
+    const double sum = size.forward_ms[x] + size.backward_ms[x];
+    return sum > 0.0 ? size.forward_ms[x] / sum : 0.0;
+  };
+  double low = kInf, high = -kInf;
+  for (int x = 0; x < layers; ++x) {
+    if (!(layer_work[x] > 0.0)) continue;
+    low = std::min(low, share(x));
+    high = std::max(high, share(x));
+  }
+  std::vector<int> range(layers, 0);
+  std::vector<int> used(kRatioClasses, -1);
+  RatioClasses out;
+  out.of.assign(layers, 0);
+  for (int x = 0; x < layers; ++x) {
+    if (!(layer_work[x] > 0.0) || !(high > low)) continue;
+    range[x] = std::min(kRatioClasses - 1,
+                        static_cast<int>(kRatioClasses * (share(x) - low) / (high - low)));
+  }
+  for (int x = 0; x < layers; ++x) {
+    if (used[range[x]] < 0) {
+      used[range[x]] = static_cast<int>(out.work.size());
+      out.work.push_back(0.0);
+    }
+    out.of[x] = used[range[x]];
+    out.work[out.of[x]] += layer_work[x];
+  }
+  if (out.work.empty()) out.work.push_back(0.0);
+  return out;
+}
+
+// Some stage holds the heaviest layer whole, which continuous shares need not: the least over
+// the stages of the programme with that stage's share of the layer's class at least the layer's
+// work. Only where the layer is a sizeable part of a stage's share (a quarter or more), since it
+// costs a fresh programme per stage and moves nothing otherwise.
+double heaviest_layer_bound(const MinMaxShareProgramme& programme,
+                            const std::vector<double>& layer_work, const RatioClasses& classes,
+                            int stages) {
+  const auto heaviest = std::max_element(layer_work.begin(), layer_work.end());
+  const double total = std::accumulate(layer_work.begin(), layer_work.end(), 0.0);
+  if (heaviest == layer_work.end() || !(*heaviest * stages >= 0.25 * total)) return 0.0;
+  const int cls = classes.of[static_cast<std::size_t>(heaviest - layer_work.begin())];
+  double least = kInf;
+  for (int s = 0; s < stages; ++s)
+    least = std::min(
+        least, programme.solve_with_least(static_cast<std::size_t>(cls) * stages + s, *heaviest));
+  return least < kInf ? least : 0.0;
+}
+
 class PlanSearch {
  public:
   PlanSearch(const Profile& profile, const Hardware& hardware, const PlannerOptions& options)
@@ -958,20 +1036,11 @@ double PlanSearch::relaxed_root(std::vector<int>& balance) const {
   const bool uneven = m >= 2 && c.sizes.back() != c.sizes.front();
   const SizeCosts& f = *first_size_;
   const SizeCosts& l = *last_size_;
-  // A layer's quantity against its work: the least ratio bounds what is added, the largest what
-  // is subtracted; layers without work add their quantity to the largest.
-  struct Ratio {
-    double least = kInf, most = 0.0, workless = 0.0;
-    void add(double value, double work) {
-      if (work > 0.0) {
-        least = std::min(least, value / work);
-        most = std::max(most, value / work);
-      } else {
-        workless += value;
-      }
-    }
-    double lower() const { return least < kInf ? least : 0.0; }
-  };
+  std::vector<double> layer_work(layers_);
+  for (int x = 0; x < layers_; ++x) layer_work[x] = work_[x + 1] - work_[x];
+  const RatioClasses classes = ratio_classes(layer_work, f);
+  const int n_classes = static_cast<int>(classes.work.size());
+  auto ratio = [&] { return ClassRatio(n_classes); };
   // wait_bound()'s cases: the micro-batch q whose backward ends the waits and whose gradient
   // drains to stage 0 (GPipe: 0's, with the waits of M - 1; 1F1B: the last one, and with a
   // smaller last one also the last full-size one, M - 2, which follows micro-batch 0's trip).
@@ -979,22 +1048,22 @@ double PlanSearch::relaxed_root(std::vector<int>& balance) const {
     int q;
     const SizeCosts* drained;
     bool q_trip_last;  // q's round trip is the last micro-batch's
-    Ratio path;        // micro-batch 0's forward and q's backward through a stage
-    std::vector<std::array<Ratio, 2>> fill;
+    ClassRatio path;   // micro-batch 0's forward and q's backward through a stage
+    std::vector<std::array<ClassRatio, 2>> fill;
     std::vector<std::array<double, 2>> fill_overhead;
-    std::vector<Ratio> tail;
+    std::vector<ClassRatio> tail;
     std::vector<double> tail_overhead;
   };
   std::vector<Case> cases;
-  cases.push_back({m - 1, gpipe ? &f : &l, true, {}, {}, {}, {}, {}});
-  if (!gpipe && uneven) cases.push_back({m - 2, &f, false, {}, {}, {}, {}, {}});
+  cases.push_back({m - 1, gpipe ? &f : &l, true, ratio(), {}, {}, {}, {}});
+  if (!gpipe && uneven) cases.push_back({m - 2, &f, false, ratio(), {}, {}, {}, {}});
   StageDurations overhead_only;
   overhead_only.forward = overhead_only.forward_nograd =
       overhead_only.backward = {overhead_, overhead_};
   for (Case& k : cases) {
-    k.fill.assign(stages_, {});
+    k.fill.assign(stages_, {ratio(), ratio()});
     k.fill_overhead.assign(stages_, {0.0, 0.0});
-    k.tail.assign(stages_, {});
+    k.tail.assign(stages_, ratio());
     k.tail_overhead.assign(stages_, 0.0);
     for (int j = 0; j < stages_; ++j) {
       const WaitTerms t = wait_terms(j, overhead_only, k.q);
@@ -1002,21 +1071,23 @@ double PlanSearch::relaxed_root(std::vector<int>& balance) const {
       k.tail_overhead[j] = t.tail;
     }
   }
-  Ratio trip_first, trip_last;
+  ClassRatio trip_first = ratio(), trip_last = ratio();
   double least_output_first = kInf, least_output_last = kInf;
   for (int x = 0; x < layers_; ++x) {
-    const double work = work_[x + 1] - work_[x];
-    trip_first.add(pass_first_[x] - pass_first_[x + 1], work);
-    trip_last.add(pass_last_[x] - pass_last_[x + 1], work);
+    const double work = layer_work[x];
+    const int cls = classes.of[x];
+    trip_first.add(cls, pass_first_[x] - pass_first_[x + 1], work);
+    trip_last.add(cls, pass_last_[x] - pass_last_[x + 1], work);
     const StageDurations d = stage_durations(f, l, x, x + 1, 1.0, 0.0, nullptr, nullptr);
     for (Case& k : cases) {
       k.path.add(
+          cls,
           (c.recomputed(0) ? f.forward_nograd_ms[x] : f.forward_ms[x]) + k.drained->backward_ms[x],
           work);
       for (int j = 0; j < stages_; ++j) {
         const WaitTerms t = wait_terms(j, d, k.q);
-        for (int i = 0; i < t.count; ++i) k.fill[j][i].add(t.wait[i].fill, work);
-        k.tail[j].add(t.tail, work);
+        for (int i = 0; i < t.count; ++i) k.fill[j][i].add(cls, t.wait[i].fill, work);
+        k.tail[j].add(cls, t.tail, work);
       }
     }
     if (x + 1 < layers_) {
@@ -1028,6 +1099,15 @@ double PlanSearch::relaxed_root(std::vector<int>& balance) const {
     const double bytes = last_size ? least_output_last : least_output_first;
     return bytes < kInf ? link_[j]->transfer_ms(bytes) : 0.0;
   };
+  // A row's slopes, one block of stages per class: a quantity of stage s at least (or, sign
+  // -1, at most) its ratio to the stage's work in each class, over the stage's speed.
+  const std::size_t width = static_cast<std::size_t>(n_classes) * stages_;
+  auto add = [&](std::vector<double>& row, int s, const ClassRatio& r, double sign) {
+    for (int k = 0; k < n_classes; ++k)
+      row[k * stages_ + s] += sign * (sign > 0 ? r.lower(k) : r.most[k]) / speed_[s];
+  };
+  ClassRatio own = ratio();  // a stage's busy work is its work, exactly
+  for (int k = 0; k < n_classes; ++k) own.least[k] = own.most[k] = 1.0;
   std::vector<double> constant;
   std::vector<std::vector<double>> slope;
   for (const Case& k : cases) {
@@ -1036,15 +1116,15 @@ double PlanSearch::relaxed_root(std::vector<int>& balance) const {
       // Micro-batch 0's forwards and q's backwards through the stages before j, with their
       // copies; stage j's own work, less what follows q's backward (1F1B's M - 2 case only).
       double base = overhead_ * tasks_per_stage_;
-      std::vector<double> g(stages_, 0.0);
+      std::vector<double> g(width, 0.0);
       for (int s = 0; s < j; ++s) {
         base += 2.0 * overhead_ + least_copy(s, false) + least_copy(s, drained_last);
-        g[s] = k.path.lower() / speed_[s];
+        add(g, s, k.path, 1.0);
       }
-      g[j] = 1.0 / speed_[j];
+      add(g, j, own, 1.0);
       if (k.q != m - 1) {
         base -= k.tail_overhead[j] + k.tail[j].workless / speed_[j];
-        g[j] -= k.tail[j].most / speed_[j];
+        add(g, j, k.tail[j], -1.0);
       }
       constant.push_back(base);
       slope.push_back(g);
@@ -1057,12 +1137,12 @@ double PlanSearch::relaxed_root(std::vector<int>& balance) const {
       std::array<std::vector<double>, 2> wait_slope;
       for (int i = 0; i < t.count; ++i) {
         const bool last_trip = !t.wait[i].first_trip && k.q_trip_last;
-        const Ratio& trip = last_trip ? trip_last : trip_first;
         wait_constant[i] = onward + 2.0 * least_copy(j, last_trip) - k.fill_overhead[j][i] -
                            k.fill[j][i].workless / speed_[j];
-        wait_slope[i].assign(stages_, 0.0);
-        for (int s = j + 1; s < stages_; ++s) wait_slope[i][s] = trip.lower() / speed_[s];
-        wait_slope[i][j] = -k.fill[j][i].most / speed_[j];
+        wait_slope[i].assign(width, 0.0);
+        for (int s = j + 1; s < stages_; ++s)
+          add(wait_slope[i], s, last_trip ? trip_last : trip_first, 1.0);
+        add(wait_slope[i], j, k.fill[j][i], -1.0);
       }
       // Every way of clipping the excesses: one at a time when they overlap, any set when they
       // add up.
@@ -1073,7 +1153,7 @@ double PlanSearch::relaxed_root(std::vector<int>& balance) const {
         for (int i = 0; i < t.count; ++i) {
           if (!(mask & (1 << i))) continue;
           a += wait_constant[i];
-          for (int s = 0; s < stages_; ++s) row[s] += wait_slope[i][s];
+          for (std::size_t x = 0; x < width; ++x) row[x] += wait_slope[i][x];
         }
         constant.push_back(a);
         slope.push_back(std::move(row));
@@ -1082,22 +1162,22 @@ double PlanSearch::relaxed_root(std::vector<int>& balance) const {
   }
   // Paths of the iteration itself (cutting planes): every path of the task graph is at most the
   // simulated time, and its length is linear in the shares once each task is bounded by its
-  // least ratio to the work. Solve, time the shares' own plan in that model, add its longest
+  // least ratios to the work. Solve, time the shares' own plan in that model, add its longest
   // path if it is longer than the bound, and solve again; each solution is a bound, and they
   // only grow. It stops when the model's plan is no longer than the bound (the continuous
   // model's optimum) or after a few rounds.
-  std::array<std::array<Ratio, 2>, 4> task_ratio;  // [kind][slot], kinds as in PathCounts
+  std::array<std::array<ClassRatio, 2>, 4> task_ratio;  // [kind][slot], kinds as in PathCounts
+  for (auto& kind : task_ratio) kind = {ratio(), ratio()};
   for (int x = 0; x < layers_; ++x) {
-    const double work = work_[x + 1] - work_[x];
     for (int slot = 0; slot < 2; ++slot) {
       const SizeCosts& size = slot == 0 ? f : l;
-      task_ratio[0][slot].add(size.forward_ms[x], work);
-      task_ratio[1][slot].add(size.forward_nograd_ms[x], work);
-      task_ratio[2][slot].add(size.forward_ms[x], work);
-      task_ratio[3][slot].add(size.backward_ms[x], work);
+      const double per[4] = {size.forward_ms[x], size.forward_nograd_ms[x], size.forward_ms[x],
+                             size.backward_ms[x]};
+      for (int kind = 0; kind < 4; ++kind)
+        task_ratio[kind][slot].add(classes.of[x], per[kind], layer_work[x]);
     }
   }
-  MinMaxShareProgramme programme(stages_, work_[layers_]);
+  MinMaxShareProgramme programme(stages_, classes.work);
   for (std::size_t i = 0; i < constant.size(); ++i) programme.add(constant[i], slope[i]);
   std::vector<double> shares;
   double bound = programme.solve(&shares);
@@ -1107,10 +1187,15 @@ double PlanSearch::relaxed_root(std::vector<int>& balance) const {
     for (int k = 0; k < stages_; ++k) {
       StageDurations& d = model[k];
       for (int slot = 0; slot < 2; ++slot) {
-        const double per_speed = shares[k] / speed_[k];
-        d.forward[slot] = task_ratio[0][slot].lower() * per_speed + overhead_;
-        d.forward_nograd[slot] = task_ratio[1][slot].lower() * per_speed + overhead_;
-        d.backward[slot] = task_ratio[3][slot].lower() * per_speed + overhead_;
+        auto time = [&](int kind) {
+          double ms = overhead_;
+          for (int x = 0; x < n_classes; ++x)
+            ms += task_ratio[kind][slot].lower(x) * shares[x * stages_ + k] / speed_[k];
+          return ms;
+        };
+        d.forward[slot] = time(0);
+        d.forward_nograd[slot] = time(1);
+        d.backward[slot] = time(3);
         d.activation_copy[slot] = k + 1 < stages_ ? least_copy(k, slot == 1) : 0.0;
         d.gradient_copy[slot] = k > 0 ? least_copy(k - 1, slot == 1) : 0.0;
       }
@@ -1118,13 +1203,13 @@ double PlanSearch::relaxed_root(std::vector<int>& balance) const {
     const double longest = sweep_->run_critical_path(model, path);
     if (!(longest > bound * (1.0 + 1e-9))) break;
     double a = 0.0;
-    std::vector<double> row(stages_, 0.0);
+    std::vector<double> row(width, 0.0);
     for (int k = 0; k < stages_; ++k) {
       for (int kind = 0; kind < 4; ++kind) {
         for (int slot = 0; slot < 2; ++slot) {
           const int n = path.tasks[k][kind * 2 + slot];
           a += n * overhead_;
-          row[k] += n * task_ratio[kind][slot].lower() / speed_[k];
+          add(row, k, task_ratio[kind][slot], n);
         }
       }
       for (int slot = 0; slot < 2; ++slot) {
@@ -1135,11 +1220,12 @@ double PlanSearch::relaxed_root(std::vector<int>& balance) const {
     programme.add(a, row);
     bound = std::max(bound, programme.solve(&shares));
   }
+  bound = std::max(bound, heaviest_layer_bound(programme, layer_work, classes, stages_));
   // The shares' plan, rounded to layer boundaries: a first plan near the bound.
   balance.assign(stages_, 0);
   double share_end = 0.0;
   for (int k = 0, start = 0; k < stages_; ++k) {
-    share_end += shares[k];
+    for (int x = 0; x < n_classes; ++x) share_end += shares[x * stages_ + k];
     int end =
         static_cast<int>(std::lower_bound(work_.begin(), work_.end(), share_end) - work_.begin());
     if (end > start && end <= layers_ && share_end - work_[end - 1] < work_[end] - share_end) --end;
@@ -1515,7 +1601,6 @@ void PlanSearch::open_root(Entry& e, const std::vector<Entry>& entries) {
     keep(e);
     return;
   }
-  const Config& config = *e.config;
   // The relaxed root first: where it rules the configuration out, its tables are never built.
   std::vector<int> relaxed;  // the relaxed root's plan
   e.root = std::max(e.root, relaxed_root(relaxed));
@@ -1725,32 +1810,28 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c) const {
     const SizeCosts& sc = costs_.at(size);
     for (int k = 0; k < layers_; ++k) work[k] += sc.forward_ms[k] + sc.backward_ms[k];
   }
-  const double total = std::accumulate(work.begin(), work.end(), 0.0);
+  const RatioClasses classes = ratio_classes(work, *size_of[0]);
+  const int n_classes = static_cast<int>(classes.work.size());
   // [kind][slot]: the least cost of a task of that kind per unit of work; kinds as TaskKind,
   // with the forward without autograd at SendActivation's place (no copy needs one).
-  std::array<std::array<double, 2>, 7> ratio;
-  for (auto& r : ratio) r.fill(kInf);
+  std::array<std::array<ClassRatio, 2>, 7> ratio;
+  for (auto& kind : ratio) kind = {ClassRatio(n_classes), ClassRatio(n_classes)};
   double least_bytes[2] = {kInf, kInf};
   for (int slot = 0; slot < 2; ++slot) {
     const SizeCosts& sc = *size_of[slot];
     for (int k = 0; k < layers_; ++k) {
-      if (work[k] > 0.0) {
-        const double per[7] = {sc.forward_ms[k],
-                               sc.forward_ms[k],
-                               sc.backward_ms[k],
-                               sc.forward_nograd_ms[k],
-                               0.0,
-                               sc.backward_input_ms[k],
-                               sc.backward_weight_ms[k]};
-        for (int kind = 0; kind < 7; ++kind)
-          ratio[kind][slot] = std::min(ratio[kind][slot], per[kind] / work[k]);
-      }
+      const double per[7] = {sc.forward_ms[k],
+                             sc.forward_ms[k],
+                             sc.backward_ms[k],
+                             sc.forward_nograd_ms[k],
+                             0.0,
+                             sc.backward_input_ms[k],
+                             sc.backward_weight_ms[k]};
+      for (int kind = 0; kind < 7; ++kind) ratio[kind][slot].add(classes.of[k], per[kind], work[k]);
       if (k + 1 < layers_)
         least_bytes[slot] = std::min(least_bytes[slot], static_cast<double>(sc.output_bytes[k]));
     }
   }
-  for (auto& r : ratio)
-    for (double& x : r) x = x < kInf ? x : 0.0;
   const auto nograd_kind = static_cast<int>(TaskKind::SendActivation);
   auto kind_of = [&](const SimTask& t) {
     return t.kind == TaskKind::Forward && graph.schedule.recomputes(t.micro_batch)
@@ -1761,16 +1842,59 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c) const {
     const double bytes = least_bytes[slot_of[t.micro_batch]];
     return bytes < kInf ? hardware_.link_between(t.device, t.peer).transfer_ms(bytes) : 0.0;
   };
-  MinMaxShareProgramme programme(stages, total);
+  // A row's compute tasks, counted per stage, kind and slot; their least time as slopes on the
+  // stages' shares, one block per class: per stage, the least over a class's layers of what
+  // those tasks cost on the layer against its work (tighter than a least ratio per task when
+  // a backward's halves vary unlike each other from layer to layer).
+  const std::size_t width = static_cast<std::size_t>(n_classes) * stages;
+  using Counts = std::vector<std::array<int, 14>>;  // [stage][kind * 2 + slot]
+  auto count_task = [&](Counts& counts, const SimTask& t) {
+    ++counts[t.stage][kind_of(t) * 2 + slot_of[t.micro_batch]];
+  };
+  std::array<std::vector<double>, 14> cost;  // [kind * 2 + slot][layer]
+  for (int kind = 0; kind < 7; ++kind) {
+    for (int slot = 0; slot < 2; ++slot) {
+      const SizeCosts& sc = *size_of[slot];
+      std::vector<double>& out = cost[kind * 2 + slot];
+      out.assign(layers_, 0.0);
+      for (int k = 0; k < layers_; ++k) {
+        const double per[7] = {sc.forward_ms[k],
+                               sc.forward_ms[k],
+                               sc.backward_ms[k],
+                               sc.forward_nograd_ms[k],
+                               0.0,
+                               sc.backward_input_ms[k],
+                               sc.backward_weight_ms[k]};
+        out[k] = per[kind];
+      }
+    }
+  }
+  auto slopes = [&](const Counts& counts) {
+    std::vector<double> row(width, 0.0);
+    for (int s = 0; s < stages; ++s) {
+      ClassRatio r(n_classes);
+      bool any = false;
+      for (int x = 0; x < 14; ++x) any = any || counts[s][x] > 0;
+      if (!any) continue;
+      for (int k = 0; k < layers_; ++k) {
+        double sum = 0.0;
+        for (int x = 0; x < 14; ++x) sum += counts[s][x] * cost[x][k];
+        r.add(classes.of[k], sum, work[k]);
+      }
+      for (int k = 0; k < n_classes; ++k) row[k * stages + s] = r.lower(k) / speed_[device_of[s]];
+    }
+    return row;
+  };
+  MinMaxShareProgramme programme(stages, classes.work);
   {
-    std::vector<std::vector<double>> busy(stages_, std::vector<double>(stages, 0.0));
+    std::vector<Counts> busy(stages_, Counts(stages));
     std::vector<double> tasks(stages_, 0.0);
     for (const SimTask& t : graph.tasks) {
       if (!is_compute(t.kind)) continue;
-      busy[t.device][t.stage] += ratio[kind_of(t)][slot_of[t.micro_batch]] / speed_[t.device];
+      count_task(busy[t.device], t);
       tasks[t.device] += overhead_;
     }
-    for (int r = 0; r < stages_; ++r) programme.add(tasks[r], busy[r]);
+    for (int r = 0; r < stages_; ++r) programme.add(tasks[r], slopes(busy[r]));
   }
   std::vector<double> shares;
   double bound = programme.solve(&shares);
@@ -1779,11 +1903,16 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c) const {
   for (int round = 0; round < kRelaxedRootRounds; ++round) {
     for (std::size_t id = 0; id < graph.tasks.size(); ++id) {
       const SimTask& t = graph.tasks[id];
-      engine.set_duration(static_cast<int>(id), is_compute(t.kind)
-                                                    ? ratio[kind_of(t)][slot_of[t.micro_batch]] *
-                                                              shares[t.stage] / speed_[t.device] +
-                                                          overhead_
-                                                    : copy_ms(t));
+      double ms = 0.0;
+      if (is_compute(t.kind)) {
+        const ClassRatio& r = ratio[kind_of(t)][slot_of[t.micro_batch]];
+        ms = overhead_;
+        for (int k = 0; k < n_classes; ++k)
+          ms += r.lower(k) * shares[k * stages + t.stage] / speed_[t.device];
+      } else {
+        ms = copy_ms(t);
+      }
+      engine.set_duration(static_cast<int>(id), ms);
     }
     engine.run(false);
     if (before.empty()) {
@@ -1796,11 +1925,11 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c) const {
     for (std::size_t id = 0; id < graph.tasks.size(); ++id)
       if (engine.finish(static_cast<int>(id)) > engine.finish(at)) at = static_cast<int>(id);
     double constant = 0.0;
-    std::vector<double> row(stages, 0.0);
+    Counts on_path(stages);
     while (at >= 0) {
       const SimTask& t = graph.tasks[at];
       if (is_compute(t.kind)) {
-        row[t.stage] += ratio[kind_of(t)][slot_of[t.micro_batch]] / speed_[t.device];
+        count_task(on_path, t);
         constant += overhead_;
       } else {
         constant += copy_ms(t);
@@ -1812,9 +1941,10 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c) const {
       }
       at = start > 0.0 ? next : -1;
     }
-    programme.add(constant, row);
+    programme.add(constant, slopes(on_path));
     bound = std::max(bound, programme.solve(&shares));
   }
+  bound = std::max(bound, heaviest_layer_bound(programme, work, classes, stages));
   return std::max(0.0, bound * (1.0 - 1e-12));
 }
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 
 namespace pipetune {
@@ -108,6 +109,55 @@ TEST(MinMaxShareProgramme, GrowingOneFunctionAtATimeEndsAtTheWholeProgrammesBoun
     }
     SCOPED_TRACE(trial);
     EXPECT_NEAR(last, whole, 1e-9 * std::max(1.0, std::abs(whole)));
+  }
+}
+
+// Two totals, each shared between two coordinates (the relaxed root's classes of layers), and
+// the same with one coordinate holding at least a given amount: against a grid over both
+// shares.
+TEST(MinMaxShareProgramme, TwoTotalsMatchAGrid) {
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<double> coef(-0.5, 3.0), offset(0.0, 10.0);
+  for (int trial = 0; trial < 100; ++trial) {
+    const std::size_t rows = 1 + rng() % 8;
+    const std::vector<double> totals = {4.0 + rng() % 4, 2.0 + rng() % 6};
+    MinMaxShareProgramme programme(2, totals);
+    std::vector<double> constant(rows);
+    std::vector<std::vector<double>> slope(rows, std::vector<double>(4));
+    for (std::size_t i = 0; i < rows; ++i) {
+      // Non-negative everywhere, as times are (the programme's premise).
+      constant[i] = offset(rng) + 0.5 * (totals[0] + totals[1]);
+      for (double& g : slope[i]) g = coef(rng);
+      programme.add(constant[i], slope[i]);
+    }
+    // x = (block 0: a, W0 - a; block 1: b, W1 - b), `least` on coordinate 1 of block 1.
+    const double least = 0.5 * totals[1];
+    const int n = 400;
+    double grid = 1e300, grid_least = 1e300;
+    for (int i = 0; i <= n; ++i) {
+      for (int j = 0; j <= n; ++j) {
+        const double a = totals[0] * i / n, b = totals[1] * j / n;
+        const std::vector<double> x = {a, totals[0] - a, b, totals[1] - b};
+        const double v = largest_at(constant, slope, x);
+        grid = std::min(grid, v);
+        if (x[3] >= least) grid_least = std::min(grid_least, v);
+      }
+    }
+    SCOPED_TRACE(trial);
+    std::vector<double> shares;
+    const double bound = programme.solve(&shares);
+    const double tolerance = 3.0 * (totals[0] + totals[1]) / n;
+    EXPECT_LE(bound, grid + 1e-9);
+    EXPECT_GE(bound, grid - tolerance);
+    ASSERT_EQ(shares.size(), 4u);
+    EXPECT_NEAR(shares[0] + shares[1], totals[0], 1e-9);
+    EXPECT_NEAR(shares[2] + shares[3], totals[1], 1e-9);
+    EXPECT_NEAR(largest_at(constant, slope, shares), bound, 1e-7);
+    const double held = programme.solve_with_least(3, least);
+    EXPECT_LE(held, grid_least + 1e-9);
+    EXPECT_GE(held, grid_least - tolerance);
+    EXPECT_EQ(programme.solve_with_least(3, totals[1] + 1.0),
+              std::numeric_limits<double>::infinity());
   }
 }
 
