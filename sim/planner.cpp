@@ -1812,25 +1812,25 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c) const {
   }
   const RatioClasses classes = ratio_classes(work, *size_of[0]);
   const int n_classes = static_cast<int>(classes.work.size());
-  // [kind][slot]: the least cost of a task of that kind per unit of work; kinds as TaskKind,
-  // with the forward without autograd at SendActivation's place (no copy needs one).
-  std::array<std::array<ClassRatio, 2>, 7> ratio;
-  for (auto& kind : ratio) kind = {ClassRatio(n_classes), ClassRatio(n_classes)};
+  // [kind * 2 + slot][layer]: a task's cost on each layer; kinds as TaskKind, with the forward
+  // without autograd at SendActivation's place (no copy needs one).
+  std::array<std::vector<double>, 14> cost;
   double least_bytes[2] = {kInf, kInf};
   for (int slot = 0; slot < 2; ++slot) {
     const SizeCosts& sc = *size_of[slot];
-    for (int k = 0; k < layers_; ++k) {
-      const double per[7] = {sc.forward_ms[k],
-                             sc.forward_ms[k],
-                             sc.backward_ms[k],
-                             sc.forward_nograd_ms[k],
-                             0.0,
-                             sc.backward_input_ms[k],
-                             sc.backward_weight_ms[k]};
-      for (int kind = 0; kind < 7; ++kind) ratio[kind][slot].add(classes.of[k], per[kind], work[k]);
-      if (k + 1 < layers_)
-        least_bytes[slot] = std::min(least_bytes[slot], static_cast<double>(sc.output_bytes[k]));
-    }
+    const std::vector<double>* per[7] = {
+        &sc.forward_ms, &sc.forward_ms,        &sc.backward_ms,       &sc.forward_nograd_ms,
+        nullptr,        &sc.backward_input_ms, &sc.backward_weight_ms};
+    for (int kind = 0; kind < 7; ++kind)
+      cost[kind * 2 + slot] = per[kind] ? *per[kind] : std::vector<double>(layers_, 0.0);
+    for (int k = 0; k + 1 < layers_; ++k)
+      least_bytes[slot] = std::min(least_bytes[slot], static_cast<double>(sc.output_bytes[k]));
+  }
+  // Per task: its least cost per unit of work, per class.
+  std::array<ClassRatio, 14> ratio;
+  for (int x = 0; x < 14; ++x) {
+    ratio[x] = ClassRatio(n_classes);
+    for (int k = 0; k < layers_; ++k) ratio[x].add(classes.of[k], cost[x][k], work[k]);
   }
   const auto nograd_kind = static_cast<int>(TaskKind::SendActivation);
   auto kind_of = [&](const SimTask& t) {
@@ -1851,24 +1851,6 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c) const {
   auto count_task = [&](Counts& counts, const SimTask& t) {
     ++counts[t.stage][kind_of(t) * 2 + slot_of[t.micro_batch]];
   };
-  std::array<std::vector<double>, 14> cost;  // [kind * 2 + slot][layer]
-  for (int kind = 0; kind < 7; ++kind) {
-    for (int slot = 0; slot < 2; ++slot) {
-      const SizeCosts& sc = *size_of[slot];
-      std::vector<double>& out = cost[kind * 2 + slot];
-      out.assign(layers_, 0.0);
-      for (int k = 0; k < layers_; ++k) {
-        const double per[7] = {sc.forward_ms[k],
-                               sc.forward_ms[k],
-                               sc.backward_ms[k],
-                               sc.forward_nograd_ms[k],
-                               0.0,
-                               sc.backward_input_ms[k],
-                               sc.backward_weight_ms[k]};
-        out[k] = per[kind];
-      }
-    }
-  }
   auto slopes = [&](const Counts& counts) {
     std::vector<double> row(width, 0.0);
     for (int s = 0; s < stages; ++s) {
@@ -1905,7 +1887,7 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c) const {
       const SimTask& t = graph.tasks[id];
       double ms = 0.0;
       if (is_compute(t.kind)) {
-        const ClassRatio& r = ratio[kind_of(t)][slot_of[t.micro_batch]];
+        const ClassRatio& r = ratio[kind_of(t) * 2 + slot_of[t.micro_batch]];
         ms = overhead_;
         for (int k = 0; k < n_classes; ++k)
           ms += r.lower(k) * shares[k * stages + t.stage] / speed_[t.device];

@@ -174,6 +174,16 @@ TEST(Planner, EqualsBruteForceWithDevicesOfVeryDifferentSpeeds) {
   }
 }
 
+// Links, task overheads and devices up to 16 times faster than each other, drawn from `rng`.
+Hardware random_hardware(std::mt19937& rng, const Profile& profile, int stages) {
+  Hardware hw = replicate_device(profile.device, stages);
+  hw.link.bandwidth_bytes_per_s = 1e5 * (1 + rng() % 100);
+  hw.link.latency_ms = (rng() % 5) / 10.0;
+  hw.launch_overhead_ms = (rng() % 3) / 100.0;
+  for (auto& d : hw.devices) d.speed = 0.25 * static_cast<double>(1 + rng() % 16);
+  return hw;
+}
+
 // The root bound of a 1F1B checkpointed configuration counts each round trip's recompute on
 // the last stage (recompute_root()). With a budget of one step the search stops at once, so
 // the reported lower bound is that root (or the first plan's time): it must not exceed the
@@ -186,11 +196,7 @@ TEST(Planner, RecomputeRootBoundStaysBelowTheOptimum) {
     const int stages = 2 + static_cast<int>(rng() % std::min(layers - 1, 3));  // 2..4
     const std::int64_t batch = 1 + rng() % 6;
     const Profile profile = testing::random_profile(rng, layers, batch);
-    Hardware hw = replicate_device(profile.device, stages);
-    hw.link.bandwidth_bytes_per_s = 1e5 * (1 + rng() % 100);
-    hw.link.latency_ms = (rng() % 5) / 10.0;
-    hw.launch_overhead_ms = (rng() % 3) / 100.0;
-    for (auto& d : hw.devices) d.speed = 0.25 * static_cast<double>(1 + rng() % 16);
+    Hardware hw = random_hardware(rng, profile, stages);
     if (trial % 2 == 1) {
       const BruteForce free = brute_force(profile, hw);
       const std::int64_t cap =
@@ -236,11 +242,7 @@ TEST(Planner, EveryRootBoundStaysBelowItsConfigurationsOptimum) {
     const int stages = 2 + static_cast<int>(rng() % std::min(layers - 1, 3));  // 2..4
     const std::int64_t batch = 1 + rng() % 7;
     const Profile profile = testing::random_profile(rng, layers, batch);
-    Hardware hw = replicate_device(profile.device, stages);
-    hw.link.bandwidth_bytes_per_s = 1e5 * (1 + rng() % 100);
-    hw.link.latency_ms = (rng() % 5) / 10.0;
-    hw.launch_overhead_ms = (rng() % 3) / 100.0;
-    for (auto& d : hw.devices) d.speed = 0.25 * static_cast<double>(1 + rng() % 16);
+    Hardware hw = random_hardware(rng, profile, stages);
     const BruteForce expected = brute_force(profile, hw);
     PlannerOptions options;
     options.top = 1000;
