@@ -250,6 +250,15 @@ RatioClasses ratio_classes(const std::vector<double>& layer_work, const SizeCost
   return out;
 }
 
+// The fewest bytes a stage boundary can carry at a micro-batch size: the least output of a
+// layer with a layer after it; infinity with one layer.
+double least_boundary_bytes(const SizeCosts& size) {
+  double least = kInf;
+  for (std::size_t k = 0; k + 1 < size.output_bytes.size(); ++k)
+    least = std::min(least, static_cast<double>(size.output_bytes[k]));
+  return least;
+}
+
 // Some stage holds the heaviest layer whole, which continuous shares need not: the least over
 // the stages of the programme with that stage's share of the layer's class at least the layer's
 // work. Only where the layer is a sizeable part of a stage's share (a quarter or more), since it
@@ -464,7 +473,7 @@ class PlanSearch {
   };
   Score simulate_for(Entry& e, const std::vector<int>& balance);
   void multi_stage_root(Entry& e, const std::vector<Entry>& entries);
-  double multi_stage_relaxed_root(const Config& c) const;
+  double multi_stage_relaxed_root(const Config& c, const std::vector<double>& work) const;
   void multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::uint64_t slice);
 };
 
@@ -1050,29 +1059,23 @@ double PlanSearch::relaxed_root(std::vector<int>& balance) const {
     bool q_trip_last;  // q's round trip is the last micro-batch's
     ClassRatio path;   // micro-batch 0's forward and q's backward through a stage
     std::vector<std::array<ClassRatio, 2>> fill;
-    std::vector<std::array<double, 2>> fill_overhead;
     std::vector<ClassRatio> tail;
-    std::vector<double> tail_overhead;
+    // Per stage: its waits with every task its overhead alone (their shape, and the part of
+    // the fillers and the tail that does not grow with the stage).
+    std::vector<WaitTerms> overhead;
   };
   std::vector<Case> cases;
-  cases.push_back({m - 1, gpipe ? &f : &l, true, ratio(), {}, {}, {}, {}});
-  if (!gpipe && uneven) cases.push_back({m - 2, &f, false, ratio(), {}, {}, {}, {}});
+  cases.push_back({m - 1, gpipe ? &f : &l, true, ratio(), {}, {}, {}});
+  if (!gpipe && uneven) cases.push_back({m - 2, &f, false, ratio(), {}, {}, {}});
   StageDurations overhead_only;
   overhead_only.forward = overhead_only.forward_nograd =
       overhead_only.backward = {overhead_, overhead_};
   for (Case& k : cases) {
     k.fill.assign(stages_, {ratio(), ratio()});
-    k.fill_overhead.assign(stages_, {0.0, 0.0});
     k.tail.assign(stages_, ratio());
-    k.tail_overhead.assign(stages_, 0.0);
-    for (int j = 0; j < stages_; ++j) {
-      const WaitTerms t = wait_terms(j, overhead_only, k.q);
-      for (int i = 0; i < t.count; ++i) k.fill_overhead[j][i] = t.wait[i].fill;
-      k.tail_overhead[j] = t.tail;
-    }
+    for (int j = 0; j < stages_; ++j) k.overhead.push_back(wait_terms(j, overhead_only, k.q));
   }
   ClassRatio trip_first = ratio(), trip_last = ratio();
-  double least_output_first = kInf, least_output_last = kInf;
   for (int x = 0; x < layers_; ++x) {
     const double work = layer_work[x];
     const int cls = classes.of[x];
@@ -1090,13 +1093,10 @@ double PlanSearch::relaxed_root(std::vector<int>& balance) const {
         k.tail[j].add(cls, t.tail, work);
       }
     }
-    if (x + 1 < layers_) {
-      least_output_first = std::min(least_output_first, static_cast<double>(f.output_bytes[x]));
-      least_output_last = std::min(least_output_last, static_cast<double>(l.output_bytes[x]));
-    }
   }
+  const double least_bytes[2] = {least_boundary_bytes(f), least_boundary_bytes(l)};
   auto least_copy = [&](int j, bool last_size) {
-    const double bytes = last_size ? least_output_last : least_output_first;
+    const double bytes = least_bytes[last_size ? 1 : 0];
     return bytes < kInf ? link_[j]->transfer_ms(bytes) : 0.0;
   };
   // A row's slopes, one block of stages per class: a quantity of stage s at least (or, sign
@@ -1123,7 +1123,7 @@ double PlanSearch::relaxed_root(std::vector<int>& balance) const {
       }
       add(g, j, own, 1.0);
       if (k.q != m - 1) {
-        base -= k.tail_overhead[j] + k.tail[j].workless / speed_[j];
+        base -= k.overhead[j].tail + k.tail[j].workless / speed_[j];
         add(g, j, k.tail[j], -1.0);
       }
       constant.push_back(base);
@@ -1131,13 +1131,13 @@ double PlanSearch::relaxed_root(std::vector<int>& balance) const {
       if (j + 1 == stages_) continue;
       // Each wait: the round trip through the later stages at their speeds, less the most of
       // stage j's work that fills it.
-      const WaitTerms t = wait_terms(j, overhead_only, k.q);
+      const WaitTerms& t = k.overhead[j];
       const double onward = 2.0 * overhead_ * (stages_ - 1 - j) + after_latency_[j];
       std::array<double, 2> wait_constant{};
       std::array<std::vector<double>, 2> wait_slope;
       for (int i = 0; i < t.count; ++i) {
         const bool last_trip = !t.wait[i].first_trip && k.q_trip_last;
-        wait_constant[i] = onward + 2.0 * least_copy(j, last_trip) - k.fill_overhead[j][i] -
+        wait_constant[i] = onward + 2.0 * least_copy(j, last_trip) - t.wait[i].fill -
                            k.fill[j][i].workless / speed_[j];
         wait_slope[i].assign(width, 0.0);
         for (int s = j + 1; s < stages_; ++s)
@@ -1570,15 +1570,13 @@ bool PlanSearch::open(Entry& e, const std::vector<Entry>& entries, bool tables) 
     return false;
   }
   prepare(*e.config);
-  if (!tables) {
-    // The caller builds them when it needs them (open_root()).
-  } else if (e.tables) {
+  if (tables && e.tables) {
     swap_tables(*e.tables);  // e's tables are current again; its copy is released on return
     e.tables.reset();
     table_cache_bytes_ -= table_bytes();
-  } else {
+  } else if (tables) {
     build_suffix_tables();
-  }
+  }  // else the caller builds them when it needs them (open_root())
   const Config& config = *e.config;
   sweep_ = std::make_unique<IterationSweep>(config.schedule, config.checkpoint, stages_,
                                             config.micro_batches(),
@@ -1786,15 +1784,15 @@ PlanSearch::Score PlanSearch::simulate_for(Entry& e, const std::vector<int>& bal
   return score;
 }
 
-// The cheap pass: the bound, and as the first plan the balance with the least busiest stage
-// (each stage's work on its device), the min-max partition.
 // The relaxed root of a multi-stage configuration (docs/planner.md): each stage s gets a share
 // x_s of the work, every task is bounded by its least ratio to a layer's work over its stage's
 // share (plus its overhead; a copy by the least bytes a boundary can carry), and the plan is at
 // least every path of its task graph, which depends on the schedule alone, not on the balance.
 // Rows: each device's busy time, then (cutting planes) the longest path of the shares' own
 // plan in that model, timed by the event engine, until no path is longer than the bound.
-double PlanSearch::multi_stage_relaxed_root(const Config& c) const {
+// `work`: per layer, every micro-batch's forward and backward (multi_stage_root()'s shares).
+double PlanSearch::multi_stage_relaxed_root(const Config& c,
+                                            const std::vector<double>& work) const {
   const int v = c.stages_per_device, m = c.micro_batches(), stages = v * stages_;
   std::vector<int> device_of(stages);
   for (int s = 0; s < stages; ++s) device_of[s] = stage_rank(c.schedule, s, stages, v);
@@ -1804,18 +1802,13 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c) const {
   const SizeCosts* size_of[2] = {&costs_.at(c.sizes.front()), &costs_.at(c.sizes.back())};
   std::vector<int> slot_of(m);
   for (int i = 0; i < m; ++i) slot_of[i] = c.sizes[i] == c.sizes.front() ? 0 : 1;
-  // The shares are of the work of multi_stage_root(): every micro-batch's forward and backward.
-  std::vector<double> work(layers_, 0.0);
-  for (std::int64_t size : c.sizes) {
-    const SizeCosts& sc = costs_.at(size);
-    for (int k = 0; k < layers_; ++k) work[k] += sc.forward_ms[k] + sc.backward_ms[k];
-  }
   const RatioClasses classes = ratio_classes(work, *size_of[0]);
   const int n_classes = static_cast<int>(classes.work.size());
   // [kind * 2 + slot][layer]: a task's cost on each layer; kinds as TaskKind, with the forward
   // without autograd at SendActivation's place (no copy needs one).
   std::array<std::vector<double>, 14> cost;
-  double least_bytes[2] = {kInf, kInf};
+  const double least_bytes[2] = {least_boundary_bytes(*size_of[0]),
+                                 least_boundary_bytes(*size_of[1])};
   for (int slot = 0; slot < 2; ++slot) {
     const SizeCosts& sc = *size_of[slot];
     const std::vector<double>* per[7] = {
@@ -1823,8 +1816,6 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c) const {
         nullptr,        &sc.backward_input_ms, &sc.backward_weight_ms};
     for (int kind = 0; kind < 7; ++kind)
       cost[kind * 2 + slot] = per[kind] ? *per[kind] : std::vector<double>(layers_, 0.0);
-    for (int k = 0; k + 1 < layers_; ++k)
-      least_bytes[slot] = std::min(least_bytes[slot], static_cast<double>(sc.output_bytes[k]));
   }
   // Per task: its least cost per unit of work, per class.
   std::array<ClassRatio, 14> ratio;
@@ -1930,6 +1921,8 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c) const {
   return std::max(0.0, bound * (1.0 - 1e-12));
 }
 
+// The cheap pass: the bound, and as the first plan the balance with the least busiest stage
+// (each stage's work on its device), the min-max partition.
 void PlanSearch::multi_stage_root(Entry& e, const std::vector<Entry>& entries) {
   const Config& c = *e.config;
   auto note = [&] {
@@ -1942,16 +1935,15 @@ void PlanSearch::multi_stage_root(Entry& e, const std::vector<Entry>& entries) {
     return;
   }
   const int v = c.stages_per_device, stages = v * stages_;
-  std::vector<double> work(layers_ + 1, 0.0);
+  std::vector<double> layer_work(layers_, 0.0), work(layers_ + 1, 0.0);
   for (int k = 0; k < layers_; ++k) {
-    double w = 0.0;
     for (std::int64_t size : c.sizes) {
       const SizeCosts& s = costs_.at(size);
-      w += s.forward_ms[k] + s.backward_ms[k];
+      layer_work[k] += s.forward_ms[k] + s.backward_ms[k];
     }
-    work[k + 1] = work[k] + w;
+    work[k + 1] = work[k] + layer_work[k];
   }
-  e.root = std::max(e.root, multi_stage_relaxed_root(c));
+  e.root = std::max(e.root, multi_stage_relaxed_root(c, layer_work));
   if (e.root >= ranking_threshold(entries, &e)) {
     e.closed = true;
     note();
