@@ -208,22 +208,21 @@ Calibration fit_calibration(const std::vector<std::pair<Trace, Trace>>& runs,
     for (auto [p, m] : pairs) ratios.push_back((m - cal.task_overhead_ms) / p);
     cal.compute_scale[devices] = median(ratios);
   }
-  // Copies: least squares of time against bytes, kept only if it makes physical sense.
+  // Copies: least squares of time against bytes, the slope at least kMinMsPerByte. Copies whose
+  // time does not grow with their size (between processes whose I/O threads wait for a core,
+  // the wait dwarfs the bytes) give a constant: their mean time, on a very fast link.
   if (copies.size() >= 2) {
+    constexpr double kMinMsPerByte = 1e-12;
     double sx = 0, sy = 0, sxx = 0, sxy = 0;
     for (auto [x, y] : copies) sx += x, sy += y, sxx += x * x, sxy += x * y;
     const double n = static_cast<double>(copies.size());
     const double var = sxx - sx * sx / n;
-    if (var > 0) {
-      const double slope = (sxy - sx * sy / n) / var;  // ms per byte
-      const double intercept = (sy - slope * sx) / n;
-      if (slope > 0) {
-        Link link;
-        link.bandwidth_bytes_per_s = 1e3 / slope;
-        link.latency_ms = std::max(0.0, intercept);
-        cal.copy = link;
-      }
-    }
+    const double slope =
+        std::max(kMinMsPerByte, var > 0 ? (sxy - sx * sy / n) / var : 0.0);  // ms per byte
+    Link link;
+    link.bandwidth_bytes_per_s = 1e3 / slope;
+    link.latency_ms = std::max(0.0, (sy - slope * sx) / n);
+    cal.copy = link;
   }
   cal.fitted_on = plan_names;
   return cal;
@@ -241,6 +240,33 @@ std::string percent(double e) {
   return fmt::format("{:.1f} %", 100.0 * std::abs(e));
 }
 
+// A calibration keeps only some of its parts: compute (scale and per-task overhead), copies (the
+// link), or both. On a machine where one part carries over between plans and the other does not
+// (copies between processes slowed by scheduling, compute steady; or the other way round), the
+// part that does can still be used.
+enum class CalibrationParts { Compute, Copies, Both };
+
+Calibration keep_parts(Calibration c, CalibrationParts parts) {
+  if (parts == CalibrationParts::Copies) {
+    c.compute_scale.clear();
+    c.task_overhead_ms = 0.0;
+  }
+  if (parts == CalibrationParts::Compute) c.copy.reset();
+  return c;
+}
+
+const char* parts_name(CalibrationParts parts) {
+  switch (parts) {
+    case CalibrationParts::Compute:
+      return " (compute only)";
+    case CalibrationParts::Copies:
+      return " (copies only)";
+    case CalibrationParts::Both:
+      return "";
+  }
+  return "";
+}
+
 }  // namespace
 
 CalibrationChoice choose_calibration(const Profile& profile, const Hardware& hardware,
@@ -254,7 +280,7 @@ CalibrationChoice choose_calibration(const Profile& profile, const Hardware& har
         trace_from_simulation(Simulator(profile, hardware).run(r.plan), profile.model));
     names.push_back(describe_plan(r.plan));
   }
-  // The time error of every run predicted with `calibration`.
+  // The time error of every run (or of run `only`) predicted with `calibration`.
   auto errors_with = [&](const Calibration& calibration, std::size_t only = SIZE_MAX) {
     std::vector<double> out;
     Hardware calibrated = hardware;
@@ -292,29 +318,66 @@ CalibrationChoice choose_calibration(const Profile& profile, const Hardware& har
     choice.reason = "one run leaves none to judge it on";
     return choice;
   }
+  std::vector<Calibration> held_out_fits;
+  for (std::size_t k = 0; k < n; ++k) held_out_fits.push_back(fit(k));
   for (std::size_t k = 0; k < n; ++k)
-    choice.out_of_sample_error.push_back(errors_with(fit(k), k).front());
-  const double held_out = mean_abs(choice.out_of_sample_error),
-               without = mean_abs(choice.uncalibrated_error);
-  if (held_out >= without) {
-    choice.reason = fmt::format(
-        "not used: on plans it was not fitted on it is off by {} on average, uncalibrated {}",
-        percent(held_out), percent(without));
+    choice.out_of_sample_error.push_back(errors_with(held_out_fits[k], k).front());
+  const double without = mean_abs(choice.uncalibrated_error);
+
+  // Each choice of parts judged as the whole is: out of sample, then on every plan it was fitted
+  // on. The one off least out of sample wins; the whole calibration first, so a part alone wins
+  // only by being strictly better.
+  struct Candidate {
+    CalibrationParts parts;
+    double held_out;
+    std::vector<double> out_of_sample, in_sample;
+    std::string worse_in_sample;  // the first fitted plan it is worse on, if any
+  };
+  std::vector<Candidate> passed;
+  std::string rejection;
+  for (CalibrationParts parts :
+       {CalibrationParts::Both, CalibrationParts::Compute, CalibrationParts::Copies}) {
+    const Calibration whole = keep_parts(choice.fitted, parts);
+    const bool both_fitted = !choice.fitted.compute_scale.empty() && choice.fitted.copy;
+    if (parts != CalibrationParts::Both && !both_fitted) continue;  // the same as the whole
+    Candidate c{parts, 0.0, {}, {}, {}};
+    for (std::size_t k = 0; k < n; ++k)
+      c.out_of_sample.push_back(errors_with(keep_parts(held_out_fits[k], parts), k).front());
+    c.held_out = mean_abs(c.out_of_sample);
+    c.in_sample = parts == CalibrationParts::Both ? choice.in_sample_error : errors_with(whole);
+    for (std::size_t k = 0; k < n && c.worse_in_sample.empty(); ++k) {
+      if (std::abs(c.in_sample[k]) > std::abs(choice.uncalibrated_error[k])) {
+        c.worse_in_sample =
+            fmt::format("on {}, a plan it was fitted on, it is off by {}, uncalibrated {}",
+                        names[k], percent(c.in_sample[k]), percent(choice.uncalibrated_error[k]));
+      }
+    }
+    if (parts == CalibrationParts::Both) {
+      rejection =
+          c.held_out >= without
+              ? fmt::format(
+                    "on plans it was not fitted on it is off by {} on average, uncalibrated {}",
+                    percent(c.held_out), percent(without))
+              : c.worse_in_sample;
+    }
+    if (c.held_out < without && c.worse_in_sample.empty()) passed.push_back(std::move(c));
+  }
+  if (passed.empty()) {
+    choice.reason = "not used: " + rejection;
     return choice;
   }
-  for (std::size_t k = 0; k < n; ++k) {
-    if (std::abs(choice.in_sample_error[k]) > std::abs(choice.uncalibrated_error[k])) {
-      choice.reason = fmt::format(
-          "not used: on {}, a plan it was fitted on, it is off by {}, uncalibrated {}", names[k],
-          percent(choice.in_sample_error[k]), percent(choice.uncalibrated_error[k]));
-      return choice;
-    }
+  const Candidate* best = &passed.front();
+  for (const Candidate& c : passed) {
+    if (c.held_out < best->held_out) best = &c;
   }
   choice.used = true;
+  choice.fitted = keep_parts(choice.fitted, best->parts);
+  choice.in_sample_error = best->in_sample;
+  choice.out_of_sample_error = best->out_of_sample;
   choice.reason = fmt::format(
-      "used: on plans it was not fitted on it is off by {} on average, uncalibrated {}; "
+      "used{}: on plans it was not fitted on it is off by {} on average, uncalibrated {}; "
       "no worse on any plan it was fitted on",
-      percent(held_out), percent(without));
+      parts_name(best->parts), percent(best->held_out), percent(without));
   return choice;
 }
 

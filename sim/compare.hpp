@@ -73,7 +73,9 @@ Link link_from_copies(const std::vector<double>& small_ms, std::int64_t small_by
 
 /// A calibration fitted from runs: pairs of (prediction without calibration, measurement),
 /// each of a different plan. Compute tasks give the time scale per number of busy devices
-/// (median of measured over predicted durations); copies, when their sizes vary enough, a link.
+/// (median of measured over predicted durations); copies a link, by least squares of time
+/// against bytes with a slope of at least 1e-12 ms a byte (copies whose time does not grow with
+/// their size give their mean time as a latency, on a very fast link).
 /// `plan_names` go into fitted_on.
 Calibration fit_calibration(const std::vector<std::pair<Trace, Trace>>& runs, const std::vector<std::string>& plan_names);
 
@@ -87,17 +89,21 @@ struct CalibrationRun {
 
 /// Whether a calibration earns its place, and the one to use.
 struct CalibrationChoice {
-  Calibration fitted;       ///< fitted on every run (empty with no run)
+  Calibration fitted;  ///< fitted on every run, only the parts used when used (empty with no run)
   bool used = false;        ///< apply `fitted`; else predict uncalibrated
   std::string reason;       ///< one line: why it is used or not, with the errors behind it
   /// Per run, signed time errors: uncalibrated; with `fitted` (in sample); with a calibration
-  /// fitted on the other runs alone (out of sample; empty with fewer than two runs).
+  /// fitted on the other runs alone, the same parts kept (out of sample; empty with fewer than
+  /// two runs).
   std::vector<double> uncalibrated_error, in_sample_error, out_of_sample_error;
 };
 
 /// Fits a calibration on `runs` and uses it only where it helps: out of sample (each run
 /// predicted by a fit on the others) its mean |error| must be below the uncalibrated one, and
-/// in sample it may be worse than uncalibrated on no run. `hardware` carries no calibration.
+/// in sample it may be worse than uncalibrated on no run. Its compute part alone and its copy
+/// part alone are judged the same way, and the one off least out of sample is used (the whole
+/// calibration on a tie), so a part that carries over between plans is kept without the other.
+/// `hardware` carries no calibration.
 CalibrationChoice choose_calibration(const Profile& profile, const Hardware& hardware,
                                      const std::vector<CalibrationRun>& runs);
 

@@ -167,20 +167,48 @@ std::vector<Plan> calibration_plans(const Profile& profile, const Hardware& hard
                           {16, CheckpointMode::Never, ScheduleKind::OneFOneB},
                           {3, CheckpointMode::Always, ScheduleKind::GPipe}};
   std::vector<Plan> out;
-  for (const Shape& s : shapes) {
-    if (static_cast<int>(out.size()) >= count) break;
-    Plan plan;
+  // `plan` gives the schedule, stages per device and devices; `s` the chunks and checkpoint.
+  auto add = [&](Plan plan, const Shape& s, int stage_count) {
+    if (static_cast<int>(out.size()) >= count) return;
     plan.chunks = std::min(s.chunks, batch);
     plan.optimizer_state_factor =
         validated.empty() ? 0.0 : validated.front().optimizer_state_factor;
     plan.checkpoint = s.checkpoint;
-    plan.schedule = s.schedule;
-    plan.balance = time_balanced(costs, hardware, stages, plan);
-    if (plan.balance.empty()) break;
-    if (std::find(validated.begin(), validated.end(), plan) != validated.end()) continue;
-    if (std::find(out.begin(), out.end(), plan) != out.end()) continue;
-    if (!simulator.run(plan, SimulationOptions{false, false, false}).fits()) continue;
+    plan.balance = time_balanced(costs, hardware, stage_count, plan);
+    if (plan.balance.empty()) return;
+    if (std::find(validated.begin(), validated.end(), plan) != validated.end()) return;
+    if (std::find(out.begin(), out.end(), plan) != out.end()) return;
+    try {
+      check_plan(plan, profile, hardware, "calibration plan");
+    } catch (const InputError&) {
+      return;  // a chunk count this schedule cannot run
+    }
+    if (!simulator.run(plan, SimulationOptions{false, false, false}).fits()) return;
     out.push_back(plan);
+  };
+  // First the validated plans' own layouts (schedule, stages per device, devices), taken in
+  // turn, each at other chunk counts and checkpoint modes: a calibration is judged on plans like
+  // the ones it will predict, where a two-stages-per-device schedule's extra copies and
+  // switches show.
+  std::vector<Plan> layouts;
+  for (const Plan& v : validated) {
+    Plan layout;
+    layout.schedule = v.schedule;
+    layout.stages_per_device = v.stages_per_device;
+    layout.devices = v.devices;
+    layout.balance.assign(v.balance.size(), 0);  // only its length tells layouts apart
+    if (std::find(layouts.begin(), layouts.end(), layout) == layouts.end())
+      layouts.push_back(layout);
+  }
+  for (std::size_t k = 0; k < std::size(shapes) && !layouts.empty(); ++k) {
+    const Plan& layout = layouts[k % layouts.size()];
+    add(layout, shapes[k], static_cast<int>(layout.balance.size()));
+  }
+  // Then one stage per device on the devices the plans use, in the shapes' own schedules.
+  for (const Shape& s : shapes) {
+    Plan plan;
+    plan.schedule = s.schedule;
+    add(plan, s, stages);
   }
   return out;
 }
@@ -243,7 +271,7 @@ Validation run_validation(const ValidationOptions& options) {
   const bool reuse = !hardware.calibration.empty() && !options.recalibrate;
   if (!reuse && options.calibration_plans > 0) {
     hardware.calibration = {};
-    // The calibration plans run one stage per device on the devices the plans use.
+    // Stages of the one-stage-per-device calibration plans: the devices the plans use.
     const int stages = plans.front().stages() / std::max(1, plans.front().stages_per_device);
     std::vector<Plan> fit_on =
         calibration_plans(profile, hardware, stages, plans, options.calibration_plans);

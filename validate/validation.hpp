@@ -110,8 +110,10 @@ struct Validation {
 /// stage fails. Nothing is written outside out_dir.
 Validation run_validation(const ValidationOptions& options);
 
-/// The calibration plans for a validation: the time-balanced split at a few chunk counts,
-/// checkpoint modes and schedules, none of them `validated`, all fitting the hardware's memory.
+/// The calibration plans for a validation: the time-balanced split at a few chunk counts and
+/// checkpoint modes, first in the validated plans' layouts (schedule, stages per device,
+/// devices) in turn, then one stage per device over `stages` devices in GPipe and 1F1B; none of
+/// them `validated`, all fitting the hardware's memory.
 std::vector<Plan> calibration_plans(const Profile& profile, const Hardware& hardware, int stages,
                                     const std::vector<Plan>& validated, int count);
 

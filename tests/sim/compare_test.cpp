@@ -199,6 +199,45 @@ TEST(ChooseCalibration, NeverWorseThanUncalibratedOnThePlansItWasFittedOn) {
   EXPECT_FALSE(c.used) << c.reason;
 }
 
+// Runs on a machine whose copies follow a slow link (2 ms + bytes / 2e5 B/s, against the
+// hardware's 0.1 ms + bytes / 1e6 B/s) in every run while compute takes its profiled time in two
+// runs and 1.4x in the third: the copy part carries over from any two runs to the third, the
+// compute scale does not (fitted on a 1.0 and a 1.4 run it over-predicts the other 1.0 run).
+TEST(ChooseCalibration, KeepsThePartThatCarriesOverWithoutTheOther) {
+  const Scenario plans[] = {scenario({2, 2}, 4), scenario({1, 3}, 2, CheckpointMode::Never),
+                            scenario({3, 1}, 8, CheckpointMode::Always)};
+  const double compute_factor[] = {1.0, 1.0, 1.4};
+  std::vector<CalibrationRun> runs;
+  for (int k = 0; k < 3; ++k) {
+    const Scenario& s = plans[k];
+    Hardware truth = s.hardware;
+    truth.link = Link{2e5, 2.0};
+    for (auto& d : truth.devices) d.speed = 1.0 / compute_factor[k];
+    Trace measured = trace_from_simulation(Simulator(s.profile, truth).run(s.plan), "m");
+    measured.kind = "measured";
+    runs.push_back({s.plan, measured, measured.iteration_ms});
+  }
+  const CalibrationChoice c = choose_calibration(plans[0].profile, plans[0].hardware, runs);
+  ASSERT_TRUE(c.used) << c.reason;
+  EXPECT_THAT(c.reason, ::testing::StartsWith("used (copies only): ")) << c.reason;
+  EXPECT_TRUE(c.fitted.compute_scale.empty());
+  EXPECT_EQ(c.fitted.task_overhead_ms, 0.0);
+  ASSERT_TRUE(c.fitted.copy);
+  EXPECT_NEAR(c.fitted.copy->latency_ms, 2.0, 1e-6);
+  EXPECT_NEAR(c.fitted.copy->bandwidth_bytes_per_s, 2e5, 1e-3);
+  // With the true link, the two runs whose compute took its profiled time are predicted exactly,
+  // in sample and out of sample; the third is short by its compute alone.
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_NEAR(c.in_sample_error[static_cast<std::size_t>(k)], 0.0, 1e-9);
+    EXPECT_NEAR(c.out_of_sample_error[static_cast<std::size_t>(k)], 0.0, 1e-9);
+  }
+  EXPECT_LT(c.in_sample_error[2], 0.0);
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_LE(std::abs(c.in_sample_error[static_cast<std::size_t>(k)]),
+              std::abs(c.uncalibrated_error[static_cast<std::size_t>(k)]));
+  }
+}
+
 TEST(Calibration, FittedOnSomePlansAppliedToAnotherStoredAndReloaded) {
   // Runs of two plans in which compute takes 1.3x its profiled time and copies follow a link of
   // 0.5 ms + bytes / 2 MB/s.
@@ -272,6 +311,29 @@ TEST(Calibration, APerTaskOverheadIsToldApartFromTheScale) {
   ASSERT_TRUE(cal.copy);
   EXPECT_NEAR(cal.copy->latency_ms, 0.1, 1e-6);
   EXPECT_NEAR(cal.copy->bandwidth_bytes_per_s, 1e6, 1e-3);
+}
+
+TEST(Calibration, CopiesWhoseTimeDoesNotGrowWithTheirSizeGiveTheirMeanAsALatency) {
+  // Every copy takes 3 ms, or 2 and 4 ms alternately, whatever its size (the scenario's copies
+  // are 50 and 10 bytes a sample: two sizes): the best line with a slope of at least zero is
+  // flat at the mean.
+  for (const bool alternate : {false, true}) {
+    std::vector<std::pair<Trace, Trace>> runs;
+    int copy = 0;
+    for (const Scenario& s : {scenario({2, 2}, 4), scenario({1, 3}, 2, CheckpointMode::Never)}) {
+      Trace measured = s.predicted;
+      for (auto& t : measured.tasks) {
+        if (is_compute(t.kind)) continue;
+        t.end_ms = t.start_ms + (alternate ? (copy++ % 2 == 0 ? 2.0 : 4.0) : 3.0);
+      }
+      runs.emplace_back(s.predicted, measured);
+    }
+    const Calibration cal = fit_calibration(runs, {"a", "b"});
+    ASSERT_TRUE(cal.copy);
+    if (alternate) ASSERT_EQ(copy % 2, 0);  // as many 2 ms as 4 ms copies: the mean is 3 ms
+    EXPECT_NEAR(cal.copy->latency_ms, 3.0, 0.05) << alternate;
+    EXPECT_NEAR(cal.copy->transfer_ms(1e6), 3.0, 0.05) << alternate;  // a megabyte adds nothing
+  }
 }
 
 TEST(Calibration, ThePlannerPlansWithTheCalibratedDurations) {

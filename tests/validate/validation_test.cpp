@@ -38,6 +38,44 @@ TEST(CalibrationPlans, AreDistinctNotValidatedAndFit) {
   for (const Plan& p : fitting) EXPECT_TRUE(limited.run(p).fits()) << describe_plan(p);
 }
 
+TEST(CalibrationPlans, FollowTheValidatedPlansLayoutsInTurnThenOneStagePerDevice) {
+  const Profile profile = testing::make_profile({{1, 2, 100, 10, 5, 0},
+                                                 {2, 3, 100, 10, 5, 0},
+                                                 {1, 1, 100, 10, 5, 0},
+                                                 {3, 2, 100, 10, 5, 0},
+                                                 {2, 2, 100, 10, 5, 0},
+                                                 {1, 3, 100, 10, 5, 0}},
+                                                16, 4);
+  const Hardware hw = replicate_device(profile.device, 2);
+  Plan interleaved = testing::make_plan({2, 1, 2, 1}, 4, CheckpointMode::Never);
+  interleaved.schedule = ScheduleKind::Interleaved1F1B;
+  interleaved.stages_per_device = 2;
+  Plan zbv = testing::make_plan({1, 2, 2, 1}, 2, CheckpointMode::Never);
+  zbv.schedule = ScheduleKind::ZBV;
+  zbv.stages_per_device = 2;
+  const std::vector<Plan> validated{interleaved, zbv, interleaved};
+  const std::vector<Plan> plans = calibration_plans(profile, hw, 2, validated, 9);
+  ASSERT_EQ(plans.size(), 9u);
+  // The two layouts take turns (the repeated one counts once), each at another chunk count or
+  // checkpoint mode than the one before, then one stage per device.
+  const ScheduleKind expected[] = {ScheduleKind::Interleaved1F1B, ScheduleKind::ZBV};
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    const Plan& p = plans[i];
+    EXPECT_EQ(std::count(validated.begin(), validated.end(), p), 0) << describe_plan(p);
+    for (std::size_t j = 0; j < i; ++j) EXPECT_NE(p, plans[j]);
+    if (i < 6) {  // one plan per chunk count and checkpoint mode of the table
+      EXPECT_EQ(p.schedule, expected[i % 2]) << i;
+      EXPECT_EQ(p.stages(), 4);
+      EXPECT_EQ(p.stages_per_device, 2);
+    } else {
+      EXPECT_EQ(p.stages(), 2) << describe_plan(p);
+      EXPECT_EQ(p.stages_per_device, 1);
+    }
+    EXPECT_NO_THROW(check_plan(p, profile, hw, "calibration")) << describe_plan(p);
+  }
+  EXPECT_NE(plans[0].chunks, plans[2].chunks);
+}
+
 PlanValidation measured(double predicted_ms, std::vector<double> steps) {
   PlanValidation p;
   p.uncalibrated.predicted_ms = predicted_ms;
