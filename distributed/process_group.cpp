@@ -9,12 +9,15 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <exception>
 #include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "sim/error.hpp"
@@ -144,12 +147,14 @@ class GlooTransport final : public exec::Transport {
     } catch (const std::exception& e) {
       throw WorkError(fmt::format("connecting the Gloo group: {}", why(e)));
     }
+    releaser_ = std::thread([this] { release_sends(); });
   }
 
   // Never waits on a peer longer than kStopBound: the heartbeat may be blocked in a store call
   // to a rank 0 that is stopped or unreachable, for up to the timeout. It owns what it uses, so
   // when it does not stop in time it is left to finish (or fail) on its own.
   ~GlooTransport() override {
+    stop_releasing_sends();
     if (!heartbeat_) return;
     std::unique_lock<std::mutex> lock(heartbeat_->mutex);
     heartbeat_->stopping = true;
@@ -185,11 +190,9 @@ class GlooTransport final : public exec::Transport {
     std::memcpy(&h[2 + kMaxDims], &sent_ms, sizeof sent_ms);
     std::vector<at::Tensor> header_list{header}, data_list{tensor.contiguous()};
     std::lock_guard<std::mutex> lock(mutex_);
-    // Sends the peer has taken let go of their tensors now, as a copy within one process
-    // would: holding them to the step's end would raise this device's peak.
-    std::erase_if(pending_, [](const auto& p) { return p.second->isCompleted(); });
-    pending_.push_back({to_rank, group_->send(header_list, to_rank, 2 * tag)});
-    pending_.push_back({to_rank, group_->send(data_list, to_rank, 2 * tag + 1)});
+    sending_.push_back({to_rank, group_->send(header_list, to_rank, 2 * tag)});
+    sending_.push_back({to_rank, group_->send(data_list, to_rank, 2 * tag + 1)});
+    sends_changed_.notify_all();
   }
 
   exec::Received recv(int from_rank, int tag) override {
@@ -207,12 +210,9 @@ class GlooTransport final : public exec::Transport {
   }
 
   void flush_sends() override {
-    std::vector<std::pair<int, c10::intrusive_ptr<c10d::Work> > > pending;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      pending.swap(pending_);
-    }
-    for (auto& [to, work] : pending) wait(work, to, "receive");
+    std::unique_lock<std::mutex> lock(mutex_);
+    sends_changed_.wait(lock, [&] { return sending_.empty(); });
+    if (send_error_) std::rethrow_exception(std::exchange(send_error_, nullptr));
   }
 
   // Gloo's barrier notices a dead rank at once, but not which one: the heartbeats tell.
@@ -321,6 +321,50 @@ class GlooTransport final : public exec::Transport {
             std::chrono::duration<double>(10 * kBeat).count()));
       }
     }
+  }
+
+  // Lets go of each sent tensor as soon as its peer has it, as a copy within one process does
+  // (and as the simulator's memory model has it): a send's work holds its tensor, and a sender
+  // keeps nothing it sent, so holding the works until the next send or the step's end raised
+  // this device's peak by the gradients sent in between. Works are waited for in the order they
+  // were posted; the first failure is kept for flush_sends() to report.
+  void release_sends() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (true) {
+      sends_changed_.wait(lock, [&] { return stopping_ || !sending_.empty(); });
+      if (sending_.empty()) return;
+      auto [to, work] = sending_.front();
+      lock.unlock();
+      std::exception_ptr error;
+      try {
+        wait(work, to, "receive");
+      } catch (...) {
+        error = std::current_exception();
+      }
+      work.reset();
+      lock.lock();
+      if (error && !send_error_ && !stopping_) send_error_ = error;
+      sending_.pop_front();
+      sends_changed_.notify_all();
+    }
+  }
+
+  // Sends still under way are aborted: the transport is going, and a peer that never receives
+  // them must not hold this process up.
+  void stop_releasing_sends() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+      for (auto& [to, work] : sending_) {
+        try {
+          work->abort();
+        } catch (const std::exception&) {
+          // Already completed or failed: the releaser's wait returns either way.
+        }
+      }
+      sends_changed_.notify_all();
+    }
+    if (releaser_.joinable()) releaser_.join();
   }
 
   // A receive that cancel_receives() can wake: it is known while it waits.
@@ -469,7 +513,11 @@ class GlooTransport final : public exec::Transport {
   c10::intrusive_ptr<c10d::TCPStore> store_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
   std::mutex mutex_;
-  std::vector<std::pair<int, c10::intrusive_ptr<c10d::Work> > > pending_;
+  std::deque<std::pair<int, c10::intrusive_ptr<c10d::Work> > > sending_;  // oldest first
+  std::condition_variable sends_changed_;
+  std::exception_ptr send_error_;
+  bool stopping_ = false;
+  std::thread releaser_;
   std::vector<c10::intrusive_ptr<c10d::Work> > receiving_;
   bool cancelled_ = false;
   std::shared_ptr<Heartbeat> heartbeat_;
