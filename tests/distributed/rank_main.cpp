@@ -15,6 +15,11 @@
 // connects with a 60 s timeout; rank 1 dies (SIGKILL) without reporting, the others gather a
 // step's records as rank 0 does after every step. Rank 0 prints on stderr what it was told and
 // how long it took: "gather failed in S s: MESSAGE". A dead rank must not be waited for.
+//
+//   pipetune_distributed_rank --a-sent-tensor-is-let-go
+// rank 0 sends a tensor to rank 1 and, sending nothing more, waits up to 10 s for the transport
+// to let go of it (its use count back to the test's own reference); rank 1 receives it. Rank 0
+// prints "let go in S s" (exit 0) or "still held after 10 s" (exit 1).
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -85,6 +90,35 @@ int gather_after_rank_1_dies() {
   std::_Exit(0);  // every rank but 0 only reports
 }
 
+int a_sent_tensor_is_let_go() {
+  const auto env = distributed::read_launch_environment();
+  std::shared_ptr<exec::Transport> transport = distributed::connect(env, 60.0);
+  int status = 0;
+  if (env.rank == 0) {
+    at::Tensor sent = at::ones({1024, 256});
+    transport->send(sent, 1, 7, transport->clock_ms());
+    const auto started = std::chrono::steady_clock::now();
+    double seconds = 0.0;
+    while (sent.use_count() > 1 && seconds < 10.0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    }
+    status = sent.use_count() > 1 ? 1 : 0;
+    if (status == 0)
+      std::fprintf(stderr, "rank 0: let go in %.3f s\n", seconds);
+    else
+      std::fprintf(stderr, "rank 0: still held after 10 s\n");
+    std::fflush(stderr);
+  } else if (env.rank == 1) {
+    const exec::Received got = transport->recv(0, 7);
+    if (got.tensor.numel() != 1024 * 256 || got.tensor.sum().item<double>() != 1024.0 * 256.0)
+      status = 1;
+  }
+  transport->barrier("done");
+  transport->flush_sends();
+  return status;
+}
+
 // Runs one of the modes above; what it could not run is "rank R: MESSAGE" and exit 2.
 template <typename Mode>
 int exit_2_on_error(Mode&& mode) {
@@ -103,6 +137,9 @@ int exit_2_on_error(Mode&& mode) {
 int main(int argc, char** argv) {
   if (argc == 2 && std::string(argv[1]) == "--gather-after-rank-1-dies") {
     return exit_2_on_error([] { return gather_after_rank_1_dies(); });
+  }
+  if (argc == 2 && std::string(argv[1]) == "--a-sent-tensor-is-let-go") {
+    return exit_2_on_error([] { return a_sent_tensor_is_let_go(); });
   }
   if (argc == 5 && std::string(argv[1]) == "--destroy-while-rank-0-is-stopped") {
     return exit_2_on_error([&] {
