@@ -234,14 +234,17 @@ std::vector<std::pair<int, int>> EventEngine::edges() const {
     }
   }
   out.insert(out.end(), more_successors_.begin(), more_successors_.end());
-  // Each resource's order, from the queues built by run().
+  // Each resource's order: its tasks in the order they were added (what run()'s queues hold,
+  // laid out here again so that the edges are right before any run too).
   std::vector<int> order(tasks_.size());
-  std::vector<int> fill;
-  for (const auto& r : resources_) fill.push_back(r.first);
+  std::vector<int> first(resources_.size() + 1, 0);
+  for (std::size_t r = 0; r < resources_.size(); ++r) first[r + 1] = first[r] + resources_[r].count;
+  std::vector<int> fill(first.begin(), first.end() - 1);
   for (std::size_t id = 0; id < tasks_.size(); ++id)
     order[fill[tasks_[id].resource]++] = static_cast<int>(id);
-  for (const auto& r : resources_) {
-    for (int k = r.first + 1; k < r.first + r.count; ++k) out.emplace_back(order[k - 1], order[k]);
+  for (std::size_t r = 0; r < resources_.size(); ++r) {
+    for (int k = first[r] + 1; k < first[r] + resources_[r].count; ++k)
+      out.emplace_back(order[k - 1], order[k]);
   }
   return out;
 }

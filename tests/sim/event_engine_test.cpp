@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -118,6 +119,25 @@ TEST(EventEngine, ManySuccessors) {
   for (int k = 0; k < 5; ++k) EXPECT_EQ(e.start(leaves[k]), 2.0);
   EXPECT_EQ(e.makespan(), 7.0);
   EXPECT_EQ(e.edges().size(), 5u);
+}
+
+// The edges are the dependencies plus each resource's order, known before any run: read
+// before run() they used to come from queues only run() lays out.
+TEST(EventEngine, EdgesAreTheSameBeforeAndAfterARun) {
+  EventEngine e;
+  const int r0 = e.add_resource(), r1 = e.add_resource();
+  const int a = e.add_task(r1, 1.0), b = e.add_task(r0, 1.0), c = e.add_task(r1, 1.0),
+            d = e.add_task(r0, 1.0), f = e.add_task(r1, 1.0);
+  e.add_dependency(b, c);
+  e.add_dependency(a, d);
+  std::vector<std::pair<int, int>> before = e.edges();
+  std::sort(before.begin(), before.end());
+  const std::vector<std::pair<int, int>> want{{a, c}, {a, d}, {b, c}, {b, d}, {c, f}};
+  EXPECT_EQ(before, want);
+  e.run(false);
+  std::vector<std::pair<int, int>> after = e.edges();
+  std::sort(after.begin(), after.end());
+  EXPECT_EQ(after, want);
 }
 
 TEST(EventEngine, RunsAgainWithNewDurationsAndEffects) {
