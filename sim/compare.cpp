@@ -325,42 +325,45 @@ CalibrationChoice choose_calibration(const Profile& profile, const Hardware& har
   const double without = mean_abs(choice.uncalibrated_error);
 
   // Each choice of parts judged as the whole is: out of sample, then on every plan it was fitted
-  // on. The one off least out of sample wins; the whole calibration first, so a part alone wins
-  // only by being strictly better.
+  // on. Its `rejection` says why it is not used ("" when it may be).
   struct Candidate {
     CalibrationParts parts;
-    double held_out;
+    double held_out = 0.0;
     std::vector<double> out_of_sample, in_sample;
-    std::string worse_in_sample;  // the first fitted plan it is worse on, if any
+    std::string rejection;
   };
-  std::vector<Candidate> passed;
-  std::string rejection;
-  for (CalibrationParts parts :
-       {CalibrationParts::Both, CalibrationParts::Compute, CalibrationParts::Copies}) {
-    const Calibration whole = keep_parts(choice.fitted, parts);
-    const bool both_fitted = !choice.fitted.compute_scale.empty() && choice.fitted.copy;
-    if (parts != CalibrationParts::Both && !both_fitted) continue;  // the same as the whole
+  auto judge = [&](CalibrationParts parts) {
     Candidate c{parts, 0.0, {}, {}, {}};
     for (std::size_t k = 0; k < n; ++k)
       c.out_of_sample.push_back(errors_with(keep_parts(held_out_fits[k], parts), k).front());
     c.held_out = mean_abs(c.out_of_sample);
-    c.in_sample = parts == CalibrationParts::Both ? choice.in_sample_error : errors_with(whole);
-    for (std::size_t k = 0; k < n && c.worse_in_sample.empty(); ++k) {
+    c.in_sample = parts == CalibrationParts::Both ? choice.in_sample_error
+                                                  : errors_with(keep_parts(choice.fitted, parts));
+    if (c.held_out >= without) {
+      c.rejection =
+          fmt::format("on plans it was not fitted on it is off by {} on average, uncalibrated {}",
+                      percent(c.held_out), percent(without));
+    }
+    for (std::size_t k = 0; k < n && c.rejection.empty(); ++k) {
       if (std::abs(c.in_sample[k]) > std::abs(choice.uncalibrated_error[k])) {
-        c.worse_in_sample =
+        c.rejection =
             fmt::format("on {}, a plan it was fitted on, it is off by {}, uncalibrated {}",
                         names[k], percent(c.in_sample[k]), percent(choice.uncalibrated_error[k]));
       }
     }
-    if (parts == CalibrationParts::Both) {
-      rejection =
-          c.held_out >= without
-              ? fmt::format(
-                    "on plans it was not fitted on it is off by {} on average, uncalibrated {}",
-                    percent(c.held_out), percent(without))
-              : c.worse_in_sample;
-    }
-    if (c.held_out < without && c.worse_in_sample.empty()) passed.push_back(std::move(c));
+    return c;
+  };
+  // The whole calibration first, so that a part alone wins only by being strictly better; the
+  // parts only when both were fitted (else either is the whole).
+  std::vector<CalibrationParts> choices{CalibrationParts::Both};
+  if (!choice.fitted.compute_scale.empty() && choice.fitted.copy)
+    choices.insert(choices.end(), {CalibrationParts::Compute, CalibrationParts::Copies});
+  std::vector<Candidate> passed;
+  std::string rejection;
+  for (CalibrationParts parts : choices) {
+    Candidate c = judge(parts);
+    if (parts == CalibrationParts::Both) rejection = c.rejection;
+    if (c.rejection.empty()) passed.push_back(std::move(c));
   }
   if (passed.empty()) {
     choice.reason = "not used: " + rejection;
