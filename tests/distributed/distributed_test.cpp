@@ -345,6 +345,15 @@ TEST_F(Distributed, ASentTensorIsLetGoOfOnceItsPeerHasIt) {
   EXPECT_NE(results[0].err.find("let go in "), std::string::npos) << results[0].err;
 }
 
+// A (peer, tag) that carried a tensor before has its data's receive posted with the header's,
+// at the last layout; a tensor of another shape or dtype must still arrive whole and unchanged.
+TEST_F(Distributed, ATagCarriesTensorsOfChangingShapesAndDtypes) {
+  Ranks ranks({PIPETUNE_DISTRIBUTED_RANK, "--a-tag-carries-tensors-of-changing-shapes"}, 2);
+  const auto results = ranks.wait(90.0);
+  EXPECT_EQ(results[0].exit_code, 0) << results[0].err;
+  EXPECT_EQ(results[1].exit_code, 0) << results[1].err;
+}
+
 // A rank killed after its step's work but before it reported its records: rank 0 gathers them
 // after every step and used to wait in the store for the whole timeout (seen once in a fresh-
 // clone CI run as `AKilledRankMakesTheOthersExitNamingIt` taking 21 s against its 20 s

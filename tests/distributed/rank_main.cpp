@@ -20,6 +20,10 @@
 // rank 0 sends a tensor to rank 1 and, sending nothing more, waits up to 10 s for the transport
 // to let go of it (its use count back to the test's own reference); rank 1 receives it. Rank 0
 // prints "let go in S s" (exit 0) or "still held after 10 s" (exit 1).
+//
+//   pipetune_distributed_rank --a-tag-carries-tensors-of-changing-shapes
+// rank 0 sends rank 1 tensors of changing shapes and dtypes on one tag; rank 1 checks each
+// (exit 0: every one arrived as sent).
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -32,6 +36,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "distributed/process_group.hpp"
 #include "executor/executor.hpp"
@@ -119,6 +124,39 @@ int a_sent_tensor_is_let_go() {
   return status;
 }
 
+// Rank 0 sends rank 1 five tensors on one tag: shapes 2x3, 2x3, 4, 2x3 (double), 4, each
+// filled with its index; rank 1 checks each one's dtype, shape and values. The first takes the
+// header-then-data path, the repeats the data receive posted early, a new shape or dtype the
+// stand-in and the third tag.
+int a_tag_carries_tensors_of_changing_shapes() {
+  const auto env = distributed::read_launch_environment();
+  std::shared_ptr<exec::Transport> transport = distributed::connect(env, 60.0);
+  const std::vector<std::vector<std::int64_t>> shapes{{2, 3}, {2, 3}, {4}, {2, 3}, {4}};
+  const std::vector<at::ScalarType> dtypes{at::kFloat, at::kFloat, at::kFloat, at::kDouble,
+                                           at::kFloat};
+  int wrong = 0;
+  for (std::size_t k = 0; k < shapes.size(); ++k) {
+    if (env.rank == 0) {
+      transport->send(
+          at::full(shapes[k], static_cast<double>(k), at::TensorOptions().dtype(dtypes[k])), 1, 3,
+          0.0);
+    } else if (env.rank == 1) {
+      const exec::Received got = transport->recv(0, 3);
+      const bool ok = got.tensor.scalar_type() == dtypes[k] &&
+                      got.tensor.sizes().vec() == shapes[k] &&
+                      got.tensor.eq(static_cast<double>(k)).all().item<bool>();
+      if (!ok) {
+        std::fprintf(stderr, "rank 1: tensor %zu arrived as %s\n", k,
+                     got.tensor.toString().c_str());
+        ++wrong;
+      }
+    }
+  }
+  transport->barrier("done");
+  transport->flush_sends();
+  return wrong == 0 ? 0 : 1;
+}
+
 // Runs one of the modes above; what it could not run is "rank R: MESSAGE" and exit 2.
 template <typename Mode>
 int exit_2_on_error(Mode&& mode) {
@@ -137,6 +175,9 @@ int exit_2_on_error(Mode&& mode) {
 int main(int argc, char** argv) {
   if (argc == 2 && std::string(argv[1]) == "--gather-after-rank-1-dies") {
     return exit_2_on_error([] { return gather_after_rank_1_dies(); });
+  }
+  if (argc == 2 && std::string(argv[1]) == "--a-tag-carries-tensors-of-changing-shapes") {
+    return exit_2_on_error([] { return a_tag_carries_tensors_of_changing_shapes(); });
   }
   if (argc == 2 && std::string(argv[1]) == "--a-sent-tensor-is-let-go") {
     return exit_2_on_error([] { return a_sent_tensor_is_let_go(); });
