@@ -170,13 +170,12 @@ void BM_PlanLognormal1000Layers16Devices(benchmark::State& state) {
 BENCHMARK(BM_PlanLognormal1000Layers16Devices)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Iterations(1);
 
 // Unequal devices: the synthetic profile, range(0) layers on range(1) devices of speeds 1.5, 1,
-// 0.75, 1 repeated, so that the best balance is far from equal layer counts.
+// 0.75, 1 repeated (set_unequal_speeds).
 void BM_PlanHeterogeneous(benchmark::State& state) {
   const int devices = static_cast<int>(state.range(1));
   const Profile profile = synthetic_profile(static_cast<int>(state.range(0)), 256);
   Hardware hw = replicate_device(profile.device, devices);
-  for (int i = 0; i < devices; ++i)
-    hw.devices[i].speed = i % 4 == 0 ? 1.5 : i % 4 == 2 ? 0.75 : 1.0;
+  set_unequal_speeds(hw);
   hw.link.bandwidth_bytes_per_s = 1e10;
   hw.link.latency_ms = 0.01;
   PlannerOptions options;

@@ -1,13 +1,14 @@
 #pragma once
 
 // Profiles for benchmarks: deterministic, with costs that vary by layer and grow sub-linearly
-// with the micro-batch size the way a real device's do.
+// with the micro-batch size the way a real device's do; and the unequal devices they run on.
 
 #include <cmath>
 #include <cstdint>
 #include <random>
 #include <string>
 
+#include "sim/hardware.hpp"
 #include "sim/profile.hpp"
 
 namespace pipetune::bench {
@@ -70,6 +71,13 @@ inline Profile lognormal_profile(int layers, std::int64_t batch_size, unsigned s
     p.layers.push_back(std::move(layer));
   }
   return p;
+}
+
+/// Devices of unequal speeds, 1.5, 1, 0.75, 1 repeated, so that the best balance is far from
+/// equal layer counts (the planner's heterogeneous benchmarks and tests).
+inline void set_unequal_speeds(Hardware& hardware) {
+  for (std::size_t i = 0; i < hardware.devices.size(); ++i)
+    hardware.devices[i].speed = i % 4 == 0 ? 1.5 : i % 4 == 2 ? 0.75 : 1.0;
 }
 
 }  // namespace pipetune::bench

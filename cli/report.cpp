@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/table.hpp"
+#include "sim/compare.hpp"
 #include "sim/one_choice_away.hpp"
 #include "sim/units.hpp"
 
@@ -235,8 +236,7 @@ std::string calibration_summary(const Calibration& c) {
     parts.push_back(fmt::format("compute x{:.3f} on {} busy device{}", scale, devices, devices == 1 ? "" : "s"));
   }
   if (c.task_overhead_ms > 0) parts.push_back(fmt::format("+{:.3f} ms per task", c.task_overhead_ms));
-  if (c.copy && c.copy->bandwidth_bytes_per_s >= 1e14) {
-    // The fit's flat line: copies took the same time whatever their size.
+  if (c.copy && is_flat_copy_link(*c.copy)) {
     parts.push_back(fmt::format("copies {:.3f} ms each", c.copy->latency_ms));
   } else if (c.copy) {
     parts.push_back(fmt::format("copies {} + {:.3f} ms", format_bandwidth(c.copy->bandwidth_bytes_per_s),

@@ -119,6 +119,7 @@ struct Layout {
   at::ScalarType dtype = at::kFloat;
   std::vector<std::int64_t> shape;
   bool operator==(const Layout&) const = default;
+  at::Tensor allocate() const { return at::empty(shape, at::TensorOptions().dtype(dtype)); }
 };
 
 // c10d's message, less what says nothing to a user: the C++ stack trace c10 appends, gloo's
@@ -211,17 +212,16 @@ class GlooTransport final : public exec::Transport {
     const bool moved = before && !(*before == layout);
     at::Tensor header = at::zeros({kHeader}, at::kLong);
     auto* h = header.data_ptr<std::int64_t>();
-    h[0] = static_cast<std::int64_t>(tensor.scalar_type());
-    h[1] = tensor.dim();
-    for (int d = 0; d < tensor.dim(); ++d) h[2 + d] = tensor.size(d);
+    h[0] = static_cast<std::int64_t>(layout.dtype);
+    h[1] = static_cast<std::int64_t>(layout.shape.size());
+    std::copy(layout.shape.begin(), layout.shape.end(), h + 2);
     std::memcpy(&h[2 + kMaxDims], &sent_ms, sizeof sent_ms);
     h[3 + kMaxDims] = moved ? kMoved : kAsBefore;
     std::vector<at::Tensor> header_list{header}, data_list{tensor.contiguous()};
     std::lock_guard<std::mutex> lock(mutex_);
     sending_.push_back({to_rank, group_->send(header_list, to_rank, 3 * tag)});
     if (moved) {
-      std::vector<at::Tensor> stand_in{
-          at::zeros(before->shape, at::TensorOptions().dtype(before->dtype))};
+      std::vector<at::Tensor> stand_in{before->allocate().zero_()};
       sending_.push_back({to_rank, group_->send(stand_in, to_rank, 3 * tag + kAsBefore)});
     }
     sending_.push_back(
@@ -242,7 +242,7 @@ class GlooTransport final : public exec::Transport {
     std::vector<at::Tensor> posted;
     c10::intrusive_ptr<c10d::Work> posted_work;
     if (before) {
-      posted.push_back(at::empty(before->shape, at::TensorOptions().dtype(before->dtype)));
+      posted.push_back(before->allocate());
       posted_work = group_->recv(posted, from_rank, 3 * tag + kAsBefore);
     }
     receive(header_work, from_rank);
@@ -261,8 +261,7 @@ class GlooTransport final : public exec::Transport {
       got.tensor = posted[0];
     } else {
       // The first tensor on this (peer, tag), or one of another layout after its stand-in.
-      std::vector<at::Tensor> data{
-          at::empty(layout.shape, at::TensorOptions().dtype(layout.dtype))};
+      std::vector<at::Tensor> data{layout.allocate()};
       receive(group_->recv(data, from_rank, 3 * tag + (before ? kMoved : kAsBefore)), from_rank);
       got.tensor = data[0];
     }

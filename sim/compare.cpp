@@ -51,7 +51,8 @@ Link link_from_copies(const std::vector<double>& small_ms, std::int64_t small_by
                       const std::vector<double>& large_ms, std::int64_t large_bytes) {
   const double fixed = median(small_ms);
   const double per_byte =
-      std::max(1e-12, (median(large_ms) - fixed) / static_cast<double>(large_bytes - small_bytes));
+      std::max(kLeastCopyMsPerByte,
+               (median(large_ms) - fixed) / static_cast<double>(large_bytes - small_bytes));
   Link link;
   link.latency_ms = fixed;
   link.bandwidth_bytes_per_s = 1e3 / per_byte;
@@ -208,17 +209,16 @@ Calibration fit_calibration(const std::vector<std::pair<Trace, Trace>>& runs,
     for (auto [p, m] : pairs) ratios.push_back((m - cal.task_overhead_ms) / p);
     cal.compute_scale[devices] = median(ratios);
   }
-  // Copies: least squares of time against bytes, the slope at least kMinMsPerByte. Copies whose
-  // time does not grow with their size (between processes whose I/O threads wait for a core,
-  // the wait dwarfs the bytes) give a constant: their mean time, on a very fast link.
+  // Copies: least squares of time against bytes, the slope at least kLeastCopyMsPerByte. Copies
+  // whose time does not grow with their size (between processes whose I/O threads wait for a
+  // core, the wait dwarfs the bytes) give a constant: their mean time, on a very fast link.
   if (copies.size() >= 2) {
-    constexpr double kMinMsPerByte = 1e-12;
     double sx = 0, sy = 0, sxx = 0, sxy = 0;
     for (auto [x, y] : copies) sx += x, sy += y, sxx += x * x, sxy += x * y;
     const double n = static_cast<double>(copies.size());
     const double var = sxx - sx * sx / n;
     const double slope =
-        std::max(kMinMsPerByte, var > 0 ? (sxy - sx * sy / n) / var : 0.0);  // ms per byte
+        std::max(kLeastCopyMsPerByte, var > 0 ? (sxy - sx * sy / n) / var : 0.0);  // ms per byte
     Link link;
     link.bandwidth_bytes_per_s = 1e3 / slope;
     link.latency_ms = std::max(0.0, (sy - slope * sx) / n);

@@ -64,18 +64,28 @@ struct TraceComparison {
 TraceComparison compare_traces(const Trace& predicted, const Trace& measured, const std::string& measured_source,
                                double measured_ms = 0.0);
 
+/// The least time per byte a link fitted from copies is given (its bandwidth at most 1e15 B/s):
+/// copies whose time does not grow with their size still give a finite link, a very fast one.
+inline constexpr double kLeastCopyMsPerByte = 1e-12;
+
+/// Whether a link fitted from copies sits at (or within 10x of) kLeastCopyMsPerByte: copies that
+/// took about the same time whatever their size, which reports show as a time per copy.
+inline bool is_flat_copy_link(const Link& fitted) {
+  return 1e3 / fitted.bandwidth_bytes_per_s <= 10.0 * kLeastCopyMsPerByte;
+}
+
 /// A link from copies timed at two sizes: the latency is the small copies' median time, the
-/// bandwidth what the large copies' median adds per byte (at least 1e-12 ms a byte, so a large
-/// copy measured no slower than a small one gives a finite, very fast link). The link probes of
-/// one process (threads, CUDA devices) and of several (ranks) both fit this way.
+/// bandwidth what the large copies' median adds per byte (at least kLeastCopyMsPerByte, so a
+/// large copy measured no slower than a small one gives a finite, very fast link). The link probes
+/// of one process (threads, CUDA devices) and of several (ranks) both fit this way.
 Link link_from_copies(const std::vector<double>& small_ms, std::int64_t small_bytes,
                       const std::vector<double>& large_ms, std::int64_t large_bytes);
 
 /// A calibration fitted from runs: pairs of (prediction without calibration, measurement),
 /// each of a different plan. Compute tasks give the time scale per number of busy devices
 /// (median of measured over predicted durations); copies a link, by least squares of time
-/// against bytes with a slope of at least 1e-12 ms a byte (copies whose time does not grow with
-/// their size give their mean time as a latency, on a very fast link).
+/// against bytes with a slope of at least kLeastCopyMsPerByte (copies whose time does not grow
+/// with their size give their mean time as a latency, on a very fast link).
 /// `plan_names` go into fitted_on.
 Calibration fit_calibration(const std::vector<std::pair<Trace, Trace>>& runs, const std::vector<std::string>& plan_names);
 

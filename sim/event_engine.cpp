@@ -77,19 +77,25 @@ void EventEngine::record(Counter& c, double now) {
   }
 }
 
+// Every resource's tasks in the order they were added, resource after resource, into `queue`
+// (a stable counting sort); returns where each resource's run starts.
+std::vector<int> EventEngine::lay_out_queues(std::vector<int>& queue) const {
+  std::vector<int> first(resources_.size(), 0);
+  for (std::size_t r = 1; r < resources_.size(); ++r)
+    first[r] = first[r - 1] + resources_[r - 1].count;
+  std::vector<int> fill = first;
+  queue.resize(tasks_.size());
+  for (std::size_t id = 0; id < tasks_.size(); ++id)
+    queue[fill[tasks_[id].resource]++] = static_cast<int>(id);
+  return first;
+}
+
 // Resource queues in one array, in the order tasks were added (a stable counting sort), and
 // the overflow successors grouped by task.
 void EventEngine::prepare_queues() {
   const int n = static_cast<int>(tasks_.size());
-  int offset = 0;
-  for (auto& r : resources_) {
-    r.first = offset;
-    offset += r.count;
-  }
-  queue_.resize(n);
-  head_.resize(resources_.size());
-  for (std::size_t r = 0; r < resources_.size(); ++r) head_[r] = resources_[r].first;
-  for (int id = 0; id < n; ++id) queue_[head_[tasks_[id].resource]++] = id;
+  const std::vector<int> first = lay_out_queues(queue_);
+  for (std::size_t r = 0; r < resources_.size(); ++r) resources_[r].first = first[r];
   if (!more_successors_.empty()) {
     std::stable_sort(more_successors_.begin(), more_successors_.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -234,14 +240,10 @@ std::vector<std::pair<int, int>> EventEngine::edges() const {
     }
   }
   out.insert(out.end(), more_successors_.begin(), more_successors_.end());
-  // Each resource's order: its tasks in the order they were added (what run()'s queues hold,
-  // laid out here again so that the edges are right before any run too).
-  std::vector<int> order(tasks_.size());
-  std::vector<int> first(resources_.size() + 1, 0);
-  for (std::size_t r = 0; r < resources_.size(); ++r) first[r + 1] = first[r] + resources_[r].count;
-  std::vector<int> fill(first.begin(), first.end() - 1);
-  for (std::size_t id = 0; id < tasks_.size(); ++id)
-    order[fill[tasks_[id].resource]++] = static_cast<int>(id);
+  // Each resource's order, laid out here as run() lays out its queues, so that the edges are
+  // right before any run too.
+  std::vector<int> order;
+  const std::vector<int> first = lay_out_queues(order);
   for (std::size_t r = 0; r < resources_.size(); ++r) {
     for (int k = first[r] + 1; k < first[r] + resources_[r].count; ++k)
       out.emplace_back(order[k - 1], order[k]);

@@ -128,6 +128,7 @@ class EventEngine {
     std::vector<CounterSample> history;
   };
 
+  std::vector<int> lay_out_queues(std::vector<int>& queue) const;
   void prepare_queues();
   void change(int counter, std::int64_t delta, double now) {
     Counter& c = counters_[counter];

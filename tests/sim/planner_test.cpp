@@ -266,6 +266,14 @@ TEST(Planner, EveryRootBoundStaysBelowItsConfigurationsOptimum) {
   EXPECT_GT(near, checked / 20);
 }
 
+// The planner's best plan with a budget of one step: the roots and the first plans only.
+PlanSearchResult roots_and_first_plans(const Profile& profile, const Hardware& hw) {
+  PlannerOptions options;
+  options.top = 1;
+  options.search_budget = 1;
+  return find_best_plans(profile, hw, options);
+}
+
 // Layers unlike each other, as an embedding or a head is unlike a block: every seventh layer's
 // backward costs eight times its forward, the others' twice. One least ratio for all layers
 // would bound every forward by the light-forward layers' share; the relaxed root's classes of
@@ -279,13 +287,9 @@ TEST(Planner, LayersOfUnlikeCostRatiosKeepTheRelaxedRootClose) {
   }
   for (bool unequal : {false, true}) {
     Hardware hw = replicate_device(profile.device, 8);
-    for (int i = 0; unequal && i < 8; ++i)
-      hw.devices[i].speed = i % 4 == 0 ? 1.5 : i % 4 == 2 ? 0.75 : 1.0;
+    if (unequal) bench::set_unequal_speeds(hw);
     hw.link.bandwidth_bytes_per_s = 1e10;
-    PlannerOptions options;
-    options.top = 1;
-    options.search_budget = 1;  // the roots and first plans only
-    const PlanSearchResult result = find_best_plans(profile, hw, options);
+    const PlanSearchResult result = roots_and_first_plans(profile, hw);
     ASSERT_FALSE(result.ranked.empty());
     SCOPED_TRACE(unequal ? "unequal devices" : "equal devices");
     EXPECT_LT(result.stats.gap(), unequal ? 0.05 : 0.02);
@@ -299,13 +303,10 @@ TEST(Planner, LayersOfUnlikeCostRatiosKeepTheRelaxedRootClose) {
 TEST(Planner, UnequalDevicesRootBoundsAreCloseToTheBestPlan) {
   const Profile profile = bench::synthetic_profile(1000, 256);
   Hardware hw = replicate_device(profile.device, 16);
-  for (int i = 0; i < 16; ++i) hw.devices[i].speed = i % 4 == 0 ? 1.5 : i % 4 == 2 ? 0.75 : 1.0;
+  bench::set_unequal_speeds(hw);
   hw.link.bandwidth_bytes_per_s = 1e10;
   hw.link.latency_ms = 0.01;
-  PlannerOptions options;
-  options.top = 1;
-  options.search_budget = 1;  // the roots and first plans only
-  const PlanSearchResult result = find_best_plans(profile, hw, options);
+  const PlanSearchResult result = roots_and_first_plans(profile, hw);
   ASSERT_FALSE(result.ranked.empty());
   EXPECT_LT(result.stats.gap(), 0.04);
 }
