@@ -68,15 +68,22 @@ std::string simulation_text(const Profile& profile, const SimulationResult& r,
   table.add_column("busy ms", TextTable::Align::Right);
   table.add_column("idle", TextTable::Align::Right);
   table.add_column("peak memory", TextTable::Align::Right);
+  table.add_column("worst order", TextTable::Align::Right);
   table.add_column("capacity", TextTable::Align::Right);
   table.add_column("fits");
   for (const auto& d : r.devices) {
     const double idle = r.iteration_ms > 0 ? 1.0 - d.busy_ms / r.iteration_ms : 0.0;
     table.add_row({d.name, fmt::format("{}", fmt::join(d.stages, ",")), format_ms(d.busy_ms),
                    format_percent(idle), format_bytes(d.peak_memory_bytes),
+                   d.worst_order_peak_bytes > 0 ? format_bytes(d.worst_order_peak_bytes) : "-",
                    capacity_text(d.memory_capacity_bytes), d.fits() ? "yes" : "NO"});
   }
   out += table.render();
+  if (!r.devices.empty() && r.devices.front().worst_order_peak_bytes > 0) {
+    out +=
+        "worst order: the peak if copies land in the worst order the schedule allows; a real\n"
+        "step's timing moves its peak between the two\n";
+  }
 
   if (!path.empty()) {
     double compute = 0, copies = 0;
@@ -116,6 +123,7 @@ std::string simulation_json(const SimulationResult& r, const std::vector<int>& p
                        {"stages", d.stages},
                        {"busy_ms", tidy(d.busy_ms)},
                        {"peak_memory_bytes", d.peak_memory_bytes},
+                       {"worst_order_peak_bytes", d.worst_order_peak_bytes},
                        {"memory_capacity_bytes", d.memory_capacity_bytes},
                        {"fits", d.fits()}});
   }

@@ -57,6 +57,7 @@ void add_simulate_command(CLI::App& app, std::vector<Command>& commands) {
     const Simulator simulator(profile, hardware);
     SimulationOptions options;
     options.record_edges = true;
+    options.worst_order_peaks = true;
     const SimulationResult result =
         given ? simulator.run(plan, *given, options) : simulator.run(plan, options);
     if (!flags->write_schedule_csv.empty()) {

@@ -97,6 +97,10 @@ TraceComparison compare_traces(const Trace& predicted, const Trace& measured,
   c.time_error = fraction_error(c.predicted_ms, c.measured_ms);
   // Devices are paired by the stages they hold: the simulator lists them in the hardware's
   // order, the executor in the order stages first use them.
+  const bool worst_order_known =
+      !predicted.devices.empty() &&
+      std::all_of(predicted.devices.begin(), predicted.devices.end(),
+                  [](const TraceDevice& d) { return d.worst_order_peak_bytes > 0; });
   for (std::size_t d = 0; d < predicted.devices.size(); ++d) {
     std::size_t m = d;
     for (std::size_t k = 0; k < measured.devices.size(); ++k) {
@@ -106,6 +110,9 @@ TraceComparison compare_traces(const Trace& predicted, const Trace& measured,
     }
     c.devices.push_back(measured.devices[m].name);
     c.predicted_peak_bytes.push_back(predicted.devices[d].peak_memory_bytes);
+    if (worst_order_known) {
+      c.worst_order_peak_bytes.push_back(predicted.devices[d].worst_order_peak_bytes);
+    }
     c.measured_peak_bytes.push_back(measured.devices[m].peak_memory_bytes);
     c.memory_error.push_back(
         fraction_error(static_cast<double>(predicted.devices[d].peak_memory_bytes),

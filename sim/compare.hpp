@@ -44,6 +44,9 @@ struct TraceComparison {
   std::vector<std::string> devices;
   std::vector<std::int64_t> predicted_peak_bytes, measured_peak_bytes;
   std::vector<double> memory_error;  ///< per device, (predicted - measured) / measured
+  /// Per device, the predicted peak in the worst arrival order (empty when the prediction has
+  /// none): a measured peak above the predicted one but not above this is arrival order.
+  std::vector<std::int64_t> worst_order_peak_bytes;
   std::vector<TaskComparison> tasks;   ///< every task found in both traces
   std::size_t unmatched = 0;           ///< tasks in one trace only
   double median_abs_duration_error = 0.0;

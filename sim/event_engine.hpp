@@ -85,6 +85,21 @@ class EventEngine {
   /// again after changing durations, effects or initial values.
   void run(bool record_history);
 
+  /// A task's memory effects as set above (counter -1: none).
+  struct Effects {
+    int start_counter = -1;
+    std::int64_t start_bytes = 0;
+    std::int64_t mid_bytes = 0;  ///< freed from start_counter
+    int end_counter = -1;
+    std::int64_t end_bytes = 0;
+  };
+  Effects effects(int task) const {
+    const Task& t = tasks_[task];
+    return {t.start_counter, t.start_bytes, t.mid_bytes, t.end_counter, t.end_bytes};
+  }
+  std::size_t counter_count() const { return counters_.size(); }
+  std::int64_t initial(int counter) const { return counters_[counter].initial; }
+
   std::size_t task_count() const { return tasks_.size(); }
   std::size_t resource_count() const { return resources_.size(); }
   int resource_of(int task) const { return tasks_[task].resource; }

@@ -9,6 +9,7 @@
 #include "sim/corun.hpp"
 #include "sim/error.hpp"
 #include "sim/memory_model.hpp"
+#include "sim/order_peak.hpp"
 #include "sim/task_graph.hpp"
 
 namespace pipetune {
@@ -394,6 +395,8 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
   if (profile_.has_corun_times()) settle_corun_durations(engine, corun_tasks, profile_.co_runners);
 
   engine.run(options.record_memory);
+  std::vector<std::int64_t> worst_order;
+  if (options.worst_order_peaks) worst_order = worst_order_peaks(engine);
   std::vector<double> busy(devices, 0.0);
   for (const CorunTask& t : corun_tasks) busy[t.device] += t.duration_ms;
 
@@ -418,6 +421,7 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
     report.busy_ms = busy[d];
     report.peak_memory_bytes = engine.peak(graph.counter[d]);
     report.peak_time_ms = engine.peak_time(graph.counter[d]);
+    if (!worst_order.empty()) report.worst_order_peak_bytes = worst_order[graph.counter[d]];
     report.memory_capacity_bytes = hardware_.devices[d].memory_bytes;
     if (options.record_memory) report.memory = engine.history(graph.counter[d]);
     busy_total += busy[d];

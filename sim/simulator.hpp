@@ -58,6 +58,9 @@ struct DeviceReport {
   double busy_ms = 0.0;        ///< compute time
   std::int64_t peak_memory_bytes = 0;
   double peak_time_ms = 0.0;
+  /// The highest peak any arrival order the schedule allows can reach (worst_order_peaks()),
+  /// when asked for; 0 otherwise.
+  std::int64_t worst_order_peak_bytes = 0;
   std::int64_t memory_capacity_bytes = 0;  ///< 0: unknown
   std::vector<CounterSample> memory;       ///< time (ms) -> allocated bytes, when recorded
 
@@ -83,6 +86,8 @@ struct SimulationOptions {
   bool record_tasks = true;
   bool record_memory = true;  ///< memory history per device (the peak is always computed)
   bool record_edges = false;  ///< needed by critical_path()
+  /// DeviceReport::worst_order_peak_bytes: one max-flow per device over the task graph.
+  bool worst_order_peaks = false;
 };
 
 /// Predicts one training iteration of a plan: the schedule IR run on a discrete-event engine

@@ -77,11 +77,13 @@ void refuse_repeated_task(std::map<StepTaskKey, std::string>& event_of_task, con
 ordered_json summary_json(const Trace& t) {
   ordered_json devices = ordered_json::array();
   for (const auto& d : t.devices) {
-    devices.push_back({{"name", d.name},
-                       {"stages", d.stages},
-                       {"busy_ms", d.busy_ms},
-                       {"peak_memory_bytes", d.peak_memory_bytes},
-                       {"memory_capacity_bytes", d.memory_capacity_bytes}});
+    ordered_json device = {{"name", d.name},
+                           {"stages", d.stages},
+                           {"busy_ms", d.busy_ms},
+                           {"peak_memory_bytes", d.peak_memory_bytes},
+                           {"memory_capacity_bytes", d.memory_capacity_bytes}};
+    if (d.worst_order_peak_bytes > 0) device["worst_order_peak_bytes"] = d.worst_order_peak_bytes;
+    devices.push_back(std::move(device));
   }
   return {{"iteration_ms", t.iteration_ms},
           {"throughput_samples_per_s", t.throughput_samples_per_s},
@@ -184,8 +186,8 @@ Trace trace_from_simulation(const SimulationResult& result, const std::string& m
   std::map<int, int> pid_of;
   for (const auto& d : result.devices) {
     pid_of[d.index] = static_cast<int>(trace.devices.size());
-    trace.devices.push_back(
-        {d.name, d.stages, d.busy_ms, d.peak_memory_bytes, d.memory_capacity_bytes, d.memory});
+    trace.devices.push_back({d.name, d.stages, d.busy_ms, d.peak_memory_bytes,
+                             d.memory_capacity_bytes, d.memory, d.worst_order_peak_bytes});
   }
   for (const auto& t : result.tasks) {
     TraceTask task;
@@ -325,6 +327,9 @@ Trace parse_trace(std::string_view text, const std::string& source) {
     device.busy_ms = d.field("busy_ms").non_negative_number();
     device.peak_memory_bytes = d.field("peak_memory_bytes").non_negative_integer();
     device.memory_capacity_bytes = d.field("memory_capacity_bytes").bytes();
+    if (auto worst = d.optional_field("worst_order_peak_bytes")) {
+      device.worst_order_peak_bytes = worst->non_negative_integer();
+    }
     trace.devices.push_back(std::move(device));
   }
 

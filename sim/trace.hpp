@@ -40,6 +40,8 @@ struct TraceDevice {
   std::int64_t peak_memory_bytes = 0;
   std::int64_t memory_capacity_bytes = 0;
   std::vector<CounterSample> memory;  ///< time (ms) -> allocated bytes
+  /// Predicted traces: the peak in the worst arrival order the schedule allows (0: not known).
+  std::int64_t worst_order_peak_bytes = 0;
 };
 
 struct Trace {

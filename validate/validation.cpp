@@ -46,6 +46,7 @@ namespace {
 SimulationOptions full_record() {
   SimulationOptions o;
   o.record_edges = true;
+  o.worst_order_peaks = true;
   return o;
 }
 

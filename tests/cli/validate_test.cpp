@@ -106,6 +106,9 @@ TEST(CliValidate, ReportTracesAndErrorsAgreeAndCalibrationIsFittedElsewhereThenR
         const double pb = static_cast<double>(trace->devices[d].peak_memory_bytes);
         const double mb = static_cast<double>(measured.devices[d].peak_memory_bytes);
         EXPECT_EQ(c["predicted_peak_bytes"][d].get<std::int64_t>(), trace->devices[d].peak_memory_bytes);
+        EXPECT_EQ(c["worst_order_peak_bytes"][d].get<std::int64_t>(),
+                  trace->devices[d].worst_order_peak_bytes);
+        EXPECT_GE(trace->devices[d].worst_order_peak_bytes, trace->devices[d].peak_memory_bytes);
         EXPECT_EQ(c["measured_peak_bytes"][d].get<std::int64_t>(), measured.devices[d].peak_memory_bytes);
         EXPECT_NEAR(c["memory_error"][d].get<double>(), (pb - mb) / mb, 2e-6) << key << " device " << d;
       }

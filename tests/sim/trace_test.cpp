@@ -13,14 +13,17 @@
 namespace pipetune {
 namespace {
 
-Trace predicted() {
+Trace predicted(bool worst_order_peaks = false) {
   static const Profile profile = [] {
     testing::LayerSpec a{1.0, 2.0, 1000, 100, 50, 0};
     return testing::make_profile({a, a, a}, 4, 10);
   }();
   Hardware hw = replicate_device(profile.device, 3);
   hw.link.bandwidth_bytes_per_s = 1e5;
-  const auto r = Simulator(profile, hw).run(testing::make_plan({1, 1, 1}, 4, CheckpointMode::ExceptLast));
+  SimulationOptions options;
+  options.worst_order_peaks = worst_order_peaks;
+  const auto r = Simulator(profile, hw)
+                     .run(testing::make_plan({1, 1, 1}, 4, CheckpointMode::ExceptLast), options);
   return trace_from_simulation(r, profile.model);
 }
 
@@ -80,6 +83,17 @@ TEST(Trace, RoundTrips) {
   ASSERT_EQ(again.devices.size(), 3u);
   EXPECT_EQ(again.devices[1].peak_memory_bytes, t.devices[1].peak_memory_bytes);
   EXPECT_EQ(again.devices[1].memory.size(), t.devices[1].memory.size());
+  EXPECT_EQ(again.devices[1].worst_order_peak_bytes, 0);  // not asked for: not written
+}
+
+TEST(Trace, KeepsTheWorstOrdersPeakWhenItIsKnown) {
+  const Trace t = predicted(true);
+  const Trace again = parse_trace(trace_to_json(t), "trace.json");
+  ASSERT_EQ(again.devices.size(), 3u);
+  for (std::size_t d = 0; d < 3; ++d) {
+    EXPECT_GE(t.devices[d].worst_order_peak_bytes, t.devices[d].peak_memory_bytes);
+    EXPECT_EQ(again.devices[d].worst_order_peak_bytes, t.devices[d].worst_order_peak_bytes);
+  }
 }
 
 TEST(Trace, BadInput) {

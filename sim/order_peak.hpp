@@ -1,0 +1,25 @@
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "sim/event_engine.hpp"
+
+namespace pipetune {
+
+/// The highest value each counter of `engine` can reach over every order of its tasks' events
+/// that the graph allows (dependencies and each resource's order), whatever the durations.
+///
+/// The simulated peak is the value at one order, the one the durations give. A real run's
+/// durations move from step to step, so a receiver can hold a tensor that in the simulation
+/// arrived after its peak: the peak a device reaches depends on arrival order, and this is its
+/// least upper bound. Each task contributes three events (start, the end of its transient peak,
+/// end), each changing counters by its effect; a state the run can be in is a set of events
+/// closed under "happens before", and the largest sum over such a set is a maximum-weight
+/// closure, found as a minimum cut (Picard, 1976): one max-flow per counter.
+///
+/// Indexed by counter; each value is at least the counter's initial value and at least its
+/// simulated peak (the simulated order is one of the orders).
+std::vector<std::int64_t> worst_order_peaks(const EventEngine& engine);
+
+}  // namespace pipetune

@@ -1,0 +1,173 @@
+// The worst arrival order's peak against enumeration, hand-timed orders and the simulator.
+
+#include "sim/order_peak.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "sim/simulator.hpp"
+#include "tests/sim/fixtures.hpp"
+
+namespace pipetune {
+namespace {
+
+using testing::make_plan;
+using testing::random_profile;
+
+// The largest value of `counter` over every set of events closed under "happens before",
+// enumerated: event 3k is task k's start, 3k + 1 its mid effect, 3k + 2 its end; `edges`
+// (dependencies and resource order) all go from a lower task to a higher one, so events in
+// index order are a linear extension and each ideal is built once.
+std::int64_t enumerated_peak(const EventEngine& engine, int counter) {
+  const int tasks = static_cast<int>(engine.task_count());
+  std::vector<std::vector<int>> before(static_cast<std::size_t>(3 * tasks));
+  std::vector<std::int64_t> weight(before.size(), 0);
+  for (int k = 0; k < tasks; ++k) {
+    before[3 * k + 1].push_back(3 * k);
+    before[3 * k + 2].push_back(3 * k + 1);
+    const EventEngine::Effects e = engine.effects(k);
+    if (e.start_counter == counter) {
+      weight[3 * k] += e.start_bytes;
+      weight[3 * k + 1] -= e.mid_bytes;
+    }
+    if (e.end_counter == counter) weight[3 * k + 2] -= e.end_bytes;
+  }
+  for (const auto& [a, b] : engine.edges()) before[3 * b].push_back(3 * a + 2);
+  std::vector<char> in(before.size(), 0);
+  std::int64_t best = 0;
+  auto visit = [&](auto&& self, std::size_t e, std::int64_t sum) -> void {
+    if (e == before.size()) {
+      best = std::max(best, sum);
+      return;
+    }
+    self(self, e + 1, sum);
+    if (std::all_of(before[e].begin(), before[e].end(), [&](int p) { return in[p] != 0; })) {
+      in[e] = 1;
+      self(self, e + 1, sum + weight[e]);
+      in[e] = 0;
+    }
+  };
+  visit(visit, 0, 0);
+  return engine.initial(counter) + best;
+}
+
+// Random graphs of up to six tasks on up to three resources, effects on two counters.
+void build_random_engine(std::mt19937& rng, EventEngine& e) {
+  e.clear();
+  std::uniform_int_distribution<int> resources(1, 3), tasks(2, 6), bytes(0, 50), coin(0, 1);
+  const int r = resources(rng);
+  for (int i = 0; i < r; ++i) e.add_resource();
+  const int counters[2] = {e.add_counter(bytes(rng)), e.add_counter(0)};
+  const int n = tasks(rng);
+  for (int k = 0; k < n; ++k) {
+    const int task =
+        e.add_task(std::uniform_int_distribution<int>(0, r - 1)(rng), 0.5 + 0.1 * bytes(rng));
+    for (int before = 0; before < k; ++before) {
+      if (bytes(rng) < 12) e.add_dependency(before, task);
+    }
+    const std::int64_t allocated = bytes(rng);
+    const std::int64_t mid = std::min<std::int64_t>(allocated, bytes(rng));
+    e.set_start_effect(task, counters[coin(rng)], allocated);
+    e.set_mid_effect(task, 0.3, coin(rng) != 0 ? mid : 0);
+    e.set_end_effect(task, counters[coin(rng)], coin(rng) != 0 ? bytes(rng) : 0);
+  }
+}
+
+TEST(WorstOrderPeaks, EqualTheLargestClosedSetOfEventsFoundByEnumeration) {
+  std::mt19937 rng(20261126);
+  EventEngine e;
+  for (int trial = 0; trial < 300; ++trial) {
+    build_random_engine(rng, e);
+    const std::vector<std::int64_t> peaks = worst_order_peaks(e);
+    ASSERT_EQ(peaks.size(), 2u);
+    for (int c = 0; c < 2; ++c) ASSERT_EQ(peaks[c], enumerated_peak(e, c)) << "trial " << trial;
+  }
+}
+
+TEST(WorstOrderPeaks, BoundEveryPeakTheDurationsGive) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> duration(0.01, 10.0);
+  EventEngine e;
+  for (int trial = 0; trial < 100; ++trial) {
+    build_random_engine(rng, e);
+    const std::vector<std::int64_t> peaks = worst_order_peaks(e);
+    for (int run = 0; run < 20; ++run) {
+      for (int k = 0; k < static_cast<int>(e.task_count()); ++k) e.set_duration(k, duration(rng));
+      e.run(false);
+      for (int c = 0; c < 2; ++c) ASSERT_LE(e.peak(c), peaks[c]) << "trial " << trial;
+    }
+  }
+}
+
+// A sender computes two tensors and copies each to a receiver, which consumes them in turn and
+// frees each at its end (10 bytes each). At the durations below the receiver keeps up and holds
+// one at a time; had the sender run ahead, both: the bound is 20, and a fast sender reaches it.
+TEST(WorstOrderPeaks, SeeTheTensorsASenderThatRunsAheadWouldLand) {
+  EventEngine e;
+  const int sender = e.add_resource(), link = e.add_resource(), receiver = e.add_resource();
+  const int memory = e.add_counter(0);
+  int consume_before = -1;
+  std::vector<int> produce;
+  for (int i = 0; i < 2; ++i) {
+    produce.push_back(e.add_task(sender, 5.0));
+    const int copy = e.add_task(link, 0.1);
+    e.add_dependency(produce.back(), copy);
+    e.set_start_effect(copy, memory, 10);
+    const int consume = e.add_task(receiver, 1.0);
+    e.add_dependency(copy, consume);
+    e.set_end_effect(consume, memory, 10);
+    if (consume_before >= 0) {
+      EXPECT_LT(consume_before, consume);
+    }
+    consume_before = consume;
+  }
+  e.run(false);
+  EXPECT_EQ(e.peak(memory), 10);
+  EXPECT_EQ(worst_order_peaks(e)[memory], 20);
+  for (int p : produce) e.set_duration(p, 0.01);
+  e.run(false);
+  EXPECT_EQ(e.peak(memory), 20);
+}
+
+TEST(WorstOrderPeaks, OfOneDeviceAreItsSimulatedPeaks) {
+  // One device has one order: its programme's.
+  std::mt19937 rng(3);
+  const Profile profile = random_profile(rng, 6, 8);
+  const Hardware hardware = replicate_device(profile.device, 1);
+  const Simulator simulator(profile, hardware);
+  SimulationOptions options;
+  options.worst_order_peaks = true;
+  for (const CheckpointMode mode :
+       {CheckpointMode::Never, CheckpointMode::ExceptLast, CheckpointMode::Always}) {
+    const SimulationResult r = simulator.run(make_plan({6}, 4, mode, ScheduleKind::GPipe), options);
+    ASSERT_EQ(r.devices.size(), 1u);
+    EXPECT_EQ(r.devices[0].worst_order_peak_bytes, r.devices[0].peak_memory_bytes);
+  }
+}
+
+TEST(WorstOrderPeaks, OfAPipelineAreAtLeastItsSimulatedPeaksAndUnchangedByItsSpeeds) {
+  std::mt19937 rng(11);
+  const Profile profile = random_profile(rng, 8, 16);
+  const Hardware fast = replicate_device(profile.device, 4);
+  Hardware slow = fast;
+  slow.devices[2].speed = 0.3;
+  for (const ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
+    const Plan plan = make_plan({2, 2, 2, 2}, 8, CheckpointMode::Never, kind);
+    SimulationOptions options;
+    options.worst_order_peaks = true;
+    const SimulationResult a = Simulator(profile, fast).run(plan, options);
+    const SimulationResult b = Simulator(profile, slow).run(plan, options);
+    for (std::size_t d = 0; d < a.devices.size(); ++d) {
+      EXPECT_GE(a.devices[d].worst_order_peak_bytes, a.devices[d].peak_memory_bytes);
+      EXPECT_GE(b.devices[d].worst_order_peak_bytes, b.devices[d].peak_memory_bytes);
+      EXPECT_EQ(a.devices[d].worst_order_peak_bytes, b.devices[d].worst_order_peak_bytes);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pipetune
