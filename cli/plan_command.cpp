@@ -28,6 +28,7 @@ struct PlanFlagsSet {
   int stages = 0;
   int top = 5;
   std::uint64_t budget = PlannerOptions{}.search_budget;
+  std::string memory_order = "predicted";
   std::string output;
   std::string schedule_csv;
   bool json = false;
@@ -45,6 +46,7 @@ std::string plan_json(const PlanSearchResult& result) {
                         {"throughput_samples_per_s", tidy(c.throughput_samples_per_s)},
                         {"bubble_fraction", tidy(c.bubble_fraction)},
                         {"peak_memory_bytes", c.peak_memory_bytes}};
+    if (!c.worst_order_peak_bytes.empty()) out["worst_order_peak_bytes"] = c.worst_order_peak_bytes;
     if (c.plan.stages_per_device != 1) out["stages_per_device"] = c.plan.stages_per_device;
     return out;
   };
@@ -97,6 +99,11 @@ void add_plan_command(CLI::App& app, std::vector<Command>& commands) {
   sub->add_option("--write-schedule-csv", flags->schedule_csv,
                   "write the best plan's schedule as torch's compute-only CSV, one row per device")
       ->type_name("OUT.csv");
+  sub->add_option("--memory-order", flags->memory_order,
+                  "which peak must fit --memory: predicted (the predicted timeline's, default) or "
+                  "worst (the worst arrival order's: no step's timing can exceed it)")
+      ->check(CLI::IsMember({"predicted", "worst"}))
+      ->type_name("predicted|worst");
   sub->add_flag("--json", flags->json, "print one JSON object instead of the table");
   sub->add_flag("--explain", flags->explain, "say why the best plan wins");
 
@@ -117,6 +124,7 @@ void add_plan_command(CLI::App& app, std::vector<Command>& commands) {
     options.stages = flags->stages;
     options.top = static_cast<std::size_t>(flags->top);
     options.search_budget = flags->budget;
+    options.worst_order_memory = flags->memory_order == "worst";
     for (int c : options.chunks) {
       if (c < 1 || c > max_chunks(profile.batch_size)) {
         throw InputError(fmt::format("--chunks: expected {}, got {}", chunks_expectation(profile.batch_size), c));

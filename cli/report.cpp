@@ -367,12 +367,20 @@ std::string plan_explanation(const Profile& profile, const Hardware& hardware,
   }
   for (int d = 0; d < devices; ++d) {
     const auto cap = best.memory_capacity_bytes[d];
-    out += fmt::format("  memory      {}: peak {}{}\n", hardware.devices[d].name,
-                       format_bytes(best.peak_memory_bytes[d]),
-                       cap == 0 ? " (no limit given)"
-                                : fmt::format(" of {}, headroom {}", format_bytes(cap),
-                                              format_percent(1.0 - static_cast<double>(best.peak_memory_bytes[d]) /
-                                                                       static_cast<double>(cap))));
+    // With the worst arrival order known, it is the peak the cap must hold.
+    const bool ordered = !best.worst_order_peak_bytes.empty();
+    const std::int64_t binding =
+        ordered ? best.worst_order_peak_bytes[d] : best.peak_memory_bytes[d];
+    const std::string worst =
+        ordered ? fmt::format(", worst arrival order {}", format_bytes(binding)) : "";
+    const std::string limit =
+        cap == 0
+            ? " (no limit given)"
+            : fmt::format(
+                  "{} of {}, headroom {}", ordered ? ";" : "", format_bytes(cap),
+                  format_percent(1.0 - static_cast<double>(binding) / static_cast<double>(cap)));
+    out += fmt::format("  memory      {}: peak {}{}{}\n", hardware.devices[d].name,
+                       format_bytes(best.peak_memory_bytes[d]), worst, limit);
   }
 
   out += "  one choice away, each re-planned:\n";

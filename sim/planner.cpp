@@ -466,6 +466,9 @@ class PlanSearch {
   double multi_stage_bound(const Config& c) const;
   Plan plan_of(const Config& c, std::vector<int> balance) const;
   PlanCandidate candidate_of(const Config& c, const Plan& plan, const SimulationResult& r) const;
+  // r.fits(), and with worst_order_memory its worst arrival order's peaks fit as well (then
+  // `worst` holds them, per device).
+  bool fits(const Plan& plan, const SimulationResult& r, std::vector<std::int64_t>& worst);
   // Simulates `balance` for entry e, keeps it if it is e's best; its time, or infinity if it
   // does not fit (`excess`: by how much the largest peak exceeds its cap).
   struct Score {
@@ -1307,9 +1310,11 @@ void PlanSearch::evaluate(const std::vector<int>& balance, Objective objective) 
 
   auto candidate = [&] { return candidate_of(c, plan, r); };
   if (objective == Objective::Time) {
-    if (r.fits() && r.iteration_ms < config_best_) {
+    std::vector<std::int64_t> worst;
+    if (r.iteration_ms < config_best_ && fits(plan, r, worst)) {
       config_best_ = r.iteration_ms;
       config_best_candidate_ = candidate();
+      config_best_candidate_.worst_order_peak_bytes = std::move(worst);
     }
   } else {
     const double peak = static_cast<double>(r.max_peak_memory_bytes());
@@ -1777,11 +1782,46 @@ PlanSearch::Score PlanSearch::simulate_for(Entry& e, const std::vector<int>& bal
                               static_cast<double>(d.peak_memory_bytes - d.memory_capacity_bytes));
     }
   }
-  if (r.fits() && r.iteration_ms < e.best) {
+  std::vector<std::int64_t> worst;
+  if (r.iteration_ms < e.best && fits(plan, r, worst)) {
     e.best = r.iteration_ms;
     e.candidate = candidate_of(*e.config, plan, r);
+    e.candidate.worst_order_peak_bytes = std::move(worst);
+  } else {
+    // Fits as predicted but not in every arrival order: over by what the worst order needs.
+    for (std::size_t d = 0; d < worst.size(); ++d) {
+      const std::int64_t cap = r.devices[d].memory_capacity_bytes;
+      if (cap > 0 && worst[d] > cap) {
+        score.excess = std::max(score.excess, static_cast<double>(worst[d] - cap));
+      }
+    }
   }
   return score;
+}
+
+bool PlanSearch::fits(const Plan& plan, const SimulationResult& r,
+                      std::vector<std::int64_t>& worst) {
+  worst.clear();
+  if (!r.fits()) return false;
+  const bool capped = std::any_of(r.devices.begin(), r.devices.end(), [](const DeviceReport& d) {
+    return d.memory_capacity_bytes > 0;
+  });
+  if (!options_.worst_order_memory || !capped) return true;
+  SimulationOptions ordered;
+  ordered.record_tasks = false;
+  ordered.record_memory = false;
+  ordered.worst_order_peaks = true;
+  const SimulationResult w = simulator_.run(plan, ordered);
+  ++stats_.simulations;
+  stats_.steps += w.task_count * w.devices.size();  // a max-flow per device
+  bool all_fit = true;
+  for (const auto& d : w.devices) {
+    worst.push_back(d.worst_order_peak_bytes);
+    if (d.memory_capacity_bytes > 0 && d.worst_order_peak_bytes > d.memory_capacity_bytes) {
+      all_fit = false;
+    }
+  }
+  return all_fit;
 }
 
 // The relaxed root of a multi-stage configuration (docs/planner.md): each stage s gets a share

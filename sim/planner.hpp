@@ -49,6 +49,11 @@ struct PlannerOptions {
   /// second on one core. Shared between the configurations (see above); the cheap pass over
   /// them counts its simulations here but runs in full even past the budget.
   std::uint64_t search_budget = 10'000'000;
+  /// A plan fits only if its peak in the worst arrival order the schedule allows fits too
+  /// (worst_order_peaks(), docs/memory-model.md), not only its predicted peak: no step's timing
+  /// can make it run out. Costs one max-flow per device for each plan that would be a
+  /// configuration's new best under a memory cap.
+  bool worst_order_memory = false;
   std::function<void(std::size_t done, std::size_t total)> progress;
 };
 
@@ -61,6 +66,8 @@ struct PlanCandidate {
   std::vector<double> busy_ms;                      ///< per stage (its own device)
   std::vector<std::int64_t> peak_memory_bytes;      ///< per stage
   std::vector<std::int64_t> memory_capacity_bytes;  ///< per stage, 0: unknown
+  /// Per stage, the peak in the worst arrival order; filled with worst_order_memory.
+  std::vector<std::int64_t> worst_order_peak_bytes;
   std::int64_t max_peak_memory_bytes() const;
 };
 

@@ -47,9 +47,18 @@ struct BruteForce {
   double leanest_peak = 1e300;
 };
 
-BruteForce brute_force(const Profile& profile, const Hardware& hw) {
+// `worst_order`: a plan fits when its worst arrival order's peaks fit (worst_order_memory).
+BruteForce brute_force(const Profile& profile, const Hardware& hw, bool worst_order = false) {
   BruteForce out;
   const Simulator simulator(profile, hw);
+  SimulationOptions options;
+  options.worst_order_peaks = worst_order;
+  auto fits = [&](const SimulationResult& r) {
+    if (!worst_order) return r.fits();
+    return std::all_of(r.devices.begin(), r.devices.end(), [](const DeviceReport& d) {
+      return d.memory_capacity_bytes == 0 || d.worst_order_peak_bytes <= d.memory_capacity_bytes;
+    });
+  };
   const int stages = static_cast<int>(hw.devices.size());
   for (int chunks = 1; chunks <= profile.batch_size; ++chunks) {
     for (auto checkpoint : kAllCheckpointModes) {
@@ -57,10 +66,10 @@ BruteForce brute_force(const Profile& profile, const Hardware& hw) {
         for_each_balance(
             static_cast<int>(profile.layer_count()), stages, [&](const std::vector<int>& balance) {
               const Plan plan = testing::make_plan(balance, chunks, checkpoint, schedule);
-              const auto r = simulator.run(plan);
+              const auto r = simulator.run(plan, options);
               out.leanest_peak =
                   std::min(out.leanest_peak, static_cast<double>(r.max_peak_memory_bytes()));
-              if (!r.fits()) return;
+              if (!fits(r)) return;
               auto key = std::make_tuple(r.micro_batch_sizes, checkpoint, schedule);
               auto [it, inserted] = out.per_config.emplace(key, r.iteration_ms);
               if (!inserted) it->second = std::min(it->second, r.iteration_ms);
@@ -146,6 +155,49 @@ TEST(Planner, EqualsBruteForceOnRandomInstances) {
     }
   }
   EXPECT_GT(with_caps, 10);
+}
+
+// With worst_order_memory a plan fits only if no arrival order can take a device over its cap:
+// the planner's best is the brute force's over those plans, and the rule changes answers.
+TEST(Planner, WorstOrderMemoryEqualsBruteForceOverPlansThatFitInEveryOrder) {
+  std::mt19937 rng(1126);
+  int changed = 0;
+  for (int trial = 0; trial < 16; ++trial) {
+    const int layers = 3 + static_cast<int>(rng() % 8);                        // 3..10
+    const int stages = 2 + static_cast<int>(rng() % std::min(layers - 1, 3));  // 2..4
+    const std::int64_t batch = 2 + rng() % 6;
+    const Profile profile = testing::random_profile(rng, layers, batch);
+    Hardware hw = replicate_device(profile.device, stages);
+    hw.link.bandwidth_bytes_per_s = 1e5 * (1 + rng() % 100);
+    for (auto& d : hw.devices) d.speed = 0.5 + (rng() % 4) / 2.0;
+    const BruteForce free = brute_force(profile, hw);
+    const auto cap = static_cast<std::int64_t>(free.leanest_peak * (1.05 + (rng() % 30) / 100.0));
+    for (auto& d : hw.devices) d.memory_bytes = cap;
+    const BruteForce predicted = brute_force(profile, hw);
+    const BruteForce expected = brute_force(profile, hw, true);
+    PlannerOptions options;
+    options.worst_order_memory = true;
+    const PlanSearchResult result = find_best_plans(profile, hw, options);
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << ": " << layers << " layers, "
+                                      << stages << " stages, batch " << batch);
+    EXPECT_TRUE(result.stats.proven);
+    if (expected.per_config.empty()) {
+      EXPECT_TRUE(result.ranked.empty());
+      continue;
+    }
+    ASSERT_FALSE(result.ranked.empty());
+    const PlanCandidate& best = result.ranked.front();
+    EXPECT_NEAR(best.iteration_ms, expected.best_ms, 1e-9 * expected.best_ms)
+        << "brute force: " << describe_plan(expected.best_plan)
+        << ", planner: " << describe_plan(best.plan);
+    ASSERT_EQ(best.worst_order_peak_bytes.size(), best.peak_memory_bytes.size());
+    for (std::size_t d = 0; d < best.peak_memory_bytes.size(); ++d) {
+      EXPECT_GE(best.worst_order_peak_bytes[d], best.peak_memory_bytes[d]);
+      EXPECT_LE(best.worst_order_peak_bytes[d], cap);
+    }
+    if (predicted.best_ms < expected.best_ms) ++changed;
+  }
+  EXPECT_GE(changed, 2);
 }
 
 TEST(Planner, EqualsBruteForceWithDevicesOfVeryDifferentSpeeds) {
