@@ -84,6 +84,7 @@ Hardware probe_process_links(exec::Transport& transport,
               return std::tie(x.first, x.second) < std::tie(y.first, y.second);
             });
   if (!hardware.links.empty()) hardware.link = hardware.links.front().link;
+  hardware.posted_receives = true;  // what this transport does (process_group.cpp)
   return hardware;
 }
 

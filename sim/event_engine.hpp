@@ -71,7 +71,7 @@ class EventEngine {
     tasks_[task].start_bytes = bytes_allocated;
   }
   /// Frees `bytes_freed` from the start effect's counter `offset` after the task starts (at its
-  /// end at the latest); 0 bytes: none.
+  /// end at the latest); 0 bytes: none, negative: allocates.
   void set_mid_effect(int task, double offset, std::int64_t bytes_freed) {
     tasks_[task].mid_offset = offset;
     tasks_[task].mid_bytes = bytes_freed;

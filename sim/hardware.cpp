@@ -69,7 +69,8 @@ Hardware parse_hardware(std::string_view text, const std::string& source) {
   const json document = json_reader::parse_document(text, source);
   const Node root(document, source);
   if (!document.is_object()) root.fail("a JSON object");
-  root.allow_only({"format", "devices", "link", "links", "launch_overhead_ms", "calibration"});
+  root.allow_only({"format", "devices", "link", "links", "launch_overhead_ms", "posted_receives",
+                   "calibration"});
   const Node tag = root.field("format");
   if (!tag.value().is_string() || tag.value().get<std::string>() != kHardwareFormat) {
     tag.fail(fmt::format("\"{}\"", kHardwareFormat));
@@ -119,6 +120,7 @@ Hardware parse_hardware(std::string_view text, const std::string& source) {
   if (auto overhead = root.optional_field("launch_overhead_ms")) {
     hw.launch_overhead_ms = overhead->milliseconds();
   }
+  if (auto posted = root.optional_field("posted_receives")) hw.posted_receives = posted->boolean();
   if (auto calibration = root.optional_field("calibration")) {
     calibration->allow_only({"compute_scale", "task_overhead_ms", "copy", "fitted_on"});
     Calibration& c = hw.calibration;
@@ -173,6 +175,7 @@ std::string hardware_to_json(const Hardware& hw) {
     root["links"] = std::move(links);
   }
   root["launch_overhead_ms"] = hw.launch_overhead_ms;
+  if (hw.posted_receives) root["posted_receives"] = true;
   if (!hw.calibration.empty()) {
     const Calibration& c = hw.calibration;
     ordered_json calibration = ordered_json::object();

@@ -62,6 +62,10 @@ struct Hardware {
   Link link;  ///< between any two devices without an override
   std::vector<LinkOverride> links;
   double launch_overhead_ms = 0.0;  ///< added to every compute task
+  /// Each receive's buffer exists from when the receiver posts it (once its previous receive
+  /// from the same device is in; the step's first at the step's start), not from when its data
+  /// comes: pipetune's transport between processes (`run --distributed`) posts them early.
+  bool posted_receives = false;
   Calibration calibration;  ///< empty unless a calibration run filled it
 
   const Link& link_between(int from, int to) const;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 
 #include "sim/corun.hpp"
 #include "sim/error.hpp"
@@ -256,6 +257,27 @@ void set_copy_effects(TaskGraph& graph, int task, const StageMemory& m, const Pl
   graph.engine.set_end_effect(task, graph.counter[t.device], sender_frees ? t.bytes : 0);
 }
 
+// The transport between processes posts each receive, its buffer allocated, as soon as the same
+// receiver's previous receive is in, and the step's first at the step's start: a copy's bytes
+// are charged to its receiver when the copy before it ends, not when it starts. (A mid effect
+// frees from its start's counter at the latest when the task ends; a negative one allocates.)
+void post_receives_early(TaskGraph& graph, std::vector<std::int64_t>& baseline) {
+  EventEngine& engine = graph.engine;
+  for (std::size_t id = 0; id < graph.tasks.size(); ++id) {
+    const SimTask& t = graph.tasks[id];
+    if (is_compute(t.kind)) continue;
+    const int copy = static_cast<int>(id);
+    const int next = graph.next_receive[id];
+    engine.set_start_effect(copy, graph.counter[t.peer], 0);
+    engine.set_mid_effect(copy, std::numeric_limits<double>::infinity(),
+                          next >= 0 ? -graph.tasks[static_cast<std::size_t>(next)].bytes : 0);
+  }
+  for (const int first : graph.first_receives) {
+    const SimTask& t = graph.tasks[static_cast<std::size_t>(first)];
+    baseline[static_cast<std::size_t>(t.peer)] += t.bytes;
+  }
+}
+
 // A compute task's two durations, alone and beside the profile's co-runners.
 struct CorunTask {
   int id = 0;
@@ -377,8 +399,7 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
   }
 
   const auto cost = stage_costs(costs_, hardware_, shape);
-  const std::vector<std::int64_t> baseline = baseline_memory(costs_, plan, shape);
-  for (int d = 0; d < devices; ++d) engine.set_counter_initial(graph.counter[d], baseline[d]);
+  std::vector<std::int64_t> baseline = baseline_memory(costs_, plan, shape);
   std::vector<CorunTask> corun_tasks;
   for (std::size_t id = 0; id < graph.tasks.size(); ++id) {
     const SimTask& t = graph.tasks[id];
@@ -392,6 +413,8 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
                        *links_[t.device * devices + t.peer]);
     }
   }
+  if (hardware_.posted_receives) post_receives_early(graph, baseline);
+  for (int d = 0; d < devices; ++d) engine.set_counter_initial(graph.counter[d], baseline[d]);
   if (profile_.has_corun_times()) settle_corun_durations(engine, corun_tasks, profile_.co_runners);
 
   engine.run(options.record_memory);

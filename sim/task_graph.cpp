@@ -115,6 +115,27 @@ void build_task_graph(TaskGraph& g, const Schedule& schedule, const std::vector<
       if (send_gradient[k] >= 0) engine.add_dependency(backward[k], send_gradient[k]);
     }
   }
+  // Each device's receives in its programme's order, per sender: a forward takes the previous
+  // stage's activation, a B or I the next stage's gradient.
+  g.next_receive.assign(g.tasks.size(), -1);
+  g.first_receives.clear();
+  for (int d = 0; d < devices; ++d) {
+    std::vector<int> last(devices, -1);
+    for (const Action& a : programs[d]) {
+      const int s = a.stage, i = a.micro_batch;
+      int copy = -1;
+      if (a.kind == ActionKind::Forward && s > 0) copy = send_activation[cell(s - 1, i)];
+      if (sends_gradient(a.kind) && s + 1 < stages) copy = send_gradient[cell(s + 1, i)];
+      if (copy < 0) continue;
+      const int from = g.tasks[static_cast<std::size_t>(copy)].device;
+      if (last[from] < 0) {
+        g.first_receives.push_back(copy);
+      } else {
+        g.next_receive[static_cast<std::size_t>(last[from])] = copy;
+      }
+      last[from] = copy;
+    }
+  }
 }
 
 }  // namespace pipetune

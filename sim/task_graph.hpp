@@ -19,6 +19,11 @@ struct TaskGraph {
   std::vector<SimTask> tasks;       ///< what each engine task is (times filled by the caller)
   std::vector<int> counter;         ///< per device: its memory counter
   std::vector<int> first_backward;  ///< per stage: the micro-batch of its first B or W
+  /// Receives as a device's programme needs them, per sending device (one receiver thread per
+  /// peer in the executor's transport between processes): per copy, the copy that the same
+  /// receiver takes next (-1: none, or not a copy), and each receiver's first copy.
+  std::vector<int> next_receive;
+  std::vector<int> first_receives;
 };
 
 /// The task kind that runs an action.

@@ -302,6 +302,20 @@ TEST(HardwareFormat, ParsesAndRoundTrips) {
   EXPECT_EQ(hardware_to_json(parse_hardware(hardware_to_json(hw), "again")), hardware_to_json(hw));
 }
 
+TEST(HardwareFormat, PostedReceivesAreReadWrittenOnlyWhenSetAndMustBeABoolean) {
+  EXPECT_FALSE(parse_hardware(kHardware, "hw.json").posted_receives);  // documented default
+  std::string text = kHardware;
+  text.insert(text.rfind('}'), ", \"posted_receives\": true");
+  const Hardware hw = parse_hardware(text, "hw.json");
+  EXPECT_TRUE(hw.posted_receives);
+  EXPECT_TRUE(parse_hardware(hardware_to_json(hw), "again").posted_receives);
+  Hardware off = hw;
+  off.posted_receives = false;
+  EXPECT_EQ(hardware_to_json(off).find("posted_receives"), std::string::npos);
+  text.replace(text.find("true"), 4, "1");
+  EXPECT_EQ(hardware_error(text), "in.json: posted_receives: expected true or false, got 1");
+}
+
 TEST(HardwareFormat, IdealLinkSurvivesARoundTrip) {
   const Hardware hw = replicate_device({"cpu", "x", 0}, 2);
   const Hardware again = parse_hardware(hardware_to_json(hw), "again");

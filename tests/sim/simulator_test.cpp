@@ -279,5 +279,35 @@ TEST(Simulator, TimelineRespectsDependenciesAndStreams) {
   }
 }
 
+// Receives posted early (the transport between processes): every device holds its first
+// receive's buffer from the step's start, one activation or gradient (the same size here, as
+// each layer's output is), and the step ends where it ends without them, every buffer consumed.
+// Hand-made: 3 one-layer stages on 3 devices; device 0 receives gradients, 2 activations, 1 both.
+TEST(Simulator, PostedReceivesHoldEachReceiversFirstBufferFromTheStepsStart) {
+  testing::LayerSpec layer{1.0, 2.0, 4096, 100, 300, 0};
+  const Profile profile = testing::make_profile({layer, layer, layer}, 4, 100);
+  Hardware plain = replicate_device(profile.device, 3);
+  plain.link.bandwidth_bytes_per_s = 1e6;
+  Hardware posted = plain;
+  posted.posted_receives = true;
+  const std::int64_t tensor = 100 * 2;  // output bytes per sample x micro-batch size
+  for (const ScheduleKind kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
+    const Plan plan = make_plan({1, 1, 1}, 2, CheckpointMode::Never, kind);
+    const SimulationResult a = Simulator(profile, plain).run(plan);
+    const SimulationResult b = Simulator(profile, posted).run(plan);
+    ASSERT_EQ(a.devices.size(), 3u);
+    EXPECT_EQ(a.iteration_ms, b.iteration_ms);
+    for (std::size_t d = 0; d < 3; ++d) {
+      const int receivers = d == 1 ? 2 : 1;  // the middle device hears from both sides
+      EXPECT_EQ(b.devices[d].memory.front().value - a.devices[d].memory.front().value,
+                receivers * tensor)
+          << "device " << d;
+      EXPECT_EQ(b.devices[d].memory.back().value, a.devices[d].memory.back().value)
+          << "device " << d;
+      EXPECT_GE(b.devices[d].peak_memory_bytes, a.devices[d].peak_memory_bytes);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pipetune
