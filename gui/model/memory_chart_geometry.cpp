@@ -14,8 +14,9 @@ void MemoryChartGeometry::build(const TimelineModel& model, double top, double h
   double y = top;
   for (std::size_t r = 0; r < rows.size(); ++r) {
     const TimelineRow& row = rows[r];
-    double largest = static_cast<double>(
-        std::max({row.capacity_bytes, row.predicted_peak_bytes, row.measured_peak_bytes}));
+    double largest =
+        static_cast<double>(std::max({row.capacity_bytes, row.predicted_peak_bytes,
+                                      row.worst_order_peak_bytes, row.measured_peak_bytes}));
     for (const auto& s : row.measured_memory)
       largest = std::max(largest, static_cast<double>(s.value));
     plots_[r] = {{y, each}, largest > 0 ? largest * kHeadroom : 1.0};

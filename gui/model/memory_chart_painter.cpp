@@ -107,6 +107,13 @@ void MemoryChartPainter::paint(QPainter& painter, const QRectF& area, const Time
                          QPointF(std::floor(tick.x) + 0.5, plot.bottom()));
       }
     }
+    if (row.worst_order_peak_bytes > row.predicted_peak_bytes) {
+      // How high a step whose copies land in the worst order could go: dotted, the prediction's.
+      const double y =
+          std::round(geometry.to_y(r, static_cast<double>(row.worst_order_peak_bytes))) + 0.5;
+      painter.setPen(QPen(palette::kPredictedMemory, 1, Qt::DotLine));
+      painter.drawLine(QPointF(plot.left(), y), QPointF(plot.right(), y));
+    }
     if (row.capacity_bytes > 0) {
       const double y = std::round(geometry.to_y(r, static_cast<double>(row.capacity_bytes))) + 0.5;
       painter.setPen(QPen(fits ? palette::kCapacity : palette::kDoesNotFit, 1, Qt::DashLine));
@@ -143,6 +150,10 @@ void MemoryChartPainter::paint(QPainter& painter, const QRectF& area, const Time
       if (row.capacity_bytes > 0) peak += QStringLiteral(" of ") + format_size(row.capacity_bytes);
       add_line(peak, fits ? palette::kPredictedMemory.darker(130) : palette::kDoesNotFit);
       if (!fits) add_line(QStringLiteral("does not fit"), palette::kDoesNotFit);
+      if (row.worst_order_peak_bytes > row.predicted_peak_bytes) {
+        add_line(QStringLiteral("worst order ") + format_size(row.worst_order_peak_bytes),
+                 palette::kPredictedMemory.darker(130));
+      }
     }
     if (row.measured_peak_bytes >= 0) {
       add_line(QStringLiteral("measured ") + format_size(row.measured_peak_bytes),

@@ -300,6 +300,7 @@ void PlanEditor::simulate() {
   SimulationOptions options;
   options.record_tasks = true;
   options.record_memory = true;
+  options.worst_order_peaks = true;
   result_ = simulator_->run(plan_, options);
   last_wall_ms_ = static_cast<double>(timer.nsecsElapsed()) / 1e6;
   emit simulated();

@@ -20,6 +20,7 @@ void set_predicted_row(TimelineRow& row, const Device& d) {
   row.stages = d.stages;
   row.capacity_bytes = d.memory_capacity_bytes;
   row.predicted_peak_bytes = d.peak_memory_bytes;
+  row.worst_order_peak_bytes = d.worst_order_peak_bytes;
   row.predicted_memory = d.memory;
 }
 
@@ -185,6 +186,7 @@ void TimelineModel::rebuild_measured() {
       rows_[r].stages = devices[r].stages;
       rows_[r].capacity_bytes = devices[r].memory_capacity_bytes;
       rows_[r].predicted_peak_bytes = 0;
+      rows_[r].worst_order_peak_bytes = 0;
       rows_[r].predicted_memory.clear();
     }
   }

@@ -53,6 +53,8 @@ struct TimelineRow {
   int lane_count = 0;
   std::int64_t capacity_bytes = 0;  ///< 0: unknown
   std::int64_t predicted_peak_bytes = 0;
+  /// The predicted peak in the worst arrival order the schedule allows; 0: not known.
+  std::int64_t worst_order_peak_bytes = 0;
   std::int64_t measured_peak_bytes = -1;        ///< -1: nothing measured on this device
   std::vector<CounterSample> predicted_memory;  ///< ms from iteration start -> bytes
   std::vector<CounterSample> measured_memory;   ///< aligned like the measured tasks

@@ -42,6 +42,18 @@ TEST(MemoryChart, ScaleReachesAboveCapacityAndPeaks) {
   EXPECT_FALSE(model.rows()[0].fits());
 }
 
+TEST(MemoryChart, ScaleReachesTheWorstArrivalOrdersPeak) {
+  Trace t = one_device({{0, 100}}, 4000, 3000);
+  t.devices[0].worst_order_peak_bytes = 5000;  // above the capacity: the chart must show it
+  TimelineModel model;
+  model.set_prediction(t);
+  EXPECT_EQ(model.rows()[0].worst_order_peak_bytes, 5000);
+  MemoryChartGeometry g;
+  g.build(model, 10, 100);
+  EXPECT_DOUBLE_EQ(g.top_bytes(0), 5000 * MemoryChartGeometry::kHeadroom);
+  EXPECT_TRUE(model.rows()[0].fits());  // fitting is judged on the predicted peak
+}
+
 // A brute-force reading of a step curve over [a, b): the value holding at a, then every sample
 // strictly inside.
 MemoryChartGeometry::Column brute_force(const std::vector<CounterSample>& samples, double a,
