@@ -47,6 +47,39 @@ BENCHMARK(BM_Simulate)
 
 // Every run a new shape (128 and 127 micro-batches alternate), so the task graph is built
 // from scratch each time: what a sweep over chunk counts pays.
+// The worst arrival order's peaks on top of a simulation (one max-flow per device): what
+// `simulate`, `validate` and the GUI's plan editor pay for them.
+void BM_SimulateWithWorstOrderPeaks(benchmark::State& state) {
+  const int stages = static_cast<int>(state.range(0));
+  const int micro_batches = static_cast<int>(state.range(1));
+  const Profile profile = synthetic_profile(4 * stages, micro_batches);
+  Hardware hw = replicate_device(profile.device, stages);
+  hw.link.bandwidth_bytes_per_s = 1e10;
+  const Simulator simulator(profile, hw);
+  Plan plan;
+  plan.balance.assign(stages, 4);
+  plan.chunks = micro_batches;
+  plan.checkpoint = CheckpointMode::Never;
+  plan.schedule = ScheduleKind::OneFOneB;
+  SimulationOptions options;
+  options.record_tasks = false;
+  options.record_memory = false;
+  options.worst_order_peaks = true;
+  std::size_t tasks = 0;
+  for (auto _ : state) {
+    const auto r = simulator.run(plan, options);
+    tasks = r.task_count;
+    benchmark::DoNotOptimize(r.devices.front().worst_order_peak_bytes);
+  }
+  state.counters["tasks"] = static_cast<double>(tasks);
+}
+BENCHMARK(BM_SimulateWithWorstOrderPeaks)
+    ->Args({4, 32})
+    ->Args({8, 64})
+    ->Args({16, 128})
+    ->Args({16, 256})
+    ->Unit(benchmark::kMillisecond);
+
 void BM_SimulateNewShapeEachRun(benchmark::State& state) {
   const Profile profile = synthetic_profile(64, 128);
   Hardware hw = replicate_device(profile.device, 16);

@@ -1,54 +1,65 @@
 #include "sim/order_peak.hpp"
 
 #include <boost/graph/adjacency_list.hpp>
-#include <boost/graph/push_relabel_max_flow.hpp>
+#include <boost/graph/boykov_kolmogorov_max_flow.hpp>
 
 namespace pipetune {
 namespace {
 
 using Traits = boost::adjacency_list_traits<boost::vecS, boost::vecS, boost::directedS>;
 using FlowGraph = boost::adjacency_list<
-    boost::vecS, boost::vecS, boost::directedS, boost::no_property,
+    boost::vecS, boost::vecS, boost::directedS,
+    boost::property<
+        boost::vertex_color_t, boost::default_color_type,
+        boost::property<boost::vertex_distance_t, long,
+                        boost::property<boost::vertex_predecessor_t, Traits::edge_descriptor>>>,
     boost::property<
         boost::edge_capacity_t, std::int64_t,
         boost::property<boost::edge_residual_capacity_t, std::int64_t,
                         boost::property<boost::edge_reverse_t, Traits::edge_descriptor>>>>;
 
-// Task k's events: 3k its start, 3k + 1 the end of its transient peak, 3k + 2 its end.
-constexpr int kEventsPerTask = 3;
-
 struct Precedence {
   int before = 0, after = 0;  // events
 };
 
-// "before happens before after": within a task, start, peak end, end; across an edge, the
-// earlier task's end before the later one's start.
-std::vector<Precedence> event_order(const EventEngine& engine) {
+// One counter's events and their order: each task's start, then the end of its transient peak,
+// then its end; across a graph edge, the earlier task's end before the later one's start. An
+// event that does not change the counter is merged into the one before it in its task: that
+// changes no set's sum and forces nothing more (only the task's own earlier events come before
+// it), so the largest sum is the same on a graph a third the size.
+struct CounterEvents {
+  std::vector<std::int64_t> weight;  // what each event adds to the counter
   std::vector<Precedence> order;
-  const int n = static_cast<int>(engine.task_count());
-  for (int k = 0; k < n; ++k) {
-    order.push_back({kEventsPerTask * k, kEventsPerTask * k + 1});
-    order.push_back({kEventsPerTask * k + 1, kEventsPerTask * k + 2});
-  }
-  for (const auto& [a, b] : engine.edges()) {
-    order.push_back({kEventsPerTask * a + 2, kEventsPerTask * b});
-  }
-  return order;
-}
+};
 
-// What each event adds to `counter`.
-std::vector<std::int64_t> event_weights(const EventEngine& engine, int counter) {
+CounterEvents counter_events(const EventEngine& engine,
+                             const std::vector<std::pair<int, int>>& edges, int counter) {
+  CounterEvents out;
   const int n = static_cast<int>(engine.task_count());
-  std::vector<std::int64_t> weight(static_cast<std::size_t>(kEventsPerTask * n), 0);
+  std::vector<int> start(n), end(n);
+  auto add_event = [&](std::int64_t weight) {
+    out.weight.push_back(weight);
+    return static_cast<int>(out.weight.size()) - 1;
+  };
   for (int k = 0; k < n; ++k) {
     const EventEngine::Effects e = engine.effects(k);
-    if (e.start_counter == counter) {
-      weight[kEventsPerTask * k] += e.start_bytes;
-      weight[kEventsPerTask * k + 1] -= e.mid_bytes;
+    const bool here = e.start_counter == counter;
+    start[k] = add_event(here ? e.start_bytes : 0);
+    int last = start[k];
+    if (here && e.mid_bytes != 0) {
+      const int mid = add_event(-e.mid_bytes);
+      out.order.push_back({last, mid});
+      last = mid;
     }
-    if (e.end_counter == counter) weight[kEventsPerTask * k + 2] -= e.end_bytes;
+    if (e.end_counter == counter && e.end_bytes != 0) {
+      const int finish = add_event(-e.end_bytes);
+      out.order.push_back({last, finish});
+      last = finish;
+    }
+    end[k] = last;
   }
-  return weight;
+  for (const auto& [a, b] : edges) out.order.push_back({end[a], start[b]});
+  return out;
 }
 
 void add_arc(FlowGraph& g, int from, int to, std::int64_t capacity) {
@@ -77,16 +88,17 @@ std::int64_t max_weight_closure(const std::vector<std::int64_t>& weight,
   }
   const std::int64_t unbounded = positive + 1;
   for (const Precedence& p : order) add_arc(g, p.after, p.before, unbounded);
-  return positive - boost::push_relabel_max_flow(g, source, sink);
+  return positive - boost::boykov_kolmogorov_max_flow(g, source, sink);
 }
 
 }  // namespace
 
 std::vector<std::int64_t> worst_order_peaks(const EventEngine& engine) {
-  const std::vector<Precedence> order = event_order(engine);
+  const std::vector<std::pair<int, int>> edges = engine.edges();
   std::vector<std::int64_t> peaks;
   for (int c = 0; c < static_cast<int>(engine.counter_count()); ++c) {
-    peaks.push_back(engine.initial(c) + max_weight_closure(event_weights(engine, c), order));
+    const CounterEvents events = counter_events(engine, edges, c);
+    peaks.push_back(engine.initial(c) + max_weight_closure(events.weight, events.order));
   }
   return peaks;
 }

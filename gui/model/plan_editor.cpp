@@ -300,7 +300,10 @@ void PlanEditor::simulate() {
   SimulationOptions options;
   options.record_tasks = true;
   options.record_memory = true;
-  options.worst_order_peaks = true;
+  // One max-flow per device: about 9 ms at 8 stages x 64 micro-batches, 100 at 16 x 128
+  // (docs/benchmarks.md). Above that an edit would miss its frame, so larger plans go without.
+  constexpr int kWorstOrderLargestCells = 512;
+  options.worst_order_peaks = plan_.stages() * plan_.chunks <= kWorstOrderLargestCells;
   result_ = simulator_->run(plan_, options);
   last_wall_ms_ = static_cast<double>(timer.nsecsElapsed()) / 1e6;
   emit simulated();
