@@ -275,8 +275,21 @@ std::string plan_text(const Profile& profile, const Hardware& hardware, const Pl
                                    format_bytes(c.memory_capacity_bytes[d])));
       }
       out += fmt::format("the leanest plan, {}, needs {}.\n", describe_plan(c.plan), fmt::join(need, ", "));
-      out += fmt::format("with {} per device it would fit{}.\n", format_bytes(c.max_peak_memory_bytes()),
-                         result.leanest_proven ? "; no plan needs less" : " (the search budget ran out: a leaner plan may exist)");
+      const char* proof = result.leanest_proven
+                              ? "; no plan needs less"
+                              : " (the search budget ran out: a leaner plan may exist)";
+      if (c.worst_order_peak_bytes.empty()) {
+        out += fmt::format("with {} per device it would fit{}.\n",
+                           format_bytes(c.max_peak_memory_bytes()), proof);
+      } else {
+        // --memory-order worst: the leanest plan is leanest as predicted; in every order it needs
+        // more.
+        const std::int64_t worst =
+            *std::max_element(c.worst_order_peak_bytes.begin(), c.worst_order_peak_bytes.end());
+        out += fmt::format(
+            "with {} per device it would fit as predicted{}; in every arrival order it needs {}.\n",
+            format_bytes(c.max_peak_memory_bytes()), proof, format_bytes(worst));
+      }
     }
     return out;
   }

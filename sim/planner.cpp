@@ -2226,6 +2226,16 @@ PlanSearchResult PlanSearch::run() {
     }
     result.leanest = lean_candidate_;
     result.leanest_proven = !out_of_budget_;
+    if (result.leanest && options_.worst_order_memory) {
+      // Leanest as predicted; what it needs in every arrival order is said beside it.
+      SimulationOptions ordered;
+      ordered.record_tasks = false;
+      ordered.record_memory = false;
+      ordered.worst_order_peaks = true;
+      for (const auto& d : simulator_.run(result.leanest->plan, ordered).devices) {
+        result.leanest->worst_order_peak_bytes.push_back(d.worst_order_peak_bytes);
+      }
+    }
     proven = proven && !out_of_budget_;
   }
   stats_.proven = proven;
