@@ -13,25 +13,41 @@
 namespace pipetune::bench {
 namespace {
 
-void BM_Simulate(benchmark::State& state) {
-  const int stages = static_cast<int>(state.range(0));
-  const int micro_batches = static_cast<int>(state.range(1));
-  const auto mode = static_cast<CheckpointMode>(state.range(2));
-  const Profile profile = synthetic_profile(4 * stages, micro_batches);
-  Hardware hw = replicate_device(profile.device, stages);
-  hw.link.bandwidth_bytes_per_s = 1e10;
-  const Simulator simulator(profile, hw);
+// The simulator benchmarks' pipeline: the synthetic profile at 4 layers a stage, one stage per
+// device, 10 GB/s links, the batch in `micro_batches` chunks. The simulator keeps references to
+// the profile and the hardware, so this outlives it.
+struct SyntheticPipeline {
+  Profile profile;
+  Hardware hardware;
   Plan plan;
-  plan.balance.assign(stages, 4);
-  plan.chunks = micro_batches;
-  plan.checkpoint = mode;
-  // Iteration time, busy time and per-device peaks; no timeline kept.
+};
+
+SyntheticPipeline synthetic_pipeline(int stages, int micro_batches) {
+  SyntheticPipeline p{synthetic_profile(4 * stages, micro_batches), {}, {}};
+  p.hardware = replicate_device(p.profile.device, stages);
+  p.hardware.link.bandwidth_bytes_per_s = 1e10;
+  p.plan.balance.assign(stages, 4);
+  p.plan.chunks = micro_batches;
+  return p;
+}
+
+// Iteration time, busy time and per-device peaks; no timeline kept.
+SimulationOptions lean_options() {
   SimulationOptions lean;
   lean.record_tasks = false;
   lean.record_memory = false;
+  return lean;
+}
+
+void BM_Simulate(benchmark::State& state) {
+  SyntheticPipeline p =
+      synthetic_pipeline(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
+  p.plan.checkpoint = static_cast<CheckpointMode>(state.range(2));
+  const Simulator simulator(p.profile, p.hardware);
+  const SimulationOptions lean = lean_options();
   std::size_t tasks = 0;
   for (auto _ : state) {
-    const auto r = simulator.run(plan, lean);
+    const auto r = simulator.run(p.plan, lean);
     tasks = r.task_count;
     benchmark::DoNotOptimize(r.iteration_ms);
   }
@@ -47,27 +63,50 @@ BENCHMARK(BM_Simulate)
 
 // Every run a new shape (128 and 127 micro-batches alternate), so the task graph is built
 // from scratch each time: what a sweep over chunk counts pays.
+void BM_SimulateNewShapeEachRun(benchmark::State& state) {
+  SyntheticPipeline p = synthetic_pipeline(16, 128);
+  const Simulator simulator(p.profile, p.hardware);
+  const SimulationOptions lean = lean_options();
+  std::size_t tasks = 0, runs = 0;
+  for (auto _ : state) {
+    p.plan.chunks = 127 + static_cast<int>(runs++ % 2);
+    const auto r = simulator.run(p.plan, lean);
+    tasks += r.task_count;
+    benchmark::DoNotOptimize(r.iteration_ms);
+  }
+  state.counters["tasks_per_s"] = benchmark::Counter(static_cast<double>(tasks), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_SimulateNewShapeEachRun)->Unit(benchmark::kMicrosecond);
+
+// The same with every task's times and the memory curves recorded (what `simulate --trace`
+// and the GUI need).
+void BM_SimulateWithTimeline(benchmark::State& state) {
+  const SyntheticPipeline p = synthetic_pipeline(16, 128);
+  const Simulator simulator(p.profile, p.hardware);
+  std::size_t tasks = 0;
+  for (auto _ : state) {
+    const auto r = simulator.run(p.plan);
+    tasks = r.task_count;
+    benchmark::DoNotOptimize(r.iteration_ms);
+  }
+  state.counters["tasks_per_s"] =
+      benchmark::Counter(static_cast<double>(tasks), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_SimulateWithTimeline)->Unit(benchmark::kMicrosecond);
+
 // The worst arrival order's peaks on top of a simulation (one max-flow per device): what
 // `simulate`, `validate` and the GUI's plan editor pay for them.
 void BM_SimulateWithWorstOrderPeaks(benchmark::State& state) {
-  const int stages = static_cast<int>(state.range(0));
-  const int micro_batches = static_cast<int>(state.range(1));
-  const Profile profile = synthetic_profile(4 * stages, micro_batches);
-  Hardware hw = replicate_device(profile.device, stages);
-  hw.link.bandwidth_bytes_per_s = 1e10;
-  const Simulator simulator(profile, hw);
-  Plan plan;
-  plan.balance.assign(stages, 4);
-  plan.chunks = micro_batches;
-  plan.checkpoint = CheckpointMode::Never;
-  plan.schedule = ScheduleKind::OneFOneB;
-  SimulationOptions options;
-  options.record_tasks = false;
-  options.record_memory = false;
+  SyntheticPipeline p =
+      synthetic_pipeline(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
+  p.plan.checkpoint = CheckpointMode::Never;
+  p.plan.schedule = ScheduleKind::OneFOneB;
+  const Simulator simulator(p.profile, p.hardware);
+  SimulationOptions options = lean_options();
   options.worst_order_peaks = true;
   std::size_t tasks = 0;
   for (auto _ : state) {
-    const auto r = simulator.run(plan, options);
+    const auto r = simulator.run(p.plan, options);
     tasks = r.task_count;
     benchmark::DoNotOptimize(r.devices.front().worst_order_peak_bytes);
   }
@@ -79,48 +118,6 @@ BENCHMARK(BM_SimulateWithWorstOrderPeaks)
     ->Args({16, 128})
     ->Args({16, 256})
     ->Unit(benchmark::kMillisecond);
-
-void BM_SimulateNewShapeEachRun(benchmark::State& state) {
-  const Profile profile = synthetic_profile(64, 128);
-  Hardware hw = replicate_device(profile.device, 16);
-  hw.link.bandwidth_bytes_per_s = 1e10;
-  const Simulator simulator(profile, hw);
-  Plan plan;
-  plan.balance.assign(16, 4);
-  SimulationOptions lean;
-  lean.record_tasks = false;
-  lean.record_memory = false;
-  std::size_t tasks = 0, runs = 0;
-  for (auto _ : state) {
-    plan.chunks = 127 + static_cast<int>(runs++ % 2);
-    const auto r = simulator.run(plan, lean);
-    tasks += r.task_count;
-    benchmark::DoNotOptimize(r.iteration_ms);
-  }
-  state.counters["tasks_per_s"] = benchmark::Counter(static_cast<double>(tasks), benchmark::Counter::kIsRate);
-}
-BENCHMARK(BM_SimulateNewShapeEachRun)->Unit(benchmark::kMicrosecond);
-
-// The same with every task's times and the memory curves recorded (what `simulate --trace`
-// and the GUI need).
-void BM_SimulateWithTimeline(benchmark::State& state) {
-  const Profile profile = synthetic_profile(64, 128);
-  Hardware hw = replicate_device(profile.device, 16);
-  hw.link.bandwidth_bytes_per_s = 1e10;
-  const Simulator simulator(profile, hw);
-  Plan plan;
-  plan.balance.assign(16, 4);
-  plan.chunks = 128;
-  std::size_t tasks = 0;
-  for (auto _ : state) {
-    const auto r = simulator.run(plan);
-    tasks = r.task_count;
-    benchmark::DoNotOptimize(r.iteration_ms);
-  }
-  state.counters["tasks_per_s"] =
-      benchmark::Counter(static_cast<double>(tasks), benchmark::Counter::kIsIterationInvariantRate);
-}
-BENCHMARK(BM_SimulateWithTimeline)->Unit(benchmark::kMicrosecond);
 
 // 1,000 plans: 5 device counts x 25 chunk counts x 2 schedules x 4 link bandwidths, each with
 // its own time-balanced split (the checkpoint mode fixed at except_last).

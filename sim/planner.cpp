@@ -469,6 +469,9 @@ class PlanSearch {
   // r.fits(), and with worst_order_memory its worst arrival order's peaks fit as well (then
   // `worst` holds them, per device).
   bool fits(const Plan& plan, const SimulationResult& r, std::vector<std::int64_t>& worst);
+  // Per device, the plan's peak in the worst arrival order (one simulation, a max-flow each;
+  // not counted in the stats).
+  std::vector<std::int64_t> worst_order_peaks_of(const Plan& plan);
   // Simulates `balance` for entry e, keeps it if it is e's best; its time, or infinity if it
   // does not fit (`excess`: by how much the largest peak exceeds its cap).
   struct Score {
@@ -1765,6 +1768,17 @@ PlanCandidate PlanSearch::candidate_of(const Config& c, const Plan& plan,
   return out;
 }
 
+// By how much the largest of `peaks` (per device, in r.devices' order) exceeds its device's cap;
+// 0 when every one fits.
+double excess_over_caps(const SimulationResult& r, const std::vector<std::int64_t>& peaks) {
+  double excess = 0.0;
+  for (std::size_t d = 0; d < peaks.size(); ++d) {
+    const std::int64_t cap = r.devices[d].memory_capacity_bytes;
+    if (cap > 0 && peaks[d] > cap) excess = std::max(excess, static_cast<double>(peaks[d] - cap));
+  }
+  return excess;
+}
+
 PlanSearch::Score PlanSearch::simulate_for(Entry& e, const std::vector<int>& balance) {
   const Plan plan = plan_of(*e.config, balance);
   SimulationOptions lean;
@@ -1775,28 +1789,30 @@ PlanSearch::Score PlanSearch::simulate_for(Entry& e, const std::vector<int>& bal
   ++e.stats.nodes;
   stats_.steps += r.task_count;
   e.tasks = std::max<std::uint64_t>(r.task_count, 1);
-  Score score{0.0, r.iteration_ms};
-  for (const auto& d : r.devices) {
-    if (d.memory_capacity_bytes > 0 && d.peak_memory_bytes > d.memory_capacity_bytes) {
-      score.excess = std::max(score.excess,
-                              static_cast<double>(d.peak_memory_bytes - d.memory_capacity_bytes));
-    }
-  }
+  std::vector<std::int64_t> predicted;
+  for (const auto& d : r.devices) predicted.push_back(d.peak_memory_bytes);
+  Score score{excess_over_caps(r, predicted), r.iteration_ms};
   std::vector<std::int64_t> worst;
   if (r.iteration_ms < e.best && fits(plan, r, worst)) {
     e.best = r.iteration_ms;
     e.candidate = candidate_of(*e.config, plan, r);
     e.candidate.worst_order_peak_bytes = std::move(worst);
-  } else {
+  } else if (!worst.empty()) {
     // Fits as predicted but not in every arrival order: over by what the worst order needs.
-    for (std::size_t d = 0; d < worst.size(); ++d) {
-      const std::int64_t cap = r.devices[d].memory_capacity_bytes;
-      if (cap > 0 && worst[d] > cap) {
-        score.excess = std::max(score.excess, static_cast<double>(worst[d] - cap));
-      }
-    }
+    score.excess = excess_over_caps(r, worst);
   }
   return score;
+}
+
+std::vector<std::int64_t> PlanSearch::worst_order_peaks_of(const Plan& plan) {
+  SimulationOptions ordered;
+  ordered.record_tasks = false;
+  ordered.record_memory = false;
+  ordered.worst_order_peaks = true;
+  const SimulationResult w = simulator_.run(plan, ordered);
+  std::vector<std::int64_t> peaks;
+  for (const auto& d : w.devices) peaks.push_back(d.worst_order_peak_bytes);
+  return peaks;
 }
 
 bool PlanSearch::fits(const Plan& plan, const SimulationResult& r,
@@ -1807,21 +1823,10 @@ bool PlanSearch::fits(const Plan& plan, const SimulationResult& r,
     return d.memory_capacity_bytes > 0;
   });
   if (!options_.worst_order_memory || !capped) return true;
-  SimulationOptions ordered;
-  ordered.record_tasks = false;
-  ordered.record_memory = false;
-  ordered.worst_order_peaks = true;
-  const SimulationResult w = simulator_.run(plan, ordered);
-  ++stats_.simulations;
-  stats_.steps += w.task_count * w.devices.size();  // a max-flow per device
-  bool all_fit = true;
-  for (const auto& d : w.devices) {
-    worst.push_back(d.worst_order_peak_bytes);
-    if (d.memory_capacity_bytes > 0 && d.worst_order_peak_bytes > d.memory_capacity_bytes) {
-      all_fit = false;
-    }
-  }
-  return all_fit;
+  worst = worst_order_peaks_of(plan);
+  ++stats_.simulations;  // the search's: a plan it judges, unlike the leanest plan's report
+  stats_.steps += r.task_count * r.devices.size();  // a max-flow per device
+  return excess_over_caps(r, worst) == 0.0;
 }
 
 // The relaxed root of a multi-stage configuration (docs/planner.md): each stage s gets a share
@@ -2228,13 +2233,7 @@ PlanSearchResult PlanSearch::run() {
     result.leanest_proven = !out_of_budget_;
     if (result.leanest && options_.worst_order_memory) {
       // Leanest as predicted; what it needs in every arrival order is said beside it.
-      SimulationOptions ordered;
-      ordered.record_tasks = false;
-      ordered.record_memory = false;
-      ordered.worst_order_peaks = true;
-      for (const auto& d : simulator_.run(result.leanest->plan, ordered).devices) {
-        result.leanest->worst_order_peak_bytes.push_back(d.worst_order_peak_bytes);
-      }
+      result.leanest->worst_order_peak_bytes = worst_order_peaks_of(result.leanest->plan);
     }
     proven = proven && !out_of_budget_;
   }
