@@ -23,6 +23,7 @@ struct ProfileFlags {
   int repeats = 5;
   int warmup = 2;
   std::string timer = "auto";
+  std::string launch_times = "auto";
   int threads = 0;
   int devices = 2;
   int co_runners = -1;  // -1: devices - 1 on a CPU, 0 on a GPU
@@ -47,6 +48,11 @@ void add_profile_command(CLI::App& app, std::vector<Command>& commands) {
   sub->add_option("--warmup", flags->warmup, "untimed runs first (default 2)")->check(CLI::NonNegativeNumber);
   sub->add_option("--timer", flags->timer, "GPU timing: auto, cupti or events (default auto)")
       ->check(CLI::IsMember({"auto", "cupti", "events"}));
+  sub->add_option(
+         "--launch-times", flags->launch_times,
+         "also time the host's launch of each layer, which sets the pace where kernels are "
+         "small: auto (on a GPU), on or off (default auto)")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   sub->add_option("--devices", flags->devices,
                   "CPU: the pipeline devices (worker threads) the plans will use; sets the threads measured "
                   "with and hardware.json's devices (default 2)")
@@ -77,6 +83,7 @@ void add_profile_command(CLI::App& app, std::vector<Command>& commands) {
     options.repeats = flags->repeats;
     options.warmup = flags->warmup;
     options.timer = flags->timer;
+    options.launch_times = flags->launch_times;
     options.seed = flags->seed;
     options.threads = flags->threads;
     if (options.threads == 0 && flags->device == "cpu") {

@@ -28,6 +28,27 @@ std::map<std::uint64_t, RegionTime> ActivityAttribution::regions() const {
     ++t.records;
   }
   for (auto& [id, t] : out) t.span_ms = static_cast<double>(t.last_end_ns - t.first_start_ns) / 1e6;
+  // The device's own time: the union of the region's work in start order, with the short gaps.
+  std::map<std::uint64_t, std::vector<std::pair<std::uint64_t, std::uint64_t>>> intervals;
+  for (const auto& r : work_) {
+    auto it = external_of_.find(r.correlation_id);
+    if (it != external_of_.end()) intervals[it->second].emplace_back(r.start_ns, r.end_ns);
+  }
+  for (auto& [id, spans] : intervals) {
+    std::sort(spans.begin(), spans.end());
+    std::uint64_t total = 0, reached = spans.front().first;
+    for (const auto& [start, end] : spans) {
+      if (start > reached) {
+        if (start - reached <= kQueuedGapNs) total += start - reached;
+        reached = start;
+      }
+      if (end > reached) {
+        total += end - reached;
+        reached = end;
+      }
+    }
+    out[id].device_ms = static_cast<double>(total) / 1e6;
+  }
   return out;
 }
 

@@ -28,10 +28,19 @@ struct ActivityRecord {
   std::uint64_t external_id = 0;  ///< ExternalCorrelation only
 };
 
+/// A gap between two kernels of a region up to this long is the device moving on to work it
+/// already had (about a microsecond on an H100); a longer one is the device waiting for the
+/// host to launch the next kernel.
+inline constexpr std::uint64_t kQueuedGapNs = 4000;
+
 /// What a region took on the device.
 struct RegionTime {
   double span_ms = 0.0;  ///< first start to last end: the kernels and the gaps the host left
   double busy_ms = 0.0;  ///< the kernels' durations alone
+  /// The device's own time: the kernels' durations and the gaps of at most kQueuedGapNs
+  /// between them, not the waits for the host (those are the host's launch time). Overlapping
+  /// work (kernels on several streams) counts once.
+  double device_ms = 0.0;
   int records = 0;
   std::uint64_t first_start_ns = 0, last_end_ns = 0;
 };

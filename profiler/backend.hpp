@@ -34,6 +34,14 @@ class MeasureBackend {
   virtual std::map<std::uint64_t, double> collect_ms() = 0;
   /// Brings the device to its working clock before anything is measured (a GPU idles low).
   virtual void spin_up() {}
+  /// Whether the host returns from a layer's call before the device has done its work (a GPU:
+  /// kernels are queued), so that the host's own pace is a second time worth measuring.
+  virtual bool launches_asynchronously() const { return false; }
+  /// Turns the region timer's watching of the host off and on again: CUPTI's callbacks on
+  /// every API call slow the host down, so the host's own pace is measured without them.
+  virtual void watch_launches(bool /*on*/) {}
+  /// Waits until the device has done everything it was given.
+  virtual void synchronize() {}
   /// Problems worth telling the user (dropped CUPTI records, …); cleared when read.
   virtual std::vector<std::string> take_warnings() { return {}; }
 };

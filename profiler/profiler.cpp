@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <tuple>
@@ -86,6 +87,11 @@ std::vector<std::int64_t> checked_sizes(const ProfileOptions& options) {
     throw InputError(Input::BatchSize,
                      fmt::format("expected a positive integer, got {}", options.batch_size));
   }
+  if (options.launch_times != "auto" && options.launch_times != "on" &&
+      options.launch_times != "off") {
+    throw InputError(
+        fmt::format("launch times: expected auto, on or off, got '{}'", options.launch_times));
+  }
   if (options.repeats < 1)
     throw InputError(Input::Repeats, fmt::format("expected at least 1, got {}", options.repeats));
   std::vector<std::int64_t> sizes = options.micro_batch_sizes.empty()
@@ -139,6 +145,8 @@ Profile empty_profile(models::Model& model, MeasureBackend& backend, at::ScalarT
 // Each layer's median times at one size, and their spreads.
 struct LayerTimes {
   Statistics forward, backward, forward_nograd, backward_input, backward_weight;
+  bool launches = false;  // whether the host's launch times below were measured
+  Statistics forward_launch, backward_launch, forward_nograd_launch;
 };
 
 // The parameters a backward can reach (frozen ones have no gradient to compute).
@@ -158,13 +166,26 @@ std::vector<at::Tensor> trainable_parameters(torch::nn::AnyModule& layer) {
 std::vector<LayerTimes> time_layers(models::Model& model,
                                     std::vector<torch::nn::AnyModule*>& modules,
                                     const at::Tensor& input, const at::Tensor& target,
-                                    MeasureBackend& backend, const ProfileOptions& options) {
+                                    MeasureBackend& backend, const ProfileOptions& options,
+                                    bool measure_launches) {
   const int layer_count = static_cast<int>(modules.size());
   std::uint64_t next_region = 1;
   std::vector<std::vector<std::uint64_t>> forward_ids(layer_count), backward_ids(layer_count),
       nograd_ids(layer_count), input_ids(layer_count), weight_ids(layer_count);
+  // The host pass (measure_launches): each region's time on the host's clock, kept by the ids
+  // vector (one per layer and kind) it would have been timed into.
+  bool host_pass = false;
+  std::map<const std::vector<std::uint64_t>*, std::vector<double>> host_ms;
   // Runs `work` as region `ids` of layer l when the repetition is timed.
   auto region = [&](bool timed, std::vector<std::uint64_t>& ids, auto&& work) {
+    if (host_pass) {
+      const auto started = std::chrono::steady_clock::now();
+      auto result = work();
+      const std::chrono::duration<double, std::milli> took =
+          std::chrono::steady_clock::now() - started;
+      if (timed) host_ms[&ids].push_back(took.count());
+      return result;
+    }
     const std::uint64_t id = next_region++;
     if (timed) backend.begin(id);
     auto result = work();
@@ -214,8 +235,9 @@ std::vector<LayerTimes> time_layers(models::Model& model,
       if (!gradient.defined()) break;
     }
   };
-  for (int r = 0; r < options.warmup + options.repeats; ++r) {
-    const bool timed = r >= options.warmup;
+  // One repetition: the forward without autograd, the forward and the backward through every
+  // layer, and (not on the host pass, which times the calls a pipeline makes) the split backward.
+  auto repetition = [&](bool timed) {
     // First the forward a checkpointed micro-batch runs: no autograd, nothing saved.
     {
       at::NoGradGuard no_grad;
@@ -252,9 +274,28 @@ std::vector<LayerTimes> time_layers(models::Model& model,
     }
     // Parameter gradients stay allocated and accumulate, as in every backward of a stage but
     // its first.
-    split_backward_pass(timed);
-  }
+    if (!host_pass) split_backward_pass(timed);
+  };
+  for (int r = 0; r < options.warmup + options.repeats; ++r) repetition(r >= options.warmup);
   const auto times = backend.collect_ms();
+  // The host's pace: the same calls again, nothing waiting for the device within a repetition
+  // (as a pipeline's stage makes them) and nothing watching them.
+  if (measure_launches) {
+    backend.watch_launches(false);
+    host_pass = true;
+    try {
+      for (int r = 0; r < options.repeats; ++r) {
+        backend.synchronize();  // each repetition starts with the device caught up, as the first
+        repetition(true);
+      }
+      backend.synchronize();
+    } catch (...) {
+      backend.watch_launches(true);
+      throw;
+    }
+    host_pass = false;
+    backend.watch_launches(true);
+  }
   auto pick = [&](const std::vector<std::uint64_t>& ids) {
     std::vector<double> v;
     for (auto id : ids) {
@@ -267,6 +308,12 @@ std::vector<LayerTimes> time_layers(models::Model& model,
   for (int l = 0; l < layer_count; ++l) {
     out[l] = {pick(forward_ids[l]), pick(backward_ids[l]), pick(nograd_ids[l]), pick(input_ids[l]),
               pick(weight_ids[l])};
+    if (measure_launches) {
+      out[l].launches = true;
+      out[l].forward_launch = statistics(host_ms[&forward_ids[l]]);
+      out[l].backward_launch = statistics(host_ms[&backward_ids[l]]);
+      out[l].forward_nograd_launch = statistics(host_ms[&nograd_ids[l]]);
+    }
   }
   return out;
 }
@@ -498,6 +545,11 @@ void append(LayerProfile& layer, const LayerTimes& times, const LayerMemory& mem
   layer.forward_nograd_ms.push_back(times.forward_nograd.median);
   layer.backward_input_ms.push_back(times.backward_input.median);
   layer.backward_weight_ms.push_back(times.backward_weight.median);
+  if (times.launches) {
+    layer.forward_launch_ms.push_back(times.forward_launch.median);
+    layer.backward_launch_ms.push_back(times.backward_launch.median);
+    layer.forward_nograd_launch_ms.push_back(times.forward_nograd_launch.median);
+  }
   layer.forward_ms_spread.push_back(times.forward.spread);
   layer.backward_ms_spread.push_back(times.backward.spread);
   layer.output_bytes.push_back(memory.output_bytes);
@@ -563,6 +615,9 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
         "co-runners: the co-run slowdown is measured on the CPU only; expected 0 with device {}",
         options.device));
   }
+  const bool measure_launches =
+      options.launch_times == "on" ||
+      (options.launch_times == "auto" && backend->launches_asynchronously());
   // The co-runners' intra-op threads: what the timed thread runs with, as every CPU device of
   // the pipeline has the same.
   const int threads = options.threads > 0 ? options.threads : at::get_num_threads();
@@ -592,7 +647,8 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
   for (std::int64_t size : sizes) {
     const auto [input, target] = batch_on(model, size, dtype, device, options.seed);
     profile.input_bytes.push_back(bytes_of(input));
-    const std::vector<LayerTimes> times = time_layers(model, modules, input, target, *backend, options);
+    const std::vector<LayerTimes> times =
+        time_layers(model, modules, input, target, *backend, options, measure_launches);
     // Memory: each layer on its own, its input the previous layer's output; then, with no
     // memory being measured any more, the co-run slowdown on the same input.
     at::Tensor current = input;
@@ -620,14 +676,16 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
   model.layers->to(at::kCPU);
 
   // How it was measured; model_spec lets the GUI and validate run the same model.
-  nlohmann::ordered_json meta = {{"profiler", "pipetune"},
-                                 {"timer", backend->timer_name()},
-                                 {"warmup", options.warmup},
-                                 {"repeats", options.repeats},
-                                 {"threads", options.threads > 0 ? options.threads : at::get_num_threads()},
-                                 {"model_spec", model.spec},
-                                 {"seed", options.seed},
-                                 {"torch", TORCH_VERSION}};
+  nlohmann::ordered_json meta = {
+      {"profiler", "pipetune"},
+      {"timer", backend->timer_name()},
+      {"warmup", options.warmup},
+      {"repeats", options.repeats},
+      {"launch_times", measure_launches},
+      {"threads", options.threads > 0 ? options.threads : at::get_num_threads()},
+      {"model_spec", model.spec},
+      {"seed", options.seed},
+      {"torch", TORCH_VERSION}};
   if (options.co_runners > 0) meta["co_runner_threads"] = threads;
   profile.meta_json = meta.dump();
   result.profile = std::move(profile);

@@ -36,6 +36,15 @@
 //                             same intra-op threads: the median of `repeats` repetitions of
 //                             the layer alone against the same beside the co-runners, taken
 //                             back to back, so both see the same cache state.
+//   forward_launch_ms, backward_launch_ms, forward_nograd_launch_ms (GPU)
+//                             the host's time to make the layer's calls, timed by the steady
+//                             clock in `repeats` more passes in which nothing waits for the
+//                             device and nothing watches the calls (CUPTI's callbacks would
+//                             slow them): where a layer's kernels are small, the GPU waits for
+//                             the host, and that pace, not the kernels' time, sets a stage's.
+//                             With CUPTI, forward_ms and backward_ms are the device's time: its
+//                             kernels' durations and the short gaps between kernels it already
+//                             had (activity.hpp), not the waits for the host.
 // device.library_bytes is what stays allocated once the work is done (cuBLAS workspaces).
 // Memory comes from the CUDA caching allocator on GPUs and from the counting allocator on the
 // CPU, so it is what the executor's measurements count.
@@ -59,6 +68,10 @@ struct ProfileOptions {
   int warmup = 2;
   int repeats = 5;
   std::string timer = "auto";  ///< GPU: auto, cupti or events
+  /// The host's launch times (LayerProfile::forward_launch_ms): "auto" where the device runs
+  /// the layers asynchronously (a GPU), "on" everywhere (on a CPU they equal the layer's
+  /// time: its work is its launch), "off" nowhere.
+  std::string launch_times = "auto";
   int threads = 0;             ///< CPU intra-op threads (0: torch's default)
   /// CPU: the other devices' threads a layer is also timed beside (0: not measured). CUDA: 0
   /// only; stages sharing one GPU are not measured (InputError).

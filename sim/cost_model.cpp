@@ -76,6 +76,11 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
   costs->forward_corun_prefix.assign(layers + 1, 0.0);
   costs->backward_corun_prefix.assign(layers + 1, 0.0);
   costs->stored_bytes.assign(layers, 0);
+  for (auto* prefix : {&costs->forward_launch_prefix, &costs->forward_nograd_launch_prefix,
+                       &costs->backward_launch_prefix, &costs->backward_input_launch_prefix,
+                       &costs->backward_weight_launch_prefix}) {
+    prefix->assign(layers + 1, 0.0);
+  }
   for (std::size_t l = 0; l < layers; ++l) {
     const auto& layer = profile_.layers[l];
     costs->forward_ms[l] = interpolate(sizes, layer.forward_ms, x);
@@ -121,6 +126,30 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
         costs->backward_input_prefix[l] + costs->backward_input_ms[l];
     costs->backward_weight_prefix[l + 1] =
         costs->backward_weight_prefix[l] + costs->backward_weight_ms[l];
+    double forward_launch = 0.0, nograd_launch = 0.0, backward_launch = 0.0;
+    if (!layer.forward_launch_ms.empty()) {
+      forward_launch = interpolate(sizes, layer.forward_launch_ms, x);
+      backward_launch = interpolate(sizes, layer.backward_launch_ms, x);
+      nograd_launch = layer.forward_nograd_launch_ms.empty()
+                          ? forward_launch
+                          : interpolate(sizes, layer.forward_nograd_launch_ms, x);
+    }
+    // I and W launch what the whole backward does, in the share of the device's work each
+    // takes (the profile times the halves on the device only).
+    const double input_share = costs->backward_ms[l] > 0.0
+                                   ? costs->backward_input_ms[l] / (costs->backward_input_ms[l] +
+                                                                    costs->backward_weight_ms[l])
+                                   : (layer.param_bytes > 0 ? 0.5 : 1.0);
+    const double input_launch =
+        std::isfinite(input_share) ? input_share * backward_launch : backward_launch;
+    costs->forward_launch_prefix[l + 1] = costs->forward_launch_prefix[l] + forward_launch;
+    costs->forward_nograd_launch_prefix[l + 1] =
+        costs->forward_nograd_launch_prefix[l] + nograd_launch;
+    costs->backward_launch_prefix[l + 1] = costs->backward_launch_prefix[l] + backward_launch;
+    costs->backward_input_launch_prefix[l + 1] =
+        costs->backward_input_launch_prefix[l] + input_launch;
+    costs->backward_weight_launch_prefix[l + 1] =
+        costs->backward_weight_launch_prefix[l] + (backward_launch - input_launch);
     // A co-run time below the solo one is noise: taken as solo, so that solo times stay lower
     // bounds of every prediction (the planner prunes with them).
     const bool corun = !layer.forward_corun_ms.empty();

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -44,6 +45,10 @@ struct SizeCosts {
   /// Forward and backward beside the profile's co-runners (LayerProfile), never below the solo
   /// times; the solo times where the profile has none.
   std::vector<double> forward_corun_prefix, backward_corun_prefix;  ///< size L + 1
+  /// The host's launch times (LayerProfile::forward_launch_ms, …), all 0 where the profile has
+  /// none; the backward's split into I and W in the proportion of the device's times.
+  std::vector<double> forward_launch_prefix, forward_nograd_launch_prefix, backward_launch_prefix,
+      backward_input_launch_prefix, backward_weight_launch_prefix;  ///< size L + 1
 
   double forward_ms_sum(int first, int end) const {
     return forward_prefix[end] - forward_prefix[first];
@@ -53,6 +58,35 @@ struct SizeCosts {
   }
   double backward_ms_sum(int first, int end) const {
     return backward_prefix[end] - backward_prefix[first];
+  }
+  /// What a task of layers [first, end) takes on a device of relative `speed`: the device's
+  /// time, or the host's time to launch it where that is longer. The host launches the layers
+  /// one after another while the device runs what it was given, so whichever is slower sets
+  /// the pace; a launch does not get faster on a faster device. Without launch times in the
+  /// profile, the device's time alone.
+  double forward_task_ms(int first, int end, double speed) const {
+    return paced(forward_ms_sum(first, end), forward_launch_prefix, first, end, speed);
+  }
+  double forward_nograd_task_ms(int first, int end, double speed) const {
+    return paced(forward_nograd_ms_sum(first, end), forward_nograd_launch_prefix, first, end,
+                 speed);
+  }
+  double backward_task_ms(int first, int end, double speed) const {
+    return paced(backward_ms_sum(first, end), backward_launch_prefix, first, end, speed);
+  }
+  double backward_input_task_ms(int first, int end, double speed) const {
+    return paced(backward_input_ms_sum(first, end), backward_input_launch_prefix, first, end,
+                 speed);
+  }
+  double backward_weight_task_ms(int first, int end, double speed) const {
+    return paced(backward_weight_ms_sum(first, end), backward_weight_launch_prefix, first, end,
+                 speed);
+  }
+  /// The same pacing for a device time computed elsewhere (a co-run time): the longer of
+  /// `device_ms` / speed and the launch sum over [first, end) in `launch_prefix`.
+  static double paced(double device_ms, const std::vector<double>& launch_prefix, int first,
+                      int end, double speed) {
+    return std::max(device_ms / speed, launch_prefix[end] - launch_prefix[first]);
   }
   /// What a forward with autograd of layers [first, end) keeps for the backward: saved bytes,
   /// the storages some layer keeps, and the stage output, which the executor holds, except on

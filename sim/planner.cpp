@@ -1087,7 +1087,12 @@ double PlanSearch::relaxed_root(std::vector<int>& balance) const {
     const int cls = classes.of[x];
     trip_first.add(cls, pass_first_[x] - pass_first_[x + 1], work);
     trip_last.add(cls, pass_last_[x] - pass_last_[x + 1], work);
-    const StageDurations d = stage_durations(f, l, x, x + 1, 1.0, 0.0, nullptr, nullptr);
+    // The device's times alone, as every bound here takes them: a task that the host's launches
+    // pace takes longer, which can only make the iteration longer, so the bounds stay bounds.
+    StageDurations d;
+    d.forward = {f.forward_ms[x], l.forward_ms[x]};
+    d.forward_nograd = {f.forward_nograd_ms[x], l.forward_nograd_ms[x]};
+    d.backward = {f.backward_ms[x], l.backward_ms[x]};
     for (Case& k : cases) {
       k.path.add(
           cls,

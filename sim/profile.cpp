@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <tuple>
 
 #include "sim/cost_model.hpp"
 #include "sim/error.hpp"
@@ -97,6 +98,9 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
                    "backward_weight_ms",
                    "forward_corun_ms",
                    "backward_corun_ms",
+                   "forward_launch_ms",
+                   "backward_launch_ms",
+                   "forward_nograd_launch_ms",
                    "forward_ms_spread",
                    "backward_ms_spread",
                    "keeps_input",
@@ -162,6 +166,23 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
   if (forward_corun) {
     layer.forward_corun_ms = numbers(*forward_corun, sizes);
     layer.backward_corun_ms = numbers(*backward_corun, sizes);
+  }
+  const auto forward_launch = node.optional_field("forward_launch_ms");
+  const auto backward_launch = node.optional_field("backward_launch_ms");
+  if (forward_launch.has_value() != backward_launch.has_value()) {
+    node.fail_message(
+        fmt::format("missing field \"{}\" (forward_launch_ms and backward_launch_ms come together)",
+                    forward_launch ? "backward_launch_ms" : "forward_launch_ms"));
+  }
+  if (forward_launch) {
+    layer.forward_launch_ms = numbers(*forward_launch, sizes);
+    layer.backward_launch_ms = numbers(*backward_launch, sizes);
+  }
+  if (auto nograd_launch = node.optional_field("forward_nograd_launch_ms")) {
+    if (!forward_launch)
+      node.fail_message(
+          "has forward_nograd_launch_ms, but no forward_launch_ms (they come with it)");
+    layer.forward_nograd_launch_ms = numbers(*nograd_launch, sizes);
   }
   if (auto spread = node.optional_field("forward_ms_spread")) {
     layer.forward_ms_spread = numbers(*spread, sizes);
@@ -242,6 +263,20 @@ Profile parse_profile(std::string_view text, const std::string& source) {
               ? "has backward_input_ms, but layers[0] has none (every layer or none)"
               : "missing field \"backward_input_ms\" (layers[0] has it: every layer or none)");
     }
+    // Launch times, likewise: a stage's host time is a sum over its layers.
+    for (const auto& [field, mine, first] :
+         {std::tuple{"forward_launch_ms", &p.layers[k].forward_launch_ms,
+                     &p.layers[0].forward_launch_ms},
+          std::tuple{"forward_nograd_launch_ms", &p.layers[k].forward_nograd_launch_ms,
+                     &p.layers[0].forward_nograd_launch_ms}}) {
+      if (mine->empty() != first->empty()) {
+        layer_nodes[k].fail_message(
+            first->empty()
+                ? fmt::format("has {}, but layers[0] has none (every layer or none)", field)
+                : fmt::format("missing field \"{}\" (layers[0] has it: every layer or none)",
+                              field));
+      }
+    }
   }
 
   // Co-run times need the count they were measured with, and describe every layer or none.
@@ -319,6 +354,12 @@ std::string profile_to_json(const Profile& p) {
       layer["forward_corun_ms"] = l.forward_corun_ms;
       layer["backward_corun_ms"] = l.backward_corun_ms;
     }
+    if (!l.forward_launch_ms.empty()) {
+      layer["forward_launch_ms"] = l.forward_launch_ms;
+      layer["backward_launch_ms"] = l.backward_launch_ms;
+    }
+    if (!l.forward_nograd_launch_ms.empty())
+      layer["forward_nograd_launch_ms"] = l.forward_nograd_launch_ms;
     if (!l.forward_ms_spread.empty()) layer["forward_ms_spread"] = l.forward_ms_spread;
     if (!l.backward_ms_spread.empty()) layer["backward_ms_spread"] = l.backward_ms_spread;
     layers.push_back(std::move(layer));

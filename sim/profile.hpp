@@ -50,6 +50,16 @@ struct LayerProfile {
   /// on the same CPU (or streams on the same GPU) do. Absent: no co-run slowdown is modelled.
   std::vector<double> forward_corun_ms;
   std::vector<double> backward_corun_ms;
+  /// Optional (empty when absent; both or neither, every layer or none): the host's time to
+  /// launch the layer's forward and backward on a device that runs them asynchronously (a
+  /// GPU), measured with nothing watching the launches. A stage's host launches its layers one
+  /// after another while the device runs what was launched, so a task takes the larger of the
+  /// two sums (CostModel). Absent: the device's times alone (a CPU, where they are one thing).
+  std::vector<double> forward_launch_ms;
+  std::vector<double> backward_launch_ms;
+  /// Optional (empty when absent; only with the two above, every layer or none): the same for
+  /// the forward without autograd. Absent: forward_launch_ms.
+  std::vector<double> forward_nograd_launch_ms;
   std::vector<double> forward_ms_spread;      ///< optional (empty when absent)
   std::vector<double> backward_ms_spread;     ///< optional (empty when absent)
 };
@@ -81,6 +91,7 @@ struct Profile {
 
   std::size_t layer_count() const { return layers.size(); }
   bool has_corun_times() const { return co_runners > 0; }
+  bool has_launch_times() const { return !layers.empty() && !layers[0].forward_launch_ms.empty(); }
 };
 
 inline constexpr std::string_view kProfileFormat = "pipetune.profile/1";

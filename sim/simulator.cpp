@@ -138,11 +138,11 @@ std::vector<std::array<StageCost, 2>> stage_costs(const CostModel& costs, const 
     for (int slot = 0; slot < 2; ++slot) {
       const SizeCosts& c = costs.at(slot == 0 ? shape.sizes.front() : shape.sizes.back());
       StageTimes& solo = cost[s][slot].solo;
-      solo.forward_ms = c.forward_ms_sum(a, b) / speed + overhead_ms;
-      solo.forward_nograd_ms = c.forward_nograd_ms_sum(a, b) / speed + overhead_ms;
-      solo.backward_ms = c.backward_ms_sum(a, b) / speed + overhead_ms;
-      solo.backward_input_ms = c.backward_input_ms_sum(a, b) / speed + overhead_ms;
-      solo.backward_weight_ms = c.backward_weight_ms_sum(a, b) / speed + overhead_ms;
+      solo.forward_ms = c.forward_task_ms(a, b, speed) + overhead_ms;
+      solo.forward_nograd_ms = c.forward_nograd_task_ms(a, b, speed) + overhead_ms;
+      solo.backward_ms = c.backward_task_ms(a, b, speed) + overhead_ms;
+      solo.backward_input_ms = c.backward_input_task_ms(a, b, speed) + overhead_ms;
+      solo.backward_weight_ms = c.backward_weight_task_ms(a, b, speed) + overhead_ms;
       // Only forward and backward are measured beside co-runners; the forward without autograd
       // and the backward's halves slow down by the same factor as the whole they are part of.
       const double forward = c.forward_ms_sum(a, b), backward = c.backward_ms_sum(a, b);
@@ -150,14 +150,17 @@ std::vector<std::array<StageCost, 2>> stage_costs(const CostModel& costs, const 
       const double backward_slowdown =
           backward > 0 ? c.backward_corun_ms_sum(a, b) / backward : 1.0;
       StageTimes& corun = cost[s][slot].corun;
-      corun.forward_ms = c.forward_corun_ms_sum(a, b) / speed + overhead_ms;
+      auto paced = [&](double device_ms, const std::vector<double>& launch_prefix) {
+        return SizeCosts::paced(device_ms, launch_prefix, a, b, speed) + overhead_ms;
+      };
+      corun.forward_ms = paced(c.forward_corun_ms_sum(a, b), c.forward_launch_prefix);
       corun.forward_nograd_ms =
-          c.forward_nograd_ms_sum(a, b) * forward_slowdown / speed + overhead_ms;
-      corun.backward_ms = c.backward_corun_ms_sum(a, b) / speed + overhead_ms;
+          paced(c.forward_nograd_ms_sum(a, b) * forward_slowdown, c.forward_nograd_launch_prefix);
+      corun.backward_ms = paced(c.backward_corun_ms_sum(a, b), c.backward_launch_prefix);
       corun.backward_input_ms =
-          c.backward_input_ms_sum(a, b) * backward_slowdown / speed + overhead_ms;
-      corun.backward_weight_ms =
-          c.backward_weight_ms_sum(a, b) * backward_slowdown / speed + overhead_ms;
+          paced(c.backward_input_ms_sum(a, b) * backward_slowdown, c.backward_input_launch_prefix);
+      corun.backward_weight_ms = paced(c.backward_weight_ms_sum(a, b) * backward_slowdown,
+                                       c.backward_weight_launch_prefix);
       cost[s][slot].param_bytes = costs.param_bytes(a, b);
       cost[s][slot].memory = stage_memory(costs, c, a, b, s == 0);
     }

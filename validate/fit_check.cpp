@@ -43,6 +43,7 @@ std::vector<DoesNotFit> predict_misfits(const FitCheck& check, const Plan& plan,
     o.repeats = 1;
     o.threads = 1;
     o.timer = "events";  // no CUPTI session left behind for the run that follows
+    o.launch_times = "off";
     models::Model model = make_model();
     profile = profiler::profile_model(model, o).profile;
   }

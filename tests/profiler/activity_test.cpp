@@ -29,6 +29,30 @@ TEST(ActivityAttribution, SpanIncludesTheGapsBusyDoesNot) {
   EXPECT_EQ(r.at(7).records, 2);
 }
 
+// The device's own time: kernels, and the short gaps of a device moving on to queued work,
+// not the long ones of a device waiting for the host's next launch; overlapping work once.
+TEST(ActivityAttribution, DeviceTimeKeepsQueuedGapsNotWaitsForTheHost) {
+  ActivityAttribution a;
+  const std::uint64_t short_gap = kQueuedGapNs, long_gap = kQueuedGapNs + 1;
+  const std::vector<ActivityRecord> records{
+      external(1, 3),
+      external(2, 3),
+      external(3, 3),
+      external(4, 3),
+      external(5, 4),
+      kernel(0, 10'000, 1),                               // 10 µs
+      kernel(10'000 + short_gap, 30'000 + short_gap, 2),  // queued: its gap counts
+      kernel(30'000 + short_gap + long_gap, 40'000 + short_gap + long_gap, 3),  // waited
+      kernel(35'000 + short_gap + long_gap, 50'000 + short_gap + long_gap, 4),  // overlaps it
+      kernel(0, 1'000, 5)};
+  a.add(records);
+  const auto r = a.regions();
+  EXPECT_DOUBLE_EQ(r.at(3).device_ms, (10'000 + short_gap + 20'000 + 20'000) / 1e6);
+  EXPECT_DOUBLE_EQ(r.at(3).busy_ms, (10'000 + 20'000 + 10'000 + 15'000) / 1e6);
+  EXPECT_DOUBLE_EQ(r.at(3).span_ms, (50'000 + short_gap + long_gap) / 1e6);
+  EXPECT_DOUBLE_EQ(r.at(4).device_ms, 0.001);
+}
+
 TEST(ActivityAttribution, CorrelationAcrossBuffersInAnyOrder) {
   ActivityAttribution a;
   // Kernels first, their external correlations in a later buffer, everything shuffled.

@@ -57,6 +57,35 @@ TEST(CostModel, StageSumsUsePrefixes) {
   EXPECT_EQ(&model.at(4), &c);  // cached
 }
 
+// A task takes the longer of the device's time and the host's launches; launches do not get
+// faster on a faster device, and I and W launch in the device's proportion of the backward.
+TEST(CostModel, LaunchesPaceATaskWhereTheyTakeLongerThanTheDevice) {
+  testing::LayerSpec a{1.0, 2.0, 100, 10, 0, 0}, b{0.5, 0.25, 50, 20, 0, 0};
+  Profile p = testing::make_profile({a, b, a}, 8);
+  const CostModel plain(p);
+  EXPECT_DOUBLE_EQ(plain.at(4).forward_task_ms(0, 3, 2.0),
+                   1.25);  // no launch times: device / speed
+  const double forward_launch[3] = {0.2, 1.0, 0.2}, backward_launch[3] = {0.6, 0.3, 0.3};
+  for (int l = 0; l < 3; ++l) {
+    p.layers[l].forward_launch_ms.assign(p.micro_batch_sizes.size(), forward_launch[l]);
+    p.layers[l].backward_launch_ms.assign(p.micro_batch_sizes.size(), backward_launch[l]);
+    p.layers[l].backward_input_ms = p.layers[l].backward_ms;  // W a third, I two thirds
+    for (auto& ms : p.layers[l].backward_input_ms) ms *= 2.0 / 3.0;
+    p.layers[l].backward_weight_ms = p.layers[l].backward_ms;
+    for (auto& ms : p.layers[l].backward_weight_ms) ms /= 3.0;
+  }
+  const CostModel model(p);
+  const SizeCosts& c = model.at(4);
+  EXPECT_DOUBLE_EQ(c.forward_ms_sum(0, 3), 2.5);        // the device's sums are unchanged
+  EXPECT_DOUBLE_EQ(c.forward_task_ms(0, 3, 1.0), 2.5);  // 2.5 on the device > 1.4 launching
+  EXPECT_DOUBLE_EQ(c.forward_task_ms(0, 3, 2.0), 1.4);  // 1.25 on a device twice as fast < 1.4
+  EXPECT_DOUBLE_EQ(c.forward_task_ms(1, 2, 1.0), 1.0);  // 0.5 on the device, 1.0 launching
+  EXPECT_DOUBLE_EQ(c.forward_nograd_task_ms(1, 2, 1.0), 1.0);  // no nograd launches: the forward's
+  EXPECT_DOUBLE_EQ(c.backward_task_ms(0, 3, 4.0), 1.2);        // 4.25 / 4 < 0.6 + 0.3 + 0.3
+  EXPECT_DOUBLE_EQ(c.backward_input_task_ms(0, 3, 4.0), 0.8);
+  EXPECT_DOUBLE_EQ(c.backward_weight_task_ms(0, 3, 4.0), 0.4);
+}
+
 TEST(SplitBatch, FollowsTensorChunk) {
   using V = std::vector<std::int64_t>;
   EXPECT_EQ(split_batch(8, 4), (V{2, 2, 2, 2}));

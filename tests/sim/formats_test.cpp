@@ -225,6 +225,52 @@ TEST(ProfileFormat, NoGradForwardTimesParseAndRoundTrip) {
             "up to 1e9, got -1");
 }
 
+// kProfile with launch times added to layer 0 (`first`) and layer 1 (`second`).
+std::string profile_with_launches(const std::string& first, const std::string& second) {
+  std::string text =
+      profile_with(R"("forward_ms": [0.5, 1.0])", first + R"("forward_ms": [0.5, 1.0])");
+  const std::string from = R"("forward_ms": [0.1, 0.2])";
+  return text.replace(text.find(from), from.size(), second + from);
+}
+
+TEST(ProfileFormat, LaunchTimesParseRoundTripAndComeTogetherOnEveryLayer) {
+  const std::string both =
+      R"("forward_launch_ms": [0.75, 0.8], "backward_launch_ms": [1.5, 1.6], )";
+  const Profile p =
+      parse_profile(profile_with_launches(both + R"("forward_nograd_launch_ms": [0.5, 0.6], )",
+                                          both + R"("forward_nograd_launch_ms": [0.1, 0.1], )"),
+                    "in.json");
+  EXPECT_TRUE(p.has_launch_times());
+  EXPECT_EQ(p.layers[0].forward_launch_ms, (std::vector<double>{0.75, 0.8}));
+  EXPECT_EQ(p.layers[1].backward_launch_ms, (std::vector<double>{1.5, 1.6}));
+  EXPECT_EQ(p.layers[0].forward_nograd_launch_ms, (std::vector<double>{0.5, 0.6}));
+  const Profile q = parse_profile(profile_to_json(p), "again.json");
+  EXPECT_EQ(profile_to_json(q), profile_to_json(p));
+  EXPECT_EQ(q.layers[1].forward_nograd_launch_ms, p.layers[1].forward_nograd_launch_ms);
+  EXPECT_FALSE(parse_profile(kProfile, "in.json").has_launch_times());
+  EXPECT_EQ(profile_error(profile_with_launches(R"("forward_launch_ms": [0.75, 0.8], )", "")),
+            "in.json: layers[0]: missing field \"backward_launch_ms\" (forward_launch_ms and "
+            "backward_launch_ms come together)");
+  EXPECT_EQ(profile_error(profile_with_launches(both, "")),
+            "in.json: layers[1]: missing field \"forward_launch_ms\" (layers[0] has it: every "
+            "layer or none)");
+  EXPECT_EQ(
+      profile_error(profile_with_launches("", both)),
+      "in.json: layers[1]: has forward_launch_ms, but layers[0] has none (every layer or none)");
+  EXPECT_EQ(profile_error(profile_with_launches(R"("forward_nograd_launch_ms": [0.5, 0.6], )", "")),
+            "in.json: layers[0]: has forward_nograd_launch_ms, but no forward_launch_ms (they come "
+            "with it)");
+  EXPECT_EQ(profile_error(
+                profile_with_launches(both + R"("forward_nograd_launch_ms": [0.5, 0.6], )", both)),
+            "in.json: layers[1]: missing field \"forward_nograd_launch_ms\" (layers[0] has it: "
+            "every layer or "
+            "none)");
+  EXPECT_EQ(profile_error(profile_with_launches(
+                R"("forward_launch_ms": [0.75, -2], "backward_launch_ms": [1, 1], )", both)),
+            "in.json: layers[0].forward_launch_ms[1]: expected a non-negative number of "
+            "milliseconds up to 1e9, got -2");
+}
+
 TEST(ProfileFormat, WhatAutogradKeepsParsesAndRoundTrips) {
   // Absent: the input kept, the output neither kept by the layer nor a view (older profiles).
   const Profile old = parse_profile(kProfile, "in.json");

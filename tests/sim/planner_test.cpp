@@ -318,6 +318,64 @@ TEST(Planner, EveryRootBoundStaysBelowItsConfigurationsOptimum) {
   EXPECT_GT(near, checked / 20);
 }
 
+// Host launch times that pace some stages' tasks and not others (LayerProfile::
+// forward_launch_ms): about a layer's own device time, so that a stage's pace depends on which
+// layers it holds. The planner's bounds take the device's times alone; a task's launches can
+// only lengthen it, so they must stay bounds and the search must still find the optimum.
+TEST(Planner, LaunchBoundProfilesAgainstBruteForce) {
+  std::mt19937 rng(77);
+  int paced = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    const int layers = 2 + static_cast<int>(rng() % 9);                    // 2..10
+    const int stages = 1 + static_cast<int>(rng() % std::min(layers, 3));  // 1..3
+    const std::int64_t batch = 1 + rng() % 6;
+    Profile profile = testing::random_profile(rng, layers, batch);
+    for (auto& l : profile.layers) {
+      // Launches do not grow with the micro-batch: one figure per layer.
+      const double forward = l.forward_ms.front() * (0.2 + (rng() % 30) / 10.0);
+      const double backward = l.backward_ms.front() * (0.2 + (rng() % 30) / 10.0);
+      l.forward_launch_ms.assign(l.forward_ms.size(), forward);
+      l.backward_launch_ms.assign(l.backward_ms.size(), backward);
+      if (trial % 2) l.forward_nograd_launch_ms.assign(l.forward_ms.size(), forward * 0.7);
+    }
+    Hardware hw = random_hardware(rng, profile, stages);
+    const BruteForce expected = brute_force(profile, hw);
+    PlannerOptions options;
+    options.top = 100;
+    const PlanSearchResult result = find_best_plans(profile, hw, options);
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << ": " << layers << " layers, "
+                                      << stages << " stages, batch " << batch);
+    EXPECT_TRUE(result.stats.proven);
+    ASSERT_FALSE(result.ranked.empty());
+    EXPECT_NEAR(result.ranked.front().iteration_ms, expected.best_ms, 1e-9 * expected.best_ms)
+        << "brute force: " << describe_plan(expected.best_plan)
+        << ", planner: " << describe_plan(result.ranked.front().plan);
+    for (const auto& c : result.ranked) {
+      const auto key = std::make_tuple(split_batch(profile.batch_size, c.plan.chunks),
+                                       c.plan.checkpoint, c.plan.schedule);
+      ASSERT_TRUE(expected.per_config.count(key)) << describe_plan(c.plan);
+      EXPECT_NEAR(c.iteration_ms, expected.per_config.at(key), 1e-9 * c.iteration_ms)
+          << describe_plan(c.plan);
+    }
+    for (const ConfigurationStats& c : result.stats.per_configuration) {
+      const auto key =
+          std::make_tuple(split_batch(profile.batch_size, c.chunks), c.checkpoint, c.schedule);
+      if (expected.per_config.count(key)) {
+        EXPECT_LE(c.lower_bound_ms, expected.per_config.at(key) * (1 + 1e-12));
+      }
+    }
+    // The launches must matter: the best plan predicted without them is faster.
+    Profile device_only = profile;
+    for (auto& l : device_only.layers) {
+      l.forward_launch_ms.clear();
+      l.backward_launch_ms.clear();
+      l.forward_nograd_launch_ms.clear();
+    }
+    if (brute_force(device_only, hw).best_ms < expected.best_ms * (1 - 1e-9)) ++paced;
+  }
+  EXPECT_GT(paced, 30);
+}
+
 // The planner's best plan with a budget of one step: the roots and the first plans only.
 PlanSearchResult roots_and_first_plans(const Profile& profile, const Hardware& hw) {
   PlannerOptions options;

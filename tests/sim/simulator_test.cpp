@@ -123,6 +123,30 @@ TEST(Simulator, LaunchOverheadIsPaidByEveryComputeTask) {
   EXPECT_DOUBLE_EQ(r.iteration_ms, (4 + 3 - 1) * (u.f + u.b + 2 * 0.25));
 }
 
+// Where the host's launches take longer than the device's work (a GPU waiting for small
+// kernels), a stage's task takes the launches' time: the textbook formula with f and b each
+// the larger of the two, and only the device's part sped up by a faster device.
+TEST(Simulator, LaunchBoundTasksTakeTheHostsTime) {
+  for (int k : kStages) {
+    for (int m : kMicroBatches) {
+      const Uniform u{k, m};
+      Profile profile = u.profile();
+      for (auto& l : profile.layers) {
+        l.forward_launch_ms.assign(profile.micro_batch_sizes.size(), 2.0);   // 4 a stage > f = 3
+        l.backward_launch_ms.assign(profile.micro_batch_sizes.size(), 1.0);  // 2 a stage < b = 5
+      }
+      Hardware hw = replicate_device(profile.device, k);
+      EXPECT_DOUBLE_EQ(Simulator(profile, hw).run(u.plan(CheckpointMode::Never)).iteration_ms,
+                       (m + k - 1) * (4.0 + u.b))
+          << "K=" << k << " M=" << m;
+      for (auto& d : hw.devices) d.speed = 2.0;
+      EXPECT_DOUBLE_EQ(Simulator(profile, hw).run(u.plan(CheckpointMode::Never)).iteration_ms,
+                       (m + k - 1) * (4.0 + u.b / 2.0))
+          << "K=" << k << " M=" << m;
+    }
+  }
+}
+
 TEST(Simulator, CopiesAddTwoLinkCrossingsPerBoundary) {
   // Copies overlap compute, so only the first forward and the last backward wait for them:
   // T = (M + K - 1)(f + b) + 2 (K - 1) c, while c <= min(f, b).
