@@ -167,7 +167,7 @@ std::vector<LayerTimes> time_layers(models::Model& model,
                                     std::vector<torch::nn::AnyModule*>& modules,
                                     const at::Tensor& input, const at::Tensor& target,
                                     MeasureBackend& backend, const ProfileOptions& options,
-                                    bool measure_launches) {
+                                    bool measure_launches, double& backward_call_ms) {
   const int layer_count = static_cast<int>(modules.size());
   std::uint64_t next_region = 1;
   std::vector<std::vector<std::uint64_t>> forward_ids(layer_count), backward_ids(layer_count),
@@ -288,6 +288,22 @@ std::vector<LayerTimes> time_layers(models::Model& model,
         backend.synchronize();  // each repetition starts with the device caught up, as the first
         repetition(true);
       }
+      // A backward call's own time beyond its layers' launches (autograd hands the graph to its
+      // device thread and waits for it), which every layer's backward above includes and a
+      // stage's pays once: a backward through one small product on the device.
+      const at::Tensor leaf =
+          at::ones({1}, at::TensorOptions().device(backend.device())).requires_grad_(true);
+      std::vector<double> calls;
+      for (int r = 0; r < std::max(options.repeats, 5); ++r) {
+        const at::Tensor out = leaf * 2.0;
+        const at::Tensor seed = at::ones_like(out);
+        const auto started = std::chrono::steady_clock::now();
+        torch::autograd::backward({out}, {seed});
+        calls.push_back(
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
+                .count());
+      }
+      backward_call_ms = statistics(calls).median;
       backend.synchronize();
     } catch (...) {
       backend.watch_launches(true);
@@ -312,6 +328,8 @@ std::vector<LayerTimes> time_layers(models::Model& model,
       out[l].launches = true;
       out[l].forward_launch = statistics(host_ms[&forward_ids[l]]);
       out[l].backward_launch = statistics(host_ms[&backward_ids[l]]);
+      out[l].backward_launch.median =
+          std::max(0.0, out[l].backward_launch.median - backward_call_ms);
       out[l].forward_nograd_launch = statistics(host_ms[&nograd_ids[l]]);
     }
   }
@@ -644,11 +662,14 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
   const int layer_count = static_cast<int>(modules.size());
   const std::size_t total = sizes.size() * static_cast<std::size_t>(layer_count);
   std::size_t done = 0;
+  std::vector<double> backward_calls_ms;  // one per size
   for (std::int64_t size : sizes) {
     const auto [input, target] = batch_on(model, size, dtype, device, options.seed);
     profile.input_bytes.push_back(bytes_of(input));
-    const std::vector<LayerTimes> times =
-        time_layers(model, modules, input, target, *backend, options, measure_launches);
+    double backward_call_ms = 0.0;
+    const std::vector<LayerTimes> times = time_layers(model, modules, input, target, *backend,
+                                                      options, measure_launches, backward_call_ms);
+    if (measure_launches) backward_calls_ms.push_back(backward_call_ms);
     // Memory: each layer on its own, its input the previous layer's output; then, with no
     // memory being measured any more, the co-run slowdown on the same input.
     at::Tensor current = input;
@@ -670,6 +691,8 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
   // workspaces (cuBLAS keeps one per thread and stream), which every pipeline device holds too.
   for (auto& p : model.layers->parameters()) p.mutable_grad().reset();
   profile.device.library_bytes = std::max<std::int64_t>(0, backend->allocated() - before_any_work);
+  if (!backward_calls_ms.empty())
+    profile.device.backward_call_ms = statistics(backward_calls_ms).median;
 
   ProfileResult result;
   for (auto& w : backend->take_warnings()) result.warnings.push_back(w);

@@ -42,6 +42,9 @@
 //                             device and nothing watches the calls (CUPTI's callbacks would
 //                             slow them): where a layer's kernels are small, the GPU waits for
 //                             the host, and that pace, not the kernels' time, sets a stage's.
+//                             A backward call's own time (device.backward_call_ms: a backward
+//                             through one small product), which a stage pays once, is taken
+//                             out of every layer's backward_launch_ms.
 //                             With CUPTI, forward_ms and backward_ms are the device's time: its
 //                             kernels' durations and the short gaps between kernels it already
 //                             had (activity.hpp), not the waits for the host.

@@ -49,6 +49,8 @@ struct SizeCosts {
   /// none; the backward's split into I and W in the proportion of the device's times.
   std::vector<double> forward_launch_prefix, forward_nograd_launch_prefix, backward_launch_prefix,
       backward_input_launch_prefix, backward_weight_launch_prefix;  ///< size L + 1
+  /// ProfileDevice::backward_call_ms where the profile has launch times, else 0.
+  double backward_call_ms = 0.0;
 
   double forward_ms_sum(int first, int end) const {
     return forward_prefix[end] - forward_prefix[first];
@@ -71,22 +73,25 @@ struct SizeCosts {
     return paced(forward_nograd_ms_sum(first, end), forward_nograd_launch_prefix, first, end,
                  speed);
   }
+  /// A backward (and each of its halves, a call of its own) also pays the call's own host time
+  /// once (ProfileDevice::backward_call_ms).
   double backward_task_ms(int first, int end, double speed) const {
-    return paced(backward_ms_sum(first, end), backward_launch_prefix, first, end, speed);
+    return paced(backward_ms_sum(first, end), backward_launch_prefix, first, end, speed,
+                 backward_call_ms);
   }
   double backward_input_task_ms(int first, int end, double speed) const {
-    return paced(backward_input_ms_sum(first, end), backward_input_launch_prefix, first, end,
-                 speed);
+    return paced(backward_input_ms_sum(first, end), backward_input_launch_prefix, first, end, speed,
+                 backward_call_ms);
   }
   double backward_weight_task_ms(int first, int end, double speed) const {
     return paced(backward_weight_ms_sum(first, end), backward_weight_launch_prefix, first, end,
-                 speed);
+                 speed, backward_call_ms);
   }
   /// The same pacing for a device time computed elsewhere (a co-run time): the longer of
-  /// `device_ms` / speed and the launch sum over [first, end) in `launch_prefix`.
+  /// `device_ms` / speed and the launch sum over [first, end) in `launch_prefix` plus `call_ms`.
   static double paced(double device_ms, const std::vector<double>& launch_prefix, int first,
-                      int end, double speed) {
-    return std::max(device_ms / speed, launch_prefix[end] - launch_prefix[first]);
+                      int end, double speed, double call_ms = 0.0) {
+    return std::max(device_ms / speed, launch_prefix[end] - launch_prefix[first] + call_ms);
   }
   /// What a forward with autograd of layers [first, end) keeps for the backward: saved bytes,
   /// the storages some layer keeps, and the stage output, which the executor holds, except on

@@ -206,11 +206,13 @@ Profile parse_profile(std::string_view text, const std::string& source) {
   Profile p;
   p.model = root.field("model").non_empty_string();
   const Node device = root.field("device");
-  device.allow_only({"type", "name", "memory_bytes", "library_bytes"});
+  device.allow_only({"type", "name", "memory_bytes", "library_bytes", "backward_call_ms"});
   p.device.type = device.field("type").non_empty_string();
   p.device.name = device.field("name").string();
   p.device.memory_bytes = device.field("memory_bytes").bytes();
   if (auto library = device.optional_field("library_bytes")) p.device.library_bytes = library->bytes();
+  if (auto call = device.optional_field("backward_call_ms"))
+    p.device.backward_call_ms = call->milliseconds();
   p.dtype = root.field("dtype").non_empty_string();
   if (auto timer = root.optional_field("timer")) {
     p.timer = timer->non_empty_string();
@@ -318,6 +320,7 @@ std::string profile_to_json(const Profile& p) {
                     {"name", p.device.name},
                     {"memory_bytes", p.device.memory_bytes}};
   if (p.device.library_bytes > 0) root["device"]["library_bytes"] = p.device.library_bytes;
+  if (p.device.backward_call_ms > 0) root["device"]["backward_call_ms"] = p.device.backward_call_ms;
   root["dtype"] = p.dtype;
   if (!p.timer.empty()) root["timer"] = p.timer;
   root["batch_size"] = p.batch_size;

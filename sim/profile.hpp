@@ -71,6 +71,11 @@ struct ProfileDevice {
   /// Optional (0 when absent): what the device's libraries keep allocated once used, on every
   /// device of a pipeline (cuBLAS keeps a workspace per thread and stream); 0 on a CPU.
   std::int64_t library_bytes = 0;
+  /// Optional (0 when absent; used with launch times): the host's time of one backward call
+  /// beyond its layers' launches (autograd hands the graph to its device thread and waits for
+  /// it), which a stage's backward pays once, however many layers it holds. The layers'
+  /// backward_launch_ms leave it out.
+  double backward_call_ms = 0.0;
 };
 
 /// The per-layer costs that the simulator and the planner read (format pipetune.profile/1).

@@ -150,17 +150,19 @@ std::vector<std::array<StageCost, 2>> stage_costs(const CostModel& costs, const 
       const double backward_slowdown =
           backward > 0 ? c.backward_corun_ms_sum(a, b) / backward : 1.0;
       StageTimes& corun = cost[s][slot].corun;
-      auto paced = [&](double device_ms, const std::vector<double>& launch_prefix) {
-        return SizeCosts::paced(device_ms, launch_prefix, a, b, speed) + overhead_ms;
+      auto paced = [&](double device_ms, const std::vector<double>& launch_prefix,
+                       double call_ms = 0.0) {
+        return SizeCosts::paced(device_ms, launch_prefix, a, b, speed, call_ms) + overhead_ms;
       };
       corun.forward_ms = paced(c.forward_corun_ms_sum(a, b), c.forward_launch_prefix);
       corun.forward_nograd_ms =
           paced(c.forward_nograd_ms_sum(a, b) * forward_slowdown, c.forward_nograd_launch_prefix);
-      corun.backward_ms = paced(c.backward_corun_ms_sum(a, b), c.backward_launch_prefix);
-      corun.backward_input_ms =
-          paced(c.backward_input_ms_sum(a, b) * backward_slowdown, c.backward_input_launch_prefix);
+      corun.backward_ms =
+          paced(c.backward_corun_ms_sum(a, b), c.backward_launch_prefix, c.backward_call_ms);
+      corun.backward_input_ms = paced(c.backward_input_ms_sum(a, b) * backward_slowdown,
+                                      c.backward_input_launch_prefix, c.backward_call_ms);
       corun.backward_weight_ms = paced(c.backward_weight_ms_sum(a, b) * backward_slowdown,
-                                       c.backward_weight_launch_prefix);
+                                       c.backward_weight_launch_prefix, c.backward_call_ms);
       cost[s][slot].param_bytes = costs.param_bytes(a, b);
       cost[s][slot].memory = stage_memory(costs, c, a, b, s == 0);
     }

@@ -28,7 +28,10 @@ def layer_sums(profile):
     device = (sum(l["forward_ms"][k] for l in layers), sum(l["backward_ms"][k] for l in layers))
     if "forward_launch_ms" not in layers[0]:
         return device + (None, None), k
-    launch = (sum(l["forward_launch_ms"][k] for l in layers), sum(l["backward_launch_ms"][k] for l in layers))
+    # One backward call for the whole model: its own time once.
+    call = profile["device"].get("backward_call_ms", 0.0)
+    launch = (sum(l["forward_launch_ms"][k] for l in layers),
+              sum(l["backward_launch_ms"][k] for l in layers) + call)
     return device + launch, k
 
 

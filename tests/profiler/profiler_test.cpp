@@ -287,38 +287,6 @@ TEST(Profiler, KnownCostsRankAndScale) {
   EXPECT_GT(p.layers[2].forward_ms.back(), p.layers[2].forward_ms.front());  // bigger batches cost more
 }
 
-// The CPU twin of a GPU's launch times: asked for on a CPU, the host's time of a layer's call
-// is the layer's work itself, so a sleep's launch time is the sleep. Not asked for, a CPU
-// profile has none (its calls return when the work is done: nothing to pace).
-TEST(Profiler, LaunchTimesOnACpuAreTheLayersOwnTime) {
-  models::Model m = model_of({{"sleep", torch::nn::AnyModule(SleepPerSample(2.0))},
-                              {"one", torch::nn::AnyModule(Matmuls(1))}},
-                             {256});
-  profiler::ProfileOptions options = quick(4, {1, 4});
-  options.launch_times = "on";
-  double slack = 0.0;
-  const Profile p = profile_with_sleep_slack(m, options, slack);
-  ASSERT_TRUE(p.has_launch_times());
-  for (std::size_t k = 0; k < p.micro_batch_sizes.size(); ++k) {
-    const double expected = 2.0 * static_cast<double>(p.micro_batch_sizes[k]);
-    for (double ms : {p.layers[0].forward_launch_ms[k], p.layers[0].forward_nograd_launch_ms[k]}) {
-      EXPECT_GE(ms, expected);
-      EXPECT_LT(ms, expected + slack);
-    }
-    EXPECT_GT(p.layers[1].backward_launch_ms[k], 0.0);
-  }
-  const Profile again = parse_profile(profile_to_json(p), "again.json");
-  EXPECT_EQ(again.layers[0].forward_launch_ms, p.layers[0].forward_launch_ms);
-  EXPECT_FALSE(profiler::profile_model(m, quick(4, {4})).profile.has_launch_times());
-  options.launch_times = "sometimes";
-  try {
-    profiler::profile_model(m, options);
-    FAIL() << "accepted launch_times 'sometimes'";
-  } catch (const InputError& e) {
-    EXPECT_STREQ(e.what(), "launch times: expected auto, on or off, got 'sometimes'");
-  }
-}
-
 // Streams its input through memory: y = x·w + x over a tensor far larger than any cache, so
 // its time is memory bandwidth, which co-runners on the same machine share.
 class StreamImpl : public torch::nn::Cloneable<StreamImpl> {
@@ -438,6 +406,47 @@ TEST(Profiler, BackwardSplitOfKnownCosts) {
   for (std::size_t l = 0; l < p.layers.size(); ++l) {
     EXPECT_EQ(again.layers[l].backward_input_ms, p.layers[l].backward_input_ms);
     EXPECT_EQ(again.layers[l].backward_weight_ms, p.layers[l].backward_weight_ms);
+  }
+}
+
+// The CPU twin of a GPU's launch times: asked for on a CPU, the host's time of a layer's call
+// is the layer's work itself, so a sleep's launch time is the sleep, less (backward) the
+// backward call's own time, which the profile keeps apart. Not asked for, a CPU profile has
+// none (its calls return when the work is done: nothing to pace).
+TEST(Profiler, LaunchTimesOnACpuAreTheLayersOwnTime) {
+  models::Model m = model_of({{"sleep", torch::nn::AnyModule(SleepPerSample(2.0))},
+                              {"split", torch::nn::AnyModule(SplitSleepLayer(3.0, 1.0))}},
+                             {4});
+  profiler::ProfileOptions options = quick(4, {1, 4});
+  options.launch_times = "on";
+  double slack = 0.0;
+  const Profile p = profile_with_sleep_slack(m, options, slack);
+  ASSERT_TRUE(p.has_launch_times());
+  const double call = p.device.backward_call_ms;
+  EXPECT_GT(call, 0.0);
+  EXPECT_LT(call, 1.0);
+  for (std::size_t k = 0; k < p.micro_batch_sizes.size(); ++k) {
+    const double samples = static_cast<double>(p.micro_batch_sizes[k]);
+    for (double ms : {p.layers[0].forward_launch_ms[k], p.layers[0].forward_nograd_launch_ms[k]}) {
+      EXPECT_GE(ms, 2.0 * samples);
+      EXPECT_LT(ms, 2.0 * samples + slack);
+    }
+    // I's 3 ms and W's 1 ms a sample, in one backward call.
+    EXPECT_GE(p.layers[1].backward_launch_ms[k] + call, 4.0 * samples);
+    EXPECT_LT(p.layers[1].backward_launch_ms[k] + call, 4.0 * samples + slack);
+  }
+  const Profile again = parse_profile(profile_to_json(p), "again.json");
+  EXPECT_EQ(again.layers[1].backward_launch_ms, p.layers[1].backward_launch_ms);
+  EXPECT_EQ(again.device.backward_call_ms, call);
+  const Profile plain = profiler::profile_model(m, quick(4, {4})).profile;
+  EXPECT_FALSE(plain.has_launch_times());
+  EXPECT_EQ(plain.device.backward_call_ms, 0.0);
+  options.launch_times = "sometimes";
+  try {
+    profiler::profile_model(m, options);
+    FAIL() << "accepted launch_times 'sometimes'";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "launch times: expected auto, on or off, got 'sometimes'");
   }
 }
 
@@ -594,8 +603,9 @@ TEST(ProfilerGpu, LaunchBoundModelTakesTheLargerOfDeviceAndLaunchSums) {
     launch_forward += l.forward_launch_ms[0];
     launch_backward += l.backward_launch_ms[0];
   }
-  const double predicted =
-      std::max(device_forward, launch_forward) + std::max(device_backward, launch_backward);
+  // One backward call for the whole model: its own time once.
+  const double predicted = std::max(device_forward, launch_forward) +
+                           std::max(device_backward, launch_backward + p.device.backward_call_ms);
   // The whole model's forward and backward, nothing watching, timed by the host from an idle
   // device to an idle device, as a pipeline's one-stage step runs it.
   m.layers->to(at::kCUDA);
