@@ -1,4 +1,5 @@
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <cstdio>
@@ -106,6 +107,12 @@ void add_profile_command(CLI::App& app, std::vector<Command>& commands) {
                 result.profile.layer_count(), model.name.c_str(), result.profile.micro_batch_sizes.size(),
                 result.profile.device.type.c_str(), result.profile.device.name.c_str(), seconds);
     std::printf("wrote %s\n", flags->output.c_str());
+    if (const auto sizes = launch_bound_sizes(result.profile); !sizes.empty()) {
+      std::printf(
+          "launch-bound at micro-batches of %s: the host's launches take longer than the "
+          "device's work there, so the host sets the pace\n",
+          fmt::format("{}", fmt::join(sizes, ", ")).c_str());
+    }
     if (!flags->hardware.empty()) {
       const std::string kind = flags->device.rfind("cuda", 0) == 0 ? "cuda" : "cpu";
       const Hardware hw = profiler::probe_hardware(kind, flags->devices);

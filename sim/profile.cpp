@@ -310,6 +310,20 @@ Profile parse_profile(std::string_view text, const std::string& source) {
   return p;
 }
 
+std::vector<std::int64_t> launch_bound_sizes(const Profile& profile) {
+  std::vector<std::int64_t> out;
+  if (!profile.has_launch_times()) return out;
+  for (std::size_t k = 0; k < profile.micro_batch_sizes.size(); ++k) {
+    double device = 0.0, launches = profile.device.backward_call_ms;
+    for (const auto& l : profile.layers) {
+      device += l.forward_ms[k] + l.backward_ms[k];
+      launches += l.forward_launch_ms[k] + l.backward_launch_ms[k];
+    }
+    if (launches > device) out.push_back(profile.micro_batch_sizes[k]);
+  }
+  return out;
+}
+
 Profile load_profile(const std::string& path) { return parse_profile(read_text_file(path), path); }
 
 std::string profile_to_json(const Profile& p) {

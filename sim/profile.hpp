@@ -101,6 +101,11 @@ struct Profile {
 
 inline constexpr std::string_view kProfileFormat = "pipetune.profile/1";
 
+/// The measured micro-batch sizes at which the whole model's launches (forward and backward,
+/// one backward call) take longer than its device time: a pipeline of micro-batches that small
+/// runs at the host's pace, not the device's. Empty without launch times.
+std::vector<std::int64_t> launch_bound_sizes(const Profile& profile);
+
 /// Parses and validates a profile; `source` names it in error messages (usually the path).
 Profile parse_profile(std::string_view text, const std::string& source);
 Profile load_profile(const std::string& path);

@@ -271,6 +271,21 @@ TEST(ProfileFormat, LaunchTimesParseRoundTripAndComeTogetherOnEveryLayer) {
             "milliseconds up to 1e9, got -2");
 }
 
+// Launch-bound where the whole model's launches and one backward call outlast its device time.
+TEST(ProfileFormat, LaunchBoundSizesAreWhereTheLaunchesOutlastTheDevice) {
+  Profile p = parse_profile(kProfile, "in.json");  // device: 1.7 ms at 1 sample, 3.4 ms at 4
+  EXPECT_TRUE(launch_bound_sizes(p).empty());      // no launch times: nothing to say
+  for (auto& l : p.layers) {
+    l.forward_launch_ms = {0.4, 0.4};
+    l.backward_launch_ms = {0.4, 0.4};
+  }
+  EXPECT_EQ(launch_bound_sizes(p), (std::vector<std::int64_t>{}));  // 1.6 < 1.7
+  p.device.backward_call_ms = 0.2;                                  // 1.8 > 1.7, < 3.4
+  EXPECT_EQ(launch_bound_sizes(p), (std::vector<std::int64_t>{1}));
+  p.layers[0].backward_launch_ms[1] = 2.5;  // 3.7 + 0.2 > 3.4
+  EXPECT_EQ(launch_bound_sizes(p), (std::vector<std::int64_t>{1, 4}));
+}
+
 TEST(ProfileFormat, WhatAutogradKeepsParsesAndRoundTrips) {
   // Absent: the input kept, the output neither kept by the layer nor a view (older profiles).
   const Profile old = parse_profile(kProfile, "in.json");
