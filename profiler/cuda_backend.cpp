@@ -110,12 +110,24 @@ class CuptiSession {
 
   // Off: API calls are no longer watched (each watched call costs the host time), so the host's
   // own pace can be timed; on again for the next regions.
+  // The activity records go off too: recording them costs the launches time as well, and
+  // their records would join no region. Not under mutex_, which buffer_completed() takes on
+  // CUPTI's thread (stop() calls CUPTI outside it likewise).
   void watch(bool on) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!started_) return;
-    check(cuptiEnableDomain(on ? 1 : 0, subscriber_, CUPTI_CB_DOMAIN_RUNTIME_API),
+    CUpti_SubscriberHandle subscriber = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!started_) return;
+      subscriber = subscriber_;
+    }
+    if (!on) lock_free_flush();
+    for (auto kind : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+                      CUPTI_ACTIVITY_KIND_MEMSET}) {
+      check(on ? cuptiActivityEnable(kind) : cuptiActivityDisable(kind), "switch activity records");
+    }
+    check(cuptiEnableDomain(on ? 1 : 0, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API),
           "watch the runtime API");
-    check(cuptiEnableDomain(on ? 1 : 0, subscriber_, CUPTI_CB_DOMAIN_DRIVER_API),
+    check(cuptiEnableDomain(on ? 1 : 0, subscriber, CUPTI_CB_DOMAIN_DRIVER_API),
           "watch the driver API");
   }
 

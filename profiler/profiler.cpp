@@ -179,6 +179,8 @@ std::vector<LayerTimes> time_layers(models::Model& model,
   // Runs `work` as region `ids` of layer l when the repetition is timed.
   auto region = [&](bool timed, std::vector<std::uint64_t>& ids, auto&& work) {
     if (host_pass) {
+      // From an idle device, so that a full launch queue never makes the host wait for it.
+      backend.synchronize();
       const auto started = std::chrono::steady_clock::now();
       auto result = work();
       const std::chrono::duration<double, std::milli> took =
@@ -278,32 +280,37 @@ std::vector<LayerTimes> time_layers(models::Model& model,
   };
   for (int r = 0; r < options.warmup + options.repeats; ++r) repetition(r >= options.warmup);
   const auto times = backend.collect_ms();
-  // The host's pace: the same calls again, nothing waiting for the device within a repetition
-  // (as a pipeline's stage makes them) and nothing watching them.
+  // The host's pace: the same calls again, each from an idle device and with nothing watching
+  // them, so that neither a full launch queue nor CUPTI's callbacks make the host wait.
   if (measure_launches) {
-    backend.watch_launches(false);
     host_pass = true;
     try {
-      for (int r = 0; r < options.repeats; ++r) {
-        backend.synchronize();  // each repetition starts with the device caught up, as the first
-        repetition(true);
-      }
+      backend.watch_launches(false);
+      for (int r = 0; r < options.repeats; ++r) repetition(true);
       // A backward call's own time beyond its layers' launches (autograd hands the graph to its
       // device thread and waits for it), which every layer's backward above includes and a
-      // stage's pays once: a backward through one small product on the device.
+      // stage's pays once: backwards through one and through two small products on the
+      // device, t1 = call + 2 launches (product, gradient accumulation), t2 = call + 3, so the
+      // call is 2 t1 - t2.
       const at::Tensor leaf =
           at::ones({1}, at::TensorOptions().device(backend.device())).requires_grad_(true);
-      std::vector<double> calls;
-      for (int r = 0; r < std::max(options.repeats, 5); ++r) {
-        const at::Tensor out = leaf * 2.0;
-        const at::Tensor seed = at::ones_like(out);
-        const auto started = std::chrono::steady_clock::now();
-        torch::autograd::backward({out}, {seed});
-        calls.push_back(
-            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
-                .count());
-      }
-      backward_call_ms = statistics(calls).median;
+      auto backward_through = [&](int products) {
+        std::vector<double> took;
+        for (int r = 0; r < std::max(options.repeats, 5); ++r) {
+          at::Tensor out = leaf;
+          for (int k = 0; k < products; ++k) out = out * 2.0;
+          const at::Tensor seed = at::ones_like(out);
+          backend.synchronize();
+          const auto started = std::chrono::steady_clock::now();
+          torch::autograd::backward({out}, {seed});
+          took.push_back(
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
+                  .count());
+        }
+        return statistics(took).median;
+      };
+      const double one = backward_through(1), two = backward_through(2);
+      backward_call_ms = std::max(0.0, 2.0 * one - two);
       backend.synchronize();
     } catch (...) {
       backend.watch_launches(true);

@@ -38,13 +38,13 @@
 //                             back to back, so both see the same cache state.
 //   forward_launch_ms, backward_launch_ms, forward_nograd_launch_ms (GPU)
 //                             the host's time to make the layer's calls, timed by the steady
-//                             clock in `repeats` more passes in which nothing waits for the
-//                             device and nothing watches the calls (CUPTI's callbacks would
-//                             slow them): where a layer's kernels are small, the GPU waits for
-//                             the host, and that pace, not the kernels' time, sets a stage's.
-//                             A backward call's own time (device.backward_call_ms: a backward
-//                             through one small product), which a stage pays once, is taken
-//                             out of every layer's backward_launch_ms.
+//                             clock in `repeats` more passes in which each layer's calls start
+//                             from an idle device and nothing watches them (CUPTI's callbacks
+//                             would slow them): where a layer's kernels are small, the GPU waits
+//                             for the host, and that pace, not the kernels' time, sets a stage's.
+//                             A backward call's own time (device.backward_call_ms: from
+//                             backwards through one and two small products), which a stage
+//                             pays once, is taken out of every layer's backward_launch_ms.
 //                             With CUPTI, forward_ms and backward_ms are the device's time: its
 //                             kernels' durations and the short gaps between kernels it already
 //                             had (activity.hpp), not the waits for the host.

@@ -77,6 +77,11 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
   costs->backward_corun_prefix.assign(layers + 1, 0.0);
   costs->stored_bytes.assign(layers, 0);
   costs->backward_call_ms = profile_.has_launch_times() ? profile_.device.backward_call_ms : 0.0;
+  costs->with_parameters_prefix.assign(layers + 1, 0);
+  for (std::size_t l = 0; l < layers; ++l) {
+    costs->with_parameters_prefix[l + 1] =
+        costs->with_parameters_prefix[l] + (profile_.layers[l].param_bytes > 0 ? 1 : 0);
+  }
   for (auto* prefix : {&costs->forward_launch_prefix, &costs->forward_nograd_launch_prefix,
                        &costs->backward_launch_prefix, &costs->backward_input_launch_prefix,
                        &costs->backward_weight_launch_prefix}) {
@@ -137,12 +142,10 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
     }
     // I and W launch what the whole backward does, in the share of the device's work each
     // takes (the profile times the halves on the device only).
-    const double input_share = costs->backward_ms[l] > 0.0
-                                   ? costs->backward_input_ms[l] / (costs->backward_input_ms[l] +
-                                                                    costs->backward_weight_ms[l])
-                                   : (layer.param_bytes > 0 ? 0.5 : 1.0);
-    const double input_launch =
-        std::isfinite(input_share) ? input_share * backward_launch : backward_launch;
+    const double halves = costs->backward_input_ms[l] + costs->backward_weight_ms[l];
+    const double input_share =
+        halves > 0.0 ? costs->backward_input_ms[l] / halves : (layer.param_bytes > 0 ? 0.5 : 1.0);
+    const double input_launch = input_share * backward_launch;
     costs->forward_launch_prefix[l + 1] = costs->forward_launch_prefix[l] + forward_launch;
     costs->forward_nograd_launch_prefix[l + 1] =
         costs->forward_nograd_launch_prefix[l] + nograd_launch;

@@ -51,6 +51,7 @@ struct SizeCosts {
       backward_input_launch_prefix, backward_weight_launch_prefix;  ///< size L + 1
   /// ProfileDevice::backward_call_ms where the profile has launch times, else 0.
   double backward_call_ms = 0.0;
+  std::vector<int> with_parameters_prefix;  ///< layers with parameters, size L + 1
 
   double forward_ms_sum(int first, int end) const {
     return forward_prefix[end] - forward_prefix[first];
@@ -73,8 +74,9 @@ struct SizeCosts {
     return paced(forward_nograd_ms_sum(first, end), forward_nograd_launch_prefix, first, end,
                  speed);
   }
-  /// A backward (and each of its halves, a call of its own) also pays the call's own host time
-  /// once (ProfileDevice::backward_call_ms).
+  /// A backward, and a split backward's I, is one autograd call, which costs the host its own
+  /// time once (ProfileDevice::backward_call_ms); W is one call per layer with parameters (the
+  /// executor asks each layer's weight gradients of its own output).
   double backward_task_ms(int first, int end, double speed) const {
     return paced(backward_ms_sum(first, end), backward_launch_prefix, first, end, speed,
                  backward_call_ms);
@@ -85,7 +87,11 @@ struct SizeCosts {
   }
   double backward_weight_task_ms(int first, int end, double speed) const {
     return paced(backward_weight_ms_sum(first, end), backward_weight_launch_prefix, first, end,
-                 speed, backward_call_ms);
+                 speed, weight_calls_ms(first, end));
+  }
+  /// The W calls' own host time over layers [first, end): one per layer with parameters.
+  double weight_calls_ms(int first, int end) const {
+    return backward_call_ms * (with_parameters_prefix[end] - with_parameters_prefix[first]);
   }
   /// The same pacing for a device time computed elsewhere (a co-run time): the longer of
   /// `device_ms` / speed and the launch sum over [first, end) in `launch_prefix` plus `call_ms`.

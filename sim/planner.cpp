@@ -351,7 +351,9 @@ class PlanSearch {
   // Whether stage j = [a, b) passes the nested memory bound (see build_suffix_tables()).
   bool fits_nested(int j, int a, int b) const { return fit_end_[j].empty() || b <= fit_end_[j][a]; }
   double time_bound(int j, int a, int b, double arrive, double drain) const;
-  StageDurations durations(int j, int a, int b) const;
+  // `with_launches` false: the device's times alone, for the tables whose bounds must grow with
+  // the stage's end as busy() does (a launch-paced tail or fill need not).
+  StageDurations durations(int j, int a, int b, bool with_launches = true) const;
   struct Passes;
   double wait_bound(int j, int a, int b, const StageDurations& d, const Passes& before) const;
   struct Waits {
@@ -885,9 +887,9 @@ double PlanSearch::time_bound(int j, int a, int b, double arrive, double drain) 
   return base + std::max(0.0, pass - pass_filler(j, a, b));
 }
 
-StageDurations PlanSearch::durations(int j, int a, int b) const {
+StageDurations PlanSearch::durations(int j, int a, int b, bool with_launches) const {
   return stage_durations(*first_size_, *last_size_, a, b, speed_[j], overhead_, link_[j],
-                         j > 0 ? link_[j - 1] : nullptr);
+                         j > 0 ? link_[j - 1] : nullptr, with_launches);
 }
 
 // A lower bound on the simulated iteration time of any plan whose stage j is [a, b), from the
@@ -1022,7 +1024,7 @@ PlanSearch::Waits PlanSearch::waits(int j, const StageDurations& d, int q, doubl
 double PlanSearch::wait_cost(int j, int a, int b, double recompute_first,
                              double recompute_q) const {
   const double own = wait_before_[a] + busy(j, a, b);
-  const StageDurations d = durations(j, a, b);
+  const StageDurations d = durations(j, a, b, /*with_launches=*/false);
   const double onward = 2.0 * overhead_ * (stages_ - 1 - j) + after_latency_[j];
   const bool last = j + 1 == stages_;
   const double trip_first = last ? 0.0 : pass_first_[b] / max_speed_ + onward + recompute_first;
@@ -1089,10 +1091,8 @@ double PlanSearch::relaxed_root(std::vector<int>& balance) const {
     trip_last.add(cls, pass_last_[x] - pass_last_[x + 1], work);
     // The device's times alone, as every bound here takes them: a task that the host's launches
     // pace takes longer, which can only make the iteration longer, so the bounds stay bounds.
-    StageDurations d;
-    d.forward = {f.forward_ms[x], l.forward_ms[x]};
-    d.forward_nograd = {f.forward_nograd_ms[x], l.forward_nograd_ms[x]};
-    d.backward = {f.backward_ms[x], l.backward_ms[x]};
+    const StageDurations d = stage_durations(f, l, x, x + 1, 1.0, 0.0, nullptr, nullptr,
+                                             /*with_launches=*/false);
     for (Case& k : cases) {
       k.path.add(
           cls,

@@ -301,6 +301,14 @@ Profile parse_profile(std::string_view text, const std::string& source) {
     }
   }
 
+  // The call's time is only ever added to launch times: alone it would be silently unused.
+  if (p.device.backward_call_ms > 0 && !p.has_launch_times()) {
+    device.field("backward_call_ms")
+        .fail_message(
+            "is given, but no layer has launch times (forward_launch_ms), which it "
+            "belongs with");
+  }
+
   check_profile_total(p, source);
 
   if (auto meta = root.optional_field("meta")) {

@@ -162,7 +162,7 @@ std::vector<std::array<StageCost, 2>> stage_costs(const CostModel& costs, const 
       corun.backward_input_ms = paced(c.backward_input_ms_sum(a, b) * backward_slowdown,
                                       c.backward_input_launch_prefix, c.backward_call_ms);
       corun.backward_weight_ms = paced(c.backward_weight_ms_sum(a, b) * backward_slowdown,
-                                       c.backward_weight_launch_prefix, c.backward_call_ms);
+                                       c.backward_weight_launch_prefix, c.weight_calls_ms(a, b));
       cost[s][slot].param_bytes = costs.param_bytes(a, b);
       cost[s][slot].memory = stage_memory(costs, c, a, b, s == 0);
     }

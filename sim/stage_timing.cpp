@@ -8,14 +8,20 @@ namespace pipetune {
 
 StageDurations stage_durations(const SizeCosts& common, const SizeCosts& last, int first, int end,
                                double speed, double overhead_ms, const Link* next_link,
-                               const Link* previous_link) {
+                               const Link* previous_link, bool with_launches) {
   StageDurations d;
   for (int slot = 0; slot < 2; ++slot) {
     const SizeCosts& c = slot == 0 ? common : last;
     // The same expressions as Simulator::run, so that the results agree bit for bit.
-    d.forward[slot] = c.forward_task_ms(first, end, speed) + overhead_ms;
-    d.forward_nograd[slot] = c.forward_nograd_task_ms(first, end, speed) + overhead_ms;
-    d.backward[slot] = c.backward_task_ms(first, end, speed) + overhead_ms;
+    if (with_launches) {
+      d.forward[slot] = c.forward_task_ms(first, end, speed) + overhead_ms;
+      d.forward_nograd[slot] = c.forward_nograd_task_ms(first, end, speed) + overhead_ms;
+      d.backward[slot] = c.backward_task_ms(first, end, speed) + overhead_ms;
+    } else {
+      d.forward[slot] = c.forward_ms_sum(first, end) / speed + overhead_ms;
+      d.forward_nograd[slot] = c.forward_nograd_ms_sum(first, end) / speed + overhead_ms;
+      d.backward[slot] = c.backward_ms_sum(first, end) / speed + overhead_ms;
+    }
     if (next_link)
       d.activation_copy[slot] =
           next_link->transfer_ms(static_cast<double>(c.output_bytes[end - 1]));

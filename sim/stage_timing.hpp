@@ -32,11 +32,13 @@ struct StageDurations {
 };
 
 /// Durations of stage j = layers [first, end) on a device of `speed`, as the simulator computes
-/// them: sums of the profile's costs divided by the speed, plus the per-task overhead; copies
-/// over the links to the neighbouring stages.
+/// them: sums of the profile's costs divided by the speed, or the host's launches where those
+/// take longer (SizeCosts::forward_task_ms), plus the per-task overhead; copies over the links to
+/// the neighbouring stages. `with_launches` false: the device's times alone, which the planner's
+/// bounds take (launches only lengthen tasks).
 StageDurations stage_durations(const SizeCosts& common, const SizeCosts& last, int first, int end,
                                double speed, double overhead_ms, const Link* next_link,
-                               const Link* previous_link);
+                               const Link* previous_link, bool with_launches = true);
 
 /// The sweep for one (schedule, checkpoint mode, stages, micro-batches) shape; reuse it for
 /// every balance of that shape. Not thread-safe (keeps its scratch arrays).

@@ -7,8 +7,9 @@
 namespace pipetune::gui {
 
 void CostStripGeometry::build(std::vector<double> layer_ms, std::vector<int> balance,
-                              const QRectF& plot) {
+                              const QRectF& plot, std::vector<double> stage_ms) {
   layer_ms_ = std::move(layer_ms);
+  stage_ms_ = stage_ms.size() == balance.size() ? std::move(stage_ms) : std::vector<double>{};
   balance_ = std::move(balance);
   plot_ = plot;
   first_.assign(balance_.size() + 1, 0);
@@ -41,6 +42,7 @@ QRectF CostStripGeometry::stage_span(int stage) const {
 }
 
 double CostStripGeometry::stage_ms(int stage) const {
+  if (!stage_ms_.empty()) return stage_ms_[stage];
   return std::accumulate(layer_ms_.begin() + first_[stage], layer_ms_.begin() + first_[stage + 1],
                          0.0);
 }

@@ -11,8 +11,11 @@ namespace pipetune::gui {
 
 class CostStripGeometry {
  public:
-  /// `layer_ms`: each layer's cost; `balance`: layers per stage; `plot`: where the columns go.
-  void build(std::vector<double> layer_ms, std::vector<int> balance, const QRectF& plot);
+  /// `layer_ms`: each layer's cost; `balance`: layers per stage; `plot`: where the columns go;
+  /// `stage_ms`: each stage's cost where it is not the sum of its layers' (launch-bound stages
+  /// of a GPU profile), else empty.
+  void build(std::vector<double> layer_ms, std::vector<int> balance, const QRectF& plot,
+             std::vector<double> stage_ms = {});
 
   int layer_count() const { return static_cast<int>(layer_ms_.size()); }
   int stage_count() const { return static_cast<int>(balance_.size()); }
@@ -25,7 +28,7 @@ class CostStripGeometry {
   int layer_at(double x) const;  ///< -1 outside the columns
   int first_layer(int stage) const { return first_[stage]; }
   QRectF stage_span(int stage) const;
-  double stage_ms(int stage) const;
+  double stage_ms(int stage) const;  ///< build()'s `stage_ms`, or the sum of its layers'
 
   /// Boundary b sits between stage b and stage b + 1 (b in [0, stages − 1)).
   double boundary_x(int boundary) const;
@@ -40,6 +43,7 @@ class CostStripGeometry {
 
  private:
   std::vector<double> layer_ms_;
+  std::vector<double> stage_ms_;
   std::vector<int> balance_;
   std::vector<int> first_;  // first layer of each stage, plus the layer count
   QRectF plot_;

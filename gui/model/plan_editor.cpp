@@ -294,6 +294,20 @@ std::vector<double> PlanEditor::layer_ms() const {
   return out;
 }
 
+std::vector<double> PlanEditor::stage_ms() const {
+  if (!profile_ || !profile_->has_launch_times()) return {};
+  const std::int64_t size = split_batch(profile_->batch_size, plan_.chunks).front();
+  const SizeCosts& costs = simulator_->costs().at(size);
+  std::vector<double> out;
+  int first = 0;
+  for (const int layers : plan_.balance) {
+    out.push_back(costs.forward_task_ms(first, first + layers, 1.0) +
+                  costs.backward_task_ms(first, first + layers, 1.0));
+    first += layers;
+  }
+  return out;
+}
+
 void PlanEditor::simulate() {
   QElapsedTimer timer;
   timer.start();

@@ -71,6 +71,9 @@ class PlanEditor : public QObject {
   std::int64_t memory_per_device() const;
   /// Each layer's forward + backward time at the plan's micro-batch size.
   std::vector<double> layer_ms() const;
+  /// Each stage's forward + backward task time at that size where the profile has launch times
+  /// (a launch-bound stage takes longer than its layers' sum); empty without them.
+  std::vector<double> stage_ms() const;
   /// Wall-clock time of the last re-simulation.
   double last_simulation_wall_ms() const { return last_wall_ms_; }
 

@@ -34,7 +34,7 @@ void CostStripView::relayout() {
     geometry_.build({}, {}, plot);
     return;
   }
-  geometry_.build(editor_.layer_ms(), editor_.plan().balance, plot);
+  geometry_.build(editor_.layer_ms(), editor_.plan().balance, plot, editor_.stage_ms());
   const auto& plan = editor_.plan();
   const auto& result = editor_.result();
   const std::vector<int> device_of = stage_devices(plan, editor_.hardware());

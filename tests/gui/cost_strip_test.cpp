@@ -24,6 +24,10 @@ TEST(CostStrip, ColumnsBarsAndBoundariesSitWhereTheLayersAre) {
   EXPECT_EQ(g.layer_at(250), 0);
   EXPECT_EQ(g.layer_at(999), 7);
   EXPECT_EQ(g.layer_at(1000), -1);
+  // A launch-bound stage takes longer than its layers add up to: its own figure, when given.
+  g.build({1, 2, 4, 2, 1, 1, 3, 2}, {3, 3, 2}, QRectF(200, 20, 800, 80), {9, 4, 5});
+  EXPECT_DOUBLE_EQ(g.stage_ms(0), 9);
+  EXPECT_DOUBLE_EQ(g.bar(2).height(), 80);  // the layers' bars are unchanged
 }
 
 TEST(CostStrip, GrabsTheNearestBoundaryWithinReach) {

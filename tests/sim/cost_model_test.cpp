@@ -84,14 +84,17 @@ TEST(CostModel, LaunchesPaceATaskWhereTheyTakeLongerThanTheDevice) {
   EXPECT_DOUBLE_EQ(c.backward_task_ms(0, 3, 4.0), 1.2);        // 4.25 / 4 < 0.6 + 0.3 + 0.3
   EXPECT_DOUBLE_EQ(c.backward_input_task_ms(0, 3, 4.0), 0.8);
   EXPECT_DOUBLE_EQ(c.backward_weight_task_ms(0, 3, 4.0), 0.4);
-  // A backward call's own host time, once per backward task (each half is a call of its own).
+  // A backward call's own host time, once per backward task and I task, once per layer with
+  // parameters in a W task.
   p.device.backward_call_ms = 0.5;
   const CostModel with_call(p);
   const SizeCosts& d = with_call.at(4);
   EXPECT_DOUBLE_EQ(d.backward_task_ms(0, 3, 4.0), 1.7);   // 0.6 + 0.3 + 0.3 + 0.5
   EXPECT_DOUBLE_EQ(d.backward_task_ms(0, 3, 1.0), 4.25);  // the device's still longer
   EXPECT_DOUBLE_EQ(d.backward_input_task_ms(0, 3, 4.0), 1.3);
-  EXPECT_DOUBLE_EQ(d.backward_weight_task_ms(0, 3, 4.0), 0.9);
+  EXPECT_DOUBLE_EQ(d.backward_weight_task_ms(0, 3, 4.0),
+                   1.9);  // W: a call per layer with parameters
+  EXPECT_DOUBLE_EQ(d.backward_weight_task_ms(1, 2, 4.0), 0.6);  // 0.1 + one call
   EXPECT_DOUBLE_EQ(d.forward_task_ms(0, 3, 2.0), 1.4);  // a forward pays no call
   // Without launch times the call is not counted: the device's times are all there is.
   Profile no_launches = testing::make_profile({a, b, a}, 8);

@@ -248,6 +248,11 @@ TEST(ProfileFormat, LaunchTimesParseRoundTripAndComeTogetherOnEveryLayer) {
   EXPECT_EQ(profile_to_json(q), profile_to_json(p));
   EXPECT_EQ(q.layers[1].forward_nograd_launch_ms, p.layers[1].forward_nograd_launch_ms);
   EXPECT_FALSE(parse_profile(kProfile, "in.json").has_launch_times());
+  EXPECT_EQ(profile_error(profile_with(R"("memory_bytes": 0})",
+                                       R"("memory_bytes": 0, "backward_call_ms": 0.1})")),
+            "in.json: device.backward_call_ms: is given, but no layer has launch times "
+            "(forward_launch_ms), "
+            "which it belongs with");
   EXPECT_EQ(profile_error(profile_with_launches(R"("forward_launch_ms": [0.75, 0.8], )", "")),
             "in.json: layers[0]: missing field \"backward_launch_ms\" (forward_launch_ms and "
             "backward_launch_ms come together)");
