@@ -1,5 +1,7 @@
 #include "sim/balance.hpp"
 
+#include <utility>
+
 #include "sim/partition.hpp"
 
 namespace pipetune {
@@ -29,9 +31,29 @@ std::vector<int> time_balanced(const CostModel& costs, const Hardware& hardware,
       speed[s] = hardware.devices[device].speed;
     }
   }
-  const Partition best = min_max_partition(
-      costs.layer_count(), stages,
-      [&](int stage, int begin, int end) { return (prefix[end] - prefix[begin]) / speed[stage]; });
+  if (!costs.profile().has_launch_times()) {
+    const Partition best =
+        min_max_partition(costs.layer_count(), stages, [&](int stage, int begin, int end) {
+          return (prefix[end] - prefix[begin]) / speed[stage];
+        });
+    return best.sizes;
+  }
+  // Launch times: a stage's tasks take the larger of its device and launch sums, which is not a
+  // sum over layers, but still grows with the stage at either end, as the partition needs.
+  std::vector<std::pair<const SizeCosts*, bool>> tasks;  // per micro-batch: costs, checkpointed
+  for (int i = 0; i < micro_batches; ++i) {
+    tasks.emplace_back(&costs.at(sizes[i]), is_checkpointed(shape.checkpoint, i, micro_batches));
+  }
+  const Partition best =
+      min_max_partition(costs.layer_count(), stages, [&](int stage, int begin, int end) {
+        double ms = 0.0;
+        for (const auto& [c, checkpointed] : tasks) {
+          ms += c->forward_task_ms(begin, end, speed[stage]) +
+                c->backward_task_ms(begin, end, speed[stage]) +
+                (checkpointed ? c->forward_nograd_task_ms(begin, end, speed[stage]) : 0.0);
+        }
+        return ms;
+      });
   return best.sizes;
 }
 

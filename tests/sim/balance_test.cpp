@@ -105,6 +105,69 @@ TEST(TimeBalanced, ReachesTheBruteForceOptimumOverEveryContiguousPartition) {
   }
 }
 
+// With launch times a stage's cost is not its layers' sum (each task takes the larger of the
+// device's and the host's sums): the balance still has the least bottleneck over every split.
+TEST(TimeBalanced, LaunchBoundStagesReachTheBruteForceOptimum) {
+  std::mt19937 rng(21);
+  for (int trial = 0; trial < 100; ++trial) {
+    const int layers = 2 + static_cast<int>(rng() % 9);  // 2..10
+    const int stages = 1 + static_cast<int>(rng() % std::min(layers, 4));
+    Profile profile = testing::random_profile(rng, layers, 8);
+    for (auto& l : profile.layers) {
+      l.forward_launch_ms.assign(l.forward_ms.size(), l.forward_ms.front() * (rng() % 30) / 10.0);
+      l.backward_launch_ms.assign(l.backward_ms.size(),
+                                  l.backward_ms.front() * (rng() % 30) / 10.0);
+    }
+    profile.device.backward_call_ms = (rng() % 5) / 10.0;
+    const CostModel costs(profile);
+    Hardware hardware = replicate_device(profile.device, stages);
+    for (auto& d : hardware.devices) d.speed = 0.5 + (rng() % 4) * 0.5;
+    const Plan shape = testing::make_plan({}, 1 << (rng() % 4), CheckpointMode::ExceptLast);
+    const auto sizes = split_batch(profile.batch_size, shape.chunks);
+    const int m = static_cast<int>(sizes.size());
+    auto stage_cost = [&](int stage, int begin, int end) {
+      const double speed = hardware.devices[stage].speed;
+      double ms = 0.0;
+      for (int i = 0; i < m; ++i) {
+        const SizeCosts& c = costs.at(sizes[i]);
+        ms += c.forward_task_ms(begin, end, speed) + c.backward_task_ms(begin, end, speed) +
+              (is_checkpointed(shape.checkpoint, i, m) ? c.forward_nograd_task_ms(begin, end, speed)
+                                                       : 0.0);
+      }
+      return ms;
+    };
+    auto bottleneck_of = [&](const std::vector<int>& balance) {
+      double worst = 0.0;
+      int first = 0;
+      for (int s = 0; s < static_cast<int>(balance.size()); ++s) {
+        worst = std::max(worst, stage_cost(s, first, first + balance[s]));
+        first += balance[s];
+      }
+      return worst;
+    };
+    double best = 1e300;
+    std::vector<int> balance;
+    std::function<void(int)> place = [&](int left) {
+      if (static_cast<int>(balance.size()) == stages - 1) {
+        balance.push_back(left);
+        best = std::min(best, bottleneck_of(balance));
+        balance.pop_back();
+        return;
+      }
+      for (int size = 1; size <= left - (stages - 1 - static_cast<int>(balance.size())); ++size) {
+        balance.push_back(size);
+        place(left - size);
+        balance.pop_back();
+      }
+    };
+    place(layers);
+    const std::vector<int> chosen = time_balanced(costs, hardware, stages, shape);
+    SCOPED_TRACE(::testing::Message() << "trial " << trial);
+    ASSERT_EQ(static_cast<int>(chosen.size()), stages);
+    EXPECT_NEAR(bottleneck_of(chosen), best, 1e-9 * best);
+  }
+}
+
 TEST(TimeBalanced, FollowsTheDevicesAPlanNames) {
   // Four equal layers; device "b" is three times as fast as "a". Stage 0 on b, stage 1 on a:
   // the fast device takes three layers. Named the other way round, the split mirrors.
