@@ -158,6 +158,40 @@ std::vector<at::Tensor> trainable_parameters(torch::nn::AnyModule& layer) {
   return out;
 }
 
+// A backward call's own host time beyond its layers' launches (autograd hands the graph to its
+// device thread and waits for it), which every layer's backward in the host pass includes and a
+// stage's backward pays once: backwards through one and through two small products on the
+// device, t1 = call + 2 launches (product, gradient accumulation), t2 = call + 3, so the call is
+// 2 t1 - t2. Timed with nothing watching the calls, each from an idle device.
+double measure_backward_call_ms(MeasureBackend& backend, int repeats) {
+  const at::Tensor leaf =
+      at::ones({1}, at::TensorOptions().device(backend.device())).requires_grad_(true);
+  auto backward_through = [&](int products) {
+    std::vector<double> took;
+    for (int r = 0; r < std::max(repeats, 5); ++r) {
+      at::Tensor out = leaf;
+      for (int k = 0; k < products; ++k) out = out * 2.0;
+      const at::Tensor seed = at::ones_like(out);
+      backend.synchronize();
+      const auto started = std::chrono::steady_clock::now();
+      torch::autograd::backward({out}, {seed});
+      took.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
+              .count());
+    }
+    return statistics(took).median;
+  };
+  backend.watch_launches(false);
+  try {
+    const double one = backward_through(1), two = backward_through(2);
+    backend.watch_launches(true);
+    return std::max(0.0, 2.0 * one - two);
+  } catch (...) {
+    backend.watch_launches(true);
+    throw;
+  }
+}
+
 // Time, in context: each repetition is one forward pass through every layer and one backward
 // pass back, each layer timed on its own within it. Timing a layer alone, again and again,
 // would keep its weights in cache, which a pipeline streaming micro-batches through many
@@ -167,7 +201,7 @@ std::vector<LayerTimes> time_layers(models::Model& model,
                                     std::vector<torch::nn::AnyModule*>& modules,
                                     const at::Tensor& input, const at::Tensor& target,
                                     MeasureBackend& backend, const ProfileOptions& options,
-                                    bool measure_launches, double& backward_call_ms) {
+                                    bool measure_launches, double backward_call_ms) {
   const int layer_count = static_cast<int>(modules.size());
   std::uint64_t next_region = 1;
   std::vector<std::vector<std::uint64_t>> forward_ids(layer_count), backward_ids(layer_count),
@@ -287,30 +321,6 @@ std::vector<LayerTimes> time_layers(models::Model& model,
     try {
       backend.watch_launches(false);
       for (int r = 0; r < options.repeats; ++r) repetition(true);
-      // A backward call's own time beyond its layers' launches (autograd hands the graph to its
-      // device thread and waits for it), which every layer's backward above includes and a
-      // stage's pays once: backwards through one and through two small products on the
-      // device, t1 = call + 2 launches (product, gradient accumulation), t2 = call + 3, so the
-      // call is 2 t1 - t2.
-      const at::Tensor leaf =
-          at::ones({1}, at::TensorOptions().device(backend.device())).requires_grad_(true);
-      auto backward_through = [&](int products) {
-        std::vector<double> took;
-        for (int r = 0; r < std::max(options.repeats, 5); ++r) {
-          at::Tensor out = leaf;
-          for (int k = 0; k < products; ++k) out = out * 2.0;
-          const at::Tensor seed = at::ones_like(out);
-          backend.synchronize();
-          const auto started = std::chrono::steady_clock::now();
-          torch::autograd::backward({out}, {seed});
-          took.push_back(
-              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
-                  .count());
-        }
-        return statistics(took).median;
-      };
-      const double one = backward_through(1), two = backward_through(2);
-      backward_call_ms = std::max(0.0, 2.0 * one - two);
       backend.synchronize();
     } catch (...) {
       backend.watch_launches(true);
@@ -663,20 +673,20 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
   const std::int64_t before_any_work = backend->allocated();
   backend->spin_up();
   warm_up_device(model, *backend, sizes.back(), dtype, options);
+  if (measure_launches)
+    profile.device.backward_call_ms = measure_backward_call_ms(*backend, options.repeats);
 
   std::vector<torch::nn::AnyModule*> modules;
   for (auto it = model.layers->begin(); it != model.layers->end(); ++it) modules.push_back(&*it);
   const int layer_count = static_cast<int>(modules.size());
   const std::size_t total = sizes.size() * static_cast<std::size_t>(layer_count);
   std::size_t done = 0;
-  std::vector<double> backward_calls_ms;  // one per size
   for (std::int64_t size : sizes) {
     const auto [input, target] = batch_on(model, size, dtype, device, options.seed);
     profile.input_bytes.push_back(bytes_of(input));
-    double backward_call_ms = 0.0;
-    const std::vector<LayerTimes> times = time_layers(model, modules, input, target, *backend,
-                                                      options, measure_launches, backward_call_ms);
-    if (measure_launches) backward_calls_ms.push_back(backward_call_ms);
+    const std::vector<LayerTimes> times =
+        time_layers(model, modules, input, target, *backend, options, measure_launches,
+                    profile.device.backward_call_ms);
     // Memory: each layer on its own, its input the previous layer's output; then, with no
     // memory being measured any more, the co-run slowdown on the same input.
     at::Tensor current = input;
@@ -698,8 +708,6 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
   // workspaces (cuBLAS keeps one per thread and stream), which every pipeline device holds too.
   for (auto& p : model.layers->parameters()) p.mutable_grad().reset();
   profile.device.library_bytes = std::max<std::int64_t>(0, backend->allocated() - before_any_work);
-  if (!backward_calls_ms.empty())
-    profile.device.backward_call_ms = statistics(backward_calls_ms).median;
 
   ProfileResult result;
   for (auto& w : backend->take_warnings()) result.warnings.push_back(w);
