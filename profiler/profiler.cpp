@@ -158,6 +158,21 @@ std::vector<at::Tensor> trainable_parameters(torch::nn::AnyModule& layer) {
   return out;
 }
 
+// Runs `work` with the backend not watching the host's calls (MeasureBackend::watch_launches),
+// watching again afterwards, also when `work` throws.
+template <typename Work>
+auto unwatched(MeasureBackend& backend, Work&& work) {
+  backend.watch_launches(false);
+  try {
+    auto result = work();
+    backend.watch_launches(true);
+    return result;
+  } catch (...) {
+    backend.watch_launches(true);
+    throw;
+  }
+}
+
 // A backward call's own host time beyond its layers' launches (autograd hands the graph to its
 // device thread and waits for it), which every layer's backward in the host pass includes and a
 // stage's backward pays once: backwards through one and through two small products on the
@@ -181,15 +196,10 @@ double measure_backward_call_ms(MeasureBackend& backend, int repeats) {
     }
     return statistics(took).median;
   };
-  backend.watch_launches(false);
-  try {
+  return unwatched(backend, [&] {
     const double one = backward_through(1), two = backward_through(2);
-    backend.watch_launches(true);
     return std::max(0.0, 2.0 * one - two);
-  } catch (...) {
-    backend.watch_launches(true);
-    throw;
-  }
+  });
 }
 
 // Time, in context: each repetition is one forward pass through every layer and one backward
@@ -318,16 +328,12 @@ std::vector<LayerTimes> time_layers(models::Model& model,
   // them, so that neither a full launch queue nor CUPTI's callbacks make the host wait.
   if (measure_launches) {
     host_pass = true;
-    try {
-      backend.watch_launches(false);
+    unwatched(backend, [&] {
       for (int r = 0; r < options.repeats; ++r) repetition(true);
       backend.synchronize();
-    } catch (...) {
-      backend.watch_launches(true);
-      throw;
-    }
+      return 0;
+    });
     host_pass = false;
-    backend.watch_launches(true);
   }
   auto pick = [&](const std::vector<std::uint64_t>& ids) {
     std::vector<double> v;

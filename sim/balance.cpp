@@ -1,6 +1,6 @@
 #include "sim/balance.hpp"
 
-#include <utility>
+#include <algorithm>
 
 #include "sim/partition.hpp"
 
@@ -40,17 +40,34 @@ std::vector<int> time_balanced(const CostModel& costs, const Hardware& hardware,
   }
   // Launch times: a stage's tasks take the larger of its device and launch sums, which is not a
   // sum over layers, but still grows with the stage at either end, as the partition needs.
-  std::vector<std::pair<const SizeCosts*, bool>> tasks;  // per micro-batch: costs, checkpointed
+  // Micro-batches alike (tensor.chunk makes at most two sizes) counted once, with their number,
+  // in the order they come, so that the sum's order does not depend on addresses.
+  struct Alike {
+    const SizeCosts* costs;
+    bool checkpointed;
+    int count;
+  };
+  std::vector<Alike> alike;
   for (int i = 0; i < micro_batches; ++i) {
-    tasks.emplace_back(&costs.at(sizes[i]), is_checkpointed(shape.checkpoint, i, micro_batches));
+    const SizeCosts* c = &costs.at(sizes[i]);
+    const bool checkpointed = is_checkpointed(shape.checkpoint, i, micro_batches);
+    auto it = std::find_if(alike.begin(), alike.end(), [&](const Alike& a) {
+      return a.costs == c && a.checkpointed == checkpointed;
+    });
+    if (it == alike.end()) {
+      alike.push_back({c, checkpointed, 1});
+    } else {
+      ++it->count;
+    }
   }
   const Partition best =
       min_max_partition(costs.layer_count(), stages, [&](int stage, int begin, int end) {
         double ms = 0.0;
-        for (const auto& [c, checkpointed] : tasks) {
-          ms += c->forward_task_ms(begin, end, speed[stage]) +
-                c->backward_task_ms(begin, end, speed[stage]) +
-                (checkpointed ? c->forward_nograd_task_ms(begin, end, speed[stage]) : 0.0);
+        for (const auto& [c, checkpointed, count] : alike) {
+          ms +=
+              count * (c->forward_task_ms(begin, end, speed[stage]) +
+                       c->backward_task_ms(begin, end, speed[stage]) +
+                       (checkpointed ? c->forward_nograd_task_ms(begin, end, speed[stage]) : 0.0));
         }
         return ms;
       });

@@ -78,10 +78,6 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
   costs->stored_bytes.assign(layers, 0);
   costs->backward_call_ms = profile_.has_launch_times() ? profile_.device.backward_call_ms : 0.0;
   costs->with_parameters_prefix.assign(layers + 1, 0);
-  for (std::size_t l = 0; l < layers; ++l) {
-    costs->with_parameters_prefix[l + 1] =
-        costs->with_parameters_prefix[l] + (profile_.layers[l].param_bytes > 0 ? 1 : 0);
-  }
   for (auto* prefix : {&costs->forward_launch_prefix, &costs->forward_nograd_launch_prefix,
                        &costs->backward_launch_prefix, &costs->backward_input_launch_prefix,
                        &costs->backward_weight_launch_prefix}) {
@@ -146,6 +142,8 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
     const double input_share =
         halves > 0.0 ? costs->backward_input_ms[l] / halves : (layer.param_bytes > 0 ? 0.5 : 1.0);
     const double input_launch = input_share * backward_launch;
+    costs->with_parameters_prefix[l + 1] =
+        costs->with_parameters_prefix[l] + (layer.param_bytes > 0 ? 1 : 0);
     costs->forward_launch_prefix[l + 1] = costs->forward_launch_prefix[l] + forward_launch;
     costs->forward_nograd_launch_prefix[l + 1] =
         costs->forward_nograd_launch_prefix[l] + nograd_launch;
