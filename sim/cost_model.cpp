@@ -76,7 +76,8 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
   costs->forward_corun_prefix.assign(layers + 1, 0.0);
   costs->backward_corun_prefix.assign(layers + 1, 0.0);
   costs->stored_bytes.assign(layers, 0);
-  costs->backward_call_ms = profile_.has_launch_times() ? profile_.device.backward_call_ms : 0.0;
+  costs->launch_times = profile_.has_launch_times();
+  costs->backward_call_ms = costs->launch_times ? profile_.device.backward_call_ms : 0.0;
   costs->with_parameters_prefix.assign(layers + 1, 0);
   for (auto* prefix : {&costs->forward_launch_prefix, &costs->forward_nograd_launch_prefix,
                        &costs->backward_launch_prefix, &costs->backward_input_launch_prefix,

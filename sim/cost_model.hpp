@@ -49,6 +49,7 @@ struct SizeCosts {
   /// none; the backward's split into I and W in the proportion of the device's times.
   std::vector<double> forward_launch_prefix, forward_nograd_launch_prefix, backward_launch_prefix,
       backward_input_launch_prefix, backward_weight_launch_prefix;  ///< size L + 1
+  bool launch_times = false;  ///< whether the profile has them (Profile::has_launch_times)
   /// ProfileDevice::backward_call_ms where the profile has launch times, else 0.
   double backward_call_ms = 0.0;
   std::vector<int> with_parameters_prefix;  ///< layers with parameters, size L + 1
@@ -62,42 +63,53 @@ struct SizeCosts {
   double backward_ms_sum(int first, int end) const {
     return backward_prefix[end] - backward_prefix[first];
   }
-  /// What a task of layers [first, end) takes on a device of relative `speed`: the device's
-  /// time, or the host's time to launch it where that is longer. The host launches the layers
-  /// one after another while the device runs what it was given, so whichever is slower sets
-  /// the pace; a launch does not get faster on a faster device. Without launch times in the
-  /// profile, the device's time alone.
+  /// What a task of layers [first, end) takes the host to launch: its layers' launch times, and
+  /// for a backward, a split backward's I, the autograd call's own time once
+  /// (ProfileDevice::backward_call_ms); W is one call per layer with parameters (the executor
+  /// asks each layer's weight gradients of its own output). A launch does not get faster on a
+  /// faster device. All 0 without launch times in the profile.
+  double forward_launch_ms(int first, int end) const {
+    return forward_launch_prefix[end] - forward_launch_prefix[first];
+  }
+  double forward_nograd_launch_ms(int first, int end) const {
+    return forward_nograd_launch_prefix[end] - forward_nograd_launch_prefix[first];
+  }
+  double backward_launch_ms(int first, int end) const {
+    return backward_launch_prefix[end] - backward_launch_prefix[first] + backward_call_ms;
+  }
+  double backward_input_launch_ms(int first, int end) const {
+    return backward_input_launch_prefix[end] - backward_input_launch_prefix[first] +
+           backward_call_ms;
+  }
+  double backward_weight_launch_ms(int first, int end) const {
+    return backward_weight_launch_prefix[end] - backward_weight_launch_prefix[first] +
+           weight_calls_ms(first, end);
+  }
+  /// The longer of the device's time on a device of relative `speed` and the host's time to
+  /// launch the task: what one task takes alone, with nothing launched ahead of it. The
+  /// simulator runs the host and the device as two clocks (docs/architecture.md), so a task may
+  /// take less there when the host ran ahead; these are for estimates (the balancer, the GUI).
   double forward_task_ms(int first, int end, double speed) const {
-    return paced(forward_ms_sum(first, end), forward_launch_prefix, first, end, speed);
+    return std::max(forward_ms_sum(first, end) / speed, forward_launch_ms(first, end));
   }
   double forward_nograd_task_ms(int first, int end, double speed) const {
-    return paced(forward_nograd_ms_sum(first, end), forward_nograd_launch_prefix, first, end,
-                 speed);
+    return std::max(forward_nograd_ms_sum(first, end) / speed,
+                    forward_nograd_launch_ms(first, end));
   }
-  /// A backward, and a split backward's I, is one autograd call, which costs the host its own
-  /// time once (ProfileDevice::backward_call_ms); W is one call per layer with parameters (the
-  /// executor asks each layer's weight gradients of its own output).
   double backward_task_ms(int first, int end, double speed) const {
-    return paced(backward_ms_sum(first, end), backward_launch_prefix, first, end, speed,
-                 backward_call_ms);
+    return std::max(backward_ms_sum(first, end) / speed, backward_launch_ms(first, end));
   }
   double backward_input_task_ms(int first, int end, double speed) const {
-    return paced(backward_input_ms_sum(first, end), backward_input_launch_prefix, first, end, speed,
-                 backward_call_ms);
+    return std::max(backward_input_ms_sum(first, end) / speed,
+                    backward_input_launch_ms(first, end));
   }
   double backward_weight_task_ms(int first, int end, double speed) const {
-    return paced(backward_weight_ms_sum(first, end), backward_weight_launch_prefix, first, end,
-                 speed, weight_calls_ms(first, end));
+    return std::max(backward_weight_ms_sum(first, end) / speed,
+                    backward_weight_launch_ms(first, end));
   }
   /// The W calls' own host time over layers [first, end): one per layer with parameters.
   double weight_calls_ms(int first, int end) const {
     return backward_call_ms * (with_parameters_prefix[end] - with_parameters_prefix[first]);
-  }
-  /// The same pacing for a device time computed elsewhere (a co-run time): the longer of
-  /// `device_ms` / speed and the launch sum over [first, end) in `launch_prefix` plus `call_ms`.
-  static double paced(double device_ms, const std::vector<double>& launch_prefix, int first,
-                      int end, double speed, double call_ms = 0.0) {
-    return std::max(device_ms / speed, launch_prefix[end] - launch_prefix[first] + call_ms);
   }
   /// What a forward with autograd of layers [first, end) keeps for the backward: saved bytes,
   /// the storages some layer keeps, and the stage output, which the executor holds, except on

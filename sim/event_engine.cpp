@@ -52,6 +52,7 @@ void EventEngine::clear() {
   resources_.clear();
   counters_.clear();
   more_successors_.clear();
+  pacing_.clear();
   queues_ready_ = false;
   makespan_ = 0.0;
 }
@@ -112,6 +113,8 @@ void EventEngine::run(bool record_history) {
   const int n = static_cast<int>(tasks_.size());
   const int resource_count = static_cast<int>(resources_.size());
   start_.assign(n, -1.0);
+  finish_.assign(n, -1.0);
+  const int paced = static_cast<int>(std::min<std::size_t>(pacing_.size(), tasks_.size()));
   pending_.resize(n);
   for (int id = 0; id < n; ++id) pending_[id] = tasks_[id].dependencies;
   head_.resize(resource_count);
@@ -128,10 +131,13 @@ void EventEngine::run(bool record_history) {
   // Each task becomes startable once, each resource holds one running task: fixed bounds.
   startable_.resize(n);
   batch_.resize(resource_count + 1);
-  heap_.resize(2 * resource_count + 1);  // a completion and a mid effect per running task
+  // A completion and a mid effect per running task, a release per resource's head.
+  heap_.resize(3 * resource_count + 1);
   const Task* const tasks = tasks_.data();
   const int* const queue = queue_.data();
   double* const start = start_.data();
+  double* const finish = finish_.data();
+  const Pacing* const pacing = pacing_.data();
   int* const pending = pending_.data();
   int* const head = head_.data();
   char* const busy = busy_.data();
@@ -167,14 +173,24 @@ void EventEngine::run(bool record_history) {
     ++finished;
   };
   // Zero-duration tasks run to completion at once; the others start after all of them, so an
-  // instant's frees come before its allocations.
+  // instant's frees come before its allocations. A paced task before its release waits for it
+  // (its resource stays idle: nothing else may run there before it).
   auto start_ready = [&](double now) {
     int starting = 0;
     while (startable_count > 0) {
       const int id = startable[--startable_count];
       const Task& t = tasks[id];
+      double end = now + t.duration;
+      if (id < paced) {
+        if (pacing[id].release > now) {
+          heap_push(heap, heap_size, {pacing[id].release, id + n});
+          continue;
+        }
+        end = std::max(end, pacing[id].finish_floor);
+      }
       start[id] = now;
-      if (t.duration == 0.0) {
+      finish[id] = end;
+      if (t.duration == 0.0 && end == now) {
         if (t.start_bytes != 0) change(t.start_counter, t.start_bytes, now);
         if (t.mid_bytes != 0) change(t.start_counter, -t.mid_bytes, now);
         if (t.end_bytes != 0) change(t.end_counter, -t.end_bytes, now);
@@ -188,9 +204,10 @@ void EventEngine::run(bool record_history) {
     for (int k = 0; k < starting; ++k) {
       const Task& t = tasks[batch[k]];
       if (t.start_bytes != 0) change(t.start_counter, t.start_bytes, now);
-      heap_push(heap, heap_size, {now + t.duration, batch[k]});
+      heap_push(heap, heap_size, {finish[batch[k]], batch[k]});
       if (t.mid_bytes != 0) {
-        heap_push(heap, heap_size, {now + std::min(t.mid_offset, t.duration), ~batch[k]});
+        const double mid = std::min(now + t.mid_offset, finish[batch[k]]);
+        heap_push(heap, heap_size, {mid, ~batch[k]});
       }
     }
   };
@@ -206,6 +223,10 @@ void EventEngine::run(bool record_history) {
     int count = 0;
     while (heap_size > 0 && heap[0].time == now) {
       const int id = heap_pop(heap, heap_size).task;
+      if (id >= n) {  // a paced task's release
+        startable[startable_count++] = id - n;
+        continue;
+      }
       if (id < 0) {
         const Task& t = tasks[~id];
         change(t.start_counter, -t.mid_bytes, now);

@@ -14,6 +14,10 @@
 // subtract bytes from one counter when it ends. The engine keeps each counter's current value,
 // its peak, and, when asked, its history.
 //
+// A task may also be paced by something outside the graph (a GPU stream by the host thread that
+// launches its kernels): it starts no earlier than its release time and ends no earlier than its
+// finish floor, whatever its duration (set_pacing). The resource idles until the release.
+//
 // The graph (tasks, resources, dependencies) is built once; durations, memory effects and
 // counters' initial values may change between runs, so one graph serves many plans of the same
 // shape.
@@ -80,6 +84,13 @@ class EventEngine {
     tasks_[task].end_counter = counter;
     tasks_[task].end_bytes = bytes_freed;
   }
+  /// The task starts at `release` at the earliest and ends at `finish_floor` at the earliest.
+  void set_pacing(int task, double release, double finish_floor) {
+    if (pacing_.size() < tasks_.size()) pacing_.resize(tasks_.size());
+    pacing_[task] = {release, finish_floor};
+  }
+  /// Forgets every task's pacing.
+  void clear_pacing() { pacing_.clear(); }
 
   /// Runs to completion; std::logic_error if some task can never start (a cycle). May be called
   /// again after changing durations, effects or initial values.
@@ -104,7 +115,7 @@ class EventEngine {
   std::size_t resource_count() const { return resources_.size(); }
   int resource_of(int task) const { return tasks_[task].resource; }
   double start(int task) const { return start_[task]; }
-  double finish(int task) const { return start_[task] + tasks_[task].duration; }
+  double finish(int task) const { return finish_[task]; }
   double makespan() const { return makespan_; }
   std::int64_t peak(int counter) const { return counters_[counter].peak; }
   double peak_time(int counter) const { return counters_[counter].peak_time; }
@@ -159,17 +170,22 @@ class EventEngine {
   std::vector<Task> tasks_;
   std::vector<Resource> resources_;
   std::vector<Counter> counters_;
+  struct Pacing {
+    double release = 0.0, finish_floor = 0.0;
+  };
+  std::vector<Pacing> pacing_;  // empty, or per task (those beyond its end: none)
   std::vector<std::pair<int, int>> more_successors_;  // (task, successor), sorted by task
   std::vector<int> more_begin_;                       // task -> first entry in more_successors_
   std::vector<int> queue_;  // every resource's tasks in order, resource after resource
   bool queues_ready_ = false;
 
   // Per-run state and scratch, kept to avoid allocating.
-  std::vector<double> start_;
+  std::vector<double> start_, finish_;
   std::vector<int> pending_;  // unfinished dependencies
   std::vector<int> head_;     // per resource: next position in queue_
   std::vector<char> busy_;
-  std::vector<detail::CompletionEvent> heap_;  // completions, and mid effects as ~task
+  // Completions; mid effects as ~task; a paced task's release as task + task_count().
+  std::vector<detail::CompletionEvent> heap_;
   std::vector<int> startable_;  // at the head of an idle resource, every dependency done
   std::vector<int> batch_;      // tasks starting (or finishing) at the current instant
   bool record_history_ = false;

@@ -103,7 +103,8 @@ struct StageTimes {
 // A stage's costs at one micro-batch size.
 struct StageCost {
   StageTimes solo;
-  StageTimes corun;              ///< beside the profile's co-runners; solo without co-run times
+  StageTimes corun;  ///< beside the profile's co-runners; solo without co-run times
+  StageTimes host;   ///< the host's time to launch each task (all 0 without launch times)
   std::int64_t param_bytes = 0;  ///< the gradients W allocates
   StageMemory memory;
 };
@@ -126,7 +127,8 @@ int busy_devices(const PlanShape& shape) {
 }
 
 // Every stage's durations and memory at both micro-batch sizes. A calibration (empty: scale
-// 1, no overhead) scales compute by how many devices are busy.
+// 1, no overhead) scales compute by how many devices are busy. The per-task overhead is paid
+// by the device and by the host alike.
 std::vector<std::array<StageCost, 2>> stage_costs(const CostModel& costs, const Hardware& hardware,
                                                   const PlanShape& shape) {
   const double time_scale = hardware.calibration.scale_for(busy_devices(shape));
@@ -137,12 +139,19 @@ std::vector<std::array<StageCost, 2>> stage_costs(const CostModel& costs, const 
     const int a = shape.first[s], b = shape.first[s + 1];
     for (int slot = 0; slot < 2; ++slot) {
       const SizeCosts& c = costs.at(slot == 0 ? shape.sizes.front() : shape.sizes.back());
+      // The same expressions as stage_durations(), so that the planner's sweep agrees exactly.
       StageTimes& solo = cost[s][slot].solo;
-      solo.forward_ms = c.forward_task_ms(a, b, speed) + overhead_ms;
-      solo.forward_nograd_ms = c.forward_nograd_task_ms(a, b, speed) + overhead_ms;
-      solo.backward_ms = c.backward_task_ms(a, b, speed) + overhead_ms;
-      solo.backward_input_ms = c.backward_input_task_ms(a, b, speed) + overhead_ms;
-      solo.backward_weight_ms = c.backward_weight_task_ms(a, b, speed) + overhead_ms;
+      solo.forward_ms = c.forward_ms_sum(a, b) / speed + overhead_ms;
+      solo.forward_nograd_ms = c.forward_nograd_ms_sum(a, b) / speed + overhead_ms;
+      solo.backward_ms = c.backward_ms_sum(a, b) / speed + overhead_ms;
+      solo.backward_input_ms = c.backward_input_ms_sum(a, b) / speed + overhead_ms;
+      solo.backward_weight_ms = c.backward_weight_ms_sum(a, b) / speed + overhead_ms;
+      StageTimes& host = cost[s][slot].host;
+      host.forward_ms = c.forward_launch_ms(a, b) + overhead_ms;
+      host.forward_nograd_ms = c.forward_nograd_launch_ms(a, b) + overhead_ms;
+      host.backward_ms = c.backward_launch_ms(a, b) + overhead_ms;
+      host.backward_input_ms = c.backward_input_launch_ms(a, b) + overhead_ms;
+      host.backward_weight_ms = c.backward_weight_launch_ms(a, b) + overhead_ms;
       // Only forward and backward are measured beside co-runners; the forward without autograd
       // and the backward's halves slow down by the same factor as the whole they are part of.
       const double forward = c.forward_ms_sum(a, b), backward = c.backward_ms_sum(a, b);
@@ -150,19 +159,14 @@ std::vector<std::array<StageCost, 2>> stage_costs(const CostModel& costs, const 
       const double backward_slowdown =
           backward > 0 ? c.backward_corun_ms_sum(a, b) / backward : 1.0;
       StageTimes& corun = cost[s][slot].corun;
-      auto paced = [&](double device_ms, const std::vector<double>& launch_prefix,
-                       double call_ms = 0.0) {
-        return SizeCosts::paced(device_ms, launch_prefix, a, b, speed, call_ms) + overhead_ms;
-      };
-      corun.forward_ms = paced(c.forward_corun_ms_sum(a, b), c.forward_launch_prefix);
+      corun.forward_ms = c.forward_corun_ms_sum(a, b) / speed + overhead_ms;
       corun.forward_nograd_ms =
-          paced(c.forward_nograd_ms_sum(a, b) * forward_slowdown, c.forward_nograd_launch_prefix);
-      corun.backward_ms =
-          paced(c.backward_corun_ms_sum(a, b), c.backward_launch_prefix, c.backward_call_ms);
-      corun.backward_input_ms = paced(c.backward_input_ms_sum(a, b) * backward_slowdown,
-                                      c.backward_input_launch_prefix, c.backward_call_ms);
-      corun.backward_weight_ms = paced(c.backward_weight_ms_sum(a, b) * backward_slowdown,
-                                       c.backward_weight_launch_prefix, c.weight_calls_ms(a, b));
+          c.forward_nograd_ms_sum(a, b) * forward_slowdown / speed + overhead_ms;
+      corun.backward_ms = c.backward_corun_ms_sum(a, b) / speed + overhead_ms;
+      corun.backward_input_ms =
+          c.backward_input_ms_sum(a, b) * backward_slowdown / speed + overhead_ms;
+      corun.backward_weight_ms =
+          c.backward_weight_ms_sum(a, b) * backward_slowdown / speed + overhead_ms;
       cost[s][slot].param_bytes = costs.param_bytes(a, b);
       cost[s][slot].memory = stage_memory(costs, c, a, b, s == 0);
     }
@@ -280,6 +284,36 @@ void post_receives_early(TaskGraph& graph, std::vector<std::int64_t>& baseline) 
   for (const int first : graph.first_receives) {
     const SimTask& t = graph.tasks[static_cast<std::size_t>(first)];
     baseline[static_cast<std::size_t>(t.peer)] += t.bytes;
+  }
+}
+
+// A GPU's host thread launches its device's programme in order, each task once its inputs were
+// launched (a stream waits for another's kernels through an event, not the host), and never
+// waits for the device; the device runs a task once its inputs are computed and its kernels
+// come in. So the host's times are the same graph run with the launch times as durations and
+// copies instant (a copy thread only enqueues one); each compute task then starts no earlier
+// than its launch began and ends no earlier than its launch ended. Within one task this is the
+// longer of the two times; across tasks the host runs ahead while the device is the slower, so
+// a launch-bound task that follows device-bound ones runs at the device's pace.
+void pace_by_host(TaskGraph& graph, const std::vector<std::array<StageCost, 2>>& cost,
+                  const PlanShape& shape) {
+  EventEngine& engine = graph.engine;
+  engine.clear_pacing();
+  for (std::size_t id = 0; id < graph.tasks.size(); ++id) {
+    const SimTask& t = graph.tasks[id];
+    const StageTimes& host = cost[t.stage][shape.slot_of[t.micro_batch]].host;
+    engine.set_duration(
+        static_cast<int>(id),
+        is_compute(t.kind) ? task_ms(t.kind, shape.recomputed[t.micro_batch] != 0, host) : 0.0);
+  }
+  engine.run(false);
+  std::vector<std::pair<double, double>> launched(graph.tasks.size());
+  for (std::size_t id = 0; id < graph.tasks.size(); ++id) {
+    launched[id] = {engine.start(static_cast<int>(id)), engine.finish(static_cast<int>(id))};
+  }
+  for (std::size_t id = 0; id < graph.tasks.size(); ++id) {
+    if (is_compute(graph.tasks[id].kind))
+      engine.set_pacing(static_cast<int>(id), launched[id].first, launched[id].second);
   }
 }
 
@@ -404,6 +438,11 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
   }
 
   const auto cost = stage_costs(costs_, hardware_, shape);
+  if (profile_.has_launch_times()) {
+    pace_by_host(graph, cost, shape);  // before the device's durations are set
+  } else {
+    engine.clear_pacing();
+  }
   std::vector<std::int64_t> baseline = baseline_memory(costs_, plan, shape);
   std::vector<CorunTask> corun_tasks;
   for (std::size_t id = 0; id < graph.tasks.size(); ++id) {
@@ -425,8 +464,11 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
   engine.run(options.record_memory);
   std::vector<std::int64_t> worst_order;
   if (options.worst_order_peaks) worst_order = worst_order_peaks(engine);
+  // A task's span on its device: its duration, or longer where it waited for its launches.
   std::vector<double> busy(devices, 0.0);
-  for (const CorunTask& t : corun_tasks) busy[t.device] += t.duration_ms;
+  const bool paced = profile_.has_launch_times();
+  for (const CorunTask& t : corun_tasks)
+    busy[t.device] += paced ? engine.finish(t.id) - engine.start(t.id) : t.duration_ms;
 
   SimulationResult result;
   result.plan = plan;

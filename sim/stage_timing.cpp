@@ -13,14 +13,14 @@ StageDurations stage_durations(const SizeCosts& common, const SizeCosts& last, i
   for (int slot = 0; slot < 2; ++slot) {
     const SizeCosts& c = slot == 0 ? common : last;
     // The same expressions as Simulator::run, so that the results agree bit for bit.
-    if (with_launches) {
-      d.forward[slot] = c.forward_task_ms(first, end, speed) + overhead_ms;
-      d.forward_nograd[slot] = c.forward_nograd_task_ms(first, end, speed) + overhead_ms;
-      d.backward[slot] = c.backward_task_ms(first, end, speed) + overhead_ms;
-    } else {
-      d.forward[slot] = c.forward_ms_sum(first, end) / speed + overhead_ms;
-      d.forward_nograd[slot] = c.forward_nograd_ms_sum(first, end) / speed + overhead_ms;
-      d.backward[slot] = c.backward_ms_sum(first, end) / speed + overhead_ms;
+    d.forward[slot] = c.forward_ms_sum(first, end) / speed + overhead_ms;
+    d.forward_nograd[slot] = c.forward_nograd_ms_sum(first, end) / speed + overhead_ms;
+    d.backward[slot] = c.backward_ms_sum(first, end) / speed + overhead_ms;
+    if (with_launches && c.launch_times) {
+      d.launch_paced = true;
+      d.forward_launch[slot] = c.forward_launch_ms(first, end) + overhead_ms;
+      d.forward_nograd_launch[slot] = c.forward_nograd_launch_ms(first, end) + overhead_ms;
+      d.backward_launch[slot] = c.backward_launch_ms(first, end) + overhead_ms;
     }
     if (next_link)
       d.activation_copy[slot] =
@@ -59,6 +59,9 @@ IterationSweep::IterationSweep(ScheduleKind schedule, CheckpointMode checkpoint,
   activation_at_.assign(cells, 0.0);
   gradient_at_.assign(cells, 0.0);
   stage_free_.assign(stages, 0.0);
+  activation_launched_.assign(cells, 0.0);
+  gradient_launched_.assign(cells, 0.0);
+  host_free_.assign(stages, 0.0);
   activation_channel_free_.assign(stages, 0.0);
   gradient_channel_free_.assign(stages, 0.0);
 }
@@ -117,23 +120,36 @@ struct IterationSweep::PathTracker {
   void end(int event) { final_event = event; }
 };
 
+namespace {
+bool launch_paced(std::span<const StageDurations> stages, int last) {
+  for (int s = 0; s <= last; ++s) {
+    if (stages[s].launch_paced) return true;
+  }
+  return false;
+}
+}  // namespace
+
 double IterationSweep::run(std::span<const StageDurations> stages) const {
   NoTracker none;
-  return sweep(order_, stages, stages_ - 1, 0.0, 0.0, none);
+  return launch_paced(stages, stages_ - 1)
+             ? sweep<NoTracker, true>(order_, stages, stages_ - 1, 0.0, 0.0, none)
+             : sweep<NoTracker, false>(order_, stages, stages_ - 1, 0.0, 0.0, none);
 }
 
 double IterationSweep::run_prefix(std::span<const StageDurations> stages, int last,
                                   double trip_full, double trip_last) const {
   NoTracker none;
-  return sweep(last + 1 == stages_ ? order_ : prefix_order_[last], stages, last, trip_full,
-               trip_last, none);
+  const std::vector<Step>& order = last + 1 == stages_ ? order_ : prefix_order_[last];
+  return launch_paced(stages, last)
+             ? sweep<NoTracker, true>(order, stages, last, trip_full, trip_last, none)
+             : sweep<NoTracker, false>(order, stages, last, trip_full, trip_last, none);
 }
 
 double IterationSweep::run_critical_path(std::span<const StageDurations> stages,
                                          PathCounts& path) const {
   PathTracker tracker;
   tracker.reset(stages_, micro_batches_);
-  const double makespan = sweep(order_, stages, stages_ - 1, 0.0, 0.0, tracker);
+  const double makespan = sweep<PathTracker, false>(order_, stages, stages_ - 1, 0.0, 0.0, tracker);
   path.tasks.assign(stages_, {});
   path.copies.assign(stages_, {});
   for (int e = tracker.final_event; e >= 0; e = tracker.events[e].previous) {
@@ -144,13 +160,22 @@ double IterationSweep::run_critical_path(std::span<const StageDurations> stages,
   return makespan;
 }
 
-template <typename Tracker>
+// With launch pacing (see run()), per stage: h0 = max(host free, input launched), the host
+// free again at h1 = h0 + launch; the device starts at max(stream free, input there, h0) and
+// ends at max(start + duration, h1), as the simulator's two passes compute it. A copy is
+// launched when its producer's launch ends (a copy thread only enqueues it).
+template <typename Tracker, bool kLaunchPaced>
 double IterationSweep::sweep(const std::vector<Step>& order, std::span<const StageDurations> stages,
                              int last_stage, double trip_full, double trip_last,
                              Tracker& tracker) const {
   std::fill(stage_free_.begin(), stage_free_.end(), 0.0);
   std::fill(activation_channel_free_.begin(), activation_channel_free_.end(), 0.0);
   std::fill(gradient_channel_free_.begin(), gradient_channel_free_.end(), 0.0);
+  if constexpr (kLaunchPaced) {
+    std::fill(host_free_.begin(), host_free_.end(), 0.0);
+    // The stages left out of a prefix send gradients launched at 0 at the earliest.
+    std::fill(gradient_launched_.begin(), gradient_launched_.end(), 0.0);
+  }
   const int m = micro_batches_;
   const std::array<double, 2> trip{trip_full, trip_last};
   double makespan = 0.0;
@@ -163,51 +188,71 @@ double IterationSweep::sweep(const std::vector<Step>& order, std::span<const Sta
       makespan_event = event;
     }
   };
+  // The device's run of a task of `duration` that may start at `ready`, launched from
+  // `launched` on (the host's clock is advanced by `launch`); returns its end.
+  auto run_task = [&](int s, double ready, double launched, double duration, double launch) {
+    double& free = stage_free_[s];
+    if constexpr (kLaunchPaced) {
+      double& host = host_free_[s];
+      const double launch_start = std::max(host, launched);
+      host = launch_start + launch;
+      const double start = std::max(std::max(free, ready), launch_start);
+      free = std::max(start + duration, host);
+    } else {
+      free = std::max(free, ready) + duration;
+    }
+    return free;
+  };
   for (const Step& step : order) {
     const int s = step.stage, i = step.micro_batch;
     const StageDurations& d = stages[s];
-    double& free = stage_free_[s];
     const std::size_t cell = static_cast<std::size_t>(s) * m + i;
     switch (step.kind) {
       case 0: {  // forward: needs the previous stage's activation
-        if (s > 0 && activation_at_[cell] > free) tracker.arrive_from(static_cast<int>(cell), 0);
-        const double start = s > 0 ? std::max(free, activation_at_[cell]) : free;
-        free = start + (step.nograd ? d.forward_nograd[step.slot] : d.forward[step.slot]);
+        const double ready = s > 0 ? activation_at_[cell] : 0.0;
+        if (s > 0 && ready > stage_free_[s]) tracker.arrive_from(static_cast<int>(cell), 0);
+        const double end = run_task(
+            s, ready, s > 0 ? activation_launched_[cell] : 0.0,
+            step.nograd ? d.forward_nograd[step.slot] : d.forward[step.slot],
+            step.nograd ? d.forward_nograd_launch[step.slot] : d.forward_launch[step.slot]);
         tracker.stage(s, step.nograd ? 1 : 0, step.slot);
-        ends(free);
+        ends(end);
         if (s < last_stage) {
           // Copies leave in the order the forwards run, which is this order.
           double& channel = activation_channel_free_[s];
-          const bool waits = channel > free;
-          const double copy_start = std::max(free, channel);
+          const bool waits = channel > end;
+          const double copy_start = std::max(end, channel);
           channel = copy_start + d.activation_copy[step.slot];
           activation_at_[cell + m] = channel;
+          if constexpr (kLaunchPaced) activation_launched_[cell + m] = host_free_[s];
           tracker.copy(s, 0, step.slot, static_cast<int>(cell + m), waits);
           ends(channel);
         } else if (s + 1 < stages_) {
           // The round trip through the stages left out, as early as it can be back.
-          gradient_at_[cell] = free + trip[i == m - 1 ? 1 : 0];
+          gradient_at_[cell] = end + trip[i == m - 1 ? 1 : 0];
         }
         break;
       }
       case 1:  // recompute: its forward ran earlier on this stream
-        free += d.forward[step.slot];
+        ends(run_task(s, 0.0, 0.0, d.forward[step.slot], d.forward_launch[step.slot]));
         tracker.stage(s, 2, step.slot);
-        ends(free);
         break;
       default: {  // backward: needs the next stage's gradient
-        if (s < stages_ - 1 && gradient_at_[cell] > free)
+        const bool waits_for_gradient = s < stages_ - 1;
+        const double ready = waits_for_gradient ? gradient_at_[cell] : 0.0;
+        if (waits_for_gradient && ready > stage_free_[s])
           tracker.arrive_from(static_cast<int>(cell), 1);
-        const double start = s < stages_ - 1 ? std::max(free, gradient_at_[cell]) : free;
-        free = start + d.backward[step.slot];
+        const double end = run_task(s, ready, waits_for_gradient ? gradient_launched_[cell] : 0.0,
+                                    d.backward[step.slot], d.backward_launch[step.slot]);
         tracker.stage(s, 3, step.slot);
-        ends(free);
+        ends(end);
         if (s > 0) {
           double& channel = gradient_channel_free_[s];
-          const bool waits = channel > free;
-          const double copy_start = std::max(free, channel);
+          const bool waits = channel > end;
+          const double copy_start = std::max(end, channel);
           channel = copy_start + d.gradient_copy[step.slot];
           gradient_at_[cell - m] = channel;
+          if constexpr (kLaunchPaced) gradient_launched_[cell - m] = host_free_[s];
           tracker.copy(s - 1, 1, step.slot, static_cast<int>(cell - m), waits);
           ends(channel);
         }

@@ -29,13 +29,17 @@ struct StageDurations {
   std::array<double, 2> backward{};
   std::array<double, 2> activation_copy{};  ///< to the next stage (unused on the last)
   std::array<double, 2> gradient_copy{};    ///< to the previous stage (unused on the first)
+  /// Whether the host paces the device (the simulator's two clocks), with the host's time to
+  /// launch each task (forward, forward without autograd, backward); all 0 otherwise.
+  bool launch_paced = false;
+  std::array<double, 2> forward_launch{}, forward_nograd_launch{}, backward_launch{};
 };
 
 /// Durations of stage j = layers [first, end) on a device of `speed`, as the simulator computes
-/// them: sums of the profile's costs divided by the speed, or the host's launches where those
-/// take longer (SizeCosts::forward_task_ms), plus the per-task overhead; copies over the links to
-/// the neighbouring stages. `with_launches` false: the device's times alone, which the planner's
-/// bounds take (launches only lengthen tasks).
+/// them: sums of the profile's costs divided by the speed plus the per-task overhead; copies
+/// over the links to the neighbouring stages; where the profile has launch times, the host's
+/// launch times plus the overhead. `with_launches` false: no launch times, which the planner's
+/// bounds take (launches only delay tasks).
 StageDurations stage_durations(const SizeCosts& common, const SizeCosts& last, int first, int end,
                                double speed, double overhead_ms, const Link* next_link,
                                const Link* previous_link, bool with_launches = true);
@@ -47,7 +51,11 @@ class IterationSweep {
   IterationSweep(ScheduleKind schedule, CheckpointMode checkpoint, int stages, int micro_batches,
                  bool last_differs);
 
-  /// The simulated iteration time (makespan) of a plan whose stage j takes stages[j].
+  /// The simulated iteration time (makespan) of a plan whose stage j takes stages[j]. Where the
+  /// stages have launch times, each stage's host runs as a second clock, as in the simulator: a
+  /// task's launch starts once the host launched the stage's task before it and the task's
+  /// input was launched; the task runs on the device no earlier than its launch starts and ends
+  /// no earlier than its launch ends.
   double run(std::span<const StageDurations> stages) const;
   /// A lower bound on run() for every plan whose stages 0..last are stages[0..last]: the same
   /// sweep over those stages alone, with stage `last`'s backward of a micro-batch waiting only
@@ -67,6 +75,7 @@ class IterationSweep {
     /// [link after stage j][direction * 2 + slot], direction 0 activation, 1 gradient.
     std::vector<std::array<int, 4>> copies;
   };
+  /// Launch times are left out here: the path is the device's.
   double run_critical_path(std::span<const StageDurations> stages, PathCounts& path) const;
   /// Tasks (compute and copies) one run() covers.
   std::size_t task_count() const { return task_count_; }
@@ -84,7 +93,7 @@ class IterationSweep {
     int micro_batch;
   };
   std::vector<Step> order_;
-  template <typename Tracker>
+  template <typename Tracker, bool kLaunchPaced>
   double sweep(const std::vector<Step>& order, std::span<const StageDurations> stages,
                int last_stage, double trip_full, double trip_last, Tracker& tracker) const;
   struct NoTracker;
@@ -94,6 +103,9 @@ class IterationSweep {
   std::size_t task_count_ = 0;
   mutable std::vector<double> activation_at_, gradient_at_;  // [stage * M + i]: input arrived
   mutable std::vector<double> stage_free_, activation_channel_free_, gradient_channel_free_;
+  // The host's clock, where launches pace the device: per cell, the input's launch ended; per
+  // stage, the host's last launch ended.
+  mutable std::vector<double> activation_launched_, gradient_launched_, host_free_;
 };
 
 }  // namespace pipetune

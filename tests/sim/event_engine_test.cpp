@@ -92,6 +92,48 @@ TEST(EventEngine, FreesAtAnInstantComeBeforeAllocations) {
   EXPECT_EQ(h[2].value, 120);
 }
 
+TEST(EventEngine, APacedTaskWaitsForItsReleaseAndEndsNoEarlierThanItsFloor) {
+  // One stream: a (2) released at 3 with floor 4 -> runs [3, 5]; b (1) right behind it, floor
+  // 9 -> [5, 9]; c (1) unpaced -> [9, 10]. A zero-duration task with a floor takes time: d on a
+  // second resource released at 1, floor 6 -> [1, 6], and e after it starts at 6. A task's
+  // memory effects follow its paced span: a's 10 bytes are held over [3, 5].
+  EventEngine e;
+  const int stream = e.add_resource(), other = e.add_resource();
+  const int memory = e.add_counter(0);
+  const int a = e.add_task(stream, 2.0);
+  const int b = e.add_task(stream, 1.0);
+  const int c = e.add_task(stream, 1.0);
+  const int d = e.add_task(other, 0.0);
+  const int f = e.add_task(other, 0.5);
+  e.set_start_effect(a, memory, 10);
+  e.set_end_effect(a, memory, 10);
+  e.set_pacing(a, 3.0, 4.0);
+  e.set_pacing(b, 0.0, 9.0);
+  e.set_pacing(d, 1.0, 6.0);
+  e.run(true);
+  EXPECT_EQ(e.start(a), 3.0);
+  EXPECT_EQ(e.finish(a), 5.0);
+  EXPECT_EQ(e.start(b), 5.0);
+  EXPECT_EQ(e.finish(b), 9.0);
+  EXPECT_EQ(e.start(c), 9.0);
+  EXPECT_EQ(e.finish(c), 10.0);
+  EXPECT_EQ(e.start(d), 1.0);
+  EXPECT_EQ(e.finish(d), 6.0);
+  EXPECT_EQ(e.start(f), 6.0);
+  EXPECT_EQ(e.makespan(), 10.0);
+  const std::vector<CounterSample> expected{{0.0, 0}, {3.0, 10}, {5.0, 0}};
+  ASSERT_EQ(e.history(memory).size(), expected.size());
+  for (std::size_t k = 0; k < expected.size(); ++k) {
+    EXPECT_EQ(e.history(memory)[k].time, expected[k].time);
+    EXPECT_EQ(e.history(memory)[k].value, expected[k].value);
+  }
+  // Without pacing the same graph runs back to back.
+  e.clear_pacing();
+  e.run(false);
+  EXPECT_EQ(e.finish(c), 4.0);
+  EXPECT_EQ(e.finish(f), 0.5);
+}
+
 TEST(EventEngine, ZeroDurationTasksChain) {
   EventEngine e;
   const int r0 = e.add_resource(), r1 = e.add_resource(), r2 = e.add_resource();

@@ -1,13 +1,14 @@
 // Iteration times against closed forms, and the timeline against its own dependencies.
 
-#include <gtest/gtest.h>
+#include "sim/simulator.hpp"
 
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <random>
 
-#include "sim/simulator.hpp"
 #include "tests/sim/fixtures.hpp"
 
 namespace pipetune {
@@ -145,6 +146,34 @@ TEST(Simulator, LaunchBoundTasksTakeTheHostsTime) {
           << "K=" << k << " M=" << m;
     }
   }
+}
+
+// The host and the device are two clocks: the host launches the next task as soon as it has
+// launched the last, without waiting for the device. One stage, four micro-batches, GPipe:
+// forwards take the device 2 and the host 1, backwards the device 1 and the host 3. The host
+// launches the forwards by 4 while the device runs them until 8, then backward i over
+// [4 + 3i, 7 + 3i]; the device runs each at its own pace until it catches up with the host:
+// B0 [8, 9], B1 [9, 10], then launch-bound B2 [10, 13] and B3 [13, 16]. Each task alone at the
+// larger of its two times would take 4 x 2 + 4 x 3 = 20; the device alone 12.
+TEST(Simulator, TheHostRunsAheadOfTheDeviceUntilItsLaunchesAreTheSlower) {
+  Profile profile = testing::make_profile({{2.0, 1.0, 0, 0, 0, 0}}, 4);
+  for (auto& l : profile.layers) {
+    l.forward_launch_ms.assign(profile.micro_batch_sizes.size(), 1.0);
+    l.backward_launch_ms.assign(profile.micro_batch_sizes.size(), 3.0);
+  }
+  const Hardware hw = replicate_device(profile.device, 1);
+  const SimulationResult r = Simulator(profile, hw).run(make_plan({1}, 4, CheckpointMode::Never));
+  EXPECT_DOUBLE_EQ(r.iteration_ms, 16.0);
+  std::vector<std::pair<double, double>> backwards;
+  for (const SimTask& t : r.tasks) {
+    if (t.kind == TaskKind::Backward) backwards.emplace_back(t.start_ms, t.end_ms);
+  }
+  std::sort(backwards.begin(), backwards.end());
+  const std::vector<std::pair<double, double>> expected{{8, 9}, {9, 10}, {10, 13}, {13, 16}};
+  EXPECT_EQ(backwards, expected);
+  // The device is busy over its tasks' spans: 4 x 2 + 1 + 1 + 3 + 3.
+  ASSERT_EQ(r.devices.size(), 1u);
+  EXPECT_DOUBLE_EQ(r.devices[0].busy_ms, 16.0);
 }
 
 TEST(Simulator, CopiesAddTwoLinkCrossingsPerBoundary) {
