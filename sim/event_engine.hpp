@@ -103,11 +103,13 @@ class EventEngine {
     std::int64_t mid_bytes = 0;  ///< freed from start_counter
     int end_counter = -1;
     std::int64_t end_bytes = 0;
+    double mid_offset = 0.0;  ///< after the start (at the end at the latest)
   };
   Effects effects(int task) const {
     const Task& t = tasks_[task];
-    return {t.start_counter, t.start_bytes, t.mid_bytes, t.end_counter, t.end_bytes};
+    return {t.start_counter, t.start_bytes, t.mid_bytes, t.end_counter, t.end_bytes, t.mid_offset};
   }
+  double duration(int task) const { return tasks_[task].duration; }
   std::size_t counter_count() const { return counters_.size(); }
   std::int64_t initial(int counter) const { return counters_[counter].initial; }
 

@@ -1,5 +1,6 @@
 #include "sim/order_peak.hpp"
 
+#include <algorithm>
 #include <boost/graph/adjacency_list.hpp>
 #include <boost/graph/boykov_kolmogorov_max_flow.hpp>
 
@@ -101,6 +102,41 @@ std::vector<std::int64_t> worst_order_peaks(const EventEngine& engine) {
     peaks.push_back(engine.initial(c) + max_weight_closure(events.weight, events.order));
   }
   return peaks;
+}
+
+std::vector<std::int64_t> peaks_at_times(const EventEngine& engine,
+                                         const std::vector<double>& start,
+                                         const std::vector<double>& finish) {
+  struct Change {
+    double time;
+    std::int64_t delta;
+    int counter;
+  };
+  std::vector<Change> changes;
+  for (int t = 0; t < static_cast<int>(engine.task_count()); ++t) {
+    const EventEngine::Effects e = engine.effects(t);
+    const double simulated = engine.duration(t);
+    if (e.start_counter >= 0) {
+      changes.push_back({start[t], e.start_bytes, e.start_counter});
+      if (e.mid_bytes != 0) {
+        const double share = simulated > 0 ? std::min(e.mid_offset, simulated) / simulated : 0.0;
+        changes.push_back(
+            {start[t] + share * (finish[t] - start[t]), -e.mid_bytes, e.start_counter});
+      }
+    }
+    if (e.end_counter >= 0) changes.push_back({finish[t], -e.end_bytes, e.end_counter});
+  }
+  std::stable_sort(changes.begin(), changes.end(), [](const Change& a, const Change& b) {
+    return a.time < b.time || (a.time == b.time && a.delta < b.delta);
+  });
+  std::vector<std::int64_t> value(engine.counter_count()), peak(engine.counter_count());
+  for (std::size_t c = 0; c < value.size(); ++c)
+    value[c] = peak[c] = engine.initial(static_cast<int>(c));
+  for (const Change& c : changes) {
+    value[c.counter] += c.delta;
+    peak[c.counter] = std::max(peak[c.counter], value[c.counter]);
+  }
+  return peak;
 }
 
 }  // namespace pipetune

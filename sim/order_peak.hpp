@@ -22,4 +22,12 @@ namespace pipetune {
 /// simulated peak (the simulated order is one of the orders).
 std::vector<std::int64_t> worst_order_peaks(const EventEngine& engine);
 
+/// Each counter's peak when every task of `engine` (after a run) starts and ends at the times
+/// given, per task, in `start` and `finish` (a measured step's) instead of the run's: the same
+/// effects in another order. A transient peak ends at the same fraction of the task as in the
+/// engine. At one instant frees come before allocations, as in the engine.
+std::vector<std::int64_t> peaks_at_times(const EventEngine& engine,
+                                         const std::vector<double>& start,
+                                         const std::vector<double>& finish);
+
 }  // namespace pipetune

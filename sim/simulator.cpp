@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "sim/corun.hpp"
 #include "sim/error.hpp"
@@ -350,6 +351,19 @@ void settle_corun_durations(EventEngine& engine, std::vector<CorunTask>& tasks, 
   }
 }
 
+// Every counter's peak at the measured times, after a run; empty unless every task has them.
+std::vector<std::int64_t> measured_order_peaks(const TaskGraph& graph,
+                                               const SimulationOptions& options) {
+  if (!options.measured_times) return {};
+  std::vector<double> start(graph.tasks.size()), finish(graph.tasks.size());
+  for (std::size_t id = 0; id < graph.tasks.size(); ++id) {
+    const auto times = options.measured_times(graph.tasks[id]);
+    if (!times) return {};
+    std::tie(start[id], finish[id]) = *times;
+  }
+  return peaks_at_times(graph.engine, start, finish);
+}
+
 }  // namespace
 
 Simulator::Graph& Simulator::graph_for(const Plan& plan, const std::vector<int>& device_of,
@@ -464,6 +478,7 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
   engine.run(options.record_memory);
   std::vector<std::int64_t> worst_order;
   if (options.worst_order_peaks) worst_order = worst_order_peaks(engine);
+  const std::vector<std::int64_t> measured_order = measured_order_peaks(graph, options);
   // A task's span on its device: its duration, or longer where it waited for its launches.
   std::vector<double> busy(devices, 0.0);
   const bool paced = profile_.has_launch_times();
@@ -492,6 +507,8 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
     report.peak_memory_bytes = engine.peak(graph.counter[d]);
     report.peak_time_ms = engine.peak_time(graph.counter[d]);
     if (!worst_order.empty()) report.worst_order_peak_bytes = worst_order[graph.counter[d]];
+    if (!measured_order.empty())
+      report.measured_order_peak_bytes = measured_order[graph.counter[d]];
     report.memory_capacity_bytes = hardware_.devices[d].memory_bytes;
     if (options.record_memory) report.memory = engine.history(graph.counter[d]);
     busy_total += busy[d];

@@ -1,7 +1,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -61,6 +63,9 @@ struct DeviceReport {
   /// The highest peak any arrival order the schedule allows can reach (worst_order_peaks()),
   /// when asked for; 0 otherwise.
   std::int64_t worst_order_peak_bytes = 0;
+  /// The peak with every task at the times SimulationOptions::measured_times gives (a measured
+  /// step's order), when asked for and known for every task; 0 otherwise.
+  std::int64_t measured_order_peak_bytes = 0;
   std::int64_t memory_capacity_bytes = 0;  ///< 0: unknown
   std::vector<CounterSample> memory;       ///< time (ms) -> allocated bytes, when recorded
 
@@ -88,6 +93,11 @@ struct SimulationOptions {
   bool record_edges = false;  ///< needed by critical_path()
   /// DeviceReport::worst_order_peak_bytes: one max-flow per device over the task graph.
   bool worst_order_peaks = false;
+  /// Where set, a task's start and end in a measured step (ms, any common origin; nullopt: not
+  /// measured), for DeviceReport::measured_order_peak_bytes: the memory model's bytes in the
+  /// run's own order, which tells its error apart from the order's (arrival order follows the
+  /// timings, which move between the profile and the run).
+  std::function<std::optional<std::pair<double, double>>(const SimTask&)> measured_times;
 };
 
 /// Predicts one training iteration of a plan: the schedule IR run on a discrete-event engine

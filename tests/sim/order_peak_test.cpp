@@ -169,5 +169,32 @@ TEST(WorstOrderPeaks, OfAPipelineAreAtLeastItsSimulatedPeaksAndUnchangedByItsSpe
   }
 }
 
+// A copy of 60 bytes lands on a device (100 held) beside a task that takes 80, frees 50 of them
+// 2 into its 4 and the rest at its end. Simulated, the copy comes first: 100 + 60 + 80 = 240.
+// At other times: landing 3 into the task, after its transient, 100 + 30 + 60 = 190 (the
+// transient's 180 is lower); after the task, 180; inside the transient of the same task
+// stretched to 8 (it then ends at 4), 240 again; at the transient's very end, frees first: 190.
+TEST(PeaksAtTimes, ApplyEachTasksEffectsAtTheTimesGiven) {
+  EventEngine e;
+  const int compute = e.add_resource(), link = e.add_resource();
+  const int memory = e.add_counter(100);
+  const int copy = e.add_task(link, 1.0);
+  e.set_start_effect(copy, memory, 60);
+  const int task = e.add_task(compute, 4.0);
+  e.set_start_effect(task, memory, 80);
+  e.set_mid_effect(task, 2.0, 50);
+  e.set_end_effect(task, memory, 30);
+  e.add_dependency(copy, task);
+  e.run(false);
+  using Peaks = std::vector<std::int64_t>;
+  EXPECT_EQ(e.peak(memory), 240);
+  EXPECT_EQ(peaks_at_times(e, {e.start(copy), e.start(task)}, {e.finish(copy), e.finish(task)}),
+            Peaks{240});
+  EXPECT_EQ(peaks_at_times(e, {3.0, 0.0}, {3.5, 4.0}), Peaks{190});
+  EXPECT_EQ(peaks_at_times(e, {5.0, 0.0}, {5.5, 4.0}), Peaks{180});
+  EXPECT_EQ(peaks_at_times(e, {3.0, 0.0}, {3.5, 8.0}), Peaks{240});
+  EXPECT_EQ(peaks_at_times(e, {2.0, 0.0}, {2.5, 4.0}), Peaks{190});
+}
+
 }  // namespace
 }  // namespace pipetune
