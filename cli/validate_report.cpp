@@ -56,6 +56,30 @@ std::string arrival_order_sentence(const Validation& v) {
       above, above == 1 ? "" : "s", covered);
 }
 
+// The memory model's peaks with every task at its time in the traced step, against that step's
+// own peaks: its bytes without the arrival order, which the step's timings decided (empty when
+// no plan has them).
+std::string own_order_sentence(const Validation& v) {
+  std::vector<double> errors;
+  for (const PlanValidation& p : v.plans) {
+    const auto& predicted = p.measured_order_peak_bytes;
+    const auto& measured = p.measured.traced_step_peak_bytes;
+    if (predicted.size() != measured.size()) continue;
+    for (std::size_t d = 0; d < measured.size(); ++d) {
+      if (measured[d] > 0)
+        errors.push_back(
+            std::abs(static_cast<double>(predicted[d]) / static_cast<double>(measured[d]) - 1.0));
+    }
+  }
+  if (errors.empty()) return "";
+  std::sort(errors.begin(), errors.end());
+  return fmt::format(
+      "in each traced step's own order of tasks, the memory model's peaks: median |error| {:.1f} "
+      "%, worst "
+      "{:.1f} % over {} devices",
+      100.0 * errors[errors.size() / 2], 100.0 * errors.back(), errors.size());
+}
+
 std::string ordinal(int n) {
   const char* suffix = n % 100 / 10 == 1 ? "th" : n % 10 == 1 ? "st" : n % 10 == 2 ? "nd" : n % 10 == 3 ? "rd" : "th";
   return fmt::format("{}{}", n, suffix);
@@ -161,6 +185,9 @@ std::string validation_text(const Validation& v) {
   if (const std::string order = arrival_order_sentence(v); !order.empty()) {
     out += fmt::format("            {}\n", order);
   }
+  if (const std::string own = own_order_sentence(v); !own.empty()) {
+    out += fmt::format("            {}\n", own);
+  }
   out += fmt::format("ranking     {}\n", ranking_sentence(v));
   for (std::size_t k = 0; k < v.plans.size(); ++k) {
     const auto lines = task_lines(v, v.plans[k], 3);
@@ -192,6 +219,9 @@ std::string validation_markdown(const Validation& v) {
   out += fmt::format("- ranking: {}\n", ranking_sentence(v));
   if (const std::string order = arrival_order_sentence(v); !order.empty()) {
     out += fmt::format("- memory: {}\n", order);
+  }
+  if (const std::string own = own_order_sentence(v); !own.empty()) {
+    out += fmt::format("- memory: {}\n", own);
   }
   out += "\n";
   const auto h = headers(v.has_calibration());
@@ -252,6 +282,10 @@ std::string validation_json(const Validation& v, const ValidationThresholds& thr
     j["measured_step_ms"] = tidy(p.measured.median_step_ms());
     // Part of the measured peaks: what the libraries keep (cuBLAS workspaces; 0 on CPU devices).
     j["measured_library_bytes"] = p.measured.library_memory_bytes;
+    // The median step's own peaks, and the memory model's at that step's task times.
+    j["traced_step_peak_bytes"] = p.measured.traced_step_peak_bytes;
+    if (!p.measured_order_peak_bytes.empty())
+      j["measured_order_peak_bytes"] = p.measured_order_peak_bytes;
     j["uncalibrated"] = comparison(p.uncalibrated);
     j["calibrated"] = comparison(p.calibrated);
     j["predicted_rank"] = p.predicted_rank;

@@ -296,8 +296,9 @@ void post_receives_early(TaskGraph& graph, std::vector<std::int64_t>& baseline) 
 // than its launch began and ends no earlier than its launch ended. Within one task this is the
 // longer of the two times; across tasks the host runs ahead while the device is the slower, so
 // a launch-bound task that follows device-bound ones runs at the device's pace.
-void pace_by_host(TaskGraph& graph, const std::vector<std::array<StageCost, 2>>& cost,
-                  const PlanShape& shape) {
+// Returns each task's launch (start, end); copies' are instants.
+std::vector<std::pair<double, double>> pace_by_host(
+    TaskGraph& graph, const std::vector<std::array<StageCost, 2>>& cost, const PlanShape& shape) {
   EventEngine& engine = graph.engine;
   engine.clear_pacing();
   for (std::size_t id = 0; id < graph.tasks.size(); ++id) {
@@ -316,6 +317,7 @@ void pace_by_host(TaskGraph& graph, const std::vector<std::array<StageCost, 2>>&
     if (is_compute(graph.tasks[id].kind))
       engine.set_pacing(static_cast<int>(id), launched[id].first, launched[id].second);
   }
+  return launched;
 }
 
 // A compute task's two durations, alone and beside the profile's co-runners.
@@ -452,8 +454,9 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
   }
 
   const auto cost = stage_costs(costs_, hardware_, shape);
+  std::vector<std::pair<double, double>> launched;
   if (profile_.has_launch_times()) {
-    pace_by_host(graph, cost, shape);  // before the device's durations are set
+    launched = pace_by_host(graph, cost, shape);  // before the device's durations are set
   } else {
     engine.clear_pacing();
   }
@@ -521,6 +524,8 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
     for (std::size_t id = 0; id < result.tasks.size(); ++id) {
       result.tasks[id].start_ms = engine.start(static_cast<int>(id));
       result.tasks[id].end_ms = engine.finish(static_cast<int>(id));
+      if (!launched.empty() && is_compute(result.tasks[id].kind))
+        std::tie(result.tasks[id].launch_start_ms, result.tasks[id].launch_end_ms) = launched[id];
     }
   }
   if (options.record_edges) result.edges = engine.edges();

@@ -47,6 +47,9 @@ struct SimTask {
   double start_ms = 0.0;
   double end_ms = 0.0;
   std::int64_t bytes = 0;  ///< copies only
+  /// Compute tasks where the profile has launch times: when the host's launch of the task began
+  /// and ended (docs/architecture.md, "Launch-bound tasks"); both -1 otherwise.
+  double launch_start_ms = -1.0, launch_end_ms = -1.0;
 
   double duration_ms() const { return end_ms - start_ms; }
   /// IR form for compute tasks ("2F0"); "2>3 act 0" / "3>2 grad 0" for copies.

@@ -156,6 +156,17 @@ StepTasks only_step(const Trace& trace, const std::string& source) {
   return StepTasks(trace.tasks, steps.empty() ? 0 : steps.front(), source);
 }
 
+std::function<std::optional<std::pair<double, double>>(const SimTask&)> measured_task_times(
+    const Trace& measured, const std::string& source) {
+  return [&measured, step = only_step(measured, source)](
+             const SimTask& t) -> std::optional<std::pair<double, double>> {
+    const int k = step.find(TaskKey::of(t));
+    if (k < 0) return std::nullopt;
+    const TraceTask& task = measured.tasks[static_cast<std::size_t>(step.indices()[k])];
+    return std::make_pair(task.start_ms, task.end_ms);
+  };
+}
+
 TaskMatching match_tasks(const Trace& predicted, const Trace& measured,
                          const std::string& measured_source) {
   const StepTasks predicted_step = only_step(predicted, "the prediction");
@@ -199,6 +210,8 @@ Trace trace_from_simulation(const SimulationResult& result, const std::string& m
     task.start_ms = t.start_ms;
     task.end_ms = t.end_ms;
     task.bytes = t.bytes;
+    task.launch_start_ms = t.launch_start_ms;
+    task.launch_end_ms = t.launch_end_ms;
     trace.tasks.push_back(task);
   }
   return trace;
@@ -258,6 +271,10 @@ std::string trace_to_json(const Trace& trace) {
     const TraceTask& t = trace.tasks[k];
     std::string args = fmt::format(R"("stage":{},"micro_batch":{})", t.stage, t.micro_batch);
     if (t.step != 0) args += fmt::format(R"(,"step":{})", t.step);
+    if (t.launch_start_ms >= 0) {
+      args += fmt::format(R"(,"launch_start_ms":{:.6f},"launch_end_ms":{:.6f})", t.launch_start_ms,
+                          t.launch_end_ms);
+    }
     std::string flow;
     if (!is_compute(t.kind)) {
       args += fmt::format(R"(,"direction":"{}","to":{},"bytes":{})",
@@ -378,6 +395,14 @@ Trace parse_trace(std::string_view text, const std::string& source) {
       task.stage = count_field(args.field("stage"));
       task.micro_batch = count_field(args.field("micro_batch"));
       if (auto step = args.optional_field("step")) task.step = count_field(*step);
+      if (auto launch = args.optional_field("launch_start_ms")) {
+        task.launch_start_ms = launch->non_negative_number();
+        task.launch_end_ms = args.field("launch_end_ms").non_negative_number();
+        if (task.launch_end_ms < task.launch_start_ms) {
+          e.fail_message(fmt::format("expected launch_end_ms {} to be at least launch_start_ms {}",
+                                     task.launch_end_ms, task.launch_start_ms));
+        }
+      }
       if (task.kind == TaskKind::SendActivation) {
         const Node direction = args.field("direction");
         const std::string d = direction.string();

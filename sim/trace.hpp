@@ -5,10 +5,12 @@
 // stream towards the device with pid p.
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "sim/event_engine.hpp"
@@ -27,6 +29,9 @@ struct TraceTask {
   double end_ms = 0.0;
   std::int64_t bytes = 0;
   int step = 0;  ///< measured traces may hold several training steps
+  /// Predicted compute tasks from a profile with launch times: the host's launch of the task
+  /// (SimTask::launch_start_ms); both -1 otherwise.
+  double launch_start_ms = -1.0, launch_end_ms = -1.0;
 
   double duration_ms() const { return end_ms - start_ms; }
   std::string label() const;
@@ -112,6 +117,12 @@ struct TaskMatching {
   std::vector<std::pair<int, int>> pairs;  ///< (predicted, measured) indices, predicted order
   std::size_t unmatched = 0;               ///< tasks in one trace only
 };
+
+/// SimulationOptions::measured_times from a measured trace of one step: each task's measured
+/// start and end (only_step(): InputError naming `source` when the trace holds several steps).
+/// Keeps a reference to `measured`, which must outlive the simulation.
+std::function<std::optional<std::pair<double, double>>(const SimTask&)> measured_task_times(
+    const Trace& measured, const std::string& source);
 
 /// Pairs the tasks of `predicted` and `measured`. Throws InputError naming the trace (the
 /// prediction, or `measured_source`) that holds several steps or a task twice.

@@ -40,6 +40,7 @@ std::vector<MeasuredRun> measure_plans(models::Model& model, const std::vector<P
   const int rounds = std::clamp(settings.rounds, 1, settings.steps);
   std::vector<MeasuredRun> runs(plans.size());
   std::vector<std::vector<Trace>> traces(plans.size());
+  std::vector<std::vector<std::vector<std::int64_t>>> step_peaks(plans.size());
   const std::size_t total = plans.size() * static_cast<std::size_t>(settings.steps + rounds * settings.warmup);
   std::size_t done = 0;
   int step_index = 0;  // a different batch every step, the same sequence for every plan
@@ -66,6 +67,7 @@ std::vector<MeasuredRun> measure_plans(models::Model& model, const std::vector<P
           keep_largest(run.peak_memory_bytes, record.peak_memory_bytes);
           keep_largest(run.library_memory_bytes, record.library_memory_bytes);
           traces[p].push_back(exec::measured_trace(pipeline, record, model.name));
+          step_peaks[p].push_back(record.peak_memory_bytes);
         }
         if (progress) progress(++done, total);
       }
@@ -73,7 +75,9 @@ std::vector<MeasuredRun> measure_plans(models::Model& model, const std::vector<P
     step_index += settings.warmup + measured;
   }
   for (std::size_t p = 0; p < plans.size(); ++p) {
-    Trace& trace = traces[p][median_step(runs[p].pipeline_ms)];
+    const std::size_t median = median_step(runs[p].pipeline_ms);
+    Trace& trace = traces[p][median];
+    runs[p].traced_step_peak_bytes = step_peaks[p][median];
     for (std::size_t d = 0; d < trace.devices.size() && d < runs[p].peak_memory_bytes.size(); ++d) {
       trace.devices[d].peak_memory_bytes = runs[p].peak_memory_bytes[d];
     }

@@ -38,6 +38,7 @@ struct MeasuredRun {
   std::vector<std::int64_t> peak_memory_bytes;       ///< per device, the largest over the steps
   std::vector<std::int64_t> library_memory_bytes;    ///< per device, the largest over the steps
   Trace trace;  ///< the step whose pipeline time is the median; peaks as above
+  std::vector<std::int64_t> traced_step_peak_bytes;  ///< per device, the traced step's own peak
 
   double median_pipeline_ms() const;
   double median_step_ms() const;

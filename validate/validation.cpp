@@ -119,6 +119,23 @@ Hardware obtain_hardware(const ValidationOptions& options, int layers) {
   return hw;
 }
 
+// The memory model's peaks in the traced step's own order (empty: a task is not in the trace).
+std::vector<std::int64_t> measured_order_peaks(const Profile& profile, const Hardware& hardware,
+                                               const MeasuredRun& run) {
+  SimulationOptions options;
+  options.record_tasks = false;
+  options.record_memory = false;
+  options.measured_times = measured_task_times(run.trace, "the measured step");
+  const SimulationResult r =
+      Simulator(profile, without_calibration(hardware)).run(run.plan, options);
+  std::vector<std::int64_t> peaks;
+  for (const DeviceReport& d : r.devices) {
+    if (d.measured_order_peak_bytes == 0) return {};
+    peaks.push_back(d.measured_order_peak_bytes);
+  }
+  return peaks;
+}
+
 // Each plan's predictions, written beside its measured trace and compared with it.
 PlanValidation judge(const Profile& profile, const Hardware& hardware, MeasuredRun run,
                      const std::string& stem) {
@@ -134,6 +151,7 @@ PlanValidation judge(const Profile& profile, const Hardware& hardware, MeasuredR
       compare_traces(pv.predicted, pv.measured.trace, stem + ".measured.trace.json", measured_ms);
   pv.calibrated = compare_traces(pv.predicted_calibrated, pv.measured.trace,
                                  stem + ".measured.trace.json", measured_ms);
+  pv.measured_order_peak_bytes = measured_order_peaks(profile, hardware, pv.measured);
   pv.plan_path = stem + ".plan.json";
   pv.measured_trace_path = stem + ".measured.trace.json";
   pv.predicted_trace_path = stem + ".predicted.trace.json";

@@ -96,6 +96,37 @@ TEST(Trace, KeepsTheWorstOrdersPeakWhenItIsKnown) {
   }
 }
 
+// A profile with launch times: each compute task carries its launch's span, which round-trips;
+// a device task never starts before its launch did nor ends before it ended. One stage whose
+// backwards the host launches slower than the device runs them (simulator_test.cpp has the same
+// case timed by hand): GPipe runs the backwards last micro-batch first, so backward 0 is
+// launched over [13, 16] and runs over [13, 16].
+TEST(Trace, CarriesEachTasksLaunchWhereTheProfileHasLaunchTimes) {
+  Profile profile = testing::make_profile({{2.0, 1.0, 0, 0, 0, 0}}, 4);
+  for (auto& l : profile.layers) {
+    l.forward_launch_ms.assign(profile.micro_batch_sizes.size(), 1.0);
+    l.backward_launch_ms.assign(profile.micro_batch_sizes.size(), 3.0);
+  }
+  const auto r = Simulator(profile, replicate_device(profile.device, 1))
+                     .run(testing::make_plan({1}, 4, CheckpointMode::Never));
+  const Trace t = trace_from_simulation(r, profile.model);
+  const Trace again = parse_trace(trace_to_json(t), "trace.json");
+  ASSERT_EQ(again.tasks.size(), t.tasks.size());
+  for (std::size_t k = 0; k < t.tasks.size(); ++k) {
+    const TraceTask& task = again.tasks[k];
+    EXPECT_NEAR(task.launch_start_ms, t.tasks[k].launch_start_ms, 1e-6);
+    EXPECT_NEAR(task.launch_end_ms, t.tasks[k].launch_end_ms, 1e-6);
+    EXPECT_GE(task.start_ms, task.launch_start_ms - 1e-6) << task.label();
+    EXPECT_GE(task.end_ms, task.launch_end_ms - 1e-6) << task.label();
+    if (task.label() == "0B0") {
+      EXPECT_NEAR(task.launch_start_ms, 13.0, 1e-6);
+      EXPECT_NEAR(task.end_ms, 16.0, 1e-6);
+    }
+  }
+  // Without launch times there is none.
+  for (const TraceTask& task : predicted().tasks) EXPECT_EQ(task.launch_start_ms, -1.0);
+}
+
 TEST(Trace, BadInput) {
   auto error = [](const std::string& text) -> std::string {
     try {
@@ -118,6 +149,10 @@ TEST(Trace, BadInput) {
   EXPECT_EQ(error(head + R"({"ph": "X", "cat": "forward", "pid": 0, "tid": 0, "ts": 0, "dur": -1,
       "args": {"stage": 0, "micro_batch": 0}}]})"),
             "t.json: traceEvents[0].dur: expected a non-negative number, got -1");
+  EXPECT_EQ(
+      error(head + R"({"ph": "X", "cat": "forward", "pid": 0, "tid": 0, "ts": 0, "dur": 1,
+      "args": {"stage": 0, "micro_batch": 0, "launch_start_ms": 0.5, "launch_end_ms": 0.25}}]})"),
+      "t.json: traceEvents[0]: expected launch_end_ms 0.25 to be at least launch_start_ms 0.5");
   EXPECT_EQ(error(head + R"({"ph": "X", "cat": "user", "pid": 9}]})"), "");  // not ours: ignored
 }
 

@@ -151,23 +151,17 @@ TEST(HeldOutMemory, DevicePeaksExactInTheRunsOwnOrder) {
   double worst = 0.0, worst_unmeasured = 0.0;
   std::vector<double> errors;
   for (const MeasuredRun& run : runs) {
-    const StepTasks step(run.trace.tasks, trace_steps(run.trace).front(), "measured");
     SimulationOptions options;
     options.record_tasks = false;
     options.record_memory = false;
     options.worst_order_peaks = true;
-    options.measured_times = [&](const SimTask& t) -> std::optional<std::pair<double, double>> {
-      const int k = step.find(TaskKey::of(t));
-      if (k < 0) return std::nullopt;
-      const TraceTask& measured = run.trace.tasks[static_cast<std::size_t>(step.indices()[k])];
-      return std::make_pair(measured.start_ms, measured.end_ms);
-    };
+    options.measured_times = measured_task_times(run.trace, "the measured step");
     const SimulationResult predicted = Simulator(profile, hardware).run(run.plan, options);
     const SimulationResult before = Simulator(unmeasured, hardware).run(run.plan, options);
     ASSERT_EQ(predicted.devices.size(), run.peak_memory_bytes.size());
     for (std::size_t d = 0; d < run.peak_memory_bytes.size(); ++d) {
       const DeviceReport& device = predicted.devices[d];
-      ASSERT_GT(device.measured_order_peak_bytes, 0) << "a task of the plan was not in the trace";
+      ASSERT_GT(device.measured_order_peak_bytes, 0) << "a task of the plan is not in the trace";
       const double measured = static_cast<double>(run.peak_memory_bytes[d]);
       auto error = [&](std::int64_t bytes) { return static_cast<double>(bytes) / measured - 1.0; };
       const double in_order = error(device.measured_order_peak_bytes);
