@@ -316,6 +316,10 @@ class PlanSearch {
   double busy(int j, int a, int b) const {
     return (work_[b] - work_[a]) / speed_[j] + overhead_ * tasks_per_stage_;
   }
+  // Where the profile has launch times: what stage [a, b)'s host thread launches in one
+  // iteration, one after another, whatever the device's speed (see host_bound).
+  double host_busy(int a, int b) const { return host_work_[b] - host_work_[a] + host_per_stage_; }
+  double host_root() const;
   // With autograd: a forward that is kept, and every recompute.
   double forward(const SizeCosts& c, int j, int a, int b) const {
     return c.forward_ms_sum(a, b) / speed_[j] + overhead_;
@@ -380,7 +384,13 @@ class PlanSearch {
   // exact way back of the micro-batch that ends each stage's programme.
   struct Passes {
     double arrive = 0.0, drain_full = 0.0, drain_last = 0.0;
+    // The host's: micro-batch 0's forward launches through the stages placed, and the launches
+    // of the backward that ends every stage's programme back through them (see host_bound).
+    double arrive_host = 0.0, drain_host = 0.0;
   };
+  double host_bound(int a, int b, const Passes& exact) const {
+    return exact.arrive_host + host_busy(a, b) + exact.drain_host;
+  }
   void search(int j, int a, double arrive, double drain, Passes exact, double worst,
               Objective objective);
   int first_open_end(int j, int a, double arrive, double drain, const Passes& exact) const;
@@ -411,6 +421,11 @@ class PlanSearch {
   std::vector<double> work_;               // prefix over layers of one iteration's compute
   int tasks_per_stage_ = 0;
   std::vector<double> before_, after_;  // one micro-batch's pass: prefix and suffix sums
+  // Launch times (empty without): prefix sums over layers of a stage's launches in one
+  // iteration, of micro-batch 0's forward launch, and of the last backward's launch.
+  std::vector<double> host_work_, host_arrive_, host_drain_;
+  double host_per_stage_ = 0.0, host_drain_per_stage_ = 0.0;
+  void prepare_host(const Config& config);
   std::vector<std::vector<double>> suffix_, chained_;  // see build_suffix_tables()
   std::vector<std::vector<double>> fitting_;           // busy_balanced()'s table with caps
   // The same three tables made non-increasing in the suffix's start, for first_open_end().
@@ -621,6 +636,62 @@ void PlanSearch::prepare(const Config& config) {
                 (std::min(onward.forward_ms[k], onward.forward_nograd_ms[k]) + f.backward_ms[k]) /
                     max_speed_;
   }
+  prepare_host(config);
+}
+
+// The host's side of a GPU (architecture.md, "Launch-bound tasks"): a stage's thread launches
+// its programme in order, each launch once the previous one is done and the task's input was
+// launched, and a device task ends no earlier than its launch. Every launch of stage j comes
+// after micro-batch 0's forward launches through stages 0..j-1 (its first task needs one),
+// and the last task of its programme is a backward (GPipe: of micro-batch 0; 1F1B: of the last
+// one) whose gradient is then launched back through stages j-1..0, each launch after the one
+// before. So any plan takes at least arrive_host + host_busy + drain_host for every stage: a
+// bound the device's times cannot give where the host is the slower.
+void PlanSearch::prepare_host(const Config& config) {
+  host_work_.clear();
+  host_arrive_.clear();
+  host_drain_.clear();
+  host_per_stage_ = host_drain_per_stage_ = 0.0;
+  if (!costs_.profile().has_launch_times()) return;
+  const SizeCosts& f = *first_size_;
+  const SizeCosts& l = *last_size_;
+  const int m = config.micro_batches();
+  const int stop = recompute_stop(config);
+  const bool last_differs = config.sizes.back() != config.sizes.front();
+  const int n_last = last_differs ? 1 : 0, n_first = m - n_last;
+  const int r_last = last_differs && stop == m ? 1 : 0, r_first = std::min(stop, n_first);
+  auto each = [](const std::vector<double>& prefix, int k) { return prefix[k + 1] - prefix[k]; };
+  const SizeCosts& drained = config.schedule == ScheduleKind::OneFOneB ? l : f;
+  host_work_.assign(layers_ + 1, 0.0);
+  host_arrive_.assign(layers_ + 1, 0.0);
+  host_drain_.assign(layers_ + 1, 0.0);
+  for (int k = 0; k < layers_; ++k) {
+    // Kept forwards with autograd; recomputed ones without it, then again with it.
+    const double first_size =
+        (n_first - r_first) * each(f.forward_launch_prefix, k) +
+        r_first * (each(f.forward_nograd_launch_prefix, k) + each(f.forward_launch_prefix, k)) +
+        n_first * each(f.backward_launch_prefix, k);
+    const double last_size =
+        (n_last - r_last) * each(l.forward_launch_prefix, k) +
+        r_last * (each(l.forward_nograd_launch_prefix, k) + each(l.forward_launch_prefix, k)) +
+        n_last * each(l.backward_launch_prefix, k);
+    host_work_[k + 1] = host_work_[k] + first_size + last_size;
+    host_arrive_[k + 1] =
+        host_arrive_[k] +
+        each(config.recomputed(0) ? f.forward_nograd_launch_prefix : f.forward_launch_prefix, k);
+    host_drain_[k + 1] = host_drain_[k] + each(drained.backward_launch_prefix, k);
+  }
+  // Every task pays the overhead on the host too, and every backward autograd's call.
+  host_per_stage_ = overhead_ * tasks_per_stage_ + m * f.backward_call_ms;
+  host_drain_per_stage_ = overhead_ + f.backward_call_ms;
+}
+
+// The least over balances of the busiest stage's host work: a root bound, the host bound's
+// passes left out.
+double PlanSearch::host_root() const {
+  if (host_work_.empty()) return 0.0;
+  return min_max_partition(layers_, stages_, [&](int, int a, int b) { return host_busy(a, b); })
+      .bottleneck;
 }
 
 // Stage j's work after its backward of the micro-batch whose gradient the bounds follow back
@@ -1420,6 +1491,10 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
     if (!fits_nested(j, a, b)) break;
     double bound = std::max(worst, time_bound(j, a, b, arrive, drain));
     if (bound >= limit) continue;
+    if (!host_work_.empty()) {
+      bound = std::max(bound, host_bound(a, b, exact));
+      if (bound >= limit) continue;
+    }
     const StageDurations d = durations(j, a, b);
     bound = std::max(bound, wait_bound(j, a, b, d, exact));
     if (bound >= limit) continue;
@@ -1450,6 +1525,11 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
     // The gradient copy back over this boundary carries as many bytes as the activation.
     onward.drain_full = exact.drain_full + d.backward[0] + d.activation_copy[0];
     onward.drain_last = exact.drain_last + d.backward[1] + d.activation_copy[1];
+    if (!host_work_.empty()) {
+      onward.arrive_host = exact.arrive_host + host_arrive_[b] - host_arrive_[a] + overhead_;
+      onward.drain_host =
+          exact.drain_host + host_drain_[b] - host_drain_[a] + host_drain_per_stage_;
+    }
     const double drain =
         followed_ == config_->micro_batches() - 1 && config_->schedule == ScheduleKind::OneFOneB
             ? onward.drain_last
@@ -1614,7 +1694,7 @@ void PlanSearch::open_root(Entry& e, const std::vector<Entry>& entries) {
   }
   // The relaxed root first: where it rules the configuration out, its tables are never built.
   std::vector<int> relaxed;  // the relaxed root's plan
-  e.root = std::max(e.root, relaxed_root(relaxed));
+  e.root = std::max({e.root, relaxed_root(relaxed), host_root()});
   if (e.root >= ranking_threshold_) {
     e.closed = true;
     keep(e);

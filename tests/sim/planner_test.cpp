@@ -344,6 +344,8 @@ TEST(Planner, LaunchBoundProfilesAgainstBruteForce) {
       l.backward_launch_ms.assign(l.backward_ms.size(), backward);
       if (trial % 2) l.forward_nograd_launch_ms.assign(l.forward_ms.size(), forward * 0.7);
     }
+    if (trial % 3 == 0)
+      profile.device.backward_call_ms = profile.layers[0].backward_ms.front() * 0.3;
     Hardware hw = random_hardware(rng, profile, stages);
     const BruteForce expected = brute_force(profile, hw);
     PlannerOptions options;

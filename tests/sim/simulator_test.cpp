@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <random>
 
@@ -174,6 +175,88 @@ TEST(Simulator, TheHostRunsAheadOfTheDeviceUntilItsLaunchesAreTheSlower) {
   // The device is busy over its tasks' spans: 4 x 2 + 1 + 1 + 3 + 3.
   ASSERT_EQ(r.devices.size(), 1u);
   EXPECT_DOUBLE_EQ(r.devices[0].busy_ms, 16.0);
+}
+
+// The planner's host bound (docs/planner.md), against the simulator on every balance: a
+// stage's thread launches its whole programme one task after another, after micro-batch 0's
+// forward was launched through the stages before it, and the backward that ends its programme
+// (GPipe: micro-batch 0's, 1F1B: the last one's) is then launched back through them, so no
+// plan's iteration is shorter than that sum on any stage.
+TEST(Simulator, NoStageLaunchesItsProgrammeFasterThanItsHostAllows) {
+  std::mt19937 rng(5);
+  int tight = 0, compared = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    const int layers = 3 + static_cast<int>(rng() % 6);
+    const int stages = 2 + static_cast<int>(rng() % 2);
+    const std::int64_t batch = 2 + rng() % 7;
+    Profile profile = testing::random_profile(rng, layers, batch);
+    for (auto& l : profile.layers) {
+      l.forward_launch_ms.assign(l.forward_ms.size(), l.forward_ms.back() * (rng() % 20) / 10.0);
+      l.backward_launch_ms.assign(l.forward_ms.size(), l.backward_ms.back() * (rng() % 20) / 10.0);
+      l.forward_nograd_launch_ms.assign(l.forward_ms.size(), l.forward_launch_ms[0] * 0.5);
+    }
+    profile.device.backward_call_ms = (rng() % 3) / 10.0;
+    Hardware hw = replicate_device(profile.device, stages);
+    hw.launch_overhead_ms = (rng() % 2) * 0.05;
+    hw.link.latency_ms = 0.1;
+    const Simulator simulator(profile, hw);
+    const CostModel& costs = simulator.costs();
+    const double o = hw.launch_overhead_ms;
+    for (int chunks : {1, 2, static_cast<int>(batch)}) {
+      const auto sizes = split_batch(batch, chunks);
+      const int m = static_cast<int>(sizes.size());
+      for (auto schedule : {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
+        for (auto mode : kAllCheckpointModes) {
+          // Every balance of `stages` non-empty stages.
+          std::vector<int> first(stages + 1, 0);
+          std::function<void(int)> place = [&](int j) {
+            if (j == stages) {
+              if (first[stages] != layers) return;
+              std::vector<int> balance;
+              for (int k = 0; k < stages; ++k) balance.push_back(first[k + 1] - first[k]);
+              const double simulated = simulator
+                                           .run(make_plan(balance, chunks, mode, schedule),
+                                                SimulationOptions{false, false, false})
+                                           .iteration_ms;
+              double arrive = 0.0, drain = 0.0, bound = 0.0;
+              for (int k = 0; k < stages; ++k) {
+                const int a = first[k], b = first[k + 1];
+                double busy = 0.0;
+                for (int i = 0; i < m; ++i) {
+                  const SizeCosts& c = costs.at(sizes[i]);
+                  const bool recomputed = is_checkpointed(mode, i, m);
+                  busy +=
+                      (recomputed ? c.forward_nograd_launch_ms(a, b) + c.forward_launch_ms(a, b) + o
+                                  : c.forward_launch_ms(a, b)) +
+                      c.backward_launch_ms(a, b) + 2 * o;
+                }
+                bound = std::max(bound, arrive + busy + drain);
+                const SizeCosts& first_size = costs.at(sizes.front());
+                const SizeCosts& drained =
+                    costs.at(schedule == ScheduleKind::GPipe ? sizes.front() : sizes.back());
+                arrive += (is_checkpointed(mode, 0, m) ? first_size.forward_nograd_launch_ms(a, b)
+                                                       : first_size.forward_launch_ms(a, b)) +
+                          o;
+                drain += drained.backward_launch_ms(a, b) + o;
+              }
+              EXPECT_LE(bound, simulated * (1 + 1e-12))
+                  << describe_plan(make_plan(balance, chunks, mode, schedule));
+              tight += bound > 0.98 * simulated;
+              ++compared;
+              return;
+            }
+            for (int b = first[j] + 1; b <= layers - (stages - 1 - j); ++b) {
+              first[j + 1] = b;
+              place(j + 1);
+            }
+          };
+          place(0);
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 1000);
+  EXPECT_GT(tight, compared / 20);  // the bound is reached (to 2 %) on launch-bound plans
 }
 
 TEST(Simulator, CopiesAddTwoLinkCrossingsPerBoundary) {
