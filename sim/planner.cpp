@@ -73,6 +73,24 @@ int recompute_stop(const Config& config) {
   return 0;
 }
 
+// How many micro-batches of each size there are, and how many of them are recomputed: all have
+// the first size but perhaps the last, and the recomputed ones are a prefix.
+struct SizeCounts {
+  int first = 0, last = 0;                        // micro-batches of each size
+  int recomputed_first = 0, recomputed_last = 0;  // of them, recomputed
+};
+SizeCounts size_counts(const Config& config) {
+  const int m = config.micro_batches();
+  const int stop = recompute_stop(config);
+  const bool last_differs = config.sizes.back() != config.sizes.front();
+  SizeCounts n;
+  n.last = last_differs ? 1 : 0;
+  n.first = m - n.last;
+  n.recomputed_last = last_differs && stop == m ? 1 : 0;
+  n.recomputed_first = std::min(stop, n.first);
+  return n;
+}
+
 // What is needed to judge the candidates: the best plan of each configuration so far, and the
 // threshold a configuration must beat to make the top N.
 class Ranking {
@@ -570,11 +588,11 @@ void PlanSearch::prepare(const Config& config) {
   const SizeCosts& f = *first_size_;
   const SizeCosts& l = *last_size_;
   const int m = config.micro_batches();
-  // Micro-batches have the first size except perhaps the last; the recomputed ones are a prefix.
   const int stop = recompute_stop(config);
-  const bool last_differs = config.sizes.back() != config.sizes.front();
-  const int n_last = last_differs ? 1 : 0, n_first = m - n_last;
-  const int r_last = last_differs && stop == m ? 1 : 0, r_first = std::min(stop, n_first);
+  const SizeCounts counts = size_counts(config);
+  const bool last_differs = counts.last == 1;
+  const int n_first = counts.first, n_last = counts.last;
+  const int r_first = counts.recomputed_first, r_last = counts.recomputed_last;
   {
     Plan shape;
     shape.chunks = config.chunks;
@@ -656,10 +674,9 @@ void PlanSearch::prepare_host(const Config& config) {
   const SizeCosts& f = *first_size_;
   const SizeCosts& l = *last_size_;
   const int m = config.micro_batches();
-  const int stop = recompute_stop(config);
-  const bool last_differs = config.sizes.back() != config.sizes.front();
-  const int n_last = last_differs ? 1 : 0, n_first = m - n_last;
-  const int r_last = last_differs && stop == m ? 1 : 0, r_first = std::min(stop, n_first);
+  const SizeCounts counts = size_counts(config);
+  const int n_first = counts.first, n_last = counts.last;
+  const int r_first = counts.recomputed_first, r_last = counts.recomputed_last;
   auto each = [](const std::vector<double>& prefix, int k) { return prefix[k + 1] - prefix[k]; };
   const SizeCosts& drained = config.schedule == ScheduleKind::OneFOneB ? l : f;
   host_work_.assign(layers_ + 1, 0.0);

@@ -353,6 +353,38 @@ void settle_corun_durations(EventEngine& engine, std::vector<CorunTask>& tasks, 
   }
 }
 
+// The plan in the terms the task effects need.
+PlanShape plan_shape(const Plan& plan, const std::vector<int>& device_of, int devices,
+                     std::int64_t batch, const Schedule& schedule) {
+  PlanShape shape;
+  shape.stages = plan.stages();
+  shape.devices = devices;
+  shape.device_of = device_of;
+  shape.sizes = split_batch(batch, plan.chunks);
+  shape.first.assign(shape.stages + 1, 0);
+  for (int s = 0; s < shape.stages; ++s) shape.first[s + 1] = shape.first[s] + plan.balance[s];
+  // tensor.chunk gives at most two distinct sizes: the common one and a smaller last one.
+  for (std::size_t i = 0; i < shape.sizes.size(); ++i) {
+    shape.slot_of.push_back(shape.sizes[i] == shape.sizes[0] ? 0 : 1);
+    shape.recomputed.push_back(schedule.recomputes(static_cast<int>(i)) ? 1 : 0);
+  }
+  return shape;
+}
+
+// Device d's stages and memory after a run (no stages: not in the plan).
+DeviceReport device_report(const TaskGraph& graph, const PlanShape& shape, int d,
+                           bool with_history) {
+  DeviceReport report;
+  for (int s = 0; s < shape.stages; ++s) {
+    if (shape.device_of[s] == d) report.stages.push_back(s);
+  }
+  report.index = d;
+  report.peak_memory_bytes = graph.engine.peak(graph.counter[d]);
+  report.peak_time_ms = graph.engine.peak_time(graph.counter[d]);
+  if (with_history) report.memory = graph.engine.history(graph.counter[d]);
+  return report;
+}
+
 // Every counter's peak at the measured times, after a run; empty unless every task has them.
 std::vector<std::int64_t> measured_order_peaks(const TaskGraph& graph,
                                                const SimulationOptions& options) {
@@ -436,22 +468,11 @@ SimulationResult Simulator::run(const Plan& plan, const Schedule& schedule,
 
 SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& device_of,
                                      const SimulationOptions& options) const {
-  PlanShape shape;
-  shape.stages = plan.stages();
-  shape.devices = static_cast<int>(hardware_.devices.size());
-  shape.device_of = device_of;
-  shape.sizes = split_batch(profile_.batch_size, plan.chunks);
-  const int micro_batches = static_cast<int>(shape.sizes.size());
   TaskGraph& graph = *graph_.graph;
   EventEngine& engine = graph.engine;
-  const int devices = shape.devices, stages = shape.stages;
-  shape.first.assign(stages + 1, 0);
-  for (int s = 0; s < stages; ++s) shape.first[s + 1] = shape.first[s] + plan.balance[s];
-  // tensor.chunk gives at most two distinct sizes: the common one and a smaller last one.
-  for (int i = 0; i < micro_batches; ++i) {
-    shape.slot_of.push_back(shape.sizes[i] == shape.sizes[0] ? 0 : 1);
-    shape.recomputed.push_back(graph.schedule.recomputes(i) ? 1 : 0);
-  }
+  const PlanShape shape = plan_shape(plan, device_of, static_cast<int>(hardware_.devices.size()),
+                                     profile_.batch_size, graph.schedule);
+  const int devices = shape.devices;
 
   const auto cost = stage_costs(costs_, hardware_, shape);
   std::vector<std::pair<double, double>> launched;
@@ -499,21 +520,14 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
           : 0.0;
   double busy_total = 0.0;
   for (int d = 0; d < devices; ++d) {
-    DeviceReport report;
-    for (int s = 0; s < stages; ++s) {
-      if (shape.device_of[s] == d) report.stages.push_back(s);
-    }
+    DeviceReport report = device_report(graph, shape, d, options.record_memory);
     if (report.stages.empty()) continue;
     report.name = hardware_.devices[d].name;
-    report.index = d;
     report.busy_ms = busy[d];
-    report.peak_memory_bytes = engine.peak(graph.counter[d]);
-    report.peak_time_ms = engine.peak_time(graph.counter[d]);
     if (!worst_order.empty()) report.worst_order_peak_bytes = worst_order[graph.counter[d]];
     if (!measured_order.empty())
       report.measured_order_peak_bytes = measured_order[graph.counter[d]];
     report.memory_capacity_bytes = hardware_.devices[d].memory_bytes;
-    if (options.record_memory) report.memory = engine.history(graph.counter[d]);
     busy_total += busy[d];
     result.devices.push_back(std::move(report));
   }
