@@ -123,6 +123,8 @@ std::vector<validate::MeasuredRun> measure_plans_distributed(
       run.step_ms = j.at("step_ms").get<std::vector<double>>();
       run.losses = j.at("losses").get<std::vector<double>>();
       run.peak_memory_bytes = j.at("peak_memory_bytes").get<std::vector<std::int64_t>>();
+      if (j.contains("shown_step_peak_bytes"))
+        run.traced_step_peak_bytes = j.at("shown_step_peak_bytes").get<std::vector<std::int64_t>>();
     } catch (const nlohmann::json::exception& e) {
       throw WorkError(
           fmt::format("plan {}: rank 0's report is not the JSON expected: {}", p + 1, e.what()));

@@ -336,6 +336,8 @@ void print_run_json(const RunFlags& flags, const StepSummary& summary,
   out["peak_memory_bytes"] = summary.peaks;
   // Part of the peaks: cuBLAS workspaces and the like.
   out["library_memory_bytes"] = summary.library;
+  // The peaks of the step the trace shows (validate compares them in that step's own order).
+  if (summary.shown) out["shown_step_peak_bytes"] = summary.shown->peak_memory_bytes;
   out["devices"] = pipeline.device_names();
   if (flags.distributed) {
     out["clock_offset_ms"] = clocks.offsets_ms;
