@@ -107,8 +107,13 @@ std::vector<std::int64_t> worst_order_peaks(const EventEngine& engine) {
 std::vector<std::int64_t> peaks_at_times(const EventEngine& engine,
                                          const std::vector<double>& start,
                                          const std::vector<double>& finish) {
+  // At one instant, as the engine orders them: the frees of tasks that take time (ends, ends of
+  // transients), then tasks without time (each start, transient and end in turn), then the
+  // starts of tasks that take time (a transient that ends as its task starts, after that start).
+  enum Phase { kFrees = 0, kInstantTask = 1, kStarts = 2, kAfterStart = 3 };
   struct Change {
     double time;
+    Phase phase;
     std::int64_t delta;
     int counter;
   };
@@ -116,18 +121,25 @@ std::vector<std::int64_t> peaks_at_times(const EventEngine& engine,
   for (int t = 0; t < static_cast<int>(engine.task_count()); ++t) {
     const EventEngine::Effects e = engine.effects(t);
     const double simulated = engine.duration(t);
+    const bool instant = finish[t] == start[t];
     if (e.start_counter >= 0) {
-      changes.push_back({start[t], e.start_bytes, e.start_counter});
+      changes.push_back(
+          {start[t], instant ? kInstantTask : kStarts, e.start_bytes, e.start_counter});
       if (e.mid_bytes != 0) {
         const double share = simulated > 0 ? std::min(e.mid_offset, simulated) / simulated : 0.0;
-        changes.push_back(
-            {start[t] + share * (finish[t] - start[t]), -e.mid_bytes, e.start_counter});
+        const double at = start[t] + share * (finish[t] - start[t]);
+        changes.push_back({at,
+                           instant          ? kInstantTask
+                           : at == start[t] ? kAfterStart
+                                            : kFrees,
+                           -e.mid_bytes, e.start_counter});
       }
     }
-    if (e.end_counter >= 0) changes.push_back({finish[t], -e.end_bytes, e.end_counter});
+    if (e.end_counter >= 0)
+      changes.push_back({finish[t], instant ? kInstantTask : kFrees, -e.end_bytes, e.end_counter});
   }
   std::stable_sort(changes.begin(), changes.end(), [](const Change& a, const Change& b) {
-    return a.time < b.time || (a.time == b.time && a.delta < b.delta);
+    return a.time < b.time || (a.time == b.time && a.phase < b.phase);
   });
   std::vector<std::int64_t> value(engine.counter_count()), peak(engine.counter_count());
   for (std::size_t c = 0; c < value.size(); ++c)

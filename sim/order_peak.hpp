@@ -24,8 +24,10 @@ std::vector<std::int64_t> worst_order_peaks(const EventEngine& engine);
 
 /// Each counter's peak when every task of `engine` (after a run) starts and ends at the times
 /// given, per task, in `start` and `finish` (a measured step's) instead of the run's: the same
-/// effects in another order. A transient peak ends at the same fraction of the task as in the
-/// engine. At one instant frees come before allocations, as in the engine.
+/// effects in another order. A transient peak ends at the same share of the task's given span
+/// as of its duration in the engine (under launch pacing the engine puts it at that offset from
+/// the start instead). At one instant the events come in the engine's order: the frees of tasks
+/// that take time, then tasks that take none (each one's events in turn), then starts.
 std::vector<std::int64_t> peaks_at_times(const EventEngine& engine,
                                          const std::vector<double>& start,
                                          const std::vector<double>& finish);

@@ -406,8 +406,10 @@ class PlanSearch {
     // of the backward that ends every stage's programme back through them (see host_bound).
     double arrive_host = 0.0, drain_host = 0.0;
   };
+  // Summed in another order than the simulator's: a hair below, so that a plan exactly as long
+  // as its host's work is never pruned by rounding.
   double host_bound(int a, int b, const Passes& exact) const {
-    return exact.arrive_host + host_busy(a, b) + exact.drain_host;
+    return (exact.arrive_host + host_busy(a, b) + exact.drain_host) * (1.0 - 1e-12);
   }
   void search(int j, int a, double arrive, double drain, Passes exact, double worst,
               Objective objective);
@@ -708,7 +710,8 @@ void PlanSearch::prepare_host(const Config& config) {
 double PlanSearch::host_root() const {
   if (host_work_.empty()) return 0.0;
   return min_max_partition(layers_, stages_, [&](int, int a, int b) { return host_busy(a, b); })
-      .bottleneck;
+             .bottleneck *
+         (1.0 - 1e-12);
 }
 
 // Stage j's work after its backward of the micro-batch whose gradient the bounds follow back

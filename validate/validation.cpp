@@ -128,10 +128,15 @@ std::vector<std::int64_t> measured_order_peaks(const Profile& profile, const Har
   options.measured_times = measured_task_times(run.trace, "the measured step");
   const SimulationResult r =
       Simulator(profile, without_calibration(hardware)).run(run.plan, options);
+  // In the measured trace's order of devices (the executor's), paired by the stages they hold,
+  // as compare_traces pairs them.
   std::vector<std::int64_t> peaks;
-  for (const DeviceReport& d : r.devices) {
-    if (d.measured_order_peak_bytes == 0) return {};
-    peaks.push_back(d.measured_order_peak_bytes);
+  for (const TraceDevice& measured : run.trace.devices) {
+    const auto it = std::find_if(r.devices.begin(), r.devices.end(), [&](const DeviceReport& d) {
+      return d.stages == measured.stages;
+    });
+    if (it == r.devices.end() || it->measured_order_peak_bytes == 0) return {};
+    peaks.push_back(it->measured_order_peak_bytes);
   }
   return peaks;
 }

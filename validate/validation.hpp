@@ -70,9 +70,10 @@ struct PlanValidation {
   TraceComparison uncalibrated, calibrated;
   std::string plan_path, measured_trace_path, predicted_trace_path, calibrated_trace_path;
   int predicted_rank = 0, measured_rank = 0;  ///< 1 = best, among the plans validated
-  /// Per device, the prediction's peak with every task at its time in the traced step
-  /// (SimulationOptions::measured_times): the memory model's bytes in that step's own arrival
-  /// order, against MeasuredRun::traced_step_peak_bytes. Empty when a task is not in the trace.
+  /// Per device of the measured trace (paired by stages), the prediction's peak with every task
+  /// at its time in the traced step (SimulationOptions::measured_times): the memory model's
+  /// bytes in that step's own arrival order, against MeasuredRun::traced_step_peak_bytes. Empty
+  /// when a task or a device is not in the trace.
   std::vector<std::int64_t> measured_order_peak_bytes;
   const Plan& plan() const { return measured.plan; }
 };

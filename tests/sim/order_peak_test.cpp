@@ -196,5 +196,24 @@ TEST(PeaksAtTimes, ApplyEachTasksEffectsAtTheTimesGiven) {
   EXPECT_EQ(peaks_at_times(e, {2.0, 0.0}, {2.5, 4.0}), Peaks{190});
 }
 
+// A task measured to take no time still holds its bytes for that instant, as the engine runs a
+// zero-duration task's allocation before its free; a free of another task at that instant comes
+// first.
+TEST(PeaksAtTimes, AnInstantTaskAllocatesBeforeItFrees) {
+  EventEngine e;
+  const int a = e.add_resource(), b = e.add_resource();
+  const int memory = e.add_counter(100);
+  const int instant = e.add_task(a, 1.0);
+  e.set_start_effect(instant, memory, 10);
+  e.set_end_effect(instant, memory, 10);
+  const int other = e.add_task(b, 2.0);
+  e.set_start_effect(other, memory, 5);
+  e.set_end_effect(other, memory, 5);
+  e.run(false);
+  using Peaks = std::vector<std::int64_t>;
+  EXPECT_EQ(peaks_at_times(e, {1.0, 0.0}, {1.0, 3.0}), Peaks{115});
+  EXPECT_EQ(peaks_at_times(e, {3.0, 0.0}, {3.0, 3.0}), Peaks{110});  // the other freed first
+}
+
 }  // namespace
 }  // namespace pipetune
