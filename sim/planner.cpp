@@ -91,6 +91,16 @@ SizeCounts size_counts(const Config& config) {
   return n;
 }
 
+// `sum` plus one layer's share of a stage's iteration: every micro-batch's forward and backward,
+// and the forward without autograd that each recomputed one runs first; {forward, backward,
+// forward without autograd} at the first size and at the last. Device times and launch times
+// alike (a prefix sum's next entry).
+double plus_iteration_work(double sum, const SizeCounts& n, const std::array<double, 3>& first,
+                           const std::array<double, 3>& last) {
+  return sum + n.first * (first[0] + first[1]) + n.recomputed_first * first[2] +
+         n.last * (last[0] + last[1]) + n.recomputed_last * last[2];
+}
+
 // What is needed to judge the candidates: the best plan of each configuration so far, and the
 // threshold a configuration must beat to make the top N.
 class Ranking {
@@ -593,8 +603,6 @@ void PlanSearch::prepare(const Config& config) {
   const int stop = recompute_stop(config);
   const SizeCounts counts = size_counts(config);
   const bool last_differs = counts.last == 1;
-  const int n_first = counts.first, n_last = counts.last;
-  const int r_first = counts.recomputed_first, r_last = counts.recomputed_last;
   {
     Plan shape;
     shape.chunks = config.chunks;
@@ -606,9 +614,9 @@ void PlanSearch::prepare(const Config& config) {
   work_.assign(layers_ + 1, 0.0);
   for (int k = 0; k < layers_; ++k) {
     // A recomputed micro-batch runs its forward without autograd, then again with it.
-    work_[k + 1] = work_[k] + n_first * (f.forward_ms[k] + f.backward_ms[k]) +
-                   r_first * f.forward_nograd_ms[k] +
-                   n_last * (l.forward_ms[k] + l.backward_ms[k]) + r_last * l.forward_nograd_ms[k];
+    work_[k + 1] = plus_iteration_work(work_[k], counts,
+                                       {f.forward_ms[k], f.backward_ms[k], f.forward_nograd_ms[k]},
+                                       {l.forward_ms[k], l.backward_ms[k], l.forward_nograd_ms[k]});
   }
   tasks_per_stage_ = 2 * m + stop;
 
@@ -677,24 +685,17 @@ void PlanSearch::prepare_host(const Config& config) {
   const SizeCosts& l = *last_size_;
   const int m = config.micro_batches();
   const SizeCounts counts = size_counts(config);
-  const int n_first = counts.first, n_last = counts.last;
-  const int r_first = counts.recomputed_first, r_last = counts.recomputed_last;
   auto each = [](const std::vector<double>& prefix, int k) { return prefix[k + 1] - prefix[k]; };
+  auto launches = [&](const SizeCosts& c, int k) -> std::array<double, 3> {
+    return {each(c.forward_launch_prefix, k), each(c.backward_launch_prefix, k),
+            each(c.forward_nograd_launch_prefix, k)};
+  };
   const SizeCosts& drained = config.schedule == ScheduleKind::OneFOneB ? l : f;
   host_work_.assign(layers_ + 1, 0.0);
   host_arrive_.assign(layers_ + 1, 0.0);
   host_drain_.assign(layers_ + 1, 0.0);
   for (int k = 0; k < layers_; ++k) {
-    // Kept forwards with autograd; recomputed ones without it, then again with it.
-    const double first_size =
-        (n_first - r_first) * each(f.forward_launch_prefix, k) +
-        r_first * (each(f.forward_nograd_launch_prefix, k) + each(f.forward_launch_prefix, k)) +
-        n_first * each(f.backward_launch_prefix, k);
-    const double last_size =
-        (n_last - r_last) * each(l.forward_launch_prefix, k) +
-        r_last * (each(l.forward_nograd_launch_prefix, k) + each(l.forward_launch_prefix, k)) +
-        n_last * each(l.backward_launch_prefix, k);
-    host_work_[k + 1] = host_work_[k] + first_size + last_size;
+    host_work_[k + 1] = plus_iteration_work(host_work_[k], counts, launches(f, k), launches(l, k));
     host_arrive_[k + 1] =
         host_arrive_[k] +
         each(config.recomputed(0) ? f.forward_nograd_launch_prefix : f.forward_launch_prefix, k);

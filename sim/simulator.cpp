@@ -311,11 +311,10 @@ std::vector<std::pair<double, double>> pace_by_host(
   engine.run(false);
   std::vector<std::pair<double, double>> launched(graph.tasks.size());
   for (std::size_t id = 0; id < graph.tasks.size(); ++id) {
-    launched[id] = {engine.start(static_cast<int>(id)), engine.finish(static_cast<int>(id))};
-  }
-  for (std::size_t id = 0; id < graph.tasks.size(); ++id) {
+    const int task = static_cast<int>(id);
+    launched[id] = {engine.start(task), engine.finish(task)};
     if (is_compute(graph.tasks[id].kind))
-      engine.set_pacing(static_cast<int>(id), launched[id].first, launched[id].second);
+      engine.set_pacing(task, launched[id].first, launched[id].second);
   }
   return launched;
 }
@@ -505,9 +504,8 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
   const std::vector<std::int64_t> measured_order = measured_order_peaks(graph, options);
   // A task's span on its device: its duration, or longer where it waited for its launches.
   std::vector<double> busy(devices, 0.0);
-  const bool paced = profile_.has_launch_times();
   for (const CorunTask& t : corun_tasks)
-    busy[t.device] += paced ? engine.finish(t.id) - engine.start(t.id) : t.duration_ms;
+    busy[t.device] += launched.empty() ? t.duration_ms : engine.finish(t.id) - engine.start(t.id);
 
   SimulationResult result;
   result.plan = plan;
