@@ -426,6 +426,7 @@ class PlanSearch {
   int first_open_end(int j, int a, double arrive, double drain, const Passes& exact) const;
   int last_stage_start(int j, int b, double offset, double limit) const;
   void evaluate(const std::vector<int>& balance, Objective objective);
+  bool polish(std::uint64_t step_limit);
   double threshold(Objective objective) const {
     return objective == Objective::Time ? std::min(config_best_, ranking_threshold_) : lean_best_;
   }
@@ -503,6 +504,7 @@ class PlanSearch {
   std::size_t table_bytes() const;
   std::size_t table_cache_bytes_ = 0;
   struct Entry;
+  void polish_unpolished(std::vector<Entry>& entries);
   void store_tables(Entry& e);
   double ranking_threshold(const std::vector<Entry>& entries, const Entry* self) const;
   bool open(Entry& e, const std::vector<Entry>& entries, bool tables = true);
@@ -1425,6 +1427,73 @@ void PlanSearch::evaluate(const std::vector<int>& balance, Objective objective) 
   }
 }
 
+// A first-improvement local search around the configuration's best plan, until no move
+// improves it or `step_limit` is reached: each stage end moved by up to four layers, then two
+// adjacent ends together. The depth-first search proves and this finds: the first plans balance
+// the busiest stage or round the relaxed shares, and a plan a few layers away is often faster,
+// more so under memory caps, where the search's order (stage by stage, ends from the left)
+// reaches it late. Each plan is timed by the sweep and kept only if the simulator says it fits,
+// as the search's leaves are, so the answer stays the simulator's; a stage whose memory bound
+// exceeds its cap is not timed at all. True when no move improves the best plan.
+bool PlanSearch::polish(std::uint64_t step_limit) {
+  if (!(config_best_ < kInf)) return true;
+  std::vector<int> ends;  // ends[k]: stage k's last layer + 1
+  for (int k = 0, end = 0; k < stages_; ++k)
+    ends.push_back(end += config_best_candidate_.plan.balance[k]);
+  auto start_of = [&](int k) { return k == 0 ? 0 : ends[k - 1]; };
+  for (int k = 0; k < stages_; ++k) durations_[k] = durations(k, start_of(k), ends[k]);
+  // Stages [first, last] after `ends` moved: timed and simulated if each may fit; kept if faster.
+  auto try_ends = [&](int first, int last) {
+    for (int k = first; k <= last; ++k) {
+      if (ends[k] <= start_of(k)) return false;
+      if (capacity_[k] > 0) {
+        stats_.steps += 1 + static_cast<std::uint64_t>(ends[k] - start_of(k)) / kSweepTasksPerStep;
+        if (memory_bound(k, start_of(k), ends[k]) > capacity_[k]) return false;
+      }
+    }
+    std::vector<StageDurations> kept(durations_.begin() + first, durations_.begin() + last + 1);
+    for (int k = first; k <= last; ++k) durations_[k] = durations(k, start_of(k), ends[k]);
+    std::vector<int> balance(stages_);
+    for (int k = 0; k < stages_; ++k) balance[k] = ends[k] - start_of(k);
+    const double before = config_best_;
+    evaluate(balance, Objective::Time);
+    if (config_best_ < before) return true;
+    std::copy(kept.begin(), kept.end(), durations_.begin() + first);
+    return false;
+  };
+  // Moves: end k by d, and end k + 1 by e (0: end k alone). Tried in turn, on from the last
+  // one that improved, until every move has failed in a row.
+  constexpr int kReach = 4;  // layers an end moves by; pairs move by up to kReach - 1 each
+  struct Move {
+    int k, d, e;
+  };
+  std::vector<Move> moves;
+  for (int k = 0; k + 1 < stages_; ++k) {
+    for (int d = -kReach; d <= kReach; ++d)
+      if (d != 0) moves.push_back({k, d, 0});
+  }
+  for (int k = 0; k + 2 < stages_; ++k) {
+    for (int d = 1 - kReach; d < kReach; ++d) {
+      for (int e = 1 - kReach; e < kReach; ++e)
+        if (d != 0 && e != 0) moves.push_back({k, d, e});
+    }
+  }
+  for (std::size_t i = 0, failed = 0; failed < moves.size(); i = (i + 1) % moves.size()) {
+    if (stats_.steps >= step_limit) return false;
+    const Move& m = moves[i];
+    ends[m.k] += m.d;
+    if (m.e != 0) ends[m.k + 1] += m.e;
+    if (try_ends(m.k, m.e != 0 ? m.k + 2 : m.k + 1)) {
+      failed = 0;
+      continue;
+    }
+    ends[m.k] -= m.d;
+    if (m.e != 0) ends[m.k + 1] -= m.e;
+    ++failed;
+  }
+  return true;
+}
+
 // Depth-first over stage j's last layer. `arrive`/`drain`: micro-batch passes through the
 // stages already placed (see time_bound); `worst`: the largest bound of those stages.
 // The least end b of stage j that the bounds on the later stages do not rule out. Each of those
@@ -1661,6 +1730,7 @@ struct PlanSearch::Entry {
   std::uint64_t tasks = 1;   // multi-stage: steps per simulation
   ConfigurationStats stats;  // what was spent on it
   bool closed = false;       // searched to the end, or ruled out by a bound
+  double polished = kInf;    // the best plan polish() last started from
 };
 
 // The threshold entry `self` must beat to enter the top N: the N-th best of the others.
@@ -1799,6 +1869,10 @@ void PlanSearch::search_slice(Entry& e, std::vector<Entry>& entries, std::uint64
   resume_ = e.resume;
   resuming_ = !resume_.empty();
   if (!resuming_) resume_.assign(stages_, 0);
+  if (e.best < e.polished) {
+    // Half the slice at most: the search still gets the rest, now against a lower threshold.
+    if (polish(stats_.steps + slice / 2)) e.polished = config_best_;
+  }
   build_trip_tables(threshold(Objective::Time));
   search(0, 0, 0.0, 0.0, {}, 0.0, Objective::Time);
   resuming_ = false;
@@ -2215,6 +2289,25 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
   note();
 }
 
+// The budget may end before a configuration's latest best plan was polished (polish() runs at
+// the start of its next slice): polish those that could enter the ranking, fastest first,
+// within a sixteenth of the budget more.
+void PlanSearch::polish_unpolished(std::vector<Entry>& entries) {
+  std::vector<Entry*> order;
+  for (Entry& e : entries) {
+    if (!e.closed && !e.config->multi_stage() && e.best < e.polished) order.push_back(&e);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [](const Entry* x, const Entry* y) { return x->best < y->best; });
+  const std::uint64_t limit = stats_.steps + options_.search_budget / 16;
+  for (Entry* e : order) {
+    if (stats_.steps >= limit || e->best >= ranking_threshold(entries, e)) continue;
+    if (!open(*e, entries, /*tables=*/false)) continue;
+    if (polish(limit)) e->polished = config_best_;
+    keep(*e);
+  }
+}
+
 PlanSearchResult PlanSearch::run() {
   std::vector<Config> configs = configurations();
   stats_.configurations = configs.size();
@@ -2289,6 +2382,7 @@ PlanSearchResult PlanSearch::run() {
     }
     if (!progressed) break;
   }
+  polish_unpolished(entries);
   if (options_.progress) options_.progress(entries.size(), entries.size());
 
   Ranking ranking(options_.top);

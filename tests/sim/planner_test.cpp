@@ -617,6 +617,56 @@ TEST(Planner, SmallBudgetStillVisitsEveryConfiguration) {
   EXPECT_GT(sliced, 1u);
 }
 
+// Where the budget ends before the proof, the answer is still no slower than any plan a few
+// layers away from it (the search polishes its best plans): every move of one stage end by up
+// to four layers, and of two adjacent ends by up to three each, simulated here, is slower or
+// does not fit. Memory caps make the search's own order reach such plans late.
+TEST(Planner, UnprovenAnswerIsNoSlowerThanThePlansAroundIt) {
+  for (const bool capped : {true, false}) {
+    SCOPED_TRACE(capped ? "capped" : "uncapped");
+    const Profile profile = bench::lognormal_profile(300, 64);
+    Hardware hw = replicate_device(profile.device, 16);
+    hw.link.bandwidth_bytes_per_s = 2e10;
+    if (capped) {
+      std::int64_t params = 0;
+      for (const auto& l : profile.layers) params += l.param_bytes;
+      for (auto& d : hw.devices) d.memory_bytes = static_cast<std::int64_t>(2.5 * params / 16);
+    }
+    PlannerOptions options;
+    options.top = 1;
+    options.search_budget = 2'000'000;
+    const auto result = find_best_plans(profile, hw, options);
+    ASSERT_FALSE(result.ranked.empty());
+    ASSERT_FALSE(result.stats.proven);  // else nothing is faster anywhere
+    const PlanCandidate& answer = result.ranked.front();
+    const Simulator simulator(profile, hw);
+    auto faster_fitting = [&](const std::vector<int>& balance) {
+      if (std::any_of(balance.begin(), balance.end(), [](int n) { return n < 1; })) return false;
+      Plan plan = answer.plan;
+      plan.balance = balance;
+      const auto r = simulator.run(plan);
+      return r.fits() && r.iteration_ms < answer.iteration_ms * (1 - 1e-12);
+    };
+    const std::vector<int>& balance = answer.plan.balance;
+    const int stages = static_cast<int>(balance.size());
+    for (int k = 0; k + 1 < stages; ++k) {
+      for (int d = -4; d <= 4; ++d) {
+        std::vector<int> moved = balance;
+        moved[k] += d;
+        moved[k + 1] -= d;
+        EXPECT_FALSE(d != 0 && faster_fitting(moved)) << "end " << k << " moved by " << d;
+        for (int e = -3; e <= 3 && k + 2 < stages; ++e) {
+          std::vector<int> pair = moved;
+          pair[k + 1] += e;
+          pair[k + 2] -= e;
+          EXPECT_FALSE(std::abs(d) < 4 && e != 0 && faster_fitting(pair))
+              << "ends " << k << ", " << k + 1 << " moved by " << d << ", " << e;
+        }
+      }
+    }
+  }
+}
+
 // Issue 18: the multi-stage schedules, v = 2 on 2 devices (4 stages), against brute force over
 // every balance through the simulator. The configuration's root bound never exceeds any
 // balance's simulated time, the answer is the optimum when it says proven (the 35 balances of 8
