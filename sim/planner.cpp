@@ -426,7 +426,13 @@ class PlanSearch {
   int first_open_end(int j, int a, double arrive, double drain, const Passes& exact) const;
   int last_stage_start(int j, int b, double offset, double limit) const;
   void evaluate(const std::vector<int>& balance, Objective objective);
+  struct Move;
+  std::vector<Move> local_moves() const;
+  struct StageEnds;
+  StageEnds stage_ends(const std::vector<int>& balance);
+  std::int64_t memory_excess(int k, int a, int b);
   bool polish(std::uint64_t step_limit);
+  bool repair(std::vector<int>& balance);
   double threshold(Objective objective) const {
     return objective == Objective::Time ? std::min(config_best_, ranking_threshold_) : lean_best_;
   }
@@ -1427,46 +1433,18 @@ void PlanSearch::evaluate(const std::vector<int>& balance, Objective objective) 
   }
 }
 
-// A first-improvement local search around the configuration's best plan, until no move
-// improves it or `step_limit` is reached: each stage end moved by up to four layers, then two
-// adjacent ends together. The depth-first search proves and this finds: the first plans balance
-// the busiest stage or round the relaxed shares, and a plan a few layers away is often faster,
-// more so under memory caps, where the search's order (stage by stage, ends from the left)
-// reaches it late. Each plan is timed by the sweep and kept only if the simulator says it fits,
-// as the search's leaves are, so the answer stays the simulator's; a stage whose memory bound
-// exceeds its cap is not timed at all. True when no move improves the best plan.
-bool PlanSearch::polish(std::uint64_t step_limit) {
-  if (!(config_best_ < kInf)) return true;
-  std::vector<int> ends;  // ends[k]: stage k's last layer + 1
-  for (int k = 0, end = 0; k < stages_; ++k)
-    ends.push_back(end += config_best_candidate_.plan.balance[k]);
-  auto start_of = [&](int k) { return k == 0 ? 0 : ends[k - 1]; };
-  for (int k = 0; k < stages_; ++k) durations_[k] = durations(k, start_of(k), ends[k]);
-  // Stages [first, last] after `ends` moved: timed and simulated if each may fit; kept if faster.
-  auto try_ends = [&](int first, int last) {
-    for (int k = first; k <= last; ++k) {
-      if (ends[k] <= start_of(k)) return false;
-      if (capacity_[k] > 0) {
-        stats_.steps += 1 + static_cast<std::uint64_t>(ends[k] - start_of(k)) / kSweepTasksPerStep;
-        if (memory_bound(k, start_of(k), ends[k]) > capacity_[k]) return false;
-      }
-    }
-    std::vector<StageDurations> kept(durations_.begin() + first, durations_.begin() + last + 1);
-    for (int k = first; k <= last; ++k) durations_[k] = durations(k, start_of(k), ends[k]);
-    std::vector<int> balance(stages_);
-    for (int k = 0; k < stages_; ++k) balance[k] = ends[k] - start_of(k);
-    const double before = config_best_;
-    evaluate(balance, Objective::Time);
-    if (config_best_ < before) return true;
-    std::copy(kept.begin(), kept.end(), durations_.begin() + first);
-    return false;
-  };
-  // Moves: end k by d, and end k + 1 by e (0: end k alone). Tried in turn, on from the last
-  // one that improved, until every move has failed in a row.
-  constexpr int kReach = 4;  // layers an end moves by; pairs move by up to kReach - 1 each
-  struct Move {
-    int k, d, e;
-  };
+// Moves of a local search over balances: one stage end by up to four layers, two adjacent ends
+// by up to three each, and three to five adjacent ends together by one or two layers (work
+// passed along several stages at once, as 1F1B's balance wants: a stage's share depends on its
+// place in the pipeline).
+struct PlanSearch::Move {
+  int k, d, e;  // end k moves by d, end k + 1 by e
+  int run = 0;  // > 0: ends k..k + run all move by d (e unused)
+  int last_stage() const { return run > 0 ? k + run + 1 : e != 0 ? k + 2 : k + 1; }
+};
+
+std::vector<PlanSearch::Move> PlanSearch::local_moves() const {
+  constexpr int kReach = 4, kLongestRun = 4;
   std::vector<Move> moves;
   for (int k = 0; k + 1 < stages_; ++k) {
     for (int d = -kReach; d <= kReach; ++d)
@@ -1478,20 +1456,142 @@ bool PlanSearch::polish(std::uint64_t step_limit) {
         if (d != 0 && e != 0) moves.push_back({k, d, e});
     }
   }
+  for (int run = 2; run <= kLongestRun; ++run) {
+    for (int k = 0; k + run + 1 < stages_; ++k) {
+      for (int d : {-2, -1, 1, 2}) moves.push_back({k, d, 0, run});
+    }
+  }
+  return moves;
+}
+
+// A balance as its stages' ends, with durations_ holding each stage's durations.
+struct PlanSearch::StageEnds {
+  std::vector<int> ends;  // ends[k]: stage k's last layer + 1
+  int start(int k) const { return k == 0 ? 0 : ends[k - 1]; }
+  void shift(const Move& m, int sign) {
+    ends[m.k] += sign * m.d;
+    if (m.run > 0) {
+      for (int k = m.k + 1; k <= m.k + m.run; ++k) ends[k] += sign * m.d;
+    } else {
+      ends[m.k + 1] += sign * m.e;
+    }
+  }
+  bool stages_not_empty(const Move& m) const {
+    for (int k = m.k; k <= m.last_stage(); ++k)
+      if (ends[k] <= start(k)) return false;
+    return true;
+  }
+  std::vector<int> balance() const {
+    std::vector<int> out;
+    for (std::size_t k = 0; k < ends.size(); ++k)
+      out.push_back(ends[k] - start(static_cast<int>(k)));
+    return out;
+  }
+};
+
+PlanSearch::StageEnds PlanSearch::stage_ends(const std::vector<int>& balance) {
+  StageEnds s;
+  for (int k = 0, end = 0; k < stages_; ++k) s.ends.push_back(end += balance[k]);
+  for (int k = 0; k < stages_; ++k) durations_[k] = durations(k, s.start(k), s.ends[k]);
+  return s;
+}
+
+// By how much stage k = [a, b)'s memory bound exceeds its device's cap (0 without one).
+std::int64_t PlanSearch::memory_excess(int k, int a, int b) {
+  if (capacity_[k] <= 0) return 0;
+  stats_.steps += 1 + static_cast<std::uint64_t>(b - a) / kSweepTasksPerStep;
+  return std::max<std::int64_t>(0, memory_bound(k, a, b) - capacity_[k]);
+}
+
+// A first-improvement local search around the configuration's best plan (local_moves(), tried
+// in turn, on from the last one that improved, until every move has failed in a row) or until
+// `step_limit`. The depth-first search proves and this finds: a plan a few layers away from the
+// first ones is often faster, more so under memory caps, where the search's order (stage by
+// stage, ends from the left) reaches it late. Each plan is timed by the sweep and kept only if
+// the simulator says it fits, as the search's leaves are, so the answer stays the simulator's;
+// a stage whose memory bound exceeds its cap is not timed at all. True when no move improves
+// the best plan.
+bool PlanSearch::polish(std::uint64_t step_limit) {
+  if (!(config_best_ < kInf)) return true;
+  StageEnds at = stage_ends(config_best_candidate_.plan.balance);
+  // The stages a move changed: timed and simulated if each may fit; kept if faster.
+  auto better = [&](const Move& m) {
+    if (!at.stages_not_empty(m)) return false;
+    for (int k = m.k; k <= m.last_stage(); ++k)
+      if (memory_excess(k, at.start(k), at.ends[k]) > 0) return false;
+    std::vector<StageDurations> kept(durations_.begin() + m.k,
+                                     durations_.begin() + m.last_stage() + 1);
+    for (int k = m.k; k <= m.last_stage(); ++k)
+      durations_[k] = durations(k, at.start(k), at.ends[k]);
+    const double before = config_best_;
+    evaluate(at.balance(), Objective::Time);
+    if (config_best_ < before) return true;
+    std::copy(kept.begin(), kept.end(), durations_.begin() + m.k);
+    return false;
+  };
+  const std::vector<Move> moves = local_moves();
   for (std::size_t i = 0, failed = 0; failed < moves.size(); i = (i + 1) % moves.size()) {
     if (stats_.steps >= step_limit) return false;
-    const Move& m = moves[i];
-    ends[m.k] += m.d;
-    if (m.e != 0) ends[m.k + 1] += m.e;
-    if (try_ends(m.k, m.e != 0 ? m.k + 2 : m.k + 1)) {
+    at.shift(moves[i], 1);
+    if (better(moves[i])) {
       failed = 0;
       continue;
     }
-    ends[m.k] -= m.d;
-    if (m.e != 0) ends[m.k + 1] -= m.e;
+    at.shift(moves[i], -1);
     ++failed;
   }
   return true;
+}
+
+// From a plan that does not fit, such as the relaxed shares rounded (chosen for time alone):
+// each step takes, of the local moves that change a stage over its cap, the one that leaves
+// the least total excess of the stages' memory bounds over their caps, the fastest by the sweep
+// among equals, until none is left or no move lowers it. Where a cap rules out the fastest
+// shares, this lands a few layers from them, where the busy-balanced plan under the caps can be
+// far slower. True when every stage passes its memory bound; `balance` is then the plan.
+bool PlanSearch::repair(std::vector<int>& balance) {
+  StageEnds at = stage_ends(balance);
+  std::vector<std::int64_t> excess(stages_);
+  for (int k = 0; k < stages_; ++k) excess[k] = memory_excess(k, at.start(k), at.ends[k]);
+  const std::vector<Move> moves = local_moves();
+  for (int step = 0; step < 4 * layers_; ++step) {
+    const std::int64_t total = std::accumulate(excess.begin(), excess.end(), std::int64_t{0});
+    if (total == 0) break;
+    std::int64_t best_total = total;
+    double best_time = kInf;
+    const Move* best = nullptr;
+    for (const Move& m : moves) {
+      if (std::all_of(excess.begin() + m.k, excess.begin() + m.last_stage() + 1,
+                      [](std::int64_t x) { return x == 0; }))
+        continue;
+      at.shift(m, 1);
+      if (at.stages_not_empty(m)) {
+        std::int64_t moved = total;
+        for (int k = m.k; k <= m.last_stage(); ++k)
+          moved += memory_excess(k, at.start(k), at.ends[k]) - excess[k];
+        if (moved < best_total || (moved == best_total && best != nullptr)) {
+          std::vector<StageDurations> kept(durations_.begin() + m.k,
+                                           durations_.begin() + m.last_stage() + 1);
+          for (int k = m.k; k <= m.last_stage(); ++k)
+            durations_[k] = durations(k, at.start(k), at.ends[k]);
+          const double time = sweep_->run(durations_);
+          stats_.steps += sweep_->task_count() / kSweepTasksPerStep;
+          if (moved < best_total || time < best_time)
+            best_total = moved, best_time = time, best = &m;
+          std::copy(kept.begin(), kept.end(), durations_.begin() + m.k);
+        }
+      }
+      at.shift(m, -1);
+    }
+    if (best == nullptr) break;
+    at.shift(*best, 1);
+    for (int k = best->k; k <= best->last_stage(); ++k) {
+      durations_[k] = durations(k, at.start(k), at.ends[k]);
+      excess[k] = memory_excess(k, at.start(k), at.ends[k]);
+    }
+  }
+  balance = at.balance();
+  return std::all_of(excess.begin(), excess.end(), [](std::int64_t x) { return x == 0; });
 }
 
 // Depth-first over stage j's last layer. `arrive`/`drain`: micro-batch passes through the
@@ -1807,7 +1907,10 @@ void PlanSearch::open_root(Entry& e, const std::vector<Entry>& entries) {
       durations_[j] = durations(j, a, a + first[j]);
     evaluate(first, Objective::Time);
   }
-  if (!fitting_.empty()) evaluate_leaner_incumbents();
+  if (!fitting_.empty()) {
+    if (repair(relaxed)) evaluate(relaxed, Objective::Time);  // repair() left its durations
+    evaluate_leaner_incumbents();
+  }
   e.stats.evaluated = true;
   keep(e);
   store_tables(e);
