@@ -199,6 +199,33 @@ void BM_PlanLognormal1000Layers16Devices(benchmark::State& state) {
 }
 BENCHMARK(BM_PlanLognormal1000Layers16Devices)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Iterations(1);
 
+// The same profile under a cap no plan fits (1.6 x the parameters / 16 per device): the search
+// for time finds nothing and the rest of the budget goes to the leanest plan, whose memory bound
+// walks each stage's layers (counted as a step per layer since 2026-11-26; before, this took
+// 100 s).
+void BM_PlanNothingFits1000Layers16Devices(benchmark::State& state) {
+  const Profile profile = lognormal_profile(1000, 256);
+  Hardware hw = replicate_device(profile.device, 16);
+  hw.link.bandwidth_bytes_per_s = 2e10;
+  std::int64_t params = 0;
+  for (const auto& l : profile.layers) params += l.param_bytes;
+  for (auto& d : hw.devices)
+    d.memory_bytes = static_cast<std::int64_t>(1.6 * static_cast<double>(params) / 16);
+  PlannerOptions options;
+  options.top = 1;
+  PlanSearchResult result;
+  for (auto _ : state) {
+    result = find_best_plans(profile, hw, options);
+    benchmark::DoNotOptimize(result.leanest);
+  }
+  state.counters["fits"] = result.ranked.empty() ? 0 : 1;
+  state.counters["leanest_peak_mib"] =
+      result.leanest ? static_cast<double>(result.leanest->max_peak_memory_bytes()) / (1 << 20)
+                     : 0.0;
+  state.counters["leanest_proven"] = result.leanest_proven ? 1 : 0;
+}
+BENCHMARK(BM_PlanNothingFits1000Layers16Devices)->Unit(benchmark::kMillisecond)->Iterations(1);
+
 // Unequal devices: the synthetic profile, range(0) layers on range(1) devices of speeds 1.5, 1,
 // 0.75, 1 repeated (set_unequal_speeds).
 void BM_PlanHeterogeneous(benchmark::State& state) {
