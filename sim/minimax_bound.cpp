@@ -37,19 +37,35 @@ void MinMaxShareProgramme::add(double constant, const std::vector<double>& slope
   constant_.push_back(constant);
   slope_.push_back(slope);
   const std::size_t rows = tableau_.size();
-  // The weight's column in the original rows, then in the current basis: the slack columns
-  // hold the basis inverse, the objective row's slack entries the dual values.
   std::vector<double> column(rows);
   for (std::size_t r = 0; r + 1 < rows; ++r) column[r] = -slope[r];
-  column[rows - 1] = 1.0;
+  column[rows - 1] = 1.0;  // the weights sum to at most 1
+  add_column(column, constant, constant_.size() - 1);
+}
+
+void MinMaxShareProgramme::add_constraint(const std::vector<double>& a, double b) {
+  limit_.push_back(b);
+  constraint_.push_back(a);
+  const std::size_t rows = tableau_.size();
+  std::vector<double> column(rows, 0.0);  // not in the weights' sum
+  for (std::size_t r = 0; r + 1 < rows; ++r) column[r] = a[r];
+  add_column(column, b, ~(constraint_.size() - 1));
+}
+
+// The column in the original rows, then in the current basis: the slack columns hold the basis
+// inverse, the objective row's slack entries the dual values.
+void MinMaxShareProgramme::add_column(const std::vector<double>& column, double objective,
+                                      std::size_t what) {
+  const std::size_t rows = tableau_.size();
   for (std::size_t r = 0; r < rows; ++r) {
     double entry = 0.0;
     for (std::size_t q = 0; q < rows; ++q) entry += tableau_[r][q] * column[q];
     tableau_[r].push_back(entry);
   }
-  double reduced = -constant;
+  double reduced = -objective;
   for (std::size_t q = 0; q < rows; ++q) reduced += reduced_[q] * column[q];
   reduced_.push_back(reduced);
+  column_of_.push_back(what);
 }
 
 double MinMaxShareProgramme::solve(std::vector<double>* shares) {
@@ -61,6 +77,7 @@ double MinMaxShareProgramme::solve(std::vector<double>* shares) {
     for (std::size_t r = 0; r + 1 < rows; ++r)
       scale = std::max(scale, std::abs(slope_[i][r]) * totals_[r / coordinates_]);
   }
+  for (double b : limit_) scale = std::max(scale, std::abs(b));
   const double eps = 1e-12 * scale;
   for (std::size_t iteration = 0; iteration < 50 * (rows + cols); ++iteration) {
     std::size_t enter = cols;
@@ -98,20 +115,32 @@ double MinMaxShareProgramme::solve(std::vector<double>* shares) {
     eliminate(reduced_, objective);
     basis_[leave] = enter;
   }
-  // The bound from the weights found, normalised (see the header).
+  // The bound from the weights and multipliers found, normalised so that the weights sum to 1
+  // (the bound is positively homogeneous in both; see the header).
   const std::size_t first_weight = rows + 2 * totals_.size(), n = constant_.size();
-  std::vector<double> w(n, 0.0);
-  for (std::size_t r = 0; r < rows; ++r)
-    if (basis_[r] >= first_weight) w[basis_[r] - first_weight] = std::max(rhs_[r], 0.0);
+  const std::size_t m = constraint_.size();
+  std::vector<double> w(n, 0.0), mu(m, 0.0);
+  for (std::size_t r = 0; r < rows; ++r) {
+    if (basis_[r] < first_weight) continue;
+    const std::size_t what = column_of_[basis_[r] - first_weight];
+    if (what < n) {
+      w[what] = std::max(rhs_[r], 0.0);
+    } else {
+      mu[~what] = std::max(rhs_[r], 0.0);
+    }
+  }
   const double sum = std::accumulate(w.begin(), w.end(), 0.0);
   for (double& v : w) v = sum > 0.0 ? v / sum : 1.0 / static_cast<double>(n);
+  for (double& v : mu) v = sum > 0.0 ? v / sum : 0.0;
   double bound = 0.0;
   for (std::size_t i = 0; i < n; ++i) bound += w[i] * constant_[i];
+  for (std::size_t j = 0; j < m; ++j) bound += mu[j] * limit_[j];
   for (std::size_t c = 0; c < totals_.size(); ++c) {
     double least = std::numeric_limits<double>::infinity();
     for (std::size_t k = 0; k < coordinates_; ++k) {
       double at_k = 0.0;
       for (std::size_t i = 0; i < n; ++i) at_k += w[i] * slope_[i][c * coordinates_ + k];
+      for (std::size_t j = 0; j < m; ++j) at_k -= mu[j] * constraint_[j][c * coordinates_ + k];
       least = std::min(least, at_k);
     }
     bound += totals_[c] * least;
@@ -142,6 +171,8 @@ double MinMaxShareProgramme::solve_with_least(std::size_t index, double least) c
   MinMaxShareProgramme shifted(coordinates_, totals);
   for (std::size_t i = 0; i < constant_.size(); ++i)
     shifted.add(constant_[i] + slope_[i][index] * least, slope_[i]);
+  for (std::size_t j = 0; j < constraint_.size(); ++j)
+    shifted.add_constraint(constraint_[j], limit_[j] - constraint_[j][index] * least);
   return shifted.solve();
 }
 

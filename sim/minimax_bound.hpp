@@ -37,6 +37,12 @@ class MinMaxShareProgramme {
       : MinMaxShareProgramme(coordinates, std::vector<double>{total}) {}
   /// `slope`: coordinates x totals entries, block by block.
   void add(double constant, const std::vector<double>& slope);
+  /// Restricts the shares to  a . x >= b  (a laid out as the slopes). Through the dual: a
+  /// multiplier m >= 0 per constraint, and the bound becomes  sum_i w_i constant[i] + sum_j m_j
+  /// b_j + sum_c total_c * min_k over block c of (sum_i w_i slope[i][k] - sum_j m_j a_j[k]),
+  /// recomputed from the weights and multipliers found, so it stays a bound whatever the
+  /// rounding.
+  void add_constraint(const std::vector<double>& a, double b);
   double solve(std::vector<double>* shares = nullptr);
   /// The bound of the same functions when coordinate `index` (block * coordinates + k) holds
   /// at least `least` of its block's total, solved afresh; infinity when the block is smaller.
@@ -48,6 +54,12 @@ class MinMaxShareProgramme {
   std::vector<double> totals_;
   std::vector<double> constant_;
   std::vector<std::vector<double>> slope_;
+  std::vector<double> limit_;                    // the constraints' b
+  std::vector<std::vector<double>> constraint_;  // and their a
+  // Tableau columns, in the order added: a function's weight (>= 0) or a constraint's multiplier
+  // (index into constraint_, with ~ set).
+  std::vector<std::size_t> column_of_;
+  void add_column(const std::vector<double>& column, double objective, std::size_t what);
   // The simplex tableau of the dual: one row per (block, coordinate) and one for the weights'
   // sum; columns: the rows' slacks, then each block's bound u_c as u+ and u-, then one weight
   // per function.

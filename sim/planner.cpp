@@ -9,6 +9,7 @@
 #include <limits>
 #include <memory>
 #include <numeric>
+#include <queue>
 
 #include "sim/cost_model.hpp"
 #include "sim/error.hpp"
@@ -403,7 +404,18 @@ class PlanSearch {
     double tail = 0.0;
   };
   WaitTerms wait_terms(int j, const StageDurations& d, int q) const;
-  double relaxed_root(std::vector<int>& balance) const;
+  // The relaxed root's programme, kept for capped_root(): its functions (every wait row and
+  // cutting plane) and the layers' classes.
+  struct RelaxedRows {
+    std::vector<double> constant;
+    std::vector<std::vector<double>> slope;
+    std::vector<double> totals;  // per class
+    std::vector<int> class_of;   // per layer
+    std::vector<double> work;    // per layer
+  };
+  double relaxed_root(std::vector<int>& balance, RelaxedRows* rows = nullptr) const;
+  double capped_root(const RelaxedRows& rows, double threshold, std::uint64_t step_limit,
+                     bool& finished);
   double wait_cost(int j, int a, int b, double recompute_first = 0.0,
                    double recompute_q = 0.0) const;
   double recompute_root(double root, double ceiling) const;
@@ -1146,7 +1158,7 @@ double PlanSearch::wait_cost(int j, int a, int b, double recompute_first,
 // be clipped at zero. The least largest of those functions over all shares (a linear programme,
 // min_max_share_bound()) is at most the least largest wait_bound() over balances, so at most
 // every plan's simulated time. Copies count their least size.
-double PlanSearch::relaxed_root(std::vector<int>& balance) const {
+double PlanSearch::relaxed_root(std::vector<int>& balance, RelaxedRows* rows) const {
   const Config& c = *config_;
   const int m = c.micro_batches();
   const bool gpipe = c.schedule == ScheduleKind::GPipe;
@@ -1329,8 +1341,11 @@ double PlanSearch::relaxed_root(std::vector<int>& balance) const {
       }
     }
     programme.add(a, row);
+    constant.push_back(a);
+    slope.push_back(std::move(row));
     bound = std::max(bound, programme.solve(&shares));
   }
+  if (rows != nullptr) *rows = {constant, slope, classes.work, classes.of, layer_work};
   bound = std::max(bound, heaviest_layer_bound(programme, layer_work, classes, stages_));
   // The shares' plan, rounded to layer boundaries: a first plan near the bound.
   balance.assign(stages_, 0);
@@ -1346,6 +1361,147 @@ double PlanSearch::relaxed_root(std::vector<int>& balance) const {
     start = end;
   }
   return std::max(0.0, bound * (1.0 - 1e-12));
+}
+
+// The relaxed root under the memory caps. The relaxed root shares the work continuously and
+// knows nothing of the caps, which decide where the stage ends may go when a few layers hold
+// most of a stage's memory. A stage that fits passes its nested memory bound, so it ends at
+// most at fit_end_[j][its start], which only grows with the start. This searches intervals
+// [lo_j, hi_j] of the ends, best-first: each node's intervals are narrowed until consistent
+// (stage j starting at its latest start reaches at most fit_end_ of it; starting at its
+// earliest, it must reach the next end), then its bound is the relaxed root's programme with
+// every class's work before end j kept between that class's work before lo_j and before hi_j
+// (true of every balance whose ends lie in the intervals). Where the programme's shares put a
+// stage over what fits, the wider of its two ends is split at the shares' position. The
+// children cover their parent, so the least bound over the open nodes bounds every balance
+// that fits; it stops when that node's shares fit as they are, when it reaches `threshold`,
+// after kCappedRootNodes nodes or at `step_limit` (then `finished` is false).
+double PlanSearch::capped_root(const RelaxedRows& rows, double threshold, std::uint64_t step_limit,
+                               bool& finished) {
+  finished = true;
+  constexpr int kCappedRootNodes = 64;
+  const int k_stages = stages_, n_classes = static_cast<int>(rows.totals.size());
+  auto reach = [&](int j, int a) {  // the furthest end of stage j from start a that may fit
+    return fit_end_[j].empty() ? layers_ : fit_end_[j][std::min(a, layers_ - 1)];
+  };
+  // Class c's work in layers [0, t).
+  std::vector<std::vector<double>> before(n_classes, std::vector<double>(layers_ + 1, 0.0));
+  std::vector<double> total_before(layers_ + 1, 0.0);
+  for (int t = 0; t < layers_; ++t) {
+    for (int c = 0; c < n_classes; ++c) before[c][t + 1] = before[c][t];
+    before[rows.class_of[t]][t + 1] += rows.work[t];
+    total_before[t + 1] = total_before[t] + rows.work[t];
+  }
+  struct Node {
+    double value;
+    std::vector<int> lo, hi;  // per end 0..K (0 and K fixed)
+    std::vector<double> at;   // the shares' ends, in layers (continuous)
+    bool operator>(const Node& o) const { return value > o.value; }
+  };
+  auto narrow = [&](std::vector<int>& lo, std::vector<int>& hi) {
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (int j = 0; j < k_stages; ++j) {
+        auto lower_to = [&](int& v, int to) {
+          if (to < v) v = to, changed = true;
+        };
+        auto raise_to = [&](int& v, int to) {
+          if (to > v) v = to, changed = true;
+        };
+        if (lo[j] > hi[j] || lo[j] >= layers_) return false;
+        lower_to(hi[j + 1], reach(j, hi[j]));
+        raise_to(lo[j + 1], lo[j] + 1);
+        lower_to(hi[j], hi[j + 1] - 1);
+        int a = lo[j];
+        while (a <= hi[j] && reach(j, a) < lo[j + 1]) ++a;
+        raise_to(lo[j], a);
+      }
+      for (int j = 0; j <= k_stages; ++j)
+        if (lo[j] > hi[j]) return false;
+    }
+    return lo[0] == 0 && hi[k_stages] == layers_;
+  };
+  auto solve = [&](Node& node) {
+    MinMaxShareProgramme programme(static_cast<std::size_t>(k_stages), rows.totals);
+    for (std::size_t i = 0; i < rows.constant.size(); ++i)
+      programme.add(rows.constant[i], rows.slope[i]);
+    for (int j = 1; j < k_stages; ++j) {
+      const bool low = node.lo[j] > j, high = node.hi[j] < layers_ - (k_stages - j);
+      for (int c = 0; c < n_classes && (low || high); ++c) {
+        std::vector<double> a(static_cast<std::size_t>(n_classes) * k_stages, 0.0);
+        for (int s = 0; s < j; ++s) a[c * k_stages + s] = 1.0;
+        if (low) programme.add_constraint(a, before[c][node.lo[j]]);
+        for (double& v : a) v = -v;
+        if (high) programme.add_constraint(a, -before[c][node.hi[j]]);
+      }
+    }
+    std::vector<double> shares;
+    node.value = std::max(node.value, programme.solve(&shares));
+    // About what a solve costs against the search's steps (measured: four per tableau cell).
+    stats_.steps +=
+        4 * programme.functions() * static_cast<std::uint64_t>(n_classes * k_stages + 1);
+    node.at.assign(k_stages + 1, 0.0);
+    double work = 0.0;
+    for (int j = 1; j <= k_stages; ++j) {
+      for (int c = 0; c < n_classes; ++c) work += shares[c * k_stages + j - 1];
+      const auto t = std::lower_bound(total_before.begin(), total_before.end(), work);
+      const int x = std::clamp(static_cast<int>(t - total_before.begin()), 1, layers_);
+      const double span = total_before[x] - total_before[x - 1];
+      node.at[j] =
+          x - 1 + (span > 0.0 ? std::clamp((work - total_before[x - 1]) / span, 0.0, 1.0) : 1.0);
+    }
+  };
+  Node root{0.0, std::vector<int>(k_stages + 1), std::vector<int>(k_stages + 1), {}};
+  for (int j = 0; j <= k_stages; ++j) {
+    root.lo[j] = j;
+    root.hi[j] = layers_ - (k_stages - j);
+  }
+  root.hi[0] = 0;
+  root.lo[k_stages] = layers_;
+  if (!narrow(root.lo, root.hi)) return kInf;  // no balance passes the nested memory bounds
+  solve(root);
+  std::priority_queue<Node, std::vector<Node>, std::greater<>> open;
+  open.push(std::move(root));
+  for (int expanded = 0; expanded < kCappedRootNodes; ++expanded) {
+    if (open.empty()) return kInf;
+    if (open.top().value >= threshold) break;
+    if (stats_.steps >= step_limit) {
+      finished = false;
+      break;
+    }
+    Node node = open.top();
+    open.pop();
+    // The stage the shares put furthest over what fits, and the wider of its ends.
+    int over = -1, most = 0;
+    for (int j = 0; j < k_stages; ++j) {
+      const int a = std::clamp(static_cast<int>(std::lround(node.at[j])), node.lo[j], node.hi[j]);
+      const int b =
+          std::clamp(static_cast<int>(std::lround(node.at[j + 1])), node.lo[j + 1], node.hi[j + 1]);
+      if (a < layers_ && b - reach(j, a) > most) most = b - reach(j, a), over = j;
+    }
+    if (over < 0) {
+      open.push(std::move(node));  // consistent: splitting it would not see the caps
+      break;
+    }
+    int end = -1;
+    for (int j : {over, over + 1}) {
+      if (j == 0 || j == k_stages || node.lo[j] == node.hi[j]) continue;
+      if (end < 0 || node.hi[j] - node.lo[j] > node.hi[end] - node.lo[end]) end = j;
+    }
+    if (end < 0) continue;  // both ends fixed and still over: nothing of it fits (narrow missed it)
+    const int split =
+        std::clamp(static_cast<int>(std::lround(node.at[end])), node.lo[end], node.hi[end] - 1);
+    for (const auto& [from, to] :
+         {std::pair{node.lo[end], split}, std::pair{split + 1, node.hi[end]}}) {
+      Node child{node.value, node.lo, node.hi, {}};
+      child.lo[end] = from;
+      child.hi[end] = to;
+      if (!narrow(child.lo, child.hi)) continue;
+      solve(child);
+      open.push(std::move(child));
+    }
+  }
+  return open.empty() ? kInf : open.top().value;
 }
 
 // The root bound with 1F1B's round trips waiting, on the last stage, for their recomputes
@@ -1835,6 +1991,8 @@ struct PlanSearch::Entry {
   ConfigurationStats stats;  // what was spent on it
   bool closed = false;       // searched to the end, or ruled out by a bound
   double polished = kInf;    // the best plan polish() last started from
+  // With memory caps, the relaxed root's programme until capped_root() has used it.
+  std::unique_ptr<RelaxedRows> capped_rows;
 };
 
 // The threshold entry `self` must beat to enter the top N: the N-th best of the others.
@@ -1889,7 +2047,8 @@ void PlanSearch::open_root(Entry& e, const std::vector<Entry>& entries) {
   }
   // The relaxed root first: where it rules the configuration out, its tables are never built.
   std::vector<int> relaxed;  // the relaxed root's plan
-  e.root = std::max({e.root, relaxed_root(relaxed), host_root()});
+  RelaxedRows relaxed_rows;
+  e.root = std::max({e.root, relaxed_root(relaxed, &relaxed_rows), host_root()});
   if (e.root >= ranking_threshold_) {
     e.closed = true;
     keep(e);
@@ -1914,6 +2073,8 @@ void PlanSearch::open_root(Entry& e, const std::vector<Entry>& entries) {
   if (!fitting_.empty()) {
     if (repair(relaxed)) evaluate(relaxed, Objective::Time);  // repair() left its durations
     evaluate_leaner_incumbents();
+    // capped_root() costs about as much as a slice: it runs with the first one, if any.
+    e.capped_rows = std::make_unique<RelaxedRows>(std::move(relaxed_rows));
   }
   e.stats.evaluated = true;
   keep(e);
@@ -1971,6 +2132,19 @@ void PlanSearch::search_slice(Entry& e, std::vector<Entry>& entries, std::uint64
   const std::uint64_t nodes = stats_.nodes, steps = stats_.steps;
   step_limit_ = std::min(options_.search_budget, stats_.steps + slice);
   out_of_budget_ = false;
+  if (e.capped_rows) {
+    // Half the slice at most; cut short, it runs again with the next (larger) slice.
+    bool finished = true;
+    e.root = std::max(e.root, capped_root(*e.capped_rows, std::min(ranking_threshold_, e.best),
+                                          stats_.steps + slice / 2, finished));
+    if (finished) e.capped_rows.reset();
+    if (e.root >= std::min(ranking_threshold_, e.best)) {
+      e.closed = true;
+      e.stats.steps += stats_.steps - steps;
+      keep(e);
+      return;
+    }
+  }
   balance_.assign(stages_, 0);
   // The threshold only fell since the last slice, so what it searched stays searched.
   resume_ = e.resume;

@@ -84,6 +84,55 @@ TEST(MinMaxShareBound, MatchesAGridOverThreeShares) {
   }
 }
 
+// Constraints on the shares (the planner's prefix bounds: stage ends confined to intervals):
+// x0 and x0 + x1 each within an interval, against a grid over the shares that keeps to them.
+TEST(MinMaxShareProgramme, ConstrainedSharesMatchAGrid) {
+  std::mt19937 rng(18);
+  std::uniform_real_distribution<double> coef(-1.0, 3.0), offset(0.0, 10.0), unit(0.0, 1.0);
+  const double total = 12.0;
+  int bites = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    const int rows = 1 + static_cast<int>(rng() % 7);
+    MinMaxShareProgramme programme(3, total), free(3, total);
+    std::vector<double> constant(rows);
+    std::vector<std::vector<double>> slope(rows, std::vector<double>(3));
+    for (int i = 0; i < rows; ++i) {
+      constant[i] = offset(rng) + total;  // non-negative everywhere, as times are
+      for (double& g : slope[i]) g = coef(rng);
+      programme.add(constant[i], slope[i]);
+      free.add(constant[i], slope[i]);
+    }
+    double lo0 = total * unit(rng), hi0 = total * unit(rng);
+    if (lo0 > hi0) std::swap(lo0, hi0);
+    const double lo1 = lo0 + (total - lo0) * unit(rng) * 0.5;
+    const double hi1 = lo1 + (total - lo1) * unit(rng);
+    programme.add_constraint({1, 0, 0}, lo0);
+    programme.add_constraint({-1, 0, 0}, -hi0);
+    programme.add_constraint({1, 1, 0}, lo1);
+    programme.add_constraint({-1, -1, 0}, -hi1);
+    const int n = 480;
+    double grid = 1e300;
+    for (int a = 0; a <= n; ++a) {
+      for (int b = 0; a + b <= n; ++b) {
+        const std::vector<double> x = {total * a / n, total * b / n, total * (n - a - b) / n};
+        if (x[0] < lo0 - 1e-12 || x[0] > hi0 + 1e-12) continue;
+        if (x[0] + x[1] < lo1 - 1e-12 || x[0] + x[1] > hi1 + 1e-12) continue;
+        grid = std::min(grid, largest_at(constant, slope, x));
+      }
+    }
+    SCOPED_TRACE(trial);
+    std::vector<double> shares;
+    const double bound = programme.solve(&shares);
+    // The grid may miss the narrow feasible set's best point by a step either way.
+    EXPECT_LE(bound, grid + 1e-9);
+    EXPECT_GE(bound, grid - 8.0 * 2 * total / n);
+    EXPECT_GE(shares[0], lo0 - 1e-7);
+    EXPECT_LE(shares[0] + shares[1], hi1 + 1e-7);
+    if (bound > free.solve() + 1e-6) ++bites;
+  }
+  EXPECT_GT(bites, 50);  // the constraints move the bound on many trials
+}
+
 // Cutting planes: functions added one at a time, solving in between, end where one solution of
 // all of them does (the warm start changes the path, not the optimum); every intermediate bound
 // is at most the final one.

@@ -324,6 +324,54 @@ TEST(Planner, EveryRootBoundStaysBelowItsConfigurationsOptimum) {
   EXPECT_GT(near, checked / 20);
 }
 
+// The same under memory caps that bind, with a budget for the first slices: the roots then
+// include capped_root(), which narrows the stage ends to where the stages may fit. Each
+// configuration's reported bound stays at or below its brute-force optimum among the plans that
+// fit, and the caps raise it on some.
+TEST(Planner, CappedRootBoundsStayBelowTheirConfigurationsOptimum) {
+  std::mt19937 rng(1616);
+  int checked = 0, raised = 0;
+  for (int trial = 0; trial < 80; ++trial) {
+    const int layers = 4 + static_cast<int>(rng() % 9);                        // 4..12
+    const int stages = 2 + static_cast<int>(rng() % std::min(layers - 2, 3));  // 2..4
+    const std::int64_t batch = 1 + rng() % 7;
+    const Profile profile = testing::random_profile(rng, layers, batch);
+    Hardware hw = random_hardware(rng, profile, stages);
+    const BruteForce free = brute_force(profile, hw);
+    const std::int64_t cap =
+        static_cast<std::int64_t>(free.leanest_peak * (1.0 + (rng() % 30) / 100.0));
+    for (auto& d : hw.devices) d.memory_bytes = cap;
+    const BruteForce expected = brute_force(profile, hw);
+    PlannerOptions options;
+    options.top = 1000;
+    options.search_budget = 1'000'000;
+    const PlanSearchResult capped = find_best_plans(profile, hw, options);
+    Hardware uncapped_hw = hw;
+    for (auto& d : uncapped_hw.devices) d.memory_bytes = 0;
+    options.search_budget = 1;
+    const PlanSearchResult uncapped = find_best_plans(profile, uncapped_hw, options);
+    std::map<std::tuple<int, CheckpointMode, ScheduleKind>, double> uncapped_roots;
+    for (const ConfigurationStats& c : uncapped.stats.per_configuration)
+      uncapped_roots[{c.chunks, c.checkpoint, c.schedule}] = c.lower_bound_ms;
+    for (const ConfigurationStats& c : capped.stats.per_configuration) {
+      const auto key =
+          std::make_tuple(split_batch(profile.batch_size, c.chunks), c.checkpoint, c.schedule);
+      if (!expected.per_config.count(key)) continue;
+      const double optimum = expected.per_config.at(key);
+      SCOPED_TRACE(::testing::Message()
+                   << "trial " << trial << ": " << layers << " layers, " << stages << " stages, x"
+                   << c.chunks << " " << to_string(c.checkpoint) << " " << to_string(c.schedule));
+      EXPECT_LE(c.lower_bound_ms, optimum * (1 + 1e-12));
+      ++checked;
+      const double before = uncapped_roots[{c.chunks, c.checkpoint, c.schedule}];
+      if (c.lower_bound_ms > before * (1 + 1e-6)) ++raised;
+    }
+  }
+  EXPECT_GT(checked, 500);
+  // capped_root() is most of it (454 of 761 raised; 313 without it).
+  EXPECT_GT(raised, checked / 2);
+}
+
 // Host launch times that pace some stages' tasks and not others (LayerProfile::
 // forward_launch_ms): about a layer's own device time, so that a stage's pace depends on which
 // layers it holds. The planner's bounds take the device's times alone; a task's launches can
