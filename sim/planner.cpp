@@ -444,7 +444,7 @@ class PlanSearch {
   StageEnds stage_ends(const std::vector<int>& balance);
   std::int64_t memory_excess(int k, int a, int b);
   bool polish(std::uint64_t step_limit);
-  bool repair(std::vector<int>& balance);
+  bool repair(std::vector<int>& balance, std::uint64_t step_limit);
   double threshold(Objective objective) const {
     return objective == Objective::Time ? std::min(config_best_, ranking_threshold_) : lean_best_;
   }
@@ -1375,7 +1375,8 @@ double PlanSearch::relaxed_root(std::vector<int>& balance, RelaxedRows* rows) co
 // stage over what fits, the wider of its two ends is split at the shares' position. The
 // children cover their parent, so the least bound over the open nodes bounds every balance
 // that fits; it stops when that node's shares fit as they are, when it reaches `threshold`,
-// after kCappedRootNodes nodes or at `step_limit` (then `finished` is false).
+// after kCappedRootNodes nodes, or at `step_limit`: only then is `finished` false (the caller
+// runs it again with a larger allowance).
 double PlanSearch::capped_root(const RelaxedRows& rows, double threshold, std::uint64_t step_limit,
                                bool& finished) {
   finished = true;
@@ -1437,9 +1438,11 @@ double PlanSearch::capped_root(const RelaxedRows& rows, double threshold, std::u
     }
     std::vector<double> shares;
     node.value = std::max(node.value, programme.solve(&shares));
-    // About what a solve costs against the search's steps (measured: four per tableau cell).
-    stats_.steps +=
-        4 * programme.functions() * static_cast<std::uint64_t>(n_classes * k_stages + 1);
+    // About what a solve costs against the search's steps (measured: four per tableau cell;
+    // the constraints' columns count as functions).
+    const std::uint64_t columns =
+        programme.functions() + 2 * static_cast<std::uint64_t>(n_classes) * k_stages;
+    stats_.steps += 4 * columns * static_cast<std::uint64_t>(n_classes * k_stages + 1);
     node.at.assign(k_stages + 1, 0.0);
     double work = 0.0;
     for (int j = 1; j <= k_stages; ++j) {
@@ -1501,7 +1504,8 @@ double PlanSearch::capped_root(const RelaxedRows& rows, double threshold, std::u
       open.push(std::move(child));
     }
   }
-  return open.empty() ? kInf : open.top().value;
+  // A hair below, as the relaxed root: rounding never rules out a plan as long as the bound.
+  return open.empty() ? kInf : open.top().value * (1.0 - 1e-12);
 }
 
 // The root bound with 1F1B's round trips waiting, on the last stage, for their recomputes
@@ -1705,13 +1709,14 @@ bool PlanSearch::polish(std::uint64_t step_limit) {
 // the least total excess of the stages' memory bounds over their caps, the fastest by the sweep
 // among equals, until none is left or no move lowers it. Where a cap rules out the fastest
 // shares, this lands a few layers from them, where the busy-balanced plan under the caps can be
-// far slower. True when every stage passes its memory bound; `balance` is then the plan.
-bool PlanSearch::repair(std::vector<int>& balance) {
+// far slower. True when every stage passes its memory bound; `balance` is then the plan. Gives
+// up at `step_limit` (a cap that no plan near the shares meets can take many steps).
+bool PlanSearch::repair(std::vector<int>& balance, std::uint64_t step_limit) {
   StageEnds at = stage_ends(balance);
   std::vector<std::int64_t> excess(stages_);
   for (int k = 0; k < stages_; ++k) excess[k] = memory_excess(k, at.start(k), at.ends[k]);
   const std::vector<Move> moves = local_moves();
-  for (int step = 0; step < 4 * layers_; ++step) {
+  for (int step = 0; step < 4 * layers_ && stats_.steps < step_limit; ++step) {
     const std::int64_t total = std::accumulate(excess.begin(), excess.end(), std::int64_t{0});
     if (total == 0) break;
     std::int64_t best_total = total;
@@ -2071,7 +2076,12 @@ void PlanSearch::open_root(Entry& e, const std::vector<Entry>& entries) {
     evaluate(first, Objective::Time);
   }
   if (!fitting_.empty()) {
-    if (repair(relaxed)) evaluate(relaxed, Objective::Time);  // repair() left its durations
+    // The cheap pass runs whatever the budget, but a repair that the caps make long stops at
+    // a thirty-second of it (at a 2.2 x cap on the 1,000 x 16 case, most would have failed
+    // after up to 0.8 M steps; at 2.5 x every one succeeds within 0.1 M).
+    const std::uint64_t allowance = std::max<std::uint64_t>(options_.search_budget / 32, 1 << 17);
+    if (repair(relaxed, stats_.steps + allowance))
+      evaluate(relaxed, Objective::Time);  // repair() left its durations
     evaluate_leaner_incumbents();
     // capped_root() costs about as much as a slice: it runs with the first one, if any.
     e.capped_rows = std::make_unique<RelaxedRows>(std::move(relaxed_rows));
@@ -2132,11 +2142,14 @@ void PlanSearch::search_slice(Entry& e, std::vector<Entry>& entries, std::uint64
   const std::uint64_t nodes = stats_.nodes, steps = stats_.steps;
   step_limit_ = std::min(options_.search_budget, stats_.steps + slice);
   out_of_budget_ = false;
+  // The capped root and the polish take half the slice at most between them, so that the
+  // search gets the rest (and its resume point is not lost to an empty slice).
+  const std::uint64_t half_slice = stats_.steps + slice / 2;
   if (e.capped_rows) {
-    // Half the slice at most; cut short, it runs again with the next (larger) slice.
+    // Cut short, it runs again with the next (larger) slice.
     bool finished = true;
     e.root = std::max(e.root, capped_root(*e.capped_rows, std::min(ranking_threshold_, e.best),
-                                          stats_.steps + slice / 2, finished));
+                                          half_slice, finished));
     if (finished) e.capped_rows.reset();
     if (e.root >= std::min(ranking_threshold_, e.best)) {
       e.closed = true;
@@ -2152,7 +2165,7 @@ void PlanSearch::search_slice(Entry& e, std::vector<Entry>& entries, std::uint64
   if (!resuming_) resume_.assign(stages_, 0);
   if (e.best < e.polished) {
     // Half the slice at most: the search still gets the rest, now against a lower threshold.
-    if (polish(stats_.steps + slice / 2)) e.polished = config_best_;
+    if (polish(half_slice)) e.polished = config_best_;
   }
   build_trip_tables(threshold(Objective::Time));
   search(0, 0, 0.0, 0.0, {}, 0.0, Objective::Time);
@@ -2584,7 +2597,9 @@ void PlanSearch::polish_unpolished(std::vector<Entry>& entries) {
   for (Entry* e : order) {
     if (stats_.steps >= limit || e->best >= ranking_threshold(entries, e)) continue;
     if (!open(*e, entries, /*tables=*/false)) continue;
+    const std::uint64_t steps = stats_.steps;
     if (polish(limit)) e->polished = config_best_;
+    e->stats.steps += stats_.steps - steps;
     keep(*e);
   }
 }

@@ -120,6 +120,7 @@ TEST(MinMaxShareProgramme, ConstrainedSharesMatchAGrid) {
         grid = std::min(grid, largest_at(constant, slope, x));
       }
     }
+    if (grid > 1e299) continue;  // the feasible set falls between grid points
     SCOPED_TRACE(trial);
     std::vector<double> shares;
     const double bound = programme.solve(&shares);
