@@ -288,6 +288,27 @@ TEST(Planner, RecomputeRootBoundStaysBelowTheOptimum) {
   EXPECT_GT(near, 20);  // the bound is close enough to the optimum for the check to bite
 }
 
+// Each configuration's reported bound against its brute-force optimum (among the plans that
+// fit): at or below it. `each` sees every configuration checked, with its optimum.
+int expect_bounds_below_optima(const Profile& profile, const BruteForce& expected,
+                               const PlanSearchResult& result, int trial, int layers, int stages,
+                               const std::function<void(const ConfigurationStats&, double)>& each) {
+  int checked = 0;
+  for (const ConfigurationStats& c : result.stats.per_configuration) {
+    const auto key =
+        std::make_tuple(split_batch(profile.batch_size, c.chunks), c.checkpoint, c.schedule);
+    if (!expected.per_config.count(key)) continue;
+    const double optimum = expected.per_config.at(key);
+    SCOPED_TRACE(::testing::Message()
+                 << "trial " << trial << ": " << layers << " layers, " << stages << " stages, x"
+                 << c.chunks << " " << to_string(c.checkpoint) << " " << to_string(c.schedule));
+    EXPECT_LE(c.lower_bound_ms, optimum * (1 + 1e-12));
+    ++checked;
+    each(c, optimum);
+  }
+  return checked;
+}
+
 // Every configuration's root bound (the relaxed root among them: docs/planner.md) against its
 // optimum by brute force: GPipe and 1F1B, every checkpoint mode, uneven micro-batches, devices
 // of very different speeds, task overheads and links. With a budget of one step the search
@@ -306,18 +327,10 @@ TEST(Planner, EveryRootBoundStaysBelowItsConfigurationsOptimum) {
     options.top = 1000;
     options.search_budget = 1;
     const PlanSearchResult result = find_best_plans(profile, hw, options);
-    for (const ConfigurationStats& c : result.stats.per_configuration) {
-      const auto key =
-          std::make_tuple(split_batch(profile.batch_size, c.chunks), c.checkpoint, c.schedule);
-      if (!expected.per_config.count(key)) continue;
-      const double optimum = expected.per_config.at(key);
-      SCOPED_TRACE(::testing::Message()
-                   << "trial " << trial << ": " << layers << " layers, " << stages << " stages, x"
-                   << c.chunks << " " << to_string(c.checkpoint) << " " << to_string(c.schedule));
-      EXPECT_LE(c.lower_bound_ms, optimum * (1 + 1e-12));
-      ++checked;
-      if (c.lower_bound_ms > 0.98 * optimum) ++near;
-    }
+    checked += expect_bounds_below_optima(profile, expected, result, trial, layers, stages,
+                                          [&](const ConfigurationStats& c, double optimum) {
+                                            if (c.lower_bound_ms > 0.98 * optimum) ++near;
+                                          });
   }
   EXPECT_GT(checked, 1500);
   // Close enough to the optima for the check to bite: the relaxed root x 1.03 fails it.
@@ -353,19 +366,11 @@ TEST(Planner, CappedRootBoundsStayBelowTheirConfigurationsOptimum) {
     std::map<std::tuple<int, CheckpointMode, ScheduleKind>, double> uncapped_roots;
     for (const ConfigurationStats& c : uncapped.stats.per_configuration)
       uncapped_roots[{c.chunks, c.checkpoint, c.schedule}] = c.lower_bound_ms;
-    for (const ConfigurationStats& c : capped.stats.per_configuration) {
-      const auto key =
-          std::make_tuple(split_batch(profile.batch_size, c.chunks), c.checkpoint, c.schedule);
-      if (!expected.per_config.count(key)) continue;
-      const double optimum = expected.per_config.at(key);
-      SCOPED_TRACE(::testing::Message()
-                   << "trial " << trial << ": " << layers << " layers, " << stages << " stages, x"
-                   << c.chunks << " " << to_string(c.checkpoint) << " " << to_string(c.schedule));
-      EXPECT_LE(c.lower_bound_ms, optimum * (1 + 1e-12));
-      ++checked;
-      const double before = uncapped_roots[{c.chunks, c.checkpoint, c.schedule}];
-      if (c.lower_bound_ms > before * (1 + 1e-6)) ++raised;
-    }
+    checked += expect_bounds_below_optima(
+        profile, expected, capped, trial, layers, stages, [&](const ConfigurationStats& c, double) {
+          const double before = uncapped_roots[{c.chunks, c.checkpoint, c.schedule}];
+          if (c.lower_bound_ms > before * (1 + 1e-6)) ++raised;
+        });
   }
   EXPECT_GT(checked, 500);
   // capped_root() is most of it (454 of 761 raised; 313 without it).
