@@ -411,7 +411,6 @@ class PlanSearch {
     std::vector<std::vector<double>> slope;
     std::vector<double> totals;  // per class
     std::vector<int> class_of;   // per layer
-    std::vector<double> work;    // per layer
   };
   double relaxed_root(std::vector<int>& balance, RelaxedRows* rows = nullptr) const;
   double capped_root(const RelaxedRows& rows, double threshold, std::uint64_t step_limit,
@@ -442,6 +441,8 @@ class PlanSearch {
   std::vector<Move> local_moves() const;
   struct StageEnds;
   StageEnds stage_ends(const std::vector<int>& balance);
+  std::vector<StageDurations> retime(const StageEnds& at, const Move& m);
+  void restore(const std::vector<StageDurations>& kept, const Move& m);
   std::int64_t memory_excess(int k, int a, int b);
   bool polish(std::uint64_t step_limit);
   bool repair(std::vector<int>& balance, std::uint64_t step_limit);
@@ -1345,7 +1346,7 @@ double PlanSearch::relaxed_root(std::vector<int>& balance, RelaxedRows* rows) co
     slope.push_back(std::move(row));
     bound = std::max(bound, programme.solve(&shares));
   }
-  if (rows != nullptr) *rows = {constant, slope, classes.work, classes.of, layer_work};
+  if (rows != nullptr) *rows = {constant, slope, classes.work, classes.of};
   bound = std::max(bound, heaviest_layer_bound(programme, layer_work, classes, stages_));
   // The shares' plan, rounded to layer boundaries: a first plan near the bound.
   balance.assign(stages_, 0);
@@ -1385,13 +1386,11 @@ double PlanSearch::capped_root(const RelaxedRows& rows, double threshold, std::u
   auto reach = [&](int j, int a) {  // the furthest end of stage j from start a that may fit
     return fit_end_[j].empty() ? layers_ : fit_end_[j][std::min(a, layers_ - 1)];
   };
-  // Class c's work in layers [0, t).
+  // Class c's work in layers [0, t) (work_ is all classes').
   std::vector<std::vector<double>> before(n_classes, std::vector<double>(layers_ + 1, 0.0));
-  std::vector<double> total_before(layers_ + 1, 0.0);
   for (int t = 0; t < layers_; ++t) {
     for (int c = 0; c < n_classes; ++c) before[c][t + 1] = before[c][t];
-    before[rows.class_of[t]][t + 1] += rows.work[t];
-    total_before[t + 1] = total_before[t] + rows.work[t];
+    before[rows.class_of[t]][t + 1] += work_[t + 1] - work_[t];
   }
   struct Node {
     double value;
@@ -1447,11 +1446,10 @@ double PlanSearch::capped_root(const RelaxedRows& rows, double threshold, std::u
     double work = 0.0;
     for (int j = 1; j <= k_stages; ++j) {
       for (int c = 0; c < n_classes; ++c) work += shares[c * k_stages + j - 1];
-      const auto t = std::lower_bound(total_before.begin(), total_before.end(), work);
-      const int x = std::clamp(static_cast<int>(t - total_before.begin()), 1, layers_);
-      const double span = total_before[x] - total_before[x - 1];
-      node.at[j] =
-          x - 1 + (span > 0.0 ? std::clamp((work - total_before[x - 1]) / span, 0.0, 1.0) : 1.0);
+      const auto t = std::lower_bound(work_.begin(), work_.end(), work);
+      const int x = std::clamp(static_cast<int>(t - work_.begin()), 1, layers_);
+      const double span = work_[x] - work_[x - 1];
+      node.at[j] = x - 1 + (span > 0.0 ? std::clamp((work - work_[x - 1]) / span, 0.0, 1.0) : 1.0);
     }
   };
   Node root{0.0, std::vector<int>(k_stages + 1), std::vector<int>(k_stages + 1), {}};
@@ -1657,7 +1655,21 @@ PlanSearch::StageEnds PlanSearch::stage_ends(const std::vector<int>& balance) {
   return s;
 }
 
-// By how much stage k = [a, b)'s memory bound exceeds its device's cap (0 without one).
+// durations_ of the stages move `m` changed, as `at` has them now; returns what they were, for
+// restore().
+std::vector<StageDurations> PlanSearch::retime(const StageEnds& at, const Move& m) {
+  std::vector<StageDurations> kept(durations_.begin() + m.k,
+                                   durations_.begin() + m.last_stage() + 1);
+  for (int k = m.k; k <= m.last_stage(); ++k) durations_[k] = durations(k, at.start(k), at.ends[k]);
+  return kept;
+}
+
+void PlanSearch::restore(const std::vector<StageDurations>& kept, const Move& m) {
+  std::copy(kept.begin(), kept.end(), durations_.begin() + m.k);
+}
+
+// By how much stage k = [a, b)'s memory bound exceeds its device's cap (0 without one). The
+// bound walks the stage's layers, counted like a sweep.
 std::int64_t PlanSearch::memory_excess(int k, int a, int b) {
   if (capacity_[k] <= 0) return 0;
   stats_.steps += 1 + static_cast<std::uint64_t>(b - a) / kSweepTasksPerStep;
@@ -1680,14 +1692,11 @@ bool PlanSearch::polish(std::uint64_t step_limit) {
     if (!at.stages_not_empty(m)) return false;
     for (int k = m.k; k <= m.last_stage(); ++k)
       if (memory_excess(k, at.start(k), at.ends[k]) > 0) return false;
-    std::vector<StageDurations> kept(durations_.begin() + m.k,
-                                     durations_.begin() + m.last_stage() + 1);
-    for (int k = m.k; k <= m.last_stage(); ++k)
-      durations_[k] = durations(k, at.start(k), at.ends[k]);
+    const std::vector<StageDurations> kept = retime(at, m);
     const double before = config_best_;
     evaluate(at.balance(), Objective::Time);
     if (config_best_ < before) return true;
-    std::copy(kept.begin(), kept.end(), durations_.begin() + m.k);
+    restore(kept, m);
     return false;
   };
   const std::vector<Move> moves = local_moves();
@@ -1732,25 +1741,21 @@ bool PlanSearch::repair(std::vector<int>& balance, std::uint64_t step_limit) {
         for (int k = m.k; k <= m.last_stage(); ++k)
           moved += memory_excess(k, at.start(k), at.ends[k]) - excess[k];
         if (moved < best_total || (moved == best_total && best != nullptr)) {
-          std::vector<StageDurations> kept(durations_.begin() + m.k,
-                                           durations_.begin() + m.last_stage() + 1);
-          for (int k = m.k; k <= m.last_stage(); ++k)
-            durations_[k] = durations(k, at.start(k), at.ends[k]);
+          const std::vector<StageDurations> kept = retime(at, m);
           const double time = sweep_->run(durations_);
           stats_.steps += sweep_->task_count() / kSweepTasksPerStep;
           if (moved < best_total || time < best_time)
             best_total = moved, best_time = time, best = &m;
-          std::copy(kept.begin(), kept.end(), durations_.begin() + m.k);
+          restore(kept, m);
         }
       }
       at.shift(m, -1);
     }
     if (best == nullptr) break;
     at.shift(*best, 1);
-    for (int k = best->k; k <= best->last_stage(); ++k) {
-      durations_[k] = durations(k, at.start(k), at.ends[k]);
+    retime(at, *best);
+    for (int k = best->k; k <= best->last_stage(); ++k)
       excess[k] = memory_excess(k, at.start(k), at.ends[k]);
-    }
   }
   balance = at.balance();
   return std::all_of(excess.begin(), excess.end(), [](std::int64_t x) { return x == 0; });
@@ -1853,11 +1858,8 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
     const StageDurations d = durations(j, a, b);
     bound = std::max(bound, wait_bound(j, a, b, d, exact));
     if (bound >= limit) continue;
-    if (capacity_[j] > 0) {
-      // The full bound walks the stage's layers: last, and counted like a sweep.
-      stats_.steps += 1 + static_cast<std::uint64_t>(b - a) / kSweepTasksPerStep;
-      if (memory_bound(j, a, b) > capacity_[j]) continue;
-    }
+    // The full memory bound walks the stage's layers: last.
+    if (memory_excess(j, a, b) > 0) continue;
     balance_[j] = b - a;
     durations_[j] = d;
     if (last) {
