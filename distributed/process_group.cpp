@@ -219,13 +219,18 @@ class GlooTransport final : public exec::Transport {
     h[3 + kMaxDims] = moved ? kMoved : kAsBefore;
     std::vector<at::Tensor> header_list{header}, data_list{tensor.contiguous()};
     std::lock_guard<std::mutex> lock(mutex_);
-    sending_.push_back({to_rank, group_->send(header_list, to_rank, 3 * tag)});
+    sending_.push_back(
+        {to_rank, post(to_rank, [&] { return group_->send(header_list, to_rank, 3 * tag); })});
     if (moved) {
       std::vector<at::Tensor> stand_in{before->allocate().zero_()};
-      sending_.push_back({to_rank, group_->send(stand_in, to_rank, 3 * tag + kAsBefore)});
+      sending_.push_back({to_rank, post(to_rank, [&] {
+                            return group_->send(stand_in, to_rank, 3 * tag + kAsBefore);
+                          })});
     }
-    sending_.push_back(
-        {to_rank, group_->send(data_list, to_rank, 3 * tag + (moved ? kMoved : kAsBefore))});
+    sending_.push_back({to_rank, post(to_rank, [&] {
+                          return group_->send(data_list, to_rank,
+                                              3 * tag + (moved ? kMoved : kAsBefore));
+                        })});
     sends_changed_.notify_all();
   }
 
@@ -237,13 +242,14 @@ class GlooTransport final : public exec::Transport {
       if (it != received_layouts_.end()) before = it->second;
     }
     std::vector<at::Tensor> header{at::empty({kHeader}, at::kLong)};
-    auto header_work = group_->recv(header, from_rank, 3 * tag);
+    auto header_work = post(from_rank, [&] { return group_->recv(header, from_rank, 3 * tag); });
     // Posted now, before the header is in: see the top of this file.
     std::vector<at::Tensor> posted;
     c10::intrusive_ptr<c10d::Work> posted_work;
     if (before) {
       posted.push_back(before->allocate());
-      posted_work = group_->recv(posted, from_rank, 3 * tag + kAsBefore);
+      posted_work =
+          post(from_rank, [&] { return group_->recv(posted, from_rank, 3 * tag + kAsBefore); });
     }
     receive(header_work, from_rank);
     const auto* h = header[0].data_ptr<std::int64_t>();
@@ -262,7 +268,11 @@ class GlooTransport final : public exec::Transport {
     } else {
       // The first tensor on this (peer, tag), or one of another layout after its stand-in.
       std::vector<at::Tensor> data{layout.allocate()};
-      receive(group_->recv(data, from_rank, 3 * tag + (before ? kMoved : kAsBefore)), from_rank);
+      receive(post(from_rank,
+                   [&] {
+                     return group_->recv(data, from_rank, 3 * tag + (before ? kMoved : kAsBefore));
+                   }),
+              from_rank);
       got.tensor = data[0];
     }
     std::lock_guard<std::mutex> lock(layouts_mutex_);
@@ -426,6 +436,17 @@ class GlooTransport final : public exec::Transport {
       sends_changed_.notify_all();
     }
     if (releaser_.joinable()) releaser_.join();
+  }
+
+  // Posts a send or a receive: gloo refuses one at once on a pair whose peer closed it, before
+  // any wait could name the peer.
+  template <typename Post>
+  c10::intrusive_ptr<c10d::Work> post(int peer, Post&& post_it) {
+    try {
+      return post_it();
+    } catch (const std::exception& e) {
+      throw WorkError(fmt::format("rank {} is gone ({})", peer, why(e)));
+    }
   }
 
   // A receive that cancel_receives() can wake: it is known while it waits.

@@ -419,7 +419,14 @@ void Pipeline::Impl::send(Carry carry, int to_stage, int micro_batch, const at::
   if (!is_local(to_device)) {
     // Another process: the receiver there records the copy, from the time sent along with it.
     const Key key{carry, to_stage, micro_batch};
-    options.transport->send(tensor, to_device, tag(key), options.transport->clock_ms());
+    try {
+      options.transport->send(tensor, to_device, tag(key), options.transport->clock_ms());
+    } catch (const std::exception& e) {
+      // A peer that died may be noticed here first, by a send, before any receive: name both.
+      throw WorkError(fmt::format(
+          "step {}: sending the {} of stage {} to rank {}: {}", step_index + 1,
+          carry == Carry::Activation ? "activation" : "gradient", to_stage, to_device, e.what()));
+    }
     return;
   }
   Handoff h = runtime->publish(tensor, from_device);
