@@ -12,6 +12,7 @@
 #include <exception>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 #include <tuple>
 
@@ -202,6 +203,105 @@ double measure_backward_call_ms(MeasureBackend& backend, int repeats) {
   });
 }
 
+// Each layer's host time per repetition, in ms: forward without autograd, forward, backward.
+struct HostTimes {
+  std::vector<std::vector<double>> nograd, forward, backward;
+};
+
+// The host's pace: each layer's calls timed by the steady clock as a stage makes them, in one
+// untimed and `repeats` timed repetitions with nothing watching the calls (CUPTI's callbacks
+// would slow them). Every pass starts from an idle device, and its layers' calls follow each
+// other with no wait between them: one graph through every layer and one backward call for all,
+// each layer's backward bounded by the hooks on the gradients of its output and its input.
+// Timing each layer by itself, as the device pass does, made an H200 GPT's launch sums 25 %
+// longer than its whole step: a call per layer and a synchronize before each cost more than a
+// stage pays. A launch queue that fills makes the host wait only where the device's time is the
+// larger anyway. The one backward call's own time (`backward_call_ms`, paid once per stage) is
+// taken out of the layers it falls on: its start before the last layer, its end after the
+// first that has a backward.
+HostTimes time_host_calls(models::Model& model, std::vector<torch::nn::AnyModule*>& modules,
+                          const at::Tensor& input, const at::Tensor& target,
+                          MeasureBackend& backend, int repeats, double backward_call_ms) {
+  using Clock = std::chrono::steady_clock;
+  const int layer_count = static_cast<int>(modules.size());
+  HostTimes host;
+  host.nograd.resize(layer_count);
+  host.forward.resize(layer_count);
+  host.backward.resize(layer_count);
+  auto ms = [](Clock::time_point from, Clock::time_point to) {
+    return std::chrono::duration<double, std::milli>(to - from).count();
+  };
+  auto repetition = [&](bool timed) {
+    {
+      at::NoGradGuard no_grad;
+      at::Tensor current = input;
+      backend.synchronize();
+      auto mark = Clock::now();
+      for (int l = 0; l < layer_count; ++l) {
+        Runner run{*modules[l], model, l + 1 == layer_count, target};
+        current = run.forward(current).second;
+        const auto now = Clock::now();
+        if (timed) host.nograd[l].push_back(ms(mark, now));
+        mark = now;
+      }
+    }
+    // One graph through every layer, as within a stage.
+    std::vector<at::Tensor> outputs(layer_count);
+    at::Tensor root;
+    at::Tensor current = input;
+    backend.synchronize();
+    auto mark = Clock::now();
+    for (int l = 0; l < layer_count; ++l) {
+      // An input without a graph behind it (after layers without parameters) asks for its
+      // gradient all the same, as a stage's input does and as the device pass times it.
+      if (l > 0 && at::isFloatingType(current.scalar_type()) && !current.requires_grad())
+        current = current.detach().requires_grad_(true);
+      Runner run{*modules[l], model, l + 1 == layer_count, target};
+      std::tie(root, current) = run.forward(current);
+      outputs[l] = current;
+      const auto now = Clock::now();
+      if (timed) host.forward[l].push_back(ms(mark, now));
+      mark = now;
+    }
+    if (!root.requires_grad()) return;  // nothing has a gradient: no backward
+    // reached[l]: when the gradient of layer l's output is in, so layer l's backward starts.
+    // The layers before the first output without a gradient have no backward (as a first
+    // layer without parameters has none).
+    std::vector<std::optional<Clock::time_point>> reached(layer_count);
+    int first_with_backward = layer_count - 1;
+    while (first_with_backward > 0 && outputs[first_with_backward - 1].requires_grad())
+      --first_with_backward;
+    for (int l = first_with_backward; l + 1 < layer_count; ++l) {
+      outputs[l].register_hook([&reached, l](const at::Tensor&) { reached[l] = Clock::now(); });
+    }
+    backend.synchronize();
+    const auto started = Clock::now();
+    torch::autograd::backward({root});
+    const auto ended = Clock::now();
+    if (!timed) return;
+    // An output whose gradient never came (a layer that ignores its input) ends no backward:
+    // the layer after takes the time.
+    for (int l = layer_count - 2; l >= first_with_backward; --l) {
+      if (!reached[l]) reached[l] = l + 2 == layer_count ? started : *reached[l + 1];
+    }
+    for (int l = layer_count - 1; l >= first_with_backward; --l) {
+      const Clock::time_point from = l + 1 == layer_count ? started : *reached[l];
+      const Clock::time_point to = l == first_with_backward ? ended : *reached[l - 1];
+      double took = ms(from, to);
+      if (l + 1 == layer_count) took -= 0.5 * backward_call_ms;
+      if (l == first_with_backward) took -= 0.5 * backward_call_ms;
+      host.backward[l].push_back(std::max(0.0, took));
+    }
+  };
+  unwatched(backend, [&] {
+    // The untimed repetition first: the first calls after CUPTI lets go pay for it.
+    for (int r = 0; r < 1 + repeats; ++r) repetition(r >= 1);
+    backend.synchronize();
+    return 0;
+  });
+  return host;
+}
+
 // Time, in context: each repetition is one forward pass through every layer and one backward
 // pass back, each layer timed on its own within it. Timing a layer alone, again and again,
 // would keep its weights in cache, which a pipeline streaming micro-batches through many
@@ -216,22 +316,8 @@ std::vector<LayerTimes> time_layers(models::Model& model,
   std::uint64_t next_region = 1;
   std::vector<std::vector<std::uint64_t>> forward_ids(layer_count), backward_ids(layer_count),
       nograd_ids(layer_count), input_ids(layer_count), weight_ids(layer_count);
-  // The host pass (measure_launches): each region's time on the host's clock, kept by the ids
-  // vector (one per layer and kind) it would have been timed into.
-  bool host_pass = false;
-  std::map<const std::vector<std::uint64_t>*, std::vector<double>> host_ms;
   // Runs `work` as region `ids` of layer l when the repetition is timed.
   auto region = [&](bool timed, std::vector<std::uint64_t>& ids, auto&& work) {
-    if (host_pass) {
-      // From an idle device, so that a full launch queue never makes the host wait for it.
-      backend.synchronize();
-      const auto started = std::chrono::steady_clock::now();
-      auto result = work();
-      const std::chrono::duration<double, std::milli> took =
-          std::chrono::steady_clock::now() - started;
-      if (timed) host_ms[&ids].push_back(took.count());
-      return result;
-    }
     const std::uint64_t id = next_region++;
     if (timed) backend.begin(id);
     auto result = work();
@@ -282,7 +368,7 @@ std::vector<LayerTimes> time_layers(models::Model& model,
     }
   };
   // One repetition: the forward without autograd, the forward and the backward through every
-  // layer, and (not on the host pass, which times the calls a pipeline makes) the split backward.
+  // layer, and the split backward.
   auto repetition = [&](bool timed) {
     // First the forward a checkpointed micro-batch runs: no autograd, nothing saved.
     {
@@ -320,21 +406,13 @@ std::vector<LayerTimes> time_layers(models::Model& model,
     }
     // Parameter gradients stay allocated and accumulate, as in every backward of a stage but
     // its first.
-    if (!host_pass) split_backward_pass(timed);
+    split_backward_pass(timed);
   };
   for (int r = 0; r < options.warmup + options.repeats; ++r) repetition(r >= options.warmup);
   const auto times = backend.collect_ms();
-  // The host's pace: the same calls again, each from an idle device and with nothing watching
-  // them, so that neither a full launch queue nor CUPTI's callbacks make the host wait.
-  if (measure_launches) {
-    host_pass = true;
-    unwatched(backend, [&] {
-      for (int r = 0; r < options.repeats; ++r) repetition(true);
-      backend.synchronize();
-      return 0;
-    });
-    host_pass = false;
-  }
+  const HostTimes host = measure_launches ? time_host_calls(model, modules, input, target, backend,
+                                                            options.repeats, backward_call_ms)
+                                          : HostTimes{};
   auto pick = [&](const std::vector<std::uint64_t>& ids) {
     std::vector<double> v;
     for (auto id : ids) {
@@ -349,11 +427,9 @@ std::vector<LayerTimes> time_layers(models::Model& model,
               pick(weight_ids[l])};
     if (measure_launches) {
       out[l].launches = true;
-      out[l].forward_launch = statistics(host_ms[&forward_ids[l]]);
-      out[l].backward_launch = statistics(host_ms[&backward_ids[l]]);
-      out[l].backward_launch.median =
-          std::max(0.0, out[l].backward_launch.median - backward_call_ms);
-      out[l].forward_nograd_launch = statistics(host_ms[&nograd_ids[l]]);
+      out[l].forward_launch = statistics(host.forward[l]);
+      out[l].backward_launch = statistics(host.backward[l]);
+      out[l].forward_nograd_launch = statistics(host.nograd[l]);
     }
   }
   return out;

@@ -38,13 +38,17 @@
 //                             back to back, so both see the same cache state.
 //   forward_launch_ms, backward_launch_ms, forward_nograd_launch_ms (GPU)
 //                             the host's time to make the layer's calls, timed by the steady
-//                             clock in `repeats` more passes in which each layer's calls start
-//                             from an idle device and nothing watches them (CUPTI's callbacks
-//                             would slow them): where a layer's kernels are small, the GPU waits
-//                             for the host, and that pace, not the kernels' time, sets a stage's.
-//                             A backward call's own time (device.backward_call_ms: from
+//                             clock in one untimed and `repeats` timed passes, each from an
+//                             idle device, with the layers' calls back to back as a stage makes
+//                             them (one graph, one backward call, each layer's backward bounded
+//                             by hooks on its gradients) and nothing watching them (CUPTI's
+//                             callbacks would slow them): where a layer's kernels are small, the
+//                             GPU waits for the host, and that pace, not the kernels' time, sets a
+//                             stage's. A backward call's own time (device.backward_call_ms: from
 //                             backwards through one and two small products), which a stage
-//                             pays once, is taken out of every layer's backward_launch_ms.
+//                             pays once, is taken out: half from the last layer's
+//                             backward_launch_ms (the call's start), half from the first one's
+//                             that has a backward (its end).
 //                             With CUPTI, forward_ms and backward_ms are the device's time: its
 //                             kernels' durations and the short gaps between kernels it already
 //                             had (activity.hpp), not the waits for the host.

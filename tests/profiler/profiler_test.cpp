@@ -410,12 +410,15 @@ TEST(Profiler, BackwardSplitOfKnownCosts) {
 }
 
 // The CPU twin of a GPU's launch times: asked for on a CPU, the host's time of a layer's call
-// is the layer's work itself, so a sleep's launch time is the sleep, less (backward) the
-// backward call's own time, which the profile keeps apart. Not asked for, a CPU profile has
-// none (its calls return when the work is done: nothing to pace).
+// is the layer's work itself, so a sleep's launch time is the sleep. The backward is one call
+// through every layer, cut at the hooks on the gradients between them, its own time (which the
+// profile keeps apart) half out of the last layer and half out of the first with a backward.
+// Not asked for, a CPU profile has none (its calls return when the work is done: nothing to
+// pace).
 TEST(Profiler, LaunchTimesOnACpuAreTheLayersOwnTime) {
   models::Model m = model_of({{"sleep", torch::nn::AnyModule(SleepPerSample(2.0))},
-                              {"split", torch::nn::AnyModule(SplitSleepLayer(3.0, 1.0))}},
+                              {"split", torch::nn::AnyModule(SplitSleepLayer(3.0, 1.0))},
+                              {"last", torch::nn::AnyModule(SplitSleepLayer(5.0, 2.0))}},
                              {4});
   profiler::ProfileOptions options = quick(4, {1, 4});
   options.launch_times = "on";
@@ -431,9 +434,14 @@ TEST(Profiler, LaunchTimesOnACpuAreTheLayersOwnTime) {
       EXPECT_GE(ms, 2.0 * samples);
       EXPECT_LT(ms, 2.0 * samples + slack);
     }
-    // I's 3 ms and W's 1 ms a sample, in one backward call.
-    EXPECT_GE(p.layers[1].backward_launch_ms[k] + call, 4.0 * samples);
-    EXPECT_LT(p.layers[1].backward_launch_ms[k] + call, 4.0 * samples + slack);
+    // I's and W's sleeps a sample: 3 + 1 ms, the input's gradient asked for after a layer
+    // without parameters as a stage's input asks for it; 5 + 2 ms.
+    for (auto [layer, ms_per_sample] : {std::pair{1, 4.0}, std::pair{2, 7.0}}) {
+      const double ms = p.layers[layer].backward_launch_ms[k] + 0.5 * call;
+      EXPECT_GE(ms, ms_per_sample * samples) << layer;
+      EXPECT_LT(ms, ms_per_sample * samples + slack) << layer;
+    }
+    EXPECT_EQ(p.layers[0].backward_launch_ms[k], 0.0);  // no parameters, no input's gradient
   }
   const Profile again = parse_profile(profile_to_json(p), "again.json");
   EXPECT_EQ(again.layers[1].backward_launch_ms, p.layers[1].backward_launch_ms);
@@ -583,13 +591,39 @@ TEST(ProfilerGpu, CuptiLayerTimesSumToTheWholeModelAndRepeat) {
 // Where a layer's kernels are small, the GPU waits for the host's launches: the whole model
 // then takes, per pass, the larger of the layers' device times and their launch times, which
 // the profile holds apart (CUPTI's callbacks, which slow the host, are off while the launches
-// are timed). The sum of the per-layer spans of the old profiles ran 29 % over here.
+// are timed). The sum of the per-layer spans of the old profiles ran 29 % over here. The host's
+// pace drifts by a fifth within minutes on a shared machine, so the whole model is timed before
+// and after the profile, and the prediction must fall within 15 % of the band between them.
 TEST(ProfilerGpu, LaunchBoundModelTakesTheLargerOfDeviceAndLaunchSums) {
 #ifndef PIPETUNE_WITH_CUDA
   PIPETUNE_GPU_TEST_NEEDS(false, "built without CUDA");
 #else
   PIPETUNE_GPU_TEST_NEEDS(torch::cuda::is_available(), "no CUDA device");
   models::Model m = models::build_model("gpt:layers=4,width=512,heads=8,seq=128,vocab=8192");
+  // The whole model's forward and backward, nothing watching, timed by the host from an idle
+  // device to an idle device, as a pipeline's one-stage step runs it; the model left on the CPU
+  // without gradients, as the profiler takes it.
+  auto whole_step_ms = [&m] {
+    m.layers->to(at::kCUDA);
+    auto [x, y] = m.make_batch(4, 0, 0);
+    x = x.to(at::kCUDA);
+    y = y.to(at::kCUDA);
+    std::vector<double> whole;
+    for (int r = 0; r < 15; ++r) {
+      c10::cuda::device_synchronize();
+      const auto started = std::chrono::steady_clock::now();
+      m.loss(m.layers->forward(x), y).backward();
+      c10::cuda::device_synchronize();
+      whole.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
+              .count());
+    }
+    for (auto& p : m.layers->parameters()) p.mutable_grad().reset();
+    m.layers->to(at::kCPU);
+    std::sort(whole.begin(), whole.end());
+    return whole[whole.size() / 2];
+  };
+  const double before = whole_step_ms();
   profiler::ProfileOptions o = quick(4, {4});
   o.device = "cuda";
   o.timer = "cupti";
@@ -606,28 +640,13 @@ TEST(ProfilerGpu, LaunchBoundModelTakesTheLargerOfDeviceAndLaunchSums) {
   // One backward call for the whole model: its own time once.
   const double predicted = std::max(device_forward, launch_forward) +
                            std::max(device_backward, launch_backward + p.device.backward_call_ms);
-  // The whole model's forward and backward, nothing watching, timed by the host from an idle
-  // device to an idle device, as a pipeline's one-stage step runs it.
-  m.layers->to(at::kCUDA);
-  auto [x, y] = m.make_batch(4, 0, 0);
-  x = x.to(at::kCUDA);
-  y = y.to(at::kCUDA);
-  std::vector<double> whole;
-  for (int r = 0; r < 15; ++r) {
-    c10::cuda::device_synchronize();
-    const auto started = std::chrono::steady_clock::now();
-    m.loss(m.layers->forward(x), y).backward();
-    c10::cuda::device_synchronize();
-    whole.push_back(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
-            .count());
-  }
-  std::sort(whole.begin(), whole.end());
-  const double measured = whole[whole.size() / 2];
+  const double after = whole_step_ms();
   std::printf(
-      "device %.3f + %.3f ms, launches %.3f + %.3f ms: predicted %.3f ms, measured %.3f ms\n",
-      device_forward, device_backward, launch_forward, launch_backward, predicted, measured);
-  EXPECT_NEAR(predicted, measured, 0.15 * measured);
+      "device %.3f + %.3f ms, launches %.3f + %.3f ms: predicted %.3f ms, measured %.3f ms "
+      "before and %.3f ms after\n",
+      device_forward, device_backward, launch_forward, launch_backward, predicted, before, after);
+  EXPECT_GE(predicted, 0.85 * std::min(before, after));
+  EXPECT_LE(predicted, 1.15 * std::max(before, after));
 #endif
 }
 
