@@ -231,10 +231,14 @@ HostTimes time_host_calls(models::Model& model, std::vector<torch::nn::AnyModule
   auto ms = [](Clock::time_point from, Clock::time_point to) {
     return std::chrono::duration<double, std::milli>(to - from).count();
   };
+  // Whether a layer's input is a copy of the layer before's output: only where a layer modifies
+  // its input in place and the layer before saved that output for its backward, which one graph
+  // cannot hold (the device pass copies every input, a pipeline the first of each stage).
+  bool copy_inputs = false;
   auto repetition = [&](bool timed) {
     {
       at::NoGradGuard no_grad;
-      at::Tensor current = input;
+      at::Tensor current = input.clone();  // the batch itself stays as it is
       backend.synchronize();
       auto mark = Clock::now();
       for (int l = 0; l < layer_count; ++l) {
@@ -248,7 +252,7 @@ HostTimes time_host_calls(models::Model& model, std::vector<torch::nn::AnyModule
     // One graph through every layer, as within a stage.
     std::vector<at::Tensor> outputs(layer_count);
     at::Tensor root;
-    at::Tensor current = input;
+    at::Tensor current = input.clone();
     backend.synchronize();
     auto mark = Clock::now();
     for (int l = 0; l < layer_count; ++l) {
@@ -256,6 +260,8 @@ HostTimes time_host_calls(models::Model& model, std::vector<torch::nn::AnyModule
       // gradient all the same, as a stage's input does and as the device pass times it.
       if (l > 0 && at::isFloatingType(current.scalar_type()) && !current.requires_grad())
         current = current.detach().requires_grad_(true);
+      else if (l > 0 && copy_inputs)
+        current = current.clone();
       Runner run{*modules[l], model, l + 1 == layer_count, target};
       std::tie(root, current) = run.forward(current);
       outputs[l] = current;
@@ -295,7 +301,14 @@ HostTimes time_host_calls(models::Model& model, std::vector<torch::nn::AnyModule
   };
   unwatched(backend, [&] {
     // The untimed repetition first: the first calls after CUPTI lets go pay for it.
-    for (int r = 0; r < 1 + repeats; ++r) repetition(r >= 1);
+    try {
+      repetition(false);
+    } catch (const c10::Error&) {
+      // Autograd refused a saved tensor modified in place: again, with copies between layers.
+      copy_inputs = true;
+      repetition(false);
+    }
+    for (int r = 0; r < repeats; ++r) repetition(true);
     backend.synchronize();
     return 0;
   });

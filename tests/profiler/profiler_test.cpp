@@ -588,6 +588,26 @@ TEST(ProfilerGpu, CuptiLayerTimesSumToTheWholeModelAndRepeat) {
 #endif
 }
 
+// A layer that works in place on what the layer before saved for its backward (a sigmoid keeps
+// its output) cannot share one graph with it: the host pass then copies each layer's input, as
+// the device pass always does, instead of failing the profile.
+TEST(Profiler, LaunchTimesOfALayerThatModifiesTheLayerBeforesSavedOutput) {
+  models::Model m = model_of(
+      {{"linear", torch::nn::AnyModule(torch::nn::Linear(4, 4))},
+       {"sigmoid", torch::nn::AnyModule(torch::nn::Sigmoid())},
+       {"relu_", torch::nn::AnyModule(torch::nn::ReLU(torch::nn::ReLUOptions().inplace(true)))}},
+      {4});
+  profiler::ProfileOptions options = quick(4, {2, 4});
+  options.launch_times = "on";
+  const Profile p = profiler::profile_model(m, options).profile;
+  ASSERT_TRUE(p.has_launch_times());
+  for (const auto& layer : p.layers) {
+    for (double ms : layer.forward_launch_ms) EXPECT_GT(ms, 0.0) << layer.name;
+  }
+  // The sigmoid's and the linear layer's backwards run after the in-place one's.
+  EXPECT_GT(p.layers[0].backward_launch_ms[1] + p.layers[1].backward_launch_ms[1], 0.0);
+}
+
 // Where a layer's kernels are small, the GPU waits for the host's launches: the whole model
 // then takes, per pass, the larger of the layers' device times and their launch times, which
 // the profile holds apart (CUPTI's callbacks, which slow the host, are off while the launches
