@@ -121,6 +121,30 @@ TEST(RankMerge, AMalformedPartIsRefusedNamingTheRankAndField) {
               ::testing::StartsWith(prefix + "library_memory_bytes: expected"));
 }
 
+// Whatever a broken or dying rank sends, rank 0 either reads a part or refuses it by name: every
+// truncation of a good message and every byte of it changed to each of a few characters (the
+// CI-run twin of a fuzzer for this format).
+TEST(RankMerge, EveryTruncationAndByteChangeIsReadOrRefusedByName) {
+  const std::string good = encode_rank_part(sample_part());
+  const std::string prefix = "rank 2's part of the step: ";
+  int refused = 0;
+  auto check = [&](const std::string& message) {
+    const std::string outcome = refusal(message);
+    if (outcome == "accepted") return;
+    ++refused;
+    EXPECT_THAT(outcome, ::testing::StartsWith(prefix)) << message;
+  };
+  for (std::size_t n = 0; n < good.size(); ++n) check(good.substr(0, n));
+  for (std::size_t at = 0; at < good.size(); ++at) {
+    for (char c : {'"', '-', '9', '{', ']', 'e', '\0', '\xff'}) {
+      std::string changed = good;
+      changed[at] = c;
+      check(changed);
+    }
+  }
+  EXPECT_GE(refused, static_cast<int>(good.size()));  // every truncation at least
+}
+
 TEST(RankMerge, RankZeroPutsThePartsOnItsClock) {
   // Rank 1's step began 2.5 ms after rank 0's, so its times move 2.5 ms later.
   RankPart first;
