@@ -250,7 +250,11 @@ HostTimes time_host_calls(models::Model& model, std::vector<torch::nn::AnyModule
       }
     }
     // One graph through every layer, as within a stage.
+    // reached[l]: when the gradient of layer l's output is in, so layer l's backward starts. Each
+    // hook is set as the output is made, so that a next layer working on it in place does not
+    // move it (a hook set before an in-place change sees the gradient of the value before it).
     std::vector<at::Tensor> outputs(layer_count);
+    std::vector<std::optional<Clock::time_point>> reached(layer_count);
     at::Tensor root;
     at::Tensor current = input.clone();
     backend.synchronize();
@@ -267,19 +271,16 @@ HostTimes time_host_calls(models::Model& model, std::vector<torch::nn::AnyModule
       outputs[l] = current;
       const auto now = Clock::now();
       if (timed) host.forward[l].push_back(ms(mark, now));
-      mark = now;
+      if (l + 1 < layer_count && current.requires_grad())
+        current.register_hook([&reached, l](const at::Tensor&) { reached[l] = Clock::now(); });
+      mark = Clock::now();
     }
     if (!root.requires_grad()) return;  // nothing has a gradient: no backward
-    // reached[l]: when the gradient of layer l's output is in, so layer l's backward starts.
-    // The layers before the first output without a gradient have no backward (as a first
-    // layer without parameters has none).
-    std::vector<std::optional<Clock::time_point>> reached(layer_count);
+    // The layers before the first output without a gradient have no backward (as a first layer
+    // without parameters has none).
     int first_with_backward = layer_count - 1;
     while (first_with_backward > 0 && outputs[first_with_backward - 1].requires_grad())
       --first_with_backward;
-    for (int l = first_with_backward; l + 1 < layer_count; ++l) {
-      outputs[l].register_hook([&reached, l](const at::Tensor&) { reached[l] = Clock::now(); });
-    }
     backend.synchronize();
     const auto started = Clock::now();
     torch::autograd::backward({root});
