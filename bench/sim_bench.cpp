@@ -74,7 +74,8 @@ void BM_SimulateNewShapeEachRun(benchmark::State& state) {
     tasks += r.task_count;
     benchmark::DoNotOptimize(r.iteration_ms);
   }
-  state.counters["tasks_per_s"] = benchmark::Counter(static_cast<double>(tasks), benchmark::Counter::kIsRate);
+  state.counters["tasks_per_s"] =
+      benchmark::Counter(static_cast<double>(tasks), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_SimulateNewShapeEachRun)->Unit(benchmark::kMicrosecond);
 
@@ -186,7 +187,8 @@ void BM_PlanLognormal1000Layers16Devices(benchmark::State& state) {
   if (state.range(0) == 1) {
     std::int64_t params = 0;
     for (const auto& l : profile.layers) params += l.param_bytes;
-    for (auto& d : hw.devices) d.memory_bytes = static_cast<std::int64_t>(2.5 * static_cast<double>(params) / 16);
+    for (auto& d : hw.devices)
+      d.memory_bytes = static_cast<std::int64_t>(2.5 * static_cast<double>(params) / 16);
   }
   PlannerOptions options;
   options.top = 1;
@@ -197,7 +199,11 @@ void BM_PlanLognormal1000Layers16Devices(benchmark::State& state) {
   }
   report_search(state, result);
 }
-BENCHMARK(BM_PlanLognormal1000Layers16Devices)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK(BM_PlanLognormal1000Layers16Devices)
+    ->Arg(0)
+    ->Arg(1)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
 
 // The same profile under a cap no plan fits (1.6 x the parameters / 16 per device): the search
 // for time finds nothing and the rest of the budget goes to the leanest plan, whose memory bound

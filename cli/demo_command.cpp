@@ -57,14 +57,17 @@ std::string gui_program() {
 
 // The shipped example profile: beside the sources when run from a build tree.
 std::string find_shipped_profile() {
-  std::vector<fs::path> candidates{fs::path(PIPETUNE_SOURCE_DIR) / "traces" / "cpu-mlp.profile.json"};
+  std::vector<fs::path> candidates{fs::path(PIPETUNE_SOURCE_DIR) / "traces" /
+                                   "cpu-mlp.profile.json"};
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) candidates.push_back(exe.parent_path() / ".." / "share" / "pipetune" / "cpu-mlp.profile.json");
+  if (!ec)
+    candidates.push_back(exe.parent_path() / ".." / "share" / "pipetune" / "cpu-mlp.profile.json");
   for (const auto& c : candidates) {
     if (fs::exists(c, ec)) return c.string();
   }
-  throw InputError("demo: the shipped profile traces/cpu-mlp.profile.json is missing; pass --profile");
+  throw InputError(
+      "demo: the shipped profile traces/cpu-mlp.profile.json is missing; pass --profile");
 }
 
 // Without LibTorch: sweep the shipped profile and write the best plan's predicted timeline.
@@ -72,16 +75,18 @@ std::string find_shipped_profile() {
   const std::string profile_path = flags.profile.empty() ? find_shipped_profile() : flags.profile;
   const Profile profile = load_profile(profile_path);
   const Hardware hardware = replicate_device(profile.device, flags.devices);
-  std::printf("this pipetune was built without LibTorch: nothing can run, so this is a what-if on %s\n\n",
-              profile_path.c_str());
+  std::printf(
+      "this pipetune was built without LibTorch: nothing can run, so this is a what-if on %s\n\n",
+      profile_path.c_str());
   SweepSpec spec;
   spec.device_counts = {flags.devices};
   for (int c = 1; c <= profile.batch_size; ++c) spec.chunks.push_back(c);
   spec.checkpoints = {std::begin(kAllCheckpointModes), std::end(kAllCheckpointModes)};
   spec.schedules = {std::begin(kSingleStageScheduleKinds), std::end(kSingleStageScheduleKinds)};
   std::vector<SweepRow> rows = run_sweep(profile, hardware, spec);
-  std::stable_sort(rows.begin(), rows.end(),
-                   [](const SweepRow& a, const SweepRow& b) { return a.iteration_ms < b.iteration_ms; });
+  std::stable_sort(rows.begin(), rows.end(), [](const SweepRow& a, const SweepRow& b) {
+    return a.iteration_ms < b.iteration_ms;
+  });
   std::vector<SweepRow> top(rows.begin(), rows.begin() + std::min<std::size_t>(rows.size(), 8));
   std::fputs(sweep_table(top).c_str(), stdout);
   SimulationOptions options;
@@ -109,15 +114,17 @@ std::string summary_table(const validate::Validation& v) {
   table.add_column("measured", TextTable::Align::Right);
   table.add_column("error", TextTable::Align::Right);
   table.add_row({"iteration ms", format_ms(c.predicted_ms),
-                 fmt::format("{} ± {}", format_ms(chosen.measured.median_pipeline_ms()), format_ms(chosen.measured.spread_ms())),
+                 fmt::format("{} ± {}", format_ms(chosen.measured.median_pipeline_ms()),
+                             format_ms(chosen.measured.spread_ms())),
                  fmt::format("{:+.1f} %", 100.0 * c.time_error)});
   if (v.has_calibration()) {
     table.add_row({"  uncalibrated", format_ms(chosen.uncalibrated.predicted_ms), "",
                    fmt::format("{:+.1f} %", 100.0 * chosen.uncalibrated.time_error)});
   }
   for (std::size_t d = 0; d < c.devices.size(); ++d) {
-    table.add_row({fmt::format("peak memory {}", c.devices[d]), format_bytes(c.predicted_peak_bytes[d]),
-                   format_bytes(c.measured_peak_bytes[d]), fmt::format("{:+.1f} %", 100.0 * c.memory_error[d])});
+    table.add_row({fmt::format("peak memory {}", c.devices[d]),
+                   format_bytes(c.predicted_peak_bytes[d]), format_bytes(c.measured_peak_bytes[d]),
+                   fmt::format("{:+.1f} %", 100.0 * c.memory_error[d])});
   }
   return table.render();
 }
@@ -131,11 +138,13 @@ int full_demo(const DemoFlags& flags) {
   o.devices = flags.devices;
   o.top = 3;
   o.out_dir = flags.out;
-  std::printf("pipetune demo: %s, batch %lld, on %d CPU devices (worker threads sharing %u cores)\n",
-              flags.model.c_str(), static_cast<long long>(flags.batch), flags.devices,
-              std::max(1u, std::thread::hardware_concurrency()));
-  std::printf("profile -> plan -> calibrate -> predict -> run -> compare; everything goes to %s/\n\n",
-              flags.out.c_str());
+  std::printf(
+      "pipetune demo: %s, batch %lld, on %d CPU devices (worker threads sharing %u cores)\n",
+      flags.model.c_str(), static_cast<long long>(flags.batch), flags.devices,
+      std::max(1u, std::thread::hardware_concurrency()));
+  std::printf(
+      "profile -> plan -> calibrate -> predict -> run -> compare; everything goes to %s/\n\n",
+      flags.out.c_str());
   std::fflush(stdout);
   const std::string mode = progress_mode(flags.progress);
   PhaseProgress bars(mode);
@@ -144,8 +153,9 @@ int full_demo(const DemoFlags& flags) {
     if (now != phase) {
       bars.finish();
       phase = now;
-      const char* what = now == "profile"     ? "profiling every layer at every micro-batch size"
-                         : now == "plan"      ? "searching every balance, chunk count, checkpoint mode and schedule"
+      const char* what = now == "profile" ? "profiling every layer at every micro-batch size"
+                         : now == "plan"
+                             ? "searching every balance, chunk count, checkpoint mode and schedule"
                          : now == "calibrate" ? "calibrating on plans that will not be validated"
                                               : "running the 3 best plans for real, taking turns";
       if (mode != "none") std::fprintf(stderr, "%s\n", what);  // none: quiet
@@ -160,21 +170,23 @@ int full_demo(const DemoFlags& flags) {
 
   std::fputs(validation_text(v).c_str(), stdout);
   const validate::PlanValidation& chosen = v.plans.front();
-  std::printf("\nsummary: the plan chosen, %s%s, predicted and measured\n\n", describe_plan(chosen.plan()).c_str(),
+  std::printf("\nsummary: the plan chosen, %s%s, predicted and measured\n\n",
+              describe_plan(chosen.plan()).c_str(),
               v.planner_proven ? " (optimal under the model)" : "");
   std::fputs(summary_table(v).c_str(), stdout);
   // Which prediction the headline is, and why that one.
   if (v.has_calibration()) {
-    std::printf("\nthe prediction trusted is the calibrated one (calibration %s)\n", v.calibration_reason.empty() ? "reused" : v.calibration_reason.c_str());
+    std::printf("\nthe prediction trusted is the calibrated one (calibration %s)\n",
+                v.calibration_reason.empty() ? "reused" : v.calibration_reason.c_str());
   } else {
     std::printf("\nthe prediction trusted is the uncalibrated one (calibration %s)\n",
                 v.calibration_reason.empty() ? "none" : v.calibration_reason.c_str());
   }
-  std::printf("\ntraces, plans, profile, hardware and reports are in %s/ (%.0f s in all)\n", flags.out.c_str(),
-              v.seconds);
-  std::printf("open the predicted timeline over the measured one:\n  %s %s %s %s %s\n", gui_program().c_str(),
-              v.profile_path.c_str(), v.hardware_path.c_str(), chosen.plan_path.c_str(),
-              chosen.measured_trace_path.c_str());
+  std::printf("\ntraces, plans, profile, hardware and reports are in %s/ (%.0f s in all)\n",
+              flags.out.c_str(), v.seconds);
+  std::printf("open the predicted timeline over the measured one:\n  %s %s %s %s %s\n",
+              gui_program().c_str(), v.profile_path.c_str(), v.hardware_path.c_str(),
+              chosen.plan_path.c_str(), chosen.measured_trace_path.c_str());
   return 0;
 }
 #endif
@@ -184,13 +196,20 @@ int full_demo(const DemoFlags& flags) {
 void add_demo_command(CLI::App& app, std::vector<Command>& commands) {
   auto flags = std::make_shared<DemoFlags>();
   CLI::App* sub = app.add_subcommand(
-      "demo", "The whole loop on a built-in model on the CPU: profile, plan, predict, run, compare");
-  sub->add_option("--model", flags->model, "the model (default mlp:layers=8,width=1024)")->type_name("SPEC");
-  sub->add_option("--batch", flags->batch, "samples per mini-batch (default 256)")->check(CLI::PositiveNumber);
-  sub->add_option("--devices", flags->devices, "pipeline devices (default 2)")->check(CLI::Range(1, 64));
-  sub->add_option("--steps", flags->steps, "measured steps per plan (default 20)")->check(CLI::PositiveNumber);
-  sub->add_option("--out", flags->out, "folder for everything written (default pipetune-demo)")->type_name("DIR");
-  sub->add_option("--profile", flags->profile, "without LibTorch: the profile for the what-if (default: shipped)")
+      "demo",
+      "The whole loop on a built-in model on the CPU: profile, plan, predict, run, compare");
+  sub->add_option("--model", flags->model, "the model (default mlp:layers=8,width=1024)")
+      ->type_name("SPEC");
+  sub->add_option("--batch", flags->batch, "samples per mini-batch (default 256)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--devices", flags->devices, "pipeline devices (default 2)")
+      ->check(CLI::Range(1, 64));
+  sub->add_option("--steps", flags->steps, "measured steps per plan (default 20)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--out", flags->out, "folder for everything written (default pipetune-demo)")
+      ->type_name("DIR");
+  sub->add_option("--profile", flags->profile,
+                  "without LibTorch: the profile for the what-if (default: shipped)")
       ->type_name("FILE");
   sub->add_option("--progress", flags->progress, "bar (default on a terminal), lines or none")
       ->check(CLI::IsMember({"bar", "lines", "none"}));

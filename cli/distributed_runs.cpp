@@ -8,8 +8,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "launch/launch.hpp"
 #include "executor/placement.hpp"
+#include "launch/launch.hpp"
 #include "sim/error.hpp"
 #include "sim/file_io.hpp"
 #include "sim/trace.hpp"

@@ -3,14 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-
 #include <cmath>
 #include <cstdio>
 
 #include "cli/report.hpp"
 #include "sim/error.hpp"
-#include "sim/limits.hpp"
 #include "sim/file_io.hpp"
+#include "sim/limits.hpp"
 #include "sim/schedule_csv.hpp"
 #include "sim/units.hpp"
 
@@ -48,11 +47,13 @@ void add_plan_flags(CLI::App& app, PlanFlags& flags) {
       ->type_name("N,N,...");
   app.add_option("--chunks", flags.chunks, "micro-batches per mini-batch (default 1)")
       ->type_name("M");
-  app.add_option("--checkpoint", flags.checkpoint, "always | except_last | never (default except_last)")
+  app.add_option("--checkpoint", flags.checkpoint,
+                 "always | except_last | never (default except_last)")
       ->type_name("MODE");
-  app.add_option("--schedule", flags.schedule,
-                 "gpipe | 1f1b | interleaved-1f1b | interleaved-zb | zbv | looped-bfs | dualpipev (default "
-                 "gpipe)")
+  app.add_option(
+         "--schedule", flags.schedule,
+         "gpipe | 1f1b | interleaved-1f1b | interleaved-zb | zbv | looped-bfs | dualpipev (default "
+         "gpipe)")
       ->type_name("KIND");
   app.add_option("--stages-per-device", flags.stages_per_device,
                  "stages each device runs, for the interleaved, V and looped-bfs schedules "
@@ -71,16 +72,19 @@ double parse_bandwidth(const std::string& text, const std::string& flag) {
   // The one parser (sim/units.hpp) refuses what is below sim/limits.hpp's least bandwidth.
   const double value = pipetune::parse_bandwidth(text);
   if (std::isnan(value)) {
-    throw InputError(fmt::format("{}: expected bytes per second, at least 1 (e.g. 25e9, 25GB or ideal), got \"{}\"",
-                                 flag, text));
+    throw InputError(fmt::format(
+        "{}: expected bytes per second, at least 1 (e.g. 25e9, 25GB or ideal), got \"{}\"", flag,
+        text));
   }
   return value;
 }
 
 std::int64_t parse_memory(const std::string& text, const std::string& flag) {
   const std::int64_t bytes = parse_bytes(text);
-  if (bytes < 0) throw InputError(fmt::format("{}: expected a size such as 16GiB, got \"{}\"", flag, text));
-  if (bytes > limits::kMaxBytes) throw InputError(fmt::format("{}: expected at most 64TiB, got \"{}\"", flag, text));
+  if (bytes < 0)
+    throw InputError(fmt::format("{}: expected a size such as 16GiB, got \"{}\"", flag, text));
+  if (bytes > limits::kMaxBytes)
+    throw InputError(fmt::format("{}: expected at most 64TiB, got \"{}\"", flag, text));
   return bytes;
 }
 
@@ -101,8 +105,8 @@ Hardware resolve_hardware(const Profile& profile, const HardwareFlags& flags, in
     // The simulator keeps a link per pair of devices: a bound keeps --devices 2000000000 from
     // exhausting memory instead of being refused.
     if (count > limits::kMaxDevices) {
-      throw InputError(
-          fmt::format("--devices: expected at most {} devices, got {}", limits::kMaxDevices, count));
+      throw InputError(fmt::format("--devices: expected at most {} devices, got {}",
+                                   limits::kMaxDevices, count));
     }
     hw = replicate_device(profile.device, count);
     if (note) {
@@ -120,14 +124,16 @@ Hardware resolve_hardware(const Profile& profile, const HardwareFlags& flags, in
   if (!flags.bandwidth.empty()) bandwidth = parse_bandwidth(flags.bandwidth, "--bandwidth");
   if (flags.latency_ms >= 0) {
     if (!(flags.latency_ms <= limits::kMaxMs)) {
-      throw InputError(fmt::format("--latency-ms: expected at most 1e9 (milliseconds), got {}", flags.latency_ms));
+      throw InputError(fmt::format("--latency-ms: expected at most 1e9 (milliseconds), got {}",
+                                   flags.latency_ms));
     }
     latency = flags.latency_ms;
   }
   set_all_links(hw, bandwidth, latency);
   if (note && !hw.calibration.empty()) {
     // Predictions differ from the profile's numbers: say so, and by how much.
-    *note = fmt::format("applying the calibration in {}: {}", flags.hardware_path, calibration_summary(hw.calibration));
+    *note = fmt::format("applying the calibration in {}: {}", flags.hardware_path,
+                        calibration_summary(hw.calibration));
   }
   return hw;
 }
@@ -137,12 +143,14 @@ Plan resolve_plan(const PlanFlags& flags) {
   if (!flags.plan_path.empty()) {
     plan = load_plan(flags.plan_path);
   } else if (flags.balance.empty()) {
-    throw InputError("no plan: give --plan FILE or --balance N,N,... (with --chunks, --checkpoint, --schedule)");
+    throw InputError(
+        "no plan: give --plan FILE or --balance N,N,... (with --chunks, --checkpoint, --schedule)");
   }
   if (!flags.balance.empty()) plan.balance = flags.balance;
   if (flags.chunks) {
     if (*flags.chunks < 1 || *flags.chunks > limits::kMaxChunks) {
-      throw InputError(fmt::format("--chunks: expected 1 to {}, got {}", limits::kMaxChunks, *flags.chunks));
+      throw InputError(
+          fmt::format("--chunks: expected 1 to {}, got {}", limits::kMaxChunks, *flags.chunks));
     }
     plan.chunks = *flags.chunks;
   }
@@ -157,10 +165,10 @@ Plan resolve_plan(const PlanFlags& flags) {
   if (flags.schedule) {
     const auto kind = parse_schedule_kind(*flags.schedule);
     if (!kind) {
-      throw InputError(fmt::format(
-          "--schedule: expected gpipe, 1f1b, interleaved-1f1b, interleaved-zb, zbv, "
-          "looped-bfs or dualpipev, got \"{}\"",
-          *flags.schedule));
+      throw InputError(
+          fmt::format("--schedule: expected gpipe, 1f1b, interleaved-1f1b, interleaved-zb, zbv, "
+                      "looped-bfs or dualpipev, got \"{}\"",
+                      *flags.schedule));
     }
     plan.schedule = *kind;
     // The V schedules run exactly two stages per device: the one value they take is the default.
@@ -238,8 +246,7 @@ void write_schedule_csv(const Schedule& schedule, const std::vector<int>& device
 std::string plan_source(const PlanFlags& flags) {
   const bool inline_flags = !flags.balance.empty() || flags.chunks || flags.checkpoint ||
                             flags.schedule || flags.stages_per_device ||
-                            !flags.stage_devices.empty() ||
-                            flags.optimizer_state_factor;
+                            !flags.stage_devices.empty() || flags.optimizer_state_factor;
   if (flags.plan_path.empty()) return "command line";
   return inline_flags ? flags.plan_path + " (with flags)" : flags.plan_path;
 }
@@ -251,8 +258,8 @@ std::vector<CheckpointMode> parse_checkpoint_list(const std::vector<std::string>
     if (name == "all") return {std::begin(kAllCheckpointModes), std::end(kAllCheckpointModes)};
     const auto mode = parse_checkpoint_mode(name);
     if (!mode) {
-      throw InputError(fmt::format("{}: expected always, except_last, never or all, got \"{}\"",
-                                   flag, name));
+      throw InputError(
+          fmt::format("{}: expected always, except_last, never or all, got \"{}\"", flag, name));
     }
     out.push_back(*mode);
   }

@@ -39,13 +39,13 @@ std::string plan_json(const PlanSearchResult& result) {
   using nlohmann::ordered_json;
   auto candidate_json = [](const PlanCandidate& c) {
     ordered_json out{{"balance", c.plan.balance},
-                        {"chunks", c.plan.chunks},
-                        {"checkpoint", to_string(c.plan.checkpoint)},
-                        {"schedule", to_string(c.plan.schedule)},
-                        {"iteration_ms", tidy(c.iteration_ms)},
-                        {"throughput_samples_per_s", tidy(c.throughput_samples_per_s)},
-                        {"bubble_fraction", tidy(c.bubble_fraction)},
-                        {"peak_memory_bytes", c.peak_memory_bytes}};
+                     {"chunks", c.plan.chunks},
+                     {"checkpoint", to_string(c.plan.checkpoint)},
+                     {"schedule", to_string(c.plan.schedule)},
+                     {"iteration_ms", tidy(c.iteration_ms)},
+                     {"throughput_samples_per_s", tidy(c.throughput_samples_per_s)},
+                     {"bubble_fraction", tidy(c.bubble_fraction)},
+                     {"peak_memory_bytes", c.peak_memory_bytes}};
     if (!c.worst_order_peak_bytes.empty()) out["worst_order_peak_bytes"] = c.worst_order_peak_bytes;
     if (c.plan.stages_per_device != 1) out["stages_per_device"] = c.plan.stages_per_device;
     return out;
@@ -68,17 +68,20 @@ std::string plan_json(const PlanSearchResult& result) {
 void add_plan_command(CLI::App& app, std::vector<Command>& commands) {
   auto flags = std::make_shared<PlanFlagsSet>();
   CLI::App* sub = app.add_subcommand(
-      "plan", "Find the fastest plan that fits every device: balance, chunks, checkpoint, schedule");
+      "plan",
+      "Find the fastest plan that fits every device: balance, chunks, checkpoint, schedule");
   add_profile_flag(*sub, flags->profile);
   add_hardware_flags(*sub, flags->hardware);
   sub->add_option("--chunks", flags->chunks, "chunk counts to try (default: 1 to the batch size)")
       ->delimiter(',')
       ->type_name("M,...");
-  sub->add_option("--checkpoint", flags->checkpoints, "always,except_last,never or all (default all)")
+  sub->add_option("--checkpoint", flags->checkpoints,
+                  "always,except_last,never or all (default all)")
       ->delimiter(',')
       ->type_name("MODE,...");
-  sub->add_option("--schedule", flags->schedules,
-                  "gpipe,1f1b,interleaved-1f1b,interleaved-zb,zbv,looped-bfs,dualpipev or all (default all)")
+  sub->add_option(
+         "--schedule", flags->schedules,
+         "gpipe,1f1b,interleaved-1f1b,interleaved-zb,zbv,looped-bfs,dualpipev or all (default all)")
       ->delimiter(',')
       ->type_name("KIND,...");
   sub->add_option("--stages-per-device", flags->stages_per_device,
@@ -93,8 +96,9 @@ void add_plan_command(CLI::App& app, std::vector<Command>& commands) {
       ->check(CLI::PositiveNumber);
   sub->add_option("--top", flags->top, "how many configurations to rank (default 5)")
       ->check(CLI::Range(1, 1000));
-  sub->add_option("--budget", flags->budget,
-                  "search steps before settling for a proven bound instead of a proof (default 10M)");
+  sub->add_option(
+      "--budget", flags->budget,
+      "search steps before settling for a proven bound instead of a proof (default 10M)");
   sub->add_option("-o,--output", flags->output, "write the best plan here")->type_name("plan.json");
   sub->add_option("--write-schedule-csv", flags->schedule_csv,
                   "write the best plan's schedule as torch's compute-only CSV, one row per device")
@@ -113,7 +117,8 @@ void add_plan_command(CLI::App& app, std::vector<Command>& commands) {
       throw InputError("--devices: give a device count (e.g. --devices 4) or --hardware FILE");
     }
     std::string note;
-    const Hardware hardware = resolve_hardware(profile, flags->hardware, flags->hardware.devices, &note);
+    const Hardware hardware =
+        resolve_hardware(profile, flags->hardware, flags->hardware.devices, &note);
     PlannerOptions options;
     options.chunks = flags->chunks;
     options.checkpoints = parse_checkpoint_list(flags->checkpoints, "--checkpoint");
@@ -127,10 +132,12 @@ void add_plan_command(CLI::App& app, std::vector<Command>& commands) {
     options.worst_order_memory = flags->memory_order == "worst";
     for (int c : options.chunks) {
       if (c < 1 || c > max_chunks(profile.batch_size)) {
-        throw InputError(fmt::format("--chunks: expected {}, got {}", chunks_expectation(profile.batch_size), c));
+        throw InputError(fmt::format("--chunks: expected {}, got {}",
+                                     chunks_expectation(profile.batch_size), c));
       }
     }
-    const int stages = flags->stages > 0 ? flags->stages : static_cast<int>(hardware.devices.size());
+    const int stages =
+        flags->stages > 0 ? flags->stages : static_cast<int>(hardware.devices.size());
     if (stages > static_cast<int>(profile.layer_count())) {
       throw InputError(fmt::format("{}: {} stages asked for, but the profile has only {} layers",
                                    flags->stages > 0 ? "--stages" : "--devices", stages,
@@ -156,8 +163,8 @@ void add_plan_command(CLI::App& app, std::vector<Command>& commands) {
       const Plan& best = result.ranked.front().plan;
       const auto micro_batches =
           static_cast<int>(split_batch(profile.batch_size, best.chunks).size());
-      write_schedule_csv(make_schedule(best.schedule, best.stages(), micro_batches,
-                                       best.checkpoint, best.stages_per_device),
+      write_schedule_csv(make_schedule(best.schedule, best.stages(), micro_batches, best.checkpoint,
+                                       best.stages_per_device),
                          stage_devices(best, hardware), hardware, flags->schedule_csv);
     }
     if (flags->explain && !flags->json) {

@@ -38,15 +38,19 @@ struct ProfileFlags {
 void add_profile_command(CLI::App& app, std::vector<Command>& commands) {
   auto flags = std::make_shared<ProfileFlags>();
   CLI::App* sub = app.add_subcommand(
-      "profile", "Measure every layer's time and memory at each micro-batch size on the real device");
+      "profile",
+      "Measure every layer's time and memory at each micro-batch size on the real device");
   add_model_flags(*sub, flags->model);
   sub->add_option("--batch", flags->batch, "the mini-batch you train with")->required();
   sub->add_option("--device", flags->device, "cpu, cuda or cuda:<n> (default cpu)");
-  sub->add_option("--micro-batch-sizes", flags->sizes, "sizes to measure (default 1, 2, 4, … and the batch)")
+  sub->add_option("--micro-batch-sizes", flags->sizes,
+                  "sizes to measure (default 1, 2, 4, … and the batch)")
       ->delimiter(',')
       ->type_name("N,...");
-  sub->add_option("--repeats", flags->repeats, "timed runs per layer and size; the median is kept (default 5)");
-  sub->add_option("--warmup", flags->warmup, "untimed runs first (default 2)")->check(CLI::NonNegativeNumber);
+  sub->add_option("--repeats", flags->repeats,
+                  "timed runs per layer and size; the median is kept (default 5)");
+  sub->add_option("--warmup", flags->warmup, "untimed runs first (default 2)")
+      ->check(CLI::NonNegativeNumber);
   sub->add_option("--timer", flags->timer, "GPU timing: auto, cupti or events (default auto)")
       ->check(CLI::IsMember({"auto", "cupti", "events"}));
   sub->add_option(
@@ -54,9 +58,10 @@ void add_profile_command(CLI::App& app, std::vector<Command>& commands) {
          "also time the host's launch of each layer, which sets the pace where kernels are "
          "small: auto (on a GPU), on or off (default auto)")
       ->check(CLI::IsMember({"auto", "on", "off"}));
-  sub->add_option("--devices", flags->devices,
-                  "CPU: the pipeline devices (worker threads) the plans will use; sets the threads measured "
-                  "with and hardware.json's devices (default 2)")
+  sub->add_option(
+         "--devices", flags->devices,
+         "CPU: the pipeline devices (worker threads) the plans will use; sets the threads measured "
+         "with and hardware.json's devices (default 2)")
       ->check(CLI::PositiveNumber);
   sub->add_option("--threads", flags->threads, "CPU intra-op threads (default: cores / devices)")
       ->check(CLI::NonNegativeNumber);
@@ -65,14 +70,18 @@ void add_profile_command(CLI::App& app, std::vector<Command>& commands) {
                   "0: off (default: devices - 1)")
       ->check(CLI::NonNegativeNumber);
   sub->add_option("--seed", flags->seed, "initialisation and data seed");
-  sub->add_option("-o,--output", flags->output, "profile.json to write")->required()->type_name("FILE");
+  sub->add_option("-o,--output", flags->output, "profile.json to write")
+      ->required()
+      ->type_name("FILE");
   sub->add_option("--progress", flags->progress, "bar (default on a terminal), lines or none")
       ->check(CLI::IsMember({"bar", "lines", "none"}));
-  sub->add_option("--hardware", flags->hardware, "also measure the devices and links into this hardware.json")
+  sub->add_option("--hardware", flags->hardware,
+                  "also measure the devices and links into this hardware.json")
       ->type_name("FILE");
 
   commands.emplace_back(sub, [flags] {
-    if (flags->batch < 1) throw InputError(fmt::format("--batch: expected a positive integer, got {}", flags->batch));
+    if (flags->batch < 1)
+      throw InputError(fmt::format("--batch: expected a positive integer, got {}", flags->batch));
     check_writable(flags->output, "--output");
     if (!flags->hardware.empty()) check_writable(flags->hardware, "--hardware");
     models::Model model = build_model_from(flags->model, flags->seed);
@@ -102,10 +111,12 @@ void add_profile_command(CLI::App& app, std::vector<Command>& commands) {
     bar.finish();
     save_profile(result.profile, flags->output);
     for (const auto& w : result.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     std::printf("profiled %zu layers of %s at %zu micro-batch sizes on %s (%s) in %.1f s\n",
-                result.profile.layer_count(), model.name.c_str(), result.profile.micro_batch_sizes.size(),
-                result.profile.device.type.c_str(), result.profile.device.name.c_str(), seconds);
+                result.profile.layer_count(), model.name.c_str(),
+                result.profile.micro_batch_sizes.size(), result.profile.device.type.c_str(),
+                result.profile.device.name.c_str(), seconds);
     std::printf("wrote %s\n", flags->output.c_str());
     if (const auto sizes = launch_bound_sizes(result.profile); !sizes.empty()) {
       std::printf(
@@ -117,8 +128,9 @@ void add_profile_command(CLI::App& app, std::vector<Command>& commands) {
       const std::string kind = flags->device.rfind("cuda", 0) == 0 ? "cuda" : "cpu";
       const Hardware hw = profiler::probe_hardware(kind, flags->devices);
       save_hardware(hw, flags->hardware);
-      std::printf("wrote %s: %zu devices, link %.3g GB/s, %.3f ms latency\n", flags->hardware.c_str(), hw.devices.size(),
-                  hw.link.bandwidth_bytes_per_s / 1e9, hw.link.latency_ms);
+      std::printf("wrote %s: %zu devices, link %.3g GB/s, %.3f ms latency\n",
+                  flags->hardware.c_str(), hw.devices.size(), hw.link.bandwidth_bytes_per_s / 1e9,
+                  hw.link.latency_ms);
     }
     return 0;
   });

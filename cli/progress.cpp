@@ -13,7 +13,9 @@ ProgressBar::ProgressBar(std::string unit)
       started_(std::chrono::steady_clock::now()),
       last_draw_(started_ - std::chrono::seconds(1)) {}
 
-ProgressBar::~ProgressBar() { finish(); }
+ProgressBar::~ProgressBar() {
+  finish();
+}
 
 void ProgressBar::update(std::size_t done, std::size_t total, const std::string& note) {
   if (!enabled_) return;
@@ -26,8 +28,8 @@ void ProgressBar::update(std::size_t done, std::size_t total, const std::string&
   std::string line = fmt::format("\r[{}{}] {}/{} {}  {:.1f} s", std::string(filled, '#'),
                                  std::string(kWidth - filled, '.'), done, total, unit_, seconds);
   if (done > 0 && done < total) {
-    line += fmt::format("  (eta {:.0f} s)", seconds / static_cast<double>(done) *
-                                               static_cast<double>(total - done));
+    line += fmt::format("  (eta {:.0f} s)",
+                        seconds / static_cast<double>(done) * static_cast<double>(total - done));
   }
   if (!note.empty()) line += "  " + note;
   std::fputs(line.c_str(), stderr);

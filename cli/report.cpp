@@ -21,8 +21,12 @@ double tidy(double value) {
   return std::round(value * 1e6) / 1e6;
 }
 
-std::string format_ms(double ms) { return fmt::format("{:.3f}", ms); }
-std::string format_percent(double fraction) { return fmt::format("{:.1f} %", fraction * 100.0); }
+std::string format_ms(double ms) {
+  return fmt::format("{:.3f}", ms);
+}
+std::string format_percent(double fraction) {
+  return fmt::format("{:.1f} %", fraction * 100.0);
+}
 namespace {
 
 std::string micro_batch_summary(const std::vector<std::int64_t>& sizes) {
@@ -34,7 +38,9 @@ std::string micro_batch_summary(const std::vector<std::int64_t>& sizes) {
                      sizes.front());
 }
 
-std::string capacity_text(std::int64_t bytes) { return bytes == 0 ? "-" : format_bytes(bytes); }
+std::string capacity_text(std::int64_t bytes) {
+  return bytes == 0 ? "-" : format_bytes(bytes);
+}
 
 // "1f1b", or "interleaved-1f1b, 2/device" where a device runs several stages.
 std::string schedule_label(const Plan& plan) {
@@ -99,8 +105,7 @@ std::string simulation_text(const Profile& profile, const SimulationResult& r,
     if (labels.size() <= 2 * kEnds + 1) {
       shown = fmt::format("{}", fmt::join(labels, " "));
     } else {
-      shown = fmt::format("{} ... {}",
-                          fmt::join(labels.begin(), labels.begin() + kEnds, " "),
+      shown = fmt::format("{} ... {}", fmt::join(labels.begin(), labels.begin() + kEnds, " "),
                           fmt::join(labels.end() - kEnds, labels.end(), " "));
     }
     out += fmt::format("\ncritical path  {} tasks, {} ms compute, {} ms copies\n  {}\n",
@@ -154,8 +159,7 @@ std::string sweep_table(const std::vector<SweepRow>& rows) {
     std::int64_t peak = 0;
     for (auto p : row.peak_memory_bytes) peak = std::max(peak, p);
     table.add_row({std::to_string(row.devices), format_bandwidth(row.bandwidth_bytes_per_s),
-                   schedule_label(row.plan),
-                   std::string(to_string(row.plan.checkpoint)), chunks,
+                   schedule_label(row.plan), std::string(to_string(row.plan.checkpoint)), chunks,
                    format_balance(row.plan.balance), format_ms(row.iteration_ms),
                    fmt::format("{:.1f}", row.throughput_samples_per_s),
                    format_percent(row.bubble_fraction), format_bytes(peak),
@@ -169,16 +173,14 @@ std::string sweep_csv(const std::vector<SweepRow>& rows) {
       "devices,bandwidth_bytes_per_s,schedule,stages_per_device,checkpoint,chunks,micro_batches,"
       "balance,iteration_ms,throughput_samples_per_s,bubble_fraction,peak_memory_bytes,fits\n";
   for (const auto& row : rows) {
-    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{}\n", row.devices,
-                       std::isinf(row.bandwidth_bytes_per_s)
-                           ? std::string("inf")
-                           : fmt::format("{}", row.bandwidth_bytes_per_s),
-                       to_string(row.plan.schedule), row.plan.stages_per_device,
-                       to_string(row.plan.checkpoint),
-                       row.plan.chunks, row.micro_batches, fmt::join(row.plan.balance, " "),
-                       tidy(row.iteration_ms), tidy(row.throughput_samples_per_s),
-                       tidy(row.bubble_fraction), fmt::join(row.peak_memory_bytes, " "),
-                       row.fits ? "true" : "false");
+    out += fmt::format(
+        "{},{},{},{},{},{},{},{},{},{},{},{},{}\n", row.devices,
+        std::isinf(row.bandwidth_bytes_per_s) ? std::string("inf")
+                                              : fmt::format("{}", row.bandwidth_bytes_per_s),
+        to_string(row.plan.schedule), row.plan.stages_per_device, to_string(row.plan.checkpoint),
+        row.plan.chunks, row.micro_batches, fmt::join(row.plan.balance, " "),
+        tidy(row.iteration_ms), tidy(row.throughput_samples_per_s), tidy(row.bubble_fraction),
+        fmt::join(row.peak_memory_bytes, " "), row.fits ? "true" : "false");
   }
   return out;
 }
@@ -221,7 +223,8 @@ std::string peaks_text(const std::vector<std::int64_t>& peaks) {
 
 std::string search_summary(const PlannerStats& s, bool found) {
   std::string out = fmt::format(
-      "searched    {} configurations ({} ruled out by bounds), {} partial balances, {} plans timed, "
+      "searched    {} configurations ({} ruled out by bounds), {} partial balances, {} plans "
+      "timed, "
       "{} simulated\n",
       s.configurations, s.configurations_skipped, s.nodes, s.sweeps, s.simulations);
   if (!found) return out;
@@ -229,7 +232,8 @@ std::string search_summary(const PlannerStats& s, bool found) {
     out += "            the best plan is optimal under the model: no fitting plan is faster\n";
   } else {
     out += fmt::format(
-        "            search budget spent: no fitting plan is faster than {} ms, so the best is within "
+        "            search budget spent: no fitting plan is faster than {} ms, so the best is "
+        "within "
         "{:.2f} % of the optimum (raise --budget to close the gap)\n",
         format_ms(s.lower_bound_ms), 100.0 * s.gap());
   }
@@ -241,25 +245,30 @@ std::string search_summary(const PlannerStats& s, bool found) {
 std::string calibration_summary(const Calibration& c) {
   std::vector<std::string> parts;
   for (const auto& [devices, scale] : c.compute_scale) {
-    parts.push_back(fmt::format("compute x{:.3f} on {} busy device{}", scale, devices, devices == 1 ? "" : "s"));
+    parts.push_back(fmt::format("compute x{:.3f} on {} busy device{}", scale, devices,
+                                devices == 1 ? "" : "s"));
   }
-  if (c.task_overhead_ms > 0) parts.push_back(fmt::format("+{:.3f} ms per task", c.task_overhead_ms));
+  if (c.task_overhead_ms > 0)
+    parts.push_back(fmt::format("+{:.3f} ms per task", c.task_overhead_ms));
   if (c.copy && is_flat_copy_link(*c.copy)) {
     parts.push_back(fmt::format("copies {:.3f} ms each", c.copy->latency_ms));
   } else if (c.copy) {
-    parts.push_back(fmt::format("copies {} + {:.3f} ms", format_bandwidth(c.copy->bandwidth_bytes_per_s),
+    parts.push_back(fmt::format("copies {} + {:.3f} ms",
+                                format_bandwidth(c.copy->bandwidth_bytes_per_s),
                                 c.copy->latency_ms));
   }
   return fmt::format("{}", fmt::join(parts, ", "));
 }
 
-std::string plan_text(const Profile& profile, const Hardware& hardware, const PlanSearchResult& result) {
+std::string plan_text(const Profile& profile, const Hardware& hardware,
+                      const PlanSearchResult& result) {
   std::string out;
   out += fmt::format("model       {} ({}, {}), batch {}, {} layers\n", profile.model,
                      profile.device.type, profile.dtype, profile.batch_size, profile.layer_count());
   std::vector<std::string> devices;
   for (const auto& d : hardware.devices) {
-    devices.push_back(fmt::format("{} ({})", d.name, d.memory_bytes ? format_bytes(d.memory_bytes) : "no memory limit"));
+    devices.push_back(fmt::format(
+        "{} ({})", d.name, d.memory_bytes ? format_bytes(d.memory_bytes) : "no memory limit"));
   }
   out += fmt::format("devices     {}; links {}\n", fmt::join(devices, ", "),
                      format_bandwidth(hardware.link.bandwidth_bytes_per_s));
@@ -274,7 +283,8 @@ std::string plan_text(const Profile& profile, const Hardware& hardware, const Pl
                                    hardware.devices[d].name,
                                    format_bytes(c.memory_capacity_bytes[d])));
       }
-      out += fmt::format("the leanest plan, {}, needs {}.\n", describe_plan(c.plan), fmt::join(need, ", "));
+      out += fmt::format("the leanest plan, {}, needs {}.\n", describe_plan(c.plan),
+                         fmt::join(need, ", "));
       const char* proof = result.leanest_proven
                               ? "; no plan needs less"
                               : " (the search budget ran out: a leaner plan may exist)";
@@ -307,10 +317,10 @@ std::string plan_text(const Profile& profile, const Hardware& hardware, const Pl
   for (std::size_t k = 0; k < result.ranked.size(); ++k) {
     const auto& c = result.ranked[k];
     table.add_row({std::to_string(k + 1), format_ms(c.iteration_ms),
-                   fmt::format("{:.1f}", c.throughput_samples_per_s), format_percent(c.bubble_fraction),
-                   std::to_string(c.plan.chunks), std::string(to_string(c.plan.checkpoint)),
-                   schedule_label(c.plan), format_balance(c.plan.balance),
-                   peaks_text(c.peak_memory_bytes)});
+                   fmt::format("{:.1f}", c.throughput_samples_per_s),
+                   format_percent(c.bubble_fraction), std::to_string(c.plan.chunks),
+                   std::string(to_string(c.plan.checkpoint)), schedule_label(c.plan),
+                   format_balance(c.plan.balance), peaks_text(c.peak_memory_bytes)});
   }
   out += table.render();
   return out;
@@ -348,17 +358,17 @@ std::string plan_explanation(const Profile& profile, const Hardware& hardware,
   std::vector<std::string> others;
   for (int d = 0; d < devices; ++d) {
     if (d == bottleneck) continue;
-    others.push_back(best.plan.stages_per_device == 1
-                         ? fmt::format("{} {}", d, format_ms(best.busy_ms[d]))
-                         : fmt::format("{} {}", hardware.devices[d].name,
-                                       format_ms(best.busy_ms[d])));
+    others.push_back(
+        best.plan.stages_per_device == 1
+            ? fmt::format("{} {}", d, format_ms(best.busy_ms[d]))
+            : fmt::format("{} {}", hardware.devices[d].name, format_ms(best.busy_ms[d])));
   }
   out += fmt::format("  bottleneck  {} computes {} ms, {} of the iteration{}{}\n",
                      device_label(bottleneck), format_ms(best.busy_ms[bottleneck]),
                      format_percent(best.busy_ms[bottleneck] / best.iteration_ms),
-                     others.empty() ? ""
+                     others.empty()                     ? ""
                      : best.plan.stages_per_device == 1 ? "; other stages: "
-                                                         : "; other devices: ",
+                                                        : "; other devices: ",
                      fmt::join(others, ", "));
   const double m = best.micro_batches, k = devices, v = best.plan.stages_per_device;
   if (splits_backward(best.plan.schedule)) {
@@ -412,11 +422,14 @@ std::string plan_explanation(const Profile& profile, const Hardware& hardware,
       continue;
     }
     const auto& c = *a.best;
-    table.add_row({"    " + a.change, format_ms(c.iteration_ms),
-                   fmt::format("{:+.1f} %", 100.0 * (c.iteration_ms / best.iteration_ms - 1.0)),
-                   format_bytes(c.max_peak_memory_bytes()),
-                   best_peak > 0 ? fmt::format("{:+.1f} %", 100.0 * (c.max_peak_memory_bytes() / best_peak - 1.0)) : "-",
-                   format_balance(c.plan.balance)});
+    table.add_row(
+        {"    " + a.change, format_ms(c.iteration_ms),
+         fmt::format("{:+.1f} %", 100.0 * (c.iteration_ms / best.iteration_ms - 1.0)),
+         format_bytes(c.max_peak_memory_bytes()),
+         best_peak > 0
+             ? fmt::format("{:+.1f} %", 100.0 * (c.max_peak_memory_bytes() / best_peak - 1.0))
+             : "-",
+         format_balance(c.plan.balance)});
   }
   out += table.render();
   return out;

@@ -307,7 +307,7 @@ MeasuredSteps run_steps(const RunFlags& flags, models::Model& model, exec::Pipel
 struct StepSummary {
   std::vector<double> pipeline_ms, step_ms, losses;
   std::vector<std::int64_t> peaks, library;  ///< per device, the largest over the steps
-  const exec::StepRecord* shown = nullptr;  ///< the median step; none without a step
+  const exec::StepRecord* shown = nullptr;   ///< the median step; none without a step
 };
 
 StepSummary summarize(const std::vector<exec::StepRecord>& steps, std::size_t devices) {

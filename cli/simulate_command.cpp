@@ -48,8 +48,8 @@ void add_simulate_command(CLI::App& app, std::vector<Command>& commands) {
     std::optional<Schedule> given;
     if (!flags->schedule_csv.empty()) given = load_schedule_csv(flags->schedule_csv);
     std::string note;
-    const Hardware hardware = resolve_hardware(
-        profile, flags->hardware, given ? given->ranks() : device_count(plan), &note);
+    const Hardware hardware = resolve_hardware(profile, flags->hardware,
+                                               given ? given->ranks() : device_count(plan), &note);
     if (given) use_schedule_csv(*given, flags->schedule_csv, hardware, plan);
     check_plan(plan, profile, hardware, plan_source(flags->plan));
     print_note(note);
@@ -71,9 +71,9 @@ void add_simulate_command(CLI::App& app, std::vector<Command>& commands) {
     if (!flags->trace.empty()) {
       save_trace(trace_from_simulation(result, profile.model), flags->trace);
     }
-    const std::string out =
-        flags->json ? simulation_json(result, path)
-                    : simulation_text(profile, result, path, flags->schedule_csv);
+    const std::string out = flags->json
+                                ? simulation_json(result, path)
+                                : simulation_text(profile, result, path, flags->schedule_csv);
     std::fputs(out.c_str(), stdout);
     if (!flags->json && !flags->trace.empty()) {
       std::printf("\ntrace written to %s (open it in https://ui.perfetto.dev)\n",

@@ -33,17 +33,23 @@ struct SweepFlags {
 
 void add_sweep_command(CLI::App& app, std::vector<Command>& commands) {
   auto flags = std::make_shared<SweepFlags>();
-  CLI::App* sub = app.add_subcommand(
-      "sweep", "What-if table: simulate every combination of devices, links, chunks, "
-               "checkpoint modes and schedules");
+  CLI::App* sub =
+      app.add_subcommand("sweep",
+                         "What-if table: simulate every combination of devices, links, chunks, "
+                         "checkpoint modes and schedules");
   add_profile_flag(*sub, flags->profile);
-  sub->add_option("--hardware", flags->hardware, "hardware.json (a point with k devices uses its first k)")
+  sub->add_option("--hardware", flags->hardware,
+                  "hardware.json (a point with k devices uses its first k)")
       ->type_name("FILE");
-  sub->add_option("--devices", flags->devices, "device counts, e.g. 2,4,8 (one stage each, or --stages-per-device with the looped and V schedules)")
+  sub->add_option("--devices", flags->devices,
+                  "device counts, e.g. 2,4,8 (one stage each, or --stages-per-device with the "
+                  "looped and V schedules)")
       ->delimiter(',')
       ->type_name("N,...");
-  sub->add_option("--memory", flags->memory, "memory of every device, e.g. 16GiB")->type_name("SIZE");
-  sub->add_option("--bandwidth", flags->bandwidths, "link bandwidths in bytes/s, e.g. 10e9,25e9,ideal")
+  sub->add_option("--memory", flags->memory, "memory of every device, e.g. 16GiB")
+      ->type_name("SIZE");
+  sub->add_option("--bandwidth", flags->bandwidths,
+                  "link bandwidths in bytes/s, e.g. 10e9,25e9,ideal")
       ->delimiter(',')
       ->type_name("B,...");
   sub->add_option("--latency-ms", flags->latency_ms, "link latency in milliseconds")
@@ -52,10 +58,13 @@ void add_sweep_command(CLI::App& app, std::vector<Command>& commands) {
                   "chunk counts (default: powers of two up to the batch size, and the batch size)")
       ->delimiter(',')
       ->type_name("M,...");
-  sub->add_option("--checkpoint", flags->checkpoints, "always,except_last,never or all (default all)")
+  sub->add_option("--checkpoint", flags->checkpoints,
+                  "always,except_last,never or all (default all)")
       ->delimiter(',')
       ->type_name("MODE,...");
-  sub->add_option("--schedule", flags->schedules, "gpipe,1f1b,interleaved-1f1b,interleaved-zb,zbv,looped-bfs,dualpipev or all (default all)")
+  sub->add_option(
+         "--schedule", flags->schedules,
+         "gpipe,1f1b,interleaved-1f1b,interleaved-zb,zbv,looped-bfs,dualpipev or all (default all)")
       ->delimiter(',')
       ->type_name("KIND,...");
   sub->add_option("--stages-per-device", flags->stages_per_device,
@@ -112,9 +121,9 @@ void add_sweep_command(CLI::App& app, std::vector<Command>& commands) {
 
     print_note(note);
     ProgressBar bar("plans");
-    std::vector<SweepRow> rows = run_sweep(profile, hardware, spec, [&](std::size_t done, std::size_t total) {
-      bar.update(done, total);
-    });
+    std::vector<SweepRow> rows =
+        run_sweep(profile, hardware, spec,
+                  [&](std::size_t done, std::size_t total) { bar.update(done, total); });
     bar.finish();
     if (flags->sort) {
       std::stable_sort(rows.begin(), rows.end(), [](const SweepRow& a, const SweepRow& b) {

@@ -7,11 +7,14 @@
 namespace pipetune::cli {
 
 void add_model_flags(CLI::App& app, ModelFlags& flags) {
-  app.add_option("--model", flags.spec, "model: " + models::model_catalogue())->required()->type_name("SPEC");
+  app.add_option("--model", flags.spec, "model: " + models::model_catalogue())
+      ->required()
+      ->type_name("SPEC");
   app.add_option("--dtype", flags.dtype_name, "float32 or float64 (default float32)")
       ->check(CLI::IsMember({"float32", "float64"}));
-  app.add_flag("--deferred-batch-norm", flags.deferred_batch_norm,
-               "update batch-norm running statistics once per mini-batch, as full-batch training would");
+  app.add_flag(
+      "--deferred-batch-norm", flags.deferred_batch_norm,
+      "update batch-norm running statistics once per mini-batch, as full-batch training would");
 }
 
 models::Model build_model_from(const ModelFlags& flags, std::uint64_t seed) {

@@ -2,9 +2,9 @@
 
 // Flags of the subcommands that run models (run, profile, validate, demo).
 
-#include <CLI/CLI.hpp>
 #include <c10/core/ScalarType.h>
 
+#include <CLI/CLI.hpp>
 #include <string>
 #include <vector>
 

@@ -19,7 +19,9 @@ using validate::Validation;
 
 namespace {
 
-std::string signed_percent(double fraction) { return fmt::format("{:+.1f} %", fraction * 100.0); }
+std::string signed_percent(double fraction) {
+  return fmt::format("{:+.1f} %", fraction * 100.0);
+}
 
 // The device whose memory is mispredicted most (by |error|).
 std::size_t worst_memory_device(const TraceComparison& c) {
@@ -81,7 +83,11 @@ std::string own_order_sentence(const Validation& v) {
 }
 
 std::string ordinal(int n) {
-  const char* suffix = n % 100 / 10 == 1 ? "th" : n % 10 == 1 ? "st" : n % 10 == 2 ? "nd" : n % 10 == 3 ? "rd" : "th";
+  const char* suffix = n % 100 / 10 == 1 ? "th"
+                       : n % 10 == 1     ? "st"
+                       : n % 10 == 2     ? "nd"
+                       : n % 10 == 3     ? "rd"
+                                         : "th";
   return fmt::format("{}{}", n, suffix);
 }
 
@@ -90,11 +96,13 @@ std::string ranking_sentence(const Validation& v) {
   const std::size_t p = v.predicted_best(), m = v.measured_best();
   const PlanValidation& pb = v.plans[p];
   if (p == m) {
-    return fmt::format("the predicted best (plan {}) measured best of the {} plans run", p + 1, v.plans.size());
+    return fmt::format("the predicted best (plan {}) measured best of the {} plans run", p + 1,
+                       v.plans.size());
   }
-  const double slower = pb.measured.median_pipeline_ms() / v.plans[m].measured.median_pipeline_ms() - 1.0;
-  return fmt::format("the predicted best (plan {}) measured {}, {:.1f} % slower than plan {}: {}", p + 1,
-                     ordinal(pb.measured_rank), slower * 100.0, m + 1,
+  const double slower =
+      pb.measured.median_pipeline_ms() / v.plans[m].measured.median_pipeline_ms() - 1.0;
+  return fmt::format("the predicted best (plan {}) measured {}, {:.1f} % slower than plan {}: {}",
+                     p + 1, ordinal(pb.measured_rank), slower * 100.0, m + 1,
                      v.predicted_best_within_noise() ? "within the step-to-step spread"
                                                      : "beyond the step-to-step spread");
 }
@@ -113,25 +121,31 @@ std::vector<std::string> cells(const Validation& v, const PlanValidation& p, std
   const bool cal = v.has_calibration();
   const TraceComparison& h = v.headline(p);
   const std::size_t d = worst_memory_device(h);
-  std::vector<std::string> row{fmt::format("{}", index + 1), describe_plan(p.plan()), format_ms(p.uncalibrated.predicted_ms)};
+  std::vector<std::string> row{fmt::format("{}", index + 1), describe_plan(p.plan()),
+                               format_ms(p.uncalibrated.predicted_ms)};
   if (cal) row.push_back(format_ms(p.calibrated.predicted_ms));
-  row.push_back(fmt::format("{} ± {}", format_ms(p.measured.median_pipeline_ms()), format_ms(p.measured.spread_ms())));
+  row.push_back(fmt::format("{} ± {}", format_ms(p.measured.median_pipeline_ms()),
+                            format_ms(p.measured.spread_ms())));
   row.push_back(signed_percent(p.uncalibrated.time_error));
   if (cal) row.push_back(signed_percent(p.calibrated.time_error));
   row.push_back(h.predicted_peak_bytes.empty() ? "-" : format_bytes(h.predicted_peak_bytes[d]));
   row.push_back(h.measured_peak_bytes.empty() ? "-" : format_bytes(h.measured_peak_bytes[d]));
   row.push_back(h.memory_error.empty() ? "-" : signed_percent(h.memory_error[d]));
-  row.push_back(h.same_critical_path ? "same" : fmt::format("{:.0f} % shared", 100.0 * h.critical_path_agreement));
+  row.push_back(h.same_critical_path
+                    ? "same"
+                    : fmt::format("{:.0f} % shared", 100.0 * h.critical_path_agreement));
   row.push_back(fmt::format("{} / {}", p.predicted_rank, p.measured_rank));
   return row;
 }
 
-std::vector<std::string> task_lines(const Validation& v, const PlanValidation& p, std::size_t count) {
+std::vector<std::string> task_lines(const Validation& v, const PlanValidation& p,
+                                    std::size_t count) {
   std::vector<std::string> out;
   for (const auto& t : v.headline(p).most_mispredicted(count)) {
-    out.push_back(fmt::format("{} predicted {} ms, measured {} ms ({:+.3f} ms); starts {:+.3f} ms off", t.label(),
-                              format_ms(t.predicted_ms()), format_ms(t.measured_ms()),
-                              t.predicted_ms() - t.measured_ms(), t.start_offset_ms()));
+    out.push_back(
+        fmt::format("{} predicted {} ms, measured {} ms ({:+.3f} ms); starts {:+.3f} ms off",
+                    t.label(), format_ms(t.predicted_ms()), format_ms(t.measured_ms()),
+                    t.predicted_ms() - t.measured_ms(), t.start_offset_ms()));
   }
   return out;
 }
@@ -139,33 +153,44 @@ std::vector<std::string> task_lines(const Validation& v, const PlanValidation& p
 std::string calibration_fit_line(const Validation& v) {
   std::vector<std::string> errors;
   for (const auto& c : v.calibration_runs) {
-    errors.push_back(fmt::format("{} {}", describe_plan(c.plan()), signed_percent(c.calibrated.time_error)));
+    errors.push_back(
+        fmt::format("{} {}", describe_plan(c.plan()), signed_percent(c.calibrated.time_error)));
   }
   return fmt::format("{}", fmt::join(errors, ", "));
 }
 
 std::string gui_command(const Validation& v, const PlanValidation& p) {
-  return fmt::format("pipetune-gui {} {} {} {}", v.profile_path, v.hardware_path, p.plan_path, p.measured_trace_path);
+  return fmt::format("pipetune-gui {} {} {} {}", v.profile_path, v.hardware_path, p.plan_path,
+                     p.measured_trace_path);
 }
 
 }  // namespace
 
 std::string validation_text(const Validation& v) {
   std::string out;
-  out += fmt::format("model       {} ({}), batch {} on {}\n", v.model, v.model_spec, v.batch, v.device);
-  out += fmt::format("profile     {}{}\n", v.profile_path,
-                     v.profiled ? fmt::format(" (taken now, {:.1f} s)", v.profile_seconds) : " (reused)");
-  out += fmt::format("hardware    {}: {} devices, link {}, {:.3f} ms\n", v.hardware_path, v.hardware.devices.size(),
-                     format_bandwidth(v.hardware.link.bandwidth_bytes_per_s), v.hardware.link.latency_ms);
+  out += fmt::format("model       {} ({}), batch {} on {}\n", v.model, v.model_spec, v.batch,
+                     v.device);
+  out += fmt::format(
+      "profile     {}{}\n", v.profile_path,
+      v.profiled ? fmt::format(" (taken now, {:.1f} s)", v.profile_seconds) : " (reused)");
+  out += fmt::format("hardware    {}: {} devices, link {}, {:.3f} ms\n", v.hardware_path,
+                     v.hardware.devices.size(),
+                     format_bandwidth(v.hardware.link.bandwidth_bytes_per_s),
+                     v.hardware.link.latency_ms);
   if (v.has_calibration()) {
     out += fmt::format("calibration {} ({} on {})\n", calibration_summary(v.hardware.calibration),
                        v.calibration_fitted ? "fitted now" : "reused",
                        fmt::join(v.hardware.calibration.fitted_on, "; "));
-    if (!v.calibration_runs.empty()) out += fmt::format("            on the plans it was fitted on: {}\n", calibration_fit_line(v));
+    if (!v.calibration_runs.empty())
+      out +=
+          fmt::format("            on the plans it was fitted on: {}\n", calibration_fit_line(v));
     if (!v.calibration_reason.empty()) out += fmt::format("            {}\n", v.calibration_reason);
   } else if (!v.calibration_reason.empty()) {
-    out += fmt::format("calibration none: {}{}\n", v.calibration_reason,
-                       v.unused_calibration.empty() ? "" : fmt::format(" (it was {})", calibration_summary(v.unused_calibration)));
+    out +=
+        fmt::format("calibration none: {}{}\n", v.calibration_reason,
+                    v.unused_calibration.empty()
+                        ? ""
+                        : fmt::format(" (it was {})", calibration_summary(v.unused_calibration)));
   } else {
     out += "calibration none\n";
   }
@@ -173,15 +198,18 @@ std::string validation_text(const Validation& v) {
   TextTable table;
   const bool cal = v.has_calibration();
   for (const auto& h : headers(cal)) {
-    table.add_column(h, h == "plan" || h == "critical path" ? TextTable::Align::Left : TextTable::Align::Right);
+    table.add_column(
+        h, h == "plan" || h == "critical path" ? TextTable::Align::Left : TextTable::Align::Right);
   }
   for (std::size_t k = 0; k < v.plans.size(); ++k) table.add_row(cells(v, v.plans[k], k));
   out += table.render();
   out += "\n";
-  out += fmt::format("time        iteration (first task to last) predicted vs the median over {} measured steps\n",
-                     v.plans.empty() ? 0 : v.plans.front().measured.pipeline_ms.size());
-  out += fmt::format("memory      the device mispredicted most; peaks measured by the {} allocator\n",
-                     v.device == "cpu" ? "counting" : "CUDA caching");
+  out += fmt::format(
+      "time        iteration (first task to last) predicted vs the median over {} measured steps\n",
+      v.plans.empty() ? 0 : v.plans.front().measured.pipeline_ms.size());
+  out +=
+      fmt::format("memory      the device mispredicted most; peaks measured by the {} allocator\n",
+                  v.device == "cpu" ? "counting" : "CUDA caching");
   if (const std::string order = arrival_order_sentence(v); !order.empty()) {
     out += fmt::format("            {}\n", order);
   }
@@ -196,7 +224,8 @@ std::string validation_text(const Validation& v) {
     }
   }
   out += fmt::format("traces      {}/plan-N.{{predicted,{}measured}}.trace.json\n",
-                     std::filesystem::path(v.hardware_path).parent_path().string(), cal ? "calibrated," : "");
+                     std::filesystem::path(v.hardware_path).parent_path().string(),
+                     cal ? "calibrated," : "");
   if (!v.plans.empty()) out += fmt::format("open        {}\n", gui_command(v, v.plans.front()));
   return out;
 }
@@ -205,12 +234,17 @@ std::string validation_markdown(const Validation& v) {
   std::string out;
   out += fmt::format("# pipetune validate: {} on {}\n\n", v.model, v.device);
   out += fmt::format("- model: `{}`, batch {}\n", v.model_spec, v.batch);
-  out += fmt::format("- profile: `{}` ({})\n", v.profile_path, v.profiled ? "taken by this run" : "reused");
-  out += fmt::format("- hardware: `{}`, {} devices, link {}, {:.3f} ms\n", v.hardware_path, v.hardware.devices.size(),
-                     format_bandwidth(v.hardware.link.bandwidth_bytes_per_s), v.hardware.link.latency_ms);
+  out += fmt::format("- profile: `{}` ({})\n", v.profile_path,
+                     v.profiled ? "taken by this run" : "reused");
+  out += fmt::format("- hardware: `{}`, {} devices, link {}, {:.3f} ms\n", v.hardware_path,
+                     v.hardware.devices.size(),
+                     format_bandwidth(v.hardware.link.bandwidth_bytes_per_s),
+                     v.hardware.link.latency_ms);
   if (v.has_calibration()) {
-    out += fmt::format("- calibration ({}): {}; fitted on {}\n", v.calibration_fitted ? "fitted by this run" : "reused",
-                       calibration_summary(v.hardware.calibration), fmt::join(v.hardware.calibration.fitted_on, "; "));
+    out += fmt::format("- calibration ({}): {}; fitted on {}\n",
+                       v.calibration_fitted ? "fitted by this run" : "reused",
+                       calibration_summary(v.hardware.calibration),
+                       fmt::join(v.hardware.calibration.fitted_on, "; "));
   } else if (!v.calibration_reason.empty()) {
     out += fmt::format("- calibration: none, {}\n", v.calibration_reason);
   } else {
@@ -228,10 +262,12 @@ std::string validation_markdown(const Validation& v) {
   out += fmt::format("| {} |\n", fmt::join(h, " | "));
   std::vector<std::string> rule(h.size(), "---");
   out += fmt::format("|{}|\n", fmt::join(rule, "|"));
-  for (std::size_t k = 0; k < v.plans.size(); ++k) out += fmt::format("| {} |\n", fmt::join(cells(v, v.plans[k], k), " | "));
+  for (std::size_t k = 0; k < v.plans.size(); ++k)
+    out += fmt::format("| {} |\n", fmt::join(cells(v, v.plans[k], k), " | "));
   out += "\nMost mispredicted tasks:\n\n";
   for (std::size_t k = 0; k < v.plans.size(); ++k) {
-    for (const auto& line : task_lines(v, v.plans[k], 3)) out += fmt::format("- plan {}: {}\n", k + 1, line);
+    for (const auto& line : task_lines(v, v.plans[k], 3))
+      out += fmt::format("- plan {}: {}\n", k + 1, line);
   }
   return out;
 }
@@ -341,20 +377,23 @@ std::string validation_json(const Validation& v, const ValidationThresholds& thr
   return out.dump(2) + "\n";
 }
 
-std::vector<std::string> threshold_failures(const Validation& v, const ValidationThresholds& thresholds) {
+std::vector<std::string> threshold_failures(const Validation& v,
+                                            const ValidationThresholds& thresholds) {
   std::vector<std::string> out;
   for (std::size_t k = 0; k < v.plans.size(); ++k) {
     const TraceComparison& c = v.headline(v.plans[k]);
     const std::string name = fmt::format("plan {} ({})", k + 1, describe_plan(v.plans[k].plan()));
     if (thresholds.time_error && std::abs(c.time_error) > *thresholds.time_error) {
-      out.push_back(fmt::format("{}: iteration time error {} exceeds --max-time-error {:.1f} %", name,
-                                signed_percent(c.time_error), *thresholds.time_error * 100.0));
+      out.push_back(fmt::format("{}: iteration time error {} exceeds --max-time-error {:.1f} %",
+                                name, signed_percent(c.time_error),
+                                *thresholds.time_error * 100.0));
     }
     if (thresholds.memory_error) {
       for (std::size_t d = 0; d < c.memory_error.size(); ++d) {
         if (std::abs(c.memory_error[d]) > *thresholds.memory_error) {
-          out.push_back(fmt::format("{}: peak memory error on {} {} exceeds --max-memory-error {:.1f} %", name,
-                                    c.devices[d], signed_percent(c.memory_error[d]), *thresholds.memory_error * 100.0));
+          out.push_back(fmt::format(
+              "{}: peak memory error on {} {} exceeds --max-memory-error {:.1f} %", name,
+              c.devices[d], signed_percent(c.memory_error[d]), *thresholds.memory_error * 100.0));
         }
       }
     }

@@ -23,6 +23,7 @@ std::string validation_json(const validate::Validation& v, const ValidationThres
                             const std::vector<std::string>& failures);
 
 /// One line per threshold exceeded, naming the plan, the error and the limit; empty: passed.
-std::vector<std::string> threshold_failures(const validate::Validation& v, const ValidationThresholds& thresholds);
+std::vector<std::string> threshold_failures(const validate::Validation& v,
+                                            const ValidationThresholds& thresholds);
 
 }  // namespace pipetune::cli

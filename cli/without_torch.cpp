@@ -6,26 +6,32 @@
 namespace pipetune::cli {
 
 void add_run_command(CLI::App& app, std::vector<Command>& commands) {
-  CLI::App* sub = app.add_subcommand("run", "Train with a plan on the GPipe executor (needs LibTorch)");
+  CLI::App* sub =
+      app.add_subcommand("run", "Train with a plan on the GPipe executor (needs LibTorch)");
   sub->allow_extras();
   commands.emplace_back(sub, []() -> int {
-    throw WorkError("run: this build of pipetune has no LibTorch; run scripts/setup.sh and rebuild");
+    throw WorkError(
+        "run: this build of pipetune has no LibTorch; run scripts/setup.sh and rebuild");
   });
 }
 
 void add_profile_command(CLI::App& app, std::vector<Command>& commands) {
-  CLI::App* sub = app.add_subcommand("profile", "Measure every layer on the real device (needs LibTorch)");
+  CLI::App* sub =
+      app.add_subcommand("profile", "Measure every layer on the real device (needs LibTorch)");
   sub->allow_extras();
   commands.emplace_back(sub, []() -> int {
-    throw WorkError("profile: this build of pipetune has no LibTorch; run scripts/setup.sh and rebuild");
+    throw WorkError(
+        "profile: this build of pipetune has no LibTorch; run scripts/setup.sh and rebuild");
   });
 }
 
 void add_validate_command(CLI::App& app, std::vector<Command>& commands) {
-  CLI::App* sub = app.add_subcommand("validate", "Predict, run for real and compare (needs LibTorch)");
+  CLI::App* sub =
+      app.add_subcommand("validate", "Predict, run for real and compare (needs LibTorch)");
   sub->allow_extras();
   commands.emplace_back(sub, []() -> int {
-    throw WorkError("validate: this build of pipetune has no LibTorch; run scripts/setup.sh and rebuild");
+    throw WorkError(
+        "validate: this build of pipetune has no LibTorch; run scripts/setup.sh and rebuild");
   });
 }
 

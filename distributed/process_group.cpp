@@ -474,7 +474,8 @@ class GlooTransport final : public exec::Transport {
       completed = work->wait(timeout());
     } catch (const std::exception& e) {
       if (waited_out(started)) {
-        throw TimeoutError(fmt::format("rank {} did not {} within {} s (hung?)", peer, verb, timeout_s_));
+        throw TimeoutError(
+            fmt::format("rank {} did not {} within {} s (hung?)", peer, verb, timeout_s_));
       }
       throw WorkError(fmt::format("rank {} is gone ({})", peer, why(e)));
     }
@@ -597,7 +598,7 @@ class GlooTransport final : public exec::Transport {
   std::mutex mutex_;
   std::mutex layouts_mutex_;  // sent_layouts_ and received_layouts_ (see the top of this file)
   std::map<std::pair<int, int>, Layout> sent_layouts_, received_layouts_;  // by (peer, tag)
-  std::deque<std::pair<int, c10::intrusive_ptr<c10d::Work> > > sending_;  // oldest first
+  std::deque<std::pair<int, c10::intrusive_ptr<c10d::Work> > > sending_;   // oldest first
   std::condition_variable sends_changed_;
   std::exception_ptr send_error_;
   bool stopping_ = false;

@@ -136,22 +136,28 @@ CountingAllocator& CountingAllocator::install() {
 CountingAllocator::DeviceScope::DeviceScope(int device) : previous_(tagged_device) {
   tagged_device = device;
 }
-CountingAllocator::DeviceScope::~DeviceScope() { tagged_device = previous_; }
-int CountingAllocator::current_device() { return tagged_device; }
+CountingAllocator::DeviceScope::~DeviceScope() {
+  tagged_device = previous_;
+}
+int CountingAllocator::current_device() {
+  return tagged_device;
+}
 
 void CountingAllocator::charge(int device, std::int64_t bytes) {
   if (device < 0 || device >= kMaxTrackedDevices) return;
   State* s = state();
   const std::int64_t now = s->current[device].fetch_add(bytes, std::memory_order_relaxed) + bytes;
   std::int64_t peak = s->peak[device].load(std::memory_order_relaxed);
-  while (now > peak && !s->peak[device].compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  while (now > peak &&
+         !s->peak[device].compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
   }
   if (s->history.load(std::memory_order_relaxed)) {
     std::lock_guard<std::mutex> lock(s->samples_mutex);
     const int slot = s->slot[device];
     if (s->history.load(std::memory_order_relaxed) && slot >= 0) {
       const double t =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s->origin).count();
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s->origin)
+              .count();
       s->samples[slot].push_back({t, now});
     }
   }
@@ -167,9 +173,9 @@ void CountingAllocator::check_capacity(int device, std::int64_t bytes) {
   State* s = state();
   const std::int64_t capacity = s->capacity[device].load(std::memory_order_relaxed);
   const std::int64_t now = s->current[device].load(std::memory_order_relaxed);
-  TORCH_CHECK_WITH(OutOfMemoryError, capacity == 0 || now + bytes <= capacity, "CPU device ", device,
-                   ": out of memory: tried to allocate ", bytes, " bytes with ", now, " of ", capacity,
-                   " bytes allocated");
+  TORCH_CHECK_WITH(OutOfMemoryError, capacity == 0 || now + bytes <= capacity, "CPU device ",
+                   device, ": out of memory: tried to allocate ", bytes, " bytes with ", now,
+                   " of ", capacity, " bytes allocated");
 }
 
 std::int64_t CountingAllocator::allocated(int device) const {

@@ -61,7 +61,9 @@ class CpuRuntime final : public DeviceRuntime {
 
   Stamp now(int device) override {
     Stamp s;
-    s.host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - origin_).count();
+    s.host_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - origin_)
+            .count();
     s.device = device;
     return s;
   }

@@ -30,8 +30,10 @@ std::shared_ptr<at::cuda::CUDAEvent> timed_event() {
 
 class CudaRuntime final : public DeviceRuntime {
  public:
-  CudaRuntime(const std::vector<c10::Device>& devices, bool history) : devices_(devices), history_(history) {
-    for (const auto& d : devices_) compute_.push_back(c10::cuda::getStreamFromPool(/*high_priority=*/false, d.index()));
+  CudaRuntime(const std::vector<c10::Device>& devices, bool history)
+      : devices_(devices), history_(history) {
+    for (const auto& d : devices_)
+      compute_.push_back(c10::cuda::getStreamFromPool(/*high_priority=*/false, d.index()));
     base_.resize(devices_.size());
     memory_base_.resize(devices_.size());
     samples_.resize(devices_.size());
@@ -119,9 +121,11 @@ class CudaRuntime final : public DeviceRuntime {
   }
 
   at::Tensor consume(const Handoff& handoff, int device) override {
-    if (handoff.ready) static_cast<at::cuda::CUDAEvent*>(handoff.ready.get())->block(compute_[device]);
+    if (handoff.ready)
+      static_cast<at::cuda::CUDAEvent*>(handoff.ready.get())->block(compute_[device]);
     if (handoff.tensor.defined() && handoff.tensor.device() == devices_[device]) {
-      c10::cuda::CUDACachingAllocator::recordStream(handoff.tensor.storage().data_ptr(), compute_[device]);
+      c10::cuda::CUDACachingAllocator::recordStream(handoff.tensor.storage().data_ptr(),
+                                                    compute_[device]);
     }
     return handoff.tensor;
   }
@@ -153,7 +157,8 @@ class CudaRuntime final : public DeviceRuntime {
     std::lock_guard<std::mutex> lock(samples_mutex_);
     for (std::size_t d = 0; d < devices_.size(); ++d) {
       for (const auto& [stamp, bytes] : samples_[d]) out[d].push_back({resolve(stamp), bytes});
-      std::sort(out[d].begin(), out[d].end(), [](const CounterSample& a, const CounterSample& b) { return a.time < b.time; });
+      std::sort(out[d].begin(), out[d].end(),
+                [](const CounterSample& a, const CounterSample& b) { return a.time < b.time; });
     }
     return out;
   }
@@ -194,12 +199,17 @@ class CudaRuntime final : public DeviceRuntime {
 
 }  // namespace
 
-std::unique_ptr<DeviceRuntime> make_cuda_runtime(const std::vector<c10::Device>& devices, bool history) {
+std::unique_ptr<DeviceRuntime> make_cuda_runtime(const std::vector<c10::Device>& devices,
+                                                 bool history) {
   return std::make_unique<CudaRuntime>(devices, history);
 }
 
-bool cuda_built() { return true; }
+bool cuda_built() {
+  return true;
+}
 
-int cuda_device_count() { return static_cast<int>(c10::cuda::device_count()); }
+int cuda_device_count() {
+  return static_cast<int>(c10::cuda::device_count());
+}
 
 }  // namespace pipetune::exec

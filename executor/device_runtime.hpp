@@ -50,7 +50,7 @@ class DeviceRuntime {
   /// on each device as the step starts (parameters, buffers, optimizer state, micro-batches),
   /// which tells the libraries' bytes apart (library_bytes()).
   virtual void begin_step(const std::vector<std::int64_t>& held) = 0;
-  virtual void end_step() = 0;    ///< on the main thread: waits until every device is idle
+  virtual void end_step() = 0;        ///< on the main thread: waits until every device is idle
   virtual Stamp now(int device) = 0;  ///< on a thread bound to `device` (or a copy channel to it)
   virtual double resolve(const Stamp& stamp) = 0;  ///< ms since begin_step, after end_step
 
@@ -96,7 +96,8 @@ std::unique_ptr<DeviceRuntime> make_cpu_runtime(int devices, int threads_per_dev
 /// CUDA devices (only when built with CUDA; nullptr otherwise): one compute stream per device,
 /// a copy stream per channel, CUDA events for timing and handoffs, the caching allocator's
 /// statistics for memory.
-std::unique_ptr<DeviceRuntime> make_cuda_runtime(const std::vector<c10::Device>& devices, bool history);
+std::unique_ptr<DeviceRuntime> make_cuda_runtime(const std::vector<c10::Device>& devices,
+                                                 bool history);
 
 /// Whether this build can run CUDA devices, and how many this machine has.
 bool cuda_built();

@@ -4,8 +4,14 @@
 
 namespace pipetune::exec {
 
-std::unique_ptr<DeviceRuntime> make_cuda_runtime(const std::vector<c10::Device>&, bool) { return nullptr; }
-bool cuda_built() { return false; }
-int cuda_device_count() { return 0; }
+std::unique_ptr<DeviceRuntime> make_cuda_runtime(const std::vector<c10::Device>&, bool) {
+  return nullptr;
+}
+bool cuda_built() {
+  return false;
+}
+int cuda_device_count() {
+  return 0;
+}
 
 }  // namespace pipetune::exec

@@ -27,8 +27,8 @@ double optimizer_state_factor(OptimizerKind kind);
 
 /// The optimizer over `params` with learning rate `lr`; null for None or when there are no
 /// parameters.
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(OptimizerKind kind, std::vector<at::Tensor> params,
-                                                        double lr);
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(OptimizerKind kind,
+                                                        std::vector<at::Tensor> params, double lr);
 
 /// The tensors an optimizer keeps between steps (momentum buffers, Adam's moments), for
 /// counting what a pipeline holds.

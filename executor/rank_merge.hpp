@@ -22,7 +22,7 @@ struct RankPart {
   double step_ms = 0.0;
   std::int64_t peak_memory_bytes = 0;
   std::int64_t library_memory_bytes = 0;  ///< StepRecord::library_memory_bytes of the rank's device
-  std::vector<TraceTask> tasks;  ///< `step` does not travel: rank 0 knows which step it is
+  std::vector<TraceTask> tasks;           ///< `step` does not travel: rank 0 knows which step it is
   std::vector<CounterSample> memory;
 };
 

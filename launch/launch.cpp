@@ -108,9 +108,10 @@ int launch(const LaunchOptions& options) {
   StartedRanks started = start_ranks(options, port, stop_signals);
 
   // The supervisor knows which ranks still run; its actions are only called once it exists.
-  Supervisor supervisor(options.nproc, options.timeout_s, options.kill_after_s,
-                        {[&](int signal) { signal_ranks(started, supervisor.running(), signal); },
-                         [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }});
+  Supervisor supervisor(
+      options.nproc, options.timeout_s, options.kill_after_s,
+      {[&](int signal) { signal_ranks(started, supervisor.running(), signal); },
+       [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }});
   int signals_seen = 0;
   for (;;) {
     if (StopSignals::count() != signals_seen) {  // several at once count as one

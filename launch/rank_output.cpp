@@ -18,7 +18,8 @@ void write_all(int fd, std::string_view data) {
 void TaggedStream::emit(bool at_end) {
   std::string out;
   std::size_t start = 0;
-  for (std::size_t newline; (newline = held.find('\n', start)) != std::string::npos; start = newline + 1) {
+  for (std::size_t newline; (newline = held.find('\n', start)) != std::string::npos;
+       start = newline + 1) {
     out += prefix;
     out.append(held, start, newline + 1 - start);
   }

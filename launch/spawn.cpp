@@ -57,8 +57,9 @@ void kill_and_reap(std::vector<RankProcess>& ranks) {
 }  // namespace
 
 std::vector<std::string> rank_environment(const LaunchOptions& options, int port, int rank) {
-  static constexpr std::string_view kOwned[] = {"RANK",        "LOCAL_RANK",  "WORLD_SIZE",       "LOCAL_WORLD_SIZE",
-                                                "MASTER_ADDR", "MASTER_PORT", "PIPETUNE_LAUNCHED"};
+  static constexpr std::string_view kOwned[] = {
+      "RANK",        "LOCAL_RANK",  "WORLD_SIZE",       "LOCAL_WORLD_SIZE",
+      "MASTER_ADDR", "MASTER_PORT", "PIPETUNE_LAUNCHED"};
   std::vector<std::string> env;
   for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
     const std::string_view text(*entry);
@@ -84,7 +85,8 @@ StartedRanks start_ranks(const LaunchOptions& options, int port, const StopSigna
   const std::vector<char*> argv = c_strings(args);
   std::vector<std::vector<std::string>> environments;
   std::vector<std::vector<char*>> envps;
-  for (int r = 0; r < options.nproc; ++r) environments.push_back(rank_environment(options, port, r));
+  for (int r = 0; r < options.nproc; ++r)
+    environments.push_back(rank_environment(options, port, r));
   for (auto& env : environments) envps.push_back(c_strings(env));
   const std::string exec_failed = fmt::format("pipetune launch: cannot run {}: ", options.program);
 
@@ -135,7 +137,8 @@ StartedRanks start_ranks(const LaunchOptions& options, int port, const StopSigna
     if (pid < 0) {
       close_all({out_pipe[0], err_pipe[0]});
       kill_and_reap(started.ranks);
-      throw WorkError(fmt::format("launch: cannot start rank {}: {}", r, std::strerror(fork_error)));
+      throw WorkError(
+          fmt::format("launch: cannot start rank {}: {}", r, std::strerror(fork_error)));
     }
     // Also here, as the parent may signal the group before the child got to its setpgid.
     setpgid(pid, group == 0 ? pid : group);

@@ -32,8 +32,12 @@ StopSignals::~StopSignals() {
   for (int k = 0; k < 2; ++k) sigaction(kSignals[k], &original_[k], nullptr);
 }
 
-int StopSignals::count() { return g_count; }
-int StopSignals::last() { return g_last; }
+int StopSignals::count() {
+  return g_count;
+}
+int StopSignals::last() {
+  return g_last;
+}
 
 void StopSignals::restore_in_child() const {
   for (int k = 0; k < 2; ++k) sigaction(kSignals[k], &original_[k], nullptr);

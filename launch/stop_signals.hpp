@@ -9,7 +9,7 @@ namespace pipetune::launcher {
 
 class StopSignals {
  public:
-  StopSignals();  ///< catches both, except one ignored on entry (a background job's SIGINT)
+  StopSignals();   ///< catches both, except one ignored on entry (a background job's SIGINT)
   ~StopSignals();  ///< puts back what was there
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;

@@ -9,10 +9,14 @@
 namespace pipetune::launcher {
 
 namespace {
-std::string seconds(std::chrono::duration<double> d) { return fmt::format("{:g} s", d.count()); }
+std::string seconds(std::chrono::duration<double> d) {
+  return fmt::format("{:g} s", d.count());
+}
 }  // namespace
 
-const char* stop_signal_name(int signal) { return signal == SIGINT ? "SIGINT" : "SIGTERM"; }
+const char* stop_signal_name(int signal) {
+  return signal == SIGINT ? "SIGINT" : "SIGTERM";
+}
 
 Supervisor::Supervisor(int ranks, double timeout_s, double kill_after_s, Actions actions)
     : running_(static_cast<std::size_t>(ranks), true),
@@ -21,7 +25,9 @@ Supervisor::Supervisor(int ranks, double timeout_s, double kill_after_s, Actions
       kill_after_(kill_after_s),
       actions_(std::move(actions)) {}
 
-bool Supervisor::any_running() const { return std::find(running_.begin(), running_.end(), true) != running_.end(); }
+bool Supervisor::any_running() const {
+  return std::find(running_.begin(), running_.end(), true) != running_.end();
+}
 
 void Supervisor::send(int signal) {
   actions_.signal_ranks(signal);
@@ -40,13 +46,14 @@ void Supervisor::stop(std::string cause, Clock::time_point now) {
 void Supervisor::stop_signal(int signal, Clock::time_point now) {
   if (++stop_signals_ == 1) {
     interrupted_by_ = signal;
-    actions_.report(fmt::format("pipetune launch: got {}; passed it on to every rank", stop_signal_name(signal)));
+    actions_.report(fmt::format("pipetune launch: got {}; passed it on to every rank",
+                                stop_signal_name(signal)));
     send(signal);
     stop(fmt::format("the {}", stop_signal_name(signal)), now);
   } else if (state_ != State::Killed) {
     // A second Ctrl-C means now: do not wait out the timeout.
-    actions_.report(
-        fmt::format("pipetune launch: got {} again; sent SIGKILL to every rank", stop_signal_name(signal)));
+    actions_.report(fmt::format("pipetune launch: got {} again; sent SIGKILL to every rank",
+                                stop_signal_name(signal)));
     send(SIGKILL);
     state_ = State::Killed;
     since_ = now;
@@ -59,9 +66,10 @@ void Supervisor::rank_exited(int rank, int status, Clock::time_point now) {
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
   if (WIFSIGNALED(status) && WTERMSIG(status) == signal_sent_[r]) return;  // stopped by us
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  std::string line = WIFEXITED(status)
-                         ? fmt::format("pipetune launch: rank {} exited with code {}", rank, code)
-                         : fmt::format("pipetune launch: rank {} killed by signal {}", rank, WTERMSIG(status));
+  std::string line =
+      WIFEXITED(status)
+          ? fmt::format("pipetune launch: rank {} exited with code {}", rank, code)
+          : fmt::format("pipetune launch: rank {} killed by signal {}", rank, WTERMSIG(status));
   if (!first_failure_) {
     first_failure_ = code;
     if (running_.size() > 1) line += " (first failure)";
@@ -77,8 +85,9 @@ void Supervisor::tick(Clock::time_point now) {
   if (state_ == State::Stopping && now - since_ >= timeout_) {
     for (std::size_t r = 0; r < running_.size(); ++r) {
       if (running_[r]) {
-        actions_.report(fmt::format("pipetune launch: rank {} did not exit within {} of {}; sent SIGTERM", r,
-                                    seconds(timeout_), stop_cause_));
+        actions_.report(
+            fmt::format("pipetune launch: rank {} did not exit within {} of {}; sent SIGTERM", r,
+                        seconds(timeout_), stop_cause_));
       }
     }
     send(SIGTERM);
@@ -88,8 +97,9 @@ void Supervisor::tick(Clock::time_point now) {
   if (state_ == State::Terminating && now - since_ >= kill_after_) {
     for (std::size_t r = 0; r < running_.size(); ++r) {
       if (running_[r]) {
-        actions_.report(fmt::format("pipetune launch: rank {} did not exit within {} of SIGTERM; sent SIGKILL", r,
-                                    seconds(kill_after_)));
+        actions_.report(
+            fmt::format("pipetune launch: rank {} did not exit within {} of SIGTERM; sent SIGKILL",
+                        r, seconds(kill_after_)));
       }
     }
     send(SIGKILL);

@@ -7,8 +7,8 @@
 // correlation record (correlation id -> our id) per launch. CUPTI delivers, in buffers, in no
 // particular order, kernel and memcpy records carrying the launch's correlation id. This file
 // joins them. It knows nothing
-// of CUPTI's headers (cuda_backend.cpp translates CUPTI's records), so it is tested on CI with fabricated
-// records (kineto's pattern).
+// of CUPTI's headers (cuda_backend.cpp translates CUPTI's records), so it is tested on CI with
+// fabricated records (kineto's pattern).
 
 #include <cstdint>
 #include <map>
@@ -62,7 +62,7 @@ class ActivityAttribution {
   void clear();
 
  private:
-  std::vector<ActivityRecord> work_;  // kernels, copies, sets
+  std::vector<ActivityRecord> work_;                              // kernels, copies, sets
   std::unordered_map<std::uint32_t, std::uint64_t> external_of_;  // correlation -> external
   std::size_t dropped_ = 0;
 };

@@ -17,10 +17,10 @@ class MeasureBackend {
  public:
   virtual ~MeasureBackend() = default;
   virtual c10::Device device() const = 0;
-  virtual std::string device_type() const = 0;  ///< "cpu", "cuda"
-  virtual std::string device_name() const = 0;  ///< the device's model
+  virtual std::string device_type() const = 0;    ///< "cpu", "cuda"
+  virtual std::string device_name() const = 0;    ///< the device's model
   virtual std::int64_t memory_bytes() const = 0;  ///< capacity; 0: unknown
-  virtual std::string timer_name() const = 0;  ///< "clock", "cuda-events", "cupti"
+  virtual std::string timer_name() const = 0;     ///< "clock", "cuda-events", "cupti"
 
   /// Bytes allocated on the device now, and the most since reset_peak().
   virtual std::int64_t allocated() = 0;

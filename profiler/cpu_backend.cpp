@@ -27,7 +27,9 @@ std::string cpu_model() {
 class CpuBackend final : public MeasureBackend {
  public:
   explicit CpuBackend(int threads)
-      : allocator_(exec::CountingAllocator::install()), scope_(kProfiledDevice), name_(cpu_model()) {
+      : allocator_(exec::CountingAllocator::install()),
+        scope_(kProfiledDevice),
+        name_(cpu_model()) {
     if (threads > 0) at::set_num_threads(threads);
   }
   c10::Device device() const override { return c10::Device(c10::DeviceType::CPU); }
@@ -42,7 +44,9 @@ class CpuBackend final : public MeasureBackend {
 
   void begin(std::uint64_t region) override { started_[region] = std::chrono::steady_clock::now(); }
   void end(std::uint64_t region) override {
-    times_[region] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started_[region]).count();
+    times_[region] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                               started_[region])
+                         .count();
   }
   std::map<std::uint64_t, double> collect_ms() override {
     started_.clear();
@@ -59,6 +63,8 @@ class CpuBackend final : public MeasureBackend {
 
 }  // namespace
 
-std::unique_ptr<MeasureBackend> make_cpu_backend(int threads) { return std::make_unique<CpuBackend>(threads); }
+std::unique_ptr<MeasureBackend> make_cpu_backend(int threads) {
+  return std::make_unique<CpuBackend>(threads);
+}
 
 }  // namespace pipetune::profiler

@@ -48,7 +48,8 @@ double thread_handover_ms() {
     cv.notify_all();
     cv.wait(lock, [&] { return turn == 0; });
   }
-  const double total = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const double total =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   other.join();
   return total / kRounds / 2.0;
 }
@@ -82,7 +83,8 @@ Hardware probe_hardware(const std::string& device, int devices) {
           const at::Tensor source = at::empty({bytes}, at::kByte).fill_(1);
           const auto start = std::chrono::steady_clock::now();
           const at::Tensor copy = source.clone();
-          return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+          return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count();
         },
         handover);
     return hw;
@@ -92,17 +94,20 @@ Hardware probe_hardware(const std::string& device, int devices) {
   if (count == 0) throw InputError(Input::Device, "cuda", "no CUDA device on this machine");
   for (int d = 0; d < count; ++d) {
     const auto* props = at::cuda::getDeviceProperties(d);
-    hw.devices.push_back({fmt::format("cuda:{}", d), static_cast<std::int64_t>(props->totalGlobalMem), 1.0});
+    hw.devices.push_back(
+        {fmt::format("cuda:{}", d), static_cast<std::int64_t>(props->totalGlobalMem), 1.0});
   }
   auto timed_copy = [](int from, int to) {
     return [from, to](std::int64_t bytes) {
-      const at::Tensor source = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA, from));
+      const at::Tensor source =
+          at::empty({bytes}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA, from));
       c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(to));
       at::cuda::CUDAEvent start(cudaEventDefault), end(cudaEventDefault);
       auto stream = at::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(to));
       c10::cuda::device_synchronize();
       start.record(stream);
-      const at::Tensor copy = source.to(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(to)), /*non_blocking=*/true);
+      const at::Tensor copy = source.to(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(to)),
+                                        /*non_blocking=*/true);
       end.record(stream);
       end.synchronize();
       return static_cast<double>(start.elapsed_time(end));

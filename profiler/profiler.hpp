@@ -79,7 +79,7 @@ struct ProfileOptions {
   /// the layers asynchronously (a GPU), "on" everywhere (on a CPU they equal the layer's
   /// time: its work is its launch), "off" nowhere.
   std::string launch_times = "auto";
-  int threads = 0;             ///< CPU intra-op threads (0: torch's default)
+  int threads = 0;  ///< CPU intra-op threads (0: torch's default)
   /// CPU: the other devices' threads a layer is also timed beside (0: not measured). CUDA: 0
   /// only; stages sharing one GPU are not measured (InputError).
   int co_runners = 0;

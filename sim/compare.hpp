@@ -47,8 +47,8 @@ struct TraceComparison {
   /// Per device, the predicted peak in the worst arrival order (empty when the prediction has
   /// none): a measured peak above the predicted one but not above this is arrival order.
   std::vector<std::int64_t> worst_order_peak_bytes;
-  std::vector<TaskComparison> tasks;   ///< every task found in both traces
-  std::size_t unmatched = 0;           ///< tasks in one trace only
+  std::vector<TaskComparison> tasks;  ///< every task found in both traces
+  std::size_t unmatched = 0;          ///< tasks in one trace only
   double median_abs_duration_error = 0.0;
   /// The compute tasks on each critical path (longest path through the task graph with each
   /// trace's own durations), in order.
@@ -64,8 +64,8 @@ struct TraceComparison {
 /// Compares a predicted trace with a measured one of the same plan. `measured_ms`, when
 /// positive, replaces the measured trace's own iteration time (a median over steps, say).
 /// Throws InputError when the two are not of the same plan and devices.
-TraceComparison compare_traces(const Trace& predicted, const Trace& measured, const std::string& measured_source,
-                               double measured_ms = 0.0);
+TraceComparison compare_traces(const Trace& predicted, const Trace& measured,
+                               const std::string& measured_source, double measured_ms = 0.0);
 
 /// The least time per byte a link fitted from copies is given (its bandwidth at most 1e15 B/s):
 /// copies whose time does not grow with their size still give a finite link, a very fast one.
@@ -90,7 +90,8 @@ Link link_from_copies(const std::vector<double>& small_ms, std::int64_t small_by
 /// against bytes with a slope of at least kLeastCopyMsPerByte (copies whose time does not grow
 /// with their size give their mean time as a latency, on a very fast link).
 /// `plan_names` go into fitted_on.
-Calibration fit_calibration(const std::vector<std::pair<Trace, Trace>>& runs, const std::vector<std::string>& plan_names);
+Calibration fit_calibration(const std::vector<std::pair<Trace, Trace>>& runs,
+                            const std::vector<std::string>& plan_names);
 
 /// A run a calibration may be fitted on: a plan and its measurement (`measured_ms`, the median
 /// step, is what the time error is taken against).
@@ -103,8 +104,8 @@ struct CalibrationRun {
 /// Whether a calibration earns its place, and the one to use.
 struct CalibrationChoice {
   Calibration fitted;  ///< fitted on every run, only the parts used when used (empty with no run)
-  bool used = false;        ///< apply `fitted`; else predict uncalibrated
-  std::string reason;       ///< one line: why it is used or not, with the errors behind it
+  bool used = false;   ///< apply `fitted`; else predict uncalibrated
+  std::string reason;  ///< one line: why it is used or not, with the errors behind it
   /// Per run, signed time errors: uncalibrated; with `fitted` (in sample); with a calibration
   /// fitted on the other runs alone, the same parts kept (out of sample; empty with fewer than
   /// two runs).

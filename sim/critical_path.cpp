@@ -1,9 +1,9 @@
 #include "sim/critical_path.hpp"
 
 // Boost.Graph stays in this one file: it is heavy to compile.
+#include <algorithm>
 #include <boost/graph/adjacency_list.hpp>
 #include <boost/graph/dag_shortest_paths.hpp>
-#include <algorithm>
 #include <functional>
 #include <limits>
 #include <stdexcept>
@@ -11,9 +11,9 @@
 namespace pipetune {
 
 std::vector<int> critical_path(const SimulationResult& result) {
-  using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS,
-                                      boost::no_property,
-                                      boost::property<boost::edge_weight_t, double>>;
+  using Graph =
+      boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS, boost::no_property,
+                            boost::property<boost::edge_weight_t, double>>;
   const int n = static_cast<int>(result.tasks.size());
   if (n == 0) return {};
   if (result.edges.empty() && n > 1) {
@@ -35,13 +35,12 @@ std::vector<int> critical_path(const SimulationResult& result) {
   std::vector<Graph::vertex_descriptor> predecessor(n + 2);
   for (int v = 0; v < n + 2; ++v) predecessor[v] = v;
   // Longest path in a DAG: shortest path with the comparison reversed.
-  boost::dag_shortest_paths(
-      graph, source,
-      boost::distance_map(distance.data())
-          .predecessor_map(predecessor.data())
-          .distance_compare(std::greater<double>())
-          .distance_inf(-std::numeric_limits<double>::infinity())
-          .distance_zero(0.0));
+  boost::dag_shortest_paths(graph, source,
+                            boost::distance_map(distance.data())
+                                .predecessor_map(predecessor.data())
+                                .distance_compare(std::greater<double>())
+                                .distance_inf(-std::numeric_limits<double>::infinity())
+                                .distance_zero(0.0));
 
   std::vector<int> path;
   for (auto v = predecessor[sink]; v != static_cast<Graph::vertex_descriptor>(source);

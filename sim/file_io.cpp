@@ -53,7 +53,8 @@ void check_writable(const std::string& path, std::string_view flag) {
     throw InputError(std::string(flag) + ": " + path + ": cannot write: " + why);
   };
   if (fs::is_directory(path, ec)) fail("is a directory");
-  const fs::path folder = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+  const fs::path folder =
+      fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
   if (!fs::is_directory(folder, ec)) fail("no folder " + folder.string());
   if (::access(folder.c_str(), W_OK) != 0) fail(std::strerror(errno));
 }

@@ -33,10 +33,11 @@ Link parse_link(const Node& node, std::initializer_list<std::string_view> extra_
   Link link;
   // null says "unlimited": JSON has no infinity, and an ideal link must survive a round trip.
   const Node bandwidth = node.field("bandwidth_bytes_per_s");
-  link.bandwidth_bytes_per_s = bandwidth.value().is_null()
-                                   ? std::numeric_limits<double>::infinity()
-                                   : bandwidth.number_in(limits::kMinBandwidth, 1e300,
-                                                         "at least 1 (bytes per second), or null for unlimited");
+  link.bandwidth_bytes_per_s =
+      bandwidth.value().is_null()
+          ? std::numeric_limits<double>::infinity()
+          : bandwidth.number_in(limits::kMinBandwidth, 1e300,
+                                "at least 1 (bytes per second), or null for unlimited");
   link.latency_ms = node.field("latency_ms").milliseconds();
   return link;
 }
@@ -94,7 +95,8 @@ Hardware parse_hardware(std::string_view text, const std::string& source) {
     }
     device.memory_bytes = d.field("memory_bytes").bytes();
     if (auto speed = d.optional_field("speed")) {
-      device.speed = speed->number_in(limits::kMinSpeed, limits::kMaxSpeed, "a number from 1e-6 to 1e6");
+      device.speed =
+          speed->number_in(limits::kMinSpeed, limits::kMaxSpeed, "a number from 1e-6 to 1e6");
     }
     hw.devices.push_back(std::move(device));
   }
@@ -125,7 +127,8 @@ Hardware parse_hardware(std::string_view text, const std::string& source) {
     calibration->allow_only({"compute_scale", "task_overhead_ms", "copy", "fitted_on"});
     Calibration& c = hw.calibration;
     if (auto scale = calibration->optional_field("compute_scale")) {
-      if (!scale->value().is_object()) scale->fail("an object from device counts to factors, e.g. {\"2\": 1.1}");
+      if (!scale->value().is_object())
+        scale->fail("an object from device counts to factors, e.g. {\"2\": 1.1}");
       for (const auto& [key, value] : scale->value().items()) {
         const Node factor(value, source, scale->path() + "." + key);
         int devices = 0;

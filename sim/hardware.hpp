@@ -48,8 +48,8 @@ struct Calibration {
   /// Measured compute-task time over profiled time, by how many devices the plan keeps busy
   /// (on a CPU, devices share cores and memory bandwidth, so more devices, more slowdown).
   std::map<int, double> compute_scale;
-  double task_overhead_ms = 0.0;  ///< added to every compute task: the runtime's own share
-  std::optional<Link> copy;       ///< copies as measured under load, if any were
+  double task_overhead_ms = 0.0;       ///< added to every compute task: the runtime's own share
+  std::optional<Link> copy;            ///< copies as measured under load, if any were
   std::vector<std::string> fitted_on;  ///< the plans it was fitted on
   bool empty() const { return compute_scale.empty() && task_overhead_ms == 0.0 && !copy; }
   /// The scale for a plan keeping `devices` busy: the nearest count measured (1.0 if none).

@@ -30,7 +30,8 @@ std::pair<std::size_t, std::size_t> line_and_column(std::string_view text, std::
 // value - invalid literal; last read: 'x'" -> "syntax error while parsing value - invalid literal;
 // last read: 'x'".
 std::string strip_nlohmann_prefix(std::string message) {
-  if (auto colon = message.find(": "); colon != std::string::npos && message.starts_with("[json.")) {
+  if (auto colon = message.find(": ");
+      colon != std::string::npos && message.starts_with("[json.")) {
     message = message.substr(colon + 2);
   }
   return message;
@@ -48,8 +49,8 @@ nlohmann::json parse_document(std::string_view text, const std::string& source) 
     const bool opens = event == nlohmann::json::parse_event_t::object_start ||
                        event == nlohmann::json::parse_event_t::array_start;
     if (opens && depth >= kMaxDepth) {
-      throw InputError(fmt::format("{}: invalid JSON: nested deeper than {} levels", source,
-                                   kMaxDepth));
+      throw InputError(
+          fmt::format("{}: invalid JSON: nested deeper than {} levels", source, kMaxDepth));
     }
     return true;
   };
@@ -201,7 +202,9 @@ std::int64_t Node::integer_or_fail(std::string_view expected) const {
   fail(expected);
 }
 
-std::int64_t Node::integer() const { return integer_or_fail("an integer"); }
+std::int64_t Node::integer() const {
+  return integer_or_fail("an integer");
+}
 
 std::int64_t Node::non_negative_integer() const {
   const auto v = integer_or_fail("a non-negative integer");

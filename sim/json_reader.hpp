@@ -13,7 +13,8 @@
 
 namespace pipetune::json_reader {
 
-/// Parses `text`; a syntax error becomes InputError "<source>: invalid JSON at line L, column C: …".
+/// Parses `text`; a syntax error becomes InputError "<source>: invalid JSON at line L, column C:
+/// …".
 nlohmann::json parse_document(std::string_view text, const std::string& source);
 
 /// A value inside a document together with the file it came from and its JSON path

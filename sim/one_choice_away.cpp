@@ -9,8 +9,8 @@
 
 namespace pipetune {
 
-std::vector<Alternative> one_choice_away(const Profile& profile, const Hardware& hardware, const PlannerOptions& options,
-                                         const PlanCandidate& best) {
+std::vector<Alternative> one_choice_away(const Profile& profile, const Hardware& hardware,
+                                         const PlannerOptions& options, const PlanCandidate& best) {
   struct Change {
     std::string label;
     PlannerOptions options;
@@ -58,7 +58,8 @@ std::vector<Alternative> one_choice_away(const Profile& profile, const Hardware&
     const auto split = split_batch(profile.batch_size, chunks);
     if (split == best_split) continue;
     std::string label = fmt::format("chunks {}", chunks);
-    if (static_cast<int>(split.size()) != chunks) label += fmt::format(" ({} micro-batches)", split.size());
+    if (static_cast<int>(split.size()) != chunks)
+      label += fmt::format(" ({} micro-batches)", split.size());
     Change c{label, fixed};
     c.options.chunks = {chunks};
     changes.push_back(c);
@@ -78,7 +79,9 @@ std::vector<Alternative> one_choice_away(const Profile& profile, const Hardware&
       continue;
     }
     const PlanSearchResult r = find_best_plans(profile, hardware, c.options);
-    out.push_back({c.label, r.ranked.empty() ? std::nullopt : std::optional<PlanCandidate>(r.ranked.front()), {}});
+    out.push_back({c.label,
+                   r.ranked.empty() ? std::nullopt : std::optional<PlanCandidate>(r.ranked.front()),
+                   {}});
   }
   return out;
 }

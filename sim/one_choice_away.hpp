@@ -15,7 +15,7 @@
 namespace pipetune {
 
 struct Alternative {
-  std::string change;                 ///< "checkpoint always", "schedule gpipe", "chunks 8 (6 micro-batches)"
+  std::string change;  ///< "checkpoint always", "schedule gpipe", "chunks 8 (6 micro-batches)"
   std::optional<PlanCandidate> best;  ///< none when no plan with that change fits
   /// Why there is no plan when the change itself cannot run (torch refuses that schedule with
   /// that many micro-batches); empty when plans were searched and none fits.
@@ -24,7 +24,7 @@ struct Alternative {
 
 /// `options` are the ones `best` was planned with; each alternative keeps them but for the one
 /// choice, searches with an eighth of their budget (at least a million steps) and ranks one plan.
-std::vector<Alternative> one_choice_away(const Profile& profile, const Hardware& hardware, const PlannerOptions& options,
-                                         const PlanCandidate& best);
+std::vector<Alternative> one_choice_away(const Profile& profile, const Hardware& hardware,
+                                         const PlannerOptions& options, const PlanCandidate& best);
 
 }  // namespace pipetune

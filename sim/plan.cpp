@@ -104,7 +104,8 @@ Plan parse_plan(std::string_view text, const std::string& source) {
   const Node balance = root.field("balance");
   const auto stages = balance.elements();
   if (stages.empty()) balance.fail("a non-empty array of layer counts, one per stage");
-  if (stages.size() > static_cast<std::size_t>(limits::kMaxStages)) balance.fail("at most 1024 stages");
+  if (stages.size() > static_cast<std::size_t>(limits::kMaxStages))
+    balance.fail("at most 1024 stages");
   for (const Node& s : stages) {
     if (!s.value().is_number() || s.integer() < 1) {
       s.fail("a positive integer (every stage needs at least one layer)");
@@ -119,7 +120,8 @@ Plan parse_plan(std::string_view text, const std::string& source) {
   plan.chunks = static_cast<int>(c);
 
   const Node checkpoint = root.field("checkpoint");
-  const auto mode = parse_checkpoint_mode(checkpoint.value().is_string() ? checkpoint.string() : "");
+  const auto mode =
+      parse_checkpoint_mode(checkpoint.value().is_string() ? checkpoint.string() : "");
   if (!mode) checkpoint.fail("one of \"always\", \"except_last\", \"never\"");
   plan.checkpoint = *mode;
 
@@ -149,7 +151,9 @@ Plan parse_plan(std::string_view text, const std::string& source) {
   return plan;
 }
 
-Plan load_plan(const std::string& path) { return parse_plan(read_text_file(path), path); }
+Plan load_plan(const std::string& path) {
+  return parse_plan(read_text_file(path), path);
+}
 
 std::string plan_to_json(const Plan& plan) {
   // Written by hand so the balance stays on one line, as a person would write it.
@@ -167,7 +171,8 @@ std::string plan_to_json(const Plan& plan) {
     for (const auto& d : plan.devices) names.push_back(json(d).dump());
     out += fmt::format("  \"devices\": [{}],\n", fmt::join(names, ", "));
   }
-  out += fmt::format("  \"optimizer_state_factor\": {}\n", json(plan.optimizer_state_factor).dump());
+  out +=
+      fmt::format("  \"optimizer_state_factor\": {}\n", json(plan.optimizer_state_factor).dump());
   out += "}\n";
   return out;
 }
@@ -191,8 +196,8 @@ void check_stages_per_device(const Plan& plan, const Profile& profile, const std
   const int v = plan.stages_per_device;
   const int stages = plan.stages();
   if (v < 1) {
-    throw InputError(fmt::format("{}: stages_per_device: expected a positive integer, got {}",
-                                 source, v));
+    throw InputError(
+        fmt::format("{}: stages_per_device: expected a positive integer, got {}", source, v));
   }
   if (!is_multi_stage(plan.schedule) && v != 1) {
     throw InputError(fmt::format(
@@ -201,14 +206,15 @@ void check_stages_per_device(const Plan& plan, const Profile& profile, const std
         source, to_string(plan.schedule), v));
   }
   if (const auto fixed = fixed_stages_per_device(plan.schedule); fixed && v != *fixed) {
-    throw InputError(fmt::format("{}: stages_per_device: expected {} for {} (a V of two stages "
-                                 "per device), got {}",
-                                 source, *fixed, to_string(plan.schedule), v));
+    throw InputError(
+        fmt::format("{}: stages_per_device: expected {} for {} (a V of two stages "
+                    "per device), got {}",
+                    source, *fixed, to_string(plan.schedule), v));
   }
   if (stages % v != 0) {
-    throw InputError(fmt::format(
-        "{}: balance: expected a multiple of {} stages (stages_per_device), got {}", source, v,
-        stages));
+    throw InputError(
+        fmt::format("{}: balance: expected a multiple of {} stages (stages_per_device), got {}",
+                    source, v, stages));
   }
   const int micro_batches = static_cast<int>(split_batch(profile.batch_size, plan.chunks).size());
   if (auto why = schedule_refusal(plan.schedule, stages / v, v, micro_batches)) {

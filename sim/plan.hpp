@@ -30,9 +30,8 @@ std::string_view to_string(CheckpointMode mode);
 std::string_view to_string(ScheduleKind kind);
 std::optional<CheckpointMode> parse_checkpoint_mode(std::string_view text);
 std::optional<ScheduleKind> parse_schedule_kind(std::string_view text);
-inline constexpr CheckpointMode kAllCheckpointModes[] = {CheckpointMode::Always,
-                                                         CheckpointMode::ExceptLast,
-                                                         CheckpointMode::Never};
+inline constexpr CheckpointMode kAllCheckpointModes[] = {
+    CheckpointMode::Always, CheckpointMode::ExceptLast, CheckpointMode::Never};
 inline constexpr ScheduleKind kAllScheduleKinds[] = {
     ScheduleKind::GPipe,         ScheduleKind::OneFOneB, ScheduleKind::Interleaved1F1B,
     ScheduleKind::InterleavedZB, ScheduleKind::ZBV,      ScheduleKind::LoopedBFS,
@@ -57,8 +56,8 @@ int stage_rank(ScheduleKind kind, int stage, int stages, int stages_per_device);
 
 /// How a model is pipelined (format pipetune.plan/1).
 struct Plan {
-  std::vector<int> balance;          ///< layers per stage
-  int chunks = 1;                    ///< micro-batches requested (tensor.chunk may make fewer)
+  std::vector<int> balance;  ///< layers per stage
+  int chunks = 1;            ///< micro-batches requested (tensor.chunk may make fewer)
   CheckpointMode checkpoint = CheckpointMode::ExceptLast;
   ScheduleKind schedule = ScheduleKind::GPipe;
   std::vector<std::string> devices;  ///< stage -> device name; empty: stage i on device i
@@ -102,7 +101,8 @@ std::vector<int> stage_devices(const Plan& plan, const Hardware& hardware);
 bool is_checkpointed(CheckpointMode mode, int micro_batch, int micro_batches);
 
 /// The sizes tensor.chunk(chunks) gives a batch: ceil(batch / chunks) each, the last one smaller.
-/// There may be fewer than `chunks` of them (10 split into 4 gives 3,3,3,1; into 6 gives 2,2,2,2,2).
+/// There may be fewer than `chunks` of them (10 split into 4 gives 3,3,3,1; into 6 gives
+/// 2,2,2,2,2).
 std::vector<std::int64_t> split_batch(std::int64_t batch, int chunks);
 
 }  // namespace pipetune

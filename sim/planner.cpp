@@ -148,7 +148,8 @@ class MultiStageBalanceBound {
       for (std::int64_t size : sizes) {
         const SizeCosts& c = costs.at(size);
         const double forward = std::min(c.forward_ms[k], c.forward_nograd_ms[k]);
-        work += forward + std::min(c.backward_ms[k], c.backward_input_ms[k] + c.backward_weight_ms[k]);
+        work +=
+            forward + std::min(c.backward_ms[k], c.backward_input_ms[k] + c.backward_weight_ms[k]);
         head = std::min(head, forward);
         tail = std::min(tail, std::min(c.backward_ms[k], c.backward_input_ms[k]));
       }
@@ -2182,9 +2183,10 @@ void PlanSearch::search_slice(Entry& e, std::vector<Entry>& entries, std::uint64
   store_tables(e);
 }
 
-// Multi-stage schedules (interleaved-1f1b, looped-bfs, interleaved-zb, zbv, dualpipev): v x D stages, device
-// stage_rank() running several. The single-stage bounds do not hold for their programmes, so
-// candidates are timed by simulating and the configuration's bound is balance-free and sound:
+// Multi-stage schedules (interleaved-1f1b, looped-bfs, interleaved-zb, zbv, dualpipev): v x D
+// stages, device stage_rank() running several. The single-stage bounds do not hold for their
+// programmes, so candidates are timed by simulating and the configuration's bound is balance-free
+// and sound:
 // - each device runs at least a forward and a backward (zero bubble: its I half) task per
 //   micro-batch and stage, v x 2M tasks, and together the devices do every layer's least work
 //   (forward with or without autograd, backward or its I + W halves, recomputes left out): the

@@ -76,7 +76,9 @@ void check_profile_total(const Profile& p, const std::string& source) {
           "{}: layers: the byte counts add up to {:.4g} bytes at a micro-batch of {} sample{} "
           "(parameters, input and every per-size field{}), above the 64 TiB a profile may hold",
           source, total, size, size == 1 ? "" : "s",
-          std::find(sizes.begin(), sizes.end(), size) == sizes.end() ? ", extended beyond the measured sizes" : ""));
+          std::find(sizes.begin(), sizes.end(), size) == sizes.end()
+              ? ", extended beyond the measured sizes"
+              : ""));
     }
   }
 }
@@ -117,9 +119,10 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
   const auto first_peak = node.optional_field("backward_peak_bytes");
   const auto accumulate_peak = node.optional_field("backward_accumulate_peak_bytes");
   if (first_peak.has_value() != accumulate_peak.has_value()) {
-    node.fail_message(fmt::format("missing field \"{}\" (backward_peak_bytes and "
-                                  "backward_accumulate_peak_bytes come together)",
-                                  first_peak ? "backward_accumulate_peak_bytes" : "backward_peak_bytes"));
+    node.fail_message(
+        fmt::format("missing field \"{}\" (backward_peak_bytes and "
+                    "backward_accumulate_peak_bytes come together)",
+                    first_peak ? "backward_accumulate_peak_bytes" : "backward_peak_bytes"));
   }
   if (first_peak) {
     layer.backward_peak_bytes = byte_counts(*first_peak, sizes);
@@ -140,16 +143,19 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
     layer.inner_backward_peak_bytes = byte_counts(*inner_first_peak, sizes);
     layer.inner_backward_accumulate_peak_bytes = byte_counts(*inner_accumulate_peak, sizes);
   }
-  if (auto nograd = node.optional_field("forward_nograd_ms")) layer.forward_nograd_ms = numbers(*nograd, sizes);
+  if (auto nograd = node.optional_field("forward_nograd_ms"))
+    layer.forward_nograd_ms = numbers(*nograd, sizes);
   if (auto keeps = node.optional_field("keeps_input")) layer.keeps_input = keeps->boolean();
   if (auto keeps = node.optional_field("keeps_output")) layer.keeps_output = keeps->boolean();
-  if (auto alias = node.optional_field("output_aliases_input")) layer.output_aliases_input = alias->boolean();
+  if (auto alias = node.optional_field("output_aliases_input"))
+    layer.output_aliases_input = alias->boolean();
   const auto input_half = node.optional_field("backward_input_ms");
   const auto weight_half = node.optional_field("backward_weight_ms");
   if (input_half.has_value() != weight_half.has_value()) {
-    node.fail_message(fmt::format("missing field \"{}\" (backward_input_ms and "
-                                  "backward_weight_ms come together)",
-                                  input_half ? "backward_weight_ms" : "backward_input_ms"));
+    node.fail_message(
+        fmt::format("missing field \"{}\" (backward_input_ms and "
+                    "backward_weight_ms come together)",
+                    input_half ? "backward_weight_ms" : "backward_input_ms"));
   }
   if (input_half) {
     layer.backward_input_ms = numbers(*input_half, sizes);
@@ -210,7 +216,8 @@ Profile parse_profile(std::string_view text, const std::string& source) {
   p.device.type = device.field("type").non_empty_string();
   p.device.name = device.field("name").string();
   p.device.memory_bytes = device.field("memory_bytes").bytes();
-  if (auto library = device.optional_field("library_bytes")) p.device.library_bytes = library->bytes();
+  if (auto library = device.optional_field("library_bytes"))
+    p.device.library_bytes = library->bytes();
   if (auto call = device.optional_field("backward_call_ms"))
     p.device.backward_call_ms = call->milliseconds();
   p.dtype = root.field("dtype").non_empty_string();
@@ -246,9 +253,10 @@ Profile parse_profile(std::string_view text, const std::string& source) {
   // Measured backward peaks replace the model's estimate for whole stages: all layers or none.
   for (std::size_t k = 1; k < p.layers.size(); ++k) {
     if (p.layers[k].backward_peak_bytes.empty() != p.layers[0].backward_peak_bytes.empty()) {
-      layer_nodes[k].fail_message(p.layers[0].backward_peak_bytes.empty()
-                                      ? "has backward_peak_bytes, but layers[0] has none (every layer or none)"
-                                      : "missing field \"backward_peak_bytes\" (layers[0] has it: every layer or none)");
+      layer_nodes[k].fail_message(
+          p.layers[0].backward_peak_bytes.empty()
+              ? "has backward_peak_bytes, but layers[0] has none (every layer or none)"
+              : "missing field \"backward_peak_bytes\" (layers[0] has it: every layer or none)");
     }
     if (p.layers[k].inner_backward_peak_bytes.empty() !=
         p.layers[0].inner_backward_peak_bytes.empty()) {
@@ -332,15 +340,16 @@ std::vector<std::int64_t> launch_bound_sizes(const Profile& profile) {
   return out;
 }
 
-Profile load_profile(const std::string& path) { return parse_profile(read_text_file(path), path); }
+Profile load_profile(const std::string& path) {
+  return parse_profile(read_text_file(path), path);
+}
 
 std::string profile_to_json(const Profile& p) {
   ordered_json root = ordered_json::object();
   root["format"] = kProfileFormat;
   root["model"] = p.model;
-  root["device"] = {{"type", p.device.type},
-                    {"name", p.device.name},
-                    {"memory_bytes", p.device.memory_bytes}};
+  root["device"] = {
+      {"type", p.device.type}, {"name", p.device.name}, {"memory_bytes", p.device.memory_bytes}};
   if (p.device.library_bytes > 0) root["device"]["library_bytes"] = p.device.library_bytes;
   if (p.device.backward_call_ms > 0) root["device"]["backward_call_ms"] = p.device.backward_call_ms;
   root["dtype"] = p.dtype;
@@ -352,12 +361,12 @@ std::string profile_to_json(const Profile& p) {
   ordered_json layers = ordered_json::array();
   for (const auto& l : p.layers) {
     ordered_json layer = {{"name", l.name},
-                  {"param_bytes", l.param_bytes},
-                  {"forward_ms", l.forward_ms},
-                  {"backward_ms", l.backward_ms},
-                  {"output_bytes", l.output_bytes},
-                  {"saved_bytes", l.saved_bytes},
-                  {"workspace_bytes", l.workspace_bytes}};
+                          {"param_bytes", l.param_bytes},
+                          {"forward_ms", l.forward_ms},
+                          {"backward_ms", l.backward_ms},
+                          {"output_bytes", l.output_bytes},
+                          {"saved_bytes", l.saved_bytes},
+                          {"workspace_bytes", l.workspace_bytes}};
     if (!l.backward_peak_bytes.empty()) {
       layer["backward_peak_bytes"] = l.backward_peak_bytes;
       layer["backward_accumulate_peak_bytes"] = l.backward_accumulate_peak_bytes;

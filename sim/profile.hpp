@@ -35,9 +35,10 @@ struct LayerProfile {
   /// What autograd keeps of the layer's input and output for the backward, by storage (a view
   /// keeps its whole storage alive). Optional, each defaulting to what a profile without them
   /// meant: the input kept, the output not kept by the layer itself, the output its own storage.
-  bool keeps_input = true;            ///< a saved tensor is the input or a view of it
-  bool keeps_output = false;          ///< a saved tensor is its own output (ReLU, Sigmoid)
-  bool output_aliases_input = false;  ///< the output is a view of the input, or the input modified in place
+  bool keeps_input = true;    ///< a saved tensor is the input or a view of it
+  bool keeps_output = false;  ///< a saved tensor is its own output (ReLU, Sigmoid)
+  bool output_aliases_input =
+      false;  ///< the output is a view of the input, or the input modified in place
   /// Optional (empty when absent; both or neither, every layer or none): the backward split as
   /// zero-bubble schedules run it, I (autograd w.r.t. the layer input, graph kept) then W
   /// (w.r.t. the parameters). Absent: a layer with parameters splits backward_ms in halves, one
@@ -60,8 +61,8 @@ struct LayerProfile {
   /// Optional (empty when absent; only with the two above, every layer or none): the same for
   /// the forward without autograd. Absent: forward_launch_ms.
   std::vector<double> forward_nograd_launch_ms;
-  std::vector<double> forward_ms_spread;      ///< optional (empty when absent)
-  std::vector<double> backward_ms_spread;     ///< optional (empty when absent)
+  std::vector<double> forward_ms_spread;   ///< optional (empty when absent)
+  std::vector<double> backward_ms_spread;  ///< optional (empty when absent)
 };
 
 struct ProfileDevice {

@@ -187,7 +187,7 @@ void zbv(const Schedule& s, int rank, int ranks, std::vector<Action>& out) {
 void dualpipev(int rank, int ranks, int micro_batches, ProgramBuilder& p) {
   const int down = rank, up = 2 * ranks - 1 - rank;
   std::map<int, int> next_forward, next_backward;  // per stage: B and I share one count
-  std::vector<std::pair<int, int>> weights;       // (stage, micro-batch) of each I, in order
+  std::vector<std::pair<int, int>> weights;        // (stage, micro-batch) of each I, in order
   std::size_t next_weight = 0;
   auto forward = [&](int stage) { p.forward(stage, next_forward[stage]++); };
   auto backward = [&](int stage, bool split) {

@@ -60,9 +60,9 @@ namespace pipetune {
 enum class ActionKind : std::uint8_t {
   Forward,
   Recompute,
-  Backward,    ///< the whole backward (B)
-  InputGrad,   ///< the backward w.r.t. the stage input (I); keeps what W needs
-  WeightGrad   ///< the backward w.r.t. the stage's weights (W), after I
+  Backward,   ///< the whole backward (B)
+  InputGrad,  ///< the backward w.r.t. the stage input (I); keeps what W needs
+  WeightGrad  ///< the backward w.r.t. the stage's weights (W), after I
 };
 inline constexpr ActionKind kAllActionKinds[] = {ActionKind::Forward, ActionKind::Recompute,
                                                  ActionKind::Backward, ActionKind::InputGrad,
@@ -128,8 +128,7 @@ std::vector<std::vector<std::pair<int, int>>> clock_cycles(int micro_batches, in
 /// device; that order respects every dependency, so any mapping of programmes to devices runs
 /// without deadlock, and for GPipe it is torchgpipe's clock-cycle order.
 std::vector<std::vector<Action>> device_programs(const Schedule& schedule,
-                                                 std::span<const int> stage_device,
-                                                 int devices);
+                                                 std::span<const int> stage_device, int devices);
 
 /// The same merge with every programme on one device: a valid single-threaded order of the
 /// whole schedule. Throws std::logic_error if the programmes deadlock.

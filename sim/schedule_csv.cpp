@@ -85,7 +85,7 @@ Schedule parse_schedule_csv(std::string_view text, const std::string& source) {
         for (std::size_t from = 0; from <= body->size();) {
           const auto semicolon = body->find(';', from);
           add(body->substr(from, semicolon == std::string_view::npos ? std::string_view::npos
-                                                                      : semicolon - from));
+                                                                     : semicolon - from));
           from = semicolon == std::string_view::npos ? body->size() + 1 : semicolon + 1;
         }
         continue;

@@ -40,7 +40,7 @@ std::string task_label(TaskKind kind, int stage, int micro_batch);
 /// One simulated task. Compute tasks run on `device`; copies go from `device` to `peer`.
 struct SimTask {
   TaskKind kind = TaskKind::Forward;
-  int stage = 0;        ///< for copies: the sending stage
+  int stage = 0;  ///< for copies: the sending stage
   int micro_batch = 0;
   int device = 0;
   int peer = -1;
@@ -58,9 +58,9 @@ struct SimTask {
 
 struct DeviceReport {
   std::string name;
-  int index = 0;               ///< in the hardware's device list
+  int index = 0;  ///< in the hardware's device list
   std::vector<int> stages;
-  double busy_ms = 0.0;        ///< compute time
+  double busy_ms = 0.0;  ///< compute time
   std::int64_t peak_memory_bytes = 0;
   double peak_time_ms = 0.0;
   /// The highest peak any arrival order the schedule allows can reach (worst_order_peaks()),
@@ -72,7 +72,9 @@ struct DeviceReport {
   std::int64_t memory_capacity_bytes = 0;  ///< 0: unknown
   std::vector<CounterSample> memory;       ///< time (ms) -> allocated bytes, when recorded
 
-  bool fits() const { return memory_capacity_bytes == 0 || peak_memory_bytes <= memory_capacity_bytes; }
+  bool fits() const {
+    return memory_capacity_bytes == 0 || peak_memory_bytes <= memory_capacity_bytes;
+  }
 };
 
 struct SimulationResult {
@@ -80,10 +82,10 @@ struct SimulationResult {
   std::vector<std::int64_t> micro_batch_sizes;  ///< as tensor.chunk splits the batch
   double iteration_ms = 0.0;
   double throughput_samples_per_s = 0.0;
-  double bubble_fraction = 0.0;       ///< idle share of the devices that hold stages
-  std::vector<DeviceReport> devices;  ///< only devices that hold stages, in hardware order
-  std::size_t task_count = 0;         ///< compute tasks and copies simulated
-  std::vector<SimTask> tasks;         ///< when recorded; compute tasks, then copies
+  double bubble_fraction = 0.0;            ///< idle share of the devices that hold stages
+  std::vector<DeviceReport> devices;       ///< only devices that hold stages, in hardware order
+  std::size_t task_count = 0;              ///< compute tasks and copies simulated
+  std::vector<SimTask> tasks;              ///< when recorded; compute tasks, then copies
   std::vector<std::pair<int, int>> edges;  ///< when recorded: task dependencies and stream order
 
   bool fits() const;
@@ -107,8 +109,8 @@ struct SimulationOptions {
 /// with a compute stream per device and a copy channel per link direction, and the memory model
 /// of docs/memory-model.md. A hardware calibration, if any, applies to every plan (compute scaled
 /// for the number of devices the plan keeps busy, the copy link measured under load); clear
-/// hardware.calibration to predict without it. Keeps interpolated costs between runs, so reuse one Simulator for
-/// many plans of the same profile and hardware. Not thread-safe.
+/// hardware.calibration to predict without it. Keeps interpolated costs between runs, so reuse one
+/// Simulator for many plans of the same profile and hardware. Not thread-safe.
 class Simulator {
  public:
   Simulator(const Profile& profile, const Hardware& hardware);

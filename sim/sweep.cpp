@@ -95,9 +95,8 @@ std::vector<SweepRow> run_sweep(const Profile& profile, const Hardware& hardware
                 schedule_refusal(schedule, k, v, m)) {
               continue;
             }
-            plan.balance = spec.balance.empty()
-                               ? time_balanced(simulator.costs(), hw, k * v, plan)
-                               : spec.balance;
+            plan.balance = spec.balance.empty() ? time_balanced(simulator.costs(), hw, k * v, plan)
+                                                : spec.balance;
             check_plan(plan, profile, hw, "sweep");
             const SimulationResult r = simulator.run(plan, lean);
             SweepRow row;

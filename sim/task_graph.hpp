@@ -29,6 +29,7 @@ struct TaskGraph {
 /// The task kind that runs an action.
 TaskKind task_kind(ActionKind kind);
 
-void build_task_graph(TaskGraph& graph, const Schedule& schedule, const std::vector<int>& device_of, int devices);
+void build_task_graph(TaskGraph& graph, const Schedule& schedule, const std::vector<int>& device_of,
+                      int devices);
 
 }  // namespace pipetune

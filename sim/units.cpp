@@ -1,7 +1,5 @@
 #include "sim/units.hpp"
 
-#include "sim/limits.hpp"
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -10,6 +8,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+
+#include "sim/limits.hpp"
 
 namespace pipetune {
 
@@ -89,8 +89,9 @@ double parse_bandwidth(const std::string& text) {
   if (cleaned.size() > 2 && cleaned.ends_with("/s")) cleaned.resize(cleaned.size() - 2);
   const std::int64_t bytes = parse_bytes(cleaned);
   // Slower links turn the largest copies into times beyond any meaning.
-  return static_cast<double>(bytes) >= limits::kMinBandwidth ? static_cast<double>(bytes)
-                                                             : std::numeric_limits<double>::quiet_NaN();
+  return static_cast<double>(bytes) >= limits::kMinBandwidth
+             ? static_cast<double>(bytes)
+             : std::numeric_limits<double>::quiet_NaN();
 }
 
 std::string format_balance(const std::vector<int>& balance) {

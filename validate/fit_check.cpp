@@ -24,7 +24,8 @@ std::vector<std::int64_t> sizes_of(const Plan& plan, std::int64_t batch) {
 
 }  // namespace
 
-std::vector<DoesNotFit> predict_misfits(const FitCheck& check, const Plan& plan, const ModelFactory& make_model) {
+std::vector<DoesNotFit> predict_misfits(const FitCheck& check, const Plan& plan,
+                                        const ModelFactory& make_model) {
   const std::int64_t memory = check.memory_bytes;
   // CPU devices have no memory of their own to exceed unless the user gives one.
   const bool known = check.device_kind == "cuda" || !check.hardware_path.empty() || memory > 0;
@@ -52,7 +53,8 @@ std::vector<DoesNotFit> predict_misfits(const FitCheck& check, const Plan& plan,
   if (!check.hardware_path.empty()) {
     hw = load_hardware(check.hardware_path);
   } else {
-    for (const auto& name : check.devices) hw.devices.push_back({name, profile.device.memory_bytes, 1.0});
+    for (const auto& name : check.devices)
+      hw.devices.push_back({name, profile.device.memory_bytes, 1.0});
   }
   if (memory > 0) {
     for (auto& d : hw.devices) d.memory_bytes = memory;
@@ -63,8 +65,8 @@ std::vector<DoesNotFit> predict_misfits(const FitCheck& check, const Plan& plan,
   SimulationOptions lean;
   lean.record_tasks = false;
   const Simulator simulator(profile, hw);
-  const SimulationResult result =
-      check.schedule ? simulator.run(predicted, *check.schedule, lean) : simulator.run(predicted, lean);
+  const SimulationResult result = check.schedule ? simulator.run(predicted, *check.schedule, lean)
+                                                 : simulator.run(predicted, lean);
 
   std::vector<DoesNotFit> out;
   for (const auto& d : result.devices) {
@@ -79,8 +81,8 @@ std::string misfit_message(const std::string& plan_source, const std::vector<Doe
   std::vector<std::string> parts;
   for (const auto& m : misfits) {
     parts.push_back(fmt::format("{} needs {} ({} bytes) predicted, has {} ({} bytes)", m.device,
-                                format_bytes(m.predicted_bytes), m.predicted_bytes, format_bytes(m.capacity_bytes),
-                                m.capacity_bytes));
+                                format_bytes(m.predicted_bytes), m.predicted_bytes,
+                                format_bytes(m.capacity_bytes), m.capacity_bytes));
   }
   return fmt::format("{}: the plan does not fit: {}", plan_source, fmt::join(parts, "; "));
 }

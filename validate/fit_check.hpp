@@ -18,15 +18,16 @@
 namespace pipetune::validate {
 
 struct FitCheck {
-  std::string plan_source;    ///< the plan file, for messages
-  std::string profile_path;   ///< a profile of the model; empty: a quick memory-only profile
-  std::string hardware_path;  ///< devices' memory from this file; empty: memory_bytes or the device's own
-  std::int64_t memory_bytes = 0;  ///< every device's memory, overriding the above; 0: not given
-  std::string device_kind;    ///< "cpu" or "cuda"
+  std::string plan_source;   ///< the plan file, for messages
+  std::string profile_path;  ///< a profile of the model; empty: a quick memory-only profile
+  std::string
+      hardware_path;  ///< devices' memory from this file; empty: memory_bytes or the device's own
+  std::int64_t memory_bytes = 0;     ///< every device's memory, overriding the above; 0: not given
+  std::string device_kind;           ///< "cpu" or "cuda"
   std::vector<std::string> devices;  ///< the executor's devices, in the order the plan indexes them
   std::int64_t batch = 0;
   double optimizer_state_factor = 0.0;  ///< of the optimizer the run will use
-  std::optional<Schedule> schedule;  ///< run instead of the plan's (torch's CSV)
+  std::optional<Schedule> schedule;     ///< run instead of the plan's (torch's CSV)
 };
 
 /// One device the plan does not fit, as predicted.
@@ -42,7 +43,8 @@ using ModelFactory = std::function<models::Model()>;
 /// The devices `plan` (with executor device names) does not fit, predicted by the simulator from
 /// the profile. Empty when every device fits or no device's memory is known (CPU devices without
 /// a hardware file or memory_bytes), in which case nothing is profiled.
-std::vector<DoesNotFit> predict_misfits(const FitCheck& check, const Plan& plan, const ModelFactory& model);
+std::vector<DoesNotFit> predict_misfits(const FitCheck& check, const Plan& plan,
+                                        const ModelFactory& model);
 
 /// "PLAN: the plan does not fit: cpu:0 needs 1.50 GiB (… bytes) predicted, has …; …"
 std::string misfit_message(const std::string& plan_source, const std::vector<DoesNotFit>& misfits);

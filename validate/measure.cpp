@@ -1,8 +1,8 @@
 #include "validate/measure.hpp"
 
+#include <ATen/ATen.h>
 #include <fmt/format.h>
 
-#include <ATen/ATen.h>
 #include <algorithm>
 #include <cmath>
 
@@ -13,8 +13,12 @@
 
 namespace pipetune::validate {
 
-double MeasuredRun::median_pipeline_ms() const { return median(pipeline_ms); }
-double MeasuredRun::median_step_ms() const { return median(step_ms); }
+double MeasuredRun::median_pipeline_ms() const {
+  return median(pipeline_ms);
+}
+double MeasuredRun::median_step_ms() const {
+  return median(step_ms);
+}
 double MeasuredRun::spread_ms() const {
   const double m = median(pipeline_ms);
   std::vector<double> deviations;
@@ -32,16 +36,17 @@ void keep_largest(std::vector<std::int64_t>& largest, const std::vector<std::int
 
 }  // namespace
 
-std::vector<MeasuredRun> measure_plans(models::Model& model, const std::vector<Plan>& plans,
-                                       const RunSettings& settings,
-                                       const std::function<void(std::size_t, std::size_t)>& progress) {
+std::vector<MeasuredRun> measure_plans(
+    models::Model& model, const std::vector<Plan>& plans, const RunSettings& settings,
+    const std::function<void(std::size_t, std::size_t)>& progress) {
   if (settings.steps < 1)
     throw InputError(Input::Steps, fmt::format("expected at least 1, got {}", settings.steps));
   const int rounds = std::clamp(settings.rounds, 1, settings.steps);
   std::vector<MeasuredRun> runs(plans.size());
   std::vector<std::vector<Trace>> traces(plans.size());
   std::vector<std::vector<std::vector<std::int64_t>>> step_peaks(plans.size());
-  const std::size_t total = plans.size() * static_cast<std::size_t>(settings.steps + rounds * settings.warmup);
+  const std::size_t total =
+      plans.size() * static_cast<std::size_t>(settings.steps + rounds * settings.warmup);
   std::size_t done = 0;
   int step_index = 0;  // a different batch every step, the same sequence for every plan
   for (int round = 0; round < rounds; ++round) {
@@ -54,7 +59,8 @@ std::vector<MeasuredRun> measure_plans(models::Model& model, const std::vector<P
       options.seed = settings.seed;
       options.optimizer = exec::parse_optimizer(settings.optimizer);
       options.learning_rate = settings.learning_rate;
-      exec::Pipeline pipeline(model, exec::with_executor_devices(plans[p], options.devices), settings.batch, options);
+      exec::Pipeline pipeline(model, exec::with_executor_devices(plans[p], options.devices),
+                              settings.batch, options);
       MeasuredRun& run = runs[p];
       run.plan = plans[p];
       for (int k = 0; k < settings.warmup + measured; ++k) {

@@ -21,14 +21,14 @@ namespace pipetune::validate {
 struct RunSettings {
   std::string device = "cpu";  ///< cpu or cuda
   std::int64_t batch = 32;
-  int steps = 10;   ///< measured steps per plan, spread over the rounds
-  int warmup = 1;   ///< unmeasured steps at the start of every round
+  int steps = 10;  ///< measured steps per plan, spread over the rounds
+  int warmup = 1;  ///< unmeasured steps at the start of every round
   int rounds = 2;
   int threads = 0;  ///< intra-op threads per CPU device (0: cores / devices)
   std::uint64_t seed = 0;
   std::string optimizer = "sgd";  ///< sgd, momentum, adam or none
   double learning_rate = 0.01;
-  bool float64 = false;           ///< the batch's dtype (the model's must match)
+  bool float64 = false;  ///< the batch's dtype (the model's must match)
 };
 
 /// What one plan measured over its steps.
@@ -49,8 +49,8 @@ struct MeasuredRun {
 /// Runs every plan for `settings.steps` measured steps. Throws InputError for a plan the
 /// executor refuses and exec::ExecutorError when a stage fails. `progress(done, total)` counts
 /// steps, warm-up included.
-std::vector<MeasuredRun> measure_plans(models::Model& model, const std::vector<Plan>& plans,
-                                       const RunSettings& settings,
-                                       const std::function<void(std::size_t, std::size_t)>& progress = {});
+std::vector<MeasuredRun> measure_plans(
+    models::Model& model, const std::vector<Plan>& plans, const RunSettings& settings,
+    const std::function<void(std::size_t, std::size_t)>& progress = {});
 
 }  // namespace pipetune::validate

@@ -39,9 +39,9 @@ struct ValidationOptions {
   /// Validate these plans instead of the planner's best, with their files for error messages.
   std::vector<Plan> plans;
   std::vector<std::string> plan_sources;
-  int top = 3;                         ///< how many of the planner's best plans to validate
-  PlannerOptions planner;              ///< chunk counts, modes and schedules the planner may choose
-  int calibration_plans = 2;           ///< plans run to fit a calibration; 0: none
+  int top = 3;                ///< how many of the planner's best plans to validate
+  PlannerOptions planner;     ///< chunk counts, modes and schedules the planner may choose
+  int calibration_plans = 2;  ///< plans run to fit a calibration; 0: none
   int calibration_steps = 4;
   bool recalibrate = false;  ///< fit anew even when the hardware file has a calibration
   int profile_repeats = 5, profile_warmup = 2;
@@ -86,7 +86,7 @@ struct Validation {
   double profile_seconds = 0.0;
   std::string hardware_path;  ///< the hardware (calibration included) as written
   Hardware hardware;
-  bool calibration_fitted = false;               ///< fitted by this run and used (else reused, or none)
+  bool calibration_fitted = false;  ///< fitted by this run and used (else reused, or none)
   /// Why this run's calibration is used or not (choose_calibration); "" when none was fitted.
   std::string calibration_reason;
   Calibration unused_calibration;  ///< fitted by this run but not used (empty otherwise)

@@ -9,9 +9,9 @@
 // cuda:0 (what one GPU allows): one stream runs them one after another, so the replay measures
 // the gaps the executor leaves between its launches.
 
+#include <ATen/ATen.h>
 #include <fmt/format.h>
 
-#include <ATen/ATen.h>
 #include <algorithm>
 #include <cstdlib>
 #include <string>
@@ -78,7 +78,8 @@ int main(int argc, char** argv) {
                   32},
              };
   fmt::print("device {}, {} measured steps per configuration\n", device, steps);
-  fmt::print("{:<42} {:<26} {:>12} {:>12} {:>9}\n", "model", "plan", "measured ms", "replayed ms", "overhead");
+  fmt::print("{:<42} {:<26} {:>12} {:>12} {:>9}\n", "model", "plan", "measured ms", "replayed ms",
+             "overhead");
   for (const auto& c : configs) {
     models::Model model = models::build_model(c.model);
     Plan plan;
@@ -106,6 +107,7 @@ int main(int argc, char** argv) {
       replayed.push_back(replay_trace(trace, "measured").iteration_ms);
     }
     const double m = median(measured), r = median(replayed);
-    fmt::print("{:<42} {:<26} {:>12.3f} {:>12.3f} {:>8.2f}%\n", c.model, describe_plan(plan), m, r, 100.0 * (m / r - 1.0));
+    fmt::print("{:<42} {:<26} {:>12.3f} {:>12.3f} {:>8.2f}%\n", c.model, describe_plan(plan), m, r,
+               100.0 * (m / r - 1.0));
   }
 }

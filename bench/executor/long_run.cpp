@@ -33,7 +33,9 @@ std::int64_t resident_bytes() {
   return resident * static_cast<std::int64_t>(sysconf(_SC_PAGESIZE));
 }
 
-double mib(std::int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+double mib(std::int64_t bytes) {
+  return static_cast<double>(bytes) / (1 << 20);
+}
 
 // Runs `steps` steps; true when, from step 2 on, each device's peaks differ by at most the
 // micro-batches' activations (what may be in flight at a peak) and resident memory grew by less
@@ -80,11 +82,15 @@ bool long_run(int steps, int chunks) {
       fmt::print("{:>6} {:>14.2f} {:>12.3f}\n", k + 1, mib(resident), record.step_ms);
     }
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  fmt::print("resident after step {}: {:.2f} MiB; highest after it: {:.2f} MiB (growth {:+.3f} MiB)\n",
-             kWarmup, mib(warm_resident), mib(late_resident), mib(late_resident - warm_resident));
-  fmt::print("allocator peaks per device: highest in steps 1-{}: [{}], after: [{}]; {} distinct from step 2 on:",
-             kWarmup, fmt::join(warm_top, ", "), fmt::join(late_top, ", "), distinct.size());
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  fmt::print(
+      "resident after step {}: {:.2f} MiB; highest after it: {:.2f} MiB (growth {:+.3f} MiB)\n",
+      kWarmup, mib(warm_resident), mib(late_resident), mib(late_resident - warm_resident));
+  fmt::print(
+      "allocator peaks per device: highest in steps 1-{}: [{}], after: [{}]; {} distinct from step "
+      "2 on:",
+      kWarmup, fmt::join(warm_top, ", "), fmt::join(late_top, ", "), distinct.size());
   for (const auto& p : distinct) fmt::print(" [{}]", fmt::join(p, ", "));
   fmt::print("\n{:.1f} s in all\n", seconds);
   constexpr std::int64_t kInFlight = kBatch * 64 * sizeof(float);

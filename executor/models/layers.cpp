@@ -13,12 +13,22 @@ thread_local bool recomputing = false;
 ScopedGenerator::ScopedGenerator(at::Generator* generator) : previous_(current_generator) {
   current_generator = generator;
 }
-ScopedGenerator::~ScopedGenerator() { current_generator = previous_; }
-at::Generator* ScopedGenerator::current() { return current_generator; }
+ScopedGenerator::~ScopedGenerator() {
+  current_generator = previous_;
+}
+at::Generator* ScopedGenerator::current() {
+  return current_generator;
+}
 
-ScopedRecompute::ScopedRecompute() : previous_(recomputing) { recomputing = true; }
-ScopedRecompute::~ScopedRecompute() { recomputing = previous_; }
-bool ScopedRecompute::active() { return recomputing; }
+ScopedRecompute::ScopedRecompute() : previous_(recomputing) {
+  recomputing = true;
+}
+ScopedRecompute::~ScopedRecompute() {
+  recomputing = previous_;
+}
+bool ScopedRecompute::active() {
+  return recomputing;
+}
 
 StageDropoutImpl::StageDropoutImpl(double p) : p_(p) {}
 

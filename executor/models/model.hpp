@@ -33,7 +33,8 @@ struct Model {
   /// The (inputs, targets) of training step `step` (0, 1, …), `batch` samples, on the CPU, floating
   /// tensors in the model's dtype: synthetic data drawn from (seed, step), or the next `batch`
   /// samples of a batch file, wrapping around.
-  std::function<std::pair<at::Tensor, at::Tensor>(std::int64_t batch, std::int64_t step, std::uint64_t seed)>
+  std::function<std::pair<at::Tensor, at::Tensor>(std::int64_t batch, std::int64_t step,
+                                                  std::uint64_t seed)>
       make_batch;
   /// Samples in the model's batch file; 0 when the data is synthetic (any batch size).
   std::int64_t samples = 0;

@@ -12,10 +12,10 @@ namespace {
 // How an opcode's argument is laid out (Python's pickle protocols 0 to 5; pickletools names).
 enum class Argument {
   None,
-  Fixed,        // `size` bytes
-  Counted,      // a little-endian count of `size` bytes, then that many bytes
-  Line,         // bytes up to a newline
-  TwoLines,     // GLOBAL and INST: module and name, each up to a newline
+  Fixed,     // `size` bytes
+  Counted,   // a little-endian count of `size` bytes, then that many bytes
+  Line,      // bytes up to a newline
+  TwoLines,  // GLOBAL and INST: module and name, each up to a newline
 };
 
 struct Opcode {
@@ -28,21 +28,54 @@ std::optional<Opcode> opcode(unsigned char code) {
   using M = Opcode::Memo;
   switch (code) {
     // No argument.
-    case '(': case '.': case '0': case '1': case '2': case 'N': case 0x88: case 0x89:
-    case '}': case ']': case ')': case 'a': case 'e': case 's': case 'u': case 't':
-    case 0x85: case 0x86: case 0x87: case 'R': case 'b': case 'Q': case 'l': case 'd':
-    case 0x81: case 0x92: case 0x8f: case 0x90: case 0x91: case 0x93: case 0x97: case 0x98:
+    case '(':
+    case '.':
+    case '0':
+    case '1':
+    case '2':
+    case 'N':
+    case 0x88:
+    case 0x89:
+    case '}':
+    case ']':
+    case ')':
+    case 'a':
+    case 'e':
+    case 's':
+    case 'u':
+    case 't':
+    case 0x85:
+    case 0x86:
+    case 0x87:
+    case 'R':
+    case 'b':
+    case 'Q':
+    case 'l':
+    case 'd':
+    case 0x81:
+    case 0x92:
+    case 0x8f:
+    case 0x90:
+    case 0x91:
+    case 0x93:
+    case 0x97:
+    case 0x98:
       return Opcode{};
     case 0x94:  // MEMOIZE
       return Opcode{Argument::None, 0, M::Memoize};
     // Fixed-size arguments.
-    case 'K': case 0x80: case 0x82:  // BININT1, PROTO, EXT1
+    case 'K':
+    case 0x80:
+    case 0x82:  // BININT1, PROTO, EXT1
       return Opcode{Argument::Fixed, 1};
-    case 'M': case 0x83:  // BININT2, EXT2
+    case 'M':
+    case 0x83:  // BININT2, EXT2
       return Opcode{Argument::Fixed, 2};
-    case 'J': case 0x84:  // BININT, EXT4
+    case 'J':
+    case 0x84:  // BININT, EXT4
       return Opcode{Argument::Fixed, 4};
-    case 'G': case 0x95:  // BINFLOAT, FRAME (a frame's opcodes follow inline)
+    case 'G':
+    case 0x95:  // BINFLOAT, FRAME (a frame's opcodes follow inline)
       return Opcode{Argument::Fixed, 8};
     case 'q':  // BINPUT
       return Opcode{Argument::Fixed, 1, M::Put};
@@ -53,20 +86,34 @@ std::optional<Opcode> opcode(unsigned char code) {
     case 'j':  // LONG_BINGET
       return Opcode{Argument::Fixed, 4, M::Get};
     // Counted data.
-    case 'U': case 0x8c: case 'C': case 0x8a:  // SHORT_BINSTRING, SHORT_BINUNICODE, SHORT_BINBYTES, LONG1
+    case 'U':
+    case 0x8c:
+    case 'C':
+    case 0x8a:  // SHORT_BINSTRING, SHORT_BINUNICODE, SHORT_BINBYTES, LONG1
       return Opcode{Argument::Counted, 1};
-    case 'T': case 'X': case 'B': case 0x8b:  // BINSTRING, BINUNICODE, BINBYTES, LONG4
+    case 'T':
+    case 'X':
+    case 'B':
+    case 0x8b:  // BINSTRING, BINUNICODE, BINBYTES, LONG4
       return Opcode{Argument::Counted, 4};
-    case 0x8d: case 0x8e: case 0x96:  // BINUNICODE8, BINBYTES8, BYTEARRAY8
+    case 0x8d:
+    case 0x8e:
+    case 0x96:  // BINUNICODE8, BINBYTES8, BYTEARRAY8
       return Opcode{Argument::Counted, 8};
     // Text arguments (protocol 0).
-    case 'I': case 'L': case 'F': case 'S': case 'V': case 'P':
+    case 'I':
+    case 'L':
+    case 'F':
+    case 'S':
+    case 'V':
+    case 'P':
       return Opcode{Argument::Line, 0};
     case 'p':  // PUT
       return Opcode{Argument::Line, 0, M::Put};
     case 'g':  // GET
       return Opcode{Argument::Line, 0, M::Get};
-    case 'c': case 'i':  // GLOBAL, INST
+    case 'c':
+    case 'i':  // GLOBAL, INST
       return Opcode{Argument::TwoLines, 0};
     default:
       return std::nullopt;
@@ -110,8 +157,8 @@ std::optional<std::string> pickle_refusal(std::string_view pickle) {
         const std::uint64_t count = little_endian(pickle.substr(at, op->size));
         if (count > left - op->size) {
           return fmt::format(
-              "pickle opcode 0x{:02x} at byte {} announces {} bytes, but {} are left", code,
-              start, count, left - op->size);
+              "pickle opcode 0x{:02x} at byte {} announces {} bytes, but {} are left", code, start,
+              count, left - op->size);
         }
         at += op->size + count;
         break;
@@ -144,11 +191,11 @@ std::optional<std::string> pickle_refusal(std::string_view pickle) {
       }
       // A pickler numbers its memo entries in order: a put sets the next one (or an earlier
       // one again), a get reads one already set.
-      const bool in_order = op->memo == Opcode::Memo::Get ? index < memo_entries
-                                                           : index <= memo_entries;
+      const bool in_order =
+          op->memo == Opcode::Memo::Get ? index < memo_entries : index <= memo_entries;
       if (!in_order) {
-        return fmt::format("pickle memo index {} at byte {} is out of order ({} set so far)",
-                           index, start, memo_entries);
+        return fmt::format("pickle memo index {} at byte {} is out of order ({} set so far)", index,
+                           start, memo_entries);
       }
       if (op->memo != Opcode::Memo::Get && index == memo_entries) ++memo_entries;
     }

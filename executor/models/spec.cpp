@@ -21,7 +21,8 @@ Spec Spec::parse(const std::string& text) {
     std::size_t at = 0;
     while (at <= rest.size() && !rest.empty()) {
       const auto comma = rest.find(',', at);
-      const std::string item = rest.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+      const std::string item =
+          rest.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
       const auto equals = item.find('=');
       if (equals == std::string::npos || equals == 0) {
         throw InputError(Input::Model,
@@ -57,7 +58,8 @@ std::int64_t Spec::positive(const std::string& key, std::int64_t fallback) {
     char* end = nullptr;
     errno = 0;
     const long long parsed = std::strtoll(it->second.c_str(), &end, 10);
-    if (it->second.empty() || *end != '\0' || errno != 0 || parsed < 1) fail(key, "a positive integer");
+    if (it->second.empty() || *end != '\0' || errno != 0 || parsed < 1)
+      fail(key, "a positive integer");
     value = parsed;
   }
   used_ += fmt::format("{}{}={}", used_.empty() ? "" : ",", key, value);
@@ -69,7 +71,8 @@ double Spec::fraction(const std::string& key, double fallback) {
   if (auto it = values_.find(key); it != values_.end()) {
     char* end = nullptr;
     value = std::strtod(it->second.c_str(), &end);
-    if (it->second.empty() || *end != '\0' || !(value >= 0.0 && value < 1.0)) fail(key, "a number in [0, 1)");
+    if (it->second.empty() || *end != '\0' || !(value >= 0.0 && value < 1.0))
+      fail(key, "a number in [0, 1)");
   }
   used_ += fmt::format("{}{}={}", used_.empty() ? "" : ",", key, value);
   return value;
@@ -82,6 +85,8 @@ std::string Spec::text(const std::string& key, const std::string& fallback) {
   return value;
 }
 
-std::string Spec::canonical() const { return used_.empty() ? name_ : name_ + ":" + used_; }
+std::string Spec::canonical() const {
+  return used_.empty() ? name_ : name_ + ":" + used_;
+}
 
 }  // namespace pipetune::models

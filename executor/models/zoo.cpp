@@ -51,7 +51,8 @@ Model build_mlp(Spec& spec) {
   m.name = fmt::format("mlp-{}x{}", layers, width);
   for (std::int64_t l = 0; l < layers; ++l) {
     m.layer_names.push_back(fmt::format("block{}", l));
-    m.layers->push_back(std::string(m.layer_names.back()), MlpBlock(l == 0 ? input : width, width, dropout));
+    m.layers->push_back(std::string(m.layer_names.back()),
+                        MlpBlock(l == 0 ? input : width, width, dropout));
   }
   m.layer_names.push_back("head");
   m.layers->push_back("head", torch::nn::Linear(width, classes));
@@ -222,7 +223,8 @@ Model build_resnet(Spec& spec, const ModelOptions& options) {
   m.layers->push_back("stem", Stem(channels, options.deferred_batch_norm));
   for (std::int64_t b = 0; b < blocks; ++b) {
     m.layer_names.push_back(fmt::format("block{}", b));
-    m.layers->push_back(std::string(m.layer_names.back()), ResidualBlock(channels, options.deferred_batch_norm));
+    m.layers->push_back(std::string(m.layer_names.back()),
+                        ResidualBlock(channels, options.deferred_batch_norm));
   }
   m.layer_names.push_back("head");
   m.layers->push_back("head", Classifier(channels, classes));

@@ -35,7 +35,8 @@ class Listeners {
     ~Subscription() { reset(); }
 
     void reset() {
-      if (auto list = list_.lock()) std::erase_if(*list, [this](const auto& entry) { return entry.first == id_; });
+      if (auto list = list_.lock())
+        std::erase_if(*list, [this](const auto& entry) { return entry.first == id_; });
       list_.reset();
     }
 

@@ -17,8 +17,8 @@ std::vector<OneChoiceRow> one_choice_rows(const OneChoiceAway& away) {
     row.change = QString::fromStdString(a.change);
     if (!a.best) {
       row.iteration = row.time_change = row.peak = row.memory_change = none;
-      row.balance = a.refused.empty() ? QStringLiteral("does not fit")
-                                      : QString::fromStdString(a.refused);
+      row.balance =
+          a.refused.empty() ? QStringLiteral("does not fit") : QString::fromStdString(a.refused);
       rows.push_back(std::move(row));
       continue;
     }

@@ -63,7 +63,8 @@ PlanPanel::PlanPanel(PlanEditor& editor, QWidget* parent)
   }
   form->addRow(tr("Schedule"), schedule_);
   stages_per_device_->setToolTip(
-      tr("Stages each device runs (interleaved-1f1b, interleaved-zb, looped-bfs; zbv and dualpipev run 2); "
+      tr("Stages each device runs (interleaved-1f1b, interleaved-zb, looped-bfs; zbv and dualpipev "
+         "run 2); "
          "changing it evens out the balance"));
   form->addRow(tr("Stages / device"), stages_per_device_);
   optimizer_->setRange(0, 8);

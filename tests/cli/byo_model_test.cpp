@@ -174,7 +174,8 @@ TEST(CliBringYourOwnModel, BadInputIsOneLineAndWritesNothing) {
                                     ": not a file torch.save wrote"));
   // A torch.save file whose zip directory points past its end (found by the batch_file fuzz
   // target): LibTorch's in-memory reader copied from beyond the buffer and crashed.
-  const std::string past_end = PIPETUNE_SOURCE_DIR "/tests/data/bad/batch_zip_directory_past_end.pt";
+  const std::string past_end =
+      PIPETUNE_SOURCE_DIR "/tests/data/bad/batch_zip_directory_past_end.pt";
   EXPECT_THAT(error("torchscript:path=" + gpt + ",batch=" + past_end),
               ::testing::StartsWith("pipetune: error: --model: batch: " + past_end +
                                     ": not a file torch.save wrote"));
@@ -189,10 +190,11 @@ TEST(CliBringYourOwnModel, BadInputIsOneLineAndWritesNothing) {
   // A memo index of billions (found by the same target): LibTorch's unpickler grew its memo
   // table to that many entries, 30 GB, before anything could refuse it.
   const std::string memo = PIPETUNE_SOURCE_DIR "/tests/data/bad/batch_memo_index_past_the_memo.pt";
-  EXPECT_THAT(error("torchscript:path=" + gpt + ",batch=" + memo),
-              ::testing::MatchesRegex("pipetune: error: --model: batch: " + memo +
-                                      ": not a file torch.save wrote \\(pickle memo index [0-9]+ "
-                                      "at byte [0-9]+ is out of order \\([0-9]+ set so far\\)\\)\n"));
+  EXPECT_THAT(
+      error("torchscript:path=" + gpt + ",batch=" + memo),
+      ::testing::MatchesRegex("pipetune: error: --model: batch: " + memo +
+                              ": not a file torch.save wrote \\(pickle memo index [0-9]+ "
+                              "at byte [0-9]+ is out of order \\([0-9]+ set so far\\)\\)\n"));
   // A quantized tensor (found by the same target): index_select aborted inside LibTorch.
   const std::string quantized = PIPETUNE_SOURCE_DIR "/tests/data/bad/batch_quantized_tensor.pt";
   EXPECT_THAT(error("torchscript:path=" + gpt + ",batch=" + quantized),

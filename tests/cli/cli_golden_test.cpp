@@ -32,7 +32,8 @@ TEST_P(CliGolden, MatchesGoldenFile) {
   std::vector<std::string> argv{PIPETUNE_CLI};
   argv.insert(argv.end(), c.args.begin(), c.args.end());
   const std::string actual = render(testing::run_command(argv, PIPETUNE_SOURCE_DIR));
-  const fs::path golden = fs::path(PIPETUNE_SOURCE_DIR) / "tests" / "cli" / "golden" / (std::string(c.name) + ".txt");
+  const fs::path golden =
+      fs::path(PIPETUNE_SOURCE_DIR) / "tests" / "cli" / "golden" / (std::string(c.name) + ".txt");
   if (std::getenv("PIPETUNE_UPDATE_GOLDEN")) {
     std::ofstream(golden) << actual;
     GTEST_SKIP() << "rewrote " << golden;
@@ -91,27 +92,37 @@ INSTANTIATE_TEST_SUITE_P(
         GoldenCase{"error_schedule_csv_stage_on_two_rows",
                    {"simulate", "--profile", kProfile, "--balance", "2,1,2,1", "--chunks", "2",
                     "--schedule-csv", "tests/data/bad/schedule_stage_on_two_rows.csv"}},
-        GoldenCase{"error_unknown_flag", {"simulate", "--profile", kProfile, "--plan", kPlan, "--chunk", "3"}},
+        GoldenCase{"error_unknown_flag",
+                   {"simulate", "--profile", kProfile, "--plan", kPlan, "--chunk", "3"}},
         GoldenCase{"error_missing_profile_flag", {"simulate", "--plan", kPlan}},
-        GoldenCase{"error_missing_file", {"simulate", "--profile", "nowhere.json", "--plan", kPlan}},
+        GoldenCase{"error_missing_file",
+                   {"simulate", "--profile", "nowhere.json", "--plan", kPlan}},
         GoldenCase{"error_no_plan", {"simulate", "--profile", kProfile}},
         GoldenCase{"error_balance_sum", {"simulate", "--profile", kProfile, "--balance", "3,2"}},
         GoldenCase{"error_zero_stage", {"simulate", "--profile", kProfile, "--balance", "6,0"}},
-        GoldenCase{"error_chunks_above_batch", {"simulate", "--profile", kProfile, "--plan", kPlan, "--chunks", "9"}},
-        GoldenCase{"error_unknown_checkpoint",
-                   {"simulate", "--profile", kProfile, "--plan", kPlan, "--checkpoint", "sometimes"}},
+        GoldenCase{"error_chunks_above_batch",
+                   {"simulate", "--profile", kProfile, "--plan", kPlan, "--chunks", "9"}},
+        GoldenCase{
+            "error_unknown_checkpoint",
+            {"simulate", "--profile", kProfile, "--plan", kPlan, "--checkpoint", "sometimes"}},
         GoldenCase{"error_unknown_schedule",
                    {"simulate", "--profile", kProfile, "--plan", kPlan, "--schedule", "zb"}},
-        GoldenCase{"error_malformed_profile", {"simulate", "--profile", "tests/data/bad/malformed.json", "--plan", kPlan}},
-        GoldenCase{"error_negative_cost", {"simulate", "--profile", "tests/data/bad/negative_cost.json", "--plan", kPlan}},
-        GoldenCase{"error_plan_field_type", {"simulate", "--profile", kProfile, "--plan", "tests/data/bad/plan_chunks_string.json"}},
+        GoldenCase{"error_malformed_profile",
+                   {"simulate", "--profile", "tests/data/bad/malformed.json", "--plan", kPlan}},
+        GoldenCase{"error_negative_cost",
+                   {"simulate", "--profile", "tests/data/bad/negative_cost.json", "--plan", kPlan}},
+        GoldenCase{"error_plan_field_type",
+                   {"simulate", "--profile", kProfile, "--plan",
+                    "tests/data/bad/plan_chunks_string.json"}},
         GoldenCase{"error_hardware_and_devices",
-                   {"simulate", "--profile", kProfile, "--plan", kPlan, "--hardware", kHardware, "--devices", "2"}},
+                   {"simulate", "--profile", kProfile, "--plan", kPlan, "--hardware", kHardware,
+                    "--devices", "2"}},
         GoldenCase{"error_too_many_stages",
                    {"simulate", "--profile", kProfile, "--plan", kPlan, "--devices", "1"}},
         GoldenCase{"error_sweep_no_devices", {"sweep", "--profile", kProfile}},
         GoldenCase{"error_plan_no_devices", {"plan", "--profile", kProfile}},
-        GoldenCase{"error_plan_chunks", {"plan", "--profile", kProfile, "--devices", "2", "--chunks", "0,4"}},
+        GoldenCase{"error_plan_chunks",
+                   {"plan", "--profile", kProfile, "--devices", "2", "--chunks", "0,4"}},
         GoldenCase{"error_plan_too_many_stages", {"plan", "--profile", kProfile, "--devices", "7"}},
         GoldenCase{"error_bad_bandwidth",
                    {"sweep", "--profile", kProfile, "--devices", "2", "--bandwidth", "fast"}},
@@ -133,9 +144,10 @@ INSTANTIATE_TEST_SUITE_P(
 
 // --trace writes a valid Chrome trace; its summary agrees with --json.
 TEST(CliSimulate, TraceMatchesJsonSummary) {
-  const fs::path trace = fs::temp_directory_path() / ("pipetune_cli_trace_" + std::to_string(::getpid()) + ".json");
-  const auto r = testing::run_command({PIPETUNE_CLI, "simulate", "--profile", kProfile, "--plan", kPlan,
-                                       "--json", "--trace", trace.string()},
+  const fs::path trace =
+      fs::temp_directory_path() / ("pipetune_cli_trace_" + std::to_string(::getpid()) + ".json");
+  const auto r = testing::run_command({PIPETUNE_CLI, "simulate", "--profile", kProfile, "--plan",
+                                       kPlan, "--json", "--trace", trace.string()},
                                       PIPETUNE_SOURCE_DIR);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto summary = nlohmann::json::parse(r.out);
@@ -149,8 +161,8 @@ TEST(CliSimulate, TraceMatchesJsonSummary) {
 
 // A trace path that cannot be written: one error line, exit 2, nothing half-written.
 TEST(CliSimulate, UnwritableTracePath) {
-  const auto r = testing::run_command({PIPETUNE_CLI, "simulate", "--profile", kProfile, "--plan", kPlan,
-                                       "--trace", "/nonexistent-dir/t.json"},
+  const auto r = testing::run_command({PIPETUNE_CLI, "simulate", "--profile", kProfile, "--plan",
+                                       kPlan, "--trace", "/nonexistent-dir/t.json"},
                                       PIPETUNE_SOURCE_DIR);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_TRUE(r.err.ends_with(
@@ -163,15 +175,17 @@ TEST(CliSimulate, UnwritableTracePath) {
 TEST(CliPlan, OptimizerStateFactorMustBeAFiniteNumberInRange) {
   for (const std::string sub : {"plan", "sweep"}) {
     for (const std::string value : {"nan", "-1", "1001", "inf", "2x"}) {
-      std::vector<std::string> argv{PIPETUNE_CLI, sub, "--profile", kProfile, "--devices", "2",
-                                    "--optimizer-state-factor", value};
+      std::vector<std::string> argv{
+          PIPETUNE_CLI, sub, "--profile", kProfile, "--devices", "2", "--optimizer-state-factor",
+          value};
       const auto r = testing::run_command(argv, PIPETUNE_SOURCE_DIR);
       EXPECT_EQ(r.exit_code, 2) << sub << " " << value << ": " << r.err;
       EXPECT_NE(r.err.find("expected a number from 0 to 1000, got " + value), std::string::npos)
           << sub << " " << value << ": " << r.err;
     }
-    std::vector<std::string> ok{PIPETUNE_CLI, sub, "--profile", kProfile, "--devices", "2",
-                                "--optimizer-state-factor", "2"};
+    std::vector<std::string> ok{
+        PIPETUNE_CLI, sub, "--profile", kProfile, "--devices", "2", "--optimizer-state-factor",
+        "2"};
     EXPECT_EQ(testing::run_command(ok, PIPETUNE_SOURCE_DIR).exit_code, 0) << sub;
   }
 }

@@ -23,7 +23,8 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path scratch(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("pipetune_run_test_" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("pipetune_run_test_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   return dir / name;
 }
@@ -40,8 +41,9 @@ const std::string kTwoStages =
 TEST(CliRun, JsonHasOneLossTimeAndPeakPerStepAndDevice) {
   const fs::path plan = write_plan("two.json", kTwoStages);
   const fs::path trace = scratch("measured.json");
-  const auto r = testing::run_command({PIPETUNE_CLI, "run", "--model", "mlp:layers=5,width=64", "--plan", plan.string(),
-                                       "--batch", "8", "--steps", "3", "--seed", "5", "--json", "--trace", trace.string()});
+  const auto r = testing::run_command({PIPETUNE_CLI, "run", "--model", "mlp:layers=5,width=64",
+                                       "--plan", plan.string(), "--batch", "8", "--steps", "3",
+                                       "--seed", "5", "--json", "--trace", trace.string()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto out = nlohmann::json::parse(r.out);
   EXPECT_EQ(out["losses"].size(), 3u);
@@ -57,8 +59,9 @@ TEST(CliRun, JsonHasOneLossTimeAndPeakPerStepAndDevice) {
   for (const auto& task : t.tasks) compute += is_compute(task.kind) ? 1 : 0;
   EXPECT_EQ(compute, 2 * (4 + 4 + 3));  // two stages: 4 forwards, 4 backwards, 3 recomputes
   // --seed makes a run repeatable.
-  const auto again = testing::run_command({PIPETUNE_CLI, "run", "--model", "mlp:layers=5,width=64", "--plan",
-                                           plan.string(), "--batch", "8", "--steps", "3", "--seed", "5", "--json"});
+  const auto again = testing::run_command({PIPETUNE_CLI, "run", "--model", "mlp:layers=5,width=64",
+                                           "--plan", plan.string(), "--batch", "8", "--steps", "3",
+                                           "--seed", "5", "--json"});
   EXPECT_EQ(nlohmann::json::parse(again.out)["losses"], out["losses"]);
 }
 
@@ -72,10 +75,13 @@ TEST(CliRun, BadInputIsOneLine) {
     return r.err;
   };
   EXPECT_EQ(error({"--model", "mlp:layers=3", "--plan", plan.string()}),
-            "pipetune: error: plan: balance: expected layer counts summing to 4 (the layers of mlp-3x1024), got 6\n");
+            "pipetune: error: plan: balance: expected layer counts summing to 4 (the layers of "
+            "mlp-3x1024), got 6\n");
   EXPECT_EQ(error({"--model", "mlp:layers=5", "--plan", plan.string(), "--batch", "2"}),
             "pipetune: error: plan: chunks: expected 1 to 2 (the batch size), got 4\n");
-  EXPECT_EQ(error({"--model", "vgg", "--plan", plan.string()}).rfind("pipetune: error: --model: unknown model \"vgg\"", 0), 0u);
+  EXPECT_EQ(error({"--model", "vgg", "--plan", plan.string()})
+                .rfind("pipetune: error: --model: unknown model \"vgg\"", 0),
+            0u);
   if (!fs::exists("/dev/nvidia0")) {
     EXPECT_EQ(error({"--model", "mlp:layers=5", "--plan", plan.string(), "--device", "cuda"}),
               "pipetune: error: --device cuda: no CUDA device on this machine\n");
@@ -83,30 +89,36 @@ TEST(CliRun, BadInputIsOneLine) {
 }
 
 TEST(CliRun, APlanPredictedNotToFitIsRefusedUnlessForced) {
-  const fs::path plan = write_plan("fit.json", R"({"format": "pipetune.plan/1", "balance": [3, 3], "chunks": 2,
+  const fs::path plan =
+      write_plan("fit.json", R"({"format": "pipetune.plan/1", "balance": [3, 3], "chunks": 2,
     "checkpoint": "never", "schedule": "gpipe"})");
   const fs::path profile = scratch("fit.profile.json");
-  ASSERT_EQ(testing::run_command({PIPETUNE_CLI, "profile", "--model", "mlp:layers=5,width=64", "--batch", "8", "-o",
-                                  profile.string(), "--repeats", "1", "--warmup", "0"})
-                .exit_code,
-            0);
+  ASSERT_EQ(
+      testing::run_command({PIPETUNE_CLI, "profile", "--model", "mlp:layers=5,width=64", "--batch",
+                            "8", "-o", profile.string(), "--repeats", "1", "--warmup", "0"})
+          .exit_code,
+      0);
   // The bytes the refusal names are the simulator's prediction from that profile.
   const Profile p = load_profile(profile.string());
   Hardware hw = replicate_device(p.device, 2);
   hw.devices[0].name = "cpu:0";
   hw.devices[1].name = "cpu:1";
   const auto predicted = Simulator(p, hw).run(load_plan(plan.string())).devices;
-  const std::vector<std::string> args{PIPETUNE_CLI, "run", "--model", "mlp:layers=5,width=64", "--plan", plan.string(),
-                                      "--batch", "8", "--steps", "1", "--profile", profile.string(), "--memory",
-                                      "20KiB"};
+  const std::vector<std::string> args{
+      PIPETUNE_CLI, "run",         "--model",   "mlp:layers=5,width=64",
+      "--plan",     plan.string(), "--batch",   "8",
+      "--steps",    "1",           "--profile", profile.string(),
+      "--memory",   "20KiB"};
   const auto refused = testing::run_command(args);
   EXPECT_EQ(refused.exit_code, 1) << refused.err;
-  EXPECT_EQ(refused.err, "pipetune: error: " + plan.string() + ": the plan does not fit: cpu:0 needs " +
-                             format_bytes(predicted[0].peak_memory_bytes) + " (" +
-                             std::to_string(predicted[0].peak_memory_bytes) + " bytes) predicted, has 20.0 KiB (20480 " +
-                             "bytes); cpu:1 needs " + format_bytes(predicted[1].peak_memory_bytes) + " (" +
-                             std::to_string(predicted[1].peak_memory_bytes) +
-                             " bytes) predicted, has 20.0 KiB (20480 bytes) (--force runs it anyway)\n");
+  EXPECT_EQ(refused.err,
+            "pipetune: error: " + plan.string() + ": the plan does not fit: cpu:0 needs " +
+                format_bytes(predicted[0].peak_memory_bytes) + " (" +
+                std::to_string(predicted[0].peak_memory_bytes) +
+                " bytes) predicted, has 20.0 KiB (20480 " + "bytes); cpu:1 needs " +
+                format_bytes(predicted[1].peak_memory_bytes) + " (" +
+                std::to_string(predicted[1].peak_memory_bytes) +
+                " bytes) predicted, has 20.0 KiB (20480 bytes) (--force runs it anyway)\n");
   EXPECT_TRUE(refused.out.empty());  // refused before any step
   // Forced: it runs, and says what it was told.
   std::vector<std::string> forced = args;
@@ -115,26 +127,34 @@ TEST(CliRun, APlanPredictedNotToFitIsRefusedUnlessForced) {
   EXPECT_EQ(ran.exit_code, 0) << ran.err;
   EXPECT_THAT(ran.err, ::testing::HasSubstr("running it anyway (--force)"));
   // Enough memory, and without a profile (a quick one is taken): it runs.
-  const auto roomy = testing::run_command({PIPETUNE_CLI, "run", "--model", "mlp:layers=5,width=64", "--plan",
-                                           plan.string(), "--batch", "8", "--steps", "1", "--memory", "1GiB"});
+  const auto roomy =
+      testing::run_command({PIPETUNE_CLI, "run", "--model", "mlp:layers=5,width=64", "--plan",
+                            plan.string(), "--batch", "8", "--steps", "1", "--memory", "1GiB"});
   EXPECT_EQ(roomy.exit_code, 0) << roomy.err;
 }
 
 TEST(CliRun, AnOutputThatCannotBeWrittenIsRefusedBeforeAnyWork) {
   const fs::path plan = write_plan("two.json", kTwoStages);
-  const auto r = testing::run_command({PIPETUNE_CLI, "run", "--model", "mlp:layers=5,width=64", "--plan", plan.string(),
-                                       "--batch", "8", "--trace", "/no/such/folder/t.json"});
+  const auto r =
+      testing::run_command({PIPETUNE_CLI, "run", "--model", "mlp:layers=5,width=64", "--plan",
+                            plan.string(), "--batch", "8", "--trace", "/no/such/folder/t.json"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_EQ(r.err, "pipetune: error: --trace: /no/such/folder/t.json: cannot write: no folder /no/such/folder\n");
+  EXPECT_EQ(r.err,
+            "pipetune: error: --trace: /no/such/folder/t.json: cannot write: no folder "
+            "/no/such/folder\n");
   EXPECT_TRUE(r.out.empty());
-  const auto folder = testing::run_command({PIPETUNE_CLI, "run", "--model", "mlp:layers=5,width=64", "--plan",
-                                            plan.string(), "--batch", "8", "--trace", scratch("").string()});
+  const auto folder =
+      testing::run_command({PIPETUNE_CLI, "run", "--model", "mlp:layers=5,width=64", "--plan",
+                            plan.string(), "--batch", "8", "--trace", scratch("").string()});
   EXPECT_EQ(folder.exit_code, 2);
   EXPECT_THAT(folder.err, ::testing::HasSubstr("cannot write: is a directory"));
-  const auto profile = testing::run_command({PIPETUNE_CLI, "profile", "--model", "mlp:layers=2,width=8", "--batch", "4",
-                                             "-o", "/no/such/folder/p.json"});
+  const auto profile =
+      testing::run_command({PIPETUNE_CLI, "profile", "--model", "mlp:layers=2,width=8", "--batch",
+                            "4", "-o", "/no/such/folder/p.json"});
   EXPECT_EQ(profile.exit_code, 2);
-  EXPECT_EQ(profile.err, "pipetune: error: --output: /no/such/folder/p.json: cannot write: no folder /no/such/folder\n");
+  EXPECT_EQ(profile.err,
+            "pipetune: error: --output: /no/such/folder/p.json: cannot write: no folder "
+            "/no/such/folder\n");
 }
 
 // torch's CSV, as simulate writes it, runs the same programmes as the plan it came from: the
@@ -142,31 +162,36 @@ TEST(CliRun, AnOutputThatCannotBeWrittenIsRefusedBeforeAnyWork) {
 TEST(CliRun, AScheduleCsvFromSimulateRunsAsItsPlan) {
   const std::string model = "mlp:layers=5,width=32";
   const fs::path profile = scratch("csv.profile.json");
-  ASSERT_EQ(testing::run_command({PIPETUNE_CLI, "profile", "--model", model, "--batch", "8", "-o", profile.string(),
-                                  "--repeats", "1", "--warmup", "0"})
+  ASSERT_EQ(testing::run_command({PIPETUNE_CLI, "profile", "--model", model, "--batch", "8", "-o",
+                                  profile.string(), "--repeats", "1", "--warmup", "0"})
                 .exit_code,
             0);
-  const fs::path plan = write_plan("zb.json", R"({"format": "pipetune.plan/1", "balance": [2, 1, 2, 1], "chunks": 4,
+  const fs::path plan =
+      write_plan("zb.json", R"({"format": "pipetune.plan/1", "balance": [2, 1, 2, 1], "chunks": 4,
     "checkpoint": "never", "schedule": "interleaved-zb", "stages_per_device": 2})");
   const fs::path csv = scratch("zb.csv");
-  const auto simulated = testing::run_command({PIPETUNE_CLI, "simulate", "--profile", profile.string(), "--plan",
-                                               plan.string(), "--write-schedule-csv", csv.string()});
+  const auto simulated =
+      testing::run_command({PIPETUNE_CLI, "simulate", "--profile", profile.string(), "--plan",
+                            plan.string(), "--write-schedule-csv", csv.string()});
   ASSERT_EQ(simulated.exit_code, 0) << simulated.err;
-  const std::vector<std::string> common{"--model", model, "--batch", "8", "--steps", "3", "--seed", "4", "--json"};
+  const std::vector<std::string> common{"--model", model,    "--batch", "8",     "--steps",
+                                        "3",       "--seed", "4",       "--json"};
   std::vector<std::string> by_plan{PIPETUNE_CLI, "run", "--plan", plan.string()};
   by_plan.insert(by_plan.end(), common.begin(), common.end());
   const fs::path trace = scratch("zb.trace.json");
-  std::vector<std::string> by_csv{PIPETUNE_CLI,      "run",    "--schedule-csv", csv.string(), "--balance",
-                                  "2,1,2,1",         "--trace", trace.string()};
+  std::vector<std::string> by_csv{PIPETUNE_CLI, "run",     "--schedule-csv", csv.string(),
+                                  "--balance",  "2,1,2,1", "--trace",        trace.string()};
   by_csv.insert(by_csv.end(), common.begin(), common.end());
   const auto a = testing::run_command(by_plan), b = testing::run_command(by_csv);
   ASSERT_EQ(a.exit_code, 0) << a.err;
   ASSERT_EQ(b.exit_code, 0) << b.err;
-  const auto plan_losses = nlohmann::json::parse(a.out)["losses"], csv_losses = nlohmann::json::parse(b.out)["losses"];
+  const auto plan_losses = nlohmann::json::parse(a.out)["losses"],
+             csv_losses = nlohmann::json::parse(b.out)["losses"];
   ASSERT_EQ(plan_losses.size(), 3u);
   ASSERT_EQ(csv_losses.size(), 3u);
   for (int k = 0; k < 3; ++k) {
-    EXPECT_NEAR(csv_losses[k].get<double>(), plan_losses[k].get<double>(), 1e-6 * std::abs(plan_losses[k].get<double>()))
+    EXPECT_NEAR(csv_losses[k].get<double>(), plan_losses[k].get<double>(),
+                1e-6 * std::abs(plan_losses[k].get<double>()))
         << "step " << k;
   }
   EXPECT_EQ(nlohmann::json::parse(b.out)["devices"], (nlohmann::json{"cpu:0", "cpu:1"}));
@@ -178,10 +203,12 @@ TEST(CliRun, AScheduleCsvFromSimulateRunsAsItsPlan) {
   EXPECT_EQ(input_halves, 4 * 4);  // every stage, every micro-batch
   EXPECT_EQ(weight_halves, 4 * 4);
   // Without a plan the CSV needs the layers per stage.
-  const auto no_balance = testing::run_command({PIPETUNE_CLI, "run", "--model", model, "--schedule-csv", csv.string()});
+  const auto no_balance =
+      testing::run_command({PIPETUNE_CLI, "run", "--model", model, "--schedule-csv", csv.string()});
   EXPECT_EQ(no_balance.exit_code, 2);
   EXPECT_EQ(no_balance.err,
-            "pipetune: error: no plan: give --plan FILE, or --schedule-csv FILE with --balance N,N,... (layers per "
+            "pipetune: error: no plan: give --plan FILE, or --schedule-csv FILE with --balance "
+            "N,N,... (layers per "
             "stage)\n");
 }
 
@@ -190,8 +217,8 @@ TEST(CliRun, CtrlCStopsCleanlyAndKeepsTheTraceOfCompletedSteps) {
   const fs::path trace = scratch("interrupted.json");
   fs::remove(trace);
   const auto r = testing::run_command_signalled(
-      {PIPETUNE_CLI, "run", "--model", "mlp:layers=5,width=256", "--plan", plan.string(), "--batch", "8", "--steps",
-       "100000", "--warmup", "0", "--progress", "lines", "--trace", trace.string()},
+      {PIPETUNE_CLI, "run", "--model", "mlp:layers=5,width=256", "--plan", plan.string(), "--batch",
+       "8", "--steps", "100000", "--warmup", "0", "--progress", "lines", "--trace", trace.string()},
       "progress 3 ", SIGINT);
   EXPECT_EQ(r.exit_code, 130) << r.err;
   EXPECT_THAT(r.err, ::testing::HasSubstr("interrupted after"));

@@ -23,7 +23,8 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path scratch(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("pipetune_validate_test_" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("pipetune_validate_test_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   return dir / name;
 }
@@ -38,7 +39,8 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-const std::vector<std::string> kModel{"--model", "mlp:layers=4,width=32", "--batch", "8", "--devices", "2"};
+const std::vector<std::string> kModel{
+    "--model", "mlp:layers=4,width=32", "--batch", "8", "--devices", "2"};
 
 testing::CommandResult validate(const std::vector<std::string>& args) {
   std::vector<std::string> argv{PIPETUNE_CLI, "validate"};
@@ -49,8 +51,8 @@ testing::CommandResult validate(const std::vector<std::string>& args) {
 TEST(CliValidate, ReportTracesAndErrorsAgreeAndCalibrationIsFittedElsewhereThenReused) {
   const fs::path out = scratch("first");
   std::vector<std::string> args = kModel;
-  args.insert(args.end(), {"--top", "2", "--steps", "3", "--rounds", "2", "--calibration-steps", "2", "--out",
-                           out.string(), "--progress", "lines", "--json"});
+  args.insert(args.end(), {"--top", "2", "--steps", "3", "--rounds", "2", "--calibration-steps",
+                           "2", "--out", out.string(), "--progress", "lines", "--json"});
   const auto r = validate(args);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json report = nlohmann::json::parse(r.out);
@@ -65,7 +67,9 @@ TEST(CliValidate, ReportTracesAndErrorsAgreeAndCalibrationIsFittedElsewhereThenR
   const bool used = report["calibration"] == "fitted";
   if (!used) EXPECT_EQ(report["calibration"], "none");
   ASSERT_TRUE(report.contains("calibration_reason"));
-  EXPECT_THAT(report["calibration_reason"].get<std::string>(), ::testing::MatchesRegex(used ? "used( \\((compute|copies) only\\))?: .*" : "not used: .*"));
+  EXPECT_THAT(
+      report["calibration_reason"].get<std::string>(),
+      ::testing::MatchesRegex(used ? "used( \\((compute|copies) only\\))?: .*" : "not used: .*"));
   EXPECT_TRUE(report["profiled"]);
   ASSERT_EQ(report["plans"].size(), 2u);
 
@@ -75,7 +79,8 @@ TEST(CliValidate, ReportTracesAndErrorsAgreeAndCalibrationIsFittedElsewhereThenR
   ASSERT_EQ(report["calibration_runs"].size(), 2u);
   std::set<std::string> validated;
   for (const auto& p : report["plans"]) validated.insert(p["plan"].get<std::string>());
-  for (const auto& c : report["calibration_runs"]) EXPECT_EQ(validated.count(c["plan"].get<std::string>()), 0u);
+  for (const auto& c : report["calibration_runs"])
+    EXPECT_EQ(validated.count(c["plan"].get<std::string>()), 0u);
 
   for (const auto& p : report["plans"]) {
     // Every file the report names is there and valid; the traces are of the plan.
@@ -84,7 +89,8 @@ TEST(CliValidate, ReportTracesAndErrorsAgreeAndCalibrationIsFittedElsewhereThenR
     const Trace measured = load_trace(p["measured_trace"].get<std::string>());
     const Trace predicted = load_trace(p["predicted_trace"].get<std::string>());
     EXPECT_EQ(p.contains("calibrated_trace"), used);
-    const Trace calibrated = load_trace(p[used ? "calibrated_trace" : "predicted_trace"].get<std::string>());
+    const Trace calibrated =
+        load_trace(p[used ? "calibrated_trace" : "predicted_trace"].get<std::string>());
     EXPECT_EQ(measured.kind, "measured");
     EXPECT_EQ(predicted.kind, "predicted");
     ASSERT_TRUE(measured.plan && predicted.plan);
@@ -98,19 +104,25 @@ TEST(CliValidate, ReportTracesAndErrorsAgreeAndCalibrationIsFittedElsewhereThenR
     ASSERT_EQ(steps.size(), 3u);
     const double measured_ms = median(steps);
     EXPECT_NEAR(p["measured_median_ms"].get<double>(), measured_ms, 1e-6);
-    for (const auto& [key, trace] : {std::pair{"uncalibrated", &predicted}, std::pair{"calibrated", &calibrated}}) {
+    for (const auto& [key, trace] :
+         {std::pair{"uncalibrated", &predicted}, std::pair{"calibrated", &calibrated}}) {
       const auto& c = p[key];
       EXPECT_NEAR(c["predicted_ms"].get<double>(), trace->iteration_ms, 1e-6) << key;
-      EXPECT_NEAR(c["time_error"].get<double>(), (trace->iteration_ms - measured_ms) / measured_ms, 2e-6) << key;
+      EXPECT_NEAR(c["time_error"].get<double>(), (trace->iteration_ms - measured_ms) / measured_ms,
+                  2e-6)
+          << key;
       for (std::size_t d = 0; d < 2; ++d) {
         const double pb = static_cast<double>(trace->devices[d].peak_memory_bytes);
         const double mb = static_cast<double>(measured.devices[d].peak_memory_bytes);
-        EXPECT_EQ(c["predicted_peak_bytes"][d].get<std::int64_t>(), trace->devices[d].peak_memory_bytes);
+        EXPECT_EQ(c["predicted_peak_bytes"][d].get<std::int64_t>(),
+                  trace->devices[d].peak_memory_bytes);
         EXPECT_EQ(c["worst_order_peak_bytes"][d].get<std::int64_t>(),
                   trace->devices[d].worst_order_peak_bytes);
         EXPECT_GE(trace->devices[d].worst_order_peak_bytes, trace->devices[d].peak_memory_bytes);
-        EXPECT_EQ(c["measured_peak_bytes"][d].get<std::int64_t>(), measured.devices[d].peak_memory_bytes);
-        EXPECT_NEAR(c["memory_error"][d].get<double>(), (pb - mb) / mb, 2e-6) << key << " device " << d;
+        EXPECT_EQ(c["measured_peak_bytes"][d].get<std::int64_t>(),
+                  measured.devices[d].peak_memory_bytes);
+        EXPECT_NEAR(c["memory_error"][d].get<double>(), (pb - mb) / mb, 2e-6)
+            << key << " device " << d;
       }
     }
     // The calibrated prediction is the uncalibrated one under the stored calibration: compute
@@ -118,7 +130,8 @@ TEST(CliValidate, ReportTracesAndErrorsAgreeAndCalibrationIsFittedElsewhereThenR
     if (used) EXPECT_NE(calibrated.iteration_ms, predicted.iteration_ms);
   }
 
-  // "runs", the contract of docs/cli.md: the plan as fields and the headline (calibrated) comparison.
+  // "runs", the contract of docs/cli.md: the plan as fields and the headline (calibrated)
+  // comparison.
   ASSERT_EQ(report["runs"].size(), report["plans"].size());
   for (std::size_t k = 0; k < report["runs"].size(); ++k) {
     const auto& run = report["runs"][k];
@@ -149,8 +162,8 @@ TEST(CliValidate, ReportTracesAndErrorsAgreeAndCalibrationIsFittedElsewhereThenR
   const fs::path again = scratch("again");
   std::vector<std::string> reuse = kModel;
   reuse.insert(reuse.end(), {"--profile", report["profile"].get<std::string>(), "--hardware",
-                             hardware_path, "--top", "1", "--steps", "2", "--out",
-                             again.string(), "--max-time-error", "0", "--max-memory-error", "1000"});
+                             hardware_path, "--top", "1", "--steps", "2", "--out", again.string(),
+                             "--max-time-error", "0", "--max-memory-error", "1000"});
   const auto second = validate(reuse);
   EXPECT_EQ(second.exit_code, 3) << second.err;
   EXPECT_THAT(second.err, ::testing::HasSubstr("plan 1 ("));
@@ -168,11 +181,13 @@ TEST(CliValidate, ReportTracesAndErrorsAgreeAndCalibrationIsFittedElsewhereThenR
 
 TEST(CliValidate, AGivenPlanIsValidatedAlone) {
   const fs::path plan = scratch("plan.json");
-  std::ofstream(plan) << R"({"format": "pipetune.plan/1", "balance": [2, 3], "chunks": 2, "checkpoint": "always",
+  std::ofstream(plan)
+      << R"({"format": "pipetune.plan/1", "balance": [2, 3], "chunks": 2, "checkpoint": "always",
                             "schedule": "gpipe"})";
   const fs::path out = scratch("given");
   std::vector<std::string> args = kModel;
-  args.insert(args.end(), {"--plan", plan.string(), "--steps", "2", "--calibration-plans", "0", "--out", out.string()});
+  args.insert(args.end(), {"--plan", plan.string(), "--steps", "2", "--calibration-plans", "0",
+                           "--out", out.string()});
   const auto r = validate(args);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, ::testing::HasSubstr("[2,3] x2 always gpipe"));
@@ -192,20 +207,33 @@ TEST(CliValidate, BadInputIsOneLine) {
   };
   // A profile of another model.
   const fs::path other = scratch("other-profile");
-  std::vector<std::string> profile_args{"--model", "mlp:layers=3,width=16", "--batch", "8", "--out", other.string(),
-                                        "--top", "1", "--steps", "1", "--calibration-plans", "0"};
+  std::vector<std::string> profile_args{"--model",
+                                        "mlp:layers=3,width=16",
+                                        "--batch",
+                                        "8",
+                                        "--out",
+                                        other.string(),
+                                        "--top",
+                                        "1",
+                                        "--steps",
+                                        "1",
+                                        "--calibration-plans",
+                                        "0"};
   ASSERT_EQ(validate(profile_args).exit_code, 0);
   std::vector<std::string> args = kModel;
-  args.insert(args.end(), {"--profile", (other / "profile.json").string(), "--out", scratch("x").string()});
+  args.insert(args.end(),
+              {"--profile", (other / "profile.json").string(), "--out", scratch("x").string()});
   EXPECT_EQ(error(args), "pipetune: error: " + (other / "profile.json").string() +
                              ": \"model\" is \"mlp-3x16\", but the model builds \"mlp-4x32\"\n");
   // A plan that does not fit the model.
   const fs::path plan = scratch("bad-plan.json");
-  std::ofstream(plan) << R"({"format": "pipetune.plan/1", "balance": [2, 2], "chunks": 2, "checkpoint": "never",
+  std::ofstream(plan)
+      << R"({"format": "pipetune.plan/1", "balance": [2, 2], "chunks": 2, "checkpoint": "never",
                             "schedule": "gpipe"})";
   args = kModel;
   args.insert(args.end(), {"--plan", plan.string(), "--out", scratch("y").string()});
-  EXPECT_THAT(error(args), ::testing::HasSubstr(plan.string() + ": balance: expected layer counts summing to 5"));
+  EXPECT_THAT(error(args), ::testing::HasSubstr(plan.string() +
+                                                ": balance: expected layer counts summing to 5"));
   // --plan and --top exclude each other.
   args = kModel;
   args.insert(args.end(), {"--plan", plan.string(), "--top", "2"});
@@ -218,23 +246,26 @@ TEST(CliValidate, NoPlanFitsIsWorkNotDoneExitOne) {
   std::ofstream(hardware) << R"({"format": "pipetune.hardware/1",
     "devices": [{"name": "cpu:0", "memory_bytes": 4096}, {"name": "cpu:1", "memory_bytes": 4096}],
     "link": {"bandwidth_bytes_per_s": null, "latency_ms": 0}})";
-  const auto r = validate({"--model", "mlp:layers=4,width=32", "--batch", "8", "--hardware", hardware.string(), "--out",
-                           scratch("nofit").string(), "--progress", "none"});
+  const auto r =
+      validate({"--model", "mlp:layers=4,width=32", "--batch", "8", "--hardware", hardware.string(),
+                "--out", scratch("nofit").string(), "--progress", "none"});
   EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_THAT(r.err, ::testing::HasSubstr("pipetune: error: no plan of mlp-4x32 fits the memory of"));
+  EXPECT_THAT(r.err,
+              ::testing::HasSubstr("pipetune: error: no plan of mlp-4x32 fits the memory of"));
 }
 
 TEST(CliDemo, RunsTheWholeLoopAndEndsWithTheSummaryAndTheGuiCommand) {
   const fs::path out = scratch("demo");
-  const auto r = testing::run_command(
-      {PIPETUNE_CLI, "demo", "--model", "mlp:layers=4,width=64", "--batch", "16", "--steps", "4", "--out", out.string()});
+  const auto r = testing::run_command({PIPETUNE_CLI, "demo", "--model", "mlp:layers=4,width=64",
+                                       "--batch", "16", "--steps", "4", "--out", out.string()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, ::testing::HasSubstr("summary: the plan chosen, "));
   EXPECT_THAT(r.out, ::testing::HasSubstr("iteration ms"));
   EXPECT_THAT(r.out, ::testing::HasSubstr("peak memory cpu:1"));
   EXPECT_THAT(r.out, ::testing::HasSubstr("pipetune-gui " + (out / "profile.json").string()));
-  for (const char* name : {"profile.json", "hardware.json", "plan-1.plan.json", "plan-1.measured.trace.json",
-                           "plan-1.predicted.trace.json", "report.json", "report.md"}) {
+  for (const char* name :
+       {"profile.json", "hardware.json", "plan-1.plan.json", "plan-1.measured.trace.json",
+        "plan-1.predicted.trace.json", "report.json", "report.md"}) {
     EXPECT_TRUE(fs::exists(out / name)) << name;
   }
   EXPECT_EQ(read_json(out / "report.json")["plans"].size(), 3u);

@@ -86,7 +86,9 @@ void PrintTo(const GradientCase& c, std::ostream* os) {
   *os << c.ranks << " ranks, balance [" << c.balance << "], " << c.chunks << " chunks, "
       << c.checkpoint << ", " << c.schedule
       << (c.devices.empty() ? "" : ", devices [" + c.devices + "]")
-      << (c.stages_per_device == 1 ? "" : ", " + std::to_string(c.stages_per_device) + " stages per device");
+      << (c.stages_per_device == 1
+              ? ""
+              : ", " + std::to_string(c.stages_per_device) + " stages per device");
 }
 
 class DistributedGradients : public Distributed,
@@ -95,9 +97,9 @@ class DistributedGradients : public Distributed,
 // Every rank's gradients and rank 0's loss equal the unpipelined reference's.
 TEST_P(DistributedGradients, EqualTheSingleProcessReference) {
   const GradientCase& c = GetParam();
-  const std::string plan =
-      write_plan("plan.json", plan_json(c.balance, c.chunks, c.checkpoint, c.schedule, c.devices,
-                                        c.stages_per_device));
+  const std::string plan = write_plan(
+      "plan.json",
+      plan_json(c.balance, c.chunks, c.checkpoint, c.schedule, c.devices, c.stages_per_device));
   Ranks ranks({PIPETUNE_DISTRIBUTED_RANK, "mlp:layers=5,width=32", plan, "12", "7"}, c.ranks);
   const auto results = ranks.wait(120.0);
   for (std::size_t r = 0; r < results.size(); ++r) {
@@ -315,13 +317,14 @@ TEST_F(Distributed, AHungRankMakesTheOthersExitAfterTheTimeout) {
 // docs/distributed.md) instead of waiting for the store's 60 s timeout.
 TEST_F(Distributed, ADestructorDoesNotWaitForASilentRankZero) {
   const std::string plan = write_plan("plan.json", plan_json("2, 2, 2", 2, "never", "gpipe"));
-  Ranks ranks({PIPETUNE_DISTRIBUTED_RANK, "--destroy-while-rank-0-is-stopped", "mlp:layers=5,width=16",
-               plan, "4"},
+  Ranks ranks({PIPETUNE_DISTRIBUTED_RANK, "--destroy-while-rank-0-is-stopped",
+               "mlp:layers=5,width=16", plan, "4"},
               3);
   for (int r : {1, 2}) {
     int status = 0;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
-    while (waitpid(ranks.pid(r), &status, WNOHANG) == 0 && std::chrono::steady_clock::now() < deadline) {
+    while (waitpid(ranks.pid(r), &status, WNOHANG) == 0 &&
+           std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     const std::string err = ranks.err(r);

@@ -70,8 +70,8 @@ ExecutorOptions cpu_devices(int n, OptimizerKind optimizer = OptimizerKind::None
   return o;
 }
 
-void expect_same(const std::map<std::string, at::Tensor>& a, const std::map<std::string, at::Tensor>& b,
-                 const std::string& what) {
+void expect_same(const std::map<std::string, at::Tensor>& a,
+                 const std::map<std::string, at::Tensor>& b, const std::string& what) {
   ASSERT_EQ(a.size(), b.size()) << what;
   for (const auto& [name, tensor] : a) {
     ASSERT_TRUE(b.count(name)) << what << ": " << name;
@@ -100,7 +100,8 @@ TEST_P(TransparencyTest, LossAndGradientsEqualTheUnpipelinedRun) {
     for (auto mode : kAllCheckpointModes) {
       models::Model model = models::build_model(t.spec, double_precision());
       const int devices = t.devices.empty() ? static_cast<int>(t.balance.size()) : 2;
-      Pipeline pipeline(model, plan_of(t.balance, t.chunks, mode, kind, t.devices), kBatch, cpu_devices(devices));
+      Pipeline pipeline(model, plan_of(t.balance, t.chunks, mode, kind, t.devices), kBatch,
+                        cpu_devices(devices));
       const auto step = pipeline.step(input, target);
       const std::string what = t.spec + " " + describe_plan(pipeline.plan());
       EXPECT_NEAR(step.loss, expected_loss, 1e-10 * std::abs(expected_loss)) << what;
@@ -111,12 +112,13 @@ TEST_P(TransparencyTest, LossAndGradientsEqualTheUnpipelinedRun) {
 
 INSTANTIATE_TEST_SUITE_P(
     Models, TransparencyTest,
-    ::testing::Values(Transparency{"mlp:layers=4,width=16,classes=5", {2, 3}, 3, {}},
-                      Transparency{"mlp:layers=4,width=16,classes=5", {1, 1, 3}, 6, {}},
-                      Transparency{"mlp:layers=4,width=16,classes=5", {4, 1}, 1, {}},
-                      Transparency{"mlp:layers=4,width=16,classes=5", {1, 2, 2}, 4, {"cpu:0", "cpu:1", "cpu:0"}},
-                      Transparency{"gpt:layers=2,width=16,heads=2,seq=8,vocab=32", {2, 2}, 3, {}},
-                      Transparency{"resnet:blocks=2,channels=4,image=8,classes=3", {1, 2, 1}, 2, {}}));
+    ::testing::Values(
+        Transparency{"mlp:layers=4,width=16,classes=5", {2, 3}, 3, {}},
+        Transparency{"mlp:layers=4,width=16,classes=5", {1, 1, 3}, 6, {}},
+        Transparency{"mlp:layers=4,width=16,classes=5", {4, 1}, 1, {}},
+        Transparency{"mlp:layers=4,width=16,classes=5", {1, 2, 2}, 4, {"cpu:0", "cpu:1", "cpu:0"}},
+        Transparency{"gpt:layers=2,width=16,heads=2,seq=8,vocab=32", {2, 2}, 3, {}},
+        Transparency{"resnet:blocks=2,channels=4,image=8,classes=3", {1, 2, 1}, 2, {}}));
 
 TEST(Executor, ParametersMatchAfterOptimizerSteps) {
   const std::string spec = "mlp:layers=3,width=12,classes=4";
@@ -124,8 +126,10 @@ TEST(Executor, ParametersMatchAfterOptimizerSteps) {
   models::Model model = models::build_model(spec, double_precision());
   ExecutorOptions options = cpu_devices(2, OptimizerKind::Momentum);
   options.learning_rate = 0.1;
-  Pipeline pipeline(model, plan_of({2, 2}, 3, CheckpointMode::ExceptLast, ScheduleKind::OneFOneB), kBatch, options);
-  torch::optim::SGD optimizer(reference.layers->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  Pipeline pipeline(model, plan_of({2, 2}, 3, CheckpointMode::ExceptLast, ScheduleKind::OneFOneB),
+                    kBatch, options);
+  torch::optim::SGD optimizer(reference.layers->parameters(),
+                              torch::optim::SGDOptions(0.1).momentum(0.9));
   for (int step = 0; step < 3; ++step) {
     auto [input, target] = reference.make_batch(kBatch, 100 + step, 0);
     input = input.to(at::kDouble);
@@ -163,7 +167,8 @@ TEST(Executor, DeferredBatchNormKeepsFullBatchRunningStatistics) {
   models::Model model = models::build_model(spec, double_precision(/*deferred=*/true));
   models::Model full = models::build_model(spec, double_precision(/*deferred=*/false));
   auto [input, target] = batch_for(model);
-  Pipeline pipeline(model, plan_of({1, 2}, 3, CheckpointMode::Always, ScheduleKind::GPipe), kBatch, cpu_devices(2));
+  Pipeline pipeline(model, plan_of({1, 2}, 3, CheckpointMode::Always, ScheduleKind::GPipe), kBatch,
+                    cpu_devices(2));
   pipeline.step(input, target);
   full.layers->forward(input);  // training mode: one update from the whole batch
   auto running = [](models::Model& m, const std::string& name) {
@@ -175,23 +180,29 @@ TEST(Executor, DeferredBatchNormKeepsFullBatchRunningStatistics) {
   for (const char* name : {"stem.bn.running_mean", "stem.bn.running_var"}) {
     const at::Tensor expected = running(full, name), actual = running(model, name);
     ASSERT_TRUE(expected.defined() && actual.defined()) << name;
-    EXPECT_TRUE(at::allclose(actual, expected, 1e-9, 1e-12)) << name << "\n" << actual << "\n" << expected;
+    EXPECT_TRUE(at::allclose(actual, expected, 1e-9, 1e-12)) << name << "\n"
+                                                             << actual << "\n"
+                                                             << expected;
   }
   // A plain BatchNorm2d updated once per micro-batch would not match (3 updates, not 1).
   models::Model eager = models::build_model(spec, double_precision(false));
-  Pipeline eager_pipeline(eager, plan_of({1, 2}, 3, CheckpointMode::Never, ScheduleKind::GPipe), kBatch, cpu_devices(2));
+  Pipeline eager_pipeline(eager, plan_of({1, 2}, 3, CheckpointMode::Never, ScheduleKind::GPipe),
+                          kBatch, cpu_devices(2));
   eager_pipeline.step(input, target);
-  EXPECT_FALSE(at::allclose(running(eager, "stem.bn.running_mean"), running(full, "stem.bn.running_mean"), 1e-9, 1e-12));
+  EXPECT_FALSE(at::allclose(running(eager, "stem.bn.running_mean"),
+                            running(full, "stem.bn.running_mean"), 1e-9, 1e-12));
 }
 
 TEST(Executor, MeasuredOrderIsTheSchedules) {
   for (auto kind : kSingleStageScheduleKinds) {
     models::Model model = models::build_model("mlp:layers=5,width=8", double_precision());
     auto [input, target] = batch_for(model);
-    const Plan plan = plan_of({2, 1, 3}, 4, CheckpointMode::ExceptLast, kind, {"cpu:0", "cpu:1", "cpu:0"});
+    const Plan plan =
+        plan_of({2, 1, 3}, 4, CheckpointMode::ExceptLast, kind, {"cpu:0", "cpu:1", "cpu:0"});
     Pipeline pipeline(model, plan, kBatch, cpu_devices(2));
     const auto step = pipeline.step(input, target);
-    const int micro_batches = static_cast<int>(pipeline.micro_batch_sizes().size());  // 6 in 4 chunks: 3
+    const int micro_batches =
+        static_cast<int>(pipeline.micro_batch_sizes().size());  // 6 in 4 chunks: 3
     ASSERT_EQ(micro_batches, 3);
     const Schedule schedule = make_schedule(kind, 3, micro_batches, CheckpointMode::ExceptLast);
     const auto programs = device_programs(schedule, pipeline.stage_device(), 2);
@@ -200,12 +211,15 @@ TEST(Executor, MeasuredOrderIsTheSchedules) {
       for (const auto& t : step.tasks) {
         if (t.device == d && is_compute(t.kind)) mine.push_back(t);
       }
-      std::stable_sort(mine.begin(), mine.end(), [](const TraceTask& a, const TraceTask& b) { return a.start_ms < b.start_ms; });
+      std::stable_sort(mine.begin(), mine.end(), [](const TraceTask& a, const TraceTask& b) {
+        return a.start_ms < b.start_ms;
+      });
       std::vector<std::string> ran, expected;
       for (const auto& t : mine) ran.push_back(t.label());
       for (const auto& a : programs[d]) expected.push_back(to_string(a));
       EXPECT_EQ(ran, expected) << to_string(kind) << " device " << d;
-      for (std::size_t k = 1; k < mine.size(); ++k) EXPECT_LE(mine[k - 1].end_ms, mine[k].start_ms + 1e-6);
+      for (std::size_t k = 1; k < mine.size(); ++k)
+        EXPECT_LE(mine[k - 1].end_ms, mine[k].start_ms + 1e-6);
     }
     // Copies between the two devices, one per boundary crossing and direction.
     int copies = 0;
@@ -219,7 +233,8 @@ TEST(Executor, MeasuredOrderIsTheSchedules) {
 
 Plan two_devices_plan(ScheduleKind kind, CheckpointMode mode, int chunks) {
   const bool multi = is_multi_stage(kind);
-  Plan plan = plan_of(multi ? std::vector<int>{2, 1, 2, 1} : std::vector<int>{3, 3}, chunks, mode, kind);
+  Plan plan =
+      plan_of(multi ? std::vector<int>{2, 1, 2, 1} : std::vector<int>{3, 3}, chunks, mode, kind);
   plan.stages_per_device = multi ? 2 : 1;
   return plan;
 }
@@ -242,16 +257,20 @@ TEST(Executor, EveryScheduleTrainsAsTheUnpipelinedModel) {
       const std::string what = describe_plan(plan);
       ASSERT_EQ(pipeline.device_names().size(), 2u) << what;
       for (int s = 0; s < plan.stages(); ++s) {
-        EXPECT_EQ(pipeline.stage_device()[s], stage_rank(kind, s, plan.stages(), plan.stages_per_device)) << what;
+        EXPECT_EQ(pipeline.stage_device()[s],
+                  stage_rank(kind, s, plan.stages(), plan.stages_per_device))
+            << what;
       }
-      torch::optim::SGD optimizer(reference.layers->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+      torch::optim::SGD optimizer(reference.layers->parameters(),
+                                  torch::optim::SGDOptions(0.1).momentum(0.9));
       for (int step = 0; step < 3; ++step) {
         auto [input, target] = reference.make_batch(kEight, 100 + step, 0);
         input = input.to(at::kDouble);
         const double expected_loss = testing::reference_step(reference, input, target, kChunks);
         optimizer.step();
         const auto record = pipeline.step(input, target);
-        EXPECT_NEAR(record.loss, expected_loss, 1e-10 * std::abs(expected_loss)) << what << " step " << step;
+        EXPECT_NEAR(record.loss, expected_loss, 1e-10 * std::abs(expected_loss))
+            << what << " step " << step;
         std::map<TaskKind, int> ran;
         for (const auto& t : record.tasks) ++ran[t.kind];
         // Every (stage, micro-batch) once forward and once backward, whole or split as the
@@ -270,7 +289,8 @@ TEST(Executor, EveryScheduleTrainsAsTheUnpipelinedModel) {
         if (!splits_backward(kind)) EXPECT_EQ(ran[TaskKind::InputGrad], 0) << what;
         EXPECT_EQ(ran[TaskKind::Recompute], mode == CheckpointMode::Always ? actions : 0) << what;
       }
-      expect_same(testing::parameters(model), testing::parameters(reference), what + " after 3 steps");
+      expect_same(testing::parameters(model), testing::parameters(reference),
+                  what + " after 3 steps");
     }
   }
 }
@@ -281,7 +301,8 @@ TEST(Executor, EveryScheduleTrainsAsTheUnpipelinedModel) {
 TEST(Executor, ZeroBubbleTracesHoldEveryIAndWOnceWAfterItsI) {
   constexpr int kChunks = 4;
   for (auto kind : {ScheduleKind::InterleavedZB, ScheduleKind::ZBV}) {
-    models::Model model = models::build_model("mlp:layers=5,width=12,classes=4", double_precision());
+    models::Model model =
+        models::build_model("mlp:layers=5,width=12,classes=4", double_precision());
     auto [input, target] = batch_for(model, 8);
     const Plan plan = two_devices_plan(kind, CheckpointMode::ExceptLast, kChunks);
     Pipeline pipeline(model, plan, 8, cpu_devices(2));
@@ -366,7 +387,8 @@ class FailingLayerImpl : public torch::nn::Module {
     if (where_ == FailIn::Forward && call == when_) throw std::runtime_error("boom in forward");
     if (where_ == FailIn::Backward && call == when_ && x.requires_grad()) {
       at::Tensor y = x * 1.0;
-      y.register_hook([](const at::Tensor&) -> at::Tensor { throw std::runtime_error("boom in backward"); });
+      y.register_hook(
+          [](const at::Tensor&) -> at::Tensor { throw std::runtime_error("boom in backward"); });
       return y;
     }
     return x;
@@ -406,7 +428,8 @@ TEST(Executor, AFailingStageReachesTheCallerNamingStageAndMicroBatch) {
         broken.layers->push_back(std::string(model.layer_names[k]), *it);
       }
       auto [input, target] = batch_for(model);
-      Pipeline pipeline(broken, plan_of({2, 3}, 3, c.mode, ScheduleKind::GPipe), kBatch, cpu_devices(2));
+      Pipeline pipeline(broken, plan_of({2, 3}, 3, c.mode, ScheduleKind::GPipe), kBatch,
+                        cpu_devices(2));
       // Two compute workers and two copy channels, each named (else this test could not fail).
       EXPECT_EQ(settled_thread_count(threads_before + 4), threads_before + 4);
       const auto started = std::chrono::steady_clock::now();
@@ -421,7 +444,8 @@ TEST(Executor, AFailingStageReachesTheCallerNamingStageAndMicroBatch) {
       EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(1)) << c.message;
       EXPECT_THROW(pipeline.step(input, target), std::logic_error);  // it does not run again
     }
-    EXPECT_EQ(settled_thread_count(threads_before), threads_before) << "threads left behind after " << c.message;
+    EXPECT_EQ(settled_thread_count(threads_before), threads_before)
+        << "threads left behind after " << c.message;
   }
 }
 
@@ -531,8 +555,9 @@ TEST(Executor, BadPlansAreRefusedBeforeAnyWork) {
   };
   refused(plan_of({2, 3}, 2, CheckpointMode::Never, ScheduleKind::GPipe), 2,
           "plan: balance: expected layer counts summing to 4 (the layers of mlp-3x8), got 5");
-  refused(plan_of({1, 1, 2}, 2, CheckpointMode::Never, ScheduleKind::GPipe), 2,
-          "plan: 3 stages but 2 devices (name the plan's devices to put several stages on one device)");
+  refused(
+      plan_of({1, 1, 2}, 2, CheckpointMode::Never, ScheduleKind::GPipe), 2,
+      "plan: 3 stages but 2 devices (name the plan's devices to put several stages on one device)");
   refused(plan_of({2, 2}, 7, CheckpointMode::Never, ScheduleKind::GPipe), 2,
           "plan: chunks: expected 1 to 6 (the batch size), got 7");
   refused(plan_of({2, 2}, 2, CheckpointMode::Never, ScheduleKind::GPipe, {"cpu:0", "gpu:1"}), 2,
@@ -617,7 +642,8 @@ TEST(Executor, CudaDevicesTheSameWay) {
       ExecutorOptions options;
       options.devices = {"cuda:0"};
       options.optimizer = OptimizerKind::None;
-      Pipeline pipeline(model, plan_of({2, 1, 2}, 3, mode, kind, {"cuda:0", "cuda:0", "cuda:0"}), kBatch, options);
+      Pipeline pipeline(model, plan_of({2, 1, 2}, 3, mode, kind, {"cuda:0", "cuda:0", "cuda:0"}),
+                        kBatch, options);
       const auto step = pipeline.step(input, target);
       EXPECT_NEAR(step.loss, expected_loss, 1e-10 * std::abs(expected_loss));
       expect_same(testing::gradients(model), expected, "cuda " + describe_plan(pipeline.plan()));

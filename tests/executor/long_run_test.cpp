@@ -11,7 +11,6 @@
 // docs/reliability.md records.
 
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <algorithm>

@@ -1,8 +1,7 @@
 // The model zoo: specs, layer counts, bad specs.
 
-#include <gtest/gtest.h>
-
 #include <ATen/ATen.h>
+#include <gtest/gtest.h>
 
 #include "executor/models/model.hpp"
 #include "sim/error.hpp"

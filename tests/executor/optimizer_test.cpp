@@ -20,7 +20,8 @@ TEST(Optimizer, NamesParseAndOthersAreRefused) {
     parse_optimizer("Adam");
     FAIL() << "expected an InputError";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("sgd, momentum, adam or none"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("sgd, momentum, adam or none"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -14,7 +14,10 @@ using namespace std::string_literals;
 
 // pickle.dumps([1, "a"], protocol=2): PROTO 2, EMPTY_LIST, BINPUT 0, MARK, BININT1 1,
 // BINUNICODE "a", BINPUT 1, APPENDS, STOP.
-const std::string kList = "\x80\x02]q\x00(K\x01X\x01\x00\x00\x00" "aq\x01" "e."s;
+const std::string kList =
+    "\x80\x02]q\x00(K\x01X\x01\x00\x00\x00"
+    "aq\x01"
+    "e."s;
 
 TEST(PickleCheck, APickleAsPythonWritesItPasses) {
   EXPECT_EQ(pickle_refusal(kList), std::nullopt);
@@ -39,13 +42,15 @@ TEST(PickleCheck, MemoIndicesOutOfOrderAreRefused) {
 
 TEST(PickleCheck, LengthsPastTheEndAreRefused) {
   // BINUNICODE announcing 4 GiB - 1: LibTorch would reserve it before reading.
-  EXPECT_EQ(pickle_refusal("\x80\x02X\xff\xff\xff\xff" "ab."s),
+  EXPECT_EQ(pickle_refusal("\x80\x02X\xff\xff\xff\xff"
+                           "ab."s),
             "pickle opcode 0x58 at byte 2 announces 4294967295 bytes, but 3 are left");
   EXPECT_EQ(pickle_refusal("\x80\x02\x8d\x00\x00\x00\x00\x00\x00\x00\x80."s),
             "pickle opcode 0x8d at byte 2 announces 9223372036854775808 bytes, but 1 are left");
   EXPECT_EQ(pickle_refusal("\x80\x02r\x00\x00"s),
             "pickle opcode 0x72 at byte 2 runs past the end (2 bytes left)");
-  EXPECT_EQ(pickle_refusal("\x80\x02" "ctorch\n"s),
+  EXPECT_EQ(pickle_refusal("\x80\x02"
+                           "ctorch\n"s),
             "pickle opcode 0x63 at byte 2 runs past the end (6 bytes left)");
 }
 

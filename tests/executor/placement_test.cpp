@@ -142,7 +142,8 @@ TEST(PlaceStages, ProgrammeROnDeviceRWhenThePlanNamesNone) {
   EXPECT_EQ(p.schedule, make_schedule(ScheduleKind::ZBV, 4, 4, CheckpointMode::ExceptLast, 2));
   // A schedule given from outside places the stages by its programmes and must fit the plan.
   Schedule given = make_schedule(ScheduleKind::Interleaved1F1B, 4, 4, CheckpointMode::Never, 2);
-  const StagePlacement q = place_stages(gpipe({1, 1, 1, 1}, 4), 4, "m", 8, {"cpu:0", "cpu:1"}, 0, &given);
+  const StagePlacement q =
+      place_stages(gpipe({1, 1, 1, 1}, 4), 4, "m", 8, {"cpu:0", "cpu:1"}, 0, &given);
   EXPECT_EQ(q.device_of, (std::vector<int>{0, 1, 0, 1}));
   EXPECT_EQ(q.schedule, given);
   try {

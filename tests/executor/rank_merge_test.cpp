@@ -117,7 +117,8 @@ TEST(RankMerge, AMalformedPartIsRefusedNamingTheRankAndField) {
   EXPECT_THAT(refusal(with_replaced(good, "\"peak_memory_bytes\":", "\"peak_memory_bytes\":-")),
               ::testing::StartsWith(prefix + "peak_memory_bytes: expected"));
   // The libraries' bytes may be negative (kept whole), but they are a whole number.
-  EXPECT_THAT(refusal(with_replaced(good, "\"library_memory_bytes\":-512", "\"library_memory_bytes\":\"-512\"")),
+  EXPECT_THAT(refusal(with_replaced(good, "\"library_memory_bytes\":-512",
+                                    "\"library_memory_bytes\":\"-512\"")),
               ::testing::StartsWith(prefix + "library_memory_bytes: expected"));
 }
 

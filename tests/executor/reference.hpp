@@ -15,12 +15,14 @@
 
 namespace pipetune::testing {
 
-inline double reference_step(models::Model& model, const at::Tensor& input, const at::Tensor& target, int chunks) {
+inline double reference_step(models::Model& model, const at::Tensor& input,
+                             const at::Tensor& target, int chunks) {
   for (auto& p : model.layers->parameters()) p.mutable_grad().reset();
   const auto inputs = input.chunk(chunks), targets = target.chunk(chunks);
   double loss = 0.0;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    const double scale = static_cast<double>(inputs[i].size(0)) / static_cast<double>(input.size(0));
+    const double scale =
+        static_cast<double>(inputs[i].size(0)) / static_cast<double>(input.size(0));
     at::Tensor l = model.loss(model.layers->forward(inputs[i]), targets[i]) * scale;
     torch::autograd::backward({l});
     loss += l.item<double>();

@@ -174,7 +174,8 @@ TEST(TokenModel, BadBatchesAreRefusedBeforeTraining) {
     FAIL();
   } catch (const InputError& e) {
     EXPECT_STREQ(e.what(), "batch size 21: the model's batch file holds only 20 samples");
-    EXPECT_EQ(e.naming_input_as("--batch"), "--batch 21: the model's batch file holds only 20 samples");
+    EXPECT_EQ(e.naming_input_as("--batch"),
+              "--batch 21: the model's batch file holds only 20 samples");
   }
   EXPECT_NO_THROW(models::check_model_batch(model, 20));
   EXPECT_TRUE(model.layers->is_training());  // the check leaves the mode as it was

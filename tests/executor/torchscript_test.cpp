@@ -1,16 +1,15 @@
 // Bring-your-own models: a TorchScript Sequential, written by the torch wheel's Python, split by
 // its children and run pipelined exactly like the zoo's.
 
-#include <gtest/gtest.h>
-
 #include <ATen/ATen.h>
-#include <filesystem>
-#include <fstream>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
-#include "sim/error.hpp"
+#include <filesystem>
+#include <fstream>
 
 #include "executor/executor.hpp"
+#include "sim/error.hpp"
 #include "tests/executor/reference.hpp"
 #include "tests/support/run_command.hpp"
 
@@ -18,7 +17,8 @@ namespace pipetune {
 namespace {
 
 TEST(TorchScript, ScriptedSequentialRunsPipelinedLikeTheZoo) {
-  const auto path = std::filesystem::temp_directory_path() / ("pipetune_script_" + std::to_string(::getpid()) + ".pt");
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("pipetune_script_" + std::to_string(::getpid()) + ".pt");
   const auto made = testing::run_command({PIPETUNE_PYTHON, PIPETUNE_MAKE_SCRIPT, path.string()});
   ASSERT_EQ(made.exit_code, 0) << made.err;
   const std::string spec = path.string() + ":input=8,classes=4";
@@ -41,7 +41,8 @@ TEST(TorchScript, ScriptedSequentialRunsPipelinedLikeTheZoo) {
   EXPECT_NEAR(pipeline.step(x, y).loss, expected, 1e-12);
   const auto want = testing::gradients(reference), got = testing::gradients(model);
   ASSERT_EQ(got.size(), want.size());
-  for (const auto& [name, g] : want) EXPECT_TRUE(at::allclose(got.at(name), g, 1e-10, 1e-12)) << name;
+  for (const auto& [name, g] : want)
+    EXPECT_TRUE(at::allclose(got.at(name), g, 1e-10, 1e-12)) << name;
   std::filesystem::remove(path);
 }
 
@@ -104,7 +105,9 @@ TEST(TorchScript, NotAScriptIsAClearError) {
     models::build_model(path.string());
     FAIL();
   } catch (const InputError& e) {
-    EXPECT_EQ(std::string(e.what()).rfind("model: " + path.string() + ": not a TorchScript file", 0), 0u) << e.what();
+    EXPECT_EQ(
+        std::string(e.what()).rfind("model: " + path.string() + ": not a TorchScript file", 0), 0u)
+        << e.what();
   }
   std::filesystem::remove(path);
 }

@@ -32,7 +32,8 @@ struct Pipes {
   std::string written() {
     std::string out;
     char buffer[4096];
-    for (ssize_t n; (n = read(to_reader[0], buffer, sizeof buffer)) > 0;) out.append(buffer, static_cast<std::size_t>(n));
+    for (ssize_t n; (n = read(to_reader[0], buffer, sizeof buffer)) > 0;)
+      out.append(buffer, static_cast<std::size_t>(n));
     return out;
   }
 };

@@ -21,7 +21,8 @@ struct Recorder {
   std::vector<int> signals;
   std::vector<std::string> lines;
   Supervisor::Actions actions() {
-    return {[this](int s) { signals.push_back(s); }, [this](const std::string& l) { lines.push_back(l); }};
+    return {[this](int s) { signals.push_back(s); },
+            [this](const std::string& l) { lines.push_back(l); }};
   }
 };
 
@@ -44,7 +45,8 @@ TEST(Supervisor, FirstFailureStopsTheOthersThenTermThenKill) {
   s.rank_exited(1, W_EXITCODE(3, 0), t0);
   EXPECT_EQ(s.state(), State::Stopping);
   ASSERT_EQ(r.lines.size(), 1u);
-  EXPECT_EQ(r.lines[0], "pipetune launch: rank 1 exited with code 3 (first failure); stopping the other ranks");
+  EXPECT_EQ(r.lines[0],
+            "pipetune launch: rank 1 exited with code 3 (first failure); stopping the other ranks");
   EXPECT_TRUE(r.signals.empty());  // the others get timeout_s to notice by themselves
 
   s.tick(t0 + 1900ms);
@@ -53,7 +55,8 @@ TEST(Supervisor, FirstFailureStopsTheOthersThenTermThenKill) {
   EXPECT_EQ(s.state(), State::Terminating);
   EXPECT_EQ(r.signals, std::vector<int>{SIGTERM});
   EXPECT_EQ(r.lines.size(), 3u);  // one line for each rank still running
-  EXPECT_EQ(r.lines[1], "pipetune launch: rank 0 did not exit within 2 s of rank 1's failure; sent SIGTERM");
+  EXPECT_EQ(r.lines[1],
+            "pipetune launch: rank 0 did not exit within 2 s of rank 1's failure; sent SIGTERM");
 
   // Rank 0 dies of our SIGTERM: no failure. Rank 2 ignores it and is killed a second later.
   s.rank_exited(0, W_EXITCODE(0, SIGTERM), t0 + 2100ms);
@@ -61,7 +64,8 @@ TEST(Supervisor, FirstFailureStopsTheOthersThenTermThenKill) {
   s.tick(t0 + 3s);
   EXPECT_EQ(s.state(), State::Killed);
   EXPECT_EQ(r.signals, (std::vector<int>{SIGTERM, SIGKILL}));
-  EXPECT_EQ(r.lines.back(), "pipetune launch: rank 2 did not exit within 1 s of SIGTERM; sent SIGKILL");
+  EXPECT_EQ(r.lines.back(),
+            "pipetune launch: rank 2 did not exit within 1 s of SIGTERM; sent SIGKILL");
   s.rank_exited(2, W_EXITCODE(0, SIGKILL), t0 + 3s);
   EXPECT_FALSE(s.any_running());
   EXPECT_EQ(s.exit_code(), 3);  // the first failure's code
@@ -80,7 +84,8 @@ TEST(Supervisor, ARankKilledByASignalWeDidNotSendHasFailed) {
   Recorder r;
   Supervisor s(2, 30, 5, r.actions());
   s.rank_exited(0, W_EXITCODE(0, SIGKILL), t0);
-  EXPECT_EQ(r.lines.at(0), "pipetune launch: rank 0 killed by signal 9 (first failure); stopping the other ranks");
+  EXPECT_EQ(r.lines.at(0),
+            "pipetune launch: rank 0 killed by signal 9 (first failure); stopping the other ranks");
   s.rank_exited(1, W_EXITCODE(0, 0), t0);
   EXPECT_EQ(s.exit_code(), 128 + SIGKILL);
 }
@@ -99,7 +104,8 @@ TEST(Supervisor, ALastRankFailingAloneStopsNothing) {
   Recorder r;
   Supervisor s(1, 30, 5, r.actions());
   s.rank_exited(0, W_EXITCODE(2, 0), t0);
-  EXPECT_EQ(r.lines.at(0), "pipetune launch: rank 0 exited with code 2");  // no "first failure" of one
+  EXPECT_EQ(r.lines.at(0),
+            "pipetune launch: rank 0 exited with code 2");  // no "first failure" of one
   EXPECT_EQ(s.state(), State::Running);
   EXPECT_EQ(s.exit_code(), 2);
 }

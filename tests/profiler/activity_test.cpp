@@ -1,9 +1,9 @@
 // CUPTI record attribution on fabricated buffers: no GPU needed.
 
+#include "profiler/activity.hpp"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include "profiler/activity.hpp"
 
 namespace pipetune::profiler {
 namespace {
@@ -19,13 +19,14 @@ ActivityRecord external(std::uint32_t correlation, std::uint64_t id) {
 
 TEST(ActivityAttribution, SpanIncludesTheGapsBusyDoesNot) {
   ActivityAttribution a;
-  const std::vector<ActivityRecord> records{external(1, 7), external(2, 7), kernel(1'000'000, 1'500'000, 1),
+  const std::vector<ActivityRecord> records{external(1, 7), external(2, 7),
+                                            kernel(1'000'000, 1'500'000, 1),
                                             kernel(2'000'000, 3'000'000, 2)};
   a.add(records);
   const auto r = a.regions();
   ASSERT_EQ(r.size(), 1u);
-  EXPECT_DOUBLE_EQ(r.at(7).span_ms, 2.0);   // 1.0 ms to 3.0 ms
-  EXPECT_DOUBLE_EQ(r.at(7).busy_ms, 1.5);   // 0.5 + 1.0
+  EXPECT_DOUBLE_EQ(r.at(7).span_ms, 2.0);  // 1.0 ms to 3.0 ms
+  EXPECT_DOUBLE_EQ(r.at(7).busy_ms, 1.5);  // 0.5 + 1.0
   EXPECT_EQ(r.at(7).records, 2);
 }
 
@@ -56,8 +57,8 @@ TEST(ActivityAttribution, DeviceTimeKeepsQueuedGapsNotWaitsForTheHost) {
 TEST(ActivityAttribution, CorrelationAcrossBuffersInAnyOrder) {
   ActivityAttribution a;
   // Kernels first, their external correlations in a later buffer, everything shuffled.
-  const std::vector<ActivityRecord> first{kernel(5'000, 6'000, 12), kernel(1'000, 2'000, 10),
-                                          {Kind::Memcpy, 2'500, 3'000, 11, 0}};
+  const std::vector<ActivityRecord> first{
+      kernel(5'000, 6'000, 12), kernel(1'000, 2'000, 10), {Kind::Memcpy, 2'500, 3'000, 11, 0}};
   const std::vector<ActivityRecord> second{external(11, 1), external(12, 2), external(10, 1)};
   a.add(first);
   a.add(second);

@@ -59,11 +59,12 @@ profiler::ProfileOptions quick(std::int64_t batch, std::vector<std::int64_t> siz
 }
 
 TEST(Profiler, ByteCountsOfLinearReluLayerNormAreExact) {
-  models::Model m = model_of({{"linear", torch::nn::AnyModule(torch::nn::Linear(8, 16))},
-                              {"relu", torch::nn::AnyModule(torch::nn::ReLU())},
-                              {"norm", torch::nn::AnyModule(torch::nn::LayerNorm(torch::nn::LayerNormOptions({16})))},
-                              {"head", torch::nn::AnyModule(torch::nn::Linear(16, 2))}},
-                             {8});
+  models::Model m = model_of(
+      {{"linear", torch::nn::AnyModule(torch::nn::Linear(8, 16))},
+       {"relu", torch::nn::AnyModule(torch::nn::ReLU())},
+       {"norm", torch::nn::AnyModule(torch::nn::LayerNorm(torch::nn::LayerNormOptions({16})))},
+       {"head", torch::nn::AnyModule(torch::nn::Linear(16, 2))}},
+      {8});
   const Profile p = profiler::profile_model(m, quick(4, {1, 4})).profile;
   ASSERT_EQ(p.layers.size(), 4u);
   EXPECT_EQ(p.input_bytes, (std::vector<std::int64_t>{8 * 4, 4 * 8 * 4}));
@@ -88,7 +89,8 @@ TEST(Profiler, ByteCountsOfLinearReluLayerNormAreExact) {
   // keeps them; later it computes them again before adding them in: at least param_bytes both
   // times, and not more than those plus its output's size in scratch.
   for (std::size_t i = 0; i < 2; ++i) {
-    for (const auto& peaks : {p.layers[0].backward_peak_bytes, p.layers[0].backward_accumulate_peak_bytes}) {
+    for (const auto& peaks :
+         {p.layers[0].backward_peak_bytes, p.layers[0].backward_accumulate_peak_bytes}) {
       EXPECT_GE(peaks[i], p.layers[0].param_bytes);
       EXPECT_LE(peaks[i], p.layers[0].param_bytes + p.layers[0].output_bytes[i]);
     }
@@ -97,7 +99,8 @@ TEST(Profiler, ByteCountsOfLinearReluLayerNormAreExact) {
 
 TEST(Profiler, ByteCountsOfConv2dAreExact) {
   models::Model m = model_of(
-      {{"conv", torch::nn::AnyModule(torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 4, 3).padding(1)))},
+      {{"conv",
+        torch::nn::AnyModule(torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 4, 3).padding(1)))},
        {"relu", torch::nn::AnyModule(torch::nn::ReLU())}},
       {3, 8, 8});
   const Profile p = profiler::profile_model(m, quick(2, {2})).profile;
@@ -118,7 +121,8 @@ TEST(Profiler, WhatAutogradKeepsOfInputAndOutputByStorage) {
   // Input n x 2 x 4 x 4 floats. Per sample: the conv's output 4 x 4 x 4 floats = 256 bytes, the
   // pooled one 4 floats = 16 bytes, the logits 3 floats = 12 bytes.
   models::Model m = model_of(
-      {{"conv", torch::nn::AnyModule(torch::nn::Conv2d(torch::nn::Conv2dOptions(2, 4, 3).padding(1)))},
+      {{"conv",
+        torch::nn::AnyModule(torch::nn::Conv2d(torch::nn::Conv2dOptions(2, 4, 3).padding(1)))},
        {"relu_", torch::nn::AnyModule(torch::nn::ReLU(torch::nn::ReLUOptions().inplace(true)))},
        {"sigmoid", torch::nn::AnyModule(torch::nn::Sigmoid())},
        {"pool", torch::nn::AnyModule(MeanPool())},
@@ -126,7 +130,9 @@ TEST(Profiler, WhatAutogradKeepsOfInputAndOutputByStorage) {
        {"head", torch::nn::AnyModule(torch::nn::Linear(4, 3))}},
       {2, 4, 4});
   const Profile p = profiler::profile_model(m, quick(4, {1, 4})).profile;
-  const auto per_sample = [&](std::int64_t bytes) { return std::vector<std::int64_t>{bytes, 4 * bytes}; };
+  const auto per_sample = [&](std::int64_t bytes) {
+    return std::vector<std::int64_t>{bytes, 4 * bytes};
+  };
   const auto none = std::vector<std::int64_t>{0, 0};
   // conv keeps its input (and its weight, which exists): nothing new.
   EXPECT_TRUE(p.layers[0].keeps_input);
@@ -185,7 +191,9 @@ TEST(Profiler, BackwardPeaksInsideAStageLetTheOutputAndItsGradientGo) {
                               {"head", torch::nn::AnyModule(torch::nn::Linear(16, 2))}},
                              {8});
   const Profile p = profiler::profile_model(m, quick(4, {1, 4})).profile;
-  const auto activations = [](std::int64_t count) { return std::vector<std::int64_t>{count * 64, count * 4 * 64}; };
+  const auto activations = [](std::int64_t count) {
+    return std::vector<std::int64_t>{count * 64, count * 4 * 64};
+  };
   // negated_relu at a stage's end (its output and the gradient it got held throughout): the
   // ReLU's input gradient A, then the negation's input gradient A more: 2A.
   EXPECT_EQ(p.layers[1].backward_peak_bytes, activations(2));
@@ -196,12 +204,14 @@ TEST(Profiler, BackwardPeaksInsideAStageLetTheOutputAndItsGradientGo) {
   // Without parameters, a later backward is the same.
   EXPECT_EQ(p.layers[1].backward_accumulate_peak_bytes, activations(2));
   EXPECT_EQ(p.layers[1].inner_backward_accumulate_peak_bytes, activations(1));
-  // A lone ReLU peaks while both are still alive (they die when its only node returns): A both ways.
+  // A lone ReLU peaks while both are still alive (they die when its only node returns): A both
+  // ways.
   EXPECT_EQ(p.layers[2].backward_peak_bytes, activations(1));
   EXPECT_EQ(p.layers[2].inner_backward_peak_bytes, activations(1));
   // The model's last layer always ends its stage.
   EXPECT_EQ(p.layers[3].inner_backward_peak_bytes, p.layers[3].backward_peak_bytes);
-  EXPECT_EQ(p.layers[3].inner_backward_accumulate_peak_bytes, p.layers[3].backward_accumulate_peak_bytes);
+  EXPECT_EQ(p.layers[3].inner_backward_accumulate_peak_bytes,
+            p.layers[3].backward_accumulate_peak_bytes);
 }
 
 // Sleeps a known time per sample in its forward.
@@ -209,7 +219,8 @@ class SleepPerSampleImpl : public torch::nn::Module {
  public:
   explicit SleepPerSampleImpl(double ms) : ms_(ms) {}
   at::Tensor forward(const at::Tensor& x) {
-    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms_ * static_cast<double>(x.size(0))));
+    std::this_thread::sleep_for(
+        std::chrono::duration<double, std::milli>(ms_ * static_cast<double>(x.size(0))));
     return x * 1.0;
   }
 
@@ -241,7 +252,8 @@ double sleep_overshoot_ms(double ms) {
     const auto start = std::chrono::steady_clock::now();
     std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
     over.push_back(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() -
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+            .count() -
         ms);
   }
   std::nth_element(over.begin(), over.begin() + 3, over.end());
@@ -284,7 +296,8 @@ TEST(Profiler, KnownCostsRankAndScale) {
     EXPECT_GT(p.layers[2].forward_ms[k], p.layers[1].forward_ms[k]);
     EXPECT_GT(p.layers[2].backward_ms[k], p.layers[1].backward_ms[k]);
   }
-  EXPECT_GT(p.layers[2].forward_ms.back(), p.layers[2].forward_ms.front());  // bigger batches cost more
+  EXPECT_GT(p.layers[2].forward_ms.back(),
+            p.layers[2].forward_ms.front());  // bigger batches cost more
 }
 
 // Streams its input through memory: y = x·w + x over a tensor far larger than any cache, so
@@ -362,7 +375,8 @@ struct SplitSleep : torch::autograd::Function<SplitSleep> {
 
 class SplitSleepLayerImpl : public torch::nn::Module {
  public:
-  SplitSleepLayerImpl(double input_ms, double weight_ms) : input_ms_(input_ms), weight_ms_(weight_ms) {
+  SplitSleepLayerImpl(double input_ms, double weight_ms)
+      : input_ms_(input_ms), weight_ms_(weight_ms) {
     w = register_parameter("w", at::ones({1}));
   }
   at::Tensor forward(const at::Tensor& x) { return SplitSleep::apply(x, w, input_ms_, weight_ms_); }
@@ -496,7 +510,8 @@ TEST(Profiler, BadOptions) {
   };
   // The library's words; the CLI names the flag instead (ProfilerCli below).
   EXPECT_EQ(error(quick(0, {})), "batch size: expected a positive integer, got 0");
-  EXPECT_EQ(error(quick(8, {4, 16})), "micro-batch sizes: expected sizes from 1 to 8 (the batch size), got 16");
+  EXPECT_EQ(error(quick(8, {4, 16})),
+            "micro-batch sizes: expected sizes from 1 to 8 (the batch size), got 16");
   profiler::ProfileOptions negative = quick(8, {});
   negative.co_runners = -1;
   EXPECT_EQ(error(negative), "co-runners: expected 0 or more, got -1");
@@ -530,10 +545,14 @@ TEST(ProfilerCli, BadInputIsOneLine) {
   EXPECT_THAT(r.err, ::testing::StartsWith("pipetune: error: --model: unknown model \"vgg\""));
   r = run({"--model", "mlp", "--batch", "0", "-o", "/tmp/x.json"});
   EXPECT_EQ(r.err, "pipetune: error: --batch: expected a positive integer, got 0\n");
-  r = run({"--model", "mlp:layers=2,width=8", "--batch", "8", "--micro-batch-sizes", "2,64", "-o", "/tmp/x.json"});
-  EXPECT_EQ(r.err, "pipetune: error: --micro-batch-sizes: expected sizes from 1 to 8 (the batch size), got 64\n");
+  r = run({"--model", "mlp:layers=2,width=8", "--batch", "8", "--micro-batch-sizes", "2,64", "-o",
+           "/tmp/x.json"});
+  EXPECT_EQ(r.err,
+            "pipetune: error: --micro-batch-sizes: expected sizes from 1 to 8 (the batch size), "
+            "got 64\n");
   if (!torch::cuda::is_available()) {
-    r = run({"--model", "mlp:layers=2,width=8", "--batch", "8", "--device", "cuda", "-o", "/tmp/x.json"});
+    r = run({"--model", "mlp:layers=2,width=8", "--batch", "8", "--device", "cuda", "-o",
+             "/tmp/x.json"});
     EXPECT_EQ(r.exit_code, 2);
     EXPECT_THAT(r.err, ::testing::StartsWith("pipetune: error: --device cuda"));
   }

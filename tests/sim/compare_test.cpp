@@ -1,11 +1,12 @@
 // Prediction against measurement, on hand-built pairs of traces with known differences.
 
+#include "sim/compare.hpp"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <random>
 
-#include "sim/compare.hpp"
 #include "sim/error.hpp"
 #include "sim/planner.hpp"
 #include "sim/simulator.hpp"
@@ -22,7 +23,8 @@ struct Scenario {
   Trace predicted;
 };
 
-Scenario scenario(std::vector<int> balance, int chunks, CheckpointMode mode = CheckpointMode::ExceptLast) {
+Scenario scenario(std::vector<int> balance, int chunks,
+                  CheckpointMode mode = CheckpointMode::ExceptLast) {
   testing::LayerSpec a{1.0, 2.0, 1000, 400, 50, 0}, b{0.5, 1.5, 500, 4000, 10, 0};
   Scenario s;
   s.profile = testing::make_profile({a, b, a, b}, 8, 10);
@@ -82,7 +84,8 @@ TEST(LinkFromCopies, LatencyAndBandwidthFromTheMedians) {
 TEST(CompareTraces, KnownStretchAndOffsets) {
   const Scenario s = scenario({2, 2}, 4);
   Trace measured = stretched(s.predicted, 1.25, 3.0);
-  measured.devices[0].peak_memory_bytes = s.predicted.devices[0].peak_memory_bytes * 2;  // we predict half
+  measured.devices[0].peak_memory_bytes =
+      s.predicted.devices[0].peak_memory_bytes * 2;  // we predict half
   measured.devices[1].peak_memory_bytes = s.predicted.devices[1].peak_memory_bytes;
   const TraceComparison c = compare_traces(s.predicted, measured, "m.json");
   EXPECT_DOUBLE_EQ(c.measured_ms, 1.25 * s.predicted.iteration_ms);
@@ -103,7 +106,9 @@ TEST(CompareTraces, KnownStretchAndOffsets) {
   EXPECT_TRUE(c.same_critical_path);
   EXPECT_DOUBLE_EQ(c.critical_path_agreement, 1.0);
   // A median over steps replaces the trace's own time when given.
-  EXPECT_NEAR(compare_traces(s.predicted, measured, "m.json", 2.0 * s.predicted.iteration_ms).time_error, -0.5, 1e-12);
+  EXPECT_NEAR(
+      compare_traces(s.predicted, measured, "m.json", 2.0 * s.predicted.iteration_ms).time_error,
+      -0.5, 1e-12);
 }
 
 TEST(CompareTraces, OneSlowTaskIsTheMostMispredictedAndMovesTheCriticalPath) {
@@ -114,10 +119,12 @@ TEST(CompareTraces, OneSlowTaskIsTheMostMispredictedAndMovesTheCriticalPath) {
   for (auto& t : measured.tasks) {
     if (t.label() == "0F3") t.end_ms += 50.0;
   }
-  const TraceComparison c = compare_traces(s.predicted, measured, "m.json", s.predicted.iteration_ms + 50.0);
+  const TraceComparison c =
+      compare_traces(s.predicted, measured, "m.json", s.predicted.iteration_ms + 50.0);
   ASSERT_FALSE(c.most_mispredicted(1).empty());
   EXPECT_EQ(c.most_mispredicted(1)[0].label(), "0F3");
-  EXPECT_NEAR(c.most_mispredicted(1)[0].measured_ms() - c.most_mispredicted(1)[0].predicted_ms(), 50.0, 1e-9);
+  EXPECT_NEAR(c.most_mispredicted(1)[0].measured_ms() - c.most_mispredicted(1)[0].predicted_ms(),
+              50.0, 1e-9);
   // The measured critical path runs through the slow task.
   EXPECT_NE(std::find(c.measured_critical_path.begin(), c.measured_critical_path.end(), "0F3"),
             c.measured_critical_path.end());
@@ -132,8 +139,10 @@ TEST(CompareTraces, DevicesArePairedByTheirStagesNotTheirOrder) {
   ASSERT_EQ(s.predicted.devices[0].stages, (std::vector<int>{1}));
   Trace measured = stretched(s.predicted, 1.0, 0.0);
   std::swap(measured.devices[0], measured.devices[1]);
-  measured.devices[0].peak_memory_bytes = s.predicted.devices[1].peak_memory_bytes;      // stage 0: exact
-  measured.devices[1].peak_memory_bytes = 2 * s.predicted.devices[0].peak_memory_bytes;  // stage 1: half
+  measured.devices[0].peak_memory_bytes =
+      s.predicted.devices[1].peak_memory_bytes;  // stage 0: exact
+  measured.devices[1].peak_memory_bytes =
+      2 * s.predicted.devices[0].peak_memory_bytes;  // stage 1: half
   const TraceComparison c = compare_traces(s.predicted, measured, "m.json");
   EXPECT_EQ(c.devices, (std::vector<std::string>{"cpu:0", "cpu:1"}));
   EXPECT_NEAR(c.memory_error[0], -0.5, 1e-12);
@@ -151,14 +160,16 @@ std::vector<CalibrationRun> stretched_runs(const std::vector<double>& factors) {
   std::vector<CalibrationRun> runs;
   for (std::size_t k = 0; k < factors.size(); ++k) {
     const Scenario& s = plans[k % 3];
-    runs.push_back({s.plan, stretched(s.predicted, factors[k], 0.0), factors[k] * s.predicted.iteration_ms});
+    runs.push_back(
+        {s.plan, stretched(s.predicted, factors[k], 0.0), factors[k] * s.predicted.iteration_ms});
   }
   return runs;
 }
 
 TEST(ChooseCalibration, UsedWhenItHelpsOnPlansItWasNotFittedOn) {
   const Scenario s = scenario({2, 2}, 4);
-  const CalibrationChoice c = choose_calibration(s.profile, s.hardware, stretched_runs({1.25, 1.25, 1.25}));
+  const CalibrationChoice c =
+      choose_calibration(s.profile, s.hardware, stretched_runs({1.25, 1.25, 1.25}));
   EXPECT_TRUE(c.used) << c.reason;
   ASSERT_EQ(c.out_of_sample_error.size(), 3u);
   for (std::size_t k = 0; k < 3; ++k) {
@@ -185,8 +196,12 @@ TEST(ChooseCalibration, NotUsedWhenItDoesNotCarryOver) {
 
 TEST(ChooseCalibration, NeverWorseThanUncalibratedOnThePlansItWasFittedOn) {
   const Scenario s = scenario({2, 2}, 4);
-  for (const auto& factors : std::vector<std::vector<double>>{
-           {1.2, 1.2, 1.0}, {1.25, 1.25, 1.25}, {1.1, 0.9, 1.0}, {1.0, 1.0, 1.0}, {0.7, 0.75, 0.8}, {1.3, 0.8}}) {
+  for (const auto& factors : std::vector<std::vector<double>>{{1.2, 1.2, 1.0},
+                                                              {1.25, 1.25, 1.25},
+                                                              {1.1, 0.9, 1.0},
+                                                              {1.0, 1.0, 1.0},
+                                                              {0.7, 0.75, 0.8},
+                                                              {1.3, 0.8}}) {
     const CalibrationChoice c = choose_calibration(s.profile, s.hardware, stretched_runs(factors));
     ASSERT_EQ(c.in_sample_error.size(), factors.size());
     if (!c.used) continue;
@@ -195,7 +210,8 @@ TEST(ChooseCalibration, NeverWorseThanUncalibratedOnThePlansItWasFittedOn) {
     }
   }
   // A calibration that fits two plans and is off on the third is not used.
-  const CalibrationChoice c = choose_calibration(s.profile, s.hardware, stretched_runs({1.2, 1.2, 1.0}));
+  const CalibrationChoice c =
+      choose_calibration(s.profile, s.hardware, stretched_runs({1.2, 1.2, 1.0}));
   EXPECT_FALSE(c.used) << c.reason;
 }
 
@@ -246,7 +262,8 @@ TEST(Calibration, FittedOnSomePlansAppliedToAnotherStoredAndReloaded) {
     Trace measured = s.predicted;
     measured.kind = "measured";
     for (auto& t : measured.tasks) {
-      const double d = is_compute(t.kind) ? 1.3 * t.duration_ms() : 0.5 + static_cast<double>(t.bytes) / 2e6 * 1e3;
+      const double d = is_compute(t.kind) ? 1.3 * t.duration_ms()
+                                          : 0.5 + static_cast<double>(t.bytes) / 2e6 * 1e3;
       t.end_ms = t.start_ms + d;
     }
     runs.emplace_back(s.predicted, measured);
@@ -278,14 +295,17 @@ TEST(Calibration, FittedOnSomePlansAppliedToAnotherStoredAndReloaded) {
     if (is_compute(plain.tasks[k].kind)) {
       EXPECT_NEAR(fitted.tasks[k].duration_ms(), 1.3 * plain.tasks[k].duration_ms(), 1e-9);
     } else {
-      EXPECT_NEAR(fitted.tasks[k].duration_ms(), 0.5 + static_cast<double>(fitted.tasks[k].bytes) / 2e6 * 1e3, 1e-9);
+      EXPECT_NEAR(fitted.tasks[k].duration_ms(),
+                  0.5 + static_cast<double>(fitted.tasks[k].bytes) / 2e6 * 1e3, 1e-9);
     }
   }
   // The simulator applies a hardware's calibration itself; calibrated() empties it, so that it
   // is not applied twice.
   EXPECT_TRUE(applied.calibration.empty());
-  EXPECT_NEAR(Simulator(other.profile, reloaded).run(other.plan).iteration_ms, fitted.iteration_ms, 1e-9);
-  EXPECT_NEAR(Simulator(other.profile, applied).run(other.plan).iteration_ms, fitted.iteration_ms, 1e-9);
+  EXPECT_NEAR(Simulator(other.profile, reloaded).run(other.plan).iteration_ms, fitted.iteration_ms,
+              1e-9);
+  EXPECT_NEAR(Simulator(other.profile, applied).run(other.plan).iteration_ms, fitted.iteration_ms,
+              1e-9);
   // With no calibration, calibrated() changes nothing.
   EXPECT_EQ(hardware_to_json(calibrated(uncalibrated, 2)), hardware_to_json(uncalibrated));
 }
@@ -293,7 +313,8 @@ TEST(Calibration, FittedOnSomePlansAppliedToAnotherStoredAndReloaded) {
 TEST(Calibration, APerTaskOverheadIsToldApartFromTheScale) {
   // Compute takes 1.1x its profiled time plus 0.4 ms per task; two tasks out of many are 5x slow.
   std::vector<std::pair<Trace, Trace>> runs;
-  for (const Scenario& s : {scenario({2, 2}, 8, CheckpointMode::Never), scenario({1, 3}, 8, CheckpointMode::Always)}) {
+  for (const Scenario& s :
+       {scenario({2, 2}, 8, CheckpointMode::Never), scenario({1, 3}, 8, CheckpointMode::Always)}) {
     Trace measured = s.predicted;
     int outliers = 0;
     for (auto& t : measured.tasks) {

@@ -6,9 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "sim/simulator.hpp"
@@ -180,10 +179,11 @@ TEST(CorunProfile, CoRunTimesRoundTripAndAreCheckedTogether) {
   EXPECT_THAT(error(one_layer_missing), HasSubstr("layers[1]: missing field \"forward_corun_ms\""));
   nlohmann::json half = nlohmann::json::parse(profile_to_json(p));
   half["layers"][2].erase("backward_corun_ms");
-  EXPECT_EQ(testing::error_of([](const std::string& t, const std::string& s) { parse_profile(t, s); },
-                              half.dump()),
-            "in.json: layers[2]: missing field \"backward_corun_ms\" (forward_corun_ms and "
-            "backward_corun_ms come together)");
+  EXPECT_EQ(
+      testing::error_of([](const std::string& t, const std::string& s) { parse_profile(t, s); },
+                        half.dump()),
+      "in.json: layers[2]: missing field \"backward_corun_ms\" (forward_corun_ms and "
+      "backward_corun_ms come together)");
   Profile wrong_length = p;
   wrong_length.layers[0].forward_corun_ms.pop_back();
   EXPECT_THAT(error(wrong_length), HasSubstr("forward_corun_ms"));

@@ -1,8 +1,9 @@
 // Interpolation across micro-batch sizes, and tensor.chunk's split.
 
+#include "sim/cost_model.hpp"
+
 #include <gtest/gtest.h>
 
-#include "sim/cost_model.hpp"
 #include "sim/plan.hpp"
 #include "tests/sim/fixtures.hpp"
 
@@ -95,7 +96,7 @@ TEST(CostModel, LaunchesPaceATaskWhereTheyTakeLongerThanTheDevice) {
   EXPECT_DOUBLE_EQ(d.backward_weight_task_ms(0, 3, 4.0),
                    1.9);  // W: a call per layer with parameters
   EXPECT_DOUBLE_EQ(d.backward_weight_task_ms(1, 2, 4.0), 0.6);  // 0.1 + one call
-  EXPECT_DOUBLE_EQ(d.forward_task_ms(0, 3, 2.0), 1.4);  // a forward pays no call
+  EXPECT_DOUBLE_EQ(d.forward_task_ms(0, 3, 2.0), 1.4);          // a forward pays no call
   // Without launch times the call is not counted: the device's times are all there is.
   Profile no_launches = testing::make_profile({a, b, a}, 8);
   no_launches.device.backward_call_ms = 0.5;

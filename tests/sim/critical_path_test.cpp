@@ -1,8 +1,9 @@
+#include "sim/critical_path.hpp"
+
 #include <gtest/gtest.h>
 
 #include <random>
 
-#include "sim/critical_path.hpp"
 #include "tests/sim/fixtures.hpp"
 
 namespace pipetune {
@@ -21,7 +22,8 @@ TEST(CriticalPath, UniformGPipeRunsDownTheDiagonalAndBack) {
   const Hardware hw = replicate_device(profile.device, 3);
   SimulationOptions options;
   options.record_edges = true;
-  const auto r = Simulator(profile, hw).run(testing::make_plan({1, 1, 1}, 4, CheckpointMode::Never), options);
+  const auto r =
+      Simulator(profile, hw).run(testing::make_plan({1, 1, 1}, 4, CheckpointMode::Never), options);
   const auto path = critical_path(r);
   EXPECT_DOUBLE_EQ(length(r, path), r.iteration_ms);
   EXPECT_EQ(r.tasks[path.front()].label(), "0F0");

@@ -72,13 +72,15 @@ TEST(ProfileFormat, RoundTripsThroughJson) {
 }
 
 TEST(ProfileFormat, MalformedJsonNamesLineAndColumn) {
-  const std::string e = profile_error("{\n  \"format\": \"pipetune.profile/1\",\n  \"model\" \"x\"\n}");
+  const std::string e =
+      profile_error("{\n  \"format\": \"pipetune.profile/1\",\n  \"model\" \"x\"\n}");
   EXPECT_THAT(e, HasSubstr("in.json: invalid JSON at line 3, column"));
 }
 
 TEST(ProfileFormat, TruncatedFileSaysWhereItEnds) {
   // A profile cut off mid-write (a full disk, a killed copy): one message, where it ends.
-  const std::string text = std::string(kProfile).substr(0, std::string(kProfile).find("\"layers\": [") + 11);
+  const std::string text =
+      std::string(kProfile).substr(0, std::string(kProfile).find("\"layers\": [") + 11);
   const std::string e = profile_error(text);
   EXPECT_THAT(e, HasSubstr("in.json: invalid JSON at line 9, column 14"));
   EXPECT_THAT(e, HasSubstr("unexpected end of input"));
@@ -109,12 +111,15 @@ TEST(ProfileFormat, WrongType) {
 }
 
 TEST(ProfileFormat, NegativeCost) {
-  EXPECT_EQ(profile_error(profile_with("\"backward_ms\": [1.0, 2.0]", "\"backward_ms\": [1.0, -2.0]")),
-            "in.json: layers[0].backward_ms[1]: expected a non-negative number of milliseconds up to 1e9, "
-            "got -2.0");
-  EXPECT_EQ(profile_error(profile_with("\"saved_bytes\": [4, 16]", "\"saved_bytes\": [4, -16]")),
-            "in.json: layers[0].saved_bytes[1]: expected a byte count from 0 to 70368744177664 (64 TiB), "
-            "got -16");
+  EXPECT_EQ(
+      profile_error(profile_with("\"backward_ms\": [1.0, 2.0]", "\"backward_ms\": [1.0, -2.0]")),
+      "in.json: layers[0].backward_ms[1]: expected a non-negative number of milliseconds up to "
+      "1e9, "
+      "got -2.0");
+  EXPECT_EQ(
+      profile_error(profile_with("\"saved_bytes\": [4, 16]", "\"saved_bytes\": [4, -16]")),
+      "in.json: layers[0].saved_bytes[1]: expected a byte count from 0 to 70368744177664 (64 TiB), "
+      "got -16");
 }
 
 TEST(ProfileFormat, WrongArrayLength) {
@@ -124,9 +129,10 @@ TEST(ProfileFormat, WrongArrayLength) {
 }
 
 TEST(ProfileFormat, SizesMustIncrease) {
-  EXPECT_EQ(profile_error(profile_with("\"micro_batch_sizes\": [1, 4]", "\"micro_batch_sizes\": [4, 4]")),
-            "in.json: micro_batch_sizes[1]: expected a size above 4 (sizes must be strictly "
-            "increasing), got 4");
+  EXPECT_EQ(
+      profile_error(profile_with("\"micro_batch_sizes\": [1, 4]", "\"micro_batch_sizes\": [4, 4]")),
+      "in.json: micro_batch_sizes[1]: expected a size above 4 (sizes must be strictly "
+      "increasing), got 4");
 }
 
 TEST(ProfileFormat, UnknownFieldIsATypo) {
@@ -137,9 +143,11 @@ TEST(ProfileFormat, UnknownFieldIsATypo) {
 
 TEST(ProfileFormat, TimerSaysHowTimesWereTaken) {
   EXPECT_EQ(parse_profile(kProfile, "in.json").timer, "");  // older profiles have none
-  EXPECT_EQ(profile_to_json(parse_profile(kProfile, "in.json")).find("\"timer\""), std::string::npos);
+  EXPECT_EQ(profile_to_json(parse_profile(kProfile, "in.json")).find("\"timer\""),
+            std::string::npos);
   for (const std::string timer : {"clock", "cupti", "cuda-events"}) {
-    const Profile p = parse_profile(profile_with("\"dtype\"", "\"timer\": \"" + timer + "\", \"dtype\""), "in.json");
+    const Profile p = parse_profile(
+        profile_with("\"dtype\"", "\"timer\": \"" + timer + "\", \"dtype\""), "in.json");
     EXPECT_EQ(p.timer, timer);
     EXPECT_EQ(parse_profile(profile_to_json(p), "again.json").timer, timer);
   }
@@ -148,9 +156,10 @@ TEST(ProfileFormat, TimerSaysHowTimesWereTaken) {
 }
 
 TEST(ProfileFormat, NoLayers) {
-  const std::string text = std::string(kProfile).substr(0, std::string(kProfile).find("\"layers\"")) +
-                           "\"layers\": []}";
-  EXPECT_EQ(profile_error(text), "in.json: layers: expected a non-empty array of layers, got an array of 0 elements");
+  const std::string text =
+      std::string(kProfile).substr(0, std::string(kProfile).find("\"layers\"")) + "\"layers\": []}";
+  EXPECT_EQ(profile_error(text),
+            "in.json: layers: expected a non-empty array of layers, got an array of 0 elements");
 }
 
 // `text` with one substring replaced.
@@ -161,11 +170,13 @@ std::string replaced(std::string text, const std::string& from, const std::strin
 }
 
 // kProfile with measured backward peaks on layer 0 (`first`, `accumulate`) and on layer 1.
-std::string profile_with_peaks(const std::string& first = R"("backward_peak_bytes": [440, 560], )",
-                               const std::string& accumulate = R"("backward_accumulate_peak_bytes": [400, 400], )",
-                               const std::string& layer1 = R"("backward_peak_bytes": [40, 160], )"
-                                                           R"("backward_accumulate_peak_bytes": [40, 160], )") {
-  const std::string text = replaced(kProfile, R"("workspace_bytes": [0, 0])", first + accumulate + R"("workspace_bytes": [0, 0])");
+std::string profile_with_peaks(
+    const std::string& first = R"("backward_peak_bytes": [440, 560], )",
+    const std::string& accumulate = R"("backward_accumulate_peak_bytes": [400, 400], )",
+    const std::string& layer1 = R"("backward_peak_bytes": [40, 160], )"
+                                R"("backward_accumulate_peak_bytes": [40, 160], )") {
+  const std::string text = replaced(kProfile, R"("workspace_bytes": [0, 0])",
+                                    first + accumulate + R"("workspace_bytes": [0, 0])");
   return replaced(text, R"("workspace_bytes": [8, 8])", layer1 + R"("workspace_bytes": [8, 8])");
 }
 
@@ -178,7 +189,8 @@ TEST(ProfileFormat, MeasuredBackwardPeaksParseAndRoundTrip) {
   EXPECT_EQ(q.layers[0].backward_peak_bytes, p.layers[0].backward_peak_bytes);
   EXPECT_EQ(q.layers[1].backward_accumulate_peak_bytes, p.layers[1].backward_accumulate_peak_bytes);
   // Without them, none is written.
-  EXPECT_EQ(profile_to_json(parse_profile(kProfile, "in.json")).find("backward_peak_bytes"), std::string::npos);
+  EXPECT_EQ(profile_to_json(parse_profile(kProfile, "in.json")).find("backward_peak_bytes"),
+            std::string::npos);
 }
 
 TEST(ProfileFormat, InnerBackwardPeaksParseRoundTripAndComeWithTheOthers) {
@@ -186,43 +198,54 @@ TEST(ProfileFormat, InnerBackwardPeaksParseRoundTripAndComeWithTheOthers) {
                             R"("inner_backward_accumulate_peak_bytes": [260, 260], )";
   const std::string inner1 = R"("inner_backward_peak_bytes": [40, 160], )"
                              R"("inner_backward_accumulate_peak_bytes": [40, 160], )";
-  const std::string peaks1 = R"("backward_peak_bytes": [40, 160], "backward_accumulate_peak_bytes": [40, 160], )";
+  const std::string peaks1 =
+      R"("backward_peak_bytes": [40, 160], "backward_accumulate_peak_bytes": [40, 160], )";
   const Profile p = parse_profile(
-      profile_with_peaks(R"("backward_peak_bytes": [440, 560], )" + inner, R"("backward_accumulate_peak_bytes": [400, 400], )",
-                         peaks1 + inner1),
+      profile_with_peaks(R"("backward_peak_bytes": [440, 560], )" + inner,
+                         R"("backward_accumulate_peak_bytes": [400, 400], )", peaks1 + inner1),
       "in.json");
   EXPECT_EQ(p.layers[0].inner_backward_peak_bytes, (std::vector<std::int64_t>{300, 420}));
-  EXPECT_EQ(p.layers[0].inner_backward_accumulate_peak_bytes, (std::vector<std::int64_t>{260, 260}));
+  EXPECT_EQ(p.layers[0].inner_backward_accumulate_peak_bytes,
+            (std::vector<std::int64_t>{260, 260}));
   const Profile q = parse_profile(profile_to_json(p), "again.json");
   EXPECT_EQ(q.layers[0].inner_backward_peak_bytes, p.layers[0].inner_backward_peak_bytes);
-  EXPECT_EQ(q.layers[1].inner_backward_accumulate_peak_bytes, p.layers[1].inner_backward_accumulate_peak_bytes);
+  EXPECT_EQ(q.layers[1].inner_backward_accumulate_peak_bytes,
+            p.layers[1].inner_backward_accumulate_peak_bytes);
   // Without them the held peaks stand in, and none is written.
   const Profile old = parse_profile(profile_with_peaks(), "in.json");
   EXPECT_TRUE(old.layers[0].inner_backward_peak_bytes.empty());
   EXPECT_EQ(profile_to_json(old).find("inner_backward"), std::string::npos);
-  EXPECT_EQ(CostModel(old).at(4).inner_backward_peak_bytes, CostModel(old).at(4).backward_peak_bytes);
+  EXPECT_EQ(CostModel(old).at(4).inner_backward_peak_bytes,
+            CostModel(old).at(4).backward_peak_bytes);
   EXPECT_EQ(CostModel(p).at(4).inner_backward_peak_bytes, (std::vector<std::int64_t>{420, 160}));
 
-  EXPECT_EQ(profile_error(profile_with_peaks(R"("backward_peak_bytes": [440, 560], "inner_backward_peak_bytes": [1, 1], )")),
-            "in.json: layers[0]: missing field \"inner_backward_accumulate_peak_bytes\" (inner_backward_peak_bytes "
+  EXPECT_EQ(profile_error(profile_with_peaks(
+                R"("backward_peak_bytes": [440, 560], "inner_backward_peak_bytes": [1, 1], )")),
+            "in.json: layers[0]: missing field \"inner_backward_accumulate_peak_bytes\" "
+            "(inner_backward_peak_bytes "
             "and inner_backward_accumulate_peak_bytes come together)");
   EXPECT_EQ(profile_error(profile_with_peaks(R"("backward_peak_bytes": [440, 560], )" + inner)),
-            "in.json: layers[1]: missing field \"inner_backward_peak_bytes\" (layers[0] has it: every layer or none)");
+            "in.json: layers[1]: missing field \"inner_backward_peak_bytes\" (layers[0] has it: "
+            "every layer or none)");
   EXPECT_EQ(profile_error(profile_with_peaks(inner, "", "")),
-            "in.json: layers[0]: has inner_backward_peak_bytes, but no backward_peak_bytes (they refine them)");
+            "in.json: layers[0]: has inner_backward_peak_bytes, but no backward_peak_bytes (they "
+            "refine them)");
 }
 
 TEST(ProfileFormat, NoGradForwardTimesParseAndRoundTrip) {
-  const Profile p = parse_profile(
-      profile_with(R"("forward_ms": [0.5, 1.0])", R"("forward_ms": [0.5, 1.0], "forward_nograd_ms": [0.25, 0.75])"),
-      "in.json");
+  const Profile p =
+      parse_profile(profile_with(R"("forward_ms": [0.5, 1.0])",
+                                 R"("forward_ms": [0.5, 1.0], "forward_nograd_ms": [0.25, 0.75])"),
+                    "in.json");
   EXPECT_EQ(p.layers[0].forward_nograd_ms, (std::vector<double>{0.25, 0.75}));
   EXPECT_TRUE(p.layers[1].forward_nograd_ms.empty());  // optional per layer: forward_ms stands in
-  EXPECT_EQ(parse_profile(profile_to_json(p), "again.json").layers[0].forward_nograd_ms, p.layers[0].forward_nograd_ms);
-  EXPECT_EQ(profile_error(profile_with(R"("forward_ms": [0.5, 1.0])",
-                                       R"("forward_ms": [0.5, 1.0], "forward_nograd_ms": [0.25, -1])")),
-            "in.json: layers[0].forward_nograd_ms[1]: expected a non-negative number of milliseconds "
-            "up to 1e9, got -1");
+  EXPECT_EQ(parse_profile(profile_to_json(p), "again.json").layers[0].forward_nograd_ms,
+            p.layers[0].forward_nograd_ms);
+  EXPECT_EQ(
+      profile_error(profile_with(R"("forward_ms": [0.5, 1.0])",
+                                 R"("forward_ms": [0.5, 1.0], "forward_nograd_ms": [0.25, -1])")),
+      "in.json: layers[0].forward_nograd_ms[1]: expected a non-negative number of milliseconds "
+      "up to 1e9, got -1");
 }
 
 // kProfile with launch times added to layer 0 (`first`) and layer 1 (`second`).
@@ -300,8 +323,9 @@ TEST(ProfileFormat, WhatAutogradKeepsParsesAndRoundTrips) {
   EXPECT_EQ(old.device.library_bytes, 0);
   EXPECT_EQ(profile_to_json(old).find("keeps_"), std::string::npos);  // defaults are not written
   const Profile p = parse_profile(
-      profile_with(R"("forward_ms": [0.5, 1.0])",
-                   R"("forward_ms": [0.5, 1.0], "keeps_input": false, "keeps_output": true, "output_aliases_input": true)"),
+      profile_with(
+          R"("forward_ms": [0.5, 1.0])",
+          R"("forward_ms": [0.5, 1.0], "keeps_input": false, "keeps_output": true, "output_aliases_input": true)"),
       "in.json");
   EXPECT_FALSE(p.layers[0].keeps_input);
   EXPECT_TRUE(p.layers[0].keeps_output);
@@ -311,27 +335,37 @@ TEST(ProfileFormat, WhatAutogradKeepsParsesAndRoundTrips) {
   EXPECT_FALSE(q.layers[0].keeps_input);
   EXPECT_TRUE(q.layers[0].keeps_output);
   EXPECT_TRUE(q.layers[0].output_aliases_input);
-  EXPECT_EQ(profile_error(profile_with(R"("forward_ms": [0.5, 1.0])", R"("forward_ms": [0.5, 1.0], "keeps_input": 1)")),
+  EXPECT_EQ(profile_error(profile_with(R"("forward_ms": [0.5, 1.0])",
+                                       R"("forward_ms": [0.5, 1.0], "keeps_input": 1)")),
             "in.json: layers[0].keeps_input: expected true or false, got 1");
   // The device's library workspaces.
-  const Profile gpu = parse_profile(profile_with(R"("memory_bytes": 0})", R"("memory_bytes": 0, "library_bytes": 33554432})"), "in.json");
+  const Profile gpu = parse_profile(
+      profile_with(R"("memory_bytes": 0})", R"("memory_bytes": 0, "library_bytes": 33554432})"),
+      "in.json");
   EXPECT_EQ(gpu.device.library_bytes, 33554432);
   EXPECT_EQ(parse_profile(profile_to_json(gpu), "again.json").device.library_bytes, 33554432);
-  EXPECT_EQ(profile_error(profile_with(R"("memory_bytes": 0})", R"("memory_bytes": 0, "library_bytes": -1})")),
-            "in.json: device.library_bytes: expected a byte count from 0 to 70368744177664 (64 TiB), got -1");
+  EXPECT_EQ(profile_error(profile_with(R"("memory_bytes": 0})",
+                                       R"("memory_bytes": 0, "library_bytes": -1})")),
+            "in.json: device.library_bytes: expected a byte count from 0 to 70368744177664 (64 "
+            "TiB), got -1");
 }
 
 TEST(ProfileFormat, MeasuredBackwardPeaksBothOrNeitherOnEveryLayer) {
   EXPECT_EQ(profile_error(profile_with_peaks(R"("backward_peak_bytes": [440, 560], )", "")),
-            "in.json: layers[0]: missing field \"backward_accumulate_peak_bytes\" (backward_peak_bytes and "
+            "in.json: layers[0]: missing field \"backward_accumulate_peak_bytes\" "
+            "(backward_peak_bytes and "
             "backward_accumulate_peak_bytes come together)");
-  EXPECT_EQ(profile_error(profile_with_peaks(R"("backward_peak_bytes": [440, 560], )",
-                                             R"("backward_accumulate_peak_bytes": [400, 400], )", "")),
-            "in.json: layers[1]: missing field \"backward_peak_bytes\" (layers[0] has it: every layer or none)");
-  EXPECT_EQ(profile_error(profile_with_peaks("", "")),
-            "in.json: layers[1]: has backward_peak_bytes, but layers[0] has none (every layer or none)");
+  EXPECT_EQ(
+      profile_error(profile_with_peaks(R"("backward_peak_bytes": [440, 560], )",
+                                       R"("backward_accumulate_peak_bytes": [400, 400], )", "")),
+      "in.json: layers[1]: missing field \"backward_peak_bytes\" (layers[0] has it: every layer or "
+      "none)");
+  EXPECT_EQ(
+      profile_error(profile_with_peaks("", "")),
+      "in.json: layers[1]: has backward_peak_bytes, but layers[0] has none (every layer or none)");
   EXPECT_EQ(profile_error(profile_with_peaks(R"("backward_peak_bytes": [440], )")),
-            "in.json: layers[0].backward_peak_bytes: expected an array of 2 non-negative integers (bytes), one "
+            "in.json: layers[0].backward_peak_bytes: expected an array of 2 non-negative integers "
+            "(bytes), one "
             "per micro-batch size, got an array of 1 element");
 }
 
@@ -340,7 +374,8 @@ TEST(ProfileFormat, MissingFileIsClear) {
     load_profile("/nonexistent/profile.json");
     FAIL();
   } catch (const InputError& e) {
-    EXPECT_EQ(std::string(e.what()), "/nonexistent/profile.json: cannot open: No such file or directory");
+    EXPECT_EQ(std::string(e.what()),
+              "/nonexistent/profile.json: cannot open: No such file or directory");
   }
 }
 
@@ -390,15 +425,20 @@ TEST(HardwareFormat, IdealLinkSurvivesARoundTrip) {
 
 TEST(HardwareFormat, BadInput) {
   std::string text = kHardware;
-  EXPECT_EQ(hardware_error(std::string(text).replace(text.find("\"gpu1\", \"memory"), 6, "\"gpu0\"")),
-            "in.json: devices[1].name: duplicate device name \"gpu0\"");
-  EXPECT_EQ(hardware_error(std::string(text).replace(text.find("[\"gpu0\", \"gpu1\"]"), 16, "[\"gpu0\", \"gpu7\"]")),
-            "in.json: links[0].between[1]: expected the name of a device in \"devices\", got \"gpu7\"");
-  EXPECT_EQ(hardware_error(std::string(text).replace(text.find("1e9"), 3, "-1")),
-            "in.json: link.bandwidth_bytes_per_s: expected at least 1 (bytes per second), or null for "
-            "unlimited, got -1");
-  EXPECT_EQ(hardware_error(std::string(text).replace(text.find("\"speed\": 2.0"), 12, "\"speed\": 0")),
-            "in.json: devices[0].speed: expected a number from 1e-6 to 1e6, got 0");
+  EXPECT_EQ(
+      hardware_error(std::string(text).replace(text.find("\"gpu1\", \"memory"), 6, "\"gpu0\"")),
+      "in.json: devices[1].name: duplicate device name \"gpu0\"");
+  EXPECT_EQ(
+      hardware_error(
+          std::string(text).replace(text.find("[\"gpu0\", \"gpu1\"]"), 16, "[\"gpu0\", \"gpu7\"]")),
+      "in.json: links[0].between[1]: expected the name of a device in \"devices\", got \"gpu7\"");
+  EXPECT_EQ(
+      hardware_error(std::string(text).replace(text.find("1e9"), 3, "-1")),
+      "in.json: link.bandwidth_bytes_per_s: expected at least 1 (bytes per second), or null for "
+      "unlimited, got -1");
+  EXPECT_EQ(
+      hardware_error(std::string(text).replace(text.find("\"speed\": 2.0"), 12, "\"speed\": 0")),
+      "in.json: devices[0].speed: expected a number from 1e-6 to 1e6, got 0");
 }
 
 const char* const kPlan = R"({"format": "pipetune.plan/1", "balance": [1, 1], "chunks": 4,

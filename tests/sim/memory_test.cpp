@@ -129,8 +129,8 @@ TEST(Memory, OptimizerStateScalesParameters) {
 // Three layers: parameters 7, 11, 13; outputs 10, 20, 30; saved 1, 2, 3; workspace 5, 50, 5
 // (bytes at size 1); model input 4.
 Profile three_layers() {
-  return testing::make_profile(
-      {{1, 1, 7, 10, 1, 5}, {1, 1, 11, 20, 2, 50}, {1, 1, 13, 30, 3, 5}}, 1, 4);
+  return testing::make_profile({{1, 1, 7, 10, 1, 5}, {1, 1, 11, 20, 2, 50}, {1, 1, 13, 30, 3, 5}},
+                               1, 4);
 }
 
 TEST(StageMemory, WorkspaceAndIntermediates) {

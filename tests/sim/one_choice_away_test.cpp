@@ -3,14 +3,13 @@
 
 #include "sim/one_choice_away.hpp"
 
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <functional>
 #include <limits>
-#include <set>
 #include <random>
+#include <set>
 
 #include "sim/schedule.hpp"
 #include "sim/simulator.hpp"
@@ -20,7 +19,8 @@ namespace pipetune {
 namespace {
 
 // The fastest balance of `layers` over two stages for one (chunks, checkpoint, schedule).
-double brute_force(const Profile& profile, const Hardware& hw, int chunks, CheckpointMode mode, ScheduleKind kind) {
+double brute_force(const Profile& profile, const Hardware& hw, int chunks, CheckpointMode mode,
+                   ScheduleKind kind) {
   double best = std::numeric_limits<double>::infinity();
   const int layers = profile.layer_count();
   for (int first = 1; first < layers; ++first) {
@@ -48,7 +48,8 @@ TEST(OneChoiceAway, EachIsTheBestWithThatChoiceChanged) {
   const auto alternatives = one_choice_away(profile, hw, options, best);
   // Two other checkpoint modes (one with a single micro-batch, where except_last is never),
   // one other schedule, and half and/or twice the chunks.
-  const std::size_t chunk_changes = (best.plan.chunks / 2 >= 1 ? 1 : 0) + (best.plan.chunks * 2 <= 8 ? 1 : 0);
+  const std::size_t chunk_changes =
+      (best.plan.chunks / 2 >= 1 ? 1 : 0) + (best.plan.chunks * 2 <= 8 ? 1 : 0);
   const std::size_t checkpoint_changes = best.plan.chunks == 1 ? 1 : 2;
   ASSERT_EQ(alternatives.size(), checkpoint_changes + 1 + chunk_changes);
   for (const Alternative& a : alternatives) {
@@ -58,7 +59,8 @@ TEST(OneChoiceAway, EachIsTheBestWithThatChoiceChanged) {
                         (p.schedule != best.plan.schedule);
     EXPECT_EQ(changed, 1) << a.change;  // exactly the one choice named
     EXPECT_GE(a.best->iteration_ms, best.iteration_ms - 1e-9) << a.change;  // the winner is optimal
-    EXPECT_NEAR(a.best->iteration_ms, brute_force(profile, hw, p.chunks, p.checkpoint, p.schedule), 1e-9)
+    EXPECT_NEAR(a.best->iteration_ms, brute_force(profile, hw, p.chunks, p.checkpoint, p.schedule),
+                1e-9)
         << a.change;
   }
 }
@@ -104,7 +106,8 @@ TEST(OneChoiceAway, OffersEveryAllowedScheduleAndStagesPerDeviceOnly) {
                                  "schedule interleaved-zb, 3/device",
                                  "schedule zbv, 2/device"};
   std::string own = fmt::format("schedule {}", to_string(best.plan.schedule));
-  if (is_multi_stage(best.plan.schedule)) own += fmt::format(", {}/device", best.plan.stages_per_device);
+  if (is_multi_stage(best.plan.schedule))
+    own += fmt::format(", {}/device", best.plan.stages_per_device);
   ASSERT_EQ(expected.erase(own), 1u) << own;
   std::set<std::string> offered;
   for (const Alternative& a : one_choice_away(profile, hw, options, best)) {

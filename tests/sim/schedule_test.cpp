@@ -1,11 +1,11 @@
 // The schedule IR against torchgpipe's clock cycles and the PipeDream-flush (1F1B) rules.
 
+#include "sim/schedule.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <set>
-
-#include "sim/schedule.hpp"
 
 namespace pipetune {
 namespace {
@@ -17,11 +17,9 @@ TEST(ClockCycles, MatchesTorchgpipe) {
   EXPECT_EQ(clock_cycles(1, 1), (Cells{{{0, 0}}}));
   EXPECT_EQ(clock_cycles(1, 3), (Cells{{{0, 0}}, {{0, 1}}, {{0, 2}}}));
   EXPECT_EQ(clock_cycles(3, 1), (Cells{{{0, 0}}, {{1, 0}}, {{2, 0}}}));
-  EXPECT_EQ(clock_cycles(3, 3), (Cells{{{0, 0}},
-                                       {{1, 0}, {0, 1}},
-                                       {{2, 0}, {1, 1}, {0, 2}},
-                                       {{2, 1}, {1, 2}},
-                                       {{2, 2}}}));
+  EXPECT_EQ(
+      clock_cycles(3, 3),
+      (Cells{{{0, 0}}, {{1, 0}, {0, 1}}, {{2, 0}, {1, 1}, {0, 2}}, {{2, 1}, {1, 2}}, {{2, 2}}}));
   EXPECT_EQ(clock_cycles(4, 2),
             (Cells{{{0, 0}}, {{1, 0}, {0, 1}}, {{2, 0}, {1, 1}}, {{3, 0}, {2, 1}}, {{3, 1}}}));
 }
@@ -40,7 +38,8 @@ TEST(GPipe, ForwardOrderEqualsClockCycles) {
     const Schedule s = make_schedule(ScheduleKind::GPipe, n, m, CheckpointMode::Never);
     std::vector<Action> expected;
     for (const auto& cells : clock_cycles(m, n)) {
-      for (auto [micro_batch, stage] : cells) expected.push_back({ActionKind::Forward, stage, micro_batch});
+      for (auto [micro_batch, stage] : cells)
+        expected.push_back({ActionKind::Forward, stage, micro_batch});
     }
     EXPECT_EQ(forwards(program_order(s)), expected) << "m=" << m << " n=" << n;
   }
@@ -63,8 +62,8 @@ TEST(GPipe, RecomputeRightBeforeItsBackwardForCheckpointedMicroBatches) {
   const Schedule s = make_schedule(ScheduleKind::GPipe, 2, 4, CheckpointMode::ExceptLast);
   std::vector<std::string> text;
   for (const Action& a : s.per_stage[1]) text.push_back(to_string(a));
-  EXPECT_EQ(text, (std::vector<std::string>{"1F0", "1F1", "1F2", "1F3", "1B3", "1R2", "1B2",
-                                            "1R1", "1B1", "1R0", "1B0"}));
+  EXPECT_EQ(text, (std::vector<std::string>{"1F0", "1F1", "1F2", "1F3", "1B3", "1R2", "1B2", "1R1",
+                                            "1B1", "1R0", "1B0"}));
   const Schedule always = make_schedule(ScheduleKind::GPipe, 1, 2, CheckpointMode::Always);
   EXPECT_EQ(always.per_stage[0].size(), 6u);
   const Schedule one = make_schedule(ScheduleKind::GPipe, 1, 1, CheckpointMode::ExceptLast);
@@ -154,8 +153,9 @@ TEST(ProgramOrder, IsATopologicalOrderOfEverySchedule) {
               EXPECT_TRUE(done.count({ActionKind::InputGrad, a.stage, a.micro_batch}));
             }
           }
-          const std::size_t recomputed =
-              mode == CheckpointMode::Always ? m : mode == CheckpointMode::ExceptLast ? m - 1 : 0;
+          const std::size_t recomputed = mode == CheckpointMode::Always       ? m
+                                         : mode == CheckpointMode::ExceptLast ? m - 1
+                                                                              : 0;
           // Each (stage, micro-batch) one backward, B or I (DualPipeV splits some, not all);
           // every I has its W.
           std::size_t split = 0;

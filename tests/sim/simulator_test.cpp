@@ -99,7 +99,8 @@ TEST(Simulator, CheckpointedForwardsTakeTheirNoGradTime) {
                        (m - 1) * g + k * u.f + u.b + (m - 1) * (u.f + u.b) + (k - 1) * u.b)
           << "K=" << k << " M=" << m;
       // Never checkpointed: the no-grad time is never used.
-      EXPECT_DOUBLE_EQ(sim.run(u.plan(CheckpointMode::Never)).iteration_ms, (m + k - 1) * (u.f + u.b));
+      EXPECT_DOUBLE_EQ(sim.run(u.plan(CheckpointMode::Never)).iteration_ms,
+                       (m + k - 1) * (u.f + u.b));
     }
   }
 }
@@ -110,7 +111,8 @@ TEST(Simulator, OneFOneBTakesAsLongAsGPipeOnUniformStages) {
       const Uniform u{k, m};
       const Profile profile = u.profile();
       const Hardware hw = replicate_device(profile.device, k);
-      const auto r = Simulator(profile, hw).run(u.plan(CheckpointMode::Never, ScheduleKind::OneFOneB));
+      const auto r =
+          Simulator(profile, hw).run(u.plan(CheckpointMode::Never, ScheduleKind::OneFOneB));
       EXPECT_DOUBLE_EQ(r.iteration_ms, (m + k - 1) * (u.f + u.b)) << "K=" << k << " M=" << m;
     }
   }
@@ -305,7 +307,9 @@ TEST(Simulator, StagesSharingOneDeviceSerialize) {
       Plan plan = u.plan(mode, kind);
       plan.devices.assign(4, "cpu:0");
       const auto r = Simulator(profile, hw).run(plan);
-      const int recomputed = mode == CheckpointMode::Always ? 6 : mode == CheckpointMode::ExceptLast ? 5 : 0;
+      const int recomputed = mode == CheckpointMode::Always       ? 6
+                             : mode == CheckpointMode::ExceptLast ? 5
+                                                                  : 0;
       EXPECT_DOUBLE_EQ(r.iteration_ms, 4 * (6 * (u.f + u.b) + recomputed * u.f));
       ASSERT_EQ(r.devices.size(), 1u);
       EXPECT_EQ(r.devices[0].stages, (std::vector<int>{0, 1, 2, 3}));
@@ -377,8 +381,9 @@ TEST(Simulator, TimelineRespectsDependenciesAndStreams) {
     Hardware hw = replicate_device(profile.device, devices);
     hw.link.bandwidth_bytes_per_s = 1e5 + rng() % 1000000;
     hw.link.latency_ms = (rng() % 10) / 10.0;
-    Plan plan = make_plan(std::vector<int>(stages, 1), 1 + static_cast<int>(rng() % profile.batch_size),
-                          kAllCheckpointModes[rng() % 3], kAllScheduleKinds[rng() % 2]);
+    Plan plan =
+        make_plan(std::vector<int>(stages, 1), 1 + static_cast<int>(rng() % profile.batch_size),
+                  kAllCheckpointModes[rng() % 3], kAllScheduleKinds[rng() % 2]);
     plan.balance.back() += layers - stages;
     for (int s = 0; s < stages; ++s) plan.devices.push_back(fmt::format("cpu:{}", rng() % devices));
     check_plan(plan, profile, hw, "random");

@@ -1,10 +1,11 @@
+#include "sim/sweep.hpp"
+
 #include <gtest/gtest.h>
 
 #include <optional>
 
 #include "sim/error.hpp"
 #include "sim/simulator.hpp"
-#include "sim/sweep.hpp"
 #include "tests/sim/fixtures.hpp"
 
 namespace pipetune {

@@ -247,17 +247,16 @@ TEST(ScheduleCsv, RefusesWhatTorchRefusesNamingRowAndCell) {
 
 // DualPipeV's "(F;B)OVERLAP_F_B" cell is its sub-actions in order, each named by that cell.
 TEST(ScheduleCsv, OverlappedPairsAreTheirSubActionsInOrder) {
-  const Schedule s = parse_schedule_csv(
-      "0F0,1F0,1B0,(0F1; 1F1)OVERLAP_F_B,(1B1;0B0)OVERLAP_F_B,0B1\r\n", "x.csv");
-  const std::vector<Action> expected{
-      {ActionKind::Forward, 0, 0},  {ActionKind::Forward, 1, 0},  {ActionKind::Backward, 1, 0},
-      {ActionKind::Forward, 0, 1},  {ActionKind::Forward, 1, 1},  {ActionKind::Backward, 1, 1},
-      {ActionKind::Backward, 0, 0}, {ActionKind::Backward, 0, 1}};
+  const Schedule s =
+      parse_schedule_csv("0F0,1F0,1B0,(0F1; 1F1)OVERLAP_F_B,(1B1;0B0)OVERLAP_F_B,0B1\r\n", "x.csv");
+  const std::vector<Action> expected{{ActionKind::Forward, 0, 0},  {ActionKind::Forward, 1, 0},
+                                     {ActionKind::Backward, 1, 0}, {ActionKind::Forward, 0, 1},
+                                     {ActionKind::Forward, 1, 1},  {ActionKind::Backward, 1, 1},
+                                     {ActionKind::Backward, 0, 0}, {ActionKind::Backward, 0, 1}};
   ASSERT_EQ(s.per_rank.size(), 1u);
   EXPECT_EQ(s.per_rank[0], expected);
   // A dependency broken inside a pair names the pair's cell.
-  EXPECT_EQ(refusal("0F0,(0B0;0B1)OVERLAP_F_B,0F1\n"),
-            "s.csv: row 1, cell 2: 0B1: before 0F1");
+  EXPECT_EQ(refusal("0F0,(0B0;0B1)OVERLAP_F_B,0F1\n"), "s.csv: row 1, cell 2: 0B1: before 0F1");
 }
 
 }  // namespace

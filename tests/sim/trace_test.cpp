@@ -1,5 +1,7 @@
 // Predicted traces: valid Chrome trace JSON that round-trips through our reader.
 
+#include "sim/trace.hpp"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -7,7 +9,6 @@
 #include <nlohmann/json.hpp>
 
 #include "sim/error.hpp"
-#include "sim/trace.hpp"
 #include "tests/sim/fixtures.hpp"
 
 namespace pipetune {
@@ -56,10 +57,12 @@ TEST(Trace, IsChromeTraceJsonWithNamedProcessesAndThreads) {
 TEST(Trace, EventsOnOneThreadNeverOverlap) {
   const Trace t = predicted();
   std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> threads;
-  for (const auto& task : t.tasks) threads[{task.device, task.stream()}].push_back({task.start_ms, task.end_ms});
+  for (const auto& task : t.tasks)
+    threads[{task.device, task.stream()}].push_back({task.start_ms, task.end_ms});
   for (auto& [key, spans] : threads) {
     std::sort(spans.begin(), spans.end());
-    for (std::size_t k = 1; k < spans.size(); ++k) EXPECT_LE(spans[k - 1].second, spans[k].first + 1e-9);
+    for (std::size_t k = 1; k < spans.size(); ++k)
+      EXPECT_LE(spans[k - 1].second, spans[k].first + 1e-9);
   }
 }
 

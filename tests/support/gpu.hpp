@@ -19,10 +19,10 @@ inline bool gpu_required() {
 }  // namespace pipetune::testing
 
 /// In a TEST body: skips (or, under PIPETUNE_REQUIRE_GPU=1, fails) with `why` unless `cond`.
-#define PIPETUNE_GPU_TEST_NEEDS(cond, why)                                                  \
-  do {                                                                                     \
-    if (!(cond)) {                                                                         \
+#define PIPETUNE_GPU_TEST_NEEDS(cond, why)                                                   \
+  do {                                                                                       \
+    if (!(cond)) {                                                                           \
       if (::pipetune::testing::gpu_required()) FAIL() << why << " (PIPETUNE_REQUIRE_GPU=1)"; \
-      GTEST_SKIP() << why;                                                                 \
-    }                                                                                      \
+      GTEST_SKIP() << why;                                                                   \
+    }                                                                                        \
   } while (false)

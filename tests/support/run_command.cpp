@@ -12,22 +12,23 @@
 namespace pipetune::testing {
 
 namespace {
-CommandResult run(const std::vector<std::string>& argv, const std::string& directory, double timeout_s,
-                  const std::string& trigger, int signal_to_send);
+CommandResult run(const std::vector<std::string>& argv, const std::string& directory,
+                  double timeout_s, const std::string& trigger, int signal_to_send);
 }  // namespace
 
-CommandResult run_command(const std::vector<std::string>& argv, const std::string& directory, double timeout_s) {
+CommandResult run_command(const std::vector<std::string>& argv, const std::string& directory,
+                          double timeout_s) {
   return run(argv, directory, timeout_s, {}, 0);
 }
 
-CommandResult run_command_signalled(const std::vector<std::string>& argv, const std::string& trigger, int signal,
-                                    double timeout_s) {
+CommandResult run_command_signalled(const std::vector<std::string>& argv,
+                                    const std::string& trigger, int signal, double timeout_s) {
   return run(argv, {}, timeout_s, trigger, signal);
 }
 
 namespace {
-CommandResult run(const std::vector<std::string>& argv, const std::string& directory, double timeout_s,
-                  const std::string& trigger, int signal_to_send) {
+CommandResult run(const std::vector<std::string>& argv, const std::string& directory,
+                  double timeout_s, const std::string& trigger, int signal_to_send) {
   int out_pipe[2], err_pipe[2];
   if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) throw std::runtime_error("pipe failed");
   const pid_t pid = fork();
@@ -70,7 +71,8 @@ CommandResult run(const std::vector<std::string>& argv, const std::string& direc
         const ssize_t n = read(fds[k].fd, buffer, sizeof buffer);
         if (n > 0) {
           sinks[k]->append(buffer, static_cast<std::size_t>(n));
-          if (k == 1 && signal_to_send != 0 && !trigger.empty() && result.err.find(trigger) != std::string::npos) {
+          if (k == 1 && signal_to_send != 0 && !trigger.empty() &&
+              result.err.find(trigger) != std::string::npos) {
             kill(pid, signal_to_send);
             signal_to_send = 0;
           }

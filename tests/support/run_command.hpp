@@ -19,7 +19,8 @@ CommandResult run_command(const std::vector<std::string>& argv, const std::strin
                           double timeout_s = 120.0);
 
 /// As run_command, but sends `signal` to the program once its stderr contains `trigger` (once).
-CommandResult run_command_signalled(const std::vector<std::string>& argv, const std::string& trigger, int signal,
+CommandResult run_command_signalled(const std::vector<std::string>& argv,
+                                    const std::string& trigger, int signal,
                                     double timeout_s = 120.0);
 
 }  // namespace pipetune::testing

@@ -48,7 +48,9 @@ models::Model held_out_model() {
   add("pool", nn::AnyModule(MeanPool()));
   add("flatten", nn::AnyModule(nn::Flatten()));
   add("head", nn::AnyModule(nn::Linear(16, 10)));
-  m.loss = [](const at::Tensor& y, const at::Tensor& target) { return at::cross_entropy_loss(y, target); };
+  m.loss = [](const at::Tensor& y, const at::Tensor& target) {
+    return at::cross_entropy_loss(y, target);
+  };
   m.make_batch = [](std::int64_t batch, std::int64_t step, std::uint64_t seed) {
     auto g = at::detail::createCPUGenerator(seed * 1000003 + static_cast<std::uint64_t>(step));
     return std::make_pair(at::randn({batch, 3, 16, 16}, g), at::randint(10, {batch}, g, at::kLong));
@@ -85,9 +87,11 @@ std::vector<DevicePeak> device_peaks(const Profile& profile, const Hardware& har
     if (predicted.devices.size() != run.peak_memory_bytes.size()) continue;
     for (std::size_t d = 0; d < run.peak_memory_bytes.size(); ++d) {
       const double measured = static_cast<double>(run.peak_memory_bytes[d]);
-      const double error = static_cast<double>(predicted.devices[d].peak_memory_bytes) / measured - 1.0;
+      const double error =
+          static_cast<double>(predicted.devices[d].peak_memory_bytes) / measured - 1.0;
       std::printf("%s device %zu: measured %lld, predicted %lld (%+.2f %%)\n",
-                  describe_plan(run.plan).c_str(), d, static_cast<long long>(run.peak_memory_bytes[d]),
+                  describe_plan(run.plan).c_str(), d,
+                  static_cast<long long>(run.peak_memory_bytes[d]),
                   static_cast<long long>(predicted.devices[d].peak_memory_bytes), 100.0 * error);
       out.push_back({measured, error});
     }
@@ -141,10 +145,11 @@ TEST(HeldOutMemory, DevicePeaksExactInTheRunsOwnOrder) {
   }
   const Hardware hardware = replicate_device(profile.device, 2);
   // No stage starts at relu_: a stage input is a leaf, which autograd does not let change in place.
-  const std::vector<Plan> plans = {plan({3, 5}, 2, CheckpointMode::Never, ScheduleKind::GPipe),
-                                   plan({4, 4}, 4, CheckpointMode::ExceptLast, ScheduleKind::OneFOneB),
-                                   plan({2, 6}, 1, CheckpointMode::Always, ScheduleKind::GPipe),
-                                   plan({5, 3}, 2, CheckpointMode::Never, ScheduleKind::OneFOneB)};
+  const std::vector<Plan> plans = {
+      plan({3, 5}, 2, CheckpointMode::Never, ScheduleKind::GPipe),
+      plan({4, 4}, 4, CheckpointMode::ExceptLast, ScheduleKind::OneFOneB),
+      plan({2, 6}, 1, CheckpointMode::Always, ScheduleKind::GPipe),
+      plan({5, 3}, 2, CheckpointMode::Never, ScheduleKind::OneFOneB)};
   RunSettings one_step = short_run();
   one_step.steps = 1;  // the measured peak is then the traced step's
   const std::vector<MeasuredRun> runs = measure_plans(model, plans, one_step, {});
@@ -194,9 +199,11 @@ class ResidualImpl : public torch::nn::Module {
  public:
   explicit ResidualImpl(std::int64_t channels) {
     namespace nn = torch::nn;
-    conv1 = register_module("conv1", nn::Conv2d(nn::Conv2dOptions(channels, channels, 3).padding(1)));
+    conv1 =
+        register_module("conv1", nn::Conv2d(nn::Conv2dOptions(channels, channels, 3).padding(1)));
     norm1 = register_module("norm1", nn::GroupNorm(nn::GroupNormOptions(4, channels)));
-    conv2 = register_module("conv2", nn::Conv2d(nn::Conv2dOptions(channels, channels, 3).padding(1)));
+    conv2 =
+        register_module("conv2", nn::Conv2d(nn::Conv2dOptions(channels, channels, 3).padding(1)));
     norm2 = register_module("norm2", nn::GroupNorm(nn::GroupNormOptions(4, channels)));
   }
   at::Tensor forward(const at::Tensor& x) {
@@ -241,12 +248,13 @@ TEST(HeldOutMemory, ResidualBlocksEveryPlanWithinOnePercent) {
     l.inner_backward_accumulate_peak_bytes.clear();
   }
   const Hardware hardware = replicate_device(profile.device, 2);
-  const std::vector<Plan> plans = {plan({3, 5}, 2, CheckpointMode::Never, ScheduleKind::GPipe),
-                                   plan({4, 4}, 4, CheckpointMode::Never, ScheduleKind::OneFOneB),
-                                   plan({2, 6}, 2, CheckpointMode::ExceptLast, ScheduleKind::OneFOneB),
-                                   plan({5, 3}, 4, CheckpointMode::ExceptLast, ScheduleKind::GPipe),
-                                   plan({3, 5}, 2, CheckpointMode::Always, ScheduleKind::OneFOneB),
-                                   plan({4, 4}, 1, CheckpointMode::Always, ScheduleKind::GPipe)};
+  const std::vector<Plan> plans = {
+      plan({3, 5}, 2, CheckpointMode::Never, ScheduleKind::GPipe),
+      plan({4, 4}, 4, CheckpointMode::Never, ScheduleKind::OneFOneB),
+      plan({2, 6}, 2, CheckpointMode::ExceptLast, ScheduleKind::OneFOneB),
+      plan({5, 3}, 4, CheckpointMode::ExceptLast, ScheduleKind::GPipe),
+      plan({3, 5}, 2, CheckpointMode::Always, ScheduleKind::OneFOneB),
+      plan({4, 4}, 1, CheckpointMode::Always, ScheduleKind::GPipe)};
   const std::vector<MeasuredRun> runs = measure_plans(model, plans, short_run(), {});
   std::vector<double> errors, errors_held;
   for (const MeasuredRun& run : runs) {
@@ -255,12 +263,16 @@ TEST(HeldOutMemory, ResidualBlocksEveryPlanWithinOnePercent) {
     ASSERT_EQ(predicted.devices.size(), run.peak_memory_bytes.size());
     for (std::size_t d = 0; d < run.peak_memory_bytes.size(); ++d) {
       const double measured = static_cast<double>(run.peak_memory_bytes[d]);
-      const double error = static_cast<double>(predicted.devices[d].peak_memory_bytes) / measured - 1.0;
-      const double error_held = static_cast<double>(before.devices[d].peak_memory_bytes) / measured - 1.0;
-      std::printf("%s device %zu: measured %lld, predicted %lld (%+.2f %%), held peaks only %lld (%+.2f %%)\n",
-                  describe_plan(run.plan).c_str(), d, static_cast<long long>(run.peak_memory_bytes[d]),
-                  static_cast<long long>(predicted.devices[d].peak_memory_bytes), 100.0 * error,
-                  static_cast<long long>(before.devices[d].peak_memory_bytes), 100.0 * error_held);
+      const double error =
+          static_cast<double>(predicted.devices[d].peak_memory_bytes) / measured - 1.0;
+      const double error_held =
+          static_cast<double>(before.devices[d].peak_memory_bytes) / measured - 1.0;
+      std::printf(
+          "%s device %zu: measured %lld, predicted %lld (%+.2f %%), held peaks only %lld (%+.2f "
+          "%%)\n",
+          describe_plan(run.plan).c_str(), d, static_cast<long long>(run.peak_memory_bytes[d]),
+          static_cast<long long>(predicted.devices[d].peak_memory_bytes), 100.0 * error,
+          static_cast<long long>(before.devices[d].peak_memory_bytes), 100.0 * error_held);
       errors.push_back(std::abs(error));
       errors_held.push_back(std::abs(error_held));
     }

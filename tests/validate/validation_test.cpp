@@ -1,20 +1,21 @@
 // The parts of validation that need no model: which plans calibrate, and how plans are ranked.
 
+#include "validate/validation.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
 #include "sim/simulator.hpp"
 #include "tests/sim/fixtures.hpp"
-#include "validate/validation.hpp"
 
 namespace pipetune::validate {
 namespace {
 
 TEST(CalibrationPlans, AreDistinctNotValidatedAndFit) {
-  const Profile profile = testing::make_profile({{1, 2, 100, 10, 5, 0}, {2, 3, 100, 10, 5, 0}, {1, 1, 100, 10, 5, 0},
-                                                 {3, 2, 100, 10, 5, 0}},
-                                                16, 4);
+  const Profile profile = testing::make_profile(
+      {{1, 2, 100, 10, 5, 0}, {2, 3, 100, 10, 5, 0}, {1, 1, 100, 10, 5, 0}, {3, 2, 100, 10, 5, 0}},
+      16, 4);
   Hardware hw = replicate_device(profile.device, 2);
   // The first plan calibration would pick is validated already.
   const std::vector<Plan> first = calibration_plans(profile, hw, 2, {}, 1);
@@ -30,7 +31,8 @@ TEST(CalibrationPlans, AreDistinctNotValidatedAndFit) {
   // With a memory limit only the leanest shapes are left: every plan returned fits.
   const Simulator simulator(profile, hw);
   std::int64_t leanest = INT64_MAX;
-  for (const Plan& p : calibration_plans(profile, hw, 2, {}, 6)) leanest = std::min(leanest, simulator.run(p).max_peak_memory_bytes());
+  for (const Plan& p : calibration_plans(profile, hw, 2, {}, 6))
+    leanest = std::min(leanest, simulator.run(p).max_peak_memory_bytes());
   for (auto& d : hw.devices) d.memory_bytes = leanest;
   const Simulator limited(profile, hw);
   const auto fitting = calibration_plans(profile, hw, 2, {}, 6);
