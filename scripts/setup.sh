@@ -23,7 +23,7 @@ PYTHON="${PIPETUNE_PYTHON:-python3}"
 say() { printf 'setup: %s\n' "$*"; }
 
 packages=(
-  cmake ninja-build g++ pkg-config
+  cmake ninja-build g++ pkg-config clang-format
   libboost-graph-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   qt6-base-dev qt6-charts-dev xvfb xauth
