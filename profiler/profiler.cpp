@@ -10,7 +10,6 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
@@ -203,6 +202,36 @@ double measure_backward_call_ms(MeasureBackend& backend, int repeats) {
   });
 }
 
+using HostClock = std::chrono::steady_clock;
+
+double ms_between(HostClock::time_point from, HostClock::time_point to) {
+  return std::chrono::duration<double, std::milli>(to - from).count();
+}
+
+// Each layer's share of one backward call through layers [first, reached.size()), in ms: from
+// when the gradient of its output came in (reached[l]; the call's start for the last layer) to
+// when its input's did (reached[l - 1]; the call's end for `first`). An output whose gradient
+// never came (a layer that ignores its input) ends no backward: the layer after takes the time.
+// The call's own time is taken out half at each end, where it falls.
+std::vector<double> backward_shares(std::vector<std::optional<HostClock::time_point>> reached,
+                                    int first, HostClock::time_point started,
+                                    HostClock::time_point ended, double call_ms) {
+  const int layer_count = static_cast<int>(reached.size());
+  for (int l = layer_count - 2; l >= first; --l) {
+    if (!reached[l]) reached[l] = l + 2 == layer_count ? started : *reached[l + 1];
+  }
+  std::vector<double> shares(layer_count, 0.0);
+  for (int l = layer_count - 1; l >= first; --l) {
+    const HostClock::time_point from = l + 1 == layer_count ? started : *reached[l];
+    const HostClock::time_point to = l == first ? ended : *reached[l - 1];
+    double took = ms_between(from, to);
+    if (l + 1 == layer_count) took -= 0.5 * call_ms;
+    if (l == first) took -= 0.5 * call_ms;
+    shares[l] = std::max(0.0, took);
+  }
+  return shares;
+}
+
 // Each layer's host time per repetition, in ms: forward without autograd, forward, backward.
 struct HostTimes {
   std::vector<std::vector<double>> nograd, forward, backward;
@@ -222,15 +251,11 @@ struct HostTimes {
 HostTimes time_host_calls(models::Model& model, std::vector<torch::nn::AnyModule*>& modules,
                           const at::Tensor& input, const at::Tensor& target,
                           MeasureBackend& backend, int repeats, double backward_call_ms) {
-  using Clock = std::chrono::steady_clock;
   const int layer_count = static_cast<int>(modules.size());
   HostTimes host;
   host.nograd.resize(layer_count);
   host.forward.resize(layer_count);
   host.backward.resize(layer_count);
-  auto ms = [](Clock::time_point from, Clock::time_point to) {
-    return std::chrono::duration<double, std::milli>(to - from).count();
-  };
   // Whether a layer's input is a copy of the layer before's output: only where a layer modifies
   // its input in place and the layer before saved that output for its backward, which one graph
   // cannot hold (the device pass copies every input, a pipeline the first of each stage).
@@ -240,12 +265,12 @@ HostTimes time_host_calls(models::Model& model, std::vector<torch::nn::AnyModule
       at::NoGradGuard no_grad;
       at::Tensor current = input.clone();  // the batch itself stays as it is
       backend.synchronize();
-      auto mark = Clock::now();
+      auto mark = HostClock::now();
       for (int l = 0; l < layer_count; ++l) {
         Runner run{*modules[l], model, l + 1 == layer_count, target};
         current = run.forward(current).second;
-        const auto now = Clock::now();
-        if (timed) host.nograd[l].push_back(ms(mark, now));
+        const auto now = HostClock::now();
+        if (timed) host.nograd[l].push_back(ms_between(mark, now));
         mark = now;
       }
     }
@@ -254,11 +279,11 @@ HostTimes time_host_calls(models::Model& model, std::vector<torch::nn::AnyModule
     // hook is set as the output is made, so that a next layer working on it in place does not
     // move it (a hook set before an in-place change sees the gradient of the value before it).
     std::vector<at::Tensor> outputs(layer_count);
-    std::vector<std::optional<Clock::time_point>> reached(layer_count);
+    std::vector<std::optional<HostClock::time_point>> reached(layer_count);
     at::Tensor root;
     at::Tensor current = input.clone();
     backend.synchronize();
-    auto mark = Clock::now();
+    auto mark = HostClock::now();
     for (int l = 0; l < layer_count; ++l) {
       // An input without a graph behind it (after layers without parameters) asks for its
       // gradient all the same, as a stage's input does and as the device pass times it.
@@ -269,11 +294,11 @@ HostTimes time_host_calls(models::Model& model, std::vector<torch::nn::AnyModule
       Runner run{*modules[l], model, l + 1 == layer_count, target};
       std::tie(root, current) = run.forward(current);
       outputs[l] = current;
-      const auto now = Clock::now();
-      if (timed) host.forward[l].push_back(ms(mark, now));
+      const auto now = HostClock::now();
+      if (timed) host.forward[l].push_back(ms_between(mark, now));
       if (l + 1 < layer_count && current.requires_grad())
-        current.register_hook([&reached, l](const at::Tensor&) { reached[l] = Clock::now(); });
-      mark = Clock::now();
+        current.register_hook([&reached, l](const at::Tensor&) { reached[l] = HostClock::now(); });
+      mark = HostClock::now();
     }
     if (!root.requires_grad()) return;  // nothing has a gradient: no backward
     // The layers before the first output without a gradient have no backward (as a first layer
@@ -282,23 +307,13 @@ HostTimes time_host_calls(models::Model& model, std::vector<torch::nn::AnyModule
     while (first_with_backward > 0 && outputs[first_with_backward - 1].requires_grad())
       --first_with_backward;
     backend.synchronize();
-    const auto started = Clock::now();
+    const auto started = HostClock::now();
     torch::autograd::backward({root});
-    const auto ended = Clock::now();
+    const auto ended = HostClock::now();
     if (!timed) return;
-    // An output whose gradient never came (a layer that ignores its input) ends no backward:
-    // the layer after takes the time.
-    for (int l = layer_count - 2; l >= first_with_backward; --l) {
-      if (!reached[l]) reached[l] = l + 2 == layer_count ? started : *reached[l + 1];
-    }
-    for (int l = layer_count - 1; l >= first_with_backward; --l) {
-      const Clock::time_point from = l + 1 == layer_count ? started : *reached[l];
-      const Clock::time_point to = l == first_with_backward ? ended : *reached[l - 1];
-      double took = ms(from, to);
-      if (l + 1 == layer_count) took -= 0.5 * backward_call_ms;
-      if (l == first_with_backward) took -= 0.5 * backward_call_ms;
-      host.backward[l].push_back(std::max(0.0, took));
-    }
+    const std::vector<double> shares =
+        backward_shares(std::move(reached), first_with_backward, started, ended, backward_call_ms);
+    for (int l = first_with_backward; l < layer_count; ++l) host.backward[l].push_back(shares[l]);
   };
   unwatched(backend, [&] {
     // The untimed repetition first: the first calls after CUPTI lets go pay for it.
