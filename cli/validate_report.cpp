@@ -316,6 +316,9 @@ std::string validation_json(const Validation& v, const ValidationThresholds& thr
     j["measured_median_ms"] = tidy(p.measured.median_pipeline_ms());
     j["measured_spread_ms"] = tidy(p.measured.spread_ms());
     j["measured_step_ms"] = tidy(p.measured.median_step_ms());
+    // The host's pace before each round of the plan's steps, beside the profile's
+    // meta.host_pace_us.
+    j["host_pace_us"] = tidied(p.measured.host_pace_us);
     // Part of the measured peaks: what the libraries keep (cuBLAS workspaces; 0 on CPU devices).
     j["measured_library_bytes"] = p.measured.library_memory_bytes;
     // The median step's own peaks, and the memory model's at that step's task times.

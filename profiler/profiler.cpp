@@ -17,6 +17,7 @@
 
 #include "executor/device_name.hpp"
 #include "profiler/backend.hpp"
+#include "profiler/host_pace.hpp"
 #include "sim/error.hpp"
 
 namespace pipetune::profiler {
@@ -145,8 +146,6 @@ Profile empty_profile(models::Model& model, MeasureBackend& backend, at::ScalarT
 // Each layer's median times at one size, and their spreads.
 struct LayerTimes {
   Statistics forward, backward, forward_nograd, backward_input, backward_weight;
-  bool launches = false;  // whether the host's launch times below were measured
-  Statistics forward_launch, backward_launch, forward_nograd_launch;
 };
 
 // The parameters a backward can reach (frozen ones have no gradient to compute).
@@ -248,19 +247,28 @@ struct HostTimes {
 // larger anyway. The one backward call's own time (`backward_call_ms`, paid once per stage) is
 // taken out of the layers it falls on: its start before the last layer, its end after the
 // first that has a backward.
-HostTimes time_host_calls(models::Model& model, std::vector<torch::nn::AnyModule*>& modules,
-                          const at::Tensor& input, const at::Tensor& target,
-                          MeasureBackend& backend, int repeats, double backward_call_ms) {
+//
+// The sizes take turns, repetition by repetition (every size's untimed one first), so that a
+// slow minute of the host's lands on every size alike instead of on the one being timed: on a
+// lent H200 the same calls timed size after size came out 1.1, 1.9 and 2.2 ms. The host's pace
+// (host_pace.hpp) is taken before every round of sizes; `paces` gets each.
+std::vector<HostTimes> time_host_calls(
+    models::Model& model, std::vector<torch::nn::AnyModule*>& modules,
+    const std::vector<std::pair<at::Tensor, at::Tensor>>& batches, MeasureBackend& backend,
+    int repeats, double backward_call_ms, std::vector<double>& paces) {
   const int layer_count = static_cast<int>(modules.size());
-  HostTimes host;
-  host.nograd.resize(layer_count);
-  host.forward.resize(layer_count);
-  host.backward.resize(layer_count);
+  std::vector<HostTimes> by_size(batches.size());
+  for (HostTimes& host : by_size) {
+    host.nograd.resize(layer_count);
+    host.forward.resize(layer_count);
+    host.backward.resize(layer_count);
+  }
   // Whether a layer's input is a copy of the layer before's output: only where a layer modifies
   // its input in place and the layer before saved that output for its backward, which one graph
   // cannot hold (the device pass copies every input, a pipeline the first of each stage).
   bool copy_inputs = false;
-  auto repetition = [&](bool timed) {
+  auto repetition = [&](HostTimes& host, const at::Tensor& input, const at::Tensor& target,
+                        bool timed) {
     {
       at::NoGradGuard no_grad;
       at::Tensor current = input.clone();  // the batch itself stays as it is
@@ -315,20 +323,28 @@ HostTimes time_host_calls(models::Model& model, std::vector<torch::nn::AnyModule
         backward_shares(std::move(reached), first_with_backward, started, ended, backward_call_ms);
     for (int l = first_with_backward; l < layer_count; ++l) host.backward[l].push_back(shares[l]);
   };
+  const std::string device = backend.device().str();
   unwatched(backend, [&] {
-    // The untimed repetition first: the first calls after CUPTI lets go pay for it.
-    try {
-      repetition(false);
-    } catch (const c10::Error&) {
-      // Autograd refused a saved tensor modified in place: again, with copies between layers.
-      copy_inputs = true;
-      repetition(false);
+    // The untimed repetitions first: the first calls after CUPTI lets go pay for it.
+    for (std::size_t s = 0; s < batches.size(); ++s) {
+      const auto& [input, target] = batches[s];
+      try {
+        repetition(by_size[s], input, target, false);
+      } catch (const c10::Error&) {
+        // Autograd refused a saved tensor modified in place: again, with copies between layers.
+        copy_inputs = true;
+        repetition(by_size[s], input, target, false);
+      }
     }
-    for (int r = 0; r < repeats; ++r) repetition(true);
+    for (int r = 0; r < repeats; ++r) {
+      paces.push_back(measure_host_pace_us(device));
+      for (std::size_t s = 0; s < batches.size(); ++s)
+        repetition(by_size[s], batches[s].first, batches[s].second, true);
+    }
     backend.synchronize();
     return 0;
   });
-  return host;
+  return by_size;
 }
 
 // Time, in context: each repetition is one forward pass through every layer and one backward
@@ -339,8 +355,7 @@ HostTimes time_host_calls(models::Model& model, std::vector<torch::nn::AnyModule
 std::vector<LayerTimes> time_layers(models::Model& model,
                                     std::vector<torch::nn::AnyModule*>& modules,
                                     const at::Tensor& input, const at::Tensor& target,
-                                    MeasureBackend& backend, const ProfileOptions& options,
-                                    bool measure_launches, double backward_call_ms) {
+                                    MeasureBackend& backend, const ProfileOptions& options) {
   const int layer_count = static_cast<int>(modules.size());
   std::uint64_t next_region = 1;
   std::vector<std::vector<std::uint64_t>> forward_ids(layer_count), backward_ids(layer_count),
@@ -439,9 +454,6 @@ std::vector<LayerTimes> time_layers(models::Model& model,
   };
   for (int r = 0; r < options.warmup + options.repeats; ++r) repetition(r >= options.warmup);
   const auto times = backend.collect_ms();
-  const HostTimes host = measure_launches ? time_host_calls(model, modules, input, target, backend,
-                                                            options.repeats, backward_call_ms)
-                                          : HostTimes{};
   auto pick = [&](const std::vector<std::uint64_t>& ids) {
     std::vector<double> v;
     for (auto id : ids) {
@@ -454,12 +466,6 @@ std::vector<LayerTimes> time_layers(models::Model& model,
   for (int l = 0; l < layer_count; ++l) {
     out[l] = {pick(forward_ids[l]), pick(backward_ids[l]), pick(nograd_ids[l]), pick(input_ids[l]),
               pick(weight_ids[l])};
-    if (measure_launches) {
-      out[l].launches = true;
-      out[l].forward_launch = statistics(host.forward[l]);
-      out[l].backward_launch = statistics(host.backward[l]);
-      out[l].forward_nograd_launch = statistics(host.nograd[l]);
-    }
   }
   return out;
 }
@@ -691,11 +697,6 @@ void append(LayerProfile& layer, const LayerTimes& times, const LayerMemory& mem
   layer.forward_nograd_ms.push_back(times.forward_nograd.median);
   layer.backward_input_ms.push_back(times.backward_input.median);
   layer.backward_weight_ms.push_back(times.backward_weight.median);
-  if (times.launches) {
-    layer.forward_launch_ms.push_back(times.forward_launch.median);
-    layer.backward_launch_ms.push_back(times.backward_launch.median);
-    layer.forward_nograd_launch_ms.push_back(times.forward_nograd_launch.median);
-  }
   layer.forward_ms_spread.push_back(times.forward.spread);
   layer.backward_ms_spread.push_back(times.backward.spread);
   layer.output_bytes.push_back(memory.output_bytes);
@@ -792,12 +793,13 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
   const int layer_count = static_cast<int>(modules.size());
   const std::size_t total = sizes.size() * static_cast<std::size_t>(layer_count);
   std::size_t done = 0;
+  std::vector<std::pair<at::Tensor, at::Tensor>> batches;  // kept for the host's passes
   for (std::int64_t size : sizes) {
-    const auto [input, target] = batch_on(model, size, dtype, device, options.seed);
+    batches.push_back(batch_on(model, size, dtype, device, options.seed));
+    const auto& [input, target] = batches.back();
     profile.input_bytes.push_back(bytes_of(input));
     const std::vector<LayerTimes> times =
-        time_layers(model, modules, input, target, *backend, options, measure_launches,
-                    profile.device.backward_call_ms);
+        time_layers(model, modules, input, target, *backend, options);
     // Memory: each layer on its own, its input the previous layer's output; then, with no
     // memory being measured any more, the co-run slowdown on the same input.
     at::Tensor current = input;
@@ -815,6 +817,21 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
       if (options.progress) options.progress(++done, total);
     }
   }
+  // The host's pace, every size in turn (time_host_calls says why).
+  std::vector<double> paces;
+  if (measure_launches) {
+    const std::vector<HostTimes> host = time_host_calls(
+        model, modules, batches, *backend, options.repeats, profile.device.backward_call_ms, paces);
+    for (int l = 0; l < layer_count; ++l) {
+      LayerProfile& layer = profile.layers[l];
+      for (const HostTimes& size : host) {
+        layer.forward_launch_ms.push_back(statistics(size.forward[l]).median);
+        layer.backward_launch_ms.push_back(statistics(size.backward[l]).median);
+        layer.forward_nograd_launch_ms.push_back(statistics(size.nograd[l]).median);
+      }
+    }
+  }
+  batches.clear();
   // What stays allocated once the work is done and every tensor is gone: the libraries'
   // workspaces (cuBLAS keeps one per thread and stream), which every pipeline device holds too.
   for (auto& p : model.layers->parameters()) p.mutable_grad().reset();
@@ -836,6 +853,8 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
       {"seed", options.seed},
       {"torch", TORCH_VERSION}};
   if (options.co_runners > 0) meta["co_runner_threads"] = threads;
+  // The pace the launch times were taken at, to set beside a run's (host_pace.hpp).
+  if (!paces.empty()) meta["host_pace_us"] = statistics(paces).median;
   profile.meta_json = meta.dump();
   result.profile = std::move(profile);
   return result;

@@ -8,6 +8,7 @@
 
 #include "executor/executor.hpp"
 #include "executor/placement.hpp"
+#include "profiler/host_pace.hpp"
 #include "sim/compare.hpp"
 #include "sim/error.hpp"
 
@@ -18,6 +19,9 @@ double MeasuredRun::median_pipeline_ms() const {
 }
 double MeasuredRun::median_step_ms() const {
   return median(step_ms);
+}
+double MeasuredRun::median_host_pace_us() const {
+  return host_pace_us.empty() ? 0.0 : median(host_pace_us);
 }
 double MeasuredRun::spread_ms() const {
   const double m = median(pipeline_ms);
@@ -63,6 +67,9 @@ std::vector<MeasuredRun> measure_plans(
                               settings.batch, options);
       MeasuredRun& run = runs[p];
       run.plan = plans[p];
+      const std::string& first = options.devices.front();
+      run.host_pace_us.push_back(
+          profiler::measure_host_pace_us(first.rfind("cuda", 0) == 0 ? first : "cpu"));
       for (int k = 0; k < settings.warmup + measured; ++k) {
         auto [input, target] = model.make_batch(settings.batch, step_index + k, settings.seed);
         const exec::StepRecord record = pipeline.step(input, target);

@@ -39,11 +39,16 @@ struct MeasuredRun {
   std::vector<std::int64_t> library_memory_bytes;    ///< per device, the largest over the steps
   Trace trace;  ///< the step whose pipeline time is the median; peaks as above
   std::vector<std::int64_t> traced_step_peak_bytes;  ///< per device, the traced step's own peak
+  /// The host's pace (profiler/host_pace.hpp) on the plan's first device, taken before each
+  /// round of its steps: what a profile's launch times are set beside.
+  std::vector<double> host_pace_us;
 
   double median_pipeline_ms() const;
   double median_step_ms() const;
   /// The median absolute deviation of the pipeline times: how much one step's time says.
   double spread_ms() const;
+  /// The median of host_pace_us; 0 when none was taken.
+  double median_host_pace_us() const;
 };
 
 /// Runs every plan for `settings.steps` measured steps. Throws InputError for a plan the

@@ -13,6 +13,9 @@ plan the report validated, and compares the prediction with the report's measure
   least over sizes    ... the least over the sizes (a call's host work does not grow with the
                       batch, so a size that took longer met a slower host)
   none                no launch times: the device's times alone
+  at the run's pace   as profiled, times the host's pace the plan's run met over the pace the
+                      profile was taken at (report `host_pace_us`, profile `meta.host_pace_us`:
+                      profiler/host_pace.hpp), plan by plan
 
 A question about the host's pace, asked of measurements already made: nothing is run on a GPU.
 """
@@ -28,8 +31,21 @@ import tempfile
 LAUNCH_KEYS = ("forward_launch_ms", "backward_launch_ms", "forward_nograd_launch_ms")
 
 
-def estimated(profile, how):
+def estimated(profile, how, plan=None):
     out = copy.deepcopy(profile)
+    if how == "at the run's pace":
+        profiled = profile.get("meta", {}).get("host_pace_us")
+        met = plan.get("host_pace_us") if plan else None
+        if not profiled or not met:
+            return None
+        scale = statistics.median(met) / profiled
+        if "backward_call_ms" in out["device"]:
+            out["device"]["backward_call_ms"] *= scale
+        for layer in out["layers"]:
+            for key in LAUNCH_KEYS:
+                if key in layer:
+                    layer[key] = [v * scale for v in layer[key]]
+        return out
     if how == "none":
         out["device"].pop("backward_call_ms", None)
         for layer in out["layers"]:
@@ -55,11 +71,14 @@ def errors(pipetune, record, how, scratch):
         with open(os.path.join(folder, "profile.json")) as f:
             profile = json.load(f)
         profile_path = os.path.join(scratch, f"{model}.profile.json")
-        with open(profile_path, "w") as f:
-            json.dump(estimated(profile, how), f)
         with open(report_path) as f:
             report = json.load(f)
         for plan in report["plans"]:
+            rewritten = estimated(profile, how, plan)
+            if rewritten is None:
+                sys.exit(f"{report_path}: no host pace in the report or the profile")
+            with open(profile_path, "w") as f:
+                json.dump(rewritten, f)
             plan_path = os.path.join(folder, "validate", os.path.basename(plan["plan_file"]))
             run = subprocess.run(
                 [pipetune, "simulate", "--profile", profile_path, "--hardware",
@@ -81,7 +100,8 @@ def main():
     print("| --- | --- | --- | --- | --- | --- |")
     with tempfile.TemporaryDirectory() as scratch:
         for record in args.records:
-            for how in ("as profiled", "median over sizes", "least over sizes", "none"):
+            for how in ("as profiled", "median over sizes", "least over sizes", "none",
+                        "at the run's pace"):
                 found = errors(args.pipetune, record, how, scratch)
                 if not found:
                     sys.exit(f"{record}: no model folder with validate/report.json")

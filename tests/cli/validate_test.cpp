@@ -102,6 +102,10 @@ TEST(CliValidate, ReportTracesAndErrorsAgreeAndCalibrationIsFittedElsewhereThenR
     // memory per device from the two traces' peaks.
     const auto steps = p["measured_pipeline_ms"].get<std::vector<double>>();
     ASSERT_EQ(steps.size(), 3u);
+    // The host's pace, taken before each of the plan's two rounds.
+    const auto paces = p["host_pace_us"].get<std::vector<double>>();
+    ASSERT_EQ(paces.size(), 2u);
+    for (double pace : paces) EXPECT_GT(pace, 0.0);
     const double measured_ms = median(steps);
     EXPECT_NEAR(p["measured_median_ms"].get<double>(), measured_ms, 1e-6);
     for (const auto& [key, trace] :

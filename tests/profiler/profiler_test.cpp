@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
 
@@ -460,9 +461,14 @@ TEST(Profiler, LaunchTimesOnACpuAreTheLayersOwnTime) {
   const Profile again = parse_profile(profile_to_json(p), "again.json");
   EXPECT_EQ(again.layers[1].backward_launch_ms, p.layers[1].backward_launch_ms);
   EXPECT_EQ(again.device.backward_call_ms, call);
+  // The pace the launch times were taken at, beside them; none where none were taken.
+  const auto meta = nlohmann::json::parse(p.meta_json);
+  ASSERT_TRUE(meta.contains("host_pace_us"));
+  EXPECT_GT(meta["host_pace_us"].get<double>(), 0.0);
   const Profile plain = profiler::profile_model(m, quick(4, {4})).profile;
   EXPECT_FALSE(plain.has_launch_times());
   EXPECT_EQ(plain.device.backward_call_ms, 0.0);
+  EXPECT_FALSE(nlohmann::json::parse(plain.meta_json).contains("host_pace_us"));
   options.launch_times = "sometimes";
   try {
     profiler::profile_model(m, options);
