@@ -28,6 +28,7 @@ struct ProfileFlags {
   int threads = 0;
   int devices = 2;
   int co_runners = -1;  // -1: devices - 1 on a CPU, 0 on a GPU
+  int sm_partitions = 0;
   std::uint64_t seed = 0;
   std::string output;
   std::string hardware;
@@ -69,6 +70,11 @@ void add_profile_command(CLI::App& app, std::vector<Command>& commands) {
                   "CPU: time each layer also beside N threads running it, for the co-run slowdown; "
                   "0: off (default: devices - 1)")
       ->check(CLI::NonNegativeNumber);
+  sub->add_option("--sm-partitions", flags->sm_partitions,
+                  "--device cuda: profile on one of K equal shares of the GPU's SMs, the device "
+                  "each stage of `pipetune run --sm-partitions K` gets")
+      ->check(CLI::PositiveNumber)
+      ->type_name("K");
   sub->add_option("--seed", flags->seed, "initialisation and data seed");
   sub->add_option("-o,--output", flags->output, "profile.json to write")
       ->required()
@@ -96,6 +102,7 @@ void add_profile_command(CLI::App& app, std::vector<Command>& commands) {
     options.launch_times = flags->launch_times;
     options.seed = flags->seed;
     options.threads = flags->threads;
+    options.sm_partitions = flags->sm_partitions;
     if (options.threads == 0 && flags->device == "cpu") {
       // Measure with the threads each CPU device will have when the executor runs the plan.
       options.threads = exec::cpu_threads_per_device(flags->devices);

@@ -23,6 +23,7 @@
 #include "distributed/process_group.hpp"
 #include "executor/executor.hpp"
 #include "executor/placement.hpp"
+#include "executor/sm_partitions.hpp"
 #include "executor/transport.hpp"
 #include "sim/compare.hpp"
 #include "sim/error.hpp"
@@ -56,6 +57,7 @@ struct RunFlags {
   bool distributed = false;
   double timeout_s = 300.0;
   std::string links_out;
+  int sm_partitions = 0;
 };
 
 // The distributed run's connection, held here so that it outlives run_plan's locals on the
@@ -130,6 +132,12 @@ void add_run_command(CLI::App& app, std::vector<Command>& commands) {
          "--distributed: measure the links between the ranks first and write them as hardware.json")
       ->type_name("OUT.json");
 
+  sub->add_option("--sm-partitions", flags->sm_partitions,
+                  "--device cuda: split the GPU's SMs into K equal shares (CUDA green contexts) "
+                  "and run device cuda:<n> on share n, so K stages really run at once")
+      ->check(CLI::PositiveNumber)
+      ->type_name("K");
+
   commands.emplace_back(sub, [flags] {
     if (!flags->distributed) return run_plan(flags);
     // A rank that fails says which rank it is and leaves at once: threads blocked on a peer
@@ -183,7 +191,17 @@ Plan resolve_run_plan(const RunFlags& flags, std::optional<Schedule>& given) {
 exec::ExecutorOptions executor_options(const RunFlags& flags, const Plan& plan,
                                        distributed::LaunchEnvironment& launch) {
   exec::ExecutorOptions options;
-  options.devices = exec::executor_devices(plan, flags.device);
+  if (flags.sm_partitions > 0) {
+    if (flags.device != "cuda" || flags.distributed) {
+      throw InputError("--sm-partitions: only with --device cuda, in one process");
+    }
+    const exec::SmPartitions& shares = exec::sm_partitions(0, flags.sm_partitions);
+    std::fprintf(stderr, "note: cuda:0 to cuda:%d are %d shares of the GPU's %d SMs (%d each)\n",
+                 flags.sm_partitions - 1, flags.sm_partitions, shares.device_sms,
+                 shares.sms.front());
+    options.sm_partitions = flags.sm_partitions;
+  }
+  options.devices = exec::executor_devices(plan, flags.device, flags.sm_partitions);
   options.threads_per_cpu_device = flags.threads;
   if (flags.distributed) {
     launch = distributed::read_launch_environment();

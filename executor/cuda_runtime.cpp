@@ -30,10 +30,14 @@ std::shared_ptr<at::cuda::CUDAEvent> timed_event() {
 
 class CudaRuntime final : public DeviceRuntime {
  public:
-  CudaRuntime(const std::vector<c10::Device>& devices, bool history)
-      : devices_(devices), history_(history) {
-    for (const auto& d : devices_)
-      compute_.push_back(c10::cuda::getStreamFromPool(/*high_priority=*/false, d.index()));
+  CudaRuntime(const std::vector<c10::Device>& devices, bool history,
+              const std::vector<c10::Stream>& compute_streams)
+      : devices_(devices), history_(history), shared_gpu_(!compute_streams.empty()) {
+    for (std::size_t d = 0; d < devices_.size(); ++d) {
+      compute_.push_back(
+          shared_gpu_ ? CUDAStream(compute_streams.at(d))
+                      : c10::cuda::getStreamFromPool(/*high_priority=*/false, devices_[d].index()));
+    }
     base_.resize(devices_.size());
     memory_base_.resize(devices_.size());
     samples_.resize(devices_.size());
@@ -64,7 +68,7 @@ class CudaRuntime final : public DeviceRuntime {
 
   void count_from(const std::vector<std::int64_t>& held) override {
     for (std::size_t d = 0; d < devices_.size(); ++d) {
-      memory_base_[d].count_from(raw_allocated(static_cast<int>(d)), held[d]);
+      memory_base_[d].count_from(raw_allocated(static_cast<int>(d)), held_on(held, d));
     }
   }
 
@@ -73,7 +77,7 @@ class CudaRuntime final : public DeviceRuntime {
       c10::cuda::CUDAGuard guard(devices_[d].index());
       c10::cuda::device_synchronize();
       c10::cuda::CUDACachingAllocator::resetPeakStats(devices_[d].index());
-      memory_base_[d].begin_step(raw_allocated(static_cast<int>(d)), held[d]);
+      memory_base_[d].begin_step(raw_allocated(static_cast<int>(d)), held_on(held, d));
       base_[d] = timed_event();
       base_[d]->record(compute_[d]);
     }
@@ -164,6 +168,14 @@ class CudaRuntime final : public DeviceRuntime {
   }
 
  private:
+  // What the pipeline holds on device d's allocator: on SM partitions one allocator serves them
+  // all, so every device counts the whole GPU's.
+  std::int64_t held_on(const std::vector<std::int64_t>& held, std::size_t d) const {
+    if (!shared_gpu_) return held[d];
+    std::int64_t all = 0;
+    for (std::int64_t bytes : held) all += bytes;
+    return all;
+  }
   std::int64_t raw_allocated(int device) {
     return stats(device)
         .allocated_bytes[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
@@ -188,6 +200,7 @@ class CudaRuntime final : public DeviceRuntime {
 
   std::vector<c10::Device> devices_;
   bool history_;
+  bool shared_gpu_;  // SM partitions of one GPU
   std::vector<CUDAStream> compute_;
   std::vector<std::shared_ptr<at::cuda::CUDAEvent>> base_;
   std::vector<MemoryBase> memory_base_;
@@ -200,8 +213,9 @@ class CudaRuntime final : public DeviceRuntime {
 }  // namespace
 
 std::unique_ptr<DeviceRuntime> make_cuda_runtime(const std::vector<c10::Device>& devices,
-                                                 bool history) {
-  return std::make_unique<CudaRuntime>(devices, history);
+                                                 bool history,
+                                                 const std::vector<c10::Stream>& compute_streams) {
+  return std::make_unique<CudaRuntime>(devices, history, compute_streams);
 }
 
 bool cuda_built() {

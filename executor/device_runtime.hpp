@@ -6,6 +6,7 @@
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
+#include <c10/core/Stream.h>
 
 #include <cstdint>
 #include <memory>
@@ -95,9 +96,12 @@ std::unique_ptr<DeviceRuntime> make_cpu_runtime(int devices, int threads_per_dev
 
 /// CUDA devices (only when built with CUDA; nullptr otherwise): one compute stream per device,
 /// a copy stream per channel, CUDA events for timing and handoffs, the caching allocator's
-/// statistics for memory.
+/// statistics for memory. `compute_streams`, when given, are the devices' compute streams (SM
+/// partitions, sm_partitions.hpp: every device the same GPU); each device's memory is then the
+/// whole GPU's, the pipeline's bytes on all of them.
 std::unique_ptr<DeviceRuntime> make_cuda_runtime(const std::vector<c10::Device>& devices,
-                                                 bool history);
+                                                 bool history,
+                                                 const std::vector<c10::Stream>& compute_streams);
 
 /// Whether this build can run CUDA devices, and how many this machine has.
 bool cuda_built();

@@ -75,6 +75,10 @@ struct ExecutorOptions {
   /// stage and the chunks; the schedule's programmes place the stages unless the plan names
   /// devices, and its R actions are the recomputes.
   std::optional<Schedule> schedule;
+  /// > 0: device "cuda:<n>" is share n of that many equal shares of the first GPU's SMs
+  /// (sm_partitions.hpp), so stages on different devices really run at once on one GPU; every
+  /// device's memory is then the whole GPU's. 0: each "cuda:<n>" is GPU n.
+  int sm_partitions = 0;
 };
 
 /// What one training step measured. Times in ms from the step's start, one time base for all

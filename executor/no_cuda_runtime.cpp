@@ -4,7 +4,8 @@
 
 namespace pipetune::exec {
 
-std::unique_ptr<DeviceRuntime> make_cuda_runtime(const std::vector<c10::Device>&, bool) {
+std::unique_ptr<DeviceRuntime> make_cuda_runtime(const std::vector<c10::Device>&, bool,
+                                                 const std::vector<c10::Stream>&) {
   return nullptr;
 }
 bool cuda_built() {

@@ -22,6 +22,7 @@
 #include "executor/models/layers.hpp"
 #include "executor/placement.hpp"
 #include "executor/rank_merge.hpp"
+#include "executor/sm_partitions.hpp"
 #include "executor/stage_backward.hpp"
 #include "executor/transport.hpp"
 #include "sim/error.hpp"
@@ -98,12 +99,23 @@ TraceTask copy_task(const Key& key, int from_device, int to_device, int step, st
 // cores (a rank runs one device of its own; worker threads in one process share the cores).
 std::unique_ptr<DeviceRuntime> make_runtime(const StagePlacement& placement,
                                             const ExecutorOptions& options) {
+  if (placement.cuda && options.sm_partitions > 0) {
+    const SmPartitions& shares = sm_partitions(0, options.sm_partitions);
+    std::vector<c10::Device> devices;
+    std::vector<c10::Stream> streams;
+    for (const DeviceName& d : placement.devices) {  // place_stages checked d.index < shares
+      devices.emplace_back(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(0));
+      streams.push_back(shares.streams[static_cast<std::size_t>(d.index)]);
+    }
+    return make_cuda_runtime(devices, options.record_memory_history, streams);
+  }
+  if (options.sm_partitions > 0) throw InputError(Input::Device, "SM partitions need CUDA devices");
   if (placement.cuda) {
     std::vector<c10::Device> devices;
     for (const DeviceName& d : placement.devices) {
       devices.emplace_back(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(d.index));
     }
-    return make_cuda_runtime(devices, options.record_memory_history);
+    return make_cuda_runtime(devices, options.record_memory_history, {});
   }
   const int devices = static_cast<int>(placement.device_names.size());
   const int threads = options.threads_per_cpu_device > 0
@@ -207,10 +219,10 @@ struct Pipeline::Impl {
         plan(p),
         batch_size(batch),
         options(std::move(o)),
-        placement(place_stages(plan, static_cast<int>(model.layer_names.size()), model.name,
-                               batch_size, options.devices,
-                               options.transport ? options.transport->world_size() : 0,
-                               options.schedule ? &*options.schedule : nullptr)),
+        placement(
+            place_stages(plan, static_cast<int>(model.layer_names.size()), model.name, batch_size,
+                         options.devices, options.transport ? options.transport->world_size() : 0,
+                         options.schedule ? &*options.schedule : nullptr, options.sm_partitions)),
         stage_count(plan.stages()),
         micro_batches(static_cast<int>(placement.micro_batch_sizes.size())),
         local(options.transport ? options.transport->rank() : -1),

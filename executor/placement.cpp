@@ -120,16 +120,25 @@ std::vector<std::string> stage_device_names(const Plan& plan, const Schedule& sc
   return names;
 }
 
+// The CUDA devices a plan may name: the GPUs, or the shares of the first one's SMs.
+int cuda_devices(int sm_partitions) {
+  if (sm_partitions > 0) return cuda_device_count() > 0 ? sm_partitions : 0;
+  return cuda_device_count();
+}
+
 // One device, parsed and checked against this build and machine.
-DeviceName checked_device(const std::string& name, bool distributed) {
+DeviceName checked_device(const std::string& name, bool distributed, int sm_partitions) {
   const DeviceName device = parse_device_name(name);
   if (device.kind != DeviceKind::Cuda) return device;
   if (!cuda_built()) {
     throw InputError(fmt::format("device {}: this build of pipetune has no CUDA", name));
   }
-  if (device.index >= cuda_device_count()) {
-    throw InputError(fmt::format("device {}: no such CUDA device (this machine has {})", name,
-                                 cuda_device_count()));
+  if (device.index >= cuda_devices(sm_partitions)) {
+    throw InputError(sm_partitions > 0
+                         ? fmt::format("device {}: no such SM partition (the GPU is split into {})",
+                                       name, sm_partitions)
+                         : fmt::format("device {}: no such CUDA device (this machine has {})", name,
+                                       cuda_device_count()));
   }
   if (distributed) {
     throw InputError(fmt::format(
@@ -143,7 +152,7 @@ DeviceName checked_device(const std::string& name, bool distributed) {
 
 StagePlacement place_stages(const Plan& plan, int model_layers, const std::string& model_name,
                             std::int64_t batch_size, const std::vector<std::string>& devices,
-                            int world_size, const Schedule* given) {
+                            int world_size, const Schedule* given, int sm_partitions) {
   check_runnable(plan, model_layers, model_name, batch_size);
   StagePlacement out;
   out.micro_batch_sizes = split_batch(batch_size, plan.chunks);
@@ -166,7 +175,7 @@ StagePlacement place_stages(const Plan& plan, int model_layers, const std::strin
   }
   int cpu_devices = 0;
   for (const auto& name : out.device_names) {
-    out.devices.push_back(checked_device(name, world_size > 0));
+    out.devices.push_back(checked_device(name, world_size > 0, sm_partitions));
     if (out.devices.back().kind == DeviceKind::Cuda) {
       out.cuda = true;
     } else {
@@ -179,7 +188,8 @@ StagePlacement place_stages(const Plan& plan, int model_layers, const std::strin
   return out;
 }
 
-std::vector<std::string> executor_devices(const Plan& plan, const std::string& kind) {
+std::vector<std::string> executor_devices(const Plan& plan, const std::string& kind,
+                                          int sm_partitions) {
   if (kind == "cuda" && !exec::cuda_built()) {
     throw InputError(Input::Device, "cuda",
                      "this build of pipetune has no CUDA (LibTorch without CUDA, or no CUDA "
@@ -208,13 +218,17 @@ std::vector<std::string> executor_devices(const Plan& plan, const std::string& k
   }
   if (kind == "cuda") {
     for (const auto& name : out) {
-      if (parse_device_name(name).index >= exec::cuda_device_count()) {
+      if (parse_device_name(name).index >= cuda_devices(sm_partitions)) {
         throw InputError(
             Input::Device, "cuda",
-            fmt::format("the plan needs {} but this machine has {} CUDA device(s); "
-                        "name the plan's devices to "
-                        "put several stages on one (e.g. \"devices\": [\"cuda:0\", \"cuda:0\"])",
-                        name, exec::cuda_device_count()));
+            sm_partitions > 0
+                ? fmt::format("the plan needs {} but the GPU is split into {} SM partitions", name,
+                              sm_partitions)
+                : fmt::format("the plan needs {} but this machine has {} CUDA device(s); "
+                              "name the plan's devices to "
+                              "put several stages on one (e.g. \"devices\": [\"cuda:0\", "
+                              "\"cuda:0\"])",
+                              name, exec::cuda_device_count()));
       }
     }
   }

@@ -16,7 +16,9 @@ namespace pipetune::exec {
 /// The executor's device names for a plan run on `kind` ("cpu" or "cuda"): the plan's own
 /// names when they are "<kind>:<n>", else "<kind>:0", "<kind>:1", … by order of first use (one
 /// per programme when the plan names none: a stage each, or stages_per_device each).
-std::vector<std::string> executor_devices(const Plan& plan, const std::string& kind);
+/// `sm_partitions` > 0: "cuda:<n>" names share n of the first GPU's SMs (ExecutorOptions).
+std::vector<std::string> executor_devices(const Plan& plan, const std::string& kind,
+                                          int sm_partitions = 0);
 /// Intra-op threads for each CPU device when `devices` CPU devices (worker threads of one
 /// process, or ranks on one machine) share this machine's cores: an equal share, at least one.
 /// The profiler measures with the same count, so a profiled layer runs as it will in the
@@ -44,6 +46,6 @@ struct StagePlacement {
 /// stage and micro-batch counts must be the plan's; its programmes place the stages).
 StagePlacement place_stages(const Plan& plan, int model_layers, const std::string& model_name,
                             std::int64_t batch_size, const std::vector<std::string>& devices,
-                            int world_size, const Schedule* given = nullptr);
+                            int world_size, const Schedule* given = nullptr, int sm_partitions = 0);
 
 }  // namespace pipetune::exec

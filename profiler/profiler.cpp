@@ -1,6 +1,7 @@
 #include "profiler/profiler.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/StreamGuard.h>
 #include <fmt/format.h>
 #include <torch/autograd.h>
 #include <torch/version.h>
@@ -16,6 +17,7 @@
 #include <tuple>
 
 #include "executor/device_name.hpp"
+#include "executor/sm_partitions.hpp"
 #include "profiler/backend.hpp"
 #include "profiler/host_pace.hpp"
 #include "sim/error.hpp"
@@ -776,7 +778,23 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
   }
   model.layers->to(device);
   model.layers->train();
+  // Every call below runs on the share's stream, and autograd runs each backward on its
+  // forward's stream.
+  const exec::SmPartitions* shares = nullptr;
+  std::optional<c10::StreamGuard> on_share;
+  if (options.sm_partitions > 0) {
+    if (backend->device_type() != "cuda") {
+      throw InputError(
+          fmt::format("SM partitions: expected a CUDA device, got {}", options.device));
+    }
+    shares = &exec::sm_partitions(device.has_index() ? device.index() : 0, options.sm_partitions);
+    on_share.emplace(shares->streams.front());
+  }
   Profile profile = empty_profile(model, *backend, dtype, options, sizes);
+  if (shares) {
+    profile.device.name += fmt::format(" ({} of {} SMs: 1 of {} shares)", shares->sms.front(),
+                                       shares->device_sms, options.sm_partitions);
+  }
   profile.co_runners = options.co_runners;
   // Library bytes: what the allocator gains from here without a tensor to show for it. A
   // pipeline's device has two threads running cuBLAS on its stream, the compute thread and

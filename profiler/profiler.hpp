@@ -83,6 +83,10 @@ struct ProfileOptions {
   /// CPU: the other devices' threads a layer is also timed beside (0: not measured). CUDA: 0
   /// only; stages sharing one GPU are not measured (InputError).
   int co_runners = 0;
+  /// CUDA: > 0 profiles on the first of that many equal shares of the GPU's SMs
+  /// (executor/sm_partitions.hpp), the device each stage of a pipeline run with
+  /// ExecutorOptions::sm_partitions gets; the profile's device name says which share.
+  int sm_partitions = 0;
   std::uint64_t seed = 0;
   std::function<void(std::size_t done, std::size_t total)> progress;
 };

@@ -10,6 +10,7 @@
 #   profile  zoo models at GPU sizes, timed by CUPTI and by CUDA events, against whole-model runs
 #   record   validate every checkpoint mode, both schedules, several chunk counts, 2 stages on the GPU
 #   bench    executor overhead, and against torch.distributed.pipelining, on the GPU
+#   partitions  stages at once on shares of the GPU's SMs (green contexts), against the simulator
 #   pack     put logs, profiles, reports and traces into at most 8 files under $OUT
 #
 # Each phase fits well inside 10 minutes on 16 cores. The build and results stay in
@@ -20,6 +21,7 @@
 # Environment: PIPETUNE_KEEP_GOING=1 (run the later phases after one fails), PIPETUNE_KIT (default
 # .gpu-kit/kit.tar.xz), PIPETUNE_BUILD_TARGETS (build only these, e.g. a re-check's tests),
 # PIPETUNE_GPU_WORK, PIPETUNE_RECORD_STEPS (steps per round of the record's plans, default 20),
+# PIPETUNE_SM_PARTITIONS (the partitions phase's shares of the SMs, default 2),
 # PIPETUNE_PYTHON
 # (default python3: the one that has the image's torch), PIPETUNE_BUILD_DIR (default
 # $PIPETUNE_GPU_WORK/build), PIPETUNE_CMAKE_ARGS (more configure flags, e.g. a sanitizer build:
@@ -207,6 +209,47 @@ json.dump(plan, open(sys.argv[2], "w"), indent=2)' "$file.two" "$file"
   logged "$python" bench/validation/record_table.py "$dir"/*/validate/report.json | tee "$dir/table.md"
 }
 
+# K stages really at once on the one GPU: stage k on share k of its SMs (CUDA green contexts,
+# `--sm-partitions K`), profiled on one share, so the simulator's overlap and bubble are
+# measured, not only each task's time. Each model also runs one plan with its stages taking
+# turns on the whole GPU, for what the overlap is worth.
+phase_partitions() {
+  [ -x "$cli" ] || phase_build
+  local dir="$work/partitions" shares="${PIPETUNE_SM_PARTITIONS:-2}"
+  mkdir -p "$dir"
+  for entry in "${record_models[@]}"; do
+    read -r name spec batch <<< "$entry"
+    local out="$dir/$name"
+    mkdir -p "$out"
+    say "partitions $name: profile ($spec, batch $batch) on 1 of $shares shares of the SMs"
+    logged "$cli" profile --model "$spec" --batch "$batch" --device cuda --sm-partitions "$shares" \
+      --progress none -o "$out/profile.json" || fail "profile $name on a share"
+    for schedule in gpipe 1f1b; do
+      for chunks in 2 4 8; do
+        local stem="$out/$schedule-$chunks"
+        "$cli" plan --profile "$out/profile.json" --devices "$shares" --chunks "$chunks" \
+          --checkpoint never --schedule "$schedule" --top 1 -o "$stem.plan.json" > /dev/null 2>> "$log" ||
+          fail "plan $name $schedule x$chunks for $shares shares"
+        "$cli" simulate --profile "$out/profile.json" --plan "$stem.plan.json" --json \
+          > "$stem.predicted.json" 2>> "$log" || fail "simulate $name $schedule x$chunks"
+        "$cli" run --model "$spec" --batch "$batch" --device cuda --sm-partitions "$shares" \
+          --plan "$stem.plan.json" --steps "${PIPETUNE_RECORD_STEPS:-20}" --warmup 2 --progress none \
+          --json --trace "$stem.measured.trace.json" > "$stem.run.json" 2>> "$log" ||
+          fail "run $name $schedule x$chunks on $shares shares (see gpu-check.log)"
+      done
+    done
+    "$python" -c '
+import json, sys
+plan = json.load(open(sys.argv[1]))
+plan["devices"] = ["cuda:0"] * len(plan["balance"])
+json.dump(plan, open(sys.argv[2], "w"), indent=2)' "$out/1f1b-4.plan.json" "$out/1f1b-4.turns.plan.json"
+    "$cli" run --model "$spec" --batch "$batch" --device cuda --plan "$out/1f1b-4.turns.plan.json" \
+      --steps "${PIPETUNE_RECORD_STEPS:-20}" --warmup 2 --progress none --json \
+      > "$out/1f1b-4.turns.run.json" 2>> "$log" || fail "run $name 1f1b x4, stages in turn"
+  done
+  logged "$python" bench/validation/partitions_table.py "$dir" | tee "$dir/table.md"
+}
+
 phase_bench() {
   [ -x "$cli" ] || phase_build
   local dir="$work/bench"
@@ -229,7 +272,7 @@ phase_pack() {
   [ -f "$work/logs/tests.log" ] && xz -T0 -c "$work/logs/tests.log" > "$OUT/tests.log.xz"
   [ -f "$work/logs/machine.md" ] && cp "$work/logs/machine.md" "$OUT/machine.md"
   local what
-  for what in profiles record bench; do
+  for what in profiles record partitions bench; do
     [ -d "$work/$what" ] && tar -C "$work" -cJf "$OUT/$what.tar.xz" "$what"
   done
   [ -f "$work/logs/build.log" ] && tail -200 "$work/logs/build.log" > "$OUT/build-tail.log"
@@ -237,13 +280,13 @@ phase_pack() {
 }
 
 phases=("$@")
-((${#phases[@]})) || phases=(kit build test profile record bench)
+((${#phases[@]})) || phases=(kit build test profile record partitions bench)
 machine_summary
 status=0
 for p in "${phases[@]}"; do
   case "$p" in
-    kit | build | test | profile | record | bench | pack) ;;
-    *) fail "unknown phase '$p' (kit, build, test, profile, record, bench, pack)" ;;
+    kit | build | test | profile | record | partitions | bench | pack) ;;
+    *) fail "unknown phase '$p' (kit, build, test, profile, record, partitions, bench, pack)" ;;
   esac
   started=$SECONDS
   say "== $p"

@@ -652,5 +652,45 @@ TEST(Executor, CudaDevicesTheSameWay) {
   }
 }
 
+// SM partitions: the stages on devices cuda:0 and cuda:1, two shares of one GPU's SMs, compute
+// what one device does; every device's memory is the whole GPU's.
+TEST(Executor, CudaSmPartitionsTheSameWay) {
+  PIPETUNE_GPU_TEST_NEEDS(torch::cuda::is_available(), "no CUDA device");
+  const std::string spec = "mlp:layers=4,width=16,classes=5";
+  models::Model reference = models::build_model(spec, double_precision());
+  auto [input, target] = batch_for(reference);
+  const double expected_loss = testing::reference_step(reference, input, target, 3);
+  const auto expected = testing::gradients(reference);
+  for (auto kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
+    models::Model model = models::build_model(spec, double_precision());
+    ExecutorOptions options;
+    options.devices = {"cuda:0", "cuda:1"};
+    options.sm_partitions = 2;
+    options.optimizer = OptimizerKind::None;
+    Pipeline pipeline(model, plan_of({2, 3}, 3, CheckpointMode::ExceptLast, kind), kBatch, options);
+    const auto step = pipeline.step(input, target);
+    EXPECT_NEAR(step.loss, expected_loss, 1e-10 * std::abs(expected_loss));
+    expect_same(testing::gradients(model), expected, "shares " + describe_plan(pipeline.plan()));
+    ASSERT_EQ(step.peak_memory_bytes.size(), 2u);
+    EXPECT_GT(step.peak_memory_bytes[0], 0);
+    EXPECT_EQ(step.peak_memory_bytes[0], step.peak_memory_bytes[1]);
+  }
+}
+
+// The CPU twin's refusal: SM partitions are of a GPU.
+TEST(Executor, SmPartitionsOfCpuDevicesAreRefused) {
+  models::Model model = models::build_model("mlp:layers=4,width=16,classes=5", double_precision());
+  ExecutorOptions options;
+  options.devices = {"cpu:0", "cpu:1"};
+  options.sm_partitions = 2;
+  try {
+    Pipeline pipeline(model, plan_of({2, 3}, 2, CheckpointMode::Never, ScheduleKind::GPipe), kBatch,
+                      options);
+    FAIL() << "SM partitions of CPU devices were accepted";
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "device: SM partitions need CUDA devices");
+  }
+}
+
 }  // namespace
 }  // namespace pipetune
