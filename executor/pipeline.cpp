@@ -626,8 +626,13 @@ void Pipeline::Impl::worker_main(int d) {
         current = a;
         // Wait for what the action needs from another stage first: a task's time is its own
         // work, and the wait is the dependency's (the simulator and replay count it there).
+        // On a GPU the stream waits for the tensor here too, before the task's start is
+        // stamped on it: a stamp before the wait would put the wait in the task.
         Handoff incoming;
-        if (const std::optional<Key> key = receives(a)) incoming = take(*key);
+        if (const std::optional<Key> key = receives(a)) {
+          const Handoff taken = take(*key);
+          incoming = Handoff{runtime->consume(taken, d), nullptr};
+        }
         const Stamp begin = runtime->now(d);
         runtime->sample_memory(d, begin);
         run_action(d, a, generator, std::move(incoming));

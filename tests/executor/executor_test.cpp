@@ -10,6 +10,9 @@
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 #include <torch/optim/sgd.h>
+#if PIPETUNE_WITH_CUDA
+#include <ATen/cuda/Sleep.h>
+#endif
 
 #include <chrono>
 #include <condition_variable>
@@ -652,22 +655,54 @@ TEST(Executor, CudaDevicesTheSameWay) {
   }
 }
 
+// Doubles its input; on a GPU only after the device has spun for about 50 ms, so that a stage
+// after it that does not wait for its output reads memory not yet written.
+struct LateDoublingImpl : torch::nn::Module {
+  at::Tensor forward(const at::Tensor& x) {
+#if PIPETUNE_WITH_CUDA
+    if (x.is_cuda()) at::cuda::sleep(100'000'000);
+#endif
+    return x * 2.0;
+  }
+};
+TORCH_MODULE(LateDoubling);
+
+// An MLP with a LateDoubling after its first layer.
+models::Model with_late_doubling(const std::string& spec) {
+  models::Model m = models::build_model(spec, double_precision());
+  torch::nn::Sequential layers;
+  std::vector<std::string> names;
+  std::size_t k = 0;
+  for (auto it = m.layers->begin(); it != m.layers->end(); ++it, ++k) {
+    layers->push_back(m.layer_names[k], *it);
+    names.push_back(m.layer_names[k]);
+    if (k == 0) {
+      layers->push_back("late", LateDoubling());
+      names.push_back("late");
+    }
+  }
+  m.layers = layers;
+  m.layer_names = names;
+  return m;
+}
+
 // SM partitions: the stages on devices cuda:0 and cuda:1, two shares of one GPU's SMs, compute
-// what one device does; every device's memory is the whole GPU's.
+// what one device does, though the first stage's output comes late; every device's memory is
+// the whole GPU's.
 TEST(Executor, CudaSmPartitionsTheSameWay) {
   PIPETUNE_GPU_TEST_NEEDS(torch::cuda::is_available(), "no CUDA device");
   const std::string spec = "mlp:layers=4,width=16,classes=5";
-  models::Model reference = models::build_model(spec, double_precision());
+  models::Model reference = with_late_doubling(spec);
   auto [input, target] = batch_for(reference);
   const double expected_loss = testing::reference_step(reference, input, target, 3);
   const auto expected = testing::gradients(reference);
   for (auto kind : {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
-    models::Model model = models::build_model(spec, double_precision());
+    models::Model model = with_late_doubling(spec);
     ExecutorOptions options;
     options.devices = {"cuda:0", "cuda:1"};
     options.sm_partitions = 2;
     options.optimizer = OptimizerKind::None;
-    Pipeline pipeline(model, plan_of({2, 3}, 3, CheckpointMode::ExceptLast, kind), kBatch, options);
+    Pipeline pipeline(model, plan_of({2, 4}, 3, CheckpointMode::ExceptLast, kind), kBatch, options);
     const auto step = pipeline.step(input, target);
     EXPECT_NEAR(step.loss, expected_loss, 1e-10 * std::abs(expected_loss));
     expect_same(testing::gradients(model), expected, "shares " + describe_plan(pipeline.plan()));
