@@ -38,10 +38,11 @@
 //                             back to back, so both see the same cache state.
 //   forward_launch_ms, backward_launch_ms, forward_nograd_launch_ms (GPU)
 //                             the host's time to make the layer's calls, timed by the steady
-//                             clock in one untimed and `repeats` timed passes, each from an
-//                             idle device, with the layers' calls back to back as a stage makes
-//                             them (one graph, one backward call, each layer's backward bounded
-//                             by hooks on its gradients) and nothing watching them (CUPTI's
+//                             clock in one untimed and `repeats` timed passes, after every
+//                             size's device passes, the sizes taking turns pass by pass, each
+//                             from an idle device, with the layers' calls back to back as a stage
+//                             makes them (one graph, one backward call, each layer's backward
+//                             bounded by hooks on its gradients) and nothing watching them (CUPTI's
 //                             callbacks would slow them): where a layer's kernels are small, the
 //                             GPU waits for the host, and that pace, not the kernels' time, sets a
 //                             stage's. A backward call's own time (device.backward_call_ms: from
@@ -52,6 +53,7 @@
 //                             With CUPTI, forward_ms and backward_ms are the device's time: its
 //                             kernels' durations and the short gaps between kernels it already
 //                             had (activity.hpp), not the waits for the host.
+// meta.host_pace_us is the host's pace as the launch times were taken (host_pace.hpp).
 // device.library_bytes is what stays allocated once the work is done (cuBLAS workspaces).
 // Memory comes from the CUDA caching allocator on GPUs and from the counting allocator on the
 // CPU, so it is what the executor's measurements count.
