@@ -753,43 +753,121 @@ void warm_up_device(models::Model& model, MeasureBackend& backend, std::int64_t 
   for (auto& p : model.layers->parameters()) p.mutable_grad().reset();
 }
 
+namespace {
+
+// What the device refuses of the options, before any work: co-runners and SM shares are of
+// one kind of device each.
+void check_device_options(const ProfileOptions& options, const MeasureBackend& backend) {
+  if (options.co_runners > 0 && backend.device_type() != "cpu") {
+    throw InputError(fmt::format(
+        "co-runners: the co-run slowdown is measured on the CPU only; expected 0 with device {}",
+        options.device));
+  }
+  if (options.sm_partitions > 0 && backend.device_type() != "cuda") {
+    throw InputError(fmt::format("SM partitions: expected a CUDA device, got {}", options.device));
+  }
+}
+
+// The model's dtype: its first parameter's (float for a model without any).
+at::ScalarType dtype_of(models::Model& model) {
+  for (auto& p : model.layers->parameters()) return p.scalar_type();
+  return at::kFloat;
+}
+
+// Every size's device passes (CUPTI or events), then each layer's memory on its own, its input
+// the previous layer's output, and, with no memory measured any more, the co-run slowdown on
+// the same input. Returns the batches, which the host's passes reuse.
+std::vector<std::pair<at::Tensor, at::Tensor>> profile_sizes(
+    models::Model& model, std::vector<torch::nn::AnyModule*>& modules, MeasureBackend& backend,
+    const ProfileOptions& options, const std::vector<std::int64_t>& sizes, at::ScalarType dtype,
+    Profile& profile) {
+  const int layer_count = static_cast<int>(modules.size());
+  // The co-runners' intra-op threads: what the timed thread runs with, as every CPU device of
+  // the pipeline has the same.
+  const int threads = options.threads > 0 ? options.threads : at::get_num_threads();
+  const std::size_t total = sizes.size() * static_cast<std::size_t>(layer_count);
+  std::size_t done = 0;
+  std::vector<std::pair<at::Tensor, at::Tensor>> batches;
+  for (std::int64_t size : sizes) {
+    batches.push_back(batch_on(model, size, dtype, backend.device(), options.seed));
+    const auto& [input, target] = batches.back();
+    profile.input_bytes.push_back(bytes_of(input));
+    const std::vector<LayerTimes> times =
+        time_layers(model, modules, input, target, backend, options);
+    at::Tensor current = input;
+    for (int l = 0; l < layer_count; ++l) {
+      Runner run{*modules[l], model, l + 1 == layer_count, target};
+      LayerMemory memory = measure_layer_memory(run, current, l, backend);
+      append(profile.layers[l], times[l], memory, size == sizes.front());
+      if (options.co_runners > 0) {
+        const Slowdown slowdown = measure_slowdown(run, current, l, backend, options, threads);
+        LayerProfile& layer = profile.layers[l];
+        layer.forward_corun_ms.push_back(times[l].forward.median * slowdown.forward);
+        layer.backward_corun_ms.push_back(times[l].backward.median * slowdown.backward);
+      }
+      current = std::move(memory.output);
+      if (options.progress) options.progress(++done, total);
+    }
+  }
+  return batches;
+}
+
+// Each layer's launch times per size, the medians of the host's passes; returns the host's
+// pace over them (0 when none was taken).
+double add_launch_times(models::Model& model, std::vector<torch::nn::AnyModule*>& modules,
+                        const std::vector<std::pair<at::Tensor, at::Tensor>>& batches,
+                        MeasureBackend& backend, int repeats, Profile& profile) {
+  std::vector<double> paces;
+  const std::vector<HostTimes> host = time_host_calls(model, modules, batches, backend, repeats,
+                                                      profile.device.backward_call_ms, paces);
+  for (std::size_t l = 0; l < modules.size(); ++l) {
+    LayerProfile& layer = profile.layers[l];
+    for (const HostTimes& size : host) {
+      layer.forward_launch_ms.push_back(statistics(size.forward[l]).median);
+      layer.backward_launch_ms.push_back(statistics(size.backward[l]).median);
+      layer.forward_nograd_launch_ms.push_back(statistics(size.nograd[l]).median);
+    }
+  }
+  return statistics(paces).median;
+}
+
+// How the profile was measured; model_spec lets the GUI and validate run the same model.
+std::string profile_meta(const models::Model& model, const MeasureBackend& backend,
+                         const ProfileOptions& options, bool launches, double host_pace_us) {
+  const int threads = options.threads > 0 ? options.threads : at::get_num_threads();
+  nlohmann::ordered_json meta = {
+      {"profiler", "pipetune"},     {"timer", backend.timer_name()}, {"warmup", options.warmup},
+      {"repeats", options.repeats}, {"launch_times", launches},      {"threads", threads},
+      {"model_spec", model.spec},   {"seed", options.seed},          {"torch", TORCH_VERSION}};
+  if (options.co_runners > 0) meta["co_runner_threads"] = threads;
+  // The pace the launch times were taken at, to set beside a run's (host_pace.hpp).
+  if (host_pace_us > 0) meta["host_pace_us"] = host_pace_us;
+  return meta.dump();
+}
+
+}  // namespace
+
 ProfileResult profile_model(models::Model& model, const ProfileOptions& options) {
   const std::vector<std::int64_t> sizes = checked_sizes(options);
   if (options.co_runners < 0) {
     throw InputError(fmt::format("co-runners: expected 0 or more, got {}", options.co_runners));
   }
   std::unique_ptr<MeasureBackend> backend = make_backend(options);
-  if (options.co_runners > 0 && backend->device_type() != "cpu") {
-    throw InputError(fmt::format(
-        "co-runners: the co-run slowdown is measured on the CPU only; expected 0 with device {}",
-        options.device));
-  }
-  const bool measure_launches =
-      options.launch_times == "on" ||
-      (options.launch_times == "auto" && backend->launches_asynchronously());
-  // The co-runners' intra-op threads: what the timed thread runs with, as every CPU device of
-  // the pipeline has the same.
-  const int threads = options.threads > 0 ? options.threads : at::get_num_threads();
+  check_device_options(options, *backend);
+  const bool launches = options.launch_times == "on" ||
+                        (options.launch_times == "auto" && backend->launches_asynchronously());
   const c10::Device device = backend->device();
-  at::ScalarType dtype = at::kFloat;
-  for (auto& p : model.layers->parameters()) {
-    dtype = p.scalar_type();
-    break;
-  }
+  const at::ScalarType dtype = dtype_of(model);
   model.layers->to(device);
   model.layers->train();
-  // Every call below runs on the share's stream, and autograd runs each backward on its
-  // forward's stream.
-  const exec::SmPartitions* shares = nullptr;
+  // On a share of the SMs, every call below runs on the share's stream (autograd runs each
+  // backward on its forward's stream).
+  const exec::SmPartitions* shares =
+      options.sm_partitions > 0
+          ? &exec::sm_partitions(device.has_index() ? device.index() : 0, options.sm_partitions)
+          : nullptr;
   std::optional<c10::StreamGuard> on_share;
-  if (options.sm_partitions > 0) {
-    if (backend->device_type() != "cuda") {
-      throw InputError(
-          fmt::format("SM partitions: expected a CUDA device, got {}", options.device));
-    }
-    shares = &exec::sm_partitions(device.has_index() ? device.index() : 0, options.sm_partitions);
-    on_share.emplace(shares->streams.front());
-  }
+  if (shares) on_share.emplace(shares->streams.front());
   Profile profile = empty_profile(model, *backend, dtype, options, sizes);
   if (shares) {
     profile.device.name += fmt::format(" ({} of {} SMs: 1 of {} shares)", shares->sms.front(),
@@ -803,52 +881,16 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
   const std::int64_t before_any_work = backend->allocated();
   backend->spin_up();
   warm_up_device(model, *backend, sizes.back(), dtype, options);
-  if (measure_launches)
+  if (launches)
     profile.device.backward_call_ms = measure_backward_call_ms(*backend, options.repeats);
 
   std::vector<torch::nn::AnyModule*> modules;
   for (auto it = model.layers->begin(); it != model.layers->end(); ++it) modules.push_back(&*it);
-  const int layer_count = static_cast<int>(modules.size());
-  const std::size_t total = sizes.size() * static_cast<std::size_t>(layer_count);
-  std::size_t done = 0;
-  std::vector<std::pair<at::Tensor, at::Tensor>> batches;  // kept for the host's passes
-  for (std::int64_t size : sizes) {
-    batches.push_back(batch_on(model, size, dtype, device, options.seed));
-    const auto& [input, target] = batches.back();
-    profile.input_bytes.push_back(bytes_of(input));
-    const std::vector<LayerTimes> times =
-        time_layers(model, modules, input, target, *backend, options);
-    // Memory: each layer on its own, its input the previous layer's output; then, with no
-    // memory being measured any more, the co-run slowdown on the same input.
-    at::Tensor current = input;
-    for (int l = 0; l < layer_count; ++l) {
-      Runner run{*modules[l], model, l + 1 == layer_count, target};
-      LayerMemory memory = measure_layer_memory(run, current, l, *backend);
-      append(profile.layers[l], times[l], memory, size == sizes.front());
-      if (options.co_runners > 0) {
-        const Slowdown slowdown = measure_slowdown(run, current, l, *backend, options, threads);
-        LayerProfile& layer = profile.layers[l];
-        layer.forward_corun_ms.push_back(times[l].forward.median * slowdown.forward);
-        layer.backward_corun_ms.push_back(times[l].backward.median * slowdown.backward);
-      }
-      current = std::move(memory.output);
-      if (options.progress) options.progress(++done, total);
-    }
-  }
-  // The host's pace, every size in turn (time_host_calls says why).
-  std::vector<double> paces;
-  if (measure_launches) {
-    const std::vector<HostTimes> host = time_host_calls(
-        model, modules, batches, *backend, options.repeats, profile.device.backward_call_ms, paces);
-    for (int l = 0; l < layer_count; ++l) {
-      LayerProfile& layer = profile.layers[l];
-      for (const HostTimes& size : host) {
-        layer.forward_launch_ms.push_back(statistics(size.forward[l]).median);
-        layer.backward_launch_ms.push_back(statistics(size.backward[l]).median);
-        layer.forward_nograd_launch_ms.push_back(statistics(size.nograd[l]).median);
-      }
-    }
-  }
+  std::vector<std::pair<at::Tensor, at::Tensor>> batches =
+      profile_sizes(model, modules, *backend, options, sizes, dtype, profile);
+  const double host_pace_us =
+      launches ? add_launch_times(model, modules, batches, *backend, options.repeats, profile)
+               : 0.0;
   batches.clear();
   // What stays allocated once the work is done and every tensor is gone: the libraries'
   // workspaces (cuBLAS keeps one per thread and stream), which every pipeline device holds too.
@@ -858,22 +900,7 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
   ProfileResult result;
   for (auto& w : backend->take_warnings()) result.warnings.push_back(w);
   model.layers->to(at::kCPU);
-
-  // How it was measured; model_spec lets the GUI and validate run the same model.
-  nlohmann::ordered_json meta = {
-      {"profiler", "pipetune"},
-      {"timer", backend->timer_name()},
-      {"warmup", options.warmup},
-      {"repeats", options.repeats},
-      {"launch_times", measure_launches},
-      {"threads", options.threads > 0 ? options.threads : at::get_num_threads()},
-      {"model_spec", model.spec},
-      {"seed", options.seed},
-      {"torch", TORCH_VERSION}};
-  if (options.co_runners > 0) meta["co_runner_threads"] = threads;
-  // The pace the launch times were taken at, to set beside a run's (host_pace.hpp).
-  if (!paces.empty()) meta["host_pace_us"] = statistics(paces).median;
-  profile.meta_json = meta.dump();
+  profile.meta_json = profile_meta(model, *backend, options, launches, host_pace_us);
   result.profile = std::move(profile);
   return result;
 }

@@ -21,7 +21,10 @@
 # Environment: PIPETUNE_KEEP_GOING=1 (run the later phases after one fails), PIPETUNE_KIT (default
 # .gpu-kit/kit.tar.xz), PIPETUNE_BUILD_TARGETS (build only these, e.g. a re-check's tests),
 # PIPETUNE_GPU_WORK, PIPETUNE_RECORD_STEPS (steps per round of the record's plans, default 20),
-# PIPETUNE_SM_PARTITIONS (the partitions phase's shares of the SMs, default 2),
+# PIPETUNE_RECORD_ROUNDS (rounds the record's plans take turns in, default 4: a launch-bound
+# plan runs at the host's pace, which moves by a third within minutes, so each plan's steps are
+# spread over the whole record), PIPETUNE_SM_PARTITIONS (the partitions phase's shares of the
+# SMs, default 2),
 # PIPETUNE_PYTHON
 # (default python3: the one that has the image's torch), PIPETUNE_BUILD_DIR (default
 # $PIPETUNE_GPU_WORK/build), PIPETUNE_CMAKE_ARGS (more configure flags, e.g. a sanitizer build:
@@ -202,7 +205,7 @@ json.dump(plan, open(sys.argv[2], "w"), indent=2)' "$file.two" "$file"
     list="$(IFS=,; echo "${plans[*]}")"
     logged "$cli" validate --model "$spec" --batch "$batch" --device cuda --devices 1 \
       --profile "$out/profile.json" --hardware "$out/hardware.json" --calibration-plans 0 \
-      --plan "$list" --steps "${PIPETUNE_RECORD_STEPS:-20}" --warmup 2 --rounds 2 --progress none --out "$out/validate" \
+      --plan "$list" --steps "${PIPETUNE_RECORD_STEPS:-20}" --warmup 2 --rounds "${PIPETUNE_RECORD_ROUNDS:-4}" --progress none --out "$out/validate" \
       > "$out/validate.txt" || fail "validate $name (see record/$name/validate.txt)"
     cat "$out/validate.txt" >> "$log"
   done
