@@ -170,6 +170,15 @@ record_models=(
   "mlp mlp:layers=8,width=4096 512"
 )
 
+# Plan SRC with every stage on cuda:0, written to DST: the stages take turns on the one GPU.
+on_one_gpu() {
+  "$python" -c '
+import json, sys
+plan = json.load(open(sys.argv[1]))
+plan["devices"] = ["cuda:0"] * len(plan["balance"])
+json.dump(plan, open(sys.argv[2], "w"), indent=2)' "$1" "$2"
+}
+
 phase_record() {
   [ -x "$cli" ] || phase_build
   local dir="$work/record"
@@ -190,11 +199,7 @@ phase_record() {
           local file="$out/plans/$mode-$schedule-$chunks.plan.json"
           "$cli" plan --profile "$out/profile.json" --devices 2 --chunks "$chunks" --checkpoint "$mode" \
             --schedule "$schedule" --top 1 -o "$file.two" > /dev/null || fail "plan $name $mode $schedule $chunks"
-          "$python" -c '
-import json, sys
-plan = json.load(open(sys.argv[1]))
-plan["devices"] = ["cuda:0"] * len(plan["balance"])
-json.dump(plan, open(sys.argv[2], "w"), indent=2)' "$file.two" "$file"
+          on_one_gpu "$file.two" "$file"
           rm -f "$file.two"
           plans+=("$file")
         done
@@ -241,11 +246,7 @@ phase_partitions() {
           fail "run $name $schedule x$chunks on $shares shares (see gpu-check.log)"
       done
     done
-    "$python" -c '
-import json, sys
-plan = json.load(open(sys.argv[1]))
-plan["devices"] = ["cuda:0"] * len(plan["balance"])
-json.dump(plan, open(sys.argv[2], "w"), indent=2)' "$out/1f1b-4.plan.json" "$out/1f1b-4.turns.plan.json"
+    on_one_gpu "$out/1f1b-4.plan.json" "$out/1f1b-4.turns.plan.json"
     "$cli" run --model "$spec" --batch "$batch" --device cuda --plan "$out/1f1b-4.turns.plan.json" \
       --steps "${PIPETUNE_RECORD_STEPS:-20}" --warmup 2 --progress none --json \
       > "$out/1f1b-4.turns.run.json" 2>> "$log" || fail "run $name 1f1b x4, stages in turn"
