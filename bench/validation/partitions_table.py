@@ -9,7 +9,9 @@ PARTITIONS_DIR holds one folder per model with, per plan STEM: STEM.plan.json,
 STEM.predicted.json (`pipetune simulate --json`), STEM.run.json (`pipetune run --json`) and
 STEM.measured.trace.json; and STEM.turns.run.json where the same plan also ran with its stages
 taking turns on the whole GPU. The shares split the SMs, not the memory: every device's
-measured peak is the GPU's, set here beside the sum of the predicted devices' peaks.
+measured peak is the GPU's, set here beside the sum of the predicted devices' peaks. Each
+measured step is checked for causality (out_of_order): a stage that starts on a tensor before
+it was made means a stream did not wait, and the run is no validation.
 """
 import glob
 import json
@@ -18,11 +20,47 @@ import statistics
 import sys
 
 
+# A task this long before its dependency's end counts as out of order (stamps on two streams).
+SLACK_MS = 0.05
+
+
+def out_of_order(trace):
+    """Hand-overs of a measured GPU trace that a stage did not wait for: the next stage's
+    forward starting before the forward that made its input ended (a forward's output is its
+    last work, and on a GPU its hand-over and its end are stamped back to back on its stream),
+    or a backward starting before the gradient it takes was handed over. Not for CPU traces,
+    whose stamps are the host's: a CPU task may end well after it handed its output on."""
+    tasks = {}
+    copies = []
+    for e in trace["traceEvents"]:
+        if e.get("ph") != "X":
+            continue
+        args = e.get("args", {})
+        span = (e["ts"] / 1000, (e["ts"] + e["dur"]) / 1000)
+        if e["cat"] == "copy":
+            copies.append((args["direction"], args["stage"], args["micro_batch"], span))
+        else:
+            tasks[(e["cat"], args["stage"], args["micro_batch"])] = span
+    broken = 0
+    for direction, stage, micro_batch, (_, copied) in copies:
+        if direction == "activation":
+            made = tasks.get(("forward", stage, micro_batch))
+            used = tasks.get(("forward", stage + 1, micro_batch))
+            ready = made[1] if made else copied
+        else:
+            used = tasks.get(("backward", stage - 1, micro_batch)) or tasks.get(
+                ("backward_input", stage - 1, micro_batch))
+            ready = copied
+        if used and used[0] < ready - SLACK_MS:
+            broken += 1
+    return broken, len(copies)
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     root = sys.argv[1]
-    rows, errors = [], []
+    rows, errors, disorders = [], [], []
     for folder in sorted(glob.glob(os.path.join(root, "*"))):
         if not os.path.isdir(folder):
             continue
@@ -38,7 +76,10 @@ def main():
             with open(stem + ".run.json") as f:
                 run = json.load(f)
             with open(stem + ".measured.trace.json") as f:
-                summary = json.load(f)["pipetune"]["summary"]
+                trace = json.load(f)
+            summary = trace["pipetune"]["summary"]
+            broken, handovers = out_of_order(trace)
+            disorders.append(broken)
             measured = statistics.median(run["pipeline_ms"])
             error = predicted["iteration_ms"] / measured - 1
             errors.append(abs(error))
@@ -52,17 +93,21 @@ def main():
                 f"| {predicted['iteration_ms']:.2f} | {measured:.2f} | {100 * error:+.1f} % "
                 f"| {100 * predicted['bubble_fraction']:.1f} % "
                 f"| {100 * summary['bubble_fraction']:.1f} % | {turns or '-'} "
-                f"| {predicted_peaks / 2**20:.0f} | {max(run['peak_memory_bytes']) / 2**20:.0f} |")
+                f"| {predicted_peaks / 2**20:.0f} | {max(run['peak_memory_bytes']) / 2**20:.0f} "
+                f"| {broken} of {handovers} |")
     if not rows:
         sys.exit(f"{root}: no plan with a run")
     print("| model | plan | predicted ms | measured ms | error | bubble predicted "
           "| bubble measured | whole GPU, stages in turn, ms | predicted peaks summed MiB "
-          "| GPU peak measured MiB |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "| GPU peak measured MiB | hand-overs out of order |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     print("\n".join(rows))
     print(f"\n- iteration time: median |error| {100 * statistics.median(errors):.1f} %, "
           f"worst {100 * max(errors):.1f} %, {sum(e <= 0.05 for e in errors)}/{len(errors)} "
           f"within 5 %, {sum(e <= 0.10 for e in errors)}/{len(errors)} within 10 %")
+    if any(disorders):
+        print(f"- NOT A VALIDATION: {sum(d > 0 for d in disorders)} of {len(disorders)} measured "
+              "steps have a stage starting on a tensor before it was made")
 
 
 if __name__ == "__main__":
