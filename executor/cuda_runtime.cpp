@@ -114,13 +114,13 @@ class CudaRuntime final : public DeviceRuntime {
 
   Handoff copy(const Handoff& handoff, int from, int to) override {
     const auto& [source_side, destination_side] = channel(from, to);
+    // Both sides wait for the tensor. The stamps and the event below are the destination
+    // side's: between two GPUs the copy's own barrier makes it wait anyway, but on SM
+    // partitions of one GPU there is no copy, and without this wait the next stage read its
+    // input before it was written (seen on an H100: a forward starting 8 ms early).
     auto* ready = static_cast<at::cuda::CUDAEvent*>(handoff.ready.get());
     ready->block(source_side);
-    // SM partitions: both sides are streams of one GPU, the destination side the current one;
-    // there is no copy, and the stamps and the event below are the destination side's, which
-    // must wait for the tensor too (else the next stage reads it before it is written: seen on
-    // an H100, a stage's forward starting 8 ms before its input was computed).
-    if (shared_gpu_) ready->block(destination_side);
+    ready->block(destination_side);
     at::Tensor out = handoff.tensor.to(devices_[to], /*non_blocking=*/true);
     // Neither buffer was allocated on the stream that now uses it.
     c10::cuda::CUDACachingAllocator::recordStream(handoff.tensor.storage().data_ptr(), source_side);

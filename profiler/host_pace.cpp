@@ -3,20 +3,28 @@
 #include <ATen/ATen.h>
 #include <torch/cuda.h>
 
-#include <algorithm>
 #include <chrono>
 #include <vector>
+
+#include "executor/device_name.hpp"
+#include "sim/compare.hpp"
 
 namespace pipetune::profiler {
 
 double measure_host_pace_us(const std::string& device) {
-  const c10::Device where(device);
+  // A CPU device of the pipeline ("cpu:1", a worker thread) runs its calls on the CPU all the
+  // same.
+  const exec::DeviceName name = exec::parse_device_name(device);
+  const c10::Device where =
+      name.kind == exec::DeviceKind::Cuda
+          ? c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(name.index))
+          : c10::Device(c10::kCPU);
   // Few enough calls that a batch never fills a launch queue (about a thousand on CUDA), so
   // the host never waits for the device within one.
   constexpr int kCalls = 200;
   constexpr int kBatches = 7;
   auto idle = [&] {
-    if (where.is_cuda()) torch::cuda::synchronize(where.has_index() ? where.index() : -1);
+    if (where.is_cuda()) torch::cuda::synchronize(where.index());
   };
   at::Tensor x = at::zeros({1}, at::TensorOptions().device(where));
   for (int k = 0; k < kCalls; ++k) x.add_(1.0);  // the first calls load the kernel
@@ -30,8 +38,7 @@ double measure_host_pace_us(const std::string& device) {
     per_call.push_back(took.count() / kCalls);
   }
   idle();
-  std::nth_element(per_call.begin(), per_call.begin() + kBatches / 2, per_call.end());
-  return per_call[kBatches / 2];
+  return median(std::move(per_call));
 }
 
 }  // namespace pipetune::profiler

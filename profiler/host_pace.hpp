@@ -12,9 +12,10 @@
 namespace pipetune::profiler {
 
 /// Microseconds per call of an in-place add on a one-element tensor on `device` ("cpu",
-/// "cuda", "cuda:<n>"): the median of several timed batches of calls, each batch from an idle
-/// device and none waiting for the device (a batch is far shorter than a launch queue). On a
-/// CPU the call runs where it is made: its time is the op's dispatch and work.
+/// "cpu:<n>", "cuda", "cuda:<n>"; InputError otherwise): the median of several timed batches of
+/// calls, each batch from an idle device and none waiting for the device (a batch is far shorter
+/// than a launch queue). On a CPU the call runs where it is made: its time is the op's dispatch and
+/// work.
 double measure_host_pace_us(const std::string& device);
 
 }  // namespace pipetune::profiler

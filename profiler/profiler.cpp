@@ -768,6 +768,12 @@ void check_device_options(const ProfileOptions& options, const MeasureBackend& b
   }
 }
 
+// The intra-op threads the timed thread runs with (and each co-runner, as every CPU device of
+// the pipeline has the same).
+int measured_threads(const ProfileOptions& options) {
+  return options.threads > 0 ? options.threads : at::get_num_threads();
+}
+
 // The model's dtype: its first parameter's (float for a model without any).
 at::ScalarType dtype_of(models::Model& model) {
   for (auto& p : model.layers->parameters()) return p.scalar_type();
@@ -782,9 +788,7 @@ std::vector<std::pair<at::Tensor, at::Tensor>> profile_sizes(
     const ProfileOptions& options, const std::vector<std::int64_t>& sizes, at::ScalarType dtype,
     Profile& profile) {
   const int layer_count = static_cast<int>(modules.size());
-  // The co-runners' intra-op threads: what the timed thread runs with, as every CPU device of
-  // the pipeline has the same.
-  const int threads = options.threads > 0 ? options.threads : at::get_num_threads();
+  const int threads = measured_threads(options);
   const std::size_t total = sizes.size() * static_cast<std::size_t>(layer_count);
   std::size_t done = 0;
   std::vector<std::pair<at::Tensor, at::Tensor>> batches;
@@ -834,7 +838,7 @@ double add_launch_times(models::Model& model, std::vector<torch::nn::AnyModule*>
 // How the profile was measured; model_spec lets the GUI and validate run the same model.
 std::string profile_meta(const models::Model& model, const MeasureBackend& backend,
                          const ProfileOptions& options, bool launches, double host_pace_us) {
-  const int threads = options.threads > 0 ? options.threads : at::get_num_threads();
+  const int threads = measured_threads(options);
   nlohmann::ordered_json meta = {
       {"profiler", "pipetune"},     {"timer", backend.timer_name()}, {"warmup", options.warmup},
       {"repeats", options.repeats}, {"launch_times", launches},      {"threads", threads},

@@ -67,9 +67,7 @@ std::vector<MeasuredRun> measure_plans(
                               settings.batch, options);
       MeasuredRun& run = runs[p];
       run.plan = plans[p];
-      const std::string& first = options.devices.front();
-      run.host_pace_us.push_back(
-          profiler::measure_host_pace_us(first.rfind("cuda", 0) == 0 ? first : "cpu"));
+      run.host_pace_us.push_back(profiler::measure_host_pace_us(options.devices.front()));
       for (int k = 0; k < settings.warmup + measured; ++k) {
         auto [input, target] = model.make_batch(settings.batch, step_index + k, settings.seed);
         const exec::StepRecord record = pipeline.step(input, target);
