@@ -79,12 +79,28 @@ double MinMaxShareProgramme::solve(std::vector<double>* shares) {
   }
   for (double b : limit_) scale = std::max(scale, std::abs(b));
   const double eps = 1e-12 * scale;
+  // Dantzig's rule (the most negative reduced cost) takes far fewer pivots than Bland's (the
+  // lowest index that improves: on a 32-stage multi-stage root, hundreds per solve), but can
+  // cycle where pivots are degenerate; after a run of degenerate pivots, Bland's rule until one
+  // makes progress, which it does without cycling.
+  constexpr std::size_t kDegenerateRun = 32;
+  std::size_t degenerate = 0;
   for (std::size_t iteration = 0; iteration < 50 * (rows + cols); ++iteration) {
     std::size_t enter = cols;
-    for (std::size_t v = 0; v < cols; ++v) {
-      if (reduced_[v] < -eps) {
-        enter = v;  // Bland's rule: the lowest index that improves, so no cycling
-        break;
+    if (degenerate < kDegenerateRun) {
+      double most = -eps;
+      for (std::size_t v = 0; v < cols; ++v) {
+        if (reduced_[v] < most) {
+          most = reduced_[v];
+          enter = v;
+        }
+      }
+    } else {
+      for (std::size_t v = 0; v < cols; ++v) {
+        if (reduced_[v] < -eps) {
+          enter = v;
+          break;
+        }
       }
     }
     if (enter == cols) break;
@@ -99,6 +115,8 @@ double MinMaxShareProgramme::solve(std::vector<double>* shares) {
       }
     }
     if (leave == rows) break;  // unbounded: cannot happen (u <= the slopes, w sums to 1 at most)
+    degenerate = ratio > 0.0 ? 0 : degenerate + 1;
+    pivot_cells_ += static_cast<std::uint64_t>(rows + 1) * cols;
     const double pivot = tableau_[leave][enter];
     for (double& x : tableau_[leave]) x /= pivot;
     rhs_[leave] /= pivot;
@@ -162,7 +180,8 @@ double MinMaxShareProgramme::solve(std::vector<double>* shares) {
   return bound;
 }
 
-double MinMaxShareProgramme::solve_with_least(std::size_t index, double least) const {
+double MinMaxShareProgramme::solve_with_least(std::size_t index, double least,
+                                              std::uint64_t* cells) const {
   const std::size_t block = index / coordinates_;
   if (!(least <= totals_[block])) return std::numeric_limits<double>::infinity();
   // x = least at `index` plus y, y >= 0 shared as before with the block's total less `least`.
@@ -173,7 +192,9 @@ double MinMaxShareProgramme::solve_with_least(std::size_t index, double least) c
     shifted.add(constant_[i] + slope_[i][index] * least, slope_[i]);
   for (std::size_t j = 0; j < constraint_.size(); ++j)
     shifted.add_constraint(constraint_[j], limit_[j] - constraint_[j][index] * least);
-  return shifted.solve();
+  const double bound = shifted.solve();
+  if (cells != nullptr) *cells += shifted.pivot_cells();
+  return bound;
 }
 
 double min_max_share_bound(const std::vector<double>& constant,

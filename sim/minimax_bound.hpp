@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 namespace pipetune {
@@ -46,8 +47,11 @@ class MinMaxShareProgramme {
   double solve(std::vector<double>* shares = nullptr);
   /// The bound of the same functions when coordinate `index` (block * coordinates + k) holds
   /// at least `least` of its block's total, solved afresh; infinity when the block is smaller.
-  double solve_with_least(std::size_t index, double least) const;
+  /// Adds that solution's pivot cells (see pivot_cells()) to `*cells` where given.
+  double solve_with_least(std::size_t index, double least, std::uint64_t* cells = nullptr) const;
   std::size_t functions() const { return constant_.size(); }
+  /// Tableau cells the pivots so far have updated: what the solves cost, for a caller's budget.
+  std::uint64_t pivot_cells() const { return pivot_cells_; }
 
  private:
   std::size_t coordinates_;
@@ -66,6 +70,7 @@ class MinMaxShareProgramme {
   std::vector<std::vector<double>> tableau_;
   std::vector<double> rhs_, reduced_;  // right-hand sides; the objective row (reduced costs)
   std::vector<std::size_t> basis_;
+  std::uint64_t pivot_cells_ = 0;
 };
 
 }  // namespace pipetune
