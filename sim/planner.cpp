@@ -395,6 +395,7 @@ class PlanSearch {
   std::vector<int> busy_balanced() const;
   std::vector<std::vector<int>> fit_ends(double share) const;
   void evaluate_leaner_incumbents();
+  void seed_leanest(const std::vector<Config>& configs);
   /// nested: without the received input and the sent output, whose sizes depend on where the
   /// stage starts and ends, so that the bound only grows as the stage grows at either end.
   std::int64_t memory_bound(int j, int a, int b, bool nested = false) const;
@@ -2641,6 +2642,29 @@ void PlanSearch::polish_unpolished(std::vector<Entry>& entries) {
   }
 }
 
+// A first leanest plan whatever is left of the budget: where the cheap pass spent it (a large
+// model under a cap; 3,000 layers on 32 devices), the search for the leanest plan runs no
+// step, and where it has steps its first leaf, stage by stage from the left, can be far from
+// lean (one layer a stage, the rest on the last two). Per checkpoint mode and schedule, the
+// configuration with the most micro-batches (the smallest activations) gets the balance with
+// the least largest nested memory bound, O(1) a stage (min_max_partition: the bound only grows
+// as a stage grows at either end), simulated. The search then starts from the leanest of them.
+void PlanSearch::seed_leanest(const std::vector<Config>& configs) {
+  std::map<std::pair<CheckpointMode, ScheduleKind>, const Config*> most;
+  for (const Config& c : configs) {
+    if (c.multi_stage()) continue;
+    const Config*& chosen = most[{c.checkpoint, c.schedule}];
+    if (chosen == nullptr || c.micro_batches() > chosen->micro_batches()) chosen = &c;
+  }
+  for (const auto& [kind, config] : most) {
+    prepare(*config);
+    const Partition p = min_max_partition(layers_, stages_, [this](int j, int a, int b) {
+      return static_cast<double>(memory_bound(j, a, b, /*nested=*/true));
+    });
+    if (!p.sizes.empty()) evaluate(p.sizes, Objective::Memory);
+  }
+}
+
 PlanSearchResult PlanSearch::run() {
   std::vector<Config> configs = configurations();
   stats_.configurations = configs.size();
@@ -2750,6 +2774,7 @@ PlanSearchResult PlanSearch::run() {
     step_limit_ = options_.search_budget;
     out_of_budget_ = stats_.steps >= step_limit_;
     balance_.assign(stages_, 0);
+    seed_leanest(configs);
     // (Among the single-stage configurations only: the memory bounds are theirs.) The first
     // plans of every configuration were simulated already: lean_best_ starts from the leanest.
     for (const Config& config : configs) {
