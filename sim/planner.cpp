@@ -2415,9 +2415,10 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const std::vector<d
   std::vector<std::vector<int>> before;  // each task's predecessors (edges() needs a run first)
   // The rounds count against the budget (their pivots and the engine's runs): with 32 stages
   // and a few classes a solve takes a few milliseconds, and a model of 64 samples has a few
-  // hundred configurations. They stop at a quarter of it, so that the search for plans keeps
-  // the rest; the bound so far stands.
-  const std::uint64_t allowance = options_.search_budget / 4;
+  // hundred configurations. They stop at a quarter of it (at least about 50 ms of work, so
+  // that a small budget still gets the roots of small models), so that the search for plans
+  // keeps the rest; the bound so far stands.
+  const std::uint64_t allowance = std::max<std::uint64_t>(options_.search_budget / 4, 1 << 20);
   auto charge = [&](std::uint64_t cells_before) {
     stats_.steps += (programme.pivot_cells() - cells_before) / kPivotCellsPerStep;
   };
