@@ -184,16 +184,15 @@ double MinMaxShareProgramme::solve_with_least(std::size_t index, double least,
                                               std::uint64_t* cells) const {
   const std::size_t block = index / coordinates_;
   if (!(least <= totals_[block])) return std::numeric_limits<double>::infinity();
-  // x = least at `index` plus y, y >= 0 shared as before with the block's total less `least`.
-  std::vector<double> totals = totals_;
-  totals[block] -= least;
-  MinMaxShareProgramme shifted(coordinates_, totals);
-  for (std::size_t i = 0; i < constant_.size(); ++i)
-    shifted.add(constant_[i] + slope_[i][index] * least, slope_[i]);
-  for (std::size_t j = 0; j < constraint_.size(); ++j)
-    shifted.add_constraint(constraint_[j], limit_[j] - constraint_[j][index] * least);
-  const double bound = shifted.solve();
-  if (cells != nullptr) *cells += shifted.pivot_cells();
+  // The same programme with x[index] >= least as a constraint, from this one's basis: a copy
+  // of the tableau costs less than building a fresh one (every function a column, O(rows^2)
+  // each) and solving it from the slacks, which the heaviest-layer bound did once per stage.
+  MinMaxShareProgramme held = *this;
+  std::vector<double> a(totals_.size() * coordinates_, 0.0);
+  a[index] = 1.0;
+  held.add_constraint(a, least);
+  const double bound = held.solve();
+  if (cells != nullptr) *cells += held.pivot_cells_ - pivot_cells_;
   return bound;
 }
 

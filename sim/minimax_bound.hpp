@@ -46,7 +46,8 @@ class MinMaxShareProgramme {
   void add_constraint(const std::vector<double>& a, double b);
   double solve(std::vector<double>* shares = nullptr);
   /// The bound of the same functions when coordinate `index` (block * coordinates + k) holds
-  /// at least `least` of its block's total, solved afresh; infinity when the block is smaller.
+  /// at least `least` of its block's total (a constraint on a copy, solved on from this one's
+  /// basis); infinity when the block is smaller.
   /// Adds that solution's pivot cells (see pivot_cells()) to `*cells` where given.
   double solve_with_least(std::size_t index, double least, std::uint64_t* cells = nullptr) const;
   std::size_t functions() const { return constant_.size(); }
