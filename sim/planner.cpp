@@ -394,6 +394,7 @@ class PlanSearch {
   void build_suffix_tables();
   std::vector<int> busy_balanced() const;
   std::vector<std::vector<int>> fit_ends(double share) const;
+  bool some_balance_fits_nested() const;
   void evaluate_leaner_incumbents();
   void seed_leanest(const std::vector<Config>& configs);
   /// nested: without the received input and the sent output, whose sizes depend on where the
@@ -952,6 +953,22 @@ std::vector<std::vector<int>> PlanSearch::fit_ends(double share) const {
     }
   }
   return out;
+}
+
+// Whether some balance has every stage pass its nested memory bound (no plan of the
+// configuration fits otherwise). Each stage ends as far right as it fits, leaving a layer for
+// each later one: a later start only lets the later stages reach further, so this greedy walk
+// reaches the last layer whenever any balance does.
+bool PlanSearch::some_balance_fits_nested() const {
+  const std::vector<std::vector<int>> reach = fit_ends(1.0);
+  int start = 0;
+  for (int j = 0; j < stages_; ++j) {
+    const int most = layers_ - (stages_ - 1 - j);
+    const int end = reach[j].empty() ? most : std::min(reach[j][start], most);
+    if (end <= start) return false;
+    start = end;
+  }
+  return start == layers_;
 }
 
 // The busy-balanced plan fitting ever smaller shares of the caps, until one fits the simulator
@@ -2071,6 +2088,15 @@ void PlanSearch::open_root(Entry& e, const std::vector<Entry>& entries) {
     keep(e);
     return;
   }
+  // Under caps, a configuration that no balance fits is ruled out before its relaxed root and
+  // tables (which would rule it out too: on 3,000 layers and 32 stages where nothing fits,
+  // building them was most of a plan's time).
+  if (std::any_of(capacity_.begin(), capacity_.end(), [](std::int64_t c) { return c > 0; }) &&
+      !some_balance_fits_nested()) {
+    e.closed = true;
+    keep(e);
+    return;
+  }
   // The relaxed root first: where it rules the configuration out, its tables are never built.
   std::vector<int> relaxed;  // the relaxed root's plan
   RelaxedRows relaxed_rows;
@@ -2507,9 +2533,10 @@ void PlanSearch::multi_stage_root(Entry& e, const std::vector<Entry>& entries) {
     note();
     return;
   }
-  const Partition p = min_max_partition(layers_, stages, [&](int s, int a, int b) {
-    return (work[b] - work[a]) / speed_[stage_rank(c.schedule, s, stages, v)];
-  });
+  std::vector<double> stage_speed(stages);  // looked up once: the partition asks O(K L log L) times
+  for (int s = 0; s < stages; ++s) stage_speed[s] = speed_[stage_rank(c.schedule, s, stages, v)];
+  const Partition p = min_max_partition(
+      layers_, stages, [&](int s, int a, int b) { return (work[b] - work[a]) / stage_speed[s]; });
   e.balance = p.sizes;
   e.score = simulate_for(e, e.balance);
   e.stats.evaluated = true;
