@@ -53,6 +53,10 @@ class MinMaxShareProgramme {
   std::size_t functions() const { return constant_.size(); }
   /// Tableau cells the pivots so far have updated: what the solves cost, for a caller's budget.
   std::uint64_t pivot_cells() const { return pivot_cells_; }
+  /// Cells of the tableau: what a copy costs.
+  std::uint64_t tableau_cells() const {
+    return static_cast<std::uint64_t>(tableau_.size()) * reduced_.size();
+  }
 
  private:
   std::size_t coordinates_;

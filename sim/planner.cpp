@@ -1432,6 +1432,10 @@ double PlanSearch::capped_root(const RelaxedRows& rows, double threshold, std::u
     double value;
     std::vector<int> lo, hi;  // per end 0..K (0 and K fixed)
     std::vector<double> at;   // the shares' ends, in layers (continuous)
+    // Its programme, solved: a child copies it and adds the constraints of the ends its
+    // narrowing moved, going on from this basis (a fresh programme costs O(rows^2) a function
+    // and a solve from the slacks).
+    std::shared_ptr<const MinMaxShareProgramme> programme;
     bool operator>(const Node& o) const { return value > o.value; }
   };
   auto narrow = [&](std::vector<int>& lo, std::vector<int>& hi) {
@@ -1457,27 +1461,42 @@ double PlanSearch::capped_root(const RelaxedRows& rows, double threshold, std::u
     }
     return lo[0] == 0 && hi[k_stages] == layers_;
   };
-  auto solve = [&](Node& node) {
-    MinMaxShareProgramme programme(static_cast<std::size_t>(k_stages), rows.totals);
-    for (std::size_t i = 0; i < rows.constant.size(); ++i)
-      programme.add(rows.constant[i], rows.slope[i]);
+  // `parent`: the node it was split from (its programme solved), or none for the root.
+  auto solve = [&](Node& node, const Node* parent) {
+    auto programme = parent ? std::make_shared<MinMaxShareProgramme>(*parent->programme)
+                            : std::make_shared<MinMaxShareProgramme>(
+                                  static_cast<std::size_t>(k_stages), rows.totals);
+    const std::uint64_t cells = programme->pivot_cells();
+    if (parent) {
+      stats_.steps += programme->tableau_cells() / kPivotCellsPerStep;  // the copy
+    } else {
+      for (std::size_t i = 0; i < rows.constant.size(); ++i)
+        programme->add(rows.constant[i], rows.slope[i]);
+    }
     for (int j = 1; j < k_stages; ++j) {
-      const bool low = node.lo[j] > j, high = node.hi[j] < layers_ - (k_stages - j);
+      // Only what is tighter than the parent's (its constraints hold here too).
+      const bool low = node.lo[j] > (parent ? parent->lo[j] : j);
+      const bool high = node.hi[j] < (parent ? parent->hi[j] : layers_ - (k_stages - j));
       for (int c = 0; c < n_classes && (low || high); ++c) {
         std::vector<double> a(static_cast<std::size_t>(n_classes) * k_stages, 0.0);
         for (int s = 0; s < j; ++s) a[c * k_stages + s] = 1.0;
-        if (low) programme.add_constraint(a, before[c][node.lo[j]]);
+        if (low) programme->add_constraint(a, before[c][node.lo[j]]);
         for (double& v : a) v = -v;
-        if (high) programme.add_constraint(a, -before[c][node.hi[j]]);
+        if (high) programme->add_constraint(a, -before[c][node.hi[j]]);
       }
     }
     std::vector<double> shares;
-    node.value = std::max(node.value, programme.solve(&shares));
-    // About what a solve costs against the search's steps (measured: four per tableau cell;
-    // the constraints' columns count as functions).
-    const std::uint64_t columns =
-        programme.functions() + 2 * static_cast<std::uint64_t>(n_classes) * k_stages;
-    stats_.steps += 4 * columns * static_cast<std::uint64_t>(n_classes * k_stages + 1);
+    node.value = std::max(node.value, programme->solve(&shares));
+    if (parent) {
+      stats_.steps += (programme->pivot_cells() - cells) / kPivotCellsPerStep;
+    } else {
+      // The root's programme built afresh (measured: four steps per tableau cell; the
+      // constraints' columns count as functions).
+      const std::uint64_t columns =
+          programme->functions() + 2 * static_cast<std::uint64_t>(n_classes) * k_stages;
+      stats_.steps += 4 * columns * static_cast<std::uint64_t>(n_classes * k_stages + 1);
+    }
+    node.programme = std::move(programme);
     node.at.assign(k_stages + 1, 0.0);
     double work = 0.0;
     for (int j = 1; j <= k_stages; ++j) {
@@ -1488,7 +1507,7 @@ double PlanSearch::capped_root(const RelaxedRows& rows, double threshold, std::u
       node.at[j] = x - 1 + (span > 0.0 ? std::clamp((work - work_[x - 1]) / span, 0.0, 1.0) : 1.0);
     }
   };
-  Node root{0.0, std::vector<int>(k_stages + 1), std::vector<int>(k_stages + 1), {}};
+  Node root{0.0, std::vector<int>(k_stages + 1), std::vector<int>(k_stages + 1), {}, {}};
   for (int j = 0; j <= k_stages; ++j) {
     root.lo[j] = j;
     root.hi[j] = layers_ - (k_stages - j);
@@ -1496,7 +1515,7 @@ double PlanSearch::capped_root(const RelaxedRows& rows, double threshold, std::u
   root.hi[0] = 0;
   root.lo[k_stages] = layers_;
   if (!narrow(root.lo, root.hi)) return kInf;  // no balance passes the nested memory bounds
-  solve(root);
+  solve(root, nullptr);
   std::priority_queue<Node, std::vector<Node>, std::greater<>> open;
   open.push(std::move(root));
   for (int expanded = 0; expanded < kCappedRootNodes; ++expanded) {
@@ -1530,11 +1549,11 @@ double PlanSearch::capped_root(const RelaxedRows& rows, double threshold, std::u
         std::clamp(static_cast<int>(std::lround(node.at[end])), node.lo[end], node.hi[end] - 1);
     for (const auto& [from, to] :
          {std::pair{node.lo[end], split}, std::pair{split + 1, node.hi[end]}}) {
-      Node child{node.value, node.lo, node.hi, {}};
+      Node child{node.value, node.lo, node.hi, {}, {}};
       child.lo[end] = from;
       child.hi[end] = to;
       if (!narrow(child.lo, child.hi)) continue;
-      solve(child);
+      solve(child, &node);
       open.push(std::move(child));
     }
   }
