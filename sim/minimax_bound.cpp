@@ -87,20 +87,13 @@ double MinMaxShareProgramme::solve(std::vector<double>* shares) {
   std::size_t degenerate = 0;
   for (std::size_t iteration = 0; iteration < 50 * (rows + cols); ++iteration) {
     std::size_t enter = cols;
-    if (degenerate < kDegenerateRun) {
-      double most = -eps;
-      for (std::size_t v = 0; v < cols; ++v) {
-        if (reduced_[v] < most) {
-          most = reduced_[v];
-          enter = v;
-        }
-      }
-    } else {
-      for (std::size_t v = 0; v < cols; ++v) {
-        if (reduced_[v] < -eps) {
-          enter = v;
-          break;
-        }
+    const bool bland = degenerate >= kDegenerateRun;
+    double most = -eps;
+    for (std::size_t v = 0; v < cols; ++v) {
+      if (reduced_[v] < most) {
+        most = reduced_[v];
+        enter = v;
+        if (bland) break;  // the first that improves
       }
     }
     if (enter == cols) break;

@@ -394,6 +394,9 @@ class PlanSearch {
   void build_suffix_tables();
   std::vector<int> busy_balanced() const;
   std::vector<std::vector<int>> fit_ends(double share) const;
+  bool capped() const {  // some device has a memory cap
+    return std::any_of(capacity_.begin(), capacity_.end(), [](std::int64_t c) { return c > 0; });
+  }
   bool some_balance_fits_nested() const;
   void evaluate_leaner_incumbents();
   void seed_leanest(const std::vector<Config>& configs);
@@ -916,15 +919,13 @@ void PlanSearch::build_suffix_tables() {
   min_max_suffix(stages_, layers_, suffix_, [this](int j, int a, int b) { return busy(j, a, b); });
   min_max_suffix(stages_, layers_, chained_,
                  [this](int j, int a, int b) { return chained_cost(j, a, b); });
-  // A stage that cannot fit its device is ruled out here too (infinitely slow): the nested memory
-  // bound only grows with the stage, so the table keeps the monotony its search needs.
-  // The furthest end that fits, per stage and start: it never moves left as the start moves
-  // right (the bound shrinks), so one pass per stage finds them all.
-  fit_end_ = fit_ends(1.0);
+  // A stage that cannot fit its device is ruled out here too (infinitely slow; fit_end_, which
+  // the caller computed): the nested memory bound only grows with the stage, so the table keeps
+  // the monotony its search needs.
   // With caps, the first incumbent's table: the busiest stage among those passing the nested
   // memory bound, so that the first plan has a chance to fit.
   fitting_.clear();
-  if (std::any_of(capacity_.begin(), capacity_.end(), [](std::int64_t c) { return c > 0; })) {
+  if (capped()) {
     min_max_suffix(stages_, layers_, fitting_, [this](int j, int a, int b) {
       return fits_nested(j, a, b) ? busy(j, a, b) : kInf;
     });
@@ -938,7 +939,9 @@ void PlanSearch::build_suffix_tables() {
   running_min(waits_, waits_floor_);
 }
 
-// Per stage and start, the furthest end whose nested memory bound fits `share` of the device.
+// Per stage and start, the furthest end whose nested memory bound fits `share` of the device
+// (empty for a stage without a cap): it never moves left as the start moves right (the bound
+// shrinks), so one pass per stage finds them all.
 std::vector<std::vector<int>> PlanSearch::fit_ends(double share) const {
   std::vector<std::vector<int>> out(stages_);
   for (int j = 0; j < stages_; ++j) {
@@ -958,13 +961,12 @@ std::vector<std::vector<int>> PlanSearch::fit_ends(double share) const {
 // Whether some balance has every stage pass its nested memory bound (no plan of the
 // configuration fits otherwise). Each stage ends as far right as it fits, leaving a layer for
 // each later one: a later start only lets the later stages reach further, so this greedy walk
-// reaches the last layer whenever any balance does.
+// reaches the last layer whenever any balance does. Reads fit_end_.
 bool PlanSearch::some_balance_fits_nested() const {
-  const std::vector<std::vector<int>> reach = fit_ends(1.0);
   int start = 0;
   for (int j = 0; j < stages_; ++j) {
     const int most = layers_ - (stages_ - 1 - j);
-    const int end = reach[j].empty() ? most : std::min(reach[j][start], most);
+    const int end = fit_end_[j].empty() ? most : std::min(fit_end_[j][start], most);
     if (end <= start) return false;
     start = end;
   }
@@ -2083,6 +2085,7 @@ bool PlanSearch::open(Entry& e, const std::vector<Entry>& entries, bool tables) 
     e.tables.reset();
     table_cache_bytes_ -= table_bytes();
   } else if (tables) {
+    fit_end_ = fit_ends(1.0);
     build_suffix_tables();
   }  // else the caller builds them when it needs them (open_root())
   const Config& config = *e.config;
@@ -2110,8 +2113,8 @@ void PlanSearch::open_root(Entry& e, const std::vector<Entry>& entries) {
   // Under caps, a configuration that no balance fits is ruled out before its relaxed root and
   // tables (which would rule it out too: on 3,000 layers and 32 stages where nothing fits,
   // building them was most of a plan's time).
-  if (std::any_of(capacity_.begin(), capacity_.end(), [](std::int64_t c) { return c > 0; }) &&
-      !some_balance_fits_nested()) {
+  fit_end_ = fit_ends(1.0);
+  if (capped() && !some_balance_fits_nested()) {
     e.closed = true;
     keep(e);
     return;
