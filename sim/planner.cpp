@@ -10,12 +10,14 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <queue>
 
 #include "sim/cost_model.hpp"
 #include "sim/error.hpp"
 #include "sim/memory_model.hpp"
 #include "sim/minimax_bound.hpp"
+#include "sim/multi_stage_peak_bound.hpp"
 #include "sim/partition.hpp"
 #include "sim/schedule.hpp"
 #include "sim/simulator.hpp"
@@ -2540,6 +2542,24 @@ void PlanSearch::multi_stage_root(Entry& e, const std::vector<Entry>& entries) {
     note();
     return;
   }
+  // Under caps, what every balance needs of the capped devices together: over their caps
+  // together, no plan of the configuration fits.
+  if (capped()) {
+    const MultiStagePeakBound peak(costs_, c.sizes, c.schedule, c.checkpoint, stages_,
+                                   c.stages_per_device, options_.optimizer_state_factor);
+    std::vector<bool> counted(stages_);
+    double caps = 0.0;
+    for (int r = 0; r < stages_; ++r) {
+      counted[r] = capacity_[r] > 0;
+      caps += static_cast<double>(std::max<std::int64_t>(capacity_[r], 0));
+    }
+    stats_.steps += static_cast<std::uint64_t>(stages_) * c.stages_per_device * layers_ / 8;
+    if (peak.least_total(counted) > caps) {
+      e.closed = true;
+      note();
+      return;
+    }
+  }
   const int v = c.stages_per_device, stages = v * stages_;
   std::vector<double> layer_work(layers_, 0.0), work(layers_ + 1, 0.0);
   for (int k = 0; k < layers_; ++k) {
@@ -2616,6 +2636,18 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
 
   MultiStageBalanceBound bound(costs_, c.sizes, c.schedule, c.checkpoint, stages_,
                                c.stages_per_device, speed_, overhead_);
+  // Under caps, a stage whose device's peak bound exceeds its cap ends every balance below it:
+  // no plan there fits, and a longer stage only needs more.
+  std::optional<MultiStagePeakBound> peak;
+  if (capped()) {
+    peak.emplace(costs_, c.sizes, c.schedule, c.checkpoint, stages_, c.stages_per_device,
+                 options_.optimizer_state_factor);
+  }
+  auto overflows = [&](int t, int a, int b) {
+    if (!peak) return false;
+    const std::int64_t cap = capacity_[peak->device_of(t)];
+    return peak->place(t, a, b) > cap && cap > 0;
+  };
   // A bound a hair above a time it should not exceed is rounding, not a proof.
   auto below_beat = [&](double lower) { return lower * (1.0 - 1e-12) < beat(); };
   bool resuming = !e.resume.empty();
@@ -2638,10 +2670,14 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
       }
       ++stats_.steps;
       ++stats_.nodes;
+      if (overflows(t, a, b)) {
+        peak->unplace(t);
+        break;
+      }
       bound.place(t, a, b);
       if (t + 2 == stages) {  // the last stage takes the rest
         bound.place(t + 1, b, layers_);
-        if (below_beat(bound.bound(stages))) {
+        if (!overflows(t + 1, b, layers_) && below_beat(bound.bound(stages))) {
           std::vector<int> balance;
           int from = 0;
           for (int end : ends) {
@@ -2653,12 +2689,14 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
           simulate_for(e, balance);
         }
         bound.unplace(t + 1);
+        if (peak) peak->unplace(t + 1);
       } else if (below_beat(bound.bound(t + 1))) {
         ends.push_back(b);
         enumerate(t + 1, b);
         ends.pop_back();
       }
       bound.unplace(t);
+      if (peak) peak->unplace(t);
     }
   };
   if (stats_.steps < limit) {

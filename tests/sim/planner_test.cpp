@@ -887,6 +887,81 @@ TEST(Planner, MultiStageSchedulesAgainstBruteForce) {
   EXPECT_EQ(proven, checked);  // 35 balances at most: always enumerated
 }
 
+// The same under memory caps, each between the least and the largest peak the balances need
+// (or below all of them): the answer is the fastest balance that fits, proven, and no plan
+// when none does. The memory bounds prune balances and rule configurations out
+// (sim/multi_stage_peak_bound.hpp): one that is not a bound would drop the fastest fitting
+// balance here.
+TEST(Planner, MultiStageSchedulesUnderCapsAgainstBruteForce) {
+  std::mt19937 rng(19);
+  constexpr ScheduleKind kMulti[] = {ScheduleKind::Interleaved1F1B, ScheduleKind::LoopedBFS,
+                                     ScheduleKind::InterleavedZB, ScheduleKind::ZBV,
+                                     ScheduleKind::DualPipeV};
+  int checked = 0, none_fit = 0, some_refused = 0;
+  for (int trial = 0; trial < 30; ++trial) {
+    const int layers = 4 + static_cast<int>(rng() % 5);  // 4..8
+    const std::int64_t batch = 1 + rng() % 4;
+    Profile profile = testing::random_profile(rng, layers, batch);
+    for (auto& l : profile.layers) {
+      if (rng() % 4 == 0) l.keeps_input = false;
+      if (rng() % 4 == 0) l.output_aliases_input = true;
+    }
+    Hardware hw = replicate_device(profile.device, 2);
+    hw.launch_overhead_ms = (rng() % 3) / 100.0;
+    for (auto& d : hw.devices) d.speed = 0.5 + (rng() % 4) / 2.0;
+    const double factor = static_cast<double>(rng() % 3);
+    for (ScheduleKind kind : kMulti) {
+      const int chunks = 1 + static_cast<int>(rng() % batch);
+      const CheckpointMode checkpoint = kAllCheckpointModes[rng() % 3];
+      const int m = static_cast<int>(split_batch(batch, chunks).size());
+      if (schedule_refusal(kind, 2, 2, m)) continue;
+      std::vector<std::pair<std::int64_t, double>> runs;  // (largest peak, time) per balance
+      const Simulator uncapped(profile, hw);
+      for_each_balance(layers, 4, [&](const std::vector<int>& balance) {
+        Plan plan = testing::make_plan(balance, chunks, checkpoint, kind);
+        plan.stages_per_device = 2;
+        plan.optimizer_state_factor = factor;
+        const auto r = uncapped.run(plan);
+        std::int64_t peak = 0;
+        for (const auto& d : r.devices) peak = std::max(peak, d.peak_memory_bytes);
+        runs.emplace_back(peak, r.iteration_ms);
+      });
+      std::vector<std::int64_t> peaks;
+      for (const auto& [peak, time] : runs) peaks.push_back(peak);
+      std::sort(peaks.begin(), peaks.end());
+      const std::int64_t cap = rng() % 5 == 0 ? peaks.front() - 1 : peaks[rng() % peaks.size()];
+      double optimum = 1e300;
+      for (const auto& [peak, time] : runs)
+        if (peak <= cap) optimum = std::min(optimum, time);
+      Hardware capped = hw;
+      for (auto& d : capped.devices) d.memory_bytes = cap;
+      PlannerOptions options;
+      options.top = 1;
+      options.chunks = {chunks};
+      options.checkpoints = {checkpoint};
+      options.schedules = {kind};
+      options.optimizer_state_factor = factor;
+      SCOPED_TRACE(::testing::Message()
+                   << "trial " << trial << ": " << layers << " layers, x" << chunks << " "
+                   << to_string(checkpoint) << " " << to_string(kind) << ", cap " << cap);
+      const PlanSearchResult full = find_best_plans(profile, capped, options);
+      ASSERT_TRUE(full.stats.proven);
+      if (optimum == 1e300) {
+        EXPECT_TRUE(full.ranked.empty());
+        ++none_fit;
+      } else {
+        ASSERT_FALSE(full.ranked.empty());
+        EXPECT_NEAR(full.ranked.front().iteration_ms, optimum, 1e-9 * optimum);
+        some_refused += peaks.back() > cap ? 1 : 0;
+      }
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 80);
+  EXPECT_GT(none_fit, 10);
+  EXPECT_GT(some_refused, 30);
+}
+
 // The multi-stage bound against random plans on random instances: never above a plan's
 // simulated time, whatever the schedule, stages per device, speeds and checkpointing.
 // The relaxed root of the multi-stage configurations (docs/planner.md) against their optimum by

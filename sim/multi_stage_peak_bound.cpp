@@ -1,0 +1,266 @@
+#include "sim/multi_stage_peak_bound.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <tuple>
+
+#include "sim/schedule.hpp"
+
+namespace pipetune {
+
+namespace {
+
+constexpr double kInfBytes = std::numeric_limits<double>::infinity();
+
+// Whether every term of `a` is at most `b`'s.
+template <typename Moment>
+bool dominated(const Moment& a, const Moment& b) {
+  if (a.constant > b.constant) return false;
+  for (std::size_t j = 0; j < a.gradients.size(); ++j) {
+    if (a.kept[0][j] > b.kept[0][j] || a.kept[1][j] > b.kept[1][j] ||
+        a.gradients[j] > b.gradients[j])
+      return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+MultiStagePeakBound::MultiStagePeakBound(const CostModel& costs,
+                                         const std::vector<std::int64_t>& sizes, ScheduleKind kind,
+                                         CheckpointMode checkpoint, int devices,
+                                         int stages_per_device, double optimizer_state_factor)
+    : costs_(costs),
+      size_{&costs.at(sizes.front()), &costs.at(sizes.back())},
+      stages_per_device_(stages_per_device),
+      optimizer_state_factor_(optimizer_state_factor) {
+  const int stages = devices * stages_per_device;
+  for (int k = 0; k < costs.layer_count(); ++k) {
+    if (!size_[0]->aliases[k]) continue;
+    view_slack_ = std::max({view_slack_, size_[0]->output_bytes[k], size_[1]->output_bytes[k]});
+  }
+  rank_.assign(stages, 0);
+  local_.assign(stages, 0);
+  moments_.assign(devices, {});
+  stages_of_.assign(devices, {});
+  for (int s : {0, 1}) kept_[s].assign(stages, 0);
+  params_.assign(stages, 0);
+  collect_moments(sizes, kind, checkpoint);
+}
+
+// Walks each device's programme once, noting the state after every action, and keeps the
+// moments no other moment dominates (with equal counts, the one with the larger constant):
+// the steady state of an M-micro-batch programme repeats a few states, so a handful remain.
+void MultiStagePeakBound::collect_moments(const std::vector<std::int64_t>& sizes, ScheduleKind kind,
+                                          CheckpointMode checkpoint) {
+  const int devices = static_cast<int>(moments_.size());
+  const int stages = static_cast<int>(rank_.size());
+  const int m = static_cast<int>(sizes.size());
+  const Schedule schedule = make_schedule(kind, stages, m, checkpoint, stages_per_device_);
+  std::vector<int> count(devices, 0);
+  for (int s = 0; s < stages; ++s) {
+    rank_[s] = schedule.stage_rank[s];
+    local_[s] = count[rank_[s]]++;
+    stages_of_[rank_[s]].push_back(s);
+  }
+  auto slot_of = [&](int i) { return sizes[i] == sizes.front() ? 0 : 1; };
+  for (int r = 0; r < devices; ++r) {
+    const int v = count[r];
+    Moment now;
+    for (int s : {0, 1}) now.kept[s].assign(v, 0);
+    now.gradients.assign(v, 0);
+    std::vector<std::vector<char>> kept(stages, std::vector<char>(m, 0));
+    using Key = std::tuple<std::vector<int>, std::vector<int>, std::vector<char>>;
+    std::map<Key, std::int64_t> seen;  // the largest constant of each state
+    auto note = [&] {
+      Key key{now.kept[0], now.kept[1], now.gradients};
+      auto [at, fresh] = seen.emplace(std::move(key), now.constant);
+      if (!fresh) at->second = std::max(at->second, now.constant);
+    };
+    note();  // before the first action
+    for (const Action& a : schedule.per_rank[r]) {
+      const int j = local_[a.stage], slot = slot_of(a.micro_batch);
+      char& held = kept[a.stage][a.micro_batch];
+      switch (a.kind) {
+        case ActionKind::Forward:
+          if (schedule.recomputes(a.micro_batch)) break;
+          [[fallthrough]];
+        case ActionKind::Recompute:
+          if (!held) ++now.kept[slot][j];
+          held = 1;
+          break;
+        case ActionKind::InputGrad:  // the graph stays until W
+          break;
+        case ActionKind::Backward:
+        case ActionKind::WeightGrad:
+          if (held) --now.kept[slot][j];
+          held = 0;
+          now.gradients[j] = 1;
+          now.constant -= view_slack_;
+          break;
+      }
+      note();
+    }
+    std::vector<Moment>& kept_moments = moments_[r];
+    for (auto& [key, constant] : seen) {
+      Moment x;
+      x.kept[0] = std::get<0>(key);
+      x.kept[1] = std::get<1>(key);
+      x.gradients = std::get<2>(key);
+      x.constant = constant;
+      if (std::any_of(kept_moments.begin(), kept_moments.end(),
+                      [&](const Moment& y) { return dominated(x, y); }))
+        continue;
+      std::erase_if(kept_moments, [&](const Moment& y) { return dominated(y, x); });
+      kept_moments.push_back(std::move(x));
+    }
+  }
+}
+
+std::int64_t MultiStagePeakBound::place(int t, int a, int b) {
+  for (int s : {0, 1}) kept_[s][t] = size_[s]->kept_bytes_within(a, b);
+  params_[t] = costs_.param_bytes(a, b);
+  return device_bound(rank_[t]);
+}
+
+void MultiStagePeakBound::unplace(int t) {
+  kept_[0][t] = kept_[1][t] = params_[t] = 0;
+}
+
+std::int64_t MultiStagePeakBound::device_bound(int r) const {
+  const Profile& profile = costs_.profile();
+  std::int64_t baseline = profile.device.library_bytes;
+  if (r == rank_[0]) baseline += costs_.at(profile.batch_size).input_bytes;
+  const std::vector<int>& stages = stages_of_[r];
+  for (int s : stages)  // as the simulator rounds it: per stage
+    baseline += std::llround(static_cast<double>(params_[s]) * (1.0 + optimizer_state_factor_));
+  std::int64_t most = 0;  // the state before the first action
+  for (const Moment& x : moments_[r]) {
+    std::int64_t level = x.constant;
+    for (std::size_t j = 0; j < stages.size(); ++j) {
+      const int s = stages[j];  // unplaced: every term 0
+      level += x.kept[0][j] * kept_[0][s] + x.kept[1][j] * kept_[1][s] +
+               (x.gradients[j] ? params_[s] : 0);
+    }
+    most = std::max(most, level);
+  }
+  return baseline + most;
+}
+
+std::vector<std::int64_t> MultiStagePeakBound::of(const std::vector<int>& balance) {
+  int a = 0;
+  for (std::size_t t = 0; t < balance.size(); ++t) {
+    place(static_cast<int>(t), a, a + balance[t]);
+    a += balance[t];
+  }
+  std::vector<std::int64_t> out;
+  for (std::size_t r = 0; r < moments_.size(); ++r)
+    out.push_back(device_bound(static_cast<int>(r)));
+  for (std::size_t t = 0; t < balance.size(); ++t) unplace(static_cast<int>(t));
+  return out;
+}
+
+double MultiStagePeakBound::least_total(const std::vector<bool>& counted) const {
+  const int layers = costs_.layer_count();
+  const int stages = static_cast<int>(rank_.size());
+  // Average stage: each measure's total over the stages.
+  double kept_average[2], params_average = 0.0;
+  for (int s : {0, 1})
+    kept_average[s] = static_cast<double>(size_[s]->kept_bytes_within(0, layers)) / stages;
+  params_average = static_cast<double>(costs_.param_bytes(0, layers)) / stages;
+  std::vector<const Moment*> fullest, last;
+  for (const std::vector<Moment>& moments : moments_) {
+    const Moment *best = nullptr, *latest = nullptr;
+    double most = -kInfBytes;
+    int made = -1;
+    for (const Moment& x : moments) {
+      double value = static_cast<double>(x.constant);
+      int gradients = 0;
+      for (std::size_t j = 0; j < x.gradients.size(); ++j) {
+        value += x.kept[0][j] * kept_average[0] + x.kept[1][j] * kept_average[1] +
+                 x.gradients[j] * params_average;
+        gradients += x.gradients[j];
+      }
+      if (value > most) most = value, best = &x;
+      if (gradients > made || (gradients == made && x.constant > latest->constant))
+        made = gradients, latest = &x;
+    }
+    fullest.push_back(best);
+    last.push_back(latest);
+  }
+  return std::max(least_total_at(fullest, counted), least_total_at(last, counted));
+}
+
+// The min-sum partition: stage s = [a, b) adds at least w0 (K0[b] - P0[a]) + w1 (K1[b] - P1[a]) +
+// u (params[b] - params[a]), where P is the prefix of kept bytes and K the same less the
+// storage of the last layer before b that makes one (kept_bytes_within() is at least this).
+double MultiStagePeakBound::least_total_at(const std::vector<const Moment*>& at,
+                                           const std::vector<bool>& counted) const {
+  const Profile& profile = costs_.profile();
+  const int layers = costs_.layer_count();
+  const int stages = static_cast<int>(rank_.size());
+  std::vector<double> kept_prefix[2], kept_before[2], params(layers + 1, 0.0);
+  for (int slot : {0, 1}) {
+    const SizeCosts& c = *size_[slot];
+    kept_prefix[slot].assign(layers + 1, 0.0);
+    kept_before[slot].assign(layers + 1, 0.0);
+    int maker = -1;
+    for (int b = 0; b <= layers; ++b) {
+      kept_prefix[slot][b] = static_cast<double>(c.kept_prefix[b]);
+      if (b > 0 && !c.aliases[b - 1]) maker = b - 1;
+      kept_before[slot][b] =
+          kept_prefix[slot][b] - (maker >= 0 ? static_cast<double>(c.stored_bytes[maker]) : 0.0);
+    }
+  }
+  for (int b = 0; b < layers; ++b)
+    params[b + 1] = params[b] + static_cast<double>(costs_.param_bytes(b, b + 1));
+  double fixed = 0.0;
+  for (std::size_t r = 0; r < at.size(); ++r) {
+    if (!counted[r]) continue;
+    fixed += static_cast<double>(profile.device.library_bytes + at[r]->constant);
+    if (static_cast<int>(r) == rank_[0])
+      fixed += static_cast<double>(costs_.at(profile.batch_size).input_bytes);
+  }
+  // The stages' parameters and optimizer state, rounded per stage by the simulator (at most
+  // half a byte each below the exact product).
+  const double state = 1.0 + optimizer_state_factor_;
+  std::vector<double> least(layers + 1, kInfBytes), next(layers + 1);
+  least[0] = 0.0;
+  for (int s = 0; s < stages; ++s) {
+    const int r = rank_[s];
+    const int j = local_[s];
+    double w[2] = {0.0, 0.0}, u = 0.0;
+    if (counted[r]) {
+      w[0] = at[r]->kept[0][j];
+      w[1] = at[r]->kept[1][j];
+      u = at[r]->gradients[j] + state;
+      fixed -= 0.5;
+    }
+    auto end_part = [&](int b) {
+      return w[0] * kept_before[0][b] + w[1] * kept_before[1][b] + u * params[b];
+    };
+    auto start_part = [&](int a) {
+      return w[0] * kept_prefix[0][a] + w[1] * kept_prefix[1][a] + u * params[a];
+    };
+    double running = kInfBytes;  // least over a < b of least[a] - start_part(a)
+    std::fill(next.begin(), next.end(), kInfBytes);
+    for (int b = 1; b <= layers; ++b) {
+      if (least[b - 1] < kInfBytes) running = std::min(running, least[b - 1] - start_part(b - 1));
+      if (running < kInfBytes) next[b] = running + end_part(b);
+    }
+    least.swap(next);
+  }
+  return fixed + least[layers];
+}
+
+std::vector<std::int64_t> multi_stage_peak_bounds(const Profile& profile, const Plan& plan) {
+  const CostModel costs(profile);
+  const int v = std::max(1, plan.stages_per_device);
+  MultiStagePeakBound bound(costs, split_batch(profile.batch_size, plan.chunks), plan.schedule,
+                            plan.checkpoint, plan.stages() / v, v, plan.optimizer_state_factor);
+  return bound.of(plan.balance);
+}
+
+}  // namespace pipetune
