@@ -286,6 +286,28 @@ RatioClasses ratio_classes(const std::vector<double>& layer_work, const SizeCost
   return out;
 }
 
+// The balance whose stage ends lie nearest the running sums of `share` (a relaxed root's share
+// of the work per stage) on `work`, the prefix sums of the layers' work; every stage keeps a
+// layer. A first plan near the relaxed root's bound.
+std::vector<int> rounded_balance(const std::vector<double>& work,
+                                 const std::vector<double>& share) {
+  const int layers = static_cast<int>(work.size()) - 1;
+  const int stages = static_cast<int>(share.size());
+  std::vector<int> balance(stages, 0);
+  double share_end = 0.0;
+  for (int k = 0, start = 0; k < stages; ++k) {
+    share_end += share[k];
+    int end =
+        static_cast<int>(std::lower_bound(work.begin(), work.end(), share_end) - work.begin());
+    if (end > start && end <= layers && share_end - work[end - 1] < work[end] - share_end) --end;
+    end = std::clamp(end, start + 1, layers - (stages - 1 - k));
+    if (k + 1 == stages) end = layers;
+    balance[k] = end - start;
+    start = end;
+  }
+  return balance;
+}
+
 // The fewest bytes a stage boundary can carry at a micro-batch size: the least output of a
 // layer with a layer after it; infinity with one layer.
 double least_boundary_bytes(const SizeCosts& size) {
@@ -571,8 +593,14 @@ class PlanSearch {
   };
   Score simulate_for(Entry& e, const std::vector<int>& balance);
   void multi_stage_root(Entry& e, const std::vector<Entry>& entries);
-  double multi_stage_relaxed_root(const Config& c, const std::vector<double>& work);
+  double multi_stage_relaxed_root(const Config& c, std::uint64_t step_limit, bool* complete,
+                                  std::vector<int>* balance);
   void multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::uint64_t slice);
+  void start_from(Entry& e, const std::vector<int>& balance);
+  // Less memory excess, then less time.
+  static bool better(const Score& x, const Score& y) {
+    return x.excess < y.excess || (x.excess == y.excess && x.time < y.time);
+  }
 };
 
 std::vector<Config> PlanSearch::configurations() const {
@@ -1389,18 +1417,10 @@ double PlanSearch::relaxed_root(std::vector<int>& balance, RelaxedRows* rows) co
   bound =
       std::max(bound, heaviest_layer_bound(programme, layer_work, classes, stages_, shares, bound));
   // The shares' plan, rounded to layer boundaries: a first plan near the bound.
-  balance.assign(stages_, 0);
-  double share_end = 0.0;
-  for (int k = 0, start = 0; k < stages_; ++k) {
-    for (int x = 0; x < n_classes; ++x) share_end += shares[x * stages_ + k];
-    int end =
-        static_cast<int>(std::lower_bound(work_.begin(), work_.end(), share_end) - work_.begin());
-    if (end > start && end <= layers_ && share_end - work_[end - 1] < work_[end] - share_end) --end;
-    end = std::clamp(end, start + 1, layers_ - (stages_ - 1 - k));
-    if (k + 1 == stages_) end = layers_;
-    balance[k] = end - start;
-    start = end;
-  }
+  std::vector<double> stage_share(stages_, 0.0);
+  for (int k = 0; k < stages_; ++k)
+    for (int x = 0; x < n_classes; ++x) stage_share[k] += shares[x * stages_ + k];
+  balance = rounded_balance(work_, stage_share);
   return std::max(0.0, bound * (1.0 - 1e-12));
 }
 
@@ -2059,6 +2079,8 @@ struct PlanSearch::Entry {
   double polished = kInf;    // the best plan polish() last started from
   // With memory caps, the relaxed root's programme until capped_root() has used it.
   std::unique_ptr<RelaxedRows> capped_rows;
+  // Multi-stage: the relaxed root ran all its rounds (else a slice runs it again, further).
+  bool root_complete = false;
 };
 
 // The threshold entry `self` must beat to enter the top N: the N-th best of the others.
@@ -2382,7 +2404,24 @@ bool PlanSearch::fits(const Plan& plan, const SimulationResult& r,
 // Rows: each device's busy time, then (cutting planes) the longest path of the shares' own
 // plan in that model, timed by the event engine, until no path is longer than the bound.
 // `work`: per layer, every micro-batch's forward and backward (multi_stage_root()'s shares).
-double PlanSearch::multi_stage_relaxed_root(const Config& c, const std::vector<double>& work) {
+// Each layer's share of a configuration's work: its forward and backward at every micro-batch.
+std::vector<double> layer_work_of(const CostModel& costs, const Config& c) {
+  std::vector<double> work(costs.layer_count(), 0.0);
+  for (int k = 0; k < costs.layer_count(); ++k) {
+    for (std::int64_t size : c.sizes) {
+      const SizeCosts& s = costs.at(size);
+      work[k] += s.forward_ms[k] + s.backward_ms[k];
+    }
+  }
+  return work;
+}
+
+// `complete`: whether every round ran (none was cut short by `step_limit`, a count of
+// stats_.steps), so that running it again would give nothing more. `balance`: the shares' plan,
+// rounded to layer boundaries.
+double PlanSearch::multi_stage_relaxed_root(const Config& c, std::uint64_t step_limit,
+                                            bool* complete, std::vector<int>* balance) {
+  const std::vector<double> work = layer_work_of(costs_, c);
   const int v = c.stages_per_device, m = c.micro_batches(), stages = v * stages_;
   std::vector<int> device_of(stages);
   for (int s = 0; s < stages; ++s) device_of[s] = stage_rank(c.schedule, s, stages, v);
@@ -2463,12 +2502,10 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const std::vector<d
   double bound = programme.solve(&shares);
   EventEngine& engine = graph.engine;
   std::vector<std::vector<int>> before;  // each task's predecessors (edges() needs a run first)
-  // The rounds count against the budget (their pivots and the engine's runs): with 32 stages
-  // and a few classes a solve takes a few milliseconds, and a model of 64 samples has a few
-  // hundred configurations. They stop at a quarter of it (at least about 50 ms of work, so
-  // that a small budget still gets the roots of small models), so that the search for plans
-  // keeps the rest; the bound so far stands.
-  const std::uint64_t allowance = std::max<std::uint64_t>(options_.search_budget / 4, 1 << 20);
+  // The rounds count against the budget (their pivots and the engine's runs) and stop at
+  // `step_limit`, the bound so far standing.
+  const std::uint64_t allowance = step_limit;
+  *complete = false;
   auto charge = [&](std::uint64_t cells_before) {
     stats_.steps += (programme.pivot_cells() - cells_before) / kPivotCellsPerStep;
   };
@@ -2525,7 +2562,13 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const std::vector<d
     bound = std::max(bound,
                      heaviest_layer_bound(programme, work, classes, stages, shares, bound, &cells));
     stats_.steps += cells / kPivotCellsPerStep;
+    *complete = true;
   }
+  std::vector<double> stage_share(stages, 0.0), prefix(layers_ + 1, 0.0);
+  for (int s = 0; s < stages; ++s)
+    for (int k = 0; k < n_classes; ++k) stage_share[s] += shares[k * stages + s];
+  for (int k = 0; k < layers_; ++k) prefix[k + 1] = prefix[k] + work[k];
+  *balance = rounded_balance(prefix, stage_share);
   return std::max(0.0, bound * (1.0 - 1e-12));
 }
 
@@ -2561,15 +2604,17 @@ void PlanSearch::multi_stage_root(Entry& e, const std::vector<Entry>& entries) {
     }
   }
   const int v = c.stages_per_device, stages = v * stages_;
-  std::vector<double> layer_work(layers_, 0.0), work(layers_ + 1, 0.0);
-  for (int k = 0; k < layers_; ++k) {
-    for (std::int64_t size : c.sizes) {
-      const SizeCosts& s = costs_.at(size);
-      layer_work[k] += s.forward_ms[k] + s.backward_ms[k];
-    }
-    work[k + 1] = work[k] + layer_work[k];
-  }
-  e.root = std::max(e.root, multi_stage_relaxed_root(c, layer_work));
+  const std::vector<double> layer_work = layer_work_of(costs_, c);
+  std::vector<double> work(layers_ + 1, 0.0);
+  for (int k = 0; k < layers_; ++k) work[k + 1] = work[k] + layer_work[k];
+  // With 32 stages and a few classes a solve takes a few milliseconds, and a model of 64
+  // samples has a few hundred configurations: in the cheap pass the rounds stop at a quarter
+  // of the budget (at least about 50 ms of work, so that a small budget still gets the roots
+  // of small models), so that the search for plans keeps the rest. Those cut short run again
+  // in their configuration's slices (multi_stage_slice()).
+  const std::uint64_t allowance = std::max<std::uint64_t>(options_.search_budget / 4, 1 << 20);
+  std::vector<int> relaxed;
+  e.root = std::max(e.root, multi_stage_relaxed_root(c, allowance, &e.root_complete, &relaxed));
   if (e.root >= ranking_threshold(entries, &e)) {
     e.closed = true;
     note();
@@ -2581,8 +2626,20 @@ void PlanSearch::multi_stage_root(Entry& e, const std::vector<Entry>& entries) {
       layers_, stages, [&](int s, int a, int b) { return (work[b] - work[a]) / stage_speed[s]; });
   e.balance = p.sizes;
   e.score = simulate_for(e, e.balance);
+  start_from(e, relaxed);
   e.stats.evaluated = true;
   note();
+}
+
+// The local search goes on from `balance` if it fits better or is faster than its current one.
+void PlanSearch::start_from(Entry& e, const std::vector<int>& balance) {
+  if (balance == e.balance) return;
+  const Score score = simulate_for(e, balance);
+  if (better(score, e.score)) {
+    e.balance = balance;
+    e.score = score;
+    e.settled = false;
+  }
 }
 
 // A slice: first a first-improvement local search that moves one stage boundary by one layer,
@@ -2611,9 +2668,19 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
   }
   const int stages = c.stages_per_device * stages_;
   const std::uint64_t limit = std::min(options_.search_budget, steps + slice);
-  auto better = [](const Score& x, const Score& y) {
-    return x.excess < y.excess || (x.excess == y.excess && x.time < y.time);
-  };
+  // A relaxed root that the cheap pass cut short runs again, to half the slice: with many
+  // configurations most got no round there, and their balance-free bounds held the gap open.
+  if (!e.root_complete) {
+    std::vector<int> relaxed;
+    e.root = std::max(e.root, multi_stage_relaxed_root(c, std::min(limit, steps + slice / 2),
+                                                       &e.root_complete, &relaxed));
+    if (e.root >= beat()) {
+      e.closed = true;
+      note();
+      return;
+    }
+    start_from(e, relaxed);
+  }
   while (!e.settled && stats_.steps < limit) {
     bool improved = false;
     for (int i = 0; i + 1 < stages && !improved && stats_.steps < limit; ++i) {
