@@ -129,23 +129,25 @@ void MultiStagePeakBound::unplace(int t) {
   kept_[0][t] = kept_[1][t] = params_[t] = 0;
 }
 
+std::int64_t MultiStagePeakBound::moment_level(const Moment& x, int r) const {
+  std::int64_t level = x.constant;
+  const std::vector<int>& stages = stages_of_[r];
+  for (std::size_t j = 0; j < stages.size(); ++j) {
+    const int s = stages[j];  // unplaced: every term 0
+    level +=
+        x.kept[0][j] * kept_[0][s] + x.kept[1][j] * kept_[1][s] + (x.gradients[j] ? params_[s] : 0);
+  }
+  return level;
+}
+
 std::int64_t MultiStagePeakBound::device_bound(int r) const {
   const Profile& profile = costs_.profile();
   std::int64_t baseline = profile.device.library_bytes;
   if (r == rank_[0]) baseline += costs_.at(profile.batch_size).input_bytes;
-  const std::vector<int>& stages = stages_of_[r];
-  for (int s : stages)  // as the simulator rounds it: per stage
+  for (int s : stages_of_[r])  // as the simulator rounds it: per stage
     baseline += std::llround(static_cast<double>(params_[s]) * (1.0 + optimizer_state_factor_));
   std::int64_t most = 0;  // the state before the first action
-  for (const Moment& x : moments_[r]) {
-    std::int64_t level = x.constant;
-    for (std::size_t j = 0; j < stages.size(); ++j) {
-      const int s = stages[j];  // unplaced: every term 0
-      level += x.kept[0][j] * kept_[0][s] + x.kept[1][j] * kept_[1][s] +
-               (x.gradients[j] ? params_[s] : 0);
-    }
-    most = std::max(most, level);
-  }
+  for (const Moment& x : moments_[r]) most = std::max(most, moment_level(x, r));
   return baseline + most;
 }
 
@@ -162,42 +164,101 @@ std::vector<std::int64_t> MultiStagePeakBound::of(const std::vector<int>& balanc
   return out;
 }
 
-double MultiStagePeakBound::least_total(const std::vector<bool>& counted) const {
-  const int layers = costs_.layer_count();
-  const int stages = static_cast<int>(rank_.size());
-  // Average stage: each measure's total over the stages.
-  double kept_average[2], params_average = 0.0;
-  for (int s : {0, 1})
-    kept_average[s] = static_cast<double>(size_[s]->kept_bytes_within(0, layers)) / stages;
-  params_average = static_cast<double>(costs_.param_bytes(0, layers)) / stages;
-  std::vector<const Moment*> fullest, last;
-  for (const std::vector<Moment>& moments : moments_) {
-    const Moment *best = nullptr, *latest = nullptr;
-    double most = -kInfBytes;
-    int made = -1;
-    for (const Moment& x : moments) {
-      double value = static_cast<double>(x.constant);
-      int gradients = 0;
-      for (std::size_t j = 0; j < x.gradients.size(); ++j) {
-        value += x.kept[0][j] * kept_average[0] + x.kept[1][j] * kept_average[1] +
-                 x.gradients[j] * params_average;
-        gradients += x.gradients[j];
-      }
-      if (value > most) most = value, best = &x;
-      if (gradients > made || (gradients == made && x.constant > latest->constant))
-        made = gradients, latest = &x;
-    }
-    fullest.push_back(best);
-    last.push_back(latest);
+// Walks the balance's stages in and out to pick, per device, its moment of most bytes.
+std::vector<int> MultiStagePeakBound::fullest_moments(const std::vector<int>& balance) {
+  int a = 0;
+  for (std::size_t t = 0; t < balance.size(); ++t) {
+    place(static_cast<int>(t), a, a + balance[t]);
+    a += balance[t];
   }
-  return std::max(least_total_at(fullest, counted), least_total_at(last, counted));
+  std::vector<int> at;
+  for (std::size_t r = 0; r < moments_.size(); ++r) {
+    int fullest = 0;
+    std::int64_t most = std::numeric_limits<std::int64_t>::min();
+    for (std::size_t k = 0; k < moments_[r].size(); ++k) {
+      const std::int64_t level = moment_level(moments_[r][k], static_cast<int>(r));
+      if (level > most) most = level, fullest = static_cast<int>(k);
+    }
+    at.push_back(fullest);
+  }
+  for (std::size_t t = 0; t < balance.size(); ++t) unplace(static_cast<int>(t));
+  return at;
+}
+
+// Whether some balance may fit. A device's bound is at least any average of its levels at its
+// moments, which is linear in each of its stages' layers; weighted by a multiplier per capped
+// device and summed, its least over every balance is a min-sum partition (O(stages x layers)).
+// A fitting balance has every device's bound at most its cap, so for any multipliers its
+// weighted sum is at most the caps' weighted sum: a least above that proves that no balance
+// fits. The multipliers start equal and grow on the devices that the least balance overfills
+// (a Lagrangian relaxation, a few multiplicative rounds); each device's average is over the
+// moments of most bytes under the least balances so far (fictitious play: a device with a
+// recompute of each of two stages holds one at a time, and one moment alone would let the
+// partition put every layer in the other).
+bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps) {
+  const int layers = costs_.layer_count();
+  const int devices = static_cast<int>(moments_.size());
+  const int stages = static_cast<int>(rank_.size());
+  std::vector<double> weight(devices, 0.0);
+  int capped = 0;
+  for (int r = 0; r < devices; ++r) {
+    weight[r] = caps[r] > 0 ? 1.0 : 0.0;
+    capped += caps[r] > 0 ? 1 : 0;
+  }
+  if (capped == 0) return true;
+  std::vector<int> balance(stages, layers / stages);
+  for (int t = 0; t < layers % stages; ++t) ++balance[t];
+  std::vector<Blend> blend(devices);
+  std::vector<std::vector<int>> picked(devices);
+  for (int r = 0; r < devices; ++r) picked[r].assign(moments_[r].size(), 0);
+  constexpr int kRounds = 16;
+  for (int round = 0; round < kRounds; ++round) {
+    const std::vector<int> at = fullest_moments(balance);
+    for (int r = 0; r < devices; ++r) {
+      ++picked[r][at[r]];
+      const int v = static_cast<int>(stages_of_[r].size());
+      Blend& b = blend[r];
+      for (int slot : {0, 1}) b.kept[slot].assign(v, 0.0);
+      b.gradients.assign(v, 0.0);
+      b.constant = 0.0;
+      for (std::size_t k = 0; k < moments_[r].size(); ++k) {
+        if (picked[r][k] == 0) continue;
+        const double share = static_cast<double>(picked[r][k]) / (round + 1);
+        const Moment& x = moments_[r][k];
+        for (int j = 0; j < v; ++j) {
+          for (int slot : {0, 1}) b.kept[slot][j] += share * x.kept[slot][j];
+          b.gradients[j] += share * x.gradients[j];
+        }
+        b.constant += share * static_cast<double>(x.constant);
+      }
+    }
+    double cap_sum = 0.0;
+    for (int r = 0; r < devices; ++r) cap_sum += weight[r] * static_cast<double>(caps[r]);
+    const double least = least_weighted(weight, blend, &balance);
+    if (least > cap_sum * (1.0 + 1e-9) + 1.0) return false;
+    // The least balance's own bounds: where every device is within its cap, nothing is proven.
+    const std::vector<std::int64_t> bound = of(balance);
+    double total = 0.0;
+    bool over = false;
+    for (int r = 0; r < devices; ++r) {
+      if (caps[r] <= 0) continue;
+      const double excess = static_cast<double>(bound[r] - caps[r]) / static_cast<double>(caps[r]);
+      over = over || excess > 0.0;
+      weight[r] *= std::exp(4.0 * std::clamp(excess, -0.5, 0.5));
+      total += weight[r];
+    }
+    if (!over) return true;
+    for (double& w : weight) w *= capped / total;
+  }
+  return true;
 }
 
 // The min-sum partition: stage s = [a, b) adds at least w0 (K0[b] - P0[a]) + w1 (K1[b] - P1[a]) +
 // u (params[b] - params[a]), where P is the prefix of kept bytes and K the same less the
 // storage of the last layer before b that makes one (kept_bytes_within() is at least this).
-double MultiStagePeakBound::least_total_at(const std::vector<const Moment*>& at,
-                                           const std::vector<bool>& counted) const {
+double MultiStagePeakBound::least_weighted(const std::vector<double>& weight,
+                                           const std::vector<Blend>& at,
+                                           std::vector<int>* balance) const {
   const Profile& profile = costs_.profile();
   const int layers = costs_.layer_count();
   const int stages = static_cast<int>(rank_.size());
@@ -218,26 +279,24 @@ double MultiStagePeakBound::least_total_at(const std::vector<const Moment*>& at,
     params[b + 1] = params[b] + static_cast<double>(costs_.param_bytes(b, b + 1));
   double fixed = 0.0;
   for (std::size_t r = 0; r < at.size(); ++r) {
-    if (!counted[r]) continue;
-    fixed += static_cast<double>(profile.device.library_bytes + at[r]->constant);
+    double own = static_cast<double>(profile.device.library_bytes) + at[r].constant;
     if (static_cast<int>(r) == rank_[0])
-      fixed += static_cast<double>(costs_.at(profile.batch_size).input_bytes);
+      own += static_cast<double>(costs_.at(profile.batch_size).input_bytes);
+    fixed += weight[r] * own;
   }
   // The stages' parameters and optimizer state, rounded per stage by the simulator (at most
   // half a byte each below the exact product).
   const double state = 1.0 + optimizer_state_factor_;
   std::vector<double> least(layers + 1, kInfBytes), next(layers + 1);
+  std::vector<std::vector<int>> from(stages, std::vector<int>(layers + 1, -1));
+  partition_cells_ += static_cast<std::uint64_t>(stages) * static_cast<std::uint64_t>(layers);
   least[0] = 0.0;
   for (int s = 0; s < stages; ++s) {
     const int r = rank_[s];
     const int j = local_[s];
-    double w[2] = {0.0, 0.0}, u = 0.0;
-    if (counted[r]) {
-      w[0] = at[r]->kept[0][j];
-      w[1] = at[r]->kept[1][j];
-      u = at[r]->gradients[j] + state;
-      fixed -= 0.5;
-    }
+    const double w[2] = {weight[r] * at[r].kept[0][j], weight[r] * at[r].kept[1][j]};
+    const double u = weight[r] * (at[r].gradients[j] + state);
+    fixed -= 0.5 * weight[r];
     auto end_part = [&](int b) {
       return w[0] * kept_before[0][b] + w[1] * kept_before[1][b] + u * params[b];
     };
@@ -245,12 +304,26 @@ double MultiStagePeakBound::least_total_at(const std::vector<const Moment*>& at,
       return w[0] * kept_prefix[0][a] + w[1] * kept_prefix[1][a] + u * params[a];
     };
     double running = kInfBytes;  // least over a < b of least[a] - start_part(a)
+    int arg = -1;
     std::fill(next.begin(), next.end(), kInfBytes);
     for (int b = 1; b <= layers; ++b) {
-      if (least[b - 1] < kInfBytes) running = std::min(running, least[b - 1] - start_part(b - 1));
-      if (running < kInfBytes) next[b] = running + end_part(b);
+      if (least[b - 1] < kInfBytes && least[b - 1] - start_part(b - 1) < running) {
+        running = least[b - 1] - start_part(b - 1);
+        arg = b - 1;
+      }
+      if (arg >= 0) {
+        next[b] = running + end_part(b);
+        from[s][b] = arg;
+      }
     }
     least.swap(next);
+  }
+  if (balance != nullptr && least[layers] < kInfBytes) {
+    for (int s = stages - 1, b = layers; s >= 0; --s) {
+      const int a = from[s][b];
+      (*balance)[s] = b - a;
+      b = a;
+    }
   }
   return fixed + least[layers];
 }

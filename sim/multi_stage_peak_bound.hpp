@@ -42,13 +42,12 @@ class MultiStagePeakBound {
   int device_of(int t) const { return rank_[t]; }
   /// Every device's bound for a whole balance (the placed stages are cleared afterwards).
   std::vector<std::int64_t> of(const std::vector<int>& balance);
-  /// A lower bound, over every balance, on the sum of the bounds of the devices `counted`
-  /// names: what a configuration needs of their memory together. A device's bound is at least
-  /// its value at any one moment, so the sum at one moment per device is linear in each
-  /// stage's layers and its least over balances is a min-sum partition (O(stages x layers)).
-  /// Two choices of moments are tried: each device's fullest with stages of average size, and
-  /// its last (every gradient made).
-  double least_total(const std::vector<bool>& counted) const;
+  /// False only when no balance can fit every device within `caps` (per device, 0: no cap):
+  /// a Lagrangian relaxation of the devices' bounds, each at one moment, over every balance
+  /// (see the definition). True says nothing.
+  bool may_fit(const std::vector<std::int64_t>& caps);
+  /// Cells of the min-sum partitions run so far (stages x layers each), for a caller's budget.
+  std::uint64_t partition_cells() const { return partition_cells_; }
 
  private:
   // A moment of one device's programme: per local stage, the kept forwards of each size slot
@@ -61,8 +60,17 @@ class MultiStagePeakBound {
   void collect_moments(const std::vector<std::int64_t>& sizes, ScheduleKind kind,
                        CheckpointMode checkpoint);
   std::int64_t device_bound(int r) const;
-  double least_total_at(const std::vector<const Moment*>& at,
-                        const std::vector<bool>& counted) const;
+  std::int64_t moment_level(const Moment& x, int r) const;  // its stages' terms, as placed
+  std::vector<int> fullest_moments(const std::vector<int>& balance);  // per device, its index
+  // An average of a device's moments.
+  struct Blend {
+    std::vector<double> kept[2], gradients;
+    double constant = 0.0;
+  };
+  // The least over balances of the devices' levels at `at`, weighted, with the parameters and
+  // fixed terms; `balance` gets a balance that reaches it.
+  double least_weighted(const std::vector<double>& weight, const std::vector<Blend>& at,
+                        std::vector<int>* balance) const;
 
   const CostModel& costs_;
   const SizeCosts* size_[2];
@@ -75,6 +83,7 @@ class MultiStagePeakBound {
   std::vector<std::vector<Moment>> moments_;  // per device, none dominated by another
   // Per stage as placed: kept bytes per slot and parameter bytes; 0 while unplaced.
   std::vector<std::int64_t> kept_[2], params_;
+  mutable std::uint64_t partition_cells_ = 0;
 };
 
 /// Every device's bound for `plan` (a multi-stage plan that check_plan accepts).

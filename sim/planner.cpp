@@ -44,6 +44,8 @@ constexpr int kRelaxedRootRounds = 40;
 // A step of the budget is about 50 ns of work; a pivot updates a tableau cell in about 1.5 ns
 // (measured on a 32-stage multi-stage root).
 constexpr std::uint64_t kPivotCellsPerStep = 32;
+// A cell of a min-sum partition (MultiStagePeakBound::may_fit()) takes about 6 ns.
+constexpr std::uint64_t kPartitionCellsPerStep = 8;
 // A sweep costs about as much per task as a node of the search per this many tasks.
 constexpr std::size_t kSweepTasksPerStep = 8;
 
@@ -2407,11 +2409,9 @@ bool PlanSearch::fits(const Plan& plan, const SimulationResult& r,
 // Each layer's share of a configuration's work: its forward and backward at every micro-batch.
 std::vector<double> layer_work_of(const CostModel& costs, const Config& c) {
   std::vector<double> work(costs.layer_count(), 0.0);
-  for (int k = 0; k < costs.layer_count(); ++k) {
-    for (std::int64_t size : c.sizes) {
-      const SizeCosts& s = costs.at(size);
-      work[k] += s.forward_ms[k] + s.backward_ms[k];
-    }
+  for (std::int64_t size : c.sizes) {
+    const SizeCosts& s = costs.at(size);
+    for (int k = 0; k < costs.layer_count(); ++k) work[k] += s.forward_ms[k] + s.backward_ms[k];
   }
   return work;
 }
@@ -2585,19 +2585,14 @@ void PlanSearch::multi_stage_root(Entry& e, const std::vector<Entry>& entries) {
     note();
     return;
   }
-  // Under caps, what every balance needs of the capped devices together: over their caps
-  // together, no plan of the configuration fits.
+  // Under caps, a configuration whose devices' memory bounds no balance keeps within their
+  // caps is ruled out (MultiStagePeakBound::may_fit(): a few min-sum partitions).
   if (capped()) {
-    const MultiStagePeakBound peak(costs_, c.sizes, c.schedule, c.checkpoint, stages_,
-                                   c.stages_per_device, options_.optimizer_state_factor);
-    std::vector<bool> counted(stages_);
-    double caps = 0.0;
-    for (int r = 0; r < stages_; ++r) {
-      counted[r] = capacity_[r] > 0;
-      caps += static_cast<double>(std::max<std::int64_t>(capacity_[r], 0));
-    }
-    stats_.steps += static_cast<std::uint64_t>(stages_) * c.stages_per_device * layers_ / 8;
-    if (peak.least_total(counted) > caps) {
+    MultiStagePeakBound peak(costs_, c.sizes, c.schedule, c.checkpoint, stages_,
+                             c.stages_per_device, options_.optimizer_state_factor);
+    const bool may_fit = peak.may_fit(capacity_);
+    stats_.steps += peak.partition_cells() / kPartitionCellsPerStep;
+    if (!may_fit) {
       e.closed = true;
       note();
       return;
