@@ -190,8 +190,10 @@ std::vector<int> MultiStagePeakBound::fullest_moments(const std::vector<int>& ba
 // device and summed, its least over every balance is a min-sum partition (O(stages x layers)).
 // A fitting balance has every device's bound at most its cap, so for any multipliers its
 // weighted sum is at most the caps' weighted sum: a least above that proves that no balance
-// fits. The multipliers start equal and grow on the devices that the least balance overfills
-// (a Lagrangian relaxation, a few multiplicative rounds); each device's average is over the
+// fits. The multipliers start equal and grow gently on the devices that the least balance
+// overfills (a Lagrangian relaxation; a steep step piles the weight on one device and lets the
+// partition load the others without bound), for at most 16 rounds and until four rounds no
+// longer raise the best ratio of the least to the caps; each device's average is over the
 // moments of most bytes under the least balances so far (fictitious play: a device with a
 // recompute of each of two stages holds one at a time, and one moment alone would let the
 // partition put every layer in the other).
@@ -212,6 +214,8 @@ bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps) {
   std::vector<std::vector<int>> picked(devices);
   for (int r = 0; r < devices; ++r) picked[r].assign(moments_[r].size(), 0);
   constexpr int kRounds = 16;
+  double best_ratio = 0.0;
+  int stalled = 0;
   for (int round = 0; round < kRounds; ++round) {
     const std::vector<int> at = fullest_moments(balance);
     for (int r = 0; r < devices; ++r) {
@@ -235,6 +239,13 @@ bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps) {
     double cap_sum = 0.0;
     for (int r = 0; r < devices; ++r) cap_sum += weight[r] * static_cast<double>(caps[r]);
     const double least = least_weighted(weight, blend, &balance);
+    // Four rounds that do not raise the best ratio of least to caps: it has settled.
+    if (least / cap_sum > best_ratio * 1.001) {
+      best_ratio = least / cap_sum;
+      stalled = 0;
+    } else if (++stalled == 4) {
+      return true;
+    }
     if (least > cap_sum * (1.0 + 1e-9) + 1.0) return false;
     // The least balance's own bounds: where every device is within its cap, nothing is proven.
     const std::vector<std::int64_t> bound = of(balance);
@@ -244,7 +255,7 @@ bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps) {
       if (caps[r] <= 0) continue;
       const double excess = static_cast<double>(bound[r] - caps[r]) / static_cast<double>(caps[r]);
       over = over || excess > 0.0;
-      weight[r] *= std::exp(4.0 * std::clamp(excess, -0.5, 0.5));
+      weight[r] *= std::exp(0.5 * std::clamp(excess, -0.5, 0.5));
       total += weight[r];
     }
     if (!over) return true;
