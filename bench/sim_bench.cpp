@@ -318,5 +318,47 @@ void BM_Plan48Layers4DevicesEverySchedule(benchmark::State& state) {
 }
 BENCHMARK(BM_Plan48Layers4DevicesEverySchedule)->Unit(benchmark::kMillisecond)->Iterations(1);
 
+// Issue 15's four 1,000 x 16 cases with every schedule, as `pipetune plan` searches by default:
+// range(0) = 0 the synthetic profile (10 GB/s, 0.01 ms links), 1 the lognormal one (20 GB/s),
+// 2 the lognormal one capped at 2.5 x its share of the parameters, 3 the synthetic one on
+// devices of speeds 1.5, 1, 0.75, 1 repeated. Counter `multi_stage`: whether the best plan runs
+// several stages per device.
+void BM_Plan1000Layers16DevicesEverySchedule(benchmark::State& state) {
+  const bool lognormal = state.range(0) == 1 || state.range(0) == 2;
+  const Profile profile = lognormal ? lognormal_profile(1000, 256) : synthetic_profile(1000, 256);
+  Hardware hw = replicate_device(profile.device, 16);
+  if (lognormal) {
+    hw.link.bandwidth_bytes_per_s = 2e10;
+  } else {
+    hw.link.bandwidth_bytes_per_s = 1e10;
+    hw.link.latency_ms = 0.01;
+  }
+  if (state.range(0) == 2) {
+    std::int64_t params = 0;
+    for (const auto& l : profile.layers) params += l.param_bytes;
+    for (auto& d : hw.devices)
+      d.memory_bytes = static_cast<std::int64_t>(2.5 * static_cast<double>(params) / 16);
+  }
+  if (state.range(0) == 3) set_unequal_speeds(hw);
+  PlannerOptions options;
+  options.top = 1;
+  options.schedules.assign(std::begin(kAllScheduleKinds), std::end(kAllScheduleKinds));
+  PlanSearchResult result;
+  for (auto _ : state) {
+    result = find_best_plans(profile, hw, options);
+    benchmark::DoNotOptimize(result.ranked.data());
+  }
+  report_search(state, result);
+  state.counters["multi_stage"] =
+      !result.ranked.empty() && result.ranked.front().plan.stages_per_device > 1 ? 1 : 0;
+}
+BENCHMARK(BM_Plan1000Layers16DevicesEverySchedule)
+    ->Arg(0)
+    ->Arg(1)
+    ->Arg(2)
+    ->Arg(3)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
+
 }  // namespace
 }  // namespace pipetune::bench
