@@ -78,7 +78,9 @@ struct ConfigurationStats {
   CheckpointMode checkpoint = CheckpointMode::Never;
   ScheduleKind schedule = ScheduleKind::GPipe;
   int stages_per_device = 1;
-  bool evaluated = false;  ///< its root bound was computed and its first plan simulated
+  /// Its root bound was computed and its first plan simulated (a multi-stage configuration's
+  /// first plan waits for its first slice once the cheap pass has spent half the budget).
+  bool evaluated = false;
   bool closed = false;     ///< searched to the end, or ruled out by a bound
   std::size_t slices = 0;  ///< slices of the search it was given
   /// Partial balances examined (multi-stage: balances simulated), and steps spent.

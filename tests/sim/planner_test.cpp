@@ -703,6 +703,37 @@ TEST(Planner, SmallBudgetStillVisitsEveryConfiguration) {
   EXPECT_GT(sliced, 1u);
 }
 
+// With every schedule, a batch that makes many configurations and memory caps (whose bounds
+// make the cheap pass long), the cheap pass defers the multi-stage configurations' first plans
+// to their slices once it has spent half the budget (279 of them here):
+// the answer is still a plan the simulator times the same, no configuration left open has a
+// bound below the reported one, and the deferred configurations that got a slice have a plan.
+TEST(Planner, MultiStageFirstPlansDeferredPastHalfTheBudgetStillAnswer) {
+  const Profile profile = bench::lognormal_profile(300, 1024);
+  Hardware hw = replicate_device(profile.device, 4);
+  hw.link.bandwidth_bytes_per_s = 2e10;
+  std::int64_t params = 0;
+  for (const auto& l : profile.layers) params += l.param_bytes;
+  for (auto& d : hw.devices) d.memory_bytes = static_cast<std::int64_t>(2.5 * params / 4);
+  PlannerOptions options;
+  options.top = 1;
+  options.schedules.assign(std::begin(kAllScheduleKinds), std::end(kAllScheduleKinds));
+  options.search_budget = 2'000'000;
+  const auto result = find_best_plans(profile, hw, options);
+  ASSERT_FALSE(result.ranked.empty());
+  const PlanCandidate& best = result.ranked.front();
+  EXPECT_EQ(Simulator(profile, hw).run(best.plan).iteration_ms, best.iteration_ms);
+  EXPECT_LE(result.stats.lower_bound_ms, best.iteration_ms);
+  int deferred = 0;
+  for (const ConfigurationStats& c : result.stats.per_configuration) {
+    if (!c.closed) EXPECT_GE(c.lower_bound_ms, result.stats.lower_bound_ms);
+    const bool multi = is_multi_stage(c.schedule);
+    if (multi && c.evaluated && !c.closed && c.slices == 0 && c.nodes == 0) ++deferred;
+    if (multi && c.slices > 0 && !c.closed) EXPECT_GT(c.nodes, 0u);
+  }
+  EXPECT_GT(deferred, 0);  // the deferral happened
+}
+
 // Where the budget ends before the proof, the answer is still no slower than any plan a few
 // layers away from it (the search polishes its best plans): every move of one stage end by up
 // to four layers, and of two adjacent ends by up to three each, simulated here, is slower or
