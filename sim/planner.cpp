@@ -2082,7 +2082,8 @@ struct PlanSearch::Entry {
   // Multi-stage: its local search has found a local optimum (the enumeration goes on), and
   // the layers it moves at a time.
   bool settled = false;
-  int move = 1;
+  int move = 0;  // 0: not started
+  bool widening = false;
   std::vector<int> relaxed;  // multi-stage: the relaxed root's shares, rounded
   std::vector<int> balance;  // multi-stage: the local search's current balance
   Score score;               // and its score
@@ -2660,7 +2661,8 @@ void PlanSearch::start_from(Entry& e, const std::vector<int>& balance) {
     e.balance = balance;
     e.score = score;
     e.settled = false;
-    e.move = 1;
+    e.move = 0;  // the widest again
+    e.widening = false;
   }
 }
 
@@ -2703,10 +2705,11 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
     if (!e.balance.empty()) start_from(e, e.relaxed);
   }
   if (e.balance.empty()) first_multi_stage_plans(e);
-  // Moves of one layer first; where none improves, of twice as many, up to a quarter of an
-  // average stage (on 1,000 layers one-layer moves settle where a block of layers moved at
-  // once still gains), and back to one layer after each gain.
+  // Moves of a quarter of an average stage first, and of half as many layers where none
+  // improves, down to one: on thousands of layers a start far from fitting (the min-max
+  // partition of time under a cap) took a simulation per layer moved.
   const int widest = std::max(1, layers_ / stages / 4);
+  if (e.move == 0) e.move = widest;
   while (!e.settled && stats_.steps < limit) {
     bool improved = false;
     for (int i = 0; i + 1 < stages && !improved && stats_.steps < limit; ++i) {
@@ -2725,10 +2728,21 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
       }
     }
     if (improved) {
-      e.move = 1;
+      e.widening = false;
     } else if (stats_.steps < limit) {
-      if (e.move * 2 > widest) e.settled = true;
-      e.move *= 2;
+      // Down to one layer, then once more up from two: a block moved at once can still gain
+      // where no single layer does.
+      if (!e.widening && e.move > 1) {
+        e.move /= 2;
+      } else if (!e.widening) {
+        e.widening = true;
+        e.move = 2;
+        if (e.move > widest) e.settled = true;
+      } else if (e.move * 2 > widest) {
+        e.settled = true;
+      } else {
+        e.move *= 2;
+      }
     }
   }
 
