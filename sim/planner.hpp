@@ -44,10 +44,11 @@ struct PlannerOptions {
   int stages = 0;       ///< 0: one stage per device; k: the first k devices
   std::size_t top = 5;  ///< configurations to rank
   /// Work allowed before the search stops proving: one step per partial balance examined, one
-  /// per eight tasks swept and one per task simulated. When it runs out, the best plans found
-  /// so far are returned with a proven lower bound (PlannerStats). About 20 million steps a
-  /// second on one core. Shared between the configurations (see above); the cheap pass over
-  /// them counts its simulations here but runs in full even past the budget.
+  /// per eight tasks swept, one per task simulated and half one per layer a simulation walks
+  /// (per micro-batch size). When it runs out, the best plans found so far are returned with a
+  /// proven lower bound (PlannerStats). About 20 million steps a second on one core. Shared
+  /// between the configurations (see above); the cheap pass over them counts its work here but
+  /// runs in full even past the budget (but for multi-stage first plans, docs/planner.md).
   std::uint64_t search_budget = 10'000'000;
   /// A plan fits only if its peak in the worst arrival order the schedule allows fits too
   /// (worst_order_peaks(), docs/memory-model.md), not only its predicted peak: no step's timing
