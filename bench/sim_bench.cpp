@@ -184,12 +184,7 @@ void BM_PlanLognormal1000Layers16Devices(benchmark::State& state) {
   const Profile profile = lognormal_profile(1000, 256);
   Hardware hw = replicate_device(profile.device, 16);
   hw.link.bandwidth_bytes_per_s = 2e10;
-  if (state.range(0) == 1) {
-    std::int64_t params = 0;
-    for (const auto& l : profile.layers) params += l.param_bytes;
-    for (auto& d : hw.devices)
-      d.memory_bytes = static_cast<std::int64_t>(2.5 * static_cast<double>(params) / 16);
-  }
+  if (state.range(0) == 1) cap_at_parameter_share(hw, profile, 2.5);
   PlannerOptions options;
   options.top = 1;
   PlanSearchResult result;
@@ -213,10 +208,7 @@ void BM_PlanNothingFits1000Layers16Devices(benchmark::State& state) {
   const Profile profile = lognormal_profile(1000, 256);
   Hardware hw = replicate_device(profile.device, 16);
   hw.link.bandwidth_bytes_per_s = 2e10;
-  std::int64_t params = 0;
-  for (const auto& l : profile.layers) params += l.param_bytes;
-  for (auto& d : hw.devices)
-    d.memory_bytes = static_cast<std::int64_t>(1.6 * static_cast<double>(params) / 16);
+  cap_at_parameter_share(hw, profile, 1.6);
   PlannerOptions options;
   options.top = 1;
   PlanSearchResult result;
@@ -333,12 +325,7 @@ void BM_Plan1000Layers16DevicesEverySchedule(benchmark::State& state) {
     hw.link.bandwidth_bytes_per_s = 1e10;
     hw.link.latency_ms = 0.01;
   }
-  if (state.range(0) == 2) {
-    std::int64_t params = 0;
-    for (const auto& l : profile.layers) params += l.param_bytes;
-    for (auto& d : hw.devices)
-      d.memory_bytes = static_cast<std::int64_t>(2.5 * static_cast<double>(params) / 16);
-  }
+  if (state.range(0) == 2) cap_at_parameter_share(hw, profile, 2.5);
   if (state.range(0) == 3) set_unequal_speeds(hw);
   PlannerOptions options;
   options.top = 1;

@@ -80,4 +80,13 @@ inline void set_unequal_speeds(Hardware& hardware) {
     hardware.devices[i].speed = i % 4 == 0 ? 1.5 : i % 4 == 2 ? 0.75 : 1.0;
 }
 
+/// Caps every device at `share` times its even share of the profile's parameters (2.5: room
+/// for parameters, gradients and some activations, so that checkpointing and chunks matter).
+inline void cap_at_parameter_share(Hardware& hardware, const Profile& profile, double share) {
+  std::int64_t params = 0;
+  for (const auto& l : profile.layers) params += l.param_bytes;
+  const double each = static_cast<double>(params) / static_cast<double>(hardware.devices.size());
+  for (auto& d : hardware.devices) d.memory_bytes = static_cast<std::int64_t>(share * each);
+}
+
 }  // namespace pipetune::bench

@@ -379,20 +379,7 @@ TEST(StagePeakBound, NeverAboveTheSimulatedPeakOnRandomPlans) {
     const int layers = 1 + static_cast<int>(rng() % 8);
     const std::int64_t batch = 1 + static_cast<std::int64_t>(rng() % 9);
     Profile profile = testing::random_profile(rng, layers, batch);
-    for (auto& l : profile.layers) {
-      if (rng() % 3 == 0) l.keeps_input = false;
-      if (rng() % 3 == 0) l.keeps_output = true;
-      if (rng() % 4 == 0) l.output_aliases_input = true;
-    }
-    if (rng() % 3 == 0) {
-      // Measured backward peaks, even ones below what the estimate would give.
-      for (auto& l : profile.layers) {
-        for (std::size_t k = 0; k < profile.micro_batch_sizes.size(); ++k) {
-          l.backward_peak_bytes.push_back(static_cast<std::int64_t>(rng() % 20000));
-          l.backward_accumulate_peak_bytes.push_back(static_cast<std::int64_t>(rng() % 20000));
-        }
-      }
-    }
+    testing::vary_memory_flags(rng, profile);
     profile.device.library_bytes = rng() % 2 ? static_cast<std::int64_t>(rng() % 5000) : 0;
     const int stages = 1 + static_cast<int>(rng() % std::min(layers, 4));
     std::vector<int> balance(stages, 1);

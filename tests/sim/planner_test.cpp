@@ -712,9 +712,7 @@ TEST(Planner, MultiStageFirstPlansDeferredPastHalfTheBudgetStillAnswer) {
   const Profile profile = bench::lognormal_profile(300, 1024);
   Hardware hw = replicate_device(profile.device, 4);
   hw.link.bandwidth_bytes_per_s = 2e10;
-  std::int64_t params = 0;
-  for (const auto& l : profile.layers) params += l.param_bytes;
-  for (auto& d : hw.devices) d.memory_bytes = static_cast<std::int64_t>(2.5 * params / 4);
+  bench::cap_at_parameter_share(hw, profile, 2.5);
   PlannerOptions options;
   options.top = 1;
   options.schedules.assign(std::begin(kAllScheduleKinds), std::end(kAllScheduleKinds));
@@ -745,9 +743,7 @@ TEST(Planner, UnprovenAnswerIsNoSlowerThanThePlansAroundIt) {
     Hardware hw = replicate_device(profile.device, 16);
     hw.link.bandwidth_bytes_per_s = 2e10;
     if (capped) {
-      std::int64_t params = 0;
-      for (const auto& l : profile.layers) params += l.param_bytes;
-      for (auto& d : hw.devices) d.memory_bytes = static_cast<std::int64_t>(2.5 * params / 16);
+      bench::cap_at_parameter_share(hw, profile, 2.5);
     }
     PlannerOptions options;
     options.top = 1;
