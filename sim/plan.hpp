@@ -41,6 +41,11 @@ inline constexpr ScheduleKind kAllScheduleKinds[] = {
 inline constexpr ScheduleKind kSingleStageScheduleKinds[] = {ScheduleKind::GPipe,
                                                              ScheduleKind::OneFOneB};
 
+/// The schedules that run several stages per programme.
+inline constexpr ScheduleKind kMultiStageScheduleKinds[] = {
+    ScheduleKind::Interleaved1F1B, ScheduleKind::LoopedBFS, ScheduleKind::InterleavedZB,
+    ScheduleKind::ZBV, ScheduleKind::DualPipeV};
+
 /// True for the schedules whose programmes hold several stages each (`stages_per_device`).
 bool is_multi_stage(ScheduleKind kind);
 /// True for the schedules that split the backward into I and W (zero bubble; DualPipeV splits

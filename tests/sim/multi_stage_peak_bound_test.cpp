@@ -56,9 +56,7 @@ TEST(MultiStagePeakBound, LoopedBfsByHand) {
 // exceeds the whole balance's.
 TEST(MultiStagePeakBound, NeverAboveTheSimulatedPeakOnRandomPlans) {
   std::mt19937 rng(31);
-  constexpr ScheduleKind kMulti[] = {ScheduleKind::Interleaved1F1B, ScheduleKind::LoopedBFS,
-                                     ScheduleKind::InterleavedZB, ScheduleKind::ZBV,
-                                     ScheduleKind::DualPipeV};
+  const auto& kMulti = kMultiStageScheduleKinds;
   int checked = 0, close = 0;
   for (int trial = 0; trial < 600; ++trial) {
     const int devices = 2 + static_cast<int>(rng() % 3);
@@ -120,9 +118,7 @@ TEST(MultiStagePeakBound, NeverAboveTheSimulatedPeakOnRandomPlans) {
 // no balance keeps every device's bound within its cap, and false on many of those.
 TEST(MultiStagePeakBound, MayFitIsFalseOnlyWhenNoBalanceFits) {
   std::mt19937 rng(41);
-  constexpr ScheduleKind kMulti[] = {ScheduleKind::Interleaved1F1B, ScheduleKind::LoopedBFS,
-                                     ScheduleKind::InterleavedZB, ScheduleKind::ZBV,
-                                     ScheduleKind::DualPipeV};
+  const auto& kMulti = kMultiStageScheduleKinds;
   int none_fit = 0, ruled_out = 0, checked = 0;
   for (int trial = 0; trial < 300; ++trial) {
     const int devices = 2 + static_cast<int>(rng() % 2);

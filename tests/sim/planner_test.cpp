@@ -850,9 +850,7 @@ TEST(Planner, CappedAnswerIsNoSlowerThanTheUncappedAnswerMadeToFit) {
 // optimum and its bound never above.
 TEST(Planner, MultiStageSchedulesAgainstBruteForce) {
   std::mt19937 rng(18);
-  constexpr ScheduleKind kMulti[] = {ScheduleKind::Interleaved1F1B, ScheduleKind::LoopedBFS,
-                                     ScheduleKind::InterleavedZB, ScheduleKind::ZBV,
-                                     ScheduleKind::DualPipeV};
+  const auto& kMulti = kMultiStageScheduleKinds;
   int proven = 0, checked = 0;
   for (int trial = 0; trial < 24; ++trial) {
     const int layers = 4 + static_cast<int>(rng() % 5);  // 4..8
@@ -921,9 +919,7 @@ TEST(Planner, MultiStageSchedulesAgainstBruteForce) {
 // balance here.
 TEST(Planner, MultiStageSchedulesUnderCapsAgainstBruteForce) {
   std::mt19937 rng(19);
-  constexpr ScheduleKind kMulti[] = {ScheduleKind::Interleaved1F1B, ScheduleKind::LoopedBFS,
-                                     ScheduleKind::InterleavedZB, ScheduleKind::ZBV,
-                                     ScheduleKind::DualPipeV};
+  const auto& kMulti = kMultiStageScheduleKinds;
   int checked = 0, none_fit = 0, some_refused = 0;
   for (int trial = 0; trial < 30; ++trial) {
     const int layers = 4 + static_cast<int>(rng() % 5);  // 4..8
@@ -999,9 +995,7 @@ TEST(Planner, MultiStageSchedulesUnderCapsAgainstBruteForce) {
 // it valid but far below (the other tests check it there).
 TEST(Planner, MultiStageRelaxedRootStaysBelowTheOptimum) {
   std::mt19937 rng(1819);
-  constexpr ScheduleKind kMulti[] = {ScheduleKind::Interleaved1F1B, ScheduleKind::LoopedBFS,
-                                     ScheduleKind::InterleavedZB, ScheduleKind::ZBV,
-                                     ScheduleKind::DualPipeV};
+  const auto& kMulti = kMultiStageScheduleKinds;
   int near = 0, checked = 0;
   for (int trial = 0; trial < 30; ++trial) {
     const int layers = 12 + static_cast<int>(rng() % 5);  // 12..16
@@ -1050,9 +1044,7 @@ TEST(Planner, MultiStageRelaxedRootStaysBelowTheOptimum) {
 
 TEST(Planner, MultiStageBoundIsBelowEveryPlan) {
   std::mt19937 rng(1818);
-  constexpr ScheduleKind kMulti[] = {ScheduleKind::Interleaved1F1B, ScheduleKind::LoopedBFS,
-                                     ScheduleKind::InterleavedZB, ScheduleKind::ZBV,
-                                     ScheduleKind::DualPipeV};
+  const auto& kMulti = kMultiStageScheduleKinds;
   int near = 0, tight = 0, checked = 0;
   for (int trial = 0; trial < 40; ++trial) {
     const int devices = 2 + static_cast<int>(rng() % 3);  // 2..4
