@@ -239,6 +239,7 @@ bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps) {
     double cap_sum = 0.0;
     for (int r = 0; r < devices; ++r) cap_sum += weight[r] * static_cast<double>(caps[r]);
     const double least = least_weighted(weight, blend, &balance);
+    if (least > cap_sum * (1.0 + 1e-9) + 1.0) return false;
     // Four rounds that do not raise the best ratio of least to caps: it has settled.
     if (least / cap_sum > best_ratio * 1.001) {
       best_ratio = least / cap_sum;
@@ -246,7 +247,6 @@ bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps) {
     } else if (++stalled == 4) {
       return true;
     }
-    if (least > cap_sum * (1.0 + 1e-9) + 1.0) return false;
     // The least balance's own bounds: where every device is within its cap, nothing is proven.
     const std::vector<std::int64_t> bound = of(balance);
     double total = 0.0;

@@ -44,7 +44,7 @@ class MultiStagePeakBound {
   std::vector<std::int64_t> of(const std::vector<int>& balance);
   /// False only when no balance can fit every device within `caps` (per device, 0: no cap):
   /// a Lagrangian relaxation of the devices' bounds, each at one moment, over every balance
-  /// (see the definition). True says nothing.
+  /// (see the definition). True says nothing. Leaves no stage placed.
   bool may_fit(const std::vector<std::int64_t>& caps);
   /// Cells of the min-sum partitions run so far (stages x layers each), for a caller's budget.
   std::uint64_t partition_cells() const { return partition_cells_; }

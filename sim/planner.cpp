@@ -2079,15 +2079,13 @@ struct PlanSearch::Entry {
   std::uint64_t slice = 0;         // the steps its last slice was given
   std::vector<int> resume;         // where its last slice stopped (see search())
   std::unique_ptr<Tables> tables;  // its tables between slices (store_tables())
-  // Multi-stage: its local search has found a local optimum (the enumeration goes on), and
-  // the layers it moves at a time.
+  // Multi-stage: its local search has found a local optimum (the enumeration goes on).
   bool settled = false;
-  int move = 0;  // 0: not started
-  bool widening = false;
+  int move = 0;              // multi-stage: the layers the local search moves at a time, 0: not yet
+  bool widening = false;     // multi-stage: past one layer, the moves grow again
   std::vector<int> relaxed;  // multi-stage: the relaxed root's shares, rounded
   std::vector<int> balance;  // multi-stage: the local search's current balance
   Score score;               // and its score
-  std::uint64_t tasks = 1;   // multi-stage: steps per simulation
   ConfigurationStats stats;  // what was spent on it
   bool closed = false;       // searched to the end, or ruled out by a bound
   double polished = kInf;    // the best plan polish() last started from
@@ -2370,7 +2368,6 @@ PlanSearch::Score PlanSearch::simulate_for(Entry& e, const std::vector<int>& bal
   ++stats_.simulations;
   ++e.stats.nodes;
   stats_.steps += simulation_steps(*e.config, r);
-  e.tasks = std::max<std::uint64_t>(r.task_count, 1);
   std::vector<std::int64_t> predicted;
   for (const auto& d : r.devices) predicted.push_back(d.peak_memory_bytes);
   Score score{excess_over_caps(r, predicted), r.iteration_ms};
@@ -2411,14 +2408,8 @@ bool PlanSearch::fits(const Plan& plan, const SimulationResult& r,
   return excess_over_caps(r, worst) == 0.0;
 }
 
-// The relaxed root of a multi-stage configuration (docs/planner.md): each stage s gets a share
-// x_s of the work, every task is bounded by its least ratio to a layer's work over its stage's
-// share (plus its overhead; a copy by the least bytes a boundary can carry), and the plan is at
-// least every path of its task graph, which depends on the schedule alone, not on the balance.
-// Rows: each device's busy time, then (cutting planes) the longest path of the shares' own
-// plan in that model, timed by the event engine, until no path is longer than the bound.
-// `work`: per layer, every micro-batch's forward and backward (multi_stage_root()'s shares).
-// Each layer's share of a configuration's work: its forward and backward at every micro-batch.
+// Each layer's share of a configuration's work: its forward and backward at every micro-batch
+// (the multi-stage relaxed root's shares are of this).
 std::vector<double> layer_work_of(const CostModel& costs, const Config& c) {
   std::vector<double> work(costs.layer_count(), 0.0);
   for (std::int64_t size : c.sizes) {
@@ -2428,9 +2419,15 @@ std::vector<double> layer_work_of(const CostModel& costs, const Config& c) {
   return work;
 }
 
-// `complete`: whether every round ran (none was cut short by `step_limit`, a count of
-// stats_.steps), so that running it again would give nothing more. `balance`: the shares' plan,
-// rounded to layer boundaries.
+// The relaxed root of a multi-stage configuration (docs/planner.md): each stage s gets a share
+// x_s of the work (layer_work_of()), every task is bounded by its least ratio to a layer's work
+// over its stage's share (plus its overhead; a copy by the least bytes a boundary can carry),
+// and the plan is at least every path of its task graph, which depends on the schedule alone,
+// not on the balance. Rows: each device's busy time, then (cutting planes) the longest path of
+// the shares' own plan in that model, timed by the event engine, until no path is longer than
+// the bound. `complete`: whether the rounds ended by themselves (no path longer, or all of
+// them run) rather than at `step_limit`, a count of stats_.steps, so that running it again
+// would give nothing more. `balance`: the shares' plan, rounded to layer boundaries.
 double PlanSearch::multi_stage_relaxed_root(const Config& c, std::uint64_t step_limit,
                                             bool* complete, std::vector<int>* balance) {
   const std::vector<double> work = layer_work_of(costs_, c);
@@ -2522,7 +2519,12 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, std::uint64_t step_
     stats_.steps += (programme.pivot_cells() - cells_before) / kPivotCellsPerStep;
   };
   charge(0);
-  for (int round = 0; round < kRelaxedRootRounds && stats_.steps < allowance; ++round) {
+  bool cut = false;  // the rounds stopped at step_limit
+  for (int round = 0; round < kRelaxedRootRounds; ++round) {
+    if (stats_.steps >= allowance) {
+      cut = true;
+      break;
+    }
     stats_.steps += graph.tasks.size();
     for (std::size_t id = 0; id < graph.tasks.size(); ++id) {
       const SimTask& t = graph.tasks[id];
@@ -2569,7 +2571,7 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, std::uint64_t step_
     bound = std::max(bound, programme.solve(&shares));
     charge(cells);
   }
-  if (stats_.steps < allowance) {
+  if (!cut) {
     std::uint64_t cells = 0;
     bound = std::max(bound,
                      heaviest_layer_bound(programme, work, classes, stages, shares, bound, &cells));
@@ -2584,8 +2586,9 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, std::uint64_t step_
   return std::max(0.0, bound * (1.0 - 1e-12));
 }
 
-// The cheap pass: the bound, and as the first plan the balance with the least busiest stage
-// (each stage's work on its device), the min-max partition.
+// The cheap pass: under caps, the memory relaxation (MultiStagePeakBound::may_fit()); the
+// relaxed root, to a quarter of the budget; and the first plans (first_multi_stage_plans()),
+// unless the cheap pass has spent half the budget.
 void PlanSearch::multi_stage_root(Entry& e, const std::vector<Entry>& entries) {
   const Config& c = *e.config;
   auto note = [&] {
@@ -2603,7 +2606,11 @@ void PlanSearch::multi_stage_root(Entry& e, const std::vector<Entry>& entries) {
     MultiStagePeakBound peak(costs_, c.sizes, c.schedule, c.checkpoint, stages_,
                              c.stages_per_device, options_.optimizer_state_factor);
     const bool may_fit = peak.may_fit(capacity_);
-    stats_.steps += peak.partition_cells() / kPartitionCellsPerStep;
+    // Its partitions, and the walk over the schedule's actions that built it.
+    stats_.steps +=
+        peak.partition_cells() / kPartitionCellsPerStep +
+        static_cast<std::uint64_t>(3 * c.micro_batches() * c.stages_per_device * stages_) /
+            kSweepTasksPerStep;
     if (!may_fit) {
       e.closed = true;
       note();
@@ -2666,13 +2673,15 @@ void PlanSearch::start_from(Entry& e, const std::vector<int>& balance) {
   }
 }
 
-// A slice: first a first-improvement local search that moves one stage boundary by one layer,
-// least memory excess first, then time, until no move improves (a good plan early makes the
-// enumeration below prune more); then the enumeration of every balance, stage by stage, where a
-// prefix whose MultiStageBalanceBound is not below the plan to beat is not extended and a whole
-// balance is simulated only when its bound is below it. The enumeration resumes where the last
-// slice stopped (the plan to beat only falls, so what it skipped stays skipped); when it ends,
-// the configuration is closed with its exact best.
+// A slice: the relaxed root's rounds if the cheap pass cut them short; the first plans if the cheap
+// pass deferred them; then a first-improvement local search that moves one stage boundary (wide
+// moves first, see below), least memory excess first, then time, until no move improves (a good
+// plan early makes the enumeration below prune more); then the enumeration of every balance, stage
+// by stage, where a prefix whose MultiStageBalanceBound is not below the plan to beat, or whose
+// last stage's device cannot fit its memory bound, is not extended, and a whole balance is
+// simulated only when its bound is below it. The enumeration resumes where the last slice stopped
+// (the plan to beat only falls, so what it skipped stays skipped); when it ends, the configuration
+// is closed with its exact best.
 void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::uint64_t slice) {
   const Config& c = *e.config;
   ranking_threshold_ = ranking_threshold(entries, &e);
@@ -2695,6 +2704,7 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
   // A relaxed root that the cheap pass cut short runs again, to half the slice: with many
   // configurations most got no round there, and their balance-free bounds held the gap open.
   if (!e.root_complete) {
+    const std::vector<int> tried = e.relaxed;
     e.root = std::max(e.root, multi_stage_relaxed_root(c, std::min(limit, steps + slice / 2),
                                                        &e.root_complete, &e.relaxed));
     if (e.root >= beat()) {
@@ -2702,7 +2712,7 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
       note();
       return;
     }
-    if (!e.balance.empty()) start_from(e, e.relaxed);
+    if (!e.balance.empty() && e.relaxed != tried) start_from(e, e.relaxed);
   }
   if (e.balance.empty()) first_multi_stage_plans(e);
   // Moves of a quarter of an average stage first, and of half as many layers where none
@@ -2754,8 +2764,10 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
   if (capped()) {
     peak.emplace(costs_, c.sizes, c.schedule, c.checkpoint, stages_, c.stages_per_device,
                  options_.optimizer_state_factor);
+    stats_.steps += static_cast<std::uint64_t>(3 * c.micro_batches() * stages) / kSweepTasksPerStep;
   }
-  auto overflows = [&](int t, int a, int b) {
+  // Places stage t in `peak` and says whether its device's bound now exceeds its cap.
+  auto placed_overflows = [&](int t, int a, int b) {
     if (!peak) return false;
     const std::int64_t cap = capacity_[peak->device_of(t)];
     return peak->place(t, a, b) > cap && cap > 0;
@@ -2782,14 +2794,14 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
       }
       ++stats_.steps;
       ++stats_.nodes;
-      if (overflows(t, a, b)) {
+      if (placed_overflows(t, a, b)) {
         peak->unplace(t);
         break;
       }
       bound.place(t, a, b);
       if (t + 2 == stages) {  // the last stage takes the rest
         bound.place(t + 1, b, layers_);
-        if (!overflows(t + 1, b, layers_) && below_beat(bound.bound(stages))) {
+        if (!placed_overflows(t + 1, b, layers_) && below_beat(bound.bound(stages))) {
           std::vector<int> balance;
           int from = 0;
           for (int end : ends) {

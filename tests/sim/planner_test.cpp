@@ -705,7 +705,7 @@ TEST(Planner, SmallBudgetStillVisitsEveryConfiguration) {
 
 // With every schedule, a batch that makes many configurations and memory caps (whose bounds
 // make the cheap pass long), the cheap pass defers the multi-stage configurations' first plans
-// to their slices once it has spent half the budget (279 of them here):
+// to their slices once it has spent half the budget:
 // the answer is still a plan the simulator times the same, no configuration left open has a
 // bound below the reported one, and the deferred configurations that got a slice have a plan.
 TEST(Planner, MultiStageFirstPlansDeferredPastHalfTheBudgetStillAnswer) {
