@@ -119,7 +119,8 @@ inline Profile random_profile(std::mt19937& rng, int layers, std::int64_t batch)
 
 /// Every flag mix of what layers keep (a third keep nothing of their input, a third keep their
 /// output, a quarter are views or in place) and, in a third of the profiles, measured backward
-/// peaks, even ones below what the estimate would give: the memory bounds' tests.
+/// peaks (half of them with the peaks inside a stage too), even ones below what the estimate
+/// would give: the memory bounds' tests.
 inline void vary_memory_flags(std::mt19937& rng, Profile& profile) {
   for (auto& l : profile.layers) {
     if (rng() % 3 == 0) l.keeps_input = false;
@@ -127,10 +128,14 @@ inline void vary_memory_flags(std::mt19937& rng, Profile& profile) {
     if (rng() % 4 == 0) l.output_aliases_input = true;
   }
   if (rng() % 3 == 0) {
+    const bool inner = rng() % 2 == 0;  // and, in half of those, the peaks inside a stage
     for (auto& l : profile.layers) {
       for (std::size_t k = 0; k < profile.micro_batch_sizes.size(); ++k) {
         l.backward_peak_bytes.push_back(static_cast<std::int64_t>(rng() % 20000));
         l.backward_accumulate_peak_bytes.push_back(static_cast<std::int64_t>(rng() % 20000));
+        if (!inner) continue;
+        l.inner_backward_peak_bytes.push_back(static_cast<std::int64_t>(rng() % 20000));
+        l.inner_backward_accumulate_peak_bytes.push_back(static_cast<std::int64_t>(rng() % 20000));
       }
     }
   }
