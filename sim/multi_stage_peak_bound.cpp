@@ -151,26 +151,30 @@ std::int64_t MultiStagePeakBound::device_bound(int r) const {
   return baseline + most;
 }
 
-std::vector<std::int64_t> MultiStagePeakBound::of(const std::vector<int>& balance) {
+void MultiStagePeakBound::place_all(const std::vector<int>& balance) {
   int a = 0;
   for (std::size_t t = 0; t < balance.size(); ++t) {
     place(static_cast<int>(t), a, a + balance[t]);
     a += balance[t];
   }
+}
+
+void MultiStagePeakBound::unplace_all() {
+  for (std::size_t t = 0; t < rank_.size(); ++t) unplace(static_cast<int>(t));
+}
+
+std::vector<std::int64_t> MultiStagePeakBound::of(const std::vector<int>& balance) {
+  place_all(balance);
   std::vector<std::int64_t> out;
   for (std::size_t r = 0; r < moments_.size(); ++r)
     out.push_back(device_bound(static_cast<int>(r)));
-  for (std::size_t t = 0; t < balance.size(); ++t) unplace(static_cast<int>(t));
+  unplace_all();
   return out;
 }
 
 // Walks the balance's stages in and out to pick, per device, its moment of most bytes.
 std::vector<int> MultiStagePeakBound::fullest_moments(const std::vector<int>& balance) {
-  int a = 0;
-  for (std::size_t t = 0; t < balance.size(); ++t) {
-    place(static_cast<int>(t), a, a + balance[t]);
-    a += balance[t];
-  }
+  place_all(balance);
   std::vector<int> at;
   for (std::size_t r = 0; r < moments_.size(); ++r) {
     int fullest = 0;
@@ -181,7 +185,7 @@ std::vector<int> MultiStagePeakBound::fullest_moments(const std::vector<int>& ba
     }
     at.push_back(fullest);
   }
-  for (std::size_t t = 0; t < balance.size(); ++t) unplace(static_cast<int>(t));
+  unplace_all();
   return at;
 }
 
@@ -213,6 +217,7 @@ bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps) {
   std::vector<Blend> blend(devices);
   std::vector<std::vector<int>> picked(devices);
   for (int r = 0; r < devices; ++r) picked[r].assign(moments_[r].size(), 0);
+  const Prefixes prefixes = layer_prefixes();
   constexpr int kRounds = 16;
   double best_ratio = 0.0;
   int stalled = 0;
@@ -238,7 +243,7 @@ bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps) {
     }
     double cap_sum = 0.0;
     for (int r = 0; r < devices; ++r) cap_sum += weight[r] * static_cast<double>(caps[r]);
-    const double least = least_weighted(weight, blend, &balance);
+    const double least = least_weighted(prefixes, weight, blend, &balance);
     if (least > cap_sum * (1.0 + 1e-9) + 1.0) return false;
     // Four rounds that do not raise the best ratio of least to caps: it has settled.
     if (least / cap_sum > best_ratio * 1.001) {
@@ -264,30 +269,42 @@ bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps) {
   return true;
 }
 
+// P, the prefix of kept bytes per size slot; K, the same less the storage of the last layer
+// before b that makes one (kept_bytes_within(a, b) is at least K[b] - P[a]); and the prefix of
+// parameter bytes.
+MultiStagePeakBound::Prefixes MultiStagePeakBound::layer_prefixes() const {
+  const int layers = costs_.layer_count();
+  Prefixes out;
+  for (int slot : {0, 1}) {
+    const SizeCosts& c = *size_[slot];
+    out.kept[slot].assign(layers + 1, 0.0);
+    out.kept_before[slot].assign(layers + 1, 0.0);
+    int maker = -1;
+    for (int b = 0; b <= layers; ++b) {
+      out.kept[slot][b] = static_cast<double>(c.kept_prefix[b]);
+      if (b > 0 && !c.aliases[b - 1]) maker = b - 1;
+      out.kept_before[slot][b] =
+          out.kept[slot][b] - (maker >= 0 ? static_cast<double>(c.stored_bytes[maker]) : 0.0);
+    }
+  }
+  out.params.assign(layers + 1, 0.0);
+  for (int b = 0; b < layers; ++b)
+    out.params[b + 1] = out.params[b] + static_cast<double>(costs_.param_bytes(b, b + 1));
+  return out;
+}
+
 // The min-sum partition: stage s = [a, b) adds at least w0 (K0[b] - P0[a]) + w1 (K1[b] - P1[a]) +
-// u (params[b] - params[a]), where P is the prefix of kept bytes and K the same less the
-// storage of the last layer before b that makes one (kept_bytes_within() is at least this).
-double MultiStagePeakBound::least_weighted(const std::vector<double>& weight,
+// u (params[b] - params[a]) (layer_prefixes()).
+double MultiStagePeakBound::least_weighted(const Prefixes& prefixes,
+                                           const std::vector<double>& weight,
                                            const std::vector<Blend>& at,
                                            std::vector<int>* balance) const {
   const Profile& profile = costs_.profile();
   const int layers = costs_.layer_count();
   const int stages = static_cast<int>(rank_.size());
-  std::vector<double> kept_prefix[2], kept_before[2], params(layers + 1, 0.0);
-  for (int slot : {0, 1}) {
-    const SizeCosts& c = *size_[slot];
-    kept_prefix[slot].assign(layers + 1, 0.0);
-    kept_before[slot].assign(layers + 1, 0.0);
-    int maker = -1;
-    for (int b = 0; b <= layers; ++b) {
-      kept_prefix[slot][b] = static_cast<double>(c.kept_prefix[b]);
-      if (b > 0 && !c.aliases[b - 1]) maker = b - 1;
-      kept_before[slot][b] =
-          kept_prefix[slot][b] - (maker >= 0 ? static_cast<double>(c.stored_bytes[maker]) : 0.0);
-    }
-  }
-  for (int b = 0; b < layers; ++b)
-    params[b + 1] = params[b] + static_cast<double>(costs_.param_bytes(b, b + 1));
+  const auto& kept_prefix = prefixes.kept;
+  const auto& kept_before = prefixes.kept_before;
+  const std::vector<double>& params = prefixes.params;
   double fixed = 0.0;
   for (std::size_t r = 0; r < at.size(); ++r) {
     double own = static_cast<double>(profile.device.library_bytes) + at[r].constant;

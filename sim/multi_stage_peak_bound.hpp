@@ -67,10 +67,16 @@ class MultiStagePeakBound {
     std::vector<double> kept[2], gradients;
     double constant = 0.0;
   };
+  struct Prefixes {
+    std::vector<double> kept[2], kept_before[2], params;
+  };
+  Prefixes layer_prefixes() const;
   // The least over balances of the devices' levels at `at`, weighted, with the parameters and
   // fixed terms; `balance` gets a balance that reaches it.
-  double least_weighted(const std::vector<double>& weight, const std::vector<Blend>& at,
-                        std::vector<int>* balance) const;
+  double least_weighted(const Prefixes& prefixes, const std::vector<double>& weight,
+                        const std::vector<Blend>& at, std::vector<int>* balance) const;
+  void place_all(const std::vector<int>& balance);
+  void unplace_all();
 
   const CostModel& costs_;
   const SizeCosts* size_[2];

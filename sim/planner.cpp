@@ -602,11 +602,14 @@ class PlanSearch {
     return r.task_count + static_cast<std::uint64_t>(layers_ * sizes) / 2;
   }
   void multi_stage_root(Entry& e, const std::vector<Entry>& entries);
-  double multi_stage_relaxed_root(const Config& c, std::uint64_t step_limit, bool* complete,
-                                  std::vector<int>* balance);
+  struct LayerWork;
+  double multi_stage_relaxed_root(const Config& c, const LayerWork& work, std::uint64_t step_limit,
+                                  bool* complete, std::vector<int>* balance);
   void multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::uint64_t slice);
   void start_from(Entry& e, const std::vector<int>& balance);
-  void first_multi_stage_plans(Entry& e);
+  void first_multi_stage_plans(Entry& e, const LayerWork& work);
+  // The peak bound of multi-stage configuration c, its walk over the schedule charged.
+  MultiStagePeakBound peak_bound(const Config& c);
   // Less memory excess, then less time.
   static bool better(const Score& x, const Score& y) {
     return x.excess < y.excess || (x.excess == y.excess && x.time < y.time);
@@ -2409,18 +2412,29 @@ bool PlanSearch::fits(const Plan& plan, const SimulationResult& r,
 }
 
 // Each layer's share of a configuration's work: its forward and backward at every micro-batch
-// (the multi-stage relaxed root's shares are of this).
-std::vector<double> layer_work_of(const CostModel& costs, const Config& c) {
-  std::vector<double> work(costs.layer_count(), 0.0);
-  for (std::int64_t size : c.sizes) {
-    const SizeCosts& s = costs.at(size);
-    for (int k = 0; k < costs.layer_count(); ++k) work[k] += s.forward_ms[k] + s.backward_ms[k];
+// (the multi-stage relaxed root's shares are of this), and the prefix sums of those.
+struct PlanSearch::LayerWork {
+  std::vector<double> each, prefix;
+  LayerWork(const CostModel& costs, const Config& c)
+      : each(costs.layer_count(), 0.0), prefix(costs.layer_count() + 1, 0.0) {
+    for (std::int64_t size : c.sizes) {
+      const SizeCosts& s = costs.at(size);
+      for (int k = 0; k < costs.layer_count(); ++k) each[k] += s.forward_ms[k] + s.backward_ms[k];
+    }
+    for (int k = 0; k < costs.layer_count(); ++k) prefix[k + 1] = prefix[k] + each[k];
   }
-  return work;
+};
+
+MultiStagePeakBound PlanSearch::peak_bound(const Config& c) {
+  stats_.steps +=
+      static_cast<std::uint64_t>(3 * c.micro_batches() * c.stages_per_device * stages_) /
+      kSweepTasksPerStep;
+  return MultiStagePeakBound(costs_, c.sizes, c.schedule, c.checkpoint, stages_,
+                             c.stages_per_device, options_.optimizer_state_factor);
 }
 
 // The relaxed root of a multi-stage configuration (docs/planner.md): each stage s gets a share
-// x_s of the work (layer_work_of()), every task is bounded by its least ratio to a layer's work
+// x_s of the work (LayerWork), every task is bounded by its least ratio to a layer's work
 // over its stage's share (plus its overhead; a copy by the least bytes a boundary can carry),
 // and the plan is at least every path of its task graph, which depends on the schedule alone,
 // not on the balance. Rows: each device's busy time, then (cutting planes) the longest path of
@@ -2428,9 +2442,10 @@ std::vector<double> layer_work_of(const CostModel& costs, const Config& c) {
 // the bound. `complete`: whether the rounds ended by themselves (no path longer, or all of
 // them run) rather than at `step_limit`, a count of stats_.steps, so that running it again
 // would give nothing more. `balance`: the shares' plan, rounded to layer boundaries.
-double PlanSearch::multi_stage_relaxed_root(const Config& c, std::uint64_t step_limit,
-                                            bool* complete, std::vector<int>* balance) {
-  const std::vector<double> work = layer_work_of(costs_, c);
+double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& layer_work,
+                                            std::uint64_t step_limit, bool* complete,
+                                            std::vector<int>* balance) {
+  const std::vector<double>& work = layer_work.each;
   const int v = c.stages_per_device, m = c.micro_batches(), stages = v * stages_;
   std::vector<int> device_of(stages);
   for (int s = 0; s < stages; ++s) device_of[s] = stage_rank(c.schedule, s, stages, v);
@@ -2513,7 +2528,6 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, std::uint64_t step_
   std::vector<std::vector<int>> before;  // each task's predecessors (edges() needs a run first)
   // The rounds count against the budget (their pivots and the engine's runs) and stop at
   // `step_limit`, the bound so far standing.
-  const std::uint64_t allowance = step_limit;
   *complete = false;
   auto charge = [&](std::uint64_t cells_before) {
     stats_.steps += (programme.pivot_cells() - cells_before) / kPivotCellsPerStep;
@@ -2521,7 +2535,7 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, std::uint64_t step_
   charge(0);
   bool cut = false;  // the rounds stopped at step_limit
   for (int round = 0; round < kRelaxedRootRounds; ++round) {
-    if (stats_.steps >= allowance) {
+    if (stats_.steps >= step_limit) {
       cut = true;
       break;
     }
@@ -2578,11 +2592,10 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, std::uint64_t step_
     stats_.steps += cells / kPivotCellsPerStep;
     *complete = true;
   }
-  std::vector<double> stage_share(stages, 0.0), prefix(layers_ + 1, 0.0);
+  std::vector<double> stage_share(stages, 0.0);
   for (int s = 0; s < stages; ++s)
     for (int k = 0; k < n_classes; ++k) stage_share[s] += shares[k * stages + s];
-  for (int k = 0; k < layers_; ++k) prefix[k + 1] = prefix[k] + work[k];
-  *balance = rounded_balance(prefix, stage_share);
+  *balance = rounded_balance(layer_work.prefix, stage_share);
   return std::max(0.0, bound * (1.0 - 1e-12));
 }
 
@@ -2603,14 +2616,9 @@ void PlanSearch::multi_stage_root(Entry& e, const std::vector<Entry>& entries) {
   // Under caps, a configuration whose devices' memory bounds no balance keeps within their
   // caps is ruled out (MultiStagePeakBound::may_fit(): a few min-sum partitions).
   if (capped()) {
-    MultiStagePeakBound peak(costs_, c.sizes, c.schedule, c.checkpoint, stages_,
-                             c.stages_per_device, options_.optimizer_state_factor);
+    MultiStagePeakBound peak = peak_bound(c);
     const bool may_fit = peak.may_fit(capacity_);
-    // Its partitions, and the walk over the schedule's actions that built it.
-    stats_.steps +=
-        peak.partition_cells() / kPartitionCellsPerStep +
-        static_cast<std::uint64_t>(3 * c.micro_batches() * c.stages_per_device * stages_) /
-            kSweepTasksPerStep;
+    stats_.steps += peak.partition_cells() / kPartitionCellsPerStep;
     if (!may_fit) {
       e.closed = true;
       note();
@@ -2623,8 +2631,10 @@ void PlanSearch::multi_stage_root(Entry& e, const std::vector<Entry>& entries) {
   // of small models), so that the search for plans keeps the rest. Those cut short run again
   // in their configuration's slices (multi_stage_slice()).
   const std::uint64_t allowance = std::max<std::uint64_t>(options_.search_budget / 4, 1 << 20);
+  const LayerWork work(costs_, c);
   std::vector<int> relaxed;
-  e.root = std::max(e.root, multi_stage_relaxed_root(c, allowance, &e.root_complete, &relaxed));
+  e.root =
+      std::max(e.root, multi_stage_relaxed_root(c, work, allowance, &e.root_complete, &relaxed));
   if (e.root >= ranking_threshold(entries, &e)) {
     e.closed = true;
     note();
@@ -2637,19 +2647,17 @@ void PlanSearch::multi_stage_root(Entry& e, const std::vector<Entry>& entries) {
   // left nothing of the budget to search the single-stage ones (3,000 layers on 4 devices: their
   // proven best, 0.4 % faster, not found).
   if (stats_.steps < std::max<std::uint64_t>(options_.search_budget / 2, 1 << 20))
-    first_multi_stage_plans(e);
+    first_multi_stage_plans(e, work);
   e.stats.evaluated = true;
   note();
 }
 
 // The min-max partition of the work on the stages' devices, then the relaxed root's rounded
 // shares if they are better.
-void PlanSearch::first_multi_stage_plans(Entry& e) {
+void PlanSearch::first_multi_stage_plans(Entry& e, const LayerWork& layer_work) {
   const Config& c = *e.config;
   const int v = c.stages_per_device, stages = v * stages_;
-  const std::vector<double> layer_work = layer_work_of(costs_, c);
-  std::vector<double> work(layers_ + 1, 0.0);
-  for (int k = 0; k < layers_; ++k) work[k + 1] = work[k] + layer_work[k];
+  const std::vector<double>& work = layer_work.prefix;
   std::vector<double> stage_speed(stages);  // looked up once: the partition asks O(K L log L) times
   for (int s = 0; s < stages; ++s) stage_speed[s] = speed_[stage_rank(c.schedule, s, stages, v)];
   const Partition p = min_max_partition(
@@ -2703,9 +2711,11 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
   const std::uint64_t limit = std::min(options_.search_budget, steps + slice);
   // A relaxed root that the cheap pass cut short runs again, to half the slice: with many
   // configurations most got no round there, and their balance-free bounds held the gap open.
+  std::optional<LayerWork> work;
+  if (!e.root_complete || e.balance.empty()) work.emplace(costs_, c);
   if (!e.root_complete) {
     const std::vector<int> tried = e.relaxed;
-    e.root = std::max(e.root, multi_stage_relaxed_root(c, std::min(limit, steps + slice / 2),
+    e.root = std::max(e.root, multi_stage_relaxed_root(c, *work, std::min(limit, steps + slice / 2),
                                                        &e.root_complete, &e.relaxed));
     if (e.root >= beat()) {
       e.closed = true;
@@ -2714,7 +2724,7 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
     }
     if (!e.balance.empty() && e.relaxed != tried) start_from(e, e.relaxed);
   }
-  if (e.balance.empty()) first_multi_stage_plans(e);
+  if (e.balance.empty()) first_multi_stage_plans(e, *work);
   // Moves of a quarter of an average stage first, and of half as many layers where none
   // improves, down to one: on thousands of layers a start far from fitting (the min-max
   // partition of time under a cap) took a simulation per layer moved.
@@ -2761,11 +2771,7 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
   // Under caps, a stage whose device's peak bound exceeds its cap ends every balance below it:
   // no plan there fits, and a longer stage only needs more.
   std::optional<MultiStagePeakBound> peak;
-  if (capped()) {
-    peak.emplace(costs_, c.sizes, c.schedule, c.checkpoint, stages_, c.stages_per_device,
-                 options_.optimizer_state_factor);
-    stats_.steps += static_cast<std::uint64_t>(3 * c.micro_batches() * stages) / kSweepTasksPerStep;
-  }
+  if (capped()) peak.emplace(peak_bound(c));
   // Places stage t in `peak` and says whether its device's bound now exceeds its cap.
   auto placed_overflows = [&](int t, int a, int b) {
     if (!peak) return false;
