@@ -4,6 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace pipetune {
 
@@ -25,6 +26,27 @@ double interpolate_any(std::span<const std::int64_t> sizes, std::span<const Valu
   const double y0 = static_cast<double>(values[k]), y1 = static_cast<double>(values[k + 1]);
   const double y = y0 + (y1 - y0) * (size - x0) / (x1 - x0);
   return std::max(0.0, y);
+}
+
+// When a layer's backward is done with its peak, at a size the profile may not have measured.
+// A share and a drop are one record, not two curves: where they jump between sizes (a GPT
+// block's release moves from 96 % to 57 % of its backward between 2 and 4 samples), a share and
+// a drop interpolated apart could describe a release that happens at neither size. So between
+// two measured sizes the later share and the smaller drop (true of both), beyond them the
+// nearest size's, a drop never above what linear scaling gives.
+std::pair<double, std::int64_t> release_at(std::span<const std::int64_t> sizes,
+                                           std::span<const double> shares,
+                                           std::span<const std::int64_t> drops, double size) {
+  const auto upper = std::upper_bound(sizes.begin(), sizes.end(), size,
+                                      [](double s, std::int64_t x) { return s < x; });
+  const std::size_t above = static_cast<std::size_t>(upper - sizes.begin());
+  const std::size_t below = above == 0 ? 0 : above - 1;
+  const std::size_t next = std::min(above, sizes.size() - 1);
+  if (static_cast<double>(sizes[below]) == size) return {shares[below], drops[below]};
+  const std::int64_t drop =
+      std::min({drops[below], drops[next], interpolate_bytes(sizes, drops, size)});
+  return {std::clamp(std::max(shares[below], shares[next]), 0.0, 1.0),
+          std::max<std::int64_t>(0, drop)};
 }
 
 }  // namespace
@@ -117,6 +139,12 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
       costs->inner_backward_accumulate_peak_bytes.push_back(
           inner ? interpolate_bytes(sizes, layer.inner_backward_accumulate_peak_bytes, x)
                 : costs->backward_accumulate_peak_bytes[l]);
+    }
+    if (!layer.backward_peak_end.empty()) {
+      const auto [share, drop] =
+          release_at(sizes, layer.backward_peak_end, layer.backward_peak_drop_bytes, x);
+      costs->backward_peak_end.push_back(share);
+      costs->backward_peak_drop_bytes.push_back(drop);
     }
     costs->forward_prefix[l + 1] = costs->forward_prefix[l] + costs->forward_ms[l];
     costs->backward_prefix[l + 1] = costs->backward_prefix[l] + costs->backward_ms[l];

@@ -33,6 +33,10 @@ struct SizeCosts {
   std::vector<std::int64_t> backward_peak_bytes, backward_accumulate_peak_bytes;
   /// The same inside a stage (LayerProfile); the ones above where the profile has none.
   std::vector<std::int64_t> inner_backward_peak_bytes, inner_backward_accumulate_peak_bytes;
+  /// When a layer's backward is done with its peak (LayerProfile); empty when the profile has
+  /// no such record.
+  std::vector<double> backward_peak_end;
+  std::vector<std::int64_t> backward_peak_drop_bytes;
   std::vector<double> forward_prefix, backward_prefix, forward_nograd_prefix;  ///< size L + 1
   /// Per layer, from the profile (LayerProfile): what autograd keeps of input and output.
   std::vector<std::uint8_t> keeps_input, keeps_output, aliases;

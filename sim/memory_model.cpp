@@ -10,18 +10,24 @@ namespace pipetune {
 namespace {
 
 // A backward walk's levels, last layer first: its peak (≥ 0, the level at its start), the
-// highest level once the last layer that reaches the peak is done, and when that is, as a
-// fraction of the walk's time by its layers' `ms`.
+// highest level once the last layer that reaches the peak is done with it, and when that is,
+// as a fraction of the walk's time by its layers' `ms`.
 struct PeakTracker {
   PeakTracker(const std::vector<double>& ms, int first, int end) : ms(ms) {
     for (int k = first; k < end; ++k) total_ms += ms[k];
   }
-  void layer(int k, std::int64_t level) {
+  // Layer k peaks at `level`; from `release` of its time on it stays at or below `after`
+  // (after ≥ level: only its end is known).
+  void layer(int k, std::int64_t level, double release = 1.0,
+             std::int64_t after = std::numeric_limits<std::int64_t>::max()) {
+    const double before_ms = elapsed_ms;
     elapsed_ms += ms[k];
     if (level >= peak) {
       peak = level;
-      after_peak = std::numeric_limits<std::int64_t>::min();
-      peak_end = total_ms > 0.0 ? elapsed_ms / total_ms : 1.0;
+      const bool released = after < level;
+      after_peak = released ? after : std::numeric_limits<std::int64_t>::min();
+      const double at_ms = released ? before_ms + release * ms[k] : elapsed_ms;
+      peak_end = total_ms > 0.0 ? at_ms / total_ms : 1.0;
     } else {
       after_peak = std::max(after_peak, level);
     }
@@ -135,9 +141,19 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
                                              : c.backward_accumulate_peak_bytes);
         peak_above = measured[k];
       }
-      walk.layer(k, current + peak_above);
-      current += input_grad + param_grad - c.saved_bytes[k] - released[k - first];
-      if (k < end - 1) current -= c.output_bytes[k];
+      std::int64_t next =
+          current + input_grad + param_grad - c.saved_bytes[k] - released[k - first];
+      if (k < end - 1) next -= c.output_bytes[k];
+      if (c.backward_peak_end.empty()) {
+        walk.layer(k, current + peak_above);
+      } else {
+        // Measured: the layer is done with its peak before it ends, though never below where
+        // the walk leaves it.
+        const std::int64_t level = current + peak_above;
+        walk.layer(k, level, c.backward_peak_end[k],
+                   std::max(next, level - c.backward_peak_drop_bytes[k]));
+      }
+      current = next;
     }
     walk.finish(current);
     (first_backward ? m.backward_peak_first : m.backward_peak) = walk.peak;

@@ -95,6 +95,8 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
                    "backward_accumulate_peak_bytes",
                    "inner_backward_peak_bytes",
                    "inner_backward_accumulate_peak_bytes",
+                   "backward_peak_end",
+                   "backward_peak_drop_bytes",
                    "forward_nograd_ms",
                    "backward_input_ms",
                    "backward_weight_ms",
@@ -142,6 +144,22 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
           "has inner_backward_peak_bytes, but no backward_peak_bytes (they refine them)");
     layer.inner_backward_peak_bytes = byte_counts(*inner_first_peak, sizes);
     layer.inner_backward_accumulate_peak_bytes = byte_counts(*inner_accumulate_peak, sizes);
+  }
+  const auto peak_end = node.optional_field("backward_peak_end");
+  const auto peak_drop = node.optional_field("backward_peak_drop_bytes");
+  if (peak_end.has_value() != peak_drop.has_value()) {
+    node.fail_message(fmt::format(
+        "missing field \"{}\" (backward_peak_end and backward_peak_drop_bytes come together)",
+        peak_end ? "backward_peak_drop_bytes" : "backward_peak_end"));
+  }
+  if (peak_end) {
+    if (!first_peak)
+      node.fail_message("has backward_peak_end, but no backward_peak_bytes (it belongs to them)");
+    for (const Node& e :
+         peak_end->elements(sizes, "numbers from 0 to 1 (a share), one per micro-batch size")) {
+      layer.backward_peak_end.push_back(e.number_in(0.0, 1.0, "a number from 0 to 1 (a share)"));
+    }
+    layer.backward_peak_drop_bytes = byte_counts(*peak_drop, sizes);
   }
   if (auto nograd = node.optional_field("forward_nograd_ms"))
     layer.forward_nograd_ms = numbers(*nograd, sizes);
@@ -266,6 +284,12 @@ Profile parse_profile(std::string_view text, const std::string& source) {
               : "missing field \"inner_backward_peak_bytes\" (layers[0] has it: every layer or "
                 "none)");
     }
+    if (p.layers[k].backward_peak_end.empty() != p.layers[0].backward_peak_end.empty()) {
+      layer_nodes[k].fail_message(
+          p.layers[0].backward_peak_end.empty()
+              ? "has backward_peak_end, but layers[0] has none (every layer or none)"
+              : "missing field \"backward_peak_end\" (layers[0] has it: every layer or none)");
+    }
     // The split of the backward, likewise: one rule for every stage.
     if (p.layers[k].backward_input_ms.empty() != p.layers[0].backward_input_ms.empty()) {
       layer_nodes[k].fail_message(
@@ -374,6 +398,10 @@ std::string profile_to_json(const Profile& p) {
     if (!l.inner_backward_peak_bytes.empty()) {
       layer["inner_backward_peak_bytes"] = l.inner_backward_peak_bytes;
       layer["inner_backward_accumulate_peak_bytes"] = l.inner_backward_accumulate_peak_bytes;
+    }
+    if (!l.backward_peak_end.empty()) {
+      layer["backward_peak_end"] = l.backward_peak_end;
+      layer["backward_peak_drop_bytes"] = l.backward_peak_drop_bytes;
     }
     if (!l.forward_nograd_ms.empty()) layer["forward_nograd_ms"] = l.forward_nograd_ms;
     // Written where they differ from the defaults, so profiles without them read back the same.

@@ -29,6 +29,12 @@ struct LayerProfile {
   /// level that holds that gradient. Absent: the peaks above, measured with both held.
   std::vector<std::int64_t> inner_backward_peak_bytes;
   std::vector<std::int64_t> inner_backward_accumulate_peak_bytes;
+  /// Optional (empty when absent; both or neither, every layer or none, only with the peaks
+  /// above): from `backward_peak_end` (a share of backward_ms, 0 to 1) on, the layer's backward
+  /// stays `backward_peak_drop_bytes` below its peak, in each of the four ways its peaks were
+  /// measured. Absent: the peak lasts until the layer's backward ends.
+  std::vector<double> backward_peak_end;
+  std::vector<std::int64_t> backward_peak_drop_bytes;
   /// Optional (empty when absent): the forward without autograd, as a checkpointed micro-batch
   /// runs it; nothing is recorded for the backward, so it is often cheaper. Absent: forward_ms.
   std::vector<double> forward_nograd_ms;

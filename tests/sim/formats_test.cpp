@@ -232,6 +232,51 @@ TEST(ProfileFormat, InnerBackwardPeaksParseRoundTripAndComeWithTheOthers) {
             "refine them)");
 }
 
+TEST(ProfileFormat, BackwardPeakEndsParseRoundTripAndComeWithThePeaks) {
+  const std::string ends = R"("backward_peak_end": [0.25, 0.5], )"
+                           R"("backward_peak_drop_bytes": [100, 400], )";
+  const std::string ends1 = R"("backward_peak_end": [1, 1], "backward_peak_drop_bytes": [0, 0], )";
+  const std::string peaks1 =
+      R"("backward_peak_bytes": [40, 160], "backward_accumulate_peak_bytes": [40, 160], )";
+  const Profile p = parse_profile(
+      profile_with_peaks(R"("backward_peak_bytes": [440, 560], )" + ends,
+                         R"("backward_accumulate_peak_bytes": [400, 400], )", peaks1 + ends1),
+      "in.json");
+  EXPECT_EQ(p.layers[0].backward_peak_end, (std::vector<double>{0.25, 0.5}));
+  EXPECT_EQ(p.layers[0].backward_peak_drop_bytes, (std::vector<std::int64_t>{100, 400}));
+  const Profile q = parse_profile(profile_to_json(p), "again.json");
+  EXPECT_EQ(q.layers[0].backward_peak_end, p.layers[0].backward_peak_end);
+  EXPECT_EQ(q.layers[1].backward_peak_drop_bytes, p.layers[1].backward_peak_drop_bytes);
+  // At a measured size, its record; between two (1 and 4), the later share and the smaller
+  // drop, which both sizes' records allow (interpolated apart, 0.33 and 200, neither does).
+  EXPECT_DOUBLE_EQ(CostModel(p).at(4).backward_peak_end[0], 0.5);
+  EXPECT_EQ(CostModel(p).at(4).backward_peak_drop_bytes[0], 400);
+  EXPECT_DOUBLE_EQ(CostModel(p).at(2).backward_peak_end[0], 0.5);
+  EXPECT_EQ(CostModel(p).at(2).backward_peak_drop_bytes[0], 100);
+  // Without them nothing is written and the cost model has none.
+  const Profile old = parse_profile(profile_with_peaks(), "in.json");
+  EXPECT_EQ(profile_to_json(old).find("backward_peak_end"), std::string::npos);
+  EXPECT_TRUE(CostModel(old).at(4).backward_peak_end.empty());
+
+  EXPECT_EQ(profile_error(profile_with_peaks(R"("backward_peak_bytes": [440, 560], )"
+                                             R"("backward_peak_end": [0.25, 0.5], )")),
+            "in.json: layers[0]: missing field \"backward_peak_drop_bytes\" (backward_peak_end "
+            "and backward_peak_drop_bytes come together)");
+  EXPECT_EQ(profile_error(profile_with_peaks(R"("backward_peak_bytes": [440, 560], )" + ends)),
+            "in.json: layers[1]: missing field \"backward_peak_end\" (layers[0] has it: every "
+            "layer or none)");
+  EXPECT_EQ(profile_error(profile_with_peaks(ends, "", "")),
+            "in.json: layers[0]: has backward_peak_end, but no backward_peak_bytes (it belongs to "
+            "them)");
+  EXPECT_EQ(profile_error(profile_with_peaks(R"("backward_peak_bytes": [440, 560], )"
+                                             R"("backward_peak_end": [0.25, 1.5], )"
+                                             R"("backward_peak_drop_bytes": [100, 400], )",
+                                             R"("backward_accumulate_peak_bytes": [400, 400], )",
+                                             peaks1 + ends1)),
+            "in.json: layers[0].backward_peak_end[1]: expected a number from 0 to 1 (a share), "
+            "got 1.5");
+}
+
 TEST(ProfileFormat, NoGradForwardTimesParseAndRoundTrip) {
   const Profile p =
       parse_profile(profile_with(R"("forward_ms": [0.5, 1.0])",

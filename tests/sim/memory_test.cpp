@@ -204,6 +204,51 @@ TEST(Memory, AnArrivalAfterABackwardsPeakStacksOnWhatIsLeft) {
   EXPECT_EQ(history, expected);
 }
 
+TEST(Memory, AnArrivalAfterALayersOwnPeakStacksOnWhatIsLeft) {
+  // One coarse layer is a whole stage: layer 0 on device 0 (forward 7 ms, output 100), layer 1
+  // on device 1 (forward 2 ms, backward 8 ms, output 1, nothing saved, no parameters), whose
+  // backward peaks 500 above its start and, as measured, is done with that a quarter of the way
+  // through: from then on it stays 450 below. 1F1B, 2 micro-batches of 1, ideal link.
+  Profile p = testing::make_profile({{7, 1, 0, 100, 0, 0}, {2, 8, 0, 1, 0, 0}}, 2, 10);
+  p.layers[0].backward_peak_bytes = {0, 0};
+  p.layers[1].backward_peak_bytes = {500, 500};
+  for (auto& layer : p.layers) layer.backward_accumulate_peak_bytes = layer.backward_peak_bytes;
+  p.layers[0].backward_peak_end = {1.0, 1.0};
+  p.layers[0].backward_peak_drop_bytes = {0, 0};
+  p.layers[1].backward_peak_end = {0.25, 0.25};
+  p.layers[1].backward_peak_drop_bytes = {450, 450};
+  const CostModel model(p);
+  // The walk leaves the stage input's gradient (100), above 500 - 450: the level after the
+  // peak is the larger.
+  const StageMemory m = stage_memory(model, model.at(1), 1, 2, false);
+  EXPECT_EQ(m.backward_peak, 500);
+  EXPECT_EQ(m.backward_after_peak, 100);
+  EXPECT_EQ(m.backward_net, 100);
+  EXPECT_DOUBLE_EQ(m.backward_peak_end, 0.25);
+
+  // Device 1, hand-worked: t=7 micro-batch 0 arrives (+100) and F0 holds the model output for
+  // the loss (+1); at 9 F0 ends (-1) and B0 starts (+500) -> 600; at 11 its peak is over
+  // (-400) -> 200; at 14 micro-batch 1 arrives (+100) -> 300, where holding the peak to B0's end
+  // gave 700. At 17 B0 ends, its input dies (-100), the input gradient is sent (-100) and F1
+  // starts (+1) -> 101; B1 from 19 -> 600, 21 -> 200, 27 -> 0.
+  const Hardware hw = replicate_device(p.device, 2);
+  const Plan plan = make_plan({1, 1}, 2, CheckpointMode::Never, ScheduleKind::OneFOneB);
+  check_plan(plan, p, hw, "test");
+  const SimulationResult r = Simulator(p, hw).run(plan);
+  EXPECT_EQ(r.devices[1].peak_memory_bytes, 600);
+  std::vector<std::pair<double, std::int64_t>> history;
+  for (const auto& sample : r.devices[1].memory) history.emplace_back(sample.time, sample.value);
+  const std::vector<std::pair<double, std::int64_t>> expected = {
+      {0, 0}, {7, 101}, {9, 600}, {11, 200}, {14, 300}, {17, 101}, {19, 600}, {21, 200}, {27, 0}};
+  EXPECT_EQ(history, expected);
+  // Without the record the peak lasts to the end of the layer: 700.
+  for (auto& layer : p.layers) {
+    layer.backward_peak_end.clear();
+    layer.backward_peak_drop_bytes.clear();
+  }
+  EXPECT_EQ(Simulator(p, hw).run(plan).devices[1].peak_memory_bytes, 700);
+}
+
 // The three layers of WorkspaceAndIntermediates with the profiler's measured peaks above each
 // backward's start: first backward 40, 30, 20 and accumulating 25, 60, 15 (layers 0, 1, 2).
 Profile three_layers_with_measured_peaks() {
