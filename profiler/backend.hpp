@@ -5,11 +5,14 @@
 
 #include <c10/core/Device.h>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "sim/event_engine.hpp"  // CounterSample
 
 namespace pipetune::profiler {
 
@@ -26,6 +29,13 @@ class MeasureBackend {
   virtual std::int64_t allocated() = 0;
   virtual std::int64_t peak() = 0;
   virtual void reset_peak() = 0;
+  /// Whether follow_levels() works here; not on a GPU, whose caching allocator changes as the
+  /// host queues the work, ahead of the kernels that use it.
+  virtual bool follows_levels() const { return false; }
+  /// Starts recording every change of the allocated bytes with its time (ms since `origin`).
+  virtual void follow_levels(std::chrono::steady_clock::time_point /*origin*/) {}
+  /// The changes since follow_levels() (the level then first), and stops recording.
+  virtual std::vector<CounterSample> followed_levels() { return {}; }
 
   /// Brackets the work of one region (a layer's forward or backward, one repetition).
   virtual void begin(std::uint64_t region) = 0;

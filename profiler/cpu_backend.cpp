@@ -41,6 +41,14 @@ class CpuBackend final : public MeasureBackend {
   std::int64_t allocated() override { return allocator_.allocated(kProfiledDevice); }
   std::int64_t peak() override { return allocator_.peak(kProfiledDevice); }
   void reset_peak() override { allocator_.reset_peak(kProfiledDevice); }
+  bool follows_levels() const override { return true; }
+  void follow_levels(std::chrono::steady_clock::time_point origin) override {
+    allocator_.begin_recording({kProfiledDevice}, true, origin);
+  }
+  std::vector<CounterSample> followed_levels() override {
+    auto levels = allocator_.end_recording();
+    return levels.empty() ? std::vector<CounterSample>{} : std::move(levels.front());
+  }
 
   void begin(std::uint64_t region) override { started_[region] = std::chrono::steady_clock::now(); }
   void end(std::uint64_t region) override {

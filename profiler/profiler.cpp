@@ -20,6 +20,7 @@
 #include "executor/sm_partitions.hpp"
 #include "profiler/backend.hpp"
 #include "profiler/host_pace.hpp"
+#include "profiler/peak_release.hpp"
 #include "sim/error.hpp"
 
 namespace pipetune::profiler {
@@ -590,6 +591,8 @@ struct LayerMemory {
   std::int64_t output_bytes = 0, saved = 0, workspace = 0, first_peak = 0, accumulate_peak = 0;
   std::int64_t inner_first_peak = 0, inner_accumulate_peak = 0;  ///< not the stage's last layer
   bool keeps_input = true, keeps_output = false, aliases = false;
+  /// Where the backend follows its levels: when the backward's peak is over (peak_release.hpp).
+  std::optional<PeakRelease> release;
 };
 
 // What the allocator counts for a new tensor like `t` (its rounding included).
@@ -607,8 +610,10 @@ std::int64_t allocation_of(const at::Tensor& t, MeasureBackend& backend) {
 // the gradient comes from a node after the layer (a negation: it saves nothing, and its backward
 // makes nothing but that gradient), so the engine owns it, and the peak is given above a level
 // that holds it, as the memory model's walk does.
+// `levels` gets the allocator's record of the backward, where the backend keeps one.
 std::int64_t backward_peak(Runner& run, std::pair<at::Tensor, at::Tensor> pair,
-                           MeasureBackend& backend, bool inside_stage) {
+                           MeasureBackend& backend, bool inside_stage,
+                           std::vector<LevelRecord>& levels) {
   if (run.last) pair.second = at::Tensor();
   if (!pair.first.requires_grad()) return 0;  // a first layer without parameters: no backward
   std::int64_t received = 0;
@@ -620,10 +625,19 @@ std::int64_t backward_peak(Runner& run, std::pair<at::Tensor, at::Tensor> pair,
   at::Tensor seed_gradient = run.last ? at::Tensor() : at::ones_like(pair.first);
   const std::int64_t start = backend.allocated();
   backend.reset_peak();
+  const auto began = HostClock::now();
+  const bool following = backend.follows_levels();
+  if (following) backend.follow_levels(began);
   if (run.last) {
     torch::autograd::backward({pair.first});
   } else {
     torch::autograd::backward({pair.first}, {seed_gradient});
+  }
+  if (following) {
+    LevelRecord record;
+    record.duration_ms = ms_between(began, HostClock::now());
+    record.samples = backend.followed_levels();
+    levels.push_back(std::move(record));
   }
   return std::max<std::int64_t>(0, backend.peak() - start - received);
 }
@@ -656,14 +670,14 @@ void measure_retention(Runner& run, const at::Tensor& previous, int layer, Measu
 // (adding into them), as at a stage's end or inside it.
 void measure_backward_peaks(Runner& run, const at::Tensor& previous, int layer, bool inside_stage,
                             MeasureBackend& backend, std::int64_t& first_peak,
-                            std::int64_t& accumulate_peak) {
+                            std::int64_t& accumulate_peak, std::vector<LevelRecord>& levels) {
   LayerInput in = layer_input(previous, layer);
   reset_gradients(*run.layer.ptr(), in);
-  first_peak = backward_peak(run, run.forward(in.x), backend, inside_stage);
+  first_peak = backward_peak(run, run.forward(in.x), backend, inside_stage, levels);
   // The stage input is new each micro-batch (and a layer working in place has changed this
   // one), so is its gradient.
   const LayerInput again = layer_input(previous, layer);
-  accumulate_peak = backward_peak(run, run.forward(again.x), backend, inside_stage);
+  accumulate_peak = backward_peak(run, run.forward(again.x), backend, inside_stage, levels);
   reset_gradients(*run.layer.ptr(), in);
 }
 
@@ -680,14 +694,18 @@ LayerMemory measure_layer_memory(Runner& run, const at::Tensor& previous, int la
     out.output_bytes = bytes_of(y);
     if (!run.last) out.output = y.detach();
   }
-  measure_backward_peaks(run, previous, layer, false, backend, out.first_peak, out.accumulate_peak);
+  std::vector<LevelRecord> levels;
+  measure_backward_peaks(run, previous, layer, false, backend, out.first_peak, out.accumulate_peak,
+                         levels);
   if (run.last) {  // the model's last layer is always its stage's last
     out.inner_first_peak = out.first_peak;
     out.inner_accumulate_peak = out.accumulate_peak;
   } else {
     measure_backward_peaks(run, previous, layer, true, backend, out.inner_first_peak,
-                           out.inner_accumulate_peak);
+                           out.inner_accumulate_peak, levels);
   }
+  // One release for all four peaks: the memory model uses whichever fits the layer's place.
+  if (backend.follows_levels()) out.release = peak_release(levels);
   measure_retention(run, previous, layer, backend, out);
   return out;
 }
@@ -706,6 +724,10 @@ void append(LayerProfile& layer, const LayerTimes& times, const LayerMemory& mem
   layer.backward_accumulate_peak_bytes.push_back(memory.accumulate_peak);
   layer.inner_backward_peak_bytes.push_back(memory.inner_first_peak);
   layer.inner_backward_accumulate_peak_bytes.push_back(memory.inner_accumulate_peak);
+  if (memory.release) {
+    layer.backward_peak_end.push_back(memory.release->share);
+    layer.backward_peak_drop_bytes.push_back(memory.release->drop);
+  }
   layer.saved_bytes.push_back(memory.saved);
   layer.workspace_bytes.push_back(memory.workspace);
   // One answer for every size, on the safe side should sizes disagree: kept if kept at any.

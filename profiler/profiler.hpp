@@ -28,6 +28,10 @@
 //                             the output and the gradient fed to it held (a stage's last layer);
 //   inner_backward_peak_bytes, inner_backward_accumulate_peak_bytes
 //                             the same with both owned by autograd alone (inside a stage);
+//   backward_peak_end, backward_peak_drop_bytes (CPU)
+//                             from the counting allocator's record of those four backwards
+//                             (every change, timed): a share of the backward's time after
+//                             which each stays that many bytes below its peak (peak_release.hpp);
 //   param_bytes;
 //   forward_corun_ms, backward_corun_ms (CPU, co_runners > 0)
 //                             forward_ms and backward_ms times the layer's slowdown beside

@@ -215,6 +215,60 @@ TEST(Profiler, BackwardPeaksInsideAStageLetTheOutputAndItsGradientGo) {
             p.layers[3].backward_accumulate_peak_bytes);
 }
 
+// A backward that is done with its peak at once and then takes its time lower down. Its first
+// node (the last in forward) makes a scratch of four gradients, then its input's gradient, and
+// frees the scratch as it returns; the second sleeps, then makes its input's gradient.
+struct ScratchFirst : torch::autograd::Function<ScratchFirst> {
+  static at::Tensor forward(torch::autograd::AutogradContext*, const at::Tensor& x) {
+    return x.neg();
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
+                                                 torch::autograd::variable_list gradients) {
+    const at::Tensor scratch = at::ones({4, gradients[0].numel()}, gradients[0].options());
+    return {gradients[0].neg()};
+  }
+};
+struct SlowBackward : torch::autograd::Function<SlowBackward> {
+  static at::Tensor forward(torch::autograd::AutogradContext*, const at::Tensor& x) {
+    return x.neg();
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
+                                                 torch::autograd::variable_list gradients) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return {gradients[0].neg()};
+  }
+};
+class PeakFirstImpl : public torch::nn::Module {
+ public:
+  at::Tensor forward(const at::Tensor& x) { return ScratchFirst::apply(SlowBackward::apply(x)); }
+};
+TORCH_MODULE(PeakFirst);
+
+TEST(Profiler, BackwardPeakEndsWhereTheAllocatorsRecordDrops) {
+  // Per sample, every activation is 16 floats = 64 bytes (call it A).
+  models::Model m = model_of({{"linear", torch::nn::AnyModule(torch::nn::Linear(8, 16))},
+                              {"peak_first", torch::nn::AnyModule(PeakFirst())},
+                              {"head", torch::nn::AnyModule(torch::nn::Linear(16, 2))}},
+                             {8});
+  const Profile p = profiler::profile_model(m, quick(4, {1, 4})).profile;
+  // At a stage's end: the scratch 4A and the gradient A (peak 5A), the scratch freed (A), then,
+  // while the second node returns, its gradient beside its input's: 2A at most, 3A below. Inside
+  // a stage the gradient of the layer's output comes first (A), and goes once the first node
+  // is done: peak 6A, at most 2A after: 4A below. True of both: 3A.
+  EXPECT_EQ(p.layers[1].backward_peak_drop_bytes, (std::vector<std::int64_t>{3 * 64, 3 * 4 * 64}));
+  // From within the first node, long before the 5 ms sleep ends.
+  for (double share : p.layers[1].backward_peak_end) EXPECT_LT(share, 0.5);
+  // Every layer has one per size.
+  for (const auto& layer : p.layers) {
+    ASSERT_EQ(layer.backward_peak_drop_bytes.size(), 2u);
+    for (std::size_t k = 0; k < 2; ++k) {
+      EXPECT_GE(layer.backward_peak_drop_bytes[k], 0) << layer.name;
+      EXPECT_GE(layer.backward_peak_end[k], 0.0);
+      EXPECT_LE(layer.backward_peak_end[k], 1.0);
+    }
+  }
+}
+
 // Sleeps a known time per sample in its forward.
 class SleepPerSampleImpl : public torch::nn::Module {
  public:
