@@ -119,8 +119,8 @@ inline Profile random_profile(std::mt19937& rng, int layers, std::int64_t batch)
 
 /// Every flag mix of what layers keep (a third keep nothing of their input, a third keep their
 /// output, a quarter are views or in place) and, in a third of the profiles, measured backward
-/// peaks (half of them with the peaks inside a stage too), even ones below what the estimate
-/// would give: the memory bounds' tests.
+/// peaks (half of them with the peaks inside a stage too, half with when each layer is done with
+/// its peak), even ones below what the estimate would give: the memory bounds' tests.
 inline void vary_memory_flags(std::mt19937& rng, Profile& profile) {
   for (auto& l : profile.layers) {
     if (rng() % 3 == 0) l.keeps_input = false;
@@ -136,6 +136,15 @@ inline void vary_memory_flags(std::mt19937& rng, Profile& profile) {
         if (!inner) continue;
         l.inner_backward_peak_bytes.push_back(static_cast<std::int64_t>(rng() % 20000));
         l.inner_backward_accumulate_peak_bytes.push_back(static_cast<std::int64_t>(rng() % 20000));
+      }
+    }
+    // And, in half of those, when each layer's backward is done with its peak.
+    if (rng() % 2 == 0) {
+      for (auto& l : profile.layers) {
+        for (std::size_t k = 0; k < profile.micro_batch_sizes.size(); ++k) {
+          l.backward_peak_end.push_back(static_cast<double>(rng() % 101) / 100.0);
+          l.backward_peak_drop_bytes.push_back(static_cast<std::int64_t>(rng() % 30000));
+        }
       }
     }
   }
