@@ -20,6 +20,7 @@ bool dominated(const Moment& a, const Moment& b) {
   if (a.constant > b.constant) return false;
   for (std::size_t j = 0; j < a.gradients.size(); ++j) {
     if (a.kept[0][j] > b.kept[0][j] || a.kept[1][j] > b.kept[1][j] ||
+        a.waiting[0][j] > b.waiting[0][j] || a.waiting[1][j] > b.waiting[1][j] ||
         a.gradients[j] > b.gradients[j])
       return false;
   }
@@ -45,7 +46,13 @@ MultiStagePeakBound::MultiStagePeakBound(const CostModel& costs,
   local_.assign(stages, 0);
   moments_.assign(devices, {});
   stages_of_.assign(devices, {});
-  for (int s : {0, 1}) kept_[s].assign(stages, 0);
+  for (int s : {0, 1}) {
+    kept_[s].assign(stages, 0);
+    waiting_[s].assign(stages, 0);
+    weight_kept_[s].assign(costs.layer_count() + 1, 0);
+    for (int k = 0; k < costs.layer_count(); ++k)
+      weight_kept_[s][k + 1] = weight_kept_[s][k] + weight_kept_last(s, k);
+  }
   params_.assign(stages, 0);
   collect_moments(sizes, kind, checkpoint);
 }
@@ -69,13 +76,15 @@ void MultiStagePeakBound::collect_moments(const std::vector<std::int64_t>& sizes
   for (int r = 0; r < devices; ++r) {
     const int v = count[r];
     Moment now;
-    for (int s : {0, 1}) now.kept[s].assign(v, 0);
+    for (int s : {0, 1}) now.kept[s].assign(v, 0), now.waiting[s].assign(v, 0);
     now.gradients.assign(v, 0);
     std::vector<std::vector<char>> kept(stages, std::vector<char>(m, 0));
-    using Key = std::tuple<std::vector<int>, std::vector<int>, std::vector<char>>;
+    std::vector<std::vector<char>> waiting(stages, std::vector<char>(m, 0));
+    using Key = std::tuple<std::vector<int>, std::vector<int>, std::vector<int>, std::vector<int>,
+                           std::vector<char>>;
     std::map<Key, std::int64_t> seen;  // the largest constant of each state
     auto note = [&] {
-      Key key{now.kept[0], now.kept[1], now.gradients};
+      Key key{now.kept[0], now.kept[1], now.waiting[0], now.waiting[1], now.gradients};
       auto [at, fresh] = seen.emplace(std::move(key), now.constant);
       if (!fresh) at->second = std::max(at->second, now.constant);
     };
@@ -91,12 +100,16 @@ void MultiStagePeakBound::collect_moments(const std::vector<std::int64_t>& sizes
           if (!held) ++now.kept[slot][j];
           held = 1;
           break;
-        case ActionKind::InputGrad:  // the graph stays until W
+        case ActionKind::InputGrad:  // the graph stays until W, and the gradients W reads
+          if (!waiting[a.stage][a.micro_batch]) ++now.waiting[slot][j];
+          waiting[a.stage][a.micro_batch] = 1;
           break;
         case ActionKind::Backward:
         case ActionKind::WeightGrad:
           if (held) --now.kept[slot][j];
           held = 0;
+          if (waiting[a.stage][a.micro_batch]) --now.waiting[slot][j];
+          waiting[a.stage][a.micro_batch] = 0;
           now.gradients[j] = 1;
           now.constant -= view_slack_;
           break;
@@ -108,7 +121,9 @@ void MultiStagePeakBound::collect_moments(const std::vector<std::int64_t>& sizes
       Moment x;
       x.kept[0] = std::get<0>(key);
       x.kept[1] = std::get<1>(key);
-      x.gradients = std::get<2>(key);
+      x.waiting[0] = std::get<2>(key);
+      x.waiting[1] = std::get<3>(key);
+      x.gradients = std::get<4>(key);
       x.constant = constant;
       if (std::any_of(kept_moments.begin(), kept_moments.end(),
                       [&](const Moment& y) { return dominated(x, y); }))
@@ -119,14 +134,21 @@ void MultiStagePeakBound::collect_moments(const std::vector<std::int64_t>& sizes
   }
 }
 
+std::int64_t MultiStagePeakBound::weight_kept_last(int slot, int k) const {
+  return costs_.param_bytes_of(k) > 0 ? size_[slot]->output_bytes[k] : 0;
+}
+
 std::int64_t MultiStagePeakBound::place(int t, int a, int b) {
-  for (int s : {0, 1}) kept_[s][t] = size_[s]->kept_bytes_within(a, b);
+  for (int s : {0, 1}) {
+    kept_[s][t] = size_[s]->kept_bytes_within(a, b);
+    waiting_[s][t] = weight_kept_[s][b] - weight_kept_[s][a] - weight_kept_last(s, b - 1);
+  }
   params_[t] = costs_.param_bytes(a, b);
   return device_bound(rank_[t]);
 }
 
 void MultiStagePeakBound::unplace(int t) {
-  kept_[0][t] = kept_[1][t] = params_[t] = 0;
+  kept_[0][t] = kept_[1][t] = waiting_[0][t] = waiting_[1][t] = params_[t] = 0;
 }
 
 std::int64_t MultiStagePeakBound::moment_level(const Moment& x, int r) const {
@@ -134,8 +156,9 @@ std::int64_t MultiStagePeakBound::moment_level(const Moment& x, int r) const {
   const std::vector<int>& stages = stages_of_[r];
   for (std::size_t j = 0; j < stages.size(); ++j) {
     const int s = stages[j];  // unplaced: every term 0
-    level +=
-        x.kept[0][j] * kept_[0][s] + x.kept[1][j] * kept_[1][s] + (x.gradients[j] ? params_[s] : 0);
+    level += x.kept[0][j] * kept_[0][s] + x.kept[1][j] * kept_[1][s] +
+             x.waiting[0][j] * waiting_[0][s] + x.waiting[1][j] * waiting_[1][s] +
+             (x.gradients[j] ? params_[s] : 0);
   }
   return level;
 }
@@ -227,7 +250,7 @@ bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps) {
       ++picked[r][at[r]];
       const int v = static_cast<int>(stages_of_[r].size());
       Blend& b = blend[r];
-      for (int slot : {0, 1}) b.kept[slot].assign(v, 0.0);
+      for (int slot : {0, 1}) b.kept[slot].assign(v, 0.0), b.waiting[slot].assign(v, 0.0);
       b.gradients.assign(v, 0.0);
       b.constant = 0.0;
       for (std::size_t k = 0; k < moments_[r].size(); ++k) {
@@ -235,7 +258,10 @@ bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps) {
         const double share = static_cast<double>(picked[r][k]) / (round + 1);
         const Moment& x = moments_[r][k];
         for (int j = 0; j < v; ++j) {
-          for (int slot : {0, 1}) b.kept[slot][j] += share * x.kept[slot][j];
+          for (int slot : {0, 1}) {
+            b.kept[slot][j] += share * x.kept[slot][j];
+            b.waiting[slot][j] += share * x.waiting[slot][j];
+          }
           b.gradients[j] += share * x.gradients[j];
         }
         b.constant += share * static_cast<double>(x.constant);
@@ -278,6 +304,13 @@ MultiStagePeakBound::Prefixes MultiStagePeakBound::layer_prefixes() const {
   for (int slot : {0, 1}) {
     const SizeCosts& c = *size_[slot];
     out.kept[slot].assign(layers + 1, 0.0);
+    out.waiting[slot].assign(layers + 1, 0.0);
+    out.waiting_before[slot].assign(layers + 1, 0.0);
+    for (int b = 0; b <= layers; ++b) {
+      out.waiting[slot][b] = static_cast<double>(weight_kept_[slot][b]);
+      out.waiting_before[slot][b] =
+          out.waiting[slot][b] - (b > 0 ? static_cast<double>(weight_kept_last(slot, b - 1)) : 0.0);
+    }
     out.kept_before[slot].assign(layers + 1, 0.0);
     int maker = -1;
     for (int b = 0; b <= layers; ++b) {
@@ -323,13 +356,16 @@ double MultiStagePeakBound::least_weighted(const Prefixes& prefixes,
     const int r = rank_[s];
     const int j = local_[s];
     const double w[2] = {weight[r] * at[r].kept[0][j], weight[r] * at[r].kept[1][j]};
+    const double g[2] = {weight[r] * at[r].waiting[0][j], weight[r] * at[r].waiting[1][j]};
     const double u = weight[r] * (at[r].gradients[j] + state);
     fixed -= 0.5 * weight[r];
     auto end_part = [&](int b) {
-      return w[0] * kept_before[0][b] + w[1] * kept_before[1][b] + u * params[b];
+      return w[0] * kept_before[0][b] + w[1] * kept_before[1][b] + u * params[b] +
+             g[0] * prefixes.waiting_before[0][b] + g[1] * prefixes.waiting_before[1][b];
     };
     auto start_part = [&](int a) {
-      return w[0] * kept_prefix[0][a] + w[1] * kept_prefix[1][a] + u * params[a];
+      return w[0] * kept_prefix[0][a] + w[1] * kept_prefix[1][a] + u * params[a] +
+             g[0] * prefixes.waiting[0][a] + g[1] * prefixes.waiting[1][a];
     };
     double running = kInfBytes;  // least over a < b of least[a] - start_part(a)
     int arg = -1;

@@ -11,6 +11,8 @@
 //   library workspaces),
 //   + for every pair forwarded with autograd (or recomputed) whose B or W has not started: the
 //     stage's kept activations less the output's storage (SizeCosts::kept_bytes_within),
+//   + for every pair whose I has ended and whose W has not (zero bubble): the output gradients
+//     I keeps for W (weight_kept_gradients: of the stage's layers with parameters but its last),
 //   + for every stage whose first B or W has ended: its parameter gradients,
 //   − for every B and W that has ended: the largest output of a view layer (a backward frees
 //     the stage output's size even when the last layer made no storage of its own; 0 for
@@ -54,6 +56,7 @@ class MultiStagePeakBound {
   // in flight and whether its parameter gradients exist, and a constant (the views' slack).
   struct Moment {
     std::vector<int> kept[2];
+    std::vector<int> waiting[2];  // pairs between their I and their W
     std::vector<char> gradients;
     std::int64_t constant = 0;
   };
@@ -64,11 +67,13 @@ class MultiStagePeakBound {
   std::vector<int> fullest_moments(const std::vector<int>& balance);  // per device, its index
   // An average of a device's moments.
   struct Blend {
-    std::vector<double> kept[2], gradients;
+    std::vector<double> kept[2], waiting[2], gradients;
     double constant = 0.0;
   };
   struct Prefixes {
     std::vector<double> kept[2], kept_before[2], params;
+    // The gradients I keeps for W: prefix sums, and the same less the last layer's.
+    std::vector<double> waiting[2], waiting_before[2];
   };
   Prefixes layer_prefixes() const;
   // The least over balances of the devices' levels at `at`, weighted, with the parameters and
@@ -87,8 +92,13 @@ class MultiStagePeakBound {
   std::vector<int> local_;                    // per stage: its index among its device's stages
   std::vector<std::vector<int>> stages_of_;   // per device: its stages, by local index
   std::vector<std::vector<Moment>> moments_;  // per device, none dominated by another
-  // Per stage as placed: kept bytes per slot and parameter bytes; 0 while unplaced.
-  std::vector<std::int64_t> kept_[2], params_;
+  // Per stage as placed: kept bytes and the gradients I keeps for W, per slot, and parameter
+  // bytes; 0 while unplaced.
+  std::vector<std::int64_t> kept_[2], waiting_[2], params_;
+  // Per slot, prefix sums over layers of the output gradient I keeps for a layer's W (its
+  // output's size where it has parameters).
+  std::vector<std::int64_t> weight_kept_[2];
+  std::int64_t weight_kept_last(int slot, int k) const;
   mutable std::uint64_t partition_cells_ = 0;
 };
 

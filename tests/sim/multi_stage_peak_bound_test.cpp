@@ -49,6 +49,34 @@ TEST(MultiStagePeakBound, LoopedBfsByHand) {
   EXPECT_EQ(multi_stage_peak_bounds(profile, plan)[0], 100 + 2 * 1400 + 1500);
 }
 
+// Zero bubble: between a pair's I and its W the stage holds the output gradients W reads (of its
+// layers with parameters, all but the last). Layers of 1 parameter byte that keep nothing, so
+// that only those gradients grow with the activations: 2 layers per stage, outputs of 100 per
+// sample, 2 micro-batches of 1: 100 bytes per pair waiting for its W.
+TEST(MultiStagePeakBound, ZeroBubbleHoldsTheGradientsWReads) {
+  std::vector<testing::LayerSpec> layers(8);
+  for (auto& l : layers) {
+    l.param_bytes = 1;
+    l.output_per_sample = 100;
+  }
+  Profile profile = testing::make_profile(layers, 2);
+  for (auto& l : profile.layers) l.keeps_input = false;
+  Plan plan =
+      testing::make_plan({2, 2, 2, 2}, 2, CheckpointMode::Never, ScheduleKind::InterleavedZB);
+  plan.stages_per_device = 2;
+  const SimulationResult r = Simulator(profile, replicate_device(profile.device, 2)).run(plan);
+  const std::vector<std::int64_t> bound = multi_stage_peak_bounds(profile, plan);
+  // Each device: 4 parameter bytes and their gradients, and at some moment at least one pair
+  // between I and W; never above the simulated peak.
+  for (int d = 0; d < 2; ++d) {
+    EXPECT_GE(bound[d], 4 + 4 + 100) << "device " << d;
+    EXPECT_LE(bound[d], r.devices[d].peak_memory_bytes) << "device " << d;
+  }
+  // Interleaved 1F1B runs B whole: nothing waits, and the same layers keep nothing.
+  plan.schedule = ScheduleKind::Interleaved1F1B;
+  for (std::int64_t b : multi_stage_peak_bounds(profile, plan)) EXPECT_EQ(b, 4 + 4);
+}
+
 // Against the simulator on random plans of every multi-stage schedule, checkpoint mode and
 // flag mix (views, layers that keep nothing of their input, measured backward peaks, the split
 // backward's own times), uneven micro-batches, optimizer state and library workspaces: no
