@@ -51,6 +51,8 @@ PeakRelease peak_release(std::span<const LevelRecord> records) {
   std::vector<SuffixLevels> levels;
   double earliest = 0.0;  // no share before every record's peak is over can drop anything
   for (const LevelRecord& r : records) {
+    // A backward too short to time says nothing of when its peak ends.
+    if (!(r.duration_ms > 0.0)) return {};
     SuffixLevels l(r);
     if (l.empty()) continue;
     earliest = std::max(earliest, l.over());

@@ -38,6 +38,8 @@ struct PeakRelease {
 /// record stays `drop` below its own peak. Of the shares after every record's peak, the one
 /// that leaves the least unused between the step and the records' real levels: the largest
 /// drop × (1 − share), which for an arrival at a uniformly random time is the most it saves.
+/// Changes recorded after a record's duration count as at its end; a record of no duration
+/// makes the answer share 1, drop 0.
 PeakRelease peak_release(std::span<const LevelRecord> records);
 
 }  // namespace pipetune::profiler

@@ -131,8 +131,8 @@ void EventEngine::run(bool record_history) {
   // Each task becomes startable once, each resource holds one running task: fixed bounds.
   startable_.resize(n);
   batch_.resize(resource_count + 1);
-  // A completion and a mid effect per running task, a release per resource's head.
-  heap_.resize(3 * resource_count + 1);
+  // A completion and two mid effects per running task, a release per resource's head.
+  heap_.resize(4 * resource_count + 1);
   const Task* const tasks = tasks_.data();
   const int* const queue = queue_.data();
   double* const start = start_.data();
@@ -193,6 +193,7 @@ void EventEngine::run(bool record_history) {
       if (t.duration == 0.0 && end == now) {
         if (t.start_bytes != 0) change(t.start_counter, t.start_bytes, now);
         if (t.mid_bytes != 0) change(t.start_counter, -t.mid_bytes, now);
+        if (t.late_bytes != 0) change(t.start_counter, -t.late_bytes, now);
         if (t.end_bytes != 0) change(t.end_counter, -t.end_bytes, now);
         release(id);
         if (now > makespan_) makespan_ = now;
@@ -208,6 +209,10 @@ void EventEngine::run(bool record_history) {
       if (t.mid_bytes != 0) {
         const double mid = std::min(now + t.mid_offset, finish[batch[k]]);
         heap_push(heap, heap_size, {mid, ~batch[k]});
+      }
+      if (t.late_bytes != 0) {
+        const double late = std::min(now + t.late_offset, finish[batch[k]]);
+        heap_push(heap, heap_size, {late, ~(batch[k] + n)});
       }
     }
   };
@@ -227,9 +232,10 @@ void EventEngine::run(bool record_history) {
         startable[startable_count++] = id - n;
         continue;
       }
-      if (id < 0) {
-        const Task& t = tasks[~id];
-        change(t.start_counter, -t.mid_bytes, now);
+      if (id < 0) {  // ~task: its mid effect; ~(task + n): its late one
+        const bool late = ~id >= n;
+        const Task& t = tasks[late ? ~id - n : ~id];
+        change(t.start_counter, late ? -t.late_bytes : -t.mid_bytes, now);
         continue;
       }
       const Task& t = tasks[id];

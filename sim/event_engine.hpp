@@ -53,7 +53,7 @@ class EventEngine {
   /// Appends a task to `resource`'s queue; the order of calls is the resource's order.
   int add_task(int resource, double duration) {
     const int id = static_cast<int>(tasks_.size());
-    tasks_.push_back({duration, resource, 0, -1, -1, 0, 0, 0.0, 0, {-1, -1}, 0});
+    tasks_.push_back({duration, resource, 0, -1, -1, 0, 0, 0.0, 0, 0.0, 0, {-1, -1}, 0});
     ++resources_[resource].count;
     queues_ready_ = false;
     return id;
@@ -80,6 +80,12 @@ class EventEngine {
     tasks_[task].mid_offset = offset;
     tasks_[task].mid_bytes = bytes_freed;
   }
+  /// A second such effect, at an offset no earlier than the first's (a backward frees part of
+  /// its peak where its peak layer is done with it, more when that layer ends).
+  void set_late_effect(int task, double offset, std::int64_t bytes_freed) {
+    tasks_[task].late_offset = offset;
+    tasks_[task].late_bytes = bytes_freed;
+  }
   void set_end_effect(int task, int counter, std::int64_t bytes_freed) {
     tasks_[task].end_counter = counter;
     tasks_[task].end_bytes = bytes_freed;
@@ -103,11 +109,14 @@ class EventEngine {
     std::int64_t mid_bytes = 0;  ///< freed from start_counter
     int end_counter = -1;
     std::int64_t end_bytes = 0;
-    double mid_offset = 0.0;  ///< after the start (at the end at the latest)
+    double mid_offset = 0.0;      ///< after the start (at the end at the latest)
+    std::int64_t late_bytes = 0;  ///< freed from start_counter, after the mid effect
+    double late_offset = 0.0;
   };
   Effects effects(int task) const {
     const Task& t = tasks_[task];
-    return {t.start_counter, t.start_bytes, t.mid_bytes, t.end_counter, t.end_bytes, t.mid_offset};
+    return {t.start_counter, t.start_bytes, t.mid_bytes,  t.end_counter,
+            t.end_bytes,     t.mid_offset,  t.late_bytes, t.late_offset};
   }
   double duration(int task) const { return tasks_[task].duration; }
   std::size_t counter_count() const { return counters_.size(); }
@@ -141,6 +150,8 @@ class EventEngine {
     std::int64_t end_bytes = 0;
     double mid_offset = 0.0;
     std::int64_t mid_bytes = 0;
+    double late_offset = 0.0;
+    std::int64_t late_bytes = 0;
     int successors[kInlineSuccessors];
     int successor_count = 0;
   };
@@ -186,7 +197,8 @@ class EventEngine {
   std::vector<int> pending_;  // unfinished dependencies
   std::vector<int> head_;     // per resource: next position in queue_
   std::vector<char> busy_;
-  // Completions; mid effects as ~task; a paced task's release as task + task_count().
+  // Completions; mid effects as ~task, late ones as ~(task + task_count()); a paced task's
+  // release as task + task_count().
   std::vector<detail::CompletionEvent> heap_;
   std::vector<int> startable_;  // at the head of an idle resource, every dependency done
   std::vector<int> batch_;      // tasks starting (or finishing) at the current instant

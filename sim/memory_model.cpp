@@ -9,12 +9,17 @@ namespace pipetune {
 
 namespace {
 
-// A backward walk's levels, last layer first: its peak (≥ 0, the level at its start), the
-// highest level once the last layer that reaches the peak is done with it, and when that is,
-// as a fraction of the walk's time by its layers' `ms`.
+// A backward walk's levels, last layer first: its peak (≥ 0, the level at its start) and two
+// steps down from it. Once the last layer that reaches the peak has ended, only the later
+// layers' levels (and the net) count: `after_layer`, from `layer_end`. Where the profile
+// records when that layer is done with its own peak, from that point (`peak_end`) its level
+// less the recorded drop counts too: `after_peak`, at least `after_layer`. Without a record the
+// two steps are one (after_peak = after_layer, peak_end = layer_end). Times are fractions of the
+// walk's time by its layers' `ms`.
 struct PeakTracker {
   PeakTracker(const std::vector<double>& ms, int first, int end) : ms(ms) {
     for (int k = first; k < end; ++k) total_ms += ms[k];
+    layer_end_ms = release_ms = total_ms;  // no layer above the start: nothing to free
   }
   // Layer k peaks at `level`; from `release` of its time on it stays at or below `after`
   // (after ≥ level: only its end is known).
@@ -24,20 +29,33 @@ struct PeakTracker {
     elapsed_ms += ms[k];
     if (level >= peak) {
       peak = level;
-      const bool released = after < level;
-      after_peak = released ? after : std::numeric_limits<std::int64_t>::min();
-      const double at_ms = released ? before_ms + release * ms[k] : elapsed_ms;
-      peak_end = total_ms > 0.0 ? at_ms / total_ms : 1.0;
+      later = std::numeric_limits<std::int64_t>::min();
+      layer_end_ms = elapsed_ms;
+      released = after < level;
+      within = released ? after : level;
+      release_ms = released ? before_ms + release * ms[k] : elapsed_ms;
     } else {
-      after_peak = std::max(after_peak, level);
+      later = std::max(later, level);
     }
   }
   // A net above the peak (a measured peak below what the layer keeps) is allocated at the end.
-  void finish(std::int64_t net) { after_peak = std::min(peak, std::max(after_peak, net)); }
+  void finish(std::int64_t net) {
+    auto fraction = [&](double at_ms) { return total_ms > 0.0 ? at_ms / total_ms : 1.0; };
+    after_layer = std::min(peak, std::max(later, net));
+    after_peak = released ? std::max(after_layer, within) : after_layer;
+    layer_end = fraction(layer_end_ms);
+    peak_end = fraction(release_ms);
+  }
 
   const std::vector<double>& ms;
-  double total_ms = 0.0, elapsed_ms = 0.0, peak_end = 1.0;
-  std::int64_t peak = 0, after_peak = 0;
+  double total_ms = 0.0, elapsed_ms = 0.0;
+  std::int64_t peak = 0;
+  double peak_end = 1.0, layer_end = 1.0;
+  std::int64_t after_peak = 0, after_layer = 0;
+  // The peak layer's end and own release, and its level after that; the later layers' top.
+  double layer_end_ms = 0.0, release_ms = 0.0;
+  bool released = false;
+  std::int64_t within = 0, later = 0;  // the start's level, until a layer reaches the peak
 };
 
 // W's transients, layer by layer in the order the executor runs them (first layer first).
@@ -160,6 +178,8 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
     (first_backward ? m.backward_net_first : m.backward_net) = current;
     (first_backward ? m.backward_after_peak_first : m.backward_after_peak) = walk.after_peak;
     (first_backward ? m.backward_peak_end_first : m.backward_peak_end) = walk.peak_end;
+    (first_backward ? m.backward_after_layer_first : m.backward_after_layer) = walk.after_layer;
+    (first_backward ? m.backward_layer_end_first : m.backward_layer_end) = walk.layer_end;
   }
 
   // I: the same walk without parameter gradients and without freeing activations (W frees
@@ -185,6 +205,8 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
   m.input_backward_net = current;
   m.input_backward_after_peak = input_walk.after_peak;
   m.input_backward_peak_end = input_walk.peak_end;
+  m.input_backward_after_layer = input_walk.after_layer;
+  m.input_backward_layer_end = input_walk.layer_end;
   return m;
 }
 
@@ -208,14 +230,24 @@ MemoryEffect backward_effect(const StageMemory& m, bool first_time, std::int64_t
   const std::int64_t peak = first_time ? m.backward_peak_first : m.backward_peak;
   const std::int64_t net = first_time ? m.backward_net_first : m.backward_net;
   const std::int64_t after_peak = first_time ? m.backward_after_peak_first : m.backward_after_peak;
-  return {peak, (after_peak - net) + dies, peak - after_peak,
-          first_time ? m.backward_peak_end_first : m.backward_peak_end};
+  const std::int64_t after_layer =
+      first_time ? m.backward_after_layer_first : m.backward_after_layer;
+  return {peak,
+          (after_layer - net) + dies,
+          peak - after_peak,
+          first_time ? m.backward_peak_end_first : m.backward_peak_end,
+          after_peak - after_layer,
+          first_time ? m.backward_layer_end_first : m.backward_layer_end};
 }
 
 MemoryEffect input_backward_effect(const StageMemory& m) {
   // The graph stays: I leaves its input gradient and the gradients W reads.
-  return {m.input_backward_peak, m.input_backward_after_peak - m.input_backward_net,
-          m.input_backward_peak - m.input_backward_after_peak, m.input_backward_peak_end};
+  return {m.input_backward_peak,
+          m.input_backward_after_layer - m.input_backward_net,
+          m.input_backward_peak - m.input_backward_after_peak,
+          m.input_backward_peak_end,
+          m.input_backward_after_peak - m.input_backward_after_layer,
+          m.input_backward_layer_end};
 }
 
 MemoryEffect weight_backward_effect(const StageMemory& m, std::int64_t param_bytes, bool first_time,
@@ -256,7 +288,8 @@ std::int64_t peak_bound_before_backward(std::int64_t baseline,
   if (state.first) {
     // Once it ends (its frees are exact; the input gradient's copy has not started).
     const MemoryEffect b = backward_effect(q, true, dies_with_backward(q, last_stage, input > 0));
-    bound = std::max(bound, level + b.allocated - b.freed_after_peak - b.freed);
+    bound =
+        std::max(bound, level + b.allocated - b.freed_after_peak - b.freed_after_layer - b.freed);
   }
   return bound;
 }

@@ -30,13 +30,19 @@ struct StageMemory {
   /// received gradient are freed by the simulator at the end of the backward, not counted here.
   std::int64_t backward_net = 0;
   std::int64_t backward_net_first = 0;
-  /// Once the walk's peak layer is done (at `*_peak_end`, a fraction of the walk's time by its
-  /// layers' backward times), the level above the start never again exceeds `*_after_peak` (at
-  /// least the net): what arrives after that stacks on it, not on the peak.
+  /// Once the walk's peak layer is done with its peak (at `*_peak_end`, a fraction of the walk's
+  /// time by its layers' backward times), the level above the start never again exceeds
+  /// `*_after_peak` (at least the net): what arrives after that stacks on it, not on the peak.
+  /// Once that layer has ended (at `*_layer_end`), never `*_after_layer` (≤ after_peak; both
+  /// steps are one where the profile does not record when a layer is done with its peak).
   std::int64_t backward_after_peak = 0;
   std::int64_t backward_after_peak_first = 0;
   double backward_peak_end = 1.0;
   double backward_peak_end_first = 1.0;
+  std::int64_t backward_after_layer = 0;
+  std::int64_t backward_after_layer_first = 0;
+  double backward_layer_end = 1.0;
+  double backward_layer_end_first = 1.0;
   /// The backward split (I then W). I walks the layers for input gradients only, with the graph
   /// kept: it frees no activation, and of the gradients of the layers' outputs it keeps those
   /// of layers with parameters, which their weight gradients read. Peak above I's start, and
@@ -45,6 +51,8 @@ struct StageMemory {
   std::int64_t input_backward_net = 0;
   std::int64_t input_backward_after_peak = 0;  ///< as backward_after_peak, for I
   double input_backward_peak_end = 1.0;
+  std::int64_t input_backward_after_layer = 0;
+  double input_backward_layer_end = 1.0;
   /// Of input_backward_net, what W frees: the output gradients kept for it.
   std::int64_t weight_kept_gradients = 0;
   /// W computes each layer's parameter gradients from its own output gradient, one layer at a
@@ -64,13 +72,16 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& costs, int fir
                          bool first_stage);
 
 /// What a task allocates on its device when it starts, frees once its peak is over (at
-/// `peak_end` × its duration) and frees when it ends; the simulator charges these, and the
-/// planner's memory bound is derived from them.
+/// `peak_end` × its duration), frees once its peak layer has ended (at `layer_end`, no earlier)
+/// and frees when it ends; the simulator charges these, and the planner's memory bound is
+/// derived from them.
 struct MemoryEffect {
   std::int64_t allocated = 0;
   std::int64_t freed = 0;  ///< at the end
   std::int64_t freed_after_peak = 0;
   double peak_end = 1.0;
+  std::int64_t freed_after_layer = 0;
+  double layer_end = 1.0;
 };
 
 /// What a backward (B, or W when split) frees besides its layer walk: the stage output and the

@@ -141,7 +141,8 @@ std::int64_t MultiStagePeakBound::weight_kept_last(int slot, int k) const {
 std::int64_t MultiStagePeakBound::place(int t, int a, int b) {
   for (int s : {0, 1}) {
     kept_[s][t] = size_[s]->kept_bytes_within(a, b);
-    waiting_[s][t] = weight_kept_[s][b] - weight_kept_[s][a] - weight_kept_last(s, b - 1);
+    waiting_[s][t] =
+        b > a ? weight_kept_[s][b] - weight_kept_[s][a] - weight_kept_last(s, b - 1) : 0;
   }
   params_[t] = costs_.param_bytes(a, b);
   return device_bound(rank_[t]);
@@ -296,8 +297,8 @@ bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps) {
 }
 
 // P, the prefix of kept bytes per size slot; K, the same less the storage of the last layer
-// before b that makes one (kept_bytes_within(a, b) is at least K[b] - P[a]); and the prefix of
-// parameter bytes.
+// before b that makes one (kept_bytes_within(a, b) is at least K[b] - P[a]); G and V, the same
+// pair for the gradients I keeps for W (exactly V[b] - G[a]); and the prefix of parameter bytes.
 MultiStagePeakBound::Prefixes MultiStagePeakBound::layer_prefixes() const {
   const int layers = costs_.layer_count();
   Prefixes out;
@@ -327,7 +328,8 @@ MultiStagePeakBound::Prefixes MultiStagePeakBound::layer_prefixes() const {
 }
 
 // The min-sum partition: stage s = [a, b) adds at least w0 (K0[b] - P0[a]) + w1 (K1[b] - P1[a]) +
-// u (params[b] - params[a]) (layer_prefixes()).
+// g0 (V0[b] - G0[a]) + g1 (V1[b] - G1[a]) + u (params[b] - params[a]), G being the prefix of the
+// gradients I keeps for W and V the same less the last layer's (layer_prefixes()).
 double MultiStagePeakBound::least_weighted(const Prefixes& prefixes,
                                            const std::vector<double>& weight,
                                            const std::vector<Blend>& at,

@@ -53,7 +53,8 @@ class MultiStagePeakBound {
 
  private:
   // A moment of one device's programme: per local stage, the kept forwards of each size slot
-  // in flight and whether its parameter gradients exist, and a constant (the views' slack).
+  // in flight, of those the ones between their I and W, and whether its parameter gradients
+  // exist, and a constant (the views' slack).
   struct Moment {
     std::vector<int> kept[2];
     std::vector<int> waiting[2];  // pairs between their I and their W

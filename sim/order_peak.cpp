@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <boost/graph/adjacency_list.hpp>
 #include <boost/graph/boykov_kolmogorov_max_flow.hpp>
+#include <utility>
 
 namespace pipetune {
 namespace {
@@ -47,8 +48,9 @@ CounterEvents counter_events(const EventEngine& engine,
     const bool here = e.start_counter == counter;
     start[k] = add_event(here ? e.start_bytes : 0);
     int last = start[k];
-    if (here && e.mid_bytes != 0) {
-      const int mid = add_event(-e.mid_bytes);
+    for (const std::int64_t freed : {e.mid_bytes, e.late_bytes}) {
+      if (!here || freed == 0) continue;
+      const int mid = add_event(-freed);
       out.order.push_back({last, mid});
       last = mid;
     }
@@ -125,14 +127,16 @@ std::vector<std::int64_t> peaks_at_times(const EventEngine& engine,
     if (e.start_counter >= 0) {
       changes.push_back(
           {start[t], instant ? kInstantTask : kStarts, e.start_bytes, e.start_counter});
-      if (e.mid_bytes != 0) {
-        const double share = simulated > 0 ? std::min(e.mid_offset, simulated) / simulated : 0.0;
+      for (const auto& [freed, offset] :
+           {std::pair{e.mid_bytes, e.mid_offset}, std::pair{e.late_bytes, e.late_offset}}) {
+        if (freed == 0) continue;
+        const double share = simulated > 0 ? std::min(offset, simulated) / simulated : 0.0;
         const double at = start[t] + share * (finish[t] - start[t]);
         changes.push_back({at,
                            instant          ? kInstantTask
                            : at == start[t] ? kAfterStart
                                             : kFrees,
-                           -e.mid_bytes, e.start_counter});
+                           -freed, e.start_counter});
       }
     }
     if (e.end_counter >= 0)

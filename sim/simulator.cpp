@@ -249,6 +249,7 @@ double set_compute_effects(TaskGraph& graph, int task, const StageCost& c, const
   }
   engine.set_start_effect(task, counter, effect.allocated);
   engine.set_mid_effect(task, ms * effect.peak_end, effect.freed_after_peak);
+  engine.set_late_effect(task, ms * effect.layer_end, effect.freed_after_layer);
   engine.set_end_effect(task, counter, effect.freed);
   engine.set_duration(task, ms);
   return ms;

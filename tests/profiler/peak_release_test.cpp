@@ -45,6 +45,11 @@ TEST(PeakRelease, APeakThatLastsToTheEndOrComesBackReleasesNothingBefore) {
   EXPECT_DOUBLE_EQ(p.share, 0.5);
   EXPECT_EQ(p.drop, 300);
   EXPECT_EQ(peak_release({}).drop, 0);
+  // A record of no duration cannot place anything.
+  const std::vector<LevelRecord> instant{record({{0, 0}, {1, 300}, {2, 100}}, 10.0),
+                                         record({{0, 0}, {0, 300}, {0, 100}}, 0.0)};
+  EXPECT_DOUBLE_EQ(peak_release(instant).share, 1.0);
+  EXPECT_EQ(peak_release(instant).drop, 0);
 }
 
 // Against brute force on random records: the answer holds for every record (every level in
@@ -58,7 +63,8 @@ TEST(PeakRelease, HoldsAndSavesTheMostOnRandomRecords) {
       r.duration_ms = 1.0 + rng() % 20;
       double t = 0.0;
       const int changes = 1 + static_cast<int>(rng() % 12);
-      for (int i = 0; i < changes && t <= r.duration_ms; ++i) {
+      // Now and then past the duration (a change timed after the clock read the end).
+      for (int i = 0; i < changes && t <= r.duration_ms + 2.0; ++i) {
         r.samples.push_back({t, static_cast<std::int64_t>(rng() % 1000)});
         t += static_cast<double>(rng() % 4) * 0.5;
       }

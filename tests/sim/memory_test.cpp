@@ -249,6 +249,52 @@ TEST(Memory, AnArrivalAfterALayersOwnPeakStacksOnWhatIsLeft) {
   EXPECT_EQ(Simulator(p, hw).run(plan).devices[1].peak_memory_bytes, 700);
 }
 
+TEST(StageMemory, ALayersOwnReleaseThenItsEnd) {
+  // A stage of two layers walked last first: layer 1 peaks at 500 (backward 4 ms), layer 0 at 50
+  // (4 ms), and nothing else is left above the start. Layer 1 is done with its own peak a
+  // quarter of the way through (1 ms of the walk's 8), `drop` below it; once it has ended
+  // (4 ms) only layer 0's 50 counts.
+  Profile p = testing::make_profile({{1, 4, 0, 10, 0, 0}, {1, 4, 0, 1, 0, 0}}, 1);
+  p.layers[0].backward_peak_bytes = {50};
+  p.layers[1].backward_peak_bytes = {500};
+  for (auto& layer : p.layers) layer.backward_accumulate_peak_bytes = layer.backward_peak_bytes;
+  p.layers[0].backward_peak_end = {1.0};
+  p.layers[0].backward_peak_drop_bytes = {0};
+  p.layers[1].backward_peak_end = {0.25};
+  auto effect_with = [&](std::int64_t drop) {
+    p.layers[1].backward_peak_drop_bytes = {drop};
+    const CostModel model(p);
+    const StageMemory m = stage_memory(model, model.at(1), 0, 2, true);
+    EXPECT_EQ(m.backward_peak, 500);
+    return backward_effect(m, false, 0);
+  };
+  // 10 below from 1/8 on, then down to 50 from 1/2 on: two steps.
+  const MemoryEffect small = effect_with(10);
+  EXPECT_EQ(small.allocated, 500);
+  EXPECT_EQ(small.freed_after_peak, 10);
+  EXPECT_DOUBLE_EQ(small.peak_end, 0.125);
+  EXPECT_EQ(small.freed_after_layer, 490 - 50);
+  EXPECT_DOUBLE_EQ(small.layer_end, 0.5);
+  // 450 below (down to layer 0's 50) from 1/8 on: the layer's end frees nothing more.
+  const MemoryEffect large = effect_with(450);
+  EXPECT_EQ(large.freed_after_peak, 450);
+  EXPECT_DOUBLE_EQ(large.peak_end, 0.125);
+  EXPECT_EQ(large.freed_after_layer, 0);
+  // Both end at the walk's net: -10, layer 0's output gradient freed.
+  EXPECT_EQ(small.allocated - small.freed_after_peak - small.freed_after_layer - small.freed, -10);
+  EXPECT_EQ(large.allocated - large.freed_after_peak - large.freed_after_layer - large.freed, -10);
+  // Without the record, one step at the peak layer's end: 450 freed at 1/2.
+  for (auto& layer : p.layers) {
+    layer.backward_peak_end.clear();
+    layer.backward_peak_drop_bytes.clear();
+  }
+  const CostModel model(p);
+  const MemoryEffect one = backward_effect(stage_memory(model, model.at(1), 0, 2, true), false, 0);
+  EXPECT_EQ(one.freed_after_peak, 450);
+  EXPECT_DOUBLE_EQ(one.peak_end, 0.5);
+  EXPECT_EQ(one.freed_after_layer, 0);
+}
+
 // The three layers of WorkspaceAndIntermediates with the profiler's measured peaks above each
 // backward's start: first backward 40, 30, 20 and accumulating 25, 60, 15 (layers 0, 1, 2).
 Profile three_layers_with_measured_peaks() {
