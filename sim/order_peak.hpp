@@ -14,9 +14,9 @@ namespace pipetune {
 /// durations move from step to step, so a receiver can hold a tensor that in the simulation
 /// arrived after its peak: the peak a device reaches depends on arrival order, and this is its
 /// least upper bound. Each task contributes up to four events (start, the two steps down from
-/// its transient peak, end), each changing counters by its effect; a state the run can be in is a set of events
-/// closed under "happens before", and the largest sum over such a set is a maximum-weight
-/// closure, found as a minimum cut (Picard, 1976): one max-flow per counter.
+/// its transient peak, end), each changing counters by its effect; a state the run can be in is a
+/// set of events closed under "happens before", and the largest sum over such a set is a
+/// maximum-weight closure, found as a minimum cut (Picard, 1976): one max-flow per counter.
 ///
 /// Indexed by counter; each value is at least the counter's initial value and at least its
 /// simulated peak (the simulated order is one of the orders).
