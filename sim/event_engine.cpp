@@ -10,8 +10,9 @@ namespace {
 
 using Event = detail::CompletionEvent;
 
-// Earlier first; ties by task index so runs are deterministic (a mid effect, ~task, is negative:
-// it comes before every completion at its instant, and both only free).
+// Earlier first; ties by task index so runs are deterministic (a mid effect, ~task, is negative
+// and a late one, ~(task + n), more so: both come before every completion at their instant, the
+// late before the mid, and all of them only free).
 inline bool before(const Event& a, const Event& b) {
   return a.time < b.time || (a.time == b.time && a.task < b.task);
 }

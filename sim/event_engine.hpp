@@ -10,7 +10,8 @@
 // start and allocate. So memory released "at" an instant is free for what starts then.
 //
 // Counters (one per device) follow memory: a task may add bytes to one counter when it starts,
-// subtract bytes from it at one point inside the task (when its transient peak is over), and
+// subtract bytes from it at up to two points inside the task (the mid and late effects: where its
+// transient peak is over, and where it steps down again), and
 // subtract bytes from one counter when it ends. The engine keeps each counter's current value,
 // its peak, and, when asked, its history.
 //

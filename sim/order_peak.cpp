@@ -24,11 +24,11 @@ struct Precedence {
   int before = 0, after = 0;  // events
 };
 
-// One counter's events and their order: each task's start, then the end of its transient peak,
-// then its end; across a graph edge, the earlier task's end before the later one's start. An
-// event that does not change the counter is merged into the one before it in its task: that
-// changes no set's sum and forces nothing more (only the task's own earlier events come before
-// it), so the largest sum is the same on a graph a third the size.
+// One counter's events and their order: each task's start, then up to two steps down from its
+// transient peak, then its end; across a graph edge, the earlier task's end before the later
+// one's start. An event that does not change the counter is merged into the one before it in its
+// task: that changes no set's sum and forces nothing more (only the task's own earlier events
+// come before it), so the largest sum is the same on a graph a quarter the size.
 struct CounterEvents {
   std::vector<std::int64_t> weight;  // what each event adds to the counter
   std::vector<Precedence> order;

@@ -69,6 +69,35 @@ TEST(EventEngine, AMidEffectFreesInsideItsTask) {
   EXPECT_EQ(history, expected);
 }
 
+TEST(EventEngine, ALateEffectFreesAgainAfterTheMidOne) {
+  // A task of 10 allocating 80, freeing 30 of it 2 into the task, 30 more at 6 and 20 at its
+  // end; arrivals of 30 at 4 and 5 at 8. A task of 4 on a third resource allocates 5 and frees
+  // 2 (mid, at 4) and 3 (late, asked for at 99: at its end, 4 too), before the arrival at 4.
+  EventEngine e;
+  const int compute = e.add_resource(), link = e.add_resource(), other = e.add_resource();
+  const int memory = e.add_counter(100);
+  const int task = e.add_task(compute, 10.0);
+  e.set_start_effect(task, memory, 80);
+  e.set_mid_effect(task, 2.0, 30);
+  e.set_late_effect(task, 6.0, 30);
+  e.set_end_effect(task, memory, 20);
+  e.add_task(link, 4.0);
+  e.set_start_effect(e.add_task(link, 1.0), memory, 30);
+  e.add_task(link, 3.0);
+  e.set_start_effect(e.add_task(link, 1.0), memory, 5);
+  const int clamped = e.add_task(other, 4.0);
+  e.set_start_effect(clamped, memory, 5);
+  e.set_mid_effect(clamped, 4.0, 2);
+  e.set_late_effect(clamped, 99.0, 3);
+  e.run(true);
+  EXPECT_EQ(e.peak(memory), 185);  // at 0
+  const std::vector<std::pair<double, std::int64_t>> expected = {{0, 185}, {2, 155}, {4, 180},
+                                                                 {6, 150}, {8, 155}, {10, 135}};
+  std::vector<std::pair<double, std::int64_t>> history;
+  for (const auto& sample : e.history(memory)) history.emplace_back(sample.time, sample.value);
+  EXPECT_EQ(history, expected);
+}
+
 TEST(EventEngine, FreesAtAnInstantComeBeforeAllocations) {
   EventEngine e;
   const int r = e.add_resource();

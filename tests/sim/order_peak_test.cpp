@@ -19,24 +19,25 @@ using testing::make_plan;
 using testing::random_profile;
 
 // The largest value of `counter` over every set of events closed under "happens before",
-// enumerated: event 3k is task k's start, 3k + 1 its mid effect, 3k + 2 its end; `edges`
+// enumerated: event 4k is task k's start, 4k + 1 its mid effect, 4k + 2 its late one, 4k + 3 its
+// end; `edges`
 // (dependencies and resource order) all go from a lower task to a higher one, so events in
 // index order are a linear extension and each ideal is built once.
 std::int64_t enumerated_peak(const EventEngine& engine, int counter) {
   const int tasks = static_cast<int>(engine.task_count());
-  std::vector<std::vector<int>> before(static_cast<std::size_t>(3 * tasks));
+  std::vector<std::vector<int>> before(static_cast<std::size_t>(4 * tasks));
   std::vector<std::int64_t> weight(before.size(), 0);
   for (int k = 0; k < tasks; ++k) {
-    before[3 * k + 1].push_back(3 * k);
-    before[3 * k + 2].push_back(3 * k + 1);
+    for (int step = 1; step < 4; ++step) before[4 * k + step].push_back(4 * k + step - 1);
     const EventEngine::Effects e = engine.effects(k);
     if (e.start_counter == counter) {
-      weight[3 * k] += e.start_bytes;
-      weight[3 * k + 1] -= e.mid_bytes;
+      weight[4 * k] += e.start_bytes;
+      weight[4 * k + 1] -= e.mid_bytes;
+      weight[4 * k + 2] -= e.late_bytes;
     }
-    if (e.end_counter == counter) weight[3 * k + 2] -= e.end_bytes;
+    if (e.end_counter == counter) weight[4 * k + 3] -= e.end_bytes;
   }
-  for (const auto& [a, b] : engine.edges()) before[3 * b].push_back(3 * a + 2);
+  for (const auto& [a, b] : engine.edges()) before[4 * b].push_back(4 * a + 3);
   std::vector<char> in(before.size(), 0);
   std::int64_t best = 0;
   auto visit = [&](auto&& self, std::size_t e, std::int64_t sum) -> void {
@@ -71,8 +72,10 @@ void build_random_engine(std::mt19937& rng, EventEngine& e) {
     }
     const std::int64_t allocated = bytes(rng);
     const std::int64_t mid = std::min<std::int64_t>(allocated, bytes(rng));
+    const std::int64_t late = std::min<std::int64_t>(allocated - mid, bytes(rng));
     e.set_start_effect(task, counters[coin(rng)], allocated);
     e.set_mid_effect(task, 0.3, coin(rng) != 0 ? mid : 0);
+    e.set_late_effect(task, 0.6, coin(rng) != 0 ? late : 0);
     e.set_end_effect(task, counters[coin(rng)], coin(rng) != 0 ? bytes(rng) : 0);
   }
 }
@@ -194,6 +197,28 @@ TEST(PeaksAtTimes, ApplyEachTasksEffectsAtTheTimesGiven) {
   EXPECT_EQ(peaks_at_times(e, {5.0, 0.0}, {5.5, 4.0}), Peaks{180});
   EXPECT_EQ(peaks_at_times(e, {3.0, 0.0}, {3.5, 8.0}), Peaks{240});
   EXPECT_EQ(peaks_at_times(e, {2.0, 0.0}, {2.5, 4.0}), Peaks{190});
+}
+
+// The same with two steps down: the task of 4 frees 20 a quarter in and 30 more half-way (at the
+// same shares of a stretched task). A copy landing before the first step: 100 + 60 + 80; between
+// the steps: + 60; after both: + 30.
+TEST(PeaksAtTimes, ALateEffectStepsDownAtItsShareToo) {
+  EventEngine e;
+  const int compute = e.add_resource(), link = e.add_resource();
+  const int memory = e.add_counter(100);
+  const int copy = e.add_task(link, 1.0);
+  e.set_start_effect(copy, memory, 60);
+  const int task = e.add_task(compute, 4.0);
+  e.set_start_effect(task, memory, 80);
+  e.set_mid_effect(task, 1.0, 20);
+  e.set_late_effect(task, 2.0, 30);
+  e.set_end_effect(task, memory, 30);
+  e.run(false);
+  using Peaks = std::vector<std::int64_t>;
+  EXPECT_EQ(peaks_at_times(e, {0.5, 0.0}, {0.6, 4.0}), Peaks{240});
+  EXPECT_EQ(peaks_at_times(e, {1.5, 0.0}, {1.6, 4.0}), Peaks{220});
+  EXPECT_EQ(peaks_at_times(e, {3.0, 0.0}, {3.1, 4.0}), Peaks{190});
+  EXPECT_EQ(peaks_at_times(e, {3.0, 0.0}, {3.1, 8.0}), Peaks{220});  // steps at 2 and 4
 }
 
 // A task measured to take no time still holds its bytes for that instant, as the engine runs a
