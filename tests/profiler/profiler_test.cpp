@@ -373,14 +373,22 @@ TEST(Profiler, CoRunTimesOfABandwidthBoundLayer) {
                              {std::int64_t{1} << 21});
   profiler::ProfileOptions o = quick(4, {4});
   o.co_runners = 1;
-  const Profile p = profiler::profile_model(m, o).profile;
-  EXPECT_EQ(p.co_runners, 1);
-  for (const auto& layer : p.layers) {
-    ASSERT_EQ(layer.forward_corun_ms.size(), 1u) << layer.name;
-    ASSERT_EQ(layer.backward_corun_ms.size(), 1u) << layer.name;
-  }
   // Beside a thread streaming the same amount, the layer gets at most the bandwidth it had
-  // alone. Loose (0.9): this is not a timing test, and the machine may be busy with others.
+  // alone. Loose (0.9), and the best of three profiles: this is not a timing test, and a busy
+  // machine has made one profile's solo passes a third slower than its co-run ones (CI, 2
+  // cores). A slowdown computed the wrong way round would fail all three.
+  Profile p;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    p = profiler::profile_model(m, o).profile;
+    for (const auto& layer : p.layers) {
+      ASSERT_EQ(layer.forward_corun_ms.size(), 1u) << layer.name;
+      ASSERT_EQ(layer.backward_corun_ms.size(), 1u) << layer.name;
+    }
+    if (p.layers[0].forward_corun_ms[0] >= 0.9 * p.layers[0].forward_ms[0] &&
+        p.layers[0].backward_corun_ms[0] >= 0.9 * p.layers[0].backward_ms[0])
+      break;
+  }
+  EXPECT_EQ(p.co_runners, 1);
   EXPECT_GE(p.layers[0].forward_corun_ms[0], 0.9 * p.layers[0].forward_ms[0]);
   EXPECT_GE(p.layers[0].backward_corun_ms[0], 0.9 * p.layers[0].backward_ms[0]);
   // A sleep shares nothing: beside a co-runner it still sleeps what it did alone, at least.
