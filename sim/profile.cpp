@@ -284,22 +284,14 @@ Profile parse_profile(std::string_view text, const std::string& source) {
               : "missing field \"inner_backward_peak_bytes\" (layers[0] has it: every layer or "
                 "none)");
     }
-    if (p.layers[k].backward_peak_end.empty() != p.layers[0].backward_peak_end.empty()) {
-      layer_nodes[k].fail_message(
-          p.layers[0].backward_peak_end.empty()
-              ? "has backward_peak_end, but layers[0] has none (every layer or none)"
-              : "missing field \"backward_peak_end\" (layers[0] has it: every layer or none)");
-    }
-    // The split of the backward, likewise: one rule for every stage.
-    if (p.layers[k].backward_input_ms.empty() != p.layers[0].backward_input_ms.empty()) {
-      layer_nodes[k].fail_message(
-          p.layers[0].backward_input_ms.empty()
-              ? "has backward_input_ms, but layers[0] has none (every layer or none)"
-              : "missing field \"backward_input_ms\" (layers[0] has it: every layer or none)");
-    }
-    // Launch times, likewise: a stage's host time is a sum over its layers.
+    // When a backward's peak ends, the split of the backward (one rule for every stage) and
+    // launch times (a stage's host time is a sum over its layers), likewise.
     for (const auto& [field, mine, first] :
-         {std::tuple{"forward_launch_ms", &p.layers[k].forward_launch_ms,
+         {std::tuple{"backward_peak_end", &p.layers[k].backward_peak_end,
+                     &p.layers[0].backward_peak_end},
+          std::tuple{"backward_input_ms", &p.layers[k].backward_input_ms,
+                     &p.layers[0].backward_input_ms},
+          std::tuple{"forward_launch_ms", &p.layers[k].forward_launch_ms,
                      &p.layers[0].forward_launch_ms},
           std::tuple{"forward_nograd_launch_ms", &p.layers[k].forward_nograd_launch_ms,
                      &p.layers[0].forward_nograd_launch_ms}}) {
