@@ -603,8 +603,10 @@ class PlanSearch {
   }
   void multi_stage_root(Entry& e, const std::vector<Entry>& entries);
   struct LayerWork;
+  struct RelaxedRootState;
   double multi_stage_relaxed_root(const Config& c, const LayerWork& work, std::uint64_t step_limit,
-                                  double enough, bool* complete, std::vector<int>* balance);
+                                  double enough, std::unique_ptr<RelaxedRootState>& state,
+                                  bool* complete, std::vector<int>* balance);
   void multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::uint64_t slice);
   void start_from(Entry& e, const std::vector<int>& balance);
   void first_multi_stage_plans(Entry& e, const LayerWork& work);
@@ -2094,8 +2096,10 @@ struct PlanSearch::Entry {
   double polished = kInf;    // the best plan polish() last started from
   // With memory caps, the relaxed root's programme until capped_root() has used it.
   std::unique_ptr<RelaxedRows> capped_rows;
-  // Multi-stage: the relaxed root ran all its rounds (else a slice runs it again, further).
+  // Multi-stage: the relaxed root ran all its rounds (else a slice runs it on, further).
   bool root_complete = false;
+  // Multi-stage: where the relaxed root's rounds stopped, until they are complete.
+  std::unique_ptr<RelaxedRootState> root_state;
 };
 
 // The threshold entry `self` must beat to enter the top N: the N-th best of the others.
@@ -2439,12 +2443,29 @@ MultiStagePeakBound PlanSearch::peak_bound(const Config& c) {
 // and the plan is at least every path of its task graph, which depends on the schedule alone,
 // not on the balance. Rows: each device's busy time, then (cutting planes) the longest path of
 // the shares' own plan in that model, timed by the event engine, until no path is longer than
-// the bound. `complete`: whether the rounds ended by themselves (no path longer, or all of
-// them run) rather than at `step_limit`, a count of stats_.steps, so that running it again
-// would give nothing more. `balance`: the shares' plan, rounded to layer boundaries.
+// the bound, or until the bound reaches `enough`. `complete`: whether the rounds ended by
+// themselves (no path longer, all of them run, or `enough`) rather than at `step_limit`, a count
+// of stats_.steps; `state` then holds where they stopped, for a later call to go on from (a
+// fresh start each time never completed a root that needs more than the steps given). `balance`:
+// the best model plan timed, rounded to layer boundaries.
+struct PlanSearch::RelaxedRootState {
+  MinMaxShareProgramme programme;
+  std::vector<double> shares;      // the last solve's
+  std::vector<double> model_plan;  // the shares the next round times
+  std::vector<double> best_plan;   // the model plan timed shortest so far
+  double best_plan_ms = kInf;
+  double bound = 0.0;
+  int rounds = 0;
+  // A stage's least ratios per count vector (see slopes below).
+  std::map<std::array<int, 14>, std::vector<double>> least_of_counts;
+  RelaxedRootState(int stages, const std::vector<double>& class_work)
+      : programme(static_cast<std::size_t>(stages), class_work) {}
+};
+
 double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& layer_work,
-                                            std::uint64_t step_limit, double enough, bool* complete,
-                                            std::vector<int>* balance) {
+                                            std::uint64_t step_limit, double enough,
+                                            std::unique_ptr<RelaxedRootState>& state,
+                                            bool* complete, std::vector<int>* balance) {
   const std::vector<double>& work = layer_work.each;
   const int v = c.stages_per_device, m = c.micro_batches(), stages = v * stages_;
   std::vector<int> device_of(stages);
@@ -2495,10 +2516,14 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
   auto count_task = [&](Counts& counts, const SimTask& t) {
     ++counts[t.stage][kind_of(t) * 2 + slot_of[t.micro_batch]];
   };
+  const bool fresh = !state;
+  if (fresh) state = std::make_unique<RelaxedRootState>(stages, classes.work);
+  RelaxedRootState& st = *state;
+  MinMaxShareProgramme& programme = st.programme;
   // A stage's least ratios depend on its counts alone, and paths cross many stages with the
   // same counts (a forward and a backward of one micro-batch): each count vector is walked over
   // the layers once (that walk was most of the root's time).
-  std::map<std::array<int, 14>, std::vector<double>> least_of_counts;
+  auto& least_of_counts = st.least_of_counts;
   auto slopes = [&](const Counts& counts) {
     std::vector<double> row(width, 0.0);
     for (int s = 0; s < stages; ++s) {
@@ -2521,8 +2546,12 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
     }
     return row;
   };
-  MinMaxShareProgramme programme(stages, classes.work);
-  {
+  // The rounds count against the budget (their pivots and the engine's runs) and stop at
+  // `step_limit`, the bound so far standing, or once the bound reaches `enough`.
+  auto charge = [&](std::uint64_t cells_before) {
+    stats_.steps += (programme.pivot_cells() - cells_before) / kPivotCellsPerStep;
+  };
+  if (fresh) {
     std::vector<Counts> busy(stages_, Counts(stages));
     std::vector<double> tasks(stages_, 0.0);
     for (const SimTask& t : graph.tasks) {
@@ -2531,39 +2560,52 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
       tasks[t.device] += overhead_;
     }
     for (int r = 0; r < stages_; ++r) programme.add(tasks[r], slopes(busy[r]));
-  }
-  std::vector<double> shares;
-  double bound = programme.solve(&shares);
-  EventEngine& engine = graph.engine;
-  std::vector<std::vector<int>> before;  // each task's predecessors (edges() needs a run first)
-  // The rounds count against the budget (their pivots and the engine's runs) and stop at
-  // `step_limit`, the bound so far standing, or once the bound reaches `enough`.
-  *complete = false;
-  auto charge = [&](std::uint64_t cells_before) {
-    stats_.steps += (programme.pivot_cells() - cells_before) / kPivotCellsPerStep;
-  };
-  charge(0);
-  // The first model plan gives each stage the same time on its device, whatever the solve's
-  // shares (the busy rows alone leave them arbitrary, and the first rounds' paths from such
-  // extreme plans raised nothing: 9 rounds without a gain on 1,000 layers x 32 stages). The
-  // best model plan timed is the one rounded to layers.
-  std::vector<double> model_plan(shares.size());
-  {
+    st.bound = programme.solve(&st.shares);
+    charge(0);
+    // The first model plan gives each stage the same time on its device, whatever the solve's
+    // shares (the busy rows alone leave them arbitrary, and the first rounds' paths from such
+    // extreme plans raised nothing: 9 rounds without a gain on 1,000 layers x 32 stages).
+    st.model_plan.assign(st.shares.size(), 0.0);
     double speeds = 0.0;
     for (int s = 0; s < stages; ++s) speeds += speed_[device_of[s]];
     for (int k = 0; k < n_classes; ++k)
       for (int s = 0; s < stages; ++s)
-        model_plan[k * stages + s] = classes.work[k] * speed_[device_of[s]] / speeds;
+        st.model_plan[k * stages + s] = classes.work[k] * speed_[device_of[s]] / speeds;
+    st.best_plan = st.model_plan;
   }
-  std::vector<double> best_plan = model_plan;
-  double best_plan_ms = kInf;
+  // Every resource runs its tasks in a fixed order and no task is paced, so a model plan's
+  // times are the longest paths over the engine's edges: a sweep in topological order, several
+  // times faster than the event queue (which was most of the root's time).
+  const int n_tasks = static_cast<int>(graph.tasks.size());
+  std::vector<std::vector<int>> before(n_tasks);  // each task's predecessors
+  std::vector<int> order;                         // topological
+  {
+    EventEngine& engine = graph.engine;
+    engine.run(false);  // edges() needs a run first
+    stats_.steps += n_tasks;
+    std::vector<std::vector<int>> after(n_tasks);
+    for (const auto& [u, t] : engine.edges()) {
+      before[t].push_back(u);
+      after[u].push_back(t);
+    }
+    std::vector<int> waiting(n_tasks);
+    for (int id = 0; id < n_tasks; ++id) {
+      waiting[id] = static_cast<int>(before[id].size());
+      if (waiting[id] == 0) order.push_back(id);
+    }
+    for (std::size_t i = 0; i < order.size(); ++i)
+      for (int t : after[order[i]])
+        if (--waiting[t] == 0) order.push_back(t);
+  }
+  std::vector<double> duration(n_tasks), start(n_tasks), finish(n_tasks);
+  *complete = false;
   bool cut = false;  // the rounds stopped at step_limit
-  for (int round = 0; round < kRelaxedRootRounds && bound < enough; ++round) {
+  for (; st.rounds < kRelaxedRootRounds && st.bound < enough; ++st.rounds) {
     if (stats_.steps >= step_limit) {
       cut = true;
       break;
     }
-    stats_.steps += graph.tasks.size();
+    stats_.steps += 1 + graph.tasks.size() / kSweepTasksPerStep;
     for (std::size_t id = 0; id < graph.tasks.size(); ++id) {
       const SimTask& t = graph.tasks[id];
       double ms = 0.0;
@@ -2571,36 +2613,37 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
         const ClassRatio& r = ratio[kind_of(t) * 2 + slot_of[t.micro_batch]];
         ms = overhead_;
         for (int k = 0; k < n_classes; ++k)
-          ms += r.lower(k) * model_plan[k * stages + t.stage] / speed_[t.device];
+          ms += r.lower(k) * st.model_plan[k * stages + t.stage] / speed_[t.device];
       } else {
         ms = copy_ms(t);
       }
-      engine.set_duration(static_cast<int>(id), ms);
+      duration[id] = ms;
     }
-    engine.run(false);
-    if (before.empty()) {
-      before.resize(graph.tasks.size());
-      for (const auto& [u, t] : engine.edges()) before[t].push_back(u);
+    double makespan = 0.0;
+    for (int id : order) {
+      double at = 0.0;
+      for (int u : before[id]) at = std::max(at, finish[u]);
+      start[id] = at;
+      finish[id] = at + duration[id];
+      makespan = std::max(makespan, finish[id]);
     }
-    if (engine.makespan() < best_plan_ms) {
-      best_plan_ms = engine.makespan();
-      best_plan = model_plan;
+    if (makespan < st.best_plan_ms) {
+      st.best_plan_ms = makespan;
+      st.best_plan = st.model_plan;
     }
-    if (!(engine.makespan() > bound * (1.0 + 1e-9))) break;
+    if (!(makespan > st.bound * (1.0 + 1e-9))) break;
     // A row per path: back from a task, each time to a predecessor that ended as it started.
     // From the task that ends last and from the last task of the device that ends next (of
     // every device whose last task ends above the bound in the first round): two rows a round
     // gave 1,000 layers on 32 stages a root 4 % higher in the same 40 rounds than one.
     std::vector<int> last(stages_, -1);
-    for (std::size_t id = 0; id < graph.tasks.size(); ++id) {
+    for (int id = 0; id < n_tasks; ++id) {
       int& l = last[graph.tasks[id].device];
-      if (l < 0 || engine.finish(static_cast<int>(id)) > engine.finish(l)) l = static_cast<int>(id);
+      if (l < 0 || finish[id] > finish[l]) l = id;
     }
-    std::erase_if(last,
-                  [&](int id) { return id < 0 || !(engine.finish(id) > bound * (1.0 + 1e-9)); });
-    std::sort(last.begin(), last.end(),
-              [&](int x, int y) { return engine.finish(x) > engine.finish(y); });
-    if (round > 0 && last.size() > 2) last.resize(2);
+    std::erase_if(last, [&](int id) { return id < 0 || !(finish[id] > st.bound * (1.0 + 1e-9)); });
+    std::sort(last.begin(), last.end(), [&](int x, int y) { return finish[x] > finish[y]; });
+    if (st.rounds > 0 && last.size() > 2) last.resize(2);
     for (int at : last) {
       double constant = 0.0;
       Counts on_path(stages);
@@ -2612,33 +2655,34 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
         } else {
           constant += copy_ms(t);
         }
-        const double start = engine.start(at);
         int next = -1;
         for (int u : before[at]) {
-          if (engine.finish(u) >= start) next = u;
+          if (finish[u] >= start[at]) next = u;
         }
-        at = start > 0.0 ? next : -1;
+        at = start[at] > 0.0 ? next : -1;
       }
       programme.add(constant, slopes(on_path));
     }
     const std::uint64_t cells = programme.pivot_cells();
-    bound = std::max(bound, programme.solve(&shares));
+    st.bound = std::max(st.bound, programme.solve(&st.shares));
     charge(cells);
-    model_plan = shares;
+    st.model_plan = st.shares;
   }
+  double bound = st.bound;
   if (!cut) {
     if (bound < enough) {
       std::uint64_t cells = 0;
       bound = std::max(
-          bound, heaviest_layer_bound(programme, work, classes, stages, shares, bound, &cells));
+          bound, heaviest_layer_bound(programme, work, classes, stages, st.shares, bound, &cells));
       stats_.steps += cells / kPivotCellsPerStep;
     }
     *complete = true;
   }
   std::vector<double> stage_share(stages, 0.0);
   for (int s = 0; s < stages; ++s)
-    for (int k = 0; k < n_classes; ++k) stage_share[s] += best_plan[k * stages + s];
+    for (int k = 0; k < n_classes; ++k) stage_share[s] += st.best_plan[k * stages + s];
   *balance = rounded_balance(layer_work.prefix, stage_share);
+  if (*complete) state.reset();
   return std::max(0.0, bound * (1.0 - 1e-12));
 }
 
@@ -2678,7 +2722,7 @@ void PlanSearch::multi_stage_root(Entry& e, const std::vector<Entry>& entries) {
   std::vector<int> relaxed;
   e.root =
       std::max(e.root, multi_stage_relaxed_root(c, work, allowance, ranking_threshold(entries, &e),
-                                                &e.root_complete, &relaxed));
+                                                e.root_state, &e.root_complete, &relaxed));
   if (e.root >= ranking_threshold(entries, &e)) {
     e.closed = true;
     note();
@@ -2753,14 +2797,16 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
   }
   const int stages = c.stages_per_device * stages_;
   const std::uint64_t limit = std::min(options_.search_budget, steps + slice);
-  // A relaxed root that the cheap pass cut short runs again, to half the slice: with many
-  // configurations most got no round there, and their balance-free bounds held the gap open.
+  // A relaxed root that the cheap pass cut short goes on where it stopped, to half the slice:
+  // with many configurations most got no round there, and their balance-free bounds held the
+  // gap open.
   std::optional<LayerWork> work;
   if (!e.root_complete || e.balance.empty()) work.emplace(costs_, c);
   if (!e.root_complete) {
     const std::vector<int> tried = e.relaxed;
-    e.root = std::max(e.root, multi_stage_relaxed_root(c, *work, std::min(limit, steps + slice / 2),
-                                                       beat(), &e.root_complete, &e.relaxed));
+    e.root = std::max(e.root,
+                      multi_stage_relaxed_root(c, *work, std::min(limit, steps + slice / 2), beat(),
+                                               e.root_state, &e.root_complete, &e.relaxed));
     if (e.root >= beat()) {
       e.closed = true;
       note();
