@@ -606,7 +606,7 @@ class PlanSearch {
   struct RelaxedRootState;
   double multi_stage_relaxed_root(const Config& c, const LayerWork& work, std::uint64_t step_limit,
                                   double enough, std::unique_ptr<RelaxedRootState>& state,
-                                  bool* complete, std::vector<int>* balance);
+                                  bool* complete, std::vector<std::vector<int>>* balances);
   void multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::uint64_t slice);
   void start_from(Entry& e, const std::vector<int>& balance);
   void first_multi_stage_plans(Entry& e, const LayerWork& work);
@@ -2086,14 +2086,14 @@ struct PlanSearch::Entry {
   std::unique_ptr<Tables> tables;  // its tables between slices (store_tables())
   // Multi-stage: its local search has found a local optimum (the enumeration goes on).
   bool settled = false;
-  int move = 0;              // multi-stage: the layers the local search moves at a time, 0: not yet
-  bool widening = false;     // multi-stage: past one layer, the moves grow again
-  std::vector<int> relaxed;  // multi-stage: the relaxed root's shares, rounded
-  std::vector<int> balance;  // multi-stage: the local search's current balance
-  Score score;               // and its score
-  ConfigurationStats stats;  // what was spent on it
-  bool closed = false;       // searched to the end, or ruled out by a bound
-  double polished = kInf;    // the best plan polish() last started from
+  int move = 0;           // multi-stage: the layers the local search moves at a time, 0: not yet
+  bool widening = false;  // multi-stage: past one layer, the moves grow again
+  std::vector<std::vector<int>> relaxed;  // multi-stage: the relaxed root's plans, rounded
+  std::vector<int> balance;               // multi-stage: the local search's current balance
+  Score score;                            // and its score
+  ConfigurationStats stats;               // what was spent on it
+  bool closed = false;                    // searched to the end, or ruled out by a bound
+  double polished = kInf;                 // the best plan polish() last started from
   // With memory caps, the relaxed root's programme until capped_root() has used it.
   std::unique_ptr<RelaxedRows> capped_rows;
   // Multi-stage: the relaxed root ran all its rounds (else a slice runs it on, further).
@@ -2446,8 +2446,9 @@ MultiStagePeakBound PlanSearch::peak_bound(const Config& c) {
 // the bound, or until the bound reaches `enough`. `complete`: whether the rounds ended by
 // themselves (no path longer, all of them run, or `enough`) rather than at `step_limit`, a count
 // of stats_.steps; `state` then holds where they stopped, for a later call to go on from (a
-// fresh start each time never completed a root that needs more than the steps given). `balance`:
-// the best model plan timed, rounded to layer boundaries.
+// fresh start each time never completed a root that needs more than the steps given).
+// `balances`: the best model plan timed and the last solve's shares, each rounded to layer
+// boundaries (on random models each was the better start for the local search on some).
 struct PlanSearch::RelaxedRootState {
   MinMaxShareProgramme programme;
   std::vector<double> shares;      // the last solve's
@@ -2465,7 +2466,8 @@ struct PlanSearch::RelaxedRootState {
 double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& layer_work,
                                             std::uint64_t step_limit, double enough,
                                             std::unique_ptr<RelaxedRootState>& state,
-                                            bool* complete, std::vector<int>* balance) {
+                                            bool* complete,
+                                            std::vector<std::vector<int>>* balances) {
   const std::vector<double>& work = layer_work.each;
   const int v = c.stages_per_device, m = c.micro_batches(), stages = v * stages_;
   std::vector<int> device_of(stages);
@@ -2678,10 +2680,14 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
     }
     *complete = true;
   }
-  std::vector<double> stage_share(stages, 0.0);
-  for (int s = 0; s < stages; ++s)
-    for (int k = 0; k < n_classes; ++k) stage_share[s] += st.best_plan[k * stages + s];
-  *balance = rounded_balance(layer_work.prefix, stage_share);
+  balances->clear();
+  for (const std::vector<double>* shares : {&st.best_plan, &st.shares}) {
+    std::vector<double> stage_share(stages, 0.0);
+    for (int s = 0; s < stages; ++s)
+      for (int k = 0; k < n_classes; ++k) stage_share[s] += (*shares)[k * stages + s];
+    balances->push_back(rounded_balance(layer_work.prefix, stage_share));
+  }
+  if (balances->back() == balances->front()) balances->pop_back();
   if (*complete) state.reset();
   return std::max(0.0, bound * (1.0 - 1e-12));
 }
@@ -2719,7 +2725,7 @@ void PlanSearch::multi_stage_root(Entry& e, const std::vector<Entry>& entries) {
   // in their configuration's slices (multi_stage_slice()).
   const std::uint64_t allowance = std::max<std::uint64_t>(options_.search_budget / 4, 1 << 20);
   const LayerWork work(costs_, c);
-  std::vector<int> relaxed;
+  std::vector<std::vector<int>> relaxed;
   e.root =
       std::max(e.root, multi_stage_relaxed_root(c, work, allowance, ranking_threshold(entries, &e),
                                                 e.root_state, &e.root_complete, &relaxed));
@@ -2741,7 +2747,7 @@ void PlanSearch::multi_stage_root(Entry& e, const std::vector<Entry>& entries) {
 }
 
 // The min-max partition of the work on the stages' devices, then the relaxed root's rounded
-// shares if they are better.
+// plans where they are better.
 void PlanSearch::first_multi_stage_plans(Entry& e, const LayerWork& layer_work) {
   const Config& c = *e.config;
   const int v = c.stages_per_device, stages = v * stages_;
@@ -2752,7 +2758,7 @@ void PlanSearch::first_multi_stage_plans(Entry& e, const LayerWork& layer_work) 
       layers_, stages, [&](int s, int a, int b) { return (work[b] - work[a]) / stage_speed[s]; });
   e.balance = p.sizes;
   e.score = simulate_for(e, e.balance);
-  start_from(e, e.relaxed);
+  for (const std::vector<int>& start : e.relaxed) start_from(e, start);
   e.stats.evaluated = true;
 }
 
@@ -2803,7 +2809,7 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
   std::optional<LayerWork> work;
   if (!e.root_complete || e.balance.empty()) work.emplace(costs_, c);
   if (!e.root_complete) {
-    const std::vector<int> tried = e.relaxed;
+    const std::vector<std::vector<int>> tried = e.relaxed;
     e.root = std::max(e.root,
                       multi_stage_relaxed_root(c, *work, std::min(limit, steps + slice / 2), beat(),
                                                e.root_state, &e.root_complete, &e.relaxed));
@@ -2812,7 +2818,10 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
       note();
       return;
     }
-    if (!e.balance.empty() && e.relaxed != tried) start_from(e, e.relaxed);
+    if (!e.balance.empty()) {
+      for (const std::vector<int>& start : e.relaxed)
+        if (std::find(tried.begin(), tried.end(), start) == tried.end()) start_from(e, start);
+    }
   }
   if (e.balance.empty()) first_multi_stage_plans(e, *work);
   // Moves of a quarter of an average stage first, and of half as many layers where none
