@@ -12,6 +12,7 @@
 #include <numeric>
 #include <optional>
 #include <queue>
+#include <stdexcept>
 
 #include "sim/cost_model.hpp"
 #include "sim/error.hpp"
@@ -608,6 +609,7 @@ class PlanSearch {
                                   double enough, std::unique_ptr<RelaxedRootState>& state,
                                   bool* complete, std::vector<std::vector<int>>* balances);
   void multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::uint64_t slice);
+  bool fits_some_balance(Entry& e);
   void start_from(Entry& e, const std::vector<int>& balance);
   void first_multi_stage_plans(Entry& e, const LayerWork& work);
   // The peak bound of multi-stage configuration c, its walk over the schedule charged.
@@ -2100,6 +2102,9 @@ struct PlanSearch::Entry {
   bool root_complete = false;
   // Multi-stage: where the relaxed root's rounds stopped, until they are complete.
   std::unique_ptr<RelaxedRootState> root_state;
+  // Multi-stage, under caps: MultiStagePeakBound::may_fit() has run (it waits for the first
+  // slice once the cheap pass has spent half the budget).
+  bool fit_checked = false;
 };
 
 // The threshold entry `self` must beat to enter the top N: the N-th best of the others.
@@ -2441,14 +2446,15 @@ MultiStagePeakBound PlanSearch::peak_bound(const Config& c) {
 // x_s of the work (LayerWork), every task is bounded by its least ratio to a layer's work
 // over its stage's share (plus its overhead; a copy by the least bytes a boundary can carry),
 // and the plan is at least every path of its task graph, which depends on the schedule alone,
-// not on the balance. Rows: each device's busy time, then (cutting planes) the longest path of
-// the shares' own plan in that model, timed by the event engine, until no path is longer than
-// the bound, or until the bound reaches `enough`. `complete`: whether the rounds ended by
-// themselves (no path longer, all of them run, or `enough`) rather than at `step_limit`, a count
-// of stats_.steps; `state` then holds where they stopped, for a later call to go on from (a
-// fresh start each time never completed a root that needs more than the steps given).
-// `balances`: the best model plan timed and the last solve's shares, each rounded to layer
-// boundaries (on random models each was the better start for the local search on some).
+// not on the balance. Rows: each device's busy time, then (cutting planes) long paths of model
+// plans (equal time per stage first, then each solve's shares), timed by a sweep, until no
+// path is longer than the bound, or until the bound reaches `enough`. `complete`: whether the
+// rounds ended by themselves (no path longer, all of them run, or `enough`) rather than at
+// `step_limit`, a count of stats_.steps; while they did not, `state` holds where they stopped,
+// for a later call to go on from (a fresh start each time never completed a root that needs
+// more than the steps given). `balances`: the best model plan timed and the last solve's
+// shares (once a round has run), each rounded to layer boundaries (on random models each was
+// the better start for the local search on some).
 struct PlanSearch::RelaxedRootState {
   MinMaxShareProgramme programme;
   std::vector<double> shares;      // the last solve's
@@ -2582,11 +2588,9 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
   std::vector<std::vector<int>> before(n_tasks);  // each task's predecessors
   std::vector<int> order;                         // topological
   {
-    EventEngine& engine = graph.engine;
-    engine.run(false);  // edges() needs a run first
-    stats_.steps += n_tasks;
+    stats_.steps += 1 + graph.tasks.size() / kSweepTasksPerStep;
     std::vector<std::vector<int>> after(n_tasks);
-    for (const auto& [u, t] : engine.edges()) {
+    for (const auto& [u, t] : graph.engine.edges()) {
       before[t].push_back(u);
       after[u].push_back(t);
     }
@@ -2598,11 +2602,15 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
     for (std::size_t i = 0; i < order.size(); ++i)
       for (int t : after[order[i]])
         if (--waiting[t] == 0) order.push_back(t);
+    if (static_cast<int>(order.size()) != n_tasks)
+      throw std::logic_error("multi-stage relaxed root: the schedule's task graph has a cycle");
   }
   std::vector<double> duration(n_tasks), start(n_tasks), finish(n_tasks);
   *complete = false;
   bool cut = false;  // the rounds stopped at step_limit
-  for (; st.rounds < kRelaxedRootRounds && st.bound < enough; ++st.rounds) {
+  // As returned: a hair below, and the configuration closes only on the value returned.
+  auto reaches = [&](double bound) { return bound * (1.0 - 1e-12) >= enough; };
+  for (; st.rounds < kRelaxedRootRounds && !reaches(st.bound); ++st.rounds) {
     if (stats_.steps >= step_limit) {
       cut = true;
       break;
@@ -2664,6 +2672,7 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
         at = start[at] > 0.0 ? next : -1;
       }
       programme.add(constant, slopes(on_path));
+      stats_.steps += (width + 1) * (width + 1) / kPivotCellsPerStep;  // the column's pricing
     }
     const std::uint64_t cells = programme.pivot_cells();
     st.bound = std::max(st.bound, programme.solve(&st.shares));
@@ -2672,7 +2681,7 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
   }
   double bound = st.bound;
   if (!cut) {
-    if (bound < enough) {
+    if (!reaches(bound)) {
       std::uint64_t cells = 0;
       bound = std::max(
           bound, heaviest_layer_bound(programme, work, classes, stages, st.shares, bound, &cells));
@@ -2682,12 +2691,14 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
   }
   balances->clear();
   for (const std::vector<double>* shares : {&st.best_plan, &st.shares}) {
+    // Before the first round the solve's shares are the busy rows' arbitrary vertex.
+    if (shares == &st.shares && st.rounds == 0) break;
     std::vector<double> stage_share(stages, 0.0);
     for (int s = 0; s < stages; ++s)
       for (int k = 0; k < n_classes; ++k) stage_share[s] += (*shares)[k * stages + s];
     balances->push_back(rounded_balance(layer_work.prefix, stage_share));
   }
-  if (balances->back() == balances->front()) balances->pop_back();
+  if (balances->size() == 2 && balances->back() == balances->front()) balances->pop_back();
   if (*complete) state.reset();
   return std::max(0.0, bound * (1.0 - 1e-12));
 }
@@ -2706,44 +2717,66 @@ void PlanSearch::multi_stage_root(Entry& e, const std::vector<Entry>& entries) {
     note();
     return;
   }
-  // Under caps, a configuration whose devices' memory bounds no balance keeps within their
-  // caps is ruled out (MultiStagePeakBound::may_fit(): a few min-sum partitions).
-  if (capped()) {
-    MultiStagePeakBound peak = peak_bound(c);
-    const bool may_fit = peak.may_fit(capacity_);
-    stats_.steps += peak.partition_cells() / kPartitionCellsPerStep;
-    if (!may_fit) {
-      e.closed = true;
-      note();
-      return;
-    }
-  }
-  // With 32 stages and a few classes a solve takes a few milliseconds, and a model of 64
-  // samples has a few hundred configurations: in the cheap pass the rounds stop at a quarter
-  // of the budget (at least about 50 ms of work, so that a small budget still gets the roots
-  // of small models), so that the search for plans keeps the rest. Those cut short run again
-  // in their configuration's slices (multi_stage_slice()).
-  const std::uint64_t allowance = std::max<std::uint64_t>(options_.search_budget / 4, 1 << 20);
-  const LayerWork work(costs_, c);
-  std::vector<std::vector<int>> relaxed;
-  e.root =
-      std::max(e.root, multi_stage_relaxed_root(c, work, allowance, ranking_threshold(entries, &e),
-                                                e.root_state, &e.root_complete, &relaxed));
-  if (e.root >= ranking_threshold(entries, &e)) {
+  // The memory relaxation and the first plans whatever the budget, while the cheap pass has
+  // spent less than half of it (or 2^20 steps, so that a small budget still gets them); after
+  // that in the configuration's first slice. A batch of 1,024 makes thousands of multi-stage
+  // configurations: simulating all their first plans left nothing of the budget to search the
+  // single-stage ones (3,000 layers on 4 devices: their proven best, 0.4 % faster, not found),
+  // and their relaxations alone took 32 M steps of a 10 M budget (2,000 layers on 16 devices
+  // under a cap, 6 s).
+  const bool cheap_left =
+      stats_.steps < std::max<std::uint64_t>(options_.search_budget / 2, 1 << 20);
+  if (cheap_left && !fits_some_balance(e)) {
     e.closed = true;
     note();
     return;
   }
-  e.relaxed = std::move(relaxed);
-  // Its first plans whatever the budget, while the cheap pass has spent less than half of it
-  // (or 2^20 steps, so that a small budget still gets plans); after that in its first slice. A
-  // batch of 1,024 makes thousands of multi-stage configurations, and simulating all of them first
-  // left nothing of the budget to search the single-stage ones (3,000 layers on 4 devices: their
-  // proven best, 0.4 % faster, not found).
-  if (stats_.steps < std::max<std::uint64_t>(options_.search_budget / 2, 1 << 20))
-    first_multi_stage_plans(e, work);
+  // With 32 stages and a few classes a solve takes a few milliseconds, and a model of 64
+  // samples has a few hundred configurations: in the cheap pass the rounds stop at a quarter
+  // of the budget (at least about 50 ms of work, so that a small budget still gets the roots
+  // of small models), so that the search for plans keeps the rest. Those cut short go on in
+  // their configuration's slices (multi_stage_slice()); past half the budget a root does not
+  // start here (its graph and first solve alone were 9.6 M steps over thousands of
+  // configurations).
+  const std::uint64_t allowance = std::max<std::uint64_t>(options_.search_budget / 4, 1 << 20);
+  const LayerWork work(costs_, c);
+  if (!cheap_left) {
+    // Its first plans still start from equal time per stage, as the root's first round would.
+    const int stages = c.stages_per_device * stages_;
+    std::vector<double> stage_share(stages);
+    double speeds = 0.0;
+    for (int s = 0; s < stages; ++s) {
+      stage_share[s] = speed_[stage_rank(c.schedule, s, stages, c.stages_per_device)];
+      speeds += stage_share[s];
+    }
+    for (double& x : stage_share) x *= work.prefix[layers_] / speeds;
+    e.relaxed = {rounded_balance(work.prefix, stage_share)};
+  } else {
+    std::vector<std::vector<int>> relaxed;
+    e.root = std::max(e.root,
+                      multi_stage_relaxed_root(c, work, allowance, ranking_threshold(entries, &e),
+                                               e.root_state, &e.root_complete, &relaxed));
+    if (e.root >= ranking_threshold(entries, &e)) {
+      e.closed = true;
+      note();
+      return;
+    }
+    e.relaxed = std::move(relaxed);
+  }
+  if (cheap_left) first_multi_stage_plans(e, work);
   e.stats.evaluated = true;
   note();
+}
+
+// Under caps, whether MultiStagePeakBound::may_fit() lets some balance of e's configuration keep
+// every device within its cap (a few min-sum partitions; false rules the configuration out).
+bool PlanSearch::fits_some_balance(Entry& e) {
+  if (!capped() || e.fit_checked) return true;
+  e.fit_checked = true;
+  MultiStagePeakBound peak = peak_bound(*e.config);
+  const bool may_fit = peak.may_fit(capacity_);
+  stats_.steps += peak.partition_cells() / kPartitionCellsPerStep;
+  return may_fit;
 }
 
 // The min-max partition of the work on the stages' devices, then the relaxed root's rounded
@@ -2796,7 +2829,7 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
     e.stats.lower_bound_ms = e.root;
   };
   auto beat = [&] { return std::min(ranking_threshold_, e.best); };
-  if (e.root >= beat()) {
+  if (e.root >= beat() || !fits_some_balance(e)) {
     e.closed = true;
     note();
     return;
@@ -3015,6 +3048,7 @@ PlanSearchResult PlanSearch::run() {
   for (Entry& e : entries) {
     if (options_.progress) options_.progress(done++, entries.size());
     open_root(e, entries);
+    if (e.closed) e.root_state.reset();  // a relaxed root cut short: nothing to go on with
   }
   // Then the budget, in rounds, to the configurations whose bound is below the threshold, the
   // one with the fastest plan first (its search is the likeliest to lower the threshold that
@@ -3052,6 +3086,7 @@ PlanSearchResult PlanSearch::run() {
       const std::uint64_t slice = std::min(left, std::max({least_slice, 2 * e.slice, share}));
       if (slice == 0) continue;
       search_slice(e, entries, slice);
+      if (e.closed) e.root_state.reset();
       progressed = true;
     }
     if (!progressed) break;
