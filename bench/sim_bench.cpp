@@ -153,8 +153,7 @@ namespace {
 void BM_Plan1000Layers16Devices(benchmark::State& state) {
   const Profile profile = synthetic_profile(1000, 256);
   Hardware hw = replicate_device(profile.device, 16);
-  hw.link.bandwidth_bytes_per_s = 1e10;
-  hw.link.latency_ms = 0.01;
+  set_synthetic_links(hw);
   PlannerOptions options;
   options.top = 1;
   PlanSearchResult result;
@@ -231,8 +230,7 @@ void BM_PlanHeterogeneous(benchmark::State& state) {
   const Profile profile = synthetic_profile(static_cast<int>(state.range(0)), 256);
   Hardware hw = replicate_device(profile.device, devices);
   set_unequal_speeds(hw);
-  hw.link.bandwidth_bytes_per_s = 1e10;
-  hw.link.latency_ms = 0.01;
+  set_synthetic_links(hw);
   PlannerOptions options;
   options.top = 1;
   PlanSearchResult result;
@@ -257,8 +255,7 @@ BENCHMARK(BM_PlanHeterogeneous)
 void BM_PlanScaling(benchmark::State& state) {
   const Profile profile = synthetic_profile(static_cast<int>(state.range(0)), 256);
   Hardware hw = replicate_device(profile.device, static_cast<int>(state.range(1)));
-  hw.link.bandwidth_bytes_per_s = 1e10;
-  hw.link.latency_ms = 0.01;
+  set_synthetic_links(hw);
   PlannerOptions options;
   options.top = 1;
   PlanSearchResult result;
@@ -322,8 +319,7 @@ void BM_Plan1000Layers16DevicesEverySchedule(benchmark::State& state) {
   if (lognormal) {
     hw.link.bandwidth_bytes_per_s = 2e10;
   } else {
-    hw.link.bandwidth_bytes_per_s = 1e10;
-    hw.link.latency_ms = 0.01;
+    set_synthetic_links(hw);
   }
   if (state.range(0) == 2) cap_at_parameter_share(hw, profile, 2.5);
   if (state.range(0) == 3) set_unequal_speeds(hw);

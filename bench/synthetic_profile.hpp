@@ -80,6 +80,12 @@ inline void set_unequal_speeds(Hardware& hardware) {
     hardware.devices[i].speed = i % 4 == 0 ? 1.5 : i % 4 == 2 ? 0.75 : 1.0;
 }
 
+/// The links the planner's benchmarks and tests give the synthetic profile: 10 GB/s, 0.01 ms.
+inline void set_synthetic_links(Hardware& hardware) {
+  hardware.link.bandwidth_bytes_per_s = 1e10;
+  hardware.link.latency_ms = 0.01;
+}
+
 /// Caps every device at `share` times its even share of the profile's parameters (2.5: room
 /// for parameters, gradients and some activations, so that checkpointing and chunks matter).
 inline void cap_at_parameter_share(Hardware& hardware, const Profile& profile, double share) {

@@ -472,8 +472,7 @@ TEST(Planner, UnequalDevicesRootBoundsAreCloseToTheBestPlan) {
   const Profile profile = bench::synthetic_profile(1000, 256);
   Hardware hw = replicate_device(profile.device, 16);
   bench::set_unequal_speeds(hw);
-  hw.link.bandwidth_bytes_per_s = 1e10;
-  hw.link.latency_ms = 0.01;
+  bench::set_synthetic_links(hw);
   const PlanSearchResult result = roots_and_first_plans(profile, hw);
   ASSERT_FALSE(result.ranked.empty());
   EXPECT_LT(result.stats.gap(), 0.04);
@@ -602,8 +601,7 @@ TEST(Planner, UniformLayersAreSolvedWithoutSearching) {
 TEST(Planner, ThousandLayersOnSixteenDevicesIsProven) {
   const Profile profile = bench::synthetic_profile(1000, 256);
   Hardware hw = replicate_device(profile.device, 16);
-  hw.link.bandwidth_bytes_per_s = 1e10;
-  hw.link.latency_ms = 0.01;
+  bench::set_synthetic_links(hw);
   PlannerOptions options;
   options.top = 1;
   options.search_budget = 100'000'000;
@@ -1048,8 +1046,7 @@ TEST(Planner, MultiStageRelaxedRootStaysBelowTheOptimum) {
 TEST(Planner, MultiStageRelaxedRootAtScale) {
   const Profile profile = bench::synthetic_profile(1000, 256);
   Hardware hw = replicate_device(profile.device, 16);
-  hw.link.bandwidth_bytes_per_s = 1e10;
-  hw.link.latency_ms = 0.01;
+  bench::set_synthetic_links(hw);
   PlannerOptions options;
   options.top = 1;
   options.chunks = {16};
@@ -1073,8 +1070,7 @@ TEST(Planner, ARelaxedRootCutShortGoesOnInLaterSlices) {
   const Profile profile = bench::synthetic_profile(200, 64);
   Hardware hw = replicate_device(profile.device, 16);
   bench::set_unequal_speeds(hw);
-  hw.link.bandwidth_bytes_per_s = 1e10;
-  hw.link.latency_ms = 0.01;
+  bench::set_synthetic_links(hw);
   PlannerOptions options;
   options.top = 1;
   options.search_budget = 5'000'000;
