@@ -610,6 +610,9 @@ class PlanSearch {
                                   bool* complete, std::vector<std::vector<int>>* balances);
   void multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::uint64_t slice);
   bool fits_some_balance(Entry& e);
+  // Per stage of c, its device's share of the speeds: the share of the work that gives every
+  // stage the same time.
+  std::vector<double> equal_time_shares(const Config& c) const;
   void start_from(Entry& e, const std::vector<int>& balance);
   void first_multi_stage_plans(Entry& e, const LayerWork& work);
   // The peak bound of multi-stage configuration c, its walk over the schedule charged.
@@ -2554,7 +2557,7 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
     }
     return row;
   };
-  // The rounds count against the budget (their pivots and the engine's runs) and stop at
+  // The rounds count against the budget (their pivots, columns and sweeps) and stop at
   // `step_limit`, the bound so far standing, or once the bound reaches `enough`.
   auto charge = [&](std::uint64_t cells_before) {
     stats_.steps += (programme.pivot_cells() - cells_before) / kPivotCellsPerStep;
@@ -2574,11 +2577,9 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
     // shares (the busy rows alone leave them arbitrary, and the first rounds' paths from such
     // extreme plans raised nothing: 9 rounds without a gain on 1,000 layers x 32 stages).
     st.model_plan.assign(st.shares.size(), 0.0);
-    double speeds = 0.0;
-    for (int s = 0; s < stages; ++s) speeds += speed_[device_of[s]];
+    const std::vector<double> equal = equal_time_shares(c);
     for (int k = 0; k < n_classes; ++k)
-      for (int s = 0; s < stages; ++s)
-        st.model_plan[k * stages + s] = classes.work[k] * speed_[device_of[s]] / speeds;
+      for (int s = 0; s < stages; ++s) st.model_plan[k * stages + s] = classes.work[k] * equal[s];
     st.best_plan = st.model_plan;
   }
   // Every resource runs its tasks in a fixed order and no task is paced, so a model plan's
@@ -2742,14 +2743,8 @@ void PlanSearch::multi_stage_root(Entry& e, const std::vector<Entry>& entries) {
   const LayerWork work(costs_, c);
   if (!cheap_left) {
     // Its first plans still start from equal time per stage, as the root's first round would.
-    const int stages = c.stages_per_device * stages_;
-    std::vector<double> stage_share(stages);
-    double speeds = 0.0;
-    for (int s = 0; s < stages; ++s) {
-      stage_share[s] = speed_[stage_rank(c.schedule, s, stages, c.stages_per_device)];
-      speeds += stage_share[s];
-    }
-    for (double& x : stage_share) x *= work.prefix[layers_] / speeds;
+    std::vector<double> stage_share = equal_time_shares(c);
+    for (double& x : stage_share) x *= work.prefix[layers_];
     e.relaxed = {rounded_balance(work.prefix, stage_share)};
   } else {
     std::vector<std::vector<int>> relaxed;
@@ -2766,6 +2761,16 @@ void PlanSearch::multi_stage_root(Entry& e, const std::vector<Entry>& entries) {
   if (cheap_left) first_multi_stage_plans(e, work);
   e.stats.evaluated = true;
   note();
+}
+
+std::vector<double> PlanSearch::equal_time_shares(const Config& c) const {
+  const int v = c.stages_per_device, stages = v * stages_;
+  std::vector<double> share(stages);
+  double speeds = 0.0;
+  for (int s = 0; s < stages; ++s)
+    speeds += share[s] = speed_[stage_rank(c.schedule, s, stages, v)];
+  for (double& x : share) x /= speeds;
+  return share;
 }
 
 // Under caps, whether MultiStagePeakBound::may_fit() lets some balance of e's configuration keep
