@@ -4,8 +4,10 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <tuple>
 
+#include "sim/minimax_bound.hpp"
 #include "sim/schedule.hpp"
 
 namespace pipetune {
@@ -196,109 +198,132 @@ std::vector<std::int64_t> MultiStagePeakBound::of(const std::vector<int>& balanc
   return out;
 }
 
-// Walks the balance's stages in and out to pick, per device, its moment of most bytes.
-std::vector<int> MultiStagePeakBound::fullest_moments(const std::vector<int>& balance) {
+std::vector<std::vector<std::int64_t>> MultiStagePeakBound::moment_levels(
+    const std::vector<int>& balance) {
+  const Profile& profile = costs_.profile();
   place_all(balance);
-  std::vector<int> at;
+  std::vector<std::vector<std::int64_t>> out(moments_.size());
   for (std::size_t r = 0; r < moments_.size(); ++r) {
-    int fullest = 0;
-    std::int64_t most = std::numeric_limits<std::int64_t>::min();
-    for (std::size_t k = 0; k < moments_[r].size(); ++k) {
-      const std::int64_t level = moment_level(moments_[r][k], static_cast<int>(r));
-      if (level > most) most = level, fullest = static_cast<int>(k);
-    }
-    at.push_back(fullest);
+    std::int64_t baseline = profile.device.library_bytes;
+    if (static_cast<int>(r) == rank_[0]) baseline += costs_.at(profile.batch_size).input_bytes;
+    for (int s : stages_of_[r])
+      baseline += std::llround(static_cast<double>(params_[s]) * (1.0 + optimizer_state_factor_));
+    for (const Moment& x : moments_[r])
+      out[r].push_back(baseline + moment_level(x, static_cast<int>(r)));
   }
   unplace_all();
-  return at;
+  return out;
 }
 
-// Whether some balance may fit. A device's bound is at least any average of its levels at its
-// moments, which is linear in each of its stages' layers; weighted by a multiplier per capped
-// device and summed, its least over every balance is a min-sum partition (O(stages x layers)).
-// A fitting balance has every device's bound at most its cap, so for any multipliers its
-// weighted sum is at most the caps' weighted sum: a least above that proves that no balance
-// fits. The multipliers start equal and grow gently on the devices that the least balance
-// overfills (a Lagrangian relaxation; a steep step piles the weight on one device and lets the
-// partition load the others without bound), for at most 16 rounds and until four rounds no
-// longer raise the best ratio of the least to the caps; each device's average is over the
-// moments of most bytes under the least balances so far (fictitious play: a device with a
-// recompute of each of two stages holds one at a time, and one moment alone would let the
-// partition put every layer in the other).
+// The capped devices' moment levels under `balance` over their caps: the coordinates of
+// may_fit()'s master programme.
+std::vector<double> MultiStagePeakBound::relative_levels(const std::vector<Coordinate>& at,
+                                                         const std::vector<std::int64_t>& caps,
+                                                         const std::vector<int>& balance) {
+  const std::vector<std::vector<std::int64_t>> levels = moment_levels(balance);
+  std::vector<double> out;
+  out.reserve(at.size());
+  for (const Coordinate& c : at) {
+    out.push_back(static_cast<double>(levels[c.device][c.moment]) /
+                  static_cast<double>(caps[c.device]));
+  }
+  return out;
+}
+
+// Whether some balance may fit. A device's bound is at least its level at each of its moments,
+// which is linear in each of its stages' layers; for weights y >= 0 summing to 1 over the
+// (capped device, moment) pairs, sum y * level / cap is then linear in the layers, and its least
+// over every balance is a min-sum partition (O(stages x layers)). A fitting balance has every
+// level at most its cap, so that least is at most 1 for it: a least above 1 proves that no
+// balance fits (a Lagrangian relaxation). The best weights are found by cutting planes (Kelley's
+// method): a master programme over the balances seen so far picks the weights whose least over
+// them is largest (MinMaxShareProgramme, a coordinate per pair, a function per balance), the
+// partition prices them over every balance, and its balance joins the master. The master
+// starts with equal layers per stage and, for each stage, the "pile" that puts all layers but
+// one per other stage on it: without them the first weights are arbitrary and proofs took 23 prices
+// on bench's capped 1,000-layer profile; with them, one. It stops when a least is above 1, when
+// the master's value is at most 1 (the weights' best over the balances seen, so over every
+// balance too, cannot exceed 1), when the least meets it (those weights are the best), or after
+// kRounds prices. What it cannot do: the relaxation is as strong as the balances' convex hull;
+// a mix of balances can keep every level within its cap on average when no single one does.
 bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps) {
   const int layers = costs_.layer_count();
   const int devices = static_cast<int>(moments_.size());
   const int stages = static_cast<int>(rank_.size());
-  std::vector<double> weight(devices, 0.0);
-  int capped = 0;
+  std::vector<Coordinate> at;
   for (int r = 0; r < devices; ++r) {
-    weight[r] = caps[r] > 0 ? 1.0 : 0.0;
-    capped += caps[r] > 0 ? 1 : 0;
+    if (caps[r] <= 0) continue;
+    for (std::size_t k = 0; k < moments_[r].size(); ++k) at.push_back({r, static_cast<int>(k)});
   }
-  if (capped == 0) return true;
+  if (at.empty()) return true;
   std::vector<int> balance(stages, layers / stages);
   for (int t = 0; t < layers % stages; ++t) ++balance[t];
-  std::vector<Blend> blend(devices);
-  std::vector<std::vector<int>> picked(devices);
-  for (int r = 0; r < devices; ++r) picked[r].assign(moments_[r].size(), 0);
+  const std::vector<double> equal = relative_levels(at, caps, balance);
+  const double fullest = *std::max_element(equal.begin(), equal.end());
+  if (fullest <= 1.0) return true;  // that balance's bound fits: nothing to prove
+  // Functions of the master: top - (levels . y), with top above the master's value (at most
+  // the equal balance's fullest level), so that its least largest function is positive (see
+  // MinMaxShareProgramme). The levels go in the slopes, top in the constants: top - levels in
+  // the slopes, nearly equal columns, made pivots blow up. And top well above: at fullest + 1
+  // the weights summing to 0 nearly tie with the best, and the pivots took 7 times as many
+  // cells on bench's capped 1,000-layer profile (at 1.2 x fullest, 60 times).
+  const double top = 100.0 * fullest;
+  MinMaxShareProgramme master(at.size(), 1.0);
+  auto add = [&](std::vector<double> levels) {
+    for (double& x : levels) x = -x;
+    master.add(top, levels);
+    pivot_cells_ += at.size() * at.size();  // the column in the current basis
+  };
+  add(equal);
+  for (int t = 0; t < stages; ++t) {
+    std::vector<int> pile(stages, 1);
+    pile[t] = layers - (stages - 1);
+    add(relative_levels(at, caps, pile));
+  }
   const Prefixes prefixes = layer_prefixes();
-  constexpr int kRounds = 16;
-  double best_ratio = 0.0;
-  int stalled = 0;
+  std::vector<Blend> blend(devices);
+  std::vector<double> weight(devices), y, total(devices);
+  constexpr int kRounds = 32;
+  constexpr double kMargin = 1e-9;  // above rounding in the sums
   for (int round = 0; round < kRounds; ++round) {
-    const std::vector<int> at = fullest_moments(balance);
+    const std::uint64_t cells = master.pivot_cells();
+    const double best_seen = top - master.solve(&y);
+    pivot_cells_ += master.pivot_cells() - cells;
+    if (best_seen <= 1.0 + kMargin) return true;
+    std::fill(total.begin(), total.end(), 0.0);
+    for (std::size_t i = 0; i < at.size(); ++i) total[at[i].device] += y[i];
     for (int r = 0; r < devices; ++r) {
-      ++picked[r][at[r]];
       const int v = static_cast<int>(stages_of_[r].size());
       Blend& b = blend[r];
       for (int slot : {0, 1}) b.kept[slot].assign(v, 0.0), b.waiting[slot].assign(v, 0.0);
       b.gradients.assign(v, 0.0);
       b.constant = 0.0;
-      for (std::size_t k = 0; k < moments_[r].size(); ++k) {
-        if (picked[r][k] == 0) continue;
-        const double share = static_cast<double>(picked[r][k]) / (round + 1);
-        const Moment& x = moments_[r][k];
-        for (int j = 0; j < v; ++j) {
-          for (int slot : {0, 1}) {
-            b.kept[slot][j] += share * x.kept[slot][j];
-            b.waiting[slot][j] += share * x.waiting[slot][j];
-          }
-          b.gradients[j] += share * x.gradients[j];
+      weight[r] = caps[r] > 0 ? total[r] / static_cast<double>(caps[r]) : 0.0;
+    }
+    for (std::size_t i = 0; i < at.size(); ++i) {
+      const int r = at[i].device;
+      if (total[r] <= 0.0) continue;
+      const double share = y[i] / total[r];
+      const Moment& x = moments_[r][at[i].moment];
+      Blend& b = blend[r];
+      for (std::size_t j = 0; j < b.gradients.size(); ++j) {
+        for (int slot : {0, 1}) {
+          b.kept[slot][j] += share * x.kept[slot][j];
+          b.waiting[slot][j] += share * x.waiting[slot][j];
         }
-        b.constant += share * static_cast<double>(x.constant);
+        b.gradients[j] += share * x.gradients[j];
       }
+      b.constant += share * static_cast<double>(x.constant);
     }
-    double cap_sum = 0.0;
-    for (int r = 0; r < devices; ++r) cap_sum += weight[r] * static_cast<double>(caps[r]);
-    const double least = least_weighted(prefixes, weight, blend, &balance);
-    if (least > cap_sum * (1.0 + 1e-9) + 1.0) return false;
-    // Four rounds that do not raise the best ratio of least to caps: it has settled.
-    if (least / cap_sum > best_ratio * 1.001) {
-      best_ratio = least / cap_sum;
-      stalled = 0;
-    } else if (++stalled == 4) {
-      return true;
-    }
-    // The least balance's own bounds: where every device is within its cap, nothing is proven.
-    const std::vector<std::int64_t> bound = of(balance);
-    double total = 0.0;
-    bool over = false;
-    for (int r = 0; r < devices; ++r) {
-      if (caps[r] <= 0) continue;
-      const double excess = static_cast<double>(bound[r] - caps[r]) / static_cast<double>(caps[r]);
-      over = over || excess > 0.0;
-      weight[r] *= std::exp(0.5 * std::clamp(excess, -0.5, 0.5));
-      total += weight[r];
-    }
-    if (!over) return true;
-    for (double& w : weight) w *= capped / total;
+    const double sum = std::accumulate(total.begin(), total.end(), 0.0);
+    const double least = least_weighted(prefixes, weight, blend, &balance) / sum;
+    if (least > 1.0 + kMargin) return false;
+    if (least >= best_seen - kMargin) return true;
+    add(relative_levels(at, caps, balance));
   }
   return true;
 }
 
-// P, the prefix of kept bytes per size slot; K, the same less the storage of the last layer
-// before b that makes one (kept_bytes_within(a, b) is at least K[b] - P[a]); G and V, the same
-// pair for the gradients I keeps for W (exactly V[b] - G[a]); and the prefix of parameter bytes.
 MultiStagePeakBound::Prefixes MultiStagePeakBound::layer_prefixes() const {
   const int layers = costs_.layer_count();
   Prefixes out;
@@ -313,12 +338,15 @@ MultiStagePeakBound::Prefixes MultiStagePeakBound::layer_prefixes() const {
           out.waiting[slot][b] - (b > 0 ? static_cast<double>(weight_kept_last(slot, b - 1)) : 0.0);
     }
     out.kept_before[slot].assign(layers + 1, 0.0);
+    out.stored[slot].assign(layers + 1, 0.0);
+    out.maker.assign(layers + 1, -1);
     int maker = -1;
     for (int b = 0; b <= layers; ++b) {
       out.kept[slot][b] = static_cast<double>(c.kept_prefix[b]);
       if (b > 0 && !c.aliases[b - 1]) maker = b - 1;
-      out.kept_before[slot][b] =
-          out.kept[slot][b] - (maker >= 0 ? static_cast<double>(c.stored_bytes[maker]) : 0.0);
+      out.maker[b] = maker;  // views are a layer's, the same in both slots
+      out.stored[slot][b] = maker >= 0 ? static_cast<double>(c.stored_bytes[maker]) : 0.0;
+      out.kept_before[slot][b] = out.kept[slot][b] - out.stored[slot][b];
     }
   }
   out.params.assign(layers + 1, 0.0);
@@ -327,9 +355,11 @@ MultiStagePeakBound::Prefixes MultiStagePeakBound::layer_prefixes() const {
   return out;
 }
 
-// The min-sum partition: stage s = [a, b) adds at least w0 (K0[b] - P0[a]) + w1 (K1[b] - P1[a]) +
-// g0 (V0[b] - G0[a]) + g1 (V1[b] - G1[a]) + u (params[b] - params[a]), G being the prefix of the
-// gradients I keeps for W and V the same less the last layer's (layer_prefixes()).
+// The min-sum partition: stage s = [a, b) adds w0 (K0[b] - K0[a]) + w1 (K1[b] - K1[a]) +
+// g0 (V0[b] - G0[a]) + g1 (V1[b] - G1[a]) + u (params[b] - params[a]), K being the prefix of the
+// kept bytes, less the storage of the stage's last layer that makes some (when it has one), G
+// the prefix of the gradients I keeps for W and V the same less the last layer's
+// (layer_prefixes()): each device's weighted level, exactly, but for half a byte of rounding.
 double MultiStagePeakBound::least_weighted(const Prefixes& prefixes,
                                            const std::vector<double>& weight,
                                            const std::vector<Blend>& at,
@@ -369,17 +399,32 @@ double MultiStagePeakBound::least_weighted(const Prefixes& prefixes,
       return w[0] * kept_prefix[0][a] + w[1] * kept_prefix[1][a] + u * params[a] +
              g[0] * prefixes.waiting[0][a] + g[1] * prefixes.waiting[1][a];
     };
-    double running = kInfBytes;  // least over a < b of least[a] - start_part(a)
-    int arg = -1;
+    // The least over a < b of least[a] - start_part(a), apart for the starts after the last
+    // layer before b that makes storage (a stage of views only keeps that layer's storage, which
+    // kept_before takes off): exact, so that may_fit() decides its relaxation.
+    double made = kInfBytes, views = kInfBytes;
+    int made_at = -1, views_at = -1;
     std::fill(next.begin(), next.end(), kInfBytes);
     for (int b = 1; b <= layers; ++b) {
-      if (least[b - 1] < kInfBytes && least[b - 1] - start_part(b - 1) < running) {
-        running = least[b - 1] - start_part(b - 1);
-        arg = b - 1;
+      const double start = least[b - 1] < kInfBytes ? least[b - 1] - start_part(b - 1) : kInfBytes;
+      if (prefixes.maker[b] ==
+          b - 1) {  // layer b - 1 makes storage: every start so far is before it
+        if (views < made) made = views, made_at = views_at;
+        if (start < made) made = start, made_at = b - 1;
+        views = kInfBytes;
+        views_at = -1;
+      } else if (start < views) {
+        views = start;
+        views_at = b - 1;
       }
-      if (arg >= 0) {
-        next[b] = running + end_part(b);
-        from[s][b] = arg;
+      const double end = end_part(b);
+      const double end_of_views = end + w[0] * prefixes.stored[0][b] + w[1] * prefixes.stored[1][b];
+      if (made_at >= 0 && made + end <= views + end_of_views) {
+        next[b] = made + end;
+        from[s][b] = made_at;
+      } else if (views_at >= 0) {
+        next[b] = views + end_of_views;
+        from[s][b] = views_at;
       }
     }
     least.swap(next);

@@ -44,12 +44,19 @@ class MultiStagePeakBound {
   int device_of(int t) const { return rank_[t]; }
   /// Every device's bound for a whole balance (the placed stages are cleared afterwards).
   std::vector<std::int64_t> of(const std::vector<int>& balance);
+  /// Per device, its level right after each of its moments (the non-dominated states of its
+  /// programme) for a whole balance: what may_fit() relaxes. The device's bound is the largest,
+  /// or its parameters alone where that is larger (the state before its first action).
+  std::vector<std::vector<std::int64_t>> moment_levels(const std::vector<int>& balance);
   /// False only when no balance can fit every device within `caps` (per device, 0: no cap):
-  /// a Lagrangian relaxation of the devices' bounds, each at one moment, over every balance
-  /// (see the definition). True says nothing. Leaves no stage placed.
+  /// a Lagrangian relaxation of the devices' levels at their moments over every balance, its
+  /// best multipliers found by cutting planes (see the definition). True says nothing. Leaves
+  /// no stage placed.
   bool may_fit(const std::vector<std::int64_t>& caps);
   /// Cells of the min-sum partitions run so far (stages x layers each), for a caller's budget.
   std::uint64_t partition_cells() const { return partition_cells_; }
+  /// Tableau cells of may_fit()'s master programmes' pivots so far, for a caller's budget.
+  std::uint64_t pivot_cells() const { return pivot_cells_; }
 
  private:
   // A moment of one device's programme: per local stage, the kept forwards of each size slot
@@ -65,7 +72,14 @@ class MultiStagePeakBound {
                        CheckpointMode checkpoint);
   std::int64_t device_bound(int r) const;
   std::int64_t moment_level(const Moment& x, int r) const;  // its stages' terms, as placed
-  std::vector<int> fullest_moments(const std::vector<int>& balance);  // per device, its index
+  // A capped device's moment: a coordinate of may_fit()'s master programme.
+  struct Coordinate {
+    int device;
+    int moment;
+  };
+  std::vector<double> relative_levels(const std::vector<Coordinate>& at,
+                                      const std::vector<std::int64_t>& caps,
+                                      const std::vector<int>& balance);
   // An average of a device's moments.
   struct Blend {
     std::vector<double> kept[2], waiting[2], gradients;
@@ -73,6 +87,10 @@ class MultiStagePeakBound {
   };
   struct Prefixes {
     std::vector<double> kept[2], kept_before[2], params;
+    // Per layer end b: the last layer before it that makes storage (-1: none) and that
+    // storage's bytes, which kept_before takes off.
+    std::vector<int> maker;
+    std::vector<double> stored[2];
     // The gradients I keeps for W: prefix sums, and the same less the last layer's.
     std::vector<double> waiting[2], waiting_before[2];
   };
@@ -101,6 +119,7 @@ class MultiStagePeakBound {
   std::vector<std::int64_t> weight_kept_[2];
   std::int64_t weight_kept_last(int slot, int k) const;
   mutable std::uint64_t partition_cells_ = 0;
+  std::uint64_t pivot_cells_ = 0;
 };
 
 /// Every device's bound for `plan` (a multi-stage plan that check_plan accepts).

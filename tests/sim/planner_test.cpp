@@ -706,9 +706,12 @@ TEST(Planner, SmallBudgetStillVisitsEveryConfiguration) {
 // to their slices once it has spent half the budget:
 // the answer is still a plan the simulator times the same, no configuration left open has a
 // bound below the reported one, and the deferred configurations that got a slice have a plan.
+// (On 4 devices the cheap pass closes all but 69 of the 686 multi-stage configurations, most by
+// the memory relaxation, and ends before half the budget; on 8 it closes 216 of 710, and
+// defers.)
 TEST(Planner, MultiStageFirstPlansDeferredPastHalfTheBudgetStillAnswer) {
   const Profile profile = bench::lognormal_profile(300, 1024);
-  Hardware hw = replicate_device(profile.device, 4);
+  Hardware hw = replicate_device(profile.device, 8);
   hw.link.bandwidth_bytes_per_s = 2e10;
   bench::cap_at_parameter_share(hw, profile, 2.5);
   PlannerOptions options;
