@@ -7,6 +7,11 @@
 
 namespace pipetune {
 
+namespace {
+// How far below 0 Harris's ratio test lets a right-hand side go (they are weights, at most 1).
+constexpr double kHarrisSlack = 1e-9;
+}  // namespace
+
 // The dual: max sum_c total_c u_c + sum_i w_i constant[i] subject to u_c <= sum_i w_i
 // slope[i][c, k] for every block c and coordinate k, sum w <= 1, w >= 0 and u free (u+ - u-).
 // Every right-hand side is 0 or 1, so the slacks make a first basis.
@@ -68,9 +73,9 @@ void MinMaxShareProgramme::add_column(const std::vector<double>& column, double 
   column_of_.push_back(what);
 }
 
-double MinMaxShareProgramme::solve(std::vector<double>* shares) {
-  const std::size_t rows = tableau_.size(), cols = reduced_.size();
+double MinMaxShareProgramme::solve(std::vector<double>* shares, std::vector<double>* weights) {
   if (constant_.empty()) return -std::numeric_limits<double>::infinity();
+  const std::size_t rows = tableau_.size();
   double scale = 1.0;
   for (std::size_t i = 0; i < constant_.size(); ++i) {
     scale = std::max(scale, std::abs(constant_[i]));
@@ -78,14 +83,44 @@ double MinMaxShareProgramme::solve(std::vector<double>* shares) {
       scale = std::max(scale, std::abs(slope_[i][r]) * totals_[r / coordinates_]);
   }
   for (double b : limit_) scale = std::max(scale, std::abs(b));
+  pivot_to_optimum(scale);
+  std::vector<double> x;
+  double bound = read_solution(&x, weights);
+  // An optimum's shares reach its bound: the largest function there is the bound. Where
+  // rounding in the pivots left them apart (on degenerate masters of the memory relaxation,
+  // by up to 3 %), the tableau is computed afresh from its basis and the pivots go on (twice
+  // at most). Skipped with constraints (the shares must meet them too).
+  for (int again = 0; again < 2 && optimal_ && limit_.empty(); ++again) {
+    double largest = -std::numeric_limits<double>::infinity();
+    for (std::size_t i = 0; i < constant_.size(); ++i) {
+      double at = constant_[i];
+      for (std::size_t k = 0; k < x.size(); ++k) at += slope_[i][k] * x[k];
+      largest = std::max(largest, at);
+    }
+    if (largest - bound <= 1e-9 * scale || !refactor()) break;
+    pivot_to_optimum(scale);
+    bound = read_solution(&x, weights);
+  }
+  if (shares) *shares = std::move(x);
+  return bound;
+}
+
+void MinMaxShareProgramme::pivot_to_optimum(double scale) {
+  const std::size_t rows = tableau_.size(), cols = reduced_.size();
   const double eps = 1e-12 * scale;
+  // No pivot on an entry this small: in a degenerate run Bland's pivots took entries near eps
+  // and blew the tableau up (a memory master's entries reached -399,215). Below 1e-8 x scale
+  // some of the masters of bench's capped 1,000-layer profile still ended short of an optimum.
+  const double pivot_tolerance = 1e-8 * scale;
   // Dantzig's rule (the most negative reduced cost) takes far fewer pivots than Bland's (the
   // lowest index that improves: on a 32-stage multi-stage root, hundreds per solve), but can
   // cycle where pivots are degenerate; after a run of degenerate pivots, Bland's rule until one
   // makes progress, which it does without cycling.
   constexpr std::size_t kDegenerateRun = 32;
   std::size_t degenerate = 0;
-  for (std::size_t iteration = 0; iteration < 50 * (rows + cols); ++iteration) {
+  optimal_ = false;
+  const std::size_t pivots = std::min<std::size_t>(50 * (rows + cols), pivot_limit_);
+  for (std::size_t iteration = 0; iteration < pivots; ++iteration) {
     std::size_t enter = cols;
     const bool bland = degenerate >= kDegenerateRun;
     double most = -eps;
@@ -96,22 +131,43 @@ double MinMaxShareProgramme::solve(std::vector<double>* shares) {
         if (bland) break;  // the first that improves
       }
     }
-    if (enter == cols) break;
+    if (enter == cols) {
+      optimal_ = true;
+      break;
+    }
     std::size_t leave = rows;
     double ratio = std::numeric_limits<double>::infinity();
-    // Among rows tied at the least ratio (every one, in a degenerate start where the right-hand
-    // sides are 0), Dantzig's pivots take the largest entry: pivoting on tiny ones made the
-    // memory relaxation's master (MultiStagePeakBound::may_fit()) end with shares summing to
-    // 15.6 instead of 1 after 10,919 pivots. Bland's need the lowest index to stop cycling.
-    for (std::size_t r = 0; r < rows; ++r) {
-      if (tableau_[r][enter] <= eps) continue;
-      const double q = rhs_[r] / tableau_[r][enter];
-      const bool tie = leave < rows && q == ratio;
-      if (q < ratio || (tie && (bland ? basis_[r] < basis_[leave]
-                                      : tableau_[r][enter] > tableau_[leave][enter]))) {
-        ratio = q;
-        leave = r;
+    if (bland) {
+      // The least ratio, ties to the lowest index: what stops Bland's pivots cycling.
+      for (std::size_t r = 0; r < rows; ++r) {
+        if (tableau_[r][enter] <= pivot_tolerance) continue;
+        const double q = rhs_[r] / tableau_[r][enter];
+        if (q < ratio || (q == ratio && basis_[r] < basis_[leave])) {
+          ratio = q;
+          leave = r;
+        }
       }
+    } else {
+      // Harris's ratio test: the largest entry among the rows whose ratio is within a
+      // tolerance of the least. The lowest index among exact ties (every row, in the
+      // degenerate start where the right-hand sides are 0) pivoted on entries near eps and blew
+      // the tableau up: the memory relaxation's master (MultiStagePeakBound::may_fit()) ended
+      // with shares summing to 15.6 instead of 1, or with a column of reduced cost -18,008 and
+      // no positive entry.
+      double reach = std::numeric_limits<double>::infinity();
+      for (std::size_t r = 0; r < rows; ++r) {
+        if (tableau_[r][enter] > pivot_tolerance)
+          reach = std::min(reach, (std::max(rhs_[r], 0.0) + kHarrisSlack) / tableau_[r][enter]);
+      }
+      double largest = 0.0;
+      for (std::size_t r = 0; r < rows; ++r) {
+        const double a = tableau_[r][enter];
+        if (a > pivot_tolerance && std::max(rhs_[r], 0.0) / a <= reach && a > largest) {
+          largest = a;
+          leave = r;
+        }
+      }
+      if (leave < rows) ratio = std::max(rhs_[leave], 0.0) / largest;
     }
     if (leave == rows) break;  // unbounded: cannot happen (u <= the slopes, w sums to 1 at most)
     degenerate = ratio > 0.0 ? 0 : degenerate + 1;
@@ -131,7 +187,15 @@ double MinMaxShareProgramme::solve(std::vector<double>* shares) {
     double objective = 0.0;
     eliminate(reduced_, objective);
     basis_[leave] = enter;
+    for (double& b : rhs_) b = std::max(b, 0.0);  // Harris's slack can leave a row just below 0
   }
+}
+
+// The weights and multipliers in the basis, the bound they give and the shares (the dual values
+// of the coordinate rows).
+double MinMaxShareProgramme::read_solution(std::vector<double>* shares,
+                                           std::vector<double>* weights) const {
+  const std::size_t rows = tableau_.size();
   // The bound from the weights and multipliers found, normalised so that the weights sum to 1
   // (the bound is positively homogeneous in both; see the header).
   const std::size_t first_weight = rows + 2 * totals_.size(), n = constant_.size();
@@ -149,6 +213,7 @@ double MinMaxShareProgramme::solve(std::vector<double>* shares) {
   const double sum = std::accumulate(w.begin(), w.end(), 0.0);
   for (double& v : w) v = sum > 0.0 ? v / sum : 1.0 / static_cast<double>(n);
   for (double& v : mu) v = sum > 0.0 ? v / sum : 0.0;
+  if (weights) *weights = w;
   double bound = 0.0;
   for (std::size_t i = 0; i < n; ++i) bound += w[i] * constant_[i];
   for (std::size_t j = 0; j < m; ++j) bound += mu[j] * limit_[j];
@@ -162,7 +227,7 @@ double MinMaxShareProgramme::solve(std::vector<double>* shares) {
     }
     bound += totals_[c] * least;
   }
-  if (shares) {
+  {
     // The dual value of each (block, coordinate) row is that coordinate's share of the block.
     shares->assign(rows - 1, 0.0);
     for (std::size_t c = 0; c < totals_.size(); ++c) {
@@ -177,6 +242,64 @@ double MinMaxShareProgramme::solve(std::vector<double>* shares) {
     }
   }
   return bound;
+}
+
+// The tableau, right-hand sides and reduced costs from the original columns and the current
+// basis (Gauss-Jordan with partial pivoting on the basis columns), dropping the rounding the
+// pivots accumulated. False, and nothing changed, when the basis is singular to rounding.
+bool MinMaxShareProgramme::refactor() {
+  const std::size_t rows = tableau_.size(), cols = reduced_.size();
+  const std::size_t blocks = totals_.size(), first_weight = rows + 2 * blocks;
+  // The original programme: columns (slacks, u+ and u- per block, then the added ones), the
+  // right-hand sides, and each column's cost as the first tableau had it.
+  std::vector<std::vector<double>> a(rows, std::vector<double>(cols + 1, 0.0));
+  std::vector<double> cost(cols, 0.0);
+  for (std::size_t r = 0; r < rows; ++r) a[r][r] = 1.0;
+  for (std::size_t c = 0; c < blocks; ++c) {
+    for (std::size_t k = 0; k < coordinates_; ++k) {
+      a[c * coordinates_ + k][rows + 2 * c] = 1.0;
+      a[c * coordinates_ + k][rows + 2 * c + 1] = -1.0;
+    }
+    cost[rows + 2 * c] = -totals_[c];
+    cost[rows + 2 * c + 1] = totals_[c];
+  }
+  for (std::size_t j = first_weight; j < cols; ++j) {
+    const std::size_t what = column_of_[j - first_weight];
+    const bool function = what < constant_.size();
+    for (std::size_t r = 0; r + 1 < rows; ++r)
+      a[r][j] = function ? -slope_[what][r] : constraint_[~what][r];
+    a[rows - 1][j] = function ? 1.0 : 0.0;
+    cost[j] = function ? -constant_[what] : -limit_[~what];
+  }
+  a[rows - 1][cols] = 1.0;  // the right-hand sides: the weights sum to at most 1
+  for (std::size_t k = 0; k < rows; ++k) {
+    const std::size_t v = basis_[k];
+    std::size_t p = k;
+    for (std::size_t r = k + 1; r < rows; ++r)
+      if (std::abs(a[r][v]) > std::abs(a[p][v])) p = r;
+    if (std::abs(a[p][v]) < 1e-12) return false;
+    std::swap(a[p], a[k]);
+    const double pivot = a[k][v];
+    for (double& e : a[k]) e /= pivot;
+    for (std::size_t r = 0; r < rows; ++r) {
+      const double f = a[r][v];
+      if (r == k || f == 0.0) continue;
+      for (std::size_t c = 0; c <= cols; ++c) a[r][c] -= f * a[k][c];
+    }
+  }
+  pivot_cells_ += static_cast<std::uint64_t>(rows) * rows * (cols + 1);
+  for (std::size_t r = 0; r < rows; ++r) {
+    rhs_[r] = std::max(a[r][cols], 0.0);
+    a[r].pop_back();
+    tableau_[r] = std::move(a[r]);
+  }
+  reduced_ = cost;
+  for (std::size_t r = 0; r < rows; ++r) {
+    const double cb = cost[basis_[r]];
+    if (cb == 0.0) continue;
+    for (std::size_t c = 0; c < cols; ++c) reduced_[c] -= cb * tableau_[r][c];
+  }
+  return true;
 }
 
 double MinMaxShareProgramme::solve_with_least(std::size_t index, double least,

@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 namespace pipetune {
@@ -44,7 +45,13 @@ class MinMaxShareProgramme {
   /// recomputed from the weights and multipliers found, so it stays a bound whatever the
   /// rounding.
   void add_constraint(const std::vector<double>& a, double b);
-  double solve(std::vector<double>* shares = nullptr);
+  /// `weights`, if given, receives the functions' weights w (summing to 1) the bound is
+  /// recomputed from.
+  double solve(std::vector<double>* shares = nullptr, std::vector<double>* weights = nullptr);
+  /// At most this many pivots per solve() from now on (besides its own limit, 50 per row and
+  /// column); optimal() says whether the last solve() ended at an optimal basis.
+  void limit_pivots(std::size_t pivots) { pivot_limit_ = pivots; }
+  bool optimal() const { return optimal_; }
   /// The bound of the same functions when coordinate `index` (block * coordinates + k) holds
   /// at least `least` of its block's total (a constraint on a copy, solved on from this one's
   /// basis); infinity when the block is smaller.
@@ -69,6 +76,9 @@ class MinMaxShareProgramme {
   // (index into constraint_, with ~ set).
   std::vector<std::size_t> column_of_;
   void add_column(const std::vector<double>& column, double objective, std::size_t what);
+  void pivot_to_optimum(double scale);
+  double read_solution(std::vector<double>* shares, std::vector<double>* weights) const;
+  bool refactor();
   // The simplex tableau of the dual: one row per (block, coordinate) and one for the weights'
   // sum; columns: the rows' slacks, then each block's bound u_c as u+ and u-, then one weight
   // per function.
@@ -76,6 +86,8 @@ class MinMaxShareProgramme {
   std::vector<double> rhs_, reduced_;  // right-hand sides; the objective row (reduced costs)
   std::vector<std::size_t> basis_;
   std::uint64_t pivot_cells_ = 0;
+  std::size_t pivot_limit_ = std::numeric_limits<std::size_t>::max();
+  bool optimal_ = false;
 };
 
 }  // namespace pipetune

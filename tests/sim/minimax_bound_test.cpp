@@ -211,5 +211,57 @@ TEST(MinMaxShareProgramme, TwoTotalsMatchAGrid) {
   }
 }
 
+// Shaped like the memory relaxation's master (MultiStagePeakBound::may_fit()): a coordinate per
+// balance, a function per (device, moment) without constants, levels from 0.01 to 60, a few
+// balances that pile everything on one device. The solve must end optimal, with its shares
+// summing to 1 and the largest function there equal to the bound from its weights: the two
+// sides of the duality meet only at the optimum. Pivots on entries near eps (the lowest index
+// among tied ratios, Bland's pivots without a tolerance) left 9 of these 200 solves short of
+// an optimum and others 89 times apart; with a tolerance but without the tableau computed
+// afresh from its basis, 3 % apart.
+TEST(MinMaxShareProgramme, DegenerateMastersEndOptimalWithMatchingBounds) {
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  for (int trial = 0; trial < 200; ++trial) {
+    const std::size_t devices = 8 + rng() % 25, moments = 3 + rng() % 6;
+    const std::size_t balances = 2 * devices + 1 + rng() % 8;
+    // levels[j][k]: balance j's level at function k (device k / moments).
+    std::vector<std::vector<double>> levels(balances, std::vector<double>(devices * moments));
+    for (std::size_t j = 0; j < balances; ++j) {
+      const std::size_t pile = j < 2 * devices ? j / 2 : devices;  // devices: none
+      for (std::size_t k = 0; k < devices * moments; ++k) {
+        const std::size_t d = k / moments;
+        const double share = 0.3 + 0.2 * static_cast<double>(k % moments);
+        // Quantised, so that levels tie as a programme's repeated states make them tie.
+        const double level = pile == devices ? share * (0.8 + 0.6 * unit(rng))
+                             : pile == d     ? 60.0 * share * (0.5 + unit(rng))
+                                             : 0.01 + 0.05 * unit(rng);
+        levels[j][k] = std::round(level * 20.0) / 20.0 + 0.01;
+      }
+    }
+    MinMaxShareProgramme master(balances, 1.0);
+    std::vector<double> slope(balances);
+    std::vector<double> constant;
+    std::vector<std::vector<double>> slopes;
+    for (std::size_t k = 0; k < devices * moments; ++k) {
+      for (std::size_t j = 0; j < balances; ++j) slope[j] = levels[j][k];
+      master.add(0.0, slope);
+      constant.push_back(0.0);
+      slopes.push_back(slope);
+    }
+    std::vector<double> mix, weights;
+    const double bound = master.solve(&mix, &weights);
+    SCOPED_TRACE(::testing::Message() << "trial " << trial);
+    ASSERT_TRUE(master.optimal());
+    double sum = 0.0;
+    for (double x : mix) sum += x;
+    EXPECT_NEAR(sum, 1.0, 1e-9);
+    EXPECT_NEAR(largest_at(constant, slopes, mix), bound, 1e-7 * bound);
+    double weight_sum = 0.0;
+    for (double w : weights) weight_sum += w;
+    EXPECT_NEAR(weight_sum, 1.0, 1e-9);
+  }
+}
+
 }  // namespace
 }  // namespace pipetune
