@@ -1014,12 +1014,20 @@ std::vector<std::vector<int>> PlanSearch::fit_ends(double share) const {
 // Whether some balance has every stage pass its nested memory bound (no plan of the
 // configuration fits otherwise). Each stage ends as far right as it fits, leaving a layer for
 // each later one: a later start only lets the later stages reach further, so this greedy walk
-// reaches the last layer whenever any balance does. Reads fit_end_.
+// reaches the last layer whenever any balance does. It needs each stage's furthest end from one
+// start only, found by walking right from that start (the bound grows with the end): about one
+// bound per layer in all, where fit_ends() takes two per layer and stage (on 3,000 layers and 32
+// stages where nothing fits, those tables were most of a plan's time).
 bool PlanSearch::some_balance_fits_nested() const {
   int start = 0;
   for (int j = 0; j < stages_; ++j) {
     const int most = layers_ - (stages_ - 1 - j);
-    const int end = fit_end_[j].empty() ? most : std::min(fit_end_[j][start], most);
+    int end = most;
+    if (capacity_[j] > 0) {
+      const double cap = static_cast<double>(capacity_[j]);
+      end = start;
+      while (end < most && static_cast<double>(memory_bound(j, start, end + 1, true)) <= cap) ++end;
+    }
     if (end <= start) return false;
     start = end;
   }
@@ -2167,12 +2175,12 @@ void PlanSearch::open_root(Entry& e, const std::vector<Entry>& entries) {
   // Under caps, a configuration that no balance fits is ruled out before its relaxed root and
   // tables (which would rule it out too: on 3,000 layers and 32 stages where nothing fits,
   // building them was most of a plan's time).
-  fit_end_ = fit_ends(1.0);
   if (capped() && !some_balance_fits_nested()) {
     e.closed = true;
     keep(e);
     return;
   }
+  fit_end_ = fit_ends(1.0);
   // The relaxed root first: where it rules the configuration out, its tables are never built.
   std::vector<int> relaxed;  // the relaxed root's plan
   RelaxedRows relaxed_rows;
