@@ -8,7 +8,8 @@
 namespace pipetune {
 
 namespace {
-// How far below 0 Harris's ratio test lets a right-hand side go (they are weights, at most 1).
+// How far below 0 Harris's ratio test lets a right-hand side go (weights, which sum to at most 1,
+// and the bounds' parts and multipliers, of the programme's scale).
 constexpr double kHarrisSlack = 1e-9;
 }  // namespace
 
@@ -83,7 +84,8 @@ double MinMaxShareProgramme::solve(std::vector<double>* shares, std::vector<doub
       scale = std::max(scale, std::abs(slope_[i][r]) * totals_[r / coordinates_]);
   }
   for (double b : limit_) scale = std::max(scale, std::abs(b));
-  pivot_to_optimum(scale);
+  std::size_t pivots_left = pivot_limit_;
+  pivot_to_optimum(scale, &pivots_left);
   std::vector<double> x;
   double bound = read_solution(&x, weights);
   // An optimum's shares reach its bound: the largest function there is the bound. Where
@@ -98,14 +100,14 @@ double MinMaxShareProgramme::solve(std::vector<double>* shares, std::vector<doub
       largest = std::max(largest, at);
     }
     if (largest - bound <= 1e-9 * scale || !refactor()) break;
-    pivot_to_optimum(scale);
+    pivot_to_optimum(scale, &pivots_left);
     bound = read_solution(&x, weights);
   }
   if (shares) *shares = std::move(x);
   return bound;
 }
 
-void MinMaxShareProgramme::pivot_to_optimum(double scale) {
+void MinMaxShareProgramme::pivot_to_optimum(double scale, std::size_t* pivots_left) {
   const std::size_t rows = tableau_.size(), cols = reduced_.size();
   const double eps = 1e-12 * scale;
   // No pivot on an entry this small: in a degenerate run Bland's pivots took entries near eps
@@ -119,8 +121,8 @@ void MinMaxShareProgramme::pivot_to_optimum(double scale) {
   constexpr std::size_t kDegenerateRun = 32;
   std::size_t degenerate = 0;
   optimal_ = false;
-  const std::size_t pivots = std::min<std::size_t>(50 * (rows + cols), pivot_limit_);
-  for (std::size_t iteration = 0; iteration < pivots; ++iteration) {
+  const std::size_t pivots = std::min<std::size_t>(50 * (rows + cols), *pivots_left);
+  for (std::size_t iteration = 0; iteration < pivots; ++iteration, --*pivots_left) {
     std::size_t enter = cols;
     const bool bland = degenerate >= kDegenerateRun;
     double most = -eps;

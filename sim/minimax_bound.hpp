@@ -76,7 +76,7 @@ class MinMaxShareProgramme {
   // (index into constraint_, with ~ set).
   std::vector<std::size_t> column_of_;
   void add_column(const std::vector<double>& column, double objective, std::size_t what);
-  void pivot_to_optimum(double scale);
+  void pivot_to_optimum(double scale, std::size_t* pivots_left);
   double read_solution(std::vector<double>* shares, std::vector<double>* weights) const;
   bool refactor();
   // The simplex tableau of the dual: one row per (block, coordinate) and one for the weights'

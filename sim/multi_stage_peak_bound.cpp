@@ -241,7 +241,7 @@ std::vector<double> MultiStagePeakBound::relative_levels(const std::vector<Coord
 // them is largest, the partition prices them over every balance, and its balance joins the
 // master. It stops when a least is above 1, when the master's value is at most 1 (the best
 // weights over the balances seen, so over every balance too, cannot do better), when the least
-// meets it (those weights are the best), when the master fails, or after kRounds prices. What
+// meets it (those weights are the best), when the master fails, or after kRounds masters. What
 // it cannot do: the relaxation is as strong as the balances' convex hull; a mix of balances
 // can keep every level within its cap on average when no single one does.
 bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps) {

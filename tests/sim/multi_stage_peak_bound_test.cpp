@@ -307,7 +307,13 @@ TEST(MultiStagePeakBound, MayFitDecidesTheRelaxationExactly) {
     const bool may = bound.may_fit(caps);
     SCOPED_TRACE(::testing::Message() << "trial " << trial << ": " << lower << " to " << upper);
     ASSERT_LE(lower, upper + 1e-9);
-    if (lower > 1.0 + 1e-6) {
+    // may_fit() lets each stage's parameters round half a byte down (the simulator rounds
+    // them per stage): on caps of a few kilobytes that is above 1e-6 of the relaxation.
+    std::int64_t least_cap = std::numeric_limits<std::int64_t>::max();
+    for (std::int64_t cap : caps)
+      if (cap > 0) least_cap = std::min(least_cap, cap);
+    const double rounding = 0.5 * x->stages() / static_cast<double>(least_cap);
+    if (lower > 1.0 + rounding + 1e-6) {
       EXPECT_FALSE(may);
       ++above;
     }
