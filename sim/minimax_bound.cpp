@@ -42,33 +42,40 @@ MinMaxShareProgramme::MinMaxShareProgramme(std::size_t coordinates, std::vector<
 void MinMaxShareProgramme::add(double constant, const std::vector<double>& slope) {
   constant_.push_back(constant);
   slope_.push_back(slope);
-  const std::size_t rows = tableau_.size();
-  std::vector<double> column(rows);
-  for (std::size_t r = 0; r + 1 < rows; ++r) column[r] = -slope[r];
-  column[rows - 1] = 1.0;  // the weights sum to at most 1
-  add_column(column, constant, constant_.size() - 1);
+  add_column(constant_.size() - 1);
 }
 
 void MinMaxShareProgramme::add_constraint(const std::vector<double>& a, double b) {
   limit_.push_back(b);
   constraint_.push_back(a);
+  add_column(~(constraint_.size() - 1));
+}
+
+std::vector<double> MinMaxShareProgramme::original_column(std::size_t what) const {
   const std::size_t rows = tableau_.size();
-  std::vector<double> column(rows, 0.0);  // not in the weights' sum
-  for (std::size_t r = 0; r + 1 < rows; ++r) column[r] = a[r];
-  add_column(column, b, ~(constraint_.size() - 1));
+  const bool function = what < constant_.size();
+  std::vector<double> column(rows);
+  for (std::size_t r = 0; r + 1 < rows; ++r)
+    column[r] = function ? -slope_[what][r] : constraint_[~what][r];
+  column[rows - 1] = function ? 1.0 : 0.0;  // only the weights sum to at most 1
+  return column;
+}
+
+double MinMaxShareProgramme::objective_of(std::size_t what) const {
+  return what < constant_.size() ? constant_[what] : limit_[~what];
 }
 
 // The column in the original rows, then in the current basis: the slack columns hold the basis
 // inverse, the objective row's slack entries the dual values.
-void MinMaxShareProgramme::add_column(const std::vector<double>& column, double objective,
-                                      std::size_t what) {
+void MinMaxShareProgramme::add_column(std::size_t what) {
+  const std::vector<double> column = original_column(what);
   const std::size_t rows = tableau_.size();
   for (std::size_t r = 0; r < rows; ++r) {
     double entry = 0.0;
     for (std::size_t q = 0; q < rows; ++q) entry += tableau_[r][q] * column[q];
     tableau_[r].push_back(entry);
   }
-  double reduced = -objective;
+  double reduced = -objective_of(what);
   for (std::size_t q = 0; q < rows; ++q) reduced += reduced_[q] * column[q];
   reduced_.push_back(reduced);
   column_of_.push_back(what);
@@ -229,18 +236,16 @@ double MinMaxShareProgramme::read_solution(std::vector<double>* shares,
     }
     bound += totals_[c] * least;
   }
-  {
-    // The dual value of each (block, coordinate) row is that coordinate's share of the block.
-    shares->assign(rows - 1, 0.0);
-    for (std::size_t c = 0; c < totals_.size(); ++c) {
-      double block = 0.0;
-      for (std::size_t k = 0; k < coordinates_; ++k)
-        block += std::max(reduced_[c * coordinates_ + k], 0.0);
-      for (std::size_t k = 0; k < coordinates_; ++k) {
-        const double y = std::max(reduced_[c * coordinates_ + k], 0.0);
-        (*shares)[c * coordinates_ + k] =
-            block > 0.0 ? totals_[c] * y / block : totals_[c] / static_cast<double>(coordinates_);
-      }
+  // The dual value of each (block, coordinate) row is that coordinate's share of the block.
+  shares->assign(rows - 1, 0.0);
+  for (std::size_t c = 0; c < totals_.size(); ++c) {
+    double block = 0.0;
+    for (std::size_t k = 0; k < coordinates_; ++k)
+      block += std::max(reduced_[c * coordinates_ + k], 0.0);
+    for (std::size_t k = 0; k < coordinates_; ++k) {
+      const double y = std::max(reduced_[c * coordinates_ + k], 0.0);
+      (*shares)[c * coordinates_ + k] =
+          block > 0.0 ? totals_[c] * y / block : totals_[c] / static_cast<double>(coordinates_);
     }
   }
   return bound;
@@ -267,11 +272,9 @@ bool MinMaxShareProgramme::refactor() {
   }
   for (std::size_t j = first_weight; j < cols; ++j) {
     const std::size_t what = column_of_[j - first_weight];
-    const bool function = what < constant_.size();
-    for (std::size_t r = 0; r + 1 < rows; ++r)
-      a[r][j] = function ? -slope_[what][r] : constraint_[~what][r];
-    a[rows - 1][j] = function ? 1.0 : 0.0;
-    cost[j] = function ? -constant_[what] : -limit_[~what];
+    const std::vector<double> column = original_column(what);
+    for (std::size_t r = 0; r < rows; ++r) a[r][j] = column[r];
+    cost[j] = -objective_of(what);
   }
   a[rows - 1][cols] = 1.0;  // the right-hand sides: the weights sum to at most 1
   for (std::size_t k = 0; k < rows; ++k) {

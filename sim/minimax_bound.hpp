@@ -75,8 +75,13 @@ class MinMaxShareProgramme {
   // Tableau columns, in the order added: a function's weight (>= 0) or a constraint's multiplier
   // (index into constraint_, with ~ set).
   std::vector<std::size_t> column_of_;
-  void add_column(const std::vector<double>& column, double objective, std::size_t what);
+  // Column `what` (a function's index, or ~ a constraint's) in the original rows, its objective
+  // coefficient, and the column added to the tableau in the current basis.
+  std::vector<double> original_column(std::size_t what) const;
+  double objective_of(std::size_t what) const;
+  void add_column(std::size_t what);
   void pivot_to_optimum(double scale, std::size_t* pivots_left);
+  // `shares` must be given; `weights` may be null.
   double read_solution(std::vector<double>* shares, std::vector<double>* weights) const;
   bool refactor();
   // The simplex tableau of the dual: one row per (block, coordinate) and one for the weights'

@@ -166,15 +166,19 @@ std::int64_t MultiStagePeakBound::moment_level(const Moment& x, int r) const {
   return level;
 }
 
-std::int64_t MultiStagePeakBound::device_bound(int r) const {
+std::int64_t MultiStagePeakBound::baseline(int r) const {
   const Profile& profile = costs_.profile();
-  std::int64_t baseline = profile.device.library_bytes;
-  if (r == rank_[0]) baseline += costs_.at(profile.batch_size).input_bytes;
+  std::int64_t bytes = profile.device.library_bytes;
+  if (r == rank_[0]) bytes += costs_.at(profile.batch_size).input_bytes;
   for (int s : stages_of_[r])  // as the simulator rounds it: per stage
-    baseline += std::llround(static_cast<double>(params_[s]) * (1.0 + optimizer_state_factor_));
+    bytes += std::llround(static_cast<double>(params_[s]) * (1.0 + optimizer_state_factor_));
+  return bytes;
+}
+
+std::int64_t MultiStagePeakBound::device_bound(int r) const {
   std::int64_t most = 0;  // the state before the first action
   for (const Moment& x : moments_[r]) most = std::max(most, moment_level(x, r));
-  return baseline + most;
+  return baseline(r) + most;
 }
 
 void MultiStagePeakBound::place_all(const std::vector<int>& balance) {
@@ -200,16 +204,12 @@ std::vector<std::int64_t> MultiStagePeakBound::of(const std::vector<int>& balanc
 
 std::vector<std::vector<std::int64_t>> MultiStagePeakBound::moment_levels(
     const std::vector<int>& balance) {
-  const Profile& profile = costs_.profile();
   place_all(balance);
   std::vector<std::vector<std::int64_t>> out(moments_.size());
   for (std::size_t r = 0; r < moments_.size(); ++r) {
-    std::int64_t baseline = profile.device.library_bytes;
-    if (static_cast<int>(r) == rank_[0]) baseline += costs_.at(profile.batch_size).input_bytes;
-    for (int s : stages_of_[r])
-      baseline += std::llround(static_cast<double>(params_[s]) * (1.0 + optimizer_state_factor_));
+    const int device = static_cast<int>(r);
     for (const Moment& x : moments_[r])
-      out[r].push_back(baseline + moment_level(x, static_cast<int>(r)));
+      out[r].push_back(baseline(device) + moment_level(x, device));
   }
   unplace_all();
   return out;

@@ -70,6 +70,9 @@ class MultiStagePeakBound {
   };
   void collect_moments(const std::vector<std::int64_t>& sizes, ScheduleKind kind,
                        CheckpointMode checkpoint);
+  // What device r holds in every state of its programme: library workspaces, the batch on stage
+  // 0's device, its stages' parameters and optimizer state (as placed).
+  std::int64_t baseline(int r) const;
   std::int64_t device_bound(int r) const;
   std::int64_t moment_level(const Moment& x, int r) const;  // its stages' terms, as placed
   // A capped device's moment: a coordinate of may_fit()'s master programme.

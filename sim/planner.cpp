@@ -424,6 +424,7 @@ class PlanSearch {
   void build_suffix_tables();
   std::vector<int> busy_balanced() const;
   std::vector<std::vector<int>> fit_ends(double share) const;
+  int fitting_end(int j, int a, int end, int limit, double cap) const;
   bool capped() const {  // some device has a memory cap
     return std::any_of(capacity_.begin(), capacity_.end(), [](std::int64_t c) { return c > 0; });
   }
@@ -992,6 +993,13 @@ void PlanSearch::build_suffix_tables() {
   running_min(waits_, waits_floor_);
 }
 
+// From `end`, the furthest end up to `limit` at which stage j = [a, end) passes its nested
+// memory bound under `cap` (the bound grows with the end).
+int PlanSearch::fitting_end(int j, int a, int end, int limit, double cap) const {
+  while (end < limit && static_cast<double>(memory_bound(j, a, end + 1, true)) <= cap) ++end;
+  return end;
+}
+
 // Per stage and start, the furthest end whose nested memory bound fits `share` of the device
 // (empty for a stage without a cap): it never moves left as the start moves right (the bound
 // shrinks), so one pass per stage finds them all.
@@ -1002,11 +1010,8 @@ std::vector<std::vector<int>> PlanSearch::fit_ends(double share) const {
     const double cap = share * static_cast<double>(capacity_[j]);
     out[j].assign(layers_, 0);
     int end = 0;
-    for (int a = 0; a < layers_; ++a) {
-      end = std::max(end, a);
-      while (end < layers_ && static_cast<double>(memory_bound(j, a, end + 1, true)) <= cap) ++end;
-      out[j][a] = end;
-    }
+    for (int a = 0; a < layers_; ++a)
+      out[j][a] = end = fitting_end(j, a, std::max(end, a), layers_, cap);
   }
   return out;
 }
@@ -1023,11 +1028,8 @@ bool PlanSearch::some_balance_fits_nested() const {
   for (int j = 0; j < stages_; ++j) {
     const int most = layers_ - (stages_ - 1 - j);
     int end = most;
-    if (capacity_[j] > 0) {
-      const double cap = static_cast<double>(capacity_[j]);
-      end = start;
-      while (end < most && static_cast<double>(memory_bound(j, start, end + 1, true)) <= cap) ++end;
-    }
+    if (capacity_[j] > 0)
+      end = fitting_end(j, start, start, most, static_cast<double>(capacity_[j]));
     if (end <= start) return false;
     start = end;
   }
@@ -2785,7 +2787,8 @@ std::vector<double> PlanSearch::equal_time_shares(const Config& c) const {
 }
 
 // Under caps, whether MultiStagePeakBound::may_fit() lets some balance of e's configuration keep
-// every device within its cap (a few min-sum partitions; false rules the configuration out).
+// every device within its cap (min-sum partitions and small master programmes; false rules the
+// configuration out).
 bool PlanSearch::fits_some_balance(Entry& e) {
   if (!capped() || e.fit_checked) return true;
   e.fit_checked = true;
