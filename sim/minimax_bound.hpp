@@ -58,6 +58,9 @@ class MinMaxShareProgramme {
   /// Adds that solution's pivot cells (see pivot_cells()) to `*cells` where given.
   double solve_with_least(std::size_t index, double least, std::uint64_t* cells = nullptr) const;
   std::size_t functions() const { return constant_.size(); }
+  /// Function i as added.
+  double constant(std::size_t i) const { return constant_[i]; }
+  const std::vector<double>& slope(std::size_t i) const { return slope_[i]; }
   /// Tableau cells the pivots so far have updated: what the solves cost, for a caller's budget.
   std::uint64_t pivot_cells() const { return pivot_cells_; }
   /// Cells of the tableau: what a copy costs.

@@ -245,6 +245,27 @@ std::vector<double> MultiStagePeakBound::relative_levels(const std::vector<Coord
 // it cannot do: the relaxation is as strong as the balances' convex hull; a mix of balances
 // can keep every level within its cap on average when no single one does.
 bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps) {
+  return may_fit(caps, nullptr, 0.0);
+}
+
+bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps, const StageWorkRows& rows,
+                                  double limit) {
+  return may_fit(caps, &rows, limit);
+}
+
+std::vector<double> StageWorkRows::values(const std::vector<int>& balance) const {
+  const int stages = static_cast<int>(balance.size());
+  std::vector<double> work(static_cast<std::size_t>(classes) * stages, 0.0);
+  for (int s = 0, k = 0; s < stages; ++s)
+    for (int end = k + balance[s]; k < end; ++k) work[layer_class[k] * stages + s] += layer_work[k];
+  std::vector<double> out(constant);
+  for (std::size_t i = 0; i < out.size(); ++i)
+    for (std::size_t x = 0; x < work.size(); ++x) out[i] += slope[i][x] * work[x];
+  return out;
+}
+
+bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps, const StageWorkRows* rows,
+                                  double limit) {
   const int layers = costs_.layer_count();
   const int devices = static_cast<int>(moments_.size());
   const int stages = static_cast<int>(rank_.size());
@@ -253,17 +274,35 @@ bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps) {
     if (caps[r] <= 0) continue;
     for (std::size_t k = 0; k < moments_[r].size(); ++k) at.push_back({r, static_cast<int>(k)});
   }
-  if (at.empty()) return true;
+  if (rows != nullptr && (rows->constant.empty() || !(limit > 0.0))) rows = nullptr;
+  if (at.empty() && rows == nullptr) return true;
+  // The coordinates: the capped devices' moments (level / cap), then the rows (value / limit).
+  const std::size_t n_levels = at.size();
+  auto relative = [&](const std::vector<int>& b) {
+    std::vector<double> out = relative_levels(at, caps, b);
+    if (rows != nullptr) {
+      for (double value : rows->values(b)) out.push_back(value / limit);
+    }
+    return out;
+  };
   std::vector<int> balance(stages, layers / stages);
   for (int t = 0; t < layers % stages; ++t) ++balance[t];
-  const std::vector<double> equal = relative_levels(at, caps, balance);
+  const std::vector<double> equal = relative(balance);
   const double fullest = *std::max_element(equal.begin(), equal.end());
   if (fullest <= 1.0) return true;  // that balance's bound fits: nothing to prove
   const Prefixes prefixes = layer_prefixes();
   std::vector<Blend> blend(devices);
   std::vector<double> weight(devices), total(devices);
-  // The least over every balance of sum y * level / cap (y summing to 1); `balance` gets one
-  // that reaches it.
+  WorkTerms terms;
+  if (rows != nullptr) {
+    terms.prefix.assign(rows->classes, std::vector<double>(layers + 1, 0.0));
+    for (int k = 0; k < layers; ++k) {
+      for (int c = 0; c < rows->classes; ++c) terms.prefix[c][k + 1] = terms.prefix[c][k];
+      terms.prefix[rows->layer_class[k]][k + 1] += rows->layer_work[k];
+    }
+  }
+  // The least over every balance of sum y * level / cap (+ y * row / limit; y summing to 1);
+  // `balance` gets one that reaches it.
   auto price = [&](const std::vector<double>& y) {
     std::fill(total.begin(), total.end(), 0.0);
     for (std::size_t i = 0; i < at.size(); ++i) total[at[i].device] += y[i];
@@ -290,17 +329,32 @@ bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps) {
       }
       b.constant += share * static_cast<double>(x.constant);
     }
-    const double sum = std::accumulate(total.begin(), total.end(), 0.0);
-    return least_weighted(prefixes, weight, blend, &balance) / sum;
+    double sum = std::accumulate(total.begin(), total.end(), 0.0);
+    if (rows != nullptr) {
+      terms.slope.assign(rows->slope.front().size(), 0.0);
+      terms.constant = 0.0;
+      for (std::size_t i = 0; i < rows->constant.size(); ++i) {
+        const double w = y[n_levels + i];
+        if (w <= 0.0) continue;
+        sum += w;
+        terms.constant += w * rows->constant[i] / limit;
+        for (std::size_t x = 0; x < terms.slope.size(); ++x)
+          terms.slope[x] += w * rows->slope[i][x] / limit;
+      }
+    }
+    return least_weighted(prefixes, weight, blend, rows != nullptr ? &terms : nullptr, &balance) /
+           sum;
   };
   constexpr double kMargin = 1e-9;  // above rounding in the sums
   // First each device's fullest moment under the equal balance, weighted by its cap (the bytes
   // of every device against the caps' sum): on bench's capped 1,000-layer profile it proves 71
-  // of the 181 configurations that can be proven, without a master.
-  std::vector<double> y(at.size(), 0.0);
+  // of the 181 configurations that can be proven, without a master. The largest row counts as
+  // one more device of the average cap.
+  std::vector<double> y(equal.size(), 0.0);
   {
     std::vector<int> fullest_at(devices, -1);
     double caps_sum = 0.0;
+    int capped = 0;
     for (std::size_t i = 0; i < at.size(); ++i) {
       const int r = at[i].device;
       if (fullest_at[r] < 0 || equal[i] > equal[fullest_at[r]]) fullest_at[r] = static_cast<int>(i);
@@ -309,6 +363,14 @@ bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps) {
       if (fullest_at[r] < 0) continue;
       y[fullest_at[r]] = static_cast<double>(caps[r]);
       caps_sum += static_cast<double>(caps[r]);
+      ++capped;
+    }
+    if (rows != nullptr) {
+      const auto top =
+          std::max_element(equal.begin() + static_cast<std::ptrdiff_t>(n_levels), equal.end());
+      const double share = capped > 0 ? caps_sum / capped : 1.0;
+      *(y.begin() + (top - equal.begin())) = share;
+      caps_sum += share;
     }
     for (double& x : y) x /= caps_sum;
   }
@@ -322,30 +384,30 @@ bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps) {
   // layers on one stage does: without them the first weights are extreme and the least
   // balance dodges them (proofs took 23 prices on bench's capped 1,000-layer profile; with
   // them, one).
-  std::vector<std::vector<double>> cuts{equal, relative_levels(at, caps, balance)};
+  std::vector<std::vector<double>> cuts{equal, relative(balance)};
   for (int t = 0; t < stages; ++t) {
     std::vector<int> pile(stages, 1);
     pile[t] = layers - (stages - 1);
-    cuts.push_back(relative_levels(at, caps, pile));
+    cuts.push_back(relative(pile));
   }
   constexpr int kRounds = 32;
   std::vector<double> mix, slope;
   for (int round = 0; round < kRounds; ++round) {
     MinMaxShareProgramme master(cuts.size(), 1.0);
     // A few pivots per row and column; past that it has lost its way, and answers nothing.
-    master.limit_pivots(4 * (cuts.size() + at.size() + 2));
-    for (std::size_t k = 0; k < at.size(); ++k) {
+    master.limit_pivots(4 * (cuts.size() + equal.size() + 2));
+    for (std::size_t k = 0; k < equal.size(); ++k) {
       slope.resize(cuts.size());
       for (std::size_t j = 0; j < cuts.size(); ++j) slope[j] = cuts[j][k];
       master.add(0.0, slope);
     }
     master.solve(&mix, &y);
-    pivot_cells_ += master.pivot_cells() + at.size() * cuts.size() * cuts.size();
+    pivot_cells_ += master.pivot_cells() + equal.size() * cuts.size() * cuts.size();
     if (!master.optimal()) return true;
     // The mix's largest level is at least the master's value, which is at least the
     // relaxation's: at most 1, nothing can be proven.
     double mixed_top = 0.0;
-    for (std::size_t k = 0; k < at.size(); ++k) {
+    for (std::size_t k = 0; k < equal.size(); ++k) {
       double level = 0.0;
       for (std::size_t j = 0; j < cuts.size(); ++j) level += mix[j] * cuts[j][k];
       mixed_top = std::max(mixed_top, level);
@@ -354,7 +416,7 @@ bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps) {
     const double least = price(y);
     if (least > 1.0 + kMargin) return false;
     if (least >= mixed_top - kMargin) return true;  // y is the best weights
-    cuts.push_back(relative_levels(at, caps, balance));
+    cuts.push_back(relative(balance));
   }
   return true;
 }
@@ -397,7 +459,7 @@ MultiStagePeakBound::Prefixes MultiStagePeakBound::layer_prefixes() const {
 // (layer_prefixes()): each device's weighted level, exactly, but for half a byte of rounding.
 double MultiStagePeakBound::least_weighted(const Prefixes& prefixes,
                                            const std::vector<double>& weight,
-                                           const std::vector<Blend>& at,
+                                           const std::vector<Blend>& at, const WorkTerms* work,
                                            std::vector<int>* balance) const {
   const Profile& profile = costs_.profile();
   const int layers = costs_.layer_count();
@@ -419,6 +481,8 @@ double MultiStagePeakBound::least_weighted(const Prefixes& prefixes,
   std::vector<std::vector<int>> from(stages, std::vector<int>(layers + 1, -1));
   partition_cells_ += static_cast<std::uint64_t>(stages) * static_cast<std::uint64_t>(layers);
   least[0] = 0.0;
+  if (work != nullptr) fixed += work->constant;
+  const int classes = work != nullptr ? static_cast<int>(work->prefix.size()) : 0;
   for (int s = 0; s < stages; ++s) {
     const int r = rank_[s];
     const int j = local_[s];
@@ -426,13 +490,19 @@ double MultiStagePeakBound::least_weighted(const Prefixes& prefixes,
     const double g[2] = {weight[r] * at[r].waiting[0][j], weight[r] * at[r].waiting[1][j]};
     const double u = weight[r] * (at[r].gradients[j] + state);
     fixed -= 0.5 * weight[r];
+    auto work_part = [&](int b) {
+      double sum = 0.0;
+      for (int k = 0; k < classes; ++k) sum += work->slope[k * stages + s] * work->prefix[k][b];
+      return sum;
+    };
     auto end_part = [&](int b) {
       return w[0] * kept_before[0][b] + w[1] * kept_before[1][b] + u * params[b] +
-             g[0] * prefixes.waiting_before[0][b] + g[1] * prefixes.waiting_before[1][b];
+             g[0] * prefixes.waiting_before[0][b] + g[1] * prefixes.waiting_before[1][b] +
+             work_part(b);
     };
     auto start_part = [&](int a) {
       return w[0] * kept_prefix[0][a] + w[1] * kept_prefix[1][a] + u * params[a] +
-             g[0] * prefixes.waiting[0][a] + g[1] * prefixes.waiting[1][a];
+             g[0] * prefixes.waiting[0][a] + g[1] * prefixes.waiting[1][a] + work_part(a);
     };
     // The least over a < b of least[a] - start_part(a), apart for the starts after the last
     // layer before b that makes storage (a stage of views only keeps that layer's storage, which

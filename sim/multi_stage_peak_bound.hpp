@@ -28,6 +28,21 @@
 
 namespace pipetune {
 
+/// Functions of a balance that are linear in each stage's work per class of layers: function i
+/// is  constant[i] + sum over classes k and stages s of slope[i][k * stages + s] x w_k(s),
+/// w_k(s) the work of stage s's layers of class k. The planner's multi-stage relaxed root bounds
+/// the iteration time of every balance by such rows (docs/planner.md), so that may_fit() can ask
+/// whether a balance fits the caps and could also be fast enough.
+struct StageWorkRows {
+  std::vector<int> layer_class;    // per layer, in [0, classes)
+  std::vector<double> layer_work;  // per layer
+  int classes = 1;
+  std::vector<double> constant;
+  std::vector<std::vector<double>> slope;
+  /// Every row's value for a whole balance.
+  std::vector<double> values(const std::vector<int>& balance) const;
+};
+
 class MultiStagePeakBound {
  public:
   /// The plan shape without its balance: `devices` programmes of `stages_per_device` stages,
@@ -53,6 +68,11 @@ class MultiStagePeakBound {
   /// best multipliers found by cutting planes (see the definition). True says nothing. Leaves
   /// no stage placed.
   bool may_fit(const std::vector<std::int64_t>& caps);
+  /// The same relaxation over the levels and `rows` together: false only when every balance
+  /// that fits `caps` has some row above `limit` (with rows that bound the iteration time, no
+  /// fitting balance is faster than `limit`). The caps narrow where the layers may go, which
+  /// the rows alone, priced on continuous shares, do not see.
+  bool may_fit(const std::vector<std::int64_t>& caps, const StageWorkRows& rows, double limit);
   /// Cells of the min-sum partitions run so far (stages x layers each), for a caller's budget.
   std::uint64_t partition_cells() const { return partition_cells_; }
   /// Tableau cells of may_fit()'s master programmes' pivots so far, for a caller's budget.
@@ -83,6 +103,7 @@ class MultiStagePeakBound {
   std::vector<double> relative_levels(const std::vector<Coordinate>& at,
                                       const std::vector<std::int64_t>& caps,
                                       const std::vector<int>& balance);
+  bool may_fit(const std::vector<std::int64_t>& caps, const StageWorkRows* rows, double limit);
   // An average of a device's moments.
   struct Blend {
     std::vector<double> kept[2], waiting[2], gradients;
@@ -98,10 +119,19 @@ class MultiStagePeakBound {
     std::vector<double> waiting[2], waiting_before[2];
   };
   Prefixes layer_prefixes() const;
+  // Weighted rows (StageWorkRows) in the partition: per stage and class the slope on the prefix
+  // of that class's work, and their constants.
+  struct WorkTerms {
+    std::vector<std::vector<double>> prefix;  // [class][layer end]
+    std::vector<double> slope;                // [class * stages + stage]
+    double constant = 0.0;
+  };
   // The least over balances of the devices' levels at `at`, weighted, with the parameters and
-  // fixed terms; `balance` gets a balance that reaches it.
+  // fixed terms, plus `work`'s weighted rows where given; `balance` gets a balance that reaches
+  // it.
   double least_weighted(const Prefixes& prefixes, const std::vector<double>& weight,
-                        const std::vector<Blend>& at, std::vector<int>* balance) const;
+                        const std::vector<Blend>& at, const WorkTerms* work,
+                        std::vector<int>* balance) const;
   void place_all(const std::vector<int>& balance);
   void unplace_all();
 
