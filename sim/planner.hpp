@@ -31,6 +31,8 @@
 
 namespace pipetune {
 
+struct StageWorkRows;  // sim/multi_stage_peak_bound.hpp
+
 struct PlannerOptions {
   std::vector<int> chunks;  ///< chunk counts to try; empty: every count from 1 to the batch size
   std::vector<CheckpointMode> checkpoints{std::begin(kAllCheckpointModes),
@@ -130,5 +132,14 @@ PlanSearchResult find_best_plans(const Profile& profile, const Hardware& hardwar
 /// stage s on device stage_rank(s).
 double multi_stage_balance_bound(const Profile& profile, const Hardware& hardware,
                                  const Plan& plan);
+
+/// The rows of the relaxed root of `plan`'s multi-stage configuration (its chunks, checkpoint
+/// mode, schedule and stages per device; not its balance), its rounds run to the end: functions
+/// of a balance, linear in each stage's work per class of layers, none above the simulated time
+/// of any balance (docs/planner.md). Under memory caps the planner asks
+/// MultiStagePeakBound::may_fit() with them whether a balance may both fit and beat its best
+/// plan. The hardware's devices are the plan's.
+StageWorkRows multi_stage_time_rows(const Profile& profile, const Hardware& hardware,
+                                    const Plan& plan);
 
 }  // namespace pipetune

@@ -12,6 +12,7 @@
 #include <random>
 
 #include "bench/synthetic_profile.hpp"
+#include "sim/multi_stage_peak_bound.hpp"
 #include "sim/schedule.hpp"
 #include "sim/simulator.hpp"
 #include "tests/sim/fixtures.hpp"
@@ -1068,7 +1069,9 @@ TEST(Planner, MultiStageRelaxedRootAtScale) {
 // what half a slice allows. Going on where it stopped, the configuration that sets the gap
 // ends with the root it reaches when searched alone (200 layers on 16 unequal devices, every
 // schedule, half the default budget: a gap of 8.9 % when roots started over, 92.0 ms against
-// 94.0 alone for the configuration that set it; 6.1 % going on).
+// 94.0 alone for the configuration that set it; 6.1 % going on). Not to the last bit: among
+// the others its rounds start from the model plan of the root of its schedule before it, alone
+// from equal time per stage (94.008 against 94.074 ms; started over in each slice, 91.318).
 TEST(Planner, ARelaxedRootCutShortGoesOnInLaterSlices) {
   const Profile profile = bench::synthetic_profile(200, 64);
   Hardware hw = replicate_device(profile.device, 16);
@@ -1096,7 +1099,7 @@ TEST(Planner, ARelaxedRootCutShortGoesOnInLaterSlices) {
   const PlanSearchResult one = find_best_plans(profile, hw, alone);
   ASSERT_EQ(one.stats.per_configuration.size(), 1u);
   EXPECT_NEAR(lowest->lower_bound_ms, one.stats.per_configuration.front().lower_bound_ms,
-              1e-9 * lowest->lower_bound_ms);
+              5e-3 * lowest->lower_bound_ms);
 }
 
 TEST(Planner, MultiStageBoundIsBelowEveryPlan) {
@@ -1157,6 +1160,64 @@ TEST(Planner, MultiStageBoundIsBelowEveryPlan) {
   EXPECT_GT(checked, 600);
   EXPECT_GT(near, 100);  // the bound is not trivially small
   EXPECT_GT(tight, 20);  // x 1.05 it would exceed these plans' times (34 of them)
+}
+
+// The relaxed root's rows, as the planner hands them to MultiStagePeakBound::may_fit() under
+// caps: at every balance of small random instances no row is above the simulated time (each a
+// path of the schedule's task graph, or a device's busy time, at least ratios), and the largest
+// is near it on many, so that the caps and the rows together prove something (759 balances,
+// 536 within 10 %; rows 5 % higher exceed 299 of them).
+TEST(Planner, MultiStageTimeRowsStayBelowEverySimulatedBalance) {
+  std::mt19937 rng(1820);
+  const auto& kMulti = kMultiStageScheduleKinds;
+  int checked = 0, near = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const int devices = 2 + static_cast<int>(rng() % 2);
+    const ScheduleKind kind = kMulti[trial % std::size(kMulti)];
+    const int v = fixed_stages_per_device(kind).value_or(2);
+    const int layers = v * devices + static_cast<int>(rng() % 5);
+    const std::int64_t batch = 1 + rng() % 6;
+    const Profile profile = testing::random_profile(rng, layers, batch);
+    Hardware hw = replicate_device(profile.device, devices);
+    hw.link.bandwidth_bytes_per_s = 1e5 * (1 + rng() % 100);
+    hw.link.latency_ms = (rng() % 5) / 10.0;
+    hw.launch_overhead_ms = (rng() % 3) / 100.0;
+    for (auto& d : hw.devices) d.speed = 0.25 * static_cast<double>(1 + rng() % 8);
+    const int chunks = 1 + static_cast<int>(rng() % batch);
+    const CheckpointMode checkpoint = kAllCheckpointModes[rng() % 3];
+    if (schedule_refusal(kind, devices, v, static_cast<int>(split_batch(batch, chunks).size())))
+      continue;
+    const Simulator simulator(profile, hw);
+    std::vector<int> balance(static_cast<std::size_t>(v * devices), 1);
+    balance.back() = layers - (v * devices - 1);
+    Plan plan = testing::make_plan(balance, chunks, checkpoint, kind);
+    plan.stages_per_device = v;
+    const StageWorkRows rows = multi_stage_time_rows(profile, hw, plan);
+    ASSERT_FALSE(rows.constant.empty());
+    ASSERT_EQ(rows.slope.front().size(), static_cast<std::size_t>(rows.classes * v * devices));
+    // Every balance: the first stages' sizes counted up like an odometer.
+    while (true) {
+      plan.balance = balance;
+      const double time = simulator.run(plan).iteration_ms;
+      const std::vector<double> values = rows.values(balance);
+      const double top = *std::max_element(values.begin(), values.end());
+      SCOPED_TRACE(::testing::Message() << "trial " << trial << " " << describe_plan(plan));
+      EXPECT_LE(top, time * (1 + 1e-9));
+      if (top > 0.9 * time) ++near;
+      ++checked;
+      int t = static_cast<int>(balance.size()) - 2;
+      while (t >= 0 && balance.back() == 1) {
+        balance.back() += balance[t] - 1;
+        balance[t] = 1;
+        --t;
+      }
+      if (t < 0) break;
+      ++balance[t];
+      --balance.back();
+    }
+  }
+  EXPECT_GT(checked, 500);
+  EXPECT_GT(near, checked / 5);
 }
 
 // The multi-stage balance bound by hand: looped BFS, one micro-batch, four one-layer stages on
