@@ -391,32 +391,68 @@ bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps, const S
     cuts.push_back(relative(pile));
   }
   constexpr int kRounds = 32;
-  std::vector<double> mix, slope;
+  // The master's functions: at first each cut's fullest coordinate and each device's fullest
+  // moment under the equal balance; then, while the mix found holds some other coordinate above
+  // the master's value, the fullest of those (row generation: with every (device, moment) pair
+  // from the start, hundreds of them, the masters were most of may_fit()'s work).
+  const std::size_t n = equal.size();
+  std::vector<char> active(n, 0);
+  for (std::size_t k = 0; k < n; ++k) active[k] = y[k] > 0.0;
+  for (const std::vector<double>& cut : cuts)
+    active[std::max_element(cut.begin(), cut.end()) - cut.begin()] = 1;
+  constexpr std::size_t kAddedAtOnce = 8;
+  std::vector<double> mix, slope, weight_of, mixed(n);
+  std::vector<std::size_t> coordinate_of;  // the master's functions, in the order added
   for (int round = 0; round < kRounds; ++round) {
     MinMaxShareProgramme master(cuts.size(), 1.0);
     // A few pivots per row and column; past that it has lost its way, and answers nothing.
-    master.limit_pivots(4 * (cuts.size() + equal.size() + 2));
-    for (std::size_t k = 0; k < equal.size(); ++k) {
+    master.limit_pivots(4 * (cuts.size() + n + 2));
+    coordinate_of.clear();
+    auto add = [&](std::size_t k) {
       slope.resize(cuts.size());
       for (std::size_t j = 0; j < cuts.size(); ++j) slope[j] = cuts[j][k];
       master.add(0.0, slope);
+      coordinate_of.push_back(k);
+    };
+    for (std::size_t k = 0; k < n; ++k)
+      if (active[k]) add(k);
+    double value = 0.0;
+    while (true) {
+      master.solve(&mix, &weight_of);
+      if (!master.optimal()) break;
+      value = 0.0;
+      for (std::size_t k = 0; k < n; ++k) {
+        mixed[k] = 0.0;
+        for (std::size_t j = 0; j < cuts.size(); ++j) mixed[k] += mix[j] * cuts[j][k];
+        if (active[k]) value = std::max(value, mixed[k]);
+      }
+      std::vector<std::size_t> above;
+      for (std::size_t k = 0; k < n; ++k)
+        if (!active[k] && mixed[k] > value + kMargin) above.push_back(k);
+      if (above.empty()) break;
+      const std::size_t count = std::min(above.size(), kAddedAtOnce);
+      std::partial_sort(above.begin(), above.begin() + static_cast<std::ptrdiff_t>(count),
+                        above.end(),
+                        [&](std::size_t a, std::size_t b) { return mixed[a] > mixed[b]; });
+      for (std::size_t i = 0; i < count; ++i) {
+        active[above[i]] = 1;
+        add(above[i]);
+      }
     }
-    master.solve(&mix, &y);
-    pivot_cells_ += master.pivot_cells() + equal.size() * cuts.size() * cuts.size();
+    pivot_cells_ += master.pivot_cells() + coordinate_of.size() * cuts.size() * cuts.size();
     if (!master.optimal()) return true;
     // The mix's largest level is at least the master's value, which is at least the
     // relaxation's: at most 1, nothing can be proven.
-    double mixed_top = 0.0;
-    for (std::size_t k = 0; k < equal.size(); ++k) {
-      double level = 0.0;
-      for (std::size_t j = 0; j < cuts.size(); ++j) level += mix[j] * cuts[j][k];
-      mixed_top = std::max(mixed_top, level);
-    }
+    const double mixed_top = *std::max_element(mixed.begin(), mixed.end());
     if (mixed_top <= 1.0 + kMargin) return true;
+    std::fill(y.begin(), y.end(), 0.0);
+    for (std::size_t i = 0; i < coordinate_of.size(); ++i) y[coordinate_of[i]] = weight_of[i];
     const double least = price(y);
     if (least > 1.0 + kMargin) return false;
     if (least >= mixed_top - kMargin) return true;  // y is the best weights
     cuts.push_back(relative(balance));
+    const std::vector<double>& cut = cuts.back();
+    active[std::max_element(cut.begin(), cut.end()) - cut.begin()] = 1;
   }
   return true;
 }

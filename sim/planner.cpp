@@ -274,12 +274,15 @@ RatioClasses ratio_classes(const std::vector<double>& layer_work, const SizeCost
     low = std::min(low, share(x));
     high = std::max(high, share(x));
   }
+  // Shares that differ by rounding alone are one class: split, a profile whose every backward
+  // is twice its forward got two classes of the same ratio, and its programmes twice the rows.
+  const bool alike = !(high - low > 1e-9);
   std::vector<int> range(layers, 0);
   std::vector<int> used(kRatioClasses, -1);
   RatioClasses out;
   out.of.assign(layers, 0);
   for (int x = 0; x < layers; ++x) {
-    if (!(layer_work[x] > 0.0) || !(high > low)) continue;
+    if (!(layer_work[x] > 0.0) || alike) continue;
     range[x] = std::min(kRatioClasses - 1,
                         static_cast<int>(kRatioClasses * (share(x) - low) / (high - low)));
   }
@@ -602,7 +605,8 @@ class PlanSearch {
   struct Score {
     double excess = 0.0, time = 0.0;  // bytes over the tightest cap, simulated time
   };
-  Score simulate_for(Entry& e, const std::vector<int>& balance);
+  Score simulate_for(Entry& e, const std::vector<int>& balance,
+                     std::vector<std::int64_t>* peaks = nullptr);
   // What a simulation costs: a step per task, and half a step per layer and micro-batch size
   // for the stages' memory walks (about 30 ns a layer: with one micro-batch on 120 layers
   // they were most of a simulation, and a budget of 10 M steps ran 2.6 s).
@@ -629,6 +633,8 @@ class PlanSearch {
   std::vector<double> equal_time_shares(const Config& c) const;
   void start_from(Entry& e, const std::vector<int>& balance);
   void first_multi_stage_plans(Entry& e, const LayerWork& work);
+  std::vector<int> proxy_descent(const Config& c, const StageWorkRows& rows,
+                                 std::vector<int> balance, const std::vector<double>& limit);
   // The peak bound of multi-stage configuration c, its walk over the schedule charged.
   MultiStagePeakBound peak_bound(const Config& c);
   // Less memory excess, then less time.
@@ -2401,7 +2407,8 @@ double excess_over_caps(const SimulationResult& r, const std::vector<std::int64_
   return excess;
 }
 
-PlanSearch::Score PlanSearch::simulate_for(Entry& e, const std::vector<int>& balance) {
+PlanSearch::Score PlanSearch::simulate_for(Entry& e, const std::vector<int>& balance,
+                                           std::vector<std::int64_t>* peaks) {
   const Plan plan = plan_of(*e.config, balance);
   SimulationOptions lean;
   lean.record_tasks = false;
@@ -2412,6 +2419,10 @@ PlanSearch::Score PlanSearch::simulate_for(Entry& e, const std::vector<int>& bal
   stats_.steps += simulation_steps(*e.config, r);
   std::vector<std::int64_t> predicted;
   for (const auto& d : r.devices) predicted.push_back(d.peak_memory_bytes);
+  if (peaks != nullptr) {
+    peaks->assign(stages_, 0);
+    for (const auto& d : r.devices) (*peaks)[d.index] = d.peak_memory_bytes;
+  }
   Score score{excess_over_caps(r, predicted), r.iteration_ms};
   std::vector<std::int64_t> worst;
   if (r.iteration_ms < e.best && fits(plan, r, worst)) {
@@ -2642,11 +2653,8 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
   bool cut = false;  // the rounds stopped at step_limit
   // As returned: a hair below, and the configuration closes only on the value returned.
   auto reaches = [&](double bound) { return bound * (1.0 - 1e-12) >= enough; };
-  for (; st.rounds < kRelaxedRootRounds && !reaches(st.bound); ++st.rounds) {
-    if (stats_.steps >= step_limit) {
-      cut = true;
-      break;
-    }
+  // A model plan's makespan (start and finish hold its tasks' times); the best so far is kept.
+  auto time_model_plan = [&](const std::vector<double>& plan) {
     stats_.steps += 1 + graph.tasks.size() / kSweepTasksPerStep;
     for (std::size_t id = 0; id < graph.tasks.size(); ++id) {
       const SimTask& t = graph.tasks[id];
@@ -2655,7 +2663,7 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
         const ClassRatio& r = ratio[kind_of(t) * 2 + slot_of[t.micro_batch]];
         ms = overhead_;
         for (int k = 0; k < n_classes; ++k)
-          ms += r.lower(k) * st.model_plan[k * stages + t.stage] / speed_[t.device];
+          ms += r.lower(k) * plan[k * stages + t.stage] / speed_[t.device];
       } else {
         ms = copy_ms(t);
       }
@@ -2671,13 +2679,16 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
     }
     if (makespan < st.best_plan_ms) {
       st.best_plan_ms = makespan;
-      st.best_plan = st.model_plan;
+      st.best_plan = plan;
     }
-    if (!(makespan > st.bound * (1.0 + 1e-9))) break;
-    // A row per path: back from a task, each time to a predecessor that ended as it started.
-    // From the task that ends last and from the last task of the device that ends next (of
-    // every device whose last task ends above the bound in the first round): two rows a round
-    // gave 1,000 layers on 32 stages a root 4 % higher in the same 40 rounds than one.
+    return makespan;
+  };
+  // A row per path of the plan last timed: back from a task, each time to a predecessor that
+  // ended as it started. From the task that ends last and from the last tasks of the devices
+  // that end next, `count` of them, above the bound: two rows a round gave 1,000 layers on 32
+  // stages a root 4 % higher in the same 40 rounds than one (the first round takes every
+  // device's).
+  auto add_paths = [&](int count) {
     std::vector<int> last(stages_, -1);
     for (int id = 0; id < n_tasks; ++id) {
       int& l = last[graph.tasks[id].device];
@@ -2685,7 +2696,7 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
     }
     std::erase_if(last, [&](int id) { return id < 0 || !(finish[id] > st.bound * (1.0 + 1e-9)); });
     std::sort(last.begin(), last.end(), [&](int x, int y) { return finish[x] > finish[y]; });
-    if (st.rounds > 0 && last.size() > 2) last.resize(2);
+    if (static_cast<int>(last.size()) > count) last.resize(count);
     for (int at : last) {
       double constant = 0.0;
       Counts on_path(stages);
@@ -2705,6 +2716,22 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
       }
       programme.add(constant, slopes(on_path));
       stats_.steps += (width + 1) * (width + 1) / kPivotCellsPerStep;  // the column's pricing
+    }
+  };
+  for (; st.rounds < kRelaxedRootRounds && !reaches(st.bound); ++st.rounds) {
+    if (stats_.steps >= step_limit) {
+      cut = true;
+      break;
+    }
+    if (time_model_plan(st.model_plan) > st.bound * (1.0 + 1e-9)) {
+      add_paths(st.rounds == 0 ? stages_ : 2);
+    } else {
+      // No path of the stepped plan is above the bound, which says nothing of the solve's
+      // vertex: its own paths then (Kelley's cut), and where it has none above the bound
+      // either, the rounds are done. (Ending on the stepped plan alone, a 120-layer
+      // configuration on 2 devices stopped after one round at 283.367 ms against 291.784.)
+      if (!(time_model_plan(st.shares) > st.bound * (1.0 + 1e-9))) break;
+      add_paths(2);
     }
     const std::uint64_t cells = programme.pivot_cells();
     st.bound = std::max(st.bound, programme.solve(&st.shares));
@@ -2885,6 +2912,110 @@ bool PlanSearch::fits_fast_enough(Entry& e, double limit) {
 
 // The min-max partition of the work on the stages' devices, then the relaxed root's rounded
 // plans where they are better.
+// Under caps, a start for the local search found by cheap proxies instead of simulations: from
+// `balance`, moves of one stage end (by 1, 2, 4 or 8 layers) or of one stage as a block (by 1
+// or 2), each taken when it lowers the devices' total excess of MultiStagePeakBound over
+// `share` of their caps, or keeps it and lowers the largest of the relaxed root's rows (a lower
+// bound on the time, near it around the root's model plans), until none does. A move changes
+// two or three stages: their work per class and their devices' bounds are updated alone.
+std::vector<int> PlanSearch::proxy_descent(const Config& c, const StageWorkRows& rows,
+                                           std::vector<int> balance,
+                                           const std::vector<double>& limit) {
+  const int stages = static_cast<int>(balance.size());
+  const int classes = rows.classes;
+  const std::size_t n_rows = rows.constant.size();
+  std::vector<std::vector<double>> prefix(classes, std::vector<double>(layers_ + 1, 0.0));
+  for (int k = 0; k < layers_; ++k) {
+    for (int x = 0; x < classes; ++x) prefix[x][k + 1] = prefix[x][k];
+    prefix[rows.layer_class[k]][k + 1] += rows.layer_work[k];
+  }
+  std::vector<int> start(stages + 1, 0);
+  for (int t = 0; t < stages; ++t) start[t + 1] = start[t] + balance[t];
+  std::vector<double> value(rows.constant);
+  for (std::size_t i = 0; i < n_rows; ++i)
+    for (int t = 0; t < stages; ++t)
+      for (int x = 0; x < classes; ++x)
+        value[i] += rows.slope[i][x * stages + t] * (prefix[x][start[t + 1]] - prefix[x][start[t]]);
+  MultiStagePeakBound peak = peak_bound(c);
+  std::vector<double> excess_of(stages_, 0.0);
+  for (int t = 0; t < stages; ++t) {
+    const int r = peak.device_of(t);
+    excess_of[r] =
+        std::max(0.0, static_cast<double>(peak.place(t, start[t], start[t + 1])) - limit[r]);
+  }
+  double excess = std::accumulate(excess_of.begin(), excess_of.end(), 0.0);
+  double time = *std::max_element(value.begin(), value.end());
+  std::vector<double> moved(n_rows);
+  std::vector<std::pair<int, double>> devices;  // (device, its excess) after a move
+  // The ends of stages first, first + 1, ... become `to` (stages first .. first + to.size()
+  // change): kept, and true, when that lowers the excess, or keeps it and lowers the time.
+  auto try_move = [&](int first, std::initializer_list<int> to) {
+    const int changed = static_cast<int>(to.size()) + 1;
+    std::array<int, 4> from{}, until{};  // the changed stages' new ranges
+    for (int i = 0; i < changed; ++i) {
+      from[i] = i == 0 ? start[first] : *(to.begin() + i - 1);
+      until[i] = i + 1 < changed ? *(to.begin() + i) : start[first + changed];
+    }
+    std::copy(value.begin(), value.end(), moved.begin());
+    for (int i = 0; i < changed; ++i) {
+      const int t = first + i;
+      for (int x = 0; x < classes; ++x) {
+        const double delta = (prefix[x][until[i]] - prefix[x][from[i]]) -
+                             (prefix[x][start[t + 1]] - prefix[x][start[t]]);
+        if (delta == 0.0) continue;
+        for (std::size_t row = 0; row < n_rows; ++row)
+          moved[row] += rows.slope[row][x * stages + t] * delta;
+      }
+    }
+    stats_.steps += 1 + n_rows * static_cast<std::size_t>(classes * changed) / kPivotCellsPerStep;
+    for (int i = 0; i < changed; ++i) peak.place(first + i, from[i], until[i]);
+    double new_excess = excess;
+    devices.clear();
+    for (int i = 0; i < changed; ++i) {
+      const int t = first + i, r = peak.device_of(t);
+      if (std::any_of(devices.begin(), devices.end(), [&](const auto& d) { return d.first == r; }))
+        continue;
+      const double x =
+          std::max(0.0, static_cast<double>(peak.place(t, from[i], until[i])) - limit[r]);
+      new_excess += x - excess_of[r];
+      devices.emplace_back(r, x);
+    }
+    const double new_time = *std::max_element(moved.begin(), moved.end());
+    if (new_excess < excess - 0.5 || (!(new_excess > excess) && new_time < time * (1.0 - 1e-12))) {
+      for (int i = 0; i + 1 < changed; ++i) start[first + i + 1] = until[i];
+      value.swap(moved);
+      for (const auto& [r, x] : devices) excess_of[r] = x;
+      excess = new_excess;
+      time = new_time;
+      return true;
+    }
+    for (int i = 0; i < changed; ++i) peak.place(first + i, start[first + i], start[first + i + 1]);
+    return false;
+  };
+  constexpr int kEndMoves[] = {1, -1, 2, -2, 4, -4, 8, -8};
+  constexpr int kBlockMoves[] = {1, -1, 2, -2};
+  const std::uint64_t limit_steps = stats_.steps + 4 * static_cast<std::uint64_t>(stages) * layers_;
+  for (bool improved = true; improved && stats_.steps < limit_steps;) {
+    improved = false;
+    for (int t = 1; t < stages; ++t) {  // the end of stage t - 1
+      for (int d : kEndMoves) {
+        const int to = start[t] + d;
+        if (to <= start[t - 1] || to >= start[t + 1]) continue;
+        if (try_move(t - 1, {to})) improved = true;
+      }
+    }
+    for (int t = 1; t + 1 < stages; ++t) {  // stage t as a block
+      for (int d : kBlockMoves) {
+        const int a = start[t] + d, b = start[t + 1] + d;
+        if (a <= start[t - 1] || b >= start[t + 2]) continue;
+        if (try_move(t - 1, {a, b})) improved = true;
+      }
+    }
+  }
+  for (int t = 0; t < stages; ++t) balance[t] = start[t + 1] - start[t];
+  return balance;
+}
+
 void PlanSearch::first_multi_stage_plans(Entry& e, const LayerWork& layer_work) {
   const Config& c = *e.config;
   const int v = c.stages_per_device, stages = v * stages_;
@@ -2896,6 +3027,25 @@ void PlanSearch::first_multi_stage_plans(Entry& e, const LayerWork& layer_work) 
   e.balance = p.sizes;
   e.score = simulate_for(e, e.balance);
   for (const std::vector<int>& start : e.relaxed) start_from(e, start);
+  if (capped() && e.time_rows && !e.time_rows->constant.empty()) {
+    // Each device's bound against the best start's simulated peak says how far below the
+    // simulator the bound keeps it: the proxy holds each device's bound to its cap times that
+    // ratio, then to less of it while the start does not fit.
+    std::vector<std::int64_t> peaks;
+    simulate_for(e, e.balance, &peaks);
+    MultiStagePeakBound peak = peak_bound(c);
+    const std::vector<std::int64_t> bounds = peak.of(e.balance);
+    std::vector<double> limit(stages_, kInf);
+    for (double share : {1.0, 0.95, 0.9}) {
+      for (int r = 0; r < stages_; ++r) {
+        if (capacity_[r] <= 0 || peaks[r] <= 0) continue;
+        limit[r] = share * static_cast<double>(capacity_[r]) * static_cast<double>(bounds[r]) /
+                   static_cast<double>(peaks[r]);
+      }
+      start_from(e, proxy_descent(c, *e.time_rows, e.balance, limit));
+      if (!(e.score.excess > 0.0)) break;
+    }
+  }
   e.stats.evaluated = true;
 }
 
