@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <stdexcept>
 #include <tuple>
 
 #include "sim/minimax_bound.hpp"
@@ -275,12 +276,22 @@ bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps, const S
     for (std::size_t k = 0; k < moments_[r].size(); ++k) at.push_back({r, static_cast<int>(k)});
   }
   if (rows != nullptr && (rows->constant.empty() || !(limit > 0.0))) rows = nullptr;
+  if (rows != nullptr) {
+    const std::size_t width = static_cast<std::size_t>(rows->classes) * stages;
+    if (rows->slope.size() != rows->constant.size() ||
+        std::any_of(rows->slope.begin(), rows->slope.end(),
+                    [&](const std::vector<double>& x) { return x.size() != width; }) ||
+        static_cast<int>(rows->layer_class.size()) != layers ||
+        static_cast<int>(rows->layer_work.size()) != layers)
+      throw std::invalid_argument("MultiStagePeakBound::may_fit: rows of another shape");
+  }
   if (at.empty() && rows == nullptr) return true;
   // The coordinates: the capped devices' moments (level / cap), then the rows (value / limit).
   const std::size_t n_levels = at.size();
   auto relative = [&](const std::vector<int>& b) {
     std::vector<double> out = relative_levels(at, caps, b);
     if (rows != nullptr) {
+      partition_cells_ += rows->constant.size() * (rows->slope.front().size() + 1) + layers;
       for (double value : rows->values(b)) out.push_back(value / limit);
     }
     return out;
@@ -333,6 +344,9 @@ bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps, const S
     if (rows != nullptr) {
       terms.slope.assign(rows->slope.front().size(), 0.0);
       terms.constant = 0.0;
+      // The rows' weighted slopes, and in the partition a product per class and cell.
+      partition_cells_ += rows->constant.size() * terms.slope.size() +
+                          static_cast<std::uint64_t>(stages) * layers * rows->classes / 2;
       for (std::size_t i = 0; i < rows->constant.size(); ++i) {
         const double w = y[n_levels + i];
         if (w <= 0.0) continue;
@@ -378,7 +392,8 @@ bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps, const S
   // The master, over the balances seen so far (the cuts): the least over mixes of them of their
   // largest mixed level, whose dual weights (one per coordinate) are the best y over those
   // balances. Set up as MinMaxShareProgramme, a coordinate per balance and a function per
-  // (device, moment): its rows are the few balances, not the hundreds of moments (with those
+  // (device, moment) and per row (generated as needed, below): its rows are the few balances,
+  // not the hundreds of moments (with those
   // as rows and 32 devices the first solve had not ended after 1,272 pivots), and its least
   // largest function is a level, positive. The piles show the master what concentrating
   // layers on one stage does: without them the first weights are extreme and the least
@@ -439,7 +454,8 @@ bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps, const S
         add(above[i]);
       }
     }
-    pivot_cells_ += master.pivot_cells() + coordinate_of.size() * cuts.size() * cuts.size();
+    pivot_cells_ += master.pivot_cells() + coordinate_of.size() * cuts.size() * cuts.size() +
+                    n * cuts.size();  // the mixed levels
     if (!master.optimal()) return true;
     // The mix's largest level is at least the master's value, which is at least the
     // relaxation's: at most 1, nothing can be proven.

@@ -71,7 +71,8 @@ class MultiStagePeakBound {
   /// The same relaxation over the levels and `rows` together: false only when every balance
   /// that fits `caps` has some row above `limit` (with rows that bound the iteration time, no
   /// fitting balance is faster than `limit`). The caps narrow where the layers may go, which
-  /// the rows alone, priced on continuous shares, do not see.
+  /// the rows alone, priced on continuous shares, do not see. Throws std::invalid_argument
+  /// when the rows are not of this bound's layers and stages.
   bool may_fit(const std::vector<std::int64_t>& caps, const StageWorkRows& rows, double limit);
   /// Cells of the min-sum partitions run so far (stages x layers each), for a caller's budget.
   std::uint64_t partition_cells() const { return partition_cells_; }

@@ -465,6 +465,29 @@ TEST(Planner, LayersOfUnlikeCostRatiosKeepTheRelaxedRootClose) {
   }
 }
 
+// The classes are the layers' cost ratios, not their rounding: bench's lognormal profile has
+// every backward twice its forward, so one class (its shares of forward in forward plus
+// backward differ in the last bits, which made two classes of the same ratio until
+// 2026-11-27, and the roots' programmes twice as wide); every seventh layer's backward eight
+// times its forward makes two.
+TEST(Planner, LayersOfOneCostRatioAreOneClass) {
+  Plan plan;
+  plan.chunks = 8;
+  plan.checkpoint = CheckpointMode::Never;
+  plan.schedule = ScheduleKind::ZBV;
+  plan.stages_per_device = 2;
+  plan.balance.assign(8, 125);
+  const Profile alike = bench::lognormal_profile(1000, 64);
+  const Hardware hw = replicate_device(alike.device, 4);
+  EXPECT_EQ(multi_stage_time_rows(alike, hw, plan).classes, 1);
+  Profile unlike = alike;
+  for (std::size_t l = 0; l < unlike.layers.size(); l += 7) {
+    for (std::size_t k = 0; k < unlike.layers[l].backward_ms.size(); ++k)
+      unlike.layers[l].backward_ms[k] = 8 * unlike.layers[l].forward_ms[k];
+  }
+  EXPECT_EQ(multi_stage_time_rows(unlike, hw, plan).classes, 2);
+}
+
 // Devices of unequal speeds: the relaxed root and the round trips at the later devices' own
 // speeds (docs/planner.md) bound the bench's 1,000-layer profile on 16 devices of speeds 1.5,
 // 1, 0.75, 1 repeated within 4 % of the best plan found, from 19 % when every trip ran at the
@@ -1068,7 +1091,7 @@ TEST(Planner, MultiStageRelaxedRootAtScale) {
 // lognormal 1,000 layers on 16 devices (20 GB/s), each capped at 2.5 x its share of the
 // parameters, every schedule, the default budget. Their first plans did not fit (the min-max
 // partition of time and the relaxed shares ignore the caps) and their roots were cut short
-// (40 rounds of a few hundred configurations): 1971.173 ms at a 31.6 % gap until 2026-11-27;
+// (40 rounds of a few hundred configurations): 1971.172 ms at a 31.6 % gap until 2026-11-27;
 // with starts chosen by the memory bound and the relaxed root's rows, stabilised rounds and the
 // time rows with the caps, 1773.324 ms at 3.8 %. The answer fits its caps in the simulator.
 TEST(Planner, CappedEveryScheduleAtScaleEndsNearItsBound) {
@@ -1124,7 +1147,7 @@ TEST(Planner, ARelaxedRootCutShortGoesOnInLaterSlices) {
   const PlanSearchResult one = find_best_plans(profile, hw, alone);
   ASSERT_EQ(one.stats.per_configuration.size(), 1u);
   EXPECT_NEAR(lowest->lower_bound_ms, one.stats.per_configuration.front().lower_bound_ms,
-              5e-3 * lowest->lower_bound_ms);
+              2e-3 * lowest->lower_bound_ms);
 }
 
 TEST(Planner, MultiStageBoundIsBelowEveryPlan) {
