@@ -265,6 +265,16 @@ std::vector<double> StageWorkRows::values(const std::vector<int>& balance) const
   return out;
 }
 
+std::vector<std::vector<double>> StageWorkRows::class_prefix() const {
+  const std::size_t layers = layer_class.size();
+  std::vector<std::vector<double>> prefix(classes, std::vector<double>(layers + 1, 0.0));
+  for (std::size_t k = 0; k < layers; ++k) {
+    for (auto& p : prefix) p[k + 1] = p[k];
+    prefix[layer_class[k]][k + 1] += layer_work[k];
+  }
+  return prefix;
+}
+
 bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps, const StageWorkRows* rows,
                                   double limit) {
   const int layers = costs_.layer_count();
@@ -305,13 +315,7 @@ bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps, const S
   std::vector<Blend> blend(devices);
   std::vector<double> weight(devices), total(devices);
   WorkTerms terms;
-  if (rows != nullptr) {
-    terms.prefix.assign(rows->classes, std::vector<double>(layers + 1, 0.0));
-    for (int k = 0; k < layers; ++k) {
-      for (int c = 0; c < rows->classes; ++c) terms.prefix[c][k + 1] = terms.prefix[c][k];
-      terms.prefix[rows->layer_class[k]][k + 1] += rows->layer_work[k];
-    }
-  }
+  if (rows != nullptr) terms.prefix = rows->class_prefix();
   // The least over every balance of sum y * level / cap (+ y * row / limit; y summing to 1);
   // `balance` gets one that reaches it.
   auto price = [&](const std::vector<double>& y) {

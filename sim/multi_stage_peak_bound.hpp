@@ -41,6 +41,9 @@ struct StageWorkRows {
   std::vector<std::vector<double>> slope;
   /// Every row's value for a whole balance.
   std::vector<double> values(const std::vector<int>& balance) const;
+  /// [class][b]: the work of that class's layers before layer end b, so that a stage [a, b)
+  /// holds prefix[k][b] - prefix[k][a] of class k.
+  std::vector<std::vector<double>> class_prefix() const;
 };
 
 class MultiStagePeakBound {

@@ -638,6 +638,11 @@ class PlanSearch {
                                  std::vector<int> balance, const std::vector<double>& limit);
   // The peak bound of multi-stage configuration c, its walk over the schedule charged.
   MultiStagePeakBound peak_bound(const Config& c);
+  // What `peak`'s relaxations (may_fit()) cost: their partitions and master pivots.
+  void charge_relaxation(const MultiStagePeakBound& peak) {
+    stats_.steps +=
+        peak.partition_cells() / kPartitionCellsPerStep + peak.pivot_cells() / kMasterCellsPerStep;
+  }
   // Less memory excess, then less time.
   static bool better(const Score& x, const Score& y) {
     return x.excess < y.excess || (x.excess == y.excess && x.time < y.time);
@@ -2891,8 +2896,7 @@ bool PlanSearch::fits_some_balance(Entry& e) {
   e.fit_checked = true;
   MultiStagePeakBound peak = peak_bound(*e.config);
   const bool may_fit = peak.may_fit(capacity_);
-  stats_.steps +=
-      peak.partition_cells() / kPartitionCellsPerStep + peak.pivot_cells() / kMasterCellsPerStep;
+  charge_relaxation(peak);
   return may_fit;
 }
 
@@ -2909,8 +2913,7 @@ bool PlanSearch::fits_fast_enough(Entry& e, double limit) {
   e.fast_checked = limit;
   MultiStagePeakBound peak = peak_bound(*e.config);
   const bool may_fit = peak.may_fit(capacity_, *e.time_rows, limit);
-  stats_.steps +=
-      peak.partition_cells() / kPartitionCellsPerStep + peak.pivot_cells() / kMasterCellsPerStep;
+  charge_relaxation(peak);
   if (!may_fit) e.root = std::max(e.root, limit);
   return may_fit;
 }
@@ -2928,20 +2931,12 @@ std::vector<int> PlanSearch::proxy_descent(const Config& c, const StageWorkRows&
   const int stages = static_cast<int>(balance.size());
   const int classes = rows.classes;
   const std::size_t n_rows = rows.constant.size();
-  std::vector<std::vector<double>> prefix(classes, std::vector<double>(layers_ + 1, 0.0));
-  for (int k = 0; k < layers_; ++k) {
-    for (int x = 0; x < classes; ++x) prefix[x][k + 1] = prefix[x][k];
-    prefix[rows.layer_class[k]][k + 1] += rows.layer_work[k];
-  }
+  const std::vector<std::vector<double>> prefix = rows.class_prefix();
   std::vector<int> start(stages + 1, 0);
   for (int t = 0; t < stages; ++t) start[t + 1] = start[t] + balance[t];
-  std::vector<double> value(rows.constant);
+  std::vector<double> value = rows.values(balance);
   stats_.steps += static_cast<std::uint64_t>(layers_ * classes) / kSweepTasksPerStep +
                   n_rows * static_cast<std::size_t>(stages * classes) / kPivotCellsPerStep;
-  for (std::size_t i = 0; i < n_rows; ++i)
-    for (int t = 0; t < stages; ++t)
-      for (int x = 0; x < classes; ++x)
-        value[i] += rows.slope[i][x * stages + t] * (prefix[x][start[t + 1]] - prefix[x][start[t]]);
   MultiStagePeakBound peak = peak_bound(c);
   std::vector<double> excess_of(stages_, 0.0);
   for (int t = 0; t < stages; ++t) {
@@ -2976,15 +2971,16 @@ std::vector<int> PlanSearch::proxy_descent(const Config& c, const StageWorkRows&
     // The rows' updates, copy and largest, and the devices' bounds (a few moments each).
     stats_.steps +=
         1 + n_rows * static_cast<std::size_t>(classes * changed + 2) / kPivotCellsPerStep;
-    for (int i = 0; i < changed; ++i) peak.place(first + i, from[i], until[i]);
+    // A device's bound as its last changed stage is placed counts every change on it.
+    std::array<std::int64_t, 4> placed{};
+    for (int i = 0; i < changed; ++i) placed[i] = peak.place(first + i, from[i], until[i]);
     double new_excess = excess;
     devices.clear();
-    for (int i = 0; i < changed; ++i) {
-      const int t = first + i, r = peak.device_of(t);
+    for (int i = changed - 1; i >= 0; --i) {
+      const int r = peak.device_of(first + i);
       if (std::any_of(devices.begin(), devices.end(), [&](const auto& d) { return d.first == r; }))
         continue;
-      const double x =
-          std::max(0.0, static_cast<double>(peak.place(t, from[i], until[i])) - limit[r]);
+      const double x = std::max(0.0, static_cast<double>(placed[i]) - limit[r]);
       new_excess += x - excess_of[r];
       devices.emplace_back(r, x);
     }
