@@ -1,0 +1,125 @@
+#include "sim/graph_sweep.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "sim/task_graph.hpp"
+
+namespace pipetune {
+
+GraphSweep::GraphSweep(const CostModel& costs, const Hardware& hardware, const Schedule& schedule,
+                       const std::vector<int>& device_of, const std::vector<std::int64_t>& sizes)
+    : costs_(costs) {
+  const int devices = static_cast<int>(hardware.devices.size());
+  const int stages = schedule.stages, m = schedule.micro_batches;
+  if (static_cast<int>(sizes.size()) != m || static_cast<int>(device_of.size()) != stages)
+    throw std::invalid_argument("GraphSweep: sizes or devices of another shape");
+  sizes_ = {sizes.front(), sizes.back()};
+  // As the simulator: compute scaled by how many devices hold stages, a per-task overhead.
+  std::vector<char> holds(devices, 0);
+  for (int d : device_of) holds.at(d) = 1;
+  const double time_scale =
+      hardware.calibration.scale_for(static_cast<int>(std::count(holds.begin(), holds.end(), 1)));
+  overhead_ms_ = hardware.launch_overhead_ms + hardware.calibration.task_overhead_ms;
+  for (int s = 0; s < stages; ++s)
+    speed_.push_back(hardware.devices[device_of[s]].speed / time_scale);
+
+  TaskGraph graph;
+  build_task_graph(graph, schedule, device_of, devices);
+  const int n = static_cast<int>(graph.tasks.size());
+  std::vector<std::vector<int>> before(n), after(n);
+  for (const auto& [u, t] : graph.engine.edges()) {
+    before[t].push_back(u);
+    after[u].push_back(t);
+  }
+  std::vector<int> order, waiting(n);
+  for (int id = 0; id < n; ++id) {
+    waiting[id] = static_cast<int>(before[id].size());
+    if (waiting[id] == 0) order.push_back(id);
+  }
+  for (std::size_t i = 0; i < order.size(); ++i)
+    for (int t : after[order[i]])
+      if (--waiting[t] == 0) order.push_back(t);
+  if (static_cast<int>(order.size()) != n)
+    throw std::logic_error("GraphSweep: the schedule's task graph has a cycle");
+  std::vector<int> position(n);
+  for (int k = 0; k < n; ++k) position[order[k]] = k;
+  predecessor_start_.push_back(0);
+  for (int id : order) {
+    const SimTask& t = graph.tasks[id];
+    Task x{};
+    x.stage = t.stage;
+    x.slot = sizes[t.micro_batch] == sizes.front() ? 0 : 1;
+    switch (t.kind) {
+      case TaskKind::Forward:
+        x.kind = schedule.recomputes(t.micro_batch) ? 1 : 0;
+        break;
+      case TaskKind::Recompute:
+        x.kind = 2;
+        break;
+      case TaskKind::Backward:
+        x.kind = 3;
+        break;
+      case TaskKind::InputGrad:
+        x.kind = 4;
+        break;
+      case TaskKind::WeightGrad:
+        x.kind = 5;
+        break;
+      case TaskKind::SendActivation:
+      case TaskKind::SendGradient:
+        x.kind = t.kind == TaskKind::SendActivation ? 6 : 7;
+        x.link = hardware.calibration.copy ? &*hardware.calibration.copy
+                                           : &hardware.link_between(t.device, t.peer);
+        break;
+    }
+    task_.push_back(x);
+    for (int u : before[id]) predecessor_.push_back(position[u]);
+    predecessor_start_.push_back(static_cast<int>(predecessor_.size()));
+  }
+  finish_.assign(n, 0.0);
+  cost_.assign(static_cast<std::size_t>(stages) * 2, {});
+}
+
+bool GraphSweep::exact_for(const Profile& profile) {
+  return !profile.has_launch_times() && !profile.has_corun_times();
+}
+
+double GraphSweep::run(const std::vector<int>& balance) {
+  const int stages = static_cast<int>(speed_.size());
+  if (static_cast<int>(balance.size()) != stages)
+    throw std::invalid_argument("GraphSweep::run: a balance of another stage count");
+  // The simulator's expressions (sim/simulator.cpp, stage_costs and set_copy_effects).
+  for (int s = 0, a = 0; s < stages; a += balance[s], ++s) {
+    const int b = a + balance[s];
+    for (int slot = 0; slot < 2; ++slot) {
+      const SizeCosts& c = costs_.at(sizes_[slot]);
+      std::array<double, 8>& x = cost_[static_cast<std::size_t>(s) * 2 + slot];
+      const double speed = speed_[s];
+      x[0] = c.forward_ms_sum(a, b) / speed + overhead_ms_;
+      x[1] = c.forward_nograd_ms_sum(a, b) / speed + overhead_ms_;
+      x[2] = x[0];
+      x[3] = c.backward_ms_sum(a, b) / speed + overhead_ms_;
+      x[4] = c.backward_input_ms_sum(a, b) / speed + overhead_ms_;
+      x[5] = c.backward_weight_ms_sum(a, b) / speed + overhead_ms_;
+      // An activation leaves as the stage's output, a gradient as its input's.
+      x[6] = static_cast<double>(c.output_bytes[b - 1]);
+      x[7] = static_cast<double>(c.stage_input_bytes(a));
+    }
+  }
+  double makespan = 0.0;
+  const std::size_t n = task_.size();
+  for (std::size_t k = 0; k < n; ++k) {
+    const Task& t = task_[k];
+    const double value = cost_[static_cast<std::size_t>(t.stage) * 2 + t.slot][t.kind];
+    const double ms = t.kind >= 6 ? t.link->transfer_ms(value) : value;
+    double start = 0.0;
+    for (int p = predecessor_start_[k]; p < predecessor_start_[k + 1]; ++p)
+      start = std::max(start, finish_[predecessor_[p]]);
+    finish_[k] = start + ms;
+    makespan = std::max(makespan, finish_[k]);
+  }
+  return makespan;
+}
+
+}  // namespace pipetune
