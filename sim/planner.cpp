@@ -16,6 +16,7 @@
 
 #include "sim/cost_model.hpp"
 #include "sim/error.hpp"
+#include "sim/graph_sweep.hpp"
 #include "sim/memory_model.hpp"
 #include "sim/minimax_bound.hpp"
 #include "sim/multi_stage_peak_bound.hpp"
@@ -622,6 +623,11 @@ class PlanSearch {
                                   bool* complete, std::vector<std::vector<int>>* balances,
                                   StageWorkRows* rows);
   void multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::uint64_t slice);
+  // A configuration's balances timed without simulating them (GraphSweep), where that is exact;
+  // null otherwise. Built per slice: a graph of every configuration held at once costs more
+  // memory than its build costs time.
+  std::unique_ptr<GraphSweep> graph_sweep(const Config& c);
+  double swept_time(GraphSweep& sweep, const std::vector<int>& balance);
   bool fits_some_balance(Entry& e);
   bool fits_fast_enough(Entry& e, double limit);
   // Per schedule and stages per device: the last relaxed root's best model plan, each stage's
@@ -2128,13 +2134,17 @@ struct PlanSearch::Entry {
   bool settled = false;
   int move = 0;           // multi-stage: the layers the local search moves at a time, 0: not yet
   bool widening = false;  // multi-stage: past one layer, the moves grow again
+  bool ranged = false;    // multi-stage: no move between stages further apart improves either
   std::vector<std::vector<int>> relaxed;  // multi-stage: the relaxed root's plans, rounded
   std::vector<int> balance;               // multi-stage: the local search's current balance
   Score score;                            // and its score
   std::vector<std::int64_t> peaks;        // and its simulated peak per device
-  ConfigurationStats stats;               // what was spent on it
-  bool closed = false;                    // searched to the end, or ruled out by a bound
-  double polished = kInf;                 // the best plan polish() last started from
+  // Multi-stage: fitting starts the local search descends from once its current descent ends
+  // (one descent from the best start alone ended on 2.5 % slower plans than from another).
+  std::vector<std::vector<int>> starts;
+  ConfigurationStats stats;  // what was spent on it
+  bool closed = false;       // searched to the end, or ruled out by a bound
+  double polished = kInf;    // the best plan polish() last started from
   // With memory caps, the relaxed root's programme until capped_root() has used it.
   std::unique_ptr<RelaxedRows> capped_rows;
   // Multi-stage: the relaxed root ran all its rounds (else a slice runs it on, further).
@@ -2432,7 +2442,11 @@ PlanSearch::Score PlanSearch::simulate_for(Entry& e, const std::vector<int>& bal
   }
   Score score{excess_over_caps(r, predicted), r.iteration_ms};
   std::vector<std::int64_t> worst;
-  if (r.iteration_ms < e.best && fits(plan, r, worst)) {
+  // Of two plans as fast, the one that needs less memory on its fullest device.
+  const bool faster = r.iteration_ms < e.best,
+             leaner = r.iteration_ms == e.best &&
+                      r.max_peak_memory_bytes() < e.candidate.max_peak_memory_bytes();
+  if ((faster || leaner) && fits(plan, r, worst)) {
     e.best = r.iteration_ms;
     e.candidate = candidate_of(*e.config, plan, r);
     e.candidate.worst_order_peak_bytes = std::move(worst);
@@ -2514,6 +2528,10 @@ struct PlanSearch::RelaxedRootState {
   double best_plan_ms = kInf;
   double bound = 0.0;
   int rounds = 0;
+  // Rows are added for paths the model plan's timing puts above the bound, until none is;
+  // then for paths whose rows are above it (see add_paths), which the timing misses.
+  bool by_timing = true;
+  std::vector<std::vector<double>> timed_plans;  // best_plan and shares at that switch
   // A stage's least ratios per count vector (see slopes below).
   std::map<std::array<int, 14>, std::vector<double>> least_of_counts;
   RelaxedRootState(int stages, const std::vector<double>& class_work)
@@ -2693,20 +2711,33 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
     }
     return makespan;
   };
-  // A row per path of the plan last timed: back from a task, each time to a predecessor that
-  // ended as it started. From the task that ends last and from the last tasks of the devices
-  // that end next, `count` of them, above the bound: two rows a round gave 1,000 layers on 32
-  // stages a root 4 % higher in the same 40 rounds than one (the first round takes every
-  // device's).
-  auto add_paths = [&](int count) {
+  // Rows per path of `plan`, the plan last timed: back from a task, each time to a predecessor
+  // that ended as it started. From the task that ends last and from the last tasks of the
+  // devices that end next, `count` of them (two rows a round gave 1,000 layers on 32 stages a
+  // root 4 % higher in the same 40 rounds than one; the first round takes every device's).
+  // A row is added where its value, at `plan` or at the last solve's shares, is above the
+  // bound and the programme lacks it: the row prices a stage's tasks together at their joint
+  // least ratio, above the sum of their least ratios that the timing takes, so a plan timed
+  // below the bound may still have rows above it. Returns the rows added.
+  auto add_paths = [&](const std::vector<double>& plan, int count) {
     std::vector<int> last(stages_, -1);
     for (int id = 0; id < n_tasks; ++id) {
       int& l = last[graph.tasks[id].device];
       if (l < 0 || finish[id] > finish[l]) l = id;
     }
-    std::erase_if(last, [&](int id) { return id < 0 || !(finish[id] > st.bound * (1.0 + 1e-9)); });
+    std::erase_if(last, [&](int id) {
+      return id < 0 || (st.by_timing && !(finish[id] > st.bound * (1.0 + 1e-9)));
+    });
     std::sort(last.begin(), last.end(), [&](int x, int y) { return finish[x] > finish[y]; });
     if (static_cast<int>(last.size()) > count) last.resize(count);
+    auto value_at = [&](double constant, const std::vector<double>& slope,
+                        const std::vector<double>& at) {
+      if (at.size() != slope.size()) return 0.0;
+      double value = constant;
+      for (std::size_t x = 0; x < slope.size(); ++x) value += slope[x] * at[x];
+      return value;
+    };
+    int added = 0;
     for (int at : last) {
       double constant = 0.0;
       Counts on_path(stages);
@@ -2724,24 +2755,44 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
         }
         at = start[at] > 0.0 ? next : -1;
       }
-      programme.add(constant, slopes(on_path));
+      std::vector<double> slope = slopes(on_path);
+      stats_.steps += 1 + 2 * width / kPivotCellsPerStep;
+      const double above = st.bound * (1.0 + 1e-9);
+      if (!(value_at(constant, slope, plan) > above) &&
+          !(st.rounds > 0 && value_at(constant, slope, st.shares) > above))
+        continue;
+      bool known = false;
+      for (std::size_t i = 0; i < programme.functions() && !known; ++i)
+        known = programme.constant(i) == constant && programme.slope(i) == slope;
+      stats_.steps += programme.functions() * width / kPivotCellsPerStep;
+      if (known) continue;
+      programme.add(constant, std::move(slope));
       stats_.steps += (width + 1) * (width + 1) / kPivotCellsPerStep;  // the column's pricing
+      ++added;
     }
+    return added;
   };
   for (; st.rounds < kRelaxedRootRounds && !reaches(st.bound); ++st.rounds) {
     if (stats_.steps >= step_limit) {
       cut = true;
       break;
     }
-    if (time_model_plan(st.model_plan) > st.bound * (1.0 + 1e-9)) {
-      add_paths(st.rounds == 0 ? stages_ : 2);
-    } else {
-      // No path of the stepped plan is above the bound, which says nothing of the solve's
-      // vertex: its own paths then (Kelley's cut), and where it has none above the bound
-      // either, the rounds are done. (Ending on the stepped plan alone, a 120-layer
+    time_model_plan(st.model_plan);
+    if (add_paths(st.model_plan, st.rounds == 0 ? stages_ : 2) == 0) {
+      // No row of the stepped plan's paths is above the bound, which says nothing of the
+      // solve's vertex: its own paths then (Kelley's cut), and where none of theirs is above
+      // the bound either, the rounds are done. (Ending on the stepped plan alone, a 120-layer
       // configuration on 2 devices stopped after one round at 283.367 ms against 291.784.)
-      if (!(time_model_plan(st.shares) > st.bound * (1.0 + 1e-9))) break;
-      add_paths(2);
+      time_model_plan(st.shares);
+      if (add_paths(st.shares, 2) == 0) {
+        if (!st.by_timing) break;
+        // No path is timed above the bound: the rows of the paths themselves from now on,
+        // and the plans here kept as starts (the rounds after them move the model plans, and
+        // the local search from those alone ended up to 2.5 % slower on random instances).
+        st.by_timing = false;
+        st.timed_plans = {st.best_plan, st.shares};
+        continue;
+      }
     }
     const std::uint64_t cells = programme.pivot_cells();
     st.bound = std::max(st.bound, programme.solve(&st.shares));
@@ -2766,15 +2817,18 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
     *complete = true;
   }
   balances->clear();
-  for (const std::vector<double>* shares : {&st.best_plan, &st.shares}) {
-    // Before the first round the solve's shares are the busy rows' arbitrary vertex.
-    if (shares == &st.shares && st.rounds == 0) break;
+  std::vector<const std::vector<double>*> plans = {&st.best_plan};
+  // Before the first round the solve's shares are the busy rows' arbitrary vertex.
+  if (st.rounds > 0) plans.push_back(&st.shares);
+  for (const std::vector<double>& plan : st.timed_plans) plans.push_back(&plan);
+  for (const std::vector<double>* shares : plans) {
     std::vector<double> stage_share(stages, 0.0);
     for (int s = 0; s < stages; ++s)
       for (int k = 0; k < n_classes; ++k) stage_share[s] += (*shares)[k * stages + s];
-    balances->push_back(rounded_balance(layer_work.prefix, stage_share));
+    std::vector<int> balance = rounded_balance(layer_work.prefix, stage_share);
+    if (std::find(balances->begin(), balances->end(), balance) == balances->end())
+      balances->push_back(std::move(balance));
   }
-  if (balances->size() == 2 && balances->back() == balances->front()) balances->pop_back();
   if (st.rounds > 0) {  // the next root of this schedule starts from its best model plan
     std::vector<double> share(stages, 0.0);
     for (int k = 0; k < n_classes; ++k)
@@ -3063,17 +3117,43 @@ void PlanSearch::proxy_starts(Entry& e) {
 
 // The local search goes on from `balance` if it fits better or is faster than its current one.
 void PlanSearch::start_from(Entry& e, const std::vector<int>& balance) {
-  if (balance == e.balance) return;
+  if (balance == e.balance ||
+      std::find(e.starts.begin(), e.starts.end(), balance) != e.starts.end())
+    return;
   std::vector<std::int64_t> peaks;
   const Score score = simulate_for(e, balance, &peaks);
   if (better(score, e.score)) {
+    // The balance it replaces is descended from later, if it fits.
+    if (!e.balance.empty() && !(e.score.excess > 0.0)) e.starts.push_back(e.balance);
     e.balance = balance;
     e.score = score;
     e.peaks = std::move(peaks);
     e.settled = false;
+    e.ranged = false;
     e.move = 0;  // the widest again
     e.widening = false;
+  } else if (!(score.excess > 0.0)) {
+    e.starts.push_back(balance);
   }
+}
+
+std::unique_ptr<GraphSweep> PlanSearch::graph_sweep(const Config& c) {
+  if (!GraphSweep::exact_for(profile_)) return nullptr;
+  const int stages = c.stages_per_device * stages_;
+  const Schedule schedule =
+      make_schedule(c.schedule, stages, c.micro_batches(), c.checkpoint, c.stages_per_device);
+  std::vector<int> device_of(stages);
+  for (int s = 0; s < stages; ++s)
+    device_of[s] = stage_rank(c.schedule, s, stages, c.stages_per_device);
+  auto sweep = std::make_unique<GraphSweep>(costs_, hardware_, schedule, device_of, c.sizes);
+  stats_.steps += sweep->task_count();  // its graph, as a simulation's
+  return sweep;
+}
+
+double PlanSearch::swept_time(GraphSweep& sweep, const std::vector<int>& balance) {
+  ++stats_.sweeps;
+  stats_.steps += 1 + (sweep.task_count() + 8 * balance.size()) / kSweepTasksPerStep;
+  return sweep.run(balance);
 }
 
 // A slice: the relaxed root's rounds if the cheap pass cut them short; the first plans if the cheap
@@ -3132,41 +3212,96 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
   // partition of time under a cap) took a simulation per layer moved.
   const int widest = std::max(1, layers_ / stages / 4);
   if (e.move == 0) e.move = widest;
-  while (!e.settled && stats_.steps < limit) {
-    bool improved = false;
-    for (int i = 0; i + 1 < stages && !improved && stats_.steps < limit; ++i) {
-      for (int delta : {-e.move, e.move}) {
-        std::vector<int> next = e.balance;
-        next[i] += delta;
-        next[i + 1] -= delta;
-        if (next[i] < 1 || next[i + 1] < 1) continue;
-        std::vector<std::int64_t> peaks;
-        const Score score = simulate_for(e, next, &peaks);
-        if (better(score, e.score)) {
-          e.balance = std::move(next);
-          e.score = score;
-          e.peaks = std::move(peaks);
-          improved = true;
-          break;
+  const std::unique_ptr<GraphSweep> sweep = graph_sweep(c);
+  // e's balance becomes `next` where that is better; false otherwise.
+  auto take_if_better = [&](std::vector<int> next) {
+    // Where the balance fits (or nothing is capped), only a faster one can be better: the
+    // sweep's time rules the others out without a simulation.
+    if (sweep && !(e.score.excess > 0.0) && !(swept_time(*sweep, next) < e.score.time))
+      return false;
+    std::vector<std::int64_t> peaks;
+    const Score score = simulate_for(e, next, &peaks);
+    if (!better(score, e.score)) return false;
+    e.balance = std::move(next);
+    e.score = score;
+    e.peaks = std::move(peaks);
+    return true;
+  };
+  for (;;) {
+    if (e.settled && e.ranged && !e.starts.empty() && stats_.steps < limit) {
+      // The next start's descent.
+      std::vector<std::int64_t> peaks;
+      e.balance = std::move(e.starts.front());
+      e.starts.erase(e.starts.begin());
+      e.score = simulate_for(e, e.balance, &peaks);
+      e.peaks = std::move(peaks);
+      e.settled = e.ranged = e.widening = false;
+      e.move = widest;
+    }
+    if (!(stats_.steps < limit) || (e.settled && e.ranged)) break;
+    while (!e.settled && stats_.steps < limit) {
+      bool improved = false;
+      for (int i = 0; i + 1 < stages && !improved && stats_.steps < limit; ++i) {
+        for (int delta : {-e.move, e.move}) {
+          std::vector<int> next = e.balance;
+          next[i] += delta;
+          next[i + 1] -= delta;
+          if (next[i] < 1 || next[i + 1] < 1) continue;
+          if (take_if_better(std::move(next))) {
+            improved = true;
+            break;
+          }
+        }
+      }
+      if (improved) {
+        e.widening = false;
+        e.ranged = false;
+      } else if (stats_.steps < limit) {
+        // Down to one layer, then once more up from two: a block moved at once can still gain
+        // where no single layer does.
+        if (!e.widening && e.move > 1) {
+          e.move /= 2;
+        } else if (!e.widening) {
+          e.widening = true;
+          e.move = 2;
+          if (e.move > widest) e.settled = true;
+        } else if (e.move * 2 > widest) {
+          e.settled = true;
+        } else {
+          e.move *= 2;
         }
       }
     }
-    if (improved) {
-      e.widening = false;
-    } else if (stats_.steps < limit) {
-      // Down to one layer, then once more up from two: a block moved at once can still gain
-      // where no single layer does.
-      if (!e.widening && e.move > 1) {
-        e.move /= 2;
-      } else if (!e.widening) {
-        e.widening = true;
-        e.move = 2;
-        if (e.move > widest) e.settled = true;
-      } else if (e.move * 2 > widest) {
-        e.settled = true;
-      } else {
-        e.move *= 2;
+    // Then, where balances are swept, a layer moved between two stages that are not neighbours
+    // (the stages between them shift by one): a time that is the maximum of several paths can
+    // need two ends to move at once, where moving either alone gains nothing. Where one does,
+    // the one-end moves go on from it.
+    if (!sweep) e.ranged = true;
+    bool moved = false, cut = false;
+    for (int i = 0; i + 2 < stages && !e.ranged && !moved && !cut; ++i) {
+      for (int j = i + 2; j < stages && !moved && !cut; ++j) {
+        for (int delta : {1, -1}) {
+          if (!(stats_.steps < limit)) {
+            cut = true;  // the next slice starts the moves over
+            break;
+          }
+          std::vector<int> next = e.balance;
+          next[i] += delta;
+          next[j] -= delta;
+          if (next[i] < 1 || next[j] < 1) continue;
+          if (take_if_better(std::move(next))) {
+            moved = true;
+            break;
+          }
+        }
       }
+    }
+    if (moved) {
+      e.settled = false;
+      e.move = 1;
+      e.widening = true;
+    } else if (!cut) {
+      e.ranged = true;
     }
   }
 
@@ -3220,7 +3355,9 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
           }
           balance.push_back(b - from);
           balance.push_back(layers_ - b);
-          simulate_for(e, balance);
+          // Simulated only if faster than the configuration's best, or as fast (it may need
+          // less memory): nothing else changes it.
+          if (!sweep || !(swept_time(*sweep, balance) > e.best)) simulate_for(e, balance);
         }
         bound.unplace(t + 1);
         if (peak) peak->unplace(t + 1);
