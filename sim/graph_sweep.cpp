@@ -44,41 +44,46 @@ GraphSweep::GraphSweep(const CostModel& costs, const Hardware& hardware, const S
     throw std::logic_error("GraphSweep: the schedule's task graph has a cycle");
   std::vector<int> position(n);
   for (int k = 0; k < n; ++k) position[order[k]] = k;
+  activation_link_.assign(stages, nullptr);
+  gradient_link_.assign(stages, nullptr);
   predecessor_start_.push_back(0);
   for (int id : order) {
     const SimTask& t = graph.tasks[id];
-    Task x{};
-    x.stage = t.stage;
-    x.slot = sizes[t.micro_batch] == sizes.front() ? 0 : 1;
+    int kind = 0;
     switch (t.kind) {
       case TaskKind::Forward:
-        x.kind = schedule.recomputes(t.micro_batch) ? 1 : 0;
+        kind = schedule.recomputes(t.micro_batch) ? 1 : 0;
         break;
       case TaskKind::Recompute:
-        x.kind = 2;
+        kind = 2;
         break;
       case TaskKind::Backward:
-        x.kind = 3;
+        kind = 3;
         break;
       case TaskKind::InputGrad:
-        x.kind = 4;
+        kind = 4;
         break;
       case TaskKind::WeightGrad:
-        x.kind = 5;
+        kind = 5;
         break;
       case TaskKind::SendActivation:
-      case TaskKind::SendGradient:
-        x.kind = t.kind == TaskKind::SendActivation ? 6 : 7;
-        x.link = hardware.calibration.copy ? &*hardware.calibration.copy
-                                           : &hardware.link_between(t.device, t.peer);
+      case TaskKind::SendGradient: {
+        const bool activation = t.kind == TaskKind::SendActivation;
+        kind = activation ? 6 : 7;
+        // A stage's copies in one direction all go to the same device.
+        (activation ? activation_link_ : gradient_link_)[t.stage] =
+            hardware.calibration.copy ? &*hardware.calibration.copy
+                                      : &hardware.link_between(t.device, t.peer);
         break;
+      }
     }
-    task_.push_back(x);
+    const int slot = sizes[t.micro_batch] == sizes.front() ? 0 : 1;
+    cost_of_.push_back((t.stage * 2 + slot) * 8 + kind);
     for (int u : before[id]) predecessor_.push_back(position[u]);
     predecessor_start_.push_back(static_cast<int>(predecessor_.size()));
   }
   finish_.assign(n, 0.0);
-  cost_.assign(static_cast<std::size_t>(stages) * 2, {});
+  cost_.assign(static_cast<std::size_t>(stages) * 16, 0.0);
 }
 
 bool GraphSweep::exact_for(const Profile& profile) {
@@ -94,7 +99,7 @@ double GraphSweep::run(const std::vector<int>& balance) {
     const int b = a + balance[s];
     for (int slot = 0; slot < 2; ++slot) {
       const SizeCosts& c = costs_.at(sizes_[slot]);
-      std::array<double, 8>& x = cost_[static_cast<std::size_t>(s) * 2 + slot];
+      double* x = &cost_[static_cast<std::size_t>(s * 2 + slot) * 8];
       const double speed = speed_[s];
       x[0] = c.forward_ms_sum(a, b) / speed + overhead_ms_;
       x[1] = c.forward_nograd_ms_sum(a, b) / speed + overhead_ms_;
@@ -102,21 +107,20 @@ double GraphSweep::run(const std::vector<int>& balance) {
       x[3] = c.backward_ms_sum(a, b) / speed + overhead_ms_;
       x[4] = c.backward_input_ms_sum(a, b) / speed + overhead_ms_;
       x[5] = c.backward_weight_ms_sum(a, b) / speed + overhead_ms_;
-      // An activation leaves as the stage's output, a gradient as its input's.
-      x[6] = static_cast<double>(c.output_bytes[b - 1]);
-      x[7] = static_cast<double>(c.stage_input_bytes(a));
+      // An activation leaves as the stage's output, a gradient as its input.
+      if (activation_link_[s])
+        x[6] = activation_link_[s]->transfer_ms(static_cast<double>(c.output_bytes[b - 1]));
+      if (gradient_link_[s])
+        x[7] = gradient_link_[s]->transfer_ms(static_cast<double>(c.stage_input_bytes(a)));
     }
   }
   double makespan = 0.0;
-  const std::size_t n = task_.size();
+  const std::size_t n = cost_of_.size();
   for (std::size_t k = 0; k < n; ++k) {
-    const Task& t = task_[k];
-    const double value = cost_[static_cast<std::size_t>(t.stage) * 2 + t.slot][t.kind];
-    const double ms = t.kind >= 6 ? t.link->transfer_ms(value) : value;
     double start = 0.0;
     for (int p = predecessor_start_[k]; p < predecessor_start_[k + 1]; ++p)
       start = std::max(start, finish_[predecessor_[p]]);
-    finish_[k] = start + ms;
+    finish_[k] = start + cost_[cost_of_[k]];
     makespan = std::max(makespan, finish_[k]);
   }
   return makespan;

@@ -12,7 +12,6 @@
 // only those that could become a configuration's best. IterationSweep (stage_timing.hpp) is the
 // one-stage-per-device counterpart, with prefix bounds the enumeration needs.
 
-#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -38,27 +37,22 @@ class GraphSweep {
   double run(const std::vector<int>& balance);
 
   /// Tasks (compute and copies) one run() covers.
-  std::size_t task_count() const { return task_.size(); }
+  std::size_t task_count() const { return cost_of_.size(); }
 
  private:
-  // Per task: what its duration is made of. kind: 0 forward, 1 forward without autograd,
-  // 2 recompute, 3 backward, 4 its input half (I), 5 its weight half (W), 6 an activation
-  // copy, 7 a gradient copy (both sent by `stage`, over `link`).
-  struct Task {
-    std::uint8_t kind;
-    std::uint8_t slot;  // micro-batch size: 0 the common one, 1 a smaller last one
-    int stage;
-    const Link* link;
-  };
+  // Per task, in a topological order: where its duration is in cost_, [stage][slot][kind] with
+  // kind 0 forward, 1 forward without autograd, 2 recompute, 3 backward, 4 its input half (I),
+  // 5 its weight half (W), 6 the activation copy it sends, 7 the gradient copy.
+  std::vector<int> cost_of_;
+  std::vector<int> predecessor_start_;  // CSR over the tasks: predecessors' positions
+  std::vector<int> predecessor_;
   const CostModel& costs_;
   std::vector<std::int64_t> sizes_;  // [slot]
   std::vector<double> speed_;        // per stage, with the calibration's scale
   double overhead_ms_ = 0.0;
-  std::vector<Task> task_;              // in a topological order
-  std::vector<int> predecessor_start_;  // CSR over task_: predecessors' positions in task_
-  std::vector<int> predecessor_;
-  std::vector<double> finish_;               // scratch, per task
-  std::vector<std::array<double, 8>> cost_;  // scratch, [stage * 2 + slot][kind]
+  // Per stage, the links its activations and its gradients leave by (null: none).
+  std::vector<const Link*> activation_link_, gradient_link_;
+  std::vector<double> cost_, finish_;  // scratch
 };
 
 }  // namespace pipetune
