@@ -178,6 +178,7 @@ std::int64_t MultiStagePeakBound::baseline(int r) const {
 
 std::int64_t MultiStagePeakBound::device_bound(int r) const {
   std::int64_t most = 0;  // the state before the first action
+  level_cells_ += moments_[r].size() * stages_of_[r].size();
   for (const Moment& x : moments_[r]) most = std::max(most, moment_level(x, r));
   return baseline(r) + most;
 }

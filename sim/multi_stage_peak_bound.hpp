@@ -81,6 +81,8 @@ class MultiStagePeakBound {
   std::uint64_t partition_cells() const { return partition_cells_; }
   /// Tableau cells of may_fit()'s master programmes' pivots so far, for a caller's budget.
   std::uint64_t pivot_cells() const { return pivot_cells_; }
+  /// (Moment, stage) terms that place() and the other bounds of a device have summed so far.
+  std::uint64_t level_cells() const { return level_cells_; }
 
  private:
   // A moment of one device's programme: per local stage, the kept forwards of each size slot
@@ -157,6 +159,7 @@ class MultiStagePeakBound {
   std::int64_t weight_kept_last(int slot, int k) const;
   mutable std::uint64_t partition_cells_ = 0;
   std::uint64_t pivot_cells_ = 0;
+  mutable std::uint64_t level_cells_ = 0;
 };
 
 /// Every device's bound for `plan` (a multi-stage plan that check_plan accepts).
