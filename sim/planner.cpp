@@ -146,8 +146,10 @@ class Ranking {
 // whole or split backward, over every micro-batch; recomputes and copies left out) plus a
 // forward and a backward task's overhead per stage and micro-batch (busy). Its programme's first
 // action, a forward of stage s, waits for some micro-batch's forward through the stages below s,
-// none of them on r (head); when its programme ends with a B or I of stage s, that micro-batch's
-// gradient still has the stages below s to pass, none of them on r either (tail). The time is
+// none of them on r, and its copies across their boundaries (head); when its programme ends with
+// a B or I of stage s, that micro-batch's gradient still has the stages below s and their
+// boundaries to pass, none of them on r either (tail); a copy at the least bytes the boundary's
+// layer outputs at any micro-batch size. The time is
 // at least max over r of head + busy + tail. Stages are placed in order; each term only grows as
 // more are placed, and a term that needs stages not yet placed counts 0, so the bound of a prefix
 // holds for every completion.
@@ -155,12 +157,13 @@ class MultiStageBalanceBound {
  public:
   MultiStageBalanceBound(const CostModel& costs, const std::vector<std::int64_t>& sizes,
                          ScheduleKind kind, CheckpointMode checkpoint, int devices, int v,
-                         std::vector<double> speed, double overhead)
+                         std::vector<double> speed, double overhead, const Hardware& hardware)
       : stages_(devices * v), speed_(std::move(speed)), overhead_(overhead) {
     const int layers = costs.layer_count();
     work_.assign(layers + 1, 0.0);
     head_.assign(layers + 1, 0.0);
     tail_.assign(layers + 1, 0.0);
+    least_output_.assign(layers, kInf);
     for (int k = 0; k < layers; ++k) {
       double work = 0.0, head = kInf, tail = kInf;
       for (std::int64_t size : sizes) {
@@ -170,6 +173,7 @@ class MultiStageBalanceBound {
             forward + std::min(c.backward_ms[k], c.backward_input_ms[k] + c.backward_weight_ms[k]);
         head = std::min(head, forward);
         tail = std::min(tail, std::min(c.backward_ms[k], c.backward_input_ms[k]));
+        least_output_[k] = std::min(least_output_[k], static_cast<double>(c.output_bytes[k]));
       }
       work_[k + 1] = work_[k] + work;
       head_[k + 1] = head_[k] + head;
@@ -178,6 +182,14 @@ class MultiStageBalanceBound {
     const int m = static_cast<int>(sizes.size());
     const Schedule schedule = make_schedule(kind, stages_, m, checkpoint, v);
     rank_ = schedule.stage_rank;
+    // The link each boundary's copies take, as the simulator's: none where both stages are on
+    // one device.
+    link_.assign(stages_, nullptr);
+    for (int t = 0; t + 1 < stages_; ++t) {
+      if (rank_[t] == rank_[t + 1]) continue;
+      link_[t] = hardware.calibration.copy ? &*hardware.calibration.copy
+                                           : &hardware.link_between(rank_[t], rank_[t + 1]);
+    }
     first_.assign(devices, 0);
     last_.assign(devices, -1);
     for (int r = 0; r < devices; ++r) {
@@ -197,8 +209,11 @@ class MultiStageBalanceBound {
     const double speed = speed_[rank_[t]];
     stage_work_[t] = (work_[b] - work_[a]) / speed;
     busy_[rank_[t]] += stage_work_[t];
-    head_chain_[t + 1] = head_chain_[t] + (head_[b] - head_[a]) / speed + overhead_;
-    tail_chain_[t + 1] = tail_chain_[t] + (tail_[b] - tail_[a]) / speed + overhead_;
+    // The chains cross the boundary after t too: an activation on the way in, a gradient (of
+    // as many bytes) on the way back.
+    const double copy = link_[t] ? link_[t]->transfer_ms(least_output_[b - 1]) : 0.0;
+    head_chain_[t + 1] = head_chain_[t] + (head_[b] - head_[a]) / speed + overhead_ + copy;
+    tail_chain_[t + 1] = tail_chain_[t] + (tail_[b] - tail_[a]) / speed + overhead_ + copy;
   }
   void unplace(int t) { busy_[rank_[t]] -= stage_work_[t]; }
 
@@ -231,7 +246,9 @@ class MultiStageBalanceBound {
   std::vector<double> speed_;  // per device (programme)
   double overhead_;
   std::vector<double> work_, head_, tail_;  // prefix sums over layers
+  std::vector<double> least_output_;        // per layer, over the micro-batch sizes
   std::vector<int> rank_;                   // programme of each stage
+  std::vector<const Link*> link_;           // per stage: its copies' to the next, or null
   std::vector<int> first_, last_;           // per programme: its first action's stage, and its
                                             // last's when a B or I (else -1)
   double fixed_ = 0.0;
@@ -2514,14 +2531,16 @@ MultiStagePeakBound PlanSearch::peak_bound(const Config& c) {
 // plans (first the last root's best model plan of the same schedule and stages per device, or
 // equal time per stage; then each a step from the best model plan towards the solve's shares,
 // and the shares themselves where the step's paths are not above the bound), timed by a
-// sweep, until no path of the solve's shares is longer than the bound, or until the bound
-// reaches `enough`. `rows`, where given, receives the programme's functions. `complete`: whether
-// the rounds ended by themselves (no path longer, all of them run, or `enough`) rather than at
-// `step_limit`, a count of stats_.steps; while they did not, `state` holds where they stopped,
-// for a later call to go on from (a fresh start each time never completed a root that needs
-// more than the steps given). `balances`: the best model plan timed and the last solve's
-// shares (once a round has run), each rounded to layer boundaries (on random models each was
-// the better start for the local search on some).
+// sweep, until no path of the solve's shares is timed longer than the bound, then on with the
+// paths' own rows (above their timed lengths, see add_paths) until none of those is above it
+// either, or until the bound reaches `enough`. `rows`, where given, receives the programme's
+// functions. `complete`: whether the rounds ended by themselves (no path longer, all of them run,
+// or `enough`) rather than at `step_limit`, a count of stats_.steps; while they did not, `state`
+// holds where they stopped, for a later call to go on from (a fresh start each time never completed
+// a root that needs more than the steps given). `balances`: the best model plan timed and the last
+// solve's shares (once a round has run), and the two where no path was timed above the bound any
+// more, each rounded to layer boundaries (on random models each was the better start for the
+// local search on some).
 struct PlanSearch::RelaxedRootState {
   MinMaxShareProgramme programme;
   std::vector<double> shares;      // the last solve's
@@ -3308,7 +3327,7 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
   }
 
   MultiStageBalanceBound bound(costs_, c.sizes, c.schedule, c.checkpoint, stages_,
-                               c.stages_per_device, speed_, overhead_);
+                               c.stages_per_device, speed_, overhead_, hardware_);
   // Under caps, a stage whose device's peak bound exceeds its cap ends every balance below it:
   // no plan there fits, and a longer stage only needs more.
   std::optional<MultiStagePeakBound> peak;
@@ -3602,7 +3621,7 @@ double multi_stage_balance_bound(const Profile& profile, const Hardware& hardwar
   const CostModel costs(profile);
   MultiStageBalanceBound bound(costs, split_batch(profile.batch_size, plan.chunks), plan.schedule,
                                plan.checkpoint, devices, v, std::move(speed),
-                               hardware.launch_overhead_ms);
+                               hardware.launch_overhead_ms, hardware);
   return bound.of(plan.balance);
 }
 

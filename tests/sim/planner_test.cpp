@@ -1345,5 +1345,22 @@ TEST(Planner, MultiStageBalanceBoundByHand) {
   EXPECT_NEAR(multi_stage_balance_bound(profile, hw, plan), 77.0 + 4 * 0.5 + 0.5 + 0.5, 1e-9);
 }
 
+// The same with copies: links of 2 ms latency and 1 MB/s, layer 0's output 1,000 bytes and the
+// others' 500. cpu:1's head and tail each cross the boundary after stage 0 (2 + 1 ms), so its
+// bound is 1 + 3 + 66 + 3 + 10 = 83; the run is the chain with every boundary crossed both ways,
+// 110 + 2 x (3 + 2.5 + 2.5) = 126.
+TEST(Planner, MultiStageBalanceBoundByHandWithCopies) {
+  std::vector<testing::LayerSpec> layers{
+      {1, 10, 0, 1000}, {2, 20, 0, 500}, {3, 30, 0, 500}, {4, 40, 0, 500}};
+  const Profile profile = testing::make_profile(layers, 1);
+  Hardware hw = replicate_device(profile.device, 2);
+  hw.launch_overhead_ms = 0.0;
+  hw.link = Link{1e6, 2.0};
+  Plan plan = testing::make_plan({1, 1, 1, 1}, 1, CheckpointMode::Never, ScheduleKind::LoopedBFS);
+  plan.stages_per_device = 2;
+  EXPECT_NEAR(multi_stage_balance_bound(profile, hw, plan), 83.0, 1e-9);
+  EXPECT_NEAR(Simulator(profile, hw).run(plan).iteration_ms, 126.0, 1e-9);
+}
+
 }  // namespace
 }  // namespace pipetune
