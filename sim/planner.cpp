@@ -12,6 +12,7 @@
 #include <numeric>
 #include <optional>
 #include <queue>
+#include <random>
 #include <stdexcept>
 
 #include "sim/cost_model.hpp"
@@ -46,6 +47,10 @@ constexpr int kRelaxedRootRounds = 40;
 // How far each round's model plan moves from the best one towards the solve's shares (see
 // multi_stage_relaxed_root()).
 constexpr double kModelPlanStep = 0.3;
+// Kicks of a multi-stage configuration's best plan that its local search descends from once
+// every start is done: 8 made 16 of 24 random instances' answers faster (1.47 % on geometric
+// mean, against 1.36 % without), 16 and 32 about the same.
+constexpr int kLocalSearchKicks = 16;
 // A step of the budget is about 50 ns of work; a pivot updates a tableau cell in about 1.5 ns
 // (measured on a 32-stage multi-stage root).
 constexpr std::uint64_t kPivotCellsPerStep = 32;
@@ -2161,6 +2166,7 @@ struct PlanSearch::Entry {
   // Multi-stage: fitting starts the local search descends from once its current descent ends
   // (one descent from the best start alone ended on 2.5 % slower plans than from another).
   std::vector<std::vector<int>> starts;
+  int kicks = 0;  // multi-stage: starts made by kicking the best plan (see multi_stage_slice())
   ConfigurationStats stats;  // what was spent on it
   bool closed = false;       // searched to the end, or ruled out by a bound
   double polished = kInf;    // the best plan polish() last started from
@@ -3249,6 +3255,26 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
     return true;
   };
   for (;;) {
+    // Once every start is descended, kicks (iterated local search): the best plan so far with
+    // a few layers moved between random stages (the same for the same configuration, so that
+    // the search stays deterministic), descended from as a start. (Only once the enumeration
+    // below had been cut short by the budget: 13 faster instead of 16.)
+    if (e.settled && e.ranged && e.starts.empty() && sweep && e.kicks < kLocalSearchKicks &&
+        e.best < kInf && stats_.steps < limit) {
+      std::mt19937 rng(static_cast<unsigned>(1000003 * e.kicks + 7919 * c.micro_batches() +
+                                             31 * static_cast<int>(c.schedule) +
+                                             static_cast<int>(c.checkpoint)));
+      std::vector<int> next = e.candidate.plan.balance;
+      for (int k = 0; k < 3; ++k) {
+        const int i = static_cast<int>(rng() % stages), j = static_cast<int>(rng() % stages);
+        const int d = 1 + static_cast<int>(rng() % 3);
+        if (i == j || next[j] - d < 1) continue;
+        next[i] += d;
+        next[j] -= d;
+      }
+      ++e.kicks;
+      e.starts.push_back(std::move(next));
+    }
     if (e.settled && e.ranged && !e.starts.empty() && stats_.steps < limit) {
       // The next start's descent.
       std::vector<std::int64_t> peaks;
