@@ -27,21 +27,9 @@ GraphSweep::GraphSweep(const CostModel& costs, const Hardware& hardware, const S
   TaskGraph graph;
   build_task_graph(graph, schedule, device_of, devices);
   const int n = static_cast<int>(graph.tasks.size());
-  std::vector<std::vector<int>> before(n), after(n);
-  for (const auto& [u, t] : graph.engine.edges()) {
-    before[t].push_back(u);
-    after[u].push_back(t);
-  }
-  std::vector<int> order, waiting(n);
-  for (int id = 0; id < n; ++id) {
-    waiting[id] = static_cast<int>(before[id].size());
-    if (waiting[id] == 0) order.push_back(id);
-  }
-  for (std::size_t i = 0; i < order.size(); ++i)
-    for (int t : after[order[i]])
-      if (--waiting[t] == 0) order.push_back(t);
-  if (static_cast<int>(order.size()) != n)
-    throw std::logic_error("GraphSweep: the schedule's task graph has a cycle");
+  const TaskOrder sorted = topological_order(graph);
+  const std::vector<int>& order = sorted.order;
+  const std::vector<std::vector<int>>& before = sorted.before;
   std::vector<int> position(n);
   for (int k = 0; k < n; ++k) position[order[k]] = k;
   activation_link_.assign(stages, nullptr);

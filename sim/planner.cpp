@@ -2683,26 +2683,10 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
   // times are the longest paths over the engine's edges: a sweep in topological order, several
   // times faster than the event queue (which was most of the root's time).
   const int n_tasks = static_cast<int>(graph.tasks.size());
-  std::vector<std::vector<int>> before(n_tasks);  // each task's predecessors
-  std::vector<int> order;                         // topological
-  {
-    stats_.steps += 1 + graph.tasks.size() / kSweepTasksPerStep;
-    std::vector<std::vector<int>> after(n_tasks);
-    for (const auto& [u, t] : graph.engine.edges()) {
-      before[t].push_back(u);
-      after[u].push_back(t);
-    }
-    std::vector<int> waiting(n_tasks);
-    for (int id = 0; id < n_tasks; ++id) {
-      waiting[id] = static_cast<int>(before[id].size());
-      if (waiting[id] == 0) order.push_back(id);
-    }
-    for (std::size_t i = 0; i < order.size(); ++i)
-      for (int t : after[order[i]])
-        if (--waiting[t] == 0) order.push_back(t);
-    if (static_cast<int>(order.size()) != n_tasks)
-      throw std::logic_error("multi-stage relaxed root: the schedule's task graph has a cycle");
-  }
+  stats_.steps += 1 + graph.tasks.size() / kSweepTasksPerStep;
+  const TaskOrder sorted = topological_order(graph);
+  const std::vector<std::vector<int>>& before = sorted.before;  // each task's predecessors
+  const std::vector<int>& order = sorted.order;
   std::vector<double> duration(n_tasks), start(n_tasks), finish(n_tasks);
   *complete = false;
   bool cut = false;  // the rounds stopped at step_limit

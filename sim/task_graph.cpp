@@ -1,5 +1,7 @@
 #include "sim/task_graph.hpp"
 
+#include <stdexcept>
+
 namespace pipetune {
 
 TaskKind task_kind(ActionKind kind) {
@@ -136,6 +138,28 @@ void build_task_graph(TaskGraph& g, const Schedule& schedule, const std::vector<
       last[from] = copy;
     }
   }
+}
+
+TaskOrder topological_order(const TaskGraph& graph) {
+  const int n = static_cast<int>(graph.tasks.size());
+  TaskOrder out;
+  out.before.resize(n);
+  std::vector<std::vector<int>> after(n);
+  for (const auto& [u, t] : graph.engine.edges()) {
+    out.before[t].push_back(u);
+    after[u].push_back(t);
+  }
+  std::vector<int> waiting(n);
+  for (int id = 0; id < n; ++id) {
+    waiting[id] = static_cast<int>(out.before[id].size());
+    if (waiting[id] == 0) out.order.push_back(id);
+  }
+  for (std::size_t i = 0; i < out.order.size(); ++i)
+    for (int t : after[out.order[i]])
+      if (--waiting[t] == 0) out.order.push_back(t);
+  if (static_cast<int>(out.order.size()) != n)
+    throw std::logic_error("the schedule's task graph has a cycle");
+  return out;
 }
 
 }  // namespace pipetune

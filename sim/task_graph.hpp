@@ -32,4 +32,13 @@ TaskKind task_kind(ActionKind kind);
 void build_task_graph(TaskGraph& graph, const Schedule& schedule, const std::vector<int>& device_of,
                       int devices);
 
+/// The graph's tasks in a topological order of the engine's edges (dependencies and each
+/// resource's order), with each task's predecessors: where nothing paces the tasks, one pass in
+/// this order computes the engine's times. Throws std::logic_error on a cycle.
+struct TaskOrder {
+  std::vector<int> order;
+  std::vector<std::vector<int>> before;  ///< per task
+};
+TaskOrder topological_order(const TaskGraph& graph);
+
 }  // namespace pipetune
