@@ -48,8 +48,8 @@ constexpr int kRelaxedRootRounds = 40;
 // multi_stage_relaxed_root()).
 constexpr double kModelPlanStep = 0.3;
 // Kicks of a multi-stage configuration's best plan that its local search descends from once
-// every start is done: 8 made 16 of 24 random instances' answers faster (1.47 % on geometric
-// mean, against 1.36 % without), 16 and 32 about the same.
+// every start is done: with 8, 16 or 32 of them, 16 of 24 random instances' answers were faster
+// than before the sweeps (1.47-1.49 % on geometric mean, against 1.36 % without kicks).
 constexpr int kLocalSearchKicks = 16;
 // A step of the budget is about 50 ns of work; a pivot updates a tableau cell in about 1.5 ns
 // (measured on a 32-stage multi-stage root).
@@ -2801,7 +2801,9 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
         // and the plans here kept as starts (the rounds after them move the model plans, and
         // the local search from those alone ended up to 2.5 % slower on random instances).
         st.by_timing = false;
-        st.timed_plans = {st.best_plan, st.shares};
+        st.timed_plans = {st.best_plan};
+        // (Before the first solve the shares are the busy rows' arbitrary vertex.)
+        if (st.rounds > 0) st.timed_plans.push_back(st.shares);
         continue;
       }
     }
@@ -3126,7 +3128,8 @@ void PlanSearch::proxy_starts(Entry& e) {
   }
 }
 
-// The local search goes on from `balance` if it fits better or is faster than its current one.
+// The local search goes on from `balance` if it fits better or is faster than its current one;
+// otherwise, if it fits, it is a start descended from later (as is the one it replaces).
 void PlanSearch::start_from(Entry& e, const std::vector<int>& balance) {
   if (balance == e.balance ||
       std::find(e.starts.begin(), e.starts.end(), balance) != e.starts.end())
@@ -3135,7 +3138,9 @@ void PlanSearch::start_from(Entry& e, const std::vector<int>& balance) {
   const Score score = simulate_for(e, balance, &peaks);
   if (better(score, e.score)) {
     // The balance it replaces is descended from later, if it fits.
-    if (!e.balance.empty() && !(e.score.excess > 0.0)) e.starts.push_back(e.balance);
+    if (!e.balance.empty() && !(e.score.excess > 0.0) &&
+        std::find(e.starts.begin(), e.starts.end(), e.balance) == e.starts.end())
+      e.starts.push_back(e.balance);
     e.balance = balance;
     e.score = score;
     e.peaks = std::move(peaks);
@@ -3169,11 +3174,14 @@ double PlanSearch::swept_time(GraphSweep& sweep, const std::vector<int>& balance
 
 // A slice: the relaxed root's rounds if the cheap pass cut them short; the first plans if the cheap
 // pass deferred them; then a first-improvement local search that moves one stage boundary (wide
-// moves first, see below), least memory excess first, then time, until no move improves (a good
+// moves first, see below), least memory excess first, then time, until no move improves, then a
+// layer between distant stages, from every start and then from kicks of the best plan (a good
 // plan early makes the enumeration below prune more); then the enumeration of every balance, stage
 // by stage, where a prefix whose MultiStageBalanceBound is not below the plan to beat, or whose
 // last stage's device cannot fit its memory bound, is not extended, and a whole balance is
-// simulated only when its bound is below it. The enumeration resumes where the last slice stopped
+// timed only when its bound is below it. Balances are timed by GraphSweep where it equals the
+// simulator, and simulated only where they could become the configuration's best or the
+// current one does not fit. The enumeration resumes where the last slice stopped
 // (the plan to beat only falls, so what it skipped stays skipped); when it ends, the configuration
 // is closed with its exact best.
 void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::uint64_t slice) {
@@ -3241,8 +3249,9 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
   for (;;) {
     // Once every start is descended, kicks (iterated local search): the best plan so far with
     // a few layers moved between random stages (the same for the same configuration, so that
-    // the search stays deterministic), descended from as a start. (Only once the enumeration
-    // below had been cut short by the budget: 13 faster instead of 16.)
+    // the search stays deterministic), descended from as a start. (Kicks held back until the
+    // enumeration below had been cut short by the budget were measured too: 13 answers of the
+    // random instances faster instead of 16.)
     if (e.settled && e.ranged && e.starts.empty() && sweep && e.kicks < kLocalSearchKicks &&
         e.best < kInf && stats_.steps < limit) {
       std::mt19937 rng(static_cast<unsigned>(1000003 * e.kicks + 7919 * c.micro_batches() +
@@ -3257,7 +3266,7 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
         next[j] -= d;
       }
       ++e.kicks;
-      e.starts.push_back(std::move(next));
+      if (next != e.candidate.plan.balance) e.starts.push_back(std::move(next));
     }
     if (e.settled && e.ranged && !e.starts.empty() && stats_.steps < limit) {
       // The next start's descent.
@@ -3626,12 +3635,14 @@ double multi_stage_balance_bound(const Profile& profile, const Hardware& hardwar
                                  const Plan& plan) {
   const int v = plan.stages_per_device;
   const int devices = plan.stages() / std::max(1, v);
+  // As the simulator sees the hardware: its calibration applied.
+  const Hardware used = calibrated(hardware, devices);
   std::vector<double> speed;
-  for (int d = 0; d < devices; ++d) speed.push_back(hardware.devices.at(d).speed);
+  for (int d = 0; d < devices; ++d) speed.push_back(used.devices.at(d).speed);
   const CostModel costs(profile);
   MultiStageBalanceBound bound(costs, split_batch(profile.batch_size, plan.chunks), plan.schedule,
                                plan.checkpoint, devices, v, std::move(speed),
-                               hardware.launch_overhead_ms, hardware);
+                               used.launch_overhead_ms, used);
   return bound.of(plan.balance);
 }
 

@@ -98,7 +98,7 @@ struct PlannerStats {
   std::size_t configurations_searched = 0;  ///< given a root bound and a first plan
   std::uint64_t nodes = 0;                  ///< partial balances examined
   std::uint64_t simulations = 0;            ///< full simulations (a new best plan's memory)
-  std::uint64_t sweeps = 0;                 ///< balances timed by a sweep, not simulated
+  std::uint64_t sweeps = 0;                 ///< balances timed by a sweep (simulated if a best)
   std::uint64_t prefix_sweeps = 0;          ///< partial balances bounded by a sweep of their stages
   std::uint64_t steps = 0;  ///< nodes + swept tasks / 8 + simulated tasks, against search_budget
   bool proven = true;       ///< the best plan is optimal under the simulator (the search finished)
