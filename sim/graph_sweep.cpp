@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "sim/stage_timing.hpp"
 #include "sim/task_graph.hpp"
 
 namespace pipetune {
@@ -60,8 +61,7 @@ GraphSweep::GraphSweep(const CostModel& costs, const Hardware& hardware, const S
         kind = activation ? 6 : 7;
         // A stage's copies in one direction all go to the same device.
         (activation ? activation_link_ : gradient_link_)[t.stage] =
-            hardware.calibration.copy ? &*hardware.calibration.copy
-                                      : &hardware.link_between(t.device, t.peer);
+            &hardware.copy_link(t.device, t.peer);
         break;
       }
     }
@@ -82,24 +82,25 @@ double GraphSweep::run(const std::vector<int>& balance) {
   const int stages = static_cast<int>(speed_.size());
   if (static_cast<int>(balance.size()) != stages)
     throw std::invalid_argument("GraphSweep::run: a balance of another stage count");
-  // The simulator's expressions (sim/simulator.cpp, stage_costs and set_copy_effects).
+  // The simulator's expressions: stage_durations() (stage_timing.hpp), and the backward's
+  // halves as the simulator's stage_costs() writes them.
+  const SizeCosts& common = costs_.at(sizes_[0]);
+  const SizeCosts& last = costs_.at(sizes_[1]);
   for (int s = 0, a = 0; s < stages; a += balance[s], ++s) {
     const int b = a + balance[s];
+    const double speed = speed_[s];
+    const StageDurations d = stage_durations(common, last, a, b, speed, overhead_ms_,
+                                             activation_link_[s], gradient_link_[s], false);
     for (int slot = 0; slot < 2; ++slot) {
-      const SizeCosts& c = costs_.at(sizes_[slot]);
+      const SizeCosts& c = slot == 0 ? common : last;
       double* x = &cost_[static_cast<std::size_t>(s * 2 + slot) * 8];
-      const double speed = speed_[s];
-      x[0] = c.forward_ms_sum(a, b) / speed + overhead_ms_;
-      x[1] = c.forward_nograd_ms_sum(a, b) / speed + overhead_ms_;
-      x[2] = x[0];
-      x[3] = c.backward_ms_sum(a, b) / speed + overhead_ms_;
+      x[0] = x[2] = d.forward[slot];
+      x[1] = d.forward_nograd[slot];
+      x[3] = d.backward[slot];
       x[4] = c.backward_input_ms_sum(a, b) / speed + overhead_ms_;
       x[5] = c.backward_weight_ms_sum(a, b) / speed + overhead_ms_;
-      // An activation leaves as the stage's output, a gradient as its input.
-      if (activation_link_[s])
-        x[6] = activation_link_[s]->transfer_ms(static_cast<double>(c.output_bytes[b - 1]));
-      if (gradient_link_[s])
-        x[7] = gradient_link_[s]->transfer_ms(static_cast<double>(c.stage_input_bytes(a)));
+      x[6] = d.activation_copy[slot];
+      x[7] = d.gradient_copy[slot];
     }
   }
   double makespan = 0.0;

@@ -69,6 +69,11 @@ struct Hardware {
   Calibration calibration;  ///< empty unless a calibration run filled it
 
   const Link& link_between(int from, int to) const;
+  /// The link a simulated copy from `from` to `to` takes: the calibration's measured one where
+  /// it has one (it replaces every link), else link_between().
+  const Link& copy_link(int from, int to) const {
+    return calibration.copy ? *calibration.copy : link_between(from, to);
+  }
   int device_index(std::string_view name) const;  ///< -1 when unknown
 };
 

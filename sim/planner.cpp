@@ -192,8 +192,7 @@ class MultiStageBalanceBound {
     link_.assign(stages_, nullptr);
     for (int t = 0; t + 1 < stages_; ++t) {
       if (rank_[t] == rank_[t + 1]) continue;
-      link_[t] = hardware.calibration.copy ? &*hardware.calibration.copy
-                                           : &hardware.link_between(rank_[t], rank_[t + 1]);
+      link_[t] = &hardware.copy_link(rank_[t], rank_[t + 1]);
     }
     first_.assign(devices, 0);
     last_.assign(devices, -1);

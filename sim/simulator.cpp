@@ -81,8 +81,7 @@ Simulator::Simulator(const Profile& profile, const Hardware& hardware)
   links_.resize(static_cast<std::size_t>(devices) * devices);
   for (int from = 0; from < devices; ++from) {
     for (int to = 0; to < devices; ++to) {
-      links_[from * devices + to] = hardware.calibration.copy ? &*hardware.calibration.copy
-                                                              : &hardware.link_between(from, to);
+      links_[from * devices + to] = &hardware.copy_link(from, to);
     }
   }
   graph_.graph = std::make_unique<TaskGraph>();
