@@ -646,6 +646,7 @@ class PlanSearch {
                                   bool* complete, std::vector<std::vector<int>>* balances,
                                   StageWorkRows* rows);
   void multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::uint64_t slice);
+  void multi_stage_local_search(Entry& e, GraphSweep* sweep, std::uint64_t limit);
   // A configuration's balances timed without simulating them (GraphSweep), where that is exact;
   // null otherwise. Built per slice: a graph of every configuration held at once costs more
   // memory than its build costs time.
@@ -2165,7 +2166,16 @@ struct PlanSearch::Entry {
   // Multi-stage: fitting starts the local search descends from once its current descent ends
   // (one descent from the best start alone ended on 2.5 % slower plans than from another).
   std::vector<std::vector<int>> starts;
-  int kicks = 0;  // multi-stage: starts made by kicking the best plan (see multi_stage_slice())
+  int kicks = 0;  // multi-stage: starts made by kicking the best plan (multi_stage_local_search())
+  // Multi-stage: the local search starts over from `b` (its score and peaks), the widest moves
+  // first (move 0 until a slice sets it).
+  void restart_at(std::vector<int> b, const Score& s, std::vector<std::int64_t> p) {
+    balance = std::move(b);
+    score = s;
+    peaks = std::move(p);
+    settled = ranged = widening = false;
+    move = 0;
+  }
   ConfigurationStats stats;  // what was spent on it
   bool closed = false;       // searched to the end, or ruled out by a bound
   double polished = kInf;    // the best plan polish() last started from
@@ -3140,13 +3150,7 @@ void PlanSearch::start_from(Entry& e, const std::vector<int>& balance) {
     if (!e.balance.empty() && !(e.score.excess > 0.0) &&
         std::find(e.starts.begin(), e.starts.end(), e.balance) == e.starts.end())
       e.starts.push_back(e.balance);
-    e.balance = balance;
-    e.score = score;
-    e.peaks = std::move(peaks);
-    e.settled = false;
-    e.ranged = false;
-    e.move = 0;  // the widest again
-    e.widening = false;
+    e.restart_at(balance, score, std::move(peaks));  // moves the widest again
   } else if (!(score.excess > 0.0)) {
     e.starts.push_back(balance);
   }
@@ -3171,66 +3175,19 @@ double PlanSearch::swept_time(GraphSweep& sweep, const std::vector<int>& balance
   return sweep.run(balance);
 }
 
-// A slice: the relaxed root's rounds if the cheap pass cut them short; the first plans if the cheap
-// pass deferred them; then a first-improvement local search that moves one stage boundary (wide
-// moves first, see below), least memory excess first, then time, until no move improves, then a
-// layer between distant stages, from every start and then from kicks of the best plan (a good
-// plan early makes the enumeration below prune more); then the enumeration of every balance, stage
-// by stage, where a prefix whose MultiStageBalanceBound is not below the plan to beat, or whose
-// last stage's device cannot fit its memory bound, is not extended, and a whole balance is
-// timed only when its bound is below it. Balances are timed by GraphSweep where it equals the
-// simulator, and simulated only where they could become the configuration's best or the
-// current one does not fit. The enumeration resumes where the last slice stopped
-// (the plan to beat only falls, so what it skipped stays skipped); when it ends, the configuration
-// is closed with its exact best.
-void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::uint64_t slice) {
+// The multi-stage local search of multi_stage_slice(), until `limit` (a count of stats_.steps)
+// or until no move improves from any start: from e's balance, moves of one stage end, least
+// memory excess first, then time, each taken where it is better; then, where `sweep` times
+// balances, a layer moved between two stages further apart; then the next start, and kicks of
+// the best plan. Where it stops is kept in e for the next slice.
+void PlanSearch::multi_stage_local_search(Entry& e, GraphSweep* sweep, std::uint64_t limit) {
   const Config& c = *e.config;
-  ranking_threshold_ = ranking_threshold(entries, &e);
-  const std::uint64_t steps = stats_.steps;
-  auto note = [&] {
-    ++e.stats.slices;
-    e.slice = slice;
-    e.stats.steps += stats_.steps - steps;
-    e.stats.best_ms = e.best < kInf ? e.best : 0.0;
-    e.stats.lower_bound_ms = e.root;
-  };
-  auto beat = [&] { return std::min(ranking_threshold_, e.best); };
-  if (e.root >= beat() || !fits_some_balance(e) || !fits_fast_enough(e, beat())) {
-    e.closed = true;
-    note();
-    return;
-  }
   const int stages = c.stages_per_device * stages_;
-  const std::uint64_t limit = std::min(options_.search_budget, steps + slice);
-  // A relaxed root that the cheap pass cut short goes on where it stopped, to half the slice:
-  // with many configurations most got no round there, and their balance-free bounds held the
-  // gap open.
-  std::optional<LayerWork> work;
-  if (!e.root_complete || e.balance.empty()) work.emplace(costs_, c);
-  if (!e.root_complete) {
-    const std::vector<std::vector<int>> tried = e.relaxed;
-    if (capped() && !e.time_rows) e.time_rows = std::make_unique<StageWorkRows>();
-    e.root = std::max(e.root, multi_stage_relaxed_root(c, *work, std::min(limit, steps + slice / 2),
-                                                       beat(), e.root_state, &e.root_complete,
-                                                       &e.relaxed, e.time_rows.get()));
-    e.fast_checked = kInf;  // more rows
-    if (e.root >= beat() || !fits_fast_enough(e, beat())) {
-      e.closed = true;
-      note();
-      return;
-    }
-    if (!e.balance.empty()) {
-      for (const std::vector<int>& start : e.relaxed)
-        if (std::find(tried.begin(), tried.end(), start) == tried.end()) start_from(e, start);
-    }
-  }
-  if (e.balance.empty()) first_multi_stage_plans(e, *work);
   // Moves of a quarter of an average stage first, and of half as many layers where none
   // improves, down to one: on thousands of layers a start far from fitting (the min-max
   // partition of time under a cap) took a simulation per layer moved.
   const int widest = std::max(1, layers_ / stages / 4);
   if (e.move == 0) e.move = widest;
-  const std::unique_ptr<GraphSweep> sweep = graph_sweep(c);
   // e's balance becomes `next` where that is better; false otherwise.
   auto take_if_better = [&](std::vector<int> next) {
     // Where the balance fits (or nothing is capped), only a faster one can be better: the
@@ -3269,12 +3226,11 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
     }
     if (e.settled && e.ranged && !e.starts.empty() && stats_.steps < limit) {
       // The next start's descent.
-      std::vector<std::int64_t> peaks;
-      e.balance = std::move(e.starts.front());
+      std::vector<int> start = std::move(e.starts.front());
       e.starts.erase(e.starts.begin());
-      e.score = simulate_for(e, e.balance, &peaks);
-      e.peaks = std::move(peaks);
-      e.settled = e.ranged = e.widening = false;
+      std::vector<std::int64_t> peaks;
+      const Score score = simulate_for(e, start, &peaks);
+      e.restart_at(std::move(start), score, std::move(peaks));
       e.move = widest;
     }
     if (!(stats_.steps < limit) || (e.settled && e.ranged)) break;
@@ -3343,6 +3299,64 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
       e.ranged = true;
     }
   }
+}
+
+// A slice: the relaxed root's rounds if the cheap pass cut them short; the first plans if the cheap
+// pass deferred them; then a first-improvement local search that moves one stage boundary (wide
+// moves first, see below), least memory excess first, then time, until no move improves, then a
+// layer between distant stages, from every start and then from kicks of the best plan (a good
+// plan early makes the enumeration below prune more); then the enumeration of every balance, stage
+// by stage, where a prefix whose MultiStageBalanceBound is not below the plan to beat, or whose
+// last stage's device cannot fit its memory bound, is not extended, and a whole balance is
+// timed only when its bound is below it. Balances are timed by GraphSweep where it equals the
+// simulator, and simulated only where they could become the configuration's best or the
+// current one does not fit. The enumeration resumes where the last slice stopped
+// (the plan to beat only falls, so what it skipped stays skipped); when it ends, the configuration
+// is closed with its exact best.
+void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::uint64_t slice) {
+  const Config& c = *e.config;
+  ranking_threshold_ = ranking_threshold(entries, &e);
+  const std::uint64_t steps = stats_.steps;
+  auto note = [&] {
+    ++e.stats.slices;
+    e.slice = slice;
+    e.stats.steps += stats_.steps - steps;
+    e.stats.best_ms = e.best < kInf ? e.best : 0.0;
+    e.stats.lower_bound_ms = e.root;
+  };
+  auto beat = [&] { return std::min(ranking_threshold_, e.best); };
+  if (e.root >= beat() || !fits_some_balance(e) || !fits_fast_enough(e, beat())) {
+    e.closed = true;
+    note();
+    return;
+  }
+  const int stages = c.stages_per_device * stages_;
+  const std::uint64_t limit = std::min(options_.search_budget, steps + slice);
+  // A relaxed root that the cheap pass cut short goes on where it stopped, to half the slice:
+  // with many configurations most got no round there, and their balance-free bounds held the
+  // gap open.
+  std::optional<LayerWork> work;
+  if (!e.root_complete || e.balance.empty()) work.emplace(costs_, c);
+  if (!e.root_complete) {
+    const std::vector<std::vector<int>> tried = e.relaxed;
+    if (capped() && !e.time_rows) e.time_rows = std::make_unique<StageWorkRows>();
+    e.root = std::max(e.root, multi_stage_relaxed_root(c, *work, std::min(limit, steps + slice / 2),
+                                                       beat(), e.root_state, &e.root_complete,
+                                                       &e.relaxed, e.time_rows.get()));
+    e.fast_checked = kInf;  // more rows
+    if (e.root >= beat() || !fits_fast_enough(e, beat())) {
+      e.closed = true;
+      note();
+      return;
+    }
+    if (!e.balance.empty()) {
+      for (const std::vector<int>& start : e.relaxed)
+        if (std::find(tried.begin(), tried.end(), start) == tried.end()) start_from(e, start);
+    }
+  }
+  if (e.balance.empty()) first_multi_stage_plans(e, *work);
+  const std::unique_ptr<GraphSweep> sweep = graph_sweep(c);
+  multi_stage_local_search(e, sweep.get(), limit);
 
   MultiStageBalanceBound bound(costs_, c.sizes, c.schedule, c.checkpoint, stages_,
                                c.stages_per_device, speed_, overhead_, hardware_);
