@@ -84,6 +84,25 @@ inline Plan make_plan(std::vector<int> balance, int chunks, CheckpointMode check
   return plan;
 }
 
+/// A random split of `layers` layers into `stages` non-empty stages: stage j is
+/// [ends[j], ends[j + 1]).
+inline std::vector<int> random_stage_ends(std::mt19937& rng, int layers, int stages) {
+  std::vector<int> ends{0};
+  for (int j = 1; j < stages; ++j) {
+    const int lo = ends.back() + 1, hi = layers - (stages - j);
+    ends.push_back(lo + static_cast<int>(rng() % (hi - lo + 1)));
+  }
+  ends.push_back(layers);
+  return ends;
+}
+
+/// The stages' layer counts of random_stage_ends()'s split.
+inline std::vector<int> balance_of_ends(const std::vector<int>& ends) {
+  std::vector<int> balance;
+  for (std::size_t j = 0; j + 1 < ends.size(); ++j) balance.push_back(ends[j + 1] - ends[j]);
+  return balance;
+}
+
 /// Random layer costs and sizes (the planner and timing tests' instances): costs that grow
 /// sub-linearly with the micro-batch size, and in half the profiles a no-grad forward that is
 /// usually cheaper than the forward, now and then dearer.

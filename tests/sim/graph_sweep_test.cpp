@@ -15,18 +15,6 @@
 namespace pipetune {
 namespace {
 
-std::vector<int> random_balance(std::mt19937& rng, int layers, int stages) {
-  std::vector<int> ends{0};
-  for (int t = 1; t < stages; ++t) {
-    const int lo = ends.back() + 1, hi = layers - (stages - t);
-    ends.push_back(lo + static_cast<int>(rng() % (hi - lo + 1)));
-  }
-  ends.push_back(layers);
-  std::vector<int> balance;
-  for (int t = 0; t < stages; ++t) balance.push_back(ends[t + 1] - ends[t]);
-  return balance;
-}
-
 TEST(GraphSweep, EqualsTheSimulatorOnRandomInstances) {
   std::mt19937 rng(2026);
   int compared = 0, multi_stage = 0, split_backward = 0, calibrated_runs = 0;
@@ -75,7 +63,9 @@ TEST(GraphSweep, EqualsTheSimulatorOnRandomInstances) {
     const CostModel costs(profile);
     GraphSweep sweep(costs, hw, schedule, schedule.stage_rank, sizes);
     for (int rep = 0; rep < 3; ++rep) {
-      Plan plan = testing::make_plan(random_balance(rng, layers, stages), chunks, checkpoint, kind);
+      Plan plan = testing::make_plan(
+          testing::balance_of_ends(testing::random_stage_ends(rng, layers, stages)), chunks,
+          checkpoint, kind);
       plan.stages_per_device = v;
       SimulationOptions lean;
       lean.record_tasks = false;

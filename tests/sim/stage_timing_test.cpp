@@ -62,14 +62,8 @@ TEST(IterationSweep, EqualsTheSimulatorOnRandomInstances) {
     const Simulator simulator(profile, hw);
     const CostModel costs(profile);
     // A random balance.
-    std::vector<int> bounds{0};
-    for (int j = 1; j < stages; ++j) {
-      const int lo = bounds.back() + 1, hi = layers - (stages - j);
-      bounds.push_back(lo + static_cast<int>(rng() % (hi - lo + 1)));
-    }
-    bounds.push_back(layers);
-    std::vector<int> balance;
-    for (int j = 0; j < stages; ++j) balance.push_back(bounds[j + 1] - bounds[j]);
+    const std::vector<int> bounds = testing::random_stage_ends(rng, layers, stages);
+    const std::vector<int> balance = testing::balance_of_ends(bounds);
     const int chunks = 1 + static_cast<int>(rng() % batch);
     const auto sizes = split_batch(batch, chunks);
     const SizeCosts& common = costs.at(sizes.front());
