@@ -150,6 +150,51 @@ TEST(MinMaxPartition, EqualsBruteForceWithPerBlockSpeeds) {
 
 TEST(MinMaxPartition, TooFewItems) {
   EXPECT_TRUE(by_sum({1, 2}, 3).sizes.empty());
+  EXPECT_TRUE(min_max_partition_bisected({0, 1, 3}, {1, 1, 1}).sizes.empty());
+}
+
+TEST(MinMaxPartitionBisected, AHeavyItemSkipsASlowBlock) {
+  // [1, 1, 9, 1] over speeds [1, 0.5, 1]: the best is [1 | 1 | 9, 1] at 10. At T = 10, block 0
+  // filled as far as it can ends after [1, 1], and the slow block 1 cannot hold the 9 (18):
+  // a probe that only followed the furthest end would call 10 infeasible.
+  const std::vector<double> prefix{0, 1, 2, 11, 12};
+  const std::vector<double> speed{1.0, 0.5, 1.0};
+  const auto p = min_max_partition_bisected(prefix, speed);
+  EXPECT_EQ(p.bottleneck, 10.0);
+  EXPECT_EQ(p.sizes, (std::vector<int>{1, 1, 2}));
+}
+
+TEST(MinMaxPartitionBisected, SameBottleneckAsTheProgrammeOnRandomInstances) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 5000; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 40);
+    const int parts = 1 + static_cast<int>(rng() % std::min(n, 12));
+    std::vector<double> prefix(n + 1, 0.0), speed(parts);
+    for (int x = 0; x < n; ++x) {  // a few heavy items, zeros included
+      const auto w = rng() % 5 == 0 ? rng() % 60 : rng() % 7;
+      prefix[x + 1] = prefix[x] + static_cast<double>(w);
+    }
+    const bool equal_speeds = rng() % 3 == 0;
+    for (auto& s : speed) s = equal_speeds ? 1.0 : 0.25 * static_cast<double>(1 + rng() % 8);
+    const auto cost = [&](int j, int b, int e) { return (prefix[e] - prefix[b]) / speed[j]; };
+    const auto dp = min_max_partition(n, parts, cost);
+    // Any floor at most the bottleneck, the bottleneck itself included.
+    const double floor = dp.bottleneck * static_cast<double>(rng() % 3) / 2.0;
+    std::uint64_t evaluations = 0;
+    const auto p = min_max_partition_bisected(prefix, speed, floor, &evaluations);
+    SCOPED_TRACE(::testing::Message()
+                 << "trial " << trial << ": " << n << " items, " << parts << " blocks");
+    EXPECT_EQ(p.bottleneck, dp.bottleneck);
+    EXPECT_GT(evaluations, 0u);
+    ASSERT_EQ(static_cast<int>(p.sizes.size()), parts);
+    EXPECT_EQ(std::accumulate(p.sizes.begin(), p.sizes.end(), 0), n);
+    double worst = 0.0;
+    for (int j = 0, b = 0; j < parts; b += p.sizes[j++]) {
+      ASSERT_GE(p.sizes[j], 1);
+      worst = std::max(worst, cost(j, b, b + p.sizes[j]));
+    }
+    EXPECT_EQ(worst, p.bottleneck);
+  }
 }
 
 }  // namespace
