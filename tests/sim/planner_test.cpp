@@ -167,6 +167,42 @@ TEST(Planner, EqualsBruteForceOnRandomInstances) {
   EXPECT_GT(with_caps, 10);
 }
 
+// Caps a few per cent above the leanest plan's peak, with three or four stages: the same layers
+// make a stage of very different peaks at different places in the pipeline (1F1B's first stage
+// holds a micro-batch per stage in flight, its last one), and each configuration's best must
+// still be brute force's.
+TEST(Planner, TightCapsEqualBruteForcePerConfiguration) {
+  std::mt19937 rng(77);
+  int compared = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    const int layers = 6 + static_cast<int>(rng() % 5);  // 6..10
+    const int stages = 3 + static_cast<int>(rng() % 2);  // 3..4
+    const std::int64_t batch = 4 + rng() % 5;
+    Profile profile = testing::random_profile(rng, layers, batch);
+    Hardware hw = replicate_device(profile.device, stages);
+    hw.link.bandwidth_bytes_per_s = 1e6;
+    const BruteForce free = brute_force(profile, hw);
+    const auto cap = static_cast<std::int64_t>(free.leanest_peak * (1.0 + (rng() % 10) / 100.0));
+    for (auto& d : hw.devices) d.memory_bytes = cap;
+    const BruteForce expected = brute_force(profile, hw);
+    PlannerOptions options;
+    options.top = 100;
+    const PlanSearchResult result = find_best_plans(profile, hw, options);
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << ": " << layers << " layers, "
+                                      << stages << " stages, batch " << batch);
+    EXPECT_TRUE(result.stats.proven);
+    for (const auto& c : result.ranked) {
+      const auto key = std::make_tuple(split_batch(profile.batch_size, c.plan.chunks),
+                                       c.plan.checkpoint, c.plan.schedule);
+      ASSERT_TRUE(expected.per_config.count(key)) << describe_plan(c.plan);
+      EXPECT_NEAR(c.iteration_ms, expected.per_config.at(key), 1e-9 * c.iteration_ms)
+          << describe_plan(c.plan);
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 100);
+}
+
 // With worst_order_memory a plan fits only if no arrival order can take a device over its cap:
 // the planner's best is the brute force's over those plans, and the rule changes answers.
 TEST(Planner, WorstOrderMemoryEqualsBruteForceOverPlansThatFitInEveryOrder) {
