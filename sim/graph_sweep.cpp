@@ -30,7 +30,6 @@ GraphSweep::GraphSweep(const CostModel& costs, const Hardware& hardware, const S
   const int n = static_cast<int>(graph.tasks.size());
   const TaskOrder sorted = topological_order(graph);
   const std::vector<int>& order = sorted.order;
-  const std::vector<std::vector<int>>& before = sorted.before;
   std::vector<int> position(n);
   for (int k = 0; k < n; ++k) position[order[k]] = k;
   activation_link_.assign(stages, nullptr);
@@ -67,7 +66,7 @@ GraphSweep::GraphSweep(const CostModel& costs, const Hardware& hardware, const S
     }
     const int slot = sizes[t.micro_batch] == sizes.front() ? 0 : 1;
     cost_of_.push_back((t.stage * 2 + slot) * 8 + kind);
-    for (int u : before[id]) predecessor_.push_back(position[u]);
+    for (int u : sorted.predecessors(id)) predecessor_.push_back(position[u]);
     predecessor_start_.push_back(static_cast<int>(predecessor_.size()));
   }
   finish_.assign(n, 0.0);

@@ -6,7 +6,6 @@
 #include <map>
 #include <numeric>
 #include <stdexcept>
-#include <tuple>
 
 #include "sim/minimax_bound.hpp"
 #include "sim/schedule.hpp"
@@ -78,56 +77,66 @@ void MultiStagePeakBound::collect_moments(const std::vector<std::int64_t>& sizes
   auto slot_of = [&](int i) { return sizes[i] == sizes.front() ? 0 : 1; };
   for (int r = 0; r < devices; ++r) {
     const int v = count[r];
-    Moment now;
-    for (int s : {0, 1}) now.kept[s].assign(v, 0), now.waiting[s].assign(v, 0);
-    now.gradients.assign(v, 0);
-    std::vector<std::vector<char>> kept(stages, std::vector<char>(m, 0));
-    std::vector<std::vector<char>> waiting(stages, std::vector<char>(m, 0));
-    using Key = std::tuple<std::vector<int>, std::vector<int>, std::vector<int>, std::vector<int>,
-                           std::vector<char>>;
-    std::map<Key, std::int64_t> seen;  // the largest constant of each state
+    // The state after each action, flat: kept per slot, waiting per slot, gradients (v each),
+    // which orders as the five vectors would one after another. Looked up before it is copied:
+    // the steady state repeats a few states, and a fresh key per action was most of the cost of
+    // building this bound (it is built for every multi-stage configuration).
+    std::vector<int> now(5 * static_cast<std::size_t>(v), 0);
+    auto kept_count = [&](int slot, int j) -> int& { return now[slot * v + j]; };
+    auto waiting_count = [&](int slot, int j) -> int& { return now[(2 + slot) * v + j]; };
+    std::int64_t constant = 0;
+    std::vector<char> kept(static_cast<std::size_t>(stages) * m, 0);
+    std::vector<char> waiting(static_cast<std::size_t>(stages) * m, 0);
+    std::map<std::vector<int>, std::int64_t> seen;  // the largest constant of each state
     auto note = [&] {
-      Key key{now.kept[0], now.kept[1], now.waiting[0], now.waiting[1], now.gradients};
-      auto [at, fresh] = seen.emplace(std::move(key), now.constant);
-      if (!fresh) at->second = std::max(at->second, now.constant);
+      auto at = seen.find(now);
+      if (at == seen.end()) {
+        seen.emplace(now, constant);
+      } else {
+        at->second = std::max(at->second, constant);
+      }
     };
     note();  // before the first action
     for (const Action& a : schedule.per_rank[r]) {
       const int j = local_[a.stage], slot = slot_of(a.micro_batch);
-      char& held = kept[a.stage][a.micro_batch];
+      const std::size_t cell = static_cast<std::size_t>(a.stage) * m + a.micro_batch;
+      char& held = kept[cell];
       switch (a.kind) {
         case ActionKind::Forward:
           if (schedule.recomputes(a.micro_batch)) break;
           [[fallthrough]];
         case ActionKind::Recompute:
-          if (!held) ++now.kept[slot][j];
+          if (!held) ++kept_count(slot, j);
           held = 1;
           break;
         case ActionKind::InputGrad:  // the graph stays until W, and the gradients W reads
-          if (!waiting[a.stage][a.micro_batch]) ++now.waiting[slot][j];
-          waiting[a.stage][a.micro_batch] = 1;
+          if (!waiting[cell]) ++waiting_count(slot, j);
+          waiting[cell] = 1;
           break;
         case ActionKind::Backward:
         case ActionKind::WeightGrad:
-          if (held) --now.kept[slot][j];
+          if (held) --kept_count(slot, j);
           held = 0;
-          if (waiting[a.stage][a.micro_batch]) --now.waiting[slot][j];
-          waiting[a.stage][a.micro_batch] = 0;
-          now.gradients[j] = 1;
-          now.constant -= view_slack_;
+          if (waiting[cell]) --waiting_count(slot, j);
+          waiting[cell] = 0;
+          now[4 * v + j] = 1;
+          constant -= view_slack_;
           break;
       }
       note();
     }
     std::vector<Moment>& kept_moments = moments_[r];
-    for (auto& [key, constant] : seen) {
+    for (auto& [key, largest] : seen) {
       Moment x;
-      x.kept[0] = std::get<0>(key);
-      x.kept[1] = std::get<1>(key);
-      x.waiting[0] = std::get<2>(key);
-      x.waiting[1] = std::get<3>(key);
-      x.gradients = std::get<4>(key);
-      x.constant = constant;
+      auto part = [&](int k) {
+        return std::vector<int>(key.begin() + k * v, key.begin() + (k + 1) * v);
+      };
+      x.kept[0] = part(0);
+      x.kept[1] = part(1);
+      x.waiting[0] = part(2);
+      x.waiting[1] = part(3);
+      x.gradients.assign(key.begin() + 4 * v, key.end());
+      x.constant = largest;
       if (std::any_of(kept_moments.begin(), kept_moments.end(),
                       [&](const Moment& y) { return dominated(x, y); }))
         continue;

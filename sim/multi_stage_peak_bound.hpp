@@ -58,6 +58,8 @@ class MultiStagePeakBound {
   std::int64_t place(int t, int a, int b);
   /// Stage t holds nothing again.
   void unplace(int t);
+  /// Every stage holds nothing again.
+  void unplace_all();
   /// The device that runs stage t.
   int device_of(int t) const { return rank_[t]; }
   /// Every device's bound for a whole balance (the placed stages are cleared afterwards).
@@ -139,7 +141,6 @@ class MultiStagePeakBound {
                         const std::vector<Blend>& at, const WorkTerms* work,
                         std::vector<int>* balance) const;
   void place_all(const std::vector<int>& balance);
-  void unplace_all();
 
   const CostModel& costs_;
   const SizeCosts* size_[2];

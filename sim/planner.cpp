@@ -672,14 +672,22 @@ class PlanSearch {
   void start_from(Entry& e, const std::vector<int>& balance);
   void first_multi_stage_plans(Entry& e, const LayerWork& work);
   void proxy_starts(Entry& e);
-  std::vector<int> proxy_descent(const Config& c, const StageWorkRows& rows,
-                                 std::vector<int> balance, const std::vector<double>& limit);
+  std::vector<int> proxy_descent(const Config& c, MultiStagePeakBound& peak,
+                                 const StageWorkRows& rows, std::vector<int> balance,
+                                 const std::vector<double>& limit);
   // The peak bound of multi-stage configuration c, its walk over the schedule charged.
-  MultiStagePeakBound peak_bound(const Config& c);
+  MultiStagePeakBound& peak_bound(Entry& e);
   // What `peak`'s relaxations (may_fit()) cost: their partitions and master pivots.
-  void charge_relaxation(const MultiStagePeakBound& peak) {
-    stats_.steps +=
-        peak.partition_cells() / kPartitionCellsPerStep + peak.pivot_cells() / kMasterCellsPerStep;
+  // The cells `peak`'s relaxations ran since `before` (its counts then).
+  struct RelaxationCells {
+    std::uint64_t partition = 0, pivot = 0;
+  };
+  static RelaxationCells cells_of(const MultiStagePeakBound& peak) {
+    return {peak.partition_cells(), peak.pivot_cells()};
+  }
+  void charge_relaxation(const MultiStagePeakBound& peak, RelaxationCells before) {
+    stats_.steps += (peak.partition_cells() - before.partition) / kPartitionCellsPerStep +
+                    (peak.pivot_cells() - before.pivot) / kMasterCellsPerStep;
   }
   // Less memory excess, then less time.
   static bool better(const Score& x, const Score& y) {
@@ -2220,6 +2228,8 @@ struct PlanSearch::Entry {
   // least plan to beat that it was asked about.
   std::unique_ptr<StageWorkRows> time_rows;
   double fast_checked = kInf;
+  // Multi-stage, under caps: its MultiStagePeakBound, built once (peak_bound()).
+  std::unique_ptr<MultiStagePeakBound> peak;
 };
 
 // The threshold entry `self` must beat to enter the top N: the N-th best of the others.
@@ -2558,12 +2568,22 @@ struct PlanSearch::LayerWork {
   }
 };
 
-MultiStagePeakBound PlanSearch::peak_bound(const Config& c) {
-  stats_.steps +=
-      static_cast<std::uint64_t>(3 * c.micro_batches() * c.stages_per_device * stages_) /
-      kSweepTasksPerStep;
-  return MultiStagePeakBound(costs_, c.sizes, c.schedule, c.checkpoint, stages_,
-                             c.stages_per_device, options_.optimizer_state_factor);
+// e's MultiStagePeakBound with nothing placed: built (and charged) once per configuration,
+// its programmes' moments collected from the schedule (building one for every use was a tenth
+// of a capped every-schedule plan's time).
+MultiStagePeakBound& PlanSearch::peak_bound(Entry& e) {
+  const Config& c = *e.config;
+  if (!e.peak) {
+    stats_.steps +=
+        static_cast<std::uint64_t>(3 * c.micro_batches() * c.stages_per_device * stages_) /
+        kSweepTasksPerStep;
+    e.peak =
+        std::make_unique<MultiStagePeakBound>(costs_, c.sizes, c.schedule, c.checkpoint, stages_,
+                                              c.stages_per_device, options_.optimizer_state_factor);
+  } else {
+    e.peak->unplace_all();
+  }
+  return *e.peak;
 }
 
 // The relaxed root of a multi-stage configuration (docs/planner.md): each stage s gets a share
@@ -2722,7 +2742,6 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
   const int n_tasks = static_cast<int>(graph.tasks.size());
   stats_.steps += 1 + graph.tasks.size() / kSweepTasksPerStep;
   const TaskOrder sorted = topological_order(graph);
-  const std::vector<std::vector<int>>& before = sorted.before;  // each task's predecessors
   const std::vector<int>& order = sorted.order;
   std::vector<double> duration(n_tasks), start(n_tasks), finish(n_tasks);
   *complete = false;
@@ -2748,7 +2767,7 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
     double makespan = 0.0;
     for (int id : order) {
       double at = 0.0;
-      for (int u : before[id]) at = std::max(at, finish[u]);
+      for (int u : sorted.predecessors(id)) at = std::max(at, finish[u]);
       start[id] = at;
       finish[id] = at + duration[id];
       makespan = std::max(makespan, finish[id]);
@@ -2798,7 +2817,7 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
           constant += copy_ms(t);
         }
         int next = -1;
-        for (int u : before[at]) {
+        for (int u : sorted.predecessors(at)) {
           if (finish[u] >= start[at]) next = u;
         }
         at = start[at] > 0.0 ? next : -1;
@@ -2998,9 +3017,10 @@ std::vector<double> PlanSearch::equal_time_shares(const Config& c) const {
 bool PlanSearch::fits_some_balance(Entry& e) {
   if (!capped() || e.fit_checked) return true;
   e.fit_checked = true;
-  MultiStagePeakBound peak = peak_bound(*e.config);
+  MultiStagePeakBound& peak = peak_bound(e);
+  const RelaxationCells before = cells_of(peak);
   const bool may_fit = peak.may_fit(capacity_);
-  charge_relaxation(peak);
+  charge_relaxation(peak, before);
   return may_fit;
 }
 
@@ -3015,9 +3035,10 @@ bool PlanSearch::fits_fast_enough(Entry& e, double limit) {
   // Asked again only once the plan to beat has fallen a little.
   if (!(limit < e.fast_checked * (1.0 - 1e-3))) return true;
   e.fast_checked = limit;
-  MultiStagePeakBound peak = peak_bound(*e.config);
+  MultiStagePeakBound& peak = peak_bound(e);
+  const RelaxationCells before = cells_of(peak);
   const bool may_fit = peak.may_fit(capacity_, *e.time_rows, limit);
-  charge_relaxation(peak);
+  charge_relaxation(peak, before);
   if (!may_fit) e.root = std::max(e.root, limit);
   return may_fit;
 }
@@ -3029,8 +3050,8 @@ bool PlanSearch::fits_fast_enough(Entry& e, double limit) {
 // lower bound on the time, near it around the root's model plans), until none does. A move
 // changes two or three stages: their work per class and their devices' bounds are updated
 // alone, so that a few thousand moves cost about as much as one simulation.
-std::vector<int> PlanSearch::proxy_descent(const Config& c, const StageWorkRows& rows,
-                                           std::vector<int> balance,
+std::vector<int> PlanSearch::proxy_descent(const Config& c, MultiStagePeakBound& peak,
+                                           const StageWorkRows& rows, std::vector<int> balance,
                                            const std::vector<double>& limit) {
   const int stages = static_cast<int>(balance.size());
   const int classes = rows.classes;
@@ -3041,7 +3062,7 @@ std::vector<int> PlanSearch::proxy_descent(const Config& c, const StageWorkRows&
   std::vector<double> value = rows.values(balance);
   stats_.steps += static_cast<std::uint64_t>(layers_ * classes) / kSweepTasksPerStep +
                   n_rows * static_cast<std::size_t>(stages * classes) / kPivotCellsPerStep;
-  MultiStagePeakBound peak = peak_bound(c);
+  peak.unplace_all();
   std::vector<double> excess_of(stages_, 0.0);
   for (int t = 0; t < stages; ++t) {
     const int r = peak.device_of(t);
@@ -3161,7 +3182,7 @@ void PlanSearch::proxy_starts(Entry& e) {
       e.peaks.size() != static_cast<std::size_t>(stages_))
     return;
   const std::vector<std::int64_t> peaks = e.peaks;  // the best start's, as the bounds below
-  MultiStagePeakBound peak = peak_bound(*e.config);
+  MultiStagePeakBound& peak = peak_bound(e);
   const std::vector<std::int64_t> bounds = peak.of(e.balance);
   std::vector<double> limit(stages_, kInf);
   for (double share : {1.0, 0.95, 0.9}) {
@@ -3170,7 +3191,7 @@ void PlanSearch::proxy_starts(Entry& e) {
       limit[r] = share * static_cast<double>(capacity_[r]) * static_cast<double>(bounds[r]) /
                  static_cast<double>(peaks[r]);
     }
-    start_from(e, proxy_descent(*e.config, *e.time_rows, e.balance, limit));
+    start_from(e, proxy_descent(*e.config, peak, *e.time_rows, e.balance, limit));
     if (!(e.score.excess > 0.0)) break;
   }
 }
@@ -3400,8 +3421,7 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
                                c.stages_per_device, speed_, overhead_, hardware_);
   // Under caps, a stage whose device's peak bound exceeds its cap ends every balance below it:
   // no plan there fits, and a longer stage only needs more.
-  std::optional<MultiStagePeakBound> peak;
-  if (capped()) peak.emplace(peak_bound(c));
+  MultiStagePeakBound* peak = capped() ? &peak_bound(e) : nullptr;
   // Places stage t in `peak` and says whether its device's bound now exceeds its cap.
   auto placed_overflows = [&](int t, int a, int b) {
     if (!peak) return false;
@@ -3556,6 +3576,7 @@ PlanSearchResult PlanSearch::run() {
     if (e.closed) {  // a relaxed root cut short, and its rows: nothing to go on with
       e.root_state.reset();
       e.time_rows.reset();
+      e.peak.reset();
     }
   }
   // Then the budget, in rounds, to the configurations whose bound is below the threshold, the
@@ -3597,6 +3618,7 @@ PlanSearchResult PlanSearch::run() {
       if (e.closed) {
         e.root_state.reset();
         e.time_rows.reset();
+        e.peak.reset();
       }
       progressed = true;
     }

@@ -143,20 +143,37 @@ void build_task_graph(TaskGraph& g, const Schedule& schedule, const std::vector<
 TaskOrder topological_order(const TaskGraph& graph) {
   const int n = static_cast<int>(graph.tasks.size());
   TaskOrder out;
-  out.before.resize(n);
-  std::vector<std::vector<int>> after(n);
+  // Both directions as flat arrays indexed by per-task offsets.
+  std::vector<int> after, after_start(n + 1, 0);
+  out.before_start.assign(n + 1, 0);
   for (const auto& [u, t] : graph.engine.edges()) {
-    out.before[t].push_back(u);
-    after[u].push_back(t);
+    ++out.before_start[t + 1];
+    ++after_start[u + 1];
+  }
+  for (int id = 0; id < n; ++id) {
+    out.before_start[id + 1] += out.before_start[id];
+    after_start[id + 1] += after_start[id];
+  }
+  out.before.resize(out.before_start[n]);
+  after.resize(after_start[n]);
+  {
+    std::vector<int> into_before(out.before_start.begin(), out.before_start.end() - 1);
+    std::vector<int> into_after(after_start.begin(), after_start.end() - 1);
+    for (const auto& [u, t] : graph.engine.edges()) {
+      out.before[into_before[t]++] = u;
+      after[into_after[u]++] = t;
+    }
   }
   std::vector<int> waiting(n);
   for (int id = 0; id < n; ++id) {
-    waiting[id] = static_cast<int>(out.before[id].size());
+    waiting[id] = out.before_start[id + 1] - out.before_start[id];
     if (waiting[id] == 0) out.order.push_back(id);
   }
-  for (std::size_t i = 0; i < out.order.size(); ++i)
-    for (int t : after[out.order[i]])
-      if (--waiting[t] == 0) out.order.push_back(t);
+  for (std::size_t i = 0; i < out.order.size(); ++i) {
+    const int u = out.order[i];
+    for (int k = after_start[u]; k < after_start[u + 1]; ++k)
+      if (--waiting[after[k]] == 0) out.order.push_back(after[k]);
+  }
   if (static_cast<int>(out.order.size()) != n)
     throw std::logic_error("the schedule's task graph has a cycle");
   return out;

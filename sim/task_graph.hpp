@@ -1,5 +1,6 @@
 #pragma once
 
+#include <span>
 #include <vector>
 
 #include "sim/event_engine.hpp"
@@ -37,7 +38,13 @@ void build_task_graph(TaskGraph& graph, const Schedule& schedule, const std::vec
 /// this order computes the engine's times. Throws std::logic_error on a cycle.
 struct TaskOrder {
   std::vector<int> order;
-  std::vector<std::vector<int>> before;  ///< per task
+  /// Task id's predecessors: before[before_start[id] .. before_start[id + 1]) (one array for
+  /// all, as the graph is built for every configuration the planner searches).
+  std::vector<int> before, before_start;
+  std::span<const int> predecessors(int id) const {
+    return {before.data() + before_start[id],
+            static_cast<std::size_t>(before_start[id + 1] - before_start[id])};
+  }
 };
 TaskOrder topological_order(const TaskGraph& graph);
 
