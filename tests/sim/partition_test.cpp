@@ -45,6 +45,19 @@ double brute_force(const std::vector<double>& w, int parts) {
   return best;
 }
 
+// `p` splits n items into `parts` non-empty blocks whose costliest is its bottleneck.
+void expect_split_reaches_its_bottleneck(const Partition& p, int n, int parts,
+                                         const std::function<double(int, int, int)>& cost) {
+  ASSERT_EQ(static_cast<int>(p.sizes.size()), parts);
+  EXPECT_EQ(std::accumulate(p.sizes.begin(), p.sizes.end(), 0), n);
+  double worst = 0.0;
+  for (int j = 0, b = 0; j < parts; b += p.sizes[j++]) {
+    ASSERT_GE(p.sizes[j], 1);
+    worst = std::max(worst, cost(j, b, b + p.sizes[j]));
+  }
+  EXPECT_EQ(worst, p.bottleneck);
+}
+
 TEST(MinMaxPartition, TorchgpipeCases) {
   const auto a = by_sum({1, 2, 3, 4, 5, 6}, 2);
   EXPECT_EQ(a.bottleneck, 11);  // [1..4] = 10 | [5,6] = 11
@@ -136,15 +149,7 @@ TEST(MinMaxPartition, EqualsBruteForceWithPerBlockSpeeds) {
     SCOPED_TRACE(::testing::Message()
                  << "trial " << trial << ": " << n << " items, " << parts << " blocks");
     EXPECT_DOUBLE_EQ(p.bottleneck, brute_force_with_speeds(w, speed));
-    ASSERT_EQ(static_cast<int>(p.sizes.size()), parts);
-    EXPECT_EQ(std::accumulate(p.sizes.begin(), p.sizes.end(), 0), n);
-    // The sizes returned reach the bottleneck returned.
-    double worst = 0.0;
-    for (int j = 0, b = 0; j < parts; b += p.sizes[j++]) {
-      ASSERT_GE(p.sizes[j], 1);
-      worst = std::max(worst, cost(j, b, b + p.sizes[j]));
-    }
-    EXPECT_EQ(worst, p.bottleneck);
+    expect_split_reaches_its_bottleneck(p, n, parts, cost);
   }
 }
 
@@ -186,14 +191,7 @@ TEST(MinMaxPartitionBisected, SameBottleneckAsTheProgrammeOnRandomInstances) {
                  << "trial " << trial << ": " << n << " items, " << parts << " blocks");
     EXPECT_EQ(p.bottleneck, dp.bottleneck);
     EXPECT_GT(evaluations, 0u);
-    ASSERT_EQ(static_cast<int>(p.sizes.size()), parts);
-    EXPECT_EQ(std::accumulate(p.sizes.begin(), p.sizes.end(), 0), n);
-    double worst = 0.0;
-    for (int j = 0, b = 0; j < parts; b += p.sizes[j++]) {
-      ASSERT_GE(p.sizes[j], 1);
-      worst = std::max(worst, cost(j, b, b + p.sizes[j]));
-    }
-    EXPECT_EQ(worst, p.bottleneck);
+    expect_split_reaches_its_bottleneck(p, n, parts, cost);
   }
 }
 
