@@ -100,13 +100,15 @@ Partition min_max_partition(int n, int parts, Cost&& cost) {
 /// a; so a run of reachable ends whose items each fit block j alone reaches (first, f(last)],
 /// and an item too heavy for block j on its own (a slow block, a heavy item) splits the run,
 /// since no block j can hold it. It compares the same doubles as the programme, so bisection
-/// ends on the programme's bottleneck exactly. `floor`: no split is below it (0 if unknown).
+/// ends on the programme's bottleneck exactly. `hint`: where bisection starts, a lower bound
+/// on the bottleneck that rounding may leave a little above it (0 if none); where it already
+/// fits, bisection goes on below it.
 /// The split: from the right, each block begins at the earliest reachable end it can while
 /// within the bottleneck; it need not be min_max_partition()'s split (the programme also
 /// balances the blocks before the last), only as good. `evaluations`, where given, is added the
 /// block costs it computed (and a quarter of its table's cells), for a caller's budget.
 inline Partition min_max_partition_bisected(const std::vector<double>& prefix,
-                                            const std::vector<double>& speed, double floor = 0.0,
+                                            const std::vector<double>& speed, double hint = 0.0,
                                             std::uint64_t* evaluations = nullptr) {
   Partition result;
   const int n = static_cast<int>(prefix.size()) - 1, parts = static_cast<int>(speed.size());
@@ -190,9 +192,18 @@ inline Partition min_max_partition_bisected(const std::vector<double>& prefix,
   for (int j = 0; j < parts; ++j) {
     const auto a = static_cast<int>(static_cast<long long>(n) * j / parts);
     const auto b = static_cast<int>(static_cast<long long>(n) * (j + 1) / parts);
-    hi = std::max(hi, cost(j, a, b));
+    const double c = cost(j, a, b);
+    if (!(c < std::numeric_limits<double>::infinity())) return result;  // as the programme
+    hi = std::max(hi, c);
   }
-  double lo = std::min(floor, hi);
+  double lo = 0.0;  // fits only where every cost is 0
+  if (hint > 0.0 && hint < hi) {
+    if (fits(hint)) {
+      hi = hint;
+    } else {
+      lo = hint;
+    }
+  }
   if (fits(lo)) {
     hi = lo;
   } else {
@@ -206,7 +217,7 @@ inline Partition min_max_partition_bisected(const std::vector<double>& prefix,
       }
     }
   }
-  fits(hi);  // the runs at the bottleneck
+  if (!fits(hi)) return result;  // the runs at the bottleneck (only a NaN cost can fail here)
   result.bottleneck = hi;
   result.sizes.assign(parts, 0);
   for (int j = parts - 1, end = n; j >= 0; --j) {

@@ -672,9 +672,8 @@ class PlanSearch {
   void start_from(Entry& e, const std::vector<int>& balance);
   void first_multi_stage_plans(Entry& e, const LayerWork& work);
   void proxy_starts(Entry& e);
-  std::vector<int> proxy_descent(const Config& c, MultiStagePeakBound& peak,
-                                 const StageWorkRows& rows, std::vector<int> balance,
-                                 const std::vector<double>& limit);
+  std::vector<int> proxy_descent(MultiStagePeakBound& peak, const StageWorkRows& rows,
+                                 std::vector<int> balance, const std::vector<double>& limit);
   // The peak bound of multi-stage configuration c, its walk over the schedule charged.
   MultiStagePeakBound& peak_bound(Entry& e);
   // What `peak`'s relaxations (may_fit()) cost: their partitions and master pivots.
@@ -1149,15 +1148,15 @@ std::vector<int> PlanSearch::busy_balanced() const {
   return balance;
 }
 
-// A lower bound on the simulated peak of stage j's device (stage_peak_bound(), derived from the
-// memory model's task effects); `nested` for the tables over suffixes.
 // The full memory_bound() of stage j = [a, b), each stage walked once per configuration: the
 // search meets one stage under many prefixes (bench's capped 1,000 x 16 profile, gpipe and 1f1b:
 // 173,000 bounds of 3,500 stages), and the walks were a third of its time. A walk is charged
 // `walk_steps`, a stage met again one step.
 std::int64_t PlanSearch::full_memory_bound(int j, int a, int b, std::uint64_t walk_steps) {
-  const std::uint64_t key = (static_cast<std::uint64_t>(j) << 42) |
-                            (static_cast<std::uint64_t>(a) << 21) | static_cast<std::uint64_t>(b);
+  const auto ends = static_cast<std::uint64_t>(layers_) + 1;
+  const std::uint64_t key =
+      (static_cast<std::uint64_t>(j) * ends + static_cast<std::uint64_t>(a)) * ends +
+      static_cast<std::uint64_t>(b);
   if (full_bounds_.size() >= kFullBoundsKept) full_bounds_.clear();
   auto [it, added] = full_bounds_.try_emplace(key, 0);
   if (added) {
@@ -1169,6 +1168,8 @@ std::int64_t PlanSearch::full_memory_bound(int j, int a, int b, std::uint64_t wa
   return it->second;
 }
 
+// A lower bound on the simulated peak of stage j's device (stage_peak_bound(), derived from the
+// memory model's task effects); `nested` for the tables over suffixes.
 std::int64_t PlanSearch::memory_bound(int j, int a, int b, bool nested) const {
   return stage_peak_bound(costs_, *first_size_, *last_size_, peak_shape_, j, a, b, nested);
 }
@@ -1868,7 +1869,8 @@ void PlanSearch::restore(const std::vector<StageDurations>& kept, const Move& m)
 }
 
 // By how much stage k = [a, b)'s memory bound exceeds its device's cap (0 without one). The
-// bound walks the stage's layers, counted like a sweep.
+// bound walks the stage's layers, counted like a sweep, the first time the configuration meets
+// the stage (full_memory_bound()).
 std::int64_t PlanSearch::memory_excess(int k, int a, int b) {
   if (capacity_[k] <= 0) return 0;
   const std::int64_t bound =
@@ -2031,8 +2033,9 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
     }
     const double limit = threshold(objective);
     if (objective == Objective::Memory) {
-      // The full bound walks the stage's layers: a step each, since it is all this search does
-      // per node (uncounted, a capped 1,000 x 16 profile that nothing fits took 100 s).
+      // The full bound walks the stage's layers: a step each the first time the configuration
+      // meets the stage, since it is all this search does per node (uncounted, a capped
+      // 1,000 x 16 profile that nothing fits took 100 s).
       const double bound = std::max(worst, static_cast<double>(full_memory_bound(
                                                j, a, b, static_cast<std::uint64_t>(b - a))));
       if (bound >= limit) continue;
@@ -3050,8 +3053,8 @@ bool PlanSearch::fits_fast_enough(Entry& e, double limit) {
 // lower bound on the time, near it around the root's model plans), until none does. A move
 // changes two or three stages: their work per class and their devices' bounds are updated
 // alone, so that a few thousand moves cost about as much as one simulation.
-std::vector<int> PlanSearch::proxy_descent(const Config& c, MultiStagePeakBound& peak,
-                                           const StageWorkRows& rows, std::vector<int> balance,
+std::vector<int> PlanSearch::proxy_descent(MultiStagePeakBound& peak, const StageWorkRows& rows,
+                                           std::vector<int> balance,
                                            const std::vector<double>& limit) {
   const int stages = static_cast<int>(balance.size());
   const int classes = rows.classes;
@@ -3157,13 +3160,13 @@ void PlanSearch::first_multi_stage_plans(Entry& e, const LayerWork& layer_work) 
   // over every stage's speed: where bisection starts.
   double heaviest = 0.0;
   for (int x = 0; x < layers_; ++x) heaviest = std::max(heaviest, work[x + 1] - work[x]);
-  const double floor =
+  const double least =
       std::max(heaviest / *std::max_element(stage_speed.begin(), stage_speed.end()),
                work[layers_] / std::accumulate(stage_speed.begin(), stage_speed.end(), 0.0));
   // Its cost evaluations count against the budget (uncounted, the dynamic programme alone was a
   // fifth of the time of 2,000 layers on 32 stages; bisection needs a twentieth as many).
   std::uint64_t evaluations = 0;
-  const Partition p = min_max_partition_bisected(work, stage_speed, floor, &evaluations);
+  const Partition p = min_max_partition_bisected(work, stage_speed, least, &evaluations);
   stats_.steps += evaluations / kPartitionEvaluationsPerStep;
   e.balance = p.sizes;
   e.score = simulate_for(e, e.balance, &e.peaks);
@@ -3191,7 +3194,7 @@ void PlanSearch::proxy_starts(Entry& e) {
       limit[r] = share * static_cast<double>(capacity_[r]) * static_cast<double>(bounds[r]) /
                  static_cast<double>(peaks[r]);
     }
-    start_from(e, proxy_descent(*e.config, peak, *e.time_rows, e.balance, limit));
+    start_from(e, proxy_descent(peak, *e.time_rows, e.balance, limit));
     if (!(e.score.excess > 0.0)) break;
   }
 }

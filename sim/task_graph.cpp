@@ -146,7 +146,8 @@ TaskOrder topological_order(const TaskGraph& graph) {
   // Both directions as flat arrays indexed by per-task offsets.
   std::vector<int> after, after_start(n + 1, 0);
   out.before_start.assign(n + 1, 0);
-  for (const auto& [u, t] : graph.engine.edges()) {
+  const auto edges = graph.engine.edges();
+  for (const auto& [u, t] : edges) {
     ++out.before_start[t + 1];
     ++after_start[u + 1];
   }
@@ -159,7 +160,7 @@ TaskOrder topological_order(const TaskGraph& graph) {
   {
     std::vector<int> into_before(out.before_start.begin(), out.before_start.end() - 1);
     std::vector<int> into_after(after_start.begin(), after_start.end() - 1);
-    for (const auto& [u, t] : graph.engine.edges()) {
+    for (const auto& [u, t] : edges) {
       out.before[into_before[t]++] = u;
       after[into_after[u]++] = t;
     }

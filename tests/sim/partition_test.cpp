@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <numeric>
@@ -167,6 +168,28 @@ TEST(MinMaxPartitionBisected, AHeavyItemSkipsASlowBlock) {
   const auto p = min_max_partition_bisected(prefix, speed);
   EXPECT_EQ(p.bottleneck, 10.0);
   EXPECT_EQ(p.sizes, (std::vector<int>{1, 1, 2}));
+}
+
+TEST(MinMaxPartitionBisected, AHintRoundedAboveTheBottleneckIsOnlyAHint) {
+  // Work over the speeds' sum rounds to 1, above the best split's 1 - 2^-53.
+  const double below_one = 1.0 - std::ldexp(1.0, -53);
+  const std::vector<double> prefix{0, 0.5, below_one, 2};
+  const std::vector<double> speed{1.0, 1.0 + std::ldexp(1.0, -52)};
+  const double hint = prefix.back() / (speed[0] + speed[1]);
+  ASSERT_EQ(hint, 1.0);
+  const auto cost = [&](int j, int b, int e) { return (prefix[e] - prefix[b]) / speed[j]; };
+  const auto dp = min_max_partition(3, 2, cost);
+  ASSERT_LT(dp.bottleneck, hint);
+  const auto p = min_max_partition_bisected(prefix, speed, hint);
+  EXPECT_EQ(p.bottleneck, dp.bottleneck);
+  expect_split_reaches_its_bottleneck(p, 3, 2, cost);
+}
+
+TEST(MinMaxPartitionBisected, NoSplitWhereABlockCannotWork) {
+  // A block of speed 0 costs infinitely much, as the programme finds.
+  const auto cost = [](int j, int b, int e) { return (e - b) / (j == 0 ? 1.0 : 0.0); };
+  EXPECT_TRUE(min_max_partition(2, 2, cost).sizes.empty());
+  EXPECT_TRUE(min_max_partition_bisected({0, 1, 2}, {1.0, 0.0}).sizes.empty());
 }
 
 TEST(MinMaxPartitionBisected, SameBottleneckAsTheProgrammeOnRandomInstances) {
