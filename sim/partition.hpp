@@ -8,6 +8,21 @@
 
 namespace pipetune {
 
+/// The largest x in [lo, hi] with holds(x), for a predicate that holds up to some point and not
+/// after it, `lo` taken to hold unchecked: lo where nothing above it does. Binary search.
+template <typename Holds>
+int last_holding(int lo, int hi, Holds&& holds) {
+  while (lo < hi) {
+    const int mid = lo + (hi - lo + 1) / 2;
+    if (holds(mid)) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
 /// The best split of items [0, n) into `parts` contiguous non-empty blocks, block j being
 /// [bounds[j], bounds[j+1]), minimising max_j cost(j, begin_j, end_j). Exact, by dynamic
 /// programming over prefixes (min_max_prefix_table). Needs cost(j, begin, end) to be
@@ -135,16 +150,7 @@ inline Partition min_max_partition_bisected(const std::vector<double>& prefix,
   };
   // The furthest end in [begin, most] of block j from `begin` within `limit` (begin: none).
   auto furthest = [&](int j, int begin, int most, double limit) {
-    int lo = begin, hi = most;
-    while (lo < hi) {
-      const int mid = lo + (hi - lo + 1) / 2;
-      if (cost(j, begin, mid) <= limit) {
-        lo = mid;
-      } else {
-        hi = mid - 1;
-      }
-    }
-    return lo;
+    return last_holding(begin, most, [&](int end) { return cost(j, begin, end) <= limit; });
   };
   using Ends = std::vector<std::pair<int, int>>;  // disjoint runs [first, last], ascending
   std::vector<Ends> reach(parts);
@@ -165,19 +171,8 @@ inline Partition min_max_partition_bisected(const std::vector<double>& prefix,
         last = std::min(last, most - 1);  // a start must leave block j an item
         for (int a = first; a <= last;) {
           // The starts from a on whose items fit block j alone: [a, b].
-          int b = last;
-          if (!(heaviest_in(a, b) / speed[j] <= limit)) {
-            int lo = a - 1, hi = last;  // the last b with [a, b] fitting, a - 1 if none
-            while (lo < hi) {
-              const int mid = lo + (hi - lo + 1) / 2;
-              if (heaviest_in(a, mid) / speed[j] <= limit) {
-                lo = mid;
-              } else {
-                hi = mid - 1;
-              }
-            }
-            b = lo;
-          }
+          auto fit = [&](int b) { return heaviest_in(a, b) / speed[j] <= limit; };
+          const int b = fit(last) ? last : last_holding(a - 1, last, fit);  // a - 1: none
           if (b >= a) add(a + 1, std::max(b + 1, furthest(j, b, most, limit)));
           a = b + 2;  // item b + 1 is too heavy for block j: no block j starts there
         }

@@ -959,17 +959,8 @@ double PlanSearch::greedy_bound(Cost cost) const {
   auto fits = [&](double limit) {
     int a = 0;
     for (int j = 0; j < stages_ && a < layers_; ++j) {
-      // The furthest end that fits (cost grows with it): binary search.
-      int lo = a, hi = layers_;
-      while (lo < hi) {
-        const int mid = lo + (hi - lo + 1) / 2;
-        if (cost(j, a, mid) <= limit) {
-          lo = mid;
-        } else {
-          hi = mid - 1;
-        }
-      }
-      a = lo;
+      // The furthest end that fits (cost grows with it).
+      a = last_holding(a, layers_, [&](int end) { return cost(j, a, end) <= limit; });
     }
     return a == layers_;
   };
@@ -1007,17 +998,9 @@ void min_max_suffix(int stages, int layers, std::vector<std::vector<double>>& ta
 template <typename Cost>
 int furthest_last_start(int first, int last, int a, int layers, double limit, Cost cost) {
   for (int k = first; k < last; ++k) {
-    int lo = a + 1, hi = layers - (last - k);
+    const int lo = a + 1, hi = layers - (last - k);
     if (lo > hi || !(cost(k, a, lo) < limit)) continue;
-    while (lo < hi) {
-      const int mid = lo + (hi - lo + 1) / 2;
-      if (cost(k, a, mid) < limit) {
-        lo = mid;
-      } else {
-        hi = mid - 1;
-      }
-    }
-    a = lo;
+    a = last_holding(lo, hi, [&](int end) { return cost(k, a, end) < limit; });
   }
   return a;
 }
