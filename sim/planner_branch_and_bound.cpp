@@ -1,0 +1,232 @@
+// The exact search over single-stage balances: depth-first over each stage's last layer, pruned
+// by the stage bounds, the suffix tables and sweeps of the placed prefix.
+
+#include <algorithm>
+#include <cmath>
+
+#include "sim/planner_search.hpp"
+
+namespace pipetune::planning {
+
+// GPipe: a full-size micro-batch i's round trip from stage j also waits, on the last stage, for
+// what its programme runs between i's forward and backward: at least the last micro-batch's
+// forward, recompute and backward and M - 2's recompute, over the last stage's layers. Those
+// layers are unknown before the last stage is placed, but include [c, L) for the largest start
+// c that the stages in between can reach while each stays below the threshold (`offset` turns
+// wait_cost into a bound given the placed stages): furthest_last_start() gives it. Returns c,
+// or -1 when even the last stage from c cannot stay below the threshold.
+int PlanSearch::last_stage_start(int j, int b, double offset, double limit) const {
+  const int last = stages_ - 1;
+  auto cost = [&](int k, int a, int e) { return offset + wait_cost(k, a, e); };
+  const int start = furthest_last_start(j + 1, last, b, layers_, limit, cost);
+  return cost(last, start, layers_) < limit ? start : -1;
+}
+
+// The least end b of stage j that the bounds on the later stages do not rule out. Each of those
+// bounds is at least its value with the passes through stage j left out, and at least the
+// floor of that value (running_min), which only falls as b grows, so binary search finds where
+// it drops below the threshold; ends before it need not be examined one by one.
+int PlanSearch::first_open_end(int j, int a, double arrive, double drain,
+                               const Passes& exact) const {
+  const int remaining = stages_ - 1 - j;
+  const double limit = threshold(Objective::Time);
+  const bool follow_last =
+      followed_ == config_->micro_batches() - 1 && config_->schedule == ScheduleKind::OneFOneB;
+  const double exact_drain = follow_last ? exact.drain_last : exact.drain_full;
+  auto open = [&](int b) {
+    return arrive + suffix_floor_[remaining][b] < limit &&
+           arrive + drain - before_[a] + chained_floor_[remaining][b] < limit &&
+           exact.arrive + exact_drain - wait_before_[a] + waits_floor_[remaining][b] < limit;
+  };
+  int lo = a + 1, hi = layers_ - remaining;
+  if (!open(hi)) return hi + 1;
+  while (lo < hi) {
+    const int mid = lo + (hi - lo) / 2;
+    if (open(mid)) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  return lo;
+}
+
+// Depth-first over stage j's last layer. `arrive`/`drain`: micro-batch passes through the
+// stages already placed (see time_bound); `worst`: the largest bound of those stages.
+void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact, double worst,
+                        Objective objective) {
+  if (out_of_budget_) return;
+  const bool last = j + 1 == stages_;
+  const int remaining = stages_ - 1 - j;
+  const int b_end = last ? layers_ : layers_ - remaining;
+  const SizeCosts& drain_size = *first_size_;  // the micro-batch q of prepare()
+  int b_start = last ? layers_ : a + 1;
+  if (!last && objective == Objective::Time) b_start = first_open_end(j, a, arrive, drain, exact);
+  // Resuming a slice cut short: every end before the path it stopped on was searched already.
+  const int resume_b = resuming_ ? resume_[j] : 0;
+  b_start = std::max(b_start, resume_b);
+  for (int b = b_start; b <= b_end; ++b) {
+    if (b != resume_b) resuming_ = false;
+    ++stats_.nodes;
+    if (++stats_.steps > step_limit_) {
+      out_of_budget_ = true;
+      // Where to resume: the ends of the stages placed so far, and this one's.
+      resume_.assign(stages_, 0);
+      for (int k = 0, end = 0; k < j; ++k) resume_[k] = end += balance_[k];
+      resume_[j] = b;
+      return;
+    }
+    const double limit = threshold(objective);
+    if (objective == Objective::Memory) {
+      // The full bound walks the stage's layers: a step each the first time the configuration
+      // meets the stage, since it is all this search does per node (uncounted, a capped
+      // 1,000 x 16 profile that nothing fits took 100 s).
+      const double bound = std::max(worst, static_cast<double>(full_memory_bound(
+                                               j, a, b, static_cast<std::uint64_t>(b - a))));
+      if (bound >= limit) continue;
+      balance_[j] = b - a;
+      if (last) {
+        evaluate(balance_, objective);
+      } else {
+        search(j + 1, b, 0.0, 0.0, {}, bound, objective);
+        if (out_of_budget_) return;
+      }
+      continue;
+    }
+    // arrive + busy - tail + drain only grows with b: nothing further right can do better.
+    if (arrive + busy(j, a, b) - tail(j, a, b) + drain >= limit) break;
+    // The nested memory bound only grows with b either: no further end fits.
+    if (!fits_nested(j, a, b)) break;
+    double bound = std::max(worst, time_bound(j, a, b, arrive, drain));
+    if (bound >= limit) continue;
+    if (!host_work_.empty()) {
+      bound = std::max(bound, host_bound(a, b, exact));
+      if (bound >= limit) continue;
+    }
+    const StageDurations d = durations(j, a, b);
+    bound = std::max(bound, wait_bound(j, a, b, d, exact));
+    if (bound >= limit) continue;
+    // The full memory bound walks the stage's layers: last.
+    if (memory_excess(j, a, b) > 0) continue;
+    balance_[j] = b - a;
+    durations_[j] = d;
+    if (last) {
+      evaluate(balance_, objective);
+      continue;
+    }
+    const double next_arrive =
+        arrive + least_forward(*first_size_, j, a, b) + copy(*first_size_, j, b);
+    const double next_drain = drain + backward(drain_size, j, a, b) + copy(drain_size, j, b);
+    // The later stages wait for the passes through what is placed so far; chained_ counts the
+    // passes from layer 0, so take out the part before b.
+    const double rest = std::max(next_arrive + suffix_[remaining][b],
+                                 next_arrive + next_drain - before_[b] + chained_[remaining][b]);
+    if (rest >= limit) continue;
+    // Micro-batch 0 goes on as it runs here; the drain follows GPipe's micro-batch 0 and
+    // 1F1B's last one.
+    Passes onward;
+    onward.arrive = exact.arrive + (config_->recomputed(0) ? d.forward_nograd[0] : d.forward[0]) +
+                    d.activation_copy[0];
+    // The gradient copy back over this boundary carries as many bytes as the activation.
+    onward.drain_full = exact.drain_full + d.backward[0] + d.activation_copy[0];
+    onward.drain_last = exact.drain_last + d.backward[1] + d.activation_copy[1];
+    if (!host_work_.empty()) {
+      onward.arrive_host = exact.arrive_host + host_arrive_[b] - host_arrive_[a] + overhead_;
+      onward.drain_host =
+          exact.drain_host + host_drain_[b] - host_drain_[a] + host_drain_per_stage_;
+    }
+    const double drain =
+        followed_ == config_->micro_batches() - 1 && config_->schedule == ScheduleKind::OneFOneB
+            ? onward.drain_last
+            : onward.drain_full;
+    if (onward.arrive + drain - wait_before_[b] + waits_[remaining][b] >= limit) continue;
+    {
+      // The stages placed so far exactly, the later ones as round trips (see run_prefix).
+      const double onward_tasks = 2.0 * overhead_ * (stages_ - 1 - j) + after_latency_[j];
+      double trip_first = least_trip(pass_first_, trip_first_, j, b) + onward_tasks +
+                          2.0 * copy(*first_size_, j, b);
+      const double trip_last =
+          least_trip(pass_last_, trip_last_, j, b) + onward_tasks + 2.0 * copy(*last_size_, j, b);
+      const Config& c = *config_;
+      const int m = c.micro_batches();
+      // (1F1B's recompute on the last stage could be added the same way, but the greedy fill
+      // costs more time than the pruning saves; recompute_root() uses it at the root.)
+      if (c.schedule == ScheduleKind::GPipe && m >= 2) {
+        stats_.steps +=
+            static_cast<std::uint64_t>(std::max(0, stages_ - 2 - j));  // its greedy fill
+        const int start = last_stage_start(j, b, onward.arrive + drain - wait_before_[b], limit);
+        if (start < 0) continue;  // no completion can beat the threshold
+        const StageDurations end_stage = durations(stages_ - 1, start, layers_);
+        const int slot = c.sizes.back() != c.sizes.front() ? 1 : 0;
+        trip_first +=
+            (c.recomputed(m - 1) ? end_stage.forward_nograd[slot] + end_stage.forward[slot]
+                                 : end_stage.forward[slot]) +
+            end_stage.backward[slot] + (c.recomputed(m - 2) ? end_stage.forward[0] : 0.0);
+      }
+      ++stats_.prefix_sweeps;
+      stats_.steps += 1 + sweep_->prefix_task_count(j) / kSweepTasksPerStep;
+      bound = std::max(bound, sweep_->run_prefix(durations_, j, trip_first, trip_last));
+      if (bound >= limit) continue;
+    }
+    search(j + 1, b, next_arrive, next_drain, onward, bound, objective);
+    if (out_of_budget_) return;  // resume_ holds where the child stopped
+  }
+}
+
+// The round trips that wait_bound() and the prefix sweeps follow through the stages after j,
+// at those stages' own speeds rather than the fastest one's. Any balance that beats `limit` has
+// every stage's chained_cost() below it and passing the nested memory bound, so its later
+// stages hold layers [b, L) in a way this dynamic programme also considers: least pass over the
+// ways to split [b, L) among stages j+1..K-1 (each non-empty) that keep every stage below the
+// limit. With devices of equal speed it is the pass at that speed; when they differ it keeps
+// the fast devices from holding more than the limit lets them, which the fastest speed cannot.
+// O(K L): the stage's furthest end grows with its start (the cost shrinks as the start moves
+// right), so the minimum over ends is a sliding window.
+void PlanSearch::build_trip_tables(double limit) {
+  trip_first_.clear();
+  trip_last_.clear();
+  if (!(limit < kInf) || stages_ < 2) return;
+  const int last = stages_ - 1;
+  auto fits = [&](int k, int a, int e) {
+    return fits_nested(k, a, e) && chained_cost(k, a, e) < limit;
+  };
+  // furthest[k][a]: the furthest end of stage k from a that fits, a when none does.
+  std::vector<std::vector<int>> furthest(stages_, std::vector<int>(layers_ + 1, 0));
+  for (int k = 1; k < last; ++k) {
+    int e = 0;
+    for (int a = 0; a < layers_; ++a) {
+      e = std::max(e, a);
+      while (e < layers_ && fits(k, a, e + 1)) ++e;
+      furthest[k][a] = e;
+    }
+  }
+  auto build = [&](const std::vector<double>& pass, std::vector<std::vector<double>>& table) {
+    table.assign(stages_, std::vector<double>(layers_ + 1, kInf));
+    for (int b = 0; b < layers_; ++b)
+      if (fits(last, b, layers_)) table[last - 1][b] = (pass[b] - pass[layers_]) / speed_[last];
+    for (int j = last - 2; j >= 0; --j) {
+      const int k = j + 1;  // the stage that starts at b
+      const double speed = speed_[k];
+      const std::vector<double>& next = table[k];
+      auto value = [&](int e) { return next[e] - pass[e] / speed; };
+      std::vector<int> window;  // ends, values increasing: a monotone deque
+      std::size_t front = 0;
+      int added = 0;  // ends up to here were offered
+      for (int b = 0; b < layers_; ++b) {
+        const int upper = std::min(furthest[k][b], layers_ - (last - k));
+        for (int e = std::max(added + 1, b + 1); e <= upper; ++e) {
+          while (window.size() > front && !(value(window.back()) < value(e))) window.pop_back();
+          window.push_back(e);
+          added = e;
+        }
+        while (front < window.size() && window[front] <= b) ++front;
+        if (front < window.size() && window[front] <= upper && value(window[front]) < kInf)
+          table[j][b] = pass[b] / speed + value(window[front]);
+      }
+    }
+  };
+  build(pass_first_, trip_first_);
+  build(pass_last_, trip_last_);
+}
+
+}  // namespace pipetune::planning

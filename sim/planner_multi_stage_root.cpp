@@ -1,0 +1,410 @@
+// The multi-stage relaxed roots: every path of a schedule's task graph bounded over continuous
+// shares of the work, by cutting planes.
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "sim/planner_search.hpp"
+#include "sim/task_graph.hpp"
+
+namespace pipetune::planning {
+
+// The relaxed root of a multi-stage configuration (docs/planner.md): each stage s gets a share
+// x_s of the work (LayerWork), every task is bounded by its least ratio to a layer's work
+// over its stage's share (plus its overhead; a copy by the least bytes a boundary can carry),
+// and the plan is at least every path of its task graph, which depends on the schedule alone,
+// not on the balance. Rows: each device's busy time, then (cutting planes) long paths of model
+// plans (first the last root's best model plan of the same schedule and stages per device, or
+// equal time per stage; then each a step from the best model plan towards the solve's shares,
+// and the shares themselves where the step's paths are not above the bound), timed by a
+// sweep, until no path of the solve's shares is timed longer than the bound, then on with the
+// paths' own rows (above their timed lengths, see add_paths) until none of those is above it
+// either, or until the bound reaches `enough`. `rows`, where given, receives the programme's
+// functions. `complete`: whether the rounds ended by themselves (no path longer, all of them run,
+// or `enough`) rather than at `step_limit`, a count of stats_.steps; while they did not, `state`
+// holds where they stopped, for a later call to go on from (a fresh start each time never completed
+// a root that needs more than the steps given). `balances`: the best model plan timed and the last
+// solve's shares (once a round has run), and the two where no path was timed above the bound any
+// more, each rounded to layer boundaries (on random models each was the better start for the
+// local search on some).
+double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& layer_work,
+                                            std::uint64_t step_limit, double enough,
+                                            std::unique_ptr<RelaxedRootState>& state,
+                                            bool* complete, std::vector<std::vector<int>>* balances,
+                                            StageWorkRows* rows) {
+  const std::vector<double>& work = layer_work.each;
+  const int v = c.stages_per_device, m = c.micro_batches(), stages = v * stages_;
+  std::vector<int> device_of(stages);
+  for (int s = 0; s < stages; ++s) device_of[s] = stage_rank(c.schedule, s, stages, v);
+  TaskGraph graph;
+  build_task_graph(graph, make_schedule(c.schedule, stages, m, c.checkpoint, v), device_of,
+                   stages_);
+  const SizeCosts* size_of[2] = {&costs_.at(c.sizes.front()), &costs_.at(c.sizes.back())};
+  std::vector<int> slot_of(m);
+  for (int i = 0; i < m; ++i) slot_of[i] = c.sizes[i] == c.sizes.front() ? 0 : 1;
+  const RatioClasses classes = ratio_classes(work, *size_of[0]);
+  const int n_classes = static_cast<int>(classes.work.size());
+  // [kind * 2 + slot][layer]: a task's cost on each layer; kinds as TaskKind, with the forward
+  // without autograd at SendActivation's place (no copy needs one).
+  std::array<std::vector<double>, 14> cost;
+  const double least_bytes[2] = {least_boundary_bytes(*size_of[0]),
+                                 least_boundary_bytes(*size_of[1])};
+  for (int slot = 0; slot < 2; ++slot) {
+    const SizeCosts& sc = *size_of[slot];
+    const std::vector<double>* per[7] = {
+        &sc.forward_ms, &sc.forward_ms,        &sc.backward_ms,       &sc.forward_nograd_ms,
+        nullptr,        &sc.backward_input_ms, &sc.backward_weight_ms};
+    for (int kind = 0; kind < 7; ++kind)
+      cost[kind * 2 + slot] = per[kind] ? *per[kind] : std::vector<double>(layers_, 0.0);
+  }
+  // Per task: its least cost per unit of work, per class.
+  std::array<ClassRatio, 14> ratio;
+  for (int x = 0; x < 14; ++x) {
+    ratio[x] = ClassRatio(n_classes);
+    for (int k = 0; k < layers_; ++k) ratio[x].add(classes.of[k], cost[x][k], work[k]);
+  }
+  const auto nograd_kind = static_cast<int>(TaskKind::SendActivation);
+  auto kind_of = [&](const SimTask& t) {
+    return t.kind == TaskKind::Forward && graph.schedule.recomputes(t.micro_batch)
+               ? nograd_kind
+               : static_cast<int>(t.kind);
+  };
+  auto copy_ms = [&](const SimTask& t) {
+    const double bytes = least_bytes[slot_of[t.micro_batch]];
+    return bytes < kInf ? hardware_.link_between(t.device, t.peer).transfer_ms(bytes) : 0.0;
+  };
+  // A row's compute tasks, counted per stage, kind and slot; their least time as slopes on the
+  // stages' shares, one block per class: per stage, the least over a class's layers of what
+  // those tasks cost on the layer against its work (tighter than a least ratio per task when
+  // a backward's halves vary unlike each other from layer to layer).
+  const std::size_t width = static_cast<std::size_t>(n_classes) * stages;
+  using Counts = std::vector<std::array<int, 14>>;  // [stage][kind * 2 + slot]
+  auto count_task = [&](Counts& counts, const SimTask& t) {
+    ++counts[t.stage][kind_of(t) * 2 + slot_of[t.micro_batch]];
+  };
+  const bool fresh = !state;
+  if (fresh) state = std::make_unique<RelaxedRootState>(stages, classes.work);
+  RelaxedRootState& st = *state;
+  MinMaxShareProgramme& programme = st.programme;
+  // A stage's least ratios depend on its counts alone, and paths cross many stages with the
+  // same counts (a forward and a backward of one micro-batch): each count vector is walked over
+  // the layers once (that walk was most of the root's time).
+  auto& least_of_counts = st.least_of_counts;
+  auto slopes = [&](const Counts& counts) {
+    std::vector<double> row(width, 0.0);
+    for (int s = 0; s < stages; ++s) {
+      const std::array<int, 14>& n = counts[s];
+      if (std::all_of(n.begin(), n.end(), [](int x) { return x == 0; })) continue;
+      auto [it, added] = least_of_counts.try_emplace(n);
+      if (added) {
+        ClassRatio r(n_classes);
+        for (int k = 0; k < layers_; ++k) {
+          double sum = 0.0;
+          for (int x = 0; x < 14; ++x)
+            if (n[x] > 0) sum += n[x] * cost[x][k];
+          r.add(classes.of[k], sum, work[k]);
+        }
+        it->second.resize(n_classes);
+        for (int k = 0; k < n_classes; ++k) it->second[k] = r.lower(k);
+      }
+      for (int k = 0; k < n_classes; ++k)
+        row[k * stages + s] = it->second[k] / speed_[device_of[s]];
+    }
+    return row;
+  };
+  // The rounds count against the budget (their pivots, columns and sweeps) and stop at
+  // `step_limit`, the bound so far standing, or once the bound reaches `enough`.
+  auto charge = [&](std::uint64_t cells_before) {
+    stats_.steps += (programme.pivot_cells() - cells_before) / kPivotCellsPerStep;
+  };
+  if (fresh) {
+    std::vector<Counts> busy(stages_, Counts(stages));
+    std::vector<double> tasks(stages_, 0.0);
+    for (const SimTask& t : graph.tasks) {
+      if (!is_compute(t.kind)) continue;
+      count_task(busy[t.device], t);
+      tasks[t.device] += overhead_;
+    }
+    for (int r = 0; r < stages_; ++r) programme.add(tasks[r], slopes(busy[r]));
+    st.bound = programme.solve(&st.shares);
+    charge(0);
+    // The first model plan gives each stage the same time on its device, whatever the solve's
+    // shares (the busy rows alone leave them arbitrary, and the first rounds' paths from such
+    // extreme plans raised nothing: 9 rounds without a gain on 1,000 layers x 32 stages); or,
+    // where a root of the same schedule ran before, that root's best model plan, stage by
+    // stage: configurations of one schedule want much the same balance, and the rounds start
+    // nearer it.
+    st.model_plan.assign(st.shares.size(), 0.0);
+    std::vector<double> start = equal_time_shares(c);
+    if (auto it = model_start_.find({c.schedule, v}); it != model_start_.end()) start = it->second;
+    for (int k = 0; k < n_classes; ++k)
+      for (int s = 0; s < stages; ++s) st.model_plan[k * stages + s] = classes.work[k] * start[s];
+    st.best_plan = st.model_plan;
+  }
+  // Every resource runs its tasks in a fixed order and no task is paced, so a model plan's
+  // times are the longest paths over the engine's edges: a sweep in topological order, several
+  // times faster than the event queue (which was most of the root's time).
+  const int n_tasks = static_cast<int>(graph.tasks.size());
+  stats_.steps += 1 + graph.tasks.size() / kSweepTasksPerStep;
+  const TaskOrder sorted = topological_order(graph);
+  const std::vector<int>& order = sorted.order;
+  std::vector<double> duration(n_tasks), start(n_tasks), finish(n_tasks);
+  *complete = false;
+  bool cut = false;  // the rounds stopped at step_limit
+  // As returned: a hair below, and the configuration closes only on the value returned.
+  auto reaches = [&](double bound) { return bound * (1.0 - 1e-12) >= enough; };
+  // A model plan's makespan (start and finish hold its tasks' times); the best so far is kept.
+  auto time_model_plan = [&](const std::vector<double>& plan) {
+    stats_.steps += 1 + graph.tasks.size() / kSweepTasksPerStep;
+    for (std::size_t id = 0; id < graph.tasks.size(); ++id) {
+      const SimTask& t = graph.tasks[id];
+      double ms = 0.0;
+      if (is_compute(t.kind)) {
+        const ClassRatio& r = ratio[kind_of(t) * 2 + slot_of[t.micro_batch]];
+        ms = overhead_;
+        for (int k = 0; k < n_classes; ++k)
+          ms += r.lower(k) * plan[k * stages + t.stage] / speed_[t.device];
+      } else {
+        ms = copy_ms(t);
+      }
+      duration[id] = ms;
+    }
+    double makespan = 0.0;
+    for (int id : order) {
+      double at = 0.0;
+      for (int u : sorted.predecessors(id)) at = std::max(at, finish[u]);
+      start[id] = at;
+      finish[id] = at + duration[id];
+      makespan = std::max(makespan, finish[id]);
+    }
+    if (makespan < st.best_plan_ms) {
+      st.best_plan_ms = makespan;
+      st.best_plan = plan;
+    }
+    return makespan;
+  };
+  // Rows per path of `plan`, the plan last timed: back from a task, each time to a predecessor
+  // that ended as it started. From the task that ends last and from the last tasks of the
+  // devices that end next, `count` of them (two rows a round gave 1,000 layers on 32 stages a
+  // root 4 % higher in the same 40 rounds than one; the first round takes every device's).
+  // A row is added where its value, at `plan` or at the last solve's shares, is above the
+  // bound and the programme lacks it: the row prices a stage's tasks together at their joint
+  // least ratio, above the sum of their least ratios that the timing takes, so a plan timed
+  // below the bound may still have rows above it. Returns the rows added.
+  auto add_paths = [&](const std::vector<double>& plan, int count) {
+    std::vector<int> last(stages_, -1);
+    for (int id = 0; id < n_tasks; ++id) {
+      int& l = last[graph.tasks[id].device];
+      if (l < 0 || finish[id] > finish[l]) l = id;
+    }
+    std::erase_if(last, [&](int id) {
+      return id < 0 || (st.by_timing && !(finish[id] > st.bound * (1.0 + 1e-9)));
+    });
+    std::sort(last.begin(), last.end(), [&](int x, int y) { return finish[x] > finish[y]; });
+    if (static_cast<int>(last.size()) > count) last.resize(count);
+    auto value_at = [&](double constant, const std::vector<double>& slope,
+                        const std::vector<double>& at) {
+      if (at.size() != slope.size()) return 0.0;
+      double value = constant;
+      for (std::size_t x = 0; x < slope.size(); ++x) value += slope[x] * at[x];
+      return value;
+    };
+    int added = 0;
+    for (int at : last) {
+      double constant = 0.0;
+      Counts on_path(stages);
+      while (at >= 0) {
+        const SimTask& t = graph.tasks[at];
+        if (is_compute(t.kind)) {
+          count_task(on_path, t);
+          constant += overhead_;
+        } else {
+          constant += copy_ms(t);
+        }
+        int next = -1;
+        for (int u : sorted.predecessors(at)) {
+          if (finish[u] >= start[at]) next = u;
+        }
+        at = start[at] > 0.0 ? next : -1;
+      }
+      std::vector<double> slope = slopes(on_path);
+      stats_.steps += 1 + 2 * width / kPivotCellsPerStep;
+      const double above = st.bound * (1.0 + 1e-9);
+      if (!(value_at(constant, slope, plan) > above) &&
+          !(st.rounds > 0 && value_at(constant, slope, st.shares) > above))
+        continue;
+      bool known = false;
+      for (std::size_t i = 0; i < programme.functions() && !known; ++i)
+        known = programme.constant(i) == constant && programme.slope(i) == slope;
+      stats_.steps += programme.functions() * width / kPivotCellsPerStep;
+      if (known) continue;
+      programme.add(constant, std::move(slope));
+      stats_.steps += (width + 1) * (width + 1) / kPivotCellsPerStep;  // the column's pricing
+      ++added;
+    }
+    return added;
+  };
+  for (; st.rounds < kRelaxedRootRounds && !reaches(st.bound); ++st.rounds) {
+    if (stats_.steps >= step_limit) {
+      cut = true;
+      break;
+    }
+    time_model_plan(st.model_plan);
+    if (add_paths(st.model_plan, st.rounds == 0 ? stages_ : 2) == 0) {
+      // No row of the stepped plan's paths is above the bound, which says nothing of the
+      // solve's vertex: its own paths then (Kelley's cut), and where none of theirs is above
+      // the bound either, the rounds are done. (Ending on the stepped plan alone, a 120-layer
+      // configuration on 2 devices stopped after one round at 283.367 ms against 291.784.)
+      time_model_plan(st.shares);
+      if (add_paths(st.shares, 2) == 0) {
+        if (!st.by_timing) break;
+        // No path is timed above the bound: the rows of the paths themselves from now on,
+        // and the plans here kept as starts (the rounds after them move the model plans, and
+        // the local search from those alone ended up to 2.5 % slower on random instances).
+        st.by_timing = false;
+        st.timed_plans = {st.best_plan};
+        // (Before the first solve the shares are the busy rows' arbitrary vertex.)
+        if (st.rounds > 0) st.timed_plans.push_back(st.shares);
+        continue;
+      }
+    }
+    const std::uint64_t cells = programme.pivot_cells();
+    st.bound = std::max(st.bound, programme.solve(&st.shares));
+    charge(cells);
+    // Not the solve's shares but a step from the best model plan towards them (Kelley's method
+    // stabilised): the shares jump between far vertices, whose paths raise the bound little.
+    // On bench's capped 1,000-layer profile, x12 except_last interleaved-1f1b, 40 rounds took
+    // the bound to 1841 ms with the shares and to 1876 with a step of 0.3 (its best plan:
+    // about 1905).
+    st.model_plan.resize(st.shares.size());
+    for (std::size_t x = 0; x < st.model_plan.size(); ++x)
+      st.model_plan[x] = kModelPlanStep * st.shares[x] + (1.0 - kModelPlanStep) * st.best_plan[x];
+  }
+  double bound = st.bound;
+  if (!cut) {
+    if (!reaches(bound)) {
+      std::uint64_t cells = 0;
+      bound = std::max(
+          bound, heaviest_layer_bound(programme, work, classes, stages, st.shares, bound, &cells));
+      stats_.steps += cells / kPivotCellsPerStep;
+    }
+    *complete = true;
+  }
+  balances->clear();
+  std::vector<const std::vector<double>*> plans = {&st.best_plan};
+  // Before the first round the solve's shares are the busy rows' arbitrary vertex.
+  if (st.rounds > 0) plans.push_back(&st.shares);
+  for (const std::vector<double>& plan : st.timed_plans) plans.push_back(&plan);
+  for (const std::vector<double>* shares : plans) {
+    std::vector<double> stage_share(stages, 0.0);
+    for (int s = 0; s < stages; ++s)
+      for (int k = 0; k < n_classes; ++k) stage_share[s] += (*shares)[k * stages + s];
+    std::vector<int> balance = rounded_balance(layer_work.prefix, stage_share);
+    if (std::find(balances->begin(), balances->end(), balance) == balances->end())
+      balances->push_back(std::move(balance));
+  }
+  if (st.rounds > 0) {  // the next root of this schedule starts from its best model plan
+    std::vector<double> share(stages, 0.0);
+    for (int k = 0; k < n_classes; ++k)
+      for (int s = 0; s < stages; ++s) share[s] += st.best_plan[k * stages + s];
+    const double sum = std::accumulate(share.begin(), share.end(), 0.0);
+    if (sum > 0.0) {
+      for (double& x : share) x /= sum;
+      model_start_[{c.schedule, v}] = std::move(share);
+    }
+  }
+  if (rows != nullptr) {
+    rows->layer_class = classes.of;
+    rows->layer_work = work;
+    rows->classes = n_classes;
+    rows->constant.resize(programme.functions());
+    rows->slope.resize(programme.functions());
+    for (std::size_t i = 0; i < programme.functions(); ++i) {
+      rows->constant[i] = programme.constant(i);
+      rows->slope[i] = programme.slope(i);
+    }
+  }
+  if (*complete) state.reset();
+  return std::max(0.0, bound * (1.0 - 1e-12));
+}
+
+StageWorkRows PlanSearch::time_rows_of(const Plan& plan) {
+  Config c;
+  c.sizes = split_batch(profile_.batch_size, plan.chunks);
+  c.chunks = plan.chunks;
+  c.checkpoint = plan.checkpoint;
+  c.schedule = plan.schedule;
+  c.stages_per_device = plan.stages_per_device;
+  const LayerWork work(costs_, c);
+  std::unique_ptr<RelaxedRootState> state;
+  bool complete = false;
+  std::vector<std::vector<int>> balances;
+  StageWorkRows rows;
+  multi_stage_relaxed_root(c, work, std::numeric_limits<std::uint64_t>::max(), kInf, state,
+                           &complete, &balances, &rows);
+  return rows;
+}
+
+// The cheap pass: under caps, the memory relaxation (MultiStagePeakBound::may_fit()); the
+// relaxed root, to a quarter of the budget; and the first plans (first_multi_stage_plans()),
+// unless the cheap pass has spent half the budget.
+void PlanSearch::multi_stage_root(Entry& e, const std::vector<Entry>& entries) {
+  const Config& c = *e.config;
+  auto note = [&] {
+    e.stats.best_ms = e.best < kInf ? e.best : 0.0;
+    e.stats.lower_bound_ms = e.root;
+  };
+  if (e.root >= ranking_threshold(entries, &e)) {
+    e.closed = true;
+    note();
+    return;
+  }
+  // The memory relaxation and the first plans whatever the budget, while the cheap pass has
+  // spent less than half of it (or 2^20 steps, so that a small budget still gets them); after
+  // that in the configuration's first slice. A batch of 1,024 makes thousands of multi-stage
+  // configurations: simulating all their first plans left nothing of the budget to search the
+  // single-stage ones (3,000 layers on 4 devices: their proven best, 0.4 % faster, not found),
+  // and their relaxations alone took 32 M steps of a 10 M budget (2,000 layers on 16 devices
+  // under a cap, 6 s).
+  const bool cheap_left =
+      stats_.steps < std::max<std::uint64_t>(options_.search_budget / 2, 1 << 20);
+  if (cheap_left && !fits_some_balance(e)) {
+    e.closed = true;
+    note();
+    return;
+  }
+  // With 32 stages and a few classes a solve takes a few milliseconds, and a model of 64
+  // samples has a few hundred configurations: in the cheap pass the rounds stop at a quarter
+  // of the budget (at least about 50 ms of work, so that a small budget still gets the roots
+  // of small models), so that the search for plans keeps the rest. Those cut short go on in
+  // their configuration's slices (multi_stage_slice()); past half the budget a root does not
+  // start here (its graph and first solve alone were 9.6 M steps over thousands of
+  // configurations).
+  const std::uint64_t allowance = std::max<std::uint64_t>(options_.search_budget / 4, 1 << 20);
+  const LayerWork work(costs_, c);
+  if (!cheap_left) {
+    // Its first plans still start from equal time per stage, as the root's first round would.
+    std::vector<double> stage_share = equal_time_shares(c);
+    for (double& x : stage_share) x *= work.prefix[layers_];
+    e.relaxed = {rounded_balance(work.prefix, stage_share)};
+  } else {
+    std::vector<std::vector<int>> relaxed;
+    if (capped()) e.time_rows = std::make_unique<StageWorkRows>();
+    e.root = std::max(e.root, multi_stage_relaxed_root(
+                                  c, work, allowance, ranking_threshold(entries, &e), e.root_state,
+                                  &e.root_complete, &relaxed, e.time_rows.get()));
+    if (e.root >= ranking_threshold(entries, &e) ||
+        !fits_fast_enough(e, ranking_threshold(entries, &e))) {
+      e.closed = true;
+      note();
+      return;
+    }
+    e.relaxed = std::move(relaxed);
+  }
+  if (cheap_left) first_multi_stage_plans(e, work);
+  e.stats.evaluated = true;
+  note();
+}
+
+}  // namespace pipetune::planning

@@ -1,0 +1,513 @@
+// The single-stage relaxed roots: every stage's bounds at once over continuous shares of the
+// work, with and without memory caps, and the layers' classes they and the multi-stage roots share.
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <queue>
+
+#include "sim/planner_search.hpp"
+
+namespace pipetune::planning {
+
+RatioClasses ratio_classes(const std::vector<double>& layer_work, const SizeCosts& size) {
+  const int layers = static_cast<int>(layer_work.size());
+  auto share = [&](int x) {
+    const double sum = size.forward_ms[x] + size.backward_ms[x];
+    return sum > 0.0 ? size.forward_ms[x] / sum : 0.0;
+  };
+  double low = kInf, high = -kInf;
+  for (int x = 0; x < layers; ++x) {
+    if (!(layer_work[x] > 0.0)) continue;
+    low = std::min(low, share(x));
+    high = std::max(high, share(x));
+  }
+  // Shares that differ by rounding alone are one class: split, a profile whose every backward
+  // is twice its forward got two classes of the same ratio, and its programmes twice the rows.
+  const bool alike = !(high - low > 1e-9);
+  std::vector<int> range(layers, 0);
+  std::vector<int> used(kRatioClasses, -1);
+  RatioClasses out;
+  out.of.assign(layers, 0);
+  for (int x = 0; x < layers; ++x) {
+    if (!(layer_work[x] > 0.0) || alike) continue;
+    range[x] = std::min(kRatioClasses - 1,
+                        static_cast<int>(kRatioClasses * (share(x) - low) / (high - low)));
+  }
+  for (int x = 0; x < layers; ++x) {
+    if (used[range[x]] < 0) {
+      used[range[x]] = static_cast<int>(out.work.size());
+      out.work.push_back(0.0);
+    }
+    out.of[x] = used[range[x]];
+    out.work[out.of[x]] += layer_work[x];
+  }
+  if (out.work.empty()) out.work.push_back(0.0);
+  return out;
+}
+
+std::vector<int> rounded_balance(const std::vector<double>& work,
+                                 const std::vector<double>& share) {
+  const int layers = static_cast<int>(work.size()) - 1;
+  const int stages = static_cast<int>(share.size());
+  std::vector<int> balance(stages, 0);
+  double share_end = 0.0;
+  for (int k = 0, start = 0; k < stages; ++k) {
+    share_end += share[k];
+    int end =
+        static_cast<int>(std::lower_bound(work.begin(), work.end(), share_end) - work.begin());
+    if (end > start && end <= layers && share_end - work[end - 1] < work[end] - share_end) --end;
+    end = std::clamp(end, start + 1, layers - (stages - 1 - k));
+    if (k + 1 == stages) end = layers;
+    balance[k] = end - start;
+    start = end;
+  }
+  return balance;
+}
+
+double least_boundary_bytes(const SizeCosts& size) {
+  double least = kInf;
+  for (std::size_t k = 0; k + 1 < size.output_bytes.size(); ++k)
+    least = std::min(least, static_cast<double>(size.output_bytes[k]));
+  return least;
+}
+
+double heaviest_layer_bound(const MinMaxShareProgramme& programme,
+                            const std::vector<double>& layer_work, const RatioClasses& classes,
+                            int stages, const std::vector<double>& shares, double floor,
+                            std::uint64_t* cells) {
+  const auto heaviest = std::max_element(layer_work.begin(), layer_work.end());
+  const double total = std::accumulate(layer_work.begin(), layer_work.end(), 0.0);
+  if (heaviest == layer_work.end() || !(*heaviest * stages >= 0.25 * total)) return 0.0;
+  const int cls = classes.of[static_cast<std::size_t>(heaviest - layer_work.begin())];
+  const std::size_t block = static_cast<std::size_t>(cls) * stages;
+  std::vector<int> order(stages);
+  std::iota(order.begin(), order.end(), 0);
+  if (shares.size() >= block + stages) {
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int x, int y) { return shares[block + x] > shares[block + y]; });
+  }
+  double least = kInf;
+  for (int s : order) {
+    least = std::min(least, programme.solve_with_least(block + s, *heaviest, cells));
+    if (!(least > floor)) return 0.0;
+  }
+  return least < kInf ? least : 0.0;
+}
+
+// wait_bound() of every stage at once, with the stages' work shared out continuously (docs/
+// planner.md, "The relaxed root"). The tables bound the stages not yet placed one at a time, so
+// they must time every round trip through later stages at the fastest device's speed; here the
+// trips go through the later stages at their own speeds, which is what decides the bubble when
+// devices differ. Each stage j gets a share x_j of the iteration's work (work_); every quantity
+// wait_bound() adds up over a stage's layers is bounded through its least (or, where it is
+// subtracted, its largest) ratio to a layer's work, so that for every balance each stage's
+// wait_bound() is at least a linear function of the shares, one per way its waits' excesses can
+// be clipped at zero. The least largest of those functions over all shares (a linear programme,
+// min_max_share_bound()) is at most the least largest wait_bound() over balances, so at most
+// every plan's simulated time. Copies count their least size.
+double PlanSearch::relaxed_root(std::vector<int>& balance, RelaxedRows* rows) const {
+  const Config& c = *config_;
+  const int m = c.micro_batches();
+  const bool gpipe = c.schedule == ScheduleKind::GPipe;
+  const bool uneven = m >= 2 && c.sizes.back() != c.sizes.front();
+  const SizeCosts& f = *first_size_;
+  const SizeCosts& l = *last_size_;
+  std::vector<double> layer_work(layers_);
+  for (int x = 0; x < layers_; ++x) layer_work[x] = work_[x + 1] - work_[x];
+  const RatioClasses classes = ratio_classes(layer_work, f);
+  const int n_classes = static_cast<int>(classes.work.size());
+  auto ratio = [&] { return ClassRatio(n_classes); };
+  // wait_bound()'s cases: the micro-batch q whose backward ends the waits and whose gradient
+  // drains to stage 0 (GPipe: 0's, with the waits of M - 1; 1F1B: the last one, and with a
+  // smaller last one also the last full-size one, M - 2, which follows micro-batch 0's trip).
+  struct Case {
+    int q;
+    const SizeCosts* drained;
+    bool q_trip_last;  // q's round trip is the last micro-batch's
+    ClassRatio path;   // micro-batch 0's forward and q's backward through a stage
+    std::vector<std::array<ClassRatio, 2>> fill;
+    std::vector<ClassRatio> tail;
+    // Per stage: its waits with every task its overhead alone (their shape, and the part of
+    // the fillers and the tail that does not grow with the stage).
+    std::vector<WaitTerms> overhead;
+  };
+  std::vector<Case> cases;
+  cases.push_back({m - 1, gpipe ? &f : &l, true, ratio(), {}, {}, {}});
+  if (!gpipe && uneven) cases.push_back({m - 2, &f, false, ratio(), {}, {}, {}});
+  StageDurations overhead_only;
+  overhead_only.forward = overhead_only.forward_nograd =
+      overhead_only.backward = {overhead_, overhead_};
+  for (Case& k : cases) {
+    k.fill.assign(stages_, {ratio(), ratio()});
+    k.tail.assign(stages_, ratio());
+    for (int j = 0; j < stages_; ++j) k.overhead.push_back(wait_terms(j, overhead_only, k.q));
+  }
+  ClassRatio trip_first = ratio(), trip_last = ratio();
+  for (int x = 0; x < layers_; ++x) {
+    const double work = layer_work[x];
+    const int cls = classes.of[x];
+    trip_first.add(cls, pass_first_[x] - pass_first_[x + 1], work);
+    trip_last.add(cls, pass_last_[x] - pass_last_[x + 1], work);
+    // The device's times alone, as every bound here takes them: a task that the host's launches
+    // pace takes longer, which can only make the iteration longer, so the bounds stay bounds.
+    const StageDurations d = stage_durations(f, l, x, x + 1, 1.0, 0.0, nullptr, nullptr,
+                                             /*with_launches=*/false);
+    for (Case& k : cases) {
+      k.path.add(
+          cls,
+          (c.recomputed(0) ? f.forward_nograd_ms[x] : f.forward_ms[x]) + k.drained->backward_ms[x],
+          work);
+      for (int j = 0; j < stages_; ++j) {
+        const WaitTerms t = wait_terms(j, d, k.q);
+        for (int i = 0; i < t.count; ++i) k.fill[j][i].add(cls, t.wait[i].fill, work);
+        k.tail[j].add(cls, t.tail, work);
+      }
+    }
+  }
+  const double least_bytes[2] = {least_boundary_bytes(f), least_boundary_bytes(l)};
+  auto least_copy = [&](int j, bool last_size) {
+    const double bytes = least_bytes[last_size ? 1 : 0];
+    return bytes < kInf ? link_[j]->transfer_ms(bytes) : 0.0;
+  };
+  // A row's slopes, one block of stages per class: a quantity of stage s at least (or, sign
+  // -1, at most) its ratio to the stage's work in each class, over the stage's speed.
+  const std::size_t width = static_cast<std::size_t>(n_classes) * stages_;
+  auto add = [&](std::vector<double>& row, int s, const ClassRatio& r, double sign) {
+    for (int k = 0; k < n_classes; ++k)
+      row[k * stages_ + s] += sign * (sign > 0 ? r.lower(k) : r.most[k]) / speed_[s];
+  };
+  ClassRatio own = ratio();  // a stage's busy work is its work, exactly
+  for (int k = 0; k < n_classes; ++k) own.least[k] = own.most[k] = 1.0;
+  std::vector<double> constant;
+  std::vector<std::vector<double>> slope;
+  for (const Case& k : cases) {
+    const bool drained_last = k.drained == &l;
+    for (int j = 0; j < stages_; ++j) {
+      // Micro-batch 0's forwards and q's backwards through the stages before j, with their
+      // copies; stage j's own work, less what follows q's backward (1F1B's M - 2 case only).
+      double base = overhead_ * tasks_per_stage_;
+      std::vector<double> g(width, 0.0);
+      for (int s = 0; s < j; ++s) {
+        base += 2.0 * overhead_ + least_copy(s, false) + least_copy(s, drained_last);
+        add(g, s, k.path, 1.0);
+      }
+      add(g, j, own, 1.0);
+      if (k.q != m - 1) {
+        base -= k.overhead[j].tail + k.tail[j].workless / speed_[j];
+        add(g, j, k.tail[j], -1.0);
+      }
+      constant.push_back(base);
+      slope.push_back(g);
+      if (j + 1 == stages_) continue;
+      // Each wait: the round trip through the later stages at their speeds, less the most of
+      // stage j's work that fills it.
+      const WaitTerms& t = k.overhead[j];
+      const double onward = 2.0 * overhead_ * (stages_ - 1 - j) + after_latency_[j];
+      std::array<double, 2> wait_constant{};
+      std::array<std::vector<double>, 2> wait_slope;
+      for (int i = 0; i < t.count; ++i) {
+        const bool last_trip = !t.wait[i].first_trip && k.q_trip_last;
+        wait_constant[i] = onward + 2.0 * least_copy(j, last_trip) - t.wait[i].fill -
+                           k.fill[j][i].workless / speed_[j];
+        wait_slope[i].assign(width, 0.0);
+        for (int s = j + 1; s < stages_; ++s)
+          add(wait_slope[i], s, last_trip ? trip_last : trip_first, 1.0);
+        add(wait_slope[i], j, k.fill[j][i], -1.0);
+      }
+      // Every way of clipping the excesses: one at a time when they overlap, any set when they
+      // add up.
+      for (int mask = 1; mask < (1 << t.count); ++mask) {
+        if (!t.both && (mask & (mask - 1)) != 0) continue;
+        double a = base;
+        std::vector<double> row = g;
+        for (int i = 0; i < t.count; ++i) {
+          if (!(mask & (1 << i))) continue;
+          a += wait_constant[i];
+          for (std::size_t x = 0; x < width; ++x) row[x] += wait_slope[i][x];
+        }
+        constant.push_back(a);
+        slope.push_back(std::move(row));
+      }
+    }
+  }
+  // Paths of the iteration itself (cutting planes): every path of the task graph is at most the
+  // simulated time, and its length is linear in the shares once each task is bounded by its
+  // least ratios to the work. Solve, time the shares' own plan in that model, add its longest
+  // path if it is longer than the bound, and solve again; each solution is a bound, and they
+  // only grow. It stops when the model's plan is no longer than the bound (the continuous
+  // model's optimum) or after a few rounds.
+  std::array<std::array<ClassRatio, 2>, 4> task_ratio;  // [kind][slot], kinds as in PathCounts
+  for (auto& kind : task_ratio) kind = {ratio(), ratio()};
+  for (int x = 0; x < layers_; ++x) {
+    for (int slot = 0; slot < 2; ++slot) {
+      const SizeCosts& size = slot == 0 ? f : l;
+      const double per[4] = {size.forward_ms[x], size.forward_nograd_ms[x], size.forward_ms[x],
+                             size.backward_ms[x]};
+      for (int kind = 0; kind < 4; ++kind)
+        task_ratio[kind][slot].add(classes.of[x], per[kind], layer_work[x]);
+    }
+  }
+  MinMaxShareProgramme programme(stages_, classes.work);
+  for (std::size_t i = 0; i < constant.size(); ++i) programme.add(constant[i], slope[i]);
+  std::vector<double> shares;
+  double bound = programme.solve(&shares);
+  std::vector<StageDurations> model(stages_);
+  IterationSweep::PathCounts path;
+  for (int round = 0; round < kRelaxedRootRounds; ++round) {
+    for (int k = 0; k < stages_; ++k) {
+      StageDurations& d = model[k];
+      for (int slot = 0; slot < 2; ++slot) {
+        auto time = [&](int kind) {
+          double ms = overhead_;
+          for (int x = 0; x < n_classes; ++x)
+            ms += task_ratio[kind][slot].lower(x) * shares[x * stages_ + k] / speed_[k];
+          return ms;
+        };
+        d.forward[slot] = time(0);
+        d.forward_nograd[slot] = time(1);
+        d.backward[slot] = time(3);
+        d.activation_copy[slot] = k + 1 < stages_ ? least_copy(k, slot == 1) : 0.0;
+        d.gradient_copy[slot] = k > 0 ? least_copy(k - 1, slot == 1) : 0.0;
+      }
+    }
+    const double longest = sweep_->run_critical_path(model, path);
+    if (!(longest > bound * (1.0 + 1e-9))) break;
+    double a = 0.0;
+    std::vector<double> row(width, 0.0);
+    for (int k = 0; k < stages_; ++k) {
+      for (int kind = 0; kind < 4; ++kind) {
+        for (int slot = 0; slot < 2; ++slot) {
+          const int n = path.tasks[k][kind * 2 + slot];
+          a += n * overhead_;
+          add(row, k, task_ratio[kind][slot], n);
+        }
+      }
+      for (int slot = 0; slot < 2; ++slot) {
+        if (k + 1 < stages_)
+          a += (path.copies[k][slot] + path.copies[k][2 + slot]) * least_copy(k, slot == 1);
+      }
+    }
+    programme.add(a, row);
+    constant.push_back(a);
+    slope.push_back(std::move(row));
+    bound = std::max(bound, programme.solve(&shares));
+  }
+  if (rows != nullptr) *rows = {constant, slope, classes.work, classes.of};
+  bound =
+      std::max(bound, heaviest_layer_bound(programme, layer_work, classes, stages_, shares, bound));
+  // The shares' plan, rounded to layer boundaries: a first plan near the bound.
+  std::vector<double> stage_share(stages_, 0.0);
+  for (int k = 0; k < stages_; ++k)
+    for (int x = 0; x < n_classes; ++x) stage_share[k] += shares[x * stages_ + k];
+  balance = rounded_balance(work_, stage_share);
+  return std::max(0.0, bound * (1.0 - 1e-12));
+}
+
+// The relaxed root under the memory caps. The relaxed root shares the work continuously and
+// knows nothing of the caps, which decide where the stage ends may go when a few layers hold
+// most of a stage's memory. A stage that fits passes its nested memory bound, so it ends at
+// most at fit_end_[j][its start], which only grows with the start. This searches intervals
+// [lo_j, hi_j] of the ends, best-first: each node's intervals are narrowed until consistent
+// (stage j starting at its latest start reaches at most fit_end_ of it; starting at its
+// earliest, it must reach the next end), then its bound is the relaxed root's programme with
+// every class's work before end j kept between that class's work before lo_j and before hi_j
+// (true of every balance whose ends lie in the intervals). Where the programme's shares put a
+// stage over what fits, the wider of its two ends is split at the shares' position. The
+// children cover their parent, so the least bound over the open nodes bounds every balance
+// that fits; it stops when that node's shares fit as they are, when it reaches `threshold`,
+// after kCappedRootNodes nodes, or at `step_limit`: only then is `finished` false (the caller
+// runs it again with a larger allowance).
+double PlanSearch::capped_root(const RelaxedRows& rows, double threshold, std::uint64_t step_limit,
+                               bool& finished) {
+  finished = true;
+  constexpr int kCappedRootNodes = 64;
+  const int k_stages = stages_, n_classes = static_cast<int>(rows.totals.size());
+  auto reach = [&](int j, int a) {  // the furthest end of stage j from start a that may fit
+    return fit_end_[j].empty() ? layers_ : fit_end_[j][std::min(a, layers_ - 1)];
+  };
+  // Class c's work in layers [0, t) (work_ is all classes').
+  std::vector<std::vector<double>> before(n_classes, std::vector<double>(layers_ + 1, 0.0));
+  for (int t = 0; t < layers_; ++t) {
+    for (int c = 0; c < n_classes; ++c) before[c][t + 1] = before[c][t];
+    before[rows.class_of[t]][t + 1] += work_[t + 1] - work_[t];
+  }
+  struct Node {
+    double value;
+    std::vector<int> lo, hi;  // per end 0..K (0 and K fixed)
+    std::vector<double> at;   // the shares' ends, in layers (continuous)
+    // Its programme, solved: a child copies it and adds the constraints of the ends its
+    // narrowing moved, going on from this basis (a fresh programme costs O(rows^2) a function
+    // and a solve from the slacks).
+    std::shared_ptr<const MinMaxShareProgramme> programme;
+    bool operator>(const Node& o) const { return value > o.value; }
+  };
+  auto narrow = [&](std::vector<int>& lo, std::vector<int>& hi) {
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (int j = 0; j < k_stages; ++j) {
+        auto lower_to = [&](int& v, int to) {
+          if (to < v) v = to, changed = true;
+        };
+        auto raise_to = [&](int& v, int to) {
+          if (to > v) v = to, changed = true;
+        };
+        if (lo[j] > hi[j] || lo[j] >= layers_) return false;
+        lower_to(hi[j + 1], reach(j, hi[j]));
+        raise_to(lo[j + 1], lo[j] + 1);
+        lower_to(hi[j], hi[j + 1] - 1);
+        int a = lo[j];
+        while (a <= hi[j] && reach(j, a) < lo[j + 1]) ++a;
+        raise_to(lo[j], a);
+      }
+      for (int j = 0; j <= k_stages; ++j)
+        if (lo[j] > hi[j]) return false;
+    }
+    return lo[0] == 0 && hi[k_stages] == layers_;
+  };
+  // `parent`: the node it was split from (its programme solved), or none for the root.
+  auto solve = [&](Node& node, const Node* parent) {
+    auto programme = parent ? std::make_shared<MinMaxShareProgramme>(*parent->programme)
+                            : std::make_shared<MinMaxShareProgramme>(
+                                  static_cast<std::size_t>(k_stages), rows.totals);
+    const std::uint64_t cells = programme->pivot_cells();
+    if (parent) {
+      stats_.steps += programme->tableau_cells() / kPivotCellsPerStep;  // the copy
+    } else {
+      for (std::size_t i = 0; i < rows.constant.size(); ++i)
+        programme->add(rows.constant[i], rows.slope[i]);
+    }
+    for (int j = 1; j < k_stages; ++j) {
+      // Only what is tighter than the parent's (its constraints hold here too).
+      const bool low = node.lo[j] > (parent ? parent->lo[j] : j);
+      const bool high = node.hi[j] < (parent ? parent->hi[j] : layers_ - (k_stages - j));
+      for (int c = 0; c < n_classes && (low || high); ++c) {
+        std::vector<double> a(static_cast<std::size_t>(n_classes) * k_stages, 0.0);
+        for (int s = 0; s < j; ++s) a[c * k_stages + s] = 1.0;
+        if (low) programme->add_constraint(a, before[c][node.lo[j]]);
+        for (double& v : a) v = -v;
+        if (high) programme->add_constraint(a, -before[c][node.hi[j]]);
+      }
+    }
+    std::vector<double> shares;
+    node.value = std::max(node.value, programme->solve(&shares));
+    if (parent) {
+      stats_.steps += (programme->pivot_cells() - cells) / kPivotCellsPerStep;
+    } else {
+      // The root's programme built afresh (measured: four steps per tableau cell; the
+      // constraints' columns count as functions).
+      const std::uint64_t columns =
+          programme->functions() + 2 * static_cast<std::uint64_t>(n_classes) * k_stages;
+      stats_.steps += 4 * columns * static_cast<std::uint64_t>(n_classes * k_stages + 1);
+    }
+    node.programme = std::move(programme);
+    node.at.assign(k_stages + 1, 0.0);
+    double work = 0.0;
+    for (int j = 1; j <= k_stages; ++j) {
+      for (int c = 0; c < n_classes; ++c) work += shares[c * k_stages + j - 1];
+      const auto t = std::lower_bound(work_.begin(), work_.end(), work);
+      const int x = std::clamp(static_cast<int>(t - work_.begin()), 1, layers_);
+      const double span = work_[x] - work_[x - 1];
+      node.at[j] = x - 1 + (span > 0.0 ? std::clamp((work - work_[x - 1]) / span, 0.0, 1.0) : 1.0);
+    }
+  };
+  Node root{0.0, std::vector<int>(k_stages + 1), std::vector<int>(k_stages + 1), {}, {}};
+  for (int j = 0; j <= k_stages; ++j) {
+    root.lo[j] = j;
+    root.hi[j] = layers_ - (k_stages - j);
+  }
+  root.hi[0] = 0;
+  root.lo[k_stages] = layers_;
+  if (!narrow(root.lo, root.hi)) return kInf;  // no balance passes the nested memory bounds
+  solve(root, nullptr);
+  std::priority_queue<Node, std::vector<Node>, std::greater<>> open;
+  open.push(std::move(root));
+  for (int expanded = 0; expanded < kCappedRootNodes; ++expanded) {
+    if (open.empty()) return kInf;
+    if (open.top().value >= threshold) break;
+    if (stats_.steps >= step_limit) {
+      finished = false;
+      break;
+    }
+    Node node = open.top();
+    open.pop();
+    // The stage the shares put furthest over what fits, and the wider of its ends.
+    int over = -1, most = 0;
+    for (int j = 0; j < k_stages; ++j) {
+      const int a = std::clamp(static_cast<int>(std::lround(node.at[j])), node.lo[j], node.hi[j]);
+      const int b =
+          std::clamp(static_cast<int>(std::lround(node.at[j + 1])), node.lo[j + 1], node.hi[j + 1]);
+      if (a < layers_ && b - reach(j, a) > most) most = b - reach(j, a), over = j;
+    }
+    if (over < 0) {
+      open.push(std::move(node));  // consistent: splitting it would not see the caps
+      break;
+    }
+    int end = -1;
+    for (int j : {over, over + 1}) {
+      if (j == 0 || j == k_stages || node.lo[j] == node.hi[j]) continue;
+      if (end < 0 || node.hi[j] - node.lo[j] > node.hi[end] - node.lo[end]) end = j;
+    }
+    if (end < 0) continue;  // both ends fixed and still over: nothing of it fits (narrow missed it)
+    const int split =
+        std::clamp(static_cast<int>(std::lround(node.at[end])), node.lo[end], node.hi[end] - 1);
+    for (const auto& [from, to] :
+         {std::pair{node.lo[end], split}, std::pair{split + 1, node.hi[end]}}) {
+      Node child{node.value, node.lo, node.hi, {}, {}};
+      child.lo[end] = from;
+      child.hi[end] = to;
+      if (!narrow(child.lo, child.hi)) continue;
+      solve(child, &node);
+      open.push(std::move(child));
+    }
+  }
+  // A hair below, as the relaxed root: rounding never rules out a plan as long as the bound.
+  return open.empty() ? kInf : open.top().value * (1.0 - 1e-12);
+}
+
+// The root bound with 1F1B's round trips waiting, on the last stage, for their recomputes
+// (tests/sim/stage_timing_test.cpp checks that wait against the simulator). The last stage's
+// layers are unknown, so for a threshold T:
+// if a balance had every stage's chained_cost() and wait_cost() below T, its last stage would
+// start no later than c = furthest_last_start(), so it would hold [c, L) and each round trip
+// would wait at least for the recompute of [c, L); if even with that the stages cannot stay
+// below T, no balance can, and T is a bound. Bisection finds the largest such T up to
+// `ceiling`.
+double PlanSearch::recompute_root(double root, double ceiling) const {
+  const Config& c = *config_;
+  const int m = c.micro_batches();
+  if (c.schedule != ScheduleKind::OneFOneB || !c.recomputed(0) || stages_ < 2) return root;
+  const int last = stages_ - 1;
+  auto stage_cost = [&](int j, int a, int b, double r_first, double r_q, double r_pass) {
+    if (!fits_nested(j, a, b)) return kInf;
+    return std::max(chained_cost(j, a, b, r_pass), wait_cost(j, a, b, r_first, r_q));
+  };
+  // The furthest start of the last stage, or -1 when even that stage is not below `limit`.
+  auto furthest = [&](double limit, double r_first, double r_q, double r_pass) {
+    const int start = furthest_last_start(0, last, 0, layers_, limit, [&](int j, int a, int b) {
+      return stage_cost(j, a, b, r_first, r_q, r_pass);
+    });
+    return stage_cost(last, start, layers_, 0.0, 0.0, 0.0) < limit ? start : -1;
+  };
+  const SizeCosts& q_size = followed_ == m - 1 ? *last_size_ : *first_size_;
+  auto ruled_out = [&](double limit) {
+    const int start = furthest(limit, 0.0, 0.0, 0.0);
+    if (start < 0) return true;
+    const double r_first = forward(*first_size_, last, start, layers_);
+    const double r_q = c.recomputed(followed_) ? forward(q_size, last, start, layers_) : 0.0;
+    // chained_cost follows the last full-size micro-batch and micro-batch 0 (pass_filler).
+    const int p = m >= 2 && c.sizes.back() != c.sizes.front() ? m - 2 : m - 1;
+    const double r_pass = c.recomputed(p) ? r_first : 0.0;
+    return furthest(limit, r_first, r_q, r_pass) < 0;
+  };
+  if (!(ceiling > root)) return root;
+  if (ruled_out(ceiling)) return ceiling;
+  double lo = root, hi = ceiling;  // lo: ruled out (a bound), hi: not
+  for (int step = 0; step < 16 && hi - lo > 1e-6 * hi; ++step) {
+    const double mid = 0.5 * (lo + hi);
+    (ruled_out(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+}  // namespace pipetune::planning

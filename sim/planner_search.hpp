@@ -1,0 +1,566 @@
+#pragma once
+// The planner's search behind find_best_plans() (docs/planner.md), internal to sim/: one
+// PlanSearch per call, its members defined by concept across
+//   planner_search.cpp                configurations, their slices of the budget, the ranking;
+//   planner_stage_bounds.cpp          bounds on single-stage balances and their stage tables;
+//   planner_relaxed_root.cpp          single-stage roots over continuous shares of the work;
+//   planner_branch_and_bound.cpp      the exact search over single-stage balances;
+//   planner_polish.cpp                local search on single-stage plans (polish, repair);
+//   planner_multi_stage_root.cpp      multi-stage roots over continuous shares of the work;
+//   planner_multi_stage_search.cpp    multi-stage balances: starts, local search, enumeration.
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "sim/cost_model.hpp"
+#include "sim/graph_sweep.hpp"
+#include "sim/hardware.hpp"
+#include "sim/memory_model.hpp"
+#include "sim/minimax_bound.hpp"
+#include "sim/multi_stage_peak_bound.hpp"
+#include "sim/partition.hpp"
+#include "sim/planner.hpp"
+#include "sim/profile.hpp"
+#include "sim/schedule.hpp"
+#include "sim/simulator.hpp"
+#include "sim/stage_timing.hpp"
+
+namespace pipetune::planning {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+// Cutting-plane rounds of relaxed_root(), each a linear programme of a few hundred pivots.
+constexpr int kRelaxedRootRounds = 40;
+// How far each round's model plan moves from the best one towards the solve's shares (see
+// multi_stage_relaxed_root()).
+constexpr double kModelPlanStep = 0.3;
+// Kicks of a multi-stage configuration's best plan that its local search descends from once
+// every start is done: with 8, 16 or 32 of them, 16 of 24 random instances' answers were faster
+// than before the sweeps (1.47-1.49 % on geometric mean, against 1.36 % without kicks).
+constexpr int kLocalSearchKicks = 16;
+// A step of the budget is about 50 ns of work; a pivot updates a tableau cell in about 1.5 ns
+// (measured on a 32-stage multi-stage root).
+constexpr std::uint64_t kPivotCellsPerStep = 32;
+// A cell of a min-sum partition (MultiStagePeakBound::may_fit()) takes about 6 ns.
+constexpr std::uint64_t kPartitionCellsPerStep = 8;
+// A pivot cell of may_fit()'s master programme takes about 0.7 ns (bench's capped 1,000-layer
+// profile: 295 M cells in 0.2 s over its 372 multi-stage configurations).
+constexpr std::uint64_t kMasterCellsPerStep = 64;
+// A sweep costs about as much per task as a node of the search per this many tasks.
+constexpr std::size_t kSweepTasksPerStep = 8;
+// (Moment, stage) terms of MultiStagePeakBound's device bounds summed per step.
+constexpr std::uint64_t kLevelCellsPerStep = 8;
+// Stages whose full memory bound is kept per configuration (about 40 bytes each).
+constexpr std::size_t kFullBoundsKept = 1 << 20;
+// Cost evaluations of min_max_partition_bisected() per step (5-9 ns each with its table).
+constexpr std::uint64_t kPartitionEvaluationsPerStep = 8;
+
+// One configuration: a micro-batch split (as tensor.chunk makes it), a checkpoint mode and a
+// schedule. Chunk counts that give the same split are one configuration.
+struct Config {
+  std::vector<std::int64_t> sizes;
+  int chunks = 0;  // the smallest chunk count that gives this split
+  CheckpointMode checkpoint = CheckpointMode::Never;
+  ScheduleKind schedule = ScheduleKind::GPipe;
+  int stages_per_device = 1;  // > 1: a multi-stage schedule (searched by multi_stage_slice())
+  double lower_bound = 0.0;   // on the iteration time of any balance
+
+  bool multi_stage() const { return is_multi_stage(schedule); }
+
+  int micro_batches() const { return static_cast<int>(sizes.size()); }
+  bool recomputed(int i) const { return is_checkpointed(checkpoint, i, micro_batches()); }
+};
+
+// torchgpipe's checkpoint_stop: micro-batches [0, stop) are recomputed.
+int recompute_stop(const Config& config);
+
+// What is needed to judge the candidates: the best plan of each configuration so far, and the
+// threshold a configuration must beat to make the top N.
+class Ranking {
+ public:
+  explicit Ranking(std::size_t size) : size_(std::max<std::size_t>(size, 1)) {}
+  double threshold() const {
+    return entries_.size() < size_ ? kInf : entries_[size_ - 1].iteration_ms;
+  }
+  void insert(PlanCandidate c) {
+    auto at = std::upper_bound(entries_.begin(), entries_.end(), c.iteration_ms,
+                               [](double t, const PlanCandidate& e) { return t < e.iteration_ms; });
+    entries_.insert(at, std::move(c));
+    if (entries_.size() > size_) entries_.pop_back();
+  }
+  std::vector<PlanCandidate> take() { return std::move(entries_); }
+
+ private:
+  std::size_t size_;
+  std::vector<PlanCandidate> entries_;
+};
+
+// The relaxed roots' view of layers (docs/planner.md, "The relaxed root"): each layer's costs
+// against its work, the least ratio bounding what a bound adds and the largest what it
+// subtracts, per class of layers; layers without work add their quantity to the largest.
+struct ClassRatio {
+  std::vector<double> least, most;
+  double workless = 0.0;
+  explicit ClassRatio(int classes = 1) : least(classes, kInf), most(classes, 0.0) {}
+  void add(int cls, double value, double work) {
+    if (work > 0.0) {
+      least[cls] = std::min(least[cls], value / work);
+      most[cls] = std::max(most[cls], value / work);
+    } else {
+      workless += value;
+    }
+  }
+  double lower(int cls) const { return least[cls] < kInf ? least[cls] : 0.0; }
+};
+
+// Layers grouped by the share of their forward in forward plus backward, in equal ranges of
+// that share: one least ratio for all layers is loose when an embedding's backward is ten
+// times its forward and a block's twice, so each class (a kind of layer, in most models) gets
+// its own ratios and its own share of the work. Empty ranges are dropped.
+struct RatioClasses {
+  std::vector<int> of;       // per layer
+  std::vector<double> work;  // per class: its layers' work
+};
+constexpr int kRatioClasses = 4;
+RatioClasses ratio_classes(const std::vector<double>& layer_work, const SizeCosts& size);
+
+// The balance whose stage ends lie nearest the running sums of `share` (a relaxed root's share
+// of the work per stage) on `work`, the prefix sums of the layers' work; every stage keeps a
+// layer. A first plan near the relaxed root's bound.
+std::vector<int> rounded_balance(const std::vector<double>& work, const std::vector<double>& share);
+
+// The fewest bytes a stage boundary can carry at a micro-batch size: the least output of a
+// layer with a layer after it; infinity with one layer.
+double least_boundary_bytes(const SizeCosts& size);
+
+// Some stage holds the heaviest layer whole, which continuous shares need not: the least over
+// the stages of the programme with that stage's share of the layer's class at least the layer's
+// work. Only where the layer is a sizeable part of a stage's share (a quarter or more), since it
+// costs a fresh programme per stage and moves nothing otherwise. `floor`: the bound the caller
+// has; as soon as one stage's programme is no higher, neither is the least, and it returns 0
+// (the stage whose share of the class is largest in `shares` first, the likeliest to take the
+// layer at no cost: on 3,000 layers and 32 stages the full loop was most of a plan's time).
+double heaviest_layer_bound(const MinMaxShareProgramme& programme,
+                            const std::vector<double>& layer_work, const RatioClasses& classes,
+                            int stages, const std::vector<double>& shares, double floor,
+                            std::uint64_t* cells = nullptr);
+
+// The furthest start of the last stage over the balances of layers [a, L) into stages
+// first..last - 1 whose stages all cost less than `limit`, for costs that grow with a stage's
+// end and shrink as its start moves right: each stage ends as far right as it can. A stage that
+// cannot take even its first layer is left empty rather than ruling the balances out: with
+// devices of different speeds a balance may put that layer on a later stage. By induction the
+// result is at least the start of the last stage of every such balance.
+template <typename Cost>
+int furthest_last_start(int first, int last, int a, int layers, double limit, Cost cost) {
+  for (int k = first; k < last; ++k) {
+    const int lo = a + 1, hi = layers - (last - k);
+    if (lo > hi || !(cost(k, a, lo) < limit)) continue;
+    a = last_holding(lo, hi, [&](int end) { return cost(k, a, end) < limit; });
+  }
+  return a;
+}
+
+class PlanSearch {
+ public:
+  PlanSearch(const Profile& profile, const Hardware& hardware, const PlannerOptions& options)
+      : profile_(profile),
+        options_(options),
+        costs_(profile),
+        hardware_(hardware),
+        simulator_(profile, hardware),
+        stages_(static_cast<int>(hardware.devices.size())),
+        layers_(static_cast<int>(profile.layers.size())),
+        overhead_(hardware.launch_overhead_ms) {
+    for (int j = 0; j < stages_; ++j) {
+      speed_.push_back(hardware.devices[j].speed);
+      capacity_.push_back(hardware.devices[j].memory_bytes);
+      link_.push_back(j + 1 < stages_ ? &hardware.link_between(j, j + 1) : nullptr);
+    }
+    total_speed_ = std::accumulate(speed_.begin(), speed_.end(), 0.0);
+    after_speed_.assign(stages_, 0.0);
+    after_latency_.assign(stages_, 0.0);
+    for (int j = stages_ - 2; j >= 0; --j) {
+      after_speed_[j] = std::max(after_speed_[j + 1], speed_[j + 1]);
+      // Links after stage j + 1, each crossed by an activation and a gradient.
+      after_latency_[j] =
+          j + 2 < stages_ ? after_latency_[j + 1] + 2.0 * link_[j + 1]->latency_ms : 0.0;
+    }
+    max_speed_ = *std::max_element(speed_.begin(), speed_.end());
+  }
+
+  PlanSearchResult run();
+  StageWorkRows time_rows_of(const Plan& plan);
+
+ private:
+  enum class Objective { Time, Memory };
+
+  std::vector<Config> configurations() const;
+  void prepare(const Config& config);
+
+  double busy(int j, int a, int b) const {
+    return (work_[b] - work_[a]) / speed_[j] + overhead_ * tasks_per_stage_;
+  }
+  // Where the profile has launch times: what stage [a, b)'s host thread launches in one
+  // iteration, one after another, whatever the device's speed (see host_bound).
+  double host_busy(int a, int b) const { return host_work_[b] - host_work_[a] + host_per_stage_; }
+  double host_root() const;
+  // With autograd: a forward that is kept, and every recompute.
+  double forward(const SizeCosts& c, int j, int a, int b) const {
+    return c.forward_ms_sum(a, b) / speed_[j] + overhead_;
+  }
+  // A forward that may run with or without autograd, on a path the bounds follow (the least it
+  // can take) or as work that fills a wait (the most): either way the bound stays a bound.
+  double least_forward(const SizeCosts& c, int j, int a, int b) const {
+    return std::min(c.forward_ms_sum(a, b), c.forward_nograd_ms_sum(a, b)) / speed_[j] + overhead_;
+  }
+  double most_forward(const SizeCosts& c, int j, int a, int b) const {
+    return std::max(c.forward_ms_sum(a, b), c.forward_nograd_ms_sum(a, b)) / speed_[j] + overhead_;
+  }
+  double backward(const SizeCosts& c, int j, int a, int b) const {
+    return c.backward_ms_sum(a, b) / speed_[j] + overhead_;
+  }
+  // A copy across the boundary after stage j, which ends at layer b.
+  double copy(const SizeCosts& c, int j, int b) const {
+    return link_[j]->transfer_ms(static_cast<double>(c.output_bytes[b - 1]));
+  }
+  double pass_filler(int j, int a, int b) const;
+  double tail(int j, int a, int b) const;
+  double chained_cost(int j, int a, int b, double recompute = 0.0) const;
+  double balance_free_bound() const;
+  // A prepared single-stage configuration's bound before any search: the balance-free bound and
+  // the least largest stage of each kind of stage cost (greedy_bound()).
+  double cheap_bound() const;
+  template <typename Cost>
+  double greedy_bound(Cost cost) const;
+  void build_suffix_tables();
+  std::vector<int> busy_balanced() const;
+  std::vector<std::vector<int>> fit_ends(double share) const;
+  int fitting_end(int j, int a, int end, int limit, double cap) const;
+  bool capped() const {  // some device has a memory cap
+    return std::any_of(capacity_.begin(), capacity_.end(), [](std::int64_t c) { return c > 0; });
+  }
+  bool some_balance_fits_nested() const;
+  void evaluate_leaner_incumbents();
+  void seed_leanest(const std::vector<Config>& configs);
+  /// nested: without the received input and the sent output, whose sizes depend on where the
+  /// stage starts and ends, so that the bound only grows as the stage grows at either end.
+  std::int64_t memory_bound(int j, int a, int b, bool nested = false) const;
+  std::int64_t full_memory_bound(int j, int a, int b, std::uint64_t walk_steps);
+  // Whether stage j = [a, b) passes the nested memory bound (see build_suffix_tables()).
+  bool fits_nested(int j, int a, int b) const { return fit_end_[j].empty() || b <= fit_end_[j][a]; }
+  double time_bound(int j, int a, int b, double arrive, double drain) const;
+  // `with_launches` false: the device's times alone, for the tables whose bounds must grow with
+  // the stage's end as busy() does (a launch-paced tail or fill need not).
+  StageDurations durations(int j, int a, int b, bool with_launches = true) const;
+  struct Passes;
+  double wait_bound(int j, int a, int b, const StageDurations& d, const Passes& before) const;
+  struct Waits {
+    double idle = 0.0, tail = 0.0;
+  };
+  Waits waits(int j, const StageDurations& d, int q, double trip_first, double trip_q) const;
+  struct WaitTerms {
+    struct Wait {
+      bool first_trip = true;  // micro-batch 0's round trip, else q's
+      double fill = 0.0;       // the stage's own work that can run meanwhile
+    };
+    std::array<Wait, 2> wait{};
+    int count = 0;
+    bool both = false;  // the waits cannot overlap: their excesses add up
+    double tail = 0.0;
+  };
+  WaitTerms wait_terms(int j, const StageDurations& d, int q) const;
+  // The relaxed root's programme, kept for capped_root(): its functions (every wait row and
+  // cutting plane) and the layers' classes.
+  struct RelaxedRows {
+    std::vector<double> constant;
+    std::vector<std::vector<double>> slope;
+    std::vector<double> totals;  // per class
+    std::vector<int> class_of;   // per layer
+  };
+  double relaxed_root(std::vector<int>& balance, RelaxedRows* rows = nullptr) const;
+  double capped_root(const RelaxedRows& rows, double threshold, std::uint64_t step_limit,
+                     bool& finished);
+  double wait_cost(int j, int a, int b, double recompute_first = 0.0,
+                   double recompute_q = 0.0) const;
+  double recompute_root(double root, double ceiling) const;
+
+  // The passes that bound stage j (see wait_bound): micro-batch 0's exact arrival and the
+  // exact way back of the micro-batch that ends each stage's programme.
+  struct Passes {
+    double arrive = 0.0, drain_full = 0.0, drain_last = 0.0;
+    // The host's: micro-batch 0's forward launches through the stages placed, and the launches
+    // of the backward that ends every stage's programme back through them (see host_bound).
+    double arrive_host = 0.0, drain_host = 0.0;
+  };
+  // Summed in another order than the simulator's: a hair below, so that a plan exactly as long
+  // as its host's work is never pruned by rounding.
+  double host_bound(int a, int b, const Passes& exact) const {
+    return (exact.arrive_host + host_busy(a, b) + exact.drain_host) * (1.0 - 1e-12);
+  }
+  void search(int j, int a, double arrive, double drain, Passes exact, double worst,
+              Objective objective);
+  int first_open_end(int j, int a, double arrive, double drain, const Passes& exact) const;
+  int last_stage_start(int j, int b, double offset, double limit) const;
+  void evaluate(const std::vector<int>& balance, Objective objective);
+  struct Move;
+  std::vector<Move> local_moves() const;
+  struct StageEnds;
+  StageEnds stage_ends(const std::vector<int>& balance);
+  std::vector<StageDurations> retime(const StageEnds& at, const Move& m);
+  void restore(const std::vector<StageDurations>& kept, const Move& m);
+  std::int64_t memory_excess(int k, int a, int b);
+  bool polish(std::uint64_t step_limit);
+  bool repair(std::vector<int>& balance, std::uint64_t step_limit);
+  double threshold(Objective objective) const {
+    return objective == Objective::Time ? std::min(config_best_, ranking_threshold_) : lean_best_;
+  }
+
+  const Profile& profile_;
+  const PlannerOptions& options_;
+  CostModel costs_;
+  const Hardware& hardware_;
+  Simulator simulator_;
+  int stages_, layers_;
+  double overhead_;
+  std::vector<double> speed_;
+  std::vector<std::int64_t> capacity_;
+  std::vector<const Link*> link_;
+  double total_speed_ = 0.0, max_speed_ = 0.0;
+  std::vector<std::vector<int>> fit_end_;  // [j][a]: the furthest end fitting device j's cap
+  StagePeakShape peak_shape_;              // of the configuration, for memory_bound()
+  // full_memory_bound()'s stages of this configuration, by (j, a, b).
+  std::unordered_map<std::uint64_t, std::int64_t> full_bounds_;
+
+  // The configuration being searched.
+  const Config* config_ = nullptr;
+  const SizeCosts* first_size_ = nullptr;  // micro-batch 0's size
+  const SizeCosts* last_size_ = nullptr;   // the last micro-batch's size
+  std::vector<double> work_;               // prefix over layers of one iteration's compute
+  int tasks_per_stage_ = 0;
+  std::vector<double> before_, after_;  // one micro-batch's pass: prefix and suffix sums
+  // Launch times (empty without): prefix sums over layers of a stage's launches in one
+  // iteration, of micro-batch 0's forward launch, and of the last backward's launch.
+  std::vector<double> host_work_, host_arrive_, host_drain_;
+  double host_per_stage_ = 0.0, host_drain_per_stage_ = 0.0;
+  void prepare_host(const Config& config);
+  std::vector<std::vector<double>> suffix_, chained_;  // see build_suffix_tables()
+  std::vector<std::vector<double>> fitting_;           // busy_balanced()'s table with caps
+  // The same three tables made non-increasing in the suffix's start, for first_open_end().
+  std::vector<std::vector<double>> suffix_floor_, chained_floor_, waits_floor_;
+  std::vector<int> balance_;
+  std::vector<StageDurations> durations_;       // of the stages placed, for the sweep
+  std::unique_ptr<IterationSweep> sweep_;       // leaves of this configuration
+  std::vector<double> pass_first_, pass_last_;  // suffix sums: see prepare()
+  std::vector<double> after_speed_;             // fastest device after stage j
+  // [j][b]: the least time of one pass (pass_first_, pass_last_) through layers [b, L) on the
+  // stages after j at their own speeds, over the ways to place them that could beat the
+  // threshold (see build_trip_tables()); empty: not built.
+  std::vector<std::vector<double>> trip_first_, trip_last_;
+  void build_trip_tables(double limit);
+  double least_trip(const std::vector<double>& pass, const std::vector<std::vector<double>>& table,
+                    int j, int b) const {
+    return std::max(pass[b] / after_speed_[j], table.empty() ? 0.0 : table[j][b]);
+  }
+  std::vector<double> wait_before_;         // micro-batch 0's forward and the drain up to layer a
+  std::vector<std::vector<double>> waits_;  // min-max of wait_cost() over suffixes
+  int followed_ = 0;                        // the micro-batch whose way back wait_cost() follows
+  std::vector<double> after_latency_;       // latencies of the links after stage j + 1
+  double config_best_ = kInf;
+  PlanCandidate config_best_candidate_;
+  double ranking_threshold_ = kInf;
+
+  // Nothing fits: the smallest largest peak found.
+  double lean_best_ = kInf;
+  std::optional<PlanCandidate> lean_candidate_;
+
+  PlannerStats stats_;
+  bool out_of_budget_ = false;
+  std::uint64_t step_limit_ = 0;  // where the current slice of the search stops
+  // Where a slice cut short stopped: per stage, the end it was at (0: from the start).
+  std::vector<int> resume_;
+  bool resuming_ = false;  // still on the path to resume_
+
+  // build_suffix_tables()'s output for one configuration, kept between its slices.
+  struct Tables {
+    std::vector<std::vector<double>> suffix, chained, waits, suffix_floor, chained_floor,
+        waits_floor, fitting;
+    std::vector<std::vector<int>> fit_end;
+  };
+  void swap_tables(Tables& t);
+  std::size_t table_bytes() const;
+  std::size_t table_cache_bytes_ = 0;
+  struct Entry;
+  void polish_unpolished(std::vector<Entry>& entries);
+  void store_tables(Entry& e);
+  double ranking_threshold(const std::vector<Entry>& entries, const Entry* self) const;
+  bool open(Entry& e, const std::vector<Entry>& entries, bool tables = true);
+  void open_root(Entry& e, const std::vector<Entry>& entries);
+  void keep(Entry& e);
+  void search_slice(Entry& e, std::vector<Entry>& entries, std::uint64_t slice);
+  // Multi-stage schedules (see multi_stage_slice()).
+  double multi_stage_bound(const Config& c) const;
+  Plan plan_of(const Config& c, std::vector<int> balance) const;
+  PlanCandidate candidate_of(const Config& c, const Plan& plan, const SimulationResult& r) const;
+  // r.fits(), and with worst_order_memory its worst arrival order's peaks fit as well (then
+  // `worst` holds them, per device).
+  bool fits(const Plan& plan, const SimulationResult& r, std::vector<std::int64_t>& worst);
+  // Per device, the plan's peak in the worst arrival order (one simulation, a max-flow each;
+  // not counted in the stats).
+  std::vector<std::int64_t> worst_order_peaks_of(const Plan& plan);
+  // Simulates `balance` for entry e, keeps it if it is e's best; its time, or infinity if it
+  // does not fit (`excess`: by how much the largest peak exceeds its cap).
+  struct Score {
+    double excess = 0.0, time = 0.0;  // bytes over the tightest cap, simulated time
+  };
+  Score simulate_for(Entry& e, const std::vector<int>& balance,
+                     std::vector<std::int64_t>* peaks = nullptr);
+  // What a simulation costs: a step per task, and half a step per layer and micro-batch size
+  // for the stages' memory walks (about 30 ns a layer: with one micro-batch on 120 layers
+  // they were most of a simulation, and a budget of 10 M steps ran 2.6 s).
+  std::uint64_t simulation_steps(const Config& c, const SimulationResult& r) const {
+    const int sizes = c.sizes.front() == c.sizes.back() ? 1 : 2;
+    return r.task_count + static_cast<std::uint64_t>(layers_ * sizes) / 2;
+  }
+  void multi_stage_root(Entry& e, const std::vector<Entry>& entries);
+  struct LayerWork;
+  struct RelaxedRootState;
+  double multi_stage_relaxed_root(const Config& c, const LayerWork& work, std::uint64_t step_limit,
+                                  double enough, std::unique_ptr<RelaxedRootState>& state,
+                                  bool* complete, std::vector<std::vector<int>>* balances,
+                                  StageWorkRows* rows);
+  void multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::uint64_t slice);
+  void multi_stage_local_search(Entry& e, GraphSweep* sweep, std::uint64_t limit);
+  // A configuration's balances timed without simulating them (GraphSweep), where that is exact;
+  // null otherwise. Built per slice: a graph of every configuration held at once costs more
+  // memory than its build costs time.
+  std::unique_ptr<GraphSweep> graph_sweep(const Config& c);
+  double swept_time(GraphSweep& sweep, const std::vector<int>& balance);
+  bool fits_some_balance(Entry& e);
+  bool fits_fast_enough(Entry& e, double limit);
+  // Per schedule and stages per device: the last relaxed root's best model plan, each stage's
+  // share of the work, where the next configuration's rounds start (see
+  // multi_stage_relaxed_root()).
+  std::map<std::pair<ScheduleKind, int>, std::vector<double>> model_start_;
+  // Per stage of c, its device's share of the speeds: the share of the work that gives every
+  // stage the same time.
+  std::vector<double> equal_time_shares(const Config& c) const;
+  void start_from(Entry& e, const std::vector<int>& balance);
+  void first_multi_stage_plans(Entry& e, const LayerWork& work);
+  void proxy_starts(Entry& e);
+  std::vector<int> proxy_descent(MultiStagePeakBound& peak, const StageWorkRows& rows,
+                                 std::vector<int> balance, const std::vector<double>& limit);
+  // The peak bound of multi-stage configuration c, its walk over the schedule charged.
+  MultiStagePeakBound& peak_bound(Entry& e);
+  // What `peak`'s relaxations (may_fit()) cost: their partitions and master pivots.
+  // The cells `peak`'s relaxations ran since `before` (its counts then).
+  struct RelaxationCells {
+    std::uint64_t partition = 0, pivot = 0;
+  };
+  static RelaxationCells cells_of(const MultiStagePeakBound& peak) {
+    return {peak.partition_cells(), peak.pivot_cells()};
+  }
+  void charge_relaxation(const MultiStagePeakBound& peak, RelaxationCells before) {
+    stats_.steps += (peak.partition_cells() - before.partition) / kPartitionCellsPerStep +
+                    (peak.pivot_cells() - before.pivot) / kMasterCellsPerStep;
+  }
+  // Less memory excess, then less time.
+  static bool better(const Score& x, const Score& y) {
+    return x.excess < y.excess || (x.excess == y.excess && x.time < y.time);
+  }
+};
+
+// Each layer's share of a configuration's work: its forward and backward at every micro-batch
+// (the multi-stage relaxed root's shares are of this), and the prefix sums of those.
+struct PlanSearch::LayerWork {
+  std::vector<double> each, prefix;
+  LayerWork(const CostModel& costs, const Config& c)
+      : each(costs.layer_count(), 0.0), prefix(costs.layer_count() + 1, 0.0) {
+    for (std::int64_t size : c.sizes) {
+      const SizeCosts& s = costs.at(size);
+      for (int k = 0; k < costs.layer_count(); ++k) each[k] += s.forward_ms[k] + s.backward_ms[k];
+    }
+    for (int k = 0; k < costs.layer_count(); ++k) prefix[k + 1] = prefix[k] + each[k];
+  }
+};
+
+// Where a multi-stage relaxed root's rounds stopped, for the next slice to go on from (see
+// multi_stage_relaxed_root()).
+struct PlanSearch::RelaxedRootState {
+  MinMaxShareProgramme programme;
+  std::vector<double> shares;      // the last solve's
+  std::vector<double> model_plan;  // the shares the next round times
+  std::vector<double> best_plan;   // the model plan timed shortest so far
+  double best_plan_ms = kInf;
+  double bound = 0.0;
+  int rounds = 0;
+  // Rows are added for paths the model plan's timing puts above the bound, until none is;
+  // then for paths whose rows are above it (see add_paths), which the timing misses.
+  bool by_timing = true;
+  std::vector<std::vector<double>> timed_plans;  // best_plan and shares at that switch
+  // A stage's least ratios per count vector (see slopes below).
+  std::map<std::array<int, 14>, std::vector<double>> least_of_counts;
+  RelaxedRootState(int stages, const std::vector<double>& class_work)
+      : programme(static_cast<std::size_t>(stages), class_work) {}
+};
+
+// Each configuration's state between its slices of the search.
+struct PlanSearch::Entry {
+  const Config* config = nullptr;
+  double root = 0.0;               // lower bound on every plan of the configuration
+  double best = kInf;              // its best fitting plan so far
+  PlanCandidate candidate;         // that plan
+  std::uint64_t slice = 0;         // the steps its last slice was given
+  std::vector<int> resume;         // where its last slice stopped (see search())
+  std::unique_ptr<Tables> tables;  // its tables between slices (store_tables())
+  // Multi-stage: its local search has found a local optimum (the enumeration goes on).
+  bool settled = false;
+  int move = 0;           // multi-stage: the layers the local search moves at a time, 0: not yet
+  bool widening = false;  // multi-stage: past one layer, the moves grow again
+  bool ranged = false;    // multi-stage: no move between stages further apart improves either
+  std::vector<std::vector<int>> relaxed;  // multi-stage: the relaxed root's plans, rounded
+  std::vector<int> balance;               // multi-stage: the local search's current balance
+  Score score;                            // and its score
+  std::vector<std::int64_t> peaks;        // and its simulated peak per device
+  // Multi-stage: fitting starts the local search descends from once its current descent ends
+  // (one descent from the best start alone ended on 2.5 % slower plans than from another).
+  std::vector<std::vector<int>> starts;
+  int kicks = 0;  // multi-stage: starts made by kicking the best plan (multi_stage_local_search())
+  // Multi-stage: the local search starts over from `b` (its score and peaks), the widest moves
+  // first (move 0 until a slice sets it).
+  void restart_at(std::vector<int> b, const Score& s, std::vector<std::int64_t> p) {
+    balance = std::move(b);
+    score = s;
+    peaks = std::move(p);
+    settled = ranged = widening = false;
+    move = 0;
+  }
+  ConfigurationStats stats;  // what was spent on it
+  bool closed = false;       // searched to the end, or ruled out by a bound
+  double polished = kInf;    // the best plan polish() last started from
+  // With memory caps, the relaxed root's programme until capped_root() has used it.
+  std::unique_ptr<RelaxedRows> capped_rows;
+  // Multi-stage: the relaxed root ran all its rounds (else a slice runs it on, further).
+  bool root_complete = false;
+  // Multi-stage: where the relaxed root's rounds stopped, until they are complete.
+  std::unique_ptr<RelaxedRootState> root_state;
+  // Multi-stage, under caps: MultiStagePeakBound::may_fit() has run (it waits for the first
+  // slice once the cheap pass has spent half the budget).
+  bool fit_checked = false;
+  // Multi-stage, under caps: the relaxed root's rows, for may_fit() with the time, and the
+  // least plan to beat that it was asked about.
+  std::unique_ptr<StageWorkRows> time_rows;
+  double fast_checked = kInf;
+  // Multi-stage, under caps: its MultiStagePeakBound, built once (peak_bound()).
+  std::unique_ptr<MultiStagePeakBound> peak;
+};
+
+}  // namespace pipetune::planning
