@@ -58,10 +58,14 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
   if (out_of_budget_) return;
   const bool last = j + 1 == stages_;
   const int remaining = stages_ - 1 - j;
-  const int b_end = last ? layers_ : layers_ - remaining;
+  int b_end = last ? layers_ : layers_ - remaining;
   const SizeCosts& drain_size = *first_size_;  // the micro-batch q of prepare()
   int b_start = last ? layers_ : a + 1;
   if (!last && objective == Objective::Time) b_start = first_open_end(j, a, arrive, drain, exact);
+  if (!last && !window_.empty()) {
+    b_start = std::max(b_start, window_[j].first);
+    b_end = std::min(b_end, window_[j].second);
+  }
   // Resuming a slice cut short: every end before the path it stopped on was searched already.
   const int resume_b = resuming_ ? resume_[j] : 0;
   b_start = std::max(b_start, resume_b);
@@ -171,6 +175,35 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
     search(j + 1, b, next_arrive, next_drain, onward, bound, objective);
     if (out_of_budget_) return;  // resume_ holds where the child stopped
   }
+}
+
+bool PlanSearch::search_around_best(std::uint64_t step_limit) {
+  const std::vector<int> kept_resume = resume_;
+  const bool kept_resuming = resuming_;
+  const std::uint64_t kept_limit = step_limit_;
+  bool finished = true;
+  for (double centred = kInf; config_best_ < centred && finished;) {
+    centred = config_best_;
+    window_.assign(stages_, {0, 0});
+    for (int k = 0, end = 0; k + 1 < stages_; ++k) {
+      end += config_best_candidate_.plan.balance[k];
+      window_[k] = {end - kAroundBestRadius, end + kAroundBestRadius};
+    }
+    resume_.assign(stages_, 0);
+    resuming_ = false;
+    step_limit_ = step_limit;
+    out_of_budget_ = false;
+    balance_.assign(stages_, 0);
+    build_trip_tables(threshold(Objective::Time));
+    search(0, 0, 0.0, 0.0, {}, 0.0, Objective::Time);
+    finished = !out_of_budget_;
+  }
+  window_.clear();
+  out_of_budget_ = false;
+  resume_ = kept_resume;
+  resuming_ = kept_resuming;
+  step_limit_ = kept_limit;
+  return finished;
 }
 
 // The round trips that wait_bound() and the prefix sweeps follow through the stages after j,

@@ -434,7 +434,11 @@ void PlanSearch::search_slice(Entry& e, std::vector<Entry>& entries, std::uint64
   if (!resuming_) resume_.assign(stages_, 0);
   if (e.best < e.polished) {
     // Half the slice at most: the search still gets the rest, now against a lower threshold.
-    if (polish(half_slice)) e.polished = config_best_;
+    // Then around the polished plan, once per best plan, within a quarter of the slice.
+    if (polish(half_slice)) {
+      search_around_best(std::min(step_limit_, stats_.steps + slice / 4));
+      e.polished = config_best_;
+    }
   }
   build_trip_tables(threshold(Objective::Time));
   search(0, 0, 0.0, 0.0, {}, 0.0, Objective::Time);
