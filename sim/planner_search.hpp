@@ -54,8 +54,13 @@ constexpr std::uint64_t kPartitionCellsPerStep = 8;
 // A pivot cell of may_fit()'s master programme takes about 0.7 ns (bench's capped 1,000-layer
 // profile: 295 M cells in 0.2 s over its 372 multi-stage configurations).
 constexpr std::uint64_t kMasterCellsPerStep = 64;
-// A sweep costs about as much per task as a node of the search per this many tasks.
+// A task graph sweep (GraphSweep) or a memory walk costs about as much per task as a node of the
+// search per this many tasks.
 constexpr std::size_t kSweepTasksPerStep = 8;
+// IterationSweep runs a compute task (and its copy) in about 2.7 ns (16 stages x 26 micro-batches,
+// GPipe and 1F1B, whole and prefix sweeps alike): this many make a step of about 50 ns. At 8, as
+// the graph's, the single-stage searches' steps took 21-28 ns.
+constexpr std::size_t kIterationSweepTasksPerStep = 18;
 // (Moment, stage) terms of MultiStagePeakBound's device bounds summed per step.
 constexpr std::uint64_t kLevelCellsPerStep = 8;
 // Stages whose full memory bound is kept per configuration (about 40 bytes each).
