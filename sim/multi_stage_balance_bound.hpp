@@ -2,8 +2,10 @@
 // A sound bound on multi-stage balances and their prefixes, for the planner's enumeration and
 // `multi_stage_balance_bound()`; internal to sim/.
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "sim/cost_model.hpp"

@@ -46,9 +46,11 @@ struct PlannerOptions {
   int stages = 0;       ///< 0: one stage per device; k: the first k devices
   std::size_t top = 5;  ///< configurations to rank
   /// Work allowed before the search stops proving: one step per partial balance examined, one
-  /// per eight tasks swept, one per task simulated and half one per layer a simulation walks
+  /// per eighteen compute tasks of a single-stage plan swept and per eight tasks of a multi-stage
+  /// plan's graph swept, one per task simulated and half one per layer a simulation walks
   /// (per micro-batch size). When it runs out, the best plans found so far are returned with a
-  /// proven lower bound (PlannerStats). About 20 million steps a second on one core. Shared
+  /// proven lower bound (PlannerStats). About 20 million steps a second on one core (more where the
+  /// steps are multi-stage roots and simulations). Shared
   /// between the configurations (see above); the cheap pass over them counts its work here but
   /// runs in full even past the budget (but for multi-stage first plans, docs/planner.md).
   std::uint64_t search_budget = 10'000'000;
@@ -100,7 +102,7 @@ struct PlannerStats {
   std::uint64_t simulations = 0;            ///< full simulations (a new best plan's memory)
   std::uint64_t sweeps = 0;                 ///< balances timed by a sweep (simulated if a best)
   std::uint64_t prefix_sweeps = 0;          ///< partial balances bounded by a sweep of their stages
-  std::uint64_t steps = 0;  ///< nodes + swept tasks / 8 + simulated tasks, against search_budget
+  std::uint64_t steps = 0;  ///< nodes, swept and simulated tasks (see search_budget), against it
   bool proven = true;       ///< the best plan is optimal under the simulator (the search finished)
   /// No fitting plan is faster than this: the best plan's time when proven, else the least
   /// bound over what the search left unexplored.

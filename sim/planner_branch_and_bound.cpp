@@ -1,5 +1,6 @@
 // The exact search over single-stage balances: depth-first over each stage's last layer, pruned
-// by the stage bounds, the suffix tables and sweeps of the placed prefix.
+// by the stage bounds, the suffix tables, sweeps of the placed prefix and the round trip tables
+// built here; and the same search within a window around the best plan (search_around_best()).
 
 #include <algorithm>
 #include <cmath>
@@ -177,7 +178,7 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
   }
 }
 
-bool PlanSearch::search_around_best(std::uint64_t step_limit) {
+void PlanSearch::search_around_best(std::uint64_t step_limit) {
   const std::vector<int> kept_resume = resume_;
   const bool kept_resuming = resuming_;
   const std::uint64_t kept_limit = step_limit_;
@@ -203,7 +204,6 @@ bool PlanSearch::search_around_best(std::uint64_t step_limit) {
   resume_ = kept_resume;
   resuming_ = kept_resuming;
   step_limit_ = kept_limit;
-  return finished;
 }
 
 // The round trips that wait_bound() and the prefix sweeps follow through the stages after j,

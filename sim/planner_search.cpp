@@ -8,11 +8,9 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-#include <stdexcept>
 
 #include "sim/error.hpp"
 #include "sim/memory_model.hpp"
-#include "sim/multi_stage_balance_bound.hpp"
 
 namespace pipetune::planning {
 
@@ -411,8 +409,9 @@ void PlanSearch::search_slice(Entry& e, std::vector<Entry>& entries, std::uint64
   const std::uint64_t nodes = stats_.nodes, steps = stats_.steps;
   step_limit_ = std::min(options_.search_budget, stats_.steps + slice);
   out_of_budget_ = false;
-  // The capped root and the polish take half the slice at most between them, so that the
-  // search gets the rest (and its resume point is not lost to an empty slice).
+  // The capped root and the polish take half the slice at most between them, the search around
+  // the best plan a quarter more, so that the search gets the rest (and its resume point is not
+  // lost to an empty slice, unless the budget ends first).
   const std::uint64_t half_slice = stats_.steps + slice / 2;
   if (e.capped_rows) {
     // Cut short, it runs again with the next (larger) slice.

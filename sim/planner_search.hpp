@@ -4,7 +4,8 @@
 //   planner_search.cpp                configurations, their slices of the budget, the ranking;
 //   planner_stage_bounds.cpp          bounds on single-stage balances and their stage tables;
 //   planner_relaxed_root.cpp          single-stage roots over continuous shares of the work;
-//   planner_branch_and_bound.cpp      the exact search over single-stage balances;
+//   planner_branch_and_bound.cpp      the exact search over single-stage balances, its round
+//                                     trip tables, and the same search around the best plan;
 //   planner_polish.cpp                local search on single-stage plans (polish, repair);
 //   planner_multi_stage_root.cpp      multi-stage roots over continuous shares of the work;
 //   planner_multi_stage_search.cpp    multi-stage balances: starts, local search, enumeration.
@@ -36,44 +37,44 @@
 
 namespace pipetune::planning {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
 // Cutting-plane rounds of relaxed_root(), each a linear programme of a few hundred pivots.
-constexpr int kRelaxedRootRounds = 40;
+inline constexpr int kRelaxedRootRounds = 40;
 // How far each round's model plan moves from the best one towards the solve's shares (see
 // multi_stage_relaxed_root()).
-constexpr double kModelPlanStep = 0.3;
+inline constexpr double kModelPlanStep = 0.3;
 // Kicks of a multi-stage configuration's best plan that its local search descends from once
 // every start is done: with 8, 16 or 32 of them, 16 of 24 random instances' answers were faster
 // than before the sweeps (1.47-1.49 % on geometric mean, against 1.36 % without kicks).
-constexpr int kLocalSearchKicks = 16;
+inline constexpr int kLocalSearchKicks = 16;
 // A step of the budget is about 50 ns of work; a pivot updates a tableau cell in about 1.5 ns
 // (measured on a 32-stage multi-stage root).
-constexpr std::uint64_t kPivotCellsPerStep = 32;
+inline constexpr std::uint64_t kPivotCellsPerStep = 32;
 // A cell of a min-sum partition (MultiStagePeakBound::may_fit()) takes about 6 ns.
-constexpr std::uint64_t kPartitionCellsPerStep = 8;
+inline constexpr std::uint64_t kPartitionCellsPerStep = 8;
 // A pivot cell of may_fit()'s master programme takes about 0.7 ns (bench's capped 1,000-layer
 // profile: 295 M cells in 0.2 s over its 372 multi-stage configurations).
-constexpr std::uint64_t kMasterCellsPerStep = 64;
+inline constexpr std::uint64_t kMasterCellsPerStep = 64;
 // A task graph sweep (GraphSweep) or a memory walk costs about as much per task as a node of the
 // search per this many tasks.
-constexpr std::size_t kSweepTasksPerStep = 8;
+inline constexpr std::size_t kSweepTasksPerStep = 8;
 // IterationSweep runs a compute task (and its copy) in about 2.7 ns (16 stages x 26 micro-batches,
 // GPipe and 1F1B, whole and prefix sweeps alike): this many make a step of about 50 ns. At 8, as
 // the graph's, the single-stage searches' steps took 21-28 ns.
-constexpr std::size_t kIterationSweepTasksPerStep = 18;
+inline constexpr std::size_t kIterationSweepTasksPerStep = 18;
 // (Moment, stage) terms of MultiStagePeakBound's device bounds summed per step.
-constexpr std::uint64_t kLevelCellsPerStep = 8;
+inline constexpr std::uint64_t kLevelCellsPerStep = 8;
 // Stages whose full memory bound is kept per configuration (about 40 bytes each).
-constexpr std::size_t kFullBoundsKept = 1 << 20;
+inline constexpr std::size_t kFullBoundsKept = 1 << 20;
 // Cost evaluations of min_max_partition_bisected() per step (5-9 ns each with its table).
-constexpr std::uint64_t kPartitionEvaluationsPerStep = 8;
+inline constexpr std::uint64_t kPartitionEvaluationsPerStep = 8;
 // search_around_best(): how far from the best plan's stage ends it looks, and by how much a plan
-// must beat the best there. The synthetic 1,000-layer profile (every layer alike, so many plans
-// within a hair of each other) took 2.4 M steps around its best with no margin, 0.16 M with
-// this one; the lognormal one's optimum, ends up to two layers from the polished plan's, was
-// found with it (first a plan 0.03 % faster than the polished one, then the optimum by search()).
-constexpr int kAroundBestRadius = 2;
-constexpr double kAroundBestMargin = 2e-4;
+// must beat the best there. Around its best plan, bench's synthetic 1,000-layer profile (every
+// layer alike, so many plans within a hair of each other) took 1.2 M steps with no margin and was
+// cut short, 0.07 M with this one; on the lognormal one it found a plan 0.03 % faster than the
+// polished one in 0.36 M steps, and search() the optimum from there.
+inline constexpr int kAroundBestRadius = 2;
+inline constexpr double kAroundBestMargin = 2e-4;
 
 // One configuration: a micro-batch split (as tensor.chunk makes it), a checkpoint mode and a
 // schedule. Chunk counts that give the same split are one configuration.
@@ -141,7 +142,7 @@ struct RatioClasses {
   std::vector<int> of;       // per layer
   std::vector<double> work;  // per class: its layers' work
 };
-constexpr int kRatioClasses = 4;
+inline constexpr int kRatioClasses = 4;
 RatioClasses ratio_classes(const std::vector<double>& layer_work, const SizeCosts& size);
 
 // The balance whose stage ends lie nearest the running sums of `share` (a relaxed root's share
@@ -322,10 +323,9 @@ class PlanSearch {
               Objective objective);
   // The exact search with every stage end within kAroundBestRadius of the best plan's, for a
   // plan faster by kAroundBestMargin at least, again around each one it finds, until none is or
-  // `step_limit`; true when it ran to the end. A heuristic (the margin and the window prove
-  // nothing): moves of single ends (polish()) stall where the next faster plan shifts a run of
-  // ends by one or two layers each.
-  bool search_around_best(std::uint64_t step_limit);
+  // `step_limit`. A heuristic (the margin and the window prove nothing): the moves of polish()
+  // stall where the next faster plan shifts a run of ends by one or two layers each.
+  void search_around_best(std::uint64_t step_limit);
   std::vector<std::pair<int, int>> window_;  // per stage: the ends search() tries; empty: all
   int first_open_end(int j, int a, double arrive, double drain, const Passes& exact) const;
   int last_stage_start(int j, int b, double offset, double limit) const;

@@ -207,7 +207,10 @@ std::vector<Plan> calibration_plans(const Profile& profile, const Hardware& hard
     } catch (const InputError&) {
       return;  // a chunk count this schedule cannot run
     }
-    if (!simulator.run(plan, SimulationOptions{false, false, false}).fits()) return;
+    SimulationOptions lean;
+    lean.record_tasks = false;
+    lean.record_memory = false;
+    if (!simulator.run(plan, lean).fits()) return;
     out.push_back(plan);
   };
   // First the validated plans' own layouts (schedule, stages per device, devices), taken in

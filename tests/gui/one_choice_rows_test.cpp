@@ -62,7 +62,7 @@ TEST(OneChoiceRows, SayHowFarEachAlternativeIsFromTheBestPlan) {
 TEST(OneChoiceRows, WithoutAKnownPeakTheMemoryChangeIsUnknown) {
   OneChoiceAway away;
   away.best = candidate({1}, 4.0, {0});
-  away.alternatives.push_back({"chunks 2 (2 micro-batches)", candidate({1}, 5.0, {0})});
+  away.alternatives.push_back({"chunks 2 (2 micro-batches)", candidate({1}, 5.0, {0}), {}});
   const auto rows = one_choice_rows(away);
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_EQ(rows[0].memory_change, QStringLiteral("—"));

@@ -351,7 +351,9 @@ TEST(Calibration, CopiesWhoseTimeDoesNotGrowWithTheirSizeGiveTheirMeanAsALatency
     }
     const Calibration cal = fit_calibration(runs, {"a", "b"});
     ASSERT_TRUE(cal.copy);
-    if (alternate) ASSERT_EQ(copy % 2, 0);  // as many 2 ms as 4 ms copies: the mean is 3 ms
+    if (alternate) {
+      ASSERT_EQ(copy % 2, 0);  // as many 2 ms as 4 ms copies: the mean is 3 ms
+    }
     EXPECT_NEAR(cal.copy->latency_ms, 3.0, 0.05) << alternate;
     EXPECT_NEAR(cal.copy->transfer_ms(1e6), 3.0, 0.05) << alternate;  // a megabyte adds nothing
   }
