@@ -218,17 +218,11 @@ inline Partition min_max_partition_bisected(const std::vector<double>& prefix,
   for (int j = parts - 1, end = n; j >= 0; --j) {
     int begin = 0;
     if (j > 0) {
-      // The earliest begin within the bottleneck (every later one is too), then the earliest
-      // end blocks 0..j-1 reach from there on; `end` is reachable, so one lies before it.
-      int lo_b = j, hi_b = end - 1;
-      while (lo_b < hi_b) {
-        const int mid = lo_b + (hi_b - lo_b) / 2;
-        if (cost(j, mid, end) <= hi) {
-          hi_b = mid;
-        } else {
-          lo_b = mid + 1;
-        }
-      }
+      // The earliest begin within the bottleneck (every later one is too; end - 1 if none
+      // before it), then the earliest end blocks 0..j-1 reach from there on; `end` is
+      // reachable, so one lies before it.
+      const int lo_b =
+          1 + last_holding(j - 1, end - 2, [&](int b) { return cost(j, b, end) > hi; });
       begin = end;
       for (auto [first, last] : reach[j - 1]) {
         if (last < lo_b) continue;

@@ -169,7 +169,7 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
             end_stage.backward[slot] + (c.recomputed(m - 2) ? end_stage.forward[0] : 0.0);
       }
       ++stats_.prefix_sweeps;
-      stats_.steps += 1 + sweep_->prefix_task_count(j) / kIterationSweepTasksPerStep;
+      charge_sweep(j);
       bound = std::max(bound, sweep_->run_prefix(durations_, j, trip_first, trip_last));
       if (bound >= limit) continue;
     }

@@ -83,10 +83,7 @@ bool PlanSearch::fits_some_balance(Entry& e) {
   if (!capped() || e.fit_checked) return true;
   e.fit_checked = true;
   MultiStagePeakBound& peak = peak_bound(e);
-  const RelaxationCells before = cells_of(peak);
-  const bool may_fit = peak.may_fit(capacity_);
-  charge_relaxation(peak, before);
-  return may_fit;
+  return charged(peak, [&] { return peak.may_fit(capacity_); });
 }
 
 // Under caps, whether some balance of e's configuration may both fit and beat `limit`:
@@ -101,9 +98,7 @@ bool PlanSearch::fits_fast_enough(Entry& e, double limit) {
   if (!(limit < e.fast_checked * (1.0 - 1e-3))) return true;
   e.fast_checked = limit;
   MultiStagePeakBound& peak = peak_bound(e);
-  const RelaxationCells before = cells_of(peak);
-  const bool may_fit = peak.may_fit(capacity_, *e.time_rows, limit);
-  charge_relaxation(peak, before);
+  const bool may_fit = charged(peak, [&] { return peak.may_fit(capacity_, *e.time_rows, limit); });
   if (!may_fit) e.root = std::max(e.root, limit);
   return may_fit;
 }

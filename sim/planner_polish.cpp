@@ -21,7 +21,7 @@ void PlanSearch::evaluate(const std::vector<int>& balance, Objective objective) 
     // be the new best needs the simulator, for its memory.
     const double time = sweep_->run(durations_);
     ++stats_.sweeps;
-    stats_.steps += 1 + sweep_->compute_task_count() / kIterationSweepTasksPerStep;
+    charge_sweep(stages_ - 1);
     if (!(time < config_best_)) return;
   }
   SimulationOptions lean;
@@ -202,7 +202,7 @@ bool PlanSearch::repair(std::vector<int>& balance, std::uint64_t step_limit) {
         if (moved < best_total || (moved == best_total && best != nullptr)) {
           const std::vector<StageDurations> kept = retime(at, m);
           const double time = sweep_->run(durations_);
-          stats_.steps += 1 + sweep_->compute_task_count() / kIterationSweepTasksPerStep;
+          charge_sweep(stages_ - 1);
           if (moved < best_total || time < best_time)
             best_total = moved, best_time = time, best = &m;
           restore(kept, m);

@@ -481,17 +481,19 @@ class PlanSearch {
                                  std::vector<int> balance, const std::vector<double>& limit);
   // The peak bound of multi-stage configuration c, its walk over the schedule charged.
   MultiStagePeakBound& peak_bound(Entry& e);
-  // What `peak`'s relaxations (may_fit()) cost: their partitions and master pivots.
-  // The cells `peak`'s relaxations ran since `before` (its counts then).
-  struct RelaxationCells {
-    std::uint64_t partition = 0, pivot = 0;
-  };
-  static RelaxationCells cells_of(const MultiStagePeakBound& peak) {
-    return {peak.partition_cells(), peak.pivot_cells()};
+  // `relax()`, one of `peak`'s relaxations (may_fit()), with what it costs charged: its
+  // partitions' and master programme's cells.
+  template <typename Relax>
+  bool charged(const MultiStagePeakBound& peak, Relax&& relax) {
+    const std::uint64_t partition = peak.partition_cells(), pivot = peak.pivot_cells();
+    const bool out = relax();
+    stats_.steps += (peak.partition_cells() - partition) / kPartitionCellsPerStep +
+                    (peak.pivot_cells() - pivot) / kMasterCellsPerStep;
+    return out;
   }
-  void charge_relaxation(const MultiStagePeakBound& peak, RelaxationCells before) {
-    stats_.steps += (peak.partition_cells() - before.partition) / kPartitionCellsPerStep +
-                    (peak.pivot_cells() - before.pivot) / kMasterCellsPerStep;
+  // A sweep of stages 0..last of a single-stage plan (IterationSweep), charged.
+  void charge_sweep(int last) {
+    stats_.steps += 1 + sweep_->prefix_task_count(last) / kIterationSweepTasksPerStep;
   }
   // Less memory excess, then less time.
   static bool better(const Score& x, const Score& y) {

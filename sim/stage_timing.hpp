@@ -79,8 +79,6 @@ class IterationSweep {
   double run_critical_path(std::span<const StageDurations> stages, PathCounts& path) const;
   /// Tasks (compute and copies) one run() covers.
   std::size_t task_count() const { return task_count_; }
-  /// Compute tasks one run() covers (each with its copy, if any).
-  std::size_t compute_task_count() const { return order_.size(); }
   /// Compute tasks one run_prefix(…, last, …) covers.
   std::size_t prefix_task_count(int last) const {
     return last + 1 == stages_ ? order_.size() : prefix_order_[last].size();
