@@ -150,12 +150,10 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
       const double onward_tasks = 2.0 * overhead_ * (stages_ - 1 - j) + after_latency_[j];
       double trip_first = least_trip(pass_first_, trip_first_, j, b) + onward_tasks +
                           2.0 * copy(*first_size_, j, b);
-      const double trip_last =
+      double trip_last =
           least_trip(pass_last_, trip_last_, j, b) + onward_tasks + 2.0 * copy(*last_size_, j, b);
       const Config& c = *config_;
       const int m = c.micro_batches();
-      // (1F1B's recompute on the last stage could be added the same way, but the greedy fill
-      // costs more time than the pruning saves; recompute_root() uses it at the root.)
       if (c.schedule == ScheduleKind::GPipe && m >= 2) {
         stats_.steps +=
             static_cast<std::uint64_t>(std::max(0, stages_ - 2 - j));  // its greedy fill
@@ -168,9 +166,39 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
                                  : end_stage.forward[slot]) +
             end_stage.backward[slot] + (c.recomputed(m - 2) ? end_stage.forward[0] : 0.0);
       }
+      // 1F1B: the later stages pace the round trips (DownstreamPacing). The last r stages
+      // start at x at most (stage K - r - 1 ends as far as it can, and so on from b), so their
+      // busiest does at least steady_[r][x]'s floor; stage K - r has their longest warm-up:
+      // its forward of micro-batch i + r - 1 comes between its backwards of i - 1 and i, a
+      // full-size one up to i = M - 1 - r. The last stage holds [x, L) at least for r = 1, and
+      // a round trip through it also waits for the micro-batch's recompute there.
+      DownstreamPacing pacing;
+      const bool paced = c.schedule == ScheduleKind::OneFOneB && !furthest_.empty();
+      if (paced) {
+        steady_paces_.clear();
+        int x = b;
+        for (int r = remaining; r >= 1; --r) {
+          if (r > 1) steady_paces_.push_back({steady_floor_[r][x], m - 1 - r});
+          const int k = stages_ - r;  // the stage that starts at x
+          if (r > 1) x = std::max(x, std::min(x < layers_ ? furthest_[k][x] : x, layers_ - r + 1));
+        }
+        std::reverse(steady_paces_.begin(), steady_paces_.end());  // from the smallest group
+        pacing.steady = steady_paces_;
+        const StageDurations end_stage = durations(stages_ - 1, x, layers_, false);
+        for (int slot = 0; slot < 2; ++slot) {
+          pacing.last_work[slot] = end_stage.forward[slot] + end_stage.backward[slot];
+          pacing.last_work_recomputed[slot] =
+              end_stage.forward_nograd[slot] + pacing.last_work[slot];
+        }
+        if (m >= 2 && c.recomputed(0)) trip_first += end_stage.forward[0];
+        if (c.recomputed(m - 1)) trip_last += end_stage.forward[c.sizes.back() != c.sizes.front()];
+      }
       ++stats_.prefix_sweeps;
       charge_sweep(j);
-      bound = std::max(bound, sweep_->run_prefix(durations_, j, trip_first, trip_last));
+      // The chains: one update per group for each forward of stage j.
+      if (paced) stats_.steps += m * steady_paces_.size() / kIterationSweepTasksPerStep;
+      bound = std::max(bound, sweep_->run_prefix(durations_, j, trip_first, trip_last,
+                                                 paced ? &pacing : nullptr));
       if (bound >= limit) continue;
     }
     search(j + 1, b, next_arrive, next_drain, onward, bound, objective);
@@ -218,13 +246,14 @@ void PlanSearch::search_around_best(std::uint64_t step_limit) {
 void PlanSearch::build_trip_tables(double limit) {
   trip_first_.clear();
   trip_last_.clear();
+  furthest_.clear();
   if (!(limit < kInf) || stages_ < 2) return;
   const int last = stages_ - 1;
   auto fits = [&](int k, int a, int e) {
     return fits_nested(k, a, e) && chained_cost(k, a, e) < limit;
   };
-  // furthest[k][a]: the furthest end of stage k from a that fits, a when none does.
-  std::vector<std::vector<int>> furthest(stages_, std::vector<int>(layers_ + 1, 0));
+  furthest_.assign(stages_, std::vector<int>(layers_ + 1, 0));
+  std::vector<std::vector<int>>& furthest = furthest_;
   for (int k = 1; k < last; ++k) {
     int e = 0;
     for (int a = 0; a < layers_; ++a) {

@@ -380,9 +380,9 @@ void PlanSearch::store_tables(Entry& e) {
 }
 
 std::size_t PlanSearch::table_bytes() const {
-  // suffix_, chained_, waits_, their floors, fitting_: doubles; fit_end_: ints.
+  // suffix_, chained_, waits_, steady_, their floors, fitting_: doubles; fit_end_: ints.
   const std::size_t cells = static_cast<std::size_t>(stages_ + 1) * (layers_ + 1);
-  return cells * (7 * sizeof(double) + sizeof(int));
+  return cells * (9 * sizeof(double) + sizeof(int));
 }
 
 void PlanSearch::swap_tables(Tables& t) {
@@ -393,6 +393,8 @@ void PlanSearch::swap_tables(Tables& t) {
   std::swap(chained_floor_, t.chained_floor);
   std::swap(waits_floor_, t.waits_floor);
   std::swap(fitting_, t.fitting);
+  std::swap(steady_, t.steady);
+  std::swap(steady_floor_, t.steady_floor);
   std::swap(fit_end_, t.fit_end);
 }
 

@@ -375,6 +375,9 @@ class PlanSearch {
   void prepare_host(const Config& config);
   std::vector<std::vector<double>> suffix_, chained_;  // see build_suffix_tables()
   std::vector<std::vector<double>> fitting_;           // busy_balanced()'s table with caps
+  // 1F1B: the least busiest steady_work() of the later stages, per suffix (min-max as suffix_).
+  std::vector<std::vector<double>> steady_, steady_floor_;
+  double steady_work(int j, int a, int b) const;
   // The same three tables made non-increasing in the suffix's start, for first_open_end().
   std::vector<std::vector<double>> suffix_floor_, chained_floor_, waits_floor_;
   std::vector<int> balance_;
@@ -386,6 +389,10 @@ class PlanSearch {
   // stages after j at their own speeds, over the ways to place them that could beat the
   // threshold (see build_trip_tables()); empty: not built.
   std::vector<std::vector<double>> trip_first_, trip_last_;
+  // [k][a]: the furthest end of stage k (0 < k < K - 1) from a over the same ways to place the
+  // later stages, a where it cannot take a layer (see build_trip_tables()); empty with them.
+  std::vector<std::vector<int>> furthest_;
+  std::vector<SteadyPace> steady_paces_;  // the prefix sweep's, reused
   void build_trip_tables(double limit);
   double least_trip(const std::vector<double>& pass, const std::vector<std::vector<double>>& table,
                     int j, int b) const {
@@ -413,7 +420,7 @@ class PlanSearch {
   // build_suffix_tables()'s output for one configuration, kept between its slices.
   struct Tables {
     std::vector<std::vector<double>> suffix, chained, waits, suffix_floor, chained_floor,
-        waits_floor, fitting;
+        waits_floor, fitting, steady, steady_floor;
     std::vector<std::vector<int>> fit_end;
   };
   void swap_tables(Tables& t);

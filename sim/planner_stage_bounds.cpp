@@ -162,9 +162,26 @@ void PlanSearch::build_suffix_tables() {
     if (!fits_nested(j, a, b)) return kInf;
     return wait_cost(j, a, b);
   });
+  steady_.clear();
+  steady_floor_.clear();
+  if (config_->schedule == ScheduleKind::OneFOneB) {
+    min_max_suffix(stages_, layers_, steady_, [this](int j, int a, int b) {
+      return fits_nested(j, a, b) ? steady_work(j, a, b) : kInf;
+    });
+    running_min(steady_, steady_floor_);
+  }
   running_min(suffix_, suffix_floor_);
   running_min(chained_, chained_floor_);
   running_min(waits_, waits_floor_);
+}
+
+// What 1F1B's stage j = [a, b) runs between two backwards of full-size micro-batches in its
+// steady phase: a forward (without autograd where recomputed, counted at its least), the
+// recompute if any, the backward.
+double PlanSearch::steady_work(int j, int a, int b) const {
+  const SizeCosts& f = *first_size_;
+  return least_forward(f, j, a, b) + (config_->recomputed(0) ? forward(f, j, a, b) : 0.0) +
+         backward(f, j, a, b);
 }
 
 // From `end`, the furthest end up to `limit` at which stage j = [a, end) passes its nested

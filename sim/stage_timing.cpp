@@ -132,24 +132,26 @@ bool launch_paced(std::span<const StageDurations> stages, int last) {
 double IterationSweep::run(std::span<const StageDurations> stages) const {
   NoTracker none;
   return launch_paced(stages, stages_ - 1)
-             ? sweep<NoTracker, true>(order_, stages, stages_ - 1, 0.0, 0.0, none)
-             : sweep<NoTracker, false>(order_, stages, stages_ - 1, 0.0, 0.0, none);
+             ? sweep<NoTracker, true>(order_, stages, stages_ - 1, 0.0, 0.0, nullptr, none)
+             : sweep<NoTracker, false>(order_, stages, stages_ - 1, 0.0, 0.0, nullptr, none);
 }
 
 double IterationSweep::run_prefix(std::span<const StageDurations> stages, int last,
-                                  double trip_full, double trip_last) const {
+                                  double trip_full, double trip_last,
+                                  const DownstreamPacing* pacing) const {
   NoTracker none;
   const std::vector<Step>& order = last + 1 == stages_ ? order_ : prefix_order_[last];
   return launch_paced(stages, last)
-             ? sweep<NoTracker, true>(order, stages, last, trip_full, trip_last, none)
-             : sweep<NoTracker, false>(order, stages, last, trip_full, trip_last, none);
+             ? sweep<NoTracker, true>(order, stages, last, trip_full, trip_last, pacing, none)
+             : sweep<NoTracker, false>(order, stages, last, trip_full, trip_last, pacing, none);
 }
 
 double IterationSweep::run_critical_path(std::span<const StageDurations> stages,
                                          PathCounts& path) const {
   PathTracker tracker;
   tracker.reset(stages_, micro_batches_);
-  const double makespan = sweep<PathTracker, false>(order_, stages, stages_ - 1, 0.0, 0.0, tracker);
+  const double makespan =
+      sweep<PathTracker, false>(order_, stages, stages_ - 1, 0.0, 0.0, nullptr, tracker);
   path.tasks.assign(stages_, {});
   path.copies.assign(stages_, {});
   for (int e = tracker.final_event; e >= 0; e = tracker.events[e].previous) {
@@ -167,7 +169,7 @@ double IterationSweep::run_critical_path(std::span<const StageDurations> stages,
 template <typename Tracker, bool kLaunchPaced>
 double IterationSweep::sweep(const std::vector<Step>& order, std::span<const StageDurations> stages,
                              int last_stage, double trip_full, double trip_last,
-                             Tracker& tracker) const {
+                             const DownstreamPacing* pacing, Tracker& tracker) const {
   std::fill(stage_free_.begin(), stage_free_.end(), 0.0);
   std::fill(activation_channel_free_.begin(), activation_channel_free_.end(), 0.0);
   std::fill(gradient_channel_free_.begin(), gradient_channel_free_.end(), 0.0);
@@ -178,6 +180,11 @@ double IterationSweep::sweep(const std::vector<Step>& order, std::span<const Sta
   }
   const int m = micro_batches_;
   const std::array<double, 2> trip{trip_full, trip_last};
+  // With pacing, the two chains of DownstreamPacing: each a lower bound on when the pacing
+  // stage ended a micro-batch's backward plus the fixed way back here from it.
+  double last_chain = 0.0;
+  if (pacing) steady_chain_.assign(pacing->steady.size(), 0.0);
+  int last_chain_slot = -1;
   double makespan = 0.0;
   // Events are numbered as the tracker records them: one per task and per copy.
   int event = -1, makespan_event = -1;
@@ -229,7 +236,25 @@ double IterationSweep::sweep(const std::vector<Step>& order, std::span<const Sta
           ends(channel);
         } else if (s + 1 < stages_) {
           // The round trip through the stages left out, as early as it can be back.
-          gradient_at_[cell] = end + trip[i == m - 1 ? 1 : 0];
+          const double own = end + trip[i == m - 1 ? 1 : 0];
+          double back = own;
+          if (pacing) {
+            const double work = step.nograd ? pacing->last_work_recomputed[step.slot]
+                                            : pacing->last_work[step.slot];
+            const bool carried = last_chain_slot == step.slot;
+            last_chain = carried ? std::max(own, last_chain + work) : own;
+            last_chain_slot = step.slot;
+            back = last_chain;
+            // Groups from the smallest: each one's busiest stage is at or before the busiest of
+            // the group it contains, so its gradients are back no earlier than theirs.
+            for (std::size_t k = 0; k < pacing->steady.size(); ++k) {
+              const SteadyPace& pace = pacing->steady[k];
+              double& chain = steady_chain_[k];
+              chain = std::max(carried ? chain + (i <= pace.until ? pace.work : 0.0) : own, back);
+              back = chain;
+            }
+          }
+          gradient_at_[cell] = back;
         }
         break;
       }

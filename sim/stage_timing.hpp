@@ -44,6 +44,24 @@ StageDurations stage_durations(const SizeCosts& common, const SizeCosts& last, i
                                double speed, double overhead_ms, const Link* next_link,
                                const Link* previous_link, bool with_launches = true);
 
+/// How the stages after a prefix pace a 1F1B pipeline's round trips through them. A stage's
+/// backward of micro-batch i comes after its backward of i - 1, so a gradient comes back no
+/// earlier than the previous one of its size plus what any one of those stages runs between the
+/// two backwards (the backwards and copies from there back to the prefix take as long for both):
+/// - the last stage runs each micro-batch's forward, recompute (if any) and backward in turn;
+/// - in its steady phase a stage runs a forward between two backwards: `steady` holds, per group
+///   of later stages, the least work of its busiest stage (forward, recompute, backward of a
+///   full-size micro-batch) and the last micro-batch i whose gap it paces in every stage of it.
+struct SteadyPace {
+  double work = 0.0;
+  int until = 0;
+};
+struct DownstreamPacing {
+  std::array<double, 2> last_work{};             ///< forward and backward, per size slot
+  std::array<double, 2> last_work_recomputed{};  ///< forward without autograd, recompute, backward
+  std::span<const SteadyPace> steady;
+};
+
 /// The sweep for one (schedule, checkpoint mode, stages, micro-batches) shape; reuse it for
 /// every balance of that shape. Not thread-safe (keeps its scratch arrays).
 class IterationSweep {
@@ -63,8 +81,10 @@ class IterationSweep {
   /// micro-batch) or `trip_full` (any other) after its forward there. Leaving out
   /// the later stages' tasks only removes constraints, so the times can only be earlier. With
   /// last = K - 1 (trips 0) it equals run().
+  /// `pacing` (1F1B only): besides its own trip, a micro-batch's gradient waits for the later
+  /// stages' work on the ones before it (see DownstreamPacing).
   double run_prefix(std::span<const StageDurations> stages, int last, double trip_full,
-                    double trip_last) const;
+                    double trip_last, const DownstreamPacing* pacing = nullptr) const;
   /// What a longest path of run() is made of: how many of each kind of task per stage and of
   /// copies per link it holds. Its length, with each task at its duration, is run()'s value;
   /// the planner's relaxed root (docs/planner.md) bounds every plan by such paths.
@@ -95,12 +115,14 @@ class IterationSweep {
   std::vector<Step> order_;
   template <typename Tracker, bool kLaunchPaced>
   double sweep(const std::vector<Step>& order, std::span<const StageDurations> stages,
-               int last_stage, double trip_full, double trip_last, Tracker& tracker) const;
+               int last_stage, double trip_full, double trip_last, const DownstreamPacing* pacing,
+               Tracker& tracker) const;
   struct NoTracker;
   struct PathTracker;
   std::vector<std::vector<Step>> prefix_order_;  // [last]: order_ restricted to stages 0..last
   int stages_, micro_batches_;
   std::size_t task_count_ = 0;
+  mutable std::vector<double> steady_chain_;                 // per SteadyPace of a prefix's pacing
   mutable std::vector<double> activation_at_, gradient_at_;  // [stage * M + i]: input arrived
   mutable std::vector<double> stage_free_, activation_channel_free_, gradient_channel_free_;
   // The host's clock, where launches pace the device: per cell, the input's launch ended; per
