@@ -1,0 +1,266 @@
+// The planner's root bounds (sim/planner_relaxed_root.cpp, recompute_root(), the capped root):
+// below every configuration's brute-force optimum, and close to the best plan where they should be.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <numeric>
+#include <random>
+
+#include "bench/synthetic_profile.hpp"
+#include "sim/multi_stage_peak_bound.hpp"
+#include "sim/planner.hpp"
+#include "sim/schedule.hpp"
+#include "sim/simulator.hpp"
+#include "tests/sim/fixtures.hpp"
+#include "tests/sim/planner_brute_force.hpp"
+
+namespace pipetune {
+namespace {
+
+using namespace planner_testing;
+
+// The root bound of a 1F1B checkpointed configuration counts each round trip's recompute on
+// the last stage (recompute_root()). With a budget of one step the search stops at once, so
+// the reported lower bound is that root (or the first plan's time): it must not exceed the
+// configuration's optimum by brute force, with memory caps and devices of different speeds.
+TEST(Planner, RecomputeRootBoundStaysBelowTheOptimum) {
+  std::mt19937 rng(4242);
+  int checked = 0, near = 0;
+  for (int trial = 0; trial < 160; ++trial) {
+    const int layers = 3 + static_cast<int>(rng() % 10);                       // 3..12
+    const int stages = 2 + static_cast<int>(rng() % std::min(layers - 1, 3));  // 2..4
+    const std::int64_t batch = 1 + rng() % 6;
+    const Profile profile = testing::random_profile(rng, layers, batch);
+    Hardware hw = random_hardware(rng, profile, stages);
+    if (trial % 2 == 1) {
+      const BruteForce free = brute_force(profile, hw);
+      const std::int64_t cap =
+          static_cast<std::int64_t>(free.leanest_peak * (1.0 + (rng() % 40) / 100.0));
+      for (auto& d : hw.devices) d.memory_bytes = cap;
+    }
+    const BruteForce expected = brute_force(profile, hw);
+    for (int chunks = 1; chunks <= batch; ++chunks) {
+      for (auto checkpoint : {CheckpointMode::Always, CheckpointMode::ExceptLast}) {
+        const auto key = std::make_tuple(split_batch(profile.batch_size, chunks), checkpoint,
+                                         ScheduleKind::OneFOneB);
+        if (!expected.per_config.count(key)) continue;
+        const double optimum = expected.per_config.at(key);
+        PlannerOptions options;
+        options.chunks = {chunks};
+        options.checkpoints = {checkpoint};
+        options.schedules = {ScheduleKind::OneFOneB};
+        options.top = 1;
+        options.search_budget = 1;
+        const PlanSearchResult result = find_best_plans(profile, hw, options);
+        SCOPED_TRACE(::testing::Message()
+                     << "trial " << trial << ": " << layers << " layers, " << stages << " stages, x"
+                     << chunks << " " << static_cast<int>(checkpoint));
+        EXPECT_LE(result.stats.lower_bound_ms, optimum * (1 + 1e-12));
+        ++checked;
+        if (result.stats.lower_bound_ms > 0.99 * optimum) ++near;
+      }
+    }
+  }
+  EXPECT_GT(checked, 400);
+  EXPECT_GT(near, 20);  // the bound is close enough to the optimum for the check to bite
+}
+
+// Each configuration's reported bound against its brute-force optimum (among the plans that
+// fit): at or below it. `each` sees every configuration checked, with its optimum.
+int expect_bounds_below_optima(const Profile& profile, const BruteForce& expected,
+                               const PlanSearchResult& result, int trial, int layers, int stages,
+                               const std::function<void(const ConfigurationStats&, double)>& each) {
+  int checked = 0;
+  for (const ConfigurationStats& c : result.stats.per_configuration) {
+    const auto key =
+        std::make_tuple(split_batch(profile.batch_size, c.chunks), c.checkpoint, c.schedule);
+    if (!expected.per_config.count(key)) continue;
+    const double optimum = expected.per_config.at(key);
+    SCOPED_TRACE(::testing::Message()
+                 << "trial " << trial << ": " << layers << " layers, " << stages << " stages, x"
+                 << c.chunks << " " << to_string(c.checkpoint) << " " << to_string(c.schedule));
+    EXPECT_LE(c.lower_bound_ms, optimum * (1 + 1e-12));
+    ++checked;
+    each(c, optimum);
+  }
+  return checked;
+}
+
+// Every configuration's root bound (the relaxed root among them: docs/planner.md) against its
+// optimum by brute force: GPipe and 1F1B, every checkpoint mode, uneven micro-batches, devices
+// of very different speeds, task overheads and links. With a budget of one step the search
+// stops at once, so each configuration's reported bound is its root.
+TEST(Planner, EveryRootBoundStaysBelowItsConfigurationsOptimum) {
+  std::mt19937 rng(1515);
+  int checked = 0, near = 0;
+  for (int trial = 0; trial < 120; ++trial) {
+    const int layers = 3 + static_cast<int>(rng() % 10);                       // 3..12
+    const int stages = 2 + static_cast<int>(rng() % std::min(layers - 1, 3));  // 2..4
+    const std::int64_t batch = 1 + rng() % 7;
+    const Profile profile = testing::random_profile(rng, layers, batch);
+    Hardware hw = random_hardware(rng, profile, stages);
+    const BruteForce expected = brute_force(profile, hw);
+    PlannerOptions options;
+    options.top = 1000;
+    options.search_budget = 1;
+    const PlanSearchResult result = find_best_plans(profile, hw, options);
+    checked += expect_bounds_below_optima(profile, expected, result, trial, layers, stages,
+                                          [&](const ConfigurationStats& c, double optimum) {
+                                            if (c.lower_bound_ms > 0.98 * optimum) ++near;
+                                          });
+  }
+  EXPECT_GT(checked, 1500);
+  // Close enough to the optima for the check to bite: the relaxed root x 1.03 fails it.
+  EXPECT_GT(near, checked / 20);
+}
+
+// The same under memory caps that bind, with a budget for the first slices: the roots then
+// include capped_root(), which narrows the stage ends to where the stages may fit. Each
+// configuration's reported bound stays at or below its brute-force optimum among the plans that
+// fit, and the caps raise it on some.
+TEST(Planner, CappedRootBoundsStayBelowTheirConfigurationsOptimum) {
+  std::mt19937 rng(1616);
+  int checked = 0, raised = 0;
+  for (int trial = 0; trial < 80; ++trial) {
+    const int layers = 4 + static_cast<int>(rng() % 9);                        // 4..12
+    const int stages = 2 + static_cast<int>(rng() % std::min(layers - 2, 3));  // 2..4
+    const std::int64_t batch = 1 + rng() % 7;
+    const Profile profile = testing::random_profile(rng, layers, batch);
+    Hardware hw = random_hardware(rng, profile, stages);
+    const BruteForce free = brute_force(profile, hw);
+    const std::int64_t cap =
+        static_cast<std::int64_t>(free.leanest_peak * (1.0 + (rng() % 30) / 100.0));
+    for (auto& d : hw.devices) d.memory_bytes = cap;
+    const BruteForce expected = brute_force(profile, hw);
+    PlannerOptions options;
+    options.top = 1000;
+    options.search_budget = 1'000'000;
+    const PlanSearchResult capped = find_best_plans(profile, hw, options);
+    Hardware uncapped_hw = hw;
+    for (auto& d : uncapped_hw.devices) d.memory_bytes = 0;
+    options.search_budget = 1;
+    const PlanSearchResult uncapped = find_best_plans(profile, uncapped_hw, options);
+    std::map<std::tuple<int, CheckpointMode, ScheduleKind>, double> uncapped_roots;
+    for (const ConfigurationStats& c : uncapped.stats.per_configuration)
+      uncapped_roots[{c.chunks, c.checkpoint, c.schedule}] = c.lower_bound_ms;
+    checked += expect_bounds_below_optima(
+        profile, expected, capped, trial, layers, stages, [&](const ConfigurationStats& c, double) {
+          const double before = uncapped_roots[{c.chunks, c.checkpoint, c.schedule}];
+          if (c.lower_bound_ms > before * (1 + 1e-6)) ++raised;
+        });
+  }
+  EXPECT_GT(checked, 500);
+  // capped_root() is most of it (454 of 761 raised; 313 without it).
+  EXPECT_GT(raised, checked / 2);
+}
+
+// The planner's best plan with a budget of one step: the roots and the first plans only.
+PlanSearchResult roots_and_first_plans(const Profile& profile, const Hardware& hw) {
+  PlannerOptions options;
+  options.top = 1;
+  options.search_budget = 1;
+  return find_best_plans(profile, hw, options);
+}
+
+// Layers unlike each other, as an embedding or a head is unlike a block: every seventh layer's
+// backward costs eight times its forward, the others' twice. One least ratio for all layers
+// would bound every forward by the light-forward layers' share; the relaxed root's classes of
+// layers (docs/planner.md) keep the roots within 2 % of the best first plan on equal devices and
+// 5 % on unequal ones (4.3 % and 9.5 % with one class).
+TEST(Planner, LayersOfUnlikeCostRatiosKeepTheRelaxedRootClose) {
+  Profile profile = bench::synthetic_profile(240, 64);
+  for (std::size_t l = 0; l < profile.layers.size(); l += 7) {
+    for (std::size_t k = 0; k < profile.layers[l].backward_ms.size(); ++k)
+      profile.layers[l].backward_ms[k] = 8 * profile.layers[l].forward_ms[k];
+  }
+  for (bool unequal : {false, true}) {
+    Hardware hw = replicate_device(profile.device, 8);
+    if (unequal) bench::set_unequal_speeds(hw);
+    hw.link.bandwidth_bytes_per_s = 1e10;
+    const PlanSearchResult result = roots_and_first_plans(profile, hw);
+    ASSERT_FALSE(result.ranked.empty());
+    SCOPED_TRACE(unequal ? "unequal devices" : "equal devices");
+    EXPECT_LT(result.stats.gap(), unequal ? 0.05 : 0.02);
+  }
+}
+
+// The classes are the layers' cost ratios, not their rounding: bench's lognormal profile has
+// every backward twice its forward, so one class (its shares of forward in forward plus
+// backward differ in the last bits, which made two classes of the same ratio until
+// 2026-11-27, and the roots' programmes twice as wide); every seventh layer's backward eight
+// times its forward makes two.
+TEST(Planner, LayersOfOneCostRatioAreOneClass) {
+  Plan plan;
+  plan.chunks = 8;
+  plan.checkpoint = CheckpointMode::Never;
+  plan.schedule = ScheduleKind::ZBV;
+  plan.stages_per_device = 2;
+  plan.balance.assign(8, 125);
+  const Profile alike = bench::lognormal_profile(1000, 64);
+  const Hardware hw = replicate_device(alike.device, 4);
+  EXPECT_EQ(multi_stage_time_rows(alike, hw, plan).classes, 1);
+  Profile unlike = alike;
+  for (std::size_t l = 0; l < unlike.layers.size(); l += 7) {
+    for (std::size_t k = 0; k < unlike.layers[l].backward_ms.size(); ++k)
+      unlike.layers[l].backward_ms[k] = 8 * unlike.layers[l].forward_ms[k];
+  }
+  EXPECT_EQ(multi_stage_time_rows(unlike, hw, plan).classes, 2);
+}
+
+// Devices of unequal speeds: the relaxed root and the round trips at the later devices' own
+// speeds (docs/planner.md) bound the bench's 1,000-layer profile on 16 devices of speeds 1.5,
+// 1, 0.75, 1 repeated within 4 % of the best plan found, from 19 % when every trip ran at the
+// fastest device's speed.
+TEST(Planner, UnequalDevicesRootBoundsAreCloseToTheBestPlan) {
+  const Profile profile = bench::synthetic_profile(1000, 256);
+  Hardware hw = replicate_device(profile.device, 16);
+  bench::set_unequal_speeds(hw);
+  bench::set_synthetic_links(hw);
+  const PlanSearchResult result = roots_and_first_plans(profile, hw);
+  ASSERT_FALSE(result.ranked.empty());
+  EXPECT_LT(result.stats.gap(), 0.04);
+}
+
+// With hundreds of configurations the cheap pass cuts most relaxed roots short, and a later
+// slice gives a root half of itself: a root that started over in each slice never got past
+// what half a slice allows. Going on where it stopped, the configuration that sets the gap
+// ends with the root it reaches when searched alone (200 layers on 16 unequal devices, every
+// schedule, half the default budget: a gap of 8.9 % when roots started over, 92.0 ms against
+// 94.0 alone for the configuration that set it; 6.1 % going on). Not to the last bit: among
+// the others its rounds start from the model plan of the root of its schedule before it, alone
+// from equal time per stage (94.008 against 94.074 ms; started over in each slice, 91.318).
+TEST(Planner, ARelaxedRootCutShortGoesOnInLaterSlices) {
+  const Profile profile = bench::synthetic_profile(200, 64);
+  Hardware hw = replicate_device(profile.device, 16);
+  bench::set_unequal_speeds(hw);
+  bench::set_synthetic_links(hw);
+  PlannerOptions options;
+  options.top = 1;
+  options.search_budget = 5'000'000;
+  options.schedules.assign(std::begin(kAllScheduleKinds), std::end(kAllScheduleKinds));
+  const PlanSearchResult all = find_best_plans(profile, hw, options);
+  ASSERT_FALSE(all.stats.proven);
+  const ConfigurationStats* lowest = nullptr;
+  for (const ConfigurationStats& c : all.stats.per_configuration) {
+    if (c.closed || (lowest && c.lower_bound_ms >= lowest->lower_bound_ms)) continue;
+    lowest = &c;
+  }
+  ASSERT_NE(lowest, nullptr);
+  ASSERT_GT(lowest->stages_per_device, 1);
+  EXPECT_DOUBLE_EQ(all.stats.lower_bound_ms, lowest->lower_bound_ms);
+  PlannerOptions alone = options;
+  alone.chunks = {lowest->chunks};
+  alone.checkpoints = {lowest->checkpoint};
+  alone.schedules = {lowest->schedule};
+  alone.stages_per_device = {lowest->stages_per_device};
+  const PlanSearchResult one = find_best_plans(profile, hw, alone);
+  ASSERT_EQ(one.stats.per_configuration.size(), 1u);
+  EXPECT_NEAR(lowest->lower_bound_ms, one.stats.per_configuration.front().lower_bound_ms,
+              2e-3 * lowest->lower_bound_ms);
+}
+
+}  // namespace
+}  // namespace pipetune
