@@ -176,9 +176,14 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
       const bool paced = c.schedule == ScheduleKind::OneFOneB && !furthest_.empty();
       if (paced) {
         steady_paces_.clear();
+        const bool equal_sizes = c.sizes.back() == c.sizes.front();
         int x = b;
         for (int r = remaining; r >= 1; --r) {
-          if (r > 1) steady_paces_.push_back({steady_floor_[r][x], m - 1 - r});
+          // The whole group starts at b itself; with equal micro-batches its forward of M - 1
+          // is full-size too, one more gap.
+          if (r > 1)
+            steady_paces_.push_back(
+                {x == b ? steady_[r][b] : steady_floor_[r][x], m - 1 - r + (equal_sizes ? 1 : 0)});
           const int k = stages_ - r;  // the stage that starts at x
           if (r > 1) x = std::max(x, std::min(x < layers_ ? furthest_[k][x] : x, layers_ - r + 1));
         }

@@ -242,7 +242,9 @@ double IterationSweep::sweep(const std::vector<Step>& order, std::span<const Sta
             const double work = step.nograd ? pacing->last_work_recomputed[step.slot]
                                             : pacing->last_work[step.slot];
             const bool carried = last_chain_slot == step.slot;
-            last_chain = carried ? std::max(own, last_chain + work) : own;
+            // A hair below the sum, which the simulator adds task by task in another order.
+            constexpr double kBelow = 1.0 - 1e-12;
+            last_chain = carried ? std::max(own, (last_chain + work) * kBelow) : own;
             last_chain_slot = step.slot;
             back = last_chain;
             // Groups from the smallest: each one's busiest stage is at or before the busiest of
@@ -250,7 +252,8 @@ double IterationSweep::sweep(const std::vector<Step>& order, std::span<const Sta
             for (std::size_t k = 0; k < pacing->steady.size(); ++k) {
               const SteadyPace& pace = pacing->steady[k];
               double& chain = steady_chain_[k];
-              chain = std::max(carried ? chain + (i <= pace.until ? pace.work : 0.0) : own, back);
+              chain = std::max(
+                  carried ? (chain + (i <= pace.until ? pace.work : 0.0)) * kBelow : own, back);
               back = chain;
             }
           }

@@ -130,13 +130,15 @@ TEST(IterationSweep, EqualsTheSimulatorOnRandomInstances) {
             pacing.last_work_recomputed[slot] = end.forward_nograd[slot] + pacing.last_work[slot];
           }
           std::vector<SteadyPace> groups;
-          double busiest = 0.0;
+          auto steady_work = [&](const StageDurations& d) {
+            return std::min(d.forward[0], d.forward_nograd[0]) + d.backward[0] +
+                   (is_checkpointed(checkpoint, 0, m) ? d.forward[0] : 0.0);
+          };
+          double busiest = steady_work(end);  // every group holds the last stage
           for (int group = 1; group < stages - 1 - last; ++group) {
-            const auto& d = durations[stages - 1 - group];
-            busiest =
-                std::max(busiest, std::min(d.forward[0], d.forward_nograd[0]) + d.backward[0] +
-                                      (is_checkpointed(checkpoint, 0, m) ? d.forward[0] : 0.0));
-            groups.push_back({busiest, m - 2 - group});  // the last group + 1 stages
+            busiest = std::max(busiest, steady_work(durations[stages - 1 - group]));
+            // The last group + 1 stages; with equal micro-batches one gap more.
+            groups.push_back({busiest, m - 2 - group + (sizes.back() == sizes.front() ? 1 : 0)});
           }
           pacing.steady = groups;
           const double paced = sweep.run_prefix(durations, last, trip_full, trip_last, &pacing);
