@@ -177,15 +177,14 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
       if (paced) {
         steady_paces_.clear();
         const bool equal_sizes = c.sizes.back() == c.sizes.front();
-        int x = b;
-        for (int r = remaining; r >= 1; --r) {
+        int x = b;  // the last r stages start here at most
+        for (int r = remaining; r > 1; --r) {
           // The whole group starts at b itself; with equal micro-batches its forward of M - 1
           // is full-size too, one more gap.
-          if (r > 1)
-            steady_paces_.push_back(
-                {x == b ? steady_[r][b] : steady_floor_[r][x], m - 1 - r + (equal_sizes ? 1 : 0)});
-          const int k = stages_ - r;  // the stage that starts at x
-          if (r > 1) x = std::max(x, std::min(x < layers_ ? furthest_[k][x] : x, layers_ - r + 1));
+          steady_paces_.push_back(
+              {x == b ? steady_[r][b] : steady_floor_[r][x], m - 1 - r + (equal_sizes ? 1 : 0)});
+          // Stage K - r ends no further than it can from x, and leaves a layer to each after it.
+          x = std::min(furthest_[stages_ - r][x], layers_ - r + 1);
         }
         std::reverse(steady_paces_.begin(), steady_paces_.end());  // from the smallest group
         pacing.steady = steady_paces_;
@@ -196,7 +195,7 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
               end_stage.forward_nograd[slot] + pacing.last_work[slot];
         }
         if (m >= 2 && c.recomputed(0)) trip_first += end_stage.forward[0];
-        if (c.recomputed(m - 1)) trip_last += end_stage.forward[c.sizes.back() != c.sizes.front()];
+        if (c.recomputed(m - 1)) trip_last += end_stage.forward[equal_sizes ? 0 : 1];
       }
       ++stats_.prefix_sweeps;
       charge_sweep(j);

@@ -180,8 +180,10 @@ double IterationSweep::sweep(const std::vector<Step>& order, std::span<const Sta
   }
   const int m = micro_batches_;
   const std::array<double, 2> trip{trip_full, trip_last};
-  // With pacing, the two chains of DownstreamPacing: each a lower bound on when the pacing
-  // stage ended a micro-batch's backward plus the fixed way back here from it.
+  // With pacing, the chains of DownstreamPacing (the last stage's, one per group): each a lower
+  // bound on when its pacing stage ended a micro-batch's backward plus the fixed way back here
+  // from it, kept a hair below the sums, which the simulator adds task by task in another order.
+  constexpr double kBelow = 1.0 - 1e-12;
   double last_chain = 0.0;
   if (pacing) steady_chain_.assign(pacing->steady.size(), 0.0);
   int last_chain_slot = -1;
@@ -242,8 +244,6 @@ double IterationSweep::sweep(const std::vector<Step>& order, std::span<const Sta
             const double work = step.nograd ? pacing->last_work_recomputed[step.slot]
                                             : pacing->last_work[step.slot];
             const bool carried = last_chain_slot == step.slot;
-            // A hair below the sum, which the simulator adds task by task in another order.
-            constexpr double kBelow = 1.0 - 1e-12;
             last_chain = carried ? std::max(own, (last_chain + work) * kBelow) : own;
             last_chain_slot = step.slot;
             back = last_chain;

@@ -123,4 +123,15 @@ inline Hardware random_hardware(std::mt19937& rng, const Profile& profile, int s
   return hw;
 }
 
+// Whether `balance` in the configuration of the planner's `answer` has a layer on every stage,
+// fits its devices and is faster than the answer, by the simulator.
+inline bool fits_faster(const Simulator& simulator, const PlanCandidate& answer,
+                        const std::vector<int>& balance) {
+  if (std::any_of(balance.begin(), balance.end(), [](int n) { return n < 1; })) return false;
+  Plan plan = answer.plan;
+  plan.balance = balance;
+  const auto r = simulator.run(plan);
+  return r.fits() && r.iteration_ms < answer.iteration_ms * (1 - 1e-12);
+}
+
 }  // namespace pipetune::planner_testing

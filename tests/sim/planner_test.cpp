@@ -514,13 +514,6 @@ TEST(Planner, UnprovenAnswerIsNoSlowerThanThePlansAroundIt) {
     ASSERT_FALSE(result.stats.proven);  // else nothing is faster anywhere
     const PlanCandidate& answer = result.ranked.front();
     const Simulator simulator(profile, hw);
-    auto faster_fitting = [&](const std::vector<int>& balance) {
-      if (std::any_of(balance.begin(), balance.end(), [](int n) { return n < 1; })) return false;
-      Plan plan = answer.plan;
-      plan.balance = balance;
-      const auto r = simulator.run(plan);
-      return r.fits() && r.iteration_ms < answer.iteration_ms * (1 - 1e-12);
-    };
     const std::vector<int>& balance = answer.plan.balance;
     const int stages = static_cast<int>(balance.size());
     for (int k = 0; k + 1 < stages; ++k) {
@@ -528,12 +521,13 @@ TEST(Planner, UnprovenAnswerIsNoSlowerThanThePlansAroundIt) {
         std::vector<int> moved = balance;
         moved[k] += d;
         moved[k + 1] -= d;
-        EXPECT_FALSE(d != 0 && faster_fitting(moved)) << "end " << k << " moved by " << d;
+        EXPECT_FALSE(d != 0 && fits_faster(simulator, answer, moved))
+            << "end " << k << " moved by " << d;
         for (int e = -3; e <= 3 && k + 2 < stages; ++e) {
           std::vector<int> pair = moved;
           pair[k + 1] += e;
           pair[k + 2] -= e;
-          EXPECT_FALSE(std::abs(d) < 4 && e != 0 && faster_fitting(pair))
+          EXPECT_FALSE(std::abs(d) < 4 && e != 0 && fits_faster(simulator, answer, pair))
               << "ends " << k << ", " << k + 1 << " moved by " << d << ", " << e;
         }
       }
