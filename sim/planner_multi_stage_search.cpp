@@ -86,6 +86,32 @@ bool PlanSearch::fits_some_balance(Entry& e) {
   return charged(peak, [&] { return peak.may_fit(capacity_); });
 }
 
+// Walks right from b, each stage after t ending as far as its device's bound allows with the
+// stages placed so far and the other later ones empty (a stage may hold nothing). A stage's
+// bound only grows as it grows at either end, so in every completion that fits, each stage ends
+// at most where the walk puts it: a walk short of the last layer proves that none fits.
+bool PlanSearch::later_stages_may_fit(MultiStagePeakBound& peak, int t, int b) {
+  const std::uint64_t cells = peak.level_cells();
+  const int stages = peak.stages();
+  int from = b;
+  for (int s = t + 1; s < stages && from < layers_; ++s) {
+    const std::int64_t cap = capacity_[peak.device_of(s)];
+    if (cap <= 0) {
+      from = layers_;
+      break;
+    }
+    int fits = from, over = layers_ + 1;  // [from, fits) fits its cap, [from, over) does not
+    while (over - fits > 1) {
+      const int mid = fits + (over - fits) / 2;
+      (peak.place(s, from, mid) > cap ? over : fits) = mid;
+    }
+    peak.unplace(s);
+    from = fits;
+  }
+  stats_.steps += (peak.level_cells() - cells) / kLevelCellsPerStep;
+  return from >= layers_;
+}
+
 // Under caps, whether some balance of e's configuration may both fit and beat `limit`:
 // may_fit() over the devices' levels and the relaxed root's rows together. False closes the
 // configuration: every fitting balance has a row, so its time, above `limit`.
@@ -531,13 +557,15 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
           }
           balance.push_back(b - from);
           balance.push_back(layers_ - b);
-          // Simulated only if faster than the configuration's best, or as fast (it may need
-          // less memory): nothing else changes it.
-          if (!sweep || !(swept_time(*sweep, balance) > e.best)) simulate_for(e, balance);
+          // Simulated only if faster than the plan to beat, or as fast (it may need less
+          // memory): nothing else changes the ranking. Where nothing of the configuration fits
+          // yet, that is the ranking's plan to beat; a balance slower than it, fitting or not,
+          // could not enter the ranking.
+          if (!sweep || !(swept_time(*sweep, balance) > beat())) simulate_for(e, balance);
         }
         bound.unplace(t + 1);
         if (peak) peak->unplace(t + 1);
-      } else if (below_beat(bound.bound(t + 1))) {
+      } else if (below_beat(bound.bound(t + 1)) && (!peak || later_stages_may_fit(*peak, t, b))) {
         ends.push_back(b);
         enumerate(t + 1, b);
         ends.pop_back();

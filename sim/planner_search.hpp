@@ -473,6 +473,7 @@ class PlanSearch {
   std::unique_ptr<GraphSweep> graph_sweep(const Config& c);
   double swept_time(GraphSweep& sweep, const std::vector<int>& balance);
   bool fits_some_balance(Entry& e);
+  bool later_stages_may_fit(MultiStagePeakBound& peak, int t, int b);
   bool fits_fast_enough(Entry& e, double limit);
   // Per schedule and stages per device: the last relaxed root's best model plan, each stage's
   // share of the work, where the next configuration's rounds start (see
