@@ -10,30 +10,82 @@
 
 namespace pipetune::planning {
 
-RatioClasses ratio_classes(const std::vector<double>& layer_work, const SizeCosts& size) {
+RatioClasses ratio_classes(const std::vector<double>& layer_work, const SizeCosts& size,
+                           int max_classes, ClassSplit split) {
   const int layers = static_cast<int>(layer_work.size());
   auto share = [&](int x) {
     const double sum = size.forward_ms[x] + size.backward_ms[x];
     return sum > 0.0 ? size.forward_ms[x] / sum : 0.0;
   };
-  double low = kInf, high = -kInf;
-  for (int x = 0; x < layers; ++x) {
-    if (!(layer_work[x] > 0.0)) continue;
-    low = std::min(low, share(x));
-    high = std::max(high, share(x));
+  // The layers with work by their share, and prefix sums of their work in that order.
+  std::vector<int> order;
+  for (int x = 0; x < layers; ++x)
+    if (layer_work[x] > 0.0) order.push_back(x);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return share(a) < share(b); });
+  const int n = static_cast<int>(order.size());
+  std::vector<double> sorted(n), before(n + 1, 0.0);
+  for (int i = 0; i < n; ++i) {
+    sorted[i] = share(order[i]);
+    before[i + 1] = before[i] + layer_work[order[i]];
   }
-  // Shares that differ by rounding alone are one class: split, a profile whose every backward
-  // is twice its forward got two classes of the same ratio, and its programmes twice the rows.
-  const bool alike = !(high - low > 1e-9);
-  std::vector<int> range(layers, 0);
-  std::vector<int> used(kRatioClasses, -1);
+  // A class's rows bound its forwards by its least share and its backwards by its largest,
+  // so each of its layers loses its work times the class's width, whatever its own share:
+  // classes of the least total work x width are the tightest. Split greedily, the class that
+  // loses most at the point that loses least, between shares that differ by more than rounding
+  // (a profile whose every backward is twice its forward keeps one class).
+  constexpr double kAlike = 1e-9;
+  auto loss = [&](int i, int j) { return (before[j] - before[i]) * (sorted[j - 1] - sorted[i]); };
+  std::vector<std::pair<int, int>> ranges;
+  if (n > 0 && split == ClassSplit::EqualRanges) {
+    // Equal ranges of the share, the empty ones dropped.
+    const double low = sorted.front(), width = sorted.back() - low;
+    auto bin = [&](int i) {
+      return width > kAlike ? std::min(max_classes - 1,
+                                       static_cast<int>(max_classes * (sorted[i] - low) / width))
+                            : 0;
+    };
+    for (int i = 0, j = 0; i < n; i = j) {
+      while (j < n && bin(j) == bin(i)) ++j;
+      ranges.emplace_back(i, j);
+    }
+  } else if (n > 0) {
+    ranges.emplace_back(0, n);
+  }
+  // The best place to split range [i, j), -1 where all its shares are alike.
+  auto best_cut = [&](int i, int j) {
+    int cut = -1;
+    double least = kInf;
+    for (int m = i + 1; m < j; ++m) {
+      if (!(sorted[m] - sorted[m - 1] > kAlike)) continue;
+      const double halves = loss(i, m) + loss(m, j);
+      if (halves < least) least = halves, cut = m;
+    }
+    return cut;
+  };
+  std::vector<int> cuts;
+  for (const auto& [i, j] : ranges) cuts.push_back(best_cut(i, j));
+  while (split == ClassSplit::LeastLoss && static_cast<int>(ranges.size()) < max_classes) {
+    int worst = -1;
+    for (int c = 0; c < static_cast<int>(ranges.size()); ++c) {
+      if (cuts[c] >= 0 && (worst < 0 || loss(ranges[c].first, ranges[c].second) >
+                                            loss(ranges[worst].first, ranges[worst].second)))
+        worst = c;
+    }
+    if (worst < 0) break;
+    const auto [i, j] = ranges[worst];
+    const int cut = cuts[worst];
+    ranges[worst] = {i, cut};
+    cuts[worst] = best_cut(i, cut);
+    ranges.emplace_back(cut, j);
+    cuts.push_back(best_cut(cut, j));
+  }
+  std::vector<int> range(layers, 0);  // layers without work join the first range
+  for (int c = 0; c < static_cast<int>(ranges.size()); ++c)
+    for (int i = ranges[c].first; i < ranges[c].second; ++i) range[order[i]] = c;
+  // Classes numbered as their layers first appear.
+  std::vector<int> used(std::max<std::size_t>(ranges.size(), 1), -1);
   RatioClasses out;
   out.of.assign(layers, 0);
-  for (int x = 0; x < layers; ++x) {
-    if (!(layer_work[x] > 0.0) || alike) continue;
-    range[x] = std::min(kRatioClasses - 1,
-                        static_cast<int>(kRatioClasses * (share(x) - low) / (high - low)));
-  }
   for (int x = 0; x < layers; ++x) {
     if (used[range[x]] < 0) {
       used[range[x]] = static_cast<int>(out.work.size());
@@ -115,7 +167,8 @@ double PlanSearch::relaxed_root(std::vector<int>& balance, RelaxedRows* rows) co
   const SizeCosts& l = *last_size_;
   std::vector<double> layer_work(layers_);
   for (int x = 0; x < layers_; ++x) layer_work[x] = work_[x + 1] - work_[x];
-  const RatioClasses classes = ratio_classes(layer_work, f);
+  const RatioClasses classes =
+      ratio_classes(layer_work, f, max_ratio_classes(stages_), ClassSplit::LeastLoss);
   const int n_classes = static_cast<int>(classes.work.size());
   auto ratio = [&] { return ClassRatio(n_classes); };
   // wait_bound()'s cases: the micro-batch q whose backward ends the waits and whose gradient
