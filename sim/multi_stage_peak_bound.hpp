@@ -62,6 +62,7 @@ class MultiStagePeakBound {
   void unplace_all();
   /// The device that runs stage t.
   int device_of(int t) const { return rank_[t]; }
+  /// Stages of the plan shape (devices x stages per device).
   int stages() const { return static_cast<int>(rank_.size()); }
   /// Every device's bound for a whole balance (the placed stages are cleared afterwards).
   std::vector<std::int64_t> of(const std::vector<int>& balance);

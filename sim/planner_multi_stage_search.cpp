@@ -96,14 +96,20 @@ bool PlanSearch::later_stages_may_fit(MultiStagePeakBound& peak, int t, int b) {
   int from = b;
   for (int s = t + 1; s < stages && from < layers_; ++s) {
     const std::int64_t cap = capacity_[peak.device_of(s)];
-    if (cap <= 0) {
+    if (cap <= 0) {  // no cap: this stage may take every layer left
       from = layers_;
       break;
     }
-    int fits = from, over = layers_ + 1;  // [from, fits) fits its cap, [from, over) does not
+    // [from, fits) fits its cap (empty, it is only what the device holds anyway), [from, over)
+    // does not; the bound only grows with the end.
+    int fits = from, over = layers_ + 1;
     while (over - fits > 1) {
       const int mid = fits + (over - fits) / 2;
-      (peak.place(s, from, mid) > cap ? over : fits) = mid;
+      if (peak.place(s, from, mid) > cap) {
+        over = mid;
+      } else {
+        fits = mid;
+      }
     }
     peak.unplace(s);
     from = fits;
@@ -451,13 +457,15 @@ void PlanSearch::multi_stage_local_search(Entry& e, GraphSweep* sweep, std::uint
 // moves first, see below), least memory excess first, then time, until no move improves, then a
 // layer between distant stages, from every start and then from kicks of the best plan (a good
 // plan early makes the enumeration below prune more); then the enumeration of every balance, stage
-// by stage, where a prefix whose MultiStageBalanceBound is not below the plan to beat, or whose
-// last stage's device cannot fit its memory bound, is not extended, and a whole balance is
+// by stage, where a prefix whose MultiStageBalanceBound is not below the plan to beat, whose
+// last stage's device cannot fit its memory bound, or whose later stages cannot reach the last
+// layer within their caps (later_stages_may_fit()), is not extended, and a whole balance is
 // timed only when its bound is below it. Balances are timed by GraphSweep where it equals the
-// simulator, and simulated only where they could become the configuration's best or the
-// current one does not fit. The enumeration resumes where the last slice stopped
-// (the plan to beat only falls, so what it skipped stays skipped); when it ends, the configuration
-// is closed with its exact best.
+// simulator; the local search simulates those that could become the configuration's best or
+// where the current one does not fit, the enumeration those not slower than the plan to beat.
+// The enumeration resumes where the last slice stopped (the plan to beat only falls, so what it
+// skipped stays skipped); when it ends, the configuration is closed with its best plan that
+// could enter the ranking (a fitting plan slower than the ranking's threshold may go unseen).
 void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::uint64_t slice) {
   const Config& c = *e.config;
   ranking_threshold_ = ranking_threshold(entries, &e);

@@ -29,10 +29,10 @@ RatioClasses ratio_classes(const std::vector<double>& layer_work, const SizeCost
     before[i + 1] = before[i] + layer_work[order[i]];
   }
   // A class's rows bound its forwards by its least share and its backwards by its largest,
-  // so each of its layers loses its work times the class's width, whatever its own share:
-  // classes of the least total work x width are the tightest. Split greedily, the class that
-  // loses most at the point that loses least, between shares that differ by more than rounding
-  // (a profile whose every backward is twice its forward keeps one class).
+  // so each of its layers loses about its work times the class's width, whatever its own share
+  // (the share is a proxy: the rows also price recomputes and the last micro-batch's size). Split
+  // greedily, the class that loses most at the point that loses least, between shares that differ
+  // by more than rounding (a profile whose every backward is twice its forward keeps one class).
   constexpr double kAlike = 1e-9;
   auto loss = [&](int i, int j) { return (before[j] - before[i]) * (sorted[j - 1] - sorted[i]); };
   std::vector<std::pair<int, int>> ranges;
@@ -63,7 +63,8 @@ RatioClasses ratio_classes(const std::vector<double>& layer_work, const SizeCost
     return cut;
   };
   std::vector<int> cuts;
-  for (const auto& [i, j] : ranges) cuts.push_back(best_cut(i, j));
+  if (split == ClassSplit::LeastLoss)
+    for (const auto& [i, j] : ranges) cuts.push_back(best_cut(i, j));
   while (split == ClassSplit::LeastLoss && static_cast<int>(ranges.size()) < max_classes) {
     int worst = -1;
     for (int c = 0; c < static_cast<int>(ranges.size()); ++c) {

@@ -134,24 +134,30 @@ struct ClassRatio {
   double lower(int cls) const { return least[cls] < kInf ? least[cls] : 0.0; }
 };
 
-// Layers grouped by the share of their forward in forward plus backward, in equal ranges of
-// that share: one least ratio for all layers is loose when an embedding's backward is ten
-// times its forward and a block's twice, so each class (a kind of layer, in most models) gets
-// its own ratios and its own share of the work. Empty ranges are dropped.
+// Layers grouped by the share of their forward in forward plus backward: one least ratio for
+// all layers is loose when an embedding's backward is ten times its forward and a block's
+// twice, so each class (a kind of layer, in most models) gets its own ratios and its own share
+// of the work.
 struct RatioClasses {
   std::vector<int> of;       // per layer
   std::vector<double> work;  // per class: its layers' work
 };
-// The single-stage relaxed root's classes: as many as keep its programme within about 64
-// coordinates (stages x classes), at least 4 and at most 32. More classes bound each layer's
-// tasks by ratios nearer its own; on random lognormal models whose backwards are 1 to 10 times
-// their forwards, 4 classes left the roots of configurations with few micro-batches 2.6-4.2 %
-// below their best plans (docs/planner.md), and 256 coordinates made the roots of 3,000-layer
-// models on 4 devices cost a proof its budget.
+// The single-stage relaxed root's classes: as many as keep its programme near 64 coordinates
+// (stages x classes), within [kFewestRatioClasses, kMostRatioClasses]. More classes bound each
+// layer's tasks by ratios nearer its own: on random lognormal models whose backwards are twice
+// their forwards on two layers of three and 1 to 10 times on the others, 4 classes left the
+// roots of configurations with few micro-batches 2.6-4.2 % below their best plans
+// (docs/planner.md); 256 coordinates made the roots of 3,000-layer models on 4 devices cost a
+// proof its budget (the cheap pass runs every root in full).
 inline constexpr int kRatioCoordinates = 64;
+inline constexpr int kFewestRatioClasses = 4, kMostRatioClasses = 32;
 inline int max_ratio_classes(int stages) {
-  return std::clamp(kRatioCoordinates / std::max(stages, 1), 4, 32);
+  return std::clamp(kRatioCoordinates / std::max(stages, 1), kFewestRatioClasses,
+                    kMostRatioClasses);
 }
+// EqualRanges: `max_classes` equal ranges of the share, the empty ones dropped (what the
+// multi-stage roots use). LeastLoss: at most `max_classes` classes, each split where its layers
+// lose most (their work times the class's width of shares; see ratio_classes()).
 enum class ClassSplit { EqualRanges, LeastLoss };
 RatioClasses ratio_classes(const std::vector<double>& layer_work, const SizeCosts& size,
                            int max_classes, ClassSplit split);

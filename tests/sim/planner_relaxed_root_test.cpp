@@ -217,7 +217,8 @@ TEST(Planner, LayersOfOneCostRatioAreOneClass) {
 // micro-batch's round trip, and what decides between balances a few per cent of it. Layers
 // whose backwards are 1 to 10 times their forwards (a third of them; the others twice) made
 // the four classes of equal ranges of the forward's share bound each layer's forward by the
-// least share of its class: the root was 6.0 % below the best first plan. The classes that
+// least share of its class and its backward by the largest: the root was 6.0 % below the
+// best first plan. The classes that
 // lose least, eight of them (64 coordinates over 8 stages): 3.2 %.
 TEST(Planner, MixedCostRatiosWithFewMicroBatchesKeepTheRelaxedRootClose) {
   Profile profile = bench::lognormal_profile(400, 16, 7);
@@ -277,13 +278,16 @@ TEST(Planner, RatioClassesFollowTheLayersRatios) {
   EXPECT_NEAR(none, 0.0, 1e-9);
   const auto [equal, some] = classes_of(profile, 4, planning::ClassSplit::EqualRanges);
   EXPECT_EQ(equal.work.size(), 4u);
+  int least_wrong = 0, equal_wrong = 0;  // pairs of layers grouped against their ratios
   for (std::size_t l = 0; l < profile.layers.size(); ++l) {
     for (std::size_t m = 0; m < profile.layers.size(); ++m) {
-      EXPECT_EQ(least.of[l] == least.of[m], l % 5 == m % 5);
+      least_wrong += (least.of[l] == least.of[m]) != (l % 5 == m % 5);
       const bool together = l % 5 == m % 5 || (l % 5 >= 3 && m % 5 >= 3);  // 5 and 9 together
-      EXPECT_EQ(equal.of[l] == equal.of[m], together);
+      equal_wrong += (equal.of[l] == equal.of[m]) != together;
     }
   }
+  EXPECT_EQ(least_wrong, 0);
+  EXPECT_EQ(equal_wrong, 0);
   EXPECT_GT(some, 0.0);
   std::mt19937 rng(5);
   std::uniform_real_distribution<double> ratio(1.0, 10.0);
