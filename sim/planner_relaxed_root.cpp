@@ -10,6 +10,77 @@
 
 namespace pipetune::planning {
 
+namespace {
+
+using Ranges = std::vector<std::pair<int, int>>;  // [first, end) of the layers sorted by share
+
+// Shares that differ by rounding alone are one class: a profile whose every backward is twice
+// its forward keeps one.
+constexpr double kAlikeShares = 1e-9;
+
+// `classes` equal ranges of the sorted shares, the empty ones dropped.
+Ranges equal_share_ranges(const std::vector<double>& sorted, int classes) {
+  const int n = static_cast<int>(sorted.size());
+  Ranges ranges;
+  if (n == 0) return ranges;
+  const double low = sorted.front(), width = sorted.back() - low;
+  auto bin = [&](int i) {
+    return width > kAlikeShares
+               ? std::min(classes - 1, static_cast<int>(classes * (sorted[i] - low) / width))
+               : 0;
+  };
+  for (int i = 0, j = 0; i < n; i = j) {
+    while (j < n && bin(j) == bin(i)) ++j;
+    ranges.emplace_back(i, j);
+  }
+  return ranges;
+}
+
+// At most `classes` ranges of the sorted shares (`before`: prefix sums of their layers' work).
+// A class's rows bound its forwards by its least share and its backwards by its largest, so
+// each of its layers loses about its work times the class's width, whatever its own share (the
+// share is a proxy: the rows also price recomputes and the last micro-batch's size). Split
+// greedily: the class that loses most, at the point that loses least, between shares that are
+// not alike.
+Ranges least_loss_ranges(const std::vector<double>& sorted, const std::vector<double>& before,
+                         int classes) {
+  const int n = static_cast<int>(sorted.size());
+  Ranges ranges;
+  if (n == 0) return ranges;
+  auto loss = [&](int i, int j) { return (before[j] - before[i]) * (sorted[j - 1] - sorted[i]); };
+  // The best place to split range [i, j), -1 where all its shares are alike.
+  auto best_cut = [&](int i, int j) {
+    int cut = -1;
+    double least = kInf;
+    for (int m = i + 1; m < j; ++m) {
+      if (!(sorted[m] - sorted[m - 1] > kAlikeShares)) continue;
+      const double halves = loss(i, m) + loss(m, j);
+      if (halves < least) least = halves, cut = m;
+    }
+    return cut;
+  };
+  ranges.emplace_back(0, n);
+  std::vector<int> cuts{best_cut(0, n)};
+  while (static_cast<int>(ranges.size()) < classes) {
+    int worst = -1;
+    for (int c = 0; c < static_cast<int>(ranges.size()); ++c) {
+      if (cuts[c] >= 0 && (worst < 0 || loss(ranges[c].first, ranges[c].second) >
+                                            loss(ranges[worst].first, ranges[worst].second)))
+        worst = c;
+    }
+    if (worst < 0) break;
+    const auto [i, j] = ranges[worst];
+    const int cut = cuts[worst];
+    ranges[worst] = {i, cut};
+    cuts[worst] = best_cut(i, cut);
+    ranges.emplace_back(cut, j);
+    cuts.push_back(best_cut(cut, j));
+  }
+  return ranges;
+}
+
+}  // namespace
+
 RatioClasses ratio_classes(const std::vector<double>& layer_work, const SizeCosts& size,
                            int max_classes, ClassSplit split) {
   const int layers = static_cast<int>(layer_work.size());
@@ -28,58 +99,9 @@ RatioClasses ratio_classes(const std::vector<double>& layer_work, const SizeCost
     sorted[i] = share(order[i]);
     before[i + 1] = before[i] + layer_work[order[i]];
   }
-  // A class's rows bound its forwards by its least share and its backwards by its largest,
-  // so each of its layers loses about its work times the class's width, whatever its own share
-  // (the share is a proxy: the rows also price recomputes and the last micro-batch's size). Split
-  // greedily, the class that loses most at the point that loses least, between shares that differ
-  // by more than rounding (a profile whose every backward is twice its forward keeps one class).
-  constexpr double kAlike = 1e-9;
-  auto loss = [&](int i, int j) { return (before[j] - before[i]) * (sorted[j - 1] - sorted[i]); };
-  std::vector<std::pair<int, int>> ranges;
-  if (n > 0 && split == ClassSplit::EqualRanges) {
-    // Equal ranges of the share, the empty ones dropped.
-    const double low = sorted.front(), width = sorted.back() - low;
-    auto bin = [&](int i) {
-      return width > kAlike ? std::min(max_classes - 1,
-                                       static_cast<int>(max_classes * (sorted[i] - low) / width))
-                            : 0;
-    };
-    for (int i = 0, j = 0; i < n; i = j) {
-      while (j < n && bin(j) == bin(i)) ++j;
-      ranges.emplace_back(i, j);
-    }
-  } else if (n > 0) {
-    ranges.emplace_back(0, n);
-  }
-  // The best place to split range [i, j), -1 where all its shares are alike.
-  auto best_cut = [&](int i, int j) {
-    int cut = -1;
-    double least = kInf;
-    for (int m = i + 1; m < j; ++m) {
-      if (!(sorted[m] - sorted[m - 1] > kAlike)) continue;
-      const double halves = loss(i, m) + loss(m, j);
-      if (halves < least) least = halves, cut = m;
-    }
-    return cut;
-  };
-  std::vector<int> cuts;
-  if (split == ClassSplit::LeastLoss)
-    for (const auto& [i, j] : ranges) cuts.push_back(best_cut(i, j));
-  while (split == ClassSplit::LeastLoss && static_cast<int>(ranges.size()) < max_classes) {
-    int worst = -1;
-    for (int c = 0; c < static_cast<int>(ranges.size()); ++c) {
-      if (cuts[c] >= 0 && (worst < 0 || loss(ranges[c].first, ranges[c].second) >
-                                            loss(ranges[worst].first, ranges[worst].second)))
-        worst = c;
-    }
-    if (worst < 0) break;
-    const auto [i, j] = ranges[worst];
-    const int cut = cuts[worst];
-    ranges[worst] = {i, cut};
-    cuts[worst] = best_cut(i, cut);
-    ranges.emplace_back(cut, j);
-    cuts.push_back(best_cut(cut, j));
-  }
+  const Ranges ranges = split == ClassSplit::EqualRanges
+                            ? equal_share_ranges(sorted, max_classes)
+                            : least_loss_ranges(sorted, before, max_classes);
   std::vector<int> range(layers, 0);  // layers without work join the first range
   for (int c = 0; c < static_cast<int>(ranges.size()); ++c)
     for (int i = ranges[c].first; i < ranges[c].second; ++i) range[order[i]] = c;

@@ -218,8 +218,8 @@ TEST(Planner, LayersOfOneCostRatioAreOneClass) {
 // whose backwards are 1 to 10 times their forwards (a third of them; the others twice) made
 // the four classes of equal ranges of the forward's share bound each layer's forward by the
 // least share of its class and its backward by the largest: the root was 6.0 % below the
-// best first plan. The classes that
-// lose least, eight of them (64 coordinates over 8 stages): 3.2 %.
+// best first plan. The classes that lose least, eight of them (64 coordinates over 8 stages):
+// 3.2 %.
 TEST(Planner, MixedCostRatiosWithFewMicroBatchesKeepTheRelaxedRootClose) {
   Profile profile = bench::lognormal_profile(400, 16, 7);
   std::mt19937 rng(11);
