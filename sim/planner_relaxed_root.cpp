@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 #include <queue>
 
@@ -315,29 +316,69 @@ double PlanSearch::relaxed_root(std::vector<int>& balance, RelaxedRows* rows) co
   // model's optimum) or after a few rounds.
   std::array<std::array<ClassRatio, 2>, 4> task_ratio;  // [kind][slot], kinds as in PathCounts
   for (auto& kind : task_ratio) kind = {ratio(), ratio()};
+  // [kind][slot]: the whole model's, and per class its mean ratio to the work.
+  std::array<std::array<double, 2>, 4> task_total{};
+  std::array<std::array<std::vector<double>, 2>, 4> task_mean;
+  for (auto& kind : task_mean) kind.fill(std::vector<double>(n_classes, 0.0));
   for (int x = 0; x < layers_; ++x) {
     for (int slot = 0; slot < 2; ++slot) {
       const SizeCosts& size = slot == 0 ? f : l;
       const double per[4] = {size.forward_ms[x], size.forward_nograd_ms[x], size.forward_ms[x],
                              size.backward_ms[x]};
-      for (int kind = 0; kind < 4; ++kind)
+      for (int kind = 0; kind < 4; ++kind) {
         task_ratio[kind][slot].add(classes.of[x], per[kind], layer_work[x]);
+        task_total[kind][slot] += per[kind];
+        task_mean[kind][slot][classes.of[x]] += per[kind];
+      }
     }
   }
+  for (auto& kind : task_mean)
+    for (auto& slot : kind)
+      for (int x = 0; x < n_classes; ++x)
+        slot[x] = classes.work[x] > 0.0 ? slot[x] / classes.work[x] : 0.0;
   MinMaxShareProgramme programme(stages_, classes.work);
   for (std::size_t i = 0; i < constant.size(); ++i) programme.add(constant[i], slope[i]);
   std::vector<double> shares;
   double bound = programme.solve(&shares);
   std::vector<StageDurations> model(stages_);
   IterationSweep::PathCounts path;
-  for (int round = 0; round < kRelaxedRootRounds; ++round) {
+  // A stage's tasks on a path, priced together: per class, the least over its layers of what
+  // they all cost on the layer against its work (at least the sum of their own least ratios;
+  // each count vector is walked over the layers once).
+  std::map<std::array<int, 8>, std::vector<double>> joint;
+  auto joint_least = [&](const std::array<int, 8>& n) -> const std::vector<double>& {
+    auto [it, added] = joint.try_emplace(n);
+    if (added) {
+      ClassRatio r(n_classes);
+      for (int x = 0; x < layers_; ++x) {
+        double sum = 0.0;
+        for (int q = 0; q < 8; ++q) {
+          if (n[q] == 0) continue;
+          const SizeCosts& size = q % 2 == 0 ? f : l;
+          const int kind = q / 2;
+          sum += n[q] * (kind == 1   ? size.forward_nograd_ms[x]
+                         : kind == 3 ? size.backward_ms[x]
+                                     : size.forward_ms[x]);
+        }
+        r.add(classes.of[x], sum, layer_work[x]);
+      }
+      it->second.resize(n_classes);
+      for (int x = 0; x < n_classes; ++x) it->second[x] = r.lower(x);
+    }
+    return it->second;
+  };
+  // The row of the longest path of the shares' own plan, its tasks timed at their classes'
+  // least ratios (`mean` false) or at their mean ratios (true; where a plan near the shares has
+  // its longest paths). Either is a path of every balance, and its row bounds each of them.
+  auto path_row = [&](bool mean, double& a, std::vector<double>& row) {
     for (int k = 0; k < stages_; ++k) {
       StageDurations& d = model[k];
       for (int slot = 0; slot < 2; ++slot) {
         auto time = [&](int kind) {
           double ms = overhead_;
           for (int x = 0; x < n_classes; ++x)
-            ms += task_ratio[kind][slot].lower(x) * shares[x * stages_ + k] / speed_[k];
+            ms += (mean ? task_mean[kind][slot][x] : task_ratio[kind][slot].lower(x)) *
+                  shares[x * stages_ + k] / speed_[k];
           return ms;
         };
         d.forward[slot] = time(0);
@@ -347,26 +388,56 @@ double PlanSearch::relaxed_root(std::vector<int>& balance, RelaxedRows* rows) co
         d.gradient_copy[slot] = k > 0 ? least_copy(k - 1, slot == 1) : 0.0;
       }
     }
-    const double longest = sweep_->run_critical_path(model, path);
-    if (!(longest > bound * (1.0 + 1e-9))) break;
-    double a = 0.0;
-    std::vector<double> row(width, 0.0);
+    sweep_->run_critical_path(model, path);
+    // A path through every stage holds the same task of each: those tasks together cover
+    // every layer once, whatever the balance, so they count their exact sum (at the fastest
+    // speed, each stage adding its own speed's excess through its ratios); only the path's
+    // other tasks depend on the shares. A round trip of one micro-batch, most of the iteration
+    // when micro-batches are few, then loses nothing to the classes' ratios.
+    a = 0.0;
+    row.assign(width, 0.0);
+    std::array<int, 8> common = path.tasks[0];
+    for (int k = 1; k < stages_; ++k)
+      for (int q = 0; q < 8; ++q) common[q] = std::min(common[q], path.tasks[k][q]);
+    for (int q = 0; q < 8; ++q) a += common[q] * task_total[q / 2][q % 2] / max_speed_;
+    const std::vector<double> common_least = joint_least(common);
     for (int k = 0; k < stages_; ++k) {
-      for (int kind = 0; kind < 4; ++kind) {
-        for (int slot = 0; slot < 2; ++slot) {
-          const int n = path.tasks[k][kind * 2 + slot];
-          a += n * overhead_;
-          add(row, k, task_ratio[kind][slot], n);
-        }
+      std::array<int, 8>& n = path.tasks[k];
+      for (int q = 0; q < 8; ++q) {
+        a += n[q] * overhead_;
+        n[q] -= common[q];
       }
+      const std::vector<double>& least = joint_least(n);
+      const double excess = 1.0 / speed_[k] - 1.0 / max_speed_;
+      for (int x = 0; x < n_classes; ++x)
+        row[x * stages_ + k] += least[x] / speed_[k] + common_least[x] * excess;
       for (int slot = 0; slot < 2; ++slot) {
         if (k + 1 < stages_)
           a += (path.copies[k][slot] + path.copies[k][2 + slot]) * least_copy(k, slot == 1);
       }
     }
-    programme.add(a, row);
-    constant.push_back(a);
-    slope.push_back(std::move(row));
+    double at_shares = a;
+    for (std::size_t x = 0; x < width; ++x) at_shares += row[x] * shares[x];
+    return at_shares;
+  };
+  for (int round = 0; round < kRelaxedRootRounds; ++round) {
+    bool added = false;
+    double last_a = -1.0;
+    std::vector<double> last_row;
+    for (const bool mean : {false, true}) {
+      double a = 0.0;
+      std::vector<double> row;
+      // With one ratio per class both models find the same path: its row once.
+      if (!(path_row(mean, a, row) > bound * (1.0 + 1e-9)) || (a == last_a && row == last_row))
+        continue;
+      last_a = a;
+      last_row = row;
+      programme.add(a, row);
+      constant.push_back(a);
+      slope.push_back(std::move(row));
+      added = true;
+    }
+    if (!added) break;
     bound = std::max(bound, programme.solve(&shares));
   }
   if (rows != nullptr) *rows = {constant, slope, classes.work, classes.of};
