@@ -1,6 +1,7 @@
 // The profiler against hand-counted bytes and layers of known cost.
 
 #include <gmock/gmock.h>
+#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/cuda.h>
@@ -327,6 +328,25 @@ Profile profile_with_sleep_slack(models::Model& m, const profiler::ProfileOption
   return p;
 }
 
+// Runs `checks` (a profile of sleeps and what it must show) up to three times, the failures of
+// all but the last swallowed. A sleep overshoots by what the scheduler adds, without bound on
+// a loaded machine (under `ctest -j2` two profiles of sleeps ran beside the planner's tests and
+// each other, and took 0.4-0.8 ms beyond a slack measured just before and after); a profiler
+// that measures wrong fails all three.
+template <typename Checks>
+void retried_under_load(Checks checks) {
+  for (int attempt = 1; attempt < 3; ++attempt) {
+    ::testing::TestPartResultArray failures;
+    {
+      ::testing::ScopedFakeTestPartResultReporter intercept(
+          ::testing::ScopedFakeTestPartResultReporter::INTERCEPT_ONLY_CURRENT_THREAD, &failures);
+      checks();
+    }
+    if (failures.size() == 0) return;
+  }
+  checks();
+}
+
 TEST(Profiler, KnownCostsRankAndScale) {
   models::Model m = model_of({{"sleep", torch::nn::AnyModule(SleepPerSample(2.0))},
                               {"one", torch::nn::AnyModule(Matmuls(1))},
@@ -334,25 +354,27 @@ TEST(Profiler, KnownCostsRankAndScale) {
                              {256});
   // A sleep overshoots by what the scheduler adds, more on a loaded machine: the profiled
   // layer may take that on top of its sleep, no more (a fixed 3 ms failed under load).
-  double slack = 0.0;
-  const Profile p = profile_with_sleep_slack(m, quick(8, {1, 2, 4, 8}), slack);
-  for (std::size_t k = 0; k < p.micro_batch_sizes.size(); ++k) {
-    const double expected = 2.0 * static_cast<double>(p.micro_batch_sizes[k]);
-    EXPECT_GE(p.layers[0].forward_ms[k], expected);
-    EXPECT_LT(p.layers[0].forward_ms[k], expected + slack);
-    // Without autograd the sleep is the same; sixteen products still cost more than one. (Four
-    // against one failed under load: at one sample a product takes microseconds, less than the
-    // noise of a 0.1 ms measurement on a busy machine.)
-    ASSERT_EQ(p.layers[0].forward_nograd_ms.size(), p.micro_batch_sizes.size());
-    EXPECT_GE(p.layers[0].forward_nograd_ms[k], expected);
-    EXPECT_LT(p.layers[0].forward_nograd_ms[k], expected + slack);
-    EXPECT_GT(p.layers[2].forward_nograd_ms[k], p.layers[1].forward_nograd_ms[k]);
-    // Sixteen products cost more than one, at every size.
-    EXPECT_GT(p.layers[2].forward_ms[k], p.layers[1].forward_ms[k]);
-    EXPECT_GT(p.layers[2].backward_ms[k], p.layers[1].backward_ms[k]);
-  }
-  EXPECT_GT(p.layers[2].forward_ms.back(),
-            p.layers[2].forward_ms.front());  // bigger batches cost more
+  retried_under_load([&] {
+    double slack = 0.0;
+    const Profile p = profile_with_sleep_slack(m, quick(8, {1, 2, 4, 8}), slack);
+    for (std::size_t k = 0; k < p.micro_batch_sizes.size(); ++k) {
+      const double expected = 2.0 * static_cast<double>(p.micro_batch_sizes[k]);
+      EXPECT_GE(p.layers[0].forward_ms[k], expected);
+      EXPECT_LT(p.layers[0].forward_ms[k], expected + slack);
+      // Without autograd the sleep is the same; sixteen products still cost more than one. (Four
+      // against one failed under load: at one sample a product takes microseconds, less than the
+      // noise of a 0.1 ms measurement on a busy machine.)
+      ASSERT_EQ(p.layers[0].forward_nograd_ms.size(), p.micro_batch_sizes.size());
+      EXPECT_GE(p.layers[0].forward_nograd_ms[k], expected);
+      EXPECT_LT(p.layers[0].forward_nograd_ms[k], expected + slack);
+      EXPECT_GT(p.layers[2].forward_nograd_ms[k], p.layers[1].forward_nograd_ms[k]);
+      // Sixteen products cost more than one, at every size.
+      EXPECT_GT(p.layers[2].forward_ms[k], p.layers[1].forward_ms[k]);
+      EXPECT_GT(p.layers[2].backward_ms[k], p.layers[1].backward_ms[k]);
+    }
+    EXPECT_GT(p.layers[2].forward_ms.back(),
+              p.layers[2].forward_ms.front());  // bigger batches cost more
+  });
 }
 
 // Streams its input through memory: y = x·w + x over a tensor far larger than any cache, so
@@ -457,33 +479,35 @@ TEST(Profiler, BackwardSplitOfKnownCosts) {
                               {"second", torch::nn::AnyModule(SplitSleepLayer(3.0, 1.0))},
                               {"flatten", torch::nn::AnyModule(torch::nn::Flatten())}},
                              {4});
-  double slack = 0.0;
-  const Profile p = profile_with_sleep_slack(m, quick(4, {1, 2, 4}), slack);
-  for (const auto& layer : p.layers) {
-    ASSERT_EQ(layer.backward_input_ms.size(), p.micro_batch_sizes.size()) << layer.name;
-    ASSERT_EQ(layer.backward_weight_ms.size(), p.micro_batch_sizes.size()) << layer.name;
-  }
-  auto within = [&](double measured, double expected) {
-    EXPECT_GE(measured, expected);
-    EXPECT_LT(measured, expected + slack);
-  };
-  for (std::size_t k = 0; k < p.micro_batch_sizes.size(); ++k) {
-    const double samples = static_cast<double>(p.micro_batch_sizes[k]);
-    EXPECT_EQ(p.layers[0].backward_input_ms[k], 0.0);
-    within(p.layers[0].backward_weight_ms[k], 2.0 * samples);
-    within(p.layers[0].backward_ms[k], 2.0 * samples);
-    within(p.layers[1].backward_input_ms[k], 3.0 * samples);
-    within(p.layers[1].backward_weight_ms[k], 1.0 * samples);
-    within(p.layers[1].backward_ms[k], 4.0 * samples);
-    EXPECT_EQ(p.layers[2].backward_weight_ms[k], 0.0);
-    EXPECT_LT(p.layers[2].backward_input_ms[k], slack);
-  }
-  // The profile round-trips through sim's loader, the split included.
-  const Profile again = parse_profile(profile_to_json(p), "round trip");
-  for (std::size_t l = 0; l < p.layers.size(); ++l) {
-    EXPECT_EQ(again.layers[l].backward_input_ms, p.layers[l].backward_input_ms);
-    EXPECT_EQ(again.layers[l].backward_weight_ms, p.layers[l].backward_weight_ms);
-  }
+  retried_under_load([&] {
+    double slack = 0.0;
+    const Profile p = profile_with_sleep_slack(m, quick(4, {1, 2, 4}), slack);
+    for (const auto& layer : p.layers) {
+      ASSERT_EQ(layer.backward_input_ms.size(), p.micro_batch_sizes.size()) << layer.name;
+      ASSERT_EQ(layer.backward_weight_ms.size(), p.micro_batch_sizes.size()) << layer.name;
+    }
+    auto within = [&](double measured, double expected) {
+      EXPECT_GE(measured, expected);
+      EXPECT_LT(measured, expected + slack);
+    };
+    for (std::size_t k = 0; k < p.micro_batch_sizes.size(); ++k) {
+      const double samples = static_cast<double>(p.micro_batch_sizes[k]);
+      EXPECT_EQ(p.layers[0].backward_input_ms[k], 0.0);
+      within(p.layers[0].backward_weight_ms[k], 2.0 * samples);
+      within(p.layers[0].backward_ms[k], 2.0 * samples);
+      within(p.layers[1].backward_input_ms[k], 3.0 * samples);
+      within(p.layers[1].backward_weight_ms[k], 1.0 * samples);
+      within(p.layers[1].backward_ms[k], 4.0 * samples);
+      EXPECT_EQ(p.layers[2].backward_weight_ms[k], 0.0);
+      EXPECT_LT(p.layers[2].backward_input_ms[k], slack);
+    }
+    // The profile round-trips through sim's loader, the split included.
+    const Profile again = parse_profile(profile_to_json(p), "round trip");
+    for (std::size_t l = 0; l < p.layers.size(); ++l) {
+      EXPECT_EQ(again.layers[l].backward_input_ms, p.layers[l].backward_input_ms);
+      EXPECT_EQ(again.layers[l].backward_weight_ms, p.layers[l].backward_weight_ms);
+    }
+  });
 }
 
 // The CPU twin of a GPU's launch times: asked for on a CPU, the host's time of a layer's call
@@ -499,45 +523,48 @@ TEST(Profiler, LaunchTimesOnACpuAreTheLayersOwnTime) {
                              {4});
   profiler::ProfileOptions options = quick(4, {1, 4});
   options.launch_times = "on";
-  double slack = 0.0;
-  const Profile p = profile_with_sleep_slack(m, options, slack);
-  ASSERT_TRUE(p.has_launch_times());
-  const double call = p.device.backward_call_ms;
-  EXPECT_GT(call, 0.0);
-  EXPECT_LT(call, 1.0);
-  for (std::size_t k = 0; k < p.micro_batch_sizes.size(); ++k) {
-    const double samples = static_cast<double>(p.micro_batch_sizes[k]);
-    for (double ms : {p.layers[0].forward_launch_ms[k], p.layers[0].forward_nograd_launch_ms[k]}) {
-      EXPECT_GE(ms, 2.0 * samples);
-      EXPECT_LT(ms, 2.0 * samples + slack);
+  retried_under_load([&] {
+    double slack = 0.0;
+    const Profile p = profile_with_sleep_slack(m, options, slack);
+    ASSERT_TRUE(p.has_launch_times());
+    const double call = p.device.backward_call_ms;
+    EXPECT_GT(call, 0.0);
+    EXPECT_LT(call, 1.0);
+    for (std::size_t k = 0; k < p.micro_batch_sizes.size(); ++k) {
+      const double samples = static_cast<double>(p.micro_batch_sizes[k]);
+      for (double ms :
+           {p.layers[0].forward_launch_ms[k], p.layers[0].forward_nograd_launch_ms[k]}) {
+        EXPECT_GE(ms, 2.0 * samples);
+        EXPECT_LT(ms, 2.0 * samples + slack);
+      }
+      // I's and W's sleeps a sample: 3 + 1 ms, the input's gradient asked for after a layer
+      // without parameters as a stage's input asks for it; 5 + 2 ms.
+      for (auto [layer, ms_per_sample] : {std::pair{1, 4.0}, std::pair{2, 7.0}}) {
+        const double ms = p.layers[layer].backward_launch_ms[k] + 0.5 * call;
+        EXPECT_GE(ms, ms_per_sample * samples) << layer;
+        EXPECT_LT(ms, ms_per_sample * samples + slack) << layer;
+      }
+      EXPECT_EQ(p.layers[0].backward_launch_ms[k], 0.0);  // no parameters, no input's gradient
     }
-    // I's and W's sleeps a sample: 3 + 1 ms, the input's gradient asked for after a layer
-    // without parameters as a stage's input asks for it; 5 + 2 ms.
-    for (auto [layer, ms_per_sample] : {std::pair{1, 4.0}, std::pair{2, 7.0}}) {
-      const double ms = p.layers[layer].backward_launch_ms[k] + 0.5 * call;
-      EXPECT_GE(ms, ms_per_sample * samples) << layer;
-      EXPECT_LT(ms, ms_per_sample * samples + slack) << layer;
+    const Profile again = parse_profile(profile_to_json(p), "again.json");
+    EXPECT_EQ(again.layers[1].backward_launch_ms, p.layers[1].backward_launch_ms);
+    EXPECT_EQ(again.device.backward_call_ms, call);
+    // The pace the launch times were taken at, beside them; none where none were taken.
+    const auto meta = nlohmann::json::parse(p.meta_json);
+    ASSERT_TRUE(meta.contains("host_pace_us"));
+    EXPECT_GT(meta["host_pace_us"].get<double>(), 0.0);
+    const Profile plain = profiler::profile_model(m, quick(4, {4})).profile;
+    EXPECT_FALSE(plain.has_launch_times());
+    EXPECT_EQ(plain.device.backward_call_ms, 0.0);
+    EXPECT_FALSE(nlohmann::json::parse(plain.meta_json).contains("host_pace_us"));
+    options.launch_times = "sometimes";
+    try {
+      profiler::profile_model(m, options);
+      FAIL() << "accepted launch_times 'sometimes'";
+    } catch (const InputError& e) {
+      EXPECT_STREQ(e.what(), "launch times: expected auto, on or off, got 'sometimes'");
     }
-    EXPECT_EQ(p.layers[0].backward_launch_ms[k], 0.0);  // no parameters, no input's gradient
-  }
-  const Profile again = parse_profile(profile_to_json(p), "again.json");
-  EXPECT_EQ(again.layers[1].backward_launch_ms, p.layers[1].backward_launch_ms);
-  EXPECT_EQ(again.device.backward_call_ms, call);
-  // The pace the launch times were taken at, beside them; none where none were taken.
-  const auto meta = nlohmann::json::parse(p.meta_json);
-  ASSERT_TRUE(meta.contains("host_pace_us"));
-  EXPECT_GT(meta["host_pace_us"].get<double>(), 0.0);
-  const Profile plain = profiler::profile_model(m, quick(4, {4})).profile;
-  EXPECT_FALSE(plain.has_launch_times());
-  EXPECT_EQ(plain.device.backward_call_ms, 0.0);
-  EXPECT_FALSE(nlohmann::json::parse(plain.meta_json).contains("host_pace_us"));
-  options.launch_times = "sometimes";
-  try {
-    profiler::profile_model(m, options);
-    FAIL() << "accepted launch_times 'sometimes'";
-  } catch (const InputError& e) {
-    EXPECT_STREQ(e.what(), "launch times: expected auto, on or off, got 'sometimes'");
-  }
+  });
 }
 
 TEST(Profiler, BackwardSplitOfLinearFollowsItsFlops) {
