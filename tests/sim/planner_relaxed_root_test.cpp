@@ -244,9 +244,10 @@ TEST(Planner, MixedCostRatiosWithFewMicroBatchesKeepTheRelaxedRootClose) {
 
 // Each layer's backward a random 1-5 times its forward, and fewer micro-batches than stages: the
 // iteration is mostly one micro-batch's round trip, whose tasks cover every layer once. A path
-// row prices those at their exact sum, and a stage's other tasks on the path together at their
-// joint least ratio; with every task at its class's least ratio the root was 8.0 % below the
-// first plan (6.3 % now).
+// row prices those at their exact sum and a stage's other tasks on the path at their joint
+// least ratio, and each stage end keeps the classes' work so far on the hull of what a run of
+// layers can hold. With every task at its class's least ratio and any mix of classes per stage
+// the root was 8.0 % below the first plan; with the exact round trips alone 6.3 %; 4.3 % now.
 TEST(Planner, RoundTripsOfFewMicroBatchesCountEveryLayerExactly) {
   Profile profile = bench::lognormal_profile(300, 128, 7);
   std::mt19937 rng(7);
@@ -265,7 +266,7 @@ TEST(Planner, RoundTripsOfFewMicroBatchesCountEveryLayerExactly) {
   options.search_budget = 1;
   const PlanSearchResult result = find_best_plans(profile, hw, options);
   ASSERT_FALSE(result.ranked.empty());
-  EXPECT_LT(result.stats.gap(), 0.07);
+  EXPECT_LT(result.stats.gap(), 0.05);
 }
 
 // The relaxed root's classes (ratio_classes()): with no more distinct ratios than classes,
