@@ -122,6 +122,79 @@ RatioClasses ratio_classes(const std::vector<double>& layer_work, const SizeCost
   return out;
 }
 
+ContiguityHull::ContiguityHull(const std::vector<double>& layer_work, const RatioClasses& classes) {
+  const int n_classes = static_cast<int>(classes.work.size());
+  for (double w : layer_work) slack_ += w;
+  slack_ *= 1e-9;
+  if (n_classes < 2) return;
+  lower_.resize(n_classes);
+  upper_.resize(n_classes);
+  for (int cls = 0; cls < n_classes; ++cls) {
+    for (const double sign : {1.0, -1.0}) {  // the upper side as the lower side of -C
+      Side& h = sign > 0 ? lower_[cls] : upper_[cls];
+      auto push = [&](double t, double c) {
+        // Keep the side convex (of sign * C): drop vertices on or above the new chord.
+        while (h.t.size() >= 2) {
+          const std::size_t n = h.t.size();
+          const double cross = (h.t[n - 1] - h.t[n - 2]) * (sign * c - sign * h.c[n - 2]) -
+                               (sign * h.c[n - 1] - sign * h.c[n - 2]) * (t - h.t[n - 2]);
+          if (cross > 0.0) break;
+          h.t.pop_back();
+          h.c.pop_back();
+        }
+        if (!h.t.empty() && h.t.back() == t) {
+          // Layers without work: the lower side keeps the least, the upper the most.
+          if (sign * c < sign * h.c.back()) h.c.back() = c;
+          return;
+        }
+        h.t.push_back(t);
+        h.c.push_back(c);
+      };
+      double total = 0.0, own = 0.0;
+      push(0.0, 0.0);
+      for (std::size_t x = 0; x < layer_work.size(); ++x) {
+        total += layer_work[x];
+        if (classes.of[x] == cls) own += layer_work[x];
+        push(total, own);
+      }
+    }
+  }
+}
+
+int ContiguityHull::add_crossed(MinMaxShareProgramme& programme, const std::vector<double>& shares,
+                                int stages) const {
+  const int n_classes = static_cast<int>(lower_.size());
+  int added = 0;
+  std::vector<double> so_far(n_classes, 0.0);
+  for (int k = 0; k + 1 < stages; ++k) {
+    double total = 0.0;
+    for (int cls = 0; cls < n_classes; ++cls) {
+      so_far[cls] += shares[cls * stages + k];
+      total += so_far[cls];
+    }
+    for (int cls = 0; cls < n_classes; ++cls) {
+      for (const double sign : {1.0, -1.0}) {
+        const Side& h = sign > 0 ? lower_[cls] : upper_[cls];
+        if (h.t.size() < 2) continue;
+        const std::size_t i = std::clamp<std::size_t>(
+            std::upper_bound(h.t.begin(), h.t.end(), total) - h.t.begin(), 1, h.t.size() - 1);
+        const double slope = (h.c[i] - h.c[i - 1]) / (h.t[i] - h.t[i - 1]);
+        const double at = h.c[i - 1] + slope * (total - h.t[i - 1]);
+        if (!(sign * (so_far[cls] - at) < -slack_)) continue;
+        // sign * (C_c - slope * T) >= sign * (c_{i-1} - slope * t_{i-1}) at end k.
+        std::vector<double> a(shares.size(), 0.0);
+        for (int j = 0; j <= k; ++j) {
+          for (int other = 0; other < n_classes; ++other) a[other * stages + j] -= sign * slope;
+          a[cls * stages + j] += sign;
+        }
+        programme.add_constraint(a, sign * (h.c[i - 1] - slope * h.t[i - 1]));
+        ++added;
+      }
+    }
+  }
+  return added;
+}
+
 std::vector<int> rounded_balance(const std::vector<double>& work,
                                  const std::vector<double>& share) {
   const int layers = static_cast<int>(work.size()) - 1;
@@ -420,86 +493,11 @@ double PlanSearch::relaxed_root(std::vector<int>& balance, RelaxedRows* rows) co
     for (std::size_t x = 0; x < width; ++x) at_shares += row[x] * shares[x];
     return at_shares;
   };
-  // Contiguity. The shares let a stage hold any mix of the classes, but a stage is a run of
-  // layers: after each stage end the work of class c so far and the work of all classes so far
-  // are a point of the model's own curve (T(e), C_c(e)) over the layer boundaries e, so within
-  // its convex hull. Each edge of the hull's lower (upper) side is a line the point stays on or
-  // above (below): a linear constraint on the shares, added where the solve's shares cross it.
-  // Without it a stage whose backwards are on the critical path takes the layers whose
-  // backwards are light, and another stage the rest.
-  struct Hull {
-    std::vector<double> t, c;  // vertices, t increasing
-  };
-  std::vector<Hull> lower_side(n_classes), upper_side(n_classes);
-  if (n_classes > 1) {
-    for (int cls = 0; cls < n_classes; ++cls) {
-      double total = 0.0, own = 0.0;
-      for (int side = 0; side < 2; ++side) {
-        Hull& h = side == 0 ? lower_side[cls] : upper_side[cls];
-        const double sign = side == 0 ? 1.0 : -1.0;  // the upper side as a lower one of -C
-        total = own = 0.0;
-        auto push = [&](double t, double c) {
-          // Keep the side convex (of sign * C): drop vertices that fall above the new chord.
-          while (h.t.size() >= 2) {
-            const std::size_t n = h.t.size();
-            const double cross = (h.t[n - 1] - h.t[n - 2]) * (sign * c - sign * h.c[n - 2]) -
-                                 (sign * h.c[n - 1] - sign * h.c[n - 2]) * (t - h.t[n - 2]);
-            if (cross > 0.0) break;
-            h.t.pop_back();
-            h.c.pop_back();
-          }
-          if (!h.t.empty() && h.t.back() == t) {
-            // Equal totals (layers without work): the lower side keeps the least, the upper
-            // the most.
-            if (sign * c < sign * h.c.back()) h.c.back() = c;
-            return;
-          }
-          h.t.push_back(t);
-          h.c.push_back(c);
-        };
-        push(0.0, 0.0);
-        for (int x = 0; x < layers_; ++x) {
-          total += layer_work[x];
-          if (classes.of[x] == cls) own += layer_work[x];
-          push(total, own);
-        }
-      }
-    }
-  }
-  const double contiguity_slack = 1e-9 * work_[layers_];
-  auto add_contiguity = [&] {
-    int added = 0;
-    std::vector<double> so_far(n_classes, 0.0);
-    for (int k = 0; k + 1 < stages_; ++k) {
-      double total = 0.0;
-      for (int cls = 0; cls < n_classes; ++cls) {
-        so_far[cls] += shares[cls * stages_ + k];
-        total += so_far[cls];
-      }
-      for (int cls = 0; cls < n_classes; ++cls) {
-        for (int side = 0; side < 2; ++side) {
-          const Hull& h = side == 0 ? lower_side[cls] : upper_side[cls];
-          if (h.t.size() < 2) continue;
-          const std::size_t i = std::clamp<std::size_t>(
-              std::upper_bound(h.t.begin(), h.t.end(), total) - h.t.begin(), 1, h.t.size() - 1);
-          const double slope_c = (h.c[i] - h.c[i - 1]) / (h.t[i] - h.t[i - 1]);
-          const double at = h.c[i - 1] + slope_c * (total - h.t[i - 1]);
-          const double sign = side == 0 ? 1.0 : -1.0;
-          if (!(sign * (so_far[cls] - at) < -contiguity_slack)) continue;
-          // sign * (C_c(k) - slope_c * W(k)) >= sign * (c_{i-1} - slope_c * t_{i-1})
-          std::vector<double> a(width, 0.0);
-          for (int j = 0; j <= k; ++j) {
-            for (int other = 0; other < n_classes; ++other)
-              a[other * stages_ + j] -= sign * slope_c;
-            a[cls * stages_ + j] += sign;
-          }
-          programme.add_constraint(a, sign * (h.c[i - 1] - slope_c * h.t[i - 1]));
-          ++added;
-        }
-      }
-    }
-    return added;
-  };
+  // Each stage end on the hull of what a run of layers holds (ContiguityHull): without it a
+  // stage whose backwards are on the critical path takes the layers whose backwards are light,
+  // and another stage the rest.
+  const ContiguityHull hull(layer_work, classes);
+  auto add_contiguity = [&] { return hull.add_crossed(programme, shares, stages_); };
   for (int round = 0; round < kRelaxedRootRounds; ++round) {
     if (add_contiguity() > 0) bound = std::max(bound, programme.solve(&shares));
     bool added = false;

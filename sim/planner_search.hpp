@@ -162,6 +162,28 @@ enum class ClassSplit { EqualRanges, LeastLoss };
 RatioClasses ratio_classes(const std::vector<double>& layer_work, const SizeCosts& size,
                            int max_classes, ClassSplit split);
 
+// Contiguity for a relaxed root's shares (one block of stages per class, as
+// MinMaxShareProgramme lays them out). The shares let a stage hold any mix of the classes, but
+// a stage is a run of layers: after each stage end the work of class c so far and the work of
+// all classes so far are a point of the model's own curve (T(e), C_c(e)) over the layer
+// boundaries e, so within its convex hull. Each edge of the hull's lower (upper) side is a line
+// such a point stays on or above (below): a linear constraint on the shares.
+class ContiguityHull {
+ public:
+  ContiguityHull(const std::vector<double>& layer_work, const RatioClasses& classes);
+  /// Adds to `programme` the edge constraints that `shares` (of `stages` stages) cross by more
+  /// than a billionth of the work, one per stage end, class and side; returns how many.
+  int add_crossed(MinMaxShareProgramme& programme, const std::vector<double>& shares,
+                  int stages) const;
+
+ private:
+  struct Side {
+    std::vector<double> t, c;  // vertices, t increasing
+  };
+  std::vector<Side> lower_, upper_;  // per class; empty with one class
+  double slack_ = 0.0;
+};
+
 // The balance whose stage ends lie nearest the running sums of `share` (a relaxed root's share
 // of the work per stage) on `work`, the prefix sums of the layers' work; every stage keeps a
 // layer. A first plan near the relaxed root's bound.
