@@ -469,9 +469,13 @@ double PlanSearch::relaxed_root(std::vector<int>& balance, RelaxedRows* rows) co
     // when micro-batches are few, then loses nothing to the classes' ratios.
     a = 0.0;
     row.assign(width, 0.0);
-    std::array<int, 8> common = path.tasks[0];
-    for (int k = 1; k < stages_; ++k)
-      for (int q = 0; q < 8; ++q) common[q] = std::min(common[q], path.tasks[k][q]);
+    // (With one class its ratios are every layer's, and the exact sum adds nothing.)
+    std::array<int, 8> common{};
+    if (n_classes > 1) {
+      common = path.tasks[0];
+      for (int k = 1; k < stages_; ++k)
+        for (int q = 0; q < 8; ++q) common[q] = std::min(common[q], path.tasks[k][q]);
+    }
     for (int q = 0; q < 8; ++q) a += common[q] * task_total[q / 2][q % 2] / max_speed_;
     const std::vector<double> common_least = joint_least(common);
     for (int k = 0; k < stages_; ++k) {
