@@ -503,8 +503,8 @@ double PlanSearch::relaxed_root(std::vector<int>& balance, RelaxedRows* rows) co
   const ContiguityHull hull(layer_work, classes);
   auto add_contiguity = [&] { return hull.add_crossed(programme, shares, stages_); };
   for (int round = 0; round < kRelaxedRootRounds; ++round) {
-    if (add_contiguity() > 0) bound = std::max(bound, programme.solve(&shares));
-    bool added = false;
+    // The edges the shares cross and the paths of their plan, then one solve.
+    bool added = add_contiguity() > 0;
     double last_a = -1.0;
     std::vector<double> last_row;
     for (const bool mean : {false, true}) {
@@ -520,7 +520,7 @@ double PlanSearch::relaxed_root(std::vector<int>& balance, RelaxedRows* rows) co
       slope.push_back(std::move(row));
       added = true;
     }
-    if (!added && add_contiguity() == 0) break;
+    if (!added) break;
     bound = std::max(bound, programme.solve(&shares));
   }
   if (rows != nullptr) *rows = {constant, slope, classes.work, classes.of};
