@@ -204,6 +204,8 @@ double heaviest_layer_bound(const MinMaxShareProgramme& programme,
                             const std::vector<double>& layer_work, const RatioClasses& classes,
                             int stages, const std::vector<double>& shares, double floor,
                             std::uint64_t* cells = nullptr);
+// Whether heaviest_layer_bound() would look at the stages at all.
+bool heaviest_layer_matters(const std::vector<double>& layer_work, int stages);
 
 // The furthest start of the last stage over the balances of layers [a, L) into stages
 // first..last - 1 whose stages all cost less than `limit`, for costs that grow with a stage's
