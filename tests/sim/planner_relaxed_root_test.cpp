@@ -213,6 +213,34 @@ TEST(Planner, LayersOfOneCostRatioAreOneClass) {
   EXPECT_EQ(multi_stage_time_rows(unlike, hw, plan).classes, 2);
 }
 
+// Each layer's backward r times its forward, r uniform in [low, high), on one layer in `one_in`
+// (drawn) or on all.
+void randomise_backwards(Profile& profile, unsigned seed, double low, double high, int one_in = 1) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> ratio(low, high);
+  for (auto& layer : profile.layers) {
+    if (one_in > 1 && rng() % one_in != 0) continue;
+    const double r = ratio(rng);
+    for (std::size_t k = 0; k < layer.backward_ms.size(); ++k)
+      layer.backward_ms[k] = r * layer.forward_ms[k];
+  }
+}
+
+// The gap between a 1F1B configuration's root bound and its first plans (a one-step budget):
+// `chunks` micro-batches, no checkpoints, `devices` equal devices.
+double root_gap_to_first_plan(const Profile& profile, int devices, int chunks) {
+  PlannerOptions options;
+  options.chunks = {chunks};
+  options.checkpoints = {CheckpointMode::Never};
+  options.schedules = {ScheduleKind::OneFOneB};
+  options.top = 1;
+  options.search_budget = 1;
+  const PlanSearchResult result =
+      find_best_plans(profile, replicate_device(profile.device, devices), options);
+  EXPECT_FALSE(result.ranked.empty());
+  return result.stats.gap();
+}
+
 // Few micro-batches on many stages (3 on 8): no steady phase, the iteration mostly one
 // micro-batch's round trip, and what decides between balances a few per cent of it. Layers
 // whose backwards are 1 to 10 times their forwards (a third of them; the others twice) made
@@ -222,24 +250,8 @@ TEST(Planner, LayersOfOneCostRatioAreOneClass) {
 // 3.2 %.
 TEST(Planner, MixedCostRatiosWithFewMicroBatchesKeepTheRelaxedRootClose) {
   Profile profile = bench::lognormal_profile(400, 16, 7);
-  std::mt19937 rng(11);
-  std::uniform_real_distribution<double> ratio(1.0, 10.0);
-  for (auto& layer : profile.layers) {
-    if (rng() % 3 != 0) continue;
-    const double r = ratio(rng);
-    for (std::size_t k = 0; k < layer.backward_ms.size(); ++k)
-      layer.backward_ms[k] = r * layer.forward_ms[k];
-  }
-  const Hardware hw = replicate_device(profile.device, 8);
-  PlannerOptions options;
-  options.chunks = {3};
-  options.checkpoints = {CheckpointMode::Never};
-  options.schedules = {ScheduleKind::OneFOneB};
-  options.top = 1;
-  options.search_budget = 1;
-  const PlanSearchResult result = find_best_plans(profile, hw, options);
-  ASSERT_FALSE(result.ranked.empty());
-  EXPECT_LT(result.stats.gap(), 0.045);
+  randomise_backwards(profile, 11, 1.0, 10.0, 3);
+  EXPECT_LT(root_gap_to_first_plan(profile, 8, 3), 0.045);
 }
 
 // Each layer's backward a random 1-5 times its forward, and fewer micro-batches than stages: the
@@ -250,23 +262,8 @@ TEST(Planner, MixedCostRatiosWithFewMicroBatchesKeepTheRelaxedRootClose) {
 // the root was 8.0 % below the first plan; with the exact round trips alone 6.3 %; 4.3 % now.
 TEST(Planner, RoundTripsOfFewMicroBatchesCountEveryLayerExactly) {
   Profile profile = bench::lognormal_profile(300, 128, 7);
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<double> ratio(1.0, 5.0);
-  for (auto& layer : profile.layers) {
-    const double r = ratio(rng);
-    for (std::size_t k = 0; k < layer.backward_ms.size(); ++k)
-      layer.backward_ms[k] = r * layer.forward_ms[k];
-  }
-  const Hardware hw = replicate_device(profile.device, 12);
-  PlannerOptions options;
-  options.chunks = {6};
-  options.checkpoints = {CheckpointMode::Never};
-  options.schedules = {ScheduleKind::OneFOneB};
-  options.top = 1;
-  options.search_budget = 1;
-  const PlanSearchResult result = find_best_plans(profile, hw, options);
-  ASSERT_FALSE(result.ranked.empty());
-  EXPECT_LT(result.stats.gap(), 0.05);
+  randomise_backwards(profile, 7, 1.0, 5.0);
+  EXPECT_LT(root_gap_to_first_plan(profile, 12, 6), 0.05);
 }
 
 // The relaxed root's classes (ratio_classes()): with no more distinct ratios than classes,
@@ -316,13 +313,7 @@ TEST(Planner, RatioClassesFollowTheLayersRatios) {
   EXPECT_EQ(least_wrong, 0);
   EXPECT_EQ(equal_wrong, 0);
   EXPECT_GT(some, 0.0);
-  std::mt19937 rng(5);
-  std::uniform_real_distribution<double> ratio(1.0, 10.0);
-  for (auto& layer : profile.layers) {
-    const double r = ratio(rng);
-    for (std::size_t k = 0; k < layer.backward_ms.size(); ++k)
-      layer.backward_ms[k] = r * layer.forward_ms[k];
-  }
+  randomise_backwards(profile, 5, 1.0, 10.0);
   double last = std::numeric_limits<double>::infinity();
   for (int n = 1; n <= 16; ++n) {
     const auto [classes, loss] = classes_of(profile, n, planning::ClassSplit::LeastLoss);
