@@ -18,6 +18,7 @@
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -173,8 +174,7 @@ class ContiguityHull {
   ContiguityHull(const std::vector<double>& layer_work, const RatioClasses& classes);
   /// Adds to `programme` the edge constraints that `shares` (of `stages` stages) cross by more
   /// than a billionth of the work, one per stage end, class and side; returns how many.
-  int add_crossed(MinMaxShareProgramme& programme, const std::vector<double>& shares,
-                  int stages) const;
+  int add_crossed(MinMaxShareProgramme& programme, const std::vector<double>& shares, int stages);
 
  private:
   struct Side {
@@ -182,6 +182,7 @@ class ContiguityHull {
   };
   std::vector<Side> lower_, upper_;  // per class; empty with one class
   double slack_ = 0.0;
+  std::set<std::array<int, 4>> added_;  // (stage end, class, side, edge) of the cuts so far
 };
 
 // The balance whose stage ends lie nearest the running sums of `share` (a relaxed root's share

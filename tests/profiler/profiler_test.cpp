@@ -557,9 +557,10 @@ TEST(Profiler, LaunchTimesOnACpuAreTheLayersOwnTime) {
     EXPECT_FALSE(plain.has_launch_times());
     EXPECT_EQ(plain.device.backward_call_ms, 0.0);
     EXPECT_FALSE(nlohmann::json::parse(plain.meta_json).contains("host_pace_us"));
-    options.launch_times = "sometimes";
+    profiler::ProfileOptions bad = options;  // a retry profiles with `options` again
+    bad.launch_times = "sometimes";
     try {
-      profiler::profile_model(m, options);
+      profiler::profile_model(m, bad);
       FAIL() << "accepted launch_times 'sometimes'";
     } catch (const InputError& e) {
       EXPECT_STREQ(e.what(), "launch times: expected auto, on or off, got 'sometimes'");
