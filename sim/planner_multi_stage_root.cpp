@@ -101,15 +101,8 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
       if (std::all_of(n.begin(), n.end(), [](int x) { return x == 0; })) continue;
       auto [it, added] = least_of_counts.try_emplace(n);
       if (added) {
-        ClassRatio r(n_classes);
-        for (int k = 0; k < layers_; ++k) {
-          double sum = 0.0;
-          for (int x = 0; x < 14; ++x)
-            if (n[x] > 0) sum += n[x] * cost[x][k];
-          r.add(classes.of[k], sum, work[k]);
-        }
-        it->second.resize(n_classes);
-        for (int k = 0; k < n_classes; ++k) it->second[k] = r.lower(k);
+        it->second = joint_least_ratios(
+            n, [&](int x, int k) { return cost[x][k]; }, classes, work);
       }
       for (int k = 0; k < n_classes; ++k)
         row[k * stages + s] = it->second[k] / speed_[device_of[s]];

@@ -181,14 +181,14 @@ int ContiguityHull::add_crossed(MinMaxShareProgramme& programme, const std::vect
         const double slope = (h.c[i] - h.c[i - 1]) / (h.t[i] - h.t[i - 1]);
         const double at = h.c[i - 1] + slope * (total - h.t[i - 1]);
         if (!(sign * (so_far[cls] - at) < -slack_)) continue;
+        // Once per edge: a cut the solve leaves crossed by rounding is not added again.
+        if (!added_.insert({k, cls, sign > 0 ? 0 : 1, static_cast<int>(i)}).second) continue;
         // sign * (C_c - slope * T) >= sign * (c_{i-1} - slope * t_{i-1}) at end k.
         std::vector<double> a(shares.size(), 0.0);
         for (int j = 0; j <= k; ++j) {
           for (int other = 0; other < n_classes; ++other) a[other * stages + j] -= sign * slope;
           a[cls * stages + j] += sign;
         }
-        // Once per edge: a cut the solve leaves crossed by rounding is not added again.
-        if (!added_.insert({k, cls, sign > 0 ? 0 : 1, static_cast<int>(i)}).second) continue;
         // Loosened by the slack: a real end on a vertex stays inside it whatever the rounding.
         programme.add_constraint(a, sign * (h.c[i - 1] - slope * h.t[i - 1]) - slack_);
         ++added;
@@ -428,22 +428,14 @@ double PlanSearch::relaxed_root(std::vector<int>& balance, RelaxedRows* rows) co
   double bound = programme.solve(&shares);
   std::vector<StageDurations> model(stages_);
   IterationSweep::PathCounts path;
-  // A stage's tasks on a path, priced together: per class, the least over its layers of what
-  // they all cost on the layer against its work (at least the sum of their own least ratios;
-  // each count vector is walked over the layers once).
+  // A stage's tasks on a path, priced together (joint_least_ratios()); each count vector is
+  // walked over the layers once.
   std::map<std::array<int, 8>, std::vector<double>> joint;
   auto joint_least = [&](const std::array<int, 8>& n) -> const std::vector<double>& {
     auto [it, added] = joint.try_emplace(n);
     if (added) {
-      ClassRatio r(n_classes);
-      for (int x = 0; x < layers_; ++x) {
-        double sum = 0.0;
-        for (int q = 0; q < 8; ++q)
-          if (n[q] != 0) sum += n[q] * task_ms(q / 2, q % 2, x);
-        r.add(classes.of[x], sum, layer_work[x]);
-      }
-      it->second.resize(n_classes);
-      for (int cls = 0; cls < n_classes; ++cls) it->second[cls] = r.lower(cls);
+      it->second = joint_least_ratios(
+          n, [&](int q, int x) { return task_ms(q / 2, q % 2, x); }, classes, layer_work);
     }
     return it->second;
   };

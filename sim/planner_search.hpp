@@ -163,6 +163,25 @@ enum class ClassSplit { EqualRanges, LeastLoss };
 RatioClasses ratio_classes(const std::vector<double>& layer_work, const SizeCosts& size,
                            int max_classes, ClassSplit split);
 
+// A stage's tasks on a path priced together: per class, the least over its layers of what
+// `counts[q]` tasks of each kind q cost on the layer (`cost(q, x)`) against its work. At least
+// the sum of the kinds' own least ratios, and tighter when they vary unlike each other.
+template <std::size_t Kinds, typename Cost>
+std::vector<double> joint_least_ratios(const std::array<int, Kinds>& counts, Cost cost,
+                                       const RatioClasses& classes,
+                                       const std::vector<double>& layer_work) {
+  ClassRatio r(static_cast<int>(classes.work.size()));
+  for (std::size_t x = 0; x < layer_work.size(); ++x) {
+    double sum = 0.0;
+    for (std::size_t q = 0; q < Kinds; ++q)
+      if (counts[q] > 0) sum += counts[q] * cost(static_cast<int>(q), static_cast<int>(x));
+    r.add(classes.of[x], sum, layer_work[x]);
+  }
+  std::vector<double> least(classes.work.size());
+  for (std::size_t c = 0; c < least.size(); ++c) least[c] = r.lower(static_cast<int>(c));
+  return least;
+}
+
 // Contiguity for a relaxed root's shares (one block of stages per class, as
 // MinMaxShareProgramme lays them out). The shares let a stage hold any mix of the classes, but
 // a stage is a run of layers: after each stage end the work of class c so far and the work of
