@@ -81,8 +81,10 @@ void add_profile_command(CLI::App& app, std::vector<Command>& commands) {
       ->type_name("FILE");
   sub->add_option("--progress", flags->progress, "bar (default on a terminal), lines or none")
       ->check(CLI::IsMember({"bar", "lines", "none"}));
-  sub->add_option("--hardware", flags->hardware,
-                  "also measure the devices and links into this hardware.json")
+  sub->add_option(
+         "--hardware", flags->hardware,
+         "also measure the devices and links into this hardware.json (with --sm-partitions K: "
+         "K shares of the first GPU)")
       ->type_name("FILE");
 
   commands.emplace_back(sub, [flags] {
@@ -133,7 +135,11 @@ void add_profile_command(CLI::App& app, std::vector<Command>& commands) {
     }
     if (!flags->hardware.empty()) {
       const std::string kind = flags->device.rfind("cuda", 0) == 0 ? "cuda" : "cpu";
-      const Hardware hw = profiler::probe_hardware(kind, flags->devices);
+      // With --sm-partitions K, the devices a run has: K shares of the first GPU, whose
+      // hand-overs stay on that GPU (no link to measure).
+      const Hardware hw = flags->sm_partitions > 0
+                              ? replicate_device(result.profile.device, flags->sm_partitions)
+                              : profiler::probe_hardware(kind, flags->devices);
       save_hardware(hw, flags->hardware);
       std::printf("wrote %s: %zu devices, link %.3g GB/s, %.3f ms latency\n",
                   flags->hardware.c_str(), hw.devices.size(), hw.link.bandwidth_bytes_per_s / 1e9,

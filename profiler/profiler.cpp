@@ -898,6 +898,7 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
   if (shares) {
     profile.device.name += fmt::format(" ({} of {} SMs: 1 of {} shares)", shares->sms.front(),
                                        shares->device_sms, options.sm_partitions);
+    profile.device.sm_shares = options.sm_partitions;
   }
   profile.co_runners = options.co_runners;
   // Library bytes: what the allocator gains from here without a tensor to show for it. A

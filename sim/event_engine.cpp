@@ -54,6 +54,7 @@ void EventEngine::clear() {
   counters_.clear();
   more_successors_.clear();
   pacing_.clear();
+  locks_.clear();
   queues_ready_ = false;
   makespan_ = 0.0;
 }
@@ -116,6 +117,13 @@ void EventEngine::run(bool record_history) {
   start_.assign(n, -1.0);
   finish_.assign(n, -1.0);
   const int paced = static_cast<int>(std::min<std::size_t>(pacing_.size(), tasks_.size()));
+  const int locked = static_cast<int>(std::min<std::size_t>(locks_.size(), tasks_.size()));
+  const int lock_count =
+      locked > 0 ? 1 + *std::max_element(locks_.begin(), locks_.begin() + locked) : 0;
+  lock_held_.assign(lock_count, 0);
+  lock_waiters_.resize(lock_count);
+  for (auto& waiters : lock_waiters_) waiters.clear();
+  std::vector<std::size_t> next_waiter(lock_count, 0);
   pending_.resize(n);
   for (int id = 0; id < n; ++id) pending_[id] = tasks_[id].dependencies;
   head_.resize(resource_count);
@@ -162,6 +170,12 @@ void EventEngine::run(bool record_history) {
     const Task& t = tasks[id];
     const int r = t.resource;
     busy[r] = 0;
+    if (id < locked && locks_[id] >= 0) {  // the lock goes to its longest waiter
+      const int lock = locks_[id];
+      lock_held_[lock] = 0;
+      if (next_waiter[lock] < lock_waiters_[lock].size())
+        startable[startable_count++] = lock_waiters_[lock][next_waiter[lock]++];
+    }
     if (++head[r] < end_of(r) && pending[queue[head[r]]] == 0) {
       startable[startable_count++] = queue[head[r]];
     }
@@ -188,6 +202,14 @@ void EventEngine::run(bool record_history) {
           continue;
         }
         end = std::max(end, pacing[id].finish_floor);
+      }
+      if (id < locked && locks_[id] >= 0) {
+        const int lock = locks_[id];
+        if (lock_held_[lock]) {
+          lock_waiters_[lock].push_back(id);
+          continue;
+        }
+        lock_held_[lock] = 1;
       }
       start[id] = now;
       finish[id] = end;

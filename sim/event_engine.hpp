@@ -19,6 +19,11 @@
 // launches its kernels): it starts no earlier than its release time and ends no earlier than its
 // finish floor, whatever its duration (set_pacing). The resource idles until the release.
 //
+// A task may also hold a lock while it runs (set_lock): one thread that tasks of several
+// resources take turns on (autograd runs every backward of one GPU on one thread, whichever
+// stream it is for). A task whose lock is held waits, its resource idle; waiters get the lock
+// in the order they became ready to start.
+//
 // The graph (tasks, resources, dependencies) is built once; durations, memory effects and
 // counters' initial values may change between runs, so one graph serves many plans of the same
 // shape.
@@ -98,6 +103,13 @@ class EventEngine {
   }
   /// Forgets every task's pacing.
   void clear_pacing() { pacing_.clear(); }
+  /// The task also holds `lock` (0, 1, ...) from its start to its end; -1: none.
+  void set_lock(int task, int lock) {
+    if (locks_.size() < tasks_.size()) locks_.resize(tasks_.size(), -1);
+    locks_[task] = lock;
+  }
+  /// Forgets every task's lock.
+  void clear_locks() { locks_.clear(); }
 
   /// Runs to completion; std::logic_error if some task can never start (a cycle). May be called
   /// again after changing durations, effects or initial values.
@@ -188,6 +200,7 @@ class EventEngine {
     double release = 0.0, finish_floor = 0.0;
   };
   std::vector<Pacing> pacing_;  // empty, or per task (those beyond its end: none)
+  std::vector<int> locks_;      // empty, or per task (-1, and those beyond its end: none)
   std::vector<std::pair<int, int>> more_successors_;  // (task, successor), sorted by task
   std::vector<int> more_begin_;                       // task -> first entry in more_successors_
   std::vector<int> queue_;  // every resource's tasks in order, resource after resource
@@ -198,6 +211,8 @@ class EventEngine {
   std::vector<int> pending_;  // unfinished dependencies
   std::vector<int> head_;     // per resource: next position in queue_
   std::vector<char> busy_;
+  std::vector<char> lock_held_;
+  std::vector<std::vector<int>> lock_waiters_;  // per lock, in the order they came
   // Completions; mid effects as ~task, late ones as ~(task + task_count()); a paced task's
   // release as task + task_count().
   std::vector<detail::CompletionEvent> heap_;

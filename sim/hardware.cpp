@@ -86,7 +86,7 @@ Hardware parse_hardware(std::string_view text, const std::string& source) {
     devices.fail("at most 1024 devices");
   }
   for (const Node& d : device_nodes) {
-    d.allow_only({"name", "memory_bytes", "speed"});
+    d.allow_only({"name", "memory_bytes", "speed", "share_of"});
     HardwareDevice device;
     const Node name = d.field("name");
     device.name = name.non_empty_string();
@@ -98,6 +98,8 @@ Hardware parse_hardware(std::string_view text, const std::string& source) {
       device.speed =
           speed->number_in(limits::kMinSpeed, limits::kMaxSpeed, "a number from 1e-6 to 1e6");
     }
+    if (auto share_of = d.optional_field("share_of"))
+      device.share_of = share_of->non_empty_string();
     hw.devices.push_back(std::move(device));
   }
   hw.link = parse_link(root.field("link"));
@@ -165,6 +167,7 @@ std::string hardware_to_json(const Hardware& hw) {
   ordered_json devices = ordered_json::array();
   for (const auto& d : hw.devices) {
     devices.push_back({{"name", d.name}, {"memory_bytes", d.memory_bytes}, {"speed", d.speed}});
+    if (!d.share_of.empty()) devices.back()["share_of"] = d.share_of;
   }
   root["devices"] = std::move(devices);
   root["link"] = link_json(hw.link);
@@ -224,7 +227,8 @@ Hardware calibrated(const Hardware& hardware, int devices_used) {
 Hardware replicate_device(const ProfileDevice& device, int count) {
   Hardware hw;
   for (int i = 0; i < count; ++i) {
-    hw.devices.push_back({fmt::format("{}:{}", device.type, i), device.memory_bytes, 1.0});
+    hw.devices.push_back({fmt::format("{}:{}", device.type, i), device.memory_bytes, 1.0,
+                          device.sm_shares > 0 ? fmt::format("{}:0", device.type) : ""});
   }
   return hw;
 }

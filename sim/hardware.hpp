@@ -32,6 +32,10 @@ struct HardwareDevice {
   std::string name;
   std::int64_t memory_bytes = 0;  ///< 0: unknown, no limit is enforced
   double speed = 1.0;             ///< relative to the profiled device: time = profiled / speed
+  /// Optional ("": a whole device): the GPU whose SMs this device is a share of (`run
+  /// --sm-partitions`). Shares of one GPU run their backwards' launches on one host thread,
+  /// autograd's for that GPU, so those launches take turns.
+  std::string share_of;
 };
 
 /// A link that differs from the default for one pair of devices (both directions).
@@ -97,7 +101,8 @@ void save_hardware(const Hardware& hardware, const std::string& path);
 Hardware calibrated(const Hardware& hardware, int devices_used);
 
 /// `count` copies of the profiled device joined by ideal links: what the simulator assumes when
-/// no hardware file is given. Names are "<type>:<index>".
+/// no hardware file is given. Names are "<type>:<index>"; where the profile was taken on a share
+/// of a GPU's SMs, the copies are shares of "<type>:0", as `run --sm-partitions` makes them.
 Hardware replicate_device(const ProfileDevice& device, int count);
 
 }  // namespace pipetune

@@ -7,18 +7,19 @@
 // balance is searched by branch and bound over stage boundaries. Every leaf is a complete plan
 // timed by IterationSweep, which equals the simulator's time exactly (the simulator itself runs
 // for a leaf that would be the new best, for its memory), so the answer is optimal under the
-// simulator's model, not under a proxy. The bounds that prune are lower bounds on the simulated
-// time of every plan below a node (docs/planner.md): per placed stage, its busy time plus the
-// waits its programme cannot fill (1F1B: micro-batch 0's round trip through the later stages
-// and the last one's; GPipe: the last ones'), the passes before and after it; a sweep of the
-// placed stages with the later ones as round trips; and, for the layers not yet placed, exact
-// min-max tables over suffixes. A per-stage memory lower bound rules out stages that cannot
-// fit. Every configuration first gets its root bound and a first plan (a cheap pass, whatever
-// the budget); the budget then goes in rounds of growing slices to the configurations whose
-// bound is still below the best plan, lowest bound first, so that none starves the others.
-// The multi-stage schedules (listed in PlannerOptions::schedules) are not branched and bounded:
-// a sound balance-free bound, and balances timed by simulating (all of them when they fit the
-// budget, else a local search), docs/planner.md.
+// simulator's model, not under a proxy. (On shares of one GPU, whose backwards' launches take
+// turns, the sweep is a lower bound, and a leaf is the best by its simulated time alone.) The
+// bounds that prune are lower bounds on the simulated time of every plan below a node
+// (docs/planner.md): per placed stage, its busy time plus the waits its programme cannot fill
+// (1F1B: micro-batch 0's round trip through the later stages and the last one's; GPipe: the last
+// ones'), the passes before and after it; a sweep of the placed stages with the later ones as round
+// trips; and, for the layers not yet placed, exact min-max tables over suffixes. A per-stage memory
+// lower bound rules out stages that cannot fit. Every configuration first gets its root bound and a
+// first plan (a cheap pass, whatever the budget); the budget then goes in rounds of growing slices
+// to the configurations whose bound is still below the best plan, lowest bound first, so that none
+// starves the others. The multi-stage schedules (listed in PlannerOptions::schedules) are not
+// branched and bounded: a sound balance-free bound, and balances timed by simulating (all of them
+// when they fit the budget, else a local search), docs/planner.md.
 
 #include <cstdint>
 #include <functional>

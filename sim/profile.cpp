@@ -230,7 +230,8 @@ Profile parse_profile(std::string_view text, const std::string& source) {
   Profile p;
   p.model = root.field("model").non_empty_string();
   const Node device = root.field("device");
-  device.allow_only({"type", "name", "memory_bytes", "library_bytes", "backward_call_ms"});
+  device.allow_only(
+      {"type", "name", "memory_bytes", "library_bytes", "backward_call_ms", "sm_shares"});
   p.device.type = device.field("type").non_empty_string();
   p.device.name = device.field("name").string();
   p.device.memory_bytes = device.field("memory_bytes").bytes();
@@ -238,6 +239,11 @@ Profile parse_profile(std::string_view text, const std::string& source) {
     p.device.library_bytes = library->bytes();
   if (auto call = device.optional_field("backward_call_ms"))
     p.device.backward_call_ms = call->milliseconds();
+  if (auto shares = device.optional_field("sm_shares")) {
+    const std::int64_t count = shares->positive_integer();
+    if (count > limits::kMaxDevices) shares->fail("a count of shares from 1 to 1024");
+    p.device.sm_shares = static_cast<int>(count);
+  }
   p.dtype = root.field("dtype").non_empty_string();
   if (auto timer = root.optional_field("timer")) {
     p.timer = timer->non_empty_string();
@@ -368,6 +374,7 @@ std::string profile_to_json(const Profile& p) {
       {"type", p.device.type}, {"name", p.device.name}, {"memory_bytes", p.device.memory_bytes}};
   if (p.device.library_bytes > 0) root["device"]["library_bytes"] = p.device.library_bytes;
   if (p.device.backward_call_ms > 0) root["device"]["backward_call_ms"] = p.device.backward_call_ms;
+  if (p.device.sm_shares > 0) root["device"]["sm_shares"] = p.device.sm_shares;
   root["dtype"] = p.dtype;
   if (!p.timer.empty()) root["timer"] = p.timer;
   root["batch_size"] = p.batch_size;

@@ -83,6 +83,9 @@ struct ProfileDevice {
   /// it), which a stage's backward pays once, however many layers it holds. The layers'
   /// backward_launch_ms leave it out.
   double backward_call_ms = 0.0;
+  /// Optional (0 when absent: the whole device): the profile was taken on one of this many
+  /// equal shares of the GPU's SMs (`profile --sm-partitions`).
+  int sm_shares = 0;
 };
 
 /// The per-layer costs that the simulator and the planner read (format pipetune.profile/1).

@@ -6,6 +6,8 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <string>
 #include <tuple>
 
 #include "sim/corun.hpp"
@@ -288,6 +290,24 @@ void post_receives_early(TaskGraph& graph, std::vector<std::int64_t>& baseline) 
   }
 }
 
+// By device: the host thread its backwards are launched on where shares of one GPU (devices of
+// the same `share_of`) share it, else -1.
+std::vector<int> shared_backward_threads(const Hardware& hardware) {
+  std::vector<int> thread(hardware.devices.size(), -1);
+  std::map<std::string, std::vector<int>> shares;
+  for (std::size_t d = 0; d < hardware.devices.size(); ++d) {
+    if (!hardware.devices[d].share_of.empty())
+      shares[hardware.devices[d].share_of].push_back(static_cast<int>(d));
+  }
+  int next = 0;
+  for (const auto& [gpu, devices] : shares) {
+    if (devices.size() < 2) continue;
+    for (const int d : devices) thread[static_cast<std::size_t>(d)] = next;
+    ++next;
+  }
+  return thread;
+}
+
 // A GPU's host thread launches its device's programme in order, each task once its inputs were
 // launched (a stream waits for another's kernels through an event, not the host), and never
 // waits for the device; the device runs a task once its inputs are computed and its kernels
@@ -296,19 +316,29 @@ void post_receives_early(TaskGraph& graph, std::vector<std::int64_t>& baseline) 
 // than its launch began and ends no earlier than its launch ended. Within one task this is the
 // longer of the two times; across tasks the host runs ahead while the device is the slower, so
 // a launch-bound task that follows device-bound ones runs at the device's pace.
+// A backward's kernels are launched by autograd's thread for the tensors' GPU, not by the
+// stage's thread (which waits for it), so devices that are shares of one GPU take turns on one
+// thread for their backwards' launches: `backward_thread` (by device, -1: a thread of its own).
 // Returns each task's launch (start, end); copies' are instants.
 std::vector<std::pair<double, double>> pace_by_host(
-    TaskGraph& graph, const std::vector<std::array<StageCost, 2>>& cost, const PlanShape& shape) {
+    TaskGraph& graph, const std::vector<std::array<StageCost, 2>>& cost, const PlanShape& shape,
+    const std::vector<int>& backward_thread) {
   EventEngine& engine = graph.engine;
   engine.clear_pacing();
+  engine.clear_locks();
   for (std::size_t id = 0; id < graph.tasks.size(); ++id) {
     const SimTask& t = graph.tasks[id];
     const StageTimes& host = cost[t.stage][shape.slot_of[t.micro_batch]].host;
     engine.set_duration(
         static_cast<int>(id),
         is_compute(t.kind) ? task_ms(t.kind, shape.recomputed[t.micro_batch] != 0, host) : 0.0);
+    const bool backward = t.kind == TaskKind::Backward || t.kind == TaskKind::InputGrad ||
+                          t.kind == TaskKind::WeightGrad;
+    if (backward && backward_thread[static_cast<std::size_t>(t.device)] >= 0)
+      engine.set_lock(static_cast<int>(id), backward_thread[static_cast<std::size_t>(t.device)]);
   }
   engine.run(false);
+  engine.clear_locks();
   std::vector<std::pair<double, double>> launched(graph.tasks.size());
   for (std::size_t id = 0; id < graph.tasks.size(); ++id) {
     const int task = static_cast<int>(id);
@@ -476,7 +506,8 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
   const auto cost = stage_costs(costs_, hardware_, shape);
   std::vector<std::pair<double, double>> launched;
   if (profile_.has_launch_times()) {
-    launched = pace_by_host(graph, cost, shape);  // before the device's durations are set
+    // before the device's durations are set
+    launched = pace_by_host(graph, cost, shape, shared_backward_threads(hardware_));
   } else {
     engine.clear_pacing();
   }

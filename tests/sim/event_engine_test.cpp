@@ -163,6 +163,42 @@ TEST(EventEngine, APacedTaskWaitsForItsReleaseAndEndsNoEarlierThanItsFloor) {
   EXPECT_EQ(e.finish(f), 0.5);
 }
 
+// Three resources. r0: a (2), then b (3, lock 0), then f (1); r1: c (4, lock 0), then d (1);
+// r2: x (3), then e (1, lock 0). c takes the lock at 0; b is ready at 2 and e at 3, both wait;
+// the lock goes to b at 4 (it came first) and to e at 7. r0 idles while b waits, so f runs at
+// 7. d, unlocked, runs as soon as c is done. Without the lock the same graph ends at 6.
+TEST(EventEngine, TasksOfOneLockTakeTurnsInTheOrderTheyBecameReady) {
+  EventEngine e;
+  const int r0 = e.add_resource(), r1 = e.add_resource(), r2 = e.add_resource();
+  const int a = e.add_task(r0, 2.0);
+  const int b = e.add_task(r0, 3.0);
+  const int f = e.add_task(r0, 1.0);
+  const int c = e.add_task(r1, 4.0);
+  const int d = e.add_task(r1, 1.0);
+  const int x = e.add_task(r2, 3.0);
+  const int t = e.add_task(r2, 1.0);
+  for (const int locked : {b, c, t}) e.set_lock(locked, 0);
+  e.run(false);
+  const std::vector<std::pair<double, double>> spans{
+      {e.start(a), e.finish(a)}, {e.start(b), e.finish(b)}, {e.start(f), e.finish(f)},
+      {e.start(c), e.finish(c)}, {e.start(d), e.finish(d)}, {e.start(x), e.finish(x)},
+      {e.start(t), e.finish(t)}};
+  const std::vector<std::pair<double, double>> expected{{0, 2}, {4, 7}, {7, 8}, {0, 4},
+                                                        {4, 5}, {0, 3}, {7, 8}};
+  EXPECT_EQ(spans, expected);
+  EXPECT_EQ(e.makespan(), 8.0);
+  // Two locks: b alone on lock 1 no longer waits for c; e still waits for c.
+  e.set_lock(b, 1);
+  e.run(false);
+  EXPECT_EQ(e.start(b), 2.0);
+  EXPECT_EQ(e.start(t), 4.0);
+  e.clear_locks();
+  e.run(false);
+  EXPECT_EQ(e.start(b), 2.0);
+  EXPECT_EQ(e.start(t), 3.0);
+  EXPECT_EQ(e.makespan(), 6.0);
+}
+
 TEST(EventEngine, ZeroDurationTasksChain) {
   EventEngine e;
   const int r0 = e.add_resource(), r1 = e.add_resource(), r2 = e.add_resource();

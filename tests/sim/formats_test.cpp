@@ -414,6 +414,19 @@ TEST(ProfileFormat, MeasuredBackwardPeaksBothOrNeitherOnEveryLayer) {
             "per micro-batch size, got an array of 1 element");
 }
 
+TEST(ProfileFormat, SmSharesAreReadWrittenOnlyWhenSetAndMustCountShares) {
+  EXPECT_EQ(parse_profile(kProfile, "in.json").device.sm_shares, 0);  // the whole device
+  EXPECT_EQ(profile_to_json(parse_profile(kProfile, "in.json")).find("sm_shares"),
+            std::string::npos);
+  std::string text = kProfile;
+  text.replace(text.find("\"memory_bytes\": 0}"), 18, "\"memory_bytes\": 0, \"sm_shares\": 2}");
+  const Profile p = parse_profile(text, "in.json");
+  EXPECT_EQ(p.device.sm_shares, 2);
+  EXPECT_EQ(parse_profile(profile_to_json(p), "again").device.sm_shares, 2);
+  text.replace(text.find("\"sm_shares\": 2"), 14, "\"sm_shares\": 0");
+  EXPECT_EQ(profile_error(text), "in.json: device.sm_shares: expected a positive integer, got 0");
+}
+
 TEST(ProfileFormat, MissingFileIsClear) {
   try {
     load_profile("/nonexistent/profile.json");
@@ -460,6 +473,20 @@ TEST(HardwareFormat, PostedReceivesAreReadWrittenOnlyWhenSetAndMustBeABoolean) {
   EXPECT_EQ(hardware_to_json(off).find("posted_receives"), std::string::npos);
   text.replace(text.find("true"), 4, "1");
   EXPECT_EQ(hardware_error(text), "in.json: posted_receives: expected true or false, got 1");
+}
+
+TEST(HardwareFormat, ShareOfIsReadWrittenOnlyWhenSetAndMustNameAGpu) {
+  EXPECT_EQ(parse_hardware(kHardware, "hw.json").devices[0].share_of, "");  // a whole device
+  EXPECT_EQ(hardware_to_json(parse_hardware(kHardware, "hw.json")).find("share_of"),
+            std::string::npos);
+  std::string text = kHardware;
+  text.replace(text.find("\"speed\": 2.0"), 12, "\"speed\": 2.0, \"share_of\": \"cuda:0\"");
+  const Hardware hw = parse_hardware(text, "hw.json");
+  EXPECT_EQ(hw.devices[0].share_of, "cuda:0");
+  EXPECT_EQ(parse_hardware(hardware_to_json(hw), "again").devices[0].share_of, "cuda:0");
+  text.replace(text.find("\"cuda:0\""), 8, "\"\"");
+  EXPECT_EQ(hardware_error(text),
+            "in.json: devices[0].share_of: expected a non-empty string, got \"\"");
 }
 
 TEST(HardwareFormat, IdealLinkSurvivesARoundTrip) {

@@ -179,6 +179,57 @@ TEST(Simulator, TheHostRunsAheadOfTheDeviceUntilItsLaunchesAreTheSlower) {
   EXPECT_DOUBLE_EQ(r.devices[0].busy_ms, 16.0);
 }
 
+// Shares of one GPU's SMs (`share_of`) launch their backwards on one thread, autograd's for
+// that GPU. GPipe, every stage launch-bound in its backward (the host 6 a stage against the
+// device's 5) and launching its forwards as fast as the device runs them (3): the forwards take
+// (M + K - 1) x 3 on both clocks, then the K x M backwards' launches follow one another without
+// a gap, and each device finishes its backward as its launch ends. Devices of their own: the
+// textbook (M + K - 1) x (3 + 6).
+TEST(Simulator, SharesOfOneGpuLaunchTheirBackwardsOneAtATime) {
+  for (int k : kStages) {
+    for (int m : kMicroBatches) {
+      const Uniform u{k, m};
+      Profile profile = u.profile();
+      for (auto& l : profile.layers) {
+        l.forward_launch_ms.assign(profile.micro_batch_sizes.size(), 1.5);
+        l.backward_launch_ms.assign(profile.micro_batch_sizes.size(), 3.0);
+      }
+      Hardware hw = replicate_device(profile.device, k);
+      EXPECT_DOUBLE_EQ(Simulator(profile, hw).run(u.plan(CheckpointMode::Never)).iteration_ms,
+                       (m + k - 1) * (3.0 + 6.0))
+          << "K=" << k << " M=" << m;
+      for (auto& d : hw.devices) d.share_of = "cuda:0";
+      EXPECT_DOUBLE_EQ(Simulator(profile, hw).run(u.plan(CheckpointMode::Never)).iteration_ms,
+                       (m + k - 1) * 3.0 + k * m * 6.0)
+          << "K=" << k << " M=" << m;
+      // 1F1B: no two backwards' launches at once, wherever they fall.
+      const SimulationResult r =
+          Simulator(profile, hw).run(u.plan(CheckpointMode::Never, ScheduleKind::OneFOneB));
+      std::vector<std::pair<double, double>> launches;
+      for (const SimTask& t : r.tasks) {
+        if (t.kind == TaskKind::Backward) launches.emplace_back(t.launch_start_ms, t.launch_end_ms);
+      }
+      std::sort(launches.begin(), launches.end());
+      ASSERT_EQ(launches.size(), static_cast<std::size_t>(k * m));
+      for (std::size_t i = 1; i < launches.size(); ++i)
+        EXPECT_LE(launches[i - 1].second, launches[i].first + 1e-9) << "K=" << k << " M=" << m;
+      EXPECT_GE(r.iteration_ms, k * m * 6.0);
+    }
+  }
+}
+
+// The copies a profile on a share stands for are shares of the first GPU, as the executor's
+// `--sm-partitions` makes them; a whole device's copies are devices of their own.
+TEST(Simulator, AProfileOnAShareStandsForSharesOfOneGpu) {
+  ProfileDevice share{"cuda", "H200 (66 of 132 SMs: 1 of 2 shares)", 0};
+  share.sm_shares = 2;
+  const Hardware shares = replicate_device(share, 2);
+  ASSERT_EQ(shares.devices.size(), 2u);
+  for (const auto& d : shares.devices) EXPECT_EQ(d.share_of, "cuda:0");
+  share.sm_shares = 0;
+  for (const auto& d : replicate_device(share, 2).devices) EXPECT_EQ(d.share_of, "");
+}
+
 // The planner's host bound (docs/planner.md), against the simulator on every balance: a
 // stage's thread launches its whole programme one task after another, after micro-batch 0's
 // forward was launched through the stages before it, and the backward that ends its programme
