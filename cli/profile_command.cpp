@@ -141,9 +141,14 @@ void add_profile_command(CLI::App& app, std::vector<Command>& commands) {
                               ? replicate_device(result.profile.device, flags->sm_partitions)
                               : profiler::probe_hardware(kind, flags->devices);
       save_hardware(hw, flags->hardware);
-      std::printf("wrote %s: %zu devices, link %.3g GB/s, %.3f ms latency\n",
-                  flags->hardware.c_str(), hw.devices.size(), hw.link.bandwidth_bytes_per_s / 1e9,
-                  hw.link.latency_ms);
+      if (hw.link.ideal()) {
+        std::printf("wrote %s: %zu devices, ideal links\n", flags->hardware.c_str(),
+                    hw.devices.size());
+      } else {
+        std::printf("wrote %s: %zu devices, link %.3g GB/s, %.3f ms latency\n",
+                    flags->hardware.c_str(), hw.devices.size(), hw.link.bandwidth_bytes_per_s / 1e9,
+                    hw.link.latency_ms);
+      }
     }
     return 0;
   });

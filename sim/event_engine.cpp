@@ -120,10 +120,11 @@ void EventEngine::run(bool record_history) {
   const int locked = static_cast<int>(std::min<std::size_t>(locks_.size(), tasks_.size()));
   const int lock_count =
       locked > 0 ? 1 + *std::max_element(locks_.begin(), locks_.begin() + locked) : 0;
-  lock_held_.assign(lock_count, 0);
+  // A lock's holder: the task running with it, or the waiter it was handed to (-1: free).
+  lock_holder_.assign(lock_count, -1);
   lock_waiters_.resize(lock_count);
   for (auto& waiters : lock_waiters_) waiters.clear();
-  std::vector<std::size_t> next_waiter(lock_count, 0);
+  next_waiter_.assign(lock_count, 0);
   pending_.resize(n);
   for (int id = 0; id < n; ++id) pending_[id] = tasks_[id].dependencies;
   head_.resize(resource_count);
@@ -170,11 +171,15 @@ void EventEngine::run(bool record_history) {
     const Task& t = tasks[id];
     const int r = t.resource;
     busy[r] = 0;
-    if (id < locked && locks_[id] >= 0) {  // the lock goes to its longest waiter
+    if (id < locked && locks_[id] >= 0) {
+      // Handed straight to its longest waiter, so that a task ready at this instant cannot
+      // take it first.
       const int lock = locks_[id];
-      lock_held_[lock] = 0;
-      if (next_waiter[lock] < lock_waiters_[lock].size())
-        startable[startable_count++] = lock_waiters_[lock][next_waiter[lock]++];
+      lock_holder_[lock] = -1;
+      if (next_waiter_[lock] < lock_waiters_[lock].size()) {
+        lock_holder_[lock] = lock_waiters_[lock][next_waiter_[lock]++];
+        startable[startable_count++] = lock_holder_[lock];
+      }
     }
     if (++head[r] < end_of(r) && pending[queue[head[r]]] == 0) {
       startable[startable_count++] = queue[head[r]];
@@ -205,11 +210,11 @@ void EventEngine::run(bool record_history) {
       }
       if (id < locked && locks_[id] >= 0) {
         const int lock = locks_[id];
-        if (lock_held_[lock]) {
+        if (lock_holder_[lock] >= 0 && lock_holder_[lock] != id) {
           lock_waiters_[lock].push_back(id);
           continue;
         }
-        lock_held_[lock] = 1;
+        lock_holder_[lock] = id;
       }
       start[id] = now;
       finish[id] = end;

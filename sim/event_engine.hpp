@@ -211,8 +211,9 @@ class EventEngine {
   std::vector<int> pending_;  // unfinished dependencies
   std::vector<int> head_;     // per resource: next position in queue_
   std::vector<char> busy_;
-  std::vector<char> lock_held_;
+  std::vector<int> lock_holder_;                // per lock: its task, or -1
   std::vector<std::vector<int>> lock_waiters_;  // per lock, in the order they came
+  std::vector<std::size_t> next_waiter_;        // per lock: its next waiter's index
   // Completions; mid effects as ~task, late ones as ~(task + task_count()); a paced task's
   // release as task + task_count().
   std::vector<detail::CompletionEvent> heap_;

@@ -228,7 +228,7 @@ Hardware replicate_device(const ProfileDevice& device, int count) {
   Hardware hw;
   for (int i = 0; i < count; ++i) {
     hw.devices.push_back({fmt::format("{}:{}", device.type, i), device.memory_bytes, 1.0,
-                          device.sm_shares > 0 ? fmt::format("{}:0", device.type) : ""});
+                          device.sm_shares > 1 ? fmt::format("{}:0", device.type) : ""});
   }
   return hw;
 }

@@ -77,8 +77,33 @@ std::int64_t SimulationResult::max_peak_memory_bytes() const {
   return peak;
 }
 
+namespace {
+
+// By device: the host thread its backwards are launched on where shares of one GPU (devices of
+// the same `share_of`) share it, else -1.
+std::vector<int> shared_backward_threads(const Hardware& hardware) {
+  std::vector<int> thread(hardware.devices.size(), -1);
+  std::map<std::string, std::vector<int>> shares;
+  for (std::size_t d = 0; d < hardware.devices.size(); ++d) {
+    if (!hardware.devices[d].share_of.empty())
+      shares[hardware.devices[d].share_of].push_back(static_cast<int>(d));
+  }
+  int next = 0;
+  for (const auto& [gpu, devices] : shares) {
+    if (devices.size() < 2) continue;
+    for (const int d : devices) thread[static_cast<std::size_t>(d)] = next;
+    ++next;
+  }
+  return thread;
+}
+
+}  // namespace
+
 Simulator::Simulator(const Profile& profile, const Hardware& hardware)
-    : profile_(profile), hardware_(hardware), costs_(profile) {
+    : profile_(profile),
+      hardware_(hardware),
+      costs_(profile),
+      backward_thread_(shared_backward_threads(hardware)) {
   const int devices = static_cast<int>(hardware.devices.size());
   links_.resize(static_cast<std::size_t>(devices) * devices);
   for (int from = 0; from < devices; ++from) {
@@ -290,24 +315,6 @@ void post_receives_early(TaskGraph& graph, std::vector<std::int64_t>& baseline) 
   }
 }
 
-// By device: the host thread its backwards are launched on where shares of one GPU (devices of
-// the same `share_of`) share it, else -1.
-std::vector<int> shared_backward_threads(const Hardware& hardware) {
-  std::vector<int> thread(hardware.devices.size(), -1);
-  std::map<std::string, std::vector<int>> shares;
-  for (std::size_t d = 0; d < hardware.devices.size(); ++d) {
-    if (!hardware.devices[d].share_of.empty())
-      shares[hardware.devices[d].share_of].push_back(static_cast<int>(d));
-  }
-  int next = 0;
-  for (const auto& [gpu, devices] : shares) {
-    if (devices.size() < 2) continue;
-    for (const int d : devices) thread[static_cast<std::size_t>(d)] = next;
-    ++next;
-  }
-  return thread;
-}
-
 // A GPU's host thread launches its device's programme in order, each task once its inputs were
 // launched (a stream waits for another's kernels through an event, not the host), and never
 // waits for the device; the device runs a task once its inputs are computed and its kernels
@@ -507,7 +514,7 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
   std::vector<std::pair<double, double>> launched;
   if (profile_.has_launch_times()) {
     // before the device's durations are set
-    launched = pace_by_host(graph, cost, shape, shared_backward_threads(hardware_));
+    launched = pace_by_host(graph, cost, shape, backward_thread_);
   } else {
     engine.clear_pacing();
   }

@@ -151,7 +151,8 @@ class Simulator {
   const Profile& profile_;
   const Hardware& hardware_;
   CostModel costs_;
-  std::vector<const Link*> links_;  // links_[from * devices + to]
+  std::vector<const Link*> links_;    // links_[from * devices + to]
+  std::vector<int> backward_thread_;  // by device: shared_backward_threads() (simulator.cpp)
   mutable Graph graph_;
 };
 

@@ -164,8 +164,8 @@ TEST(EventEngine, APacedTaskWaitsForItsReleaseAndEndsNoEarlierThanItsFloor) {
 }
 
 // Three resources. r0: a (2), then b (3, lock 0), then f (1); r1: c (4, lock 0), then d (1);
-// r2: x (3), then e (1, lock 0). c takes the lock at 0; b is ready at 2 and e at 3, both wait;
-// the lock goes to b at 4 (it came first) and to e at 7. r0 idles while b waits, so f runs at
+// r2: x (3), then t (1, lock 0). c takes the lock at 0; b is ready at 2 and t at 3, both wait;
+// the lock goes to b at 4 (it came first) and to t at 7. r0 idles while b waits, so f runs at
 // 7. d, unlocked, runs as soon as c is done. Without the lock the same graph ends at 6.
 TEST(EventEngine, TasksOfOneLockTakeTurnsInTheOrderTheyBecameReady) {
   EventEngine e;
@@ -187,7 +187,17 @@ TEST(EventEngine, TasksOfOneLockTakeTurnsInTheOrderTheyBecameReady) {
                                                         {4, 5}, {0, 3}, {7, 8}};
   EXPECT_EQ(spans, expected);
   EXPECT_EQ(e.makespan(), 8.0);
-  // Two locks: b alone on lock 1 no longer waits for c; e still waits for c.
+  // d on the lock too: ready at 4, the instant c hands the lock on, it still comes after b and
+  // t, which waited since 2 and 3: b [4, 7], t [7, 8], d [8, 9].
+  e.set_lock(d, 0);
+  e.run(false);
+  EXPECT_EQ(e.start(b), 4.0);
+  EXPECT_EQ(e.start(t), 7.0);
+  EXPECT_EQ(e.start(d), 8.0);
+  EXPECT_EQ(e.start(f), 7.0);
+  EXPECT_EQ(e.makespan(), 9.0);
+  e.set_lock(d, -1);
+  // Two locks: b alone on lock 1 no longer waits for c; t still waits for c.
   e.set_lock(b, 1);
   e.run(false);
   EXPECT_EQ(e.start(b), 2.0);

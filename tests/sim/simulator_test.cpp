@@ -226,8 +226,10 @@ TEST(Simulator, AProfileOnAShareStandsForSharesOfOneGpu) {
   const Hardware shares = replicate_device(share, 2);
   ASSERT_EQ(shares.devices.size(), 2u);
   for (const auto& d : shares.devices) EXPECT_EQ(d.share_of, "cuda:0");
-  share.sm_shares = 0;
-  for (const auto& d : replicate_device(share, 2).devices) EXPECT_EQ(d.share_of, "");
+  for (int whole : {0, 1}) {  // the whole GPU: devices of their own
+    share.sm_shares = whole;
+    for (const auto& d : replicate_device(share, 2).devices) EXPECT_EQ(d.share_of, "");
+  }
 }
 
 // The planner's host bound (docs/planner.md), against the simulator on every balance: a
