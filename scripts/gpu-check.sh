@@ -21,7 +21,8 @@
 # Environment: PIPETUNE_KEEP_GOING=1 (run the later phases after one fails), PIPETUNE_KIT (default
 # .gpu-kit/kit.tar.xz), PIPETUNE_BUILD_TARGETS (build only these, e.g. a re-check's tests),
 # PIPETUNE_GPU_WORK, PIPETUNE_TEST_TIMEOUT (seconds one test may take, default 600: less keeps a
-# hanging GPU test from spending a short lease), PIPETUNE_RECORD_STEPS (steps per round of the record's plans, default 20),
+# hanging GPU test from spending a short lease), PIPETUNE_RECORD_STEPS (steps per round of the
+# record's plans, default 20),
 # PIPETUNE_RECORD_ROUNDS (rounds the record's plans take turns in, default 4: a launch-bound
 # plan runs at the host's pace, which moves by a third within minutes, so each plan's steps are
 # spread over the whole record), PIPETUNE_SM_PARTITIONS (the partitions phase's shares of the
@@ -123,7 +124,8 @@ phase_test() {
   [ -x "$cli" ] || phase_build
   # Every GPU test must run here: a skip for want of a GPU is a failure.
   local rc=0
-  PIPETUNE_REQUIRE_GPU=1 ctest --test-dir "$build" --output-on-failure --timeout "${PIPETUNE_TEST_TIMEOUT:-600}" --parallel "$jobs" \
+  PIPETUNE_REQUIRE_GPU=1 ctest --test-dir "$build" --output-on-failure \
+    --timeout "${PIPETUNE_TEST_TIMEOUT:-600}" --parallel "$jobs" \
     --output-junit "$work/logs/tests.xml" > "$work/logs/tests.log" 2>&1 || rc=$?
   tail -25 "$work/logs/tests.log" | tee -a "$log"
   # The GPU tests by name, so the record says they ran (and did not skip).
