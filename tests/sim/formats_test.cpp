@@ -425,6 +425,9 @@ TEST(ProfileFormat, SmSharesAreReadWrittenOnlyWhenSetAndMustCountShares) {
   EXPECT_EQ(parse_profile(profile_to_json(p), "again").device.sm_shares, 2);
   text.replace(text.find("\"sm_shares\": 2"), 14, "\"sm_shares\": 0");
   EXPECT_EQ(profile_error(text), "in.json: device.sm_shares: expected a positive integer, got 0");
+  text.replace(text.find("\"sm_shares\": 0"), 14, "\"sm_shares\": 1025");
+  EXPECT_EQ(profile_error(text),
+            "in.json: device.sm_shares: expected a count of shares from 1 to 1024, got 1025");
 }
 
 TEST(ProfileFormat, MissingFileIsClear) {
