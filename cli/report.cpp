@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "cli/table.hpp"
@@ -90,6 +91,14 @@ std::string simulation_text(const Profile& profile, const SimulationResult& r,
         "worst order: the peak if copies land in the worst order the schedule allows; a real\n"
         "step's timing moves its peak between the two\n";
   }
+  std::map<std::string, std::vector<std::string>> shares;  // GPU -> its shares in the plan
+  for (const auto& d : r.devices) {
+    if (!d.share_of.empty()) shares[d.share_of].push_back(d.name);
+  }
+  for (const auto& [gpu, names] : shares) {
+    out += fmt::format("{}: shares of {}'s SMs, one memory: each share's peak is the GPU's\n",
+                       fmt::join(names, ", "), gpu);
+  }
 
   if (!path.empty()) {
     double compute = 0, copies = 0;
@@ -131,6 +140,7 @@ std::string simulation_json(const SimulationResult& r, const std::vector<int>& p
                        {"worst_order_peak_bytes", d.worst_order_peak_bytes},
                        {"memory_capacity_bytes", d.memory_capacity_bytes},
                        {"fits", d.fits()}});
+    if (!d.share_of.empty()) devices.back()["share_of"] = d.share_of;
   }
   root["devices"] = std::move(devices);
   root["micro_batch_sizes"] = r.micro_batch_sizes;

@@ -352,7 +352,8 @@ std::int64_t stage_peak_bound(const CostModel& model, const SizeCosts& common,
     const int last_in = shape.last_differs && p <= m - 1 && m - 1 < r ? 1 : 0;
     const int autograd_last = last_in && m - 1 >= stop ? 1 : 0;
     state.kept_forwards = {std::max(0, r - autograd_from) - autograd_last, autograd_last};
-    if (stage > 0 && !nested) state.received_inputs = {r - p - last_in, last_in};
+    if (stage > 0 && !nested && shape.inputs_are_own_buffers)
+      state.received_inputs = {r - p - last_in, last_in};
     state.slot = slot_of(q);
     state.recomputed = q < stop;
     state.first = earlier == 0;

@@ -151,6 +151,9 @@ void PlanSearch::prepare(const Config& config) {
     shape.schedule = config.schedule;
     shape.optimizer_state_factor = options_.optimizer_state_factor;
     peak_shape_ = stage_peak_shape(costs_, shape, stages_);
+    peak_shape_.inputs_are_own_buffers =
+        std::none_of(hardware_.devices.begin(), hardware_.devices.begin() + stages_,
+                     [](const HardwareDevice& d) { return !d.share_of.empty(); });
     full_bounds_.clear();
   }
   work_.assign(layers_ + 1, 0.0);

@@ -79,31 +79,29 @@ std::int64_t SimulationResult::max_peak_memory_bytes() const {
 
 namespace {
 
-// By device: the host thread its backwards are launched on where shares of one GPU (devices of
-// the same `share_of`) share it, else -1.
-std::vector<int> shared_backward_threads(const Hardware& hardware) {
-  std::vector<int> thread(hardware.devices.size(), -1);
+// By device, the index of the GPU it is a share of (`share_of`) among those two or more devices
+// are shares of (-1: a device of its own), and how many such GPUs there are.
+std::pair<std::vector<int>, int> shared_gpus(const Hardware& hardware) {
+  std::vector<int> gpu(hardware.devices.size(), -1);
+  int count = 0;
   std::map<std::string, std::vector<int>> shares;
   for (std::size_t d = 0; d < hardware.devices.size(); ++d) {
     if (!hardware.devices[d].share_of.empty())
       shares[hardware.devices[d].share_of].push_back(static_cast<int>(d));
   }
-  int next = 0;
-  for (const auto& [gpu, devices] : shares) {
+  for (const auto& [name, devices] : shares) {
     if (devices.size() < 2) continue;
-    for (const int d : devices) thread[static_cast<std::size_t>(d)] = next;
-    ++next;
+    for (const int d : devices) gpu[static_cast<std::size_t>(d)] = count;
+    ++count;
   }
-  return thread;
+  return {gpu, count};
 }
 
 }  // namespace
 
 Simulator::Simulator(const Profile& profile, const Hardware& hardware)
-    : profile_(profile),
-      hardware_(hardware),
-      costs_(profile),
-      backward_thread_(shared_backward_threads(hardware)) {
+    : profile_(profile), hardware_(hardware), costs_(profile) {
+  std::tie(shared_gpu_, shared_gpu_count_) = shared_gpus(hardware);
   const int devices = static_cast<int>(hardware.devices.size());
   links_.resize(static_cast<std::size_t>(devices) * devices);
   for (int from = 0; from < devices; ++from) {
@@ -245,11 +243,11 @@ double set_compute_effects(TaskGraph& graph, int task, const StageCost& c, const
   const StageMemory& m = c.memory;
   const bool last_stage = s + 1 == shape.stages, recomputed = shape.recomputed[i] != 0;
   const bool first_time = i == graph.first_backward[s];
-  // A stage input that is its own buffer (received from another device, or left behind by a
-  // checkpointed stage on this device) dies with the backward; otherwise it is the previous
+  // A stage input that is its own buffer (received from another device's memory, or left behind
+  // by a checkpointed stage in this one) dies with the backward; otherwise it is the previous
   // stage's output, which that stage frees. The stage output and the received gradient die
   // with it too; the last stage has neither (its output died with the forward).
-  const bool own_input = s > 0 && (shape.device_of[s - 1] != t.device || recomputed);
+  const bool own_input = s > 0 && (graph.counter[shape.device_of[s - 1]] != counter || recomputed);
   const std::int64_t dies = dies_with_backward(m, last_stage, own_input);
   const double ms = task_ms(t.kind, recomputed, c.solo);
   MemoryEffect effect;
@@ -281,6 +279,12 @@ double set_compute_effects(TaskGraph& graph, int task, const StageCost& c, const
   return ms;
 }
 
+// Whether a copy's two ends hold their tensors in one memory (shares of one GPU): then the
+// receiver gets the tensor itself, as a stage on the same device does.
+bool within_one_memory(const TaskGraph& graph, const SimTask& copy) {
+  return graph.counter[copy.device] == graph.counter[copy.peer];
+}
+
 // A copy's duration and memory effects: the receiver allocates at once; the sender frees a
 // gradient when it is done, and an activation when it is checkpointed (nothing else holds it).
 void set_copy_effects(TaskGraph& graph, int task, const StageMemory& m, const PlanShape& shape,
@@ -289,6 +293,11 @@ void set_copy_effects(TaskGraph& graph, int task, const StageMemory& m, const Pl
   const bool gradient = t.kind == TaskKind::SendGradient;
   t.bytes = gradient ? m.input_bytes : m.output_bytes;
   graph.engine.set_duration(task, link.transfer_ms(static_cast<double>(t.bytes)));
+  if (within_one_memory(graph, t)) {
+    graph.engine.set_start_effect(task, graph.counter[t.peer], 0);
+    graph.engine.set_end_effect(task, graph.counter[t.device], 0);
+    return;
+  }
   graph.engine.set_start_effect(task, graph.counter[t.peer], t.bytes);
   const bool sender_frees = gradient || shape.recomputed[t.micro_batch];
   graph.engine.set_end_effect(task, graph.counter[t.device], sender_frees ? t.bytes : 0);
@@ -302,16 +311,17 @@ void post_receives_early(TaskGraph& graph, std::vector<std::int64_t>& baseline) 
   EventEngine& engine = graph.engine;
   for (std::size_t id = 0; id < graph.tasks.size(); ++id) {
     const SimTask& t = graph.tasks[id];
-    if (is_compute(t.kind)) continue;
+    if (is_compute(t.kind) || within_one_memory(graph, t)) continue;
     const int copy = static_cast<int>(id);
     const int next = graph.next_receive[id];
+    const SimTask* after = next >= 0 ? &graph.tasks[static_cast<std::size_t>(next)] : nullptr;
     engine.set_start_effect(copy, graph.counter[t.peer], 0);
     engine.set_mid_effect(copy, std::numeric_limits<double>::infinity(),
-                          next >= 0 ? -graph.tasks[static_cast<std::size_t>(next)].bytes : 0);
+                          after && !within_one_memory(graph, *after) ? -after->bytes : 0);
   }
   for (const int first : graph.first_receives) {
     const SimTask& t = graph.tasks[static_cast<std::size_t>(first)];
-    baseline[static_cast<std::size_t>(t.peer)] += t.bytes;
+    if (!within_one_memory(graph, t)) baseline[static_cast<std::size_t>(t.peer)] += t.bytes;
   }
 }
 
@@ -455,6 +465,7 @@ Simulator::Graph& Simulator::graph_for(const Plan& plan, const std::vector<int>&
                    make_schedule(plan.schedule, plan.stages(), micro_batches, plan.checkpoint,
                                  plan.stages_per_device),
                    device_of, static_cast<int>(hardware_.devices.size()));
+  share_gpu_counters(g);
   g.valid = true;
   return g;
 }
@@ -467,8 +478,22 @@ Simulator::Graph& Simulator::graph_for(const Schedule& schedule,
   g.given = true;
   g.device_of = device_of;
   build_task_graph(*g.graph, schedule, device_of, static_cast<int>(hardware_.devices.size()));
+  share_gpu_counters(g);
   g.valid = true;
   return g;
+}
+
+// Shares of one GPU split its SMs, not its memory: one caching allocator holds every share's
+// tensors, so their memory is one counter, each share's peak the GPU's (as the executor measures
+// it), checked against the GPU's capacity.
+void Simulator::share_gpu_counters(Graph& g) const {
+  std::vector<int> first(static_cast<std::size_t>(shared_gpu_count_), -1);
+  for (std::size_t d = 0; d < shared_gpu_.size(); ++d) {
+    const int gpu = shared_gpu_[d];
+    if (gpu < 0) continue;
+    if (first[gpu] < 0) first[gpu] = g.graph->counter[d];
+    g.graph->counter[d] = first[gpu];
+  }
 }
 
 SimulationResult Simulator::run(const Plan& plan, const SimulationOptions& options) const {
@@ -514,7 +539,7 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
   std::vector<std::pair<double, double>> launched;
   if (profile_.has_launch_times()) {
     // before the device's durations are set
-    launched = pace_by_host(graph, cost, shape, backward_thread_);
+    launched = pace_by_host(graph, cost, shape, shared_gpu_);
   } else {
     engine.clear_pacing();
   }
@@ -533,7 +558,11 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
     }
   }
   if (hardware_.posted_receives) post_receives_early(graph, baseline);
-  for (int d = 0; d < devices; ++d) engine.set_counter_initial(graph.counter[d], baseline[d]);
+  // Shares of one GPU count into one counter (share_gpu_counters()).
+  std::vector<std::int64_t> initial(engine.counter_count(), 0);
+  for (int d = 0; d < devices; ++d) initial[graph.counter[d]] += baseline[d];
+  for (int d = 0; d < devices; ++d)
+    engine.set_counter_initial(graph.counter[d], initial[graph.counter[d]]);
   if (profile_.has_corun_times()) settle_corun_durations(engine, corun_tasks, profile_.co_runners);
 
   engine.run(options.record_memory);
@@ -564,6 +593,7 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
     if (!measured_order.empty())
       report.measured_order_peak_bytes = measured_order[graph.counter[d]];
     report.memory_capacity_bytes = hardware_.devices[d].memory_bytes;
+    if (shared_gpu_[d] >= 0) report.share_of = hardware_.devices[d].share_of;
     busy_total += busy[d];
     result.devices.push_back(std::move(report));
   }

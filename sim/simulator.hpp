@@ -71,6 +71,9 @@ struct DeviceReport {
   std::int64_t measured_order_peak_bytes = 0;
   std::int64_t memory_capacity_bytes = 0;  ///< 0: unknown
   std::vector<CounterSample> memory;       ///< time (ms) -> allocated bytes, when recorded
+  /// Where this device is one of two or more shares of one GPU's SMs (HardwareDevice::share_of):
+  /// that GPU. Its memory (peak, history) is then the GPU's, every share's tensors together.
+  std::string share_of;
 
   bool fits() const {
     return memory_capacity_bytes == 0 || peak_memory_bytes <= memory_capacity_bytes;
@@ -145,14 +148,19 @@ class Simulator {
   };
   Graph& graph_for(const Plan& plan, const std::vector<int>& device_of, int micro_batches) const;
   Graph& graph_for(const Schedule& schedule, const std::vector<int>& device_of) const;
+  void share_gpu_counters(Graph& g) const;
   SimulationResult simulate(const Plan& plan, const std::vector<int>& device_of,
                             const SimulationOptions& options) const;
 
   const Profile& profile_;
   const Hardware& hardware_;
   CostModel costs_;
-  std::vector<const Link*> links_;    // links_[from * devices + to]
-  std::vector<int> backward_thread_;  // by device: shared_backward_threads() (simulator.cpp)
+  std::vector<const Link*> links_;  // links_[from * devices + to]
+  // By device: the GPU it is a share of (0 .. shared_gpu_count_ - 1), where two or more devices
+  // are shares of it; else -1. Its backwards' launches take turns on one thread, and its memory
+  // is the GPU's, one counter for all of its shares.
+  std::vector<int> shared_gpu_;
+  int shared_gpu_count_ = 0;
   mutable Graph graph_;
 };
 

@@ -9,7 +9,9 @@ PARTITIONS_DIR holds one folder per model with, per plan STEM: STEM.plan.json,
 STEM.predicted.json (`pipetune simulate --json`), STEM.run.json (`pipetune run --json`) and
 STEM.measured.trace.json; and STEM.turns.run.json where the same plan also ran with its stages
 taking turns on the whole GPU. The shares split the SMs, not the memory: every device's
-measured peak is the GPU's, set here beside the sum of the predicted devices' peaks. Each
+measured peak is the GPU's, set here beside the predicted GPU's peak (every share's, where the
+prediction counts the shares in one memory: its devices name their GPU in `share_of`; else,
+from a simulator that counted each share apart, the sum of their peaks, marked "sum"). Each
 measured step is checked for causality (out_of_order): a stage that starts on a tensor before
 it was made means a stream did not wait, and the run is no validation.
 """
@@ -60,7 +62,7 @@ def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     root = sys.argv[1]
-    rows, errors, disorders = [], [], []
+    rows, errors, disorders, memory_errors = [], [], [], []
     for folder in sorted(glob.glob(os.path.join(root, "*"))):
         if not os.path.isdir(folder):
             continue
@@ -87,24 +89,38 @@ def main():
             if os.path.exists(stem + ".turns.run.json"):
                 with open(stem + ".turns.run.json") as f:
                     turns = f"{statistics.median(json.load(f)['pipeline_ms']):.2f}"
-            predicted_peaks = sum(d["peak_memory_bytes"] for d in predicted["devices"])
+            devices = predicted["devices"]
+            if all(d.get("share_of") for d in devices):
+                predicted_peak, joint = max(d["peak_memory_bytes"] for d in devices), True
+            else:
+                predicted_peak, joint = sum(d["peak_memory_bytes"] for d in devices), False
+            measured_peak = max(run["peak_memory_bytes"])
+            memory_error = predicted_peak / measured_peak - 1
+            if joint:
+                memory_errors.append(abs(memory_error))
             rows.append(
                 f"| {model} | {plan['balance']} x{plan['chunks']} {plan['schedule']} "
                 f"| {predicted['iteration_ms']:.2f} | {measured:.2f} | {100 * error:+.1f} % "
                 f"| {100 * predicted['bubble_fraction']:.1f} % "
                 f"| {100 * summary['bubble_fraction']:.1f} % | {turns or '-'} "
-                f"| {predicted_peaks / 2**20:.0f} | {max(run['peak_memory_bytes']) / 2**20:.0f} "
+                f"| {predicted_peak / 2**20:.0f}{'' if joint else ' (sum)'} "
+                f"| {measured_peak / 2**20:.0f} | {100 * memory_error:+.1f} % "
                 f"| {broken} of {handovers} |")
     if not rows:
         sys.exit(f"{root}: no plan with a run")
     print("| model | plan | predicted ms | measured ms | error | bubble predicted "
-          "| bubble measured | whole GPU, stages in turn, ms | predicted peaks summed MiB "
-          "| GPU peak measured MiB | hand-overs out of order |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "| bubble measured | whole GPU, stages in turn, ms | GPU peak predicted MiB "
+          "| GPU peak measured MiB | memory error | hand-overs out of order |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     print("\n".join(rows))
     print(f"\n- iteration time: median |error| {100 * statistics.median(errors):.1f} %, "
           f"worst {100 * max(errors):.1f} %, {sum(e <= 0.05 for e in errors)}/{len(errors)} "
           f"within 5 %, {sum(e <= 0.10 for e in errors)}/{len(errors)} within 10 %")
+    if memory_errors:
+        print(f"- GPU peak memory (predictions counting the shares in one memory, "
+              f"{len(memory_errors)} plans): median |error| "
+              f"{100 * statistics.median(memory_errors):.1f} %, worst "
+              f"{100 * max(memory_errors):.1f} %")
     if any(disorders):
         print(f"- NOT A VALIDATION: {sum(d > 0 for d in disorders)} of {len(disorders)} measured "
               "steps have a stage starting on a tensor before it was made")

@@ -8,6 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <iterator>
+#include <map>
 #include <random>
 
 #include "sim/memory_model.hpp"
@@ -94,6 +97,85 @@ TEST(Memory, SharedDeviceCountsOneBufferPerBoundary) {
   Plan plan = make_plan({1, 1}, 2, CheckpointMode::Never);
   plan.devices = {"cpu:0", "cpu:0"};
   EXPECT_EQ(peaks(two_layers(2), plan, 1), (std::vector<std::int64_t>{4270}));
+}
+
+// The level of a memory counter's history at time t (the last sample at or before t).
+std::int64_t level_at(const std::vector<CounterSample>& history, double t) {
+  auto it = std::upper_bound(history.begin(), history.end(), t,
+                             [](double time, const CounterSample& s) { return time < s.time; });
+  return it == history.begin() ? 0 : std::prev(it)->value;
+}
+
+// Shares of one GPU (HardwareDevice::share_of) hold their tensors in one memory: each share's
+// history is the GPU's, the sum of what the same stages hold as devices of their own less each
+// boundary tensor that those count twice, once on each side (a stage on a share receives the
+// tensor itself, as on one device): an activation that its sender keeps, from its copy until
+// the receiver's backward ends; any other, while it is copied.
+TEST(Memory, SharesOfOneGpuHoldEachTensorOnce) {
+  std::mt19937 rng(1129);
+  int compared = 0, lower = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    const int layers = 2 + static_cast<int>(rng() % 7);
+    const std::int64_t batch = 1 + static_cast<std::int64_t>(rng() % 6);
+    Profile profile = testing::random_profile(rng, layers, batch);
+    testing::vary_memory_flags(rng, profile);
+    const int stages = 2 + static_cast<int>(rng() % std::min(layers - 1, 3));
+    std::vector<int> balance(stages, 1);
+    for (int extra = layers - stages; extra > 0; --extra) ++balance[rng() % stages];
+    const int chunks = 1 + static_cast<int>(rng() % batch);
+    const auto checkpoint = kAllCheckpointModes[rng() % std::size(kAllCheckpointModes)];
+    const auto schedule = rng() % 2 ? ScheduleKind::GPipe : ScheduleKind::OneFOneB;
+    const Plan plan = testing::make_plan(balance, chunks, checkpoint, schedule);
+    Hardware hw = replicate_device(profile.device, stages);
+    hw.link.bandwidth_bytes_per_s = 1e5 * static_cast<double>(1 + rng() % 100);
+    hw.link.latency_ms = 0.1;
+    const SimulationResult apart = Simulator(profile, hw).run(plan);
+    for (auto& d : hw.devices) d.share_of = "cuda:0";
+    const SimulationResult shared = Simulator(profile, hw).run(plan);
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << ": " << describe_plan(plan));
+    ASSERT_DOUBLE_EQ(shared.iteration_ms, apart.iteration_ms);  // no launch times: no turns
+
+    // Per micro-batch and stage, when its backward ends.
+    std::map<std::pair<int, int>, double> backward_end;
+    for (const SimTask& t : apart.tasks) {
+      if (t.kind == TaskKind::Backward) backward_end[{t.stage, t.micro_batch}] = t.end_ms;
+    }
+    struct Twice {
+      double from, to;
+      std::int64_t bytes;
+    };
+    std::vector<Twice> twice;
+    std::vector<double> times;
+    for (const SimTask& t : apart.tasks) {
+      if (is_compute(t.kind)) continue;
+      const bool kept = t.kind == TaskKind::SendActivation &&
+                        !is_checkpointed(checkpoint, t.micro_batch,
+                                         static_cast<int>(apart.micro_batch_sizes.size()));
+      twice.push_back(
+          {t.start_ms, kept ? backward_end.at({t.stage + 1, t.micro_batch}) : t.end_ms, t.bytes});
+    }
+    for (const DeviceReport& d : apart.devices) {
+      for (const CounterSample& s : d.memory) times.push_back(s.time);
+    }
+    for (const DeviceReport& d : shared.devices) {
+      EXPECT_EQ(d.peak_memory_bytes, shared.devices[0].peak_memory_bytes);
+      for (const CounterSample& s : d.memory) times.push_back(s.time);
+    }
+    for (const double t : times) {
+      std::int64_t expected = 0;
+      for (const DeviceReport& d : apart.devices) expected += level_at(d.memory, t);
+      for (const Twice& c : twice) expected -= c.from <= t && t < c.to ? c.bytes : 0;
+      for (const DeviceReport& d : shared.devices)
+        ASSERT_EQ(level_at(d.memory, t), expected) << "at " << t << " ms, " << d.name;
+      ++compared;
+    }
+    std::int64_t sum_of_peaks = 0;
+    for (const DeviceReport& d : apart.devices) sum_of_peaks += d.peak_memory_bytes;
+    lower += shared.devices[0].peak_memory_bytes < sum_of_peaks;
+  }
+  EXPECT_GT(compared, 2000);
+  // The GPU's peak is not the sum of the shares' own: they come at different times.
+  EXPECT_GT(lower, 100);
 }
 
 TEST(Memory, LibraryWorkspacesOncePerDeviceThatComputes) {
@@ -480,8 +562,11 @@ TEST(StagePeakBound, NeverAboveTheSimulatedPeakOnRandomPlans) {
     const auto schedule = rng() % 2 ? ScheduleKind::GPipe : ScheduleKind::OneFOneB;
     Plan plan = testing::make_plan(balance, chunks, checkpoint, schedule);
     plan.optimizer_state_factor = static_cast<double>(rng() % 3);
-    const Hardware hw = replicate_device(profile.device, stages);
+    Hardware hw = replicate_device(profile.device, stages);
     const SimulationResult r = Simulator(profile, hw).run(plan);
+    // On shares of one GPU every stage's device holds the GPU's memory: at least its own.
+    for (auto& d : hw.devices) d.share_of = "cuda:0";
+    const SimulationResult on_shares = Simulator(profile, hw).run(plan);
 
     const CostModel model(profile);
     const StagePeakShape shape = stage_peak_shape(model, plan, stages);
@@ -497,6 +582,11 @@ TEST(StagePeakBound, NeverAboveTheSimulatedPeakOnRandomPlans) {
                    << "trial " << trial << ": " << describe_plan(plan) << ", stage " << j);
       ASSERT_LE(full, peak);
       ASSERT_LE(nested, peak);
+      StagePeakShape shares_shape = shape;
+      shares_shape.inputs_are_own_buffers = false;
+      ASSERT_LE(stage_peak_bound(model, common, last, shares_shape, j, a, b, false),
+                on_shares.devices[j].peak_memory_bytes);
+      ASSERT_LE(nested, on_shares.devices[j].peak_memory_bytes);
       ++checked;
       binding += full == peak ? 1 : 0;
       // Nested: only grows with the stage, whichever end moves (for any stage index).

@@ -282,6 +282,36 @@ TEST(Planner, SharesOfOneGpuAgainstBruteForce) {
   EXPECT_GT(slower, configs / 4) << slower << " of " << configs;
 }
 
+// Shares of one GPU hold their tensors in one memory, each share's peak the GPU's, against the
+// GPU's capacity: the planner's memory bounds must stay below that joint peak (a stage there
+// receives the sender's tensor itself), and its answer is still the brute-force optimum. Caps
+// just above the leanest plan's joint peak rule out plans whose stages would each fit apart.
+TEST(Planner, SharesOfOneGpuUnderACapAgainstBruteForce) {
+  std::mt19937 rng(1129);
+  int fewer = 0;
+  for (int trial = 0; trial < 24; ++trial) {
+    const int layers = 3 + static_cast<int>(rng() % 6);                        // 3..8
+    const int stages = 2 + static_cast<int>(rng() % std::min(layers - 1, 2));  // 2..3
+    const std::int64_t batch = 2 + rng() % 5;
+    Profile profile = testing::random_profile(rng, layers, batch);
+    testing::vary_memory_flags(rng, profile);
+    Hardware apart = random_hardware(rng, profile, stages);
+    Hardware shares = apart;
+    for (auto& d : shares.devices) d.share_of = "cuda:0";
+    const auto cap = static_cast<std::int64_t>(brute_force(profile, shares).leanest_peak *
+                                               (1.0 + (rng() % 30) / 100.0));
+    for (Hardware* hw : {&apart, &shares}) {
+      for (auto& d : hw->devices) d.memory_bytes = cap;
+    }
+    const BruteForce expected = brute_force(profile, shares);
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << ": " << layers << " layers, "
+                                      << stages << " stages, batch " << batch);
+    plan_against(profile, shares, expected);
+    fewer += expected.per_config.size() < brute_force(profile, apart).per_config.size();
+  }
+  EXPECT_GT(fewer, 12);
+}
+
 // torchgpipe's balancer is not optimal (docs/references.md). With many micro-batches the iteration
 // is (total + (M - 1) x the slowest stage) per pass, so the best plan has the least bottleneck.
 std::vector<int> best_balance(const std::vector<double>& costs, int devices) {
