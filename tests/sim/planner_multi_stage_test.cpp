@@ -182,7 +182,7 @@ TEST(Planner, MultiStageSchedulesAgainstBruteForce) {
 // (or below all of them): the answer is the fastest balance that fits, proven, and no plan
 // when none does. The memory bounds prune balances and rule configurations out
 // (sim/multi_stage_peak_bound.hpp): one that is not a bound would drop the fastest fitting
-// balance here.
+// balance here, also where the devices are shares of one GPU, whose memory is one.
 TEST(Planner, MultiStageSchedulesUnderCapsAgainstBruteForce) {
   std::mt19937 rng(19);
   const auto& kMulti = kMultiStageScheduleKinds;
@@ -198,6 +198,10 @@ TEST(Planner, MultiStageSchedulesUnderCapsAgainstBruteForce) {
     Hardware hw = replicate_device(profile.device, 2);
     hw.launch_overhead_ms = (rng() % 3) / 100.0;
     for (auto& d : hw.devices) d.speed = 0.5 + (rng() % 4) / 2.0;
+    // Every third: the two devices are shares of one GPU, their memory one (each one's peak).
+    if (trial % 3 == 2) {
+      for (auto& d : hw.devices) d.share_of = "cuda:0";
+    }
     const double factor = static_cast<double>(rng() % 3);
     for (ScheduleKind kind : kMulti) {
       const int chunks = 1 + static_cast<int>(rng() % batch);
