@@ -538,7 +538,9 @@ TEST(Executor, AnOutOfMemoryMidStepReachesTheCallerAndNothingHangs) {
       EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("out of memory"));
       EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("micro-batch"));
     }
-    EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(1));
+    // A hang, not a speed: the step takes milliseconds, but a loaded machine can stall it for
+    // a second (seen with ctest -j2 beside a benchmark on two cores).
+    EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(10));
   }
   EXPECT_EQ(settled_thread_count(threads_before), threads_before) << "threads left behind";
   // With the memory back, the same model trains again.
