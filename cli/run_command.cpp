@@ -245,6 +245,7 @@ void refuse_misfit(const RunFlags& flags, const Plan& plan, const exec::Executor
   }
   fit.device_kind = flags.device;
   fit.devices = options.devices;
+  fit.sm_partitions = options.sm_partitions;
   fit.batch = flags.batch;
   fit.optimizer_state_factor = exec::optimizer_state_factor(options.optimizer);
   const auto misfits =

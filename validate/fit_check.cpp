@@ -54,7 +54,9 @@ std::vector<DoesNotFit> predict_misfits(const FitCheck& check, const Plan& plan,
     hw = load_hardware(check.hardware_path);
   } else {
     for (const auto& name : check.devices)
-      hw.devices.push_back({name, profile.device.memory_bytes, 1.0});
+      // `run --sm-partitions` splits cuda:0.
+      hw.devices.push_back(
+          {name, profile.device.memory_bytes, 1.0, check.sm_partitions > 0 ? "cuda:0" : ""});
   }
   if (memory > 0) {
     for (auto& d : hw.devices) d.memory_bytes = memory;

@@ -25,6 +25,9 @@ struct FitCheck {
   std::int64_t memory_bytes = 0;     ///< every device's memory, overriding the above; 0: not given
   std::string device_kind;           ///< "cpu" or "cuda"
   std::vector<std::string> devices;  ///< the executor's devices, in the order the plan indexes them
+  /// > 0: the devices are shares of one GPU's SMs (`run --sm-partitions`), whose tensors the
+  /// GPU's one memory holds: each share's peak is the GPU's, all of them together.
+  int sm_partitions = 0;
   std::int64_t batch = 0;
   double optimizer_state_factor = 0.0;  ///< of the optimizer the run will use
   std::optional<Schedule> schedule;     ///< run instead of the plan's (torch's CSV)

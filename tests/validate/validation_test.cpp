@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <stdexcept>
 
 #include "sim/simulator.hpp"
 #include "tests/sim/fixtures.hpp"
+#include "validate/fit_check.hpp"
 
 namespace pipetune::validate {
 namespace {
@@ -107,6 +110,38 @@ TEST(MeasuredRun, MedianAndSpread) {
   r.pipeline_ms = {10, 12, 11, 50};
   EXPECT_DOUBLE_EQ(r.median_pipeline_ms(), 11.5);
   EXPECT_DOUBLE_EQ(r.spread_ms(), 1.0);  // deviations 1.5, 0.5, 0.5, 38.5
+}
+
+// `run --sm-partitions K` checks a plan against the GPU's one memory: its shares' tensors
+// together, not each share's alone (the simulator's GPU peak is at least each share's own and
+// here above the largest of them).
+TEST(FitCheck, SharesOfOneGpuAreCheckedAgainstTheGpusOneMemory) {
+  const Profile profile =
+      testing::make_profile({{1.0, 2.0, 4000, 300, 500, 0}, {1.0, 2.0, 4000, 300, 500, 0}}, 4, 100);
+  const auto path = std::filesystem::temp_directory_path() / "pipetune-fit-shares.profile.json";
+  save_profile(profile, path.string());
+  const Plan plan = testing::make_plan({1, 1}, 2, CheckpointMode::Never);
+  Hardware apart = replicate_device(profile.device, 2);
+  std::int64_t largest = 0;
+  for (const DeviceReport& d : Simulator(profile, apart).run(plan).devices)
+    largest = std::max(largest, d.peak_memory_bytes);
+  FitCheck check;
+  check.plan_source = "p.json";
+  check.profile_path = path.string();
+  check.device_kind = "cuda";
+  check.devices = {"cuda:0", "cuda:1"};
+  check.batch = profile.batch_size;
+  check.memory_bytes = largest;  // each share's own tensors fit
+  const ModelFactory unused = []() -> models::Model { throw std::logic_error("not profiled"); };
+  EXPECT_TRUE(predict_misfits(check, plan, unused).empty());
+  check.sm_partitions = 2;
+  const auto misfits = predict_misfits(check, plan, unused);
+  ASSERT_EQ(misfits.size(), 2u);
+  for (const DoesNotFit& m : misfits) {
+    EXPECT_GT(m.predicted_bytes, largest);
+    EXPECT_EQ(m.predicted_bytes, misfits[0].predicted_bytes);  // the GPU's, on each share
+  }
+  std::filesystem::remove(path);
 }
 
 }  // namespace
