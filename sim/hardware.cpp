@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <map>
 
 #include "sim/error.hpp"
 #include "sim/file_io.hpp"
@@ -243,6 +244,22 @@ void set_all_links(Hardware& hardware, std::optional<double> bandwidth_bytes_per
   set(hardware.link);
   for (auto& o : hardware.links) set(o.link);
   hardware.calibration.copy.reset();
+}
+
+std::vector<int> shared_gpus(const Hardware& hardware) {
+  std::vector<int> gpu(hardware.devices.size(), -1);
+  std::map<std::string, std::vector<int>> shares;
+  for (std::size_t d = 0; d < hardware.devices.size(); ++d) {
+    if (!hardware.devices[d].share_of.empty())
+      shares[hardware.devices[d].share_of].push_back(static_cast<int>(d));
+  }
+  int count = 0;
+  for (const auto& [name, devices] : shares) {
+    if (devices.size() < 2) continue;
+    for (const int d : devices) gpu[static_cast<std::size_t>(d)] = count;
+    ++count;
+  }
+  return gpu;
 }
 
 }  // namespace pipetune

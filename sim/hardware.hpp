@@ -33,8 +33,9 @@ struct HardwareDevice {
   std::int64_t memory_bytes = 0;  ///< 0: unknown, no limit is enforced
   double speed = 1.0;             ///< relative to the profiled device: time = profiled / speed
   /// Optional ("": a whole device): the GPU whose SMs this device is a share of (`run
-  /// --sm-partitions`). Shares of one GPU run their backwards' launches on one host thread,
-  /// autograd's for that GPU, so those launches take turns.
+  /// --sm-partitions`). Where two or more devices are shares of one GPU, they run their
+  /// backwards' launches on one host thread, autograd's for that GPU, so those launches take
+  /// turns, and they hold their tensors in the GPU's one memory (docs/memory-model.md).
   std::string share_of;
 };
 
@@ -104,5 +105,10 @@ Hardware calibrated(const Hardware& hardware, int devices_used);
 /// no hardware file is given. Names are "<type>:<index>"; where the profile was taken on a share
 /// of a GPU's SMs, the copies are shares of "<type>:0", as `run --sm-partitions` makes them.
 Hardware replicate_device(const ProfileDevice& device, int count);
+
+/// By device: the index of the GPU it is a share of (HardwareDevice::share_of) among the GPUs two
+/// or more devices are shares of, numbered from 0 in the order of their names; -1 for a device
+/// of its own (a `share_of` no other device names included).
+std::vector<int> shared_gpus(const Hardware& hardware);
 
 }  // namespace pipetune

@@ -346,14 +346,16 @@ std::int64_t stage_peak_bound(const CostModel& model, const SizeCosts& common,
   }
   // Micro-batches [p, r) are forwarded and not yet backwarded when q's backward starts, after
   // `earlier` backwards (all of common size but perhaps the first).
+  const bool senders_tensor =
+      static_cast<std::size_t>(stage) < shape.receives_senders_tensor.size() &&
+      shape.receives_senders_tensor[static_cast<std::size_t>(stage)];
   auto before = [&](int p, int r, int q, int earlier) {
     BeforeBackward state;
     const int autograd_from = std::max(p, stop);
     const int last_in = shape.last_differs && p <= m - 1 && m - 1 < r ? 1 : 0;
     const int autograd_last = last_in && m - 1 >= stop ? 1 : 0;
     state.kept_forwards = {std::max(0, r - autograd_from) - autograd_last, autograd_last};
-    if (stage > 0 && !nested && shape.inputs_are_own_buffers)
-      state.received_inputs = {r - p - last_in, last_in};
+    if (stage > 0 && !nested && !senders_tensor) state.received_inputs = {r - p - last_in, last_in};
     state.slot = slot_of(q);
     state.recomputed = q < stop;
     state.first = earlier == 0;

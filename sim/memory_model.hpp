@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cstdint>
+#include <vector>
 
 #include "sim/cost_model.hpp"
 #include "sim/plan.hpp"
@@ -146,10 +147,10 @@ struct StagePeakShape {
   std::int64_t library_bytes = 0;
   /// Per size slot, the largest output of a layer that is a view (for `nested`, see below).
   std::array<std::int64_t, 2> view_output_bytes{};
-  /// False where stages are shares of one GPU (HardwareDevice::share_of): a stage there receives
-  /// the sender's tensor itself, perhaps a view of what the sender holds, so received inputs
-  /// are not counted.
-  bool inputs_are_own_buffers = true;
+  /// Per stage (empty: none): whether it is on a share of the same GPU as the stage before it
+  /// (HardwareDevice::share_of). It then receives the sender's tensor itself, perhaps a view of
+  /// what the sender holds, so its received inputs are not counted.
+  std::vector<bool> receives_senders_tensor;
 };
 
 /// The shape of `plan` (its balance aside) for a profile of these costs.

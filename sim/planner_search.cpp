@@ -151,9 +151,11 @@ void PlanSearch::prepare(const Config& config) {
     shape.schedule = config.schedule;
     shape.optimizer_state_factor = options_.optimizer_state_factor;
     peak_shape_ = stage_peak_shape(costs_, shape, stages_);
-    peak_shape_.inputs_are_own_buffers =
-        std::none_of(hardware_.devices.begin(), hardware_.devices.begin() + stages_,
-                     [](const HardwareDevice& d) { return !d.share_of.empty(); });
+    // Stage j on device j: a stage on a share of its sender's GPU receives the tensor itself.
+    const std::vector<int> gpu = shared_gpus(hardware_);
+    peak_shape_.receives_senders_tensor.assign(static_cast<std::size_t>(stages_), false);
+    for (int j = 1; j < stages_; ++j)
+      peak_shape_.receives_senders_tensor[j] = gpu[j] >= 0 && gpu[j] == gpu[j - 1];
     full_bounds_.clear();
   }
   work_.assign(layers_ + 1, 0.0);

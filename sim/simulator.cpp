@@ -77,31 +77,10 @@ std::int64_t SimulationResult::max_peak_memory_bytes() const {
   return peak;
 }
 
-namespace {
-
-// By device, the index of the GPU it is a share of (`share_of`) among those two or more devices
-// are shares of (-1: a device of its own), and how many such GPUs there are.
-std::pair<std::vector<int>, int> shared_gpus(const Hardware& hardware) {
-  std::vector<int> gpu(hardware.devices.size(), -1);
-  int count = 0;
-  std::map<std::string, std::vector<int>> shares;
-  for (std::size_t d = 0; d < hardware.devices.size(); ++d) {
-    if (!hardware.devices[d].share_of.empty())
-      shares[hardware.devices[d].share_of].push_back(static_cast<int>(d));
-  }
-  for (const auto& [name, devices] : shares) {
-    if (devices.size() < 2) continue;
-    for (const int d : devices) gpu[static_cast<std::size_t>(d)] = count;
-    ++count;
-  }
-  return {gpu, count};
-}
-
-}  // namespace
-
 Simulator::Simulator(const Profile& profile, const Hardware& hardware)
     : profile_(profile), hardware_(hardware), costs_(profile) {
-  std::tie(shared_gpu_, shared_gpu_count_) = shared_gpus(hardware);
+  shared_gpu_ = shared_gpus(hardware);
+  for (const int gpu : shared_gpu_) shared_gpu_count_ = std::max(shared_gpu_count_, gpu + 1);
   const int devices = static_cast<int>(hardware.devices.size());
   links_.resize(static_cast<std::size_t>(devices) * devices);
   for (int from = 0; from < devices; ++from) {

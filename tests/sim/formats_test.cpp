@@ -492,6 +492,15 @@ TEST(HardwareFormat, ShareOfIsReadWrittenOnlyWhenSetAndMustNameAGpu) {
             "in.json: devices[0].share_of: expected a non-empty string, got \"\"");
 }
 
+// The simulator's and the planner's GPUs: those two or more devices name, numbered by name.
+TEST(HardwareFormat, SharedGpusAreThoseTwoOrMoreDevicesNameNumberedByName) {
+  Hardware hw = replicate_device({"cuda", "x", 0}, 6);
+  const char* share_of[] = {"gpu-b", "", "gpu-a", "gpu-b", "gpu-c", "gpu-a"};
+  for (int d = 0; d < 6; ++d) hw.devices[d].share_of = share_of[d];
+  EXPECT_EQ(shared_gpus(hw), (std::vector<int>{1, -1, 0, 1, -1, 0}));  // gpu-c: one share only
+  EXPECT_EQ(shared_gpus(replicate_device({"cuda", "x", 0}, 2)), (std::vector<int>{-1, -1}));
+}
+
 TEST(HardwareFormat, IdealLinkSurvivesARoundTrip) {
   const Hardware hw = replicate_device({"cpu", "x", 0}, 2);
   const Hardware again = parse_hardware(hardware_to_json(hw), "again");
