@@ -47,6 +47,7 @@ struct ValidateFlags {
   std::string progress;
   bool distributed = false;
   double timeout_s = 300.0;
+  int sm_partitions = 0;
 };
 
 // The model, the devices and what is already known of them.
@@ -59,6 +60,11 @@ void add_input_flags(CLI::App& sub, ValidateFlags& flags) {
   sub.add_option("--devices", flags.devices,
                  "pipeline devices: CPU worker threads or CUDA devices (default 2)")
       ->check(CLI::PositiveNumber);
+  sub.add_option("--sm-partitions", flags.sm_partitions,
+                 "--device cuda: split the GPU's SMs into K equal shares and run device cuda:<n> "
+                 "on share n, profiling on one share (as profile and run --sm-partitions)")
+      ->check(CLI::PositiveNumber)
+      ->type_name("K");
   sub.add_option("--profile", flags.profile, "reuse this profile instead of profiling")
       ->type_name("FILE");
   sub.add_option("--hardware", flags.hardware,
@@ -173,6 +179,16 @@ validate::ValidationOptions validation_options(const ValidateFlags& flags) {
   o.run.learning_rate = flags.learning_rate;
   o.run.float64 = flags.model.dtype_name == "float64";
   o.devices = flags.devices;
+  if (flags.sm_partitions > 0) {
+    if (flags.device != "cuda" || flags.distributed) {
+      throw InputError("--sm-partitions: only with --device cuda, in one process");
+    }
+    if (flags.devices > flags.sm_partitions) {
+      throw InputError(fmt::format("--devices {}: more than the {} shares of --sm-partitions",
+                                   flags.devices, flags.sm_partitions));
+    }
+    o.run.sm_partitions = flags.sm_partitions;
+  }
   o.profile_path = flags.profile;
   o.hardware_path = flags.hardware;
   for (const auto& path : flags.plans) {

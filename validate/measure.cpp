@@ -58,7 +58,8 @@ std::vector<MeasuredRun> measure_plans(
     const int measured = settings.steps / rounds + (round < settings.steps % rounds ? 1 : 0);
     for (std::size_t p = 0; p < plans.size(); ++p) {
       exec::ExecutorOptions options;
-      options.devices = exec::executor_devices(plans[p], settings.device);
+      options.devices = exec::executor_devices(plans[p], settings.device, settings.sm_partitions);
+      options.sm_partitions = settings.sm_partitions;
       options.threads_per_cpu_device = settings.threads;
       options.seed = settings.seed;
       options.optimizer = exec::parse_optimizer(settings.optimizer);

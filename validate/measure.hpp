@@ -29,6 +29,8 @@ struct RunSettings {
   std::string optimizer = "sgd";  ///< sgd, momentum, adam or none
   double learning_rate = 0.01;
   bool float64 = false;  ///< the batch's dtype (the model's must match)
+  /// > 0 (cuda): the devices are this many equal shares of cuda:0's SMs (ExecutorOptions).
+  int sm_partitions = 0;
 };
 
 /// What one plan measured over its steps.

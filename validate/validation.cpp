@@ -72,6 +72,17 @@ Profile obtain_profile(models::Model& model, const ValidationOptions& options, V
       throw InputError(fmt::format("{}: \"batch_size\" is {}, but the batch size is {}", src,
                                    profile.batch_size, options.run.batch));
     }
+    // A profile taken on a share times each layer as a stage on a share runs it; one taken on
+    // the whole GPU would predict every stage about K times too fast.
+    if (options.run.sm_partitions > 0 && profile.device.sm_shares != options.run.sm_partitions) {
+      throw InputError(fmt::format(
+          "{}: taken on {}, but the plans run on {} shares of the GPU's SMs: profile with "
+          "--sm-partitions {}",
+          src,
+          profile.device.sm_shares > 1 ? fmt::format("1 of {} shares", profile.device.sm_shares)
+                                       : "the whole device",
+          options.run.sm_partitions, options.run.sm_partitions));
+    }
     if (profile.layer_count() != model.layer_names.size()) {
       throw InputError(fmt::format("{}: {} layers, but the model has {}", src,
                                    profile.layer_count(), model.layer_names.size()));
@@ -86,6 +97,7 @@ Profile obtain_profile(models::Model& model, const ValidationOptions& options, V
   po.warmup = options.profile_warmup;
   po.seed = options.run.seed;
   po.threads = options.run.threads;
+  po.sm_partitions = options.run.sm_partitions;
   if (po.threads == 0 && options.run.device == "cpu") {
     // The threads each CPU device will have when the executor runs the plans.
     po.threads = exec::cpu_threads_per_device(options.devices);
@@ -108,8 +120,10 @@ Profile obtain_profile(models::Model& model, const ValidationOptions& options, V
   return std::move(result.profile);
 }
 
-Hardware obtain_hardware(const ValidationOptions& options, int layers) {
+Hardware obtain_hardware(const ValidationOptions& options, const Profile& profile, int layers) {
   if (!options.hardware_path.empty()) return load_hardware(options.hardware_path);
+  // Shares of one GPU: devices like the profiled share, their hand-overs on that GPU (no link).
+  if (options.run.sm_partitions > 0) return replicate_device(profile.device, options.devices);
   if (options.probe) return options.probe(layers);
   Hardware hw = profiler::probe_hardware(options.run.device, options.devices);
   const int keep = options.devices;
@@ -268,7 +282,7 @@ Validation run_validation(const ValidationOptions& options) {
                            : measure_plans(model, to_run, settings, progress);
   };
   const Profile profile = obtain_profile(model, options, v);
-  Hardware hardware = obtain_hardware(options, static_cast<int>(model.layer_names.size()));
+  Hardware hardware = obtain_hardware(options, profile, static_cast<int>(model.layer_names.size()));
   const std::string hardware_source =
       options.hardware_path.empty() ? "the probed hardware" : options.hardware_path;
 

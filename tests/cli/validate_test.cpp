@@ -242,6 +242,20 @@ TEST(CliValidate, BadInputIsOneLine) {
   args = kModel;
   args.insert(args.end(), {"--plan", plan.string(), "--top", "2"});
   EXPECT_THAT(error(args), ::testing::HasSubstr("--plan excludes --top"));
+  // SM shares: only on a GPU, no more devices than shares, and a profile taken on one share.
+  args = kModel;
+  args.insert(args.end(), {"--sm-partitions", "2"});
+  EXPECT_EQ(error(args),
+            "pipetune: error: --sm-partitions: only with --device cuda, in one process\n");
+  EXPECT_EQ(error({"--model", "mlp:layers=4,width=32", "--device", "cuda", "--sm-partitions", "2",
+                   "--devices", "3"}),
+            "pipetune: error: --devices 3: more than the 2 shares of --sm-partitions\n");
+  EXPECT_EQ(error({"--model", "mlp:layers=3,width=16", "--batch", "8", "--device", "cuda",
+                   "--sm-partitions", "2", "--profile", (other / "profile.json").string(), "--out",
+                   scratch("z").string()}),
+            "pipetune: error: " + (other / "profile.json").string() +
+                ": taken on the whole device, but the plans run on 2 shares of the GPU's SMs: "
+                "profile with --sm-partitions 2\n");
 }
 
 TEST(CliValidate, NoPlanFitsIsWorkNotDoneExitOne) {
