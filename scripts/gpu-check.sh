@@ -255,6 +255,12 @@ phase_partitions() {
       > "$out/1f1b-4.turns.run.json" 2>> "$log" || fail "run $name 1f1b x4, stages in turn"
   done
   logged "$python" bench/validation/partitions_table.py "$dir" | tee "$dir/table.md"
+  # The same in one command, for the last model: validate on the shares, with its profile.
+  say "partitions $name: validate --sm-partitions $shares (its 2 best plans)"
+  logged "$cli" validate --model "$spec" --batch "$batch" --device cuda --sm-partitions "$shares" \
+    --devices "$shares" --profile "$dir/$name/profile.json" --top 2 --steps 5 --warmup 2 \
+    --calibration-plans 0 --progress none --out "$dir/validate-$name" ||
+    fail "validate $name --sm-partitions $shares"
 }
 
 phase_bench() {
