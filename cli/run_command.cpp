@@ -21,6 +21,7 @@
 #include "cli/torch_inputs.hpp"
 #include "distributed/link_probe.hpp"
 #include "distributed/process_group.hpp"
+#include "executor/device_runtime.hpp"
 #include "executor/executor.hpp"
 #include "executor/placement.hpp"
 #include "executor/sm_partitions.hpp"
@@ -201,7 +202,8 @@ exec::ExecutorOptions executor_options(const RunFlags& flags, const Plan& plan,
                  shares.sms.front());
     options.sm_partitions = flags.sm_partitions;
   }
-  options.devices = exec::executor_devices(plan, flags.device, flags.sm_partitions);
+  options.devices =
+      exec::executor_devices(plan, flags.device, flags.sm_partitions, flags.distributed);
   options.threads_per_cpu_device = flags.threads;
   if (flags.distributed) {
     launch = distributed::read_launch_environment();
@@ -212,10 +214,13 @@ exec::ExecutorOptions executor_options(const RunFlags& flags, const Plan& plan,
           plan_source(flags), options.devices.size(), fmt::join(options.devices, ", "),
           launch.world_size));
     }
-    if (flags.device == "cuda") {
-      throw InputError(
-          "--distributed --device cuda: NCCL transport is not in this build yet; use --device "
-          "cpu (Gloo)");
+    if (flags.device == "cuda" && launch.rank == 0) {
+      // Gloo carries host memory: each sent tensor goes through it (no NCCL yet).
+      const int gpus = exec::cuda_device_count();
+      std::fprintf(stderr,
+                   "note: %d ranks on %d GPU%s over Gloo, tensors staged through host memory%s\n",
+                   launch.world_size, gpus, gpus == 1 ? "" : "s",
+                   launch.world_size > gpus ? "; device cuda:k runs on GPU k mod the GPUs" : "");
     }
     if (flags.threads == 0) {
       // The ranks on this machine share its cores.

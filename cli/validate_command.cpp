@@ -221,7 +221,8 @@ validate::ValidationOptions validation_options(const ValidateFlags& flags) {
 void use_distributed_runs(const ValidateFlags& flags, validate::ValidationOptions& o) {
   if (flags.device != "cpu") {
     throw InputError(
-        "--distributed: only --device cpu (Gloo) in this build; NCCL is not wired yet");
+        "--distributed: validate runs its ranks on --device cpu only (run --distributed "
+        "--device cuda works, over Gloo)");
   }
   DistributedRuns runs;
   runs.model_spec = flags.model.spec;

@@ -217,7 +217,10 @@ class GlooTransport final : public exec::Transport {
     std::copy(layout.shape.begin(), layout.shape.end(), h + 2);
     std::memcpy(&h[2 + kMaxDims], &sent_ms, sizeof sent_ms);
     h[3 + kMaxDims] = moved ? kMoved : kAsBefore;
-    std::vector<at::Tensor> header_list{header}, data_list{tensor.contiguous()};
+    // Gloo sends host memory: a GPU tensor goes through host memory first, copied on the
+    // sending thread's stream (so after the kernels that made it), before gloo reads it.
+    std::vector<at::Tensor> header_list{header},
+        data_list{tensor.is_cuda() ? tensor.to(at::kCPU).contiguous() : tensor.contiguous()};
     std::lock_guard<std::mutex> lock(mutex_);
     sending_.push_back(
         {to_rank, post(to_rank, [&] { return group_->send(header_list, to_rank, 3 * tag); })});

@@ -38,6 +38,8 @@ class CpuRuntime final : public DeviceRuntime {
 
   at::Generator make_generator(int) override { return at::detail::createCPUGenerator(); }
 
+  Handoff arrive(const at::Tensor& host_tensor, int) override { return {host_tensor, nullptr}; }
+
   at::Tensor adopt(const at::Tensor& tensor, int device) override {
     CountingAllocator::DeviceScope scope(device);
     return tensor.clone();

@@ -130,6 +130,16 @@ class CudaRuntime final : public DeviceRuntime {
     return {out, event};
   }
 
+  Handoff arrive(const at::Tensor& host_tensor, int device) override {
+    // On the receiving thread's stream (bind_copy_thread); the event tells the consumer's
+    // stream when the tensor is on the device.
+    const CUDAStream stream = c10::cuda::getCurrentCUDAStream(devices_[device].index());
+    at::Tensor out = host_tensor.to(devices_[device], /*non_blocking=*/false);
+    auto event = std::make_shared<at::cuda::CUDAEvent>();
+    event->record(stream);
+    return {out, event};
+  }
+
   at::Tensor consume(const Handoff& handoff, int device) override {
     if (handoff.ready)
       static_cast<at::cuda::CUDAEvent*>(handoff.ready.get())->block(compute_[device]);

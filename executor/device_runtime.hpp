@@ -59,6 +59,10 @@ class DeviceRuntime {
   virtual Handoff publish(const at::Tensor& tensor, int device) = 0;
   /// On a copy thread: the handed-off tensor copied to `to`.
   virtual Handoff copy(const Handoff& handoff, int from, int to) = 0;
+  /// On a receiving thread (bound to the copy channel from the sender to `device`): a tensor
+  /// that came from another process in host memory, onto `device`, to consume() there. A CPU
+  /// device takes it as it is (its receive buffer was charged to it).
+  virtual Handoff arrive(const at::Tensor& host_tensor, int device) = 0;
   /// On the consumer's thread, bound to `device`: the tensor, safe to use there.
   virtual at::Tensor consume(const Handoff& handoff, int device) = 0;
 

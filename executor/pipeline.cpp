@@ -111,9 +111,13 @@ std::unique_ptr<DeviceRuntime> make_runtime(const StagePlacement& placement,
   }
   if (options.sm_partitions > 0) throw InputError(Input::Device, "SM partitions need CUDA devices");
   if (placement.cuda) {
+    // A distributed run's ranks may outnumber the GPUs here: device cuda:k of the plan then
+    // runs on GPU k mod the GPUs (ranks sharing a GPU, each with its own allocator).
+    const int gpus = options.transport ? std::max(1, cuda_device_count()) : 0;
     std::vector<c10::Device> devices;
     for (const DeviceName& d : placement.devices) {
-      devices.emplace_back(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(d.index));
+      devices.emplace_back(c10::DeviceType::CUDA,
+                           static_cast<c10::DeviceIndex>(gpus > 0 ? d.index % gpus : d.index));
     }
     return make_cuda_runtime(devices, options.record_memory_history, {});
   }
@@ -530,6 +534,8 @@ void Pipeline::Impl::receiver_main(Receiver* r) {
       const int sender = sender_stage(key);
       try {
         Received got = options.transport->recv(r->peer, tag(key));
+        // Onto this rank's device (a GPU's copy from host memory ends the transfer).
+        Handoff arrived_tensor = runtime->arrive(got.tensor, local);
         const Stamp arrived = runtime->now(local);
         TraceTask t = copy_task(key, r->peer, local, step_index,
                                 static_cast<std::int64_t>(got.tensor.nbytes()));
@@ -537,7 +543,7 @@ void Pipeline::Impl::receiver_main(Receiver* r) {
         t.end_ms = runtime->resolve(arrived);
         std::lock_guard<std::mutex> lock(mutex);
         r->done.push_back(t);
-        mailbox[key] = Handoff{got.tensor, nullptr};
+        mailbox[key] = std::move(arrived_tensor);
         wake.notify_all();
       } catch (const std::exception& e) {
         if (abort || stop) break;  // cancelled: this step failed or stopped here already

@@ -133,17 +133,17 @@ DeviceName checked_device(const std::string& name, bool distributed, int sm_part
   if (!cuda_built()) {
     throw InputError(fmt::format("device {}: this build of pipetune has no CUDA", name));
   }
+  if (distributed && sm_partitions == 0) {
+    if (cuda_device_count() == 0)
+      throw InputError(fmt::format("device {}: no CUDA device on this machine", name));
+    return device;  // a rank's: on GPU index mod the GPUs here (make_runtime in pipeline.cpp)
+  }
   if (device.index >= cuda_devices(sm_partitions)) {
     throw InputError(sm_partitions > 0
                          ? fmt::format("device {}: no such SM partition (the GPU is split into {})",
                                        name, sm_partitions)
                          : fmt::format("device {}: no such CUDA device (this machine has {})", name,
                                        cuda_device_count()));
-  }
-  if (distributed) {
-    throw InputError(fmt::format(
-        "device {}: a distributed run on CUDA (NCCL) is not in this build; run on CPU devices",
-        name));
   }
   return device;
 }
@@ -189,7 +189,7 @@ StagePlacement place_stages(const Plan& plan, int model_layers, const std::strin
 }
 
 std::vector<std::string> executor_devices(const Plan& plan, const std::string& kind,
-                                          int sm_partitions) {
+                                          int sm_partitions, bool distributed) {
   if (kind == "cuda" && !exec::cuda_built()) {
     throw InputError(Input::Device, "cuda",
                      "this build of pipetune has no CUDA (LibTorch without CUDA, or no CUDA "
@@ -216,7 +216,7 @@ std::vector<std::string> executor_devices(const Plan& plan, const std::string& k
     for (std::size_t k = 0; k < seen.size(); ++k)
       out.push_back(own ? seen[k] : fmt::format("{}:{}", kind, k));
   }
-  if (kind == "cuda") {
+  if (kind == "cuda" && !distributed) {  // a distributed run's ranks may share GPUs
     for (const auto& name : out) {
       if (parse_device_name(name).index >= cuda_devices(sm_partitions)) {
         throw InputError(

@@ -17,8 +17,10 @@ namespace pipetune::exec {
 /// names when they are "<kind>:<n>", else "<kind>:0", "<kind>:1", … by order of first use (one
 /// per programme when the plan names none: a stage each, or stages_per_device each).
 /// `sm_partitions` > 0: "cuda:<n>" names share n of the first GPU's SMs (ExecutorOptions).
+/// `distributed`: one rank per device, "cuda:<n>" on GPU n mod the GPUs here (ranks may share
+/// one), so no device index is refused for want of GPUs.
 std::vector<std::string> executor_devices(const Plan& plan, const std::string& kind,
-                                          int sm_partitions = 0);
+                                          int sm_partitions = 0, bool distributed = false);
 /// Intra-op threads for each CPU device when `devices` CPU devices (worker threads of one
 /// process, or ranks on one machine) share this machine's cores: an equal share, at least one.
 /// The profiler measures with the same count, so a profiled layer runs as it will in the

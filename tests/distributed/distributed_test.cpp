@@ -24,6 +24,7 @@
 #include "sim/simulator.hpp"
 #include "sim/trace.hpp"
 #include "tests/distributed/ranks.hpp"
+#include "tests/support/gpu.hpp"
 #include "tests/support/run_command.hpp"
 
 namespace pipetune {
@@ -207,6 +208,36 @@ TEST_F(Distributed, RunGivesTheSingleProcessLossesAndAValidMergedTrace) {
 }
 
 // A plan that does not match WORLD_SIZE is refused before any work: no rank waits for others.
+// On a GPU: two ranks sharing it (cuda:1 runs on GPU 1 mod the GPUs), their tensors staged
+// through host memory over Gloo, train as one process with both stages on that GPU: the same
+// losses, step after step.
+TEST_F(Distributed, CudaRanksOverGlooGiveTheSingleProcessLosses) {
+  PIPETUNE_GPU_TEST_NEEDS(fs::exists("/dev/nvidia0"), "no GPU on this machine");
+  const std::string plan = write_plan("plan.json", plan_json("2, 2", 4, "except_last", "1f1b"));
+  const std::string one_gpu = write_plan(
+      "one-gpu.json", plan_json("2, 2", 4, "except_last", "1f1b", R"("cuda:0", "cuda:0")"));
+  const std::vector<std::string> common{"run",        "--model",  "mlp:layers=4,width=256",
+                                        "--batch",    "32",       "--steps",
+                                        "3",          "--seed",   "5",
+                                        "--json",     "--device", "cuda",
+                                        "--progress", "none"};
+  std::vector<std::string> single{PIPETUNE_CLI};
+  single.insert(single.end(), common.begin(), common.end());
+  single.insert(single.end(), {"--plan", one_gpu});
+  const auto one = testing::run_command(single);
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  std::vector<std::string> argv{PIPETUNE_CLI};
+  argv.insert(argv.end(), common.begin(), common.end());
+  argv.insert(argv.end(), {"--plan", plan, "--distributed", "--timeout", "120"});
+  Ranks ranks(argv, 2);
+  const auto results = ranks.wait(300.0);
+  for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << all_output(results);
+  const auto expected = losses_of(one.out), got = losses_of(results[0].out);
+  ASSERT_EQ(got.size(), expected.size());
+  for (std::size_t k = 0; k < got.size(); ++k)
+    EXPECT_NEAR(got[k], expected[k], 1e-5 * std::abs(expected[k])) << k;
+}
+
 TEST_F(Distributed, APlanThatDoesNotMatchWorldSizeIsRefusedAtOnce) {
   const std::string plan = write_plan("plan.json", plan_json("2, 2, 2", 2, "never", "gpipe"));
   Ranks ranks({PIPETUNE_CLI, "run", "--model", "mlp:layers=5,width=16", "--plan", plan, "--batch",
