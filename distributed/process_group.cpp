@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string_view>
 #include <thread>
 #include <utility>
@@ -198,6 +199,13 @@ class GlooTransport final : public exec::Transport {
   double clock_round_trip_ms() const override { return round_trip_ms_; }
 
   void send(const at::Tensor& tensor, int to_rank, int tag, double sent_ms) override {
+    // Gloo reads the tensor's data as host memory (DeviceRuntime::depart stages a GPU's).
+    if (!tensor.is_cpu()) {
+      throw std::logic_error(
+          fmt::format("sending to rank {}: a {} tensor; the transport carries "
+                      "host memory",
+                      to_rank, tensor.device().str()));
+    }
     if (tensor.dim() > kMaxDims) {
       throw WorkError(fmt::format("sending to rank {}: {} dimensions, at most {} travel", to_rank,
                                   tensor.dim(), kMaxDims));
@@ -217,10 +225,7 @@ class GlooTransport final : public exec::Transport {
     std::copy(layout.shape.begin(), layout.shape.end(), h + 2);
     std::memcpy(&h[2 + kMaxDims], &sent_ms, sizeof sent_ms);
     h[3 + kMaxDims] = moved ? kMoved : kAsBefore;
-    // Gloo sends host memory: a GPU tensor goes through host memory first, copied on the
-    // sending thread's stream (so after the kernels that made it), before gloo reads it.
-    std::vector<at::Tensor> header_list{header},
-        data_list{tensor.is_cuda() ? tensor.to(at::kCPU).contiguous() : tensor.contiguous()};
+    std::vector<at::Tensor> header_list{header}, data_list{tensor.contiguous()};
     std::lock_guard<std::mutex> lock(mutex_);
     sending_.push_back(
         {to_rank, post(to_rank, [&] { return group_->send(header_list, to_rank, 3 * tag); })});

@@ -38,6 +38,7 @@ class CpuRuntime final : public DeviceRuntime {
 
   at::Generator make_generator(int) override { return at::detail::createCPUGenerator(); }
 
+  at::Tensor depart(const at::Tensor& tensor, int) override { return tensor; }
   Handoff arrive(const at::Tensor& host_tensor, int) override { return {host_tensor, nullptr}; }
 
   at::Tensor adopt(const at::Tensor& tensor, int device) override {

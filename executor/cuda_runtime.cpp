@@ -130,6 +130,14 @@ class CudaRuntime final : public DeviceRuntime {
     return {out, event};
   }
 
+  at::Tensor depart(const at::Tensor& tensor, int device) override {
+    // On the device's compute stream, current on the producer's thread: after the kernels that
+    // made the tensor. Blocking, so the host copy is complete when it returns.
+    c10::cuda::CUDAStreamGuard guard(compute_[device]);
+    return tensor.to(at::TensorOptions(at::kCPU), /*non_blocking=*/false, /*copy=*/false,
+                     at::MemoryFormat::Contiguous);
+  }
+
   Handoff arrive(const at::Tensor& host_tensor, int device) override {
     // On the receiving thread's stream (bind_copy_thread); the event tells the consumer's
     // stream when the tensor is on the device.

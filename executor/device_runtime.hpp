@@ -59,6 +59,9 @@ class DeviceRuntime {
   virtual Handoff publish(const at::Tensor& tensor, int device) = 0;
   /// On a copy thread: the handed-off tensor copied to `to`.
   virtual Handoff copy(const Handoff& handoff, int from, int to) = 0;
+  /// On the producer's thread: `tensor`, made on `device`, in host memory to send to another
+  /// process (a GPU's copied there once the kernels that made it are done; the thread waits).
+  virtual at::Tensor depart(const at::Tensor& tensor, int device) = 0;
   /// On a receiving thread (bound to the copy channel from the sender to `device`): a tensor
   /// that came from another process in host memory, onto `device`, to consume() there. A CPU
   /// device takes it as it is (its receive buffer was charged to it).

@@ -111,13 +111,18 @@ std::unique_ptr<DeviceRuntime> make_runtime(const StagePlacement& placement,
   }
   if (options.sm_partitions > 0) throw InputError(Input::Device, "SM partitions need CUDA devices");
   if (placement.cuda) {
-    // A distributed run's ranks may outnumber the GPUs here: device cuda:k of the plan then
-    // runs on GPU k mod the GPUs (ranks sharing a GPU, each with its own allocator).
-    const int gpus = options.transport ? std::max(1, cuda_device_count()) : 0;
+    // A distributed run's ranks may outnumber the GPUs here: its device cuda:k runs on GPU
+    // k mod the GPUs (ranks sharing a GPU, each with its own allocator). The other ranks'
+    // devices, which this process never computes on, are put on the same GPU, so that it
+    // opens no context on GPUs it does not use.
     std::vector<c10::Device> devices;
     for (const DeviceName& d : placement.devices) {
-      devices.emplace_back(c10::DeviceType::CUDA,
-                           static_cast<c10::DeviceIndex>(gpus > 0 ? d.index % gpus : d.index));
+      const int index =
+          options.transport
+              ? placement.devices[static_cast<std::size_t>(options.transport->rank())].index %
+                    std::max(1, cuda_device_count())
+              : d.index;
+      devices.emplace_back(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index));
     }
     return make_cuda_runtime(devices, options.record_memory_history, {});
   }
@@ -195,7 +200,9 @@ struct Pipeline::Impl {
     int peer;
     std::vector<Key> expected;
     std::thread thread;
-    std::vector<TraceTask> done;
+    // Each copy received, its end a stamp on this device resolved once the step is over (a
+    // GPU's event is not done when recorded).
+    std::vector<std::pair<TraceTask, Stamp>> done;
   };
   std::vector<std::unique_ptr<Receiver>> receivers;
   double origin_clock_ms = 0.0;  // rank 0's clock at this step's begin_step
@@ -436,7 +443,9 @@ void Pipeline::Impl::send(Carry carry, int to_stage, int micro_batch, const at::
     // Another process: the receiver there records the copy, from the time sent along with it.
     const Key key{carry, to_stage, micro_batch};
     try {
-      options.transport->send(tensor, to_device, tag(key), options.transport->clock_ms());
+      // In host memory first (a GPU's tensor once its kernels are done), then timed as sent.
+      const at::Tensor outgoing = runtime->depart(tensor, from_device);
+      options.transport->send(outgoing, to_device, tag(key), options.transport->clock_ms());
     } catch (const std::exception& e) {
       // A peer that died may be noticed here first, by a send, before any receive: name both.
       throw WorkError(fmt::format(
@@ -540,9 +549,8 @@ void Pipeline::Impl::receiver_main(Receiver* r) {
         TraceTask t = copy_task(key, r->peer, local, step_index,
                                 static_cast<std::int64_t>(got.tensor.nbytes()));
         t.start_ms = got.sent_ms - origin_clock_ms;  // the sender's clock, as rank 0 reads it
-        t.end_ms = runtime->resolve(arrived);
         std::lock_guard<std::mutex> lock(mutex);
-        r->done.push_back(t);
+        r->done.emplace_back(t, arrived);
         mailbox[key] = std::move(arrived_tensor);
         wake.notify_all();
       } catch (const std::exception& e) {
@@ -824,7 +832,13 @@ StepRecord Pipeline::Impl::record(double step_ms) {
       out.tasks.push_back(t);
     }
   }
-  for (auto& r : receivers) out.tasks.insert(out.tasks.end(), r->done.begin(), r->done.end());
+  for (auto& r : receivers) {
+    for (auto& [task, arrived] : r->done) {
+      TraceTask t = task;
+      t.end_ms = runtime->resolve(arrived);
+      out.tasks.push_back(t);
+    }
+  }
   for (int d = 0; d < device_count(); ++d) {
     out.peak_memory_bytes.push_back(runtime->peak(d));
     out.library_memory_bytes.push_back(runtime->library_bytes(d));

@@ -207,7 +207,6 @@ TEST_F(Distributed, RunGivesTheSingleProcessLossesAndAValidMergedTrace) {
   EXPECT_GT(merged.iteration_ms, 0.0);
 }
 
-// A plan that does not match WORLD_SIZE is refused before any work: no rank waits for others.
 // On a GPU: two ranks sharing it (cuda:1 runs on GPU 1 mod the GPUs), their tensors staged
 // through host memory over Gloo, train as one process with both stages on that GPU: the same
 // losses, step after step.
@@ -238,6 +237,7 @@ TEST_F(Distributed, CudaRanksOverGlooGiveTheSingleProcessLosses) {
     EXPECT_NEAR(got[k], expected[k], 1e-5 * std::abs(expected[k])) << k;
 }
 
+// A plan that does not match WORLD_SIZE is refused before any work: no rank waits for others.
 TEST_F(Distributed, APlanThatDoesNotMatchWorldSizeIsRefusedAtOnce) {
   const std::string plan = write_plan("plan.json", plan_json("2, 2, 2", 2, "never", "gpipe"));
   Ranks ranks({PIPETUNE_CLI, "run", "--model", "mlp:layers=5,width=16", "--plan", plan, "--batch",
