@@ -69,7 +69,8 @@ if [ "${PIPETUNE_KIT_HIDDEN:-0}" = 1 ]; then
   say "system copies hidden; building against the kit"
   export PIPETUNE_GPU_WORK="${PIPETUNE_GPU_WORK:-/tmp/pipetune-kit-proof}"
   export PIPETUNE_PYTHON="${PIPETUNE_PYTHON:-${PIPETUNE_VENV:-$HOME/.cache/pipetune/venv}/bin/python}"
-  export PIPETUNE_KIT="$(realpath "$dir/kit.tar.xz")"
+  PIPETUNE_KIT="$(realpath "$dir/kit.tar.xz")"
+  export PIPETUNE_KIT
   exec scripts/gpu-check.sh kit build
 fi
 

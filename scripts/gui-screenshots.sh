@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 
 build="${PIPETUNE_BUILD_DIR:-}"
 if [ -z "$build" ]; then
-  build=build-gui
+  build="build-gui"
   [ -x "$build/gui/app/pipetune-gui" ] || build=build
 fi
 gui="$build/gui/app/pipetune-gui"

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by test.sh, sanitize.sh and .ci/run: `phase NAME COMMAND...` runs COMMAND and prints
 # how long it took, on stderr, whether or not it failed, so CI's log shows where its time goes.
 # PIPETUNE_PHASE_LOG, when set, also gets one "NAME SECONDS STATUS" line per phase; .ci/run
