@@ -193,9 +193,7 @@ exec::ExecutorOptions executor_options(const RunFlags& flags, const Plan& plan,
                                        distributed::LaunchEnvironment& launch) {
   exec::ExecutorOptions options;
   if (flags.sm_partitions > 0) {
-    if (flags.device != "cuda" || flags.distributed) {
-      throw InputError("--sm-partitions: only with --device cuda, in one process");
-    }
+    check_sm_partitions(flags.sm_partitions, flags.device, flags.distributed);
     const exec::SmPartitions& shares = exec::sm_partitions(0, flags.sm_partitions);
     std::fprintf(stderr, "note: cuda:0 to cuda:%d are %d shares of the GPU's %d SMs (%d each)\n",
                  flags.sm_partitions - 1, flags.sm_partitions, shares.device_sms,

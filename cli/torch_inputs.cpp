@@ -25,4 +25,9 @@ models::Model build_model_from(const ModelFlags& flags, std::uint64_t seed) {
   return models::build_model(flags.spec, options);
 }
 
+void check_sm_partitions(int sm_partitions, const std::string& device, bool distributed) {
+  if (sm_partitions > 0 && (device != "cuda" || distributed))
+    throw InputError("--sm-partitions: only with --device cuda, in one process");
+}
+
 }  // namespace pipetune::cli

@@ -22,5 +22,7 @@ struct ModelFlags {
 
 void add_model_flags(CLI::App& app, ModelFlags& flags);
 models::Model build_model_from(const ModelFlags& flags, std::uint64_t seed);
+/// `--sm-partitions` (> 0) of run and validate: only with `--device cuda`, in one process.
+void check_sm_partitions(int sm_partitions, const std::string& device, bool distributed);
 
 }  // namespace pipetune::cli

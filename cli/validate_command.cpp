@@ -180,9 +180,7 @@ validate::ValidationOptions validation_options(const ValidateFlags& flags) {
   o.run.float64 = flags.model.dtype_name == "float64";
   o.devices = flags.devices;
   if (flags.sm_partitions > 0) {
-    if (flags.device != "cuda" || flags.distributed) {
-      throw InputError("--sm-partitions: only with --device cuda, in one process");
-    }
+    check_sm_partitions(flags.sm_partitions, flags.device, flags.distributed);
     if (flags.devices > flags.sm_partitions) {
       throw InputError(fmt::format("--devices {}: more than the {} shares of --sm-partitions",
                                    flags.devices, flags.sm_partitions));

@@ -115,14 +115,15 @@ std::unique_ptr<DeviceRuntime> make_runtime(const StagePlacement& placement,
     // k mod the GPUs (ranks sharing a GPU, each with its own allocator). The other ranks'
     // devices, which this process never computes on, are put on the same GPU, so that it
     // opens no context on GPUs it does not use.
+    const int rank_gpu =
+        options.transport
+            ? placement.devices[static_cast<std::size_t>(options.transport->rank())].index %
+                  std::max(1, cuda_device_count())
+            : -1;
     std::vector<c10::Device> devices;
     for (const DeviceName& d : placement.devices) {
-      const int index =
-          options.transport
-              ? placement.devices[static_cast<std::size_t>(options.transport->rank())].index %
-                    std::max(1, cuda_device_count())
-              : d.index;
-      devices.emplace_back(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index));
+      devices.emplace_back(c10::DeviceType::CUDA,
+                           static_cast<c10::DeviceIndex>(rank_gpu >= 0 ? rank_gpu : d.index));
     }
     return make_cuda_runtime(devices, options.record_memory_history, {});
   }

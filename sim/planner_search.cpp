@@ -151,11 +151,7 @@ void PlanSearch::prepare(const Config& config) {
     shape.schedule = config.schedule;
     shape.optimizer_state_factor = options_.optimizer_state_factor;
     peak_shape_ = stage_peak_shape(costs_, shape, stages_);
-    // Stage j on device j: a stage on a share of its sender's GPU receives the tensor itself.
-    const std::vector<int> gpu = shared_gpus(hardware_);
-    peak_shape_.receives_senders_tensor.assign(static_cast<std::size_t>(stages_), false);
-    for (int j = 1; j < stages_; ++j)
-      peak_shape_.receives_senders_tensor[j] = gpu[j] >= 0 && gpu[j] == gpu[j - 1];
+    peak_shape_.receives_senders_tensor = receives_senders_tensor_;
     full_bounds_.clear();
   }
   work_.assign(layers_ + 1, 0.0);

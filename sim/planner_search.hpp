@@ -254,9 +254,12 @@ class PlanSearch {
         stages_(static_cast<int>(hardware.devices.size())),
         layers_(static_cast<int>(profile.layers.size())),
         overhead_(hardware.launch_overhead_ms) {
+    const std::vector<int> gpu = shared_gpus(hardware);
     for (int j = 0; j < stages_; ++j) {
       speed_.push_back(hardware.devices[j].speed);
       capacity_.push_back(hardware.devices[j].memory_bytes);
+      // Stage j on device j: on a share of its sender's GPU it receives the tensor itself.
+      receives_senders_tensor_.push_back(j > 0 && gpu[j] >= 0 && gpu[j] == gpu[j - 1]);
       link_.push_back(j + 1 < stages_ ? &hardware.link_between(j, j + 1) : nullptr);
     }
     total_speed_ = std::accumulate(speed_.begin(), speed_.end(), 0.0);
@@ -417,8 +420,9 @@ class PlanSearch {
   std::vector<std::int64_t> capacity_;
   std::vector<const Link*> link_;
   double total_speed_ = 0.0, max_speed_ = 0.0;
-  std::vector<std::vector<int>> fit_end_;  // [j][a]: the furthest end fitting device j's cap
-  StagePeakShape peak_shape_;              // of the configuration, for memory_bound()
+  std::vector<std::vector<int>> fit_end_;      // [j][a]: the furthest end fitting device j's cap
+  StagePeakShape peak_shape_;                  // of the configuration, for memory_bound()
+  std::vector<bool> receives_senders_tensor_;  // per stage: StagePeakShape's, from the hardware
   // full_memory_bound()'s stages of this configuration, by (j, a, b).
   std::unordered_map<std::uint64_t, std::int64_t> full_bounds_;
 

@@ -6,7 +6,6 @@
 #include <array>
 #include <cmath>
 #include <limits>
-#include <map>
 #include <string>
 #include <tuple>
 
@@ -80,7 +79,6 @@ std::int64_t SimulationResult::max_peak_memory_bytes() const {
 Simulator::Simulator(const Profile& profile, const Hardware& hardware)
     : profile_(profile), hardware_(hardware), costs_(profile) {
   shared_gpu_ = shared_gpus(hardware);
-  for (const int gpu : shared_gpu_) shared_gpu_count_ = std::max(shared_gpu_count_, gpu + 1);
   const int devices = static_cast<int>(hardware.devices.size());
   links_.resize(static_cast<std::size_t>(devices) * devices);
   for (int from = 0; from < devices; ++from) {
@@ -272,13 +270,10 @@ void set_copy_effects(TaskGraph& graph, int task, const StageMemory& m, const Pl
   const bool gradient = t.kind == TaskKind::SendGradient;
   t.bytes = gradient ? m.input_bytes : m.output_bytes;
   graph.engine.set_duration(task, link.transfer_ms(static_cast<double>(t.bytes)));
-  if (within_one_memory(graph, t)) {
-    graph.engine.set_start_effect(task, graph.counter[t.peer], 0);
-    graph.engine.set_end_effect(task, graph.counter[t.device], 0);
-    return;
-  }
-  graph.engine.set_start_effect(task, graph.counter[t.peer], t.bytes);
-  const bool sender_frees = gradient || shape.recomputed[t.micro_batch];
+  // Within one memory (shares of one GPU) the receiver holds the sender's tensor: no bytes move.
+  const bool copied = !within_one_memory(graph, t);
+  graph.engine.set_start_effect(task, graph.counter[t.peer], copied ? t.bytes : 0);
+  const bool sender_frees = copied && (gradient || shape.recomputed[t.micro_batch]);
   graph.engine.set_end_effect(task, graph.counter[t.device], sender_frees ? t.bytes : 0);
 }
 
@@ -466,7 +461,7 @@ Simulator::Graph& Simulator::graph_for(const Schedule& schedule,
 // tensors, so their memory is one counter, each share's peak the GPU's (as the executor measures
 // it), checked against the GPU's capacity.
 void Simulator::share_gpu_counters(Graph& g) const {
-  std::vector<int> first(static_cast<std::size_t>(shared_gpu_count_), -1);
+  std::vector<int> first(shared_gpu_.size(), -1);  // per GPU (fewer than the devices)
   for (std::size_t d = 0; d < shared_gpu_.size(); ++d) {
     const int gpu = shared_gpu_[d];
     if (gpu < 0) continue;

@@ -156,11 +156,10 @@ class Simulator {
   const Hardware& hardware_;
   CostModel costs_;
   std::vector<const Link*> links_;  // links_[from * devices + to]
-  // By device: the GPU it is a share of (0 .. shared_gpu_count_ - 1), where two or more devices
-  // are shares of it; else -1. Its backwards' launches take turns on one thread, and its memory
-  // is the GPU's, one counter for all of its shares.
+  // By device: shared_gpus(), the GPU it is a share of where two or more devices are shares
+  // of it; else -1. Its backwards' launches take turns on one thread, and its memory is the
+  // GPU's, one counter for all of its shares.
   std::vector<int> shared_gpu_;
-  int shared_gpu_count_ = 0;
   mutable Graph graph_;
 };
 
