@@ -233,7 +233,8 @@ exec::ExecutorOptions executor_options(const RunFlags& flags, const Plan& plan,
 }
 
 // A plan predicted not to fit is refused now, not by an out-of-memory error mid-step.
-void refuse_misfit(const RunFlags& flags, const Plan& plan, const exec::ExecutorOptions& options) {
+void refuse_misfit(const RunFlags& flags, const Plan& plan, const exec::ExecutorOptions& options,
+                   const distributed::LaunchEnvironment& launch) {
   validate::FitCheck fit;
   fit.plan_source = plan_source(flags);
   fit.schedule = options.schedule;
@@ -249,6 +250,10 @@ void refuse_misfit(const RunFlags& flags, const Plan& plan, const exec::Executor
   fit.device_kind = flags.device;
   fit.devices = options.devices;
   fit.sm_partitions = options.sm_partitions;
+  // Ranks on one machine put device cuda:k on GPU k mod its GPUs. Across machines which ranks
+  // share a GPU is not known here, so each rank's device is checked alone.
+  if (flags.distributed && flags.device == "cuda" && launch.local_world_size == launch.world_size)
+    fit.rank_gpus = exec::cuda_device_count();
   fit.batch = flags.batch;
   fit.optimizer_state_factor = exec::optimizer_state_factor(options.optimizer);
   const auto misfits =
@@ -434,7 +439,7 @@ int run_plan(const std::shared_ptr<RunFlags>& flags) {
   options.seed = flags->seed;
   options.learning_rate = flags->learning_rate;
   options.optimizer = exec::parse_optimizer(flags->optimizer);
-  refuse_misfit(*flags, plan, options);
+  refuse_misfit(*flags, plan, options, launch);
   RankClocks clocks;
   if (flags->distributed) clocks = connect_ranks(*flags, launch, options, reports);
   exec::Pipeline pipeline(model, exec::with_executor_devices(plan, options.devices), flags->batch,

@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <set>
 
+#include "executor/device_name.hpp"
 #include "profiler/profiler.hpp"
 #include "sim/error.hpp"
 #include "sim/hardware.hpp"
@@ -20,6 +22,33 @@ std::vector<std::int64_t> sizes_of(const Plan& plan, std::int64_t batch) {
   const auto split = split_batch(batch, plan.chunks);
   std::set<std::int64_t> distinct(split.begin(), split.end());
   return {distinct.begin(), distinct.end()};
+}
+
+// The misfits of ranks sharing GPUs: the peaks of the ranks on one GPU, added up, against its
+// memory. Every rank's peak is its own process's, none of another's tensors in it (a sent tensor
+// is copied into the receiver's own memory), so the sum is what the GPU must hold once each
+// caching allocator has reached its peak.
+std::vector<DoesNotFit> shared_gpu_misfits(const std::vector<DeviceReport>& devices, int gpus) {
+  std::vector<DoesNotFit> out;
+  for (int gpu = 0; gpu < gpus; ++gpu) {
+    std::vector<std::string> names;
+    std::int64_t peak = 0;
+    std::int64_t capacity = 0;
+    for (const DeviceReport& d : devices) {
+      const auto name = exec::try_parse_device_name(d.name);
+      if (!name || !name->has_index || name->index % gpus != gpu) continue;
+      names.push_back(d.name);
+      peak += d.peak_memory_bytes;
+      if (d.memory_capacity_bytes > 0)
+        capacity =
+            capacity == 0 ? d.memory_capacity_bytes : std::min(capacity, d.memory_capacity_bytes);
+    }
+    if (capacity == 0 || peak <= capacity) continue;
+    out.push_back(
+        {names.size() == 1 ? names[0] : fmt::format("GPU {} ({})", gpu, fmt::join(names, " + ")),
+         peak, capacity});
+  }
+  return out;
 }
 
 }  // namespace
@@ -70,6 +99,7 @@ std::vector<DoesNotFit> predict_misfits(const FitCheck& check, const Plan& plan,
   const SimulationResult result = check.schedule ? simulator.run(predicted, *check.schedule, lean)
                                                  : simulator.run(predicted, lean);
 
+  if (check.rank_gpus > 0) return shared_gpu_misfits(result.devices, check.rank_gpus);
   std::vector<DoesNotFit> out;
   for (const auto& d : result.devices) {
     if (d.memory_capacity_bytes > 0 && d.peak_memory_bytes > d.memory_capacity_bytes) {

@@ -28,6 +28,10 @@ struct FitCheck {
   /// > 0: the devices are shares of one GPU's SMs (`run --sm-partitions`), whose tensors the
   /// GPU's one memory holds: each share's peak is the GPU's, all of them together.
   int sm_partitions = 0;
+  /// > 0: a distributed run's ranks, all on this machine with this many GPUs: device cuda:k is a
+  /// process on GPU k mod rank_gpus. Each process's caching allocator keeps the memory it has
+  /// reached, so the ranks on one GPU need their peaks added up.
+  int rank_gpus = 0;
   std::int64_t batch = 0;
   double optimizer_state_factor = 0.0;  ///< of the optimizer the run will use
   std::optional<Schedule> schedule;     ///< run instead of the plan's (torch's CSV)
@@ -35,7 +39,7 @@ struct FitCheck {
 
 /// One device the plan does not fit, as predicted.
 struct DoesNotFit {
-  std::string device;
+  std::string device;  ///< or "GPU 0 (cuda:0 + cuda:2)" for ranks sharing one
   std::int64_t predicted_bytes = 0;
   std::int64_t capacity_bytes = 0;
 };

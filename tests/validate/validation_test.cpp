@@ -144,5 +144,51 @@ TEST(FitCheck, SharesOfOneGpuAreCheckedAgainstTheGpusOneMemory) {
   std::filesystem::remove(path);
 }
 
+TEST(FitCheck, DistributedRanksSharingAGpuAddTheirPeaksUp) {
+  const Profile profile = testing::make_profile(
+      {{1.0, 2.0, 4000, 300, 500, 0}, {1.0, 2.0, 6000, 300, 700, 0}, {1.0, 2.0, 5000, 300, 900, 0}},
+      4, 100);
+  const auto path = std::filesystem::temp_directory_path() / "pipetune-fit-ranks.profile.json";
+  save_profile(profile, path.string());
+  const Plan plan = testing::make_plan({1, 1, 1}, 2, CheckpointMode::Never);
+  // Each rank's own peak, as three processes on three devices have them.
+  std::vector<std::int64_t> peaks;
+  for (const DeviceReport& d :
+       Simulator(profile, replicate_device(profile.device, 3)).run(plan).devices)
+    peaks.push_back(d.peak_memory_bytes);
+  FitCheck check;
+  check.plan_source = "p.json";
+  check.profile_path = path.string();
+  check.device_kind = "cuda";
+  check.devices = {"cuda:0", "cuda:1", "cuda:2"};
+  check.batch = profile.batch_size;
+  const ModelFactory unused = []() -> models::Model { throw std::logic_error("not profiled"); };
+
+  // Two GPUs: cuda:0 and cuda:2 on GPU 0, cuda:1 alone on GPU 1.
+  check.rank_gpus = 2;
+  check.memory_bytes = peaks[0] + peaks[2];
+  EXPECT_TRUE(predict_misfits(check, plan, unused).empty());
+  check.memory_bytes = peaks[0] + peaks[2] - 1;
+  auto misfits = predict_misfits(check, plan, unused);
+  ASSERT_EQ(misfits.size(), 1u);
+  EXPECT_EQ(misfits[0].device, "GPU 0 (cuda:0 + cuda:2)");
+  EXPECT_EQ(misfits[0].predicted_bytes, peaks[0] + peaks[2]);
+  EXPECT_EQ(misfits[0].capacity_bytes, peaks[0] + peaks[2] - 1);
+
+  // One GPU under all three; with a GPU each, each rank alone.
+  check.rank_gpus = 1;
+  check.memory_bytes = peaks[0] + peaks[1] + peaks[2] - 1;
+  misfits = predict_misfits(check, plan, unused);
+  ASSERT_EQ(misfits.size(), 1u);
+  EXPECT_EQ(misfits[0].device, "GPU 0 (cuda:0 + cuda:1 + cuda:2)");
+  EXPECT_EQ(misfits[0].predicted_bytes, peaks[0] + peaks[1] + peaks[2]);
+  check.rank_gpus = 3;
+  check.memory_bytes = *std::max_element(peaks.begin(), peaks.end());
+  EXPECT_TRUE(predict_misfits(check, plan, unused).empty());
+  check.memory_bytes -= 1;
+  EXPECT_EQ(predict_misfits(check, plan, unused).size(), 1u);
+  std::filesystem::remove(path);
+}
+
 }  // namespace
 }  // namespace pipetune::validate
