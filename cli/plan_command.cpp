@@ -56,6 +56,7 @@ std::string plan_json(const PlanSearchResult& result) {
   root["plans"] = std::move(plans);
   root["proven_optimal"] = result.stats.proven;
   root["lower_bound_ms"] = tidy(result.stats.lower_bound_ms);
+  if (result.ranked.empty()) root["none_fits_proven"] = result.none_fits_proven;
   if (result.leanest) {
     root["leanest"] = candidate_json(*result.leanest);
     root["leanest_proven"] = result.leanest_proven;

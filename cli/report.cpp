@@ -284,7 +284,10 @@ std::string plan_text(const Profile& profile, const Hardware& hardware,
                      format_bandwidth(hardware.link.bandwidth_bytes_per_s));
   out += search_summary(result.stats, !result.ranked.empty());
   if (result.ranked.empty()) {
-    out += "\nno plan fits in the devices' memory.\n";
+    out += result.none_fits_proven
+               ? "\nno plan fits in the devices' memory.\n"
+               : "\nno fitting plan found before the search budget ran out (raise --budget: a "
+                 "plan may fit).\n";
     if (result.leanest) {
       const auto& c = *result.leanest;
       std::vector<std::string> need;

@@ -116,9 +116,12 @@ struct PlannerStats {
 
 struct PlanSearchResult {
   /// The best plan of each configuration, fastest first, at most `top` of them. Empty when no
-  /// plan fits.
+  /// plan fits, or when the budget ended before one that fits was found (then
+  /// none_fits_proven is false).
   std::vector<PlanCandidate> ranked;
   PlannerStats stats;
+  /// ranked is empty because no plan of any configuration fits: every one was ruled out.
+  bool none_fits_proven = false;
   /// Only when nothing fits: the plan whose largest per-device peak is smallest, i.e. the
   /// memory per device at which a plan would fit, and which plan.
   std::optional<PlanCandidate> leanest;

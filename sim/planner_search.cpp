@@ -56,6 +56,17 @@ double excess_over_caps(const SimulationResult& r, const std::vector<std::int64_
   return excess;
 }
 
+// Every device's peak (and worst-order peak, where computed) within its cap.
+bool fits_its_caps(const PlanCandidate& c) {
+  for (std::size_t d = 0; d < c.peak_memory_bytes.size(); ++d) {
+    const std::int64_t cap = c.memory_capacity_bytes[d];
+    if (cap <= 0) continue;
+    if (c.peak_memory_bytes[d] > cap) return false;
+    if (!c.worst_order_peak_bytes.empty() && c.worst_order_peak_bytes[d] > cap) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 int recompute_stop(const Config& config) {
@@ -695,6 +706,7 @@ PlanSearchResult PlanSearch::run() {
   PlanSearchResult result;
   result.ranked = ranking.take();
   if (result.ranked.empty()) {
+    result.none_fits_proven = proven;
     // Nothing fits: find the plan whose largest per-device peak is smallest, with what is
     // left of the budget.
     step_limit_ = options_.search_budget;
@@ -715,6 +727,17 @@ PlanSearchResult PlanSearch::run() {
       result.leanest->worst_order_peak_bytes = worst_order_peaks_of(result.leanest->plan);
     }
     proven = proven && !out_of_budget_;
+    // Where the budget ended the search for time before it found a fitting plan, the search
+    // for the leanest one may end on a plan that fits: the answer, if not a proven one.
+    if (result.leanest && fits_its_caps(*result.leanest)) {
+      stats_.best_ms = result.leanest->iteration_ms;
+      stats_.lower_bound_ms = std::min(stats_.best_ms, unexplored);
+      result.ranked.push_back(*std::move(result.leanest));
+      result.leanest.reset();
+      result.leanest_proven = false;
+      result.none_fits_proven = false;
+      proven = false;
+    }
   }
   stats_.proven = proven;
   result.stats = stats_;

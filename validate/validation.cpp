@@ -302,7 +302,12 @@ Validation run_validation(const ValidationOptions& options) {
     const PlanSearchResult result = find_best_plans(profile, hardware, po);
     if (result.ranked.empty()) {
       throw WorkError(
-          fmt::format("no plan of {} fits the memory of {}", profile.model, hardware_source));
+          result.none_fits_proven
+              ? fmt::format("no plan of {} fits the memory of {}", profile.model, hardware_source)
+              : fmt::format("no plan of {} that fits the memory of {} found before the "
+                            "planner's search budget ran out (`pipetune plan --budget` searches "
+                            "longer: a plan may fit)",
+                            profile.model, hardware_source));
     }
     for (const auto& c : result.ranked) plans.push_back(c.plan);
     v.planner_proven = result.stats.proven;

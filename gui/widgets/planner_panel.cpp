@@ -122,7 +122,11 @@ void PlannerPanel::show_result(std::shared_ptr<const PlanSearchResult> result) {
   }
   const PlannerStats& stats = result_->stats;
   if (result_->ranked.empty()) {
-    QString text = tr("<span style='color:#c62828'>No plan fits these devices.</span>");
+    QString text =
+        result_->none_fits_proven
+            ? tr("<span style='color:#c62828'>No plan fits these devices.</span>")
+            : tr("<span style='color:#c62828'>No fitting plan found before the search budget "
+                 "ran out: raise it, a plan may fit.</span>");
     if (result_->leanest) {
       text +=
           tr(" The leanest, %1, needs %2 per device.")

@@ -86,6 +86,14 @@ INSTANTIATE_TEST_SUITE_P(
                     "--memory-order", "worst"}},
         GoldenCase{"plan_nothing_fits",
                    {"plan", "--profile", kProfile, "--devices", "2", "--memory", "30MiB"}},
+        // Plans fit (the default budget finds [1,1,1,5]), but a budget of one step ends before
+        // one is found: not "no plan fits".
+        GoldenCase{"plan_budget_ends_before_a_fit",
+                   {"plan", "--profile", "tests/data/shares-tight.profile.json", "--hardware",
+                    "tests/data/hardware-shares-tight-4.json", "--budget", "1"}},
+        GoldenCase{"plan_budget_ends_before_a_fit_json",
+                   {"plan", "--profile", "tests/data/shares-tight.profile.json", "--hardware",
+                    "tests/data/hardware-shares-tight-4.json", "--budget", "1", "--json"}},
         GoldenCase{"sweep_csv",
                    {"sweep", "--profile", kProfile, "--hardware", kHardware, "--chunks", "2,4",
                     "--checkpoint", "except_last", "--format", "csv"}}),

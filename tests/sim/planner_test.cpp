@@ -69,6 +69,7 @@ TEST(Planner, EqualsBruteForceOnRandomInstances) {
     if (expected.per_config.empty()) {
       ++infeasible;
       EXPECT_TRUE(result.ranked.empty());
+      EXPECT_TRUE(result.none_fits_proven);
       ASSERT_TRUE(result.leanest);
       EXPECT_DOUBLE_EQ(static_cast<double>(result.leanest->max_peak_memory_bytes()),
                        expected.leanest_peak);
@@ -375,6 +376,7 @@ TEST(Planner, NothingFitsReportsTheLeanestPlan) {
   for (auto& d : hw.devices) d.memory_bytes = 1000;  // far too little
   const auto result = find_best_plans(profile, hw, {});
   EXPECT_TRUE(result.ranked.empty());
+  EXPECT_TRUE(result.none_fits_proven);
   ASSERT_TRUE(result.leanest);
   const BruteForce expected = brute_force(profile, hw);
   EXPECT_EQ(static_cast<double>(result.leanest->max_peak_memory_bytes()), expected.leanest_peak);
@@ -400,6 +402,7 @@ TEST(Planner, NothingFitsAndNoBudgetLeftStillReportsALeanPlan) {
     options.search_budget = 1;
     const auto result = find_best_plans(profile, hw, options);
     EXPECT_TRUE(result.ranked.empty());
+    EXPECT_TRUE(result.none_fits_proven);  // the memory bounds rule every configuration out
     ASSERT_TRUE(result.leanest);
     EXPECT_FALSE(result.leanest_proven);
     // Its peaks are the simulator's, and no plan is leaner than brute force's leanest.
@@ -414,6 +417,59 @@ TEST(Planner, NothingFitsAndNoBudgetLeftStillReportsALeanPlan) {
   // A seed, not a proof (leanest_proven is false): 1.23 times the optimum at worst on these 12
   // instances when written.
   EXPECT_LE(worst, 1.5);
+}
+
+// A budget too small to find a fitting plan is not a proof that none fits: the result says
+// which it is (the report's "no plan fits" against "none found before the budget ran out"), and
+// a leanest plan that fits after all is the answer. Shares of one GPU under a cap, where the
+// cheap pass's first plans (each stage within its share of the cap) often miss what fits.
+TEST(Planner, ABudgetEndingBeforeAFitIsNotAProofThatNoneFits) {
+  std::mt19937 rng(3);
+  int unfound = 0, none_fit = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const int layers = 4 + static_cast<int>(rng() % 6);  // 4..9
+    const int stages = 2 + static_cast<int>(rng() % 3);  // 2..4
+    Profile profile = testing::random_profile(rng, layers, 1 + rng() % 8);
+    for (auto& l : profile.layers) {
+      l.keeps_input = rng() % 3 != 0;
+      l.output_aliases_input = rng() % 4 == 0;
+    }
+    Hardware hw = random_hardware(rng, profile, stages);
+    for (auto& d : hw.devices) d.share_of = "cuda:0";
+    const BruteForce free = brute_force(profile, hw);
+    const auto cap = static_cast<std::int64_t>(free.leanest_peak * (0.95 + (rng() % 60) / 100.0));
+    for (auto& d : hw.devices) d.memory_bytes = cap;
+    const BruteForce expected = brute_force(profile, hw);
+    const bool some_fit = !expected.per_config.empty();
+    none_fit += some_fit ? 0 : 1;
+    for (std::uint64_t budget : {std::uint64_t{1}, PlannerOptions{}.search_budget}) {
+      PlannerOptions options;
+      options.search_budget = budget;
+      const PlanSearchResult result = find_best_plans(profile, hw, options);
+      SCOPED_TRACE(::testing::Message() << "trial " << trial << ", budget " << budget);
+      if (!result.ranked.empty()) {
+        EXPECT_FALSE(result.none_fits_proven);
+        EXPECT_GE(result.ranked.front().iteration_ms, expected.best_ms * (1 - 1e-12));
+        EXPECT_TRUE(Simulator(profile, hw).run(result.ranked.front().plan).fits());
+        continue;
+      }
+      // Proven only where true; with the default budget, always proven on these small models.
+      if (result.none_fits_proven) EXPECT_FALSE(some_fit);
+      if (budget == PlannerOptions{}.search_budget) EXPECT_EQ(result.none_fits_proven, !some_fit);
+      if (some_fit) {
+        ++unfound;
+        EXPECT_FALSE(result.stats.proven);
+      }
+      // A leanest plan that fits would have been the answer.
+      if (result.leanest) EXPECT_FALSE(Simulator(profile, hw).run(result.leanest->plan).fits());
+    }
+  }
+  EXPECT_GT(none_fit, 0);
+  // 1 of the 60 instances when written: the budget of one step ends with the cheap pass, whose
+  // first plans hold each stage within its share of the GPU's memory. Should the cheap pass
+  // learn to find these, other instances are needed here.
+  EXPECT_GT(unfound, 0);
+  RecordProperty("unfound", unfound);
 }
 
 TEST(Planner, UniformLayersAreSolvedWithoutSearching) {
