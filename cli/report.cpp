@@ -231,6 +231,29 @@ std::string peaks_text(const std::vector<std::int64_t>& peaks) {
   return fmt::format("{}", fmt::join(parts, ", "));
 }
 
+// Where the gap comes from: the configurations left open, and the one whose bound is the least
+// (often one whose search never started, its bound then the balance-free one).
+std::string unfinished_text(const PlannerStats& s) {
+  const ConfigurationStats* least = nullptr;
+  std::size_t open = 0;
+  for (const ConfigurationStats& c : s.per_configuration) {
+    if (c.closed) continue;
+    ++open;
+    if (!least || c.lower_bound_ms < least->lower_bound_ms) least = &c;
+  }
+  if (!least) return "";
+  const std::string v = least->stages_per_device > 1
+                            ? fmt::format(" ({} stages/device)", least->stages_per_device)
+                            : "";
+  const char* state = !least->evaluated    ? ": its root bound not yet computed"
+                      : least->slices == 0 ? ": not yet searched"
+                                           : "";
+  return fmt::format(
+      "            {} of {} configurations left open, the lowest bound x{} {} {}{}{}\n", open,
+      s.per_configuration.size(), least->chunks, to_string(least->checkpoint),
+      to_string(least->schedule), v, state);
+}
+
 std::string search_summary(const PlannerStats& s, bool found) {
   std::string out = fmt::format(
       "searched    {} configurations ({} ruled out by bounds), {} partial balances, {} plans "
@@ -246,6 +269,7 @@ std::string search_summary(const PlannerStats& s, bool found) {
         "within "
         "{:.2f} % of the optimum (raise --budget to close the gap)\n",
         format_ms(s.lower_bound_ms), 100.0 * s.gap());
+    out += unfinished_text(s);
   }
   return out;
 }

@@ -86,6 +86,10 @@ INSTANTIATE_TEST_SUITE_P(
                     "--memory-order", "worst"}},
         GoldenCase{"plan_nothing_fits",
                    {"plan", "--profile", kProfile, "--devices", "2", "--memory", "30MiB"}},
+        // The gap, and where it comes from.
+        GoldenCase{
+            "plan_budget_spent",
+            {"plan", "--profile", kProfile, "--devices", "3", "--budget", "100", "--top", "2"}},
         // Plans fit (the default budget finds [1,1,1,5]), but a budget of one step ends before
         // one is found: not "no plan fits".
         GoldenCase{"plan_budget_ends_before_a_fit",
