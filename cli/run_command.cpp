@@ -250,9 +250,11 @@ void refuse_misfit(const RunFlags& flags, const Plan& plan, const exec::Executor
   fit.device_kind = flags.device;
   fit.devices = options.devices;
   fit.sm_partitions = options.sm_partitions;
-  // Ranks on one machine put device cuda:k on GPU k mod its GPUs. Across machines which ranks
-  // share a GPU is not known here, so each rank's device is checked alone.
-  if (flags.distributed && flags.device == "cuda" && launch.local_world_size == launch.world_size)
+  // Ranks on one machine put device cuda:k on GPU k mod its GPUs. Across machines, or where
+  // CUDA_VISIBLE_DEVICES may give each rank a GPU of its own (as srun does), which ranks share a
+  // GPU is not known here, so each rank's device is checked alone.
+  if (flags.distributed && flags.device == "cuda" && launch.local_world_size == launch.world_size &&
+      !std::getenv("CUDA_VISIBLE_DEVICES"))
     fit.rank_gpus = exec::cuda_device_count();
   fit.batch = flags.batch;
   fit.optimizer_state_factor = exec::optimizer_state_factor(options.optimizer);

@@ -24,13 +24,12 @@ parts="${PIPETUNE_SANITIZE_PARTS:-sim executor distributed gui}"
 
 # -g1 (line tables) is what a report's stack needs; -O1, as the sanitizers' own docs advise,
 # compiles a quarter faster than -O2 (run_command.cpp under ASan: 37 s against 49 s) for runs
-# that are a little slower; the benchmarks and CUDA are left out.
+# that are a little slower; the benchmarks and CUDA are left out. Configured on every run (seconds
+# when nothing changed), so that a tree made before a change of these flags takes it.
 configure() {  # DIR SANITIZERS QT
-  if [ ! -f "$1/CMakeCache.txt" ]; then
-    cmake -S . -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
-      -DPIPETUNE_VENV="$VENV" -DPIPETUNE_SANITIZE="$2" -DPIPETUNE_WITH_QT="$3" \
-      -DPIPETUNE_WITH_CUDA=OFF -DPIPETUNE_BUILD_BENCH=OFF >/dev/null
-  fi
+  cmake -S . -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+    -DPIPETUNE_VENV="$VENV" -DPIPETUNE_SANITIZE="$2" -DPIPETUNE_WITH_QT="$3" \
+    -DPIPETUNE_WITH_CUDA=OFF -DPIPETUNE_BUILD_BENCH=OFF >/dev/null
 }
 has_target() { cmake --build "$1" --target help | grep -q "^$2:"; }
 wanted() { [[ " $parts " == *" $1 "* ]]; }

@@ -4,6 +4,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <map>
+#include <optional>
 #include <set>
 
 #include "executor/device_name.hpp"
@@ -27,26 +29,45 @@ std::vector<std::int64_t> sizes_of(const Plan& plan, std::int64_t batch) {
 // The misfits of ranks sharing GPUs: the peaks of the ranks on one GPU, added up, against its
 // memory. Every rank's peak is its own process's, none of another's tensors in it (a sent tensor
 // is copied into the receiver's own memory), so the sum is what the GPU must hold once each
-// caching allocator has reached its peak.
-std::vector<DoesNotFit> shared_gpu_misfits(const std::vector<DeviceReport>& devices, int gpus) {
-  std::vector<DoesNotFit> out;
-  for (int gpu = 0; gpu < gpus; ++gpu) {
-    std::vector<std::string> names;
-    std::int64_t peak = 0;
-    std::int64_t capacity = 0;
-    for (const DeviceReport& d : devices) {
-      const auto name = exec::try_parse_device_name(d.name);
-      if (!name || !name->has_index || name->index % gpus != gpu) continue;
-      names.push_back(d.name);
-      peak += d.peak_memory_bytes;
-      if (d.memory_capacity_bytes > 0)
-        capacity =
-            capacity == 0 ? d.memory_capacity_bytes : std::min(capacity, d.memory_capacity_bytes);
+// caching allocator has reached its peak. A device's GPU comes from its name, or, where a
+// hardware file names it otherwise, from the executor's device in its place; one with neither
+// is checked alone.
+std::vector<DoesNotFit> shared_gpu_misfits(const std::vector<DeviceReport>& devices,
+                                           const std::vector<std::string>& executor_devices,
+                                           int gpus) {
+  auto gpu_of = [&](std::size_t k) -> std::optional<int> {
+    for (const std::string* name :
+         {&devices[k].name, k < executor_devices.size() ? &executor_devices[k] : nullptr}) {
+      if (!name) continue;
+      const auto parsed = exec::try_parse_device_name(*name);
+      if (parsed && parsed->kind == exec::DeviceKind::Cuda && parsed->has_index)
+        return parsed->index % gpus;
     }
-    if (capacity == 0 || peak <= capacity) continue;
-    out.push_back(
-        {names.size() == 1 ? names[0] : fmt::format("GPU {} ({})", gpu, fmt::join(names, " + ")),
-         peak, capacity});
+    return std::nullopt;
+  };
+  struct Group {
+    std::string gpu;
+    std::vector<std::string> names;
+    std::int64_t peak = 0, capacity = 0;
+  };
+  std::map<int, Group> groups;  // by GPU; devices of no known GPU below zero, each alone
+  for (std::size_t k = 0; k < devices.size(); ++k) {
+    const DeviceReport& d = devices[k];
+    const auto gpu = gpu_of(k);
+    Group& g = groups[gpu ? *gpu : -1 - static_cast<int>(k)];
+    if (gpu) g.gpu = fmt::format("GPU {}", *gpu);
+    g.names.push_back(d.name);
+    g.peak += d.peak_memory_bytes;
+    if (d.memory_capacity_bytes > 0)
+      g.capacity =
+          g.capacity == 0 ? d.memory_capacity_bytes : std::min(g.capacity, d.memory_capacity_bytes);
+  }
+  std::vector<DoesNotFit> out;
+  for (const auto& [gpu, g] : groups) {
+    if (g.capacity == 0 || g.peak <= g.capacity) continue;
+    out.push_back({g.names.size() == 1 ? g.names[0]
+                                       : fmt::format("{} ({})", g.gpu, fmt::join(g.names, " + ")),
+                   g.peak, g.capacity});
   }
   return out;
 }
@@ -99,7 +120,8 @@ std::vector<DoesNotFit> predict_misfits(const FitCheck& check, const Plan& plan,
   const SimulationResult result = check.schedule ? simulator.run(predicted, *check.schedule, lean)
                                                  : simulator.run(predicted, lean);
 
-  if (check.rank_gpus > 0) return shared_gpu_misfits(result.devices, check.rank_gpus);
+  if (check.rank_gpus > 0)
+    return shared_gpu_misfits(result.devices, check.devices, check.rank_gpus);
   std::vector<DoesNotFit> out;
   for (const auto& d : result.devices) {
     if (d.memory_capacity_bytes > 0 && d.peak_memory_bytes > d.memory_capacity_bytes) {

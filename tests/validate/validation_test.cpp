@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <stdexcept>
+#include <string>
 
 #include "sim/simulator.hpp"
 #include "tests/sim/fixtures.hpp"
@@ -187,6 +188,21 @@ TEST(FitCheck, DistributedRanksSharingAGpuAddTheirPeaksUp) {
   EXPECT_TRUE(predict_misfits(check, plan, unused).empty());
   check.memory_bytes -= 1;
   EXPECT_EQ(predict_misfits(check, plan, unused).size(), 1u);
+
+  // A hardware file naming its devices otherwise: each takes the executor's device in its
+  // place, so the ranks on one GPU still add up.
+  Hardware named = replicate_device(profile.device, 3);
+  for (int k = 0; k < 3; ++k) named.devices[k].name = "gpu" + std::to_string(k);
+  const auto hardware = std::filesystem::temp_directory_path() / "pipetune-fit-ranks.hw.json";
+  save_hardware(named, hardware.string());
+  check.hardware_path = hardware.string();
+  check.rank_gpus = 2;
+  check.memory_bytes = peaks[0] + peaks[2] - 1;
+  misfits = predict_misfits(check, plan, unused);
+  ASSERT_EQ(misfits.size(), 1u);
+  EXPECT_EQ(misfits[0].device, "GPU 0 (gpu0 + gpu2)");
+  EXPECT_EQ(misfits[0].predicted_bytes, peaks[0] + peaks[2]);
+  std::filesystem::remove(hardware);
   std::filesystem::remove(path);
 }
 
