@@ -61,6 +61,11 @@ double multi_stage_balance_bound(const Profile& profile, const Hardware& hardwar
   return bound.of(plan.balance);
 }
 
+double multi_stage_configuration_bound(const Profile& profile, const Hardware& hardware,
+                                       const Plan& plan) {
+  return PlanSearch(profile, hardware, PlannerOptions{}).configuration_bound_of(plan);
+}
+
 StageWorkRows multi_stage_time_rows(const Profile& profile, const Hardware& hardware,
                                     const Plan& plan) {
   PlanSearch search(profile, hardware, PlannerOptions{});

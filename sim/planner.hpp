@@ -139,6 +139,12 @@ PlanSearchResult find_best_plans(const Profile& profile, const Hardware& hardwar
 double multi_stage_balance_bound(const Profile& profile, const Hardware& hardware,
                                  const Plan& plan);
 
+/// The balance-free bound of `plan`'s multi-stage configuration (its chunks, checkpoint mode,
+/// schedule and stages per device; not its balance), the root of a configuration whose relaxed
+/// root has not run: no balance simulates faster (docs/planner.md).
+double multi_stage_configuration_bound(const Profile& profile, const Hardware& hardware,
+                                       const Plan& plan);
+
 /// The rows of the relaxed root of `plan`'s multi-stage configuration (its chunks, checkpoint
 /// mode, schedule and stages per device; not its balance), its rounds run to the end: functions
 /// of a balance, linear in each stage's work per class of layers, none above the simulated time

@@ -342,6 +342,16 @@ StageWorkRows PlanSearch::time_rows_of(const Plan& plan) {
   return rows;
 }
 
+double PlanSearch::configuration_bound_of(const Plan& plan) const {
+  Config c;
+  c.sizes = split_batch(profile_.batch_size, plan.chunks);
+  c.chunks = plan.chunks;
+  c.checkpoint = plan.checkpoint;
+  c.schedule = plan.schedule;
+  c.stages_per_device = plan.stages_per_device;
+  return multi_stage_bound(c, /*with_copies=*/true);
+}
+
 // The cheap pass: under caps, the memory relaxation (MultiStagePeakBound::may_fit()); the
 // relaxed root, to a quarter of the budget; and the first plans (first_multi_stage_plans()),
 // unless the cheap pass has spent half the budget.

@@ -276,6 +276,7 @@ class PlanSearch {
 
   PlanSearchResult run();
   StageWorkRows time_rows_of(const Plan& plan);
+  double configuration_bound_of(const Plan& plan) const;
 
  private:
   enum class Objective { Time, Memory };
@@ -313,6 +314,7 @@ class PlanSearch {
   double tail(int j, int a, int b) const;
   double chained_cost(int j, int a, int b, double recompute = 0.0) const;
   double balance_free_bound() const;
+  double least_copies(const Config& c) const;
   // A prepared single-stage configuration's bound before any search: the balance-free bound and
   // the least largest stage of each kind of stage cost (greedy_bound()).
   double cheap_bound() const;
@@ -500,7 +502,7 @@ class PlanSearch {
   void keep(Entry& e);
   void search_slice(Entry& e, std::vector<Entry>& entries, std::uint64_t slice);
   // Multi-stage schedules (see multi_stage_slice()).
-  double multi_stage_bound(const Config& c) const;
+  double multi_stage_bound(const Config& c, bool with_copies = false) const;
   Plan plan_of(const Config& c, std::vector<int> balance) const;
   PlanCandidate candidate_of(const Config& c, const Plan& plan, const SimulationResult& r) const;
   // r.fits(), and with worst_order_memory its worst arrival order's peaks fit as well (then

@@ -417,6 +417,39 @@ TEST(Planner, MultiStageBoundIsBelowEveryPlan) {
   EXPECT_GT(tight, 20);  // x 1.05 it would exceed these plans' times (34 of them)
 }
 
+// Micro-batch 0's copies in the balance-free bound, by hand: equal layers whose outputs take c
+// ms over the link, on 2 devices with 2 stages each (interleaved: devices 0, 1, 0, 1), so its
+// round trip crosses 3 boundaries twice: the bound is at least L (f + b) + 6 c, and no plan is
+// faster. A third of the bound before the copies were counted; here most of it.
+TEST(Planner, MultiStageBoundCountsMicroBatchZerosCopies) {
+  const int layers = 12;
+  const Profile profile = testing::make_profile(
+      std::vector<testing::LayerSpec>(layers, {0.1, 0.2, 1000, 20000, 100, 0}), 4);
+  Hardware hw = replicate_device(profile.device, 2);
+  hw.link.bandwidth_bytes_per_s = 1e7;
+  hw.link.latency_ms = 0.5;
+  const double c = hw.link.transfer_ms(20000.0 * 2);  // a micro-batch of 2 samples
+  const Simulator simulator(profile, hw);
+  for (ScheduleKind kind : {ScheduleKind::Interleaved1F1B, ScheduleKind::ZBV}) {
+    SCOPED_TRACE(to_string(kind));
+    Plan plan = testing::make_plan({3, 3, 3, 3}, 2, CheckpointMode::Never, kind);
+    plan.stages_per_device = 2;
+    // Interleaved: devices 0, 1, 0, 1, three crossings; ZBV's V: 0, 1, 1, 0, two.
+    const int crossings = kind == ScheduleKind::ZBV ? 2 : 3;
+    const double bound = multi_stage_configuration_bound(profile, hw, plan);
+    // ZBV's way back is the backward's I half, of a cost the profile does not fix here.
+    const double least_round_trip = layers * (kind == ScheduleKind::ZBV ? 0.1 : 0.1 + 0.2);
+    EXPECT_GE(bound, least_round_trip + 2 * crossings * c - 1e-9);
+    double optimum = 1e300;
+    for_each_balance(layers, 4, [&](const std::vector<int>& balance) {
+      plan.balance = balance;
+      optimum = std::min(optimum, simulator.run(plan).iteration_ms);
+    });
+    EXPECT_LE(bound, optimum * (1 + 1e-12));
+    EXPECT_GT(2 * crossings * c, 0.4 * optimum);  // the copies are much of the time here
+  }
+}
+
 // The relaxed root's rows, as the planner hands them to MultiStagePeakBound::may_fit() under
 // caps: at every balance of small random instances no row is above the simulated time (each a
 // path of the schedule's task graph, or a device's busy time, at least ratios), and the largest
