@@ -325,13 +325,19 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
   return std::max(0.0, bound * (1.0 - 1e-12));
 }
 
-StageWorkRows PlanSearch::time_rows_of(const Plan& plan) {
+// `plan`'s configuration: its chunks, checkpoint mode, schedule and stages per device.
+Config PlanSearch::config_of(const Plan& plan) const {
   Config c;
   c.sizes = split_batch(profile_.batch_size, plan.chunks);
   c.chunks = plan.chunks;
   c.checkpoint = plan.checkpoint;
   c.schedule = plan.schedule;
   c.stages_per_device = plan.stages_per_device;
+  return c;
+}
+
+StageWorkRows PlanSearch::time_rows_of(const Plan& plan) {
+  const Config c = config_of(plan);
   const LayerWork work(costs_, c);
   std::unique_ptr<RelaxedRootState> state;
   bool complete = false;
@@ -343,13 +349,7 @@ StageWorkRows PlanSearch::time_rows_of(const Plan& plan) {
 }
 
 double PlanSearch::configuration_bound_of(const Plan& plan) const {
-  Config c;
-  c.sizes = split_batch(profile_.batch_size, plan.chunks);
-  c.chunks = plan.chunks;
-  c.checkpoint = plan.checkpoint;
-  c.schedule = plan.schedule;
-  c.stages_per_device = plan.stages_per_device;
-  return multi_stage_bound(c, /*with_copies=*/true);
+  return multi_stage_bound(config_of(plan), /*with_copies=*/true);
 }
 
 // The cheap pass: under caps, the memory relaxation (MultiStagePeakBound::may_fit()); the

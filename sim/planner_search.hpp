@@ -503,6 +503,7 @@ class PlanSearch {
   void search_slice(Entry& e, std::vector<Entry>& entries, std::uint64_t slice);
   // Multi-stage schedules (see multi_stage_slice()).
   double multi_stage_bound(const Config& c, bool with_copies = false) const;
+  Config config_of(const Plan& plan) const;
   Plan plan_of(const Config& c, std::vector<int> balance) const;
   PlanCandidate candidate_of(const Config& c, const Plan& plan, const SimulationResult& r) const;
   // r.fits(), and with worst_order_memory its worst arrival order's peaks fit as well (then

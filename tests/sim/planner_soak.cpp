@@ -70,6 +70,15 @@ void vary_layers(std::mt19937& rng, Profile& profile) {
   }
 }
 
+// Devices of speeds up to 16 apart (random_hardware()); a quarter of the time, shares of one GPU.
+Hardware soak_hardware(std::mt19937& rng, const Profile& profile, int devices) {
+  Hardware hw = random_hardware(rng, profile, devices);
+  if (rng() % 4 == 0) {
+    for (auto& d : hw.devices) d.share_of = "cuda:0";
+  }
+  return hw;
+}
+
 // The checks every answer must pass, whatever the budget, against `optimum` (the fastest
 // fitting plan, infinite when none fits).
 void expect_sound(const PlanSearchResult& result, double optimum, std::uint64_t budget,
@@ -121,9 +130,7 @@ TEST(PlannerSoak, SingleStageSchedules) {
       const int stages = 1 + static_cast<int>(rng() % std::min(layers, 5));  // 1..5
       Profile profile = testing::random_profile(rng, layers, 1 + rng() % 8);
       vary_layers(rng, profile);
-      Hardware hw = random_hardware(rng, profile, stages);
-      if (rng() % 4 == 0)
-        for (auto& d : hw.devices) d.share_of = "cuda:0";
+      Hardware hw = soak_hardware(rng, profile, stages);
       const bool capped = rng() % 2 == 1;
       const bool worst_order = capped && rng() % 4 == 0;
       if (capped) {
@@ -168,9 +175,7 @@ TEST(PlannerSoak, EverySchedule) {
       const int layers = v * devices + static_cast<int>(rng() % 3);
       Profile profile = testing::random_profile(rng, layers, 1 + rng() % 4);
       vary_layers(rng, profile);
-      Hardware hw = random_hardware(rng, profile, devices);
-      if (rng() % 4 == 0)
-        for (auto& d : hw.devices) d.share_of = "cuda:0";
+      Hardware hw = soak_hardware(rng, profile, devices);
       const bool worst_order = rng() % 3 == 0;
       SimulationOptions simulation;
       simulation.worst_order_peaks = worst_order;
