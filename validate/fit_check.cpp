@@ -26,36 +26,40 @@ std::vector<std::int64_t> sizes_of(const Plan& plan, std::int64_t batch) {
   return {distinct.begin(), distinct.end()};
 }
 
-// The misfits of ranks sharing GPUs: the peaks of the ranks on one GPU, added up, against its
-// memory. Every rank's peak is its own process's, none of another's tensors in it (a sent tensor
-// is copied into the receiver's own memory), so the sum is what the GPU must hold once each
-// caching allocator has reached its peak. A device's GPU comes from its name, or, where a
-// hardware file names it otherwise, from the executor's device in its place; one with neither
-// is checked alone.
-std::vector<DoesNotFit> shared_gpu_misfits(const std::vector<DeviceReport>& devices,
-                                           const std::vector<std::string>& executor_devices,
-                                           int gpus) {
+// The devices whose predicted peak exceeds their memory. With `rank_gpus` > 0 (a distributed
+// run's ranks on this machine), the ranks on one GPU count together: every rank's peak is its
+// own process's, none of another's tensors in it (a sent tensor is copied into the receiver's
+// own memory), so their sum is what the GPU must hold once each caching allocator has reached
+// its peak. A device's GPU comes from its name, or, where a hardware file names it otherwise,
+// from the executor's device in its place; one with neither is checked alone.
+std::vector<DoesNotFit> misfits_of(const std::vector<DeviceReport>& devices,
+                                   const std::vector<std::string>& executor_devices,
+                                   int rank_gpus) {
   auto gpu_of = [&](std::size_t k) -> std::optional<int> {
+    if (rank_gpus <= 0) return std::nullopt;
     for (const std::string* name :
          {&devices[k].name, k < executor_devices.size() ? &executor_devices[k] : nullptr}) {
       if (!name) continue;
       const auto parsed = exec::try_parse_device_name(*name);
       if (parsed && parsed->kind == exec::DeviceKind::Cuda && parsed->has_index)
-        return parsed->index % gpus;
+        return parsed->index % rank_gpus;
     }
     return std::nullopt;
   };
   struct Group {
-    std::string gpu;
+    std::optional<int> gpu;
     std::vector<std::string> names;
     std::int64_t peak = 0, capacity = 0;
   };
-  std::map<int, Group> groups;  // by GPU; devices of no known GPU below zero, each alone
+  std::vector<Group> groups;          // in the order of their first device
+  std::map<int, std::size_t> of_gpu;  // a GPU's group
   for (std::size_t k = 0; k < devices.size(); ++k) {
     const DeviceReport& d = devices[k];
     const auto gpu = gpu_of(k);
-    Group& g = groups[gpu ? *gpu : -1 - static_cast<int>(k)];
-    if (gpu) g.gpu = fmt::format("GPU {}", *gpu);
+    std::size_t at = groups.size();  // a group of its own, unless its GPU has one
+    if (gpu) at = of_gpu.emplace(*gpu, groups.size()).first->second;
+    if (at == groups.size()) groups.push_back({gpu, {}, 0, 0});
+    Group& g = groups[at];
     g.names.push_back(d.name);
     g.peak += d.peak_memory_bytes;
     if (d.memory_capacity_bytes > 0)
@@ -63,10 +67,11 @@ std::vector<DoesNotFit> shared_gpu_misfits(const std::vector<DeviceReport>& devi
           g.capacity == 0 ? d.memory_capacity_bytes : std::min(g.capacity, d.memory_capacity_bytes);
   }
   std::vector<DoesNotFit> out;
-  for (const auto& [gpu, g] : groups) {
+  for (const Group& g : groups) {
     if (g.capacity == 0 || g.peak <= g.capacity) continue;
-    out.push_back({g.names.size() == 1 ? g.names[0]
-                                       : fmt::format("{} ({})", g.gpu, fmt::join(g.names, " + ")),
+    out.push_back({g.names.size() == 1
+                       ? g.names[0]
+                       : fmt::format("GPU {} ({})", *g.gpu, fmt::join(g.names, " + ")),
                    g.peak, g.capacity});
   }
   return out;
@@ -120,15 +125,7 @@ std::vector<DoesNotFit> predict_misfits(const FitCheck& check, const Plan& plan,
   const SimulationResult result = check.schedule ? simulator.run(predicted, *check.schedule, lean)
                                                  : simulator.run(predicted, lean);
 
-  if (check.rank_gpus > 0)
-    return shared_gpu_misfits(result.devices, check.devices, check.rank_gpus);
-  std::vector<DoesNotFit> out;
-  for (const auto& d : result.devices) {
-    if (d.memory_capacity_bytes > 0 && d.peak_memory_bytes > d.memory_capacity_bytes) {
-      out.push_back({d.name, d.peak_memory_bytes, d.memory_capacity_bytes});
-    }
-  }
-  return out;
+  return misfits_of(result.devices, check.devices, check.rank_gpus);
 }
 
 std::string misfit_message(const std::string& plan_source, const std::vector<DoesNotFit>& misfits) {
