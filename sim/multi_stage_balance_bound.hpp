@@ -37,11 +37,16 @@ class MultiStageBalanceBound {
     head_.assign(layers + 1, 0.0);
     tail_.assign(layers + 1, 0.0);
     least_output_.assign(layers, std::numeric_limits<double>::infinity());
+    // Each micro-batch's costs looked up once, not once per layer: with a batch of 1,024 and
+    // 3,000 layers the lookups made this about a millisecond a slice.
+    std::vector<const SizeCosts*> of_size;
+    of_size.reserve(sizes.size());
+    for (std::int64_t size : sizes) of_size.push_back(&costs.at(size));
     for (int k = 0; k < layers; ++k) {
       double work = 0.0, head = std::numeric_limits<double>::infinity(),
              tail = std::numeric_limits<double>::infinity();
-      for (std::int64_t size : sizes) {
-        const SizeCosts& c = costs.at(size);
+      for (const SizeCosts* size_costs : of_size) {
+        const SizeCosts& c = *size_costs;
         const double forward = std::min(c.forward_ms[k], c.forward_nograd_ms[k]);
         work +=
             forward + std::min(c.backward_ms[k], c.backward_input_ms[k] + c.backward_weight_ms[k]);

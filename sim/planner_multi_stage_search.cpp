@@ -542,6 +542,10 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
   if (e.balance.empty()) first_multi_stage_plans(e, *work);
   const std::unique_ptr<GraphSweep> sweep = graph_sweep(c);
   multi_stage_local_search(e, sweep.get(), limit);
+  if (stats_.steps >= limit) {  // nothing left for the enumeration: its bound is not built
+    note();
+    return;
+  }
 
   MultiStageBalanceBound bound(costs_, c.sizes, c.schedule, c.checkpoint, stages_,
                                c.stages_per_device, speed_, overhead_, hardware_);
@@ -614,12 +618,10 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
       if (peak) peak->unplace(t);
     }
   };
-  if (stats_.steps < limit) {
-    enumerate(0, 0);
-    if (!out) {
-      e.closed = true;
-      e.resume.clear();
-    }
+  enumerate(0, 0);
+  if (!out) {
+    e.closed = true;
+    e.resume.clear();
   }
   note();
 }
