@@ -32,7 +32,7 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
                                             std::uint64_t step_limit, double enough,
                                             std::unique_ptr<RelaxedRootState>& state,
                                             bool* complete, std::vector<std::vector<int>>* balances,
-                                            StageWorkRows* rows) {
+                                            StageWorkRows* rows, double* copies_bound) {
   const std::vector<double>& work = layer_work.each;
   const int v = c.stages_per_device, m = c.micro_batches(), stages = v * stages_;
   std::vector<int> device_of(stages);
@@ -73,6 +73,8 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
                ? nograd_kind
                : static_cast<int>(t.kind);
   };
+  const std::vector<double>* ascending[2] = {&boundary_bytes_ascending(*size_of[0]),
+                                             &boundary_bytes_ascending(*size_of[1])};
   auto copy_ms = [&](const SimTask& t) {
     const double bytes = least_bytes[slot_of[t.micro_batch]];
     return bytes < kInf ? hardware_.link_between(t.device, t.peer).transfer_ms(bytes) : 0.0;
@@ -123,7 +125,7 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
       tasks[t.device] += overhead_;
     }
     for (int r = 0; r < stages_; ++r) programme.add(tasks[r], slopes(busy[r]));
-    st.bound = programme.solve(&st.shares);
+    st.bound = st.last_value = programme.solve(&st.shares, &st.weights);
     charge(0);
     // The first model plan gives each stage the same time on its device, whatever the solve's
     // shares (the busy rows alone leave them arbitrary, and the first rounds' paths from such
@@ -210,6 +212,11 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
     for (int at : last) {
       double constant = 0.0;
       Counts on_path(stages);
+      // Its copies at distinct outputs: their latencies and their bytes by boundary (a gradient
+      // crosses its sender's lower one), priced together below.
+      double copies_at_least = 0.0, latencies = 0.0;
+      std::array<std::vector<double>, 2> per_byte;
+      for (auto& w : per_byte) w.assign(stages, 0.0);
       while (at >= 0) {
         const SimTask& t = graph.tasks[at];
         if (is_compute(t.kind)) {
@@ -217,6 +224,11 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
           constant += overhead_;
         } else {
           constant += copy_ms(t);
+          copies_at_least += copy_ms(t);
+          const Link& link = hardware_.link_between(t.device, t.peer);
+          latencies += link.transfer_ms(0.0);
+          const int boundary = t.kind == TaskKind::SendActivation ? t.stage : t.stage - 1;
+          per_byte[slot_of[t.micro_batch]][boundary] += ms_per_byte(link);
         }
         int next = -1;
         for (int u : sorted.predecessors(at)) {
@@ -235,6 +247,10 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
         known = programme.constant(i) == constant && programme.slope(i) == slope;
       stats_.steps += programme.functions() * width / kPivotCellsPerStep;
       if (known) continue;
+      st.copy_excess.resize(programme.functions(), 0.0);
+      st.copy_excess.push_back(std::max(
+          0.0, latencies + least_boundary_copies_ms(per_byte[0], *ascending[0]) +
+                   least_boundary_copies_ms(per_byte[1], *ascending[1]) - copies_at_least));
       programme.add(constant, std::move(slope));
       stats_.steps += (width + 1) * (width + 1) / kPivotCellsPerStep;  // the column's pricing
       ++added;
@@ -266,7 +282,8 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
       }
     }
     const std::uint64_t cells = programme.pivot_cells();
-    st.bound = std::max(st.bound, programme.solve(&st.shares));
+    st.last_value = programme.solve(&st.shares, &st.weights);
+    st.bound = std::max(st.bound, st.last_value);
     charge(cells);
     // Not the solve's shares but a step from the best model plan towards them (Kelley's method
     // stabilised): the shares jump between far vertices, whose paths raise the bound little.
@@ -320,6 +337,14 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
       rows->constant[i] = programme.constant(i);
       rows->slope[i] = programme.slope(i);
     }
+  }
+  if (copies_bound != nullptr && !st.weights.empty()) {
+    // The last solve's weights are a feasible dual: with each function's constant raised by
+    // its copy excess, they bound every balance by their value plus the weighted excesses.
+    double raised = st.last_value;
+    for (std::size_t i = 0; i < std::min(st.weights.size(), st.copy_excess.size()); ++i)
+      raised += st.weights[i] * st.copy_excess[i];
+    *copies_bound = std::max(*copies_bound, std::max(0.0, raised * (1.0 - 1e-12)));
   }
   if (*complete) state.reset();
   return std::max(0.0, bound * (1.0 - 1e-12));
@@ -399,7 +424,7 @@ void PlanSearch::multi_stage_root(Entry& e, const std::vector<Entry>& entries) {
     if (capped()) e.time_rows = std::make_unique<StageWorkRows>();
     e.root = std::max(e.root, multi_stage_relaxed_root(
                                   c, work, allowance, ranking_threshold(entries, &e), e.root_state,
-                                  &e.root_complete, &relaxed, e.time_rows.get()));
+                                  &e.root_complete, &relaxed, e.time_rows.get(), &e.copies_root));
     if (e.root >= ranking_threshold(entries, &e) ||
         !fits_fast_enough(e, ranking_threshold(entries, &e))) {
       e.closed = true;

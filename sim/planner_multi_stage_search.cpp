@@ -525,9 +525,10 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
   if (!e.root_complete) {
     const std::vector<std::vector<int>> tried = e.relaxed;
     if (capped() && !e.time_rows) e.time_rows = std::make_unique<StageWorkRows>();
-    e.root = std::max(e.root, multi_stage_relaxed_root(c, *work, std::min(limit, steps + slice / 2),
-                                                       beat(), e.root_state, &e.root_complete,
-                                                       &e.relaxed, e.time_rows.get()));
+    e.root =
+        std::max(e.root, multi_stage_relaxed_root(c, *work, std::min(limit, steps + slice / 2),
+                                                  beat(), e.root_state, &e.root_complete,
+                                                  &e.relaxed, e.time_rows.get(), &e.copies_root));
     e.fast_checked = kInf;  // more rows
     if (e.root >= beat() || !fits_fast_enough(e, beat())) {
       e.closed = true;

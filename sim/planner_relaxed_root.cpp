@@ -224,6 +224,25 @@ double least_boundary_bytes(const SizeCosts& size) {
   return least;
 }
 
+double least_boundary_copies_ms(std::vector<double> weight, const std::vector<double>& ascending) {
+  std::erase_if(weight, [](double w) { return !(w > 0.0); });
+  std::sort(weight.begin(), weight.end(), std::greater<>());
+  double ms = 0.0;
+  for (std::size_t k = 0; k < std::min(weight.size(), ascending.size()); ++k)
+    ms += weight[k] * ascending[k];
+  return ms;
+}
+
+const std::vector<double>& PlanSearch::boundary_bytes_ascending(const SizeCosts& size) const {
+  auto [it, added] = boundary_bytes_.try_emplace(&size);
+  if (added) {
+    for (std::size_t k = 0; k + 1 < size.output_bytes.size(); ++k)
+      it->second.push_back(static_cast<double>(size.output_bytes[k]));
+    std::sort(it->second.begin(), it->second.end());
+  }
+  return it->second;
+}
+
 bool heaviest_layer_matters(const std::vector<double>& layer_work, int stages) {
   const auto heaviest = std::max_element(layer_work.begin(), layer_work.end());
   const double total = std::accumulate(layer_work.begin(), layer_work.end(), 0.0);
@@ -480,6 +499,9 @@ double PlanSearch::relaxed_root(std::vector<int>& balance, RelaxedRows* rows) co
     for (int q = 0; q < 8; ++q) a += common[q] * task_total[q / 2][q % 2] / max_speed_;
     // (std::map keeps references valid as later count vectors are added.)
     const std::vector<double>& common_least = joint_least(common);
+    // Copies: their latencies, and their bytes by boundary, priced together below.
+    std::array<std::vector<double>, 2> per_byte;
+    for (auto& w : per_byte) w.assign(stages_, 0.0);
     for (int k = 0; k < stages_; ++k) {
       std::array<int, 8> rest = path.tasks[k];
       for (int q = 0; q < 8; ++q) {
@@ -490,11 +512,14 @@ double PlanSearch::relaxed_root(std::vector<int>& balance, RelaxedRows* rows) co
       const double excess = 1.0 / speed_[k] - 1.0 / max_speed_;
       for (int cls = 0; cls < n_classes; ++cls)
         row[cls * stages_ + k] += least[cls] / speed_[k] + common_least[cls] * excess;
-      for (int slot = 0; slot < 2; ++slot) {
-        if (k + 1 < stages_)
-          a += (path.copies[k][slot] + path.copies[k][2 + slot]) * least_copy(k, slot == 1);
+      for (int slot = 0; slot < 2 && k + 1 < stages_; ++slot) {
+        const int copies = path.copies[k][slot] + path.copies[k][2 + slot];
+        a += copies * link_[k]->transfer_ms(0.0);
+        per_byte[slot][k] = copies * ms_per_byte(*link_[k]);
       }
     }
+    a += least_boundary_copies_ms(per_byte[0], boundary_bytes_ascending(f)) +
+         least_boundary_copies_ms(per_byte[1], boundary_bytes_ascending(l));
     double at_shares = a;
     for (std::size_t x = 0; x < width; ++x) at_shares += row[x] * shares[x];
     return at_shares;

@@ -213,6 +213,21 @@ std::vector<int> rounded_balance(const std::vector<double>& work, const std::vec
 // layer with a layer after it; infinity with one layer.
 double least_boundary_bytes(const SizeCosts& size);
 
+// The least that a path's copies cost beyond their latencies over every balance. Stage ends
+// strictly increase, so the boundaries of a balance carry the outputs of as many distinct
+// layers (each with a layer after it); boundary k's copies at one micro-batch size cost
+// weight[k] (milliseconds per byte, summed over them) times its output. By the rearrangement
+// inequality the heaviest weights take the smallest outputs: `ascending` holds every output a
+// boundary can carry at that size, smallest first.
+double least_boundary_copies_ms(std::vector<double> weight, const std::vector<double>& ascending);
+
+// A copy's milliseconds per byte over `link` (beyond its latency).
+inline double ms_per_byte(const Link& link) {
+  return link.bandwidth_bytes_per_s == std::numeric_limits<double>::infinity()
+             ? 0.0
+             : 1e3 / link.bandwidth_bytes_per_s;
+}
+
 // Some stage holds the heaviest layer whole, which continuous shares need not: the least over
 // the stages of the programme with that stage's share of the layer's class at least the layer's
 // work. Only where the layer is a sizeable part of a stage's share (a quarter or more), since it
@@ -366,6 +381,10 @@ class PlanSearch {
     std::vector<int> class_of;   // per layer
   };
   double relaxed_root(std::vector<int>& balance, RelaxedRows* rows = nullptr) const;
+  // Every output a stage boundary can carry at a micro-batch size, smallest first (for
+  // least_boundary_copies_ms()), sorted once per size.
+  const std::vector<double>& boundary_bytes_ascending(const SizeCosts& size) const;
+  mutable std::map<const SizeCosts*, std::vector<double>> boundary_bytes_;
   double capped_root(const RelaxedRows& rows, double threshold, std::uint64_t step_limit,
                      bool& finished);
   double wait_cost(int j, int a, int b, double recompute_first = 0.0,
@@ -532,7 +551,7 @@ class PlanSearch {
   double multi_stage_relaxed_root(const Config& c, const LayerWork& work, std::uint64_t step_limit,
                                   double enough, std::unique_ptr<RelaxedRootState>& state,
                                   bool* complete, std::vector<std::vector<int>>* balances,
-                                  StageWorkRows* rows);
+                                  StageWorkRows* rows, double* copies_bound = nullptr);
   void multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::uint64_t slice);
   void multi_stage_local_search(Entry& e, GraphSweep* sweep, std::uint64_t limit);
   // A configuration's balances timed without simulating them (GraphSweep), where that is exact;
@@ -607,6 +626,12 @@ struct PlanSearch::RelaxedRootState {
   std::vector<std::vector<double>> timed_plans;  // best_plan and shares at that switch
   // A stage's least ratios per count vector (see slopes below).
   std::map<std::array<int, 14>, std::vector<double>> least_of_counts;
+  // Per function of the programme: how much more its path's copies cost, over every balance,
+  // than at the least output each (least_boundary_copies_ms()); and the last solve's value and
+  // weights, with which these raise the bound (copies_bound of multi_stage_relaxed_root()).
+  std::vector<double> copy_excess;
+  std::vector<double> weights;
+  double last_value = 0.0;
   RelaxedRootState(int stages, const std::vector<double>& class_work)
       : programme(static_cast<std::size_t>(stages), class_work) {}
 };
@@ -651,6 +676,9 @@ struct PlanSearch::Entry {
   bool root_complete = false;
   // Multi-stage: where the relaxed root's rounds stopped, until they are complete.
   std::unique_ptr<RelaxedRootState> root_state;
+  // Multi-stage: the relaxed root with its paths' copies at distinct outputs (copies_bound of
+  // multi_stage_relaxed_root()), counted only once the search is over.
+  double copies_root = 0.0;
   // Multi-stage, under caps: MultiStagePeakBound::may_fit() has run (it waits for the first
   // slice once the cheap pass has spent half the budget).
   bool fit_checked = false;

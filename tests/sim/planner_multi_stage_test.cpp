@@ -450,6 +450,43 @@ TEST(Planner, MultiStageBoundCountsMicroBatchZerosCopies) {
   }
 }
 
+// Four micro-batches of one sample through four interleaved stages on two devices, over a slow
+// link. The link from device 0 to device 1 carries every activation across boundaries 0 and 2
+// and every gradient across boundary 1, one after another: twelve copies, four at each of three
+// distinct outputs, so at least 12 x 0.5 ms + 4 x (1 + 20 + 50) bytes x 10 ms = 2846 ms,
+// whatever the balance. The relaxed root's paths along that link count three distinct outputs
+// once the search is over (with a budget of none, at once); at the least output each, as
+// before 2026-11-29, the root was 1447 ms (micro-batch 0's round trip).
+TEST(Planner, MultiStageRelaxedRootCopiesCrossDistinctBoundaries) {
+  std::vector<testing::LayerSpec> specs(8);
+  const std::int64_t outputs[] = {100, 1, 100, 50, 100, 20, 100, 100};
+  for (int k = 0; k < 8; ++k) specs[k].output_per_sample = outputs[k];
+  const Profile profile = testing::make_profile(specs, 4);
+  Hardware hw = replicate_device(profile.device, 2);
+  hw.link.bandwidth_bytes_per_s = 100.0;  // 10 ms a byte
+  hw.link.latency_ms = 0.5;
+  const Simulator simulator(profile, hw);
+  Plan plan =
+      testing::make_plan({2, 2, 2, 2}, 4, CheckpointMode::Never, ScheduleKind::Interleaved1F1B);
+  plan.stages_per_device = 2;
+  double optimum = 1e300;
+  for_each_balance(8, 4, [&](const std::vector<int>& balance) {
+    plan.balance = balance;
+    optimum = std::min(optimum, simulator.run(plan).iteration_ms);
+  });
+  PlannerOptions options;
+  options.top = 1;
+  options.chunks = {4};
+  options.checkpoints = {CheckpointMode::Never};
+  options.schedules = {ScheduleKind::Interleaved1F1B};
+  options.search_budget = 0;
+  const PlanSearchResult result = find_best_plans(profile, hw, options);
+  ASSERT_EQ(result.stats.per_configuration.size(), 1u);
+  const double root = result.stats.per_configuration.front().lower_bound_ms;
+  EXPECT_LE(root, optimum * (1 + 1e-12));
+  EXPECT_GE(root, 12 * 0.5 + 4 * (1 + 20 + 50) * 10.0 - 1e-9);
+}
+
 // The relaxed root's rows, as the planner hands them to MultiStagePeakBound::may_fit() under
 // caps: at every balance of small random instances no row is above the simulated time (each a
 // path of the schedule's task graph, or a device's busy time, at least ratios), and the largest

@@ -266,6 +266,65 @@ TEST(Planner, RoundTripsOfFewMicroBatchesCountEveryLayerExactly) {
   EXPECT_LT(root_gap_to_first_plan(profile, 12, 6), 0.05);
 }
 
+// A path's copies over every balance (least_boundary_copies_ms()): the boundaries carry outputs
+// of distinct layers, so the least cost is the least over every way to give each boundary a
+// layer of its own. Brute force over those assignments, on random weights (some zero: a
+// boundary the path does not cross) and outputs (with ties).
+TEST(Planner, BoundaryCopiesTakeTheSmallestDistinctOutputs) {
+  std::mt19937 rng(2911);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int outputs = 1 + static_cast<int>(rng() % 7);
+    const int boundaries = 1 + static_cast<int>(rng() % outputs);
+    std::vector<double> bytes(outputs), weight(boundaries);
+    for (double& b : bytes) b = static_cast<double>(rng() % 20);
+    for (double& w : weight) w = (rng() % 3 == 0) ? 0.0 : 0.5 * static_cast<double>(rng() % 9);
+    // Every injective assignment of outputs to boundaries: permutations of the outputs, the
+    // first `boundaries` of each.
+    std::vector<int> order(outputs);
+    std::iota(order.begin(), order.end(), 0);
+    double least = std::numeric_limits<double>::infinity();
+    do {
+      double cost = 0.0;
+      for (int k = 0; k < boundaries; ++k) cost += weight[k] * bytes[order[k]];
+      least = std::min(least, cost);
+    } while (std::next_permutation(order.begin(), order.end()));
+    std::vector<double> ascending = bytes;
+    std::sort(ascending.begin(), ascending.end());
+    EXPECT_NEAR(planning::least_boundary_copies_ms(weight, ascending), least, 1e-9 * (1 + least))
+        << "trial " << trial;
+  }
+}
+
+// One micro-batch through three stages over a slow link: the iteration is every layer's
+// forward and backward plus the copies across the two boundaries, out and back. The layer with
+// the least output (1 byte a sample) can end only one stage; the next least (50) ends the
+// other, and the balance [2, 2, 2] puts them there. The relaxed root counts those two
+// outputs, not the least twice (until 2026-11-29: 98 bytes' copies short each way), and so
+// proves the optimum at the root.
+TEST(Planner, RelaxedRootCopiesCrossDistinctBoundaries) {
+  std::vector<testing::LayerSpec> specs(6);
+  const std::int64_t outputs[] = {100, 1, 100, 50, 100, 100};
+  for (int k = 0; k < 6; ++k) specs[k].output_per_sample = outputs[k];
+  const Profile profile = testing::make_profile(specs, 1);
+  Hardware hw = replicate_device(profile.device, 3);
+  hw.link.bandwidth_bytes_per_s = 100.0;  // 10 ms a byte
+  hw.link.latency_ms = 0.5;
+  const BruteForce expected = brute_force(profile, hw);
+  const double optimum = expected.per_config.at(
+      std::make_tuple(split_batch(1, 1), CheckpointMode::Never, ScheduleKind::GPipe));
+  // Six forwards of 1 ms and backwards of 2 ms, four copies' latencies, and 2 x (1 + 50) bytes.
+  EXPECT_NEAR(optimum, 6 * 3.0 + 4 * 0.5 + 2 * (1 + 50) * 10.0, 1e-9);
+  PlannerOptions options;
+  options.chunks = {1};
+  options.checkpoints = {CheckpointMode::Never};
+  options.schedules = {ScheduleKind::GPipe};
+  options.top = 1;
+  options.search_budget = 1;  // the root alone
+  const PlanSearchResult result = find_best_plans(profile, hw, options);
+  EXPECT_LE(result.stats.lower_bound_ms, optimum * (1 + 1e-12));
+  EXPECT_GE(result.stats.lower_bound_ms, optimum * (1 - 1e-9));
+}
+
 // The relaxed root's classes (ratio_classes()): with no more distinct ratios than classes,
 // each ratio is a class of its own; equal ranges of the share put backwards 9 and 5 times the
 // forward (shares 1/10 and 1/6) together, the least-loss split does not; more classes never
