@@ -21,6 +21,7 @@
 #include "cli/torch_inputs.hpp"
 #include "distributed/link_probe.hpp"
 #include "distributed/process_group.hpp"
+#include "executor/device_name.hpp"
 #include "executor/device_runtime.hpp"
 #include "executor/executor.hpp"
 #include "executor/placement.hpp"
@@ -256,15 +257,35 @@ void refuse_misfit(const RunFlags& flags, const Plan& plan, const exec::Executor
   if (flags.distributed && flags.device == "cuda" && launch.local_world_size == launch.world_size &&
       !std::getenv("CUDA_VISIBLE_DEVICES"))
     fit.rank_gpus = exec::cuda_device_count();
+  if (flags.device == "cuda" && !flags.distributed) {
+    // A GPU's memory less what its CUDA context and other processes hold: a plan between the
+    // two is warned of, not refused (the caching allocator's own overhead is not predicted).
+    // Shares of `--sm-partitions` are all on the first GPU. (A distributed rank would see only
+    // the contexts of the ranks already started.)
+    fit.free_bytes = [shares = options.sm_partitions > 0](const std::string& device) {
+      const auto parsed = exec::try_parse_device_name(device);
+      if (!parsed || parsed->kind != exec::DeviceKind::Cuda) return std::int64_t{0};
+      return exec::cuda_free_bytes(!shares && parsed->has_index ? parsed->index : 0);
+    };
+  }
   fit.batch = flags.batch;
   fit.optimizer_state_factor = exec::optimizer_state_factor(options.optimizer);
-  const auto misfits =
+  auto misfits =
       validate::predict_misfits(fit, exec::with_executor_devices(plan, options.devices),
                                 [&] { return build_model_from(flags.model, flags.seed); });
+  std::vector<validate::DoesNotFit> tight;
+  std::erase_if(misfits, [&](const validate::DoesNotFit& m) {
+    if (m.free_now) tight.push_back(m);
+    return m.free_now;
+  });
   if (!misfits.empty()) {
     const std::string what = validate::misfit_message(plan_source(flags), misfits);
     if (!flags.force) throw WorkError(what + " (--force runs it anyway)");
     std::fprintf(stderr, "warning: %s; running it anyway (--force)\n", what.c_str());
+  }
+  if (!tight.empty()) {
+    std::fprintf(stderr, "warning: %s\n",
+                 validate::misfit_message(plan_source(flags), tight).c_str());
   }
 }
 

@@ -113,5 +113,10 @@ std::unique_ptr<DeviceRuntime> make_cuda_runtime(const std::vector<c10::Device>&
 /// Whether this build can run CUDA devices, and how many this machine has.
 bool cuda_built();
 int cuda_device_count();
+/// Bytes a run can still allocate on CUDA device `index` now: free memory once this process's
+/// caching allocator has handed back the blocks it keeps unused. The device's memory less this
+/// is what its CUDA context, other processes and this process's live tensors hold. 0 without
+/// CUDA.
+std::int64_t cuda_free_bytes(int index);
 
 }  // namespace pipetune::exec

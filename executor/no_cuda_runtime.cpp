@@ -14,5 +14,8 @@ bool cuda_built() {
 int cuda_device_count() {
   return 0;
 }
+std::int64_t cuda_free_bytes(int) {
+  return 0;
+}
 
 }  // namespace pipetune::exec

@@ -32,9 +32,11 @@ std::vector<std::int64_t> sizes_of(const Plan& plan, std::int64_t batch) {
 // own memory), so their sum is what the GPU must hold once each caching allocator has reached
 // its peak. A device's GPU comes from its name, or, where a hardware file names it otherwise,
 // from the executor's device in its place; one with neither is checked alone.
-std::vector<DoesNotFit> misfits_of(const std::vector<DeviceReport>& devices,
-                                   const std::vector<std::string>& executor_devices,
-                                   int rank_gpus) {
+// Where `free_bytes` knows what a group's first device can still take, a group within its memory
+// but above that is returned too, as free_now.
+std::vector<DoesNotFit> misfits_of(
+    const std::vector<DeviceReport>& devices, const std::vector<std::string>& executor_devices,
+    int rank_gpus, const std::function<std::int64_t(const std::string&)>& free_bytes) {
   auto gpu_of = [&](std::size_t k) -> std::optional<int> {
     if (rank_gpus <= 0) return std::nullopt;
     for (const std::string* name :
@@ -49,7 +51,7 @@ std::vector<DoesNotFit> misfits_of(const std::vector<DeviceReport>& devices,
   struct Group {
     std::optional<int> gpu;
     std::vector<std::string> names;
-    std::int64_t peak = 0, capacity = 0;
+    std::int64_t peak = 0, capacity = 0, free = 0;
   };
   std::vector<Group> groups;          // in the order of their first device
   std::map<int, std::size_t> of_gpu;  // a GPU's group
@@ -58,7 +60,12 @@ std::vector<DoesNotFit> misfits_of(const std::vector<DeviceReport>& devices,
     const auto gpu = gpu_of(k);
     std::size_t at = groups.size();  // a group of its own, unless its GPU has one
     if (gpu) at = of_gpu.emplace(*gpu, groups.size()).first->second;
-    if (at == groups.size()) groups.push_back({gpu, {}, 0, 0});
+    if (at == groups.size()) {
+      // Runs of one process ask the executor's device (shares of one GPU ask the same one).
+      const std::string& executor = k < executor_devices.size() ? executor_devices[k] : d.name;
+      const std::int64_t free = rank_gpus <= 0 && free_bytes ? free_bytes(executor) : 0;
+      groups.push_back({gpu, {}, 0, 0, free});
+    }
     Group& g = groups[at];
     g.names.push_back(d.name);
     g.peak += d.peak_memory_bytes;
@@ -68,11 +75,14 @@ std::vector<DoesNotFit> misfits_of(const std::vector<DeviceReport>& devices,
   }
   std::vector<DoesNotFit> out;
   for (const Group& g : groups) {
-    if (g.capacity == 0 || g.peak <= g.capacity) continue;
-    out.push_back({g.names.size() == 1
-                       ? g.names[0]
-                       : fmt::format("GPU {} ({})", *g.gpu, fmt::join(g.names, " + ")),
-                   g.peak, g.capacity});
+    const std::string name = g.names.size() == 1
+                                 ? g.names[0]
+                                 : fmt::format("GPU {} ({})", *g.gpu, fmt::join(g.names, " + "));
+    if (g.capacity > 0 && g.peak > g.capacity) {
+      out.push_back({name, g.peak, g.capacity});
+    } else if (g.free > 0 && g.peak > g.free) {
+      out.push_back({name, g.peak, g.free, /*free_now=*/true});
+    }
   }
   return out;
 }
@@ -125,15 +135,24 @@ std::vector<DoesNotFit> predict_misfits(const FitCheck& check, const Plan& plan,
   const SimulationResult result = check.schedule ? simulator.run(predicted, *check.schedule, lean)
                                                  : simulator.run(predicted, lean);
 
-  return misfits_of(result.devices, check.devices, check.rank_gpus);
+  return misfits_of(result.devices, check.devices, check.rank_gpus, check.free_bytes);
 }
 
 std::string misfit_message(const std::string& plan_source, const std::vector<DoesNotFit>& misfits) {
   std::vector<std::string> parts;
+  const bool free_now =
+      std::all_of(misfits.begin(), misfits.end(), [](const DoesNotFit& m) { return m.free_now; });
   for (const auto& m : misfits) {
-    parts.push_back(fmt::format("{} needs {} ({} bytes) predicted, has {} ({} bytes)", m.device,
+    parts.push_back(fmt::format("{} needs {} ({} bytes) predicted, has {} ({} bytes){}", m.device,
                                 format_bytes(m.predicted_bytes), m.predicted_bytes,
-                                format_bytes(m.capacity_bytes), m.capacity_bytes));
+                                format_bytes(m.capacity_bytes), m.capacity_bytes,
+                                m.free_now ? " free" : ""));
+  }
+  if (free_now) {
+    return fmt::format(
+        "{}: the plan may not fit what is free now: {} (the rest of the memory held by the CUDA "
+        "context and other processes)",
+        plan_source, fmt::join(parts, "; "));
   }
   return fmt::format("{}: the plan does not fit: {}", plan_source, fmt::join(parts, "; "));
 }

@@ -32,6 +32,10 @@ struct FitCheck {
   /// process on GPU k mod rank_gpus. Each process's caching allocator keeps the memory it has
   /// reached, so the ranks on one GPU need their peaks added up.
   int rank_gpus = 0;
+  /// Bytes an executor device (its name) can still take now, 0 where not known: on a GPU its
+  /// memory less what the CUDA context and other processes hold (exec::cuda_free_bytes()).
+  /// Not asked with rank_gpus (`run` sets it for runs in one process only).
+  std::function<std::int64_t(const std::string& device)> free_bytes;
   std::int64_t batch = 0;
   double optimizer_state_factor = 0.0;  ///< of the optimizer the run will use
   std::optional<Schedule> schedule;     ///< run instead of the plan's (torch's CSV)
@@ -42,6 +46,9 @@ struct DoesNotFit {
   std::string device;  ///< or "GPU 0 (cuda:0 + cuda:2)" for ranks sharing one
   std::int64_t predicted_bytes = 0;
   std::int64_t capacity_bytes = 0;
+  /// The plan fits the device's memory but not what was free on it at the check
+  /// (capacity_bytes, FitCheck::free_bytes): a warning, not a refusal.
+  bool free_now = false;
 };
 
 /// Builds a fresh instance of the model to profile, so the run's own model stays untouched.
@@ -53,7 +60,9 @@ using ModelFactory = std::function<models::Model()>;
 std::vector<DoesNotFit> predict_misfits(const FitCheck& check, const Plan& plan,
                                         const ModelFactory& model);
 
-/// "PLAN: the plan does not fit: cpu:0 needs 1.50 GiB (… bytes) predicted, has …; …"
+/// "PLAN: the plan does not fit: cpu:0 needs 1.50 GiB (… bytes) predicted, has …; …"; entries
+/// free_now: "PLAN: the plan may not fit what is free now: cuda:0 needs … predicted, has … free
+/// (the rest of its memory held by its CUDA context and other processes)".
 std::string misfit_message(const std::string& plan_source, const std::vector<DoesNotFit>& misfits);
 
 }  // namespace pipetune::validate

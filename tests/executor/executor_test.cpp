@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "executor/counting_allocator.hpp"
+#include "executor/device_runtime.hpp"
 #include "executor/models/layers.hpp"
 #include "executor/transport.hpp"
 #include "sim/error.hpp"
@@ -632,6 +633,24 @@ TEST(Executor, CudaPeakIsThePipelinesOwnWhateverElseTheGpuHolds) {
   }
   EXPECT_NEAR(static_cast<double>(peaks[1]), static_cast<double>(peaks[0]),
               0.01 * static_cast<double>(peaks[0]));
+}
+
+// What `run`'s fit check takes as a GPU's room (exec::cuda_free_bytes()): less a tensor this
+// process keeps, and the same again once the tensor is gone (the caching allocator's kept blocks
+// handed back). Without CUDA it is 0, which the check reads as unknown.
+TEST(Executor, CudaFreeBytesFollowWhatThisProcessHolds) {
+  if (!exec::cuda_built() || exec::cuda_device_count() == 0) EXPECT_EQ(exec::cuda_free_bytes(0), 0);
+  PIPETUNE_GPU_TEST_NEEDS(torch::cuda::is_available(), "no CUDA device");
+  const std::int64_t before = exec::cuda_free_bytes(0);
+  EXPECT_GT(before, 0);
+  EXPECT_EQ(exec::cuda_free_bytes(exec::cuda_device_count()), 0);  // no such device
+  constexpr std::int64_t kHeld = 1LL << 30;
+  {
+    const at::Tensor held = at::empty({kHeld}, at::TensorOptions(at::kCUDA).dtype(at::kByte));
+    EXPECT_LE(exec::cuda_free_bytes(0), before - kHeld);
+  }
+  EXPECT_NEAR(static_cast<double>(exec::cuda_free_bytes(0)), static_cast<double>(before),
+              64.0 * (1 << 20));
 }
 
 TEST(Executor, CudaDevicesTheSameWay) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <stdexcept>
 #include <string>
 
@@ -145,24 +146,86 @@ TEST(FitCheck, SharesOfOneGpuAreCheckedAgainstTheGpusOneMemory) {
   std::filesystem::remove(path);
 }
 
+// A fit check of `plan` on CUDA devices cuda:0, cuda:1, ... with `profile` saved under `name`
+// (removed with it), and each device's own peak, as one process per device has it.
+struct CudaFitCase {
+  std::filesystem::path path;
+  std::vector<std::int64_t> peaks;
+  FitCheck check;
+  CudaFitCase(const Profile& profile, const Plan& plan, const std::string& name)
+      : path(std::filesystem::temp_directory_path() / name) {
+    save_profile(profile, path.string());
+    const int devices = static_cast<int>(plan.balance.size());
+    for (const DeviceReport& d :
+         Simulator(profile, replicate_device(profile.device, devices)).run(plan).devices)
+      peaks.push_back(d.peak_memory_bytes);
+    check.plan_source = "p.json";
+    check.profile_path = path.string();
+    check.device_kind = "cuda";
+    for (int k = 0; k < devices; ++k) check.devices.push_back("cuda:" + std::to_string(k));
+    check.batch = profile.batch_size;
+  }
+  ~CudaFitCase() { std::filesystem::remove(path); }
+};
+
+// A GPU's CUDA context and other processes hold part of its memory. A plan within the memory but
+// above what is free at the check is returned as free_now (`run` warns, and runs it); above
+// the memory it is refused as before, whatever is free; with ranks in several processes the
+// free bytes are not asked (each rank's would miss the others' contexts).
+TEST(FitCheck, WhatIsFreeNowIsWarnedOfNotRefused) {
+  const Profile profile =
+      testing::make_profile({{1.0, 2.0, 4000, 300, 500, 0}, {1.0, 2.0, 6000, 300, 700, 0}}, 4, 100);
+  const Plan plan = testing::make_plan({1, 1}, 2, CheckpointMode::Never);
+  CudaFitCase fit(profile, plan, "pipetune-fit-free.profile.json");
+  const std::vector<std::int64_t>& peaks = fit.peaks;
+  FitCheck& check = fit.check;
+  check.memory_bytes = 2 * std::max(peaks[0], peaks[1]);
+  std::map<std::string, std::int64_t> free{{"cuda:0", peaks[0]}, {"cuda:1", peaks[1] - 1}};
+  std::vector<std::string> asked;
+  check.free_bytes = [&](const std::string& device) {
+    asked.push_back(device);
+    return free.at(device);
+  };
+  const ModelFactory unused = []() -> models::Model { throw std::logic_error("not profiled"); };
+  auto misfits = predict_misfits(check, plan, unused);
+  EXPECT_EQ(asked, (std::vector<std::string>{"cuda:0", "cuda:1"}));
+  ASSERT_EQ(misfits.size(), 1u);
+  EXPECT_EQ(misfits[0].device, "cuda:1");
+  EXPECT_TRUE(misfits[0].free_now);
+  EXPECT_EQ(misfits[0].predicted_bytes, peaks[1]);
+  EXPECT_EQ(misfits[0].capacity_bytes, peaks[1] - 1);
+  const std::string message = misfit_message("p.json", misfits);
+  EXPECT_NE(message.find("may not fit what is free now"), std::string::npos) << message;
+  EXPECT_NE(message.find("CUDA context"), std::string::npos) << message;
+
+  // Unknown (0) is no check; above the device's memory it does not fit, free or not.
+  free["cuda:1"] = 0;
+  EXPECT_TRUE(predict_misfits(check, plan, unused).empty());
+  check.memory_bytes = peaks[1] - 1;
+  free["cuda:1"] = peaks[1] + 100;
+  misfits = predict_misfits(check, plan, unused);
+  ASSERT_EQ(misfits.size(), 1u);
+  EXPECT_FALSE(misfits[0].free_now);
+  EXPECT_NE(misfit_message("p.json", misfits).find("does not fit"), std::string::npos);
+
+  // Ranks in processes of their own: not asked.
+  check.memory_bytes = 2 * std::max(peaks[0], peaks[1]);
+  free["cuda:1"] = 1;
+  check.rank_gpus = 2;
+  asked.clear();
+  EXPECT_TRUE(predict_misfits(check, plan, unused).empty());
+  EXPECT_TRUE(asked.empty());
+}
+
 TEST(FitCheck, DistributedRanksSharingAGpuAddTheirPeaksUp) {
   const Profile profile = testing::make_profile(
       {{1.0, 2.0, 4000, 300, 500, 0}, {1.0, 2.0, 6000, 300, 700, 0}, {1.0, 2.0, 5000, 300, 900, 0}},
       4, 100);
-  const auto path = std::filesystem::temp_directory_path() / "pipetune-fit-ranks.profile.json";
-  save_profile(profile, path.string());
   const Plan plan = testing::make_plan({1, 1, 1}, 2, CheckpointMode::Never);
   // Each rank's own peak, as three processes on three devices have them.
-  std::vector<std::int64_t> peaks;
-  for (const DeviceReport& d :
-       Simulator(profile, replicate_device(profile.device, 3)).run(plan).devices)
-    peaks.push_back(d.peak_memory_bytes);
-  FitCheck check;
-  check.plan_source = "p.json";
-  check.profile_path = path.string();
-  check.device_kind = "cuda";
-  check.devices = {"cuda:0", "cuda:1", "cuda:2"};
-  check.batch = profile.batch_size;
+  CudaFitCase fit(profile, plan, "pipetune-fit-ranks.profile.json");
+  const std::vector<std::int64_t>& peaks = fit.peaks;
+  FitCheck& check = fit.check;
   const ModelFactory unused = []() -> models::Model { throw std::logic_error("not profiled"); };
 
   // Two GPUs: cuda:0 and cuda:2 on GPU 0, cuda:1 alone on GPU 1.
@@ -203,7 +266,6 @@ TEST(FitCheck, DistributedRanksSharingAGpuAddTheirPeaksUp) {
   EXPECT_EQ(misfits[0].device, "GPU 0 (gpu0 + gpu2)");
   EXPECT_EQ(misfits[0].predicted_bytes, peaks[0] + peaks[2]);
   std::filesystem::remove(hardware);
-  std::filesystem::remove(path);
 }
 
 }  // namespace
