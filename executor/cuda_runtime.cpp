@@ -252,12 +252,19 @@ int cuda_device_count() {
 
 std::int64_t cuda_free_bytes(int index) {
   if (index < 0 || index >= cuda_device_count()) return 0;
-  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(index));
-  // What the quick memory profile before a run left cached would count as used otherwise.
-  c10::cuda::CUDACachingAllocator::emptyCache();
-  std::size_t free = 0, total = 0;
-  C10_CUDA_CHECK(cudaMemGetInfo(&free, &total));
-  return static_cast<std::int64_t>(free);
+  try {
+    const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(index));
+    // What the quick memory profile before a run left cached would count as used otherwise.
+    c10::cuda::CUDACachingAllocator::emptyCache();
+    std::size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+      (void)cudaGetLastError();  // a warning's query: unknown, not an error of the run
+      return 0;
+    }
+    return static_cast<std::int64_t>(free);
+  } catch (const c10::Error&) {
+    return 0;
+  }
 }
 
 }  // namespace pipetune::exec

@@ -33,10 +33,12 @@ std::vector<std::int64_t> sizes_of(const Plan& plan, std::int64_t batch) {
 // its peak. A device's GPU comes from its name, or, where a hardware file names it otherwise,
 // from the executor's device in its place; one with neither is checked alone.
 // Where `free_bytes` knows what a group's first device can still take, a group within its memory
-// but above that is returned too, as free_now.
+// but above that is returned too, as free_now. `one_gpu`: the devices are shares of one GPU
+// (each with the GPU's peak), asked once, for the first.
 std::vector<DoesNotFit> misfits_of(
     const std::vector<DeviceReport>& devices, const std::vector<std::string>& executor_devices,
-    int rank_gpus, const std::function<std::int64_t(const std::string&)>& free_bytes) {
+    int rank_gpus, const std::function<std::int64_t(const std::string&)>& free_bytes,
+    bool one_gpu) {
   auto gpu_of = [&](std::size_t k) -> std::optional<int> {
     if (rank_gpus <= 0) return std::nullopt;
     for (const std::string* name :
@@ -61,10 +63,14 @@ std::vector<DoesNotFit> misfits_of(
     std::size_t at = groups.size();  // a group of its own, unless its GPU has one
     if (gpu) at = of_gpu.emplace(*gpu, groups.size()).first->second;
     if (at == groups.size()) {
-      // Runs of one process ask the executor's device (shares of one GPU ask the same one).
-      const std::string& executor = k < executor_devices.size() ? executor_devices[k] : d.name;
-      const std::int64_t free = rank_gpus <= 0 && free_bytes ? free_bytes(executor) : 0;
-      groups.push_back({gpu, {}, 0, 0, free});
+      // Runs of one process ask the device by its own name where that names a GPU, as gpu_of()
+      // reads it, else by the executor's device in its place.
+      const auto own = exec::try_parse_device_name(d.name);
+      const bool named = own && own->kind == exec::DeviceKind::Cuda && own->has_index;
+      const std::string& asked =
+          named || k >= executor_devices.size() ? d.name : executor_devices[k];
+      const bool ask = rank_gpus <= 0 && free_bytes && (!one_gpu || groups.empty());
+      groups.push_back({gpu, {}, 0, 0, ask ? free_bytes(asked) : 0});
     }
     Group& g = groups[at];
     g.names.push_back(d.name);
@@ -135,7 +141,8 @@ std::vector<DoesNotFit> predict_misfits(const FitCheck& check, const Plan& plan,
   const SimulationResult result = check.schedule ? simulator.run(predicted, *check.schedule, lean)
                                                  : simulator.run(predicted, lean);
 
-  return misfits_of(result.devices, check.devices, check.rank_gpus, check.free_bytes);
+  return misfits_of(result.devices, check.devices, check.rank_gpus, check.free_bytes,
+                    check.sm_partitions > 0);
 }
 
 std::string misfit_message(const std::string& plan_source, const std::vector<DoesNotFit>& misfits) {
@@ -151,7 +158,7 @@ std::string misfit_message(const std::string& plan_source, const std::vector<Doe
   if (free_now) {
     return fmt::format(
         "{}: the plan may not fit what is free now: {} (the rest of the memory held by the CUDA "
-        "context and other processes)",
+        "context, other processes and this process's tensors)",
         plan_source, fmt::join(parts, "; "));
   }
   return fmt::format("{}: the plan does not fit: {}", plan_source, fmt::join(parts, "; "));

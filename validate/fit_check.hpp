@@ -60,9 +60,10 @@ using ModelFactory = std::function<models::Model()>;
 std::vector<DoesNotFit> predict_misfits(const FitCheck& check, const Plan& plan,
                                         const ModelFactory& model);
 
-/// "PLAN: the plan does not fit: cpu:0 needs 1.50 GiB (… bytes) predicted, has …; …"; entries
+/// "PLAN: the plan does not fit: cpu:0 needs 1.50 GiB (… bytes) predicted, has …; …"; entries all
 /// free_now: "PLAN: the plan may not fit what is free now: cuda:0 needs … predicted, has … free
-/// (the rest of its memory held by its CUDA context and other processes)".
+/// (the rest of the memory held by the CUDA context, other processes and this process's
+/// tensors)".
 std::string misfit_message(const std::string& plan_source, const std::vector<DoesNotFit>& misfits);
 
 }  // namespace pipetune::validate

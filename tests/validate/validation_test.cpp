@@ -208,6 +208,34 @@ TEST(FitCheck, WhatIsFreeNowIsWarnedOfNotRefused) {
   EXPECT_FALSE(misfits[0].free_now);
   EXPECT_NE(misfit_message("p.json", misfits).find("does not fit"), std::string::npos);
 
+  // A hardware file naming the GPUs in another order: each asked by its own name.
+  Hardware swapped = replicate_device(profile.device, 2);
+  swapped.devices[0].name = "cuda:1";
+  swapped.devices[1].name = "cuda:0";
+  const auto hardware = std::filesystem::temp_directory_path() / "pipetune-fit-free.hw.json";
+  save_hardware(swapped, hardware.string());
+  check.hardware_path = hardware.string();
+  check.memory_bytes = 2 * std::max(peaks[0], peaks[1]);
+  free = {{"cuda:0", peaks[1]}, {"cuda:1", peaks[0] - 1}};
+  asked.clear();
+  misfits = predict_misfits(check, plan, unused);
+  EXPECT_EQ(asked, (std::vector<std::string>{"cuda:1", "cuda:0"}));
+  ASSERT_EQ(misfits.size(), 1u);
+  EXPECT_EQ(misfits[0].device, "cuda:1");
+  EXPECT_EQ(misfits[0].predicted_bytes, peaks[0]);
+  check.hardware_path.clear();
+  std::filesystem::remove(hardware);
+
+  // Shares of one GPU, each with the GPU's peak: asked once, warned once.
+  check.sm_partitions = 2;
+  free = {{"cuda:0", 1}, {"cuda:1", 1}};
+  asked.clear();
+  misfits = predict_misfits(check, plan, unused);
+  EXPECT_EQ(asked, (std::vector<std::string>{"cuda:0"}));
+  ASSERT_EQ(misfits.size(), 1u);
+  EXPECT_TRUE(misfits[0].free_now);
+  check.sm_partitions = 0;
+
   // Ranks in processes of their own: not asked.
   check.memory_bytes = 2 * std::max(peaks[0], peaks[1]);
   free["cuda:1"] = 1;
