@@ -4,11 +4,12 @@ Draws COUNT instances from one seeded generator: 40 to 3,000 layers with lognorm
 times (sigma 0.2 to 1.5), backwards 2 or 1-10 times their forward, random activation, saved
 and parameter sizes; batch 16 to 1,024; 2 to 32 devices, some of unequal speeds, some capped
 at 1.5 to 4 times their share of the parameters; links of 1 to 100 GB/s. Writes each profile
-and hardware file to OUT_DIR, runs `plan --top 1 --json` on each (every schedule, the default
-budget), and prints one row per instance: its shape, wall time, answer, proven or the gap.
-What docs/benchmarks.md's "Random instances at scale" table reports.
+and hardware file to OUT_DIR, runs `plan --top 1 --json` on each (every schedule, or SCHEDULE's
+as `plan --schedule` takes them; the default budget), and prints one row per instance: its
+shape, wall time, answer, proven or the gap. What docs/benchmarks.md's "Random instances at
+scale" table reports.
 
-Usage: python3 bench/planner_at_scale.py PIPETUNE OUT_DIR [COUNT] [SEED]
+Usage: python3 bench/planner_at_scale.py PIPETUNE OUT_DIR [COUNT] [SEED] [SCHEDULE]
 """
 
 import json
@@ -78,6 +79,7 @@ def main():
     pipetune, out = sys.argv[1], sys.argv[2]
     count = int(sys.argv[3]) if len(sys.argv) > 3 else 12
     rng = random.Random(int(sys.argv[4]) if len(sys.argv) > 4 else 1)
+    schedule = sys.argv[5] if len(sys.argv) > 5 else "all"
     os.makedirs(out, exist_ok=True)
     print("| # | instance | time | answer | proven / gap |")
     print("| --- | --- | --- | --- | --- |")
@@ -90,7 +92,7 @@ def main():
             json.dump(hardware, f)
         start = time.monotonic()
         run = subprocess.run([pipetune, "plan", "--profile", p, "--hardware", h, "--top", "1",
-                              "--json"], capture_output=True, text=True)
+                              "--schedule", schedule, "--json"], capture_output=True, text=True)
         seconds = time.monotonic() - start
         try:
             result = json.loads(run.stdout)
