@@ -39,14 +39,19 @@ std::vector<DoesNotFit> misfits_of(
     const std::vector<DeviceReport>& devices, const std::vector<std::string>& executor_devices,
     int rank_gpus, const std::function<std::int64_t(const std::string&)>& free_bytes,
     bool one_gpu) {
-  auto gpu_of = [&](std::size_t k) -> std::optional<int> {
-    if (rank_gpus <= 0) return std::nullopt;
+  // The name that says device k's GPU, and its index: its own, else the executor's device in
+  // its place; none where neither names an indexed CUDA device.
+  struct GpuName {
+    const std::string* name;
+    int index;
+  };
+  auto gpu_name_of = [&](std::size_t k) -> std::optional<GpuName> {
     for (const std::string* name :
          {&devices[k].name, k < executor_devices.size() ? &executor_devices[k] : nullptr}) {
       if (!name) continue;
       const auto parsed = exec::try_parse_device_name(*name);
       if (parsed && parsed->kind == exec::DeviceKind::Cuda && parsed->has_index)
-        return parsed->index % rank_gpus;
+        return GpuName{name, parsed->index};
     }
     return std::nullopt;
   };
@@ -59,16 +64,17 @@ std::vector<DoesNotFit> misfits_of(
   std::map<int, std::size_t> of_gpu;  // a GPU's group
   for (std::size_t k = 0; k < devices.size(); ++k) {
     const DeviceReport& d = devices[k];
-    const auto gpu = gpu_of(k);
+    const auto gpu_name = gpu_name_of(k);
+    std::optional<int> gpu;
+    if (rank_gpus > 0 && gpu_name) gpu = gpu_name->index % rank_gpus;
     std::size_t at = groups.size();  // a group of its own, unless its GPU has one
     if (gpu) at = of_gpu.emplace(*gpu, groups.size()).first->second;
     if (at == groups.size()) {
-      // Runs of one process ask the device by its own name where that names a GPU, as gpu_of()
-      // reads it, else by the executor's device in its place.
-      const auto own = exec::try_parse_device_name(d.name);
-      const bool named = own && own->kind == exec::DeviceKind::Cuda && own->has_index;
-      const std::string& asked =
-          named || k >= executor_devices.size() ? d.name : executor_devices[k];
+      // Runs of one process ask the device by the name that says its GPU, else by the
+      // executor's device in its place.
+      const std::string& asked = gpu_name                      ? *gpu_name->name
+                                 : k < executor_devices.size() ? executor_devices[k]
+                                                               : d.name;
       const bool ask = rank_gpus <= 0 && free_bytes && (!one_gpu || groups.empty());
       groups.push_back({gpu, {}, 0, 0, ask ? free_bytes(asked) : 0});
     }
