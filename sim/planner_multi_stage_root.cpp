@@ -223,8 +223,9 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
           count_task(on_path, t);
           constant += overhead_;
         } else {
-          constant += copy_ms(t);
-          copies_at_least += copy_ms(t);
+          const double at_least = copy_ms(t);
+          constant += at_least;
+          copies_at_least += at_least;
           const Link& link = hardware_.link_between(t.device, t.peer);
           latencies += link.transfer_ms(0.0);
           const int boundary = t.kind == TaskKind::SendActivation ? t.stage : t.stage - 1;
