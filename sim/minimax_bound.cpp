@@ -40,15 +40,53 @@ MinMaxShareProgramme::MinMaxShareProgramme(std::size_t coordinates, std::vector<
 }
 
 void MinMaxShareProgramme::add(double constant, const std::vector<double>& slope) {
+  scale_ = std::max(scale_, std::abs(constant));
+  for (std::size_t r = 0; r < slope.size(); ++r)
+    scale_ = std::max(scale_, std::abs(slope[r]) * totals_[r / coordinates_]);
   constant_.push_back(constant);
   slope_.push_back(slope);
   add_column(constant_.size() - 1);
 }
 
 void MinMaxShareProgramme::add_constraint(const std::vector<double>& a, double b) {
+  scale_ = std::max(scale_, std::abs(b));
   limit_.push_back(b);
   constraint_.push_back(a);
+  constraint_column_.push_back(tableau_.size() + 2 * totals_.size() + column_of_.size());
   add_column(~(constraint_.size() - 1));
+}
+
+// The multiplier's objective coefficient moves by the change in b: its reduced cost too, and,
+// where it is basic, every reduced cost by its row of the tableau.
+void MinMaxShareProgramme::set_constraint_limit(std::size_t j, double b) {
+  const double delta = b - limit_[j];
+  if (delta == 0.0) return;
+  scale_ = std::max(scale_, std::abs(b));
+  limit_[j] = b;
+  const std::size_t column = constraint_column_[j];
+  reduced_[column] -= delta;
+  for (std::size_t r = 0; r < basis_.size(); ++r) {
+    if (basis_[r] != column) continue;
+    for (std::size_t c = 0; c < reduced_.size(); ++c) reduced_[c] += delta * tableau_[r][c];
+    pivot_cells_ += reduced_.size();
+  }
+  optimal_ = false;
+}
+
+double MinMaxShareProgramme::column_objective(std::size_t column) const {
+  const std::size_t rows = tableau_.size(), first_weight = rows + 2 * totals_.size();
+  if (column < rows) return 0.0;  // a slack
+  if (column < first_weight) {
+    const std::size_t c = (column - rows) / 2;
+    return (column - rows) % 2 == 0 ? totals_[c] : -totals_[c];  // u+, u-
+  }
+  return objective_of(column_of_[column - first_weight]);
+}
+
+double MinMaxShareProgramme::basis_value() const {
+  double value = 0.0;
+  for (std::size_t r = 0; r < basis_.size(); ++r) value += column_objective(basis_[r]) * rhs_[r];
+  return value;
 }
 
 std::vector<double> MinMaxShareProgramme::original_column(std::size_t what) const {
@@ -81,20 +119,16 @@ void MinMaxShareProgramme::add_column(std::size_t what) {
   column_of_.push_back(what);
 }
 
-double MinMaxShareProgramme::solve(std::vector<double>* shares, std::vector<double>* weights) {
+double MinMaxShareProgramme::solve(std::vector<double>* shares, std::vector<double>* weights,
+                                   double target) {
   if (constant_.empty()) return -std::numeric_limits<double>::infinity();
-  const std::size_t rows = tableau_.size();
-  double scale = 1.0;
-  for (std::size_t i = 0; i < constant_.size(); ++i) {
-    scale = std::max(scale, std::abs(constant_[i]));
-    for (std::size_t r = 0; r + 1 < rows; ++r)
-      scale = std::max(scale, std::abs(slope_[i][r]) * totals_[r / coordinates_]);
-  }
-  for (double b : limit_) scale = std::max(scale, std::abs(b));
+  const double scale = scale_;
   std::size_t pivots_left = pivot_limit_;
-  pivot_to_optimum(scale, &pivots_left);
+  pivot_to_optimum(scale, &pivots_left, target);
   std::vector<double> x;
   double bound = read_solution(&x, weights);
+  // Reading the bound walks the basic weights and multipliers once per coordinate.
+  pivot_cells_ += tableau_.size() * tableau_.size();
   // An optimum's shares reach its bound: the largest function there is the bound. Where
   // rounding in the pivots left them apart (on degenerate masters of the memory relaxation,
   // by up to 3 %), the tableau is computed afresh from its basis and the pivots go on (twice
@@ -107,14 +141,14 @@ double MinMaxShareProgramme::solve(std::vector<double>* shares, std::vector<doub
       largest = std::max(largest, at);
     }
     if (largest - bound <= 1e-9 * scale || !refactor()) break;
-    pivot_to_optimum(scale, &pivots_left);
+    pivot_to_optimum(scale, &pivots_left, target);
     bound = read_solution(&x, weights);
   }
   if (shares) *shares = std::move(x);
   return bound;
 }
 
-void MinMaxShareProgramme::pivot_to_optimum(double scale, std::size_t* pivots_left) {
+void MinMaxShareProgramme::pivot_to_optimum(double scale, std::size_t* pivots_left, double target) {
   const std::size_t rows = tableau_.size(), cols = reduced_.size();
   const double eps = 1e-12 * scale;
   // No pivot on an entry this small: in a degenerate run Bland's pivots took entries near eps
@@ -197,6 +231,9 @@ void MinMaxShareProgramme::pivot_to_optimum(double scale, std::size_t* pivots_le
     eliminate(reduced_, objective);
     basis_[leave] = enter;
     for (double& b : rhs_) b = std::max(b, 0.0);  // Harris's slack can leave a row just below 0
+    // The weights sum to at most 1 and the value is positively homogeneous in them, so a value
+    // at the target is one once normalised (when positive, as times are).
+    if (target < std::numeric_limits<double>::infinity() && basis_value() >= target) break;
   }
 }
 
@@ -223,15 +260,21 @@ double MinMaxShareProgramme::read_solution(std::vector<double>* shares,
   for (double& v : w) v = sum > 0.0 ? v / sum : 1.0 / static_cast<double>(n);
   for (double& v : mu) v = sum > 0.0 ? v / sum : 0.0;
   if (weights) *weights = w;
+  // Only the basic ones can be non-zero (at most one per row).
+  std::vector<std::size_t> used_w, used_mu;
+  for (std::size_t i = 0; i < n; ++i)
+    if (w[i] != 0.0) used_w.push_back(i);
+  for (std::size_t j = 0; j < m; ++j)
+    if (mu[j] != 0.0) used_mu.push_back(j);
   double bound = 0.0;
-  for (std::size_t i = 0; i < n; ++i) bound += w[i] * constant_[i];
-  for (std::size_t j = 0; j < m; ++j) bound += mu[j] * limit_[j];
+  for (std::size_t i : used_w) bound += w[i] * constant_[i];
+  for (std::size_t j : used_mu) bound += mu[j] * limit_[j];
   for (std::size_t c = 0; c < totals_.size(); ++c) {
     double least = std::numeric_limits<double>::infinity();
     for (std::size_t k = 0; k < coordinates_; ++k) {
       double at_k = 0.0;
-      for (std::size_t i = 0; i < n; ++i) at_k += w[i] * slope_[i][c * coordinates_ + k];
-      for (std::size_t j = 0; j < m; ++j) at_k -= mu[j] * constraint_[j][c * coordinates_ + k];
+      for (std::size_t i : used_w) at_k += w[i] * slope_[i][c * coordinates_ + k];
+      for (std::size_t j : used_mu) at_k -= mu[j] * constraint_[j][c * coordinates_ + k];
       least = std::min(least, at_k);
     }
     bound += totals_[c] * least;
@@ -305,6 +348,16 @@ bool MinMaxShareProgramme::refactor() {
     for (std::size_t c = 0; c < cols; ++c) reduced_[c] -= cb * tableau_[r][c];
   }
   return true;
+}
+
+MinMaxShareProgramme MinMaxShareProgramme::with_functions(const std::vector<bool>& keep) const {
+  MinMaxShareProgramme out(coordinates_, totals_);
+  out.pivot_limit_ = pivot_limit_;
+  for (std::size_t i = 0; i < constant_.size(); ++i)
+    if (keep[i]) out.add(constant_[i], slope_[i]);
+  for (std::size_t j = 0; j < limit_.size(); ++j) out.add_constraint(constraint_[j], limit_[j]);
+  out.solve();
+  return out;
 }
 
 double MinMaxShareProgramme::solve_with_least(std::size_t index, double least,

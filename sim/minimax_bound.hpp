@@ -45,9 +45,17 @@ class MinMaxShareProgramme {
   /// recomputed from the weights and multipliers found, so it stays a bound whatever the
   /// rounding.
   void add_constraint(const std::vector<double>& a, double b);
+  /// Constraint j's b, as set last: changing it moves only the objective of the dual, whose
+  /// basis stays feasible, so the next solve() goes on from it (a branch and bound that tries
+  /// one constraint's values in turn pays a few pivots each, not a copy and a fresh column).
+  void set_constraint_limit(std::size_t j, double b);
+  std::size_t constraints() const { return limit_.size(); }
   /// `weights`, if given, receives the functions' weights w (summing to 1) the bound is
-  /// recomputed from.
-  double solve(std::vector<double>* shares = nullptr, std::vector<double>* weights = nullptr);
+  /// recomputed from. `target`: the pivots may stop once the dual's value reaches it (a caller
+  /// that only asks whether the bound rules something out); the bound returned is still
+  /// recomputed from the weights and multipliers reached.
+  double solve(std::vector<double>* shares = nullptr, std::vector<double>* weights = nullptr,
+               double target = std::numeric_limits<double>::infinity());
   /// At most this many pivots per solve() from now on (besides its own limit, 50 per row and
   /// column); optimal() says whether the last solve() ended at an optimal basis.
   void limit_pivots(std::size_t pivots) { pivot_limit_ = pivots; }
@@ -58,6 +66,10 @@ class MinMaxShareProgramme {
   /// Adds that solution's pivot cells (see pivot_cells()) to `*cells` where given.
   double solve_with_least(std::size_t index, double least, std::uint64_t* cells = nullptr) const;
   std::size_t functions() const { return constant_.size(); }
+  /// A programme of the functions where `keep` is true and every constraint, solved from the
+  /// slacks: its bound is at most this one's (fewer functions), a cheaper start for copies
+  /// that go on adding their own.
+  MinMaxShareProgramme with_functions(const std::vector<bool>& keep) const;
   /// Function i as added.
   double constant(std::size_t i) const { return constant_[i]; }
   const std::vector<double>& slope(std::size_t i) const { return slope_[i]; }
@@ -75,6 +87,8 @@ class MinMaxShareProgramme {
   std::vector<std::vector<double>> slope_;
   std::vector<double> limit_;                    // the constraints' b
   std::vector<std::vector<double>> constraint_;  // and their a
+  std::vector<std::size_t> constraint_column_;   // each constraint's tableau column
+  double scale_ = 1.0;                           // the largest |constant|, |b| and slope x total
   // Tableau columns, in the order added: a function's weight (>= 0) or a constraint's multiplier
   // (index into constraint_, with ~ set).
   std::vector<std::size_t> column_of_;
@@ -83,7 +97,10 @@ class MinMaxShareProgramme {
   std::vector<double> original_column(std::size_t what) const;
   double objective_of(std::size_t what) const;
   void add_column(std::size_t what);
-  void pivot_to_optimum(double scale, std::size_t* pivots_left);
+  void pivot_to_optimum(double scale, std::size_t* pivots_left, double target);
+  // The dual's value at the current basis, its weights not normalised.
+  double basis_value() const;
+  double column_objective(std::size_t column) const;
   // `shares` must be given; `weights` may be null.
   double read_solution(std::vector<double>* shares, std::vector<double>* weights) const;
   bool refactor();

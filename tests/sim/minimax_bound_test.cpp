@@ -134,6 +134,77 @@ TEST(MinMaxShareProgramme, ConstrainedSharesMatchAGrid) {
   EXPECT_GT(bites, 50);  // the constraints move the bound on many trials
 }
 
+// Moving a constraint's limit on a solved programme (what the planner's prefix programmes do
+// from one stage end to the next) ends where a programme built with that limit from the start
+// does; a solve with a target stops at a bound between the target and the optimum, or at the
+// optimum below it; and a programme of some of the functions bounds no higher, the same where
+// the dropped ones carry no weight.
+TEST(MinMaxShareProgramme, MovedLimitsTargetsAndFewerFunctionsAgreeWithFreshSolves) {
+  std::mt19937 rng(29);
+  std::uniform_real_distribution<double> coef(-1.0, 3.0), offset(0.0, 10.0), unit(0.0, 1.0);
+  const double total = 12.0;
+  int moved = 0, stopped_early = 0, dropped = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const std::size_t coords = 2 + rng() % 4, rows = 2 + rng() % 25;
+    std::vector<double> constant(rows);
+    std::vector<std::vector<double>> slope(rows, std::vector<double>(coords));
+    for (std::size_t i = 0; i < rows; ++i) {
+      constant[i] = offset(rng) + total;
+      for (double& g : slope[i]) g = coef(rng);
+    }
+    std::vector<double> a(coords, 0.0);
+    a[0] = 1.0;
+    auto build = [&](double lo, double hi) {
+      MinMaxShareProgramme p(coords, total);
+      for (std::size_t i = 0; i < rows; ++i) p.add(constant[i], slope[i]);
+      p.add_constraint(a, lo);
+      std::vector<double> minus(coords, 0.0);
+      minus[0] = -1.0;
+      p.add_constraint(minus, -hi);
+      return p;
+    };
+    SCOPED_TRACE(trial);
+    const double first = total * unit(rng);
+    MinMaxShareProgramme warm = build(first, first);
+    warm.solve();
+    for (int step = 0; step < 5; ++step) {
+      const double x0 = total * unit(rng);
+      warm.set_constraint_limit(0, x0);
+      warm.set_constraint_limit(1, -x0);
+      const double fresh = build(x0, x0).solve();
+      EXPECT_NEAR(warm.solve(), fresh, 1e-9 * std::max(1.0, std::abs(fresh)));
+      ++moved;
+      // A target halfway between the bound without the constraints and the optimum.
+      MinMaxShareProgramme targeted = build(x0, x0);
+      MinMaxShareProgramme unconstrained(coords, total);
+      for (std::size_t i = 0; i < rows; ++i) unconstrained.add(constant[i], slope[i]);
+      const double target = 0.5 * (unconstrained.solve() + fresh);
+      const double early = targeted.solve(nullptr, nullptr, target);
+      EXPECT_LE(early, fresh + 1e-9 * std::max(1.0, std::abs(fresh)));
+      EXPECT_GE(early, std::min(target, fresh) - 1e-9 * std::max(1.0, std::abs(fresh)));
+      if (early < fresh - 1e-6) ++stopped_early;
+    }
+    std::vector<double> weights;
+    MinMaxShareProgramme whole(coords, total);
+    for (std::size_t i = 0; i < rows; ++i) whole.add(constant[i], slope[i]);
+    const double full = whole.solve(nullptr, &weights);
+    std::vector<bool> weighted(rows), some(rows);
+    for (std::size_t i = 0; i < rows; ++i) {
+      weighted[i] = weights[i] > 0.0;
+      some[i] = rng() % 2 == 0;
+    }
+    const double kept = whole.with_functions(weighted).solve();
+    EXPECT_NEAR(kept, full, 1e-9 * std::max(1.0, std::abs(full)));
+    if (std::count(some.begin(), some.end(), true) > 0) {
+      EXPECT_LE(whole.with_functions(some).solve(), full + 1e-9 * std::max(1.0, std::abs(full)));
+    }
+    if (std::count(weighted.begin(), weighted.end(), false) > 0) ++dropped;
+  }
+  EXPECT_EQ(moved, 1500);
+  EXPECT_GT(stopped_early, 100);  // the target stops the pivots on many of them
+  EXPECT_GT(dropped, 100);        // and the weighted functions are fewer than all
+}
+
 // Cutting planes: functions added one at a time, solving in between, end where one solution of
 // all of them does (the warm start changes the path, not the optimum); every intermediate bound
 // is at most the final one.
