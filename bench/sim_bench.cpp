@@ -275,6 +275,33 @@ BENCHMARK(BM_PlanScaling)
     ->Unit(benchmark::kMillisecond)
     ->Iterations(1);
 
+// The proofs the default budget does not reach, with a budget of a billion steps: range(0) 0 is
+// the capped lognormal 1,000 x 16 case, 1 the unequal devices' 1,000 x 16, 2 the synthetic
+// profile on 32 devices. Not part of the `Plan` filter: each takes seconds.
+void BM_ProofAtScale(benchmark::State& state) {
+  const int which = static_cast<int>(state.range(0));
+  const Profile profile = which == 0 ? lognormal_profile(1000, 256) : synthetic_profile(1000, 256);
+  Hardware hw = replicate_device(profile.device, which == 2 ? 32 : 16);
+  if (which == 0) {
+    hw.link.bandwidth_bytes_per_s = 2e10;
+    cap_at_parameter_share(hw, profile, 2.5);
+  } else {
+    if (which == 1) set_unequal_speeds(hw);
+    set_synthetic_links(hw);
+  }
+  PlannerOptions options;
+  options.top = 1;
+  options.search_budget = 1'000'000'000;
+  PlanSearchResult result;
+  for (auto _ : state) {
+    result = find_best_plans(profile, hw, options);
+    benchmark::DoNotOptimize(result.ranked.data());
+  }
+  report_search(state, result);
+  state.counters["steps"] = static_cast<double>(result.stats.steps);
+}
+BENCHMARK(BM_ProofAtScale)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->Iterations(1);
+
 // A model the size users profile (48 blocks, 4 devices, batch 64): the search finishes.
 void BM_Plan48Layers4Devices(benchmark::State& state) {
   const Profile profile = synthetic_profile(48, 64);

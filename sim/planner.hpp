@@ -103,6 +103,7 @@ struct PlannerStats {
   std::uint64_t simulations = 0;            ///< full simulations (a new best plan's memory)
   std::uint64_t sweeps = 0;                 ///< balances timed by a sweep (simulated if a best)
   std::uint64_t prefix_sweeps = 0;          ///< partial balances bounded by a sweep of their stages
+  std::uint64_t prefix_programmes = 0;      ///< partial balances bounded by the relaxed programme
   std::uint64_t steps = 0;  ///< nodes, swept and simulated tasks (see search_budget), against it
   bool proven = true;       ///< the best plan is optimal under the simulator (the search finished)
   /// No fitting plan is faster than this: the best plan's time when proven, else the least
@@ -144,6 +145,14 @@ double multi_stage_balance_bound(const Profile& profile, const Hardware& hardwar
 /// root has not run: no balance simulates faster (docs/planner.md).
 double multi_stage_configuration_bound(const Profile& profile, const Hardware& hardware,
                                        const Plan& plan);
+
+/// The bounds the planner prunes a single-stage plan's prefixes with by its relaxed root's
+/// programme (docs/planner.md, "The relaxed root's programme along the search"): element j
+/// bounds every plan of `plan`'s configuration whose first j + 1 stages are `plan`'s, for j
+/// from 0 to stages - 2. `plan` is a single-stage plan that check_plan accepts; the hardware's
+/// devices are the plan's.
+std::vector<double> single_stage_prefix_bounds(const Profile& profile, const Hardware& hardware,
+                                               const Plan& plan);
 
 /// The rows of the relaxed root of `plan`'s multi-stage configuration (its chunks, checkpoint
 /// mode, schedule and stages per device; not its balance), its rounds run to the end: functions

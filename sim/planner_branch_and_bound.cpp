@@ -205,9 +205,132 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
                                                  paced ? &pacing : nullptr));
       if (bound >= limit) continue;
     }
+    if (prefix_ && prefix_->root && prefix_pays(j)) {
+      PrefixDepth& depth = (*prefix_depths_)[j];
+      const std::uint64_t before = stats_.steps;
+      const double programme = prefix_programme_bound(j, b, limit);
+      ++depth.calls;
+      depth.steps += stats_.steps - before;
+      if (depth.trial) depth.trial_steps += stats_.steps - before;
+      if (programme >= limit) {
+        ++depth.pruned;
+        continue;
+      }
+      bound = std::max(bound, programme);
+    }
+    const std::uint64_t before_children = stats_.steps;
     search(j + 1, b, next_arrive, next_drain, onward, bound, objective);
+    if (prefix_depths_ != nullptr) {
+      ++(*prefix_depths_)[j].subtrees;
+      (*prefix_depths_)[j].subtree_steps += stats_.steps - before_children;
+    }
     if (out_of_budget_) return;  // resume_ holds where the child stopped
   }
+}
+
+// Whether the prefix programme is worth its cost at stage j: what it has ruled out there, times
+// what a prefix it lets through costs the search below it, against what it costs. Until a stage
+// has that measure (its first calls), and for one call in 32 where it does not pay, so that the
+// measure follows the search (its threshold falls, its prefixes change), it runs while such
+// trials have spent less than kPrefixTrialShare of the configuration's steps: a programme of
+// many classes costs thousands of steps, more than most configurations' whole searches.
+bool PlanSearch::prefix_pays(int j) {
+  if (!prefix_allowed_) return false;
+  std::vector<PrefixDepth>& depths = *prefix_depths_;
+  PrefixDepth& d = depths[j];
+  constexpr std::uint64_t kFirstCalls = 4, kSampleEvery = 32;
+  auto may_try = [&] {
+    std::uint64_t spent = 0;
+    for (const PrefixDepth& other : depths) spent += other.trial_steps;
+    const double steps =
+        static_cast<double>(prefix_steps_before_ + static_cast<std::int64_t>(stats_.steps));
+    d.trial = static_cast<double>(spent) <= kPrefixTrialShare * steps;
+    return d.trial;
+  };
+  if (d.calls < kFirstCalls || d.subtrees == 0) return may_try();
+  const double saved = static_cast<double>(d.pruned) / static_cast<double>(d.calls) *
+                       static_cast<double>(d.subtree_steps) / static_cast<double>(d.subtrees);
+  d.trial = false;
+  if (saved > 2 * static_cast<double>(d.steps) / static_cast<double>(d.calls)) return true;
+  return ++d.skipped % kSampleEvery == 0 && may_try();
+}
+
+// The relaxed root's programme with stages 0..j held at their work (balance_, stage j ending at
+// b): every row bounds every balance, and every completion of this prefix meets the
+// constraints, so the least largest row bounds each. Each stage's programme is its parent's
+// (the stage before's, or the root's) with two constraints per class; while the parent stays
+// as it is, a sibling moves only their limits and solves on from the last basis, and a stage
+// whose programme was not asked for at its own node is brought up to date here, lazily.
+double PlanSearch::prefix_programme_bound(int j, int b, double limit) {
+  if (prefix_levels_.size() < static_cast<std::size_t>(stages_)) prefix_levels_.resize(stages_);
+  const int n_classes = static_cast<int>(prefix_->before.size());
+  // Loosened by a billionth of the work, so that rounding cannot cut off the prefix itself.
+  const double slack = 1e-9 * work_[layers_];
+  std::uint64_t cells = 0;  // tableau cells copied or pivoted, for the budget
+  for (int k = 0, end = 0; k <= j; ++k) {
+    end = k == j ? b : end + balance_[k];
+    PrefixLevel& level = prefix_levels_[k];
+    MinMaxShareProgramme& p = level.programme;
+    const std::uint64_t parent_version =
+        k == 0 ? prefix_root_version_ : prefix_levels_[k - 1].version;
+    if (level.parent_version != parent_version) {
+      p = k == 0 ? *prefix_->root : prefix_levels_[k - 1].programme;
+      cells += p.tableau_cells();
+      const std::uint64_t added = p.pivot_cells();
+      level.parent_version = parent_version;
+      level.first_constraint = p.constraints();
+      for (int c = 0; c < n_classes; ++c) {
+        std::vector<double> a(static_cast<std::size_t>(n_classes) * stages_, 0.0);
+        for (int s = 0; s <= k; ++s) a[c * stages_ + s] = 1.0;
+        p.add_constraint(a, prefix_->before[c][end] - slack);
+        for (double& v : a) v = -v;
+        p.add_constraint(a, -prefix_->before[c][end] - slack);
+      }
+      cells += p.pivot_cells() - added;
+    } else if (level.end != end) {
+      const std::uint64_t moved = p.pivot_cells();
+      for (int c = 0; c < n_classes; ++c) {
+        p.set_constraint_limit(level.first_constraint + 2 * c, prefix_->before[c][end] - slack);
+        p.set_constraint_limit(level.first_constraint + 2 * c + 1,
+                               -prefix_->before[c][end] - slack);
+      }
+      cells += p.pivot_cells() - moved;
+    } else {
+      continue;  // as it was
+    }
+    level.end = end;
+    level.version = ++prefix_versions_;
+  }
+  MinMaxShareProgramme& p = prefix_levels_[j].programme;
+  const std::uint64_t solved = p.pivot_cells();
+  std::vector<double> shares;
+  double value = p.solve(&shares, nullptr, limit) * (1.0 - 1e-12);
+  // Cutting planes, as at the root: the longest paths of the shares' own plan, which holds
+  // the prefix. The root's paths are those of its own shares; with the prefix held the shares
+  // move, and the paths with them (on bench's 1,000 x 16 profile of unequal devices, the
+  // prefixes of four stages that the root's rows let through all fell to these).
+  const std::size_t rows_cells = static_cast<std::size_t>(n_classes * stages_ + 1) *
+                                 static_cast<std::size_t>(n_classes * stages_ + 1);
+  for (int round = 0; round < kPrefixRounds && value < limit; ++round) {
+    bool added = false;
+    for (const bool mean : {false, true}) {
+      if (mean && prefix_->paths->mean_is_least) continue;
+      double a = 0.0;
+      std::vector<double> row;
+      const double at = path_row(*prefix_->paths, shares, mean, a, row);
+      stats_.steps += sweep_->task_count() / kIterationSweepTasksPerStep;
+      if (!(at > value * (1.0 + 1e-9))) continue;
+      p.add(a, row);
+      cells += rows_cells;  // the new column in the current basis
+      added = true;
+    }
+    if (!added) break;
+    value = std::max(value, p.solve(&shares, nullptr, limit) * (1.0 - 1e-12));
+  }
+  cells += p.pivot_cells() - solved;
+  stats_.steps += cells / kPivotCellsPerStep;
+  ++stats_.prefix_programmes;
+  return value;
 }
 
 void PlanSearch::search_around_best(std::uint64_t step_limit) {

@@ -282,7 +282,124 @@ double heaviest_layer_bound(const MinMaxShareProgramme& programme,
 // be clipped at zero. The least largest of those functions over all shares (a linear programme,
 // min_max_share_bound()) is at most the least largest wait_bound() over balances, so at most
 // every plan's simulated time. Copies count their least size.
-double PlanSearch::relaxed_root(std::vector<int>& balance, RelaxedRows* rows) const {
+RootPaths::RootPaths(const SizeCosts& first_size, const SizeCosts& last_size,
+                     RatioClasses ratio_classes, std::vector<double> work, int stages)
+    : first(&first_size),
+      last(&last_size),
+      classes(std::move(ratio_classes)),
+      layer_work(std::move(work)),
+      n_classes(static_cast<int>(classes.work.size())),
+      width(static_cast<std::size_t>(n_classes) * stages),
+      model(stages) {
+  for (auto& kind : task_ratio) kind = {ClassRatio(n_classes), ClassRatio(n_classes)};
+  for (auto& kind : task_mean_ratio) kind.fill(std::vector<double>(n_classes, 0.0));
+  for (std::size_t x = 0; x < layer_work.size(); ++x) {
+    for (int kind = 0; kind < 4; ++kind) {
+      for (int slot = 0; slot < 2; ++slot) {
+        const double ms = task_ms(kind, slot, static_cast<int>(x));
+        task_ratio[kind][slot].add(classes.of[x], ms, layer_work[x]);
+        task_total[kind][slot] += ms;
+        task_mean_ratio[kind][slot][classes.of[x]] += ms;
+      }
+    }
+  }
+  for (auto& kind : task_mean_ratio)
+    for (auto& slot : kind)
+      for (int x = 0; x < n_classes; ++x)
+        slot[x] = classes.work[x] > 0.0 ? slot[x] / classes.work[x] : 0.0;
+  mean_is_least = true;
+  for (int kind = 0; kind < 4; ++kind)
+    for (int slot = 0; slot < 2; ++slot)
+      for (int x = 0; x < n_classes; ++x)
+        mean_is_least =
+            mean_is_least && task_mean_ratio[kind][slot][x] == task_ratio[kind][slot].lower(x);
+}
+
+const std::vector<double>& RootPaths::joint_least(const std::array<int, 8>& counts) {
+  auto [it, added] = joint.try_emplace(counts);
+  if (added) {
+    it->second = joint_least_ratios(
+        counts, [&](int q, int x) { return task_ms(q / 2, q % 2, x); }, classes, layer_work);
+  }
+  return it->second;
+}
+
+double PlanSearch::least_copy(const RootPaths& paths, int j, bool last_size) const {
+  const std::vector<double>& outputs =
+      boundary_bytes_ascending(last_size ? *paths.last : *paths.first);
+  return !outputs.empty() && outputs.front() < kInf ? link_[j]->transfer_ms(outputs.front()) : 0.0;
+}
+
+double PlanSearch::path_row(RootPaths& paths, const std::vector<double>& shares, bool mean,
+                            double& a, std::vector<double>& row) const {
+  const int n_classes = paths.n_classes;
+  for (int k = 0; k < stages_; ++k) {
+    StageDurations& d = paths.model[k];
+    for (int slot = 0; slot < 2; ++slot) {
+      auto time = [&](int kind) {
+        double ms = overhead_;
+        for (int x = 0; x < n_classes; ++x)
+          ms += (mean ? paths.task_mean_ratio[kind][slot][x]
+                      : paths.task_ratio[kind][slot].lower(x)) *
+                shares[x * stages_ + k] / speed_[k];
+        return ms;
+      };
+      d.forward[slot] = time(0);
+      d.forward_nograd[slot] = time(1);
+      d.backward[slot] = time(3);
+      d.activation_copy[slot] = k + 1 < stages_ ? least_copy(paths, k, slot == 1) : 0.0;
+      d.gradient_copy[slot] = k > 0 ? least_copy(paths, k - 1, slot == 1) : 0.0;
+    }
+  }
+  IterationSweep::PathCounts& path = paths.path;
+  sweep_->run_critical_path(paths.model, path);
+  // The least count of each kind of task (and size) over the stages: that many such tasks on
+  // every stage cover every layer that many times, whatever the balance, so they count their
+  // exact sum (at the fastest speed, each stage adding its own speed's excess through its
+  // ratios); only the path's other tasks depend on the shares. A round trip of one
+  // micro-batch, most of the iteration when micro-batches are few, then loses nothing to the
+  // classes' width. With one class the rows stay as they were: the exact sums moved its
+  // roots little, but the capped root's branching reads the solve's shares, and bench's
+  // capped lognormal case (one class) ended 0.714 % from its answer instead of 0.667 %.
+  a = 0.0;
+  row.assign(paths.width, 0.0);
+  std::array<int, 8> common{};
+  if (n_classes > 1) {
+    common = path.tasks[0];
+    for (int k = 1; k < stages_; ++k)
+      for (int q = 0; q < 8; ++q) common[q] = std::min(common[q], path.tasks[k][q]);
+  }
+  for (int q = 0; q < 8; ++q) a += common[q] * paths.task_total[q / 2][q % 2] / max_speed_;
+  const std::vector<double>& common_least = paths.joint_least(common);
+  // Copies: their latencies, and their bytes by boundary, priced together below.
+  std::array<std::vector<double>, 2> per_byte;
+  for (auto& w : per_byte) w.assign(stages_, 0.0);
+  for (int k = 0; k < stages_; ++k) {
+    std::array<int, 8> rest = path.tasks[k];
+    for (int q = 0; q < 8; ++q) {
+      a += rest[q] * overhead_;
+      rest[q] -= common[q];
+    }
+    const std::vector<double>& least = paths.joint_least(rest);
+    const double excess = 1.0 / speed_[k] - 1.0 / max_speed_;
+    for (int cls = 0; cls < n_classes; ++cls)
+      row[cls * stages_ + k] += least[cls] / speed_[k] + common_least[cls] * excess;
+    for (int slot = 0; slot < 2 && k + 1 < stages_; ++slot) {
+      const int copies = path.copies[k][slot] + path.copies[k][2 + slot];
+      a += copies * link_[k]->transfer_ms(0.0);
+      per_byte[slot][k] = copies * ms_per_byte(*link_[k]);
+    }
+  }
+  a += least_boundary_copies_ms(per_byte[0], boundary_bytes_ascending(*paths.first)) +
+       least_boundary_copies_ms(per_byte[1], boundary_bytes_ascending(*paths.last));
+  double at_shares = a;
+  for (std::size_t x = 0; x < paths.width; ++x) at_shares += row[x] * shares[x];
+  return at_shares;
+}
+
+double PlanSearch::relaxed_root(std::vector<int>& balance, RelaxedRows* rows,
+                                std::shared_ptr<const MinMaxShareProgramme>* final,
+                                std::shared_ptr<RootPaths>* kept_paths) const {
   const Config& c = *config_;
   const int m = c.micro_batches();
   const bool gpipe = c.schedule == ScheduleKind::GPipe;
@@ -294,6 +411,7 @@ double PlanSearch::relaxed_root(std::vector<int>& balance, RelaxedRows* rows) co
   const RatioClasses classes =
       ratio_classes(layer_work, f, max_ratio_classes(stages_), ClassSplit::LeastLoss);
   const int n_classes = static_cast<int>(classes.work.size());
+  auto paths = std::make_shared<RootPaths>(f, l, classes, layer_work, stages_);
   auto ratio = [&] { return ClassRatio(n_classes); };
   // wait_bound()'s cases: the micro-batch q whose backward ends the waits and whose gradient
   // drains to stage 0 (GPipe: 0's, with the waits of M - 1; 1F1B: the last one, and with a
@@ -342,11 +460,7 @@ double PlanSearch::relaxed_root(std::vector<int>& balance, RelaxedRows* rows) co
       }
     }
   }
-  const double least_bytes[2] = {least_boundary_bytes(f), least_boundary_bytes(l)};
-  auto least_copy = [&](int j, bool last_size) {
-    const double bytes = least_bytes[last_size ? 1 : 0];
-    return bytes < kInf ? link_[j]->transfer_ms(bytes) : 0.0;
-  };
+  auto least_copy = [&](int j, bool last_size) { return this->least_copy(*paths, j, last_size); };
   // A row's slopes, one block of stages per class: a quantity of stage s at least (or, sign
   // -1, at most) its ratio to the stage's work in each class, over the stage's speed.
   const std::size_t width = static_cast<std::size_t>(n_classes) * stages_;
@@ -414,115 +528,12 @@ double PlanSearch::relaxed_root(std::vector<int>& balance, RelaxedRows* rows) co
   // edges that the shares cross where they are above the bound or crossed, and solves again;
   // each solution is a bound, and they only grow. It stops when a round adds nothing or after
   // kRelaxedRootRounds rounds.
-  std::array<std::array<ClassRatio, 2>, 4> task_ratio;  // [kind][slot], kinds as in PathCounts
-  for (auto& kind : task_ratio) kind = {ratio(), ratio()};
-  // [kind][slot]: the whole model's, and per class its mean ratio to the work.
-  std::array<std::array<double, 2>, 4> task_total{};
-  std::array<std::array<std::vector<double>, 2>, 4> task_mean_ratio;
-  for (auto& kind : task_mean_ratio) kind.fill(std::vector<double>(n_classes, 0.0));
-  // A task's cost on layer x, kinds as in PathCounts (a recompute is a forward with autograd).
-  auto task_ms = [&](int kind, int slot, int x) {
-    const SizeCosts& size = slot == 0 ? f : l;
-    return kind == 1   ? size.forward_nograd_ms[x]
-           : kind == 3 ? size.backward_ms[x]
-                       : size.forward_ms[x];
-  };
-  for (int x = 0; x < layers_; ++x) {
-    for (int kind = 0; kind < 4; ++kind) {
-      for (int slot = 0; slot < 2; ++slot) {
-        const double ms = task_ms(kind, slot, x);
-        task_ratio[kind][slot].add(classes.of[x], ms, layer_work[x]);
-        task_total[kind][slot] += ms;
-        task_mean_ratio[kind][slot][classes.of[x]] += ms;
-      }
-    }
-  }
-  for (auto& kind : task_mean_ratio)
-    for (auto& slot : kind)
-      for (int x = 0; x < n_classes; ++x)
-        slot[x] = classes.work[x] > 0.0 ? slot[x] / classes.work[x] : 0.0;
   MinMaxShareProgramme programme(stages_, classes.work);
   for (std::size_t i = 0; i < constant.size(); ++i) programme.add(constant[i], slope[i]);
   std::vector<double> shares;
   double bound = programme.solve(&shares);
-  std::vector<StageDurations> model(stages_);
-  IterationSweep::PathCounts path;
-  // A stage's tasks on a path, priced together (joint_least_ratios()); each count vector is
-  // walked over the layers once.
-  std::map<std::array<int, 8>, std::vector<double>> joint;
-  auto joint_least = [&](const std::array<int, 8>& n) -> const std::vector<double>& {
-    auto [it, added] = joint.try_emplace(n);
-    if (added) {
-      it->second = joint_least_ratios(
-          n, [&](int q, int x) { return task_ms(q / 2, q % 2, x); }, classes, layer_work);
-    }
-    return it->second;
-  };
-  // The row of the longest path of the shares' own plan, its tasks timed at their classes'
-  // least ratios (`mean` false) or at their mean ratios (true; where a plan near the shares has
-  // its longest paths). Either is a path of every balance, and its row bounds each of them.
   auto path_row = [&](bool mean, double& a, std::vector<double>& row) {
-    for (int k = 0; k < stages_; ++k) {
-      StageDurations& d = model[k];
-      for (int slot = 0; slot < 2; ++slot) {
-        auto time = [&](int kind) {
-          double ms = overhead_;
-          for (int x = 0; x < n_classes; ++x)
-            ms += (mean ? task_mean_ratio[kind][slot][x] : task_ratio[kind][slot].lower(x)) *
-                  shares[x * stages_ + k] / speed_[k];
-          return ms;
-        };
-        d.forward[slot] = time(0);
-        d.forward_nograd[slot] = time(1);
-        d.backward[slot] = time(3);
-        d.activation_copy[slot] = k + 1 < stages_ ? least_copy(k, slot == 1) : 0.0;
-        d.gradient_copy[slot] = k > 0 ? least_copy(k - 1, slot == 1) : 0.0;
-      }
-    }
-    sweep_->run_critical_path(model, path);
-    // The least count of each kind of task (and size) over the stages: that many such tasks on
-    // every stage cover every layer that many times, whatever the balance, so they count their
-    // exact sum (at the fastest speed, each stage adding its own speed's excess through its
-    // ratios); only the path's other tasks depend on the shares. A round trip of one
-    // micro-batch, most of the iteration when micro-batches are few, then loses nothing to the
-    // classes' width. With one class the rows stay as they were: the exact sums moved its
-    // roots little, but the capped root's branching reads the solve's shares, and bench's
-    // capped lognormal case (one class) ended 0.714 % from its answer instead of 0.667 %.
-    a = 0.0;
-    row.assign(width, 0.0);
-    std::array<int, 8> common{};
-    if (n_classes > 1) {
-      common = path.tasks[0];
-      for (int k = 1; k < stages_; ++k)
-        for (int q = 0; q < 8; ++q) common[q] = std::min(common[q], path.tasks[k][q]);
-    }
-    for (int q = 0; q < 8; ++q) a += common[q] * task_total[q / 2][q % 2] / max_speed_;
-    // (std::map keeps references valid as later count vectors are added.)
-    const std::vector<double>& common_least = joint_least(common);
-    // Copies: their latencies, and their bytes by boundary, priced together below.
-    std::array<std::vector<double>, 2> per_byte;
-    for (auto& w : per_byte) w.assign(stages_, 0.0);
-    for (int k = 0; k < stages_; ++k) {
-      std::array<int, 8> rest = path.tasks[k];
-      for (int q = 0; q < 8; ++q) {
-        a += rest[q] * overhead_;
-        rest[q] -= common[q];
-      }
-      const std::vector<double>& least = joint_least(rest);
-      const double excess = 1.0 / speed_[k] - 1.0 / max_speed_;
-      for (int cls = 0; cls < n_classes; ++cls)
-        row[cls * stages_ + k] += least[cls] / speed_[k] + common_least[cls] * excess;
-      for (int slot = 0; slot < 2 && k + 1 < stages_; ++slot) {
-        const int copies = path.copies[k][slot] + path.copies[k][2 + slot];
-        a += copies * link_[k]->transfer_ms(0.0);
-        per_byte[slot][k] = copies * ms_per_byte(*link_[k]);
-      }
-    }
-    a += least_boundary_copies_ms(per_byte[0], boundary_bytes_ascending(f)) +
-         least_boundary_copies_ms(per_byte[1], boundary_bytes_ascending(l));
-    double at_shares = a;
-    for (std::size_t x = 0; x < width; ++x) at_shares += row[x] * shares[x];
-    return at_shares;
+    return this->path_row(*paths, shares, mean, a, row);
   };
   // Each stage end on the hull of what a run of layers holds (ContiguityHull): without it a
   // stage whose backwards are on the critical path takes the layers whose backwards are light,
@@ -550,6 +561,14 @@ double PlanSearch::relaxed_root(std::vector<int>& balance, RelaxedRows* rows) co
     bound = std::max(bound, programme.solve(&shares));
   }
   if (rows != nullptr) *rows = {constant, slope, classes.work, classes.of};
+  if (final != nullptr) {
+    std::vector<double> weights, kept_shares;
+    programme.solve(&kept_shares, &weights);
+    std::vector<bool> keep(weights.size());
+    for (std::size_t i = 0; i < weights.size(); ++i) keep[i] = weights[i] > 0.0;
+    *final = std::make_shared<MinMaxShareProgramme>(programme.with_functions(keep));
+  }
+  if (kept_paths != nullptr) *kept_paths = paths;
   if (heaviest_layer_matters(layer_work, stages_)) {
     // On the rows alone: the hull's constraints made each of its per-stage solves several
     // times dearer (40 layers on 32 unequal devices: 2.5 s of them in 30 roots, from 1.6 s),

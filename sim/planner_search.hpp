@@ -75,6 +75,13 @@ inline constexpr std::uint64_t kPartitionEvaluationsPerStep = 8;
 // cut short, 0.07 M with this one; on the lognormal one it found a plan 0.03 % faster than the
 // polished one in 0.36 M steps, and search() the optimum from there.
 inline constexpr int kAroundBestRadius = 2;
+// The prefix programmes (prefix_pays()) may spend this share of a configuration's steps
+// before they have shown that they save more than they cost at a stage.
+inline constexpr double kPrefixTrialShare = 1.0 / 8;
+// What the configurations' prefix programmes may hold in all.
+inline constexpr std::size_t kPrefixProgrammeBytes = std::size_t{64} << 20;
+// Cutting-plane rounds of a prefix programme (each a sweep of the shares' plan and a solve).
+inline constexpr int kPrefixRounds = 4;
 inline constexpr double kAroundBestMargin = 2e-4;
 
 // One configuration: a micro-batch split (as tensor.chunk makes it), a checkpoint mode and a
@@ -181,6 +188,39 @@ std::vector<double> joint_least_ratios(const std::array<int, Kinds>& counts, Cos
   for (std::size_t c = 0; c < least.size(); ++c) least[c] = r.lower(static_cast<int>(c));
   return least;
 }
+
+// What the single-stage relaxed root prices the iteration's paths with (PlanSearch::path_row()):
+// each kind of task's least and mean ratio to a layer's work per class, its total over the
+// model, and a stage's tasks on a path priced together (joint_least(), each count vector walked
+// over the layers once). Kept with the root's programme, so that the search's prefix
+// programmes add the paths of their own shares.
+struct RootPaths {
+  RootPaths(const SizeCosts& first, const SizeCosts& last, RatioClasses classes,
+            std::vector<double> layer_work, int stages);
+  // A task's cost on layer x, kinds as in IterationSweep::PathCounts (a recompute is a forward
+  // with autograd), slot 0 the first micro-batch's size and 1 the last one's.
+  double task_ms(int kind, int slot, int x) const {
+    const SizeCosts& size = slot == 0 ? *first : *last;
+    return kind == 1   ? size.forward_nograd_ms[x]
+           : kind == 3 ? size.backward_ms[x]
+                       : size.forward_ms[x];
+  }
+  const std::vector<double>& joint_least(const std::array<int, 8>& counts);
+
+  const SizeCosts* first;
+  const SizeCosts* last;
+  RatioClasses classes;
+  std::vector<double> layer_work;
+  int n_classes = 0;
+  std::size_t width = 0;                                // classes x stages
+  std::array<std::array<ClassRatio, 2>, 4> task_ratio;  // [kind][slot]
+  std::array<std::array<double, 2>, 4> task_total{};    // [kind][slot]: the whole model's
+  std::array<std::array<std::vector<double>, 2>, 4> task_mean_ratio;  // [kind][slot][class]
+  bool mean_is_least = false;  // every task's mean ratio is its least: one model, one path
+  std::map<std::array<int, 8>, std::vector<double>> joint;  // (keeps references valid)
+  std::vector<StageDurations> model;                        // the shares' plan, per stage
+  IterationSweep::PathCounts path;                          // its longest path
+};
 
 // Contiguity for a relaxed root's shares (one block of stages per class, as
 // MinMaxShareProgramme lays them out). The shares let a stage hold any mix of the classes, but
@@ -292,6 +332,7 @@ class PlanSearch {
   PlanSearchResult run();
   StageWorkRows time_rows_of(const Plan& plan);
   double configuration_bound_of(const Plan& plan) const;
+  std::vector<double> prefix_bounds_of(const Plan& plan);
 
  private:
   enum class Objective { Time, Memory };
@@ -380,7 +421,53 @@ class PlanSearch {
     std::vector<double> totals;  // per class
     std::vector<int> class_of;   // per layer
   };
-  double relaxed_root(std::vector<int>& balance, RelaxedRows* rows = nullptr) const;
+  // `programme`, if given, receives the final programme (every row and hull edge), solved.
+  double relaxed_root(std::vector<int>& balance, RelaxedRows* rows = nullptr,
+                      std::shared_ptr<const MinMaxShareProgramme>* programme = nullptr,
+                      std::shared_ptr<RootPaths>* paths = nullptr) const;
+  // The row of the longest path of the plan of `shares` (stages x classes, as the programme
+  // lays them out), its tasks timed at their classes' least ratios (`mean` false) or at their
+  // mean ratios: a function of the shares no larger than the simulated time of any balance.
+  // Returns its value at `shares`.
+  double path_row(RootPaths& paths, const std::vector<double>& shares, bool mean, double& a,
+                  std::vector<double>& row) const;
+  // A copy of a boundary's least output over its link (slot 1: at the last micro-batch's size).
+  double least_copy(const RootPaths& paths, int j, bool last_size) const;
+  // The relaxed root's programme with the stages placed so far held at their work
+  // (PrefixProgrammes): a bound on every completion of a prefix.
+  struct PrefixProgrammes {
+    std::shared_ptr<const MinMaxShareProgramme> root;
+    std::shared_ptr<RootPaths> paths;         // the root's pricing of paths, for the prefixes' rows
+    std::size_t bytes = 0;                    // about what it holds
+    std::vector<std::vector<double>> before;  // [class][t]: the class's work in layers [0, t)
+  };
+  double prefix_programme_bound(int j, int b, double limit);
+  // Per placed stage along the search's path: its programme, the version of its parent's (the
+  // stage before's, or the root's) it was copied from, its own version and its first
+  // constraint. A sibling whose parent has not changed only moves its constraints' limits.
+  // A stage's programme is brought up to date with the path only when a bound needs it.
+  struct PrefixLevel {
+    MinMaxShareProgramme programme{1, 0.0};
+    std::uint64_t parent_version = 0, version = 0;
+    std::size_t first_constraint = 0;
+    int end = 0;  // the stage end its constraints hold
+  };
+  std::vector<PrefixLevel> prefix_levels_;
+  // Per stage, for the open configuration: the prefix programme's calls there, how many it
+  // ruled out, their steps, and the steps of the searches below the prefixes that went on.
+  struct PrefixDepth {
+    std::uint64_t calls = 0, pruned = 0, steps = 0, skipped = 0, subtrees = 0, subtree_steps = 0;
+    std::uint64_t trial_steps = 0;  // of calls before it paid, or where it did not
+    bool trial = false;             // the last call was one of those
+  };
+  std::vector<PrefixDepth>* prefix_depths_ = nullptr;  // the open configuration's
+  bool prefix_pays(int j);
+  // Whether the search may use them (the main search of a slice), and the configuration's
+  // steps before this slice less the step count at its start.
+  bool prefix_allowed_ = false;
+  std::int64_t prefix_steps_before_ = 0;
+  std::uint64_t prefix_versions_ = 0, prefix_root_version_ = 0;
+  std::size_t prefix_bytes_ = 0;  // what the open configurations' PrefixProgrammes hold
   // Every output a stage boundary can carry at a micro-batch size, smallest first (for
   // least_boundary_copies_ms()), sorted once per size.
   const std::vector<double>& boundary_bytes_ascending(const SizeCosts& size) const;
@@ -467,10 +554,11 @@ class PlanSearch {
   // The same three tables made non-increasing in the suffix's start, for first_open_end().
   std::vector<std::vector<double>> suffix_floor_, chained_floor_, waits_floor_;
   std::vector<int> balance_;
-  std::vector<StageDurations> durations_;       // of the stages placed, for the sweep
-  std::unique_ptr<IterationSweep> sweep_;       // leaves of this configuration
-  std::vector<double> pass_first_, pass_last_;  // suffix sums: see prepare()
-  std::vector<double> after_speed_;             // fastest device after stage j
+  std::vector<StageDurations> durations_;           // of the stages placed, for the sweep
+  std::shared_ptr<const PrefixProgrammes> prefix_;  // the open configuration's, if any
+  std::unique_ptr<IterationSweep> sweep_;           // leaves of this configuration
+  std::vector<double> pass_first_, pass_last_;      // suffix sums: see prepare()
+  std::vector<double> after_speed_;                 // fastest device after stage j
   // [j][b]: the least time of one pass (pass_first_, pass_last_) through layers [b, L) on the
   // stages after j at their own speeds, over the ways to place them that could beat the
   // threshold (see build_trip_tables()); empty: not built.
@@ -513,6 +601,7 @@ class PlanSearch {
   std::size_t table_bytes() const;
   std::size_t table_cache_bytes_ = 0;
   struct Entry;
+  double keep_prefix_programme(Entry& e, std::vector<int>& relaxed, RelaxedRows* rows = nullptr);
   void polish_unpolished(std::vector<Entry>& entries);
   void store_tables(Entry& e);
   double ranking_threshold(const std::vector<Entry>& entries, const Entry* self) const;
@@ -672,6 +761,9 @@ struct PlanSearch::Entry {
   double polished = kInf;    // the best plan polish() last started from
   // With memory caps, the relaxed root's programme until capped_root() has used it.
   std::unique_ptr<RelaxedRows> capped_rows;
+  // Single-stage: the relaxed root's programme for the prefix bound, and what it did per stage.
+  std::shared_ptr<const PrefixProgrammes> prefix;
+  std::vector<PrefixDepth> prefix_depths;
   // Multi-stage: the relaxed root ran all its rounds (else a slice runs it on, further).
   bool root_complete = false;
   // Multi-stage: where the relaxed root's rounds stopped, until they are complete.
