@@ -66,9 +66,11 @@ double multi_stage_configuration_bound(const Profile& profile, const Hardware& h
   return PlanSearch(profile, hardware, PlannerOptions{}).configuration_bound_of(plan);
 }
 
-std::vector<double> single_stage_prefix_bounds(const Profile& profile, const Hardware& hardware,
-                                               const Plan& plan) {
-  return PlanSearch(profile, hardware, PlannerOptions{}).prefix_bounds_of(plan);
+std::vector<std::vector<double>> single_stage_prefix_bounds(const Profile& profile,
+                                                            const Hardware& hardware,
+                                                            const std::vector<Plan>& plans,
+                                                            int widen, double limit) {
+  return PlanSearch(profile, hardware, PlannerOptions{}).prefix_bounds_of(plans, widen, limit);
 }
 
 StageWorkRows multi_stage_time_rows(const Profile& profile, const Hardware& hardware,

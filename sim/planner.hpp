@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -146,13 +147,17 @@ double multi_stage_balance_bound(const Profile& profile, const Hardware& hardwar
 double multi_stage_configuration_bound(const Profile& profile, const Hardware& hardware,
                                        const Plan& plan);
 
-/// The bounds the planner prunes a single-stage plan's prefixes with by its relaxed root's
-/// programme (docs/planner.md, "The relaxed root's programme along the search"): element j
-/// bounds every plan of `plan`'s configuration whose first j + 1 stages are `plan`'s, for j
-/// from 0 to stages - 2. `plan` is a single-stage plan that check_plan accepts; the hardware's
-/// devices are the plan's.
-std::vector<double> single_stage_prefix_bounds(const Profile& profile, const Hardware& hardware,
-                                               const Plan& plan);
+/// The bounds the planner prunes single-stage plans' prefixes with by the relaxed root's
+/// programme (docs/planner.md, "The relaxed root's programme along the search"), asked for
+/// `plans` in turn as the search meets them (each stage's programme carried from one to the
+/// next): element [i][j] bounds every plan of the configuration whose first j stages are
+/// plans[i]'s and whose stage j ends within `widen` layers of where plans[i]'s does, for j from
+/// 0 to stages - 2. A bound may stop once it reaches `limit`, as the search's do at its
+/// threshold. `plans` are single-stage plans of one configuration (chunks, checkpoint mode and
+/// schedule) that check_plan accepts; the hardware's devices are the plans'.
+std::vector<std::vector<double>> single_stage_prefix_bounds(
+    const Profile& profile, const Hardware& hardware, const std::vector<Plan>& plans, int widen = 0,
+    double limit = std::numeric_limits<double>::infinity());
 
 /// The rows of the relaxed root of `plan`'s multi-stage configuration (its chunks, checkpoint
 /// mode, schedule and stages per device; not its balance), its rounds run to the end: functions

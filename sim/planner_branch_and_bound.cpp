@@ -70,7 +70,26 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
   // Resuming a slice cut short: every end before the path it stopped on was searched already.
   const int resume_b = resuming_ ? resume_[j] : 0;
   b_start = std::max(b_start, resume_b);
+  // Ends the prefix programme rules out a run at a time (prefix_alive()); empty: none.
+  std::vector<std::pair<int, int>> alive;
+  if (!last && objective == Objective::Time && prefix_ && prefix_->root) {
+    const int b_last = last_open_end(j, a, b_start, b_end, arrive, drain);
+    // Only where the programme rules out most ends it meets: a run it does not rule out costs
+    // a programme per halving for nothing.
+    const PrefixDepth& depth = (*prefix_depths_)[j];
+    if (b_last - b_start + 1 >= kPrefixRunLeast && depth.single_calls >= kPrefixRunAfter &&
+        4 * depth.single_pruned >= 3 * depth.single_calls && prefix_pays(j)) {
+      prefix_alive(j, b_start, b_last, alive);
+      if (alive.empty()) return;  // every end ruled out
+    }
+  }
+  std::size_t run = 0;
   for (int b = b_start; b <= b_end; ++b) {
+    if (!alive.empty()) {
+      while (run < alive.size() && alive[run].second < b) ++run;
+      if (run == alive.size()) break;
+      b = std::max(b, alive[run].first);
+    }
     if (b != resume_b) resuming_ = false;
     ++stats_.nodes;
     if (++stats_.steps > step_limit_) {
@@ -208,12 +227,14 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
     if (prefix_ && prefix_->root && prefix_pays(j)) {
       PrefixDepth& depth = (*prefix_depths_)[j];
       const std::uint64_t before = stats_.steps;
-      const double programme = prefix_programme_bound(j, b, limit);
+      const double programme = prefix_programme_bound(j, b, b, limit);
       ++depth.calls;
+      ++depth.single_calls;
       depth.steps += stats_.steps - before;
       if (depth.trial) depth.trial_steps += stats_.steps - before;
       if (programme >= limit) {
         ++depth.pruned;
+        ++depth.single_pruned;
         continue;
       }
       bound = std::max(bound, programme);
@@ -226,6 +247,49 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
     }
     if (out_of_budget_) return;  // resume_ holds where the child stopped
   }
+}
+
+// The last end b of stage j from a in [first, last] that the loop of search() would examine
+// before its own breaks (the busy bound and the nested memory bound, which only grow with b):
+// where the runs of prefix_alive() stop.
+int PlanSearch::last_open_end(int j, int a, int first, int last, double arrive,
+                              double drain) const {
+  const double limit = threshold(Objective::Time);
+  auto open = [&](int b) {
+    return arrive + busy(j, a, b) - tail(j, a, b) + drain < limit && fits_nested(j, a, b);
+  };
+  if (first > last || !open(first)) return first - 1;
+  return last_holding(first, last, open);
+}
+
+// The runs of ends of stage j in [lo, hi] that the prefix programme does not rule out, in
+// order: a run is ruled out whole when the programme with the stage's end anywhere in it is at
+// the threshold, else halved, down to runs of kPrefixRunLeast / 2 ends or fewer, which the
+// search examines end by end. Where every end of a parent's is ruled out, a few programmes do
+// what one per end would.
+void PlanSearch::prefix_alive(int j, int lo, int hi, std::vector<std::pair<int, int>>& alive) {
+  PrefixDepth& depth = (*prefix_depths_)[j];
+  const double limit = threshold(Objective::Time);
+  const std::uint64_t before = stats_.steps;
+  const double value = prefix_programme_bound(j, lo, hi, limit);
+  ++depth.calls;
+  depth.steps += stats_.steps - before;
+  if (depth.trial) depth.trial_steps += stats_.steps - before;
+  if (value >= limit) {
+    depth.pruned += static_cast<std::uint64_t>(hi - lo + 1);
+    return;
+  }
+  if (hi - lo + 1 <= kPrefixRunLeast / 2) {
+    if (!alive.empty() && alive.back().second + 1 == lo) {
+      alive.back().second = hi;
+    } else {
+      alive.emplace_back(lo, hi);
+    }
+    return;
+  }
+  const int mid = lo + (hi - lo) / 2;
+  prefix_alive(j, lo, mid, alive);
+  prefix_alive(j, mid + 1, hi, alive);
 }
 
 // Whether the prefix programme is worth its cost at stage j: what it has ruled out there, times
@@ -255,50 +319,55 @@ bool PlanSearch::prefix_pays(int j) {
   return ++d.skipped % kSampleEvery == 0 && may_try();
 }
 
-// The relaxed root's programme with stages 0..j held at their work (balance_, stage j ending at
-// b): every row bounds every balance, and every completion of this prefix meets the
-// constraints, so the least largest row bounds each. Each stage's programme is its parent's
+// The relaxed root's programme with stages 0..j held at their work (balance_, stage j ending
+// between lo and hi): every row bounds every balance, and every completion of such a prefix
+// meets the constraints (each class's work before an end only grows with it), so the least
+// largest row bounds each. Each stage's programme is its parent's
 // (the stage before's, or the root's) with two constraints per class; while the parent stays
 // as it is, a sibling moves only their limits and solves on from the last basis, and a stage
 // whose programme was not asked for at its own node is brought up to date here, lazily.
-double PlanSearch::prefix_programme_bound(int j, int b, double limit) {
+double PlanSearch::prefix_programme_bound(int j, int lo, int hi, double limit) {
   if (prefix_levels_.size() < static_cast<std::size_t>(stages_)) prefix_levels_.resize(stages_);
   const int n_classes = static_cast<int>(prefix_->before.size());
   // Loosened by a billionth of the work, so that rounding cannot cut off the prefix itself.
   const double slack = 1e-9 * work_[layers_];
   std::uint64_t cells = 0;  // tableau cells copied or pivoted, for the budget
+  const std::uint64_t rows_cells = static_cast<std::uint64_t>(n_classes * stages_ + 1) *
+                                   static_cast<std::uint64_t>(n_classes * stages_ + 1);
   for (int k = 0, end = 0; k <= j; ++k) {
-    end = k == j ? b : end + balance_[k];
+    end += k == j ? 0 : balance_[k];
+    const int from = k == j ? lo : end, to = k == j ? hi : end;
     PrefixLevel& level = prefix_levels_[k];
     MinMaxShareProgramme& p = level.programme;
     const std::uint64_t parent_version =
         k == 0 ? prefix_root_version_ : prefix_levels_[k - 1].version;
     if (level.parent_version != parent_version) {
       p = k == 0 ? *prefix_->root : prefix_levels_[k - 1].programme;
-      cells += p.tableau_cells();
+      // The copy, and each constraint's column in the current basis (rows x rows).
+      cells += p.tableau_cells() + 2 * static_cast<std::uint64_t>(n_classes) * rows_cells;
       const std::uint64_t added = p.pivot_cells();
       level.parent_version = parent_version;
       level.first_constraint = p.constraints();
       for (int c = 0; c < n_classes; ++c) {
         std::vector<double> a(static_cast<std::size_t>(n_classes) * stages_, 0.0);
         for (int s = 0; s <= k; ++s) a[c * stages_ + s] = 1.0;
-        p.add_constraint(a, prefix_->before[c][end] - slack);
+        p.add_constraint(a, prefix_->before[c][from] - slack);
         for (double& v : a) v = -v;
-        p.add_constraint(a, -prefix_->before[c][end] - slack);
+        p.add_constraint(a, -prefix_->before[c][to] - slack);
       }
       cells += p.pivot_cells() - added;
-    } else if (level.end != end) {
+    } else if (level.lo != from || level.hi != to) {
       const std::uint64_t moved = p.pivot_cells();
       for (int c = 0; c < n_classes; ++c) {
-        p.set_constraint_limit(level.first_constraint + 2 * c, prefix_->before[c][end] - slack);
-        p.set_constraint_limit(level.first_constraint + 2 * c + 1,
-                               -prefix_->before[c][end] - slack);
+        p.set_constraint_limit(level.first_constraint + 2 * c, prefix_->before[c][from] - slack);
+        p.set_constraint_limit(level.first_constraint + 2 * c + 1, -prefix_->before[c][to] - slack);
       }
       cells += p.pivot_cells() - moved;
     } else {
       continue;  // as it was
     }
-    level.end = end;
+    level.lo = from;
+    level.hi = to;
     level.version = ++prefix_versions_;
   }
   MinMaxShareProgramme& p = prefix_levels_[j].programme;
@@ -309,16 +378,22 @@ double PlanSearch::prefix_programme_bound(int j, int b, double limit) {
   // the prefix. The root's paths are those of its own shares; with the prefix held the shares
   // move, and the paths with them (on bench's 1,000 x 16 profile of unequal devices, the
   // prefixes of four stages that the root's rows let through all fell to these).
-  const std::size_t rows_cells = static_cast<std::size_t>(n_classes * stages_ + 1) *
-                                 static_cast<std::size_t>(n_classes * stages_ + 1);
-  for (int round = 0; round < kPrefixRounds && value < limit; ++round) {
+  // A stage's programme keeps the rows its siblings added, up to kPrefixRowsMost beyond the
+  // root's: each column costs every later pivot and copy.
+  const std::size_t most_functions = prefix_->root->functions() + kPrefixRowsMost;
+  RootPaths& paths = *prefix_->paths;
+  for (int round = 0; round < kPrefixRounds && value < limit && p.functions() < most_functions;
+       ++round) {
     bool added = false;
     for (const bool mean : {false, true}) {
-      if (mean && prefix_->paths->mean_is_least) continue;
+      if (mean && paths.mean_is_least) continue;
       double a = 0.0;
       std::vector<double> row;
-      const double at = path_row(*prefix_->paths, shares, mean, a, row);
-      stats_.steps += sweep_->task_count() / kIterationSweepTasksPerStep;
+      const std::size_t priced = paths.joint.size();
+      const double at = path_row(paths, shares, mean, a, row);
+      // The sweep, and each new count vector's walk over the layers.
+      stats_.steps += sweep_->task_count() / kIterationSweepTasksPerStep +
+                      (paths.joint.size() - priced) * static_cast<std::uint64_t>(layers_) / 8;
       if (!(at > value * (1.0 + 1e-9))) continue;
       p.add(a, row);
       cells += rows_cells;  // the new column in the current basis

@@ -325,8 +325,9 @@ double PlanSearch::keep_prefix_programme(Entry& e, std::vector<int>& relaxed, Re
   // with the lowest bounds first. A 3,000-layer model on 4 devices with a batch of 1,024 has a
   // thousand of them, each programme of 16 classes a few hundred kilobytes.
   prefix->bytes = sizeof(double) * (prefix->root->tableau_cells() +
-                                    prefix->root->functions() * prefix->paths->width +
-                                    static_cast<std::size_t>(n_classes + 2) * (layers_ + 1));
+                                    (prefix->root->functions() + prefix->root->constraints()) *
+                                        prefix->paths->width +
+                                    static_cast<std::size_t>(n_classes + 4) * (layers_ + 1));
   if (prefix_bytes_ + prefix->bytes > kPrefixProgrammeBytes) return root;
   prefix->before.assign(n_classes, std::vector<double>(layers_ + 1, 0.0));
   for (int t = 0; t < layers_; ++t) {
@@ -338,8 +339,10 @@ double PlanSearch::keep_prefix_programme(Entry& e, std::vector<int>& relaxed, Re
   return root;
 }
 
-std::vector<double> PlanSearch::prefix_bounds_of(const Plan& plan) {
-  const Config config = config_of(plan);
+std::vector<std::vector<double>> PlanSearch::prefix_bounds_of(const std::vector<Plan>& plans,
+                                                              int widen, double limit) {
+  if (plans.empty()) return {};
+  const Config config = config_of(plans.front());
   Entry e;
   e.config = &config;
   prepare(config);
@@ -351,10 +354,19 @@ std::vector<double> PlanSearch::prefix_bounds_of(const Plan& plan) {
   keep_prefix_programme(e, relaxed);
   prefix_ = e.prefix;
   prefix_root_version_ = ++prefix_versions_;
-  balance_ = plan.balance;
-  std::vector<double> bounds;
-  for (int j = 0, b = 0; j + 1 < stages_; ++j)
-    bounds.push_back(prefix_programme_bound(j, b += plan.balance[j], kInf));
+  std::vector<std::vector<double>> bounds;
+  for (const Plan& plan : plans) {
+    balance_ = plan.balance;
+    std::vector<double>& of = bounds.emplace_back();
+    for (int j = 0, b = 0; j + 1 < stages_; ++j) {
+      const int start = b;
+      b += plan.balance[j];
+      const int lo = std::max(start + 1, b - widen);
+      const int hi = std::min(layers_ - (stages_ - 1 - j), b + widen);
+      // Without a programme (one larger than the memory budget) the bound is nothing.
+      of.push_back(prefix_ ? prefix_programme_bound(j, lo, hi, limit) : 0.0);
+    }
+  }
   return bounds;
 }
 

@@ -78,10 +78,18 @@ inline constexpr int kAroundBestRadius = 2;
 // The prefix programmes (prefix_pays()) may spend this share of a configuration's steps
 // before they have shown that they save more than they cost at a stage.
 inline constexpr double kPrefixTrialShare = 1.0 / 8;
+// Where a stage has at least this many ends to examine, the prefix programmes first rule out
+// runs of them at a time (prefix_alive()).
+inline constexpr int kPrefixRunLeast = 8;
+// Runs only at a stage where the programme has ruled out three ends in four of at least this
+// many it met one at a time.
+inline constexpr std::uint64_t kPrefixRunAfter = 16;
 // What the configurations' prefix programmes may hold in all.
 inline constexpr std::size_t kPrefixProgrammeBytes = std::size_t{64} << 20;
-// Cutting-plane rounds of a prefix programme (each a sweep of the shares' plan and a solve).
+// Cutting-plane rounds of a prefix programme (each a sweep of the shares' plan and a solve),
+// and the rows a stage's programme may add to the root's in all.
 inline constexpr int kPrefixRounds = 4;
+inline constexpr std::size_t kPrefixRowsMost = 64;
 inline constexpr double kAroundBestMargin = 2e-4;
 
 // One configuration: a micro-batch split (as tensor.chunk makes it), a checkpoint mode and a
@@ -332,7 +340,8 @@ class PlanSearch {
   PlanSearchResult run();
   StageWorkRows time_rows_of(const Plan& plan);
   double configuration_bound_of(const Plan& plan) const;
-  std::vector<double> prefix_bounds_of(const Plan& plan);
+  std::vector<std::vector<double>> prefix_bounds_of(const std::vector<Plan>& plans, int widen,
+                                                    double limit);
 
  private:
   enum class Objective { Time, Memory };
@@ -421,7 +430,8 @@ class PlanSearch {
     std::vector<double> totals;  // per class
     std::vector<int> class_of;   // per layer
   };
-  // `programme`, if given, receives the final programme (every row and hull edge), solved.
+  // `programme`, if given, receives the final programme's functions that carry weight at its
+  // optimum and every hull edge, solved; `paths`, its pricing of paths.
   double relaxed_root(std::vector<int>& balance, RelaxedRows* rows = nullptr,
                       std::shared_ptr<const MinMaxShareProgramme>* programme = nullptr,
                       std::shared_ptr<RootPaths>* paths = nullptr) const;
@@ -441,7 +451,9 @@ class PlanSearch {
     std::size_t bytes = 0;                    // about what it holds
     std::vector<std::vector<double>> before;  // [class][t]: the class's work in layers [0, t)
   };
-  double prefix_programme_bound(int j, int b, double limit);
+  double prefix_programme_bound(int j, int lo, int hi, double limit);
+  int last_open_end(int j, int a, int first, int last, double arrive, double drain) const;
+  void prefix_alive(int j, int lo, int hi, std::vector<std::pair<int, int>>& alive);
   // Per placed stage along the search's path: its programme, the version of its parent's (the
   // stage before's, or the root's) it was copied from, its own version and its first
   // constraint. A sibling whose parent has not changed only moves its constraints' limits.
@@ -450,7 +462,7 @@ class PlanSearch {
     MinMaxShareProgramme programme{1, 0.0};
     std::uint64_t parent_version = 0, version = 0;
     std::size_t first_constraint = 0;
-    int end = 0;  // the stage end its constraints hold
+    int lo = 0, hi = 0;  // the stage's ends its constraints hold it between
   };
   std::vector<PrefixLevel> prefix_levels_;
   // Per stage, for the open configuration: the prefix programme's calls there, how many it
@@ -458,7 +470,9 @@ class PlanSearch {
   struct PrefixDepth {
     std::uint64_t calls = 0, pruned = 0, steps = 0, skipped = 0, subtrees = 0, subtree_steps = 0;
     std::uint64_t trial_steps = 0;  // of calls before it paid, or where it did not
-    bool trial = false;             // the last call was one of those
+    // Of them, those for one end (not a run; pruned: ends ruled out, a run's counting each).
+    std::uint64_t single_calls = 0, single_pruned = 0;
+    bool trial = false;  // the last call was one of those
   };
   std::vector<PrefixDepth>* prefix_depths_ = nullptr;  // the open configuration's
   bool prefix_pays(int j);
