@@ -176,6 +176,18 @@ void report_search(benchmark::State& state, const PlanSearchResult& result) {
   state.counters["best_ms"] = result.stats.best_ms;
 }
 
+// Plans in every iteration and reports the search with its steps.
+void plan_and_report_steps(benchmark::State& state, const Profile& profile, const Hardware& hw,
+                           const PlannerOptions& options) {
+  PlanSearchResult result;
+  for (auto _ : state) {
+    result = find_best_plans(profile, hw, options);
+    benchmark::DoNotOptimize(result.ranked.data());
+  }
+  report_search(state, result);
+  state.counters["steps"] = static_cast<double>(result.stats.steps);
+}
+
 // Issue 15's second case: lognormal layer costs, random activation and parameter sizes, 16
 // devices on 20 GB/s links; with range(0) = 1, each device capped at 2.5 x its share of the
 // parameters, so that checkpointing and the chunk count matter.
@@ -233,13 +245,7 @@ void BM_PlanHeterogeneous(benchmark::State& state) {
   set_synthetic_links(hw);
   PlannerOptions options;
   options.top = 1;
-  PlanSearchResult result;
-  for (auto _ : state) {
-    result = find_best_plans(profile, hw, options);
-    benchmark::DoNotOptimize(result.ranked.data());
-  }
-  report_search(state, result);
-  state.counters["steps"] = static_cast<double>(result.stats.steps);
+  plan_and_report_steps(state, profile, hw, options);
 }
 BENCHMARK(BM_PlanHeterogeneous)
     ->Args({1000, 16})
@@ -292,13 +298,7 @@ void BM_ProofAtScale(benchmark::State& state) {
   PlannerOptions options;
   options.top = 1;
   options.search_budget = 1'000'000'000;
-  PlanSearchResult result;
-  for (auto _ : state) {
-    result = find_best_plans(profile, hw, options);
-    benchmark::DoNotOptimize(result.ranked.data());
-  }
-  report_search(state, result);
-  state.counters["steps"] = static_cast<double>(result.stats.steps);
+  plan_and_report_steps(state, profile, hw, options);
 }
 BENCHMARK(BM_ProofAtScale)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->Iterations(1);
 
