@@ -454,14 +454,20 @@ TEST(Planner, ABudgetEndingBeforeAFitIsNotAProofThatNoneFits) {
         continue;
       }
       // Proven only where true; with the default budget, always proven on these small models.
-      if (result.none_fits_proven) EXPECT_FALSE(some_fit);
-      if (budget == PlannerOptions{}.search_budget) EXPECT_EQ(result.none_fits_proven, !some_fit);
+      if (result.none_fits_proven) {
+        EXPECT_FALSE(some_fit);
+      }
+      if (budget == PlannerOptions{}.search_budget) {
+        EXPECT_EQ(result.none_fits_proven, !some_fit);
+      }
       if (some_fit) {
         ++unfound;
         EXPECT_FALSE(result.stats.proven);
       }
       // A leanest plan that fits would have been the answer.
-      if (result.leanest) EXPECT_FALSE(Simulator(profile, hw).run(result.leanest->plan).fits());
+      if (result.leanest) {
+        EXPECT_FALSE(Simulator(profile, hw).run(result.leanest->plan).fits());
+      }
     }
   }
   EXPECT_GT(none_fit, 0);
