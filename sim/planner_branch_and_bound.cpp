@@ -72,7 +72,7 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
   b_start = std::max(b_start, resume_b);
   // Ends the prefix programme rules out a run at a time (prefix_alive()); empty: none.
   std::vector<std::pair<int, int>> alive;
-  if (!last && objective == Objective::Time && prefix_ && prefix_->root) {
+  if (!last && objective == Objective::Time && prefix_) {
     const int b_last = last_open_end(j, a, b_start, b_end, arrive, drain);
     // Only where the programme rules out most ends it meets: a run it does not rule out costs
     // a programme per halving for nothing.
@@ -224,19 +224,9 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
                                                  paced ? &pacing : nullptr));
       if (bound >= limit) continue;
     }
-    if (prefix_ && prefix_->root && prefix_pays(j)) {
-      PrefixDepth& depth = (*prefix_depths_)[j];
-      const std::uint64_t before = stats_.steps;
-      const double programme = prefix_programme_bound(j, b, b, limit);
-      ++depth.calls;
-      ++depth.single_calls;
-      depth.steps += stats_.steps - before;
-      if (depth.trial) depth.trial_steps += stats_.steps - before;
-      if (programme >= limit) {
-        ++depth.pruned;
-        ++depth.single_pruned;
-        continue;
-      }
+    if (prefix_ && prefix_pays(j)) {
+      const double programme = counted_prefix_bound(j, b, b, limit, true);
+      if (programme >= limit) continue;
       bound = std::max(bound, programme);
     }
     const std::uint64_t before_children = stats_.steps;
@@ -268,17 +258,8 @@ int PlanSearch::last_open_end(int j, int a, int first, int last, double arrive,
 // search examines end by end. Where every end of a parent's is ruled out, a few programmes do
 // what one per end would.
 void PlanSearch::prefix_alive(int j, int lo, int hi, std::vector<std::pair<int, int>>& alive) {
-  PrefixDepth& depth = (*prefix_depths_)[j];
   const double limit = threshold(Objective::Time);
-  const std::uint64_t before = stats_.steps;
-  const double value = prefix_programme_bound(j, lo, hi, limit);
-  ++depth.calls;
-  depth.steps += stats_.steps - before;
-  if (depth.trial) depth.trial_steps += stats_.steps - before;
-  if (value >= limit) {
-    depth.pruned += static_cast<std::uint64_t>(hi - lo + 1);
-    return;
-  }
+  if (counted_prefix_bound(j, lo, hi, limit, false) >= limit) return;
   if (hi - lo + 1 <= kPrefixRunLeast / 2) {
     if (!alive.empty() && alive.back().second + 1 == lo) {
       alive.back().second = hi;
@@ -290,6 +271,22 @@ void PlanSearch::prefix_alive(int j, int lo, int hi, std::vector<std::pair<int, 
   const int mid = lo + (hi - lo) / 2;
   prefix_alive(j, lo, mid, alive);
   prefix_alive(j, mid + 1, hi, alive);
+}
+
+double PlanSearch::counted_prefix_bound(int j, int lo, int hi, double limit, bool single) {
+  PrefixDepth& depth = (*prefix_depths_)[j];
+  const std::uint64_t before = stats_.steps;
+  const double value = prefix_programme_bound(j, lo, hi, limit);
+  const std::uint64_t spent = stats_.steps - before;
+  ++depth.calls;
+  depth.steps += spent;
+  if (depth.trial) depth.trial_steps += spent;
+  if (single) ++depth.single_calls;
+  if (value >= limit) {
+    depth.pruned += static_cast<std::uint64_t>(hi - lo + 1);  // a run counts each of its ends
+    if (single) ++depth.single_pruned;
+  }
+  return value;
 }
 
 // Whether the prefix programme is worth its cost at stage j: what it has ruled out there, times

@@ -588,6 +588,16 @@ double PlanSearch::relaxed_root(std::vector<int>& balance, RelaxedRows* rows,
   return std::max(0.0, bound * (1.0 - 1e-12));
 }
 
+std::vector<std::vector<double>> PlanSearch::class_work_before(const std::vector<int>& class_of,
+                                                               int classes) const {
+  std::vector<std::vector<double>> before(classes, std::vector<double>(layers_ + 1, 0.0));
+  for (int t = 0; t < layers_; ++t) {
+    for (int c = 0; c < classes; ++c) before[c][t + 1] = before[c][t];
+    before[class_of[t]][t + 1] += work_[t + 1] - work_[t];
+  }
+  return before;
+}
+
 // The relaxed root under the memory caps. The relaxed root shares the work continuously and
 // knows nothing of the caps, which decide where the stage ends may go when a few layers hold
 // most of a stage's memory. A stage that fits passes its nested memory bound, so it ends at
@@ -610,12 +620,7 @@ double PlanSearch::capped_root(const RelaxedRows& rows, double threshold, std::u
   auto reach = [&](int j, int a) {  // the furthest end of stage j from start a that may fit
     return fit_end_[j].empty() ? layers_ : fit_end_[j][std::min(a, layers_ - 1)];
   };
-  // Class c's work in layers [0, t) (work_ is all classes').
-  std::vector<std::vector<double>> before(n_classes, std::vector<double>(layers_ + 1, 0.0));
-  for (int t = 0; t < layers_; ++t) {
-    for (int c = 0; c < n_classes; ++c) before[c][t + 1] = before[c][t];
-    before[rows.class_of[t]][t + 1] += work_[t + 1] - work_[t];
-  }
+  const std::vector<std::vector<double>> before = class_work_before(rows.class_of, n_classes);
   struct Node {
     double value;
     std::vector<int> lo, hi;  // per end 0..K (0 and K fixed)

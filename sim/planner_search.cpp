@@ -329,11 +329,7 @@ double PlanSearch::keep_prefix_programme(Entry& e, std::vector<int>& relaxed, Re
                                         prefix->paths->width +
                                     static_cast<std::size_t>(n_classes + 4) * (layers_ + 1));
   if (prefix_bytes_ + prefix->bytes > kPrefixProgrammeBytes) return root;
-  prefix->before.assign(n_classes, std::vector<double>(layers_ + 1, 0.0));
-  for (int t = 0; t < layers_; ++t) {
-    for (int c = 0; c < n_classes; ++c) prefix->before[c][t + 1] = prefix->before[c][t];
-    prefix->before[kept.class_of[t]][t + 1] += work_[t + 1] - work_[t];
-  }
+  prefix->before = class_work_before(kept.class_of, n_classes);
   prefix_bytes_ += prefix->bytes;
   e.prefix = std::move(prefix);
   return root;

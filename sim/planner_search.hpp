@@ -452,6 +452,9 @@ class PlanSearch {
     std::vector<std::vector<double>> before;  // [class][t]: the class's work in layers [0, t)
   };
   double prefix_programme_bound(int j, int lo, int hi, double limit);
+  // prefix_programme_bound() at stage j's ends [lo, hi], counted in the stage's PrefixDepth
+  // (`single`: a call for one end, not a run).
+  double counted_prefix_bound(int j, int lo, int hi, double limit, bool single);
   int last_open_end(int j, int a, int first, int last, double arrive, double drain) const;
   void prefix_alive(int j, int lo, int hi, std::vector<std::pair<int, int>>& alive);
   // Per placed stage along the search's path: its programme, the version of its parent's (the
@@ -486,6 +489,9 @@ class PlanSearch {
   // least_boundary_copies_ms()), sorted once per size.
   const std::vector<double>& boundary_bytes_ascending(const SizeCosts& size) const;
   mutable std::map<const SizeCosts*, std::vector<double>> boundary_bytes_;
+  // [class][t]: the work of the layers of each class in [0, t) (work_ is all classes').
+  std::vector<std::vector<double>> class_work_before(const std::vector<int>& class_of,
+                                                     int classes) const;
   double capped_root(const RelaxedRows& rows, double threshold, std::uint64_t step_limit,
                      bool& finished);
   double wait_cost(int j, int a, int b, double recompute_first = 0.0,
