@@ -157,7 +157,11 @@ class CostModel {
   std::int64_t param_bytes(int first, int end) const {
     return param_prefix_[end] - param_prefix_[first];
   }
-  std::int64_t param_bytes_of(int layer) const { return profile_.layers[layer].param_bytes; }
+  // From the prefix sums, not the profile's layers: the memory walks read it for every layer of
+  // a stage, and a layer's record is half a kilobyte apart from the next.
+  std::int64_t param_bytes_of(int layer) const {
+    return param_prefix_[layer + 1] - param_prefix_[layer];
+  }
 
  private:
   const Profile& profile_;

@@ -17,23 +17,32 @@ namespace {
 // two steps are one (after_peak = after_layer, peak_end = layer_end). Times are fractions of the
 // walk's time by its layers' `ms`.
 struct PeakTracker {
-  PeakTracker(const std::vector<double>& ms, int first, int end) : ms(ms) {
-    for (int k = first; k < end; ++k) total_ms += ms[k];
+  PeakTracker(const std::vector<double>& ms, int first, int end)
+      : PeakTracker(&ms, sum_ms(ms, first, end)) {}
+  // With the walk's total time already summed (both backward walks share it); without `ms`,
+  // levels alone: the fractions stay 1 (a serial sum of every layer's time is most of a walk,
+  // and the planner's memory bound reads no time).
+  PeakTracker(const std::vector<double>* ms, double total) : ms(ms), total_ms(total) {
     layer_end_ms = release_ms = total_ms;  // no layer above the start: nothing to free
+  }
+  static double sum_ms(const std::vector<double>& ms, int first, int end) {
+    double total = 0.0;
+    for (int k = first; k < end; ++k) total += ms[k];
+    return total;
   }
   // Layer k peaks at `level`; from `release` of its time on it stays at or below `after`
   // (after ≥ level: only its end is known).
   void layer(int k, std::int64_t level, double release = 1.0,
              std::int64_t after = std::numeric_limits<std::int64_t>::max()) {
     const double before_ms = elapsed_ms;
-    elapsed_ms += ms[k];
+    if (ms) elapsed_ms += (*ms)[k];
     if (level >= peak) {
       peak = level;
       later = std::numeric_limits<std::int64_t>::min();
       layer_end_ms = elapsed_ms;
       released = after < level;
       within = released ? after : level;
-      release_ms = released ? before_ms + release * ms[k] : elapsed_ms;
+      release_ms = released && ms ? before_ms + release * (*ms)[k] : elapsed_ms;
     } else {
       later = std::max(later, level);
     }
@@ -47,7 +56,7 @@ struct PeakTracker {
     peak_end = fraction(release_ms);
   }
 
-  const std::vector<double>& ms;
+  const std::vector<double>* ms;
   double total_ms = 0.0, elapsed_ms = 0.0;
   std::int64_t peak = 0;
   double peak_end = 1.0, layer_end = 1.0;
@@ -83,7 +92,7 @@ void set_weight_backward(const CostModel& model, const SizeCosts& c, int first, 
 }  // namespace
 
 StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, int end,
-                         bool first_stage) {
+                         bool first_stage, StageMemoryTerms terms) {
   StageMemory m;
   m.input_bytes = c.stage_input_bytes(first);
   m.output_bytes = c.output_bytes[end - 1];
@@ -124,25 +133,27 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
   }
   m.kept_bytes = kept;
   m.forward_transient = peak - kept;
+  const bool all = terms == StageMemoryTerms::All;
 
   // Forward without autograd (checkpointed): each intermediate storage dies once the next layer
   // that makes its own has run; only the stage output survives.
   std::int64_t ckpt_peak = 0;
   storage = 0;
-  for (int k = first; k < end; ++k) {
+  for (int k = first; k < end && all; ++k) {
     const std::int64_t made = c.aliases[k] ? 0 : c.output_bytes[k];
     ckpt_peak = std::max(ckpt_peak, storage + made + c.workspace_bytes[k]);
     if (!c.aliases[k]) storage = made;
   }
-  m.checkpointed_forward_transient = std::max<std::int64_t>(0, ckpt_peak - m.output_bytes);
+  if (all) m.checkpointed_forward_transient = std::max<std::int64_t>(0, ckpt_peak - m.output_bytes);
 
   // Backward, last layer first. Layer k allocates the gradient of its input and of its
   // parameters plus its workspace. The first time, the parameter gradients become .grad and
   // stay; later, they are added into .grad and freed, a transient of the same size. Afterwards
   // autograd releases k's saved tensors, the storages k was the first to keep (its input, when
   // it keeps it) and the gradient of its output (an intermediate).
+  const double backward_total_ms = all ? PeakTracker::sum_ms(c.backward_ms, first, end) : 0.0;
   for (bool first_backward : {false, true}) {
-    PeakTracker walk(c.backward_ms, first, end);
+    PeakTracker walk(all ? &c.backward_ms : nullptr, backward_total_ms);
     std::int64_t current = 0;
     for (int k = end - 1; k >= first; --k) {
       const std::int64_t input_grad =
@@ -181,6 +192,8 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
     (first_backward ? m.backward_after_layer_first : m.backward_after_layer) = walk.after_layer;
     (first_backward ? m.backward_layer_end_first : m.backward_layer_end) = walk.layer_end;
   }
+
+  if (!all) return m;
 
   // I: the same walk without parameter gradients and without freeing activations (W frees
   // them); a layer's output gradient stays when the layer has parameters.
@@ -339,8 +352,10 @@ std::int64_t stage_peak_bound(const CostModel& model, const SizeCosts& common,
     left_first = params - shape.view_output_bytes[slot_of(first_q)];
     left_later = -shape.view_output_bytes[0];
   } else {
-    memory[0] = stage_memory(model, common, first, end, stage == 0);
-    memory[1] = shape.last_differs ? stage_memory(model, last, first, end, stage == 0) : memory[0];
+    constexpr auto kTerms = StageMemoryTerms::PeakBound;
+    memory[0] = stage_memory(model, common, first, end, stage == 0, kTerms);
+    memory[1] =
+        shape.last_differs ? stage_memory(model, last, first, end, stage == 0, kTerms) : memory[0];
     left_first = left_by_backward(memory[slot_of(first_q)], true, stage == 0, last_stage);
     left_later = left_by_backward(memory[0], false, stage == 0, last_stage);
   }

@@ -68,9 +68,14 @@ struct StageMemory {
   std::int64_t weight_first_extra = 0;
 };
 
+/// What stage_memory() fills: everything, or what stage_peak_bound() reads (the forward with
+/// autograd and both backward walks; the checkpointed forward's transient and the I and W terms
+/// stay 0), about half the walks over the stage's layers.
+enum class StageMemoryTerms { All, PeakBound };
+
 /// `first_stage`: the model input needs no gradient, so the backward allocates none for it.
 StageMemory stage_memory(const CostModel& model, const SizeCosts& costs, int first, int end,
-                         bool first_stage);
+                         bool first_stage, StageMemoryTerms terms = StageMemoryTerms::All);
 
 /// What a task allocates on its device when it starts, frees once its peak is over (at
 /// `peak_end` × its duration), frees once its peak layer has ended (at `layer_end`, no earlier)
