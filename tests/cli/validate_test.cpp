@@ -65,7 +65,9 @@ TEST(CliValidate, ReportTracesAndErrorsAgreeAndCalibrationIsFittedElsewhereThenR
   // A calibration is fitted on plans that were not validated, and used only where it helps:
   // on timings this short, either may happen; the report says which, and why.
   const bool used = report["calibration"] == "fitted";
-  if (!used) EXPECT_EQ(report["calibration"], "none");
+  if (!used) {
+    EXPECT_EQ(report["calibration"], "none");
+  }
   ASSERT_TRUE(report.contains("calibration_reason"));
   EXPECT_THAT(
       report["calibration_reason"].get<std::string>(),
@@ -131,7 +133,9 @@ TEST(CliValidate, ReportTracesAndErrorsAgreeAndCalibrationIsFittedElsewhereThenR
     }
     // The calibrated prediction is the uncalibrated one under the stored calibration: compute
     // tasks scaled alike.
-    if (used) EXPECT_NE(calibrated.iteration_ms, predicted.iteration_ms);
+    if (used) {
+      EXPECT_NE(calibrated.iteration_ms, predicted.iteration_ms);
+    }
   }
 
   // "runs", the contract of docs/cli.md: the plan as fields and the headline (calibrated)

@@ -290,7 +290,9 @@ TEST(Executor, EveryScheduleTrainsAsTheUnpipelinedModel) {
         EXPECT_EQ(ran[TaskKind::Backward], planned[ActionKind::Backward]) << what;
         EXPECT_EQ(ran[TaskKind::InputGrad], planned[ActionKind::InputGrad]) << what;
         EXPECT_EQ(ran[TaskKind::WeightGrad], ran[TaskKind::InputGrad]) << what;
-        if (!splits_backward(kind)) EXPECT_EQ(ran[TaskKind::InputGrad], 0) << what;
+        if (!splits_backward(kind)) {
+          EXPECT_EQ(ran[TaskKind::InputGrad], 0) << what;
+        }
         EXPECT_EQ(ran[TaskKind::Recompute], mode == CheckpointMode::Always ? actions : 0) << what;
       }
       expect_same(testing::parameters(model), testing::parameters(reference),
@@ -639,7 +641,9 @@ TEST(Executor, CudaPeakIsThePipelinesOwnWhateverElseTheGpuHolds) {
 // process keeps, and the same again once the tensor is gone (the caching allocator's kept blocks
 // handed back). Without CUDA it is 0, which the check reads as unknown.
 TEST(Executor, CudaFreeBytesFollowWhatThisProcessHolds) {
-  if (!exec::cuda_built() || exec::cuda_device_count() == 0) EXPECT_EQ(exec::cuda_free_bytes(0), 0);
+  if (!exec::cuda_built() || exec::cuda_device_count() == 0) {
+    EXPECT_EQ(exec::cuda_free_bytes(0), 0);
+  }
   PIPETUNE_GPU_TEST_NEEDS(torch::cuda::is_available(), "no CUDA device");
   const std::int64_t before = exec::cuda_free_bytes(0);
   EXPECT_GT(before, 0);

@@ -138,7 +138,9 @@ TEST(CorunSimulator, RandomPlansWithoutSlowdownAreUnchangedAndWithItBounded) {
     const double ceiling = Simulator(all_slow, hw).run(plan).iteration_ms;
     EXPECT_GE(slowed, base.iteration_ms * (1 - 1e-12)) << what;
     EXPECT_LE(slowed, ceiling * (1 + 1e-12)) << what;
-    if (stages == 1) EXPECT_EQ(slowed, base.iteration_ms) << what;  // nothing runs beside it
+    if (stages == 1) {  // nothing runs beside it
+      EXPECT_EQ(slowed, base.iteration_ms) << what;
+    }
   }
 }
 
