@@ -34,7 +34,8 @@ bool dominated(const Moment& a, const Moment& b) {
 MultiStagePeakBound::MultiStagePeakBound(const CostModel& costs,
                                          const std::vector<std::int64_t>& sizes, ScheduleKind kind,
                                          CheckpointMode checkpoint, int devices,
-                                         int stages_per_device, double optimizer_state_factor)
+                                         int stages_per_device, double optimizer_state_factor,
+                                         const std::vector<int>& gpu_of_device)
     : costs_(costs),
       size_{&costs.at(sizes.front()), &costs.at(sizes.back())},
       stages_per_device_(stages_per_device),
@@ -57,6 +58,17 @@ MultiStagePeakBound::MultiStagePeakBound(const CostModel& costs,
   }
   params_.assign(stages, 0);
   collect_moments(sizes, kind, checkpoint);
+  // A stage's input is a buffer of its own where the stage before it runs on another memory
+  // (the simulator's own_input; a stage after a checkpointed one on the same memory is left
+  // out, which only lowers the bound). Shares of one GPU are one memory.
+  own_input_.assign(stages, 0);
+  if (!gpu_of_device.empty()) {
+    auto memory = [&](int r) {
+      const int gpu = r < static_cast<int>(gpu_of_device.size()) ? gpu_of_device[r] : -1;
+      return gpu >= 0 ? -1 - gpu : r;
+    };
+    for (int t = 1; t < stages; ++t) own_input_[t] = memory(rank_[t - 1]) != memory(rank_[t]);
+  }
 }
 
 // Walks each device's programme once, noting the state after every action, and keeps the
@@ -150,9 +162,11 @@ std::int64_t MultiStagePeakBound::weight_kept_last(int slot, int k) const {
   return costs_.param_bytes_of(k) > 0 ? size_[slot]->output_bytes[k] : 0;
 }
 
-std::int64_t MultiStagePeakBound::place(int t, int a, int b) {
+std::int64_t MultiStagePeakBound::place(int t, int a, int b, bool with_input) {
+  const bool input = with_input && count_inputs_ && own_input_[t] && a > 0 && b > a;
   for (int s : {0, 1}) {
-    kept_[s][t] = size_[s]->kept_bytes_within(a, b);
+    // A kept pair's input stays until its B or W ends, as its activations do.
+    kept_[s][t] = size_[s]->kept_bytes_within(a, b) + (input ? size_[s]->output_bytes[a - 1] : 0);
     waiting_[s][t] =
         b > a ? weight_kept_[s][b] - weight_kept_[s][a] - weight_kept_last(s, b - 1) : 0;
   }
@@ -287,6 +301,14 @@ std::vector<std::vector<double>> StageWorkRows::class_prefix() const {
 
 bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps, const StageWorkRows* rows,
                                   double limit) {
+  // Its partitions price sums over a stage's layers, which a stage's input is not: its master's
+  // coordinates leave the inputs out as well, so that both price the same levels.
+  struct InputsOff {
+    bool& flag;
+    bool was;
+    ~InputsOff() { flag = was; }
+  } inputs_off{count_inputs_, count_inputs_};
+  count_inputs_ = false;
   const int layers = costs_.layer_count();
   const int devices = static_cast<int>(moments_.size());
   const int stages = static_cast<int>(rank_.size());
@@ -610,11 +632,13 @@ double MultiStagePeakBound::least_weighted(const Prefixes& prefixes,
   return fixed + least[layers];
 }
 
-std::vector<std::int64_t> multi_stage_peak_bounds(const Profile& profile, const Plan& plan) {
+std::vector<std::int64_t> multi_stage_peak_bounds(const Profile& profile, const Plan& plan,
+                                                  const Hardware* hardware) {
   const CostModel costs(profile);
   const int v = std::max(1, plan.stages_per_device);
   MultiStagePeakBound bound(costs, split_batch(profile.batch_size, plan.chunks), plan.schedule,
-                            plan.checkpoint, plan.stages() / v, v, plan.optimizer_state_factor);
+                            plan.checkpoint, plan.stages() / v, v, plan.optimizer_state_factor,
+                            hardware ? shared_gpus(*hardware) : std::vector<int>{});
   return bound.of(plan.balance);
 }
 

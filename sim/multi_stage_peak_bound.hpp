@@ -13,17 +13,24 @@
 //     stage's kept activations less the output's storage (SizeCosts::kept_bytes_within),
 //   + for every pair whose I has ended and whose W has not (zero bubble): the output gradients
 //     I keeps for W (weight_kept_gradients: of the stage's layers with parameters but its last),
+//     and, on a stage whose input comes from another memory (the stage before it on another
+//     device, not a share of the same GPU), that input: a buffer of its own, the output of the
+//     layer before the stage at the pair's size, there from before its forward until its B or
+//     W ends,
 //   + for every stage whose first B or W has ended: its parameter gradients,
 //   − for every B and W that has ended: the largest output of a view layer (a backward frees
 //     the stage output's size even when the last layer made no storage of its own; 0 for
 //     models without views, see stage_peak_bound()).
-// Checkpointed forwards, received tensors, copies and transients are left out: only what is
-// certain counts. Each term is a sum over layers that only grows as a stage grows, so with
-// some stages placed and the others counted as empty the bound holds for every completion.
+// Checkpointed forwards (their inputs too), received gradients, copies and transients are left
+// out: only what is certain counts. Each term but the input is a sum over layers that only grows
+// as a stage grows, and the input depends on where the stage starts alone; so with some stages
+// placed and the others counted as empty the bound holds for every completion, and a stage
+// placed without its input (place()'s `with_input`) bounds every stage that starts earlier.
 #include <cstdint>
 #include <vector>
 
 #include "sim/cost_model.hpp"
+#include "sim/hardware.hpp"
 #include "sim/plan.hpp"
 
 namespace pipetune {
@@ -50,12 +57,17 @@ class MultiStagePeakBound {
  public:
   /// The plan shape without its balance: `devices` programmes of `stages_per_device` stages,
   /// micro-batches of `sizes` (tensor.chunk's split), torch's stage-to-programme mapping.
+  /// `gpu_of_device` (shared_gpus() of the hardware) says which stages receive their input in a
+  /// buffer of their own; empty, the inputs are left out.
   MultiStagePeakBound(const CostModel& costs, const std::vector<std::int64_t>& sizes,
                       ScheduleKind kind, CheckpointMode checkpoint, int devices,
-                      int stages_per_device, double optimizer_state_factor);
+                      int stages_per_device, double optimizer_state_factor,
+                      const std::vector<int>& gpu_of_device = {});
 
   /// Stage t holds layers [a, b); returns the bound of its device with what is placed so far.
-  std::int64_t place(int t, int a, int b);
+  /// Without its input (`with_input` false) a stage's terms only grow as it starts earlier or
+  /// ends later, which a walk over the stages after a prefix needs.
+  std::int64_t place(int t, int a, int b, bool with_input = true);
   /// Stage t holds nothing again.
   void unplace(int t);
   /// Every stage holds nothing again.
@@ -156,6 +168,10 @@ class MultiStagePeakBound {
   // Per stage as placed: kept bytes and the gradients I keeps for W, per slot, and parameter
   // bytes; 0 while unplaced.
   std::vector<std::int64_t> kept_[2], waiting_[2], params_;
+  // Per stage: its input is a buffer of its own (counted with its kept bytes while
+  // count_inputs_; may_fit() turns that off, its partitions price layer sums alone).
+  std::vector<char> own_input_;
+  bool count_inputs_ = true;
   // Per slot, prefix sums over layers of the output gradient I keeps for a layer's W (its
   // output's size where it has parameters).
   std::vector<std::int64_t> weight_kept_[2];
@@ -165,7 +181,9 @@ class MultiStagePeakBound {
   mutable std::uint64_t level_cells_ = 0;
 };
 
-/// Every device's bound for `plan` (a multi-stage plan that check_plan accepts).
-std::vector<std::int64_t> multi_stage_peak_bounds(const Profile& profile, const Plan& plan);
+/// Every device's bound for `plan` (a multi-stage plan that check_plan accepts); with the stages'
+/// received inputs where `hardware` says which devices share a memory, without them if null.
+std::vector<std::int64_t> multi_stage_peak_bounds(const Profile& profile, const Plan& plan,
+                                                  const Hardware* hardware = nullptr);
 
 }  // namespace pipetune

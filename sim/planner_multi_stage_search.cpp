@@ -89,9 +89,9 @@ MultiStagePeakBound& PlanSearch::peak_bound(Entry& e) {
     stats_.steps +=
         static_cast<std::uint64_t>(3 * c.micro_batches() * c.stages_per_device * stages_) /
         kSweepTasksPerStep;
-    e.peak =
-        std::make_unique<MultiStagePeakBound>(costs_, c.sizes, c.schedule, c.checkpoint, stages_,
-                                              c.stages_per_device, options_.optimizer_state_factor);
+    e.peak = std::make_unique<MultiStagePeakBound>(
+        costs_, c.sizes, c.schedule, c.checkpoint, stages_, c.stages_per_device,
+        options_.optimizer_state_factor, shared_gpus(hardware_));
   } else {
     e.peak->unplace_all();
   }
@@ -120,8 +120,9 @@ bool PlanSearch::fits_some_balance(Entry& e) {
 
 // Walks right from b, each stage after t ending as far as its device's bound allows with the
 // stages placed so far and the other later ones empty (a stage may hold nothing). A stage's
-// bound only grows as it grows at either end, so in every completion that fits, each stage ends
-// at most where the walk puts it: a walk short of the last layer proves that none fits.
+// bound without its input only grows as it grows at either end, so in every completion that
+// fits, each stage ends at most where the walk puts it: a walk short of the last layer proves
+// that none fits. (With its input it need not: an earlier start may receive fewer bytes.)
 bool PlanSearch::later_stages_may_fit(MultiStagePeakBound& peak, int t, int b) {
   const std::uint64_t cells = peak.level_cells();
   const int stages = peak.stages();
@@ -137,7 +138,7 @@ bool PlanSearch::later_stages_may_fit(MultiStagePeakBound& peak, int t, int b) {
     int fits = from, over = layers_ + 1;
     while (over - fits > 1) {
       const int mid = fits + (over - fits) / 2;
-      if (peak.place(s, from, mid) > cap) {
+      if (peak.place(s, from, mid, /*with_input=*/false) > cap) {
         over = mid;
       } else {
         fits = mid;
