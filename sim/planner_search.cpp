@@ -511,7 +511,8 @@ void PlanSearch::search_slice(Entry& e, std::vector<Entry>& entries, std::uint64
     // Half the slice at most: the search still gets the rest, now against a lower threshold.
     // Then around the polished plan, once per best plan, within a quarter of the slice.
     if (polish(half_slice)) {
-      search_around_best(std::min(step_limit_, stats_.steps + slice / 4));
+      search_around_best(
+          std::min(step_limit_, stats_.steps + std::min(slice / 4, kAroundBestSteps)));
       e.polished = config_best_;
     }
   }
