@@ -69,8 +69,9 @@ struct StageMemory {
 };
 
 /// What stage_memory() fills: everything, or what stage_peak_bound() reads (the forward with
-/// autograd and both backward walks; the checkpointed forward's transient and the I and W terms
-/// stay 0), about half the walks over the stage's layers.
+/// autograd and both backward walks' levels; the checkpointed forward's transient and the I and
+/// W terms stay 0, and the backward walks' fractions of time, which no bound reads, 1), about
+/// half the walks over the stage's layers.
 enum class StageMemoryTerms { All, PeakBound };
 
 /// `first_stage`: the model input needs no gradient, so the backward allocates none for it.

@@ -35,7 +35,7 @@ MultiStagePeakBound::MultiStagePeakBound(const CostModel& costs,
                                          const std::vector<std::int64_t>& sizes, ScheduleKind kind,
                                          CheckpointMode checkpoint, int devices,
                                          int stages_per_device, double optimizer_state_factor,
-                                         const std::vector<int>& gpu_of_device)
+                                         std::vector<char> own_input)
     : costs_(costs),
       size_{&costs.at(sizes.front()), &costs.at(sizes.back())},
       stages_per_device_(stages_per_device),
@@ -58,17 +58,21 @@ MultiStagePeakBound::MultiStagePeakBound(const CostModel& costs,
   }
   params_.assign(stages, 0);
   collect_moments(sizes, kind, checkpoint);
-  // A stage's input is a buffer of its own where the stage before it runs on another memory
-  // (the simulator's own_input; a stage after a checkpointed one on the same memory is left
-  // out, which only lowers the bound). Shares of one GPU are one memory.
-  own_input_.assign(stages, 0);
-  if (!gpu_of_device.empty()) {
-    auto memory = [&](int r) {
-      const int gpu = r < static_cast<int>(gpu_of_device.size()) ? gpu_of_device[r] : -1;
-      return gpu >= 0 ? -1 - gpu : r;
-    };
-    for (int t = 1; t < stages; ++t) own_input_[t] = memory(rank_[t - 1]) != memory(rank_[t]);
-  }
+  own_input_ = std::move(own_input);
+  own_input_.resize(stages, 0);
+}
+
+std::vector<char> stage_inputs_own(const std::vector<int>& device_of_stage,
+                                   const Hardware& hardware) {
+  const std::vector<int> gpu = shared_gpus(hardware);
+  auto memory = [&](int d) {  // as the simulator's counters: shares of one GPU are one
+    const int shared = d >= 0 && d < static_cast<int>(gpu.size()) ? gpu[d] : -1;
+    return shared >= 0 ? -1 - shared : d;
+  };
+  std::vector<char> out(device_of_stage.size(), 0);
+  for (std::size_t t = 1; t < out.size(); ++t)
+    out[t] = memory(device_of_stage[t - 1]) != memory(device_of_stage[t]);
+  return out;
 }
 
 // Walks each device's programme once, noting the state after every action, and keeps the
@@ -636,9 +640,10 @@ std::vector<std::int64_t> multi_stage_peak_bounds(const Profile& profile, const 
                                                   const Hardware* hardware) {
   const CostModel costs(profile);
   const int v = std::max(1, plan.stages_per_device);
-  MultiStagePeakBound bound(costs, split_batch(profile.batch_size, plan.chunks), plan.schedule,
-                            plan.checkpoint, plan.stages() / v, v, plan.optimizer_state_factor,
-                            hardware ? shared_gpus(*hardware) : std::vector<int>{});
+  MultiStagePeakBound bound(
+      costs, split_batch(profile.batch_size, plan.chunks), plan.schedule, plan.checkpoint,
+      plan.stages() / v, v, plan.optimizer_state_factor,
+      hardware ? stage_inputs_own(stage_devices(plan, *hardware), *hardware) : std::vector<char>{});
   return bound.of(plan.balance);
 }
 

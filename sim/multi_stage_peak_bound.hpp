@@ -10,13 +10,12 @@
 //   its stages' parameters and optimizer state (plus the batch on stage 0's device, plus the
 //   library workspaces),
 //   + for every pair forwarded with autograd (or recomputed) whose B or W has not started: the
-//     stage's kept activations less the output's storage (SizeCosts::kept_bytes_within),
+//     stage's kept activations less the output's storage (SizeCosts::kept_bytes_within), and,
+//     on a stage whose input comes from another memory (the stage before it on another device,
+//     not a share of the same GPU), that input: a buffer of its own, the output of the layer
+//     before the stage at the pair's size, there from before its forward until its B or W ends,
 //   + for every pair whose I has ended and whose W has not (zero bubble): the output gradients
 //     I keeps for W (weight_kept_gradients: of the stage's layers with parameters but its last),
-//     and, on a stage whose input comes from another memory (the stage before it on another
-//     device, not a share of the same GPU), that input: a buffer of its own, the output of the
-//     layer before the stage at the pair's size, there from before its forward until its B or
-//     W ends,
 //   + for every stage whose first B or W has ended: its parameter gradients,
 //   − for every B and W that has ended: the largest output of a view layer (a backward frees
 //     the stage output's size even when the last layer made no storage of its own; 0 for
@@ -57,12 +56,12 @@ class MultiStagePeakBound {
  public:
   /// The plan shape without its balance: `devices` programmes of `stages_per_device` stages,
   /// micro-batches of `sizes` (tensor.chunk's split), torch's stage-to-programme mapping.
-  /// `gpu_of_device` (shared_gpus() of the hardware) says which stages receive their input in a
-  /// buffer of their own; empty, the inputs are left out.
+  /// `own_input`, per stage (stage_inputs_own()): its input is a buffer of its own; empty, the
+  /// inputs are left out.
   MultiStagePeakBound(const CostModel& costs, const std::vector<std::int64_t>& sizes,
                       ScheduleKind kind, CheckpointMode checkpoint, int devices,
                       int stages_per_device, double optimizer_state_factor,
-                      const std::vector<int>& gpu_of_device = {});
+                      std::vector<char> own_input = {});
 
   /// Stage t holds layers [a, b); returns the bound of its device with what is placed so far.
   /// Without its input (`with_input` false) a stage's terms only grow as it starts earlier or
@@ -180,6 +179,13 @@ class MultiStagePeakBound {
   std::uint64_t pivot_cells_ = 0;
   mutable std::uint64_t level_cells_ = 0;
 };
+
+/// Per stage, whether its input is a buffer of its own, as the simulator has it: the stage before
+/// it runs on another memory (another device, and not a share of the same GPU). A checkpointed
+/// pair's input on the same memory, which is its own too, is left out. `device_of_stage`: each
+/// stage's device in `hardware` (stage_devices()).
+std::vector<char> stage_inputs_own(const std::vector<int>& device_of_stage,
+                                   const Hardware& hardware);
 
 /// Every device's bound for `plan` (a multi-stage plan that check_plan accepts); with the stages'
 /// received inputs where `hardware` says which devices share a memory, without them if null.

@@ -89,9 +89,15 @@ MultiStagePeakBound& PlanSearch::peak_bound(Entry& e) {
     stats_.steps +=
         static_cast<std::uint64_t>(3 * c.micro_batches() * c.stages_per_device * stages_) /
         kSweepTasksPerStep;
+    std::vector<int> device_of_stage(static_cast<std::size_t>(c.stages_per_device) * stages_);
+    for (std::size_t t = 0; t < device_of_stage.size(); ++t) {
+      device_of_stage[t] =
+          stage_rank(c.schedule, static_cast<int>(t), static_cast<int>(device_of_stage.size()),
+                     c.stages_per_device);
+    }
     e.peak = std::make_unique<MultiStagePeakBound>(
         costs_, c.sizes, c.schedule, c.checkpoint, stages_, c.stages_per_device,
-        options_.optimizer_state_factor, shared_gpus(hardware_));
+        options_.optimizer_state_factor, stage_inputs_own(device_of_stage, hardware_));
   } else {
     e.peak->unplace_all();
   }

@@ -509,7 +509,8 @@ void PlanSearch::search_slice(Entry& e, std::vector<Entry>& entries, std::uint64
   if (!resuming_) resume_.assign(stages_, 0);
   if (e.best < e.polished) {
     // Half the slice at most: the search still gets the rest, now against a lower threshold.
-    // Then around the polished plan, once per best plan, within a quarter of the slice.
+    // Then around the polished plan, once per best plan, within a quarter of the slice and
+    // kAroundBestSteps.
     if (polish(half_slice)) {
       search_around_best(
           std::min(step_limit_, stats_.steps + std::min(slice / 4, kAroundBestSteps)));

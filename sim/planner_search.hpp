@@ -75,10 +75,11 @@ inline constexpr std::uint64_t kPartitionEvaluationsPerStep = 8;
 // cut short, 0.07 M with this one; on the lognormal one it found a plan 0.03 % faster than the
 // polished one in 0.36 M steps, and search() the optimum from there.
 inline constexpr int kAroundBestRadius = 2;
-// The most search_around_best() takes of a slice, besides a quarter of it at most: it finds a
-// plan soon or not at all (where it found one or finished, 0.07-0.36 M steps; on unequal devices
-// at 1,000 x 16 it found nothing in a quarter of the first slice of a billion-step budget, 119 M
-// steps of a 146 M-step proof, which takes 27.8 M with this cap whatever the budget).
+// search_around_best() takes at most a quarter of the slice and at most this many steps: it
+// finds a plan soon or not at all (where it found one or finished, 0.07-0.36 M steps; on unequal
+// devices at 1,000 x 16 it found nothing in a quarter of the first slice of a billion-step
+// budget, 119 M steps of a 146 M-step proof, which takes 26.5-28.1 M with this cap and any
+// budget from 30 M).
 inline constexpr std::uint64_t kAroundBestSteps = 1 << 20;
 // The prefix programmes (prefix_pays()) may spend this share of a configuration's steps
 // before they have shown that they save more than they cost at a stage.
