@@ -35,8 +35,7 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
                                             StageWorkRows* rows, double* copies_bound) {
   const std::vector<double>& work = layer_work.each;
   const int v = c.stages_per_device, m = c.micro_batches(), stages = v * stages_;
-  std::vector<int> device_of(stages);
-  for (int s = 0; s < stages; ++s) device_of[s] = stage_rank(c.schedule, s, stages, v);
+  const std::vector<int> device_of = stage_devices_of(c);
   TaskGraph graph;
   build_task_graph(graph, make_schedule(c.schedule, stages, m, c.checkpoint, v), device_of,
                    stages_);

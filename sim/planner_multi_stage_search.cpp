@@ -89,15 +89,9 @@ MultiStagePeakBound& PlanSearch::peak_bound(Entry& e) {
     stats_.steps +=
         static_cast<std::uint64_t>(3 * c.micro_batches() * c.stages_per_device * stages_) /
         kSweepTasksPerStep;
-    std::vector<int> device_of_stage(static_cast<std::size_t>(c.stages_per_device) * stages_);
-    for (std::size_t t = 0; t < device_of_stage.size(); ++t) {
-      device_of_stage[t] =
-          stage_rank(c.schedule, static_cast<int>(t), static_cast<int>(device_of_stage.size()),
-                     c.stages_per_device);
-    }
     e.peak = std::make_unique<MultiStagePeakBound>(
         costs_, c.sizes, c.schedule, c.checkpoint, stages_, c.stages_per_device,
-        options_.optimizer_state_factor, stage_inputs_own(device_of_stage, hardware_));
+        options_.optimizer_state_factor, stage_inputs_own(stage_devices_of(c), hardware_));
   } else {
     e.peak->unplace_all();
   }
@@ -346,15 +340,21 @@ void PlanSearch::start_from(Entry& e, const std::vector<int>& balance) {
   }
 }
 
+std::vector<int> PlanSearch::stage_devices_of(const Config& c) const {
+  const int stages = c.stages_per_device * stages_;
+  std::vector<int> device_of(stages);
+  for (int s = 0; s < stages; ++s)
+    device_of[s] = stage_rank(c.schedule, s, stages, c.stages_per_device);
+  return device_of;
+}
+
 std::unique_ptr<GraphSweep> PlanSearch::graph_sweep(const Config& c) {
   if (!GraphSweep::exact_for(profile_)) return nullptr;
   const int stages = c.stages_per_device * stages_;
   const Schedule schedule =
       make_schedule(c.schedule, stages, c.micro_batches(), c.checkpoint, c.stages_per_device);
-  std::vector<int> device_of(stages);
-  for (int s = 0; s < stages; ++s)
-    device_of[s] = stage_rank(c.schedule, s, stages, c.stages_per_device);
-  auto sweep = std::make_unique<GraphSweep>(costs_, hardware_, schedule, device_of, c.sizes);
+  auto sweep =
+      std::make_unique<GraphSweep>(costs_, hardware_, schedule, stage_devices_of(c), c.sizes);
   stats_.steps += sweep->task_count();  // its graph, as a simulation's
   return sweep;
 }

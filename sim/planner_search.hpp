@@ -638,6 +638,8 @@ class PlanSearch {
   // Multi-stage schedules (see multi_stage_slice()).
   double multi_stage_bound(const Config& c, bool with_copies = false) const;
   Config config_of(const Plan& plan) const;
+  // Per stage of c, its device (torch's stage-to-programme mapping, programme r on device r).
+  std::vector<int> stage_devices_of(const Config& c) const;
   Plan plan_of(const Config& c, std::vector<int> balance) const;
   PlanCandidate candidate_of(const Config& c, const Plan& plan, const SimulationResult& r) const;
   // r.fits(), and with worst_order_memory its worst arrival order's peaks fit as well (then
