@@ -89,13 +89,19 @@ struct IterationSweep::PathTracker {
   std::vector<int> activation_from, gradient_from;  // [stage * M + i]: the copy that brought it
   int pending_wait = -1;  // the input the next task waited for, when it did
   int final_event = -1;
-  void reset(int stages, int micro_batches) {
+  // Kept between sweeps (the planner's cutting planes run one per prefix they bound, and
+  // growing these afresh was a fifth of each). A cell's copy is recorded before the task that
+  // reads it, so activation_from and gradient_from need no clearing.
+  void reset(int stages, int micro_batches, std::size_t event_count) {
     events.clear();
+    events.reserve(event_count);
     stage_last.assign(stages, -1);
     activation_channel_last.assign(stages, -1);
     gradient_channel_last.assign(stages, -1);
-    activation_from.assign(static_cast<std::size_t>(stages) * micro_batches, -1);
-    gradient_from.assign(static_cast<std::size_t>(stages) * micro_batches, -1);
+    activation_from.resize(static_cast<std::size_t>(stages) * micro_batches, -1);
+    gradient_from.resize(static_cast<std::size_t>(stages) * micro_batches, -1);
+    pending_wait = -1;
+    final_event = -1;
   }
   // A compute task on stage s: it follows the input it waited for, or the stage's last task.
   void stage(int s, int kind, int slot) {
@@ -129,6 +135,10 @@ bool launch_paced(std::span<const StageDurations> stages, int last) {
 }
 }  // namespace
 
+IterationSweep::~IterationSweep() = default;
+IterationSweep::IterationSweep(IterationSweep&&) noexcept = default;
+IterationSweep& IterationSweep::operator=(IterationSweep&&) noexcept = default;
+
 double IterationSweep::run(std::span<const StageDurations> stages) const {
   NoTracker none;
   return launch_paced(stages, stages_ - 1)
@@ -148,8 +158,9 @@ double IterationSweep::run_prefix(std::span<const StageDurations> stages, int la
 
 double IterationSweep::run_critical_path(std::span<const StageDurations> stages,
                                          PathCounts& path) const {
-  PathTracker tracker;
-  tracker.reset(stages_, micro_batches_);
+  if (!path_tracker_) path_tracker_ = std::make_unique<PathTracker>();
+  PathTracker& tracker = *path_tracker_;
+  tracker.reset(stages_, micro_batches_, task_count_);
   const double makespan =
       sweep<PathTracker, false>(order_, stages, stages_ - 1, 0.0, 0.0, nullptr, tracker);
   path.tasks.assign(stages_, {});

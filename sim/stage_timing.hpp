@@ -12,6 +12,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -68,6 +69,9 @@ class IterationSweep {
  public:
   IterationSweep(ScheduleKind schedule, CheckpointMode checkpoint, int stages, int micro_batches,
                  bool last_differs);
+  ~IterationSweep();
+  IterationSweep(IterationSweep&&) noexcept;
+  IterationSweep& operator=(IterationSweep&&) noexcept;
 
   /// The simulated iteration time (makespan) of a plan whose stage j takes stages[j]. Where the
   /// stages have launch times, each stage's host runs as a second clock, as in the simulator: a
@@ -119,6 +123,7 @@ class IterationSweep {
                Tracker& tracker) const;
   struct NoTracker;
   struct PathTracker;
+  mutable std::unique_ptr<PathTracker> path_tracker_;  // run_critical_path()'s, reused
   std::vector<std::vector<Step>> prefix_order_;  // [last]: order_ restricted to stages 0..last
   int stages_, micro_batches_;
   std::size_t task_count_ = 0;

@@ -156,6 +156,23 @@ TEST(IterationSweep, EqualsTheSimulatorOnRandomInstances) {
         } else {
           EXPECT_EQ(longest, r.iteration_ms);
         }
+        // Again on the same sweep, which keeps its record between calls, with the stages'
+        // tasks and copies scaled unevenly: the path a fresh sweep reports.
+        std::vector<StageDurations> other = durations;
+        for (int j = 0; j < stages; ++j) {
+          for (int slot = 0; slot < 2; ++slot) {
+            other[j].forward[slot] *= 1 + (j % 3);
+            other[j].backward[slot] *= 1 + (j % 2);
+            other[j].activation_copy[slot] *= 3 - (j % 3);
+          }
+        }
+        IterationSweep::PathCounts again, fresh_path;
+        const IterationSweep fresh(schedule, checkpoint, stages, static_cast<int>(sizes.size()),
+                                   sizes.back() != sizes.front());
+        EXPECT_EQ(sweep.run_critical_path(other, again),
+                  fresh.run_critical_path(other, fresh_path));
+        EXPECT_EQ(again.tasks, fresh_path.tasks);
+        EXPECT_EQ(again.copies, fresh_path.copies);
         ++compared;
       }
     }
