@@ -163,6 +163,9 @@ void MinMaxShareProgramme::pivot_to_optimum(double scale, std::size_t* pivots_le
   std::size_t degenerate = 0;
   optimal_ = false;
   const std::size_t pivots = std::min<std::size_t>(50 * (rows + cols), *pivots_left);
+  // A feasible basis bounds already: where the last one reaches the target (a sibling's, its
+  // limits moved), no pivot is needed to say so.
+  if (target < std::numeric_limits<double>::infinity() && basis_value() >= target) return;
   for (std::size_t iteration = 0; iteration < pivots; ++iteration, --*pivots_left) {
     std::size_t enter = cols;
     const bool bland = degenerate >= kDegenerateRun;
