@@ -383,7 +383,7 @@ double PlanSearch::prefix_programme_bound(int j, int lo, int hi, double limit) {
   const std::size_t most_functions = prefix_->root->functions() + kPrefixRowsMost;
   RootPaths& paths = *prefix_->paths;
   PrefixDepth& depth = (*prefix_depths_)[j];
-  const bool cuts = value < limit && depth.cut_due();
+  const bool cuts = value < limit && p.functions() < most_functions && depth.cut_due();
   for (int round = 0;
        cuts && round < kPrefixRounds && value < limit && p.functions() < most_functions; ++round) {
     double a = 0.0;

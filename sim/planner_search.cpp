@@ -352,6 +352,7 @@ std::vector<std::vector<double>> PlanSearch::prefix_bounds_of(const std::vector<
   prefix_root_version_ = ++prefix_versions_;
   // As in the search: the programmes' cutting planes sampled by stage (PrefixDepth::cut_due()).
   e.prefix_depths.resize(stages_);
+  std::vector<PrefixDepth>* const kept_depths = prefix_depths_;
   prefix_depths_ = &e.prefix_depths;
   std::vector<std::vector<double>> bounds;
   for (const Plan& plan : plans) {
@@ -366,7 +367,7 @@ std::vector<std::vector<double>> PlanSearch::prefix_bounds_of(const std::vector<
       of.push_back(prefix_ ? prefix_programme_bound(j, lo, hi, limit) : 0.0);
     }
   }
-  prefix_depths_ = nullptr;  // e's, gone on return
+  prefix_depths_ = kept_depths;  // e's are gone on return
   return bounds;
 }
 

@@ -99,8 +99,8 @@ inline constexpr std::size_t kPrefixRowsMost = 64;
 // At a stage where fewer than one in kPrefixCutsHit of a prefix programme's cutting-plane sweeps
 // (after kPrefixCutsJudged of them) found a path longer than its bound, only one programme in
 // kPrefixCutsEvery sweeps: on bench's unequal 1,000 x 16 profile nine sweeps in ten found none,
-// and skipping most took its proof from 17.3 M steps to 14.9 M, and the capped lognormal one's
-// from 11.2 M to 10.1 M (9.6 M under the default budget's slicing, which now proves it).
+// and skipping most took its proof from 17.3 M steps to 15.1 M, and the capped lognormal one's
+// from 11.2 M to 10.0 M (9.5 M under the default budget's slicing, which now proves it).
 inline constexpr std::uint64_t kPrefixCutsJudged = 32;
 inline constexpr std::uint64_t kPrefixCutsHit = 4;
 inline constexpr std::uint64_t kPrefixCutsEvery = 16;
