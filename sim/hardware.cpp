@@ -262,4 +262,17 @@ std::vector<int> shared_gpus(const Hardware& hardware) {
   return gpu;
 }
 
+std::vector<int> device_memories(const Hardware& hardware) {
+  const std::vector<int> gpu = shared_gpus(hardware);
+  std::vector<int> memory(gpu.size());
+  std::vector<int> first(gpu.size(), -1);  // per GPU (fewer than the devices)
+  for (std::size_t d = 0; d < gpu.size(); ++d) {
+    memory[d] = static_cast<int>(d);
+    if (gpu[d] < 0) continue;
+    if (first[gpu[d]] < 0) first[gpu[d]] = memory[d];
+    memory[d] = first[gpu[d]];
+  }
+  return memory;
+}
+
 }  // namespace pipetune

@@ -111,4 +111,8 @@ Hardware replicate_device(const ProfileDevice& device, int count);
 /// of its own (a `share_of` no other device names included).
 std::vector<int> shared_gpus(const Hardware& hardware);
 
+/// By device: the memory it allocates from, named by the lowest-numbered device using it (itself,
+/// or the first share of the same GPU: shares split a GPU's SMs, not its memory).
+std::vector<int> device_memories(const Hardware& hardware);
+
 }  // namespace pipetune

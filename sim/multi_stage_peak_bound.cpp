@@ -64,14 +64,10 @@ MultiStagePeakBound::MultiStagePeakBound(const CostModel& costs,
 
 std::vector<char> stage_inputs_own(const std::vector<int>& device_of_stage,
                                    const Hardware& hardware) {
-  const std::vector<int> gpu = shared_gpus(hardware);
-  auto memory = [&](int d) {  // as the simulator's counters: shares of one GPU are one
-    const int shared = d >= 0 && d < static_cast<int>(gpu.size()) ? gpu[d] : -1;
-    return shared >= 0 ? -1 - shared : d;
-  };
+  const std::vector<int> memory = device_memories(hardware);  // as the simulator's counters
   std::vector<char> out(device_of_stage.size(), 0);
   for (std::size_t t = 1; t < out.size(); ++t)
-    out[t] = memory(device_of_stage[t - 1]) != memory(device_of_stage[t]);
+    out[t] = memory[device_of_stage[t - 1]] != memory[device_of_stage[t]];
   return out;
 }
 

@@ -331,12 +331,12 @@ class PlanSearch {
         stages_(static_cast<int>(hardware.devices.size())),
         layers_(static_cast<int>(profile.layers.size())),
         overhead_(hardware.launch_overhead_ms) {
-    const std::vector<int> gpu = shared_gpus(hardware);
+    const std::vector<int> memory = device_memories(hardware);
     for (int j = 0; j < stages_; ++j) {
       speed_.push_back(hardware.devices[j].speed);
       capacity_.push_back(hardware.devices[j].memory_bytes);
       // Stage j on device j: on a share of its sender's GPU it receives the tensor itself.
-      receives_senders_tensor_.push_back(j > 0 && gpu[j] >= 0 && gpu[j] == gpu[j - 1]);
+      receives_senders_tensor_.push_back(j > 0 && memory[j] == memory[j - 1]);
       link_.push_back(j + 1 < stages_ ? &hardware.link_between(j, j + 1) : nullptr);
     }
     total_speed_ = std::accumulate(speed_.begin(), speed_.end(), 0.0);

@@ -79,6 +79,7 @@ std::int64_t SimulationResult::max_peak_memory_bytes() const {
 Simulator::Simulator(const Profile& profile, const Hardware& hardware)
     : profile_(profile), hardware_(hardware), costs_(profile) {
   shared_gpu_ = shared_gpus(hardware);
+  device_memory_ = device_memories(hardware);
   const int devices = static_cast<int>(hardware.devices.size());
   links_.resize(static_cast<std::size_t>(devices) * devices);
   for (int from = 0; from < devices; ++from) {
@@ -461,13 +462,9 @@ Simulator::Graph& Simulator::graph_for(const Schedule& schedule,
 // tensors, so their memory is one counter, each share's peak the GPU's (as the executor measures
 // it), checked against the GPU's capacity.
 void Simulator::share_gpu_counters(Graph& g) const {
-  std::vector<int> first(shared_gpu_.size(), -1);  // per GPU (fewer than the devices)
-  for (std::size_t d = 0; d < shared_gpu_.size(); ++d) {
-    const int gpu = shared_gpu_[d];
-    if (gpu < 0) continue;
-    if (first[gpu] < 0) first[gpu] = g.graph->counter[d];
-    g.graph->counter[d] = first[gpu];
-  }
+  // device_memory_[d] <= d: its counter is already the memory's own.
+  for (std::size_t d = 0; d < device_memory_.size(); ++d)
+    g.graph->counter[d] = g.graph->counter[device_memory_[d]];
 }
 
 SimulationResult Simulator::run(const Plan& plan, const SimulationOptions& options) const {

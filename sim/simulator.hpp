@@ -160,6 +160,7 @@ class Simulator {
   // of it; else -1. Its backwards' launches take turns on one thread, and its memory is the
   // GPU's, one counter for all of its shares.
   std::vector<int> shared_gpu_;
+  std::vector<int> device_memory_;  // device_memories(): the counter each device's tensors use
   mutable Graph graph_;
 };
 

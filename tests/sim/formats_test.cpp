@@ -492,13 +492,17 @@ TEST(HardwareFormat, ShareOfIsReadWrittenOnlyWhenSetAndMustNameAGpu) {
             "in.json: devices[0].share_of: expected a non-empty string, got \"\"");
 }
 
-// The simulator's and the planner's GPUs: those two or more devices name, numbered by name.
+// The simulator's and the planner's GPUs: those two or more devices name, numbered by name;
+// and the memory each device allocates from.
 TEST(HardwareFormat, SharedGpusAreThoseTwoOrMoreDevicesNameNumberedByName) {
   Hardware hw = replicate_device({"cuda", "x", 0}, 6);
   const char* share_of[] = {"gpu-b", "", "gpu-a", "gpu-b", "gpu-c", "gpu-a"};
   for (int d = 0; d < 6; ++d) hw.devices[d].share_of = share_of[d];
   EXPECT_EQ(shared_gpus(hw), (std::vector<int>{1, -1, 0, 1, -1, 0}));  // gpu-c: one share only
   EXPECT_EQ(shared_gpus(replicate_device({"cuda", "x", 0}, 2)), (std::vector<int>{-1, -1}));
+  // Their memories: each share's that of the GPU's first share.
+  EXPECT_EQ(device_memories(hw), (std::vector<int>{0, 1, 2, 0, 4, 2}));
+  EXPECT_EQ(device_memories(replicate_device({"cuda", "x", 0}, 2)), (std::vector<int>{0, 1}));
 }
 
 TEST(HardwareFormat, IdealLinkSurvivesARoundTrip) {
