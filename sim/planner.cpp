@@ -73,6 +73,11 @@ std::vector<std::vector<double>> single_stage_prefix_bounds(const Profile& profi
   return PlanSearch(profile, hardware, PlannerOptions{}).prefix_bounds_of(plans, widen, limit);
 }
 
+PlanCandidate single_stage_best_around(const Profile& profile, const Hardware& hardware,
+                                       const Plan& centre, int radius) {
+  return PlanSearch(profile, hardware, PlannerOptions{}).best_around_of(centre, radius);
+}
+
 StageWorkRows multi_stage_time_rows(const Profile& profile, const Hardware& hardware,
                                     const Plan& plan) {
   PlanSearch search(profile, hardware, PlannerOptions{});

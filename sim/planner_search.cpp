@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
+#include <utility>
 
 #include "sim/error.hpp"
 #include "sim/memory_model.hpp"
@@ -371,6 +373,33 @@ std::vector<std::vector<double>> PlanSearch::prefix_bounds_of(const std::vector<
   return bounds;
 }
 
+PlanCandidate PlanSearch::best_around_of(const Plan& centre, int radius) {
+  const Config config = config_of(centre);
+  Entry e;
+  e.config = &config;
+  prepare(config);
+  sweep_ = std::make_unique<IterationSweep>(config.schedule, config.checkpoint, stages_,
+                                            config.micro_batches(),
+                                            config.sizes.back() != config.sizes.front());
+  durations_.assign(stages_, StageDurations{});
+  fit_end_ = fit_ends(1.0);
+  std::vector<int> relaxed;
+  keep_prefix_programme(e, relaxed);
+  prefix_ = e.prefix;
+  prefix_root_version_ = ++prefix_versions_;
+  e.prefix_depths.resize(stages_);
+  std::vector<PrefixDepth>* const kept_depths = std::exchange(prefix_depths_, &e.prefix_depths);
+  build_suffix_tables();
+  config_best_ = kInf;
+  config_best_candidate_ = {};
+  prefix_allowed_ = true;
+  search_around(centre.balance, radius, std::numeric_limits<std::uint64_t>::max());
+  prefix_allowed_ = false;
+  prefix_depths_ = kept_depths;  // e's are gone on return
+  prefix_.reset();
+  return config_best_ < kInf ? config_best_candidate_ : PlanCandidate{};
+}
+
 // The cheap pass: a configuration's root bound and the busy-balanced plan as its incumbent.
 void PlanSearch::open_root(Entry& e, const std::vector<Entry>& entries) {
   e.root = e.config->lower_bound;
@@ -428,6 +457,7 @@ void PlanSearch::open_root(Entry& e, const std::vector<Entry>& entries) {
     // capped_root() costs about as much as a slice: it runs with the first one, if any.
     e.capped_rows = std::make_unique<RelaxedRows>(std::move(relaxed_rows));
   }
+  if (stages_ > 1 && static_cast<int>(relaxed.size()) == stages_) e.relaxed_plan = relaxed;
   e.stats.evaluated = true;
   keep(e);
   store_tables(e);
@@ -522,12 +552,20 @@ void PlanSearch::search_slice(Entry& e, std::vector<Entry>& entries, std::uint64
       e.polished = config_best_;
     }
   }
-  build_trip_tables(threshold(Objective::Time));
   // The configuration's steps so far are this slice's on top of its earlier ones: what the
   // prefix programmes may try out (prefix_pays()).
   prefix_steps_before_ =
       static_cast<std::int64_t>(e.stats.steps) - static_cast<std::int64_t>(steps);
   prefix_allowed_ = true;
+  if (!e.relaxed_plan.empty() && config_best_ < kInf) {
+    // Once, around the relaxed root's plan: the polish walks from the busy-balanced one, and
+    // the fastest plans of the continuous model and of the layers can lie near each other
+    // and far from it, several ends a layer or two apart at once, which no move of the polish
+    // makes. Within a quarter of the slice and kAroundBestSteps, as around the best plan.
+    search_around(std::exchange(e.relaxed_plan, {}), kAroundRelaxedRadius,
+                  std::min(step_limit_, stats_.steps + std::min(slice / 4, kAroundBestSteps)));
+  }
+  build_trip_tables(threshold(Objective::Time));
   search(0, 0, 0.0, 0.0, {}, 0.0, Objective::Time);
   prefix_allowed_ = false;
   resuming_ = false;
