@@ -76,9 +76,10 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
   // found what the ends from the left found in 0.34 M.
   const bool from_centre = !last && !window_.empty();
   const int centre = from_centre ? (window_[j].first + window_[j].second) / 2 : 0;
-  // Ends the prefix programme rules out a run at a time (prefix_alive()); empty: none.
+  // Ends the prefix programme rules out a run at a time (prefix_alive()); empty: none. Not in a
+  // window, whose few ends the programme meets one at a time.
   std::vector<std::pair<int, int>> alive;
-  if (!last && objective == Objective::Time && prefix_) {
+  if (!last && !from_centre && objective == Objective::Time && prefix_) {
     const int b_last = last_open_end(j, a, b_start, b_end, arrive, drain);
     // Only where the programme rules out most ends it meets: a run it does not rule out costs
     // a programme per halving for nothing.
@@ -97,13 +98,6 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
       if (right > b_end && left < b_start) break;
       b = r % 2 == 0 ? right : left;
       if (b < b_start || b > b_end) continue;
-      if (!alive.empty()) {
-        const auto in = std::lower_bound(alive.begin(), alive.end(), b,
-                                         [](const std::pair<int, int>& run_of_ends, int end) {
-                                           return run_of_ends.second < end;
-                                         });
-        if (in == alive.end() || in->first > b) continue;
-      }
     } else if (!alive.empty()) {
       while (run < alive.size() && alive[run].second < b) ++run;
       if (run == alive.size()) break;
