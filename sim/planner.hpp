@@ -161,11 +161,11 @@ std::vector<std::vector<double>> single_stage_prefix_bounds(
 
 /// The planner's search around a single-stage plan (docs/planner.md, "Polishing and repair"):
 /// the plans of `centre`'s configuration whose stage ends each lie within `radius` layers of
-/// `centre`'s, searched with its bounds, each stage's ends from `centre`'s outwards, with no
-/// plan to beat at first. Returns the fastest fitting plan it found (iteration_ms 0: none); no
-/// fitting plan in the window is faster than (1 - 2e-4) times it, the margin that keeps such a
-/// search short where many plans lie within a hair of each other. The hardware's devices are
-/// the plan's.
+/// `centre`'s, searched with its bounds, each stage's ends from `centre`'s outwards, with
+/// `centre` as the plan to beat where it fits. Returns the fastest fitting plan it found,
+/// `centre` included (iteration_ms 0: none); no fitting plan in the window is faster than
+/// (1 - 2e-4) times it, the margin that keeps such a search short where many plans lie within
+/// a hair of each other. The hardware's devices are the plan's.
 PlanCandidate single_stage_best_around(const Profile& profile, const Hardware& hardware,
                                        const Plan& centre, int radius);
 

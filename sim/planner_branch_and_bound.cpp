@@ -1,6 +1,7 @@
 // The exact search over single-stage balances: depth-first over each stage's last layer, pruned
 // by the stage bounds, the suffix tables, sweeps of the placed prefix and the round trip tables
-// built here; and the same search within a window around the best plan (search_around_best()).
+// built here; and the same search within a window of stage ends (search_around(): around the
+// best plan, search_around_best(), and around the relaxed root's plan).
 
 #include <algorithm>
 #include <cmath>
@@ -71,9 +72,8 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
   // Resuming a slice cut short: every end before the path it stopped on was searched already.
   const int resume_b = resuming_ ? resume_[j] : 0;
   b_start = std::max(b_start, resume_b);
-  // In a window (search_around()), the ends from its centre outwards, the faster plans near a
-  // good one first: around the relaxed root's plan on bench's unequal devices, 0.11 M steps
-  // found what the ends from the left found in 0.34 M.
+  // In a window (search_around()), the ends from its centre, the centre plan's own end,
+  // outwards: the faster plans near a good one come first (docs/planner.md, step 4).
   const bool from_centre = !last && !window_.empty();
   const int centre = from_centre ? (window_[j].first + window_[j].second) / 2 : 0;
   // Ends the prefix programme rules out a run at a time (prefix_alive()); empty: none. Not in a
@@ -90,15 +90,22 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
       if (alive.empty()) return;  // every end ruled out
     }
   }
+  // From the centre: turn 0 is the centre, then one layer left, one right, two left, ...; the
+  // first turn from here whose end is within [b_start, b_end], or b_end + 1 where none is.
+  int turn = -1;
+  auto next_end = [&](int b) {
+    if (!from_centre) return b + 1;
+    for (;;) {
+      ++turn;
+      const int right = centre + turn / 2, left = centre - (turn + 1) / 2;
+      if (right > b_end && left < b_start) return b_end + 1;
+      const int end = turn % 2 == 0 ? right : left;
+      if (end >= b_start && end <= b_end) return end;
+    }
+  };
   std::size_t run = 0;
-  for (int b = b_start, r = 0; from_centre || b <= b_end; ++b, ++r) {
-    if (from_centre) {
-      // The centre, one layer left of it, one right, two left, ...
-      const int right = centre + r / 2, left = centre - (r + 1) / 2;
-      if (right > b_end && left < b_start) break;
-      b = r % 2 == 0 ? right : left;
-      if (b < b_start || b > b_end) continue;
-    } else if (!alive.empty()) {
+  for (int b = from_centre ? next_end(0) : b_start; b <= b_end; b = next_end(b)) {
+    if (!alive.empty()) {
       while (run < alive.size() && alive[run].second < b) ++run;
       if (run == alive.size()) break;
       b = std::max(b, alive[run].first);

@@ -390,8 +390,12 @@ PlanCandidate PlanSearch::best_around_of(const Plan& centre, int radius) {
   e.prefix_depths.resize(stages_);
   std::vector<PrefixDepth>* const kept_depths = std::exchange(prefix_depths_, &e.prefix_depths);
   build_suffix_tables();
+  // As in the search: the window's centre, the relaxed root's plan there, is a plan to beat.
   config_best_ = kInf;
   config_best_candidate_ = {};
+  for (int j = 0, a = 0; j < stages_; a += centre.balance[j++])
+    durations_[j] = durations(j, a, a + centre.balance[j]);
+  evaluate(centre.balance, Objective::Time);
   prefix_allowed_ = true;
   search_around(centre.balance, radius, std::numeric_limits<std::uint64_t>::max());
   prefix_allowed_ = false;
@@ -521,8 +525,9 @@ void PlanSearch::search_slice(Entry& e, std::vector<Entry>& entries, std::uint64
   step_limit_ = std::min(options_.search_budget, stats_.steps + slice);
   out_of_budget_ = false;
   // The capped root and the polish take half the slice at most between them, the search around
-  // the best plan a quarter more, so that the search gets the rest (and its resume point is not
-  // lost to an empty slice, unless the budget ends first).
+  // the best plan a quarter more, and the one around the relaxed root's plan a quarter only
+  // where half is left, so that the search gets a quarter at least (and its resume point is
+  // not lost to an empty slice, unless the budget ends first).
   const std::uint64_t half_slice = stats_.steps + slice / 2;
   if (e.capped_rows) {
     // Cut short, it runs again with the next (larger) slice.
@@ -545,10 +550,9 @@ void PlanSearch::search_slice(Entry& e, std::vector<Entry>& entries, std::uint64
   if (e.best < e.polished) {
     // Half the slice at most: the search still gets the rest, now against a lower threshold.
     // Then around the polished plan, once per best plan, within a quarter of the slice and
-    // kAroundBestSteps.
+    // kWindowSteps.
     if (polish(half_slice)) {
-      search_around_best(
-          std::min(step_limit_, stats_.steps + std::min(slice / 4, kAroundBestSteps)));
+      search_around_best(std::min(step_limit_, stats_.steps + std::min(slice / 4, kWindowSteps)));
       e.polished = config_best_;
     }
   }
@@ -557,13 +561,15 @@ void PlanSearch::search_slice(Entry& e, std::vector<Entry>& entries, std::uint64
   prefix_steps_before_ =
       static_cast<std::int64_t>(e.stats.steps) - static_cast<std::int64_t>(steps);
   prefix_allowed_ = true;
-  if (!e.relaxed_plan.empty() && config_best_ < kInf) {
-    // Once, around the relaxed root's plan: the polish walks from the busy-balanced one, and
-    // the fastest plans of the continuous model and of the layers can lie near each other
-    // and far from it, several ends a layer or two apart at once, which no move of the polish
-    // makes. Within a quarter of the slice and kAroundBestSteps, as around the best plan.
+  // Once, around the relaxed root's plan: the polish walks from the busy-balanced one, and the
+  // fastest plans of the continuous model and of whole layers can lie near each other and far
+  // from it, several ends a layer or two apart at once, which no move of the polish makes. Only
+  // with a plan to beat (without one it walks the window for any plan that fits), and where
+  // half the slice is left, so that the search keeps a quarter; else in a later slice.
+  const std::uint64_t left = step_limit_ > stats_.steps ? step_limit_ - stats_.steps : 0;
+  if (!e.relaxed_plan.empty() && config_best_ < kInf && left >= slice / 2) {
     search_around(std::exchange(e.relaxed_plan, {}), kAroundRelaxedRadius,
-                  std::min(step_limit_, stats_.steps + std::min(slice / 4, kAroundBestSteps)));
+                  stats_.steps + std::min(slice / 4, kWindowSteps));
   }
   build_trip_tables(threshold(Objective::Time));
   search(0, 0, 0.0, 0.0, {}, 0.0, Objective::Time);

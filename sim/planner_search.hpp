@@ -75,12 +75,12 @@ inline constexpr std::uint64_t kPartitionEvaluationsPerStep = 8;
 // cut short, 0.07 M with this one; on the lognormal one it found a plan 0.03 % faster than the
 // polished one in 0.36 M steps, and search() the optimum from there.
 inline constexpr int kAroundBestRadius = 2;
-// search_around_best() takes at most a quarter of the slice and at most this many steps: it
-// finds a plan soon or not at all (where it found one or finished, 0.07-0.36 M steps; on unequal
-// devices at 1,000 x 16 it found nothing in a quarter of the first slice of a billion-step
-// budget, 119 M steps of a 146 M-step proof, which takes 26.5-28.1 M with this cap and any
-// budget from 30 M).
-inline constexpr std::uint64_t kAroundBestSteps = 1 << 20;
+// A window (search_around(): around the best plan, around the relaxed root's) takes at most a
+// quarter of the slice and at most this many steps: it finds a plan soon or not at all (where it
+// found one or finished, 0.07-0.36 M steps; on unequal devices at 1,000 x 16 it found nothing in a
+// quarter of the first slice of a billion-step budget, 119 M steps of a 146 M-step proof, which
+// takes 26.5-28.1 M with this cap and any budget from 30 M).
+inline constexpr std::uint64_t kWindowSteps = 1 << 20;
 // The prefix programmes (prefix_pays()) may spend this share of a configuration's steps
 // before they have shown that they save more than they cost at a stage.
 inline constexpr double kPrefixTrialShare = 1.0 / 8;
@@ -106,10 +106,8 @@ inline constexpr std::uint64_t kPrefixCutsHit = 4;
 inline constexpr std::uint64_t kPrefixCutsEvery = 16;
 inline constexpr double kAroundBestMargin = 2e-4;
 // The search around the relaxed root's plan (search_slice()): its stage ends within this many
-// layers of the plan's. On bench's 1,000-layer profile on unequal devices it found a plan
-// 0.42 % faster than the polished one in 0.11 M steps, from which the search found the
-// optimum and proved it in 2.9 M steps in all (15.1 M without it: the search from the left
-// came upon the optimum after 14.3 M); two layers took 0.31 M steps to the same plan.
+// layers of the plan's. Two found the same plan on bench's unequal devices at three times the
+// steps (docs/planner.md, step 4).
 inline constexpr int kAroundRelaxedRadius = 1;
 
 // One configuration: a micro-batch split (as tensor.chunk makes it), a checkpoint mode and a

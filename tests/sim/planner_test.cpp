@@ -567,10 +567,11 @@ TEST(Planner, UnequalDevicesThousandLayersAreProvenInTheDefaultBudget) {
 }
 
 // The search around a plan (single_stage_best_around(): the search itself within a window of
-// stage ends, each stage's ends tried from the centre's outwards) against brute force over every
-// balance in the window: random instances with devices of very different speeds, task
-// overheads, links and, in every other trial, a memory cap. Its answer lies in the window, fits,
-// is timed as the simulator times it, and no fitting plan of the window is faster by the margin.
+// stage ends, each stage's ends tried from the centre's outwards, the centre the plan to beat
+// where it fits, as in the planner) against brute force over every balance in the window: random
+// instances with devices of very different speeds, task overheads, links and, in every other trial,
+// a memory cap. Its answer lies in the window, fits, is timed as the simulator times it, and no
+// fitting plan of the window is faster by the margin.
 TEST(Planner, SearchAroundAPlanFindsTheFastestPlanOfItsWindow) {
   std::mt19937 rng(3131);
   int checked = 0, moved = 0, none = 0;
