@@ -390,7 +390,8 @@ PlanCandidate PlanSearch::best_around_of(const Plan& centre, int radius) {
   e.prefix_depths.resize(stages_);
   std::vector<PrefixDepth>* const kept_depths = std::exchange(prefix_depths_, &e.prefix_depths);
   build_suffix_tables();
-  // As in the search: the window's centre, the relaxed root's plan there, is a plan to beat.
+  // As in the planner, which times the relaxed root's plan before the window around it: the
+  // centre is a plan to beat where it fits.
   config_best_ = kInf;
   config_best_candidate_ = {};
   for (int j = 0, a = 0; j < stages_; a += centre.balance[j++])
