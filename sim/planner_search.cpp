@@ -337,25 +337,33 @@ double PlanSearch::keep_prefix_programme(Entry& e, std::vector<int>& relaxed, Re
   return root;
 }
 
+// What open() and open_root() set up for entry `e`'s configuration, for the test seams that
+// bound or search it alone: its sweep, fit ends and relaxed root's prefix programme, with the
+// programmes' cutting planes sampled by stage as in the search (PrefixDepth::cut_due()).
+// Returns the depths pointer to restore once `e` is gone.
+std::vector<PlanSearch::PrefixDepth>* PlanSearch::open_alone(Entry& e) {
+  const Config& config = *e.config;
+  prepare(config);
+  sweep_ = std::make_unique<IterationSweep>(config.schedule, config.checkpoint, stages_,
+                                            config.micro_batches(),
+                                            config.sizes.back() != config.sizes.front());
+  durations_.assign(stages_, StageDurations{});
+  fit_end_ = fit_ends(1.0);
+  std::vector<int> relaxed;
+  keep_prefix_programme(e, relaxed);
+  prefix_ = e.prefix;
+  prefix_root_version_ = ++prefix_versions_;
+  e.prefix_depths.resize(stages_);
+  return std::exchange(prefix_depths_, &e.prefix_depths);
+}
+
 std::vector<std::vector<double>> PlanSearch::prefix_bounds_of(const std::vector<Plan>& plans,
                                                               int widen, double limit) {
   if (plans.empty()) return {};
   const Config config = config_of(plans.front());
   Entry e;
   e.config = &config;
-  prepare(config);
-  sweep_ = std::make_unique<IterationSweep>(config.schedule, config.checkpoint, stages_,
-                                            config.micro_batches(),
-                                            config.sizes.back() != config.sizes.front());
-  fit_end_ = fit_ends(1.0);
-  std::vector<int> relaxed;
-  keep_prefix_programme(e, relaxed);
-  prefix_ = e.prefix;
-  prefix_root_version_ = ++prefix_versions_;
-  // As in the search: the programmes' cutting planes sampled by stage (PrefixDepth::cut_due()).
-  e.prefix_depths.resize(stages_);
-  std::vector<PrefixDepth>* const kept_depths = prefix_depths_;
-  prefix_depths_ = &e.prefix_depths;
+  std::vector<PrefixDepth>* const kept_depths = open_alone(e);
   std::vector<std::vector<double>> bounds;
   for (const Plan& plan : plans) {
     balance_ = plan.balance;
@@ -377,18 +385,7 @@ PlanCandidate PlanSearch::best_around_of(const Plan& centre, int radius) {
   const Config config = config_of(centre);
   Entry e;
   e.config = &config;
-  prepare(config);
-  sweep_ = std::make_unique<IterationSweep>(config.schedule, config.checkpoint, stages_,
-                                            config.micro_batches(),
-                                            config.sizes.back() != config.sizes.front());
-  durations_.assign(stages_, StageDurations{});
-  fit_end_ = fit_ends(1.0);
-  std::vector<int> relaxed;
-  keep_prefix_programme(e, relaxed);
-  prefix_ = e.prefix;
-  prefix_root_version_ = ++prefix_versions_;
-  e.prefix_depths.resize(stages_);
-  std::vector<PrefixDepth>* const kept_depths = std::exchange(prefix_depths_, &e.prefix_depths);
+  std::vector<PrefixDepth>* const kept_depths = open_alone(e);
   build_suffix_tables();
   // As in the planner, which times the relaxed root's plan before the window around it: the
   // centre is a plan to beat where it fits.

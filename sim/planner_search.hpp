@@ -653,6 +653,7 @@ class PlanSearch {
   std::size_t table_cache_bytes_ = 0;
   struct Entry;
   double keep_prefix_programme(Entry& e, std::vector<int>& relaxed, RelaxedRows* rows = nullptr);
+  std::vector<PrefixDepth>* open_alone(Entry& e);
   void polish_unpolished(std::vector<Entry>& entries);
   void store_tables(Entry& e);
   double ranking_threshold(const std::vector<Entry>& entries, const Entry* self) const;

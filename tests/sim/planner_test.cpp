@@ -510,6 +510,23 @@ TEST(Planner, ThousandLayersOnSixteenDevicesIsProven) {
   EXPECT_EQ(simulated.iteration_ms, result.ranked.front().iteration_ms);
 }
 
+// The planner with GPipe and 1F1B within `budget` steps: its answer proven, no slower than
+// `known`, and timed as the simulator times it.
+void expect_proven_no_slower_than(const Profile& profile, const Hardware& hw, const Plan& known,
+                                  std::uint64_t budget) {
+  const double known_ms = Simulator(profile, hw).run(known).iteration_ms;
+  PlannerOptions options;
+  options.top = 1;
+  options.schedules = {ScheduleKind::GPipe, ScheduleKind::OneFOneB};
+  options.search_budget = budget;
+  const auto result = find_best_plans(profile, hw, options);
+  ASSERT_FALSE(result.ranked.empty());
+  EXPECT_TRUE(result.stats.proven);
+  EXPECT_LE(result.ranked.front().iteration_ms, known_ms);
+  EXPECT_EQ(Simulator(profile, hw).run(result.ranked.front().plan).iteration_ms,
+            result.ranked.front().iteration_ms);
+}
+
 // Issue 15's lognormal case: bench's 1,000-layer lognormal profile on 16 devices at 20 GB/s, GPipe
 // and 1F1B. [64,52,61,68,68,59,63,58,65,65,58,71,61,67,64,56] x26 never 1f1b is eight stage ends
 // of one or two layers from the plan the moves of polish() stop at (1967.553 ms): the search
@@ -520,22 +537,10 @@ TEST(Planner, LognormalThousandLayersOnSixteenDevicesIsProven) {
   const Profile profile = bench::lognormal_profile(1000, 256);
   Hardware hw = replicate_device(profile.device, 16);
   hw.link.bandwidth_bytes_per_s = 2e10;
-  Plan known;
-  known.balance = {64, 52, 61, 68, 68, 59, 63, 58, 65, 65, 58, 71, 61, 67, 64, 56};
-  known.chunks = 26;
-  known.checkpoint = CheckpointMode::Never;
-  known.schedule = ScheduleKind::OneFOneB;
-  const double known_ms = Simulator(profile, hw).run(known).iteration_ms;
-  PlannerOptions options;
-  options.top = 1;
-  options.schedules = {ScheduleKind::GPipe, ScheduleKind::OneFOneB};
-  options.search_budget = 2'000'000;
-  const auto result = find_best_plans(profile, hw, options);
-  ASSERT_FALSE(result.ranked.empty());
-  EXPECT_TRUE(result.stats.proven);
-  EXPECT_LE(result.ranked.front().iteration_ms, known_ms);
-  EXPECT_EQ(Simulator(profile, hw).run(result.ranked.front().plan).iteration_ms,
-            result.ranked.front().iteration_ms);
+  const Plan known =
+      testing::make_plan({64, 52, 61, 68, 68, 59, 63, 58, 65, 65, 58, 71, 61, 67, 64, 56}, 26,
+                         CheckpointMode::Never, ScheduleKind::OneFOneB);
+  expect_proven_no_slower_than(profile, hw, known, 2'000'000);
 }
 
 // Issue 15's unequal devices: bench's 1,000-layer synthetic profile on 16 devices of speeds 1.5,
@@ -554,16 +559,7 @@ TEST(Planner, UnequalDevicesThousandLayersAreProvenInTheDefaultBudget) {
   const Plan known =
       testing::make_plan({94, 64, 49, 64, 95, 65, 46, 63, 96, 64, 1, 61, 91, 58, 29, 60}, 26,
                          CheckpointMode::Never, ScheduleKind::OneFOneB);
-  const double known_ms = Simulator(profile, hw).run(known).iteration_ms;
-  PlannerOptions options;
-  options.top = 1;
-  options.schedules = {ScheduleKind::GPipe, ScheduleKind::OneFOneB};
-  const auto result = find_best_plans(profile, hw, options);
-  ASSERT_FALSE(result.ranked.empty());
-  EXPECT_TRUE(result.stats.proven);
-  EXPECT_LE(result.ranked.front().iteration_ms, known_ms);
-  EXPECT_EQ(Simulator(profile, hw).run(result.ranked.front().plan).iteration_ms,
-            result.ranked.front().iteration_ms);
+  expect_proven_no_slower_than(profile, hw, known, PlannerOptions{}.search_budget);
 }
 
 // The search around a plan (single_stage_best_around(): the search itself within a window of
@@ -588,19 +584,8 @@ TEST(Planner, SearchAroundAPlanFindsTheFastestPlanOfItsWindow) {
     }
     const Simulator simulator(profile, hw);
     const int radius = 1 + static_cast<int>(rng() % 4);
-    // A random centre: stage ends drawn apart.
-    std::vector<int> ends;
-    while (static_cast<int>(ends.size()) < stages - 1) {
-      const int end = 1 + static_cast<int>(rng() % (layers - 1));
-      if (std::find(ends.begin(), ends.end(), end) == ends.end()) ends.push_back(end);
-    }
-    std::sort(ends.begin(), ends.end());
-    std::vector<int> centre;
-    for (int k = 0, start = 0; k < stages; ++k) {
-      const int end = k + 1 < stages ? ends[k] : layers;
-      centre.push_back(end - start);
-      start = end;
-    }
+    const std::vector<int> centre =
+        testing::balance_of_ends(testing::random_stage_ends(rng, layers, stages));
     const int chunks = 1 + static_cast<int>(rng() % batch);
     const CheckpointMode checkpoint = kAllCheckpointModes[rng() % 3];
     const ScheduleKind schedule = kSingleStageScheduleKinds[rng() % 2];
