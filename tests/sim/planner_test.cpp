@@ -570,8 +570,9 @@ TEST(Planner, UnequalDevicesThousandLayersAreProvenInTheDefaultBudget) {
 // fitting plan of the window is faster by the margin.
 TEST(Planner, SearchAroundAPlanFindsTheFastestPlanOfItsWindow) {
   std::mt19937 rng(3131);
-  int checked = 0, moved = 0, none = 0;
-  for (int trial = 0; trial < 120; ++trial) {
+  constexpr int kTrials = 120;
+  int moved = 0, none = 0;
+  for (int trial = 0; trial < kTrials; ++trial) {
     const int layers = 6 + static_cast<int>(rng() % 15);  // 6..20
     const int stages = 2 + static_cast<int>(rng() % 3);   // 2..4
     const std::int64_t batch = 1 + rng() % 6;
@@ -612,7 +613,6 @@ TEST(Planner, SearchAroundAPlanFindsTheFastestPlanOfItsWindow) {
                  << "trial " << trial << ", " << layers << " layers, " << stages
                  << " stages, radius " << radius << ", " << describe_plan(plan));
     const PlanCandidate found = single_stage_best_around(profile, hw, plan, radius);
-    ++checked;
     if (fastest == 0.0) {
       EXPECT_EQ(found.iteration_ms, 0.0);
       ++none;
@@ -626,9 +626,8 @@ TEST(Planner, SearchAroundAPlanFindsTheFastestPlanOfItsWindow) {
     EXPECT_GE(fastest, found.iteration_ms * (1 - 2e-4) * (1 - 1e-12));
     if (found.plan.balance != centre && in_window > 4) ++moved;
   }
-  EXPECT_EQ(checked, 120);
   // The windows bite: most answers are not the centre, and under some caps nothing fits.
-  EXPECT_GT(moved, checked / 2);
+  EXPECT_GT(moved, kTrials / 2);
   EXPECT_GT(none, 0);
 }
 
