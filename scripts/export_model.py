@@ -6,24 +6,58 @@ MODULE is a module importable from the current folder (`my_models`) or a Python 
 (`path/to/my_models.py`). FUNCTION() returns `(model, (inputs, targets))`: the model as an
 nn.Sequential or a list of modules (its children are the layers pipetune balances over stages),
 and a batch whose dimension 0 is samples, of any dtypes and shapes (int64 token ids, images, ...).
+Each child takes one tensor and returns one (wrap a library's block that takes a mask or returns
+a tuple). No parameter or buffer may be shared by two children: pipetune would train two copies.
 
-Each child is scripted and run on the example (its input being the previous child's output);
-the scripted child must give what the Python one gives. The last output must fit the loss:
-cross_entropy takes class indices of the output's shape without its last dimension (one per
-sample or one per token) or class probabilities of the output's shape; mse targets of the
-output's shape. Then PREFIX.pt (torch.jit.script of the Sequential) and PREFIX.batch.pt
-(torch.save((inputs, targets))) are written and the --model spec is printed, last, on its own.
+Each child is compiled on its own, its input being the previous child's output on the example:
 
-Bad input (an import that fails, a child that cannot be scripted, a batch that does not fit):
-one line on stderr, exit status 2, nothing written. Needs only torch.
+- Scripted (torch.jit.script) where TorchScript compiles it; the scripted child must compute
+  what the Python one does on the example, in evaluation mode.
+- Traced (torch.jit.trace) where it does not (keyword-only arguments with defaults, *args, and
+  much else that libraries such as Hugging Face transformers write). A trace records the
+  operations one input ran, so it is accepted only after proof. A tracer warning (a Python
+  branch or a size taken from a tensor, baked into the trace) refuses it; batch norm in training
+  mode always warns, so a child holding one must script. Then the trace and
+  the Python child run at every micro-batch size the plan can use (a batch of B is split as
+  tensor.chunk does, so any size from 1 to B; all of 1 to N for an example of N <= 64 samples,
+  else 1, 2, 3, odd and even sizes around powers of two, N/2, N - 1 and N), and must agree on
+  the output, the gradients with respect to the input (where floating) and to every parameter
+  (under a fixed random output gradient), and the buffers a forward updates. Both run in the
+  mode the model was given in (a trace keeps the mode it was traced in; training mode is the
+  default and what pipetune runs), with torch.manual_seed set before each run so that dropout
+  draws the same masks in both.
+  Tolerance: |trace - Python| <= atol * max(1, largest |Python|) + rtol * |Python| per element,
+  with rtol 1e-4, atol 1e-5 for float32; 1e-7, 1e-9 for float64; 1e-2, 1e-3 for float16; 5e-2,
+  1e-2 for bfloat16; integer and boolean results must be equal. Both run the same kernels, but
+  the graph executor may fuse or reorder floating-point arithmetic (its autodiff writes dropout
+  as `mask * x / (1 - p)`); the bounds allow some hundreds of units in the last place, scaled
+  by the largest magnitude because a parameter's gradient sums over the samples and an element
+  that cancels to near zero keeps the rounding of its large terms. A real bug (a baked size or
+  branch) differs by the size of the values themselves.
+
+The last output must fit the loss: cross_entropy takes class indices of the output's shape
+without its last dimension (one per sample or one per token) or class probabilities of the
+output's shape; mse targets of the output's shape. Then PREFIX.pt (torch.jit.script of an
+nn.Sequential of the scripted and traced children) and PREFIX.batch.pt (torch.save((inputs,
+targets))) are written; which children were scripted and which traced is printed, then the
+--model spec, last, on its own line.
+
+Bad input (an import that fails, shared parameters, a child that takes two inputs or returns
+a tuple, one that neither scripts nor traces, a trace torch warns about or that does not match
+Python at some micro-batch size, a batch that does not fit): one line on stderr, exit status 2,
+nothing written. Needs only torch.
 """
 
 import argparse
 import collections
+import contextlib
 import importlib
 import importlib.util
+import inspect
+import linecache
 import os
 import sys
+import warnings
 
 import torch
 
@@ -41,6 +75,8 @@ def first_line(error):
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     if not lines:
         return type(error).__name__
+    if lines[0].startswith("The following operation failed in the TorchScript interpreter"):
+        return lines[-1]  # the error itself comes last, after the interpreter's traceback
     where = next((line for line in lines[1:] if line.startswith("File ")), None)
     return lines[0] + (f" ({where})" if where else "")
 
@@ -111,36 +147,261 @@ def check_loss(loss, output, targets):
                        f"but the output has {output.shape[-1]}")
 
 
-def check_children(model, inputs):
-    """Scripts every child and runs it on the example; returns the last output."""
-    failures = []
-    x = inputs
+def label(name, child):
+    return f"'{name}' ({type(child).__name__})"
+
+
+def check_nothing_shared(model):
+    """Refuses a parameter or buffer that two children hold (the same object, or the same storage):
+    each child becomes its own layer, so pipetune would keep and train two copies."""
+    seen = {}
+    for name, child in model.named_children():
+        tensors = [("parameter", n, t) for n, t in child.named_parameters(remove_duplicate=False)]
+        tensors += [("buffer", n, t) for n, t in child.named_buffers(remove_duplicate=False) if t is not None]
+        for kind, tensor_name, tensor in tensors:
+            keys = [("object", id(tensor))]
+            if tensor.numel() and tensor.device.type != "meta":
+                keys.append(("storage", tensor.untyped_storage().data_ptr()))
+            for key in keys:
+                first = seen.setdefault(key, (name, child, kind, tensor_name))
+                if first[0] == name:
+                    continue
+                shared, copies = ("parameter", "train") if "parameter" in (kind, first[2]) else ("buffer", "keep")
+                raise BadInput(f"children {label(first[0], first[1])} and {label(name, child)} share a {shared} "
+                               f"({first[0]}.{first[3]} is {name}.{tensor_name}): pipetune would {copies} two copies; "
+                               "untie them (e.g. `head.weight = nn.Parameter(embedding.weight.detach().clone())`) "
+                               "or make both uses one child")
+
+
+def check_takes_one_input(name, child):
+    try:
+        signature = inspect.signature(child.forward)
+    except (TypeError, ValueError):
+        return  # nothing to read; running it will tell
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    required = [p.name for p in signature.parameters.values() if p.kind in kinds and p.default is p.empty]
+    if len(required) > 1:
+        raise BadInput(f"child {label(name, child)} takes {len(required)} inputs ({', '.join(required)}); each child "
+                       "must take one tensor: wrap it in a module whose forward(x) supplies the others")
+
+
+def check_returns_one_tensor(name, child, output):
+    if isinstance(output, torch.Tensor):
+        return
+    what = type(output).__name__
+    if isinstance(output, dict):
+        key = repr(next(iter(output), "last_hidden_state"))
+        raise BadInput(f"child {label(name, child)} returns a {what} (keys {', '.join(map(str, output))}); each child "
+                       f"must return one tensor: wrap it so that it does, e.g. `hidden_states = block(x)[{key}]`")
+    if isinstance(output, (tuple, list)):
+        raise BadInput(f"child {label(name, child)} returns a {what} of {len(output)}; each child must return one "
+                       "tensor: wrap it so that it does, e.g. `hidden_states = block(x)[0]`")
+    raise BadInput(f"child {label(name, child)} returns {what}; each child must take one tensor and return one")
+
+
+@contextlib.contextmanager
+def evaluating(*modules):
+    """Evaluation mode for a while: dropout off, batch-norm statistics untouched."""
+    modes = [(m, m.training) for module in modules for m in module.modules()]
+    for module in modules:
+        module.eval()
+    try:
+        yield
+    finally:
+        for m, mode in modes:
+            m.training = mode
+
+
+@contextlib.contextmanager
+def preserving(module):
+    """Puts back the buffers (running statistics) and torch's random state that runs change."""
+    buffers = [(b, b.detach().clone()) for b in module.buffers()]
+    rng = torch.get_rng_state()
+    try:
+        yield lambda: restore(buffers)
+    finally:
+        restore(buffers)
+        torch.set_rng_state(rng)
+
+
+def restore(buffers):
     with torch.no_grad():
-        for name, child in model.named_children():
-            kind = type(child).__name__
+        for buffer, value in buffers:
+            buffer.copy_(value)
+
+
+# (rtol, atol) by dtype; atol is scaled by the largest magnitude, at least 1 (see the docstring).
+TOLERANCES = {torch.float64: (1e-7, 1e-9), torch.float32: (1e-4, 1e-5),
+              torch.float16: (1e-2, 1e-3), torch.bfloat16: (5e-2, 1e-2)}
+
+
+def difference(got, expected):
+    """None where a compiled child's tensor matches Python's, else how it differs (a phrase)."""
+    if got.shape != expected.shape:
+        return f"has shape {list(got.shape)}, Python's {list(expected.shape)}"
+    if got.dtype != expected.dtype:
+        return f"is {describe(got)}, Python's {describe(expected)}"
+    got, expected = got.detach(), expected.detach()
+    if expected.is_complex():
+        got, expected = torch.view_as_real(got), torch.view_as_real(expected)
+    if not expected.is_floating_point():
+        if torch.equal(got, expected):
+            return None
+        return f"differs from Python's in {int((got != expected).sum())} of {expected.numel()} elements"
+    rtol, atol = TOLERANCES.get(expected.dtype, TOLERANCES[torch.float32])
+    got, expected = got.double(), expected.double()
+    finite = expected[expected.isfinite()]
+    scale = max(1.0, finite.abs().max().item()) if finite.numel() else 1.0
+    if torch.allclose(got, expected, rtol=rtol, atol=atol * scale, equal_nan=True):
+        return None
+    error = (got - expected).abs().nan_to_num(nan=float("inf")).max().item()
+    return f"differs from Python's by up to {error:.3g} (allowed: rtol {rtol:g}, atol {atol:g} x {scale:.3g})"
+
+
+def micro_batch_sizes(n):
+    """Every size a plan can give a micro-batch of an example of n samples, or a spread of them."""
+    if n <= 64:
+        return list(range(1, n + 1))
+    spread = {1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, n // 3, n // 2, n // 2 + 1, n - 1, n}
+    return sorted(s for s in spread if 1 <= s <= n)
+
+
+def run_once(module, x, restore, cotangent=None):
+    """One forward and backward from the saved buffers and a fixed seed: (output, gradients, buffers)."""
+    restore()
+    torch.manual_seed(0)
+    x = x.detach().clone()
+    floating = x.is_floating_point() or x.is_complex()
+    if floating:
+        x.requires_grad_()
+    output = module(x)
+    if not isinstance(output, torch.Tensor):
+        raise RuntimeError(f"returns {type(output).__name__}, not a tensor")
+    buffers = {n: b.detach().clone() for n, b in module.named_buffers()}
+    gradients = {}
+    if output.requires_grad:
+        if cotangent is None:
+            generator = torch.Generator().manual_seed(0)
+            cotangent = torch.randn(output.shape, generator=generator, dtype=torch.float64).to(output.dtype)
+        wrt = dict(module.named_parameters())
+        wrt = {f"'{n}'": p for n, p in wrt.items() if p.requires_grad}
+        if floating:
+            wrt["its input"] = x
+        if output.shape == cotangent.shape:
+            values = torch.autograd.grad(output, list(wrt.values()), cotangent, allow_unused=True)
+            gradients = {n: torch.zeros_like(p) if g is None else g for (n, p), g in zip(wrt.items(), values)}
+    return output.detach(), gradients, buffers, cotangent
+
+
+def prove(child, traced, x):
+    """None where the trace matches the Python child at every micro-batch size, else what does not."""
+    compared = []
+    python_failure = None
+    with preserving(child) as restore, torch.enable_grad():
+        for size in micro_batch_sizes(x.shape[0]):
+            xs = x[:size]
             try:
+                expected, expected_gradients, expected_buffers, cotangent = run_once(child, xs, restore)
+            except Exception as e:
+                python_failure = python_failure or first_line(e)
+                continue  # the Python child cannot run this size either (batch norm at 1): nothing to prove
+            samples = f"a micro-batch of {size} sample{'s' if size != 1 else ''}"
+            try:
+                got, gradients, buffers, _ = run_once(traced, xs, restore, cotangent)
+            except Exception as e:
+                return f"its trace does not generalise: at {samples} it fails: {first_line(e)}"
+            problems = [("its output", difference(got, expected))]
+            for n, g in expected_gradients.items():
+                problems.append((f"its gradient w.r.t. {n}",
+                                 difference(gradients[n], g) if n in gradients else "is missing"))
+            for n, b in expected_buffers.items():
+                problems.append((f"its buffer '{n}' after a forward",
+                                 difference(buffers[n], b) if n in buffers else "is missing"))
+            for what, problem in problems:
+                if problem:
+                    return f"its trace does not generalise: at {samples}, {what} {problem}"
+            compared.append(size)
+    if not compared:
+        return f"its trace could not be compared with Python at any micro-batch size (Python fails: {python_failure})"
+    return None
+
+
+def warning_line(caught):
+    """The first tracer warning in one line: torch's first sentence, then where it was raised."""
+    first = caught[0]
+    message = str(first.message).strip().splitlines()[0]
+    sentence = message.split(". ")[0].rstrip(".")
+    source = linecache.getline(first.filename, first.lineno).strip()
+    more = f" (and {len(caught) - 1} more)" if len(caught) > 1 else ""
+    return f'"{sentence}" at {first.filename}:{first.lineno}' + (f": `{source}`" if source else "") + more
+
+
+def trace(name, child, x, script_reason):
+    """The traced child, proven; raises BadInput naming what went wrong."""
+    prefix = f"child {label(name, child)} cannot be scripted: {script_reason}; "
+    with preserving(child), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            # torch's own check_trace reruns once at the same size and calls dropout nondeterministic;
+            # prove() below is the check, at every size and with the random state fixed.
+            traced = torch.jit.trace(child, (x,), check_trace=False)
+        except Exception as e:
+            raise BadInput(prefix + f"nor traced: {first_line(e)}")
+    tracer = [w for w in caught if issubclass(w.category, torch.jit.TracerWarning)]
+    if tracer:
+        raise BadInput(prefix + f"its trace would be wrong for other inputs: torch warns: {warning_line(tracer)}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the graph executor's notes while it runs the proof
+        problem = prove(child, traced, x)
+    if problem:
+        raise BadInput(prefix + problem)
+    return traced
+
+
+def compile_children(model, inputs):
+    """Scripts each child, or traces and proves it; returns (compiled children, report, last output)."""
+    failures = []
+    compiled = collections.OrderedDict()
+    scripted_names, traced_names = [], []
+    x = inputs
+    for name, child in model.named_children():
+        check_takes_one_input(name, child)
+        try:
+            with evaluating(child), torch.no_grad():  # deterministic: the example for the next child
                 expected = child(x)
-            except Exception as e:
-                raise BadInput(f"child '{name}' ({kind}) fails on its input {describe(x)}: {first_line(e)}")
-            if not isinstance(expected, torch.Tensor):
-                raise BadInput(f"child '{name}' ({kind}) returns {type(expected).__name__}; "
-                               "each child must take one tensor and return one")
+        except Exception as e:
+            raise BadInput(f"child {label(name, child)} fails on its input {describe(x)}: {first_line(e)}")
+        check_returns_one_tensor(name, child, expected)
+        try:
+            scripted = torch.jit.script(child)
+        except Exception as e:
             try:
-                scripted = torch.jit.script(child)
-            except Exception as e:
-                failures.append(f"child '{name}' ({kind}) cannot be scripted: {first_line(e)}")
-            else:
-                try:
+                compiled[name] = trace(name, child, x, first_line(e))
+                traced_names.append(label(name, child) + ("" if child.training else " in evaluation mode"))
+            except BadInput as refusal:
+                failures.append(str(refusal))
+        else:
+            try:
+                with evaluating(child, scripted), torch.no_grad():
                     got = scripted(x)
-                except Exception as e:
-                    raise BadInput(f"child '{name}' ({kind}) scripted fails on its input {describe(x)}: {first_line(e)}")
-                if not (isinstance(got, torch.Tensor) and got.shape == expected.shape and got.dtype == expected.dtype
-                        and torch.allclose(got, expected, rtol=1e-4, atol=1e-5, equal_nan=True)):
-                    raise BadInput(f"child '{name}' ({kind}) scripted does not compute what it computes in Python")
-            x = expected
+            except Exception as e:
+                raise BadInput(f"child {label(name, child)} scripted fails on its input {describe(x)}: {first_line(e)}")
+            problem = difference(got, expected) if isinstance(got, torch.Tensor) else f"is {type(got).__name__}"
+            if problem:
+                raise BadInput(f"child {label(name, child)} scripted does not compute what it computes in Python: "
+                               f"its output {problem}")
+            compiled[name] = scripted
+            scripted_names.append(label(name, child))
+        x = expected
     if failures:
         raise BadInput("; ".join(failures))
-    return x
+    report = [f"scripted: {', '.join(scripted_names) or 'none'}"]
+    if traced_names:
+        sizes = micro_batch_sizes(inputs.shape[0])
+        sizes = f"1 to {sizes[-1]}" if len(sizes) == sizes[-1] else ", ".join(map(str, sizes))
+        report.append(f"traced: {', '.join(traced_names)}; each trace matched Python's output and gradients "
+                      f"at micro-batches of {sizes} samples")
+    return compiled, report, x
 
 
 def export(target, prefix, loss):
@@ -153,13 +414,12 @@ def export(target, prefix, loss):
         raise BadInput(f"{target}: expected it to return (model, (inputs, targets))")
     model = as_sequential(result[0]).cpu()
     inputs, targets = as_batch(result[1])
-    was_training = model.training
-    model.eval()  # dropout off, batch-norm statistics untouched: the check must be deterministic
-    output = check_children(model, inputs)
+    check_nothing_shared(model)
+    compiled, report, output = compile_children(model, inputs)
     check_loss(loss, output, targets)
-    model.train(was_training)
     try:
-        scripted = torch.jit.script(model)
+        # A Sequential of script modules, traced ones included, scripts as one container.
+        scripted = torch.jit.script(torch.nn.Sequential(compiled))
     except Exception as e:
         raise BadInput(f"the Sequential cannot be scripted: {first_line(e)}")
 
@@ -176,7 +436,9 @@ def export(target, prefix, loss):
             if os.path.exists(path):
                 os.remove(path)
         raise BadInput(f"{prefix}: cannot write: {first_line(e)}")
-    names = [name for name, _ in model.named_children()]
+    for line in report:
+        print(line)
+    names = list(compiled)
     print(f"wrote {model_path} ({len(names)} layers: {', '.join(names)}) and {batch_path} "
           f"({inputs.shape[0]} samples: inputs {describe(inputs)}, targets {describe(targets)})")
     spec = f"torchscript:path={model_path},batch={batch_path}" + (",loss=mse" if loss == "mse" else "")

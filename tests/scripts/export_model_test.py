@@ -1,0 +1,123 @@
+"""scripts/export_model.py on models that reproduce, with torch alone, what real libraries'
+modules do (export_cases.py): a child that does not script is traced, and the trace is saved
+only where it matches Python at every micro-batch size; every bad input is one line on stderr,
+exit status 2, and nothing written. Each case runs the exporter as a user does, in a process
+of its own."""
+import importlib.util
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+import warnings
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EXPORTER = os.path.join(HERE, "..", "..", "scripts", "export_model.py")
+CASES = os.path.join(HERE, "export_cases.py")
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+
+
+def load_cases():
+    spec = importlib.util.spec_from_file_location("export_cases", CASES)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class ExportModelTest(unittest.TestCase):
+    def setUp(self):
+        self.folder = tempfile.TemporaryDirectory()
+        self.addCleanup(self.folder.cleanup)
+        self.prefix = os.path.join(self.folder.name, "model")
+
+    def export(self, case):
+        environment = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+        return subprocess.run([sys.executable, EXPORTER, f"{CASES}:{case}", "--out", self.prefix],
+                              cwd=self.folder.name, env=environment, capture_output=True, text=True, timeout=120)
+
+    def refused(self, case):
+        """The exporter's one-line error for a case it must refuse, having written nothing."""
+        r = self.export(case)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertEqual(r.stderr.count("\n"), 1, r.stderr)
+        self.assertTrue(r.stderr.startswith("export_model: error: "), r.stderr)
+        self.assertEqual(os.listdir(self.folder.name), [])
+        return r.stderr
+
+    def test_child_that_does_not_script_is_traced_and_reproduces_python(self):
+        r = self.export("traced")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertEqual(lines[0], "scripted: '0' (Linear), '2' (Linear)")
+        self.assertTrue(lines[1].startswith("traced: '1' (KeywordOnly); "), lines[1])
+        self.assertIn("micro-batches of 1 to 5 samples", lines[1])
+        self.assertEqual(lines[-1], f"torchscript:path={self.prefix}.pt,batch={self.prefix}.batch.pt")
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit's, from torch 2.10 on
+            saved = torch.jit.load(self.prefix + ".pt")
+        model, (inputs, _) = load_cases().traced()
+        model = torch.nn.Sequential(*model)  # parameters drawn from the same seed as the exporter's
+        for size in (1, 3):
+            # In training mode, as exported: the same seed draws the same dropout masks.
+            torch.manual_seed(size)
+            expected = model(inputs[:size])
+            torch.manual_seed(size)
+            got = saved(inputs[:size])
+            torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+        # The trace keeps its dropout as a node the executor finds to replay masks on a recompute.
+        graph = getattr(saved, "1").graph.copy()
+        torch._C._jit_pass_inline(graph)
+        self.assertIn("aten::dropout", [node.kind() for node in graph.nodes()])
+
+    def test_tracer_warning_refuses_the_child(self):
+        error = self.refused("size_branch")
+        self.assertIn("child '1' (SizeBranch) cannot be scripted: ", error)
+        self.assertIn("Converting a tensor to a Python boolean might cause the trace to be incorrect", error)
+        with open(CASES) as source:
+            line = next(i for i, text in enumerate(source, 1) if "if x.size(0) > 2:" in text)
+        self.assertIn(f"at {CASES}:{line}: `if x.size(0) > 2:`", error)
+
+    def test_trace_that_bakes_the_batch_size_is_refused(self):
+        error = self.refused("baked_size")
+        self.assertIn("child '1' (BakedSize) cannot be scripted: Compiled functions can't take variable number", error)
+        self.assertIn("its trace does not generalise: at a micro-batch of 1 sample it fails: ", error)
+
+    def test_trace_that_differs_at_another_size_is_refused(self):
+        error = self.refused("silent_branch")
+        self.assertIn("child '1' (SilentBranch) cannot be scripted: ", error)
+        self.assertRegex(error, r"its trace does not generalise: at a micro-batch of 1 sample, its output differs "
+                                r"from Python's by up to [0-9.e+-]+ \(allowed: rtol 0.0001, atol 1e-05 x ")
+
+    def test_tuple_return_is_refused(self):
+        error = self.refused("returns_tuple")
+        self.assertEqual(error, "export_model: error: child '1' (Pair) returns a tuple of 2; each child must "
+                                "return one tensor: wrap it so that it does, e.g. `hidden_states = block(x)[0]`\n")
+
+    def test_dict_return_is_refused(self):
+        error = self.refused("returns_dict")
+        self.assertEqual(error, "export_model: error: child '1' (Named) returns a dict (keys last_hidden_state, "
+                                "pooled); each child must return one tensor: wrap it so that it does, e.g. "
+                                "`hidden_states = block(x)['last_hidden_state']`\n")
+
+    def test_two_inputs_are_refused(self):
+        error = self.refused("two_inputs")
+        self.assertEqual(error, "export_model: error: child '1' (Masked) takes 2 inputs (x, mask); each child must "
+                                "take one tensor: wrap it in a module whose forward(x) supplies the others\n")
+
+    def test_tied_parameters_are_refused_before_any_work(self):
+        error = self.refused("tied")
+        self.assertTrue(error.startswith("export_model: error: children '0' (Embedding) and '2' (Linear) share a "
+                                         "parameter (0.weight is 2.weight): pipetune would train two copies; "),
+                        error)
+
+    def test_child_that_neither_scripts_nor_traces_gives_both_reasons(self):
+        error = self.refused("neither")
+        self.assertIn("child '1' (Untraceable) cannot be scripted: Compiled functions can't take variable", error)
+        self.assertIn("; nor traced: no tracing here", error)
+
+
+if __name__ == "__main__":
+    unittest.main()
