@@ -16,10 +16,12 @@
 #include <optional>
 #include <set>
 #include <thread>
+#include <unordered_set>
 
 #include "executor/device_runtime.hpp"
 #include "executor/executor.hpp"
 #include "executor/models/layers.hpp"
+#include "executor/models/shared_tensors.hpp"
 #include "executor/placement.hpp"
 #include "executor/rank_merge.hpp"
 #include "executor/sm_partitions.hpp"
@@ -341,12 +343,19 @@ std::vector<std::int64_t> Pipeline::Impl::held_bytes() {
   return bytes;
 }
 
-// One optimizer per stage this process runs, over the stage's parameters.
+// One optimizer per stage this process runs, over the stage's parameters, each once: a tensor
+// two layers of the stage hold (tied weights) is listed under both names, and listed twice it
+// would be stepped twice.
 std::vector<std::unique_ptr<torch::optim::Optimizer>> Pipeline::Impl::make_optimizers() {
   std::vector<std::unique_ptr<torch::optim::Optimizer>> out(stage_count);
   for (int s = 0; s < stage_count; ++s) {
     if (!is_local(device_of(s))) continue;
-    out[s] = make_optimizer(options.optimizer, stages[s]->parameters(), options.learning_rate);
+    std::vector<at::Tensor> parameters;
+    std::unordered_set<const void*> seen;
+    for (const auto& p : stages[s]->parameters()) {
+      if (seen.insert(p.unsafeGetTensorImpl()).second) parameters.push_back(p);
+    }
+    out[s] = make_optimizer(options.optimizer, std::move(parameters), options.learning_rate);
   }
   return out;
 }
@@ -695,9 +704,20 @@ auto Pipeline::Impl::between_ranks(const Work& work) {
   }
 }
 
+namespace {
+
+// Two stages holding one tensor would each step it: refused before any thread or tensor moves.
+models::Model& with_shared_tensors_on_one_stage(models::Model& model, const Plan& plan) {
+  models::check_shared_tensors_on_one_stage(model, plan.balance, "plan");
+  return model;
+}
+
+}  // namespace
+
 Pipeline::Pipeline(models::Model& model, const Plan& plan, std::int64_t batch_size,
                    ExecutorOptions options)
-    : impl_(std::make_unique<Impl>(model, plan, batch_size, std::move(options))) {
+    : impl_(std::make_unique<Impl>(with_shared_tensors_on_one_stage(model, plan), plan, batch_size,
+                                   std::move(options))) {
   impl_->start_threads();
 }
 

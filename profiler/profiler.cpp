@@ -15,6 +15,7 @@
 #include <optional>
 #include <thread>
 #include <tuple>
+#include <unordered_set>
 
 #include "executor/device_name.hpp"
 #include "executor/sm_partitions.hpp"
@@ -139,9 +140,16 @@ Profile empty_profile(models::Model& model, MeasureBackend& backend, at::ScalarT
   profile.micro_batch_sizes = sizes;
   profile.layers.resize(model.layer_names.size());
   auto layer = model.layers->begin();
+  // A tensor two layers hold (tied weights) is one tensor: charged to the first layer holding
+  // it, which plans keep on one stage with the other (executor/models/shared_tensors.hpp).
+  std::unordered_set<const void*> counted;
   for (std::size_t l = 0; l < profile.layers.size(); ++l, ++layer) {
     profile.layers[l].name = model.layer_names[l];
-    for (const auto& p : layer->ptr()->parameters()) profile.layers[l].param_bytes += bytes_of(p);
+    for (const auto& p : layer->ptr()->parameters()) {
+      if (counted.insert(p.unsafeGetTensorImpl()).second) {
+        profile.layers[l].param_bytes += bytes_of(p);
+      }
+    }
   }
   return profile;
 }

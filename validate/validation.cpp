@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "executor/models/model.hpp"
+#include "executor/models/shared_tensors.hpp"
 #include "executor/placement.hpp"
 #include "profiler/profiler.hpp"
 #include "sim/balance.hpp"
@@ -273,6 +274,20 @@ Validation run_validation(const ValidationOptions& options) {
   mo.seed = options.run.seed;
   models::Model model = models::build_model(options.model_spec, mo);
   models::check_model_batch(model, options.run.batch);
+  // Layers that hold one tensor train as one only on one stage (executor/models/
+  // shared_tensors.hpp): the plans validated must keep them so, and the planner cannot yet.
+  const std::vector<models::SharedTensor> shared = models::shared_tensors(model);
+  for (std::size_t k = 0; k < options.plans.size(); ++k) {
+    models::check_shared_tensors_on_one_stage(
+        model, options.plans[k].balance,
+        k < options.plan_sources.size() ? options.plan_sources[k] : "plan");
+  }
+  if (!shared.empty() && options.plans.empty()) {
+    throw InputError(fmt::format(
+        "model: {}: the planner cannot yet keep them on one stage; validate plans that do "
+        "(--plan), or untie them",
+        models::describe(model, shared.front())));
+  }
   fs::create_directories(options.out_dir);  // only once the model and its data are known good
   v.model = model.name;
 
@@ -321,6 +336,9 @@ Validation run_validation(const ValidationOptions& options) {
     const int stages = plans.front().stages() / std::max(1, plans.front().stages_per_device);
     std::vector<Plan> fit_on =
         calibration_plans(profile, hardware, stages, plans, options.calibration_plans);
+    // Time-balanced calibration plans may split what must stay on one stage: left out.
+    std::erase_if(fit_on,
+                  [&](const Plan& p) { return models::split_by(shared, p.balance).has_value(); });
     if (!fit_on.empty()) {
       RunSettings rs = options.run;
       rs.steps = std::max(1, options.calibration_steps);

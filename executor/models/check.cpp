@@ -8,6 +8,7 @@
 
 #include "executor/models/loss.hpp"
 #include "executor/models/model.hpp"
+#include "executor/models/out_of_memory.hpp"
 #include "sim/error.hpp"
 
 namespace pipetune::models {
@@ -58,6 +59,11 @@ void check_model_batch(Model& model, std::int64_t batch) {
     try {
       h = it->forward(h);
     } catch (const std::exception& e) {
+      if (const auto bytes = refused_allocation_bytes(e)) {
+        throw out_of_memory(
+            fmt::format("layer {} (\"{}\") on input {}", l, model.layer_names.at(l), describe(h)),
+            *bytes);
+      }
       throw InputError(Input::Model, fmt::format("layer {} (\"{}\") rejects its input {}: {}", l,
                                                  model.layer_names.at(l), describe(h), reason(e)));
     }

@@ -18,6 +18,7 @@
 #include "executor/models/layers.hpp"
 #include "executor/models/loss.hpp"
 #include "executor/models/model.hpp"
+#include "executor/models/out_of_memory.hpp"
 #include "executor/models/spec.hpp"
 #include "sim/error.hpp"
 
@@ -26,6 +27,11 @@ namespace pipetune::models {
 Model build_torchscript_model(Spec& spec, const ModelOptions& options);  // torchscript.cpp
 
 namespace {
+
+// Names the layer being built, so that a model too large for the machine says which layer.
+std::string building_layer(const Model& m) {
+  return fmt::format("building layer \"{}\" of {}", m.layer_names.back(), m.name);
+}
 
 // --- MLP -----------------------------------------------------------------------------------
 
@@ -51,10 +57,12 @@ Model build_mlp(Spec& spec) {
   m.name = fmt::format("mlp-{}x{}", layers, width);
   for (std::int64_t l = 0; l < layers; ++l) {
     m.layer_names.push_back(fmt::format("block{}", l));
+    const Activity building_1(building_layer(m));
     m.layers->push_back(std::string(m.layer_names.back()),
                         MlpBlock(l == 0 ? input : width, width, dropout));
   }
   m.layer_names.push_back("head");
+  const Activity building_2(building_layer(m));
   m.layers->push_back("head", torch::nn::Linear(width, classes));
   m.loss = cross_entropy;
   m.make_batch = [input, classes](std::int64_t batch, std::int64_t step, std::uint64_t seed) {
@@ -142,12 +150,15 @@ Model build_gpt(Spec& spec) {
   Model m;
   m.name = fmt::format("gpt-{}x{}", layers, width);
   m.layer_names.push_back("embed");
+  const Activity building_3(building_layer(m));
   m.layers->push_back("embed", Embedding(vocab, width, seq, dropout));
   for (std::int64_t l = 0; l < layers; ++l) {
     m.layer_names.push_back(fmt::format("block{}", l));
+    const Activity building_4(building_layer(m));
     m.layers->push_back(std::string(m.layer_names.back()), TransformerBlock(width, heads, dropout));
   }
   m.layer_names.push_back("head");
+  const Activity building_5(building_layer(m));
   m.layers->push_back("head", LanguageHead(width, vocab));
   m.loss = cross_entropy;
   m.make_batch = [seq, vocab](std::int64_t batch, std::int64_t step, std::uint64_t seed) {
@@ -220,13 +231,16 @@ Model build_resnet(Spec& spec, const ModelOptions& options) {
   Model m;
   m.name = fmt::format("resnet-{}x{}", blocks, channels);
   m.layer_names.push_back("stem");
+  const Activity building_6(building_layer(m));
   m.layers->push_back("stem", Stem(channels, options.deferred_batch_norm));
   for (std::int64_t b = 0; b < blocks; ++b) {
     m.layer_names.push_back(fmt::format("block{}", b));
+    const Activity building_7(building_layer(m));
     m.layers->push_back(std::string(m.layer_names.back()),
                         ResidualBlock(channels, options.deferred_batch_norm));
   }
   m.layer_names.push_back("head");
+  const Activity building_8(building_layer(m));
   m.layers->push_back("head", Classifier(channels, classes));
   m.loss = cross_entropy;
   m.make_batch = [image, classes](std::int64_t batch, std::int64_t step, std::uint64_t seed) {
