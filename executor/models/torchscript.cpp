@@ -5,11 +5,13 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/script.h>
 
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <unordered_set>
 
 #include "executor/models/batch_file.hpp"
@@ -22,6 +24,17 @@
 namespace pipetune::models {
 
 namespace {
+
+// Fused attention draws its dropout inside the kernel: random unless its dropout_p (the fifth
+// input) is the constant 0. Libraries (transformers, timm) call it with their attention dropout.
+bool attention_dropout(const torch::jit::Node* node) {
+  if (std::string(node->kind().toQualString()) != "aten::scaled_dot_product_attention") {
+    return false;
+  }
+  if (node->inputs().size() < 5) return true;
+  const std::optional<c10::IValue> p = torch::jit::toIValue(node->input(4));
+  return !(p && p->isDouble() && p->toDouble() == 0.0);
+}
 
 // Whether a graph (its blocks included) draws random numbers: dropout and its kin, sampling.
 bool draws_random(const torch::jit::Block* block) {
@@ -56,6 +69,7 @@ bool draws_random(const torch::jit::Block* block) {
                                                         "aten::random_"};
   for (const torch::jit::Node* node : block->nodes()) {
     if (kinds.count(node->kind().toQualString()) != 0) return true;
+    if (attention_dropout(node)) return true;
     for (const torch::jit::Block* inner : node->blocks()) {
       if (draws_random(inner)) return true;
     }

@@ -1,7 +1,9 @@
 """Writes a scripted nn.Sequential for the executor's bring-your-own-model tests.
 
-make_torchscript.py OUT.pt [--dropout]: with --dropout, two of its children draw dropout masks
-(one a Dropout child, one a block with dropout inside), from torch's global generator.
+make_torchscript.py OUT.pt [--dropout | --attention]: with --dropout, two of its children draw
+dropout masks (one a Dropout child, one a block with dropout inside), from torch's global
+generator; with --attention, one child draws them inside fused attention
+(scaled_dot_product_attention with dropout_p), as library transformer blocks do.
 """
 import sys
 
@@ -18,10 +20,25 @@ class Block(torch.nn.Module):
         return torch.tanh(self.drop(self.linear(x)))
 
 
+class Attention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        h = self.linear(x).view(x.size(0), 4, 4)
+        attended = torch.nn.functional.scaled_dot_product_attention(h, h, h, dropout_p=0.3)
+        return attended.reshape(x.size(0), 16)
+
+
 torch.manual_seed(0)
 if "--dropout" in sys.argv[2:]:
     model = torch.nn.Sequential(
         torch.nn.Linear(8, 16), torch.nn.Dropout(0.5), Block(), torch.nn.ReLU(), torch.nn.Linear(16, 4)
+    )
+elif "--attention" in sys.argv[2:]:
+    model = torch.nn.Sequential(
+        torch.nn.Linear(8, 16), Attention(), torch.nn.ReLU(), torch.nn.Linear(16, 16), torch.nn.Linear(16, 4)
     )
 else:
     model = torch.nn.Sequential(

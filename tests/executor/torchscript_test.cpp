@@ -51,11 +51,15 @@ TEST(TorchScript, ScriptedSequentialRunsPipelinedLikeTheZoo) {
 // stages must not interleave their draws: the same seed gives the same step with and without
 // checkpointing, run after run (without the executor seeding the script's draws per micro-batch
 // and layer, the recompute drew new masks and the gradients differed).
-TEST(TorchScript, DropoutInsideAScriptDrawsTheSameMasksOnRecompute) {
+// Fused attention (scaled_dot_product_attention with dropout_p, as library blocks call it)
+// draws inside the kernel, with no dropout node to find: the same must hold.
+class DropoutInsideAScript : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DropoutInsideAScript, DrawsTheSameMasksOnRecompute) {
   const auto path = std::filesystem::temp_directory_path() /
-                    ("pipetune_dropout_" + std::to_string(::getpid()) + ".pt");
+                    ("pipetune_dropout_" + std::to_string(::getpid()) + GetParam() + ".pt");
   const auto made =
-      testing::run_command({PIPETUNE_PYTHON, PIPETUNE_MAKE_SCRIPT, path.string(), "--dropout"});
+      testing::run_command({PIPETUNE_PYTHON, PIPETUNE_MAKE_SCRIPT, path.string(), GetParam()});
   ASSERT_EQ(made.exit_code, 0) << made.err;
   const std::string spec = path.string() + ":input=8,classes=4";
   models::ModelOptions o;
@@ -97,6 +101,10 @@ TEST(TorchScript, DropoutInsideAScriptDrawsTheSameMasksOnRecompute) {
   EXPECT_NE(never.first, eval_loss);
   std::filesystem::remove(path);
 }
+
+INSTANTIATE_TEST_SUITE_P(TorchScript, DropoutInsideAScript,
+                         ::testing::Values("--dropout", "--attention"),
+                         [](const auto& info) { return info.param.substr(2); });
 
 TEST(TorchScript, NotAScriptIsAClearError) {
   const auto path = std::filesystem::temp_directory_path() / "pipetune_not_a_script.pt";
