@@ -21,4 +21,17 @@ void add_run_command(CLI::App& app, std::vector<Command>& commands);
 void add_profile_command(CLI::App& app, std::vector<Command>& commands);
 void add_validate_command(CLI::App& app, std::vector<Command>& commands);
 
+/// Every subcommand, in the order --help lists them. Which profile, run, validate and demo
+/// they are depends on the library linked: the refusals and the what-if, or the LibTorch ones.
+inline void add_commands(CLI::App& app, std::vector<Command>& commands) {
+  add_simulate_command(app, commands);
+  add_plan_command(app, commands);
+  add_sweep_command(app, commands);
+  add_profile_command(app, commands);
+  add_run_command(app, commands);
+  add_validate_command(app, commands);
+  add_demo_command(app, commands);
+  add_launch_command(app, commands);
+}
+
 }  // namespace pipetune::cli

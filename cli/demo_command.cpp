@@ -12,12 +12,14 @@
 #include <thread>
 
 #include "cli/commands.hpp"
+#include "cli/number_flags.hpp"
 #include "cli/progress.hpp"
 #include "cli/report.hpp"
 #include "cli/table.hpp"
 #include "sim/critical_path.hpp"
 #include "sim/error.hpp"
 #include "sim/file_io.hpp"
+#include "sim/limits.hpp"
 #include "sim/sweep.hpp"
 #include "sim/trace.hpp"
 #include "sim/units.hpp"
@@ -201,11 +203,11 @@ void add_demo_command(CLI::App& app, std::vector<Command>& commands) {
   sub->add_option("--model", flags->model, "the model (default mlp:layers=8,width=1024)")
       ->type_name("SPEC");
   sub->add_option("--batch", flags->batch, "samples per mini-batch (default 256)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1, limits::kMaxBatch));
   sub->add_option("--devices", flags->devices, "pipeline devices (default 2)")
-      ->check(CLI::Range(1, 64));
+      ->check(whole_number(1, 64));
   sub->add_option("--steps", flags->steps, "measured steps per plan (default 20)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1, 100000));
   sub->add_option("--out", flags->out, "folder for everything written (default pipetune-demo)")
       ->type_name("DIR");
   sub->add_option("--profile", flags->profile,

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "cli/number_flags.hpp"
 #include "cli/report.hpp"
 #include "sim/error.hpp"
 #include "sim/file_io.hpp"
@@ -29,14 +30,14 @@ void add_hardware_flags(CLI::App& app, HardwareFlags& flags, bool devices_as_cou
   if (devices_as_count) {
     app.add_option("--devices", flags.devices, "N copies of the profile's device, ideal links")
         ->type_name("N")
-        ->check(CLI::PositiveNumber);
+        ->check(whole_number(1, limits::kMaxDevices));
   }
   app.add_option("--memory", flags.memory, "memory of every device, e.g. 16GiB")->type_name("SIZE");
   app.add_option("--bandwidth", flags.bandwidth, "link bandwidth in bytes/s, e.g. 25e9 or 25GB")
       ->type_name("BYTES_PER_S");
   app.add_option("--latency-ms", flags.latency_ms, "link latency in milliseconds")
       ->type_name("MS")
-      ->check(CLI::NonNegativeNumber);
+      ->check(real_number(0.0, limits::kMaxMs));
 }
 
 void add_plan_flags(CLI::App& app, PlanFlags& flags) {
@@ -44,9 +45,11 @@ void add_plan_flags(CLI::App& app, PlanFlags& flags) {
       ->type_name("FILE");
   app.add_option("--balance", flags.balance, "layers per stage, e.g. 3,3,2")
       ->delimiter(',')
-      ->type_name("N,N,...");
+      ->type_name("N,N,...")
+      ->check(whole_number_from(0));
   app.add_option("--chunks", flags.chunks, "micro-batches per mini-batch (default 1)")
-      ->type_name("M");
+      ->type_name("M")
+      ->check(whole_number(1, limits::kMaxChunks));
   app.add_option("--checkpoint", flags.checkpoint,
                  "always | except_last | never (default except_last)")
       ->type_name("MODE");
@@ -58,14 +61,16 @@ void add_plan_flags(CLI::App& app, PlanFlags& flags) {
   app.add_option("--stages-per-device", flags.stages_per_device,
                  "stages each device runs, for the interleaved, V and looped-bfs schedules "
                  "(default 1; zbv, dualpipev: 2)")
-      ->type_name("V");
+      ->type_name("V")
+      ->check(whole_number(1, kMaxStagesPerDevice));
   app.add_option("--stage-devices", flags.stage_devices,
                  "device of each stage by name, e.g. cpu:0,cpu:0 to share one")
       ->delimiter(',')
       ->type_name("NAME,...");
   app.add_option("--optimizer-state-factor", flags.optimizer_state_factor,
                  "optimizer state bytes per parameter byte: 0 SGD, 1 momentum, 2 Adam")
-      ->type_name("X");
+      ->type_name("X")
+      ->check(optimizer_state_factor_range());
 }
 
 double parse_bandwidth(const std::string& text, const std::string& flag) {
@@ -101,7 +106,7 @@ Hardware resolve_hardware(const Profile& profile, const HardwareFlags& flags, in
     }
     hw = load_hardware(flags.hardware_path);
   } else {
-    const int count = flags.devices > 0 ? flags.devices : default_count;
+    const int count = flags.devices > 0 ? flags.devices : std::max(default_count, 1);
     // The simulator keeps a link per pair of devices: a bound keeps --devices 2000000000 from
     // exhausting memory instead of being refused.
     if (count > limits::kMaxDevices) {
@@ -110,7 +115,10 @@ Hardware resolve_hardware(const Profile& profile, const HardwareFlags& flags, in
     }
     hw = replicate_device(profile.device, count);
     if (note) {
-      *note = fmt::format("no --hardware: {} x the profile's device ({}{}{}) with {} links", count,
+      *note = fmt::format("no --hardware: {} the profile's device ({}{}{}) with {} links",
+                          flags.devices > 0 || default_count > 0
+                              ? fmt::format("{} x", count)
+                              : std::string("for each plan as many as it needs of"),
                           profile.device.type, profile.device.name.empty() ? "" : ", ",
                           profile.device.name,
                           flags.bandwidth.empty() && flags.latency_ms < 0 ? "ideal" : "the given");
@@ -298,22 +306,7 @@ std::vector<int> parse_stages_per_device_list(const std::vector<int>& values,
 }
 
 CLI::Validator optimizer_state_factor_range() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string {
-        double value = 0.0;
-        std::size_t used = 0;
-        try {
-          value = std::stod(text, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        // Written so that NaN fails too.
-        if (used != text.size() || !(value >= 0 && value <= 1000)) {
-          return "expected a number from 0 to 1000, got " + text;
-        }
-        return {};
-      },
-      "0..1000");
+  return real_number(0.0, 1000.0);
 }
 
 }  // namespace pipetune::cli

@@ -41,7 +41,8 @@ void add_plan_flags(CLI::App& app, PlanFlags& flags);
 
 /// The devices to simulate: --hardware, else `default_count` (or --devices) copies of the
 /// profile's device with ideal links; then `note` says so, for the caller to print once the
-/// inputs have been checked. Overrides apply on top.
+/// inputs have been checked. Overrides apply on top. A `default_count` of 0 says that each plan
+/// will get its own count (simulate --plans): one device is returned, to check the flags.
 Hardware resolve_hardware(const Profile& profile, const HardwareFlags& flags, int default_count,
                           std::string* note);
 /// Prints a note from resolve_hardware on stderr (nothing when empty).

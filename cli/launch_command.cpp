@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "cli/commands.hpp"
+#include "cli/number_flags.hpp"
 #include "launch/launch.hpp"
 #include "sim/error.hpp"
 
@@ -33,16 +34,17 @@ void add_launch_command(CLI::App& app, std::vector<Command>& commands) {
       "launch", "Start N processes of a distributed run on this machine, as torchrun does");
   sub->add_option("-n,--nproc", flags->options.nproc, "processes (ranks) to start, 1 to 1024")
       ->required()
-      ->check(CLI::Range(1, launcher::kMaxProcesses));
+      ->check(whole_number(1, launcher::kMaxProcesses));
   sub->add_option("--master-addr", flags->options.master_addr,
                   "address rank 0 listens on, passed as MASTER_ADDR (default 127.0.0.1)")
       ->type_name("ADDR");
   sub->add_option("--master-port", flags->options.master_port,
                   "port passed as MASTER_PORT (default 0: a free one)")
-      ->check(CLI::Range(0, 65535));
+      ->check(whole_number(0, 65535));
   sub->add_option("--timeout", flags->options.timeout_s,
                   "seconds the other ranks get to exit after one failed, then SIGTERM (default 30)")
-      ->type_name("SECONDS");  // launch() refuses a negative one in words CLI11 lacks
+      ->type_name("SECONDS")
+      ->check(real_number(0.0, 86400.0));
   sub->add_flag("--tag-output", flags->options.tag_output,
                 "prefix every line a rank prints with [rank N]");
   // A positional vector: after "--" CLI11 hands it every word, flags included, unparsed.

@@ -7,9 +7,11 @@
 
 #include "cli/commands.hpp"
 #include "cli/inputs.hpp"
+#include "cli/number_flags.hpp"
 #include "cli/progress.hpp"
 #include "cli/report.hpp"
 #include "sim/error.hpp"
+#include "sim/limits.hpp"
 #include "sim/planner.hpp"
 #include "sim/units.hpp"
 
@@ -75,7 +77,8 @@ void add_plan_command(CLI::App& app, std::vector<Command>& commands) {
   add_hardware_flags(*sub, flags->hardware);
   sub->add_option("--chunks", flags->chunks, "chunk counts to try (default: 1 to the batch size)")
       ->delimiter(',')
-      ->type_name("M,...");
+      ->type_name("M,...")
+      ->check(whole_number(1, limits::kMaxChunks));
   sub->add_option("--checkpoint", flags->checkpoints,
                   "always,except_last,never or all (default all)")
       ->delimiter(',')
@@ -89,17 +92,19 @@ void add_plan_command(CLI::App& app, std::vector<Command>& commands) {
                   "stages per device tried with interleaved-1f1b, interleaved-zb and looped-bfs "
                   "(default 2; zbv and dualpipev run 2)")
       ->delimiter(',')
-      ->type_name("V,...");
+      ->type_name("V,...")
+      ->check(whole_number(1, kMaxStagesPerDevice));
   sub->add_option("--optimizer-state-factor", flags->optimizer_state_factor,
                   "optimizer state bytes per parameter byte: 0 SGD, 1 momentum, 2 Adam")
       ->check(optimizer_state_factor_range());
   sub->add_option("--stages", flags->stages, "pipeline stages (default: one per device)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1, limits::kMaxStages));
   sub->add_option("--top", flags->top, "how many configurations to rank (default 5)")
-      ->check(CLI::Range(1, 1000));
+      ->check(whole_number(1, 1000));
   sub->add_option(
-      "--budget", flags->budget,
-      "search steps before settling for a proven bound instead of a proof (default 10M)");
+         "--budget", flags->budget,
+         "search steps before settling for a proven bound instead of a proof (default 10M)")
+      ->check(whole_number(1, std::int64_t{1} << 50));
   sub->add_option("-o,--output", flags->output, "write the best plan here")->type_name("plan.json");
   sub->add_option("--write-schedule-csv", flags->schedule_csv,
                   "write the best plan's schedule as torch's compute-only CSV, one row per device")

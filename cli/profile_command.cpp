@@ -6,12 +6,15 @@
 #include <memory>
 
 #include "cli/commands.hpp"
+#include "cli/number_flags.hpp"
 #include "cli/progress.hpp"
 #include "cli/torch_inputs.hpp"
+#include "executor/models/out_of_memory.hpp"
 #include "executor/placement.hpp"
 #include "profiler/profiler.hpp"
 #include "sim/error.hpp"
 #include "sim/file_io.hpp"
+#include "sim/limits.hpp"
 
 namespace pipetune::cli {
 
@@ -42,16 +45,20 @@ void add_profile_command(CLI::App& app, std::vector<Command>& commands) {
       "profile",
       "Measure every layer's time and memory at each micro-batch size on the real device");
   add_model_flags(*sub, flags->model);
-  sub->add_option("--batch", flags->batch, "the mini-batch you train with")->required();
+  sub->add_option("--batch", flags->batch, "the mini-batch you train with")
+      ->required()
+      ->check(whole_number(1, limits::kMaxBatch));
   sub->add_option("--device", flags->device, "cpu, cuda or cuda:<n> (default cpu)");
   sub->add_option("--micro-batch-sizes", flags->sizes,
                   "sizes to measure (default 1, 2, 4, … and the batch)")
       ->delimiter(',')
-      ->type_name("N,...");
+      ->type_name("N,...")
+      ->check(whole_number(1, limits::kMaxBatch));
   sub->add_option("--repeats", flags->repeats,
-                  "timed runs per layer and size; the median is kept (default 5)");
+                  "timed runs per layer and size; the median is kept (default 5)")
+      ->check(whole_number(1, 100000));
   sub->add_option("--warmup", flags->warmup, "untimed runs first (default 2)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0, 100000));
   sub->add_option("--timer", flags->timer, "GPU timing: auto, cupti or events (default auto)")
       ->check(CLI::IsMember({"auto", "cupti", "events"}));
   sub->add_option(
@@ -63,19 +70,20 @@ void add_profile_command(CLI::App& app, std::vector<Command>& commands) {
          "--devices", flags->devices,
          "CPU: the pipeline devices (worker threads) the plans will use; sets the threads measured "
          "with and hardware.json's devices (default 2)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1, limits::kMaxDevices));
   sub->add_option("--threads", flags->threads, "CPU intra-op threads (default: cores / devices)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0, 4096));
   sub->add_option("--co-runners", flags->co_runners,
                   "CPU: time each layer also beside N threads running it, for the co-run slowdown; "
                   "0: off (default: devices - 1)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0, limits::kMaxDevices));
   sub->add_option("--sm-partitions", flags->sm_partitions,
                   "--device cuda: profile on one of K equal shares of the GPU's SMs, the device "
                   "each stage of `pipetune run --sm-partitions K` gets")
-      ->check(CLI::PositiveNumber)
+      ->check(whole_number(1, 1024))
       ->type_name("K");
-  sub->add_option("--seed", flags->seed, "initialisation and data seed");
+  sub->add_option("--seed", flags->seed, "initialisation and data seed")
+      ->check(whole_number(0, std::numeric_limits<std::int64_t>::max()));
   sub->add_option("-o,--output", flags->output, "profile.json to write")
       ->required()
       ->type_name("FILE");
@@ -116,7 +124,11 @@ void add_profile_command(CLI::App& app, std::vector<Command>& commands) {
     PhaseProgress bar(progress_mode(flags->progress));
     options.progress = [&](std::size_t done, std::size_t total) { bar("profile", done, total); };
     const auto started = std::chrono::steady_clock::now();
-    const profiler::ProfileResult result = profiler::profile_model(model, options);
+    const profiler::ProfileResult result = [&] {
+      const models::Activity profiling(
+          fmt::format("profiling {} at micro-batches of up to {}", model.name, flags->batch));
+      return profiler::profile_model(model, options);
+    }();
     bar.finish();
     save_profile(result.profile, flags->output);
     for (const auto& w : result.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());

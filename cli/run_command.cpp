@@ -16,6 +16,7 @@
 #include "cli/commands.hpp"
 #include "cli/error_text.hpp"
 #include "cli/inputs.hpp"
+#include "cli/number_flags.hpp"
 #include "cli/progress.hpp"
 #include "cli/report.hpp"
 #include "cli/torch_inputs.hpp"
@@ -24,12 +25,14 @@
 #include "executor/device_name.hpp"
 #include "executor/device_runtime.hpp"
 #include "executor/executor.hpp"
+#include "executor/models/shared_tensors.hpp"
 #include "executor/placement.hpp"
 #include "executor/sm_partitions.hpp"
 #include "executor/transport.hpp"
 #include "sim/compare.hpp"
 #include "sim/error.hpp"
 #include "sim/file_io.hpp"
+#include "sim/limits.hpp"
 #include "sim/schedule_csv.hpp"
 #include "sim/units.hpp"
 #include "validate/fit_check.hpp"
@@ -89,26 +92,28 @@ void add_run_command(CLI::App& app, std::vector<Command>& commands) {
   sub->add_option("--balance", flags->balance,
                   "layers per stage, e.g. 3,3,2 (overrides the plan's)")
       ->delimiter(',')
-      ->type_name("N,N,...");
+      ->type_name("N,N,...")
+      ->check(whole_number_from(0));
   sub->add_option("--batch", flags->batch, "samples per mini-batch (default 32)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1, limits::kMaxBatch));
   sub->add_option("--device", flags->device, "cpu or cuda (default cpu)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("--steps", flags->steps, "training steps measured (default 10)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1, 1000000));
   sub->add_option("--warmup", flags->warmup, "steps run first and not measured (default 1)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0, 1000000));
   sub->add_option("--trace", flags->trace, "write the measured timeline of the median step")
       ->type_name("OUT.json");
   sub->add_option("--seed", flags->seed,
-                  "data, initialisation and dropout seed: the same seed, the same run");
+                  "data, initialisation and dropout seed: the same seed, the same run")
+      ->check(whole_number(0, std::numeric_limits<std::int64_t>::max()));
   sub->add_option("--optimizer", flags->optimizer, "sgd, momentum, adam or none (default sgd)")
       ->check(CLI::IsMember({"sgd", "momentum", "adam", "none"}));
   sub->add_option("--lr", flags->learning_rate, "learning rate (default 0.01)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_real(1e6));
   sub->add_option("--threads", flags->threads,
                   "intra-op threads per CPU device (default: cores / devices)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0, 4096));
   sub->add_option("--progress", flags->progress, "bar (default on a terminal), lines or none")
       ->check(CLI::IsMember({"bar", "lines", "none"}));
   sub->add_flag("--json", flags->json, "print one JSON object instead of the report");
@@ -128,7 +133,7 @@ void add_run_command(CLI::App& app, std::vector<Command>& commands) {
   sub->add_option("--timeout", flags->timeout_s,
                   "--distributed: seconds a rank waits for another (to meet, to send) before it "
                   "gives up (default 300)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_real(1e6));
   sub->add_option(
          "--links-out", flags->links_out,
          "--distributed: measure the links between the ranks first and write them as hardware.json")
@@ -137,7 +142,7 @@ void add_run_command(CLI::App& app, std::vector<Command>& commands) {
   sub->add_option("--sm-partitions", flags->sm_partitions,
                   "--device cuda: split the GPU's SMs into K equal shares (CUDA green contexts) "
                   "and run device cuda:<n> on share n, so K stages really run at once")
-      ->check(CLI::PositiveNumber)
+      ->check(whole_number(1, 1024))
       ->type_name("K");
 
   commands.emplace_back(sub, [flags] {
@@ -459,6 +464,7 @@ int run_plan(const std::shared_ptr<RunFlags>& flags) {
   if (reports && !flags->links_out.empty()) check_writable(flags->links_out, "--links-out");
   models::Model model = build_model_from(flags->model, flags->seed);
   models::check_model_batch(model, flags->batch);
+  models::check_shared_tensors_on_one_stage(model, plan.balance, plan_source(*flags));
   options.seed = flags->seed;
   options.learning_rate = flags->learning_rate;
   options.optimizer = exec::parse_optimizer(flags->optimizer);

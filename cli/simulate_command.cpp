@@ -1,11 +1,20 @@
+#include <fmt/format.h>
+
 #include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "cli/commands.hpp"
+#include "cli/error_text.hpp"
 #include "cli/inputs.hpp"
 #include "cli/report.hpp"
 #include "sim/critical_path.hpp"
+#include "sim/error.hpp"
+#include "sim/plan.hpp"
 #include "sim/schedule_csv.hpp"
 #include "sim/simulator.hpp"
 #include "sim/trace.hpp"
@@ -20,8 +29,87 @@ struct SimulateFlags {
   std::string trace;
   std::string schedule_csv;
   std::string write_schedule_csv;
+  std::string plans;  ///< JSON lines, one plan each ("-": standard input)
   bool json = false;
 };
+
+bool any_plan_flag(const PlanFlags& p) {
+  return !p.plan_path.empty() || !p.balance.empty() || p.chunks || p.checkpoint || p.schedule ||
+         p.stages_per_device || !p.stage_devices.empty() || p.optimizer_state_factor;
+}
+
+// One object per plan line, in order, so a script's thousand what-ifs cost one start-up. A bad
+// line gets {"line": N, "error": "…"} in its place and the others still run; the exit status
+// says whether any line was refused.
+int simulate_plan_lines(const SimulateFlags& flags) {
+  for (const auto& [given, flag] :
+       {std::pair{any_plan_flag(flags.plan), "--plan, --balance and the other plan flags"},
+        std::pair{!flags.trace.empty(), "--trace"},
+        std::pair{!flags.schedule_csv.empty(), "--schedule-csv"},
+        std::pair{!flags.write_schedule_csv.empty(), "--write-schedule-csv"}}) {
+    if (given) throw InputError(fmt::format("--plans: every line is a whole plan; drop {}", flag));
+  }
+  const Profile profile = load_profile(flags.profile);
+  std::ifstream file;
+  if (flags.plans != "-") {
+    file.open(flags.plans);
+    if (!file) throw InputError(fmt::format("--plans: cannot read {}", flags.plans));
+  }
+  std::istream& in = flags.plans == "-" ? std::cin : file;
+  const std::string source = flags.plans == "-" ? "standard input" : flags.plans;
+
+  // Flags that are wrong for every line are refused once, before any line.
+  std::string note;
+  std::map<int, Hardware> hardware_for_devices;
+  resolve_hardware(profile, flags.hardware, 0, &note);
+  print_note(note);
+  auto hardware_for = [&](int devices) -> const Hardware& {
+    auto it = hardware_for_devices.find(devices);
+    if (it == hardware_for_devices.end()) {
+      it = hardware_for_devices
+               .emplace(devices, resolve_hardware(profile, flags.hardware, devices, nullptr))
+               .first;
+    }
+    return it->second;
+  };
+
+  SimulationOptions options;  // as for one plan, so each line answers what --json would
+  options.record_edges = true;
+  options.worst_order_peaks = true;
+  std::string text;
+  int line = 0, plans = 0, refused = 0;
+  while (std::getline(in, text)) {
+    ++line;
+    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
+    ++plans;
+    std::string out;
+    try {
+      // A line may leave out the format tag: it can only be a plan.
+      nlohmann::json object = nlohmann::json::parse(text, nullptr, false);
+      if (object.is_object() && !object.contains("format")) object["format"] = kPlanFormat;
+      const std::string where = fmt::format("{} line {}", source, line);
+      const Plan plan = parse_plan(object.is_discarded() ? text : object.dump(), where);
+      const Hardware& hardware = hardware_for(device_count(plan));
+      check_plan(plan, profile, hardware, where);
+      const SimulationResult result = Simulator(profile, hardware).run(plan, options);
+      // simulation_json is one object on one line; the line number goes first.
+      out = simulation_json(result, critical_path(result));
+      out.replace(0, 1, fmt::format("{{\"line\":{},", line));
+    } catch (const InputError& e) {
+      ++refused;
+      out = nlohmann::json{{"line", line}, {"error", error_text(e)}}.dump() + "\n";
+    }
+    std::fputs(out.c_str(), stdout);
+    std::fflush(stdout);  // a script reading the pipe gets each answer as it is made
+  }
+  if (refused > 0) {
+    std::fprintf(stderr, "pipetune: error: %d of %d plans refused (their lines say why)\n", refused,
+                 plans);
+    return 2;
+  }
+  return 0;
+}
+
 }  // namespace
 
 void add_simulate_command(CLI::App& app, std::vector<Command>& commands) {
@@ -41,8 +129,13 @@ void add_simulate_command(CLI::App& app, std::vector<Command>& commands) {
                   "write the schedule as torch's compute-only CSV, one row per device")
       ->type_name("OUT.csv");
   sub->add_flag("--json", flags->json, "print one JSON object instead of the report");
+  sub->add_option("--plans", flags->plans,
+                  "many plans at once: JSON lines, one plan.json object a line (- for standard "
+                  "input); prints one JSON line per plan, in order")
+      ->type_name("FILE");
 
   commands.emplace_back(sub, [flags] {
+    if (!flags->plans.empty()) return simulate_plan_lines(*flags);
     const Profile profile = load_profile(flags->profile);
     Plan plan = resolve_plan(flags->plan);
     std::optional<Schedule> given;

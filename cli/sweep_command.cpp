@@ -4,9 +4,11 @@
 
 #include "cli/commands.hpp"
 #include "cli/inputs.hpp"
+#include "cli/number_flags.hpp"
 #include "cli/progress.hpp"
 #include "cli/report.hpp"
 #include "sim/error.hpp"
+#include "sim/limits.hpp"
 #include "sim/sweep.hpp"
 
 namespace pipetune::cli {
@@ -45,7 +47,8 @@ void add_sweep_command(CLI::App& app, std::vector<Command>& commands) {
                   "device counts, e.g. 2,4,8 (one stage each, or --stages-per-device with the "
                   "looped and V schedules)")
       ->delimiter(',')
-      ->type_name("N,...");
+      ->type_name("N,...")
+      ->check(whole_number(1, limits::kMaxDevices));
   sub->add_option("--memory", flags->memory, "memory of every device, e.g. 16GiB")
       ->type_name("SIZE");
   sub->add_option("--bandwidth", flags->bandwidths,
@@ -53,11 +56,12 @@ void add_sweep_command(CLI::App& app, std::vector<Command>& commands) {
       ->delimiter(',')
       ->type_name("B,...");
   sub->add_option("--latency-ms", flags->latency_ms, "link latency in milliseconds")
-      ->check(CLI::NonNegativeNumber);
+      ->check(real_number(0.0, limits::kMaxMs));
   sub->add_option("--chunks", flags->chunks,
                   "chunk counts (default: powers of two up to the batch size, and the batch size)")
       ->delimiter(',')
-      ->type_name("M,...");
+      ->type_name("M,...")
+      ->check(whole_number(1, limits::kMaxChunks));
   sub->add_option("--checkpoint", flags->checkpoints,
                   "always,except_last,never or all (default all)")
       ->delimiter(',')
@@ -71,11 +75,13 @@ void add_sweep_command(CLI::App& app, std::vector<Command>& commands) {
                   "stages per device with interleaved-1f1b, interleaved-zb and looped-bfs "
                   "(default 2; zbv and dualpipev run 2)")
       ->delimiter(',')
-      ->type_name("V,...");
+      ->type_name("V,...")
+      ->check(whole_number(1, kMaxStagesPerDevice));
   sub->add_option("--balance", flags->balance,
                   "fixed layers per stage (default: the time-balanced split at every point)")
       ->delimiter(',')
-      ->type_name("N,...");
+      ->type_name("N,...")
+      ->check(whole_number_from(0));
   sub->add_option("--optimizer-state-factor", flags->optimizer_state_factor,
                   "optimizer state bytes per parameter byte: 0 SGD, 1 momentum, 2 Adam")
       ->check(optimizer_state_factor_range());

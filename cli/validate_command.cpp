@@ -10,12 +10,14 @@
 #include "cli/commands.hpp"
 #include "cli/distributed_runs.hpp"
 #include "cli/inputs.hpp"
+#include "cli/number_flags.hpp"
 #include "cli/progress.hpp"
 #include "cli/torch_inputs.hpp"
 #include "cli/validate_report.hpp"
 #include "executor/optimizer.hpp"
 #include "sim/error.hpp"
 #include "sim/file_io.hpp"
+#include "sim/limits.hpp"
 
 namespace pipetune::cli {
 
@@ -54,16 +56,16 @@ struct ValidateFlags {
 void add_input_flags(CLI::App& sub, ValidateFlags& flags) {
   add_model_flags(sub, flags.model);
   sub.add_option("--batch", flags.batch, "samples per mini-batch (default 32)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1, limits::kMaxBatch));
   sub.add_option("--device", flags.device, "cpu or cuda (default cpu)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   sub.add_option("--devices", flags.devices,
                  "pipeline devices: CPU worker threads or CUDA devices (default 2)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1, limits::kMaxDevices));
   sub.add_option("--sm-partitions", flags.sm_partitions,
                  "--device cuda: split the GPU's SMs into K equal shares and run device cuda:<n> "
                  "on share n, profiling on one share (as profile and run --sm-partitions)")
-      ->check(CLI::PositiveNumber)
+      ->check(whole_number(1, 1024))
       ->type_name("K");
   sub.add_option("--profile", flags.profile, "reuse this profile instead of profiling")
       ->type_name("FILE");
@@ -81,11 +83,12 @@ void add_plan_flags(CLI::App& sub, ValidateFlags& flags) {
           ->delimiter(',')
           ->type_name("FILE");
   sub.add_option("--top", flags.top, "validate the planner's N best plans (default 3)")
-      ->check(CLI::Range(1, 100))
+      ->check(whole_number(1, 100))
       ->excludes(plan);
   sub.add_option("--chunks", flags.chunks, "chunk counts the planner may use (default all)")
       ->delimiter(',')
-      ->type_name("M,...");
+      ->type_name("M,...")
+      ->check(whole_number(1, limits::kMaxChunks));
   sub.add_option("--checkpoint", flags.checkpoints,
                  "checkpoint modes the planner may use (default all)")
       ->delimiter(',')
@@ -97,39 +100,41 @@ void add_plan_flags(CLI::App& sub, ValidateFlags& flags) {
                  "stages per device the planner may use with the interleaved and looped "
                  "schedules (default 2; zbv and dualpipev run 2)")
       ->delimiter(',')
-      ->type_name("V,...");
+      ->type_name("V,...")
+      ->check(whole_number(1, kMaxStagesPerDevice));
 }
 
 // How each plan is run and measured, calibration runs included.
 void add_run_flags(CLI::App& sub, ValidateFlags& flags) {
   sub.add_option("--steps", flags.steps, "measured steps per plan (default 10)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1, 1000000));
   sub.add_option("--warmup", flags.warmup, "unmeasured steps per plan and round (default 1)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0, 1000000));
   sub.add_option("--rounds", flags.rounds,
                  "plans take turns this many times, against drift (default 2)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1, 1000));
   sub.add_option(
          "--calibration-plans", flags.calibration_plans,
          "plans run to fit the calibration, none of them validated; 0: no calibration (default 2)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0, 1000));
   sub.add_option("--calibration-steps", flags.calibration_steps,
                  "measured steps per calibration plan (default 4)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1, 1000000));
   sub.add_flag("--recalibrate", flags.recalibrate,
                "fit a calibration even when --hardware has one");
   sub.add_option("--threads", flags.threads,
                  "intra-op threads per CPU device (default: cores / devices)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0, 4096));
   sub.add_option("--co-runners", flags.co_runners,
                  "CPU: time each layer also beside N threads running it, for the co-run slowdown; "
                  "0: off (default: devices - 1)")
-      ->check(CLI::NonNegativeNumber);
-  sub.add_option("--seed", flags.seed, "data, initialisation and dropout seed");
+      ->check(whole_number(0, limits::kMaxDevices));
+  sub.add_option("--seed", flags.seed, "data, initialisation and dropout seed")
+      ->check(whole_number(0, std::numeric_limits<std::int64_t>::max()));
   sub.add_option("--optimizer", flags.optimizer, "sgd, momentum, adam or none (default sgd)")
       ->check(CLI::IsMember({"sgd", "momentum", "adam", "none"}));
   sub.add_option("--lr", flags.learning_rate, "learning rate (default 0.01)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_real(1e6));
 }
 
 // Where the reports go and what fails the command.
@@ -140,11 +145,11 @@ void add_report_flags(CLI::App& sub, ValidateFlags& flags) {
       ->type_name("DIR");
   sub.add_option("--max-time-error", flags.max_time_error,
                  "fail (exit 3) when an iteration time is off by more, in %")
-      ->check(CLI::NonNegativeNumber)
+      ->check(real_number(0.0, 1e6))
       ->type_name("PERCENT");
   sub.add_option("--max-memory-error", flags.max_memory_error,
                  "fail (exit 3) when a device's peak memory is off by more, in %")
-      ->check(CLI::NonNegativeNumber)
+      ->check(real_number(0.0, 1e6))
       ->type_name("PERCENT");
   sub.add_flag(
       "--require-best", flags.require_best,
@@ -159,7 +164,7 @@ void add_distributed_flags(CLI::App& sub, ValidateFlags& flags) {
                "links between such processes");
   sub.add_option("--timeout", flags.timeout_s,
                  "--distributed: seconds a rank waits for another (default 300)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_real(1e6));
 }
 
 // The validation loop's options from the flags, plans loaded and choices parsed.

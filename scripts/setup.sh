@@ -46,8 +46,10 @@ if ((${#missing[@]})); then
     sudo_cmd=(sudo)
   fi
   export DEBIAN_FRONTEND=noninteractive
+  started=$SECONDS
   "${sudo_cmd[@]}" apt-get update -qq
   "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  say "Debian packages installed in $((SECONDS - started)) s"
 else
   say "Debian packages present"
 fi
@@ -72,6 +74,8 @@ else
   say "installing torch $TORCH_VERSION into $VENV (a few GB, once)"
   mkdir -p "$(dirname "$VENV")"
   [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+  started=$SECONDS
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy
   torch_ok || { say "torch $TORCH_VERSION did not install into $VENV"; exit 1; }
+  say "torch installed in $((SECONDS - started)) s"
 fi

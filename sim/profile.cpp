@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <string_view>
 #include <tuple>
+#include <unordered_map>
 
 #include "sim/cost_model.hpp"
 #include "sim/error.hpp"
@@ -274,6 +276,17 @@ Profile parse_profile(std::string_view text, const std::string& source) {
   const auto layer_nodes = layers.elements();
   if (layer_nodes.empty()) layers.fail("a non-empty array of layers");
   for (const Node& l : layer_nodes) p.layers.push_back(parse_layer(l, count));
+  // Traces, reports and the GUI match tasks to layers by name: two layers of one name would
+  // be confused there.
+  std::unordered_map<std::string_view, std::size_t> first_of_name;
+  for (std::size_t k = 0; k < p.layers.size(); ++k) {
+    const auto [seen, fresh] = first_of_name.emplace(p.layers[k].name, k);
+    if (!fresh) {
+      layer_nodes[k].field("name").fail_message(
+          fmt::format("\"{}\" is also the name of layers[{}]: every layer needs a name of its own",
+                      p.layers[k].name, seen->second));
+    }
+  }
   // Measured backward peaks replace the model's estimate for whole stages: all layers or none.
   for (std::size_t k = 1; k < p.layers.size(); ++k) {
     if (p.layers[k].backward_peak_bytes.empty() != p.layers[0].backward_peak_bytes.empty()) {

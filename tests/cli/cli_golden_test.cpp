@@ -107,6 +107,12 @@ INSTANTIATE_TEST_SUITE_P(
     BadInput, CliGolden,
     ::testing::Values(
         GoldenCase{"error_no_subcommand", {}},
+        GoldenCase{"error_devices_zero", {"plan", "--profile", kProfile, "--devices", "0"}},
+        GoldenCase{"error_chunks_not_a_number",
+                   {"simulate", "--profile", kProfile, "--balance", "3,3", "--chunks", "two"}},
+        GoldenCase{"error_duplicate_layer_names",
+                   {"simulate", "--profile", "tests/data/bad/duplicate_layer_names.json",
+                    "--balance", "3,3"}},
         GoldenCase{"error_schedule_csv_stage_on_two_rows",
                    {"simulate", "--profile", kProfile, "--balance", "2,1,2,1", "--chunks", "2",
                     "--schedule-csv", "tests/data/bad/schedule_stage_on_two_rows.csv"}},
@@ -198,7 +204,8 @@ TEST(CliPlan, OptimizerStateFactorMustBeAFiniteNumberInRange) {
           value};
       const auto r = testing::run_command(argv, PIPETUNE_SOURCE_DIR);
       EXPECT_EQ(r.exit_code, 2) << sub << " " << value << ": " << r.err;
-      EXPECT_NE(r.err.find("expected a number from 0 to 1000, got " + value), std::string::npos)
+      EXPECT_NE(r.err.find("expected a number from 0 to 1000, got \"" + value + "\""),
+                std::string::npos)
           << sub << " " << value << ": " << r.err;
     }
     std::vector<std::string> ok{

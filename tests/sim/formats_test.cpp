@@ -95,6 +95,15 @@ TEST(ProfileFormat, WrongFormatTag) {
             "in.json: format: expected \"pipetune.profile/1\", got \"pipetune.profile/9\"");
 }
 
+TEST(ProfileFormat, TwoLayersOfOneNameAreRefusedNamingBoth) {
+  // Traces and the GUI find a task's layer by name: a second "0" would be confused with the first.
+  EXPECT_EQ(profile_error(profile_with(R"({"name": "1")", R"({"name": "0")")),
+            "in.json: layers[1].name: \"0\" is also the name of layers[0]: every layer needs a "
+            "name of its own");
+  // Names that differ only past a common prefix are distinct.
+  EXPECT_NO_THROW(parse_profile(profile_with(R"({"name": "1")", R"({"name": "01")"), "in.json"));
+}
+
 TEST(ProfileFormat, MissingField) {
   EXPECT_EQ(profile_error(profile_with("\"dtype\": \"float32\",", "")),
             "in.json: missing field \"dtype\"");

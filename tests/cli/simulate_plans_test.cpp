@@ -1,0 +1,101 @@
+// `simulate --plans`: many plans in one process. Each answer must be what `simulate --json`
+// answers for that plan alone, in the order of the lines, and a bad line must not stop the rest.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "tests/support/run_command.hpp"
+
+namespace pipetune {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const std::string kProfile = "tests/data/tiny.profile.json";
+
+testing::CommandResult pipetune(std::vector<std::string> args) {
+  args.insert(args.begin(), PIPETUNE_CLI);
+  return testing::run_command(args, PIPETUNE_SOURCE_DIR);
+}
+
+std::vector<json> json_lines(const std::string& out) {
+  std::vector<json> lines;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) lines.push_back(json::parse(line));
+  return lines;
+}
+
+fs::path write_lines(const std::string& name, const std::vector<std::string>& lines) {
+  const fs::path path = fs::temp_directory_path() / name;
+  std::ofstream out(path);
+  for (const auto& l : lines) out << l << "\n";
+  return path;
+}
+
+TEST(SimulatePlans, EachLineAnswersAsSimulateDoesForThatPlanAlone) {
+  const std::vector<std::string> plans{
+      R"({"format": "pipetune.plan/1", "balance": [3, 3], "chunks": 4, "checkpoint": "never", "schedule": "gpipe"})",
+      R"({"balance": [2, 2, 2], "chunks": 8, "checkpoint": "always", "schedule": "1f1b"})",
+      R"({"balance": [1, 2, 1, 2], "chunks": 4, "checkpoint": "never", "schedule": "interleaved-1f1b", "stages_per_device": 2})",
+  };
+  const fs::path file = write_lines("pipetune-plans-ok.jsonl", plans);
+  const auto batch = pipetune({"simulate", "--profile", kProfile, "--plans", file.string()});
+  ASSERT_EQ(batch.exit_code, 0) << batch.err;
+  const std::vector<json> answers = json_lines(batch.out);
+  ASSERT_EQ(answers.size(), plans.size()) << batch.out;
+  for (std::size_t k = 0; k < plans.size(); ++k) {
+    json plan = json::parse(plans[k]);
+    plan["format"] = "pipetune.plan/1";
+    const fs::path one = write_lines("pipetune-plan-one.json", {plan.dump()});
+    const auto alone =
+        pipetune({"simulate", "--profile", kProfile, "--plan", one.string(), "--json"});
+    ASSERT_EQ(alone.exit_code, 0) << alone.err;
+    json expected = json::parse(alone.out);
+    json got = answers[k];
+    EXPECT_EQ(got["line"], k + 1);
+    got.erase("line");
+    EXPECT_EQ(got, expected) << "line " << k + 1;
+  }
+}
+
+TEST(SimulatePlans, ABadLineIsAnsweredInItsPlaceAndTheRestStillRun) {
+  const fs::path file = write_lines(
+      "pipetune-plans-bad.jsonl",
+      {R"({"balance": [3, 3], "chunks": 4, "checkpoint": "never", "schedule": "gpipe"})", "",
+       R"({"balance": [3, 2], "chunks": 4, "checkpoint": "never", "schedule": "gpipe"})",
+       "not json",
+       R"({"balance": [3, 3], "chunks": 2, "checkpoint": "never", "schedule": "1f1b"})"});
+  const auto r = pipetune({"simulate", "--profile", kProfile, "--plans", file.string()});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err,
+            "note: no --hardware: for each plan as many as it needs of the profile's device (cpu, "
+            "hand-made) with ideal links\n"
+            "pipetune: error: 2 of 4 plans refused (their lines say why)\n");
+  const std::vector<json> answers = json_lines(r.out);
+  ASSERT_EQ(answers.size(), 4u) << r.out;  // the blank line is skipped, not answered
+  EXPECT_EQ(answers[0]["line"], 1);
+  EXPECT_TRUE(answers[0].contains("iteration_ms"));
+  EXPECT_EQ(answers[1]["line"], 3);
+  EXPECT_NE(answers[1]["error"].get<std::string>().find("line 3"), std::string::npos) << answers[1];
+  EXPECT_EQ(answers[2]["line"], 4);
+  EXPECT_NE(answers[2]["error"].get<std::string>().find("line 4"), std::string::npos) << answers[2];
+  EXPECT_EQ(answers[3]["line"], 5);
+  EXPECT_TRUE(answers[3].contains("iteration_ms"));
+}
+
+TEST(SimulatePlans, PlanFlagsBesideThePlansAreRefused) {
+  const fs::path file = write_lines("pipetune-plans-one.jsonl", {"{}"});
+  const auto r =
+      pipetune({"simulate", "--profile", kProfile, "--plans", file.string(), "--chunks", "2"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find("--plans"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace pipetune
