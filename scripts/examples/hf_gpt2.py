@@ -8,9 +8,10 @@ The blocks do not script (keyword-only arguments with defaults), so export_model
 them and proves each trace. A block returns a tuple in some transformers versions and takes an
 attention mask, so each is wrapped to take and return one tensor. Eager attention: the SDPA
 path decides `is_causal` with a Python branch on the sequence length, which the tracer warns
-about (and the exporter refuses), and without the mask it would not be causal at all. GPT-2 ties its head to the
-token embedding; the embedding and the head become different stages, so the head gets its own
-copy here (pipetune would otherwise train two copies without saying).
+about (and the exporter refuses), and without the mask it would not be causal at all. GPT-2
+ties its head to the token embedding, which pipetune keeps as one tensor only when both layers
+are on one stage (and the exporter refuses a tie between children): the head gets its own copy
+here, so any balance can split the model.
 """
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
