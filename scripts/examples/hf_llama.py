@@ -63,7 +63,7 @@ class Head(torch.nn.Module):
 def build():
     torch.manual_seed(0)
     # Untied head: the embedding and the head become different stages, and pipetune refuses a
-    # parameter shared by two children for now (it would train two copies without saying).
+    # parameter shared by two children (on two stages each would train its own copy).
     config = LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
                          tie_word_embeddings=False, attn_implementation="eager")
