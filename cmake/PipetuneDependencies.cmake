@@ -87,11 +87,11 @@ if(_want_torch)
   elseif(PIPETUNE_WITH_TORCH STREQUAL "ON")
     message(FATAL_ERROR "LibTorch not found (run scripts/setup.sh, or set Torch_DIR)")
   else()
-    pipetune_left_out("executor/, profiler/, validate/ (pipetune profile/run/validate refuse; demo is a what-if)"
+    pipetune_left_out("executor/, profiler/, validate/ (pipetune profile, run and validate refuse, demo is a what-if)"
                       "LibTorch not found (run scripts/setup.sh)")
   endif()
 else()
-  pipetune_left_out("executor/, profiler/, validate/ (pipetune profile/run/validate refuse; demo is a what-if)"
+  pipetune_left_out("executor/, profiler/, validate/ (pipetune profile, run and validate refuse, demo is a what-if)"
                     "PIPETUNE_WITH_TORCH=OFF")
 endif()
 
