@@ -28,9 +28,13 @@ Model build_torchscript_model(Spec& spec, const ModelOptions& options);  // torc
 
 namespace {
 
-// Names the layer being built, so that a model too large for the machine says which layer.
-std::string building_layer(const Model& m) {
-  return fmt::format("building layer \"{}\" of {}", m.layer_names.back(), m.name);
+// Appends the layer `make` builds, named `name`. An allocation that fails while it is built
+// names the layer, so that a model too large for the machine says which one.
+template <class Make>
+void add_layer(Model& m, std::string name, Make&& make) {
+  const Activity building(fmt::format("building layer \"{}\" of {}", name, m.name));
+  m.layer_names.push_back(name);
+  m.layers->push_back(std::move(name), make());
 }
 
 // --- MLP -----------------------------------------------------------------------------------
@@ -56,14 +60,10 @@ Model build_mlp(Spec& spec) {
   Model m;
   m.name = fmt::format("mlp-{}x{}", layers, width);
   for (std::int64_t l = 0; l < layers; ++l) {
-    m.layer_names.push_back(fmt::format("block{}", l));
-    const Activity building_1(building_layer(m));
-    m.layers->push_back(std::string(m.layer_names.back()),
-                        MlpBlock(l == 0 ? input : width, width, dropout));
+    add_layer(m, fmt::format("block{}", l),
+              [&] { return MlpBlock(l == 0 ? input : width, width, dropout); });
   }
-  m.layer_names.push_back("head");
-  const Activity building_2(building_layer(m));
-  m.layers->push_back("head", torch::nn::Linear(width, classes));
+  add_layer(m, "head", [&] { return torch::nn::Linear(width, classes); });
   m.loss = cross_entropy;
   m.make_batch = [input, classes](std::int64_t batch, std::int64_t step, std::uint64_t seed) {
     auto g = at::detail::createCPUGenerator(seed * 1000003 + static_cast<std::uint64_t>(step));
@@ -149,17 +149,12 @@ Model build_gpt(Spec& spec) {
   }
   Model m;
   m.name = fmt::format("gpt-{}x{}", layers, width);
-  m.layer_names.push_back("embed");
-  const Activity building_3(building_layer(m));
-  m.layers->push_back("embed", Embedding(vocab, width, seq, dropout));
+  add_layer(m, "embed", [&] { return Embedding(vocab, width, seq, dropout); });
   for (std::int64_t l = 0; l < layers; ++l) {
-    m.layer_names.push_back(fmt::format("block{}", l));
-    const Activity building_4(building_layer(m));
-    m.layers->push_back(std::string(m.layer_names.back()), TransformerBlock(width, heads, dropout));
+    add_layer(m, fmt::format("block{}", l),
+              [&] { return TransformerBlock(width, heads, dropout); });
   }
-  m.layer_names.push_back("head");
-  const Activity building_5(building_layer(m));
-  m.layers->push_back("head", LanguageHead(width, vocab));
+  add_layer(m, "head", [&] { return LanguageHead(width, vocab); });
   m.loss = cross_entropy;
   m.make_batch = [seq, vocab](std::int64_t batch, std::int64_t step, std::uint64_t seed) {
     auto g = at::detail::createCPUGenerator(seed * 1000003 + static_cast<std::uint64_t>(step));
@@ -230,18 +225,12 @@ Model build_resnet(Spec& spec, const ModelOptions& options) {
   const auto classes = spec.positive("classes", 10);
   Model m;
   m.name = fmt::format("resnet-{}x{}", blocks, channels);
-  m.layer_names.push_back("stem");
-  const Activity building_6(building_layer(m));
-  m.layers->push_back("stem", Stem(channels, options.deferred_batch_norm));
+  add_layer(m, "stem", [&] { return Stem(channels, options.deferred_batch_norm); });
   for (std::int64_t b = 0; b < blocks; ++b) {
-    m.layer_names.push_back(fmt::format("block{}", b));
-    const Activity building_7(building_layer(m));
-    m.layers->push_back(std::string(m.layer_names.back()),
-                        ResidualBlock(channels, options.deferred_batch_norm));
+    add_layer(m, fmt::format("block{}", b),
+              [&] { return ResidualBlock(channels, options.deferred_batch_norm); });
   }
-  m.layer_names.push_back("head");
-  const Activity building_8(building_layer(m));
-  m.layers->push_back("head", Classifier(channels, classes));
+  add_layer(m, "head", [&] { return Classifier(channels, classes); });
   m.loss = cross_entropy;
   m.make_batch = [image, classes](std::int64_t batch, std::int64_t step, std::uint64_t seed) {
     auto g = at::detail::createCPUGenerator(seed * 1000003 + static_cast<std::uint64_t>(step));
