@@ -130,13 +130,7 @@ Hardware resolve_hardware(const Profile& profile, const HardwareFlags& flags, in
   }
   std::optional<double> bandwidth, latency;
   if (!flags.bandwidth.empty()) bandwidth = parse_bandwidth(flags.bandwidth, "--bandwidth");
-  if (flags.latency_ms >= 0) {
-    if (!(flags.latency_ms <= limits::kMaxMs)) {
-      throw InputError(fmt::format("--latency-ms: expected at most 1e9 (milliseconds), got {}",
-                                   flags.latency_ms));
-    }
-    latency = flags.latency_ms;
-  }
+  if (flags.latency_ms >= 0) latency = flags.latency_ms;  // its flag checks the ceiling
   set_all_links(hw, bandwidth, latency);
   if (note && !hw.calibration.empty()) {
     // Predictions differ from the profile's numbers: say so, and by how much.
@@ -155,13 +149,7 @@ Plan resolve_plan(const PlanFlags& flags) {
         "no plan: give --plan FILE or --balance N,N,... (with --chunks, --checkpoint, --schedule)");
   }
   if (!flags.balance.empty()) plan.balance = flags.balance;
-  if (flags.chunks) {
-    if (*flags.chunks < 1 || *flags.chunks > limits::kMaxChunks) {
-      throw InputError(
-          fmt::format("--chunks: expected 1 to {}, got {}", limits::kMaxChunks, *flags.chunks));
-    }
-    plan.chunks = *flags.chunks;
-  }
+  if (flags.chunks) plan.chunks = *flags.chunks;  // in range: add_plan_flags checks it
   if (flags.checkpoint) {
     const auto mode = parse_checkpoint_mode(*flags.checkpoint);
     if (!mode) {

@@ -96,8 +96,6 @@ void add_profile_command(CLI::App& app, std::vector<Command>& commands) {
       ->type_name("FILE");
 
   commands.emplace_back(sub, [flags] {
-    if (flags->batch < 1)
-      throw InputError(fmt::format("--batch: expected a positive integer, got {}", flags->batch));
     check_writable(flags->output, "--output");
     if (!flags->hardware.empty()) check_writable(flags->hardware, "--hardware");
     models::Model model = build_model_from(flags->model, flags->seed);

@@ -207,7 +207,7 @@ validate::ValidationOptions validation_options(const ValidateFlags& flags) {
   o.planner.optimizer_state_factor =
       exec::optimizer_state_factor(exec::parse_optimizer(flags.optimizer));
   for (int c : o.planner.chunks) {
-    if (c < 1 || c > flags.batch) {
+    if (c > flags.batch) {  // at least 1: the flag's own check
       throw InputError(
           fmt::format("--chunks: expected 1 to {} (the batch size), got {}", flags.batch, c));
     }
