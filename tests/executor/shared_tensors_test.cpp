@@ -14,6 +14,7 @@
 
 #include "executor/executor.hpp"
 #include "sim/error.hpp"
+#include "tests/sim/fixtures.hpp"
 
 namespace pipetune {
 namespace {
@@ -62,15 +63,6 @@ models::Model tied_model(Head head = Head::Tied) {
   return m;
 }
 
-Plan plan_of(std::vector<int> balance, int chunks, CheckpointMode mode, ScheduleKind kind) {
-  Plan p;
-  p.balance = std::move(balance);
-  p.chunks = chunks;
-  p.checkpoint = mode;
-  p.schedule = kind;
-  return p;
-}
-
 exec::ExecutorOptions cpu_devices(int n, exec::OptimizerKind optimizer, double lr) {
   exec::ExecutorOptions o;
   for (int d = 0; d < n; ++d) o.devices.push_back("cpu:" + std::to_string(d));
@@ -112,7 +104,7 @@ TEST(SharedTensors, APlanThatSplitsThemIsRefusedBeforeAnyWork) {
         m.layers->ptr(1)->as<torch::nn::LinearImpl>()->weight.detach().clone();
     try {
       exec::Pipeline pipeline(
-          m, plan_of(balance, 2, CheckpointMode::Never, ScheduleKind::GPipe), kBatch,
+          m, testing::make_plan(balance, 2, CheckpointMode::Never, ScheduleKind::GPipe), kBatch,
           cpu_devices(static_cast<int>(balance.size()), exec::OptimizerKind::Sgd, 0.1));
       ADD_FAILURE() << "a plan splitting the tied layers was accepted";
     } catch (const InputError& e) {
@@ -143,8 +135,8 @@ TEST_P(OneStageTrainsOneTensor, LossesAndWeightsEqualTheHandWrittenLoop) {
   constexpr double kLr = 0.05;
   models::Model m = tied_model();
   // The tied pair on stage 1, "pre" on stage 0: two devices, the tie on one stage.
-  exec::Pipeline pipeline(m, plan_of({1, 3}, chunks, checkpoint, ScheduleKind::OneFOneB), kBatch,
-                          cpu_devices(2, kind, kLr));
+  exec::Pipeline pipeline(m, testing::make_plan({1, 3}, chunks, checkpoint, ScheduleKind::OneFOneB),
+                          kBatch, cpu_devices(2, kind, kLr));
   auto* embed = m.layers->ptr(1)->as<torch::nn::LinearImpl>();
   auto* pre = m.layers->ptr(0)->as<torch::nn::LinearImpl>();
   HandWritten h{pre->weight.detach().clone().requires_grad_(),
