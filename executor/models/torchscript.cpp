@@ -18,6 +18,7 @@
 #include "executor/models/layers.hpp"
 #include "executor/models/loss.hpp"
 #include "executor/models/model.hpp"
+#include "executor/models/script_random.hpp"
 #include "executor/models/spec.hpp"
 #include "sim/error.hpp"
 
@@ -34,6 +35,18 @@ bool attention_dropout(const torch::jit::Node* node) {
   if (node->inputs().size() < 5) return true;
   const std::optional<c10::IValue> p = torch::jit::toIValue(node->input(4));
   return !(p && p->isDouble() && p->toDouble() == 0.0);
+}
+
+// Dropout and its kin (input, p, train) draw nothing when p is the constant 0 or train the
+// constant false: ATen returns the input. Libraries leave many such in their blocks (timm's ViT
+// and a Llama from transformers have nothing else), and a layer counted as random holds a lock
+// for its forward (ScriptLayerImpl): two devices' forwards would take turns for nothing.
+bool draws_nothing(const torch::jit::Node* node) {
+  if (node->inputs().size() < 3) return false;
+  const std::optional<c10::IValue> p = torch::jit::toIValue(node->input(1));
+  const std::optional<c10::IValue> train = torch::jit::toIValue(node->input(2));
+  return (p && p->isDouble() && p->toDouble() == 0.0) ||
+         (train && train->isBool() && !train->toBool());
 }
 
 // Whether a graph (its blocks included) draws random numbers: dropout and its kin, sampling.
@@ -68,7 +81,10 @@ bool draws_random(const torch::jit::Block* block) {
                                                         "aten::log_normal_",
                                                         "aten::random_"};
   for (const torch::jit::Node* node : block->nodes()) {
-    if (kinds.count(node->kind().toQualString()) != 0) return true;
+    const std::string kind = node->kind().toQualString();
+    if (kinds.count(kind) != 0 &&
+        !(kind.find("dropout") != std::string::npos && draws_nothing(node)))
+      return true;
     if (attention_dropout(node)) return true;
     for (const torch::jit::Block* inner : node->blocks()) {
       if (draws_random(inner)) return true;
@@ -77,11 +93,15 @@ bool draws_random(const torch::jit::Block* block) {
   return false;
 }
 
-bool forward_draws_random(const torch::jit::Module& module) {
+}  // namespace
+
+bool script_draws_random(const torch::jit::Module& module) {
   auto graph = module.get_method("forward").graph()->copy();
   torch::jit::Inline(*graph);  // the submodules' calls, so that their dropout shows
   return draws_random(graph->block());
 }
+
+namespace {
 
 // A script's dropout draws from the global generator, which every stage's thread shares: left
 // alone, a recomputed micro-batch would draw other masks than its forward did (wrong gradients
@@ -95,7 +115,7 @@ std::mutex global_generator_lock;
 class ScriptLayerImpl : public torch::nn::Module {
  public:
   ScriptLayerImpl(torch::jit::Module module, std::uint64_t salt)
-      : module_(std::move(module)), salt_(salt), random_(forward_draws_random(module_)) {
+      : module_(std::move(module)), salt_(salt), random_(script_draws_random(module_)) {
     // Names may not contain dots in a torch::nn::Module.
     auto clean = [](std::string name) {
       for (auto& c : name) {

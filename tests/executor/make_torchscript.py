@@ -1,9 +1,11 @@
 """Writes a scripted nn.Sequential for the executor's bring-your-own-model tests.
 
-make_torchscript.py OUT.pt [--dropout | --attention]: with --dropout, two of its children draw
-dropout masks (one a Dropout child, one a block with dropout inside), from torch's global
-generator; with --attention, one child draws them inside fused attention
-(scaled_dot_product_attention with dropout_p), as library transformer blocks do.
+make_torchscript.py OUT.pt [--dropout | --attention | --zero-dropout]: with --dropout, two of its
+children draw dropout masks (one a Dropout child, one a block with dropout inside), from torch's
+global generator; with --attention, one child draws them inside fused attention
+(scaled_dot_product_attention with dropout_p), as library transformer blocks do; with
+--zero-dropout, the same children as --dropout with p = 0, which draw nothing (timm and
+transformers leave such dropouts in their blocks).
 """
 import sys
 
@@ -11,10 +13,10 @@ import torch
 
 
 class Block(torch.nn.Module):
-    def __init__(self):
+    def __init__(self, p=0.3):
         super().__init__()
         self.linear = torch.nn.Linear(16, 16)
-        self.drop = torch.nn.Dropout(0.3)
+        self.drop = torch.nn.Dropout(p)
 
     def forward(self, x):
         return torch.tanh(self.drop(self.linear(x)))
@@ -35,6 +37,10 @@ torch.manual_seed(0)
 if "--dropout" in sys.argv[2:]:
     model = torch.nn.Sequential(
         torch.nn.Linear(8, 16), torch.nn.Dropout(0.5), Block(), torch.nn.ReLU(), torch.nn.Linear(16, 4)
+    )
+elif "--zero-dropout" in sys.argv[2:]:
+    model = torch.nn.Sequential(
+        torch.nn.Linear(8, 16), torch.nn.Dropout(0.0), Block(0.0), torch.nn.ReLU(), torch.nn.Linear(16, 4)
     )
 elif "--attention" in sys.argv[2:]:
     model = torch.nn.Sequential(

@@ -3,12 +3,16 @@
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <torch/script.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <utility>
+#include <vector>
 
 #include "executor/executor.hpp"
+#include "executor/models/script_random.hpp"
 #include "sim/error.hpp"
 #include "tests/executor/reference.hpp"
 #include "tests/support/run_command.hpp"
@@ -105,6 +109,23 @@ TEST_P(DropoutInsideAScript, DrawsTheSameMasksOnRecompute) {
 INSTANTIATE_TEST_SUITE_P(TorchScript, DropoutInsideAScript,
                          ::testing::Values("--dropout", "--attention"),
                          [](const auto& info) { return info.param.substr(2); });
+
+// Only a draw holds the generator's lock: dropout with p = 0 (as timm's ViT and transformers'
+// Llama leave in every block) draws nothing, so such layers' forwards run on every device at
+// once; p > 0 and fused attention's dropout do draw.
+TEST(TorchScript, DropoutWithZeroProbabilityDrawsNothing) {
+  for (const auto& [flag, random] : std::vector<std::pair<std::string, bool>>{
+           {"--dropout", true}, {"--attention", true}, {"--zero-dropout", false}, {"", false}}) {
+    const auto path = std::filesystem::temp_directory_path() /
+                      ("pipetune_random_" + std::to_string(::getpid()) + flag + ".pt");
+    std::vector<std::string> command{PIPETUNE_PYTHON, PIPETUNE_MAKE_SCRIPT, path.string()};
+    if (!flag.empty()) command.push_back(flag);
+    const auto made = testing::run_command(command);
+    ASSERT_EQ(made.exit_code, 0) << made.err;
+    EXPECT_EQ(models::script_draws_random(torch::jit::load(path.string())), random) << flag;
+    std::filesystem::remove(path);
+  }
+}
 
 TEST(TorchScript, NotAScriptIsAClearError) {
   const auto path = std::filesystem::temp_directory_path() / "pipetune_not_a_script.pt";
