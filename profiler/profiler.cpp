@@ -20,6 +20,7 @@
 #include "executor/device_name.hpp"
 #include "executor/sm_partitions.hpp"
 #include "profiler/backend.hpp"
+#include "profiler/cpu_cache.hpp"
 #include "profiler/host_pace.hpp"
 #include "profiler/peak_release.hpp"
 #include "sim/error.hpp"
@@ -157,7 +158,17 @@ Profile empty_profile(models::Model& model, MeasureBackend& backend, at::ScalarT
 // Each layer's median times at one size, and their spreads.
 struct LayerTimes {
   Statistics forward, backward, forward_nograd, backward_input, backward_weight;
+  Statistics forward_cold, backward_cold;  ///< with the cache emptied first; empty when not timed
 };
+
+// Writes `buffer` through: what the cache held before is gone (the buffer is a few times its
+// size). The sink keeps the compiler from dropping the writes.
+void empty_cache(std::vector<std::uint8_t>& buffer) {
+  static std::uint8_t fill = 0;
+  std::fill(buffer.begin(), buffer.end(), ++fill);
+  volatile std::uint8_t sink = buffer[buffer.size() / 2];
+  (void)sink;
+}
 
 // The parameters a backward can reach (frozen ones have no gradient to compute).
 std::vector<at::Tensor> trainable_parameters(torch::nn::AnyModule& layer) {
@@ -363,14 +374,19 @@ std::vector<HostTimes> time_host_calls(
 // would keep its weights in cache, which a pipeline streaming micro-batches through many
 // layers does not; small-batch layers are bound by memory, so that matters. Layers are joined
 // by detached tensors, so each backward can be timed by itself.
+//
+// With `cache_bytes` > 0, each layer is also timed cold: the same passes with the cache emptied
+// before each layer's forward and each layer's backward (sim/cache_model.hpp).
 std::vector<LayerTimes> time_layers(models::Model& model,
                                     std::vector<torch::nn::AnyModule*>& modules,
                                     const at::Tensor& input, const at::Tensor& target,
-                                    MeasureBackend& backend, const ProfileOptions& options) {
+                                    MeasureBackend& backend, const ProfileOptions& options,
+                                    std::int64_t cache_bytes) {
   const int layer_count = static_cast<int>(modules.size());
   std::uint64_t next_region = 1;
   std::vector<std::vector<std::uint64_t>> forward_ids(layer_count), backward_ids(layer_count),
-      nograd_ids(layer_count), input_ids(layer_count), weight_ids(layer_count);
+      nograd_ids(layer_count), input_ids(layer_count), weight_ids(layer_count),
+      cold_forward_ids(layer_count), cold_backward_ids(layer_count);
   // Runs `work` as region `ids` of layer l when the repetition is timed.
   auto region = [&](bool timed, std::vector<std::uint64_t>& ids, auto&& work) {
     const std::uint64_t id = next_region++;
@@ -464,6 +480,41 @@ std::vector<LayerTimes> time_layers(models::Model& model,
     split_backward_pass(timed);
   };
   for (int r = 0; r < options.warmup + options.repeats; ++r) repetition(r >= options.warmup);
+  // The forward and backward again, each layer after the cache was emptied.
+  std::vector<std::uint8_t> flush(static_cast<std::size_t>(std::max<std::int64_t>(cache_bytes, 0)) *
+                                  4);
+  auto cold_repetition = [&] {
+    std::vector<LayerInput> inputs(layer_count);
+    std::vector<at::Tensor> roots(layer_count);
+    at::Tensor current = input;
+    for (int l = 0; l < layer_count; ++l) {
+      inputs[l] = layer_input(current, l);
+      Runner run{*modules[l], model, l + 1 == layer_count, target};
+      empty_cache(flush);
+      auto pair = region(true, cold_forward_ids[l], [&] { return run.forward(inputs[l].x); });
+      roots[l] = pair.first;
+      current = pair.second;
+    }
+    at::Tensor gradient;
+    for (int l = layer_count - 1; l >= 0; --l) {
+      if (!roots[l].requires_grad()) break;
+      empty_cache(flush);
+      region(true, cold_backward_ids[l], [&] {
+        if (l + 1 == layer_count) {
+          torch::autograd::backward({roots[l]});
+        } else {
+          torch::autograd::backward({roots[l]}, {gradient});
+        }
+        return 0;
+      });
+      gradient = inputs[l].leaf.defined() ? inputs[l].leaf.grad() : at::Tensor();
+      roots[l] = at::Tensor();
+      if (!gradient.defined()) break;
+    }
+  };
+  if (!flush.empty()) {
+    for (int r = 0; r < options.repeats; ++r) cold_repetition();
+  }
   const auto times = backend.collect_ms();
   auto pick = [&](const std::vector<std::uint64_t>& ids) {
     std::vector<double> v;
@@ -475,8 +526,9 @@ std::vector<LayerTimes> time_layers(models::Model& model,
   };
   std::vector<LayerTimes> out(layer_count);
   for (int l = 0; l < layer_count; ++l) {
-    out[l] = {pick(forward_ids[l]), pick(backward_ids[l]), pick(nograd_ids[l]), pick(input_ids[l]),
-              pick(weight_ids[l])};
+    out[l] = {pick(forward_ids[l]),      pick(backward_ids[l]), pick(nograd_ids[l]),
+              pick(input_ids[l]),        pick(weight_ids[l]),   pick(cold_forward_ids[l]),
+              pick(cold_backward_ids[l])};
   }
   return out;
 }
@@ -827,12 +879,16 @@ std::vector<std::pair<at::Tensor, at::Tensor>> profile_sizes(
     const auto& [input, target] = batches.back();
     profile.input_bytes.push_back(bytes_of(input));
     const std::vector<LayerTimes> times =
-        time_layers(model, modules, input, target, backend, options);
+        time_layers(model, modules, input, target, backend, options, profile.device.cache_bytes);
     at::Tensor current = input;
     for (int l = 0; l < layer_count; ++l) {
       Runner run{*modules[l], model, l + 1 == layer_count, target};
       LayerMemory memory = measure_layer_memory(run, current, l, backend);
       append(profile.layers[l], times[l], memory, size == sizes.front());
+      if (profile.device.cache_bytes > 0) {
+        profile.layers[l].forward_cold_ms.push_back(times[l].forward_cold.median);
+        profile.layers[l].backward_cold_ms.push_back(times[l].backward_cold.median);
+      }
       if (options.co_runners > 0) {
         const Slowdown slowdown = measure_slowdown(run, current, l, backend, options, threads);
         LayerProfile& layer = profile.layers[l];
@@ -909,6 +965,9 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
     profile.device.sm_shares = options.sm_partitions;
   }
   profile.co_runners = options.co_runners;
+  // A CPU device's threads each have their core's private cache.
+  if (options.cold_times && device.is_cpu())
+    profile.device.cache_bytes = private_cache_bytes() * measured_threads(options);
   // Library bytes: what the allocator gains from here without a tensor to show for it. A
   // pipeline's device has two threads running cuBLAS on its stream, the compute thread and
   // autograd's device thread, each with its own 32 MiB workspace (measured on an H100); so has

@@ -89,6 +89,9 @@ struct ProfileOptions {
   /// CPU: the other devices' threads a layer is also timed beside (0: not measured). CUDA: 0
   /// only; stages sharing one GPU are not measured (InputError).
   int co_runners = 0;
+  /// CPU: also time each layer with the core's private cache emptied first (LayerProfile::
+  /// forward_cold_ms), for the simulator's cache model; nothing where the cache is unknown.
+  bool cold_times = true;
   /// CUDA: > 0 profiles on the first of that many equal shares of the GPU's SMs
   /// (executor/sm_partitions.hpp), the device each stage of a pipeline run with
   /// ExecutorOptions::sm_partitions gets; the profile's device name says which share.

@@ -97,6 +97,8 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
   costs->kept_prefix.assign(layers + 1, 0);
   costs->forward_corun_prefix.assign(layers + 1, 0.0);
   costs->backward_corun_prefix.assign(layers + 1, 0.0);
+  costs->forward_cold_extra_prefix.assign(layers + 1, 0.0);
+  costs->backward_cold_extra_prefix.assign(layers + 1, 0.0);
   costs->stored_bytes.assign(layers, 0);
   costs->launch_times = profile_.has_launch_times();
   costs->backward_call_ms = costs->launch_times ? profile_.device.backward_call_ms : 0.0;
@@ -192,6 +194,16 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
         costs->backward_corun_prefix[l] +
         (corun ? std::max(costs->backward_ms[l], interpolate(sizes, layer.backward_corun_ms, x))
                : costs->backward_ms[l]);
+    // Likewise a cold time below the hot one: no extra.
+    const bool cold = !layer.forward_cold_ms.empty();
+    costs->forward_cold_extra_prefix[l + 1] =
+        costs->forward_cold_extra_prefix[l] +
+        (cold ? std::max(0.0, interpolate(sizes, layer.forward_cold_ms, x) - costs->forward_ms[l])
+              : 0.0);
+    costs->backward_cold_extra_prefix[l + 1] =
+        costs->backward_cold_extra_prefix[l] +
+        (cold ? std::max(0.0, interpolate(sizes, layer.backward_cold_ms, x) - costs->backward_ms[l])
+              : 0.0);
   }
   // A storage made by layer l is referenced by l, the aliasing layers after it, and the next
   // layer that makes its own; it is kept if one of them keeps it.

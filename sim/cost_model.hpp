@@ -49,6 +49,9 @@ struct SizeCosts {
   /// Forward and backward beside the profile's co-runners (LayerProfile), never below the solo
   /// times; the solo times where the profile has none.
   std::vector<double> forward_corun_prefix, backward_corun_prefix;  ///< size L + 1
+  /// How much longer forward and backward take with the cache emptied first
+  /// (LayerProfile::forward_cold_ms, never below 0); all 0 where the profile has no cold times.
+  std::vector<double> forward_cold_extra_prefix, backward_cold_extra_prefix;  ///< size L + 1
   /// The host's launch times (LayerProfile::forward_launch_ms, …), all 0 where the profile has
   /// none; the backward's split into I and W in the proportion of the device's times.
   std::vector<double> forward_launch_prefix, forward_nograd_launch_prefix, backward_launch_prefix,
@@ -128,6 +131,12 @@ struct SizeCosts {
   }
   double backward_corun_ms_sum(int first, int end) const {
     return backward_corun_prefix[end] - backward_corun_prefix[first];
+  }
+  double forward_cold_extra_ms(int first, int end) const {
+    return forward_cold_extra_prefix[end] - forward_cold_extra_prefix[first];
+  }
+  double backward_cold_extra_ms(int first, int end) const {
+    return backward_cold_extra_prefix[end] - backward_cold_extra_prefix[first];
   }
   double backward_input_ms_sum(int first, int end) const {
     return backward_input_prefix[end] - backward_input_prefix[first];

@@ -74,7 +74,7 @@ GraphSweep::GraphSweep(const CostModel& costs, const Hardware& hardware, const S
 }
 
 bool GraphSweep::exact_for(const Profile& profile) {
-  return !profile.has_launch_times() && !profile.has_corun_times();
+  return !profile.has_launch_times() && !profile.has_corun_times() && !profile.has_cold_times();
 }
 
 double GraphSweep::run(const std::vector<int>& balance) {

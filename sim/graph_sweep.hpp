@@ -29,8 +29,8 @@ class GraphSweep {
   GraphSweep(const CostModel& costs, const Hardware& hardware, const Schedule& schedule,
              const std::vector<int>& device_of, const std::vector<std::int64_t>& sizes);
 
-  /// Whether run() equals the simulator for `profile`: not where launch times or co-run times
-  /// change a task's time with what runs around it.
+  /// Whether run() equals the simulator for `profile`: not where launch times, co-run times or
+  /// cold times change a task's time with what runs around it.
   static bool exact_for(const Profile& profile);
 
   /// The simulated iteration time of the plan whose stage s holds balance[s] layers, in order.

@@ -104,6 +104,8 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
                    "backward_weight_ms",
                    "forward_corun_ms",
                    "backward_corun_ms",
+                   "forward_cold_ms",
+                   "backward_cold_ms",
                    "forward_launch_ms",
                    "backward_launch_ms",
                    "forward_nograd_launch_ms",
@@ -193,6 +195,17 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
     layer.forward_corun_ms = numbers(*forward_corun, sizes);
     layer.backward_corun_ms = numbers(*backward_corun, sizes);
   }
+  const auto forward_cold = node.optional_field("forward_cold_ms");
+  const auto backward_cold = node.optional_field("backward_cold_ms");
+  if (forward_cold.has_value() != backward_cold.has_value()) {
+    node.fail_message(
+        fmt::format("missing field \"{}\" (forward_cold_ms and backward_cold_ms come together)",
+                    forward_cold ? "backward_cold_ms" : "forward_cold_ms"));
+  }
+  if (forward_cold) {
+    layer.forward_cold_ms = numbers(*forward_cold, sizes);
+    layer.backward_cold_ms = numbers(*backward_cold, sizes);
+  }
   const auto forward_launch = node.optional_field("forward_launch_ms");
   const auto backward_launch = node.optional_field("backward_launch_ms");
   if (forward_launch.has_value() != backward_launch.has_value()) {
@@ -232,8 +245,8 @@ Profile parse_profile(std::string_view text, const std::string& source) {
   Profile p;
   p.model = root.field("model").non_empty_string();
   const Node device = root.field("device");
-  device.allow_only(
-      {"type", "name", "memory_bytes", "library_bytes", "backward_call_ms", "sm_shares"});
+  device.allow_only({"type", "name", "memory_bytes", "library_bytes", "backward_call_ms",
+                     "sm_shares", "cache_bytes"});
   p.device.type = device.field("type").non_empty_string();
   p.device.name = device.field("name").string();
   p.device.memory_bytes = device.field("memory_bytes").bytes();
@@ -246,6 +259,7 @@ Profile parse_profile(std::string_view text, const std::string& source) {
     if (count > limits::kMaxDevices) shares->fail("a count of shares from 1 to 1024");
     p.device.sm_shares = static_cast<int>(count);
   }
+  if (auto cache = device.optional_field("cache_bytes")) p.device.cache_bytes = cache->bytes();
   p.dtype = root.field("dtype").non_empty_string();
   if (auto timer = root.optional_field("timer")) {
     p.timer = timer->non_empty_string();
@@ -344,6 +358,18 @@ Profile parse_profile(std::string_view text, const std::string& source) {
     }
   }
 
+  // Cold times need the cache they were taken with, and describe every layer or none.
+  for (std::size_t k = 0; k < p.layers.size(); ++k) {
+    if (p.layers[k].forward_cold_ms.empty() == (p.device.cache_bytes > 0)) {
+      layer_nodes[k].fail_message(
+          p.device.cache_bytes > 0
+              ? "missing field \"forward_cold_ms\" (device.cache_bytes is given: every layer has "
+                "cold times)"
+              : "has forward_cold_ms, but the profile's device has no cache_bytes (the cache they "
+                "were taken with emptied)");
+    }
+  }
+
   // The call's time is only ever added to launch times: alone it would be silently unused.
   if (p.device.backward_call_ms > 0 && !p.has_launch_times()) {
     device.field("backward_call_ms")
@@ -388,6 +414,7 @@ std::string profile_to_json(const Profile& p) {
   if (p.device.library_bytes > 0) root["device"]["library_bytes"] = p.device.library_bytes;
   if (p.device.backward_call_ms > 0) root["device"]["backward_call_ms"] = p.device.backward_call_ms;
   if (p.device.sm_shares > 0) root["device"]["sm_shares"] = p.device.sm_shares;
+  if (p.device.cache_bytes > 0) root["device"]["cache_bytes"] = p.device.cache_bytes;
   root["dtype"] = p.dtype;
   if (!p.timer.empty()) root["timer"] = p.timer;
   root["batch_size"] = p.batch_size;
@@ -427,6 +454,10 @@ std::string profile_to_json(const Profile& p) {
     if (!l.forward_corun_ms.empty()) {
       layer["forward_corun_ms"] = l.forward_corun_ms;
       layer["backward_corun_ms"] = l.backward_corun_ms;
+    }
+    if (!l.forward_cold_ms.empty()) {
+      layer["forward_cold_ms"] = l.forward_cold_ms;
+      layer["backward_cold_ms"] = l.backward_cold_ms;
     }
     if (!l.forward_launch_ms.empty()) {
       layer["forward_launch_ms"] = l.forward_launch_ms;

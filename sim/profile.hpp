@@ -57,6 +57,12 @@ struct LayerProfile {
   /// on the same CPU (or streams on the same GPU) do. Absent: no co-run slowdown is modelled.
   std::vector<double> forward_corun_ms;
   std::vector<double> backward_corun_ms;
+  /// Optional (empty when absent; both or neither, every layer or none, only with
+  /// ProfileDevice::cache_bytes): forward and backward with the device's cache emptied first,
+  /// where the times above are taken hot (each backward right after its forward). The
+  /// simulator's cache model (sim/cache_model.hpp) places a task between the two. Absent: hot.
+  std::vector<double> forward_cold_ms;
+  std::vector<double> backward_cold_ms;
   /// Optional (empty when absent; both or neither, every layer or none): the host's time to
   /// launch the layer's forward and backward on a device that runs them asynchronously (a
   /// GPU), measured with nothing watching the launches. A stage's host launches its layers one
@@ -86,6 +92,9 @@ struct ProfileDevice {
   /// Optional (0 when absent: the whole device): the profile was taken on one of this many
   /// equal shares of the GPU's SMs (`profile --sm-partitions`).
   int sm_shares = 0;
+  /// Optional (0 when absent; only with the layers' cold times): the cache a device's threads
+  /// have to themselves, in bytes, the one the cold times were taken with emptied.
+  std::int64_t cache_bytes = 0;
 };
 
 /// The per-layer costs that the simulator and the planner read (format pipetune.profile/1).
@@ -106,6 +115,7 @@ struct Profile {
 
   std::size_t layer_count() const { return layers.size(); }
   bool has_corun_times() const { return co_runners > 0; }
+  bool has_cold_times() const { return device.cache_bytes > 0; }
   bool has_launch_times() const { return !layers.empty() && !layers[0].forward_launch_ms.empty(); }
 };
 

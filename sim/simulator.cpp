@@ -9,6 +9,7 @@
 #include <string>
 #include <tuple>
 
+#include "sim/cache_model.hpp"
 #include "sim/corun.hpp"
 #include "sim/error.hpp"
 #include "sim/memory_model.hpp"
@@ -108,6 +109,9 @@ struct StageCost {
   StageTimes solo;
   StageTimes corun;  ///< beside the profile's co-runners; solo without co-run times
   StageTimes host;   ///< the host's time to launch each task (all 0 without launch times)
+  /// What each task takes longer with the cache emptied first (all 0 without cold times):
+  /// sim/cache_model.hpp adds its share of it.
+  StageTimes cold_extra;
   std::int64_t param_bytes = 0;  ///< the gradients W allocates
   StageMemory memory;
 };
@@ -170,6 +174,19 @@ std::vector<std::array<StageCost, 2>> stage_costs(const CostModel& costs, const 
           c.backward_input_ms_sum(a, b) * backward_slowdown / speed + overhead_ms;
       corun.backward_weight_ms =
           c.backward_weight_ms_sum(a, b) * backward_slowdown / speed + overhead_ms;
+      // Only forward and backward are timed cold; the forward without autograd and the
+      // backward's halves take the share of their whole that their hot times have.
+      StageTimes& cold = cost[s][slot].cold_extra;
+      const double forward_extra = c.forward_cold_extra_ms(a, b) / speed;
+      const double backward_extra = c.backward_cold_extra_ms(a, b) / speed;
+      const double nograd = c.forward_nograd_ms_sum(a, b);
+      const double input = c.backward_input_ms_sum(a, b), weight = c.backward_weight_ms_sum(a, b);
+      cold.forward_ms = forward_extra;
+      cold.forward_nograd_ms = forward > 0 ? forward_extra * std::min(1.0, nograd / forward) : 0.0;
+      cold.backward_ms = backward_extra;
+      cold.backward_input_ms = input + weight > 0 ? backward_extra * input / (input + weight) : 0.0;
+      cold.backward_weight_ms =
+          input + weight > 0 ? backward_extra * weight / (input + weight) : 0.0;
       cost[s][slot].param_bytes = costs.param_bytes(a, b);
       cost[s][slot].memory = stage_memory(costs, c, a, b, s == 0);
     }
@@ -213,8 +230,10 @@ double task_ms(TaskKind kind, bool recomputed, const StageTimes& times) {
   }
 }
 
-// A compute task's solo duration and memory effects (docs/memory-model.md); returns the duration.
-double set_compute_effects(TaskGraph& graph, int task, const StageCost& c, const PlanShape& shape) {
+// A compute task's solo duration, `extra_ms` added (its cold cache's), and memory effects
+// (docs/memory-model.md); returns the duration.
+double set_compute_effects(TaskGraph& graph, int task, const StageCost& c, const PlanShape& shape,
+                           double extra_ms) {
   const SimTask& t = graph.tasks[static_cast<std::size_t>(task)];
   EventEngine& engine = graph.engine;
   const int s = t.stage, i = t.micro_batch, counter = graph.counter[t.device];
@@ -227,7 +246,7 @@ double set_compute_effects(TaskGraph& graph, int task, const StageCost& c, const
   // with it too; the last stage has neither (its output died with the forward).
   const bool own_input = s > 0 && (graph.counter[shape.device_of[s - 1]] != counter || recomputed);
   const std::int64_t dies = dies_with_backward(m, last_stage, own_input);
-  const double ms = task_ms(t.kind, recomputed, c.solo);
+  const double ms = task_ms(t.kind, recomputed, c.solo) + extra_ms;
   MemoryEffect effect;
   switch (t.kind) {
     case TaskKind::Forward:
@@ -255,6 +274,20 @@ double set_compute_effects(TaskGraph& graph, int task, const StageCost& c, const
   engine.set_end_effect(task, counter, effect.freed);
   engine.set_duration(task, ms);
   return ms;
+}
+
+// Each compute task's coldness (sim/cache_model.hpp), in the graph's order of compute tasks.
+std::vector<double> task_coldness(const TaskGraph& graph,
+                                  const std::vector<std::array<StageCost, 2>>& cost,
+                                  const PlanShape& shape, std::int64_t cache_bytes) {
+  std::vector<CacheTask> tasks;
+  for (const SimTask& t : graph.tasks) {
+    if (!is_compute(t.kind)) continue;
+    const StageCost& c = cost[t.stage][shape.slot_of[t.micro_batch]];
+    tasks.push_back({t.device, t.kind, t.stage, t.micro_batch, shape.recomputed[t.micro_batch] == 0,
+                     c.memory.kept_bytes});
+  }
+  return cache_coldness(tasks, shape.devices, cache_bytes);
 }
 
 // Whether a copy's two ends hold their tensors in one memory (shares of one GPU): then the
@@ -515,13 +548,20 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
     engine.clear_pacing();
   }
   std::vector<std::int64_t> baseline = baseline_memory(costs_, plan, shape);
+  const std::vector<double> coldness =
+      profile_.has_cold_times() ? task_coldness(graph, cost, shape, profile_.device.cache_bytes)
+                                : std::vector<double>{};
   std::vector<CorunTask> corun_tasks;
-  for (std::size_t id = 0; id < graph.tasks.size(); ++id) {
+  for (std::size_t id = 0, compute = 0; id < graph.tasks.size(); ++id) {
     const SimTask& t = graph.tasks[id];
     const StageCost& c = cost[t.stage][shape.slot_of[t.micro_batch]];
     if (is_compute(t.kind)) {
-      const double solo_ms = set_compute_effects(graph, static_cast<int>(id), c, shape);
-      const double corun_ms = task_ms(t.kind, shape.recomputed[t.micro_batch] != 0, c.corun);
+      const bool recomputed = shape.recomputed[t.micro_batch] != 0;
+      const double extra_ms =
+          coldness.empty() ? 0.0 : coldness[compute] * task_ms(t.kind, recomputed, c.cold_extra);
+      ++compute;
+      const double solo_ms = set_compute_effects(graph, static_cast<int>(id), c, shape, extra_ms);
+      const double corun_ms = task_ms(t.kind, recomputed, c.corun) + extra_ms;
       corun_tasks.push_back({static_cast<int>(id), t.device, solo_ms, corun_ms, solo_ms});
     } else {
       set_copy_effects(graph, static_cast<int>(id), c.memory, shape,

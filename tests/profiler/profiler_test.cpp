@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "profiler/cpu_cache.hpp"
 #include "profiler/profiler.hpp"
 #include "sim/cost_model.hpp"
 #include "sim/error.hpp"
@@ -387,6 +388,30 @@ class StreamImpl : public torch::nn::Cloneable<StreamImpl> {
   at::Tensor w;
 };
 TORCH_MODULE(Stream);
+
+// Cold times on a CPU: every layer has them, measured against the core's private cache times the
+// device's threads; a sleep touches no memory, so cold it still sleeps what it did hot, at least.
+TEST(Profiler, ColdTimesOnACpu) {
+  models::Model m = model_of({{"stream", torch::nn::AnyModule(Stream())},
+                              {"sleep", torch::nn::AnyModule(SleepPerSample(0.5))}},
+                             {std::int64_t{1} << 10});
+  profiler::ProfileOptions o = quick(4, {2, 4});
+  o.threads = 1;
+  const Profile p = profiler::profile_model(m, o).profile;
+  if (profiler::private_cache_bytes() == 0) GTEST_SKIP() << "this machine names no private cache";
+  EXPECT_EQ(p.device.cache_bytes, profiler::private_cache_bytes());
+  for (const auto& layer : p.layers) {
+    ASSERT_EQ(layer.forward_cold_ms.size(), 2u) << layer.name;
+    ASSERT_EQ(layer.backward_cold_ms.size(), 2u) << layer.name;
+  }
+  EXPECT_GE(p.layers[1].forward_cold_ms[0], 0.9 * 1.0);
+  EXPECT_GE(p.layers[1].forward_cold_ms[1], 0.9 * 2.0);
+  const Profile again = parse_profile(profile_to_json(p), "again.json");
+  EXPECT_EQ(again.layers[0].forward_cold_ms, p.layers[0].forward_cold_ms);
+  // Turned off, nothing of it is written.
+  o.cold_times = false;
+  EXPECT_FALSE(profiler::profile_model(m, o).profile.has_cold_times());
+}
 
 TEST(Profiler, CoRunTimesOfABandwidthBoundLayer) {
   // 4 samples of 2^21 floats: 32 MiB per tensor.
