@@ -18,6 +18,7 @@
 #include <unordered_set>
 
 #include "executor/device_name.hpp"
+#include "executor/models/layers.hpp"
 #include "executor/sm_partitions.hpp"
 #include "profiler/backend.hpp"
 #include "profiler/cpu_cache.hpp"
@@ -608,6 +609,10 @@ Slowdown measure_slowdown(Runner& run, const at::Tensor& previous, int layer,
     co_runners.emplace_back([&, k] {
       try {
         at::set_num_threads(threads);  // with OpenMP: this thread's own pool, as a device's
+        // A generator of its own, as every device's thread has: a script's random layers then
+        // take turns on the global generator's lock beside the timed thread, as in a pipeline.
+        at::Generator generator = at::globalContext().defaultGenerator(previous.device()).clone();
+        models::ScopedGenerator draws(&generator);
         torch::nn::AnyModule mine = own_copy(run.layer);
         Runner copy{mine, run.model, run.last, run.target};
         bool counted = false;
@@ -980,6 +985,10 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
 
   std::vector<torch::nn::AnyModule*> modules;
   for (auto it = model.layers->begin(); it != model.layers->end(); ++it) modules.push_back(&*it);
+  // The layers draw as the executor's do (executor/models/layers.hpp): from a generator the
+  // thread sets, and a script's random layers under the global generator's lock.
+  at::Generator generator = at::globalContext().defaultGenerator(device).clone();
+  models::ScopedGenerator draws(&generator);
   std::vector<std::pair<at::Tensor, at::Tensor>> batches =
       profile_sizes(model, modules, *backend, options, sizes, dtype, profile);
   const double host_pace_us =

@@ -7,12 +7,14 @@
 #include <fmt/format.h>
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/passes/inliner.h>
+#include <torch/library.h>
 #include <torch/script.h>
 
 #include <filesystem>
 #include <mutex>
 #include <optional>
 #include <unordered_set>
+#include <vector>
 
 #include "executor/models/batch_file.hpp"
 #include "executor/models/layers.hpp"
@@ -103,19 +105,69 @@ bool script_draws_random(const torch::jit::Module& module) {
 
 namespace {
 
-// A script's dropout draws from the global generator, which every stage's thread shares: left
-// alone, a recomputed micro-batch would draw other masks than its forward did (wrong gradients
-// under checkpointing) and concurrent stages would interleave their draws. So while the
-// executor runs a micro-batch (ScopedGenerator set), such a layer holds this lock for its
-// forward and draws from the global generator seeded for (micro-batch, layer), as the zoo's
-// StageDropout draws from its own: the same masks on a recompute, whatever ran meanwhile. The
-// price: these layers' forwards do not overlap across stages.
+// A script's aten::dropout, rewritten (draw_from_the_threads_generator): the mask drawn from the
+// generator the executor sets for the micro-batch on this thread (ScopedGenerator), the global
+// one without. The mask is kept as bool, as ATen's own dropout keeps it.
+at::Tensor seeded_dropout(const at::Tensor& input, double p, bool train) {
+  if (!train || p == 0.0) return input;
+  if (p == 1.0) return input * at::zeros({}, input.options());
+  std::optional<at::Generator> generator;
+  if (at::Generator* mine = ScopedGenerator::current()) generator = *mine;
+  const at::Tensor keep =
+      at::empty(input.sizes(), input.options().dtype(at::kBool)).bernoulli_(1.0 - p, generator);
+  return input * keep * (1.0 / (1.0 - p));
+}
+
+TORCH_LIBRARY(pipetune, m) {
+  m.def("dropout(Tensor input, float p, bool train) -> Tensor");
+}
+// Composite: autograd records the ATen calls inside, so no backward of its own is needed.
+TORCH_LIBRARY_IMPL(pipetune, CompositeImplicitAutograd, m) {
+  m.impl("dropout", &seeded_dropout);
+}
+
+void collect_dropouts(torch::jit::Block* block, std::vector<torch::jit::Node*>& found) {
+  for (torch::jit::Node* node : block->nodes()) {
+    if (std::string(node->kind().toQualString()) == "aten::dropout" && node->inputs().size() == 3)
+      found.push_back(node);
+    for (torch::jit::Block* inner : node->blocks()) collect_dropouts(inner, found);
+  }
+}
+
+// Replaces the forward's aten::dropout (its submodules' inlined) with pipetune::dropout, which
+// draws from the thread's own generator: such layers need no lock (below) and run on every
+// device at once. Children of one class share their forward; the rewrite leaves nothing for a
+// second pass to find.
+void draw_from_the_threads_generator(torch::jit::Module& module) {
+  const std::shared_ptr<torch::jit::Graph> graph = module.get_method("forward").graph();
+  torch::jit::Inline(*graph);
+  std::vector<torch::jit::Node*> found;
+  collect_dropouts(graph->block(), found);
+  static const c10::Symbol ours = c10::Symbol::fromQualString("pipetune::dropout");
+  for (torch::jit::Node* node : found) {
+    torch::jit::WithInsertPoint here(node);
+    torch::jit::Node* replacement = graph->insertNode(graph->create(ours, node->inputs(), 1));
+    replacement->output()->setType(node->output()->type());
+    node->output()->replaceAllUsesWith(replacement->output());
+    node->destroy();
+  }
+}
+
+// What else draws from the global generator (fused attention's dropout, sampling, in-place and
+// channel dropout), which every stage's thread shares: left alone, a recomputed micro-batch
+// would draw other numbers than its forward did (wrong gradients under checkpointing) and
+// concurrent stages would interleave their draws. So while the executor runs a micro-batch
+// (ScopedGenerator set), such a layer holds this lock for its forward and draws from the
+// global generator seeded for (micro-batch, layer): the same numbers on a recompute, whatever
+// ran meanwhile. The price: these layers' forwards do not overlap across stages.
 std::mutex global_generator_lock;
 
 class ScriptLayerImpl : public torch::nn::Module {
  public:
   ScriptLayerImpl(torch::jit::Module module, std::uint64_t salt)
-      : module_(std::move(module)), salt_(salt), random_(script_draws_random(module_)) {
+      : module_(std::move(module)), salt_(salt) {
+    draw_from_the_threads_generator(module_);
+    random_ = script_draws_random(module_);
     // Names may not contain dots in a torch::nn::Module.
     auto clean = [](std::string name) {
       for (auto& c : name) {
@@ -154,7 +206,7 @@ class ScriptLayerImpl : public torch::nn::Module {
  private:
   torch::jit::Module module_;
   std::uint64_t salt_;  // the layer's index plus one: its masks differ from its neighbours'
-  bool random_;
+  bool random_ = false;
 };
 TORCH_MODULE(ScriptLayer);
 

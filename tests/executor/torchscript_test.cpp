@@ -2,6 +2,7 @@
 // its children and run pipelined exactly like the zoo's.
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <torch/script.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "executor/executor.hpp"
+#include "executor/models/layers.hpp"
 #include "executor/models/script_random.hpp"
 #include "sim/error.hpp"
 #include "tests/executor/reference.hpp"
@@ -125,6 +127,37 @@ TEST(TorchScript, DropoutWithZeroProbabilityDrawsNothing) {
     EXPECT_EQ(models::script_draws_random(torch::jit::load(path.string())), random) << flag;
     std::filesystem::remove(path);
   }
+}
+
+// A script's dropout draws from the generator the thread sets (as the executor sets one per
+// micro-batch), not from the global one that every device's thread shares: the same seed gives
+// the same masks, the thread's generator moves on, and the global generator is left where it
+// was. So no lock is needed and two devices' forwards run at once. (Under the lock, a script
+// drew from the global generator seeded from the thread's, whose state never moved.)
+TEST(TorchScript, DropoutDrawsFromTheThreadsGenerator) {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("pipetune_own_draws_" + std::to_string(::getpid()) + ".pt");
+  const auto made =
+      testing::run_command({PIPETUNE_PYTHON, PIPETUNE_MAKE_SCRIPT, path.string(), "--dropout"});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  models::Model model = models::build_model(path.string() + ":input=8,classes=4");
+  model.layers->train();
+  const at::Tensor x = at::ones({64, 8});
+  at::Generator global = at::globalContext().defaultGenerator(at::kCPU);
+  const at::Tensor before = global.get_state();
+  auto forward = [&](std::uint64_t seed) {
+    at::Generator mine = at::detail::createCPUGenerator(seed);
+    const at::Tensor fresh = mine.get_state();
+    models::ScopedGenerator use(&mine);
+    at::Tensor out = model.layers->forward(x);
+    EXPECT_FALSE(at::equal(mine.get_state(), fresh));
+    return out;
+  };
+  const at::Tensor a = forward(7), b = forward(7), c = forward(8);
+  EXPECT_TRUE(at::equal(a, b));
+  EXPECT_FALSE(at::equal(a, c));
+  EXPECT_TRUE(at::equal(global.get_state(), before));
+  std::filesystem::remove(path);
 }
 
 TEST(TorchScript, NotAScriptIsAClearError) {
