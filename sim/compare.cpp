@@ -276,6 +276,21 @@ const char* parts_name(CalibrationParts parts) {
 
 }  // namespace
 
+double measurement_noise(const std::vector<double>& steps) {
+  if (steps.size() < 2) return 0.0;
+  auto median_of = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  };
+  const double m = median_of(steps);
+  if (m <= 0.0) return 0.0;
+  std::vector<double> deviations;
+  for (double t : steps) deviations.push_back(std::abs(t - m));
+  const double sigma = 1.4826 * median_of(deviations);
+  return 1.96 * 1.253 * sigma / std::sqrt(static_cast<double>(steps.size())) / m;
+}
+
 CalibrationChoice choose_calibration(const Profile& profile, const Hardware& hardware,
                                      const std::vector<CalibrationRun>& runs) {
   CalibrationChoice choice;
@@ -330,6 +345,8 @@ CalibrationChoice choose_calibration(const Profile& profile, const Hardware& har
   for (std::size_t k = 0; k < n; ++k)
     choice.out_of_sample_error.push_back(errors_with(held_out_fits[k], k).front());
   const double without = mean_abs(choice.uncalibrated_error);
+  double noise = 0.0;
+  for (const auto& r : runs) noise += r.noise / static_cast<double>(n);
 
   // Each choice of parts judged as the whole is: out of sample, then on every plan it was fitted
   // on. Its `rejection` says why it is not used ("" when it may be).
@@ -350,6 +367,11 @@ CalibrationChoice choose_calibration(const Profile& profile, const Hardware& har
       c.rejection =
           fmt::format("on plans it was not fitted on it is off by {} on average, uncalibrated {}",
                       percent(c.held_out), percent(without));
+    } else if (without - c.held_out <= noise) {
+      c.rejection = fmt::format(
+          "on plans it was not fitted on it is off by {} on average, uncalibrated {}: a gain "
+          "within the runs' own noise (±{})",
+          percent(c.held_out), percent(without), percent(noise));
     }
     for (std::size_t k = 0; k < n && c.rejection.empty(); ++k) {
       if (std::abs(c.in_sample[k]) > std::abs(choice.uncalibrated_error[k])) {

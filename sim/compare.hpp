@@ -99,7 +99,15 @@ struct CalibrationRun {
   Plan plan;
   Trace measured;
   double measured_ms = 0.0;
+  /// The measurement's own noise, relative to measured_ms: the half-width of a 95 % interval of
+  /// the median step (measurement_noise()); 0 where not known.
+  double noise = 0.0;
 };
+
+/// The half-width of a 95 % interval of the median of `steps` measured times, relative to that
+/// median: 1.96 standard errors, a median's being 1.253 σ / √n with σ = 1.4826 × the median
+/// absolute deviation. 0 for fewer than two steps or a median of 0.
+double measurement_noise(const std::vector<double>& steps);
 
 /// Whether a calibration earns its place, and the one to use.
 struct CalibrationChoice {
@@ -113,7 +121,8 @@ struct CalibrationChoice {
 };
 
 /// Fits a calibration on `runs` and uses it only where it helps: out of sample (each run
-/// predicted by a fit on the others) its mean |error| must be below the uncalibrated one, and
+/// predicted by a fit on the others) its mean |error| must be below the uncalibrated one by
+/// more than the runs' mean noise (CalibrationRun::noise: a gain inside it is luck), and
 /// in sample it may be worse than uncalibrated on no run. Its compute part alone and its copy
 /// part alone are judged the same way, and the one off least out of sample is used (the whole
 /// calibration on a tie), so a part that carries over between plans is kept without the other.

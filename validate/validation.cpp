@@ -347,7 +347,10 @@ Validation run_validation(const ValidationOptions& options) {
         if (options.progress) options.progress("calibrate", d, t);
       });
       std::vector<CalibrationRun> fit_runs;
-      for (const auto& r : runs) fit_runs.push_back({r.plan, r.trace, r.median_pipeline_ms()});
+      for (const auto& r : runs) {
+        fit_runs.push_back(
+            {r.plan, r.trace, r.median_pipeline_ms(), measurement_noise(r.pipeline_ms)});
+      }
       // Applied only where it earns its place; else the report says why, and predicts without.
       const CalibrationChoice choice = choose_calibration(profile, hardware, fit_runs);
       v.calibration_reason = choice.reason;

@@ -180,6 +180,28 @@ TEST(ChooseCalibration, UsedWhenItHelpsOnPlansItWasNotFittedOn) {
   EXPECT_THAT(c.reason, ::testing::StartsWith("used: "));
 }
 
+// A gain out of sample no larger than the runs' own noise is luck: the plans run 25 % slower than
+// predicted, so the calibration gains 20 points of error (0.2 against 0); runs as noisy as
+// ±30 % keep the uncalibrated prediction, runs of ±10 % take it.
+TEST(ChooseCalibration, NotUsedWhenItGainsNoMoreThanTheNoise) {
+  const Scenario s = scenario({2, 2}, 4);
+  std::vector<CalibrationRun> noisy = stretched_runs({1.25, 1.25, 1.25});
+  for (auto& r : noisy) r.noise = 0.3;
+  const CalibrationChoice c = choose_calibration(s.profile, s.hardware, noisy);
+  EXPECT_FALSE(c.used);
+  EXPECT_THAT(c.reason, ::testing::HasSubstr("a gain within the runs' own noise (±30.0 %)"));
+  for (auto& r : noisy) r.noise = 0.1;
+  EXPECT_TRUE(choose_calibration(s.profile, s.hardware, noisy).used);
+}
+
+// 1.96 standard errors of the median, relative: steps 9, 10, 11, 10, 10 have median 10 and
+// median absolute deviation 0 (three of five at 10); 8, 10, 12, 10 has median 10 and deviation 1.
+TEST(MeasurementNoise, StandardErrorOfTheMedian) {
+  EXPECT_EQ(measurement_noise({9, 10, 11, 10, 10}), 0.0);
+  EXPECT_NEAR(measurement_noise({8, 10, 12, 10}), 1.96 * 1.253 * 1.4826 * 1.0 / 2.0 / 10.0, 1e-12);
+  EXPECT_EQ(measurement_noise({10}), 0.0);
+}
+
 TEST(ChooseCalibration, NotUsedWhenItDoesNotCarryOver) {
   // One plan 30 % slower than predicted, the next 20 % faster: a fit on either is worse on the
   // other than no calibration.
