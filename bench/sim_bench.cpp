@@ -154,7 +154,7 @@ void BM_Plan1000Layers16Devices(benchmark::State& state) {
   const Profile profile = synthetic_profile(1000, 256);
   Hardware hw = replicate_device(profile.device, 16);
   set_synthetic_links(hw);
-  PlannerOptions options;
+  PlannerOptions options = single_stage_planner_options();
   options.top = 1;
   PlanSearchResult result;
   for (auto _ : state) {
@@ -196,7 +196,7 @@ void BM_PlanLognormal1000Layers16Devices(benchmark::State& state) {
   Hardware hw = replicate_device(profile.device, 16);
   hw.link.bandwidth_bytes_per_s = 2e10;
   if (state.range(0) == 1) cap_at_parameter_share(hw, profile, 2.5);
-  PlannerOptions options;
+  PlannerOptions options = single_stage_planner_options();
   options.top = 1;
   PlanSearchResult result;
   for (auto _ : state) {
@@ -220,7 +220,7 @@ void BM_PlanNothingFits1000Layers16Devices(benchmark::State& state) {
   Hardware hw = replicate_device(profile.device, 16);
   hw.link.bandwidth_bytes_per_s = 2e10;
   cap_at_parameter_share(hw, profile, 1.6);
-  PlannerOptions options;
+  PlannerOptions options = single_stage_planner_options();
   options.top = 1;
   PlanSearchResult result;
   for (auto _ : state) {
@@ -243,7 +243,7 @@ void BM_PlanHeterogeneous(benchmark::State& state) {
   Hardware hw = replicate_device(profile.device, devices);
   set_unequal_speeds(hw);
   set_synthetic_links(hw);
-  PlannerOptions options;
+  PlannerOptions options = single_stage_planner_options();
   options.top = 1;
   plan_and_report_steps(state, profile, hw, options);
 }
@@ -262,7 +262,7 @@ void BM_PlanScaling(benchmark::State& state) {
   const Profile profile = synthetic_profile(static_cast<int>(state.range(0)), 256);
   Hardware hw = replicate_device(profile.device, static_cast<int>(state.range(1)));
   set_synthetic_links(hw);
-  PlannerOptions options;
+  PlannerOptions options = single_stage_planner_options();
   options.top = 1;
   PlanSearchResult result;
   for (auto _ : state) {
@@ -295,7 +295,7 @@ void BM_ProofAtScale(benchmark::State& state) {
     if (which == 1) set_unequal_speeds(hw);
     set_synthetic_links(hw);
   }
-  PlannerOptions options;
+  PlannerOptions options = single_stage_planner_options();
   options.top = 1;
   options.search_budget = 1'000'000'000;
   plan_and_report_steps(state, profile, hw, options);
@@ -309,7 +309,7 @@ void BM_Plan48Layers4Devices(benchmark::State& state) {
   hw.link.bandwidth_bytes_per_s = 1e10;
   PlanSearchResult result;
   for (auto _ : state) {
-    result = find_best_plans(profile, hw, {});
+    result = find_best_plans(profile, hw, single_stage_planner_options());
     benchmark::DoNotOptimize(result.ranked.data());
   }
   state.counters["proven"] = result.stats.proven ? 1 : 0;
@@ -323,7 +323,7 @@ void BM_Plan48Layers4DevicesEverySchedule(benchmark::State& state) {
   const Profile profile = synthetic_profile(48, 64);
   Hardware hw = replicate_device(profile.device, 4);
   hw.link.bandwidth_bytes_per_s = 1e10;
-  PlannerOptions options;
+  PlannerOptions options = single_stage_planner_options();
   options.schedules.assign(std::begin(kAllScheduleKinds), std::end(kAllScheduleKinds));
   PlanSearchResult result;
   for (auto _ : state) {
@@ -350,7 +350,7 @@ void BM_Plan1000Layers16DevicesEverySchedule(benchmark::State& state) {
   }
   if (state.range(0) == 2) cap_at_parameter_share(hw, profile, 2.5);
   if (state.range(0) == 3) set_unequal_speeds(hw);
-  PlannerOptions options;
+  PlannerOptions options = single_stage_planner_options();
   options.top = 1;
   options.schedules.assign(std::begin(kAllScheduleKinds), std::end(kAllScheduleKinds));
   PlanSearchResult result;

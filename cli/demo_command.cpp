@@ -20,6 +20,7 @@
 #include "sim/error.hpp"
 #include "sim/file_io.hpp"
 #include "sim/limits.hpp"
+#include "sim/planner.hpp"
 #include "sim/sweep.hpp"
 #include "sim/trace.hpp"
 #include "sim/units.hpp"
@@ -140,6 +141,7 @@ int full_demo(const DemoFlags& flags) {
   o.devices = flags.devices;
   o.top = 3;
   o.out_dir = flags.out;
+  const std::string space = search_space_text(o.planner, flags.batch);
   std::printf(
       "pipetune demo: %s, batch %lld, on %d CPU devices (worker threads sharing %u cores)\n",
       flags.model.c_str(), static_cast<long long>(flags.batch), flags.devices,
@@ -155,12 +157,12 @@ int full_demo(const DemoFlags& flags) {
     if (now != phase) {
       bars.finish();
       phase = now;
-      const char* what = now == "profile" ? "profiling every layer at every micro-batch size"
-                         : now == "plan"
-                             ? "searching every balance, chunk count, checkpoint mode and schedule"
-                         : now == "calibrate" ? "calibrating on plans that will not be validated"
-                                              : "running the 3 best plans for real, taking turns";
-      if (mode != "none") std::fprintf(stderr, "%s\n", what);  // none: quiet
+      const std::string what = now == "profile" ? "profiling every layer at every micro-batch size"
+                               : now == "plan"  ? "searching " + space
+                               : now == "calibrate"
+                                   ? "calibrating on plans that will not be validated"
+                                   : "running the 3 best plans for real, taking turns";
+      if (mode != "none") std::fprintf(stderr, "%s\n", what.c_str());  // none: quiet
     }
     bars(now, done, total);
   };
@@ -174,7 +176,9 @@ int full_demo(const DemoFlags& flags) {
   const validate::PlanValidation& chosen = v.plans.front();
   std::printf("\nsummary: the plan chosen, %s%s, predicted and measured\n\n",
               describe_plan(chosen.plan()).c_str(),
-              v.planner_proven ? " (optimal under the model)" : "");
+              v.planner_proven
+                  ? fmt::format(" (optimal under the model over {})", v.planner_space).c_str()
+                  : "");
   std::fputs(summary_table(v).c_str(), stdout);
   // Which prediction the headline is, and why that one.
   if (v.has_calibration()) {

@@ -57,6 +57,7 @@ std::string plan_json(const PlanSearchResult& result) {
   for (const auto& c : result.ranked) plans.push_back(candidate_json(c));
   root["plans"] = std::move(plans);
   root["proven_optimal"] = result.stats.proven;
+  root["search_space"] = result.search_space;
   root["lower_bound_ms"] = tidy(result.stats.lower_bound_ms);
   if (result.ranked.empty()) root["none_fits_proven"] = result.none_fits_proven;
   if (result.leanest) {

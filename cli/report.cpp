@@ -254,7 +254,7 @@ std::string unfinished_text(const PlannerStats& s) {
       to_string(least->schedule), v, state);
 }
 
-std::string search_summary(const PlannerStats& s, bool found) {
+std::string search_summary(const PlannerStats& s, const std::string& space, bool found) {
   std::string out = fmt::format(
       "searched    {} configurations ({} ruled out by bounds), {} partial balances, {} plans "
       "timed, "
@@ -262,7 +262,10 @@ std::string search_summary(const PlannerStats& s, bool found) {
       s.configurations, s.configurations_skipped, s.nodes, s.sweeps, s.simulations);
   if (!found) return out;
   if (s.proven) {
-    out += "            the best plan is optimal under the model: no fitting plan is faster\n";
+    out += fmt::format(
+        "            the best plan is optimal under the model over {}: no fitting plan there is "
+        "faster\n",
+        space);
   } else {
     out += fmt::format(
         "            search budget spent: no fitting plan is faster than {} ms, so the best is "
@@ -306,7 +309,7 @@ std::string plan_text(const Profile& profile, const Hardware& hardware,
   }
   out += fmt::format("devices     {}; links {}\n", fmt::join(devices, ", "),
                      format_bandwidth(hardware.link.bandwidth_bytes_per_s));
-  out += search_summary(result.stats, !result.ranked.empty());
+  out += search_summary(result.stats, result.search_space, !result.ranked.empty());
   if (result.ranked.empty()) {
     out += result.none_fits_proven
                ? "\nno plan fits in the devices' memory.\n"

@@ -1,6 +1,7 @@
 #include "sim/planner.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <vector>
@@ -24,6 +25,42 @@ std::int64_t PlanCandidate::max_peak_memory_bytes() const {
   return peak;
 }
 
+std::string search_space_text(const PlannerOptions& options, std::int64_t batch) {
+  auto same_set = [](auto chosen, const auto& all) {
+    std::sort(chosen.begin(), chosen.end());
+    chosen.erase(std::unique(chosen.begin(), chosen.end()), chosen.end());
+    return chosen.size() == std::size(all) &&
+           std::all_of(std::begin(all), std::end(all), [&](auto x) {
+             return std::find(chosen.begin(), chosen.end(), x) != chosen.end();
+           });
+  };
+  auto names = [](const auto& list) {
+    std::vector<std::string> out;
+    for (auto x : list) out.emplace_back(to_string(x));
+    return fmt::format("{}", fmt::join(out, ", "));
+  };
+  const std::string chunks = options.chunks.empty() ? fmt::format("chunk count (1 to {})", batch)
+                                                    : fmt::format("chunk count in {{{}}}",
+                                                                  fmt::join(options.chunks, ", "));
+  const std::string modes =
+      same_set(options.checkpoints, kAllCheckpointModes)
+          ? "checkpoint mode"
+          : fmt::format("checkpoint mode in {{{}}}", names(options.checkpoints));
+  const std::string schedules = same_set(options.schedules, kAllScheduleKinds)
+                                    ? "schedule"
+                                    : fmt::format("schedule in {{{}}}", names(options.schedules));
+  // Only these choose their stages per device; the V schedules always run two.
+  const bool choosing = std::any_of(options.schedules.begin(), options.schedules.end(), [](auto k) {
+    return k == ScheduleKind::Interleaved1F1B || k == ScheduleKind::InterleavedZB ||
+           k == ScheduleKind::LoopedBFS;
+  });
+  const std::string per_device =
+      choosing ? fmt::format(" ({} stages per device in the interleaved and looped ones)",
+                             fmt::join(options.stages_per_device, " or "))
+               : "";
+  return fmt::format("every balance, {}, {} and {}{}", chunks, modes, schedules, per_device);
+}
+
 PlanSearchResult find_best_plans(const Profile& profile, const Hardware& hardware,
                                  const PlannerOptions& options) {
   const int stages =
@@ -43,7 +80,16 @@ PlanSearchResult find_best_plans(const Profile& profile, const Hardware& hardwar
     return o.first >= stages || o.second >= stages;
   });
   PlanSearch search(profile, used, options);
-  return search.run();
+  PlanSearchResult result = search.run();
+  result.search_space = search_space_text(options, profile.batch_size);
+  return result;
+}
+
+PlannerOptions single_stage_planner_options() {
+  PlannerOptions options;
+  options.schedules.assign(std::begin(kSingleStageScheduleKinds),
+                           std::end(kSingleStageScheduleKinds));
+  return options;
 }
 
 double multi_stage_balance_bound(const Profile& profile, const Hardware& hardware,
@@ -63,24 +109,26 @@ double multi_stage_balance_bound(const Profile& profile, const Hardware& hardwar
 
 double multi_stage_configuration_bound(const Profile& profile, const Hardware& hardware,
                                        const Plan& plan) {
-  return PlanSearch(profile, hardware, PlannerOptions{}).configuration_bound_of(plan);
+  return PlanSearch(profile, hardware, single_stage_planner_options()).configuration_bound_of(plan);
 }
 
 std::vector<std::vector<double>> single_stage_prefix_bounds(const Profile& profile,
                                                             const Hardware& hardware,
                                                             const std::vector<Plan>& plans,
                                                             int widen, double limit) {
-  return PlanSearch(profile, hardware, PlannerOptions{}).prefix_bounds_of(plans, widen, limit);
+  return PlanSearch(profile, hardware, single_stage_planner_options())
+      .prefix_bounds_of(plans, widen, limit);
 }
 
 PlanCandidate single_stage_best_around(const Profile& profile, const Hardware& hardware,
                                        const Plan& centre, int radius) {
-  return PlanSearch(profile, hardware, PlannerOptions{}).best_around_of(centre, radius);
+  return PlanSearch(profile, hardware, single_stage_planner_options())
+      .best_around_of(centre, radius);
 }
 
 StageWorkRows multi_stage_time_rows(const Profile& profile, const Hardware& hardware,
                                     const Plan& plan) {
-  PlanSearch search(profile, hardware, PlannerOptions{});
+  PlanSearch search(profile, hardware, single_stage_planner_options());
   return search.time_rows_of(plan);
 }
 

@@ -25,6 +25,7 @@
 #include <functional>
 #include <limits>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "sim/hardware.hpp"
@@ -39,8 +40,9 @@ struct PlannerOptions {
   std::vector<int> chunks;  ///< chunk counts to try; empty: every count from 1 to the batch size
   std::vector<CheckpointMode> checkpoints{std::begin(kAllCheckpointModes),
                                           std::end(kAllCheckpointModes)};
-  std::vector<ScheduleKind> schedules{std::begin(kSingleStageScheduleKinds),
-                                      std::end(kSingleStageScheduleKinds)};
+  /// Every schedule by default: the one search space of the library, `plan`, `validate`, the
+  /// demo and the GUI.
+  std::vector<ScheduleKind> schedules{std::begin(kAllScheduleKinds), std::end(kAllScheduleKinds)};
   /// Stages per device tried for interleaved-1f1b, interleaved-zb and looped-bfs (zbv: 2);
   /// a count is tried only where the model has a layer for each of the v x devices stages.
   std::vector<int> stages_per_device{2};
@@ -128,7 +130,17 @@ struct PlanSearchResult {
   /// memory per device at which a plan would fit, and which plan.
   std::optional<PlanCandidate> leanest;
   bool leanest_proven = true;
+  /// search_space_text() of the search: what "optimal" and the bounds hold over.
+  std::string search_space;
 };
+
+/// The default options narrowed to GPipe and 1F1B (one stage per device).
+PlannerOptions single_stage_planner_options();
+
+/// The space a search covers, in words, for every claim of optimality to name: "every balance,
+/// chunk count (1 to 256), checkpoint mode and schedule (2 stages per device in the interleaved
+/// and looped ones)", or the lists where options narrow them. `batch` bounds the default chunks.
+std::string search_space_text(const PlannerOptions& options, std::int64_t batch);
 
 /// Throws InputError when the search is impossible (fewer layers than stages, a chunk count
 /// outside 1..batch size).

@@ -326,6 +326,7 @@ Validation run_validation(const ValidationOptions& options) {
     }
     for (const auto& c : result.ranked) plans.push_back(c.plan);
     v.planner_proven = result.stats.proven;
+    v.planner_space = result.search_space;
   }
 
   // The calibration: reused, or fitted on other plans run briefly.

@@ -93,6 +93,7 @@ struct Validation {
   std::vector<PlanValidation> calibration_runs;  ///< the plans it was fitted on
   std::vector<PlanValidation> plans;             ///< the plans validated, planner's order
   bool planner_proven = true;  ///< the first plan is optimal under the model (when planned)
+  std::string planner_space;   ///< over what (search_space_text), when planned
   double seconds = 0.0;
 
   bool has_calibration() const { return !hardware.calibration.empty(); }

@@ -135,10 +135,11 @@ void PlannerPanel::show_result(std::shared_ptr<const PlanSearchResult> result) {
     }
     status_->setText(text);
   } else if (stats.proven) {
-    status_->setText(tr("Best plan proven optimal under the simulator (%1 configurations, %2 "
-                        "simulations). Click a row to load it.")
+    status_->setText(tr("Best plan proven optimal under the simulator over %3 (%1 "
+                        "configurations, %2 simulations). Click a row to load it.")
                          .arg(stats.configurations)
-                         .arg(stats.simulations));
+                         .arg(stats.simulations)
+                         .arg(QString::fromStdString(result_->search_space).toHtmlEscaped()));
   } else {
     status_->setText(
         tr("Search budget spent: the best plan is within %1 of optimal. Click a row to load it.")

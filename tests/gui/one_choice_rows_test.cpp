@@ -72,7 +72,7 @@ TEST(OneChoiceRows, WithoutAKnownPeakTheMemoryChangeIsUnknown) {
 TEST(OneChoiceRows, OfARealSearchListEveryAlternativeWithItsOwnPlan) {
   const Profile profile = load_profile(testing::data_path("tiny.profile.json"));
   const Hardware hardware = load_hardware(testing::data_path("hardware-2.json"));
-  PlannerOptions options;
+  PlannerOptions options = single_stage_planner_options();
   const PlanSearchResult result = find_best_plans(profile, hardware, options);
   ASSERT_FALSE(result.ranked.empty());
   ASSERT_TRUE(result.stats.proven);  // so no alternative can be faster than the best

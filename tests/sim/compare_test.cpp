@@ -385,7 +385,7 @@ TEST(Calibration, ThePlannerPlansWithTheCalibratedDurations) {
   Scenario s = scenario({2, 2}, 4);
   s.hardware.calibration.compute_scale[2] = 2.0;
   s.hardware.calibration.task_overhead_ms = 0.25;
-  PlannerOptions options;
+  PlannerOptions options = single_stage_planner_options();
   options.chunks = {1, 2, 4};
   const PlanSearchResult with = find_best_plans(s.profile, s.hardware, options);
   const PlanSearchResult applied = find_best_plans(s.profile, calibrated(s.hardware, 2), options);

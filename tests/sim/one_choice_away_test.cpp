@@ -38,7 +38,7 @@ TEST(OneChoiceAway, EachIsTheBestWithThatChoiceChanged) {
   for (int l = 0; l < 7; ++l) layers.push_back({cost(rng), 2 * cost(rng), 4096, 512, 1024, 0});
   const Profile profile = testing::make_profile(layers, 8, 256);
   const Hardware hw = replicate_device(profile.device, 2);
-  PlannerOptions options;
+  PlannerOptions options = single_stage_planner_options();
   options.chunks = {1, 2, 4, 8};
   const PlanSearchResult result = find_best_plans(profile, hw, options);
   ASSERT_FALSE(result.ranked.empty());
@@ -88,7 +88,7 @@ TEST(OneChoiceAway, OffersEveryAllowedScheduleAndStagesPerDeviceOnly) {
   for (int l = 0; l < 7; ++l) layers.push_back({cost(rng), 2 * cost(rng), 4096, 512, 1024, 0});
   const Profile profile = testing::make_profile(layers, 8, 256);
   const Hardware hw = replicate_device(profile.device, 2);
-  PlannerOptions options;
+  PlannerOptions options = single_stage_planner_options();
   options.chunks = {2, 4};
   options.checkpoints = {CheckpointMode::Never};
   // gpipe and looped-bfs are ruled out by the user: never offered.
@@ -144,7 +144,7 @@ TEST(OneChoiceAway, AChangeTorchRefusesSaysWhy) {
   std::vector<testing::LayerSpec> layers(6, testing::LayerSpec{1.0, 2.0, 0, 256, 4096, 0});
   const Profile profile = testing::make_profile(layers, 4, 64);
   const Hardware hw = replicate_device(profile.device, 2);
-  PlannerOptions options;
+  PlannerOptions options = single_stage_planner_options();
   options.chunks = {2};
   options.schedules = {ScheduleKind::OneFOneB, ScheduleKind::DualPipeV};
   const PlanSearchResult result = find_best_plans(profile, hw, options);
@@ -168,7 +168,7 @@ TEST(OneChoiceAway, OneMicroBatchOffersNoCheckpointModeThatIsTheSamePlan) {
   std::vector<testing::LayerSpec> layers(4, testing::LayerSpec{1.0, 2.0, 0, 256, 4096, 0});
   const Profile profile = testing::make_profile(layers, 4, 64);
   const Hardware hw = replicate_device(profile.device, 2);
-  PlannerOptions options;
+  PlannerOptions options = single_stage_planner_options();
   options.chunks = {1};
   const PlanSearchResult result = find_best_plans(profile, hw, options);
   ASSERT_FALSE(result.ranked.empty());
@@ -186,7 +186,7 @@ TEST(OneChoiceAway, AChangeThatFitsNowhereSaysSo) {
   std::vector<testing::LayerSpec> layers(4, testing::LayerSpec{1.0, 2.0, 0, 256, 4096, 0});
   const Profile profile = testing::make_profile(layers, 4, 64);
   Hardware hw = replicate_device(profile.device, 2);
-  PlannerOptions options;
+  PlannerOptions options = single_stage_planner_options();
   options.chunks = {4};
   options.checkpoints = {CheckpointMode::Always};
   const PlanSearchResult lean = find_best_plans(profile, hw, options);

@@ -51,7 +51,7 @@ TEST(Planner, RecomputeRootBoundStaysBelowTheOptimum) {
                                          ScheduleKind::OneFOneB);
         if (!expected.per_config.count(key)) continue;
         const double optimum = expected.per_config.at(key);
-        PlannerOptions options;
+        PlannerOptions options = single_stage_planner_options();
         options.chunks = {chunks};
         options.checkpoints = {checkpoint};
         options.schedules = {ScheduleKind::OneFOneB};
@@ -106,7 +106,7 @@ TEST(Planner, EveryRootBoundStaysBelowItsConfigurationsOptimum) {
     const Profile profile = testing::random_profile(rng, layers, batch);
     Hardware hw = random_hardware(rng, profile, stages);
     const BruteForce expected = brute_force(profile, hw);
-    PlannerOptions options;
+    PlannerOptions options = single_stage_planner_options();
     options.top = 1000;
     options.search_budget = 1;
     const PlanSearchResult result = find_best_plans(profile, hw, options);
@@ -228,7 +228,7 @@ TEST(Planner, CappedRootBoundsStayBelowTheirConfigurationsOptimum) {
         static_cast<std::int64_t>(free.leanest_peak * (1.0 + (rng() % 30) / 100.0));
     for (auto& d : hw.devices) d.memory_bytes = cap;
     const BruteForce expected = brute_force(profile, hw);
-    PlannerOptions options;
+    PlannerOptions options = single_stage_planner_options();
     options.top = 1000;
     options.search_budget = 1'000'000;
     const PlanSearchResult capped = find_best_plans(profile, hw, options);
@@ -252,7 +252,7 @@ TEST(Planner, CappedRootBoundsStayBelowTheirConfigurationsOptimum) {
 
 // The planner's best plan with a budget of one step: the roots and the first plans only.
 PlanSearchResult roots_and_first_plans(const Profile& profile, const Hardware& hw) {
-  PlannerOptions options;
+  PlannerOptions options = single_stage_planner_options();
   options.top = 1;
   options.search_budget = 1;
   return find_best_plans(profile, hw, options);
@@ -319,7 +319,7 @@ void randomise_backwards(Profile& profile, unsigned seed, double low, double hig
 // The gap between a 1F1B configuration's root bound and its first plans (a one-step budget):
 // `chunks` micro-batches, no checkpoints, `devices` equal devices.
 double root_gap_to_first_plan(const Profile& profile, int devices, int chunks) {
-  PlannerOptions options;
+  PlannerOptions options = single_stage_planner_options();
   options.chunks = {chunks};
   options.checkpoints = {CheckpointMode::Never};
   options.schedules = {ScheduleKind::OneFOneB};
@@ -404,7 +404,7 @@ TEST(Planner, RelaxedRootCopiesCrossDistinctBoundaries) {
       std::make_tuple(split_batch(1, 1), CheckpointMode::Never, ScheduleKind::GPipe));
   // Six forwards of 1 ms and backwards of 2 ms, four copies' latencies, and 2 x (1 + 50) bytes.
   EXPECT_NEAR(optimum, 6 * 3.0 + 4 * 0.5 + 2 * (1 + 50) * 10.0, 1e-9);
-  PlannerOptions options;
+  PlannerOptions options = single_stage_planner_options();
   options.chunks = {1};
   options.checkpoints = {CheckpointMode::Never};
   options.schedules = {ScheduleKind::GPipe};
@@ -499,7 +499,7 @@ TEST(Planner, ARelaxedRootCutShortGoesOnInLaterSlices) {
   Hardware hw = replicate_device(profile.device, 16);
   bench::set_unequal_speeds(hw);
   bench::set_synthetic_links(hw);
-  PlannerOptions options;
+  PlannerOptions options = single_stage_planner_options();
   options.top = 1;
   options.search_budget = 5'000'000;
   options.schedules.assign(std::begin(kAllScheduleKinds), std::end(kAllScheduleKinds));

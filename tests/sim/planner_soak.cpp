@@ -149,7 +149,7 @@ TEST(PlannerSoak, SingleStageSchedules) {
                    << (hw.devices[0].share_of.empty() ? "" : ", shares of one GPU"));
       const Simulator simulator(profile, hw);
       for (std::uint64_t budget : kBudgets) {
-        PlannerOptions options;
+        PlannerOptions options = single_stage_planner_options();
         options.top = 100;
         options.search_budget = budget;
         options.worst_order_memory = worst_order;
@@ -226,7 +226,7 @@ TEST(PlannerSoak, EverySchedule) {
                    << (hw.devices[0].share_of.empty() ? "" : ", shares of one GPU"));
       const Simulator simulator(profile, hw);
       for (std::uint64_t budget : kBudgets) {
-        PlannerOptions options;
+        PlannerOptions options = single_stage_planner_options();
         options.top = 3;
         options.schedules.assign(std::begin(kAllScheduleKinds), std::end(kAllScheduleKinds));
         options.stages_per_device = {v};

@@ -60,7 +60,7 @@ TEST(Planner, EqualsBruteForceOnRandomInstances) {
       ++with_caps;
     }
     const BruteForce expected = brute_force(profile, hw);
-    PlannerOptions options;
+    PlannerOptions options = single_stage_planner_options();
     options.top = 100;  // every configuration, so each one's best can be checked
     const PlanSearchResult result = find_best_plans(profile, hw, options);
     SCOPED_TRACE(::testing::Message() << "trial " << trial << ": " << layers << " layers, "
@@ -102,7 +102,7 @@ TEST(Planner, TightCapsEqualBruteForcePerConfiguration) {
     const auto cap = static_cast<std::int64_t>(free.leanest_peak * (1.0 + (rng() % 10) / 100.0));
     for (auto& d : hw.devices) d.memory_bytes = cap;
     const BruteForce expected = brute_force(profile, hw);
-    PlannerOptions options;
+    PlannerOptions options = single_stage_planner_options();
     options.top = 100;
     const PlanSearchResult result = find_best_plans(profile, hw, options);
     SCOPED_TRACE(::testing::Message() << "trial " << trial << ": " << layers << " layers, "
@@ -132,7 +132,7 @@ TEST(Planner, WorstOrderMemoryEqualsBruteForceOverPlansThatFitInEveryOrder) {
     for (auto& d : hw.devices) d.memory_bytes = cap;
     const BruteForce predicted = brute_force(profile, hw);
     const BruteForce expected = brute_force(profile, hw, true);
-    PlannerOptions options;
+    PlannerOptions options = single_stage_planner_options();
     options.worst_order_memory = true;
     const PlanSearchResult result = find_best_plans(profile, hw, options);
     SCOPED_TRACE(::testing::Message() << "trial " << trial << ": " << layers << " layers, "
@@ -172,7 +172,7 @@ TEST(Planner, EqualsBruteForceWithDevicesOfVeryDifferentSpeeds) {
     hw.link.latency_ms = (rng() % 5) / 10.0;
     for (auto& d : hw.devices) d.speed = 0.25 * static_cast<double>(1 + rng() % 16);
     const BruteForce expected = brute_force(profile, hw);
-    const PlanSearchResult result = find_best_plans(profile, hw, PlannerOptions{});
+    const PlanSearchResult result = find_best_plans(profile, hw, single_stage_planner_options());
     SCOPED_TRACE(::testing::Message() << "trial " << trial << ": " << layers << " layers, "
                                       << stages << " stages, batch " << batch);
     expect_proven_best(result, expected);
@@ -188,7 +188,7 @@ TEST(Planner, EqualsBruteForceWithDevicesOfVeryDifferentSpeeds) {
 // the brute force's best of its configuration.
 PlanSearchResult plan_against(const Profile& profile, const Hardware& hw,
                               const BruteForce& expected) {
-  PlannerOptions options;
+  PlannerOptions options = single_stage_planner_options();
   options.top = 100;
   PlanSearchResult result = find_best_plans(profile, hw, options);
   expect_proven_best(result, expected);
@@ -319,7 +319,7 @@ std::vector<int> best_balance(const std::vector<double>& costs, int devices) {
   std::vector<testing::LayerSpec> specs;
   for (double c : costs) specs.push_back({c, 2 * c, 0, 0, 0, 0});
   const Profile profile = testing::make_profile(specs, 32);
-  PlannerOptions options;
+  PlannerOptions options = single_stage_planner_options();
   options.chunks = {32};
   options.checkpoints = {CheckpointMode::Never};
   options.schedules = {ScheduleKind::GPipe};
@@ -355,12 +355,12 @@ TEST(Planner, MemoryCapExcludesTheFastestPlan) {
   std::mt19937 rng(5);
   const Profile profile = testing::random_profile(rng, 8, 8);
   Hardware hw = replicate_device(profile.device, 3);
-  const auto free = find_best_plans(profile, hw, {});
+  const auto free = find_best_plans(profile, hw, single_stage_planner_options());
   ASSERT_FALSE(free.ranked.empty());
   const auto& fastest = free.ranked.front();
   // One byte less than the fastest plan needs on its fullest device.
   for (auto& d : hw.devices) d.memory_bytes = fastest.max_peak_memory_bytes() - 1;
-  const auto capped = find_best_plans(profile, hw, {});
+  const auto capped = find_best_plans(profile, hw, single_stage_planner_options());
   const BruteForce expected = brute_force(profile, hw);
   ASSERT_FALSE(capped.ranked.empty());
   EXPECT_NE(capped.ranked.front().plan, fastest.plan);
@@ -374,7 +374,7 @@ TEST(Planner, NothingFitsReportsTheLeanestPlan) {
   const Profile profile = testing::random_profile(rng, 6, 4);
   Hardware hw = replicate_device(profile.device, 2);
   for (auto& d : hw.devices) d.memory_bytes = 1000;  // far too little
-  const auto result = find_best_plans(profile, hw, {});
+  const auto result = find_best_plans(profile, hw, single_stage_planner_options());
   EXPECT_TRUE(result.ranked.empty());
   EXPECT_TRUE(result.none_fits_proven);
   ASSERT_TRUE(result.leanest);
@@ -398,7 +398,7 @@ TEST(Planner, NothingFitsAndNoBudgetLeftStillReportsALeanPlan) {
     const Profile profile = testing::random_profile(rng, layers, 2 + rng() % 7);
     Hardware hw = replicate_device(profile.device, stages);
     for (auto& d : hw.devices) d.memory_bytes = 1000;  // far too little
-    PlannerOptions options;
+    PlannerOptions options = single_stage_planner_options();
     options.search_budget = 1;
     const auto result = find_best_plans(profile, hw, options);
     EXPECT_TRUE(result.ranked.empty());
@@ -443,7 +443,7 @@ TEST(Planner, ABudgetEndingBeforeAFitIsNotAProofThatNoneFits) {
     const bool some_fit = !expected.per_config.empty();
     none_fit += some_fit ? 0 : 1;
     for (std::uint64_t budget : {std::uint64_t{1}, PlannerOptions{}.search_budget}) {
-      PlannerOptions options;
+      PlannerOptions options = single_stage_planner_options();
       options.search_budget = budget;
       const PlanSearchResult result = find_best_plans(profile, hw, options);
       SCOPED_TRACE(::testing::Message() << "trial " << trial << ", budget " << budget);
@@ -481,7 +481,7 @@ TEST(Planner, ABudgetEndingBeforeAFitIsNotAProofThatNoneFits) {
 TEST(Planner, UniformLayersAreSolvedWithoutSearching) {
   // The bounds are tight for uniform stages: the first incumbent is proven optimal at once.
   const Profile profile = testing::uniform_profile(64, 1.0, 2.0, 32);
-  PlannerOptions options;
+  PlannerOptions options = single_stage_planner_options();
   options.top = 1;
   const auto result = find_best_plans(profile, replicate_device(profile.device, 8), options);
   ASSERT_FALSE(result.ranked.empty());
@@ -498,7 +498,7 @@ TEST(Planner, ThousandLayersOnSixteenDevicesIsProven) {
   const Profile profile = bench::synthetic_profile(1000, 256);
   Hardware hw = replicate_device(profile.device, 16);
   bench::set_synthetic_links(hw);
-  PlannerOptions options;
+  PlannerOptions options = single_stage_planner_options();
   options.top = 1;
   options.search_budget = 100'000'000;
   const auto result = find_best_plans(profile, hw, options);
@@ -515,7 +515,7 @@ TEST(Planner, ThousandLayersOnSixteenDevicesIsProven) {
 void expect_proven_no_slower_than(const Profile& profile, const Hardware& hw, const Plan& known,
                                   std::uint64_t budget) {
   const double known_ms = Simulator(profile, hw).run(known).iteration_ms;
-  PlannerOptions options;
+  PlannerOptions options = single_stage_planner_options();
   options.top = 1;
   options.schedules = {ScheduleKind::GPipe, ScheduleKind::OneFOneB};
   options.search_budget = budget;
@@ -647,7 +647,7 @@ TEST(Planner, EqualBlocksAtScaleReachTheKnownOptimum) {
       l.backward_ms[k] *= static_cast<double>(profile.micro_batch_sizes[k]);
     }
   }
-  PlannerOptions options;
+  PlannerOptions options = single_stage_planner_options();
   options.top = 1;
   const auto result = find_best_plans(profile, replicate_device(profile.device, stages), options);
   ASSERT_FALSE(result.ranked.empty());
@@ -668,7 +668,7 @@ TEST(Planner, SmallBudgetStillVisitsEveryConfiguration) {
   const Profile profile = bench::lognormal_profile(100, 16);
   Hardware hw = replicate_device(profile.device, 8);
   hw.link.bandwidth_bytes_per_s = 2e10;
-  PlannerOptions options;
+  PlannerOptions options = single_stage_planner_options();
   options.top = 1;
   options.search_budget = 100'000'000;
   const auto full = find_best_plans(profile, hw, options);
@@ -709,7 +709,7 @@ TEST(Planner, SmallBudgetStillVisitsEveryConfiguration) {
     }
     if (c.slices > 0) ++sliced;
     // Its first plan, alone and without budget: the answer is at least as fast.
-    PlannerOptions root_only;
+    PlannerOptions root_only = single_stage_planner_options();
     root_only.top = 1;
     root_only.chunks = {c.chunks};
     root_only.checkpoints = {c.checkpoint};
@@ -737,7 +737,7 @@ TEST(Planner, UnprovenAnswerIsNoSlowerThanThePlansAroundIt) {
     if (capped) {
       bench::cap_at_parameter_share(hw, profile, 2.5);
     }
-    PlannerOptions options;
+    PlannerOptions options = single_stage_planner_options();
     options.top = 1;
     // Short of both proofs (the uncapped one takes 0.97 M steps since the prefix programmes),
     // with enough for the capped one's polish.
@@ -778,7 +778,7 @@ TEST(Planner, CappedAnswerIsNoSlowerThanTheUncappedAnswerMadeToFit) {
   const Profile profile = bench::lognormal_profile(400, 64);
   Hardware hw = replicate_device(profile.device, 12);
   hw.link.bandwidth_bytes_per_s = 2e10;
-  PlannerOptions options;
+  PlannerOptions options = single_stage_planner_options();
   options.top = 1;
   options.search_budget = 2'000'000;
   // Every micro-batch recomputed, so that the cap rules out few balances but the fastest.
