@@ -120,6 +120,15 @@ std::string summary_table(const validate::Validation& v) {
                  fmt::format("{} ± {}", format_ms(chosen.measured.median_pipeline_ms()),
                              format_ms(chosen.measured.spread_ms())),
                  fmt::format("{:+.1f} %", 100.0 * c.time_error)});
+  if (chosen.interval.from_spreads) {
+    const double median = chosen.measured.median_pipeline_ms();
+    table.add_row(
+        {"  80 % interval",
+         fmt::format("{} - {}", format_ms(chosen.interval.low_ms),
+                     format_ms(chosen.interval.high_ms)),
+         fmt::format("{} of {} steps in", chosen.steps_inside, chosen.measured.pipeline_ms.size()),
+         chosen.interval.holds(median) ? "median in" : "median out"});
+  }
   if (v.has_calibration()) {
     table.add_row({"  uncalibrated", format_ms(chosen.uncalibrated.predicted_ms), "",
                    fmt::format("{:+.1f} %", 100.0 * chosen.uncalibrated.time_error)});

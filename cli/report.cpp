@@ -52,7 +52,8 @@ std::string schedule_label(const Plan& plan) {
 }  // namespace
 
 std::string simulation_text(const Profile& profile, const SimulationResult& r,
-                            const std::vector<int>& path, const std::string& schedule_csv) {
+                            const std::vector<int>& path, const std::string& schedule_csv,
+                            const IterationInterval* interval) {
   std::string out;
   out += fmt::format("model       {} ({}, {}), batch {}\n", profile.model, profile.device.type,
                      profile.dtype, profile.batch_size);
@@ -66,6 +67,7 @@ std::string simulation_text(const Profile& profile, const SimulationResult& r,
     out += fmt::format("schedule    from {} (torch compute-only CSV)\n", schedule_csv);
   }
   out += fmt::format("iteration   {} ms\n", format_ms(r.iteration_ms));
+  if (interval) out += fmt::format("interval    {}\n", interval_text(*interval));
   out += fmt::format("throughput  {:.1f} samples/s\n", r.throughput_samples_per_s);
   out += fmt::format("bubble      {}\n\n", format_percent(r.bubble_fraction));
 
@@ -126,9 +128,23 @@ std::string simulation_text(const Profile& profile, const SimulationResult& r,
   return out;
 }
 
-std::string simulation_json(const SimulationResult& r, const std::vector<int>& path) {
+std::string interval_text(const IterationInterval& interval) {
+  if (!interval.from_spreads)
+    return "none: the profile has no spreads of its layers' times (profile again for them)";
+  return fmt::format("{:.0f} % of steps in {} - {} ms ({:.1f} % wide; the layers' measured spread)",
+                     100.0 * interval.central, format_ms(interval.low_ms),
+                     format_ms(interval.high_ms), 100.0 * interval.width());
+}
+
+std::string simulation_json(const SimulationResult& r, const std::vector<int>& path,
+                            const IterationInterval* interval) {
   ordered_json root;
   root["iteration_ms"] = tidy(r.iteration_ms);
+  if (interval && interval->from_spreads) {
+    root["interval_central"] = interval->central;
+    root["iteration_low_ms"] = tidy(interval->low_ms);
+    root["iteration_high_ms"] = tidy(interval->high_ms);
+  }
   root["throughput_samples_per_s"] = tidy(r.throughput_samples_per_s);
   root["bubble_fraction"] = tidy(r.bubble_fraction);
   ordered_json devices = ordered_json::array();

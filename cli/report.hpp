@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "sim/hardware.hpp"
+#include "sim/interval.hpp"
 #include "sim/planner.hpp"
 #include "sim/profile.hpp"
 #include "sim/simulator.hpp"
@@ -18,10 +19,16 @@ namespace pipetune::cli {
 double tidy(double value);
 
 /// `schedule_csv`: the torch compute-only CSV the schedule came from ("": the plan's own).
+/// `interval`: the iteration's interval (sim/interval.hpp), shown where given.
 std::string simulation_text(const Profile& profile, const SimulationResult& result,
                             const std::vector<int>& critical_path,
-                            const std::string& schedule_csv = {});
-std::string simulation_json(const SimulationResult& result, const std::vector<int>& critical_path);
+                            const std::string& schedule_csv = {},
+                            const IterationInterval* interval = nullptr);
+std::string simulation_json(const SimulationResult& result, const std::vector<int>& critical_path,
+                            const IterationInterval* interval = nullptr);
+
+/// "80 % of steps in 25.10 - 27.60 ms (9.5 % wide)", or why there is none.
+std::string interval_text(const IterationInterval& interval);
 
 std::string sweep_table(const std::vector<SweepRow>& rows);
 std::string sweep_csv(const std::vector<SweepRow>& rows);

@@ -161,12 +161,16 @@ void add_simulate_command(CLI::App& app, std::vector<Command>& commands) {
                          stage_devices(plan, hardware), hardware, flags->write_schedule_csv);
     }
     const std::vector<int> path = critical_path(result);
+    // For the plan's own schedule: a CSV's programmes are not what the interval simulates.
+    std::optional<IterationInterval> interval;
+    if (!given) interval = iteration_interval(simulator, profile, plan);
+    const IterationInterval* shown = interval ? &*interval : nullptr;
     if (!flags->trace.empty()) {
       save_trace(trace_from_simulation(result, profile.model), flags->trace);
     }
-    const std::string out = flags->json
-                                ? simulation_json(result, path)
-                                : simulation_text(profile, result, path, flags->schedule_csv);
+    const std::string out =
+        flags->json ? simulation_json(result, path, shown)
+                    : simulation_text(profile, result, path, flags->schedule_csv, shown);
     std::fputs(out.c_str(), stdout);
     if (!flags->json && !flags->trace.empty()) {
       std::printf("\ntrace written to %s (open it in https://ui.perfetto.dev)\n",

@@ -113,6 +113,7 @@ std::vector<std::string> headers(bool calibrated) {
   if (calibrated) h.push_back("calibrated ms");
   h.insert(h.end(), {"measured ms", "time error"});
   if (calibrated) h.push_back("error calibrated");
+  h.insert(h.end(), {"80 % interval", "steps in"});
   h.insert(h.end(), {"peak predicted", "peak measured", "memory error", "critical path", "rank"});
   return h;
 }
@@ -128,6 +129,10 @@ std::vector<std::string> cells(const Validation& v, const PlanValidation& p, std
                             format_ms(p.measured.spread_ms())));
   row.push_back(signed_percent(p.uncalibrated.time_error));
   if (cal) row.push_back(signed_percent(p.calibrated.time_error));
+  row.push_back(p.interval.from_spreads ? fmt::format("{} - {}", format_ms(p.interval.low_ms),
+                                                      format_ms(p.interval.high_ms))
+                                        : "-");
+  row.push_back(fmt::format("{} / {}", p.steps_inside, p.measured.pipeline_ms.size()));
   row.push_back(h.predicted_peak_bytes.empty() ? "-" : format_bytes(h.predicted_peak_bytes[d]));
   row.push_back(h.measured_peak_bytes.empty() ? "-" : format_bytes(h.measured_peak_bytes[d]));
   row.push_back(h.memory_error.empty() ? "-" : signed_percent(h.memory_error[d]));
@@ -148,6 +153,22 @@ std::vector<std::string> task_lines(const Validation& v, const PlanValidation& p
                     t.predicted_ms() - t.measured_ms(), t.start_offset_ms()));
   }
   return out;
+}
+
+// Where the measured steps fell against the predicted intervals, over every plan.
+std::string coverage_sentence(const Validation& v) {
+  if (v.plans.empty()) return "";
+  if (!v.plans.front().interval.from_spreads)
+    return "none: the profile has no spreads of its layers' times (profile again for them)";
+  std::vector<double> widths;
+  for (const auto& p : v.plans) widths.push_back(p.interval.width());
+  std::sort(widths.begin(), widths.end());
+  const std::size_t in = v.steps_inside(), all = v.steps_measured();
+  return fmt::format(
+      "{} of {} measured steps inside their plan's 80 % interval ({:.0f} %; 70-90 % is right), "
+      "median width {:.1f} %",
+      in, all, all ? 100.0 * static_cast<double>(in) / static_cast<double>(all) : 0.0,
+      100.0 * widths[widths.size() / 2]);
 }
 
 std::string calibration_fit_line(const Validation& v) {
@@ -216,6 +237,8 @@ std::string validation_text(const Validation& v) {
   if (const std::string own = own_order_sentence(v); !own.empty()) {
     out += fmt::format("            {}\n", own);
   }
+  if (const std::string coverage = coverage_sentence(v); !coverage.empty())
+    out += fmt::format("interval    {}\n", coverage);
   out += fmt::format("ranking     {}\n", ranking_sentence(v));
   for (std::size_t k = 0; k < v.plans.size(); ++k) {
     const auto lines = task_lines(v, v.plans[k], 3);
@@ -251,6 +274,8 @@ std::string validation_markdown(const Validation& v) {
     out += "- calibration: none\n";
   }
   out += fmt::format("- ranking: {}\n", ranking_sentence(v));
+  if (const std::string coverage = coverage_sentence(v); !coverage.empty())
+    out += fmt::format("- interval: {}\n", coverage);
   if (const std::string order = arrival_order_sentence(v); !order.empty()) {
     out += fmt::format("- memory: {}\n", order);
   }
@@ -327,6 +352,13 @@ std::string validation_json(const Validation& v, const ValidationThresholds& thr
       j["measured_order_peak_bytes"] = p.measured_order_peak_bytes;
     j["uncalibrated"] = comparison(p.uncalibrated);
     j["calibrated"] = comparison(p.calibrated);
+    if (p.interval.from_spreads) {
+      j["interval"] = {{"central", p.interval.central},
+                       {"low_ms", tidy(p.interval.low_ms)},
+                       {"high_ms", tidy(p.interval.high_ms)},
+                       {"width", tidy(p.interval.width())},
+                       {"steps_inside", p.steps_inside}};
+    }
     j["predicted_rank"] = p.predicted_rank;
     j["measured_rank"] = p.measured_rank;
     return j;

@@ -98,6 +98,8 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
   costs->forward_corun_prefix.assign(layers + 1, 0.0);
   costs->backward_corun_prefix.assign(layers + 1, 0.0);
   costs->forward_cold_extra_prefix.assign(layers + 1, 0.0);
+  costs->forward_sigma_prefix.assign(layers + 1, 0.0);
+  costs->backward_sigma_prefix.assign(layers + 1, 0.0);
   costs->backward_cold_extra_prefix.assign(layers + 1, 0.0);
   costs->stored_bytes.assign(layers, 0);
   costs->launch_times = profile_.has_launch_times();
@@ -194,6 +196,14 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
         costs->backward_corun_prefix[l] +
         (corun ? std::max(costs->backward_ms[l], interpolate(sizes, layer.backward_corun_ms, x))
                : costs->backward_ms[l]);
+    // A normal's standard deviation from a median absolute deviation.
+    auto sigma = [&](const std::vector<double>& spread) {
+      return spread.empty() ? 0.0 : 1.4826 * interpolate(sizes, spread, x);
+    };
+    costs->forward_sigma_prefix[l + 1] =
+        costs->forward_sigma_prefix[l] + sigma(layer.forward_ms_spread);
+    costs->backward_sigma_prefix[l + 1] =
+        costs->backward_sigma_prefix[l] + sigma(layer.backward_ms_spread);
     // Likewise a cold time below the hot one: no extra.
     const bool cold = !layer.forward_cold_ms.empty();
     costs->forward_cold_extra_prefix[l + 1] =

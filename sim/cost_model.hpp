@@ -52,6 +52,9 @@ struct SizeCosts {
   /// How much longer forward and backward take with the cache emptied first
   /// (LayerProfile::forward_cold_ms, never below 0); all 0 where the profile has no cold times.
   std::vector<double> forward_cold_extra_prefix, backward_cold_extra_prefix;  ///< size L + 1
+  /// The layers' measured spread as standard deviations, 1.4826 × the median absolute deviation
+  /// (LayerProfile::forward_ms_spread); 0 where the profile has none.
+  std::vector<double> forward_sigma_prefix, backward_sigma_prefix;  ///< size L + 1
   /// The host's launch times (LayerProfile::forward_launch_ms, …), all 0 where the profile has
   /// none; the backward's split into I and W in the proportion of the device's times.
   std::vector<double> forward_launch_prefix, forward_nograd_launch_prefix, backward_launch_prefix,
@@ -131,6 +134,12 @@ struct SizeCosts {
   }
   double backward_corun_ms_sum(int first, int end) const {
     return backward_corun_prefix[end] - backward_corun_prefix[first];
+  }
+  double forward_sigma_ms(int first, int end) const {
+    return forward_sigma_prefix[end] - forward_sigma_prefix[first];
+  }
+  double backward_sigma_ms(int first, int end) const {
+    return backward_sigma_prefix[end] - backward_sigma_prefix[first];
   }
   double forward_cold_extra_ms(int first, int end) const {
     return forward_cold_extra_prefix[end] - forward_cold_extra_prefix[first];

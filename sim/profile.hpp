@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -116,6 +117,12 @@ struct Profile {
   std::size_t layer_count() const { return layers.size(); }
   bool has_corun_times() const { return co_runners > 0; }
   bool has_cold_times() const { return device.cache_bytes > 0; }
+  /// Every layer has both spreads (forward_ms_spread, backward_ms_spread).
+  bool has_spreads() const {
+    return !layers.empty() && std::all_of(layers.begin(), layers.end(), [](const auto& l) {
+      return !l.forward_ms_spread.empty() && !l.backward_ms_spread.empty();
+    });
+  }
   bool has_launch_times() const { return !layers.empty() && !layers[0].forward_launch_ms.empty(); }
 };
 

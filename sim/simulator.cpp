@@ -137,7 +137,7 @@ int busy_devices(const PlanShape& shape) {
 // 1, no overhead) scales compute by how many devices are busy. The per-task overhead is paid
 // by the device and by the host alike.
 std::vector<std::array<StageCost, 2>> stage_costs(const CostModel& costs, const Hardware& hardware,
-                                                  const PlanShape& shape) {
+                                                  const PlanShape& shape, double spread_z) {
   const double time_scale = hardware.calibration.scale_for(busy_devices(shape));
   const double overhead_ms = hardware.launch_overhead_ms + hardware.calibration.task_overhead_ms;
   std::vector<std::array<StageCost, 2>> cost(shape.stages);
@@ -187,6 +187,19 @@ std::vector<std::array<StageCost, 2>> stage_costs(const CostModel& costs, const 
       cold.backward_input_ms = input + weight > 0 ? backward_extra * input / (input + weight) : 0.0;
       cold.backward_weight_ms =
           input + weight > 0 ? backward_extra * weight / (input + weight) : 0.0;
+      // The spread's shift (SimulationOptions::spread_z): forwards by their layers' relative
+      // spread, backwards (and their halves) by theirs. Exactly 1 at z = 0.
+      if (spread_z != 0.0) {
+        const double f = forward > 0 ? 1.0 + spread_z * c.forward_sigma_ms(a, b) / forward : 1.0;
+        const double g = backward > 0 ? 1.0 + spread_z * c.backward_sigma_ms(a, b) / backward : 1.0;
+        for (StageTimes* t : {&solo, &cold, &corun}) {
+          t->forward_ms *= std::max(0.0, f);
+          t->forward_nograd_ms *= std::max(0.0, f);
+          t->backward_ms *= std::max(0.0, g);
+          t->backward_input_ms *= std::max(0.0, g);
+          t->backward_weight_ms *= std::max(0.0, g);
+        }
+      }
       cost[s][slot].param_bytes = costs.param_bytes(a, b);
       cost[s][slot].memory = stage_memory(costs, c, a, b, s == 0);
     }
@@ -539,7 +552,7 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
                                      profile_.batch_size, graph.schedule);
   const int devices = shape.devices;
 
-  const auto cost = stage_costs(costs_, hardware_, shape);
+  const auto cost = stage_costs(costs_, hardware_, shape, options.spread_z);
   std::vector<std::pair<double, double>> launched;
   if (profile_.has_launch_times()) {
     // before the device's durations are set

@@ -106,6 +106,11 @@ struct SimulationOptions {
   /// run's own order, which tells its error apart from the order's (arrival order follows the
   /// timings, which move between the profile and the run).
   std::function<std::optional<std::pair<double, double>>(const SimTask&)> measured_times;
+  /// Every compute task at its time plus this many standard deviations of its layers' measured
+  /// spread (LayerProfile::forward_ms_spread), relative to their times: one factor for the whole
+  /// step, as a machine that runs slow runs every task slow. 0: the times themselves (sim/
+  /// interval.hpp takes the interval's ends this way).
+  double spread_z = 0.0;
 };
 
 /// Predicts one training iteration of a plan: the schedule IR run on a discrete-event engine

@@ -172,6 +172,9 @@ PlanValidation judge(const Profile& profile, const Hardware& hardware, MeasuredR
   pv.calibrated = compare_traces(pv.predicted_calibrated, pv.measured.trace,
                                  stem + ".measured.trace.json", measured_ms);
   pv.measured_order_peak_bytes = measured_order_peaks(profile, hardware, pv.measured);
+  // With the calibration the headline uses (`hardware` carries it when it is used).
+  pv.interval = iteration_interval(Simulator(profile, hardware), profile, plan);
+  for (double ms : pv.measured.pipeline_ms) pv.steps_inside += pv.interval.holds(ms) ? 1 : 0;
   pv.plan_path = stem + ".plan.json";
   pv.measured_trace_path = stem + ".measured.trace.json";
   pv.predicted_trace_path = stem + ".predicted.trace.json";
@@ -186,6 +189,18 @@ PlanValidation judge(const Profile& profile, const Hardware& hardware, MeasuredR
 }
 
 }  // namespace
+
+std::size_t Validation::steps_inside() const {
+  std::size_t n = 0;
+  for (const auto& p : plans) n += p.steps_inside;
+  return n;
+}
+
+std::size_t Validation::steps_measured() const {
+  std::size_t n = 0;
+  for (const auto& p : plans) n += p.measured.pipeline_ms.size();
+  return n;
+}
 
 std::vector<Plan> calibration_plans(const Profile& profile, const Hardware& hardware, int stages,
                                     const std::vector<Plan>& validated, int count) {

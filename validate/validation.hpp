@@ -23,6 +23,7 @@
 
 #include "sim/compare.hpp"
 #include "sim/hardware.hpp"
+#include "sim/interval.hpp"
 #include "sim/planner.hpp"
 #include "sim/profile.hpp"
 #include "validate/measure.hpp"
@@ -75,6 +76,10 @@ struct PlanValidation {
   /// bytes in that step's own arrival order, against MeasuredRun::traced_step_peak_bytes. Empty
   /// when a task or a device is not in the trace.
   std::vector<std::int64_t> measured_order_peak_bytes;
+  /// The headline prediction's 80 % interval (sim/interval.hpp), and how many of the measured
+  /// steps (MeasuredRun::pipeline_ms) fell inside it.
+  IterationInterval interval;
+  std::size_t steps_inside = 0;
   const Plan& plan() const { return measured.plan; }
 };
 
@@ -92,6 +97,9 @@ struct Validation {
   Calibration unused_calibration;  ///< fitted by this run but not used (empty otherwise)
   std::vector<PlanValidation> calibration_runs;  ///< the plans it was fitted on
   std::vector<PlanValidation> plans;             ///< the plans validated, planner's order
+  /// Over every plan: the measured steps inside their plan's interval, and all of them.
+  std::size_t steps_inside() const;
+  std::size_t steps_measured() const;
   bool planner_proven = true;  ///< the first plan is optimal under the model (when planned)
   std::string planner_space;   ///< over what (search_space_text), when planned
   double seconds = 0.0;

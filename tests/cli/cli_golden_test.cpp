@@ -53,6 +53,10 @@ INSTANTIATE_TEST_SUITE_P(
     Reports, CliGolden,
     ::testing::Values(
         GoldenCase{"simulate_text", {"simulate", "--profile", kProfile, "--plan", kPlan}},
+        // A profile with its layers' spreads: the iteration's 80 % interval.
+        GoldenCase{"simulate_interval",
+                   {"simulate", "--profile", "traces/cpu-mlp.profile.json", "--plan",
+                    "traces/cpu-mlp.plan.json", "--json"}},
         GoldenCase{"simulate_hardware_json",
                    {"simulate", "--profile", kProfile, "--plan", kPlan, "--hardware", kHardware,
                     "--json"}},
