@@ -35,36 +35,76 @@ struct PlanFlagsSet {
   std::string schedule_csv;
   bool json = false;
   bool explain = false;
+  std::string objective = "median";
 };
 
-std::string plan_json(const PlanSearchResult& result) {
+std::string plan_json(const PlanSearchResult& result,
+                      const std::vector<IterationInterval>& intervals) {
   using nlohmann::ordered_json;
-  auto candidate_json = [](const PlanCandidate& c) {
+  auto candidate_json = [](const PlanCandidate& c, const IterationInterval* interval) {
     ordered_json out{{"balance", c.plan.balance},
                      {"chunks", c.plan.chunks},
                      {"checkpoint", to_string(c.plan.checkpoint)},
                      {"schedule", to_string(c.plan.schedule)},
-                     {"iteration_ms", tidy(c.iteration_ms)},
-                     {"throughput_samples_per_s", tidy(c.throughput_samples_per_s)},
-                     {"bubble_fraction", tidy(c.bubble_fraction)},
-                     {"peak_memory_bytes", c.peak_memory_bytes}};
+                     {"iteration_ms", tidy(c.iteration_ms)}};
+    if (interval && interval->from_spreads) {
+      out["iteration_low_ms"] = tidy(interval->low_ms);
+      out["iteration_high_ms"] = tidy(interval->high_ms);
+    }
+    out.update(ordered_json{{"throughput_samples_per_s", tidy(c.throughput_samples_per_s)},
+                            {"bubble_fraction", tidy(c.bubble_fraction)},
+                            {"peak_memory_bytes", c.peak_memory_bytes}});
     if (!c.worst_order_peak_bytes.empty()) out["worst_order_peak_bytes"] = c.worst_order_peak_bytes;
     if (c.plan.stages_per_device != 1) out["stages_per_device"] = c.plan.stages_per_device;
     return out;
   };
   ordered_json root;
   ordered_json plans = ordered_json::array();
-  for (const auto& c : result.ranked) plans.push_back(candidate_json(c));
+  for (std::size_t k = 0; k < result.ranked.size(); ++k) {
+    plans.push_back(
+        candidate_json(result.ranked[k], k < intervals.size() ? &intervals[k] : nullptr));
+  }
   root["plans"] = std::move(plans);
   root["proven_optimal"] = result.stats.proven;
   root["search_space"] = result.search_space;
   root["lower_bound_ms"] = tidy(result.stats.lower_bound_ms);
   if (result.ranked.empty()) root["none_fits_proven"] = result.none_fits_proven;
   if (result.leanest) {
-    root["leanest"] = candidate_json(*result.leanest);
+    root["leanest"] = candidate_json(*result.leanest, nullptr);
     root["leanest_proven"] = result.leanest_proven;
   }
   return root.dump() + "\n";
+}
+
+// Each ranked plan's 80 % interval, on the devices the planner used.
+std::vector<IterationInterval> plan_intervals(const Profile& profile, const Hardware& hardware,
+                                              int stages, const PlanSearchResult& result) {
+  Hardware used = hardware;
+  used.devices.resize(static_cast<std::size_t>(stages));
+  std::erase_if(used.links, [stages](const LinkOverride& o) {
+    return o.first >= stages || o.second >= stages;
+  });
+  const Simulator simulator(profile, used);
+  std::vector<IterationInterval> out;
+  for (const auto& c : result.ranked) out.push_back(iteration_interval(simulator, profile, c.plan));
+  return out;
+}
+
+// The ranked plans (and their intervals) in the order of their intervals' upper ends, stable.
+void rank_by_p90(PlanSearchResult& result, std::vector<IterationInterval>& intervals) {
+  std::vector<std::size_t> order(result.ranked.size());
+  for (std::size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return intervals[a].high_ms < intervals[b].high_ms;
+  });
+  std::vector<PlanCandidate> ranked;
+  std::vector<IterationInterval> sorted;
+  for (std::size_t k : order) {
+    ranked.push_back(result.ranked[k]);
+    sorted.push_back(intervals[k]);
+  }
+  result.ranked = std::move(ranked);
+  intervals = std::move(sorted);
 }
 
 }  // namespace
@@ -117,6 +157,11 @@ void add_plan_command(CLI::App& app, std::vector<Command>& commands) {
       ->type_name("predicted|worst");
   sub->add_flag("--json", flags->json, "print one JSON object instead of the table");
   sub->add_flag("--explain", flags->explain, "say why the best plan wins");
+  sub->add_option("--objective", flags->objective,
+                  "rank the plans by the predicted median (default) or by p90, the upper end of "
+                  "the 80 % interval (a robust choice; needs a profile with spreads)")
+      ->check(CLI::IsMember({"median", "p90"}))
+      ->type_name("median|p90");
 
   commands.emplace_back(sub, [flags] {
     const Profile profile = load_profile(flags->profile);
@@ -150,16 +195,30 @@ void add_plan_command(CLI::App& app, std::vector<Command>& commands) {
                                    flags->stages > 0 ? "--stages" : "--devices", stages,
                                    profile.layer_count()));
     }
+    // Before any search: nothing to rank by.
+    if (flags->objective == "p90" && !profile.has_spreads()) {
+      throw InputError(fmt::format(
+          "--objective p90: {} has no spreads of its layers' times (profile again for them)",
+          flags->profile));
+    }
     print_note(note);
     ProgressBar bar("configurations");
     options.progress = [&](std::size_t done, std::size_t total) { bar.update(done, total); };
-    const PlanSearchResult result = find_best_plans(profile, hardware, options);
+    PlanSearchResult result = find_best_plans(profile, hardware, options);
     bar.finish();
+    std::vector<IterationInterval> intervals = plan_intervals(profile, hardware, stages, result);
+    if (flags->objective == "p90") rank_by_p90(result, intervals);
 
     if (flags->json) {
-      std::fputs(plan_json(result).c_str(), stdout);
+      std::fputs(plan_json(result, intervals).c_str(), stdout);
     } else {
-      std::fputs(plan_text(profile, hardware, result).c_str(), stdout);
+      std::fputs(plan_text(profile, hardware, result, intervals).c_str(), stdout);
+      if (flags->objective == "p90") {
+        std::printf(
+            "\nranked by p90, the upper end of each plan's 80 %% interval, among the best plans "
+            "of the %zu configurations shown; the proof of optimality is for the median\n",
+            result.ranked.size());
+      }
     }
     if (result.ranked.empty()) return 1;
     if (!flags->output.empty()) {

@@ -314,7 +314,8 @@ std::string calibration_summary(const Calibration& c) {
 }
 
 std::string plan_text(const Profile& profile, const Hardware& hardware,
-                      const PlanSearchResult& result) {
+                      const PlanSearchResult& result,
+                      const std::vector<IterationInterval>& intervals) {
   std::string out;
   out += fmt::format("model       {} ({}, {}), batch {}, {} layers\n", profile.model,
                      profile.device.type, profile.dtype, profile.batch_size, profile.layer_count());
@@ -363,6 +364,9 @@ std::string plan_text(const Profile& profile, const Hardware& hardware,
   TextTable table;
   table.add_column("rank", TextTable::Align::Right);
   table.add_column("iteration ms", TextTable::Align::Right);
+  const bool with_intervals = intervals.size() == result.ranked.size() && !intervals.empty() &&
+                              intervals.front().from_spreads;
+  if (with_intervals) table.add_column("80 % interval", TextTable::Align::Right);
   table.add_column("samples/s", TextTable::Align::Right);
   table.add_column("bubble", TextTable::Align::Right);
   table.add_column("chunks", TextTable::Align::Right);
@@ -372,11 +376,16 @@ std::string plan_text(const Profile& profile, const Hardware& hardware,
   table.add_column("peak memory per device");
   for (std::size_t k = 0; k < result.ranked.size(); ++k) {
     const auto& c = result.ranked[k];
-    table.add_row({std::to_string(k + 1), format_ms(c.iteration_ms),
-                   fmt::format("{:.1f}", c.throughput_samples_per_s),
-                   format_percent(c.bubble_fraction), std::to_string(c.plan.chunks),
-                   std::string(to_string(c.plan.checkpoint)), schedule_label(c.plan),
-                   format_balance(c.plan.balance), peaks_text(c.peak_memory_bytes)});
+    std::vector<std::string> row{std::to_string(k + 1), format_ms(c.iteration_ms)};
+    if (with_intervals) {
+      row.push_back(
+          fmt::format("{} - {}", format_ms(intervals[k].low_ms), format_ms(intervals[k].high_ms)));
+    }
+    row.insert(row.end(), {fmt::format("{:.1f}", c.throughput_samples_per_s),
+                           format_percent(c.bubble_fraction), std::to_string(c.plan.chunks),
+                           std::string(to_string(c.plan.checkpoint)), schedule_label(c.plan),
+                           format_balance(c.plan.balance), peaks_text(c.peak_memory_bytes)});
+    table.add_row(row);
   }
   out += table.render();
   return out;

@@ -35,7 +35,8 @@ std::string sweep_csv(const std::vector<SweepRow>& rows);
 std::string sweep_json(const std::vector<SweepRow>& rows);
 
 std::string plan_text(const Profile& profile, const Hardware& hardware,
-                      const PlanSearchResult& result);
+                      const PlanSearchResult& result,
+                      const std::vector<IterationInterval>& intervals = {});
 /// Why the best plan wins: its bottleneck, bubble, memory headroom, and the best plan of each
 /// configuration one choice away (re-planned with those choices).
 std::string plan_explanation(const Profile& profile, const Hardware& hardware,

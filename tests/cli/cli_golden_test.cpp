@@ -79,6 +79,10 @@ INSTANTIATE_TEST_SUITE_P(
             {"sweep", "--profile", kProfile, "--devices", "2,3", "--chunks", "1,3,8",
              "--checkpoint", "never,always", "--schedule", "all", "--bandwidth", "ideal,1e7"}},
         GoldenCase{"plan_explain", {"plan", "--profile", kProfile, "--devices", "2", "--explain"}},
+        // Ranked by the intervals' upper ends: the third and fourth change places.
+        GoldenCase{"plan_objective_p90",
+                   {"plan", "--profile", "traces/cpu-mlp.profile.json", "--devices", "2", "--top",
+                    "4", "--objective", "p90"}},
         GoldenCase{
             "plan_json_hardware",
             {"plan", "--profile", kProfile, "--hardware", kHardware, "--top", "3", "--json"}},
@@ -166,6 +170,8 @@ INSTANTIATE_TEST_SUITE_P(
                    {"simulate", "--profile", kProfile, "--plan", kPlan, "--latency-ms", "1e10"}},
         GoldenCase{"error_bandwidth_below_floor",
                    {"simulate", "--profile", kProfile, "--plan", kPlan, "--bandwidth", "0.4"}},
+        GoldenCase{"error_objective_p90_without_spreads",
+                   {"plan", "--profile", kProfile, "--devices", "2", "--objective", "p90"}},
         GoldenCase{"error_chunks_above_ceiling",
                    {"simulate", "--profile", kProfile, "--plan", kPlan, "--chunks", "5000"}}),
     [](const auto& info) { return std::string(info.param.name); });
