@@ -1,0 +1,121 @@
+"""scripts/torch_pipeline.py against one device: the same losses step after step for every
+schedule torch runs on CPU (the training loop below is the independent truth), a measured trace
+with every action of the median step, and one line, exit status 2, for what torch cannot run."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RUNNER = os.path.join(HERE, "..", "..", "scripts", "torch_pipeline.py")
+CASES = os.path.join(HERE, "torch_pipeline_cases.py")
+sys.dont_write_bytecode = True
+sys.path.insert(0, HERE)
+import torch_pipeline_cases  # noqa: E402
+
+STEPS, WARMUP, LR = 3, 1, 0.05
+
+
+def one_device_losses():
+    """The losses of steps WARMUP + 1 .. WARMUP + STEPS of plain SGD on the whole batch."""
+    torch.manual_seed(0)
+    layers, (x, y) = torch_pipeline_cases.build()
+    model = torch.nn.Sequential(*layers)
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    losses = []
+    for _ in range(WARMUP + STEPS):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses[WARMUP:]
+
+
+class TorchPipelineTest(unittest.TestCase):
+    def setUp(self):
+        self.folder = tempfile.TemporaryDirectory()
+        self.addCleanup(self.folder.cleanup)
+
+    def run_plan(self, plan, *extra):
+        path = os.path.join(self.folder.name, "plan.json")
+        with open(path, "w") as f:
+            json.dump({"format": "pipetune.plan/1", **plan}, f)
+        environment = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+        return subprocess.run([sys.executable, RUNNER, f"{CASES}:build", "--plan", path, "--steps", str(STEPS),
+                               "--warmup", str(WARMUP), "--lr", str(LR), *extra],
+                              cwd=self.folder.name, env=environment, capture_output=True, text=True, timeout=240)
+
+    def test_same_losses_as_one_device(self):
+        expected = one_device_losses()
+        plans = [
+            {"balance": [4, 3], "chunks": 4, "checkpoint": "never", "schedule": "gpipe"},
+            {"balance": [4, 3], "chunks": 2, "checkpoint": "always", "schedule": "1f1b"},
+            {"balance": [2, 2, 2, 1], "chunks": 4, "checkpoint": "never", "schedule": "interleaved-1f1b",
+             "stages_per_device": 2},
+            {"balance": [2, 2, 2, 1], "chunks": 2, "checkpoint": "never", "schedule": "looped-bfs",
+             "stages_per_device": 2},
+            {"balance": [1, 3, 2, 1], "chunks": 4, "checkpoint": "never", "schedule": "interleaved-zb",
+             "stages_per_device": 2},
+        ]
+        for plan in plans:
+            with self.subTest(plan=plan["schedule"]):
+                done = self.run_plan(plan, "--json")
+                self.assertEqual(done.returncode, 0, done.stderr)
+                losses = json.loads(done.stdout.strip().splitlines()[-1])["losses"]
+                # float64 throughout; the micro-batches' losses and gradients add in another order.
+                for got, want in zip(losses, expected):
+                    self.assertAlmostEqual(got, want, delta=1e-12 * abs(want))
+                self.assertEqual(len(losses), STEPS)
+
+    def test_trace_holds_every_action_of_the_median_step(self):
+        trace = os.path.join(self.folder.name, "measured.trace.json")
+        plan = {"balance": [2, 2, 2, 1], "chunks": 2, "checkpoint": "never", "schedule": "interleaved-zb",
+                "stages_per_device": 2}
+        done = self.run_plan(plan, "--json", "--trace", trace)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        report = json.loads(done.stdout.strip().splitlines()[-1])
+        with open(trace) as f:
+            t = json.load(f)
+        meta = t["pipetune"]
+        self.assertEqual((meta["format"], meta["kind"]), ("pipetune.trace/1", "measured"))
+        self.assertEqual(meta["micro_batch_sizes"], [4, 4])
+        self.assertIn(meta["summary"]["iteration_ms"], report["pipeline_ms"])
+        self.assertEqual([d["stages"] for d in meta["summary"]["devices"]], [[0, 2], [1, 3]])
+        tasks = {(e["args"]["stage"], e["args"]["micro_batch"], e["cat"]) for e in t["traceEvents"] if e["ph"] == "X"}
+        for stage in range(4):
+            for micro_batch in range(2):
+                self.assertIn((stage, micro_batch, "forward"), tasks)
+                # Zero bubble splits the backward: I then W (the first stage has no input gradient).
+                self.assertIn((stage, micro_batch, "backward_weight"), tasks)
+        for e in t["traceEvents"]:
+            if e["ph"] == "X":
+                self.assertEqual(e["pid"], [0, 1, 0, 1][e["args"]["stage"]])
+                self.assertGreaterEqual(e["ts"], 0)
+
+    def test_what_torch_cannot_run_is_one_line(self):
+        refusals = {
+            "except_last": ({"balance": [4, 3], "chunks": 2, "checkpoint": "except_last", "schedule": "1f1b"},
+                            "checkpoint except_last"),
+            "uneven micro-batches": ({"balance": [4, 3], "chunks": 3, "checkpoint": "never", "schedule": "gpipe"},
+                                     "micro-batches of [3, 3, 2]"),
+            "V on Gloo": ({"balance": [2, 2, 2, 1], "chunks": 2, "checkpoint": "never", "schedule": "zbv"},
+                          "zbv on CPU"),
+            "balance": ({"balance": [4, 4], "chunks": 2, "checkpoint": "never", "schedule": "gpipe"},
+                        "holds 8 layers, the model has 7"),
+        }
+        for name, (plan, words) in refusals.items():
+            with self.subTest(case=name):
+                done = self.run_plan(plan)
+                self.assertEqual(done.returncode, 2, done.stderr)
+                lines = done.stderr.strip().splitlines()
+                self.assertEqual(len(lines), 1, done.stderr)
+                self.assertIn(words, lines[0])
+
+
+if __name__ == "__main__":
+    unittest.main()
