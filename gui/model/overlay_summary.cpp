@@ -14,6 +14,10 @@ OverlaySummary summarize(const TimelineModel& model, const Plan* current_plan) {
   OverlaySummary s;
   s.has_measured = model.has_measured();
   s.predicted_ms = model.predicted_ms();
+  if (const auto interval = model.predicted_interval()) {
+    s.predicted_low_ms = interval->first;
+    s.predicted_high_ms = interval->second;
+  }
   s.measured_ms = model.measured_ms();
   if (s.has_measured && model.has_prediction())
     s.time_error = relative_error(s.predicted_ms, s.measured_ms);

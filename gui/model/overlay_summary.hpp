@@ -29,6 +29,9 @@ struct DeviceComparison {
 struct OverlaySummary {
   bool has_measured = false;
   double predicted_ms = 0.0;
+  /// The prediction's 80 % interval; NaN where there is none (a profile without spreads).
+  double predicted_low_ms = std::numeric_limits<double>::quiet_NaN();
+  double predicted_high_ms = std::numeric_limits<double>::quiet_NaN();
   double measured_ms = 0.0;  ///< the shown step, first task start to last task end
   double time_error = std::numeric_limits<double>::quiet_NaN();
   std::vector<DeviceComparison> devices;

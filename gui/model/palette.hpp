@@ -24,6 +24,8 @@ inline const QColor kBackground{0xff, 0xff, 0xff};
 inline const QColor kRowBackgroundAlternate{0xf5, 0xf6, 0xf8};
 inline const QColor kGutter{0xee, 0xf0, 0xf3};
 inline const QColor kGrid{0xdd, 0xe0, 0xe5};
+/// The prediction's 80 % interval at the iteration's end: a light wash under the tasks.
+inline const QColor kIntervalBand{0x1f, 0x77, 0xb4, 0x26};
 inline const QColor kText{0x20, 0x24, 0x2a};
 inline const QColor kMutedText{0x6a, 0x72, 0x7d};
 inline const QColor kPredictedOutline{0x1a, 0x1a, 0x1a};

@@ -15,6 +15,7 @@
 
 #include "gui/model/hardware_edits.hpp"
 #include "sim/hardware.hpp"
+#include "sim/interval.hpp"
 #include "sim/plan.hpp"
 #include "sim/profile.hpp"
 #include "sim/simulator.hpp"
@@ -64,6 +65,8 @@ class PlanEditor : public QObject {
   const HardwareEdits& edits() const { return edits_; }
   const Plan& plan() const { return plan_; }
   const SimulationResult& result() const { return result_; }
+  /// The prediction's 80 % interval (from_spreads false where the profile has no spreads).
+  const IterationInterval& interval() const { return interval_; }
   const Simulator& simulator() const { return *simulator_; }
   /// Simulators made so far; a balance edit makes none.
   std::uint64_t simulators_built() const { return simulators_built_; }
@@ -92,6 +95,7 @@ class PlanEditor : public QObject {
   void simulate();
   std::vector<int> balanced(int stages, const Plan& shape) const;
 
+  IterationInterval interval_;
   std::unique_ptr<Profile> profile_;
   Hardware base_hardware_;
   bool hardware_from_file_ = false;

@@ -32,6 +32,7 @@ std::string TimelineTask::label() const {
 
 double TimelineModel::extent_ms() const {
   double extent = std::max(predicted_ms_, measured_ms_);
+  if (interval_) extent = std::max(extent, interval_->second);
   for (const auto& series : tasks_) {
     for (const auto& t : series) extent = std::max(extent, t.end_ms);
   }
@@ -44,8 +45,14 @@ int TimelineModel::unmatched(Series s) const {
   return count;
 }
 
+void TimelineModel::set_predicted_interval(double low_ms, double high_ms) {
+  interval_ = std::pair{low_ms, high_ms};
+  changed();
+}
+
 void TimelineModel::set_prediction(const SimulationResult& result) {
   has_prediction_ = true;
+  interval_.reset();
   predicted_ms_ = result.iteration_ms;
   micro_batches_ = static_cast<int>(result.micro_batch_sizes.size());
   rows_.resize(result.devices.size());
@@ -84,6 +91,7 @@ void TimelineModel::set_prediction(const Trace& trace) {
   auto& predicted = tasks_[0];
   predicted.clear();
   predicted_ms_ = trace.iteration_ms;
+  interval_.reset();
   micro_batches_ = static_cast<int>(trace.micro_batch_sizes.size());
   for (const TraceTask& s : trace.tasks) {
     TimelineTask t;
@@ -107,6 +115,7 @@ void TimelineModel::set_prediction(const Trace& trace) {
 
 void TimelineModel::clear_prediction() {
   has_prediction_ = false;
+  interval_.reset();
   predicted_ms_ = 0.0;
   tasks_[0].clear();
   rows_.clear();

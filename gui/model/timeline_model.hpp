@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gui/model/listeners.hpp"
@@ -93,6 +94,10 @@ class TimelineModel {
   double measured_offset_ms() const { return measured_offset_ms_; }
 
   double predicted_ms() const { return predicted_ms_; }
+  /// The prediction's 80 % interval (sim/interval.hpp), drawn as a band at the iteration's end;
+  /// cleared with the prediction and by a predicted trace (which has none).
+  void set_predicted_interval(double low_ms, double high_ms);
+  std::optional<std::pair<double, double>> predicted_interval() const { return interval_; }
   double measured_ms() const { return measured_ms_; }  ///< span of the shown step
   /// Both series fit in [0, extent_ms].
   double extent_ms() const;
@@ -127,6 +132,7 @@ class TimelineModel {
   void changed();  // a new revision: tell the listeners
 
   bool has_prediction_ = false;
+  std::optional<std::pair<double, double>> interval_;
   double predicted_ms_ = 0.0;
   double measured_ms_ = 0.0;
   int micro_batches_ = 0;

@@ -78,6 +78,15 @@ void TimelinePainter::paint(QPainter& painter, const QRectF& area, const Timelin
                      QPointF(std::floor(tick.x) + 0.5, visible_bottom));
   }
 
+  // Where 80 % of a run's steps should end: under the tasks, over every lane.
+  if (const auto interval = model.predicted_interval()) {
+    const double x0 = std::max(lanes_area.left(), axis.to_x(interval->first));
+    const double x1 = std::min(lanes_area.right(), axis.to_x(interval->second));
+    if (x1 > x0)
+      painter.fillRect(QRectF(x0, visible_top, x1 - x0, visible_bottom - visible_top),
+                       palette::kIntervalBand);
+  }
+
   painter.setClipRect(
       QRectF(lanes_area.left(), visible_top, lanes_area.width(), lanes_area.height()));
   painter.setFont(label_font_);

@@ -114,6 +114,15 @@ void ComparisonPanel::show_summary(const OverlaySummary& s, const QString& headl
   table_->setItem(0, 0, cell(tr("iteration"), Qt::AlignLeft | Qt::AlignVCenter));
   table_->setItem(
       0, 1, cell(model.has_prediction() ? format_duration(s.predicted_ms) : QStringLiteral("—")));
+  if (!std::isnan(s.predicted_low_ms)) {
+    table_->item(0, 1)->setToolTip(tr("80 % of a run's steps should take %1 to %2")
+                                       .arg(format_duration(s.predicted_low_ms))
+                                       .arg(format_duration(s.predicted_high_ms)));
+    table_->item(0, 1)->setText(QStringLiteral("%1 (%2–%3)")
+                                    .arg(format_duration(s.predicted_ms))
+                                    .arg(format_duration(s.predicted_low_ms))
+                                    .arg(format_duration(s.predicted_high_ms)));
+  }
   table_->setItem(0, 2, cell(measured ? format_duration(s.measured_ms) : QStringLiteral("—")));
   table_->setItem(0, 3, error_cell(s.time_error));
   table_->setItem(1, 0, cell(tr("throughput"), Qt::AlignLeft | Qt::AlignVCenter));

@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <functional>
 
+#include "gui/model/overlay_summary.hpp"
+#include "gui/model/timeline_model.hpp"
+#include "sim/interval.hpp"
 #include "tests/gui/gui_test_support.hpp"
 
 namespace pipetune::gui {
@@ -77,6 +80,38 @@ TEST(PlanEditor, OpensAProfileWithATimeBalancedPlan) {
   }
   EXPECT_NEAR(worst_stage, best, 1e-9);
   expect_matches_fresh_simulation(editor);
+}
+
+// Every prediction comes with its 80 % interval where the profile has spreads: the one
+// iteration_interval() gives a fresh Simulator (and the band the timeline draws); none without.
+TEST(PlanEditor, ThePredictionsIntervalIsAFreshSimulatorsAndNoneWithoutSpreads) {
+  PlanEditor editor;
+  Profile profile = tiny();
+  editor.open_profile(profile);
+  EXPECT_FALSE(editor.interval().from_spreads);
+  EXPECT_EQ(editor.interval().low_ms, editor.result().iteration_ms);
+  for (auto& l : profile.layers) {
+    for (double ms : l.forward_ms) l.forward_ms_spread.push_back(0.05 * ms);
+    for (double ms : l.backward_ms) l.backward_ms_spread.push_back(0.05 * ms);
+  }
+  editor.open_profile(profile);
+  const Simulator fresh(editor.profile(), editor.hardware());
+  const IterationInterval truth = iteration_interval(fresh, editor.profile(), editor.plan());
+  ASSERT_TRUE(editor.interval().from_spreads);
+  EXPECT_DOUBLE_EQ(editor.interval().low_ms, truth.low_ms);
+  EXPECT_DOUBLE_EQ(editor.interval().high_ms, truth.high_ms);
+  EXPECT_LT(editor.interval().low_ms, editor.result().iteration_ms);
+  EXPECT_GT(editor.interval().high_ms, editor.result().iteration_ms);
+
+  TimelineModel model;
+  model.set_prediction(editor.result());
+  model.set_predicted_interval(editor.interval().low_ms, editor.interval().high_ms);
+  EXPECT_GE(model.extent_ms(), editor.interval().high_ms);
+  const OverlaySummary summary = summarize(model, &editor.plan());
+  EXPECT_EQ(summary.predicted_low_ms, editor.interval().low_ms);
+  EXPECT_EQ(summary.predicted_high_ms, editor.interval().high_ms);
+  model.set_prediction(editor.result());  // a new prediction drops the old interval
+  EXPECT_FALSE(model.predicted_interval().has_value());
 }
 
 TEST(PlanEditor, EveryEditIsReSimulatedAtOnce) {
