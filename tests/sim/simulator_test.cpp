@@ -269,10 +269,11 @@ TEST(Simulator, NoStageLaunchesItsProgrammeFasterThanItsHostAllows) {
               if (first[stages] != layers) return;
               std::vector<int> balance;
               for (int k = 0; k < stages; ++k) balance.push_back(first[k + 1] - first[k]);
-              const double simulated = simulator
-                                           .run(make_plan(balance, chunks, mode, schedule),
-                                                SimulationOptions{false, false, false})
-                                           .iteration_ms;
+              const double simulated =
+                  simulator
+                      .run(make_plan(balance, chunks, mode, schedule),
+                           SimulationOptions{.record_tasks = false, .record_memory = false})
+                      .iteration_ms;
               double arrive = 0.0, drain = 0.0, bound = 0.0;
               for (int k = 0; k < stages; ++k) {
                 const int a = first[k], b = first[k + 1];
