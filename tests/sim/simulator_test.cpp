@@ -257,6 +257,8 @@ TEST(Simulator, NoStageLaunchesItsProgrammeFasterThanItsHostAllows) {
     const Simulator simulator(profile, hw);
     const CostModel& costs = simulator.costs();
     const double o = hw.launch_overhead_ms;
+    SimulationOptions no_records;
+    no_records.record_tasks = no_records.record_memory = false;
     for (int chunks : {1, 2, static_cast<int>(batch)}) {
       const auto sizes = split_batch(batch, chunks);
       const int m = static_cast<int>(sizes.size());
@@ -270,9 +272,7 @@ TEST(Simulator, NoStageLaunchesItsProgrammeFasterThanItsHostAllows) {
               std::vector<int> balance;
               for (int k = 0; k < stages; ++k) balance.push_back(first[k + 1] - first[k]);
               const double simulated =
-                  simulator
-                      .run(make_plan(balance, chunks, mode, schedule),
-                           SimulationOptions{.record_tasks = false, .record_memory = false})
+                  simulator.run(make_plan(balance, chunks, mode, schedule), no_records)
                       .iteration_ms;
               double arrive = 0.0, drain = 0.0, bound = 0.0;
               for (int k = 0; k < stages; ++k) {
