@@ -6,6 +6,7 @@
 
 #include "bench/synthetic_profile.hpp"
 #include "sim/balance.hpp"
+#include "sim/interval.hpp"
 #include "sim/planner.hpp"
 #include "sim/simulator.hpp"
 #include "sim/sweep.hpp"
@@ -60,6 +61,23 @@ BENCHMARK(BM_Simulate)
     ->Args({16, 128, static_cast<int>(CheckpointMode::ExceptLast)})
     ->Args({4, 32, static_cast<int>(CheckpointMode::Never)})
     ->Unit(benchmark::kMicrosecond);
+
+// A prediction with its 80 % interval (sim/interval.hpp): three simulations, the profile's
+// layers given a spread of 5 % of their times.
+void BM_Interval(benchmark::State& state) {
+  SyntheticPipeline p =
+      synthetic_pipeline(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
+  for (auto& layer : p.profile.layers) {
+    for (double ms : layer.forward_ms) layer.forward_ms_spread.push_back(0.05 * ms);
+    for (double ms : layer.backward_ms) layer.backward_ms_spread.push_back(0.05 * ms);
+  }
+  const Simulator simulator(p.profile, p.hardware);
+  for (auto _ : state) {
+    const IterationInterval r = iteration_interval(simulator, p.profile, p.plan);
+    benchmark::DoNotOptimize(r.high_ms);
+  }
+}
+BENCHMARK(BM_Interval)->Args({16, 128})->Args({4, 32})->Unit(benchmark::kMillisecond);
 
 // Every run a new shape (128 and 127 micro-batches alternate), so the task graph is built
 // from scratch each time: what a sweep over chunk counts pays.
