@@ -120,7 +120,7 @@ std::string summary_table(const validate::Validation& v) {
                  fmt::format("{} ± {}", format_ms(chosen.measured.median_pipeline_ms()),
                              format_ms(chosen.measured.spread_ms())),
                  fmt::format("{:+.1f} %", 100.0 * c.time_error)});
-  if (chosen.interval.from_spreads) {
+  if (chosen.interval.known()) {
     const double median = chosen.measured.median_pipeline_ms();
     table.add_row(
         {"  80 % interval",

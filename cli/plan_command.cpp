@@ -47,7 +47,7 @@ std::string plan_json(const PlanSearchResult& result,
                      {"checkpoint", to_string(c.plan.checkpoint)},
                      {"schedule", to_string(c.plan.schedule)},
                      {"iteration_ms", tidy(c.iteration_ms)}};
-    if (interval && interval->from_spreads) {
+    if (interval && interval->known()) {
       out["iteration_low_ms"] = tidy(interval->low_ms);
       out["iteration_high_ms"] = tidy(interval->high_ms);
     }
@@ -196,9 +196,10 @@ void add_plan_command(CLI::App& app, std::vector<Command>& commands) {
                                    profile.layer_count()));
     }
     // Before any search: nothing to rank by.
-    if (flags->objective == "p90" && !profile.has_spreads()) {
+    if (flags->objective == "p90" && !profile.has_spreads() && hardware.model_error == 0) {
       throw InputError(fmt::format(
-          "--objective p90: {} has no spreads of its layers' times (profile again for them)",
+          "--objective p90: {} has no spreads of its layers' times (profile again for them) and "
+          "the hardware no model_error (validate writes it): no interval to rank by",
           flags->profile));
     }
     print_note(note);

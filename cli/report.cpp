@@ -129,18 +129,24 @@ std::string simulation_text(const Profile& profile, const SimulationResult& r,
 }
 
 std::string interval_text(const IterationInterval& interval) {
-  if (!interval.from_spreads)
-    return "none: the profile has no spreads of its layers' times (profile again for them)";
-  return fmt::format("{:.0f} % of steps in {} - {} ms ({:.1f} % wide; the layers' measured spread)",
+  if (!interval.known()) {
+    return "none: the profile has no spreads of its layers' times (profile again for them) and "
+           "the hardware no model_error (validate writes it)";
+  }
+  const char* from = interval.from_spreads && interval.from_model_error
+                         ? "the layers' measured spread and the model's error here"
+                     : interval.from_spreads ? "the layers' measured spread"
+                                             : "the model's error here";
+  return fmt::format("{:.0f} % of steps in {} - {} ms ({:.1f} % wide; {})",
                      100.0 * interval.central, format_ms(interval.low_ms),
-                     format_ms(interval.high_ms), 100.0 * interval.width());
+                     format_ms(interval.high_ms), 100.0 * interval.width(), from);
 }
 
 std::string simulation_json(const SimulationResult& r, const std::vector<int>& path,
                             const IterationInterval* interval) {
   ordered_json root;
   root["iteration_ms"] = tidy(r.iteration_ms);
-  if (interval && interval->from_spreads) {
+  if (interval && interval->known()) {
     root["interval_central"] = interval->central;
     root["iteration_low_ms"] = tidy(interval->low_ms);
     root["iteration_high_ms"] = tidy(interval->high_ms);
@@ -364,8 +370,8 @@ std::string plan_text(const Profile& profile, const Hardware& hardware,
   TextTable table;
   table.add_column("rank", TextTable::Align::Right);
   table.add_column("iteration ms", TextTable::Align::Right);
-  const bool with_intervals = intervals.size() == result.ranked.size() && !intervals.empty() &&
-                              intervals.front().from_spreads;
+  const bool with_intervals =
+      intervals.size() == result.ranked.size() && !intervals.empty() && intervals.front().known();
   if (with_intervals) table.add_column("80 % interval", TextTable::Align::Right);
   table.add_column("samples/s", TextTable::Align::Right);
   table.add_column("bubble", TextTable::Align::Right);

@@ -129,9 +129,9 @@ std::vector<std::string> cells(const Validation& v, const PlanValidation& p, std
                             format_ms(p.measured.spread_ms())));
   row.push_back(signed_percent(p.uncalibrated.time_error));
   if (cal) row.push_back(signed_percent(p.calibrated.time_error));
-  row.push_back(p.interval.from_spreads ? fmt::format("{} - {}", format_ms(p.interval.low_ms),
-                                                      format_ms(p.interval.high_ms))
-                                        : "-");
+  row.push_back(p.interval.known() ? fmt::format("{} - {}", format_ms(p.interval.low_ms),
+                                                 format_ms(p.interval.high_ms))
+                                   : "-");
   row.push_back(fmt::format("{} / {}", p.steps_inside, p.measured.pipeline_ms.size()));
   row.push_back(h.predicted_peak_bytes.empty() ? "-" : format_bytes(h.predicted_peak_bytes[d]));
   row.push_back(h.measured_peak_bytes.empty() ? "-" : format_bytes(h.measured_peak_bytes[d]));
@@ -158,17 +158,21 @@ std::vector<std::string> task_lines(const Validation& v, const PlanValidation& p
 // Where the measured steps fell against the predicted intervals, over every plan.
 std::string coverage_sentence(const Validation& v) {
   if (v.plans.empty()) return "";
-  if (!v.plans.front().interval.from_spreads)
+  if (!v.plans.front().interval.known())
     return "none: the profile has no spreads of its layers' times (profile again for them)";
+  const std::string from = v.hardware.model_error > 0
+                               ? fmt::format(", the model's error here ±{:.1f} % among them",
+                                             100.0 * v.hardware.model_error)
+                               : "";
   std::vector<double> widths;
   for (const auto& p : v.plans) widths.push_back(p.interval.width());
   std::sort(widths.begin(), widths.end());
   const std::size_t in = v.steps_inside(), all = v.steps_measured();
   return fmt::format(
       "{} of {} measured steps inside their plan's 80 % interval ({:.0f} %; 70-90 % is right), "
-      "median width {:.1f} %",
+      "median width {:.1f} %{}",
       in, all, all ? 100.0 * static_cast<double>(in) / static_cast<double>(all) : 0.0,
-      100.0 * widths[widths.size() / 2]);
+      100.0 * widths[widths.size() / 2], from);
 }
 
 std::string calibration_fit_line(const Validation& v) {
@@ -352,7 +356,7 @@ std::string validation_json(const Validation& v, const ValidationThresholds& thr
       j["measured_order_peak_bytes"] = p.measured_order_peak_bytes;
     j["uncalibrated"] = comparison(p.uncalibrated);
     j["calibrated"] = comparison(p.calibrated);
-    if (p.interval.from_spreads) {
+    if (p.interval.known()) {
       j["interval"] = {{"central", p.interval.central},
                        {"low_ms", tidy(p.interval.low_ms)},
                        {"high_ms", tidy(p.interval.high_ms)},

@@ -72,7 +72,7 @@ Hardware parse_hardware(std::string_view text, const std::string& source) {
   const Node root(document, source);
   if (!document.is_object()) root.fail("a JSON object");
   root.allow_only({"format", "devices", "link", "links", "launch_overhead_ms", "posted_receives",
-                   "calibration"});
+                   "model_error", "calibration"});
   const Node tag = root.field("format");
   if (!tag.value().is_string() || tag.value().get<std::string>() != kHardwareFormat) {
     tag.fail(fmt::format("\"{}\"", kHardwareFormat));
@@ -126,6 +126,10 @@ Hardware parse_hardware(std::string_view text, const std::string& source) {
     hw.launch_overhead_ms = overhead->milliseconds();
   }
   if (auto posted = root.optional_field("posted_receives")) hw.posted_receives = posted->boolean();
+  if (auto error = root.optional_field("model_error")) {
+    hw.model_error = error->non_negative_number();
+    if (hw.model_error > 10.0) error->fail("a relative error from 0 to 10");
+  }
   if (auto calibration = root.optional_field("calibration")) {
     calibration->allow_only({"compute_scale", "task_overhead_ms", "copy", "fitted_on"});
     Calibration& c = hw.calibration;
@@ -183,6 +187,7 @@ std::string hardware_to_json(const Hardware& hw) {
   }
   root["launch_overhead_ms"] = hw.launch_overhead_ms;
   if (hw.posted_receives) root["posted_receives"] = true;
+  if (hw.model_error > 0) root["model_error"] = hw.model_error;
   if (!hw.calibration.empty()) {
     const Calibration& c = hw.calibration;
     ordered_json calibration = ordered_json::object();

@@ -71,6 +71,11 @@ struct Hardware {
   /// from the same device is in; the step's first at the step's start), not from when its data
   /// comes: pipetune's transport between processes (`run --distributed`) posts them early.
   bool posted_receives = false;
+  /// Optional (0: unknown): how far the simulator's iteration times were off on this machine,
+  /// relative, as a standard deviation (the root mean square of the errors `pipetune validate`
+  /// measured on its calibration runs, out of sample where a calibration is used). It widens
+  /// every prediction's interval (sim/interval.hpp).
+  double model_error = 0.0;
   Calibration calibration;  ///< empty unless a calibration run filled it
 
   const Link& link_between(int from, int to) const;

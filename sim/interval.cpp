@@ -39,12 +39,20 @@ IterationInterval iteration_interval(const Simulator& simulator, const Profile& 
   options.record_memory = false;
   out.median_ms = simulator.run(plan, options).iteration_ms;
   out.low_ms = out.high_ms = out.median_ms;
-  if (!out.from_spreads) return out;
   const double z = normal_quantile(0.5 + central / 2);
-  options.spread_z = -z;
-  out.low_ms = simulator.run(plan, options).iteration_ms;
-  options.spread_z = z;
-  out.high_ms = simulator.run(plan, options).iteration_ms;
+  if (out.from_spreads) {
+    options.spread_z = -z;
+    out.low_ms = simulator.run(plan, options).iteration_ms;
+    options.spread_z = z;
+    out.high_ms = simulator.run(plan, options).iteration_ms;
+  }
+  const double model = simulator.hardware().model_error;
+  if (model > 0) {
+    out.from_model_error = true;
+    const double extra = z * model * out.median_ms;
+    out.low_ms = out.median_ms - std::hypot(out.median_ms - out.low_ms, extra);
+    out.high_ms = out.median_ms + std::hypot(out.high_ms - out.median_ms, extra);
+  }
   return out;
 }
 

@@ -6,7 +6,10 @@
 // takes one factor for the whole step: each compute task at its time plus z standard deviations
 // of its layers' spread. The iteration is a longest path, which grows with every duration, so
 // its quantiles are the iteration at the normal's quantiles of z: two more simulations, exact
-// under that model, no sampling. A profile without spreads gives an interval of zero width.
+// under that model, no sampling. The model's own error on the machine, where the hardware knows
+// it (Hardware::model_error, a relative standard deviation), is independent of the step's pace:
+// each half of the interval becomes the root of the sum of its square and that error's at the
+// same quantile. With neither, the interval has zero width.
 
 #include "sim/plan.hpp"
 #include "sim/simulator.hpp"
@@ -14,11 +17,14 @@
 namespace pipetune {
 
 struct IterationInterval {
-  double central = 0.8;       ///< the share of steps the interval is for
-  double low_ms = 0.0;        ///< its lower end (p10 for 0.8)
-  double median_ms = 0.0;     ///< the prediction itself
-  double high_ms = 0.0;       ///< its upper end (p90 for 0.8)
-  bool from_spreads = false;  ///< the profile had spreads (else low = median = high)
+  double central = 0.8;           ///< the share of steps the interval is for
+  double low_ms = 0.0;            ///< its lower end (p10 for 0.8)
+  double median_ms = 0.0;         ///< the prediction itself
+  double high_ms = 0.0;           ///< its upper end (p90 for 0.8)
+  bool from_spreads = false;      ///< the profile had spreads
+  bool from_model_error = false;  ///< the hardware knew the model's error (Hardware::model_error)
+
+  bool known() const { return from_spreads || from_model_error; }
 
   double width() const { return median_ms > 0 ? (high_ms - low_ms) / median_ms : 0.0; }
   bool holds(double ms) const { return low_ms <= ms && ms <= high_ms; }

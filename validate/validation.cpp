@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 
 #include "executor/models/model.hpp"
@@ -373,6 +374,16 @@ Validation run_validation(const ValidationOptions& options) {
       if (!choice.used) v.unused_calibration = choice.fitted;
       hardware.calibration = choice.used ? choice.fitted : Calibration{};
       v.calibration_fitted = choice.used;
+      // The model's error on this machine, as the headline predicts: out of sample where the
+      // calibration is used (a fit on the other runs), uncalibrated where not. It widens every
+      // interval from here on (sim/interval.hpp).
+      const std::vector<double>& errors =
+          choice.used ? choice.out_of_sample_error : choice.uncalibrated_error;
+      if (errors.size() >= 2) {
+        double squares = 0.0;
+        for (double e : errors) squares += e * e;
+        hardware.model_error = std::sqrt(squares / static_cast<double>(errors.size()));
+      }
       for (std::size_t k = 0; k < runs.size(); ++k) {
         v.calibration_runs.push_back(
             judge(profile, hardware, std::move(runs[k]),

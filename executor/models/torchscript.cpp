@@ -118,12 +118,22 @@ at::Tensor seeded_dropout(const at::Tensor& input, double p, bool train) {
   return input * keep * (1.0 / (1.0 - p));
 }
 
-TORCH_LIBRARY(pipetune, m) {
-  m.def("dropout(Tensor input, float p, bool train) -> Tensor");
-}
-// Composite: autograd records the ATen calls inside, so no backward of its own is needed.
-TORCH_LIBRARY_IMPL(pipetune, CompositeImplicitAutograd, m) {
-  m.impl("dropout", &seeded_dropout);
+// Registered on first use and never unregistered: a static registration's destructor runs at
+// exit after the dispatcher's own (another library's static), which ThreadSanitizer reports as
+// an unlock of a destroyed mutex. Composite: autograd records the ATen calls inside, so no
+// backward of its own is needed.
+void register_seeded_dropout() {
+  static const bool registered = [] {
+    auto* schema =
+        new torch::Library(torch::Library::DEF, "pipetune", std::nullopt, __FILE__, __LINE__);
+    schema->def("dropout(Tensor input, float p, bool train) -> Tensor");
+    auto* kernel =
+        new torch::Library(torch::Library::IMPL, "pipetune",
+                           c10::DispatchKey::CompositeImplicitAutograd, __FILE__, __LINE__);
+    kernel->impl("dropout", &seeded_dropout);
+    return true;
+  }();
+  (void)registered;
 }
 
 void collect_dropouts(torch::jit::Block* block, std::vector<torch::jit::Node*>& found) {
@@ -139,6 +149,7 @@ void collect_dropouts(torch::jit::Block* block, std::vector<torch::jit::Node*>& 
 // device at once. Children of one class share their forward; the rewrite leaves nothing for a
 // second pass to find.
 void draw_from_the_threads_generator(torch::jit::Module& module) {
+  register_seeded_dropout();
   const std::shared_ptr<torch::jit::Graph> graph = module.get_method("forward").graph();
   torch::jit::Inline(*graph);
   std::vector<torch::jit::Node*> found;

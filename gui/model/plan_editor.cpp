@@ -319,19 +319,7 @@ void PlanEditor::simulate() {
   constexpr int kWorstOrderLargestCells = 512;
   options.worst_order_peaks = plan_.stages() * plan_.chunks <= kWorstOrderLargestCells;
   result_ = simulator_->run(plan_, options);
-  // The interval's two ends: two more runs without records (sim/interval.hpp).
-  interval_ = IterationInterval{};
-  interval_.median_ms = interval_.low_ms = interval_.high_ms = result_.iteration_ms;
-  if (profile_->has_spreads()) {
-    interval_.from_spreads = true;
-    SimulationOptions ends;
-    ends.record_tasks = ends.record_memory = false;
-    const double z = normal_quantile(0.5 + interval_.central / 2);
-    ends.spread_z = -z;
-    interval_.low_ms = simulator_->run(plan_, ends).iteration_ms;
-    ends.spread_z = z;
-    interval_.high_ms = simulator_->run(plan_, ends).iteration_ms;
-  }
+  interval_ = iteration_interval(*simulator_, *profile_, plan_);  // three runs without records
   last_wall_ms_ = static_cast<double>(timer.nsecsElapsed()) / 1e6;
   emit simulated();
 }

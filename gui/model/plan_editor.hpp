@@ -65,7 +65,7 @@ class PlanEditor : public QObject {
   const HardwareEdits& edits() const { return edits_; }
   const Plan& plan() const { return plan_; }
   const SimulationResult& result() const { return result_; }
-  /// The prediction's 80 % interval (from_spreads false where the profile has no spreads).
+  /// The prediction's 80 % interval (not known() without spreads or the hardware's model error).
   const IterationInterval& interval() const { return interval_; }
   const Simulator& simulator() const { return *simulator_; }
   /// Simulators made so far; a balance edit makes none.

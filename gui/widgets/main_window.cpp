@@ -388,7 +388,7 @@ QString MainWindow::save_screenshot(const QString& path, const QSize& size) {
 
 void MainWindow::on_simulated() {
   timeline_model_.set_prediction(editor_.result());
-  if (editor_.interval().from_spreads)
+  if (editor_.interval().known())
     timeline_model_.set_predicted_interval(editor_.interval().low_ms, editor_.interval().high_ms);
   cost_strip_->refresh();
   refresh_comparison();

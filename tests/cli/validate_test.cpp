@@ -83,6 +83,34 @@ TEST(CliValidate, ReportTracesAndErrorsAgreeAndCalibrationIsFittedElsewhereThenR
   for (const auto& p : report["plans"]) validated.insert(p["plan"].get<std::string>());
   for (const auto& c : report["calibration_runs"])
     EXPECT_EQ(validated.count(c["plan"].get<std::string>()), 0u);
+  // The model's error here, for every interval: without a calibration in use, the root mean
+  // square of the calibration runs' uncalibrated time errors (with one, of the out-of-sample
+  // errors the report does not list: then only that it is known).
+  if (!used) {
+    double squares = 0.0;
+    for (const auto& c : report["calibration_runs"]) {
+      const double e = c["uncalibrated"]["time_error"].get<double>();
+      squares += e * e;
+    }
+    EXPECT_NEAR(hw.model_error, std::sqrt(squares / 2.0), 1e-5);
+  } else {
+    EXPECT_GT(hw.model_error, 0.0);
+  }
+  // Every plan's interval holds the prediction and reports how many of its steps fell inside.
+  for (const auto& p : report["plans"]) {
+    ASSERT_TRUE(p.contains("interval"));
+    const auto& interval = p["interval"];
+    const double predicted = p[used ? "calibrated" : "uncalibrated"]["predicted_ms"].get<double>();
+    EXPECT_LE(interval["low_ms"].get<double>(), predicted + 1e-6);
+    EXPECT_GE(interval["high_ms"].get<double>(), predicted - 1e-6);
+    std::size_t inside = 0;
+    for (const auto& ms : p["measured_pipeline_ms"]) {
+      const double t = ms.get<double>();
+      inside += t >= interval["low_ms"].get<double>() - 1e-6 &&
+                t <= interval["high_ms"].get<double>() + 1e-6;
+    }
+    EXPECT_EQ(interval["steps_inside"].get<std::size_t>(), inside);
+  }
 
   for (const auto& p : report["plans"]) {
     // Every file the report names is there and valid; the traces are of the plan.

@@ -5,8 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <nlohmann/json.hpp>
 #include <random>
 
+#include "sim/error.hpp"
+#include "sim/hardware.hpp"
 #include "tests/sim/fixtures.hpp"
 
 namespace pipetune {
@@ -49,6 +53,34 @@ TEST(IterationInterval, OneDeviceIsTheHandSum) {
   EXPECT_NEAR(r.width(), 2 * half / 6.0, 1e-9);
   EXPECT_TRUE(r.holds(6.5));
   EXPECT_FALSE(r.holds(6.0 + half + 1e-6));
+}
+
+// The model's error on the machine (Hardware::model_error) adds to each half in quadrature, at
+// the same quantile; alone, it is the interval.
+TEST(IterationInterval, TheModelsErrorWidensItInQuadrature) {
+  Profile profile = testing::make_profile({testing::LayerSpec{2.0, 4.0}}, 4);
+  Hardware hw = replicate_device(profile.device, 1);
+  hw.model_error = 0.1;
+  const Plan plan = make_plan({1}, 1, CheckpointMode::Never);
+  const double z = normal_quantile(0.9);
+  const IterationInterval alone = iteration_interval(Simulator(profile, hw), profile, plan);
+  EXPECT_TRUE(alone.from_model_error && !alone.from_spreads && alone.known());
+  EXPECT_NEAR(alone.low_ms, 6.0 - z * 0.6, 1e-9);
+  EXPECT_NEAR(alone.high_ms, 6.0 + z * 0.6, 1e-9);
+  for (auto& l : profile.layers) {
+    l.forward_ms_spread.assign(l.forward_ms.size(), 0.1);
+    l.backward_ms_spread.assign(l.backward_ms.size(), 0.4);
+  }
+  const IterationInterval both = iteration_interval(Simulator(profile, hw), profile, plan);
+  const double half = std::hypot(z * 1.4826 * 0.5, z * 0.6);
+  EXPECT_NEAR(both.low_ms, 6.0 - half, 1e-9);
+  EXPECT_NEAR(both.high_ms, 6.0 + half, 1e-9);
+  // It is a field of hardware.json, checked where read.
+  const Hardware again = parse_hardware(hardware_to_json(hw), "hw.json");
+  EXPECT_EQ(again.model_error, 0.1);
+  nlohmann::json bad = nlohmann::json::parse(hardware_to_json(hw));
+  bad["model_error"] = -0.5;
+  EXPECT_THROW(parse_hardware(bad.dump(), "bad.json"), InputError);
 }
 
 // The median is the simulator's prediction, bit for bit, and the ends bracket it.
