@@ -439,6 +439,39 @@ std::vector<LayerTimes> time_layers(models::Model& model,
       if (!gradient.defined()) break;
     }
   };
+  // The forward and the backward through every layer, each layer's timed as `forward_ids[l]`
+  // and `backward_ids[l]`, `before_each` run before each (outside the timing).
+  auto forward_backward_pass = [&](bool timed, std::vector<std::vector<std::uint64_t>>& forward,
+                                   std::vector<std::vector<std::uint64_t>>& backward,
+                                   auto&& before_each) {
+    std::vector<LayerInput> inputs(layer_count);
+    std::vector<at::Tensor> roots(layer_count);
+    at::Tensor current = input;
+    for (int l = 0; l < layer_count; ++l) {
+      inputs[l] = layer_input(current, l);
+      Runner run{*modules[l], model, l + 1 == layer_count, target};
+      before_each();
+      auto pair = region(timed, forward[l], [&] { return run.forward(inputs[l].x); });
+      roots[l] = pair.first;
+      current = pair.second;
+    }
+    at::Tensor gradient;  // flowing back from the layer after
+    for (int l = layer_count - 1; l >= 0; --l) {
+      if (!roots[l].requires_grad()) break;  // nothing before can need a gradient either
+      before_each();
+      region(timed, backward[l], [&] {
+        if (l + 1 == layer_count) {
+          torch::autograd::backward({roots[l]});
+        } else {
+          torch::autograd::backward({roots[l]}, {gradient});
+        }
+        return 0;
+      });
+      gradient = inputs[l].leaf.defined() ? inputs[l].leaf.grad() : at::Tensor();
+      roots[l] = at::Tensor();
+      if (!gradient.defined()) break;
+    }
+  };
   // One repetition: the forward without autograd, the forward and the backward through every
   // layer, and the split backward.
   auto repetition = [&](bool timed) {
@@ -451,31 +484,7 @@ std::vector<LayerTimes> time_layers(models::Model& model,
         current = region(timed, nograd_ids[l], [&] { return run.forward(current).second; });
       }
     }
-    std::vector<LayerInput> inputs(layer_count);
-    std::vector<at::Tensor> roots(layer_count);
-    at::Tensor current = input;
-    for (int l = 0; l < layer_count; ++l) {
-      inputs[l] = layer_input(current, l);
-      Runner run{*modules[l], model, l + 1 == layer_count, target};
-      auto pair = region(timed, forward_ids[l], [&] { return run.forward(inputs[l].x); });
-      roots[l] = pair.first;
-      current = pair.second;
-    }
-    at::Tensor gradient;  // flowing back from the layer after
-    for (int l = layer_count - 1; l >= 0; --l) {
-      if (!roots[l].requires_grad()) break;  // nothing before can need a gradient either
-      region(timed, backward_ids[l], [&] {
-        if (l + 1 == layer_count) {
-          torch::autograd::backward({roots[l]});
-        } else {
-          torch::autograd::backward({roots[l]}, {gradient});
-        }
-        return 0;
-      });
-      gradient = inputs[l].leaf.defined() ? inputs[l].leaf.grad() : at::Tensor();
-      roots[l] = at::Tensor();
-      if (!gradient.defined()) break;
-    }
+    forward_backward_pass(timed, forward_ids, backward_ids, [] {});
     // Parameter gradients stay allocated and accumulate, as in every backward of a stage but
     // its first.
     split_backward_pass(timed);
@@ -484,37 +493,9 @@ std::vector<LayerTimes> time_layers(models::Model& model,
   // The forward and backward again, each layer after the cache was emptied.
   std::vector<std::uint8_t> flush(static_cast<std::size_t>(std::max<std::int64_t>(cache_bytes, 0)) *
                                   4);
-  auto cold_repetition = [&] {
-    std::vector<LayerInput> inputs(layer_count);
-    std::vector<at::Tensor> roots(layer_count);
-    at::Tensor current = input;
-    for (int l = 0; l < layer_count; ++l) {
-      inputs[l] = layer_input(current, l);
-      Runner run{*modules[l], model, l + 1 == layer_count, target};
-      empty_cache(flush);
-      auto pair = region(true, cold_forward_ids[l], [&] { return run.forward(inputs[l].x); });
-      roots[l] = pair.first;
-      current = pair.second;
-    }
-    at::Tensor gradient;
-    for (int l = layer_count - 1; l >= 0; --l) {
-      if (!roots[l].requires_grad()) break;
-      empty_cache(flush);
-      region(true, cold_backward_ids[l], [&] {
-        if (l + 1 == layer_count) {
-          torch::autograd::backward({roots[l]});
-        } else {
-          torch::autograd::backward({roots[l]}, {gradient});
-        }
-        return 0;
-      });
-      gradient = inputs[l].leaf.defined() ? inputs[l].leaf.grad() : at::Tensor();
-      roots[l] = at::Tensor();
-      if (!gradient.defined()) break;
-    }
-  };
   if (!flush.empty()) {
-    for (int r = 0; r < options.repeats; ++r) cold_repetition();
+    for (int r = 0; r < options.repeats; ++r)
+      forward_backward_pass(true, cold_forward_ids, cold_backward_ids, [&] { empty_cache(flush); });
   }
   const auto times = backend.collect_ms();
   auto pick = [&](const std::vector<std::uint64_t>& ids) {
