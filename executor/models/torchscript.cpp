@@ -123,17 +123,22 @@ at::Tensor seeded_dropout(const at::Tensor& input, double p, bool train) {
 // an unlock of a destroyed mutex. Composite: autograd records the ATen calls inside, so no
 // backward of its own is needed.
 void register_seeded_dropout() {
-  static const bool registered = [] {
-    auto* schema =
+  // Held by statics, so that the leak checker sees them reachable: kept on purpose.
+  static torch::Library* const schema = [] {
+    auto* library =
         new torch::Library(torch::Library::DEF, "pipetune", std::nullopt, __FILE__, __LINE__);
-    schema->def("dropout(Tensor input, float p, bool train) -> Tensor");
-    auto* kernel =
+    library->def("dropout(Tensor input, float p, bool train) -> Tensor");
+    return library;
+  }();
+  static torch::Library* const kernel = [] {
+    auto* library =
         new torch::Library(torch::Library::IMPL, "pipetune",
                            c10::DispatchKey::CompositeImplicitAutograd, __FILE__, __LINE__);
-    kernel->impl("dropout", &seeded_dropout);
-    return true;
+    library->impl("dropout", &seeded_dropout);
+    return library;
   }();
-  (void)registered;
+  (void)schema;
+  (void)kernel;
 }
 
 void collect_dropouts(torch::jit::Block* block, std::vector<torch::jit::Node*>& found) {
