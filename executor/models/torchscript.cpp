@@ -123,7 +123,7 @@ at::Tensor seeded_dropout(const at::Tensor& input, double p, bool train) {
 // an unlock of a destroyed mutex. Composite: autograd records the ATen calls inside, so no
 // backward of its own is needed.
 void register_seeded_dropout() {
-  // Held by statics, so that the leak checker sees them reachable: kept on purpose.
+  // Kept on purpose (scripts/lsan.supp names this function).
   static torch::Library* const schema = [] {
     auto* library =
         new torch::Library(torch::Library::DEF, "pipetune", std::nullopt, __FILE__, __LINE__);
