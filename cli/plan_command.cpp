@@ -79,11 +79,7 @@ std::string plan_json(const PlanSearchResult& result,
 // Each ranked plan's 80 % interval, on the devices the planner used.
 std::vector<IterationInterval> plan_intervals(const Profile& profile, const Hardware& hardware,
                                               int stages, const PlanSearchResult& result) {
-  Hardware used = hardware;
-  used.devices.resize(static_cast<std::size_t>(stages));
-  std::erase_if(used.links, [stages](const LinkOverride& o) {
-    return o.first >= stages || o.second >= stages;
-  });
+  const Hardware used = first_devices(hardware, stages);  // the Simulator keeps a reference
   const Simulator simulator(profile, used);
   std::vector<IterationInterval> out;
   for (const auto& c : result.ranked) out.push_back(iteration_interval(simulator, profile, c.plan));

@@ -230,6 +230,14 @@ Hardware calibrated(const Hardware& hardware, int devices_used) {
   return out;
 }
 
+Hardware first_devices(Hardware hardware, int count) {
+  if (count < static_cast<int>(hardware.devices.size()))
+    hardware.devices.resize(static_cast<std::size_t>(count));
+  std::erase_if(hardware.links,
+                [count](const LinkOverride& o) { return o.first >= count || o.second >= count; });
+  return hardware;
+}
+
 Hardware replicate_device(const ProfileDevice& device, int count) {
   Hardware hw;
   for (int i = 0; i < count; ++i) {

@@ -111,6 +111,10 @@ Hardware calibrated(const Hardware& hardware, int devices_used);
 /// of a GPU's SMs, the copies are shares of "<type>:0", as `run --sm-partitions` makes them.
 Hardware replicate_device(const ProfileDevice& device, int count);
 
+/// The hardware's first `count` devices (all of them where it has no more) and the link
+/// overrides among them.
+Hardware first_devices(Hardware hardware, int count);
+
 /// By device: the index of the GPU it is a share of (HardwareDevice::share_of) among the GPUs two
 /// or more devices are shares of, numbered from 0 in the order of their names; -1 for a device
 /// of its own (a `share_of` no other device names included).

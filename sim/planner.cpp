@@ -74,11 +74,7 @@ PlanSearchResult find_best_plans(const Profile& profile, const Hardware& hardwar
                                  profile.layer_count()));
   }
   // Calibration applied up front, so that the bounds see the durations the simulator will.
-  Hardware used = calibrated(hardware, stages);
-  used.devices.resize(stages);
-  std::erase_if(used.links, [stages](const LinkOverride& o) {
-    return o.first >= stages || o.second >= stages;
-  });
+  const Hardware used = first_devices(calibrated(hardware, stages), stages);
   PlanSearch search(profile, used, options);
   PlanSearchResult result = search.run();
   result.search_space = search_space_text(options, profile.batch_size);

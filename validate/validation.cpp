@@ -127,12 +127,8 @@ Hardware obtain_hardware(const ValidationOptions& options, const Profile& profil
   // Shares of one GPU: devices like the profiled share, their hand-overs on that GPU (no link).
   if (options.run.sm_partitions > 0) return replicate_device(profile.device, options.devices);
   if (options.probe) return options.probe(layers);
-  Hardware hw = profiler::probe_hardware(options.run.device, options.devices);
-  const int keep = options.devices;
-  if (static_cast<int>(hw.devices.size()) > keep) hw.devices.resize(keep);
-  std::erase_if(hw.links,
-                [keep](const LinkOverride& o) { return o.first >= keep || o.second >= keep; });
-  return hw;
+  return first_devices(profiler::probe_hardware(options.run.device, options.devices),
+                       options.devices);
 }
 
 // The memory model's peaks in the traced step's own order (empty: a task is not in the trace).

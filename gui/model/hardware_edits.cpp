@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <string>
+#include <utility>
 
 namespace pipetune::gui {
 
@@ -23,9 +24,7 @@ Hardware apply_edits(const Hardware& base, const HardwareEdits& edits) {
   const int count =
       edits.device_count > 0 ? edits.device_count : static_cast<int>(base.devices.size());
   if (count < static_cast<int>(hw.devices.size())) {
-    hw.devices.resize(count);
-    std::erase_if(hw.links,
-                  [count](const LinkOverride& o) { return o.first >= count || o.second >= count; });
+    hw = first_devices(std::move(hw), count);
   } else if (!hw.devices.empty()) {
     const HardwareDevice last = hw.devices.back();
     auto [stem, number] = name_stem(last.name);
