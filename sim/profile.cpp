@@ -85,6 +85,21 @@ void check_profile_total(const Profile& p, const std::string& source) {
   }
 }
 
+// Two per-size fields that come together or not at all; true when both are there.
+bool read_pair(const Node& node, const char* first, const char* second, std::size_t sizes,
+               std::vector<double>& first_values, std::vector<double>& second_values) {
+  const auto a = node.optional_field(first);
+  const auto b = node.optional_field(second);
+  if (a.has_value() != b.has_value()) {
+    node.fail_message(fmt::format("missing field \"{}\" ({} and {} come together)",
+                                  a ? second : first, first, second));
+  }
+  if (!a) return false;
+  first_values = numbers(*a, sizes);
+  second_values = numbers(*b, sizes);
+  return true;
+}
+
 LayerProfile parse_layer(const Node& node, std::size_t sizes) {
   node.allow_only({"name",
                    "param_bytes",
@@ -171,52 +186,14 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
   if (auto keeps = node.optional_field("keeps_output")) layer.keeps_output = keeps->boolean();
   if (auto alias = node.optional_field("output_aliases_input"))
     layer.output_aliases_input = alias->boolean();
-  const auto input_half = node.optional_field("backward_input_ms");
-  const auto weight_half = node.optional_field("backward_weight_ms");
-  if (input_half.has_value() != weight_half.has_value()) {
-    node.fail_message(
-        fmt::format("missing field \"{}\" (backward_input_ms and "
-                    "backward_weight_ms come together)",
-                    input_half ? "backward_weight_ms" : "backward_input_ms"));
-  }
-  if (input_half) {
-    layer.backward_input_ms = numbers(*input_half, sizes);
-    layer.backward_weight_ms = numbers(*weight_half, sizes);
-  }
-  const auto forward_corun = node.optional_field("forward_corun_ms");
-  const auto backward_corun = node.optional_field("backward_corun_ms");
-  if (forward_corun.has_value() != backward_corun.has_value()) {
-    node.fail_message(
-        fmt::format("missing field \"{}\" (forward_corun_ms and "
-                    "backward_corun_ms come together)",
-                    forward_corun ? "backward_corun_ms" : "forward_corun_ms"));
-  }
-  if (forward_corun) {
-    layer.forward_corun_ms = numbers(*forward_corun, sizes);
-    layer.backward_corun_ms = numbers(*backward_corun, sizes);
-  }
-  const auto forward_cold = node.optional_field("forward_cold_ms");
-  const auto backward_cold = node.optional_field("backward_cold_ms");
-  if (forward_cold.has_value() != backward_cold.has_value()) {
-    node.fail_message(
-        fmt::format("missing field \"{}\" (forward_cold_ms and backward_cold_ms come together)",
-                    forward_cold ? "backward_cold_ms" : "forward_cold_ms"));
-  }
-  if (forward_cold) {
-    layer.forward_cold_ms = numbers(*forward_cold, sizes);
-    layer.backward_cold_ms = numbers(*backward_cold, sizes);
-  }
-  const auto forward_launch = node.optional_field("forward_launch_ms");
-  const auto backward_launch = node.optional_field("backward_launch_ms");
-  if (forward_launch.has_value() != backward_launch.has_value()) {
-    node.fail_message(
-        fmt::format("missing field \"{}\" (forward_launch_ms and backward_launch_ms come together)",
-                    forward_launch ? "backward_launch_ms" : "forward_launch_ms"));
-  }
-  if (forward_launch) {
-    layer.forward_launch_ms = numbers(*forward_launch, sizes);
-    layer.backward_launch_ms = numbers(*backward_launch, sizes);
-  }
+  read_pair(node, "backward_input_ms", "backward_weight_ms", sizes, layer.backward_input_ms,
+            layer.backward_weight_ms);
+  read_pair(node, "forward_corun_ms", "backward_corun_ms", sizes, layer.forward_corun_ms,
+            layer.backward_corun_ms);
+  read_pair(node, "forward_cold_ms", "backward_cold_ms", sizes, layer.forward_cold_ms,
+            layer.backward_cold_ms);
+  const bool forward_launch = read_pair(node, "forward_launch_ms", "backward_launch_ms", sizes,
+                                        layer.forward_launch_ms, layer.backward_launch_ms);
   if (auto nograd_launch = node.optional_field("forward_nograd_launch_ms")) {
     if (!forward_launch)
       node.fail_message(
