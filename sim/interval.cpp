@@ -29,18 +29,26 @@ double normal_quantile(double p) {
 
 IterationInterval iteration_interval(const Simulator& simulator, const Profile& profile,
                                      const Plan& plan, double central) {
+  SimulationOptions options;
+  options.record_tasks = false;
+  options.record_memory = false;
+  return interval_around(simulator, profile, plan, simulator.run(plan, options).iteration_ms,
+                         central);
+}
+
+IterationInterval interval_around(const Simulator& simulator, const Profile& profile,
+                                  const Plan& plan, double median_ms, double central) {
   if (!(central > 0.0 && central < 1.0))
     throw std::invalid_argument("iteration_interval: central outside (0, 1)");
   IterationInterval out;
   out.central = central;
   out.from_spreads = profile.has_spreads();
-  SimulationOptions options;
-  options.record_tasks = false;
-  options.record_memory = false;
-  out.median_ms = simulator.run(plan, options).iteration_ms;
-  out.low_ms = out.high_ms = out.median_ms;
+  out.median_ms = out.low_ms = out.high_ms = median_ms;
   const double z = normal_quantile(0.5 + central / 2);
   if (out.from_spreads) {
+    SimulationOptions options;
+    options.record_tasks = false;
+    options.record_memory = false;
     options.spread_z = -z;
     out.low_ms = simulator.run(plan, options).iteration_ms;
     options.spread_z = z;

@@ -38,4 +38,10 @@ double normal_quantile(double p);
 IterationInterval iteration_interval(const Simulator& simulator, const Profile& profile,
                                      const Plan& plan, double central = 0.8);
 
+/// The same around a prediction already made (`median_ms`: the plan's iteration by this
+/// simulator, as the GUI has it after each edit): only the ends are simulated, and only where
+/// the profile has spreads.
+IterationInterval interval_around(const Simulator& simulator, const Profile& profile,
+                                  const Plan& plan, double median_ms, double central = 0.8);
+
 }  // namespace pipetune

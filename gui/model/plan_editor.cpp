@@ -319,7 +319,8 @@ void PlanEditor::simulate() {
   constexpr int kWorstOrderLargestCells = 512;
   options.worst_order_peaks = plan_.stages() * plan_.chunks <= kWorstOrderLargestCells;
   result_ = simulator_->run(plan_, options);
-  interval_ = iteration_interval(*simulator_, *profile_, plan_);  // three runs without records
+  // Its ends: two more runs without records, where the profile has spreads.
+  interval_ = interval_around(*simulator_, *profile_, plan_, result_.iteration_ms);
   last_wall_ms_ = static_cast<double>(timer.nsecsElapsed()) / 1e6;
   emit simulated();
 }
