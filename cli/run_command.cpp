@@ -464,7 +464,7 @@ int run_plan(const std::shared_ptr<RunFlags>& flags) {
   if (reports && !flags->links_out.empty()) check_writable(flags->links_out, "--links-out");
   models::Model model = build_model_from(flags->model, flags->seed);
   models::check_model_batch(model, flags->batch);
-  models::check_shared_tensors_on_one_stage(model, plan.balance, plan_source(*flags));
+  models::check_tied_split(model, plan.balance, plan_source(*flags));
   options.seed = flags->seed;
   options.learning_rate = flags->learning_rate;
   options.optimizer = exec::parse_optimizer(flags->optimizer);

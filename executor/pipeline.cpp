@@ -26,6 +26,7 @@
 #include "executor/rank_merge.hpp"
 #include "executor/sm_partitions.hpp"
 #include "executor/stage_backward.hpp"
+#include "executor/tied_copies.hpp"
 #include "executor/transport.hpp"
 #include "sim/error.hpp"
 #include "sim/schedule.hpp"
@@ -186,6 +187,8 @@ struct Pipeline::Impl {
   const std::vector<char> recomputed;  // stage * micro_batches + micro_batch: has an R action
   const std::vector<char> split;       // stage * micro_batches + micro_batch: has an I action
   std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers;  // per stage (local ones)
+  std::unique_ptr<TiedCopies> tied;  // tied parameters several stages hold
+  int tie_devices = 0;               // local devices holding a stage that waits for the sum
 
   // --- threads ---
   std::vector<std::thread> workers;
@@ -214,6 +217,10 @@ struct Pipeline::Impl {
   std::uint64_t generation = 0;
   int workers_running = 0;
   bool shutting_down = false;
+  // This step's sum of the tied parameters' gradients: each device's part, the total per tie.
+  std::map<int, std::vector<at::Tensor>> tie_parts;
+  std::vector<at::Tensor> tie_totals;
+  bool tie_summed = false;
 
   // --- per step ---
   int step_index = 0;
@@ -249,6 +256,16 @@ struct Pipeline::Impl {
     // An earlier pipeline over the same model may have left gradients, charged where its stages
     // were: gone before the count starts, or their release would count against this plan.
     drop_gradients();
+    tied = std::make_unique<TiedCopies>(model, plan.balance,
+                                        [this](int s) { return is_local(device_of(s)); });
+    for (int d = 0; d < device_count(); ++d) {
+      for (int s = 0; s < stage_count; ++s) {
+        if (device_of(s) == d && is_local(d) && tied->waits_for_sum(s)) {
+          ++tie_devices;
+          break;
+        }
+      }
+    }
     adopt_local_stages();
     optimizers = make_optimizers();
     runtime->count_from(held_bytes());
@@ -270,6 +287,9 @@ struct Pipeline::Impl {
   bool next_step(std::uint64_t& seen);
   void step_done();
   void wait_for_outgoing_copies(int device);
+  void sum_tied_gradients(int device);
+  void combine_tied_parts();
+  void across_ranks(std::size_t tie, at::Tensor& total);
   bool is_local(int device) const { return local < 0 || device == local; }
   int tag(const Key& key) const {
     return (key.stage * 2 + static_cast<int>(key.carry)) * micro_batches + key.micro_batch;
@@ -536,6 +556,82 @@ void Pipeline::Impl::wait_for_outgoing_copies(int device) {
   while (pending() && !abort && !stop && !shutting_down) wake.wait_for(lock, kPoll);
 }
 
+// Every device holding a tied parameter's copy brings its part of the gradient (summed on its
+// own thread, in host memory once its kernels are done); the last to come adds the parts in
+// device order and across ranks; then each device gives its copies the total, on its own
+// thread again. So no thread touches another device's tensors while its kernels may run.
+void Pipeline::Impl::sum_tied_gradients(int d) {
+  auto on_device = [&](int s) { return device_of(s) == d; };
+  std::vector<at::Tensor> parts;
+  for (std::size_t t = 0; t < tied->ties().size(); ++t) {
+    const at::Tensor part = tied->sum_of(t, on_device);
+    parts.push_back(part.defined() ? runtime->depart(part, d) : part);
+  }
+  std::unique_lock<std::mutex> lock(mutex);
+  tie_parts[d] = std::move(parts);
+  if (static_cast<int>(tie_parts.size()) == tie_devices) {
+    lock.unlock();
+    combine_tied_parts();
+    lock.lock();
+    tie_summed = true;
+    wake.notify_all();
+  }
+  while (!tie_summed) {
+    if (abort || stop) throw Aborted{};
+    wake.wait_for(lock, kPoll);
+  }
+  lock.unlock();
+  for (std::size_t t = 0; t < tie_totals.size(); ++t) {
+    if (tie_totals[t].defined()) tied->set_gradients(t, tie_totals[t], on_device);
+  }
+}
+
+void Pipeline::Impl::combine_tied_parts() {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> totals;
+  for (std::size_t t = 0; t < tied->ties().size(); ++t) {
+    const TiedStages& tie = tied->ties()[t];
+    at::Tensor total;
+    for (auto& [device, parts] : tie_parts) {  // device order: every copy gets the same sum
+      if (!parts[t].defined()) continue;
+      if (total.defined()) {
+        total.add_(parts[t]);
+      } else {
+        total = parts[t];
+      }
+    }
+    if (!tie.tensors.empty()) {
+      if (!total.defined()) total = at::zeros_like(tie.tensors.front(), at::kCPU);
+      across_ranks(t, total);
+    }
+    totals.push_back(total);
+  }
+  tie_totals = std::move(totals);
+}
+
+// The ranks holding a tie send their sums to the first of them, which adds them in rank order
+// and sends the total back. Tags after the activations' and gradients' ones.
+void Pipeline::Impl::across_ranks(std::size_t tie, at::Tensor& total) {
+  Transport* transport = options.transport.get();
+  if (!transport) return;
+  std::set<int> ranks;
+  for (int s : tied->ties()[tie].stages) ranks.insert(device_of(s));
+  if (ranks.size() < 2) return;
+  const int up = 2 * stage_count * micro_batches + 2 * static_cast<int>(tie), down = up + 1;
+  const int owner = *ranks.begin();
+  if (local != owner) {
+    transport->send(total, owner, up, transport->clock_ms());
+    total = transport->recv(owner, down).tensor;
+    return;
+  }
+  for (int r : ranks) {
+    if (r != owner) total.add_(transport->recv(r, up).tensor);
+  }
+  for (int r : ranks) {
+    if (r != owner) transport->send(total, r, down, transport->clock_ms());
+  }
+}
+
 void Pipeline::Impl::step_done() {
   std::lock_guard<std::mutex> lock(mutex);
   --workers_running;
@@ -676,8 +772,17 @@ void Pipeline::Impl::worker_main(int d) {
       // the device sent has been copied and let go, so that the step's transients never
       // overlap a gradient still held for its copy (the peak is then the same every step).
       wait_for_outgoing_copies(d);
+      bool holds_tie = false;
       for (int s = 0; s < stage_count; ++s) {
-        if (device_of(s) == d && optimizers[s] && !abort && !stop) optimizers[s]->step();
+        if (device_of(s) != d) continue;
+        holds_tie = holds_tie || tied->waits_for_sum(s);
+        if (optimizers[s] && !abort && !stop && !tied->waits_for_sum(s)) optimizers[s]->step();
+      }
+      if (holds_tie && !abort && !stop) {
+        sum_tied_gradients(d);
+        for (int s = 0; s < stage_count; ++s) {
+          if (device_of(s) == d && optimizers[s] && tied->waits_for_sum(s)) optimizers[s]->step();
+        }
       }
     } catch (const Aborted&) {
     } catch (const std::exception& e) {
@@ -706,9 +811,9 @@ auto Pipeline::Impl::between_ranks(const Work& work) {
 
 namespace {
 
-// Two stages holding one tensor would each step it: refused before any thread or tensor moves.
-models::Model& with_shared_tensors_on_one_stage(models::Model& model, const Plan& plan) {
-  models::check_shared_tensors_on_one_stage(model, plan.balance, "plan");
+// A tensor stages share that cannot be kept as one: refused before any thread or tensor moves.
+models::Model& with_tied_split_checked(models::Model& model, const Plan& plan) {
+  models::check_tied_split(model, plan.balance, "plan");
   return model;
 }
 
@@ -716,7 +821,7 @@ models::Model& with_shared_tensors_on_one_stage(models::Model& model, const Plan
 
 Pipeline::Pipeline(models::Model& model, const Plan& plan, std::int64_t batch_size,
                    ExecutorOptions options)
-    : impl_(std::make_unique<Impl>(with_shared_tensors_on_one_stage(model, plan), plan, batch_size,
+    : impl_(std::make_unique<Impl>(with_tied_split_checked(model, plan), plan, batch_size,
                                    std::move(options))) {
   impl_->start_threads();
 }
@@ -788,6 +893,9 @@ void Pipeline::Impl::scatter(const at::Tensor& input, const at::Tensor& target) 
   for (auto& [key, c] : channels) c->done.clear();
   for (auto& r : receivers) r->done.clear();
   mailbox.clear();
+  tie_parts.clear();
+  tie_totals.clear();
+  tie_summed = false;
 }
 
 // Wakes the workers and receivers for this step and waits until every one is done.

@@ -286,19 +286,23 @@ Validation run_validation(const ValidationOptions& options) {
   mo.seed = options.run.seed;
   models::Model model = models::build_model(options.model_spec, mo);
   models::check_model_batch(model, options.run.batch);
-  // Layers that hold one tensor train as one only on one stage (executor/models/
-  // shared_tensors.hpp): the plans validated must keep them so, and the planner cannot yet.
-  const std::vector<models::SharedTensor> shared = models::shared_tensors(model);
+  // Layers that hold one tensor train as one across stages when the executor can give each
+  // stage a copy (executor/tied_copies.hpp); what it cannot (a buffer, a view, a C++ module's
+  // tensor) must stay on one stage, which the planner cannot yet promise.
+  std::vector<models::SharedTensor> unsplittable = models::shared_tensors(model);
+  std::erase_if(unsplittable, [&](const models::SharedTensor& s) {
+    return models::why_not_split(model, s).empty();
+  });
   for (std::size_t k = 0; k < options.plans.size(); ++k) {
-    models::check_shared_tensors_on_one_stage(
-        model, options.plans[k].balance,
-        k < options.plan_sources.size() ? options.plan_sources[k] : "plan");
+    models::check_tied_split(model, options.plans[k].balance,
+                             k < options.plan_sources.size() ? options.plan_sources[k] : "plan");
   }
-  if (!shared.empty() && options.plans.empty()) {
+  if (!unsplittable.empty() && options.plans.empty()) {
     throw InputError(fmt::format(
-        "model: {}: the planner cannot yet keep them on one stage; validate plans that do "
-        "(--plan), or untie them",
-        models::describe(model, shared.front())));
+        "model: {}, and {}: the planner cannot yet keep them on one stage; validate plans that "
+        "do (--plan), or untie them",
+        models::describe(model, unsplittable.front()),
+        models::why_not_split(model, unsplittable.front())));
   }
   fs::create_directories(options.out_dir);  // only once the model and its data are known good
   v.model = model.name;
@@ -350,8 +354,9 @@ Validation run_validation(const ValidationOptions& options) {
     std::vector<Plan> fit_on =
         calibration_plans(profile, hardware, stages, plans, options.calibration_plans);
     // Time-balanced calibration plans may split what must stay on one stage: left out.
-    std::erase_if(fit_on,
-                  [&](const Plan& p) { return models::split_by(shared, p.balance).has_value(); });
+    std::erase_if(fit_on, [&](const Plan& p) {
+      return models::split_by(unsplittable, p.balance).has_value();
+    });
     if (!fit_on.empty()) {
       RunSettings rs = options.run;
       rs.steps = std::max(1, options.calibration_steps);

@@ -52,11 +52,30 @@ std::vector<SharedTensor> shared_tensors(Model& model) {
         if (fresh || first->second.layer == layer) continue;
         if (!reported.emplace(first->second.layer, layer).second) continue;
         out.push_back({first->second.layer, layer, first->second.name, held[k].name,
-                       first->second.parameter || held[k].parameter});
+                       first->second.parameter || held[k].parameter,
+                       key == tensors[k].unsafeGetTensorImpl()});
       }
     }
   }
   return out;
+}
+
+std::vector<TiedParameter> tied_parameters(Model& model) {
+  std::vector<TiedParameter> out;
+  std::map<const void*, std::size_t> index;  // a tensor -> its entry in out
+  std::size_t layer = 0;
+  for (auto it = model.layers->begin(); it != model.layers->end(); ++it, ++layer) {
+    for (const auto& p : it->ptr()->named_parameters()) {
+      const auto [at, fresh] = index.emplace(p.value().unsafeGetTensorImpl(), out.size());
+      if (fresh) out.push_back({{}, p.value()});
+      out[at->second].holders.emplace_back(layer, p.key());
+    }
+  }
+  std::vector<TiedParameter> tied;
+  for (auto& t : out) {
+    if (t.holders.front().first != t.holders.back().first) tied.push_back(std::move(t));
+  }
+  return tied;
 }
 
 std::string describe(const Model& model, const SharedTensor& s) {
@@ -89,16 +108,30 @@ std::optional<SharedTensor> split_by(const std::vector<SharedTensor>& shared,
   return std::nullopt;
 }
 
-void check_shared_tensors_on_one_stage(Model& model, const std::vector<int>& balance,
-                                       const std::string& source) {
-  const std::optional<SharedTensor> split = split_by(shared_tensors(model), balance);
-  if (!split) return;
+std::string why_not_split(Model& model, const SharedTensor& shared) {
+  if (!shared.parameter) return "a buffer is kept as one only on one stage";
+  if (!shared.same_tensor)
+    return "a view of another layer's tensor is kept as one only on one stage";
+  torch::nn::Module& later = *model.layers->ptr(shared.second_layer);
+  if (!can_repoint(later, shared.second_name)) {
+    return fmt::format("layer {} is not a TorchScript layer, so it cannot hold a copy of its own",
+                       shared.second_layer);
+  }
+  return {};
+}
+
+void check_tied_split(Model& model, const std::vector<int>& balance, const std::string& source) {
   const std::vector<int> stage_of = stage_of_layers(balance);
-  throw InputError(fmt::format(
-      "{}: {}, but the balance puts them on stages {} and {}: each stage would train its own "
-      "copy; put both on one stage, or untie them",
-      source, describe(model, *split), stage_of[split->first_layer],
-      stage_of[split->second_layer]));
+  for (const SharedTensor& s : shared_tensors(model)) {
+    if (s.second_layer >= stage_of.size()) continue;  // the balance's own check says more
+    if (stage_of[s.first_layer] == stage_of[s.second_layer]) continue;
+    const std::string why = why_not_split(model, s);
+    if (why.empty()) continue;
+    throw InputError(fmt::format(
+        "{}: {}, but the balance puts them on stages {} and {}, and {}; put both on "
+        "one stage, or untie them",
+        source, describe(model, s), stage_of[s.first_layer], stage_of[s.second_layer], why));
+  }
 }
 
 }  // namespace pipetune::models

@@ -11,6 +11,7 @@
 #include <torch/script.h>
 
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <unordered_set>
@@ -193,6 +194,7 @@ class ScriptLayerImpl : public torch::nn::Module {
     };
     for (const auto& p : module_.named_parameters(/*recurse=*/true)) {
       register_parameter(clean(p.name), p.value, p.value.requires_grad());
+      script_names_.emplace(clean(p.name), p.name);
     }
     for (const auto& b : module_.named_buffers(/*recurse=*/true)) {
       register_buffer(clean(b.name), b.value);
@@ -219,8 +221,26 @@ class ScriptLayerImpl : public torch::nn::Module {
     module_.train(on);
   }
 
+  // The script reads its parameters from its own slots, so both the slot and this wrapper's
+  // entry must change for the forward to see `tensor`.
+  bool repoint(const std::string& name, const at::Tensor& tensor) {
+    const auto it = script_names_.find(name);
+    if (it == script_names_.end()) return false;
+    torch::jit::Module owner = module_;
+    std::string path = it->second;
+    for (auto dot = path.find('.'); dot != std::string::npos; dot = path.find('.')) {
+      owner = owner.attr(path.substr(0, dot)).toModule();
+      path = path.substr(dot + 1);
+    }
+    owner.register_parameter(path, tensor, /*is_buffer=*/false);
+    parameters_[name] = tensor;
+    return true;
+  }
+  bool holds(const std::string& name) const { return script_names_.count(name) > 0; }
+
  private:
   torch::jit::Module module_;
+  std::map<std::string, std::string> script_names_;  // this wrapper's name -> the script's
   std::uint64_t salt_;  // the layer's index plus one: its masks differ from its neighbours'
   bool random_ = false;
 };
@@ -343,6 +363,17 @@ Model build_torchscript_model(Spec& spec, const ModelOptions&) {
             path));
   }
   return m;
+}
+
+bool can_repoint(torch::nn::Module& layer, const std::string& name) {
+  const auto* script = dynamic_cast<ScriptLayerImpl*>(&layer);
+  return script != nullptr && script->holds(name);
+}
+
+bool repoint_parameter(torch::nn::Module& layer, const std::string& name,
+                       const at::Tensor& tensor) {
+  auto* script = dynamic_cast<ScriptLayerImpl*>(&layer);
+  return script != nullptr && script->repoint(name, tensor);
 }
 
 }  // namespace pipetune::models

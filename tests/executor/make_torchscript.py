@@ -1,11 +1,12 @@
 """Writes a scripted nn.Sequential for the executor's bring-your-own-model tests.
 
-make_torchscript.py OUT.pt [--dropout | --attention | --zero-dropout]: with --dropout, two of its
+make_torchscript.py OUT.pt [--dropout | --attention | --zero-dropout | --tied]: with --dropout, two of its
 children draw dropout masks (one a Dropout child, one a block with dropout inside), from torch's
 global generator; with --attention, one child draws them inside fused attention
 (scaled_dot_product_attention with dropout_p), as library transformer blocks do; with
 --zero-dropout, the same children as --dropout with p = 0, which draw nothing (timm and
-transformers leave such dropouts in their blocks).
+transformers leave such dropouts in their blocks); with --tied, the first child (an embedding-like
+projection) and the fourth (an output projection) hold one weight, as tied language models do.
 """
 import sys
 
@@ -33,8 +34,24 @@ class Attention(torch.nn.Module):
         return attended.reshape(x.size(0), 16)
 
 
+class TiedHead(torch.nn.Module):
+    """x W: the projection that reuses the embedding's matrix W (6 x 8), 6 -> 8."""
+
+    def __init__(self, weight):
+        super().__init__()
+        self.weight = weight
+
+    def forward(self, x):
+        return x.matmul(self.weight)
+
+
 torch.manual_seed(0)
-if "--dropout" in sys.argv[2:]:
+if "--tied" in sys.argv[2:]:
+    embed = torch.nn.Linear(8, 6, bias=False)
+    model = torch.nn.Sequential(
+        embed, torch.nn.Tanh(), torch.nn.Linear(6, 6), TiedHead(embed.weight), torch.nn.Linear(8, 4)
+    )
+elif "--dropout" in sys.argv[2:]:
     model = torch.nn.Sequential(
         torch.nn.Linear(8, 16), torch.nn.Dropout(0.5), Block(), torch.nn.ReLU(), torch.nn.Linear(16, 4)
     )

@@ -11,10 +11,14 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/sgd.h>
+#include <unistd.h>
+
+#include <filesystem>
 
 #include "executor/executor.hpp"
 #include "sim/error.hpp"
 #include "tests/sim/fixtures.hpp"
+#include "tests/support/run_command.hpp"
 
 namespace pipetune {
 namespace {
@@ -169,6 +173,111 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(exec::OptimizerKind::Sgd, exec::OptimizerKind::Adam),
                        ::testing::Values(CheckpointMode::Never, CheckpointMode::Always),
                        ::testing::Values(1, 3)));
+
+// A TorchScript model whose first child and fourth hold one weight (make_torchscript.py --tied):
+// 8 -> 6 (W), tanh, 6 -> 6, 6 -> 8 (W again), 8 -> 4. Written once per test program.
+std::string tied_script_spec() {
+  static const std::string spec = [] {
+    const auto path = std::filesystem::temp_directory_path() /
+                      ("pipetune_tied_" + std::to_string(::getpid()) + ".pt");
+    const auto made =
+        testing::run_command({PIPETUNE_PYTHON, PIPETUNE_MAKE_SCRIPT, path.string(), "--tied"});
+    if (made.exit_code != 0) throw std::runtime_error(made.err);
+    return path.string() + ":input=8,classes=4";
+  }();
+  return spec;
+}
+
+models::Model tied_script_model() {
+  models::ModelOptions o;
+  o.dtype = at::kDouble;
+  return models::build_model(tied_script_spec(), o);
+}
+
+struct TiedSplit {
+  std::string name;
+  std::vector<int> balance;
+  int chunks;
+  ScheduleKind schedule;
+  CheckpointMode checkpoint;
+  int stages_per_device = 1;
+};
+
+void PrintTo(const TiedSplit& split, std::ostream* out) {
+  *out << split.name;
+}
+
+class TiedSplitTrainsAsOneDevice
+    : public ::testing::TestWithParam<std::tuple<TiedSplit, exec::OptimizerKind>> {};
+
+// The truth is the same file trained on one device, one stage: every split must give its losses
+// step after step and its weights at the end, and leave the two layers holding one tensor again.
+TEST_P(TiedSplitTrainsAsOneDevice, LossesAndWeightsEqualOneDevice) {
+  const auto& [split, kind] = GetParam();
+  constexpr double kLr = 0.05;
+  models::Model reference = tied_script_model();
+  models::Model model = tied_script_model();
+  ASSERT_EQ(models::tied_parameters(model).size(), 1u);
+  Plan plan = testing::make_plan(split.balance, split.chunks, split.checkpoint, split.schedule);
+  plan.stages_per_device = split.stages_per_device;
+  const int devices = plan.stages() / split.stages_per_device;
+  {
+    exec::Pipeline one(reference, testing::make_plan({5}, 1, CheckpointMode::Never), kBatch,
+                       cpu_devices(1, kind, kLr));
+    exec::Pipeline pipeline(model, plan, kBatch, cpu_devices(devices, kind, kLr));
+    for (int step = 0; step < 3; ++step) {
+      auto [x, y] = reference.make_batch(kBatch, step, 0);
+      x = x.to(at::kDouble);
+      const double want = one.step(x, y).loss;
+      EXPECT_NEAR(pipeline.step(x, y).loss, want, 1e-10 * std::abs(want)) << "step " << step;
+    }
+  }
+  const auto want = reference.layers->named_parameters(), got = model.layers->named_parameters();
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& p : want) {
+    EXPECT_TRUE(at::allclose(got[p.key()], p.value(), 1e-10, 1e-12)) << p.key();
+  }
+  EXPECT_TRUE(model.layers->ptr(3)->named_parameters()["weight"].is_same(
+      model.layers->ptr(0)->named_parameters()["weight"]));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Schedules, TiedSplitTrainsAsOneDevice,
+    ::testing::Combine(
+        ::testing::Values(
+            TiedSplit{"gpipe_2", {2, 3}, 2, ScheduleKind::GPipe, CheckpointMode::Never},
+            TiedSplit{
+                "onefoneb_3_always", {1, 2, 2}, 3, ScheduleKind::OneFOneB, CheckpointMode::Always},
+            TiedSplit{"interleaved",
+                      {1, 1, 2, 1},
+                      2,
+                      ScheduleKind::Interleaved1F1B,
+                      CheckpointMode::Never,
+                      2},
+            TiedSplit{"interleaved_zb",
+                      {1, 1, 2, 1},
+                      2,
+                      ScheduleKind::InterleavedZB,
+                      CheckpointMode::Never,
+                      2},
+            TiedSplit{"zbv", {2, 1, 1, 1}, 2, ScheduleKind::ZBV, CheckpointMode::Never, 2}),
+        ::testing::Values(exec::OptimizerKind::Sgd, exec::OptimizerKind::Adam)),
+    [](const auto& info) {
+      return std::get<0>(info.param).name +
+             (std::get<1>(info.param) == exec::OptimizerKind::Adam ? "_adam" : "_sgd");
+    });
+
+// A tie held by a C++ module cannot be given a copy of its own: a split is still refused.
+TEST(SharedTensors, ACxxModulesTieSplitIsRefusedNamingWhy) {
+  models::Model m = tied_model();
+  try {
+    exec::Pipeline pipeline(m, testing::make_plan({2, 2}, 2, CheckpointMode::Never), kBatch,
+                            cpu_devices(2, exec::OptimizerKind::Sgd, 0.1));
+    ADD_FAILURE() << "accepted";
+  } catch (const InputError& e) {
+    EXPECT_THAT(std::string(e.what()), HasSubstr("is not a TorchScript layer"));
+  }
+}
 
 }  // namespace
 }  // namespace pipetune
