@@ -207,6 +207,38 @@ TEST_F(Distributed, RunGivesTheSingleProcessLossesAndAValidMergedTrace) {
   EXPECT_GT(merged.iteration_ms, 0.0);
 }
 
+// A tied weight split over ranks (its first holder on rank 0, the other on rank 2, rank 1
+// holding none) trains as one device trains it: the same losses step after step as a one-stage
+// run, so the same updates. Without the sum across ranks each rank would step its part.
+TEST_F(Distributed, TiedWeightsSplitOverRanksTrainAsOneDevice) {
+  const std::string script = (dir_ / "tied.pt").string();
+  const auto made = testing::run_command({PIPETUNE_PYTHON, PIPETUNE_MAKE_SCRIPT, script, "--tied"});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  const std::string one_stage = write_plan("one.json", plan_json("5", 2, "never", "gpipe"));
+  const std::string split = write_plan("split.json", plan_json("2, 1, 2", 2, "never", "1f1b"));
+  const std::vector<std::string> common{"run",        "--model",  script + ":input=8,classes=4",
+                                        "--batch",    "8",        "--steps",
+                                        "3",          "--warmup", "1",
+                                        "--seed",     "5",        "--json",
+                                        "--progress", "none",     "--optimizer",
+                                        "adam"};
+  std::vector<std::string> single{PIPETUNE_CLI};
+  single.insert(single.end(), common.begin(), common.end());
+  single.insert(single.end(), {"--plan", one_stage});
+  const auto one = testing::run_command(single);
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  std::vector<std::string> argv{PIPETUNE_CLI};
+  argv.insert(argv.end(), common.begin(), common.end());
+  argv.insert(argv.end(), {"--plan", split, "--distributed", "--timeout", "60"});
+  Ranks ranks(argv, 3);
+  const auto results = ranks.wait(180.0);
+  for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << all_output(results);
+  const auto expected = losses_of(one.out), got = losses_of(results[0].out);
+  ASSERT_EQ(got.size(), expected.size());
+  for (std::size_t k = 0; k < got.size(); ++k)
+    EXPECT_NEAR(got[k], expected[k], 1e-5 * std::abs(expected[k])) << k;
+}
+
 // On a GPU: two ranks sharing it (cuda:1 runs on GPU 1 mod the GPUs), their tensors staged
 // through host memory over Gloo, train as one process with both stages on that GPU: the same
 // losses, step after step.
