@@ -19,6 +19,7 @@
 
 #include "executor/device_name.hpp"
 #include "executor/models/layers.hpp"
+#include "executor/models/shared_tensors.hpp"
 #include "executor/sm_partitions.hpp"
 #include "profiler/backend.hpp"
 #include "profiler/cpu_cache.hpp"
@@ -142,16 +143,27 @@ Profile empty_profile(models::Model& model, MeasureBackend& backend, at::ScalarT
   profile.micro_batch_sizes = sizes;
   profile.layers.resize(model.layer_names.size());
   auto layer = model.layers->begin();
-  // A tensor two layers hold (tied weights) is one tensor: charged to the first layer holding
-  // it, which plans keep on one stage with the other (executor/models/shared_tensors.hpp).
-  std::unordered_set<const void*> counted;
+  // Each layer is charged what it holds, each tensor once; a tensor several layers hold (tied
+  // weights) is listed as tied, so a stage holding several of them counts it once.
   for (std::size_t l = 0; l < profile.layers.size(); ++l, ++layer) {
     profile.layers[l].name = model.layer_names[l];
+    std::unordered_set<const void*> counted;
     for (const auto& p : layer->ptr()->parameters()) {
       if (counted.insert(p.unsafeGetTensorImpl()).second) {
         profile.layers[l].param_bytes += bytes_of(p);
       }
     }
+  }
+  for (const models::TiedParameter& t : models::tied_parameters(model)) {
+    TiedTensor tied;
+    tied.name = model.layer_names[t.holders.front().first] + "." + t.holders.front().second;
+    tied.bytes = bytes_of(t.tensor);
+    for (const auto& [l, name] : t.holders) {
+      if (tied.layers.empty() || tied.layers.back() != static_cast<int>(l)) {
+        tied.layers.push_back(static_cast<int>(l));
+      }
+    }
+    profile.tied.push_back(std::move(tied));
   }
   return profile;
 }

@@ -7,7 +7,9 @@ MODULE is a module importable from the current folder (`my_models`) or a Python 
 nn.Sequential or a list of modules (its children are the layers pipetune balances over stages),
 and a batch whose dimension 0 is samples, of any dtypes and shapes (int64 token ids, images, ...).
 Each child takes one tensor and returns one (wrap a library's block that takes a mask or returns
-a tuple). No parameter or buffer may be shared by two children: pipetune would train two copies.
+a tuple). Children may hold the very same parameter (tied weights, e.g. an embedding and the
+output projection that reuses it): pipetune trains it as one, summing its gradients over the
+stages that hold it. A buffer two children share, or a view of another child's tensor, is refused.
 
 Each child is compiled on its own, its input being the previous child's output on the example:
 
@@ -42,7 +44,7 @@ nn.Sequential of the scripted and traced children) and PREFIX.batch.pt (torch.sa
 targets))) are written; which children were scripted and which traced is printed, then the
 --model spec, last, on its own line.
 
-Bad input (an import that fails, shared parameters, a child that takes two inputs or returns
+Bad input (an import that fails, a shared buffer or view, a child that takes two inputs or returns
 a tuple, one that neither scripts nor traces, a trace torch warns about or that does not match
 Python at some micro-batch size, a batch that does not fit): one line on stderr, exit status 2,
 nothing written. Needs only torch.
@@ -151,10 +153,14 @@ def label(name, child):
     return f"'{name}' ({type(child).__name__})"
 
 
-def check_nothing_shared(model):
-    """Refuses a parameter or buffer that two children hold (the same object, or the same storage):
-    each child becomes its own layer, so pipetune would keep and train two copies."""
-    seen = {}
+def tied_parameters(model):
+    """The parameters two or more children hold as the same object (tied weights), as
+    [(tensor, [(child name, parameter name), ...])], in order of first holder. pipetune keeps each
+    as one: every stage holding it gets a copy, and their gradients are summed before each step.
+
+    Refuses what cannot be kept as one: a buffer two children hold, and a tensor that shares
+    another's storage without being it (a view), which would be trained or kept as two copies."""
+    seen, tied = {}, collections.OrderedDict()
     for name, child in model.named_children():
         tensors = [("parameter", n, t) for n, t in child.named_parameters(remove_duplicate=False)]
         tensors += [("buffer", n, t) for n, t in child.named_buffers(remove_duplicate=False) if t is not None]
@@ -163,14 +169,33 @@ def check_nothing_shared(model):
             if tensor.numel() and tensor.device.type != "meta":
                 keys.append(("storage", tensor.untyped_storage().data_ptr()))
             for key in keys:
-                first = seen.setdefault(key, (name, child, kind, tensor_name))
+                first = seen.setdefault(key, (name, child, kind, tensor_name, tensor))
                 if first[0] == name:
                     continue
+                if first[4] is tensor and kind == first[2] == "parameter":
+                    holders = tied.setdefault(id(tensor), (tensor, [(first[0], first[3])]))[1]
+                    if (name, tensor_name) not in holders:
+                        holders.append((name, tensor_name))
+                    break
                 shared, copies = ("parameter", "train") if "parameter" in (kind, first[2]) else ("buffer", "keep")
-                raise BadInput(f"children {label(first[0], first[1])} and {label(name, child)} share a {shared} "
+                what = "a view of another child's tensor" if first[4] is not tensor else f"a {shared}"
+                raise BadInput(f"children {label(first[0], first[1])} and {label(name, child)} share {what} "
                                f"({first[0]}.{first[3]} is {name}.{tensor_name}): pipetune would {copies} two copies; "
-                               "untie them (e.g. `head.weight = nn.Parameter(embedding.weight.detach().clone())`) "
-                               "or make both uses one child")
+                               "untie them (e.g. `head.weight = nn.Parameter(embedding.weight.detach().clone())`), "
+                               "hold the very same parameter in both, or make both uses one child")
+    return list(tied.values())
+
+
+def check_ties_kept(scripted, tied):
+    """The compiled Sequential must still hold each tied parameter as one object in every holder
+    (a compiled child with a copy of its own would train it apart)."""
+    for _, holders in tied:
+        found = [dict(getattr(scripted, child).named_parameters(remove_duplicate=False))[name]
+                 for child, name in holders]
+        if any(t is not found[0] for t in found[1:]):
+            names = " and ".join(f"{child}.{name}" for child, name in holders)
+            raise BadInput(f"the compiled children hold {names} as separate tensors: the tie was lost "
+                           "in compiling them; untie them in the model")
 
 
 def check_takes_one_input(name, child):
@@ -414,7 +439,7 @@ def export(target, prefix, loss):
         raise BadInput(f"{target}: expected it to return (model, (inputs, targets))")
     model = as_sequential(result[0]).cpu()
     inputs, targets = as_batch(result[1])
-    check_nothing_shared(model)
+    tied = tied_parameters(model)
     compiled, report, output = compile_children(model, inputs)
     check_loss(loss, output, targets)
     try:
@@ -422,6 +447,10 @@ def export(target, prefix, loss):
         scripted = torch.jit.script(torch.nn.Sequential(compiled))
     except Exception as e:
         raise BadInput(f"the Sequential cannot be scripted: {first_line(e)}")
+    check_ties_kept(scripted, tied)
+    for _, holders in tied:
+        report.append("tied: " + " is ".join(f"{child}.{name}" for child, name in holders) +
+                      " (one tensor: pipetune sums its gradients over the stages holding it)")
 
     model_path, batch_path = prefix + ".pt", prefix + ".batch.pt"
     # Written under temporary names and renamed, so a failure leaves nothing behind.

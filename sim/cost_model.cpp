@@ -66,6 +66,36 @@ CostModel::CostModel(const Profile& profile) : profile_(profile) {
   for (std::size_t l = 0; l < profile.layers.size(); ++l) {
     param_prefix_[l + 1] = param_prefix_[l] + profile.layers[l].param_bytes;
   }
+  // A tied tensor counted at its first holder only: what any stage holding a range surely holds.
+  once_prefix_ = param_prefix_;
+  std::vector<std::int64_t> repeated(profile.layers.size(), 0);
+  for (const TiedTensor& t : profile.tied) {
+    for (std::size_t h = 1; h < t.layers.size(); ++h) repeated[t.layers[h]] += t.bytes;
+  }
+  for (std::size_t l = 0; l < profile.layers.size(); ++l) {
+    once_prefix_[l + 1] = once_prefix_[l] + profile.layers[l].param_bytes - repeated[l];
+  }
+}
+
+std::int64_t CostModel::tied_param_bytes(int first, int end) const {
+  std::int64_t bytes = param_prefix_[end] - param_prefix_[first];
+  for (const TiedTensor& t : profile_.tied) {
+    int held = 0;
+    for (int k : t.layers) held += k >= first && k < end;
+    if (held > 1) bytes -= (held - 1) * t.bytes;
+  }
+  return bytes;
+}
+
+std::int64_t CostModel::tied_param_bytes_in(int layer, int from, int to) const {
+  std::int64_t bytes = param_bytes_of(layer);
+  for (const TiedTensor& t : profile_.tied) {
+    const bool mine = std::find(t.layers.begin(), t.layers.end(), layer) != t.layers.end();
+    const bool seen = mine && std::any_of(t.layers.begin(), t.layers.end(),
+                                          [&](int k) { return k >= from && k < to; });
+    if (seen) bytes -= t.bytes;
+  }
+  return bytes;
 }
 
 const SizeCosts& CostModel::at(std::int64_t size) const {

@@ -172,18 +172,35 @@ class CostModel {
   /// Costs at a micro-batch of `size` samples, 1 ≤ size ≤ the batch (std::out_of_range
   /// otherwise): the profile loader bounds the byte counts over exactly that range.
   const SizeCosts& at(std::int64_t size) const;
+  /// What a stage of layers [first, end) holds in parameters: a tied tensor (Profile::tied) once,
+  /// however many of its holders the stage has.
   std::int64_t param_bytes(int first, int end) const {
-    return param_prefix_[end] - param_prefix_[first];
+    if (profile_.tied.empty()) return param_prefix_[end] - param_prefix_[first];
+    return tied_param_bytes(first, end);
+  }
+  /// A lower bound of param_bytes(first, end) that adds over ranges (tied tensors counted at
+  /// their first holder only), for bounds built on prefix sums.
+  std::int64_t param_bytes_at_least(int first, int end) const {
+    return once_prefix_[end] - once_prefix_[first];
   }
   // From the prefix sums, not the profile's layers: the memory walks read it for every layer of
   // a stage, and a layer's record is half a kilobyte apart from the next.
   std::int64_t param_bytes_of(int layer) const {
     return param_prefix_[layer + 1] - param_prefix_[layer];
   }
+  /// Layer `layer`'s parameter bytes new to a walk over a stage that has already visited
+  /// layers [from, to): less the tied tensors one of those holds (their gradient is one tensor).
+  std::int64_t param_bytes_in(int layer, int from, int to) const {
+    if (profile_.tied.empty()) return param_bytes_of(layer);
+    return tied_param_bytes_in(layer, from, to);
+  }
 
  private:
+  std::int64_t tied_param_bytes(int first, int end) const;
+  std::int64_t tied_param_bytes_in(int layer, int from, int to) const;
+
   const Profile& profile_;
-  std::vector<std::int64_t> param_prefix_;
+  std::vector<std::int64_t> param_prefix_, once_prefix_;
   // (size, costs) for the few sizes asked for; not indexed by size, which may be up to the batch.
   mutable std::unordered_map<std::int64_t, std::unique_ptr<SizeCosts>> cache_;
 };

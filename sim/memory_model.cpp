@@ -76,7 +76,7 @@ void set_weight_backward(const CostModel& model, const SizeCosts& c, int first, 
   const bool measured = !c.backward_peak_bytes.empty();
   std::int64_t kept = 0;  // the first W's .grad of the layers before
   for (int k = first; k < end; ++k) {
-    const std::int64_t params = model.param_bytes_of(k);
+    const std::int64_t params = model.param_bytes_in(k, first, k);  // W runs first layer first
     if (params == 0) continue;
     const std::int64_t input_grad = k > 0 ? c.output_bytes[k - 1] : 0;
     auto own = [&](const std::vector<std::int64_t>& peak) {
@@ -158,10 +158,11 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
     for (int k = end - 1; k >= first; --k) {
       const std::int64_t input_grad =
           k > first ? c.output_bytes[k - 1] : (first_stage ? 0 : m.input_bytes);
-      const std::int64_t param_grad = first_backward ? model.param_bytes_of(k) : 0;
+      const std::int64_t param_grad = first_backward ? model.param_bytes_in(k, k + 1, end) : 0;
       // Measured when the profile has it (inside the stage, the output and its gradient die
       // early); else every gradient plus the workspace at once.
-      std::int64_t peak_above = input_grad + model.param_bytes_of(k) + c.workspace_bytes[k];
+      std::int64_t peak_above =
+          input_grad + model.param_bytes_in(k, k + 1, end) + c.workspace_bytes[k];
       if (!c.backward_peak_bytes.empty()) {
         const bool inside = k < end - 1;
         const auto& measured = first_backward

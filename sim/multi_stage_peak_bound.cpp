@@ -536,7 +536,7 @@ MultiStagePeakBound::Prefixes MultiStagePeakBound::layer_prefixes() const {
   }
   out.params.assign(layers + 1, 0.0);
   for (int b = 0; b < layers; ++b)
-    out.params[b + 1] = out.params[b] + static_cast<double>(costs_.param_bytes(b, b + 1));
+    out.params[b + 1] = out.params[b] + static_cast<double>(costs_.param_bytes_at_least(b, b + 1));
   return out;
 }
 

@@ -209,6 +209,38 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
   return layer;
 }
 
+// Tied tensors: each one's holders strictly increasing layer indices, at least two, each of
+// them holding at least its bytes.
+std::vector<TiedTensor> parse_tied(const Node& node, const std::vector<LayerProfile>& layers) {
+  std::vector<TiedTensor> out;
+  for (const Node& t : node.elements()) {
+    t.allow_only({"name", "layers", "bytes"});
+    TiedTensor tied;
+    tied.name = t.field("name").non_empty_string();
+    tied.bytes = t.field("bytes").bytes();
+    const Node holders = t.field("layers");
+    for (const Node& h : holders.elements()) {
+      const auto k = h.non_negative_integer();
+      if (k >= static_cast<std::int64_t>(layers.size())) {
+        h.fail(fmt::format("a layer index below {}", layers.size()));
+      }
+      if (!tied.layers.empty() && k <= tied.layers.back()) {
+        h.fail(fmt::format("a layer after {} (holders strictly increasing)", tied.layers.back()));
+      }
+      if (layers[k].param_bytes < tied.bytes) {
+        h.fail_message(
+            fmt::format("layers[{}] holds {} parameter bytes, fewer than the {} of "
+                        "the tied tensor it is said to hold",
+                        k, layers[k].param_bytes, tied.bytes));
+      }
+      tied.layers.push_back(static_cast<int>(k));
+    }
+    if (tied.layers.size() < 2) holders.fail("at least two layers holding the tensor");
+    out.push_back(std::move(tied));
+  }
+  return out;
+}
+
 }  // namespace
 
 Profile parse_profile(std::string_view text, const std::string& source) {
@@ -216,7 +248,7 @@ Profile parse_profile(std::string_view text, const std::string& source) {
   const Node root(document, source);
   if (!document.is_object()) root.fail("a JSON object");
   root.allow_only({"format", "model", "device", "dtype", "batch_size", "micro_batch_sizes",
-                   "input_bytes", "layers", "timer", "co_runners", "meta"});
+                   "input_bytes", "layers", "timer", "co_runners", "tied_parameters", "meta"});
   check_format(root, kProfileFormat);
 
   Profile p;
@@ -355,6 +387,7 @@ Profile parse_profile(std::string_view text, const std::string& source) {
             "belongs with");
   }
 
+  if (auto tied = root.optional_field("tied_parameters")) p.tied = parse_tied(*tied, p.layers);
   check_profile_total(p, source);
 
   if (auto meta = root.optional_field("meta")) {
@@ -447,6 +480,13 @@ std::string profile_to_json(const Profile& p) {
     layers.push_back(std::move(layer));
   }
   root["layers"] = std::move(layers);
+  if (!p.tied.empty()) {
+    ordered_json tied = ordered_json::array();
+    for (const TiedTensor& t : p.tied) {
+      tied.push_back({{"name", t.name}, {"layers", t.layers}, {"bytes", t.bytes}});
+    }
+    root["tied_parameters"] = std::move(tied);
+  }
   if (!p.meta_json.empty()) root["meta"] = ordered_json::parse(p.meta_json);
   return root.dump(2) + "\n";
 }

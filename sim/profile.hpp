@@ -99,6 +99,16 @@ struct ProfileDevice {
 };
 
 /// The per-layer costs that the simulator and the planner read (format pipetune.profile/1).
+/// A parameter several layers hold as one tensor (tied weights: an embedding and the output
+/// projection that reuses its matrix). Each holder's param_bytes includes it. A stage holding
+/// one or more of the layers holds the tensor once; a plan that splits them holds one copy per
+/// stage holding any (the executor sums the copies' gradients before each step).
+struct TiedTensor {
+  std::string name;         ///< e.g. "embed.weight": the first holder's name for it
+  std::vector<int> layers;  ///< the holders, strictly increasing, at least two
+  std::int64_t bytes = 0;
+};
+
 struct Profile {
   std::string model;
   ProfileDevice device;
@@ -110,6 +120,7 @@ struct Profile {
   std::vector<std::int64_t> micro_batch_sizes;  ///< strictly increasing, ≥ 1
   std::vector<std::int64_t> input_bytes;        ///< model input, one per micro-batch size
   std::vector<LayerProfile> layers;
+  std::vector<TiedTensor> tied;  ///< optional ("tied_parameters"): empty when nothing is tied
   /// Optional (0 when absent): how many co-runners the layers' *_corun_ms were measured with.
   int co_runners = 0;
   std::string meta_json;  ///< optional free-form provenance object, kept verbatim ("" if none)

@@ -97,11 +97,31 @@ class Fails(torch.nn.Module):
         raise RuntimeError("this child must never run")
 
 
+class TracedHead(torch.nn.Module):
+    """An output projection reusing the embedding's matrix, with a keyword-only argument so
+    that it does not script: the tie must survive tracing."""
+
+    def __init__(self, weight):
+        super().__init__()
+        self.weight = weight
+
+    def forward(self, x, *, scale: float = 1.0):
+        return x.matmul(self.weight.t()) * scale
+
+
 def tied():
-    """An embedding and an output projection sharing one weight. The child that fails when run
-    shows that the refusal comes before any work."""
+    """An embedding and an output projection holding one weight: kept as one."""
+    torch.manual_seed(0)
+    embed = torch.nn.Embedding(10, 4)
+    return ([embed, torch.nn.Tanh(), TracedHead(embed.weight)],
+            (torch.randint(0, 10, (4, 3)), torch.randint(0, 10, (4, 3))))
+
+
+def tied_view():
+    """A projection holding a view of the embedding's weight (another tensor over its storage):
+    it would train apart. The child that fails when run shows that the refusal comes first."""
     embed, head = torch.nn.Embedding(10, 4), torch.nn.Linear(4, 10, bias=False)
-    head.weight = embed.weight
+    head.weight = torch.nn.Parameter(embed.weight.detach()[:])
     return [embed, Fails(), head], (torch.randint(0, 10, (4, 3)), torch.randint(0, 10, (4, 3)))
 
 

@@ -107,11 +107,21 @@ class ExportModelTest(unittest.TestCase):
         self.assertEqual(error, "export_model: error: child '1' (Masked) takes 2 inputs (x, mask); each child must "
                                 "take one tensor: wrap it in a module whose forward(x) supplies the others\n")
 
-    def test_tied_parameters_are_refused_before_any_work(self):
-        error = self.refused("tied")
+    def test_tied_parameters_stay_one_tensor_through_scripting_and_tracing(self):
+        r = self.export("tied")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("tied: 0.weight is 2.weight (one tensor: pipetune sums its gradients over the stages "
+                      "holding it)", r.stdout.splitlines())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            saved = torch.jit.load(self.prefix + ".pt")
+        self.assertIs(getattr(saved, "0").weight, getattr(saved, "2").weight)
+
+    def test_a_view_of_another_childs_weight_is_refused_before_any_work(self):
+        error = self.refused("tied_view")
         self.assertTrue(error.startswith("export_model: error: children '0' (Embedding) and '2' (Linear) share a "
-                                         "parameter (0.weight is 2.weight): pipetune would train two copies; "),
-                        error)
+                                         "view of another child's tensor (0.weight is 2.weight): pipetune would "
+                                         "train two copies; "), error)
 
     def test_child_that_neither_scripts_nor_traces_gives_both_reasons(self):
         error = self.refused("neither")

@@ -114,5 +114,32 @@ TEST(SplitBatch, FollowsTensorChunk) {
   EXPECT_EQ(split_batch(64, 3), (V{22, 22, 20}));
 }
 
+// A tied tensor is held once by a stage holding any of its layers (Profile::tied): checked on
+// every range against a count written out over the range's layers.
+TEST(CostModel, ATiedTensorIsHeldOncePerRangeHoldingIt) {
+  std::vector<testing::LayerSpec> specs(5);
+  const std::int64_t own[] = {1500, 0, 300, 1000, 70};
+  for (int k = 0; k < 5; ++k) specs[k].param_bytes = own[k];
+  Profile profile = testing::make_profile(specs, 4);
+  profile.tied.push_back({"0.weight", {0, 3}, 1000});
+  const CostModel model(profile);
+  for (int a = 0; a < 5; ++a) {
+    for (int b = a + 1; b <= 5; ++b) {
+      std::int64_t expected = 0;
+      for (int k = a; k < b; ++k) expected += own[k];
+      if (a <= 0 && b > 3) expected -= 1000;  // both holders in the range: once
+      EXPECT_EQ(model.param_bytes(a, b), expected) << "[" << a << ", " << b << ")";
+      EXPECT_LE(model.param_bytes_at_least(a, b), expected) << "[" << a << ", " << b << ")";
+    }
+  }
+  // The lower bound adds over ranges and counts the tie at its first holder.
+  EXPECT_EQ(model.param_bytes_at_least(3, 4), 0);
+  EXPECT_EQ(model.param_bytes_at_least(0, 1), 1500);
+  // A walk that has already met the tie's other holder adds only the layer's own bytes.
+  EXPECT_EQ(model.param_bytes_in(3, 0, 3), 0);
+  EXPECT_EQ(model.param_bytes_in(3, 1, 3), 1000);
+  EXPECT_EQ(model.param_bytes_in(0, 1, 5), 500);
+}
+
 }  // namespace
 }  // namespace pipetune

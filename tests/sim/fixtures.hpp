@@ -169,4 +169,22 @@ inline void vary_memory_flags(std::mt19937& rng, Profile& profile) {
   }
 }
 
+/// In a third of the profiles, two or three layers with parameters hold one tied tensor of up to
+/// the smallest of their parameter bytes (Profile::tied): the bounds must count it once per stage.
+inline void maybe_tie_layers(std::mt19937& rng, Profile& profile) {
+  if (rng() % 3 != 0) return;
+  std::vector<int> with;
+  for (std::size_t k = 0; k < profile.layers.size(); ++k) {
+    if (profile.layers[k].param_bytes > 0) with.push_back(static_cast<int>(k));
+  }
+  if (with.size() < 2) return;
+  std::shuffle(with.begin(), with.end(), rng);
+  with.resize(std::min<std::size_t>(with.size(), 2 + rng() % 2));
+  std::sort(with.begin(), with.end());
+  std::int64_t bytes = profile.layers[with[0]].param_bytes;
+  for (int k : with) bytes = std::min(bytes, profile.layers[k].param_bytes);
+  if (rng() % 2) bytes /= 2;
+  profile.tied.push_back({"tied.weight", with, bytes});
+}
+
 }  // namespace pipetune::testing

@@ -145,9 +145,46 @@ TEST(ProfileFormat, SizesMustIncrease) {
 }
 
 TEST(ProfileFormat, UnknownFieldIsATypo) {
-  EXPECT_EQ(profile_error(profile_with("\"dtype\"", "\"dtyp\": 1, \"dtype\"")),
-            "in.json: dtyp: unknown field (expected one of: format, model, device, dtype, "
-            "batch_size, micro_batch_sizes, input_bytes, layers, timer, co_runners, meta)");
+  EXPECT_EQ(
+      profile_error(profile_with("\"dtype\"", "\"dtyp\": 1, \"dtype\"")),
+      "in.json: dtyp: unknown field (expected one of: format, model, device, dtype, "
+      "batch_size, micro_batch_sizes, input_bytes, layers, timer, co_runners, tied_parameters, "
+      "meta)");
+}
+
+// kProfile with both layers holding 400 bytes and `tied` as its tied_parameters.
+std::string tied_profile(const std::string& tied) {
+  std::string text = profile_with("\"param_bytes\": 0", "\"param_bytes\": 400");
+  return text.replace(text.find("\"layers\""), 0, "\"tied_parameters\": " + tied + ",\n  ");
+}
+
+TEST(ProfileFormat, TiedParametersRoundTrip) {
+  const Profile p = parse_profile(
+      tied_profile(R"([{"name": "0.weight", "layers": [0, 1], "bytes": 256}])"), "in.json");
+  ASSERT_EQ(p.tied.size(), 1u);
+  EXPECT_EQ(p.tied[0].name, "0.weight");
+  EXPECT_EQ(p.tied[0].layers, (std::vector<int>{0, 1}));
+  EXPECT_EQ(p.tied[0].bytes, 256);
+  const Profile again = parse_profile(profile_to_json(p), "again.json");
+  ASSERT_EQ(again.tied.size(), 1u);
+  EXPECT_EQ(again.tied[0].layers, p.tied[0].layers);
+  EXPECT_EQ(again.tied[0].bytes, 256);
+  // Absent, nothing is tied and nothing is written.
+  EXPECT_EQ(profile_to_json(parse_profile(kProfile, "in.json")).find("tied"), std::string::npos);
+}
+
+TEST(ProfileFormat, TiedParametersAreCheckedAgainstTheLayers) {
+  EXPECT_EQ(profile_error(tied_profile(R"([{"name": "w", "layers": [0, 2], "bytes": 1}])")),
+            "in.json: tied_parameters[0].layers[1]: expected a layer index below 2, got 2");
+  EXPECT_EQ(profile_error(tied_profile(R"([{"name": "w", "layers": [1, 0], "bytes": 1}])")),
+            "in.json: tied_parameters[0].layers[1]: expected a layer after 1 (holders strictly "
+            "increasing), got 0");
+  EXPECT_EQ(profile_error(tied_profile(R"([{"name": "w", "layers": [0], "bytes": 1}])")),
+            "in.json: tied_parameters[0].layers: expected at least two layers holding the tensor, "
+            "got an array of 1 element");
+  EXPECT_EQ(profile_error(tied_profile(R"([{"name": "w", "layers": [0, 1], "bytes": 500}])")),
+            "in.json: tied_parameters[0].layers[0]: layers[0] holds 400 parameter bytes, fewer "
+            "than the 500 of the tied tensor it is said to hold");
 }
 
 TEST(ProfileFormat, TimerSaysHowTimesWereTaken) {

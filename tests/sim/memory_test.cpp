@@ -41,6 +41,40 @@ std::vector<std::int64_t> peaks(const Profile& profile, const Plan& plan, int de
   return out;
 }
 
+// Three layers, the first and the last holding one tensor of 1000 bytes (the first 500 bytes
+// more of its own); `tied` false: the same bytes as two tensors.
+Profile tied_layers(bool tied) {
+  testing::LayerSpec embed{1.0, 2.0, 1500, 100, 50, 0};
+  testing::LayerSpec mid{1.0, 2.0, 0, 100, 50, 0};
+  testing::LayerSpec head{1.0, 2.0, 1000, 10, 20, 0};
+  Profile p = testing::make_profile({embed, mid, head}, 4, 10);
+  if (tied) p.tied.push_back({"0.weight", {0, 2}, 1000});
+  return p;
+}
+
+TEST(Memory, ATiedTensorSplitOverDevicesIsACopyOnEach) {
+  // Split, each device holds the tensor, its gradient and its optimizer state: the two-tensor
+  // model's memory, on every device, for every schedule family.
+  for (const auto schedule : {ScheduleKind::GPipe, ScheduleKind::OneFOneB}) {
+    Plan plan = make_plan({1, 2}, 2, CheckpointMode::Never, schedule);
+    plan.optimizer_state_factor = 2.0;
+    EXPECT_EQ(peaks(tied_layers(true), plan, 2), peaks(tied_layers(false), plan, 2));
+  }
+}
+
+TEST(Memory, ATiedTensorOnOneStageIsHeldOnce) {
+  // On one stage the tensor, its gradient (made by the head's backward, which runs first) and
+  // its optimizer state are there once: the model whose first layer holds only its own 500.
+  Profile once = tied_layers(false);
+  once.layers[0].param_bytes = 500;
+  for (const auto checkpoint : {CheckpointMode::Never, CheckpointMode::Always}) {
+    Plan plan = make_plan({3}, 2, checkpoint);
+    plan.optimizer_state_factor = 2.0;
+    EXPECT_EQ(peaks(tied_layers(true), plan, 1), peaks(once, plan, 1));
+    EXPECT_LT(peaks(tied_layers(true), plan, 1)[0], peaks(tied_layers(false), plan, 1)[0]);
+  }
+}
+
 TEST(Memory, OneStageNoCheckpoint) {
   // Baseline: parameters 1000 + the batch's input 2 x 10 = 1020.
   // F0 +150 (saved 50, output 100), the output dies with the loss -> 1070; F1 likewise -> 1120.
@@ -566,6 +600,8 @@ TEST(StagePeakBound, NeverAboveTheSimulatedPeakOnRandomPlans) {
     const std::int64_t batch = 1 + static_cast<std::int64_t>(rng() % 9);
     Profile profile = testing::random_profile(rng, layers, batch);
     testing::vary_memory_flags(rng, profile);
+    std::mt19937 tie_rng(static_cast<unsigned>(trial));
+    testing::maybe_tie_layers(tie_rng, profile);
     profile.device.library_bytes = rng() % 2 ? static_cast<std::int64_t>(rng() % 5000) : 0;
     const int stages = 1 + static_cast<int>(rng() % std::min(layers, 4));
     std::vector<int> balance(stages, 1);

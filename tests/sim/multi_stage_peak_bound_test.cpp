@@ -110,6 +110,8 @@ TEST(MultiStagePeakBound, NeverAboveTheSimulatedPeakOnRandomPlans) {
     const std::int64_t batch = 1 + static_cast<std::int64_t>(rng() % 9);
     Profile profile = testing::random_profile(rng, layers, batch);
     testing::vary_memory_flags(rng, profile);
+    std::mt19937 tie_rng(static_cast<unsigned>(trial));
+    testing::maybe_tie_layers(tie_rng, profile);
     if (rng() % 2 == 0) {
       for (auto& l : profile.layers) {
         for (double ms : l.backward_ms) {

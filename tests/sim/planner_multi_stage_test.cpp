@@ -195,6 +195,8 @@ TEST(Planner, MultiStageSchedulesUnderCapsAgainstBruteForce) {
       if (rng() % 4 == 0) l.keeps_input = false;
       if (rng() % 4 == 0) l.output_aliases_input = true;
     }
+    std::mt19937 tie_rng(static_cast<unsigned>(trial));
+    testing::maybe_tie_layers(tie_rng, profile);
     Hardware hw = replicate_device(profile.device, 2);
     hw.launch_overhead_ms = (rng() % 3) / 100.0;
     for (auto& d : hw.devices) d.speed = 0.5 + (rng() % 4) / 2.0;

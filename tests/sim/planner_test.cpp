@@ -96,6 +96,8 @@ TEST(Planner, TightCapsEqualBruteForcePerConfiguration) {
     const int stages = 3 + static_cast<int>(rng() % 2);  // 3..4
     const std::int64_t batch = 4 + rng() % 5;
     Profile profile = testing::random_profile(rng, layers, batch);
+    std::mt19937 tie_rng(static_cast<unsigned>(trial));
+    testing::maybe_tie_layers(tie_rng, profile);
     Hardware hw = replicate_device(profile.device, stages);
     hw.link.bandwidth_bytes_per_s = 1e6;
     const BruteForce free = brute_force(profile, hw);
