@@ -100,6 +100,31 @@ TEST(Profiler, ByteCountsOfLinearReluLayerNormAreExact) {
   }
 }
 
+// x W: an output projection reusing another layer's matrix, as tied language models do.
+class TiedHeadImpl : public torch::nn::Module {
+ public:
+  explicit TiedHeadImpl(const at::Tensor& weight) : weight(register_parameter("weight", weight)) {}
+  at::Tensor forward(const at::Tensor& x) { return x.matmul(weight); }
+  at::Tensor weight;
+};
+TORCH_MODULE(TiedHead);
+
+TEST(Profiler, ATiedTensorCountsInEachHolderAndIsListedOnce) {
+  auto embed = torch::nn::Linear(torch::nn::LinearOptions(8, 6).bias(false));
+  models::Model m = model_of({{"embed", torch::nn::AnyModule(embed)},
+                              {"tanh", torch::nn::AnyModule(torch::nn::Tanh())},
+                              {"head", torch::nn::AnyModule(TiedHead(embed->weight))},
+                              {"out", torch::nn::AnyModule(torch::nn::Linear(8, 2))}},
+                             {8});
+  const Profile p = profiler::profile_model(m, quick(2, {1, 2})).profile;
+  EXPECT_EQ(p.layers[0].param_bytes, 6 * 8 * 4);
+  EXPECT_EQ(p.layers[2].param_bytes, 6 * 8 * 4);
+  ASSERT_EQ(p.tied.size(), 1u);
+  EXPECT_EQ(p.tied[0].name, "embed.weight");
+  EXPECT_EQ(p.tied[0].layers, (std::vector<int>{0, 2}));
+  EXPECT_EQ(p.tied[0].bytes, 6 * 8 * 4);
+}
+
 TEST(Profiler, ByteCountsOfConv2dAreExact) {
   models::Model m = model_of(
       {{"conv",
