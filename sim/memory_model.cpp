@@ -200,6 +200,12 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
   // them); a layer's output gradient stays when the layer has parameters.
   PeakTracker input_walk(c.backward_input_ms, first, end);
   std::int64_t current = 0;
+  // The model's last stage makes its output's gradient itself, from the loss (elsewhere it is
+  // received): with parameters to take it, the last layer keeps it for W like any other.
+  if (last_stage && model.param_bytes_of(end - 1) > 0) {
+    current += c.output_bytes[end - 1];
+    m.weight_kept_gradients += c.output_bytes[end - 1];
+  }
   for (int k = end - 1; k >= first; --k) {
     const std::int64_t input_grad =
         k > first ? c.output_bytes[k - 1] : (first_stage ? 0 : m.input_bytes);

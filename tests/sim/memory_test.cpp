@@ -480,6 +480,19 @@ TEST(StageMemory, SplitBackwardWHoldsWhatEachLayersBackwardMakesOnTheWayToItsWei
   EXPECT_EQ(stage_memory(unmeasured, unmeasured.at(1), 0, 3, true).weight_first_extra, 0);
 }
 
+TEST(StageMemory, TheLastStagesIKeepsTheGradientItMadeFromTheLossForW) {
+  // Outputs 10, 20, 30; every layer has parameters. I keeps each layer's output gradient for W:
+  // inside the stage 10 and 20, and on the model's last stage also the 30 its loss made (on any
+  // other stage that gradient is received, and counted as such).
+  const Profile p = three_layers();
+  const CostModel model(p);
+  EXPECT_EQ(stage_memory(model, model.at(1), 0, 3, true).weight_kept_gradients, 10 + 20 + 30);
+  EXPECT_EQ(stage_memory(model, model.at(1), 0, 2, true).weight_kept_gradients, 10);
+  // I's walk starts from it; its peak is at layer 1: the 30, the 20 layer 2 made (kept), then
+  // layer 1's input gradient 10 and its workspace 50. Without the 30 it would be 80.
+  EXPECT_EQ(stage_memory(model, model.at(1), 0, 3, true).input_backward_peak, 30 + 20 + 10 + 50);
+}
+
 TEST(StageMemory, InsideAStageTheInnerPeaksApply) {
   // The same, with the peaks measured for a layer inside a stage (its output and the gradient
   // it receives die early): first 35, 12, 99 and accumulating 22, 50, 99. A stage's last layer
