@@ -38,10 +38,10 @@ struct PlanFlagsSet {
   std::string objective = "median";
 };
 
-std::string plan_json(const PlanSearchResult& result,
+std::string plan_json(const Profile& profile, const PlanSearchResult& result,
                       const std::vector<IterationInterval>& intervals) {
   using nlohmann::ordered_json;
-  auto candidate_json = [](const PlanCandidate& c, const IterationInterval* interval) {
+  auto candidate_json = [&](const PlanCandidate& c, const IterationInterval* interval) {
     ordered_json out{{"balance", c.plan.balance},
                      {"chunks", c.plan.chunks},
                      {"checkpoint", to_string(c.plan.checkpoint)},
@@ -56,6 +56,10 @@ std::string plan_json(const PlanSearchResult& result,
                             {"peak_memory_bytes", c.peak_memory_bytes}});
     if (!c.worst_order_peak_bytes.empty()) out["worst_order_peak_bytes"] = c.worst_order_peak_bytes;
     if (c.plan.stages_per_device != 1) out["stages_per_device"] = c.plan.stages_per_device;
+    for (const TiedTensor& t : profile.tied) {
+      out["tied_parameters"].push_back(
+          {{"name", t.name}, {"layers", t.layers}, {"stages", stages_holding(t, c.plan.balance)}});
+    }
     return out;
   };
   ordered_json root;
@@ -207,7 +211,7 @@ void add_plan_command(CLI::App& app, std::vector<Command>& commands) {
     if (flags->objective == "p90") rank_by_p90(result, intervals);
 
     if (flags->json) {
-      std::fputs(plan_json(result, intervals).c_str(), stdout);
+      std::fputs(plan_json(profile, result, intervals).c_str(), stdout);
     } else {
       std::fputs(plan_text(profile, hardware, result, intervals).c_str(), stdout);
       if (flags->objective == "p90") {

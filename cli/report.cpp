@@ -51,6 +51,22 @@ std::string schedule_label(const Plan& plan) {
 
 }  // namespace
 
+// One line per tied tensor: where `plan` puts it. `which` names the plan ("plan 1: ") or is empty.
+std::string tied_text(const Profile& profile, const Plan& plan, const std::string& which = "") {
+  std::string out;
+  for (const TiedTensor& t : profile.tied) {
+    const std::vector<int> stages = stages_holding(t, plan.balance);
+    out += fmt::format(
+        "tied        {} (layers {}, {}): {}{}\n", t.name, fmt::join(t.layers, ", "),
+        format_bytes(t.bytes), which,
+        stages.size() == 1
+            ? fmt::format("one tensor on stage {}", stages[0])
+            : fmt::format("a copy on each of stages {} (their gradients summed before each step)",
+                          fmt::join(stages, ", ")));
+  }
+  return out;
+}
+
 std::string simulation_text(const Profile& profile, const SimulationResult& r,
                             const std::vector<int>& path, const std::string& schedule_csv,
                             const IterationInterval* interval) {
@@ -66,6 +82,7 @@ std::string simulation_text(const Profile& profile, const SimulationResult& r,
                        to_string(r.plan.checkpoint), micro_batch_summary(r.micro_batch_sizes));
     out += fmt::format("schedule    from {} (torch compute-only CSV)\n", schedule_csv);
   }
+  out += tied_text(profile, r.plan);
   out += fmt::format("iteration   {} ms\n", format_ms(r.iteration_ms));
   if (interval) out += fmt::format("interval    {}\n", interval_text(*interval));
   out += fmt::format("throughput  {:.1f} samples/s\n", r.throughput_samples_per_s);
@@ -394,6 +411,8 @@ std::string plan_text(const Profile& profile, const Hardware& hardware,
     table.add_row(row);
   }
   out += table.render();
+  if (!profile.tied.empty())
+    out += "\n" + tied_text(profile, result.ranked.front().plan, "plan 1: ");
   return out;
 }
 

@@ -411,6 +411,16 @@ std::vector<std::int64_t> launch_bound_sizes(const Profile& profile) {
   return out;
 }
 
+std::vector<int> stages_holding(const TiedTensor& tied, const std::vector<int>& balance) {
+  std::vector<int> stages;
+  int stage = 0, end = balance.empty() ? 0 : balance[0];
+  for (int layer : tied.layers) {
+    while (layer >= end && stage + 1 < static_cast<int>(balance.size())) end += balance[++stage];
+    if (stages.empty() || stages.back() != stage) stages.push_back(stage);
+  }
+  return stages;
+}
+
 Profile load_profile(const std::string& path) {
   return parse_profile(read_text_file(path), path);
 }

@@ -137,6 +137,10 @@ struct Profile {
   bool has_launch_times() const { return !layers.empty() && !layers[0].forward_launch_ms.empty(); }
 };
 
+/// The stages a plan's `balance` puts the holders of `tied` on, each once, in order (one
+/// stage: the tensor is one tensor there; several: a copy on each).
+std::vector<int> stages_holding(const TiedTensor& tied, const std::vector<int>& balance);
+
 inline constexpr std::string_view kProfileFormat = "pipetune.profile/1";
 
 /// The measured micro-batch sizes at which the whole model's launches (forward and backward,

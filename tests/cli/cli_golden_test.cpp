@@ -57,6 +57,12 @@ INSTANTIATE_TEST_SUITE_P(
         GoldenCase{"simulate_interval",
                    {"simulate", "--profile", "traces/cpu-mlp.profile.json", "--plan",
                     "traces/cpu-mlp.plan.json", "--json"}},
+        // The first and the last layer tied: where each plan puts the tensor, and its copies.
+        GoldenCase{"simulate_tied",
+                   {"simulate", "--profile", "tests/data/tied.profile.json", "--plan", kPlan}},
+        GoldenCase{"plan_tied_json",
+                   {"plan", "--profile", "tests/data/tied.profile.json", "--devices", "2", "--top",
+                    "2", "--json"}},
         GoldenCase{"simulate_hardware_json",
                    {"simulate", "--profile", kProfile, "--plan", kPlan, "--hardware", kHardware,
                     "--json"}},
