@@ -9,9 +9,9 @@ them and proves each trace. A block returns a tuple in some transformers version
 attention mask, so each is wrapped to take and return one tensor. Eager attention: the SDPA
 path decides `is_causal` with a Python branch on the sequence length, which the tracer warns
 about (and the exporter refuses), and without the mask it would not be causal at all. GPT-2
-ties its head to the token embedding, which pipetune keeps as one tensor only when both layers
-are on one stage (and the exporter refuses a tie between children): the head gets its own copy
-here, so any balance can split the model.
+ties its head to the token embedding, and the tie is kept: the first and the last child hold
+one parameter, which pipetune trains as one tensor on any balance (a stage holding it gets a
+copy, and the copies' gradients are summed before each step, as on one device).
 """
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
@@ -60,7 +60,7 @@ def build():
     config = GPT2Config(n_layer=4, n_embd=128, n_head=4, n_positions=SEQ, vocab_size=VOCAB,
                         bos_token_id=0, eos_token_id=0, attn_implementation="eager")
     gpt = GPT2LMHeadModel(config)
-    gpt.lm_head.weight = torch.nn.Parameter(gpt.lm_head.weight.detach().clone())  # untied
+    assert gpt.lm_head.weight is gpt.transformer.wte.weight  # tied, as GPT-2 is
     transformer = gpt.transformer
     model = [Embeddings(transformer)] + [Block(b) for b in transformer.h] + [Head(transformer.ln_f, gpt.lm_head)]
     tokens = torch.randint(0, VOCAB, (SAMPLES, SEQ + 1))

@@ -10,8 +10,8 @@ rotary embeddings (cos, sin) and the causal mask once for all layers and passes 
 each layer is wrapped to compute both itself and take and return one tensor. Eager attention:
 the SDPA path branches in Python on the query length (`q_length == 1`, and `q_length > 1` to
 decide `is_causal`), which the tracer warns about (and the exporter refuses). Grouped-query
-attention (4 heads, 2 key-value heads) as in Llama 2 70B and Llama 3. The head is untied, see
-build().
+attention (4 heads, 2 key-value heads) as in Llama 2 70B and Llama 3. The head is tied to the
+token embedding, as in Llama 3.2 (see build()).
 """
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -62,13 +62,13 @@ class Head(torch.nn.Module):
 
 def build():
     torch.manual_seed(0)
-    # Untied head: the embedding and the head become different stages, and pipetune refuses a
-    # parameter shared by two children (on two stages each would train its own copy).
+    # The head tied to the token embedding, as Llama 3.2 1B and 3B tie them: pipetune trains the
+    # one tensor across the stages holding it.
     config = LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                         tie_word_embeddings=False, attn_implementation="eager")
+                         tie_word_embeddings=True, attn_implementation="eager")
     llama = LlamaForCausalLM(config)
-    assert llama.lm_head.weight is not llama.model.embed_tokens.weight
+    assert llama.lm_head.weight is llama.model.embed_tokens.weight
     decoder = llama.model
     model = ([Embeddings(decoder.embed_tokens)] + [Block(layer, config) for layer in decoder.layers]
              + [Head(decoder.norm, llama.lm_head)])
