@@ -100,7 +100,7 @@ std::string find_shipped_profile() {
   fs::create_directories(flags.out);
   const std::string plan_path = (fs::path(flags.out) / "plan.json").string();
   const std::string trace_path = (fs::path(flags.out) / "predicted.trace.json").string();
-  save_plan(best.plan, plan_path);
+  save_plan(best.plan, profile, plan_path);
   save_trace(trace_from_simulation(best, profile.model), trace_path);
   std::printf("\nwrote %s and %s\nopen them: %s %s %s %s\n", plan_path.c_str(), trace_path.c_str(),
               gui_program().c_str(), profile_path.c_str(), plan_path.c_str(), trace_path.c_str());

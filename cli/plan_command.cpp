@@ -223,7 +223,7 @@ void add_plan_command(CLI::App& app, std::vector<Command>& commands) {
     }
     if (result.ranked.empty()) return 1;
     if (!flags->output.empty()) {
-      save_plan(result.ranked.front().plan, flags->output);
+      save_plan(result.ranked.front().plan, profile, flags->output);
       if (!flags->json) std::printf("\nwrote the best plan to %s\n", flags->output.c_str());
     }
     if (!flags->schedule_csv.empty()) {

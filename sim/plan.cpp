@@ -95,7 +95,10 @@ Plan parse_plan(std::string_view text, const std::string& source) {
   const Node root(document, source);
   if (!document.is_object()) root.fail("a JSON object");
   root.allow_only({"format", "balance", "chunks", "checkpoint", "schedule", "stages_per_device",
-                   "devices", "optimizer_state_factor"});
+                   "devices", "optimizer_state_factor", "tied_parameters"});
+  if (auto tied = root.optional_field("tied_parameters")) {
+    if (!tied->value().is_array()) tied->fail("an array (written by pipetune for the reader)");
+  }
   const Node tag = root.field("format");
   if (!tag.value().is_string() || tag.value().get<std::string>() != kPlanFormat) {
     tag.fail(fmt::format("\"{}\"", kPlanFormat));
@@ -179,6 +182,23 @@ std::string plan_to_json(const Plan& plan) {
 
 void save_plan(const Plan& plan, const std::string& path) {
   write_text_file_atomically(path, plan_to_json(plan));
+}
+
+std::string plan_to_json(const Plan& plan, const Profile& profile) {
+  std::string out = plan_to_json(plan);
+  if (profile.tied.empty()) return out;
+  std::vector<std::string> ties;
+  for (const TiedTensor& t : profile.tied) {
+    ties.push_back(fmt::format("{{\"name\": {}, \"stages\": [{}]}}", json(t.name).dump(),
+                               fmt::join(stages_holding(t, plan.balance), ", ")));
+  }
+  // Before the closing brace, after the last field.
+  out.insert(out.size() - 3, fmt::format(",\n  \"tied_parameters\": [{}]", fmt::join(ties, ", ")));
+  return out;
+}
+
+void save_plan(const Plan& plan, const Profile& profile, const std::string& path) {
+  write_text_file_atomically(path, plan_to_json(plan, profile));
 }
 
 std::string describe_plan(const Plan& plan) {

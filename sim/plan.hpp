@@ -81,6 +81,11 @@ Plan parse_plan(std::string_view text, const std::string& source);
 Plan load_plan(const std::string& path);
 std::string plan_to_json(const Plan& plan);
 void save_plan(const Plan& plan, const std::string& path);
+/// The same, and for the reader, where the plan puts each of the profile's tied tensors
+/// (`"tied_parameters": [{"name": …, "stages": […]}]`); parse_plan reads past it (the executor
+/// finds ties in the model itself).
+std::string plan_to_json(const Plan& plan, const Profile& profile);
+void save_plan(const Plan& plan, const Profile& profile, const std::string& path);
 
 /// One line for tables and logs: "[3,3,2] x8 except_last gpipe".
 std::string describe_plan(const Plan& plan);

@@ -175,7 +175,7 @@ PlanValidation judge(const Profile& profile, const Hardware& hardware, MeasuredR
   pv.plan_path = stem + ".plan.json";
   pv.measured_trace_path = stem + ".measured.trace.json";
   pv.predicted_trace_path = stem + ".predicted.trace.json";
-  save_plan(plan, pv.plan_path);
+  save_plan(plan, profile, pv.plan_path);
   save_trace(pv.measured.trace, pv.measured_trace_path);
   save_trace(pv.predicted, pv.predicted_trace_path);
   if (!hardware.calibration.empty()) {

@@ -597,6 +597,18 @@ TEST(PlanFormat, ParsesAndRoundTrips) {
   EXPECT_EQ(parse_plan(plan_to_json(plan), "again"), plan);
 }
 
+TEST(PlanFormat, TiedTensorsAreWrittenForTheReaderAndReadPast) {
+  Profile profile = testing::uniform_profile(6, 1.0, 2.0, 8);
+  profile.tied.push_back({"embed.weight", {0, 5}, 100});
+  const Plan plan = testing::make_plan({2, 2, 2}, 4, CheckpointMode::Never);
+  const std::string text = plan_to_json(plan, profile);
+  EXPECT_THAT(text,
+              HasSubstr(R"("tied_parameters": [{"name": "embed.weight", "stages": [0, 2]}])"));
+  EXPECT_EQ(parse_plan(text, "plan.json"), plan);
+  // Nothing tied, nothing written: the plain file.
+  EXPECT_EQ(plan_to_json(plan, testing::uniform_profile(6, 1.0, 2.0, 8)), plan_to_json(plan));
+}
+
 TEST(PlanFormat, BadValues) {
   EXPECT_EQ(plan_error(plan_with("[1, 1]", "[1, 0]")),
             "in.json: balance[1]: expected a positive integer (every stage needs at least one "
