@@ -31,6 +31,12 @@ step; --trace writes the median step in pipetune's measured-trace format, which 
 pipetune's prediction of the same plan. Copies are torch's asynchronous sends and receives and
 are not in it; peak memory is written on CUDA (the caching allocator's) and as 0 on CPU.
 
+Tied weights (children holding one parameter, as GPT-2's embedding and head) are trained as one
+device trains them: torch would have each rank step its own copy with its part of the gradient,
+so after each step's backwards the ranks holding a tie sum its gradient (an all-reduce) before
+the optimizer, and a rank's stages holding the same tensor list it once in the optimizer. A
+buffer or a view two children share is refused.
+
 Bad input (a builder that fails, a plan that does not fit the model, a schedule or mode torch
 cannot run): one line on stderr, exit status 2. Needs only torch.
 """
@@ -48,7 +54,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from export_model import BadInput, as_batch, as_sequential, first_line, load_function  # noqa: E402
+from export_model import BadInput, as_batch, as_sequential, first_line, load_function, tied_parameters  # noqa: E402
 
 LOOPED = {"interleaved-1f1b", "interleaved-zb", "looped-bfs"}
 V_SHAPED = {"zbv", "dualpipev"}
@@ -154,6 +160,36 @@ def time_actions(stage, records):
     wrap("backward_weight_one_chunk", lambda a, k: "backward_weight")
 
 
+def tied_across_stages(model, balance):
+    """The parameters children hold as one tensor (tied weights) that the balance puts on more
+    than one stage, each with the stages holding it. torch's stages would each train the copy of
+    the process they run in: sum_tied_gradients makes every holder's update the one-device one.
+    A buffer or a view two children share is refused (export_model.tied_parameters)."""
+    stage_of, first = {}, 0
+    for s, count in enumerate(balance):
+        for name, _ in list(model.named_children())[first:first + count]:
+            stage_of[name] = s
+        first += count
+    split = []
+    for tensor, holders in tied_parameters(model):
+        stages = sorted({stage_of[child] for child, _ in holders})
+        if len(stages) > 1:
+            split.append((tensor, stages))
+    return split
+
+
+def sum_tied_gradients(split_ties, device_of, rank, device):
+    """After a step's backwards, before the optimizer: each split tie's gradient becomes its sum
+    over the ranks holding it (a rank's stages share the one object, whose .grad already sums
+    theirs). Every rank takes part, in the same order, those holding none with zeros."""
+    for tensor, stages in split_ties:
+        holds = any(device_of[s] == rank for s in stages)
+        grad = tensor.grad if holds and tensor.grad is not None else torch.zeros_like(tensor, device=device)
+        dist.all_reduce(grad, op=dist.ReduceOp.SUM)
+        if holds:
+            tensor.grad = grad
+
+
 def rank_main(rank, world, args, plan, results=None):
     backend = "nccl" if args.device == "cuda" else "gloo"
     dist.init_process_group(backend, rank=rank, world_size=world)
@@ -209,8 +245,10 @@ def rank_main(rank, world, args, plan, results=None):
             schedule = schedule_class(stages[0], n_microbatches=n, loss_fn=loss_fn, scale_grads=False)
         else:
             schedule = schedule_class(stages, n_microbatches=n, loss_fn=loss_fn, scale_grads=False)
-        parameters = [p for stage in stages for p in stage.submod.parameters()]
+        # A parameter two stages of this rank hold is one object: listed once, stepped once.
+        parameters = list({id(p): p for stage in stages for p in stage.submod.parameters()}.values())
         optimizer = torch.optim.SGD(parameters, lr=args.lr) if parameters else None
+        split_ties = tied_across_stages(model, plan["balance"])
         holds_first = device_of[0] == rank
         holds_last = device_of[-1] == rank
         x, y = inputs.to(device), targets.to(device)
@@ -225,6 +263,7 @@ def rank_main(rank, world, args, plan, results=None):
             origin = time.perf_counter()
             losses = [] if holds_last else None
             schedule.step(*((x,) if holds_first else ()), target=y if holds_last else None, losses=losses)
+            sum_tied_gradients(split_ties, device_of, rank, device)
             if optimizer:
                 optimizer.step()
             if args.device == "cuda":

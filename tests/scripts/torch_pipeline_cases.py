@@ -1,5 +1,6 @@
 """Builders for torch_pipeline_test.py: a small MLP of seven children in float64, so that the
-pipelined run and one device agree to rounding, and a batch of 8."""
+pipelined run and one device agree to rounding, and a batch of 8; and the same with its first
+and fifth children holding one weight (tied, as a language model's embedding and head)."""
 import torch
 
 
@@ -8,5 +9,25 @@ def build():
     layers = [torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32), torch.nn.Tanh(),
               torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)]
     layers = [layer.double() for layer in layers]
+    g = torch.Generator().manual_seed(1)
+    return layers, (torch.randn(8, 16, generator=g, dtype=torch.float64), torch.randint(0, 4, (8,), generator=g))
+
+
+class TiedHead(torch.nn.Module):
+    """x W: reuses the first child's matrix W (32 x 16), 32 -> 16."""
+
+    def __init__(self, weight):
+        super().__init__()
+        self.weight = weight
+
+    def forward(self, x):
+        return x.matmul(self.weight)
+
+
+def build_tied():
+    torch.manual_seed(0)
+    first = torch.nn.Linear(16, 32, bias=False).double()
+    layers = [first, torch.nn.ReLU(), torch.nn.Linear(32, 32).double(), torch.nn.Tanh(), TiedHead(first.weight),
+              torch.nn.ReLU(), torch.nn.Linear(16, 4).double()]
     g = torch.Generator().manual_seed(1)
     return layers, (torch.randn(8, 16, generator=g, dtype=torch.float64), torch.randint(0, 4, (8,), generator=g))

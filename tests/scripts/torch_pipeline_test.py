@@ -20,10 +20,10 @@ import torch_pipeline_cases  # noqa: E402
 STEPS, WARMUP, LR = 3, 1, 0.05
 
 
-def one_device_losses():
+def one_device_losses(builder=torch_pipeline_cases.build):
     """The losses of steps WARMUP + 1 .. WARMUP + STEPS of plain SGD on the whole batch."""
     torch.manual_seed(0)
-    layers, (x, y) = torch_pipeline_cases.build()
+    layers, (x, y) = builder()
     model = torch.nn.Sequential(*layers)
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     losses = []
@@ -41,12 +41,12 @@ class TorchPipelineTest(unittest.TestCase):
         self.folder = tempfile.TemporaryDirectory()
         self.addCleanup(self.folder.cleanup)
 
-    def run_plan(self, plan, *extra):
+    def run_plan(self, plan, *extra, builder="build"):
         path = os.path.join(self.folder.name, "plan.json")
         with open(path, "w") as f:
             json.dump({"format": "pipetune.plan/1", **plan}, f)
         environment = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
-        return subprocess.run([sys.executable, RUNNER, f"{CASES}:build", "--plan", path, "--steps", str(STEPS),
+        return subprocess.run([sys.executable, RUNNER, f"{CASES}:{builder}", "--plan", path, "--steps", str(STEPS),
                                "--warmup", str(WARMUP), "--lr", str(LR), *extra],
                               cwd=self.folder.name, env=environment, capture_output=True, text=True, timeout=240)
 
@@ -71,6 +71,27 @@ class TorchPipelineTest(unittest.TestCase):
                 for got, want in zip(losses, expected):
                     self.assertAlmostEqual(got, want, delta=1e-12 * abs(want))
                 self.assertEqual(len(losses), STEPS)
+
+    def test_tied_weights_split_over_ranks_train_as_one_device(self):
+        # The first and fifth children hold one weight: on two ranks (gpipe, 1f1b over three,
+        # interleaved), and on two stages of one rank (interleaved-zb's stages 0 and 2).
+        expected = one_device_losses(torch_pipeline_cases.build_tied)
+        plans = [
+            {"balance": [4, 3], "chunks": 4, "checkpoint": "never", "schedule": "gpipe"},
+            {"balance": [2, 3, 2], "chunks": 4, "checkpoint": "never", "schedule": "1f1b"},
+            {"balance": [2, 3, 1, 1], "chunks": 2, "checkpoint": "never", "schedule": "interleaved-1f1b",
+             "stages_per_device": 2},
+            {"balance": [1, 3, 2, 1], "chunks": 4, "checkpoint": "never", "schedule": "interleaved-zb",
+             "stages_per_device": 2},
+        ]
+        for plan in plans:
+            with self.subTest(plan=plan["schedule"]):
+                done = self.run_plan(plan, "--json", builder="build_tied")
+                self.assertEqual(done.returncode, 0, done.stderr)
+                losses = json.loads(done.stdout.strip().splitlines()[-1])["losses"]
+                self.assertEqual(len(losses), STEPS)
+                for got, want in zip(losses, expected):
+                    self.assertAlmostEqual(got, want, delta=1e-12 * abs(want))
 
     def test_trace_holds_every_action_of_the_median_step(self):
         trace = os.path.join(self.folder.name, "measured.trace.json")
