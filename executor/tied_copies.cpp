@@ -40,8 +40,10 @@ TiedCopies::TiedCopies(models::Model& model, const std::vector<int>& balance,
       if (tie.stages.empty() || tie.stages.back() != s) tie.stages.push_back(s);
     }
     if (tie.stages.size() < 2) continue;  // one stage: its optimizer lists the tensor once
+    // A frozen tensor takes no update: its copies stay equal without a sum.
+    const bool trained = tied.tensor.requires_grad();
     for (int s : tie.stages) {
-      waits_[s] = 1;
+      if (trained) waits_[s] = 1;
       if (!local(s)) continue;
       // The first local holder keeps the original; each later one gets a copy of its own.
       const bool first = tie.local_stages.empty();
@@ -59,7 +61,7 @@ TiedCopies::TiedCopies(models::Model& model, const std::vector<int>& balance,
         repointed_.push_back({module, name, tied.tensor});
       }
     }
-    ties_.push_back(std::move(tie));
+    if (trained) ties_.push_back(std::move(tie));
   }
 }
 
