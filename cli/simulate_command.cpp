@@ -91,9 +91,11 @@ int simulate_plan_lines(const SimulateFlags& flags) {
       const Plan plan = parse_plan(object.is_discarded() ? text : object.dump(), where);
       const Hardware& hardware = hardware_for(device_count(plan));
       check_plan(plan, profile, hardware, where);
-      const SimulationResult result = Simulator(profile, hardware).run(plan, options);
+      const Simulator simulator(profile, hardware);
+      const SimulationResult result = simulator.run(plan, options);
+      const IterationInterval interval = iteration_interval(simulator, profile, plan);
       // simulation_json is one object on one line; the line number goes first.
-      out = simulation_json(result, critical_path(result));
+      out = simulation_json(result, critical_path(result), &interval);
       out.replace(0, 1, fmt::format("{{\"line\":{},", line));
     } catch (const InputError& e) {
       ++refused;

@@ -10,14 +10,6 @@ namespace pipetune::exec {
 
 namespace {
 
-std::vector<int> stage_of_layers(const std::vector<int>& balance) {
-  std::vector<int> stage_of;
-  for (std::size_t s = 0; s < balance.size(); ++s) {
-    for (int k = 0; k < balance[s]; ++k) stage_of.push_back(static_cast<int>(s));
-  }
-  return stage_of;
-}
-
 at::Tensor own_copy(const at::Tensor& original) {
   at::NoGradGuard no_grad;
   at::Tensor copy = original.detach().clone();
@@ -30,7 +22,7 @@ at::Tensor own_copy(const at::Tensor& original) {
 TiedCopies::TiedCopies(models::Model& model, const std::vector<int>& balance,
                        const std::function<bool(int stage)>& local)
     : waits_(balance.size(), 0) {
-  const std::vector<int> stage_of = stage_of_layers(balance);
+  const std::vector<int> stage_of = models::stage_of_layers(balance);
   for (const models::TiedParameter& tied : models::tied_parameters(model)) {
     TiedStages tie;
     const auto& [first_layer, first_name] = tied.holders.front();

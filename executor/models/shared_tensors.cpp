@@ -86,8 +86,6 @@ std::string describe(const Model& model, const SharedTensor& s) {
                      s.first_name, b, s.second_name);
 }
 
-namespace {
-
 std::vector<int> stage_of_layers(const std::vector<int>& balance) {
   std::vector<int> stage_of;
   for (std::size_t s = 0; s < balance.size(); ++s) {
@@ -95,8 +93,6 @@ std::vector<int> stage_of_layers(const std::vector<int>& balance) {
   }
   return stage_of;
 }
-
-}  // namespace
 
 std::optional<SharedTensor> split_by(const std::vector<SharedTensor>& shared,
                                      const std::vector<int>& balance) {

@@ -41,6 +41,9 @@ std::vector<TiedParameter> tied_parameters(Model& model);
 /// Every pair of layers of `model` that hold one tensor, each pair once, in layer order.
 std::vector<SharedTensor> shared_tensors(Model& model);
 
+/// The stage `balance` puts each layer on, by layer.
+std::vector<int> stage_of_layers(const std::vector<int>& balance);
+
 /// The first of `shared` that `balance` puts on two stages.
 std::optional<SharedTensor> split_by(const std::vector<SharedTensor>& shared,
                                      const std::vector<int>& balance);

@@ -63,6 +63,25 @@ TEST(SimulatePlans, EachLineAnswersAsSimulateDoesForThatPlanAlone) {
   }
 }
 
+// A profile with its layers' spreads: each line carries the plan's interval, as --json does.
+TEST(SimulatePlans, ALineCarriesItsPlansIntervalAsSimulateDoes) {
+  std::ifstream in(fs::path(PIPETUNE_SOURCE_DIR) / "traces" / "cpu-mlp.plan.json");
+  json plan = json::parse(in);
+  const fs::path file = write_lines("pipetune-plans-interval.jsonl", {plan.dump()});
+  const std::string profile = "traces/cpu-mlp.profile.json";
+  const auto batch = pipetune({"simulate", "--profile", profile, "--plans", file.string()});
+  ASSERT_EQ(batch.exit_code, 0) << batch.err;
+  const std::vector<json> answers = json_lines(batch.out);
+  ASSERT_EQ(answers.size(), 1u);
+  const auto alone =
+      pipetune({"simulate", "--profile", profile, "--plan", "traces/cpu-mlp.plan.json", "--json"});
+  ASSERT_EQ(alone.exit_code, 0) << alone.err;
+  json got = answers[0];
+  got.erase("line");
+  EXPECT_TRUE(got.contains("interval_central")) << batch.out;
+  EXPECT_EQ(got, json::parse(alone.out));
+}
+
 TEST(SimulatePlans, ABadLineIsAnsweredInItsPlaceAndTheRestStillRun) {
   const fs::path file = write_lines(
       "pipetune-plans-bad.jsonl",
