@@ -83,11 +83,9 @@ std::string plan_json(const Profile& profile, const PlanSearchResult& result,
 // Each ranked plan's 80 % interval, on the devices the planner used.
 std::vector<IterationInterval> plan_intervals(const Profile& profile, const Hardware& hardware,
                                               int stages, const PlanSearchResult& result) {
-  const Hardware used = first_devices(hardware, stages);  // the Simulator keeps a reference
-  const Simulator simulator(profile, used);
-  std::vector<IterationInterval> out;
-  for (const auto& c : result.ranked) out.push_back(iteration_interval(simulator, profile, c.plan));
-  return out;
+  std::vector<Plan> plans;
+  for (const auto& c : result.ranked) plans.push_back(c.plan);
+  return intervals_of(profile, hardware, stages, plans);
 }
 
 // The ranked plans (and their intervals) in the order of their intervals' upper ends, stable.

@@ -64,4 +64,15 @@ IterationInterval interval_around(const Simulator& simulator, const Profile& pro
   return out;
 }
 
+std::vector<IterationInterval> intervals_of(const Profile& profile, const Hardware& hardware,
+                                            int devices, const std::vector<Plan>& plans,
+                                            double central) {
+  const Hardware used = first_devices(hardware, devices);  // the Simulator keeps a reference
+  const Simulator simulator(profile, used);
+  std::vector<IterationInterval> out;
+  for (const Plan& plan : plans)
+    out.push_back(iteration_interval(simulator, profile, plan, central));
+  return out;
+}
+
 }  // namespace pipetune

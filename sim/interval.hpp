@@ -11,6 +11,8 @@
 // each half of the interval becomes the root of the sum of its square and that error's at the
 // same quantile. With neither, the interval has zero width.
 
+#include <vector>
+
 #include "sim/plan.hpp"
 #include "sim/simulator.hpp"
 
@@ -37,6 +39,12 @@ double normal_quantile(double p);
 /// The plan's iteration interval holding `central` of the steps (0 < central < 1).
 IterationInterval iteration_interval(const Simulator& simulator, const Profile& profile,
                                      const Plan& plan, double central = 0.8);
+
+/// The interval of each of `plans`, on the first `devices` of `hardware` (the devices a planner
+/// searched): what `plan` and the GUI show beside the ranked plans.
+std::vector<IterationInterval> intervals_of(const Profile& profile, const Hardware& hardware,
+                                            int devices, const std::vector<Plan>& plans,
+                                            double central = 0.8);
 
 /// The same around a prediction already made (`median_ms`: the plan's iteration by this
 /// simulator, as the GUI has it after each edit): only the ends are simulated, and only where

@@ -19,8 +19,9 @@ PlannerPanel::PlannerPanel(PlanEditor& editor, QWidget* parent)
       find_(new QPushButton(tr("Find best plan"), this)),
       progress_(new QProgressBar(this)),
       status_(new QLabel(this)),
-      table_(make_plan_table(
-          {tr("balance"), tr("chunks"), tr("checkpoint"), tr("sched."), tr("iteration")}, this)) {
+      table_(make_plan_table({tr("balance"), tr("chunks"), tr("checkpoint"), tr("sched."),
+                              tr("iteration"), tr("80 % interval")},
+                             this)) {
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(0, 0, 0, 0);
   auto* row = new QHBoxLayout;
@@ -53,6 +54,7 @@ PlannerPanel::PlannerPanel(PlanEditor& editor, QWidget* parent)
     progress_->setValue(done);
   });
   connect(&worker_, &PlannerWorker::finished, this, &PlannerPanel::show_result);
+  connect(&worker_, &PlannerWorker::intervals_ready, this, &PlannerPanel::show_intervals);
   connect(&worker_, &PlannerWorker::failed, this, [this](const QString& reason) {
     set_busy(false);
     status_->setText(tr("<span style='color:#c62828'>%1</span>").arg(reason.toHtmlEscaped()));
@@ -98,6 +100,21 @@ void PlannerPanel::find_best_plan() {
   emit search_started();
 }
 
+void PlannerPanel::show_intervals(std::shared_ptr<const std::vector<IterationInterval>> intervals) {
+  if (!result_ || intervals->size() != result_->ranked.size()) return;
+  for (std::size_t k = 0; k < intervals->size(); ++k) {
+    const IterationInterval& i = (*intervals)[k];
+    auto* item = new QTableWidgetItem(
+        i.known() ? tr("%1 – %2").arg(format_duration(i.low_ms), format_duration(i.high_ms))
+                  : tr("–"));
+    item->setTextAlignment(Qt::AlignRight | Qt::AlignVCenter);
+    item->setToolTip(i.known() ? tr("80 % of steps should take this long (p10 to p90)")
+                               : tr("no spreads in the profile and no model error in the "
+                                    "hardware: profile again, or validate"));
+    table_->setItem(static_cast<int>(k), 5, item);
+  }
+}
+
 void PlannerPanel::show_result(std::shared_ptr<const PlanSearchResult> result) {
   set_busy(false);
   result_ = std::move(result);
@@ -119,6 +136,7 @@ void PlannerPanel::show_result(std::shared_ptr<const PlanSearchResult> result) {
     set(2, QString::fromUtf8(to_string(c.plan.checkpoint).data()));
     set(3, format_schedule(c.plan));
     set(4, format_duration(c.iteration_ms));
+    set(5, tr("…"));  // until intervals_ready
   }
   const PlannerStats& stats = result_->stats;
   if (result_->ranked.empty()) {

@@ -36,6 +36,7 @@ class PlannerPanel : public QWidget {
 
  private:
   void show_result(std::shared_ptr<const PlanSearchResult> result);
+  void show_intervals(std::shared_ptr<const std::vector<IterationInterval>> intervals);
   void set_busy(bool busy);
 
   PlanEditor& editor_;

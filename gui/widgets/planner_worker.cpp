@@ -10,6 +10,7 @@ struct Cancelled {};
 
 PlannerWorker::PlannerWorker(QObject* parent) : QObject(parent) {
   qRegisterMetaType<std::shared_ptr<const pipetune::PlanSearchResult>>();
+  qRegisterMetaType<std::shared_ptr<const std::vector<pipetune::IterationInterval>>>();
 }
 
 PlannerWorker::~PlannerWorker() {
@@ -39,6 +40,13 @@ bool PlannerWorker::start(const Profile& profile, const Hardware& hardware,
       QMetaObject::invokeMethod(
           this, [this, result] { emit finished(result); }, Qt::QueuedConnection);
       if (result->ranked.empty()) return;
+      std::vector<Plan> plans;
+      for (const auto& c : result->ranked) plans.push_back(c.plan);
+      std::shared_ptr<const std::vector<IterationInterval>> intervals =
+          std::make_shared<const std::vector<IterationInterval>>(
+              intervals_of(profile, hardware, static_cast<int>(hardware.devices.size()), plans));
+      QMetaObject::invokeMethod(
+          this, [this, intervals] { emit intervals_ready(intervals); }, Qt::QueuedConnection);
       // The alternatives' searches are small (an eighth of the budget each) and report no
       // progress, so they run to the end; a cancel meanwhile drops them.
       auto away = std::make_shared<OneChoiceAway>();

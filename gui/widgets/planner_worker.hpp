@@ -13,6 +13,7 @@
 
 #include "gui/model/one_choice_rows.hpp"
 #include "sim/hardware.hpp"
+#include "sim/interval.hpp"
 #include "sim/planner.hpp"
 #include "sim/profile.hpp"
 
@@ -35,6 +36,9 @@ class PlannerWorker : public QObject {
  signals:
   void progressed(int done, int total);
   void finished(std::shared_ptr<const pipetune::PlanSearchResult> result);
+  /// Right after `finished`: each ranked plan's 80 % interval, in the ranking's order (of zero
+  /// width where neither the profile has spreads nor the hardware a model error).
+  void intervals_ready(std::shared_ptr<const std::vector<pipetune::IterationInterval>> intervals);
   /// After `finished` when it ranked a plan: that plan with each choice changed, re-planned.
   /// Not sent when cancelled meanwhile (the re-planning itself runs to its end).
   void explained(std::shared_ptr<const pipetune::gui::OneChoiceAway> away);

@@ -21,6 +21,7 @@
 #include <algorithm>
 
 #include "gui/model/palette.hpp"
+#include "gui/model/text_format.hpp"
 #include "gui/widgets/comparison_panel.hpp"
 #include "gui/widgets/cost_strip_view.hpp"
 #include "gui/widgets/main_window.hpp"
@@ -30,6 +31,7 @@
 #include "gui/widgets/run_controller.hpp"
 #include "gui/widgets/run_panel.hpp"
 #include "gui/widgets/timeline_view.hpp"
+#include "sim/interval.hpp"
 #include "tests/gui/gui_test_support.hpp"
 
 namespace pipetune::gui {
@@ -301,6 +303,37 @@ TEST_F(AppTest, FindBestPlanRunsInTheBackgroundAndPickingOneLoadsIt) {
   planner->worker().wait();
   EXPECT_TRUE(
       window.save_screenshot(testing::output_dir() + "/main-window-best-plans.png").isEmpty());
+}
+
+// Each ranked plan's 80 % interval beside it: the one `pipetune plan` gives (sim/interval.hpp),
+// and a dash for a profile without spreads.
+TEST_F(AppTest, BestPlansShowTheirIntervals) {
+  for (const bool spreads : {true, false}) {
+    MainWindow window;
+    const QString profile = spreads ? QString::fromStdString(std::string(PIPETUNE_SOURCE_DIR) +
+                                                             "/traces/cpu-mlp.profile.json")
+                                    : path("tiny.profile.json");
+    ASSERT_TRUE(window.open_files({profile}).isEmpty());
+    PlannerPanel* planner = window.planner_panel();
+    planner->find_best_plan();
+    auto cell = [&] {
+      const QTableWidgetItem* item = planner->table()->item(0, 5);
+      return item ? item->text() : QString();
+    };
+    ASSERT_TRUE(
+        testing::wait_until([&] { return !cell().isEmpty() && cell() != QStringLiteral("…"); }));
+    const PlanSearchResult* result = planner->last_result();
+    ASSERT_NE(result, nullptr);
+    const Hardware& hardware = window.editor().hardware();
+    const IterationInterval want =
+        intervals_of(window.editor().profile(), hardware, static_cast<int>(hardware.devices.size()),
+                     {result->ranked[0].plan})[0];
+    EXPECT_EQ(want.known(), spreads);
+    EXPECT_EQ(cell(), spreads ? QStringLiteral("%1 – %2").arg(format_duration(want.low_ms),
+                                                              format_duration(want.high_ms))
+                              : QStringLiteral("–"));
+    planner->worker().wait();
+  }
 }
 
 TEST_F(AppTest, AfterASearchTheBestPlanOneChoiceAwayIsListedAndLoads) {
