@@ -258,14 +258,11 @@ struct Pipeline::Impl {
     drop_gradients();
     tied = std::make_unique<TiedCopies>(model, plan.balance,
                                         [this](int s) { return is_local(device_of(s)); });
-    for (int d = 0; d < device_count(); ++d) {
-      for (int s = 0; s < stage_count; ++s) {
-        if (device_of(s) == d && is_local(d) && tied->waits_for_sum(s)) {
-          ++tie_devices;
-          break;
-        }
-      }
+    std::set<int> meeting;
+    for (int s = 0; s < stage_count; ++s) {
+      if (is_local(device_of(s)) && tied->waits_for_sum(s)) meeting.insert(device_of(s));
     }
+    tie_devices = static_cast<int>(meeting.size());
     adopt_local_stages();
     optimizers = make_optimizers();
     runtime->count_from(held_bytes());
@@ -592,14 +589,8 @@ void Pipeline::Impl::combine_tied_parts() {
   for (std::size_t t = 0; t < tied->ties().size(); ++t) {
     const TiedStages& tie = tied->ties()[t];
     at::Tensor total;
-    for (auto& [device, parts] : tie_parts) {  // device order: every copy gets the same sum
-      if (!parts[t].defined()) continue;
-      if (total.defined()) {
-        total.add_(parts[t]);
-      } else {
-        total = parts[t];
-      }
-    }
+    // Device order: every copy gets the same sum.
+    for (auto& [device, parts] : tie_parts) accumulate_into(total, parts[t]);
     if (!tie.tensors.empty()) {
       if (!total.defined()) total = at::zeros_like(tie.tensors.front(), at::kCPU);
       across_ranks(t, total);

@@ -6,6 +6,15 @@
 
 namespace pipetune::exec {
 
+void accumulate_into(at::Tensor& sum, const at::Tensor& term) {
+  if (!term.defined()) return;
+  if (sum.defined()) {
+    sum.add_(term);
+  } else {
+    sum = term;
+  }
+}
+
 namespace {
 
 bool needs_gradient(const at::Tensor& tensor) {
@@ -28,18 +37,13 @@ std::vector<at::Tensor> trained(const std::vector<at::Tensor>& parameters) {
   return out;
 }
 
-// Adds `gradients` into the parameters' .grad as autograd's backward does.
+// Adds `gradients` into the parameters' .grad as autograd's backward does (an undefined one: a
+// parameter this micro-batch did not reach).
 void accumulate(const std::vector<at::Tensor>& parameters,
                 const std::vector<at::Tensor>& gradients) {
   at::NoGradGuard no_grad;
   for (std::size_t k = 0; k < parameters.size(); ++k) {
-    if (!gradients[k].defined()) continue;  // a parameter this micro-batch did not reach
-    at::Tensor& grad = const_cast<at::Tensor&>(parameters[k]).mutable_grad();
-    if (grad.defined()) {
-      grad.add_(gradients[k]);
-    } else {
-      grad = gradients[k];
-    }
+    accumulate_into(const_cast<at::Tensor&>(parameters[k]).mutable_grad(), gradients[k]);
   }
 }
 

@@ -36,6 +36,10 @@ struct MicroBatchState {
 /// The forward of a micro-batch whose backward is split: runs `stage`'s layers one by one on
 /// `state.input`, keeping each layer's output in `state`. Returns the stage's output (also
 /// stored as `state.output`; the last stage replaces that with its loss).
+/// Adds `term` into `sum` in place, or makes `sum` it when `sum` is undefined: how a gradient is
+/// accumulated (as autograd adds into .grad). An undefined `term` adds nothing.
+void accumulate_into(at::Tensor& sum, const at::Tensor& term);
+
 at::Tensor forward_layers(torch::nn::Sequential& stage, MicroBatchState& state);
 
 /// B: gradients of `state.output` (seeded with `output_gradient`, undefined for a loss) into

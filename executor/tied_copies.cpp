@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "executor/models/shared_tensors.hpp"
+#include "executor/stage_backward.hpp"
 
 namespace pipetune::exec {
 
@@ -25,9 +26,8 @@ TiedCopies::TiedCopies(models::Model& model, const std::vector<int>& balance,
   const std::vector<int> stage_of = models::stage_of_layers(balance);
   for (const models::TiedParameter& tied : models::tied_parameters(model)) {
     TiedStages tie;
-    const auto& [first_layer, first_name] = tied.holders.front();
-    tie.label = model.layer_names.at(first_layer) + "." + first_name;
-    for (const auto& [layer, name] : tied.holders) {
+    tie.label = tied.name;
+    for (std::size_t layer : tied.layers) {
       const int s = stage_of.at(layer);
       if (tie.stages.empty() || tie.stages.back() != s) tie.stages.push_back(s);
     }
@@ -71,13 +71,7 @@ at::Tensor TiedCopies::sum_of(std::size_t tie,
   const TiedStages& t = ties_.at(tie);
   at::Tensor sum;
   for (std::size_t k = 0; k < t.tensors.size(); ++k) {
-    const at::Tensor& g = t.tensors[k].grad();
-    if (!on_device(t.local_stages[k]) || !g.defined()) continue;
-    if (sum.defined()) {
-      sum.add_(g);
-    } else {
-      sum = g;
-    }
+    if (on_device(t.local_stages[k])) accumulate_into(sum, t.tensors[k].grad());
   }
   return sum;
 }

@@ -155,14 +155,8 @@ Profile empty_profile(models::Model& model, MeasureBackend& backend, at::ScalarT
     }
   }
   for (const models::TiedParameter& t : models::tied_parameters(model)) {
-    TiedTensor tied;
-    tied.name = model.layer_names[t.holders.front().first] + "." + t.holders.front().second;
-    tied.bytes = bytes_of(t.tensor);
-    for (const auto& [l, name] : t.holders) {
-      if (tied.layers.empty() || tied.layers.back() != static_cast<int>(l)) {
-        tied.layers.push_back(static_cast<int>(l));
-      }
-    }
+    TiedTensor tied{t.name, {}, bytes_of(t.tensor)};
+    for (std::size_t l : t.layers) tied.layers.push_back(static_cast<int>(l));
     profile.tied.push_back(std::move(tied));
   }
   return profile;

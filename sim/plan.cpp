@@ -158,8 +158,11 @@ Plan load_plan(const std::string& path) {
   return parse_plan(read_text_file(path), path);
 }
 
-std::string plan_to_json(const Plan& plan) {
-  // Written by hand so the balance stays on one line, as a person would write it.
+namespace {
+
+// Written by hand so the balance stays on one line, as a person would write it. `last`, when
+// given, is one more field written after the others ("\"key\": value").
+std::string plan_file_text(const Plan& plan, const std::string& last) {
   std::string out = "{\n";
   out += fmt::format("  \"format\": \"{}\",\n", kPlanFormat);
   out += fmt::format("  \"balance\": [{}],\n", fmt::join(plan.balance, ", "));
@@ -174,10 +177,17 @@ std::string plan_to_json(const Plan& plan) {
     for (const auto& d : plan.devices) names.push_back(json(d).dump());
     out += fmt::format("  \"devices\": [{}],\n", fmt::join(names, ", "));
   }
-  out +=
-      fmt::format("  \"optimizer_state_factor\": {}\n", json(plan.optimizer_state_factor).dump());
+  out += fmt::format("  \"optimizer_state_factor\": {}{}\n",
+                     json(plan.optimizer_state_factor).dump(), last.empty() ? "" : ",");
+  if (!last.empty()) out += "  " + last + "\n";
   out += "}\n";
   return out;
+}
+
+}  // namespace
+
+std::string plan_to_json(const Plan& plan) {
+  return plan_file_text(plan, "");
 }
 
 void save_plan(const Plan& plan, const std::string& path) {
@@ -185,16 +195,13 @@ void save_plan(const Plan& plan, const std::string& path) {
 }
 
 std::string plan_to_json(const Plan& plan, const Profile& profile) {
-  std::string out = plan_to_json(plan);
-  if (profile.tied.empty()) return out;
+  if (profile.tied.empty()) return plan_file_text(plan, "");
   std::vector<std::string> ties;
   for (const TiedTensor& t : profile.tied) {
     ties.push_back(fmt::format("{{\"name\": {}, \"stages\": [{}]}}", json(t.name).dump(),
                                fmt::join(stages_holding(t, plan.balance), ", ")));
   }
-  // Before the closing brace, after the last field.
-  out.insert(out.size() - 3, fmt::format(",\n  \"tied_parameters\": [{}]", fmt::join(ties, ", ")));
-  return out;
+  return plan_file_text(plan, fmt::format("\"tied_parameters\": [{}]", fmt::join(ties, ", ")));
 }
 
 void save_plan(const Plan& plan, const Profile& profile, const std::string& path) {

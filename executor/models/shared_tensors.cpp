@@ -67,15 +67,17 @@ std::vector<TiedParameter> tied_parameters(Model& model) {
   for (auto it = model.layers->begin(); it != model.layers->end(); ++it, ++layer) {
     for (const auto& p : it->ptr()->named_parameters()) {
       const auto [at, fresh] = index.emplace(p.value().unsafeGetTensorImpl(), out.size());
-      if (fresh) out.push_back({{}, p.value()});
-      out[at->second].holders.emplace_back(layer, p.key());
+      TiedParameter& t = fresh ? out.emplace_back() : out[at->second];
+      if (fresh) {
+        t.tensor = p.value();
+        t.name = model.layer_names.at(layer) + "." + p.key();
+      }
+      t.holders.emplace_back(layer, p.key());
+      if (t.layers.empty() || t.layers.back() != layer) t.layers.push_back(layer);
     }
   }
-  std::vector<TiedParameter> tied;
-  for (auto& t : out) {
-    if (t.holders.front().first != t.holders.back().first) tied.push_back(std::move(t));
-  }
-  return tied;
+  std::erase_if(out, [](const TiedParameter& t) { return t.layers.size() < 2; });
+  return out;
 }
 
 std::string describe(const Model& model, const SharedTensor& s) {

@@ -32,6 +32,8 @@ struct SharedTensor {
 /// may hold it under two names).
 struct TiedParameter {
   std::vector<std::pair<std::size_t, std::string>> holders;  ///< (layer, name), in layer order
+  std::vector<std::size_t> layers;  ///< the holders' layers, each once, in order
+  std::string name;                 ///< "embed.weight": the first holder's layer and name for it
   at::Tensor tensor;
 };
 
