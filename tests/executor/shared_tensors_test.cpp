@@ -21,20 +21,15 @@
 #include "sim/error.hpp"
 #include "tests/sim/fixtures.hpp"
 #include "tests/support/run_command.hpp"
+#include "tests/support/tied_head.hpp"
 
 namespace pipetune {
 namespace {
 
 using ::testing::HasSubstr;
 
-// The output projection reuses the embedding's matrix, as tied language models do: y · W.
-class TiedHeadImpl : public torch::nn::Module {
- public:
-  explicit TiedHeadImpl(const at::Tensor& weight) : weight(register_parameter("weight", weight)) {}
-  at::Tensor forward(const at::Tensor& x) { return x.matmul(weight); }
-  at::Tensor weight;
-};
-TORCH_MODULE(TiedHead);
+using testing::TiedHead;
+using testing::TiedHeadImpl;
 
 constexpr std::int64_t kBatch = 6;
 

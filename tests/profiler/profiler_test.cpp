@@ -28,6 +28,7 @@
 #include "sim/error.hpp"
 #include "tests/support/gpu.hpp"
 #include "tests/support/run_command.hpp"
+#include "tests/support/tied_head.hpp"
 
 namespace pipetune {
 namespace {
@@ -100,14 +101,8 @@ TEST(Profiler, ByteCountsOfLinearReluLayerNormAreExact) {
   }
 }
 
-// x W: an output projection reusing another layer's matrix, as tied language models do.
-class TiedHeadImpl : public torch::nn::Module {
- public:
-  explicit TiedHeadImpl(const at::Tensor& weight) : weight(register_parameter("weight", weight)) {}
-  at::Tensor forward(const at::Tensor& x) { return x.matmul(weight); }
-  at::Tensor weight;
-};
-TORCH_MODULE(TiedHead);
+using testing::TiedHead;
+using testing::TiedHeadImpl;
 
 TEST(Profiler, ATiedTensorCountsInEachHolderAndIsListedOnce) {
   auto embed = torch::nn::Linear(torch::nn::LinearOptions(8, 6).bias(false));
