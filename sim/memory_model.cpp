@@ -67,26 +67,71 @@ struct PeakTracker {
   std::int64_t within = 0, later = 0;  // the start's level, until a layer reaches the peak
 };
 
-// W's transients, layer by layer in the order the executor runs them (first layer first).
-// A layer's W is its backward without the input gradient: the profile's measured backward peak
-// (held variant: W's output gradient is kept by I, not owned by autograd) less the gradient of
-// the layer's input, which the profiler computes for every layer but the model's first.
-void set_weight_backward(const CostModel& model, const SizeCosts& c, int first, int end,
-                         StageMemory& m) {
-  const bool measured = !c.backward_peak_bytes.empty();
-  std::int64_t kept = 0;  // the first W's .grad of the layers before
-  for (int k = first; k < end; ++k) {
-    const std::int64_t params = model.param_bytes_in(k, first, k);  // W runs first layer first
-    if (params == 0) continue;
-    const std::int64_t input_grad = k > 0 ? c.output_bytes[k - 1] : 0;
-    auto own = [&](const std::vector<std::int64_t>& peak) {
-      return measured ? std::max(params, peak[k] - input_grad) : params;
-    };
-    m.weight_transient = std::max(m.weight_transient, own(c.backward_accumulate_peak_bytes));
-    m.weight_first_extra = std::max(m.weight_first_extra, kept + own(c.backward_peak_bytes));
-    kept += params;
+// What each layer's W frees, found along the forward walk. W runs first layer first and frees
+// each layer's graph as it goes, so a layer with parameters frees its saved tensors, and a kept
+// storage goes with the W of the last layer keeping it, unless a keeper has no parameters (its
+// graph stays until W ends) or the storage is the output of a layer with parameters (the
+// executor holds those boundaries for W until it ends).
+struct WeightFrees {
+  WeightFrees(const CostModel& model, int first, int end)
+      : model(model), first(first), by_layer(static_cast<std::size_t>(end - first), 0) {}
+  bool trains(int k) const { return model.param_bytes_of(k) > 0; }
+  void saved(int k, std::int64_t bytes) {
+    if (trains(k)) by_layer[k - first] += bytes;
   }
-  m.weight_first_extra = std::max<std::int64_t>(0, m.weight_first_extra - kept);
+  void keeper(int k) {
+    last_keeper = k;
+    keepers_train = keepers_train && trains(k);
+  }
+  void output_of(int k) { held = held || trains(k); }
+  // The current storage is replaced (or the walk ends with it).
+  void storage_dies(std::int64_t bytes) {
+    if (bytes > 0 && last_keeper >= 0 && keepers_train && !held)
+      by_layer[last_keeper - first] += bytes;
+    last_keeper = -1;
+    keepers_train = true;
+    held = false;
+  }
+
+  const CostModel& model;
+  int first;
+  std::vector<std::int64_t> by_layer;
+  int last_keeper = -1;
+  bool keepers_train = true, held = false;
+};
+
+// W's walk, layer by layer in the order the executor runs it (first layer first), both
+// variants. A layer's W is its backward without the input gradient: the profile's measured
+// backward peak (held variant: W's output gradient is kept by I, not owned by autograd) less the
+// gradient of the layer's input, which the profiler computes for every layer but the model's
+// first. Once it is done, the layer's first W leaves its parameter gradients as .grad, and
+// autograd frees what `freed_by_weight` says that layer's graph held.
+void set_weight_backward(const CostModel& model, const SizeCosts& c, int first, int end,
+                         const std::vector<std::int64_t>& freed_by_weight, StageMemory& m) {
+  const bool measured = !c.backward_peak_bytes.empty();
+  const double total_ms = PeakTracker::sum_ms(c.backward_weight_ms, first, end);
+  for (bool first_weight : {false, true}) {
+    PeakTracker walk(&c.backward_weight_ms, total_ms);
+    std::int64_t level = 0;
+    for (int k = first; k < end; ++k) {
+      const std::int64_t params = model.param_bytes_in(k, first, k);  // W runs first layer first
+      if (params == 0) {
+        walk.layer(k, level);
+        continue;
+      }
+      const std::int64_t input_grad = k > 0 ? c.output_bytes[k - 1] : 0;
+      const auto& peak = first_weight ? c.backward_peak_bytes : c.backward_accumulate_peak_bytes;
+      const std::int64_t own = measured ? std::max(params, peak[k] - input_grad) : params;
+      walk.layer(k, level + own);
+      level += (first_weight ? params : 0) - freed_by_weight[k - first];
+    }
+    walk.finish(level);
+    (first_weight ? m.weight_peak_first : m.weight_peak) = walk.peak;
+    (first_weight ? m.weight_after_peak_first : m.weight_after_peak) = walk.after_peak;
+    (first_weight ? m.weight_peak_end_first : m.weight_peak_end) = walk.peak_end;
+    (first_weight ? m.weight_after_layer_first : m.weight_after_layer) = walk.after_layer;
+    (first_weight ? m.weight_layer_end_first : m.weight_layer_end) = walk.layer_end;
+  }
 }
 
 }  // namespace
@@ -106,24 +151,31 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
   std::vector<std::int64_t> released(static_cast<std::size_t>(end - first), 0);
   std::int64_t kept = 0, storage = 0, peak = 0;
   int kept_by = -1;
+  WeightFrees weight_frees(model, first, end);
   for (int k = first; k < end; ++k) {
     const std::int64_t made = c.aliases[k] ? 0 : c.output_bytes[k];
     const std::int64_t loose = kept_by < 0 ? storage : 0;
     peak = std::max(peak, kept + loose + c.saved_bytes[k] + made + c.workspace_bytes[k]);
     kept += c.saved_bytes[k];
+    weight_frees.saved(k, c.saved_bytes[k]);
     auto keep = [&] {
-      if (kept_by >= 0 || storage == 0) return;
+      if (storage == 0) return;
+      weight_frees.keeper(k);
+      if (kept_by >= 0) return;
       kept += storage;
       released[k - first] += storage;
       kept_by = k;
     };
     if (c.keeps_input[k]) keep();
     if (!c.aliases[k]) {
+      weight_frees.storage_dies(storage);
       storage = made;
       kept_by = -1;
     }
+    weight_frees.output_of(k);
     if (c.keeps_output[k]) keep();
   }
+  if (last_stage) weight_frees.storage_dies(storage);  // else the executor holds the output
   if (!last_stage) {
     if (kept_by < 0) {
       kept += storage;
@@ -220,7 +272,7 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
     }
   }
   input_walk.finish(current);
-  set_weight_backward(model, c, first, end, m);
+  set_weight_backward(model, c, first, end, weight_frees.by_layer, m);
   m.input_backward_peak = input_walk.peak;
   m.input_backward_net = current;
   m.input_backward_after_peak = input_walk.after_peak;
@@ -272,14 +324,20 @@ MemoryEffect input_backward_effect(const StageMemory& m) {
 
 MemoryEffect weight_backward_effect(const StageMemory& m, std::int64_t param_bytes, bool first_time,
                                     bool last_stage, std::int64_t dies) {
-  // The parameter gradients: the first time all of them, kept as .grad, with the largest
-  // transient a layer's backward stacks on those before it; later one layer's at a time, added
-  // into .grad and freed. Then the graph's activations, the gradients I kept and what dies with
+  // The walk's peak and steps down (the first time it leaves the parameter gradients as .grad);
+  // at its end the rest of the graph's activations, the gradients I kept and what dies with
   // any backward.
-  const std::int64_t transient = first_time ? m.weight_first_extra : m.weight_transient;
-  const std::int64_t freed =
-      transient + m.weight_kept_gradients + m.kept_bytes - (last_stage ? 0 : m.output_bytes) + dies;
-  return {(first_time ? param_bytes : 0) + transient, freed};
+  const std::int64_t peak = first_time ? m.weight_peak_first : m.weight_peak;
+  const std::int64_t after_peak = first_time ? m.weight_after_peak_first : m.weight_after_peak;
+  const std::int64_t after_layer = first_time ? m.weight_after_layer_first : m.weight_after_layer;
+  const std::int64_t net = (first_time ? param_bytes : 0) - m.weight_kept_gradients - m.kept_bytes +
+                           (last_stage ? 0 : m.output_bytes) - dies;
+  return {peak,
+          after_layer - net,
+          peak - after_peak,
+          first_time ? m.weight_peak_end_first : m.weight_peak_end,
+          after_peak - after_layer,
+          first_time ? m.weight_layer_end_first : m.weight_layer_end};
 }
 
 std::int64_t left_by_backward(const StageMemory& m, bool first_time, bool first_stage,

@@ -60,12 +60,23 @@ struct StageMemory {
   /// time, first layer first. A layer's W allocates its parameter gradients and whatever its
   /// backward makes on the way to them (a ReLU's gradient before the Linear's weights): its
   /// measured backward peak less the input gradient W does not compute, or its parameters when
-  /// the profile has no backward peaks. After the stage's first W the gradients are added into
-  /// `.grad` and freed: the transient is the largest layer's.
-  std::int64_t weight_transient = 0;
-  /// The stage's first W keeps every layer's gradients as `.grad`, so its peak stacks the
-  /// earlier layers' on a layer's transient; this is that peak above the stage's parameters.
-  std::int64_t weight_first_extra = 0;
+  /// the profile has no backward peaks. The stage's first W keeps them as `.grad`; later ones
+  /// add them into `.grad` and free them. Autograd frees each layer's saved tensors once its W
+  /// is done (the graph is not kept), and with them the storages only that layer still kept, so
+  /// the level falls as W goes: a walk of levels above W's start like the backward's, tracked as
+  /// its peak and two steps down (fractions of W's time by its layers' weight times). What the
+  /// walk does not free (the boundaries and gradients the stage keeps for W, the parameterless
+  /// layers' saved tensors) goes when W ends. "first": the stage's first W.
+  std::int64_t weight_peak = 0;
+  std::int64_t weight_peak_first = 0;
+  std::int64_t weight_after_peak = 0;
+  std::int64_t weight_after_peak_first = 0;
+  double weight_peak_end = 1.0;
+  double weight_peak_end_first = 1.0;
+  std::int64_t weight_after_layer = 0;
+  std::int64_t weight_after_layer_first = 0;
+  double weight_layer_end = 1.0;
+  double weight_layer_end_first = 1.0;
 };
 
 /// What stage_memory() fills: everything, or what stage_peak_bound() reads (the forward with

@@ -459,25 +459,57 @@ TEST(StageMemory, SplitBackwardWHoldsWhatEachLayersBackwardMakesOnTheWayToItsWei
   // does not compute a layer's input gradient (10 for layer 1, 20 for layer 2; the model's
   // first layer has none), so a layer's W peaks at its measured peak less that gradient, and at
   // least at its parameters: first time 40, max(11, 30 - 10) = 20, max(13, 20 - 20) = 13;
-  // accumulating 25, 60 - 10 = 50, 13.
+  // accumulating 25, 60 - 10 = 50, 13. Once a layer's W is done, autograd frees its saved
+  // tensors (1, 2, 3); the storages the layers keep are the boundaries W holds (each layer's
+  // output is a layer with parameters'), so nothing more goes before W ends.
   Profile p = three_layers_with_measured_peaks();
   const CostModel model(p);
   const StageMemory m = stage_memory(model, model.at(1), 0, 3, true);
-  EXPECT_EQ(m.weight_transient, 50);
-  // The first W keeps each layer's gradients as .grad: max(0 + 40, 7 + 20, 18 + 13) = 40, which
-  // is 9 above the 31 bytes of parameter gradients it leaves.
-  EXPECT_EQ(m.weight_first_extra, 9);
-  const MemoryEffect first = weight_backward_effect(m, 31, true, false, 0);
+  // Accumulating: max(0 + 25, -1 + 50, -3 + 13) = 49 (50 if layer 0's saved byte stayed).
+  EXPECT_EQ(m.weight_peak, 49);
+  // The first W keeps each layer's gradients as .grad: max(0 + 40, 7 - 1 + 20, 18 - 3 + 13).
+  EXPECT_EQ(m.weight_peak_first, 40);
+  const MemoryEffect first = weight_backward_effect(m, 31, true, true, 0);  // the last stage
   EXPECT_EQ(first.allocated, 40);
-  // A stage from layer 1: max(0 + 20, 11 + 13) = 24 = its parameters: nothing above them.
+  // After layer 0 (the peak) the walk never exceeds 28; it leaves 31 - 6 = 25.
+  EXPECT_EQ(m.weight_after_layer_first, 28);
+  // Everything else goes when W ends: what it allocated less what it leaves, 31 of .grad, less
+  // the kept activations (36) and the gradients I kept (10 + 20 + 30).
+  EXPECT_EQ(first.freed_after_layer + first.freed_after_peak + first.freed, 40 - (31 - 36 - 60));
+  // A stage from layer 1: accumulating max(0 + 50, -2 + 13) = 50; the first time
+  // max(0 + 20, 11 - 2 + 13) = 22, below its 24 bytes of parameters (layer 1's saved 2 went).
   const StageMemory later = stage_memory(model, model.at(1), 1, 3, false);
-  EXPECT_EQ(later.weight_transient, 50);
-  EXPECT_EQ(later.weight_first_extra, 0);
-  // Without measured peaks a layer's W is its parameters: the largest, 13.
+  EXPECT_EQ(later.weight_peak, 50);
+  EXPECT_EQ(later.weight_peak_first, 22);
+  // Without measured peaks a layer's W is its parameters: max(7, -1 + 11, -3 + 13) = 10, and
+  // the first time max(7, 6 + 11, 15 + 13) = 28.
   const Profile bare = three_layers();
   const CostModel unmeasured(bare);
-  EXPECT_EQ(stage_memory(unmeasured, unmeasured.at(1), 0, 3, true).weight_transient, 13);
-  EXPECT_EQ(stage_memory(unmeasured, unmeasured.at(1), 0, 3, true).weight_first_extra, 0);
+  EXPECT_EQ(stage_memory(unmeasured, unmeasured.at(1), 0, 3, true).weight_peak, 10);
+  EXPECT_EQ(stage_memory(unmeasured, unmeasured.at(1), 0, 3, true).weight_peak_first, 28);
+}
+
+TEST(StageMemory, WFreesAStorageWithTheLastLayerKeepingItUnlessABoundaryHoldsIt) {
+  // Layer 0 (parameters) makes 10; layer 1, parameterless, keeps its output (a ReLU's 20);
+  // layer 2 (parameters) keeps its input, that 20, and makes 30. Saved 1, 2, 3.
+  Profile p = three_layers();
+  p.layers[1].param_bytes = 0;
+  p.layers[1].keeps_output = true;
+  p.layers[1].keeps_input = false;
+  const CostModel model(p);
+  // The 20 is kept by layers 1 and 2, and layer 1 has no W: its graph (and the 20) stays until
+  // W ends. Layer 0's 10 is no one's. So W frees 1 after layer 0, 3 after layer 2:
+  // max(0 + 7, 7 - 1 + 0 [layer 1], 6 + 13) = 19.
+  EXPECT_EQ(stage_memory(model, model.at(1), 0, 3, true).weight_peak_first, 19);
+  // Layer 1 with no saved output: the 20 is layer 2's input alone, made by a parameterless
+  // layer, so layer 2's W frees it with its saved 3: the level it leaves is 7 - 1 + 13 - 3 - 20.
+  p.layers[1].keeps_output = false;
+  const CostModel alone(p);
+  const StageMemory m = stage_memory(alone, alone.at(1), 0, 3, true);
+  EXPECT_EQ(m.weight_peak_first, 19);
+  const MemoryEffect first = weight_backward_effect(m, 20, true, true, 0);
+  EXPECT_EQ(first.allocated - first.freed_after_peak - first.freed_after_layer,
+            7 - 1 + 13 - 3 - 20);
 }
 
 TEST(StageMemory, TheLastStagesIKeepsTheGradientItMadeFromTheLossForW) {
