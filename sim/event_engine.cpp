@@ -1,8 +1,18 @@
 #include "sim/event_engine.hpp"
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
+
+// Forces a lambda inline (GCC and Clang): the engine's loop is one function with its state in
+// registers.
+#if defined(__GNUC__)
+#define PIPETUNE_INLINE __attribute__((always_inline))
+#else
+#define PIPETUNE_INLINE
+#endif
 
 namespace pipetune {
 
@@ -12,17 +22,37 @@ using Event = detail::CompletionEvent;
 
 // Earlier first; ties by task index so runs are deterministic (a mid effect, ~task, is negative
 // and a late one, ~(task + n), more so: both come before every completion at their instant, the
-// late before the mid, and all of them only free).
-inline bool before(const Event& a, const Event& b) {
-  return a.time < b.time || (a.time == b.time && a.task < b.task);
+// late before the mid, and all of them only free). Keys are unique, so the order is total and any
+// correct heap pops the same sequence.
+inline std::uint64_t time_key(double time) {
+  // + 0.0 turns -0.0 into 0.0, so that times equal as doubles have one key.
+  const auto bits = std::bit_cast<std::uint64_t>(time + 0.0);
+  return bits >> 63 ? ~bits : bits | (std::uint64_t{1} << 63);
+}
+inline double key_time(std::uint64_t key) {
+  return std::bit_cast<double>(key >> 63 ? key & ~(std::uint64_t{1} << 63) : ~key);
+}
+inline Event make_event(double time, int task) {
+  const std::uint32_t biased = static_cast<std::uint32_t>(task) ^ 0x80000000u;
+  return (static_cast<Event>(time_key(time)) << 64) | biased;
+}
+inline double event_time(Event e) {
+  return key_time(static_cast<std::uint64_t>(e >> 64));
+}
+inline int event_task(Event e) {
+  return static_cast<int>(static_cast<std::uint32_t>(e) ^ 0x80000000u);
+}
+inline bool before(Event a, Event b) {
+  return a < b;
 }
 
-// A binary min-heap on a caller's array: the loop below keeps its state in locals so the
-// compiler can keep it in registers.
+// A 4-ary min-heap on a caller's array (half a binary heap's depth; a node's four children
+// share a cache line): the loop below keeps its state in locals so the compiler can keep it in
+// registers.
 inline void heap_push(Event* heap, int& size, Event e) {
   int hole = size++;
   while (hole > 0) {
-    const int parent = (hole - 1) / 2;
+    const int parent = (hole - 1) / 4;
     if (!before(e, heap[parent])) break;
     heap[hole] = heap[parent];
     hole = parent;
@@ -30,19 +60,36 @@ inline void heap_push(Event* heap, int& size, Event e) {
   heap[hole] = e;
 }
 
+// The smallest of the children [first, first + 4) ∩ [first, size).
+inline int smallest_child(const Event* heap, int first, int size) {
+  if (first + 4 <= size) {  // all four: two independent comparisons, then one
+    const int a = first + (before(heap[first + 1], heap[first]) ? 1 : 0);
+    const int b = first + 2 + (before(heap[first + 3], heap[first + 2]) ? 1 : 0);
+    return before(heap[b], heap[a]) ? b : a;
+  }
+  int best = first;
+  for (int c = first + 1; c < size; ++c) best = before(heap[c], heap[best]) ? c : best;
+  return best;
+}
+
+// Bottom-up: the hole sinks to a leaf along the smallest children (no comparison with the last
+// element on the way down), then the last element rises from there, usually a step or none.
 inline Event heap_pop(Event* heap, int& size) {
   const Event top = heap[0];
   const Event last = heap[--size];
   int hole = 0;
-  for (;;) {
-    int child = 2 * hole + 1;
-    if (child >= size) break;
-    if (child + 1 < size && before(heap[child + 1], heap[child])) ++child;
-    if (!before(heap[child], last)) break;
+  for (int first = 1; first < size; first = 4 * hole + 1) {
+    const int child = smallest_child(heap, first, size);
     heap[hole] = heap[child];
     hole = child;
   }
-  if (size > 0) heap[hole] = last;
+  while (hole > 0) {
+    const int parent = (hole - 1) / 4;
+    if (!before(last, heap[parent])) break;
+    heap[hole] = heap[parent];
+    hole = parent;
+  }
+  heap[hole] = last;
   return top;
 }
 
@@ -128,8 +175,12 @@ void EventEngine::run(bool record_history) {
   pending_.resize(n);
   for (int id = 0; id < n; ++id) pending_[id] = tasks_[id].dependencies;
   head_.resize(resource_count);
+  end_.resize(resource_count);
   busy_.assign(resource_count, 0);
-  for (int r = 0; r < resource_count; ++r) head_[r] = resources_[r].first;
+  for (int r = 0; r < resource_count; ++r) {
+    head_[r] = resources_[r].first;
+    end_[r] = resources_[r].first + resources_[r].count;
+  }
   makespan_ = 0.0;
   for (auto& c : counters_) {
     c.value = c.peak = c.initial;
@@ -150,52 +201,57 @@ void EventEngine::run(bool record_history) {
   const Pacing* const pacing = pacing_.data();
   int* const pending = pending_.data();
   int* const head = head_.data();
-  char* const busy = busy_.data();
+  int* const busy = busy_.data();
+  const int* const end_of = end_.data();
+  const int* const locks = locks_.data();
+  const int* const more_begin = more_begin_.data();
   int* const startable = startable_.data();
   int* const batch = batch_.data();
   Event* const heap = heap_.data();
   int startable_count = 0, heap_size = 0, finished = 0;
 
-  auto end_of = [&](int r) { return resources_[r].first + resources_[r].count; };
-  auto notify = [&](int next) {
+  // Inlined: called once per task; as calls they reload every captured pointer.
+  // Readiness is data-dependent and mispredicts as a branch, so the pushes below are
+  // branchless: always written, counted only when ready (queue_ ends in a sentinel, so reading
+  // past a resource's last task stays inside it).
+  auto notify = [&](int next) PIPETUNE_INLINE {
     if (--pending[next] == 0) {
       const int r = tasks[next].resource;
-      if (!busy[r] && head[r] < end_of(r) && queue[head[r]] == next) {
+      if (!busy[r] && head[r] < end_of[r] && queue[head[r]] == next) {
         startable[startable_count++] = next;
       }
     }
   };
   // A finished task frees its resource; the next task there, and any successor that now has
   // every dependency and heads an idle resource, can start.
-  auto release = [&](int id) {
+  auto release = [&](int id) PIPETUNE_INLINE {
     const Task& t = tasks[id];
     const int r = t.resource;
     busy[r] = 0;
-    if (id < locked && locks_[id] >= 0) {
+    if (id < locked && locks[id] >= 0) {
       // Handed straight to its longest waiter, so that a task ready at this instant cannot
       // take it first.
-      const int lock = locks_[id];
+      const int lock = locks[id];
       lock_holder_[lock] = -1;
       if (next_waiter_[lock] < lock_waiters_[lock].size()) {
         lock_holder_[lock] = lock_waiters_[lock][next_waiter_[lock]++];
         startable[startable_count++] = lock_holder_[lock];
       }
     }
-    if (++head[r] < end_of(r) && pending[queue[head[r]]] == 0) {
+    if (++head[r] < end_of[r] && pending[queue[head[r]]] == 0) {
       startable[startable_count++] = queue[head[r]];
     }
     const int inline_count = std::min(t.successor_count, kInlineSuccessors);
     for (int k = 0; k < inline_count; ++k) notify(t.successors[k]);
     if (t.successor_count > kInlineSuccessors) {
-      for (int k = more_begin_[id]; k < more_begin_[id + 1]; ++k)
-        notify(more_successors_[k].second);
+      for (int k = more_begin[id]; k < more_begin[id + 1]; ++k) notify(more_successors_[k].second);
     }
     ++finished;
   };
   // Zero-duration tasks run to completion at once; the others start after all of them, so an
   // instant's frees come before its allocations. A paced task before its release waits for it
   // (its resource stays idle: nothing else may run there before it).
-  auto start_ready = [&](double now) {
+  auto start_ready = [&](double now) PIPETUNE_INLINE {
     int starting = 0;
     while (startable_count > 0) {
       const int id = startable[--startable_count];
@@ -203,13 +259,13 @@ void EventEngine::run(bool record_history) {
       double end = now + t.duration;
       if (id < paced) {
         if (pacing[id].release > now) {
-          heap_push(heap, heap_size, {pacing[id].release, id + n});
+          heap_push(heap, heap_size, make_event(pacing[id].release, id + n));
           continue;
         }
         end = std::max(end, pacing[id].finish_floor);
       }
-      if (id < locked && locks_[id] >= 0) {
-        const int lock = locks_[id];
+      if (id < locked && locks[id] >= 0) {
+        const int lock = locks[id];
         if (lock_holder_[lock] >= 0 && lock_holder_[lock] != id) {
           lock_waiters_[lock].push_back(id);
           continue;
@@ -233,29 +289,30 @@ void EventEngine::run(bool record_history) {
     for (int k = 0; k < starting; ++k) {
       const Task& t = tasks[batch[k]];
       if (t.start_bytes != 0) change(t.start_counter, t.start_bytes, now);
-      heap_push(heap, heap_size, {finish[batch[k]], batch[k]});
+      heap_push(heap, heap_size, make_event(finish[batch[k]], batch[k]));
       if (t.mid_bytes != 0) {
         const double mid = std::min(now + t.mid_offset, finish[batch[k]]);
-        heap_push(heap, heap_size, {mid, ~batch[k]});
+        heap_push(heap, heap_size, make_event(mid, ~batch[k]));
       }
       if (t.late_bytes != 0) {
         const double late = std::min(now + t.late_offset, finish[batch[k]]);
-        heap_push(heap, heap_size, {late, ~(batch[k] + n)});
+        heap_push(heap, heap_size, make_event(late, ~(batch[k] + n)));
       }
     }
   };
 
   for (int r = resource_count - 1; r >= 0; --r) {
-    if (head[r] < end_of(r) && pending[queue[head[r]]] == 0)
+    if (head[r] < end_of[r] && pending[queue[head[r]]] == 0)
       startable[startable_count++] = queue[head[r]];
   }
   start_ready(0.0);
   while (heap_size > 0) {
-    const double now = heap[0].time;
+    const auto now_key = static_cast<std::uint64_t>(heap[0] >> 64);
+    const double now = key_time(now_key);
     // Every completion and mid effect at this instant: frees first, then releases.
     int count = 0;
-    while (heap_size > 0 && heap[0].time == now) {
-      const int id = heap_pop(heap, heap_size).task;
+    while (heap_size > 0 && static_cast<std::uint64_t>(heap[0] >> 64) == now_key) {
+      const int id = event_task(heap_pop(heap, heap_size));
       if (id >= n) {  // a paced task's release
         startable[startable_count++] = id - n;
         continue;
@@ -276,7 +333,7 @@ void EventEngine::run(bool record_history) {
   }
   if (finished != n) {
     for (int r = 0; r < resource_count; ++r) {
-      if (head[r] < end_of(r)) {
+      if (head[r] < end_of[r]) {
         throw std::logic_error("event engine: resource " + std::to_string(r) +
                                " is stuck at task " + std::to_string(queue[head[r]]) +
                                " (the programme has a cycle)");

@@ -35,10 +35,10 @@
 namespace pipetune {
 
 namespace detail {
-struct CompletionEvent {
-  double time;
-  int task;
-};
+// A pending event as one integer: the time, mapped to an order-preserving unsigned integer, in
+// the high 64 bits and the task's key, biased to unsigned, in the low 32, so that one integer
+// comparison orders events by (time, key).
+__extension__ using CompletionEvent = unsigned __int128;
 }  // namespace detail
 
 struct CounterSample {
@@ -208,10 +208,11 @@ class EventEngine {
 
   // Per-run state and scratch, kept to avoid allocating.
   std::vector<double> start_, finish_;
-  std::vector<int> pending_;  // unfinished dependencies
-  std::vector<int> head_;     // per resource: next position in queue_
-  std::vector<char> busy_;
-  std::vector<int> lock_holder_;                // per lock: its task, or -1
+  std::vector<int> pending_;      // unfinished dependencies
+  std::vector<int> head_;         // per resource: next position in queue_
+  std::vector<int> end_;          // per resource: one past its last position in queue_
+  std::vector<int> busy_;         // int, not char: a char store may alias every other field
+  std::vector<int> lock_holder_;  // per lock: its task, or -1
   std::vector<std::vector<int>> lock_waiters_;  // per lock, in the order they came
   std::vector<std::size_t> next_waiter_;        // per lock: its next waiter's index
   // Completions; mid effects as ~task, late ones as ~(task + task_count()); a paced task's
