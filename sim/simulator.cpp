@@ -463,6 +463,29 @@ void settle_corun_durations(EventEngine& engine, std::vector<CorunTask>& tasks, 
   }
 }
 
+// Each device's compute time: every compute task's span on it, its duration (the co-run
+// model's where it has run), or longer where it waited for its launches (`paced`). Summed in
+// task order, a device's run of tasks in a register (its tasks are contiguous).
+std::vector<double> busy_times(const TaskGraph& graph, int devices, bool paced) {
+  const EventEngine& engine = graph.engine;
+  std::vector<double> busy(devices, 0.0);
+  int device = -1;
+  double sum = 0.0;
+  for (std::size_t id = 0; id < graph.tasks.size(); ++id) {
+    const SimTask& t = graph.tasks[id];
+    if (!is_compute(t.kind)) continue;
+    if (t.device != device) {
+      if (device >= 0) busy[device] = sum;
+      device = t.device;
+      sum = busy[device];
+    }
+    const int task = static_cast<int>(id);
+    sum += paced ? engine.finish(task) - engine.start(task) : engine.duration(task);
+  }
+  if (device >= 0) busy[device] = sum;
+  return busy;
+}
+
 // The plan in the terms the task effects need.
 PlanShape plan_shape(const Plan& plan, const std::vector<int>& device_of, int devices,
                      std::int64_t batch, const Schedule& schedule) {
@@ -607,8 +630,10 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
   const std::vector<double> coldness =
       profile_.has_cold_times() ? task_coldness(graph, cost, shape, profile_.device.cache_bytes)
                                 : std::vector<double>{};
+  // Only the co-run model needs the compute tasks listed (160 KB at 16 x 128: a fresh mapping,
+  // page faults and all, on every run).
+  const bool corun = profile_.has_corun_times();
   std::vector<CorunTask> corun_tasks;
-  corun_tasks.reserve(graph.tasks.size());
   EffectsMemo memo(shape.stages);
   for (std::size_t id = 0, compute = 0; id < graph.tasks.size(); ++id) {
     const SimTask& t = graph.tasks[id];
@@ -623,7 +648,8 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
       apply_effects(engine, static_cast<int>(id), e);
       const double solo_ms = e.ms;
       const double corun_ms = task_ms(t.kind, recomputed, c.corun) + extra_ms;
-      corun_tasks.push_back({static_cast<int>(id), t.device, solo_ms, corun_ms, solo_ms});
+      if (corun)
+        corun_tasks.push_back({static_cast<int>(id), t.device, solo_ms, corun_ms, solo_ms});
     } else {
       set_copy_effects(graph, static_cast<int>(id), c.memory, shape,
                        *links_[t.device * devices + t.peer]);
@@ -635,16 +661,13 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
   for (int d = 0; d < devices; ++d) initial[graph.counter[d]] += baseline[d];
   for (int d = 0; d < devices; ++d)
     engine.set_counter_initial(graph.counter[d], initial[graph.counter[d]]);
-  if (profile_.has_corun_times()) settle_corun_durations(engine, corun_tasks, profile_.co_runners);
+  if (corun) settle_corun_durations(engine, corun_tasks, profile_.co_runners);
 
   engine.run(options.record_memory);
   std::vector<std::int64_t> worst_order;
   if (options.worst_order_peaks) worst_order = worst_order_peaks(engine);
   const std::vector<std::int64_t> measured_order = measured_order_peaks(graph, options);
-  // A task's span on its device: its duration, or longer where it waited for its launches.
-  std::vector<double> busy(devices, 0.0);
-  for (const CorunTask& t : corun_tasks)
-    busy[t.device] += launched.empty() ? t.duration_ms : engine.finish(t.id) - engine.start(t.id);
+  const std::vector<double> busy = busy_times(graph, devices, !launched.empty());
 
   SimulationResult result;
   result.plan = plan;
