@@ -97,6 +97,8 @@ inline Event heap_pop(Event* heap, int& size) {
 
 void EventEngine::clear() {
   tasks_.clear();
+  dependencies_.clear();
+  late_.clear();
   resources_.clear();
   counters_.clear();
   more_successors_.clear();
@@ -173,7 +175,7 @@ void EventEngine::run(bool record_history) {
   for (auto& waiters : lock_waiters_) waiters.clear();
   next_waiter_.assign(lock_count, 0);
   pending_.resize(n);
-  for (int id = 0; id < n; ++id) pending_[id] = tasks_[id].dependencies;
+  for (int id = 0; id < n; ++id) pending_[id] = dependencies_[id];
   head_.resize(resource_count);
   end_.resize(resource_count);
   busy_.assign(resource_count, 0);
@@ -199,6 +201,8 @@ void EventEngine::run(bool record_history) {
   double* const start = start_.data();
   double* const finish = finish_.data();
   const Pacing* const pacing = pacing_.data();
+  const Late* const late = late_.data();
+  const int lated = static_cast<int>(std::min<std::size_t>(late_.size(), tasks_.size()));
   int* const pending = pending_.data();
   int* const head = head_.data();
   int* const busy = busy_.data();
@@ -277,7 +281,7 @@ void EventEngine::run(bool record_history) {
       if (t.duration == 0.0 && end == now) {
         if (t.start_bytes != 0) change(t.start_counter, t.start_bytes, now);
         if (t.mid_bytes != 0) change(t.start_counter, -t.mid_bytes, now);
-        if (t.late_bytes != 0) change(t.start_counter, -t.late_bytes, now);
+        if (id < lated && late[id].bytes != 0) change(t.start_counter, -late[id].bytes, now);
         if (t.end_bytes != 0) change(t.end_counter, -t.end_bytes, now);
         release(id);
         if (now > makespan_) makespan_ = now;
@@ -294,9 +298,9 @@ void EventEngine::run(bool record_history) {
         const double mid = std::min(now + t.mid_offset, finish[batch[k]]);
         heap_push(heap, heap_size, make_event(mid, ~batch[k]));
       }
-      if (t.late_bytes != 0) {
-        const double late = std::min(now + t.late_offset, finish[batch[k]]);
-        heap_push(heap, heap_size, make_event(late, ~(batch[k] + n)));
+      if (batch[k] < lated && late[batch[k]].bytes != 0) {
+        const double at = std::min(now + late[batch[k]].offset, finish[batch[k]]);
+        heap_push(heap, heap_size, make_event(at, ~(batch[k] + n)));
       }
     }
   };
@@ -318,9 +322,10 @@ void EventEngine::run(bool record_history) {
         continue;
       }
       if (id < 0) {  // ~task: its mid effect; ~(task + n): its late one
-        const bool late = ~id >= n;
-        const Task& t = tasks[late ? ~id - n : ~id];
-        change(t.start_counter, late ? -t.late_bytes : -t.mid_bytes, now);
+        const bool is_late = ~id >= n;
+        const int task = is_late ? ~id - n : ~id;
+        change(tasks[task].start_counter, is_late ? -late[task].bytes : -tasks[task].mid_bytes,
+               now);
         continue;
       }
       const Task& t = tasks[id];

@@ -59,7 +59,8 @@ class EventEngine {
   /// Appends a task to `resource`'s queue; the order of calls is the resource's order.
   int add_task(int resource, double duration) {
     const int id = static_cast<int>(tasks_.size());
-    tasks_.push_back({duration, resource, 0, -1, -1, 0, 0, 0.0, 0, 0.0, 0, {-1, -1}, 0});
+    tasks_.push_back({duration, 0, 0, 0.0, 0, resource, -1, -1, 0, {-1, -1}});
+    dependencies_.push_back(0);
     ++resources_[resource].count;
     queues_ready_ = false;
     return id;
@@ -73,7 +74,7 @@ class EventEngine {
       queues_ready_ = false;
     }
     ++t.successor_count;
-    ++tasks_[after].dependencies;
+    ++dependencies_[after];
   }
   void set_duration(int task, double duration) { tasks_[task].duration = duration; }
   void set_start_effect(int task, int counter, std::int64_t bytes_allocated) {
@@ -89,8 +90,10 @@ class EventEngine {
   /// A second such effect, at an offset no earlier than the first's (a backward frees part of
   /// its peak where its peak layer is done with it, more when that layer ends).
   void set_late_effect(int task, double offset, std::int64_t bytes_freed) {
-    tasks_[task].late_offset = offset;
-    tasks_[task].late_bytes = bytes_freed;
+    const auto at = static_cast<std::size_t>(task);
+    if (bytes_freed == 0 && at >= late_.size()) return;  // few tasks have one: kept apart
+    if (late_.size() <= at) late_.resize(tasks_.size());
+    late_[at] = {offset, bytes_freed};
   }
   void set_end_effect(int task, int counter, std::int64_t bytes_freed) {
     tasks_[task].end_counter = counter;
@@ -128,8 +131,9 @@ class EventEngine {
   };
   Effects effects(int task) const {
     const Task& t = tasks_[task];
-    return {t.start_counter, t.start_bytes, t.mid_bytes,  t.end_counter,
-            t.end_bytes,     t.mid_offset,  t.late_bytes, t.late_offset};
+    const Late late = static_cast<std::size_t>(task) < late_.size() ? late_[task] : Late{};
+    return {t.start_counter, t.start_bytes, t.mid_bytes, t.end_counter,
+            t.end_bytes,     t.mid_offset,  late.bytes,  late.offset};
   }
   double duration(int task) const { return tasks_[task].duration; }
   std::size_t counter_count() const { return counters_.size(); }
@@ -153,20 +157,24 @@ class EventEngine {
   // Pipeline tasks have at most two successors (a forward feeds the next stage and its own
   // backward), so successors live in the task; more go to more_successors_.
   static constexpr int kInlineSuccessors = 2;
-  struct Task {
+  // What run() reads of a task, in one cache line: the rest (its dependency count, its late
+  // effect) lives apart.
+  struct alignas(64) Task {
     double duration = 0.0;
-    int resource = 0;
-    int dependencies = 0;
-    int start_counter = -1;
-    int end_counter = -1;
     std::int64_t start_bytes = 0;
     std::int64_t end_bytes = 0;
     double mid_offset = 0.0;
     std::int64_t mid_bytes = 0;
-    double late_offset = 0.0;
-    std::int64_t late_bytes = 0;
-    int successors[kInlineSuccessors];
+    int resource = 0;
+    int start_counter = -1;
+    int end_counter = -1;
     int successor_count = 0;
+    int successors[kInlineSuccessors];
+  };
+  static_assert(sizeof(Task) == 64);
+  struct Late {
+    double offset = 0.0;
+    std::int64_t bytes = 0;
   };
   struct Resource {
     int count = 0;  // tasks on it
@@ -194,6 +202,8 @@ class EventEngine {
   static void record(Counter& c, double now);
 
   std::vector<Task> tasks_;
+  std::vector<int> dependencies_;  // per task
+  std::vector<Late> late_;         // empty, or per task (those beyond its end: none)
   std::vector<Resource> resources_;
   std::vector<Counter> counters_;
   struct Pacing {

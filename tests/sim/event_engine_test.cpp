@@ -121,6 +121,62 @@ TEST(EventEngine, FreesAtAnInstantComeBeforeAllocations) {
   EXPECT_EQ(h[2].value, 120);
 }
 
+// Twenty streams whose tasks all end and start at the same instants: more simultaneous events
+// than one level of the engine's heap holds, and every free still comes before every allocation.
+TEST(EventEngine, ManySimultaneousCompletionsAllFreeBeforeAnyAllocates) {
+  EventEngine e;
+  const int memory = e.add_counter(0);
+  constexpr int kStreams = 20;
+  for (int k = 0; k < kStreams; ++k) {
+    const int r = e.add_resource();
+    for (int task = 0; task < 2; ++task) {
+      const int id = e.add_task(r, 1.0);
+      e.set_start_effect(id, memory, 10);
+      e.set_end_effect(id, memory, 10);
+    }
+  }
+  e.run(true);
+  EXPECT_EQ(e.peak(memory), 10 * kStreams);  // not twice that: at 1, frees come first
+  std::vector<std::pair<double, std::int64_t>> history;
+  for (const auto& sample : e.history(memory)) history.emplace_back(sample.time, sample.value);
+  const std::vector<std::pair<double, std::int64_t>> expected = {
+      {0, 10 * kStreams}, {1, 10 * kStreams}, {2, 0}};
+  EXPECT_EQ(history, expected);
+}
+
+// A late effect set to nothing again between runs leaves no trace: the engine then runs as one
+// that never had it.
+TEST(EventEngine, ALateEffectClearedBetweenRunsIsGone) {
+  auto build = [](EventEngine& e, int& task) {
+    const int r = e.add_resource(), other = e.add_resource();
+    const int memory = e.add_counter(100);
+    task = e.add_task(r, 10.0);
+    e.set_start_effect(task, memory, 80);
+    e.set_mid_effect(task, 2.0, 30);
+    e.set_end_effect(task, memory, 20);
+    e.set_start_effect(e.add_task(other, 6.0), memory, 40);
+    return memory;
+  };
+  EventEngine reused, fresh;
+  int task = 0, fresh_task = 0;
+  const int memory = build(reused, task);
+  build(fresh, fresh_task);
+  reused.set_late_effect(task, 4.0, 30);
+  reused.run(true);
+  EXPECT_EQ(reused.effects(task).late_bytes, 30);
+  reused.set_late_effect(task, 4.0, 0);
+  reused.run(true);
+  fresh.run(true);
+  EXPECT_EQ(reused.effects(task).late_bytes, 0);
+  EXPECT_EQ(reused.peak(memory), fresh.peak(memory));
+  EXPECT_EQ(reused.peak_time(memory), fresh.peak_time(memory));
+  ASSERT_EQ(reused.history(memory).size(), fresh.history(memory).size());
+  for (std::size_t k = 0; k < fresh.history(memory).size(); ++k) {
+    EXPECT_EQ(reused.history(memory)[k].time, fresh.history(memory)[k].time);
+    EXPECT_EQ(reused.history(memory)[k].value, fresh.history(memory)[k].value);
+  }
+}
+
 TEST(EventEngine, APacedTaskWaitsForItsReleaseAndEndsNoEarlierThanItsFloor) {
   // One stream: a (2) released at 3 with floor 4 -> runs [3, 5]; b (1) right behind it, floor
   // 9 -> [5, 9]; c (1) unpaced -> [9, 10]. A zero-duration task with a floor takes time: d on a
