@@ -98,6 +98,7 @@ inline Event heap_pop(Event* heap, int& size) {
 void EventEngine::clear() {
   tasks_.clear();
   dependencies_.clear();
+  resource_of_.clear();
   late_.clear();
   resources_.clear();
   counters_.clear();
@@ -138,7 +139,7 @@ std::vector<int> EventEngine::lay_out_queues(std::vector<int>& queue) const {
   std::vector<int> fill = first;
   queue.resize(tasks_.size());
   for (std::size_t id = 0; id < tasks_.size(); ++id)
-    queue[fill[tasks_[id].resource]++] = static_cast<int>(id);
+    queue[fill[resource_of_[id]]++] = static_cast<int>(id);
   return first;
 }
 
@@ -147,7 +148,11 @@ std::vector<int> EventEngine::lay_out_queues(std::vector<int>& queue) const {
 void EventEngine::prepare_queues() {
   const int n = static_cast<int>(tasks_.size());
   const std::vector<int> first = lay_out_queues(queue_);
-  for (std::size_t r = 0; r < resources_.size(); ++r) resources_[r].first = first[r];
+  for (std::size_t r = 0; r < resources_.size(); ++r) {
+    resources_[r].first = first[r];
+    const int end = first[r] + resources_[r].count;
+    for (int k = first[r]; k < end; ++k) tasks_[queue_[k]].next = k + 1 < end ? queue_[k + 1] : -1;
+  }
   if (!more_successors_.empty()) {
     std::stable_sort(more_successors_.begin(), more_successors_.end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -176,12 +181,8 @@ void EventEngine::run(bool record_history) {
   next_waiter_.assign(lock_count, 0);
   pending_.resize(n);
   for (int id = 0; id < n; ++id) pending_[id] = dependencies_[id];
-  head_.resize(resource_count);
-  end_.resize(resource_count);
-  busy_.assign(resource_count, 0);
-  for (int r = 0; r < resource_count; ++r) {
-    head_[r] = resources_[r].first;
-    end_[r] = resources_[r].first + resources_[r].count;
+  for (int id = 0; id < n; ++id) {
+    if (tasks_[id].next >= 0) ++pending_[tasks_[id].next];  // the resource order's edge
   }
   makespan_ = 0.0;
   for (auto& c : counters_) {
@@ -204,9 +205,6 @@ void EventEngine::run(bool record_history) {
   const Late* const late = late_.data();
   const int lated = static_cast<int>(std::min<std::size_t>(late_.size(), tasks_.size()));
   int* const pending = pending_.data();
-  int* const head = head_.data();
-  int* const busy = busy_.data();
-  const int* const end_of = end_.data();
   const int* const locks = locks_.data();
   const int* const more_begin = more_begin_.data();
   int* const startable = startable_.data();
@@ -215,23 +213,15 @@ void EventEngine::run(bool record_history) {
   int startable_count = 0, heap_size = 0, finished = 0;
 
   // Inlined: called once per task; as calls they reload every captured pointer.
-  // Readiness is data-dependent and mispredicts as a branch, so the pushes below are
-  // branchless: always written, counted only when ready (queue_ ends in a sentinel, so reading
-  // past a resource's last task stays inside it).
+  // A task with every edge done (its dependencies and the task before it on its resource)
+  // heads an idle resource: it can start.
   auto notify = [&](int next) PIPETUNE_INLINE {
-    if (--pending[next] == 0) {
-      const int r = tasks[next].resource;
-      if (!busy[r] && head[r] < end_of[r] && queue[head[r]] == next) {
-        startable[startable_count++] = next;
-      }
-    }
+    if (--pending[next] == 0) startable[startable_count++] = next;
   };
   // A finished task frees its resource; the next task there, and any successor that now has
-  // every dependency and heads an idle resource, can start.
+  // every dependency and heads an idle resource, can start (the next one first, as before).
   auto release = [&](int id) PIPETUNE_INLINE {
     const Task& t = tasks[id];
-    const int r = t.resource;
-    busy[r] = 0;
     if (id < locked && locks[id] >= 0) {
       // Handed straight to its longest waiter, so that a task ready at this instant cannot
       // take it first.
@@ -242,9 +232,7 @@ void EventEngine::run(bool record_history) {
         startable[startable_count++] = lock_holder_[lock];
       }
     }
-    if (++head[r] < end_of[r] && pending[queue[head[r]]] == 0) {
-      startable[startable_count++] = queue[head[r]];
-    }
+    if (t.next >= 0) notify(t.next);
     const int inline_count = std::min(t.successor_count, kInlineSuccessors);
     for (int k = 0; k < inline_count; ++k) notify(t.successors[k]);
     if (t.successor_count > kInlineSuccessors) {
@@ -286,7 +274,6 @@ void EventEngine::run(bool record_history) {
         release(id);
         if (now > makespan_) makespan_ = now;
       } else {
-        busy[t.resource] = 1;
         batch[starting++] = id;
       }
     }
@@ -306,8 +293,9 @@ void EventEngine::run(bool record_history) {
   };
 
   for (int r = resource_count - 1; r >= 0; --r) {
-    if (head[r] < end_of[r] && pending[queue[head[r]]] == 0)
-      startable[startable_count++] = queue[head[r]];
+    const int first = resources_[r].first;
+    if (resources_[r].count > 0 && pending[queue[first]] == 0)
+      startable[startable_count++] = queue[first];
   }
   start_ready(0.0);
   while (heap_size > 0) {
@@ -337,10 +325,13 @@ void EventEngine::run(bool record_history) {
     start_ready(now);
   }
   if (finished != n) {
+    // Every task that started has finished: a resource's first task that never started is
+    // where it stuck.
     for (int r = 0; r < resource_count; ++r) {
-      if (head[r] < end_of[r]) {
+      for (int k = resources_[r].first; k < resources_[r].first + resources_[r].count; ++k) {
+        if (start[queue[k]] != -1.0) continue;  // it started (run() starts every task at -1)
         throw std::logic_error("event engine: resource " + std::to_string(r) +
-                               " is stuck at task " + std::to_string(queue[head[r]]) +
+                               " is stuck at task " + std::to_string(queue[k]) +
                                " (the programme has a cycle)");
       }
     }

@@ -59,8 +59,9 @@ class EventEngine {
   /// Appends a task to `resource`'s queue; the order of calls is the resource's order.
   int add_task(int resource, double duration) {
     const int id = static_cast<int>(tasks_.size());
-    tasks_.push_back({duration, 0, 0, 0.0, 0, resource, -1, -1, 0, {-1, -1}});
+    tasks_.push_back({duration, 0, 0, 0.0, 0, -1, -1, -1, 0, {-1, -1}});
     dependencies_.push_back(0);
+    resource_of_.push_back(resource);
     ++resources_[resource].count;
     queues_ready_ = false;
     return id;
@@ -141,7 +142,7 @@ class EventEngine {
 
   std::size_t task_count() const { return tasks_.size(); }
   std::size_t resource_count() const { return resources_.size(); }
-  int resource_of(int task) const { return tasks_[task].resource; }
+  int resource_of(int task) const { return resource_of_[task]; }
   double start(int task) const { return start_[task]; }
   double finish(int task) const { return finish_[task]; }
   double makespan() const { return makespan_; }
@@ -157,15 +158,17 @@ class EventEngine {
   // Pipeline tasks have at most two successors (a forward feeds the next stage and its own
   // backward), so successors live in the task; more go to more_successors_.
   static constexpr int kInlineSuccessors = 2;
-  // What run() reads of a task, in one cache line: the rest (its dependency count, its late
-  // effect) lives apart.
+  // What run() reads of a task, in one cache line: the rest (its resource, its dependency
+  // count, its late effect) lives apart. Its resource's order is one more edge, from each task
+  // to the next on its resource (`next`): a task whose every edge is done heads an idle
+  // resource, so run() needs no per-resource state.
   struct alignas(64) Task {
     double duration = 0.0;
     std::int64_t start_bytes = 0;
     std::int64_t end_bytes = 0;
     double mid_offset = 0.0;
     std::int64_t mid_bytes = 0;
-    int resource = 0;
+    int next = -1;  // the next task on its resource (prepare_queues())
     int start_counter = -1;
     int end_counter = -1;
     int successor_count = 0;
@@ -203,6 +206,7 @@ class EventEngine {
 
   std::vector<Task> tasks_;
   std::vector<int> dependencies_;  // per task
+  std::vector<int> resource_of_;   // per task
   std::vector<Late> late_;         // empty, or per task (those beyond its end: none)
   std::vector<Resource> resources_;
   std::vector<Counter> counters_;
@@ -218,11 +222,8 @@ class EventEngine {
 
   // Per-run state and scratch, kept to avoid allocating.
   std::vector<double> start_, finish_;
-  std::vector<int> pending_;      // unfinished dependencies
-  std::vector<int> head_;         // per resource: next position in queue_
-  std::vector<int> end_;          // per resource: one past its last position in queue_
-  std::vector<int> busy_;         // int, not char: a char store may alias every other field
-  std::vector<int> lock_holder_;  // per lock: its task, or -1
+  std::vector<int> pending_;                    // unfinished dependencies
+  std::vector<int> lock_holder_;                // per lock: its task, or -1
   std::vector<std::vector<int>> lock_waiters_;  // per lock, in the order they came
   std::vector<std::size_t> next_waiter_;        // per lock: its next waiter's index
   // Completions; mid effects as ~task, late ones as ~(task + task_count()); a paced task's
