@@ -352,14 +352,36 @@ bool within_one_memory(const TaskGraph& graph, const SimTask& copy) {
   return graph.counter[copy.device] == graph.counter[copy.peer];
 }
 
+// Copies of one stage, size and direction move the same bytes over the same link: one transfer
+// time each (a division), not one per copy. An entry is reused only for the same link and bytes.
+class CopyTimes {
+ public:
+  explicit CopyTimes(int stages) : entries_(static_cast<std::size_t>(stages) * 4) {}
+  double ms(const Link& link, std::int64_t bytes, int stage, int slot, bool gradient) {
+    Entry& e = entries_[(static_cast<std::size_t>(stage) * 2 + slot) * 2 + (gradient ? 1 : 0)];
+    if (e.link != &link || e.bytes != bytes)
+      e = {&link, bytes, link.transfer_ms(static_cast<double>(bytes))};
+    return e.ms;
+  }
+
+ private:
+  struct Entry {
+    const Link* link = nullptr;
+    std::int64_t bytes = -1;
+    double ms = 0.0;
+  };
+  std::vector<Entry> entries_;
+};
+
 // A copy's duration and memory effects: the receiver allocates at once; the sender frees a
 // gradient when it is done, and an activation when it is checkpointed (nothing else holds it).
 void set_copy_effects(TaskGraph& graph, int task, const StageMemory& m, const PlanShape& shape,
-                      const Link& link) {
+                      const Link& link, CopyTimes& times) {
   SimTask& t = graph.tasks[static_cast<std::size_t>(task)];
   const bool gradient = t.kind == TaskKind::SendGradient;
   t.bytes = gradient ? m.input_bytes : m.output_bytes;
-  graph.engine.set_duration(task, link.transfer_ms(static_cast<double>(t.bytes)));
+  graph.engine.set_duration(
+      task, times.ms(link, t.bytes, t.stage, shape.slot_of[t.micro_batch], gradient));
   // Within one memory (shares of one GPU) the receiver holds the sender's tensor: no bytes move.
   const bool copied = !within_one_memory(graph, t);
   graph.engine.set_start_effect(task, graph.counter[t.peer], copied ? t.bytes : 0);
@@ -635,6 +657,7 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
   const bool corun = profile_.has_corun_times();
   std::vector<CorunTask> corun_tasks;
   EffectsMemo memo(shape.stages);
+  CopyTimes copy_times(shape.stages);
   for (std::size_t id = 0, compute = 0; id < graph.tasks.size(); ++id) {
     const SimTask& t = graph.tasks[id];
     const StageCost& c = cost[t.stage][shape.slot_of[t.micro_batch]];
@@ -643,8 +666,10 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
       const double extra_ms =
           coldness.empty() ? 0.0 : coldness[compute] * task_ms(t.kind, recomputed, c.cold_extra);
       ++compute;
-      const ComputeEffects& e = coldness.empty() ? memo.get(graph, t, c, shape)
-                                                 : compute_effects(graph, t, c, shape, extra_ms);
+      // With cold caches each task's own; else shared, by reference (no copy per task).
+      ComputeEffects own;
+      if (!coldness.empty()) own = compute_effects(graph, t, c, shape, extra_ms);
+      const ComputeEffects& e = coldness.empty() ? memo.get(graph, t, c, shape) : own;
       apply_effects(engine, static_cast<int>(id), e);
       const double solo_ms = e.ms;
       const double corun_ms = task_ms(t.kind, recomputed, c.corun) + extra_ms;
@@ -652,7 +677,7 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
         corun_tasks.push_back({static_cast<int>(id), t.device, solo_ms, corun_ms, solo_ms});
     } else {
       set_copy_effects(graph, static_cast<int>(id), c.memory, shape,
-                       *links_[t.device * devices + t.peer]);
+                       *links_[t.device * devices + t.peer], copy_times);
     }
   }
   if (hardware_.posted_receives) post_receives_early(graph, baseline);
