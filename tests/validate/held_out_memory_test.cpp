@@ -119,6 +119,25 @@ RunSettings short_run() {
   return settings;
 }
 
+// Every stage on one device: one worker thread runs the whole programme, so no copy lands at a
+// time the threads decide and the peaks are the same every run (on two devices a received
+// activation lands before or after a W's peak by timing). Profiles `model` at `batch`, runs
+// `plans` (each given every stage on the one device) and returns each run's peak and error.
+std::vector<DevicePeak> peaks_on_one_device(models::Model& model, std::int64_t batch,
+                                            std::vector<Plan> plans) {
+  RunSettings settings = short_run();
+  settings.batch = batch;
+  profiler::ProfileOptions po;
+  po.batch_size = batch;
+  po.warmup = 1;
+  po.repeats = 1;
+  po.threads = 1;
+  const Profile profile = profiler::profile_model(model, po).profile;
+  for (Plan& p : plans) p.stages_per_device = static_cast<int>(p.balance.size());
+  const std::vector<MeasuredRun> runs = measure_plans(model, plans, settings, {});
+  return device_peaks(profile, replicate_device(profile.device, 1), runs);
+}
+
 // The profile's times set the predicted order of arrivals and frees; the run's own times set
 // the measured one, and they differ (the same device was seen exact in one run and one Sigmoid
 // output over in the next). So the bytes are held to the run's own order (every task's effects
@@ -363,29 +382,12 @@ TEST(HeldOutMemory, SplitBackwardOfCompositeBlocksWithinHalfAPercent) {
   add("block2", nn::AnyModule(LinearThen(256, 256, &at::relu)));
   add("block3", nn::AnyModule(LinearThen(256, 256, &at::sigmoid)));
   add("head", nn::AnyModule(nn::Linear(256, 10)));
-  RunSettings settings = short_run();
-  settings.batch = 256;
-  profiler::ProfileOptions po;
-  po.batch_size = settings.batch;
-  po.warmup = 1;
-  po.repeats = 1;
-  po.threads = 1;
-  const Profile profile = profiler::profile_model(model, po).profile;
-  // Every stage on one device: one worker thread runs the whole programme, so no copy lands at
-  // a time the threads decide and the peaks are the same every run (on two devices a received
-  // activation, as large as the effect, lands before or after W's peak by timing).
-  const Hardware hardware = replicate_device(profile.device, 1);
-  auto on_one_device = [](Plan p) {
-    p.stages_per_device = static_cast<int>(p.balance.size());
-    return p;
-  };
-  const std::vector<Plan> plans = {
-      on_one_device(plan({2, 1, 2, 1}, 1, CheckpointMode::Never, ScheduleKind::InterleavedZB)),
-      on_one_device(plan({2, 2, 1, 1}, 2, CheckpointMode::ExceptLast, ScheduleKind::InterleavedZB)),
-      on_one_device(plan({3, 3}, 1, CheckpointMode::Never, ScheduleKind::ZBV)),
-      on_one_device(plan({2, 4}, 2, CheckpointMode::Always, ScheduleKind::DualPipeV))};
-  const std::vector<MeasuredRun> runs = measure_plans(model, plans, settings, {});
-  const std::vector<DevicePeak> peaks = device_peaks(profile, hardware, runs);
+  const std::vector<DevicePeak> peaks = peaks_on_one_device(
+      model, 256,
+      {plan({2, 1, 2, 1}, 1, CheckpointMode::Never, ScheduleKind::InterleavedZB),
+       plan({2, 2, 1, 1}, 2, CheckpointMode::ExceptLast, ScheduleKind::InterleavedZB),
+       plan({3, 3}, 1, CheckpointMode::Never, ScheduleKind::ZBV),
+       plan({2, 4}, 2, CheckpointMode::Always, ScheduleKind::DualPipeV)});
   ASSERT_FALSE(peaks.empty());
   for (const DevicePeak& peak : peaks) EXPECT_LE(std::abs(peak.error), 0.005);
 }
@@ -420,27 +422,12 @@ TEST(HeldOutMemory, SplitBackwardFreesEachBlocksActivationsAsItsWeightsAreDone) 
   add("block3", nn::AnyModule(ConvBlock(32)));
   add("flatten", nn::AnyModule(nn::Flatten()));
   add("head", nn::AnyModule(nn::Linear(32 * 16 * 16, 48)));
-  RunSettings settings = short_run();
-  settings.batch = 16;
-  profiler::ProfileOptions po;
-  po.batch_size = settings.batch;
-  po.warmup = 1;
-  po.repeats = 1;
-  po.threads = 1;
-  const Profile profile = profiler::profile_model(model, po).profile;
-  // One device, as above: the peaks do not depend on when a copy lands.
-  const Hardware hardware = replicate_device(profile.device, 1);
-  auto on_one_device = [](Plan p) {
-    p.stages_per_device = static_cast<int>(p.balance.size());
-    return p;
-  };
   const std::vector<Plan> plans = {
-      on_one_device(plan({3, 3}, 1, CheckpointMode::Never, ScheduleKind::ZBV)),
-      on_one_device(plan({4, 2}, 2, CheckpointMode::Never, ScheduleKind::InterleavedZB)),
-      on_one_device(plan({2, 2, 2}, 1, CheckpointMode::Never, ScheduleKind::InterleavedZB)),
-      on_one_device(plan({2, 4}, 2, CheckpointMode::ExceptLast, ScheduleKind::DualPipeV))};
-  const std::vector<MeasuredRun> runs = measure_plans(model, plans, settings, {});
-  const std::vector<DevicePeak> peaks = device_peaks(profile, hardware, runs);
+      plan({3, 3}, 1, CheckpointMode::Never, ScheduleKind::ZBV),
+      plan({4, 2}, 2, CheckpointMode::Never, ScheduleKind::InterleavedZB),
+      plan({2, 2, 2}, 1, CheckpointMode::Never, ScheduleKind::InterleavedZB),
+      plan({2, 4}, 2, CheckpointMode::ExceptLast, ScheduleKind::DualPipeV)};
+  const std::vector<DevicePeak> peaks = peaks_on_one_device(model, 16, plans);
   ASSERT_EQ(peaks.size(), plans.size());
   // Within 0.01 % here; W holding every activation to its end was 0.4-0.9 % over on the first
   // three plans (a saved tensor of each block beside the head's gradients).
