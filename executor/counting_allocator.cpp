@@ -31,9 +31,14 @@ static_assert(sizeof(Header) <= kHeader);
 }  // namespace
 
 struct CountingAllocator::State {
-  std::array<std::atomic<std::int64_t>, kMaxTrackedDevices> current{};
-  std::array<std::atomic<std::int64_t>, kMaxTrackedDevices> peak{};
-  std::array<std::atomic<std::int64_t>, kMaxTrackedDevices> capacity{};  // 0: unlimited
+  // A line of its own per device: every allocation updates its device's counters, and devices'
+  // worker threads sharing one line would pass it between their cores on each tensor.
+  struct alignas(64) Counters {
+    std::atomic<std::int64_t> current{0};
+    std::atomic<std::int64_t> peak{0};
+    std::atomic<std::int64_t> capacity{0};  // 0: unlimited
+  };
+  std::array<Counters, kMaxTrackedDevices> devices{};
   std::atomic<bool> history{false};
   std::chrono::steady_clock::time_point origin;
   std::array<int, kMaxTrackedDevices> slot{};  // device -> index in samples, -1 if not recorded
@@ -49,7 +54,7 @@ CountingAllocator* the_owner = nullptr;
 // does: a training step allocates the same sizes every step, and on a virtual machine the page
 // faults of fresh memory otherwise cost more than the arithmetic. Cached blocks are not counted
 // as allocated (CUDA's "reserved but free").
-class BlockCache {
+class alignas(64) BlockCache {
  public:
   char* take(std::size_t bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -69,9 +74,14 @@ class BlockCache {
   std::unordered_map<std::size_t, std::vector<char*>> free_;
 };
 
-BlockCache& cache() {
-  static BlockCache* c = new BlockCache;  // never destroyed: blocks may be freed at exit
-  return *c;
+// One cache per device (and one for threads of none), so that devices' worker threads do not
+// take turns on one lock for every tensor they make: a block goes back to the cache of the
+// device that made it, whichever thread frees it.
+BlockCache& cache(int device) {
+  static auto* caches =  // never destroyed: blocks may be freed at exit
+      new std::array<BlockCache, kMaxTrackedDevices + 1>;
+  const bool tracked = device >= 0 && device < kMaxTrackedDevices;
+  return (*caches)[tracked ? static_cast<std::size_t>(device) + 1 : 0];
 }
 
 class Wrapper final : public c10::Allocator {
@@ -79,8 +89,9 @@ class Wrapper final : public c10::Allocator {
   explicit Wrapper(c10::Allocator* inner) : inner_(inner) {}
 
   c10::DataPtr allocate(std::size_t n) override {
-    the_owner->check_capacity(CountingAllocator::current_device(), static_cast<std::int64_t>(n));
-    char* base = cache().take(n);
+    const int device = CountingAllocator::current_device();
+    the_owner->check_capacity(device, static_cast<std::int64_t>(n));
+    char* base = cache(device).take(n);
     if (base == nullptr) {
       c10::DataPtr block = inner_->allocate(n + kHeader);
       base = static_cast<char*>(block.get());
@@ -90,7 +101,7 @@ class Wrapper final : public c10::Allocator {
     }
     auto* header = reinterpret_cast<Header*>(base);
     header->bytes = static_cast<std::int64_t>(n);
-    header->device = CountingAllocator::current_device();
+    header->device = device;
     the_owner->charge(header->device, header->bytes);
     void* payload = base + kHeader;
     return {payload, payload, &Wrapper::release, c10::Device(c10::DeviceType::CPU)};
@@ -107,7 +118,7 @@ class Wrapper final : public c10::Allocator {
     char* base = static_cast<char*>(payload) - kHeader;
     auto* header = reinterpret_cast<Header*>(base);
     the_owner->charge(header->device, -header->bytes);
-    cache().give(static_cast<std::size_t>(header->bytes), base);
+    cache(header->device).give(static_cast<std::size_t>(header->bytes), base);
   }
 
   c10::Allocator* inner_;
@@ -146,10 +157,11 @@ int CountingAllocator::current_device() {
 void CountingAllocator::charge(int device, std::int64_t bytes) {
   if (device < 0 || device >= kMaxTrackedDevices) return;
   State* s = state();
-  const std::int64_t now = s->current[device].fetch_add(bytes, std::memory_order_relaxed) + bytes;
-  std::int64_t peak = s->peak[device].load(std::memory_order_relaxed);
+  const std::int64_t now =
+      s->devices[device].current.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  std::int64_t peak = s->devices[device].peak.load(std::memory_order_relaxed);
   while (now > peak &&
-         !s->peak[device].compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+         !s->devices[device].peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
   }
   if (s->history.load(std::memory_order_relaxed)) {
     std::lock_guard<std::mutex> lock(s->samples_mutex);
@@ -165,30 +177,30 @@ void CountingAllocator::charge(int device, std::int64_t bytes) {
 
 void CountingAllocator::set_capacity(int device, std::int64_t bytes) {
   if (device < 0 || device >= kMaxTrackedDevices) return;
-  state()->capacity[device].store(bytes);
+  state()->devices[device].capacity.store(bytes);
 }
 
 void CountingAllocator::check_capacity(int device, std::int64_t bytes) {
   if (device < 0 || device >= kMaxTrackedDevices) return;
   State* s = state();
-  const std::int64_t capacity = s->capacity[device].load(std::memory_order_relaxed);
-  const std::int64_t now = s->current[device].load(std::memory_order_relaxed);
+  const std::int64_t capacity = s->devices[device].capacity.load(std::memory_order_relaxed);
+  const std::int64_t now = s->devices[device].current.load(std::memory_order_relaxed);
   TORCH_CHECK_WITH(OutOfMemoryError, capacity == 0 || now + bytes <= capacity, "CPU device ",
                    device, ": out of memory: tried to allocate ", bytes, " bytes with ", now,
                    " of ", capacity, " bytes allocated");
 }
 
 std::int64_t CountingAllocator::allocated(int device) const {
-  return const_cast<CountingAllocator*>(this)->state()->current[device].load();
+  return const_cast<CountingAllocator*>(this)->state()->devices[device].current.load();
 }
 
 std::int64_t CountingAllocator::peak(int device) const {
-  return const_cast<CountingAllocator*>(this)->state()->peak[device].load();
+  return const_cast<CountingAllocator*>(this)->state()->devices[device].peak.load();
 }
 
 void CountingAllocator::reset_peak(int device) {
   State* s = state();
-  s->peak[device].store(s->current[device].load());
+  s->devices[device].peak.store(s->devices[device].current.load());
 }
 
 void CountingAllocator::begin_recording(const std::vector<int>& devices, bool history,
@@ -201,8 +213,8 @@ void CountingAllocator::begin_recording(const std::vector<int>& devices, bool hi
   for (std::size_t k = 0; k < devices.size(); ++k) {
     const int d = devices[k];
     s->slot[d] = static_cast<int>(k);
-    s->peak[d].store(s->current[d].load());
-    s->samples[k].push_back({0.0, s->current[d].load()});
+    s->devices[d].peak.store(s->devices[d].current.load());
+    s->samples[k].push_back({0.0, s->devices[d].current.load()});
   }
   s->history.store(history);
 }
