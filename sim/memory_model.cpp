@@ -71,22 +71,27 @@ struct PeakTracker {
 // each layer's graph as it goes, so a layer with parameters frees its saved tensors, and a kept
 // storage goes with the W of the last layer keeping it, unless a keeper has no parameters (its
 // graph stays until W ends) or the storage is the output of a layer with parameters (the
-// executor holds those boundaries for W until it ends).
+// executor holds those boundaries for W until it ends). Inactive (the planner's bounds, which
+// read no W term), it allocates and records nothing.
 struct WeightFrees {
-  WeightFrees(const CostModel& model, int first, int end)
-      : model(model), first(first), by_layer(static_cast<std::size_t>(end - first), 0) {}
+  WeightFrees(const CostModel& model, int first, int end, bool active)
+      : model(model),
+        first(first),
+        active(active),
+        by_layer(active ? static_cast<std::size_t>(end - first) : 0, 0) {}
   bool trains(int k) const { return model.param_bytes_of(k) > 0; }
   void saved(int k, std::int64_t bytes) {
-    if (trains(k)) by_layer[k - first] += bytes;
+    if (active && trains(k)) by_layer[k - first] += bytes;
   }
   void keeper(int k) {
+    if (!active) return;
     last_keeper = k;
     keepers_train = keepers_train && trains(k);
   }
-  void output_of(int k) { held = held || trains(k); }
+  void output_of(int k) { held = active && (held || trains(k)); }
   // The current storage is replaced (or the walk ends with it).
   void storage_dies(std::int64_t bytes) {
-    if (bytes > 0 && last_keeper >= 0 && keepers_train && !held)
+    if (active && bytes > 0 && last_keeper >= 0 && keepers_train && !held)
       by_layer[last_keeper - first] += bytes;
     last_keeper = -1;
     keepers_train = true;
@@ -95,6 +100,7 @@ struct WeightFrees {
 
   const CostModel& model;
   int first;
+  bool active;
   std::vector<std::int64_t> by_layer;
   int last_keeper = -1;
   bool keepers_train = true, held = false;
@@ -151,7 +157,8 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
   std::vector<std::int64_t> released(static_cast<std::size_t>(end - first), 0);
   std::int64_t kept = 0, storage = 0, peak = 0;
   int kept_by = -1;
-  WeightFrees weight_frees(model, first, end);
+  const bool all = terms == StageMemoryTerms::All;
+  WeightFrees weight_frees(model, first, end, all);
   for (int k = first; k < end; ++k) {
     const std::int64_t made = c.aliases[k] ? 0 : c.output_bytes[k];
     const std::int64_t loose = kept_by < 0 ? storage : 0;
@@ -175,8 +182,9 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
     weight_frees.output_of(k);
     if (c.keeps_output[k]) keep();
   }
-  if (last_stage) weight_frees.storage_dies(storage);  // else the executor holds the output
-  if (!last_stage) {
+  if (last_stage) {
+    weight_frees.storage_dies(storage);  // elsewhere the executor holds the output
+  } else {
     if (kept_by < 0) {
       kept += storage;
     } else {
@@ -185,7 +193,6 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
   }
   m.kept_bytes = kept;
   m.forward_transient = peak - kept;
-  const bool all = terms == StageMemoryTerms::All;
 
   // Forward without autograd (checkpointed): each intermediate storage dies once the next layer
   // that makes its own has run; only the stage output survives.
