@@ -146,6 +146,9 @@ class EventEngine {
   double start(int task) const { return start_[task]; }
   double finish(int task) const { return finish_[task]; }
   double makespan() const { return makespan_; }
+  /// After run(): adds bytes to a counter at the makespan, as what a runtime allocates once
+  /// every task is done.
+  void allocate_at_end(int counter, std::int64_t bytes) { change(counter, bytes, makespan_); }
   std::int64_t peak(int counter) const { return counters_[counter].peak; }
   double peak_time(int counter) const { return counters_[counter].peak_time; }
   const std::vector<CounterSample>& history(int counter) const {

@@ -72,7 +72,7 @@ Hardware parse_hardware(std::string_view text, const std::string& source) {
   const Node root(document, source);
   if (!document.is_object()) root.fail("a JSON object");
   root.allow_only({"format", "devices", "link", "links", "launch_overhead_ms", "posted_receives",
-                   "model_error", "calibration"});
+                   "runtime", "model_error", "calibration"});
   const Node tag = root.field("format");
   if (!tag.value().is_string() || tag.value().get<std::string>() != kHardwareFormat) {
     tag.fail(fmt::format("\"{}\"", kHardwareFormat));
@@ -126,6 +126,14 @@ Hardware parse_hardware(std::string_view text, const std::string& source) {
     hw.launch_overhead_ms = overhead->milliseconds();
   }
   if (auto posted = root.optional_field("posted_receives")) hw.posted_receives = posted->boolean();
+  if (auto runtime = root.optional_field("runtime")) {
+    const std::string name = runtime->non_empty_string();
+    if (name == kTorchPipeliningRuntime) {
+      hw.runtime = Runtime::TorchPipelining;
+    } else if (name != "pipetune") {
+      runtime->fail(fmt::format("\"pipetune\" or \"{}\"", kTorchPipeliningRuntime));
+    }
+  }
   if (auto error = root.optional_field("model_error")) {
     hw.model_error = error->non_negative_number();
     if (hw.model_error > 10.0) error->fail("a relative error from 0 to 10");
@@ -187,6 +195,7 @@ std::string hardware_to_json(const Hardware& hw) {
   }
   root["launch_overhead_ms"] = hw.launch_overhead_ms;
   if (hw.posted_receives) root["posted_receives"] = true;
+  if (hw.runtime == Runtime::TorchPipelining) root["runtime"] = kTorchPipeliningRuntime;
   if (hw.model_error > 0) root["model_error"] = hw.model_error;
   if (!hw.calibration.empty()) {
     const Calibration& c = hw.calibration;

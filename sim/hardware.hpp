@@ -61,6 +61,13 @@ struct Calibration {
   double scale_for(int devices) const;
 };
 
+/// The runtime a prediction is for. torch.distributed.pipelining keeps what pipetune's executor
+/// frees: a receive buffer per stage, micro-batch and direction for the whole run, and the last
+/// stage's outputs until the step ends, where it concatenates them (docs/memory-model.md).
+enum class Runtime { Pipetune, TorchPipelining };
+
+inline constexpr std::string_view kTorchPipeliningRuntime = "torch.distributed.pipelining";
+
 /// Devices and the links between them (format pipetune.hardware/1).
 struct Hardware {
   std::vector<HardwareDevice> devices;
@@ -71,6 +78,7 @@ struct Hardware {
   /// from the same device is in; the step's first at the step's start), not from when its data
   /// comes: pipetune's transport between processes (`run --distributed`) posts them early.
   bool posted_receives = false;
+  Runtime runtime = Runtime::Pipetune;
   /// Optional (0: unknown): how far the simulator's iteration times were off on this machine,
   /// relative, as a standard deviation (the root mean square of the errors `pipetune validate`
   /// measured on its calibration runs, out of sample where a calibration is used). It widens

@@ -255,7 +255,7 @@ struct ComputeEffects {
 // A compute task's solo duration, `extra_ms` added (its cold cache's), and memory effects
 // (docs/memory-model.md).
 ComputeEffects compute_effects(const TaskGraph& graph, const SimTask& t, const StageCost& c,
-                               const PlanShape& shape, double extra_ms) {
+                               const PlanShape& shape, Runtime runtime, double extra_ms) {
   const int s = t.stage, i = t.micro_batch, counter = graph.counter[t.device];
   const StageMemory& m = c.memory;
   const bool last_stage = s + 1 == shape.stages, recomputed = shape.recomputed[i] != 0;
@@ -264,8 +264,15 @@ ComputeEffects compute_effects(const TaskGraph& graph, const SimTask& t, const S
   // by a checkpointed stage in this one) dies with the backward; otherwise it is the previous
   // stage's output, which that stage frees. The stage output and the received gradient die
   // with it too; the last stage has neither (its output died with the forward).
-  const bool own_input = s > 0 && (graph.counter[shape.device_of[s - 1]] != counter || recomputed);
-  const std::int64_t dies = dies_with_backward(m, last_stage, own_input);
+  const bool received_input = s > 0 && graph.counter[shape.device_of[s - 1]] != counter;
+  const bool own_input = received_input || (s > 0 && recomputed);
+  std::int64_t dies = dies_with_backward(m, last_stage, own_input);
+  const bool torch = runtime == Runtime::TorchPipelining;
+  if (torch) {
+    // torch receives into buffers it keeps for the run (counted from the start, set_copy_effects).
+    if (received_input) dies -= m.input_bytes;
+    if (!last_stage && graph.counter[shape.device_of[s + 1]] != counter) dies -= m.output_bytes;
+  }
   ComputeEffects out;
   out.ms = task_ms(t.kind, recomputed, c.solo) + extra_ms;
   out.memory = true;
@@ -273,6 +280,8 @@ ComputeEffects compute_effects(const TaskGraph& graph, const SimTask& t, const S
   switch (t.kind) {
     case TaskKind::Forward:
       out.effect = forward_effect(m, recomputed, last_stage);
+      // torch keeps each micro-batch's output (the model's) until the step ends.
+      if (torch && last_stage) out.effect.freed -= m.output_bytes;
       break;
     case TaskKind::Recompute:
       out.effect = recompute_effect(m);
@@ -310,7 +319,8 @@ void apply_effects(EventEngine& engine, int task, const ComputeEffects& e) {
 // and copied to the others (a GPipe step at 16 x 128 has 4,096 compute tasks, 320 kinds).
 class EffectsMemo {
  public:
-  explicit EffectsMemo(int stages) : index_(static_cast<std::size_t>(stages) * 2 * 7 * 4, -1) {}
+  EffectsMemo(int stages, Runtime runtime)
+      : index_(static_cast<std::size_t>(stages) * 2 * 7 * 4, -1), runtime_(runtime) {}
   const ComputeEffects& get(const TaskGraph& graph, const SimTask& t, const StageCost& c,
                             const PlanShape& shape) {
     const int variant = (shape.recomputed[t.micro_batch] != 0 ? 2 : 0) +
@@ -322,7 +332,7 @@ class EffectsMemo {
         variant;
     if (index_[key] < 0) {
       index_[key] = static_cast<int>(effects_.size());
-      effects_.push_back(compute_effects(graph, t, c, shape, 0.0));
+      effects_.push_back(compute_effects(graph, t, c, shape, runtime_, 0.0));
     }
     return effects_[static_cast<std::size_t>(index_[key])];
   }
@@ -330,6 +340,7 @@ class EffectsMemo {
  private:
   std::vector<int> index_;
   std::vector<ComputeEffects> effects_;
+  Runtime runtime_;
 };
 
 // Each compute task's coldness (sim/cache_model.hpp), in the graph's order of compute tasks.
@@ -376,7 +387,8 @@ class CopyTimes {
 // A copy's duration and memory effects: the receiver allocates at once; the sender frees a
 // gradient when it is done, and an activation when it is checkpointed (nothing else holds it).
 void set_copy_effects(TaskGraph& graph, int task, const StageMemory& m, const PlanShape& shape,
-                      const Link& link, CopyTimes& times) {
+                      const Link& link, Runtime runtime, CopyTimes& times,
+                      std::vector<std::int64_t>& baseline) {
   SimTask& t = graph.tasks[static_cast<std::size_t>(task)];
   const bool gradient = t.kind == TaskKind::SendGradient;
   t.bytes = gradient ? m.input_bytes : m.output_bytes;
@@ -384,7 +396,11 @@ void set_copy_effects(TaskGraph& graph, int task, const StageMemory& m, const Pl
       task, times.ms(link, t.bytes, t.stage, shape.slot_of[t.micro_batch], gradient));
   // Within one memory (shares of one GPU) the receiver holds the sender's tensor: no bytes move.
   const bool copied = !within_one_memory(graph, t);
-  graph.engine.set_start_effect(task, graph.counter[t.peer], copied ? t.bytes : 0);
+  // torch makes every receive's buffer (a stage's, a micro-batch's, a direction's) at its first
+  // step and keeps it: there from the step's start, never freed.
+  const bool kept_buffer = copied && runtime == Runtime::TorchPipelining;
+  if (kept_buffer) baseline[static_cast<std::size_t>(t.peer)] += t.bytes;
+  graph.engine.set_start_effect(task, graph.counter[t.peer], copied && !kept_buffer ? t.bytes : 0);
   const bool sender_frees = copied && (gradient || shape.recomputed[t.micro_batch]);
   graph.engine.set_end_effect(task, graph.counter[t.device], sender_frees ? t.bytes : 0);
 }
@@ -656,7 +672,7 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
   // page faults and all, on every run).
   const bool corun = profile_.has_corun_times();
   std::vector<CorunTask> corun_tasks;
-  EffectsMemo memo(shape.stages);
+  EffectsMemo memo(shape.stages, hardware_.runtime);
   CopyTimes copy_times(shape.stages);
   for (std::size_t id = 0, compute = 0; id < graph.tasks.size(); ++id) {
     const SimTask& t = graph.tasks[id];
@@ -668,7 +684,7 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
       ++compute;
       // With cold caches each task's own; else shared, by reference (no copy per task).
       ComputeEffects own;
-      if (!coldness.empty()) own = compute_effects(graph, t, c, shape, extra_ms);
+      if (!coldness.empty()) own = compute_effects(graph, t, c, shape, hardware_.runtime, extra_ms);
       const ComputeEffects& e = coldness.empty() ? memo.get(graph, t, c, shape) : own;
       apply_effects(engine, static_cast<int>(id), e);
       const double solo_ms = e.ms;
@@ -677,10 +693,12 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
         corun_tasks.push_back({static_cast<int>(id), t.device, solo_ms, corun_ms, solo_ms});
     } else {
       set_copy_effects(graph, static_cast<int>(id), c.memory, shape,
-                       *links_[t.device * devices + t.peer], copy_times);
+                       *links_[t.device * devices + t.peer], hardware_.runtime, copy_times,
+                       baseline);
     }
   }
-  if (hardware_.posted_receives) post_receives_early(graph, baseline);
+  const bool torch = hardware_.runtime == Runtime::TorchPipelining;
+  if (hardware_.posted_receives && !torch) post_receives_early(graph, baseline);
   // Shares of one GPU count into one counter (share_gpu_counters()).
   std::vector<std::int64_t> initial(engine.counter_count(), 0);
   for (int d = 0; d < devices; ++d) initial[graph.counter[d]] += baseline[d];
@@ -689,8 +707,21 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
   if (corun) settle_corun_durations(engine, corun_tasks, profile_.co_runners);
 
   engine.run(options.record_memory);
+  if (torch) {
+    // Once its last action is done, torch concatenates the micro-batches' outputs into the
+    // step's (and still holds them).
+    std::int64_t merged = 0;
+    for (const std::uint8_t slot : shape.slot_of)
+      merged += cost[shape.stages - 1][slot].memory.output_bytes;
+    engine.allocate_at_end(graph.counter[shape.device_of[shape.stages - 1]], merged);
+  }
   std::vector<std::int64_t> worst_order;
-  if (options.worst_order_peaks) worst_order = worst_order_peaks(engine);
+  if (options.worst_order_peaks) {
+    worst_order = worst_order_peaks(engine);
+    // The tasks' worst order does not see what is allocated after them (torch's joined output).
+    for (std::size_t c = 0; c < worst_order.size(); ++c)
+      worst_order[c] = std::max(worst_order[c], engine.peak(static_cast<int>(c)));
+  }
   const std::vector<std::int64_t> measured_order = measured_order_peaks(graph, options);
   const std::vector<double> busy = busy_times(graph, devices, !launched.empty());
 

@@ -524,6 +524,24 @@ TEST(HardwareFormat, PostedReceivesAreReadWrittenOnlyWhenSetAndMustBeABoolean) {
   EXPECT_EQ(hardware_error(text), "in.json: posted_receives: expected true or false, got 1");
 }
 
+TEST(HardwareFormat, RuntimeIsReadWrittenOnlyWhenTorchsAndMustBeOneOfTwo) {
+  EXPECT_EQ(parse_hardware(kHardware, "hw.json").runtime, Runtime::Pipetune);  // the default
+  EXPECT_EQ(hardware_to_json(parse_hardware(kHardware, "hw.json")).find("runtime"),
+            std::string::npos);
+  std::string text = kHardware;
+  text.insert(text.rfind('}'), ", \"runtime\": \"torch.distributed.pipelining\"");
+  const Hardware hw = parse_hardware(text, "hw.json");
+  EXPECT_EQ(hw.runtime, Runtime::TorchPipelining);
+  EXPECT_EQ(parse_hardware(hardware_to_json(hw), "again").runtime, Runtime::TorchPipelining);
+  std::string named = kHardware;
+  named.insert(named.rfind('}'), ", \"runtime\": \"pipetune\"");
+  EXPECT_EQ(parse_hardware(named, "hw.json").runtime, Runtime::Pipetune);
+  text.replace(text.find("torch.distributed.pipelining"), 28, "megatron");
+  EXPECT_EQ(hardware_error(text),
+            "in.json: runtime: expected \"pipetune\" or \"torch.distributed.pipelining\", got "
+            "\"megatron\"");
+}
+
 TEST(HardwareFormat, ShareOfIsReadWrittenOnlyWhenSetAndMustNameAGpu) {
   EXPECT_EQ(parse_hardware(kHardware, "hw.json").devices[0].share_of, "");  // a whole device
   EXPECT_EQ(hardware_to_json(parse_hardware(kHardware, "hw.json")).find("share_of"),

@@ -121,6 +121,43 @@ TEST(Memory, TwoDevicesCheckpointAlways) {
             (std::vector<std::int64_t>{3270, 1720}));
 }
 
+std::vector<std::int64_t> torch_peaks(const Profile& profile, const Plan& plan, int devices) {
+  Hardware hw = replicate_device(profile.device, devices);
+  hw.runtime = Runtime::TorchPipelining;
+  std::vector<std::int64_t> out;
+  for (const auto& d : Simulator(profile, hw).run(plan).devices) out.push_back(d.peak_memory_bytes);
+  return out;
+}
+
+TEST(Memory, TorchKeepsItsReceiveBuffersAndTheLastStagesOutputs) {
+  // TwoDevicesNoCheckpoint on torch.distributed.pipelining. Device 0: 1020 and a buffer for
+  // each micro-batch's gradient, 2 x 100, from the start -> 1220; F0, F1 +150 each -> 1520; a
+  // gradient lands in its buffer (+0); B1 +1000 -> 2520 and frees 150 (saved and output; the
+  // buffer stays) -> 2370; B0 +1000 -> 3370: the pipetune executor's 3270 and the buffer of
+  // micro-batch 1's gradient, which the executor had freed.
+  // Device 1: 500 and both inputs' buffers -> 700; each forward keeps saved 20 and its output
+  // 10 (torch holds the model's outputs until the step ends) -> 760; B1 +600 -> 1360, frees
+  // saved 20 -> 1340 and the sent gradient once copied -> 1240; B0 +600 -> 1840. After it
+  // the outputs are joined, +20 on an end level of 700 + 500 + 20: under the peak.
+  EXPECT_EQ(torch_peaks(two_layers(2), make_plan({1, 1}, 2, CheckpointMode::Never), 2),
+            (std::vector<std::int64_t>{3370, 1840}));
+  // One stage: no buffers; the outputs kept, 2 x 100 over the executor's 3070.
+  EXPECT_EQ(torch_peaks(one_layer(2), make_plan({1}, 2, CheckpointMode::Never), 1),
+            (std::vector<std::int64_t>{3270}));
+}
+
+TEST(Memory, TorchJoinsTheOutputsOnceTheStepIsDone) {
+  // A model whose output dwarfs the rest: parameters 10, input 2 x 10, outputs 1000 a sample.
+  // At the end torch holds both micro-batches' outputs and their join: 30 + 10 of gradients +
+  // 2 x 1000 + 2000 = 4040, above anything during the step.
+  testing::LayerSpec wide{1.0, 2.0, 10, 1000, 0, 0};
+  const Profile profile = testing::make_profile({wide}, 2, 10);
+  for (const auto checkpoint : {CheckpointMode::Never, CheckpointMode::Always}) {
+    EXPECT_EQ(torch_peaks(profile, make_plan({1}, 2, checkpoint), 1),
+              (std::vector<std::int64_t>{4040}));
+  }
+}
+
 TEST(Memory, SharedDeviceCountsOneBufferPerBoundary) {
   // Both stages on one device: the stage boundary is one tensor, not a sent and a received copy.
   // Baseline 1500 + 20. F(0,0) +150, F(0,1) +150, F(1,0) +20, F(1,1) +20 -> 1860; B(1,1) first:
