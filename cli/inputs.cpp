@@ -137,6 +137,13 @@ Hardware resolve_hardware(const Profile& profile, const HardwareFlags& flags, in
     *note = fmt::format("applying the calibration in {}: {}", flags.hardware_path,
                         calibration_summary(hw.calibration));
   }
+  if (note && hw.runtime == Runtime::TorchPipelining) {
+    // Another runtime's memory: say whose prediction this is.
+    *note += fmt::format(
+        "{}predicting {}'s runtime ({}): its kept receive buffers and outputs "
+        "counted",
+        note->empty() ? "" : "; ", kTorchPipeliningRuntime, flags.hardware_path);
+  }
   return hw;
 }
 

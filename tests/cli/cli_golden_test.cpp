@@ -66,6 +66,10 @@ INSTANTIATE_TEST_SUITE_P(
         GoldenCase{"simulate_hardware_json",
                    {"simulate", "--profile", kProfile, "--plan", kPlan, "--hardware", kHardware,
                     "--json"}},
+        // The same devices for torch.distributed.pipelining: its kept buffers and outputs.
+        GoldenCase{"simulate_torch_runtime_json",
+                   {"simulate", "--profile", kProfile, "--plan", kPlan, "--hardware",
+                    "tests/data/hardware-2-torch.json", "--json"}},
         GoldenCase{"simulate_sm_shares",
                    {"simulate", "--profile", kProfile, "--plan", kPlan, "--hardware",
                     "tests/data/hardware-shares-2.json"}},
