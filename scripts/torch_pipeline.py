@@ -3,6 +3,7 @@ measures it as pipetune measures its own runs.
 
     python scripts/torch_pipeline.py MODULE:FUNCTION --plan plan.json [--steps 10] [--warmup 1]
         [--lr 0.01] [--loss cross_entropy|mse] [--trace measured.trace.json] [--json]
+    python scripts/torch_pipeline.py --probe torch.hardware.json [--devices 2] [--hardware BASE.json]
 
 MODULE:FUNCTION is the builder scripts/export_model.py takes: FUNCTION() returns
 `(model, (inputs, targets))`, the model an nn.Sequential or a list of modules. The plan's balance
@@ -29,7 +30,12 @@ Every forward, backward, input-gradient and weight-gradient action of every rank
 stage's own methods, wrapped), the ranks' clocks set to a common origin by a barrier before each
 step; --trace writes the median step in pipetune's measured-trace format, which the GUI lays over
 pipetune's prediction of the same plan. Copies are torch's asynchronous sends and receives and
-are not in it; peak memory is written on CUDA (the caching allocator's) and as 0 on CPU.
+are not in it. Peak memory per rank: the caching allocator's on CUDA; on CPU the rank's CPU
+tensors over the last unmeasured step, counted by torch's profiler (CpuPeak).
+
+--probe OUT.json measures torch's own costs (per action, and its point-to-point copies) and
+writes a hardware file for its runtime ("runtime": "torch.distributed.pipelining"), with which
+pipetune's simulate and plan predict a plan on torch rather than on pipetune's executor.
 
 Tied weights (children holding one parameter, as GPT-2's embedding and head) are trained as one
 device trains them: torch would have each rank step its own copy with its part of the gradient,
@@ -42,6 +48,7 @@ cannot run): one line on stderr, exit status 2. Needs only torch.
 """
 
 import argparse
+import gc
 import json
 import os
 import socket
@@ -49,9 +56,12 @@ import statistics
 import sys
 import time
 
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
+# c10's warnings from the memory window (frees of blocks made before it, the profiler's own
+# callbacks) say nothing about the user's run.
+os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from export_model import BadInput, as_batch, as_sequential, first_line, load_function, tied_parameters  # noqa: E402
@@ -160,6 +170,49 @@ def time_actions(stage, records):
     wrap("backward_weight_one_chunk", lambda a, k: "backward_weight")
 
 
+class CpuPeak:
+    """The peak bytes of this process's CPU tensors over a window, as pipetune's counting allocator
+    counts them. torch's profiler counts the CPU allocator's bytes only while it records memory,
+    and a free only of a block it saw allocated; so it records from before the model is built
+    (every tensor the rank holds is then counted) up to the window, and the window's peak is the
+    highest running total inside it. Recording costs time: the window is the last unmeasured
+    step, and the timed steps run without it."""
+
+    def __init__(self):
+        os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # no note that there is no GPU
+        self.total, self.peak = 0, 0
+        self.profiler = self._started()
+
+    @staticmethod
+    def _started():
+        import warnings
+        from torch.profiler import ProfilerActivity, profile
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            profiler = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+            profiler.start()
+        return profiler
+
+    def _stopped(self):
+        """Stops recording; the running totals of what it recorded, in order."""
+        self.profiler.stop()
+        events = [e for e in self.profiler.profiler.kineto_results.events() if e.name() == "[memory]"]
+        totals = []
+        for e in sorted(events, key=lambda e: e.start_ns()):
+            self.total += e.nbytes()
+            totals.append(self.total)
+        return totals
+
+    def open_window(self):
+        self._stopped()
+        self.peak = self.total
+        self.profiler = self._started()
+
+    def close_window(self):
+        self.peak = max([self.peak, *self._stopped()])
+        return self.peak
+
+
 def tied_across_stages(model, balance):
     """The parameters children hold as one tensor (tied weights) that the balance puts on more
     than one stage, each with the stages holding it. torch's stages would each train the copy of
@@ -184,6 +237,7 @@ def sum_tied_gradients(split_ties, device_of, rank, device):
     theirs). Every rank takes part, in the same order, those holding none with zeros."""
     for tensor, stages in split_ties:
         holds = any(device_of[s] == rank for s in stages)
+        # tensor is a meta tensor of its shape where the rank holds none (the model is let go)
         grad = tensor.grad if holds and tensor.grad is not None else torch.zeros_like(tensor, device=device)
         dist.all_reduce(grad, op=dist.ReduceOp.SUM)
         if holds:
@@ -197,6 +251,7 @@ def rank_main(rank, world, args, plan, results=None):
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
         device = torch.device(f"cuda:{rank % torch.cuda.device_count()}") if args.device == "cuda" else torch.device("cpu")
         from torch.distributed import pipelining
+        cpu_peak = CpuPeak() if args.device == "cpu" and args.warmup > 0 else None
 
         torch.manual_seed(args.seed)
         model, batch = load_function(args.builder)()
@@ -218,7 +273,7 @@ def rank_main(rank, world, args, plan, results=None):
 
         # Each stage's input and output on a micro-batch, given to torch up front: its shape
         # inference at the first step asks the stages' neighbours in its default placement
-        # (s mod D), which is not the V's.
+        # (s mod D), which is not the V's. As meta tensors: torch keeps them for the run.
         examples, current, first = [], inputs[:micro_batch_sizes(batch_size, plan["chunks"])[0]], 0
         with torch.no_grad():
             for count in plan["balance"]:
@@ -234,8 +289,8 @@ def rank_main(rank, world, args, plan, results=None):
                 if plan.get("checkpoint", "never") == "always":
                     module = Checkpointed(module)
                 stage = pipelining.PipelineStage(module, s, len(plan["balance"]), device,
-                                                 input_args=examples[s][0].to(device),
-                                                 output_args=examples[s][1].to(device))
+                                                 input_args=examples[s][0].to("meta"),
+                                                 output_args=examples[s][1].to("meta"))
                 time_actions(stage, records)
                 stages.append(stage)
             first += count
@@ -248,27 +303,38 @@ def rank_main(rank, world, args, plan, results=None):
         # A parameter two stages of this rank hold is one object: listed once, stepped once.
         parameters = list({id(p): p for stage in stages for p in stage.submod.parameters()}.values())
         optimizer = torch.optim.SGD(parameters, lr=args.lr) if parameters else None
-        split_ties = tied_across_stages(model, plan["balance"])
+        held = {id(p) for stage in stages for p in stage.submod.parameters()}
+        split_ties = [(tensor if id(tensor) in held else tensor.to("meta"), stages)
+                      for tensor, stages in tied_across_stages(model, plan["balance"])]
         holds_first = device_of[0] == rank
         holds_last = device_of[-1] == rank
-        x, y = inputs.to(device), targets.to(device)
-        steps = []
+        # What a rank of a user's run holds: its stages, the inputs on the first, the targets on
+        # the last; the rest of the model built here goes.
+        x = inputs.to(device) if holds_first else None
+        y = targets.to(device) if holds_last else None
+        del model, children, examples, inputs, targets, batch, current, before
+        gc.collect()  # modules in reference cycles (a builder's whole model) go now, not later
+        steps, peak = [], 0
         for step in range(args.warmup + args.steps):
             if optimizer:
                 optimizer.zero_grad(set_to_none=True)
             records.clear()
             if args.device == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
+            if cpu_peak and step == args.warmup - 1:
+                cpu_peak.open_window()
             dist.barrier()
             origin = time.perf_counter()
             losses = [] if holds_last else None
-            schedule.step(*((x,) if holds_first else ()), target=y if holds_last else None, losses=losses)
+            schedule.step(*((x,) if holds_first else ()), target=y, losses=losses)
             sum_tied_gradients(split_ties, device_of, rank, device)
             if optimizer:
                 optimizer.step()
             if args.device == "cuda":
                 torch.cuda.synchronize(device)
-            peak = torch.cuda.max_memory_allocated(device) if args.device == "cuda" else 0
+                peak = torch.cuda.max_memory_allocated(device)
+            elif cpu_peak and step == args.warmup - 1:
+                peak = cpu_peak.close_window()
             if step >= args.warmup:
                 steps.append({
                     "loss": float(sum(l.item() for l in losses)) if holds_last else None,
@@ -354,6 +420,125 @@ def emit(report, args):
     if args.trace:
         print(f"trace     {args.trace} (the median step)")
 
+def one_way_fit(sizes, ms):
+    """Latency (ms) and bandwidth (bytes/s) of the line through (bytes, one-way ms) that is off
+    least relative to each time (least squares weighted by 1 / ms²): sizes span three orders
+    of magnitude, and a plain fit would let the largest decide the latency of the small ones."""
+    w = [1.0 / max(y, 1e-9) ** 2 for y in ms]
+    sw = sum(w)
+    mx = sum(wi * x for wi, x in zip(w, sizes)) / sw
+    my = sum(wi * y for wi, y in zip(w, ms)) / sw
+    sxx = sum(wi * (x - mx) ** 2 for wi, x in zip(w, sizes))
+    slope = max(sum(wi * (x - mx) * (y - my) for wi, x, y in zip(w, sizes, ms)) / sxx, 1e-12)
+    return max(my - slope * mx, 0.0), 1e3 / slope
+
+
+PROBE_SIZES = (4 << 10, 64 << 10, 512 << 10, 2 << 20, 8 << 20)
+
+
+def probe_main(rank, world, args, plan=None, results=None):
+    """torch's own costs on this machine, measured with every rank busy as in a run:
+    - per action: each rank runs a one-stage pipeline of one 16-wide linear layer over its own
+      group (ScheduleGPipe, 32 micro-batches of one sample), so a step is all torch's own work
+      (its schedule, the stage's bookkeeping, the loss) and a layer a profile times at a few
+      microseconds; the step's median time over its 64 actions;
+    - a copy: ranks 0 and 1 pass tensors of 4 KiB to 8 MiB back and forth with torch's own P2P
+      (dist.batch_isend_irecv, as the schedules send), half the round trip's median a one-way
+      time, and a line through them gives the link's latency and bandwidth."""
+    backend = "nccl" if args.device == "cuda" else "gloo"
+    dist.init_process_group(backend, rank=rank, world_size=world)
+    try:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+        device = torch.device(f"cuda:{rank % torch.cuda.device_count()}") if args.device == "cuda" else torch.device("cpu")
+        from torch.distributed import pipelining
+        own = [dist.new_group([r]) for r in range(world)][rank]
+        micro_batches, width = 32, 16
+        torch.manual_seed(rank)
+        stage = pipelining.PipelineStage(torch.nn.Sequential(torch.nn.Linear(width, width)).to(device), 0, 1, device,
+                                         group=own)
+        schedule = pipelining.ScheduleGPipe(stage, n_microbatches=micro_batches, loss_fn=torch.nn.functional.mse_loss)
+        x = torch.randn(micro_batches, width, device=device)
+        y = torch.randn(micro_batches, width, device=device)
+        times = []
+        for step in range(5 + args.probe_steps):
+            dist.barrier()
+            start = time.perf_counter()
+            schedule.step(x, target=y)
+            if args.device == "cuda":
+                torch.cuda.synchronize(device)
+            if step >= 5:
+                times.append((time.perf_counter() - start) * 1e3 / (2 * micro_batches))
+        per_action = statistics.median(times)
+        one_way = []
+        for size in PROBE_SIZES:
+            buffer = torch.zeros(size // 4, device=device)
+            rounds = []
+            for k in range(3 + args.probe_steps):
+                dist.barrier()
+                start = time.perf_counter()
+                if rank == 0:
+                    for work in dist.batch_isend_irecv([dist.P2POp(dist.isend, buffer, 1)]):
+                        work.wait()
+                    for work in dist.batch_isend_irecv([dist.P2POp(dist.irecv, buffer, 1)]):
+                        work.wait()
+                elif rank == 1:
+                    for work in dist.batch_isend_irecv([dist.P2POp(dist.irecv, buffer, 0)]):
+                        work.wait()
+                    for work in dist.batch_isend_irecv([dist.P2POp(dist.isend, buffer, 0)]):
+                        work.wait()
+                if k >= 3:
+                    rounds.append((time.perf_counter() - start) * 1e3 / 2)
+            one_way.append(statistics.median(rounds))
+        gathered = [None] * world
+        dist.gather_object(per_action, gathered if rank == 0 else None, dst=0)
+        if rank == 0:
+            latency, bandwidth = one_way_fit(PROBE_SIZES, one_way)
+            report = {"per_action_ms": statistics.median(gathered), "per_action_by_rank_ms": gathered,
+                      "copy_ms": dict(zip(PROBE_SIZES, one_way)), "latency_ms": latency,
+                      "bandwidth_bytes_per_s": bandwidth}
+            if results is not None:
+                results.put(report)
+            else:
+                emit_probe(report, args, world)
+    finally:
+        dist.destroy_process_group()
+
+
+def emit_probe(report, args, world):
+    """A hardware file for torch's runtime: the base one's devices (else cpu:0.. or cuda:0.., of
+    unknown capacity), torch's link and per-action cost, and the runtime named."""
+    if args.hardware:
+        try:
+            with open(args.hardware) as f:
+                hardware = json.load(f)
+        except (OSError, ValueError) as e:
+            raise BadInput(f"{args.hardware}: {first_line(e)}")
+        if hardware.get("format") != "pipetune.hardware/1" or not isinstance(hardware.get("devices"), list):
+            raise BadInput(f"{args.hardware}: expected a pipetune.hardware/1 file with \"devices\"")
+    else:
+        hardware = {"format": "pipetune.hardware/1",
+                    "devices": [{"name": f"{args.device}:{d}", "memory_bytes": 0} for d in range(world)]}
+    hardware.pop("links", None)
+    hardware.pop("calibration", None)  # fitted on pipetune's executor, not torch's runtime
+    hardware.pop("posted_receives", None)
+    hardware["link"] = {"bandwidth_bytes_per_s": report["bandwidth_bytes_per_s"], "latency_ms": report["latency_ms"]}
+    hardware["launch_overhead_ms"] = report["per_action_ms"]
+    hardware["runtime"] = "torch.distributed.pipelining"
+    temporary = args.probe + ".partial"
+    with open(temporary, "w") as f:
+        json.dump(hardware, f, indent=2)
+        f.write("\n")
+    os.replace(temporary, args.probe)
+    if args.json:
+        print(json.dumps(report))
+        return
+    print(f"per action  {report['per_action_ms']:.4f} ms (torch's schedule and stage around a layer; ranks "
+          + ", ".join(f"{t:.4f}" for t in report["per_action_by_rank_ms"]) + ")")
+    for size, ms in report["copy_ms"].items():
+        print(f"copy {size / 1024:>6.0f} KiB  {ms:.4f} ms one way")
+    print(f"link        latency {report['latency_ms']:.4f} ms, {report['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s")
+    print(f"hardware    {args.probe} (runtime torch.distributed.pipelining)")
+
 
 def free_port():
     with socket.socket() as s:
@@ -364,7 +549,7 @@ def free_port():
 def spawned(rank, world, args, plan, results, port):
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     try:
-        rank_main(rank, world, args, plan, results)
+        (probe_main if args.probe else rank_main)(rank, world, args, plan, results)
     except BadInput as e:
         results.put({"error": str(e), "rank": rank})
     except Exception as e:  # torch's own refusals: one line (the whole of it with PIPETUNE_DEBUG)
@@ -377,8 +562,8 @@ def spawned(rank, world, args, plan, results, port):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("builder", metavar="MODULE:FUNCTION")
-    parser.add_argument("--plan", required=True)
+    parser.add_argument("builder", metavar="MODULE:FUNCTION", nargs="?")
+    parser.add_argument("--plan")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--lr", type=float, default=0.01)
@@ -387,18 +572,39 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--trace", metavar="OUT.json")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--probe", metavar="OUT.json",
+                        help="measure torch's per-action and copy costs; write a hardware file for its runtime")
+    parser.add_argument("--devices", type=int, default=2, help="ranks the probe runs (default 2)")
+    parser.add_argument("--hardware", metavar="BASE.json", help="the probe's devices from this hardware file")
+    parser.add_argument("--probe-steps", type=int, default=20, help=argparse.SUPPRESS)
     args = parser.parse_args()
     try:
-        if args.steps < 1 or args.warmup < 0:
-            raise BadInput("--steps: expected at least 1 (and --warmup 0 or more)")
-        plan = load_plan(args.plan)
-        devices, _ = devices_of(plan)
-        if plan["schedule"] in V_SHAPED and args.device == "cpu":
-            raise BadInput(f"{plan['schedule']} on CPU: torch's V schedules pass tensors between the two stages a "
-                           "rank holds as messages to itself, which Gloo cannot send; run it with --device cuda "
-                           "(NCCL), or pick another schedule")
+        if args.probe:
+            if args.builder or args.plan:
+                raise BadInput("--probe measures torch itself: it takes no MODULE:FUNCTION and no --plan")
+            if args.devices < 2:
+                raise BadInput(f"--devices: expected at least 2 (a copy needs two ranks), got {args.devices}")
+            plan, devices = None, args.devices
+            if args.hardware:
+                with open(args.hardware) as f:
+                    devices = len(json.load(f).get("devices", [])) or devices
+        else:
+            if not args.builder or not args.plan:
+                raise BadInput("expected MODULE:FUNCTION and --plan (or --probe OUT.json)")
+            if args.steps < 1 or args.warmup < 0:
+                raise BadInput("--steps: expected at least 1 (and --warmup 0 or more)")
+            plan = load_plan(args.plan)
+            devices, _ = devices_of(plan)
+            if plan["schedule"] in V_SHAPED and args.device == "cpu":
+                raise BadInput(f"{plan['schedule']} on CPU: torch's V schedules pass tensors between the two stages "
+                               "a rank holds as messages to itself, which Gloo cannot send; run it with --device "
+                               "cuda (NCCL), or pick another schedule")
         if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # under torchrun
-            rank_main(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args, plan)
+            if not args.probe and int(os.environ["WORLD_SIZE"]) != devices:
+                raise BadInput(f"the plan runs on {devices} devices, torchrun started {os.environ['WORLD_SIZE']} "
+                               f"ranks: give torchrun --nproc-per-node {devices}")
+            (probe_main if args.probe else rank_main)(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args,
+                                                      plan)
             return 0
         context = mp.get_context("spawn")
         results = context.Queue()
@@ -433,7 +639,7 @@ def main():
             raise BadInput(errors[0]["error"])
         if report is None:
             raise BadInput("a rank failed before reporting (see above)")
-        emit(report, args)
+        emit_probe(report, args, devices) if args.probe else emit(report, args)
         return 0
     except BadInput as e:
         print(f"torch_pipeline.py: {e}", file=sys.stderr)

@@ -31,3 +31,38 @@ def build_tied():
               torch.nn.ReLU(), torch.nn.Linear(16, 4).double()]
     g = torch.Generator().manual_seed(1)
     return layers, (torch.randn(8, 16, generator=g, dtype=torch.float64), torch.randint(0, 4, (8,), generator=g))
+
+
+class Sleep(torch.autograd.Function):
+    """Sleeps a known time in its forward and in its backward: the trace's spans' truth."""
+
+    @staticmethod
+    def forward(ctx, x, forward_s, backward_s):
+        import time
+        time.sleep(forward_s)
+        ctx.backward_s = backward_s
+        return x * 1.0
+
+    @staticmethod
+    def backward(ctx, grad):
+        import time
+        time.sleep(ctx.backward_s)
+        return grad * 1.0, None, None
+
+
+class Sleepy(torch.nn.Module):
+    FORWARD_S, BACKWARD_S = 0.02, 0.04
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return Sleep.apply(self.linear(x), self.FORWARD_S, self.BACKWARD_S)
+
+
+def build_sleepy():
+    """Four children, each sleeping 20 ms forward and 40 ms backward."""
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    return [Sleepy() for _ in range(4)], (torch.randn(4, 8, generator=g), torch.randint(0, 8, (4,), generator=g))

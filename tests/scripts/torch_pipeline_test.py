@@ -15,6 +15,8 @@ RUNNER = os.path.join(HERE, "..", "..", "scripts", "torch_pipeline.py")
 CASES = os.path.join(HERE, "torch_pipeline_cases.py")
 sys.dont_write_bytecode = True
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
+import torch_pipeline  # noqa: E402
 import torch_pipeline_cases  # noqa: E402
 
 STEPS, WARMUP, LR = 3, 1, 0.05
@@ -118,6 +120,62 @@ class TorchPipelineTest(unittest.TestCase):
                 self.assertEqual(e["pid"], [0, 1, 0, 1][e["args"]["stage"]])
                 self.assertGreaterEqual(e["ts"], 0)
 
+    def test_spans_are_the_actions_known_sleeps(self):
+        # Two children a stage, each sleeping 20 ms forward and 40 ms backward: a forward span
+        # of at least 40 ms, a backward of at least 80, and not much more (Python and a tiny
+        # linear layer on top; the tolerance absorbs a busy 2-core machine).
+        trace = os.path.join(self.folder.name, "sleepy.trace.json")
+        plan = {"balance": [2, 2], "chunks": 2, "checkpoint": "never", "schedule": "1f1b"}
+        done = self.run_plan(plan, "--json", "--trace", trace, builder="build_sleepy")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        with open(trace) as f:
+            spans = [e for e in json.load(f)["traceEvents"] if e["ph"] == "X"]
+        self.assertEqual(sorted((e["args"]["stage"], e["args"]["micro_batch"], e["cat"]) for e in spans),
+                         sorted((s, i, k) for s in range(2) for i in range(2) for k in ("forward", "backward")))
+        for e in spans:
+            sleep_ms = 2 * (20 if e["cat"] == "forward" else 40)
+            self.assertGreaterEqual(e["dur"] / 1e3, sleep_ms, e)
+            self.assertLess(e["dur"] / 1e3, sleep_ms + 25, e)
+
+    def test_cpu_peak_is_the_highest_running_total_inside_the_window(self):
+        # Exact bytes. Inside the window a 1 MiB block made before it is freed, a 4 MiB one made
+        # and freed, a 2 MiB one made and kept: the running total goes -1, +3, -1, +1 MiB from
+        # the window's start, so the peak is 3 MiB over it and the window ends 1 MiB over it.
+        peak = torch_pipeline.CpuPeak()
+        before = torch.empty(1 << 18)  # counted: made while recording
+        peak.open_window()
+        start = peak.total
+        del before
+        block = torch.empty(1 << 20)
+        del block
+        kept = torch.empty(1 << 19)
+        self.assertEqual(peak.close_window() - start, 3 << 20)
+        self.assertEqual(peak.total - start, 1 << 20)
+        del kept
+
+    def test_the_link_fit_is_the_line_through_exact_points(self):
+        sizes = torch_pipeline.PROBE_SIZES
+        latency, bandwidth = torch_pipeline.one_way_fit(sizes, [0.25 + b / 2e9 * 1e3 for b in sizes])
+        self.assertAlmostEqual(latency, 0.25, places=9)
+        self.assertAlmostEqual(bandwidth / 2e9, 1.0, places=9)
+
+    def test_probe_writes_a_hardware_file_for_torchs_runtime(self):
+        out = os.path.join(self.folder.name, "torch.hardware.json")
+        environment = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+        done = subprocess.run([sys.executable, RUNNER, "--probe", out, "--probe-steps", "3", "--json"],
+                              cwd=self.folder.name, env=environment, capture_output=True, text=True, timeout=240)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        with open(out) as f:
+            hardware = json.load(f)
+        self.assertEqual(hardware["format"], "pipetune.hardware/1")
+        self.assertEqual(hardware["runtime"], "torch.distributed.pipelining")
+        self.assertEqual([d["name"] for d in hardware["devices"]], ["cpu:0", "cpu:1"])
+        self.assertGreater(hardware["launch_overhead_ms"], 0)
+        self.assertGreater(hardware["link"]["bandwidth_bytes_per_s"], 0)
+        self.assertGreaterEqual(hardware["link"]["latency_ms"], 0)
+        report = json.loads(done.stdout.strip().splitlines()[-1])
+        self.assertEqual(len(report["per_action_by_rank_ms"]), 2)
+
     def test_what_torch_cannot_run_is_one_line(self):
         refusals = {
             "except_last": ({"balance": [4, 3], "chunks": 2, "checkpoint": "except_last", "schedule": "1f1b"},
@@ -131,12 +189,23 @@ class TorchPipelineTest(unittest.TestCase):
         }
         for name, (plan, words) in refusals.items():
             with self.subTest(case=name):
+                self.assert_one_line(self.run_plan(plan), words)
+        # Under torchrun, a world that is not the plan's devices: refused before any rank waits.
+        with self.subTest(case="world size"):
+            plan = {"balance": [4, 3], "chunks": 2, "checkpoint": "never", "schedule": "gpipe"}
+            os.environ.update(RANK="0", WORLD_SIZE="3", MASTER_ADDR="127.0.0.1", MASTER_PORT="1")
+            try:
                 done = self.run_plan(plan)
-                self.assertEqual(done.returncode, 2, done.stderr)
-                lines = done.stderr.strip().splitlines()
-                self.assertEqual(len(lines), 1, done.stderr)
-                self.assertIn(words, lines[0])
+            finally:
+                for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+                    del os.environ[name]
+            self.assert_one_line(done, "the plan runs on 2 devices, torchrun started 3 ranks")
 
+    def assert_one_line(self, done, words):
+        self.assertEqual(done.returncode, 2, done.stderr)
+        lines = done.stderr.strip().splitlines()
+        self.assertEqual(len(lines), 1, done.stderr)
+        self.assertIn(words, lines[0])
 
 if __name__ == "__main__":
     unittest.main()
