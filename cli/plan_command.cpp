@@ -13,6 +13,7 @@
 #include "sim/error.hpp"
 #include "sim/limits.hpp"
 #include "sim/planner.hpp"
+#include "sim/runtime_support.hpp"
 #include "sim/units.hpp"
 
 namespace pipetune::cli {
@@ -180,6 +181,17 @@ void add_plan_command(CLI::App& app, std::vector<Command>& commands) {
     options.top = static_cast<std::size_t>(flags->top);
     options.search_budget = flags->budget;
     options.worst_order_memory = flags->memory_order == "worst";
+    // A plan for torch's runtime must be one it runs (sim/runtime_support.hpp).
+    const std::string refused =
+        keep_what_the_runtime_runs(options, hardware, profile.batch_size, profile.device.type);
+    if (!refused.empty())
+      throw InputError(fmt::format("{}: {}", flags->hardware.hardware_path, refused));
+    if (hardware.runtime == Runtime::TorchPipelining) {
+      note +=
+          "; only plans torch runs: chunk counts that split the batch evenly, checkpoint never or "
+          "always";
+      if (profile.device.type == "cpu") note += ", no V schedules on CPU";
+    }
     for (int c : options.chunks) {
       if (c < 1 || c > max_chunks(profile.batch_size)) {
         throw InputError(fmt::format("--chunks: expected {}, got {}",

@@ -15,6 +15,7 @@
 #include "sim/critical_path.hpp"
 #include "sim/error.hpp"
 #include "sim/plan.hpp"
+#include "sim/runtime_support.hpp"
 #include "sim/schedule_csv.hpp"
 #include "sim/simulator.hpp"
 #include "sim/trace.hpp"
@@ -147,6 +148,11 @@ void add_simulate_command(CLI::App& app, std::vector<Command>& commands) {
                                                given ? given->ranks() : device_count(plan), &note);
     if (given) use_schedule_csv(*given, flags->schedule_csv, hardware, plan);
     check_plan(plan, profile, hardware, plan_source(flags->plan));
+    if (hardware.runtime == Runtime::TorchPipelining) {
+      // A what-if is allowed, but not without saying torch would refuse it.
+      const std::string refused = torch_cannot_run(plan, profile.batch_size, profile.device.type);
+      if (!refused.empty()) note += "; torch cannot run this plan: " + refused;
+    }
     print_note(note);
 
     const Simulator simulator(profile, hardware);

@@ -70,6 +70,10 @@ INSTANTIATE_TEST_SUITE_P(
         GoldenCase{"simulate_torch_runtime_json",
                    {"simulate", "--profile", kProfile, "--plan", kPlan, "--hardware",
                     "tests/data/hardware-2-torch.json", "--json"}},
+        // Planning for torch: only chunk counts that split the batch evenly, never or always.
+        GoldenCase{"plan_torch_runtime",
+                   {"plan", "--profile", kProfile, "--hardware", "tests/data/hardware-2-torch.json",
+                    "--top", "2"}},
         GoldenCase{"simulate_sm_shares",
                    {"simulate", "--profile", kProfile, "--plan", kPlan, "--hardware",
                     "tests/data/hardware-shares-2.json"}},

@@ -1,0 +1,72 @@
+#include "sim/runtime_support.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <iterator>
+
+#include "sim/planner.hpp"
+
+namespace pipetune {
+namespace {
+
+bool even_split(std::int64_t batch_size, int chunks) {
+  const std::vector<std::int64_t> sizes = split_batch(batch_size, chunks);
+  return sizes.front() == sizes.back();
+}
+
+bool v_shaped(ScheduleKind kind) {
+  return kind == ScheduleKind::ZBV || kind == ScheduleKind::DualPipeV;
+}
+
+}  // namespace
+
+std::string torch_cannot_run(const Plan& plan, std::int64_t batch_size,
+                             std::string_view device_type) {
+  if (!even_split(batch_size, plan.chunks)) {
+    const std::vector<std::int64_t> sizes = split_batch(batch_size, plan.chunks);
+    return fmt::format(
+        "a batch of {} in {} chunks makes micro-batches of {} and {}: torch's stages check every "
+        "micro-batch against one shape",
+        batch_size, plan.chunks, sizes.front(), sizes.back());
+  }
+  if (plan.checkpoint == CheckpointMode::ExceptLast) {
+    return "checkpoint except_last: torch's PipelineStage runs one module for every micro-batch";
+  }
+  if (v_shaped(plan.schedule) && device_type == "cpu") {
+    return fmt::format(
+        "{} on CPU: torch's V schedules send tensors between a rank's two stages as messages to "
+        "itself, which Gloo cannot carry",
+        to_string(plan.schedule));
+  }
+  return "";
+}
+
+std::string keep_what_the_runtime_runs(PlannerOptions& options, const Hardware& hardware,
+                                       std::int64_t batch_size, std::string_view device_type) {
+  if (hardware.runtime != Runtime::TorchPipelining) return "";
+  std::vector<int> chunks = options.chunks;
+  if (chunks.empty()) {
+    for (int c = 1; c <= max_chunks(batch_size); ++c) chunks.push_back(c);
+  }
+  std::erase_if(chunks, [&](int c) { return !even_split(batch_size, c); });
+  std::erase(options.checkpoints, CheckpointMode::ExceptLast);
+  if (device_type == "cpu") std::erase_if(options.schedules, v_shaped);
+  if (chunks.empty()) {
+    return fmt::format(
+        "no chunk count asked for splits the batch of {} evenly, as torch's stages need",
+        batch_size);
+  }
+  if (options.checkpoints.empty()) {
+    return "torch's PipelineStage cannot checkpoint all but the last micro-batch "
+           "(except_last); ask for never or always";
+  }
+  if (options.schedules.empty()) {
+    return "torch's V schedules (zbv, dualpipev) cannot run on CPU ranks over Gloo; ask for "
+           "another schedule";
+  }
+  options.chunks = std::move(chunks);
+  return "";
+}
+
+}  // namespace pipetune
