@@ -1,6 +1,10 @@
 #include "gui/widgets/planner_worker.hpp"
 
 #include <exception>
+#include <stdexcept>
+#include <string>
+
+#include "sim/runtime_support.hpp"
 
 namespace pipetune::gui {
 
@@ -35,6 +39,10 @@ bool PlannerWorker::start(const Profile& profile, const Hardware& hardware,
           Qt::QueuedConnection);
     };
     try {
+      // For torch's runtime, only plans torch runs (sim/runtime_support.hpp).
+      const std::string refused =
+          keep_what_the_runtime_runs(options, hardware, profile.batch_size, profile.device.type);
+      if (!refused.empty()) throw std::invalid_argument(refused);
       auto result =
           std::make_shared<const PlanSearchResult>(find_best_plans(profile, hardware, options));
       QMetaObject::invokeMethod(
