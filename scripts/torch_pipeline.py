@@ -504,17 +504,23 @@ def probe_main(rank, world, args, plan=None, results=None):
         dist.destroy_process_group()
 
 
+def read_hardware(path):
+    try:
+        with open(path) as f:
+            hardware = json.load(f)
+    except (OSError, ValueError) as e:
+        raise BadInput(f"{path}: {first_line(e)}")
+    if not isinstance(hardware, dict) or hardware.get("format") != "pipetune.hardware/1" \
+            or not isinstance(hardware.get("devices"), list):
+        raise BadInput(f"{path}: expected a pipetune.hardware/1 file with \"devices\"")
+    return hardware
+
+
 def emit_probe(report, args, world):
     """A hardware file for torch's runtime: the base one's devices (else cpu:0.. or cuda:0.., of
     unknown capacity), torch's link and per-action cost, and the runtime named."""
     if args.hardware:
-        try:
-            with open(args.hardware) as f:
-                hardware = json.load(f)
-        except (OSError, ValueError) as e:
-            raise BadInput(f"{args.hardware}: {first_line(e)}")
-        if hardware.get("format") != "pipetune.hardware/1" or not isinstance(hardware.get("devices"), list):
-            raise BadInput(f"{args.hardware}: expected a pipetune.hardware/1 file with \"devices\"")
+        hardware = read_hardware(args.hardware)
     else:
         hardware = {"format": "pipetune.hardware/1",
                     "devices": [{"name": f"{args.device}:{d}", "memory_bytes": 0} for d in range(world)]}
@@ -586,8 +592,9 @@ def main():
                 raise BadInput(f"--devices: expected at least 2 (a copy needs two ranks), got {args.devices}")
             plan, devices = None, args.devices
             if args.hardware:
-                with open(args.hardware) as f:
-                    devices = len(json.load(f).get("devices", [])) or devices
+                devices = len(read_hardware(args.hardware)["devices"])
+                if devices < 2:
+                    raise BadInput(f"{args.hardware}: devices: expected at least 2 (a copy needs two ranks)")
         else:
             if not args.builder or not args.plan:
                 raise BadInput("expected MODULE:FUNCTION and --plan (or --probe OUT.json)")

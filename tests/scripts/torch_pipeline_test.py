@@ -176,6 +176,23 @@ class TorchPipelineTest(unittest.TestCase):
         report = json.loads(done.stdout.strip().splitlines()[-1])
         self.assertEqual(len(report["per_action_by_rank_ms"]), 2)
 
+    def test_probe_refuses_bad_input_in_one_line(self):
+        one_device = os.path.join(self.folder.name, "one.json")
+        with open(one_device, "w") as f:
+            json.dump({"format": "pipetune.hardware/1", "devices": [{"name": "cpu:0", "memory_bytes": 0}]}, f)
+        cases = {
+            "missing base": (["--hardware", os.path.join(self.folder.name, "none.json")], "No such file"),
+            "one device": (["--hardware", one_device], "expected at least 2"),
+            "a model too": ([f"{CASES}:build"], "takes no MODULE:FUNCTION"),
+        }
+        for name, (extra, words) in cases.items():
+            with self.subTest(case=name):
+                out = os.path.join(self.folder.name, "probe.json")
+                done = subprocess.run([sys.executable, RUNNER, "--probe", out, *extra], cwd=self.folder.name,
+                                      capture_output=True, text=True, timeout=120)
+                self.assert_one_line(done, words)
+                self.assertFalse(os.path.exists(out))
+
     def test_what_torch_cannot_run_is_one_line(self):
         refusals = {
             "except_last": ({"balance": [4, 3], "chunks": 2, "checkpoint": "except_last", "schedule": "1f1b"},
