@@ -8,6 +8,8 @@ memory, as one Markdown row a plan.
 A plan is written short, as the reports write it: "[BALANCE] xCHUNKS CHECKPOINT SCHEDULE" (two
 stages a device for the looped schedules). The profile is pipetune's (`pipetune profile`, one
 intra-op thread a device as torch's ranks run); the hardware file torch_pipeline.py --probe's.
+With --eager-profile (scripts/eager_profile.py's retiming of that profile on the model's Python
+modules), a column more: the prediction for torch's runtime from the eager times.
 """
 import argparse
 import json
@@ -30,9 +32,9 @@ def plan_of(text):
     return plan
 
 
-def predicted(args, plan_path, hardware):
-    done = subprocess.run([args.pipetune, "simulate", "--profile", args.profile, "--plan", plan_path, "--json",
-                           *hardware], capture_output=True, text=True)
+def predicted(args, plan_path, hardware, profile=None):
+    done = subprocess.run([args.pipetune, "simulate", "--profile", profile or args.profile, "--plan", plan_path,
+                           "--json", *hardware], capture_output=True, text=True)
     if done.returncode:
         sys.exit(f"torch_record.py: simulate: {done.stderr.strip()}")
     report = json.loads(done.stdout)
@@ -44,14 +46,16 @@ def main():
     parser.add_argument("--builder", required=True)
     parser.add_argument("--profile", required=True)
     parser.add_argument("--hardware", required=True, help="torch_pipeline.py --probe's hardware file")
+    parser.add_argument("--eager-profile", help="scripts/eager_profile.py's retiming of --profile")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--python", default=os.path.expanduser("~/.cache/pipetune/venv/bin/python"))
     parser.add_argument("--pipetune", default=os.path.join(ROOT, "build", "cli", "pipetune"))
     parser.add_argument("plans", nargs="+")
     args = parser.parse_args()
-    print("| plan | torch ms | predicted for torch | for pipetune's executor | peaks measured (MB) "
+    eager = "| predicted for torch, eager profile " if args.eager_profile else ""
+    print(f"| plan | torch ms {eager}| predicted for torch | for pipetune's executor | peaks measured (MB) "
           "| memory error for torch | for pipetune's executor |")
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|" + ("---|" if eager else ""))
     with tempfile.TemporaryDirectory() as folder:
         for text in args.plans:
             plan = plan_of(text)
@@ -70,11 +74,18 @@ def main():
             torch_ms, torch_peaks = predicted(args, plan_path, ["--hardware", args.hardware])
             own_ms, own_peaks = predicted(args, plan_path, ["--devices", str(len(peaks))])
 
+            def error(ms):
+                return f"{ms:.2f} ({(ms / measured_ms - 1) * 100:+.1f} %)"
+
+            eager_column = ""
+            if args.eager_profile:
+                eager_ms, _ = predicted(args, plan_path, ["--hardware", args.hardware], args.eager_profile)
+                eager_column = f"| {error(eager_ms)} "
+
             def errors(values):
                 return ", ".join(f"{(p / m - 1) * 100:+.1f} %" for p, m in zip(values, peaks))
 
-            print(f"| `{text}` | {measured_ms:.2f} | {torch_ms:.2f} ({(torch_ms / measured_ms - 1) * 100:+.1f} %) "
-                  f"| {own_ms:.2f} ({(own_ms / measured_ms - 1) * 100:+.1f} %) "
+            print(f"| `{text}` | {measured_ms:.2f} {eager_column}| {error(torch_ms)} | {error(own_ms)} "
                   f"| {', '.join(f'{p / 1e6:.2f}' for p in peaks)} | {errors(torch_peaks)} | {errors(own_peaks)} |",
                   flush=True)
 

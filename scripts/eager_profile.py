@@ -1,0 +1,428 @@
+"""Retimes a pipetune profile on the model's own Python modules, as torch.distributed.pipelining
+runs them, so that pipetune predicts a plan's time on torch's runtime rather than on its own
+executor's TorchScript.
+
+    python scripts/eager_profile.py MODULE:FUNCTION --profile profile.json -o eager.profile.json
+        [--loss cross_entropy|mse] [--threads N] [--warmup N] [--repeats N] [--co-runners K]
+
+MODULE:FUNCTION is the builder scripts/export_model.py and scripts/torch_pipeline.py take;
+profile.json is `pipetune profile`'s of its export (same children, same example batch size).
+pipetune's profiler times the exported TorchScript children, which run faster than the Python
+modules torch's stages call (on a CPU, a quarter slower eager on GPT-2's blocks at small
+micro-batches: Python's dispatch of every op). This script times each child the way the profiler
+does, in one process with the profile's intra-op threads: per micro-batch size of the profile,
+each repetition runs the forward without autograd through every child, then the forward and the
+backward through every child, each child timed alone and joined to the next by a detached
+tensor, then the backward split as zero-bubble schedules run it (the input's gradient, the graph
+kept, then the weights'); the medians and median absolute deviations of the timed repetitions
+replace the profile's times.
+
+Only the times change; what the profile measured of memory stays (the exported children keep
+the same tensors as the Python modules; on a CPU one exception, eager dropout's float32 mask:
+docs/torch.md). Times measured with the cache emptied (`*_cold_ms`) keep the profile's extra
+time over its hot time (the cache's cost does not depend on who dispatched the op). With
+co-runners (the profile's `co_runners`, or --co-runners K), each child is timed again beside K
+processes, each running its own copy of the same child in a loop as torch's other ranks do, and
+`*_corun_ms` is the eager time times that slowdown, as pipetune's profiler writes it. CPU
+profiles only: on a GPU a child's device time does not depend on who launched it.
+
+Bad input (a builder that fails, a profile that does not load or does not fit the model, a GPU
+profile): one line on stderr, exit status 2, nothing written. Needs only torch.
+"""
+
+import argparse
+import json
+import multiprocessing
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from export_model import BadInput, as_batch, as_sequential, first_line, load_function  # noqa: E402
+
+
+def base_loss(name):
+    """The loss the profile's last child is timed with, as torch_pipeline.py trains it."""
+    if name == "mse":
+        return torch.nn.functional.mse_loss
+
+    def cross_entropy(output, target):
+        if target.is_floating_point():
+            return torch.nn.functional.cross_entropy(output.flatten(0, -2), target.flatten(0, -2))
+        return torch.nn.functional.cross_entropy(output.flatten(0, -2), target.flatten())
+
+    return cross_entropy
+
+
+def median_and_spread(values):
+    """The median and the median absolute deviation, as pipetune's profiler computes them."""
+    if not values:
+        return 0.0, 0.0
+    middle = statistics.median(values)
+    return middle, statistics.median([abs(v - middle) for v in values])
+
+
+def samples(tensor, size):
+    """The first `size` samples of the example batch, repeated when it holds fewer."""
+    if size <= tensor.shape[0]:
+        return tensor[:size].clone()
+    repeats = -(-size // tensor.shape[0])
+    return torch.cat([tensor] * repeats)[:size].clone()
+
+
+def layer_input(previous, layer):
+    """A child's input as a stage's intermediate: (leaf receiving the gradient or None, x)."""
+    if layer == 0 or not previous.is_floating_point():
+        return None, previous.detach().clone()
+    leaf = previous.detach().requires_grad_(True)
+    return leaf, leaf.clone()
+
+
+class Runner:
+    """The children and what running one means: its forward, plus the loss for the last."""
+
+    def __init__(self, children, loss, target):
+        self.children, self.loss, self.target = children, loss, target
+
+    def forward(self, layer, x):
+        """What backward starts from (the loss, or the output) and the output."""
+        y = self.children[layer](x)
+        if layer + 1 < len(self.children):
+            return y, y
+        return self.loss(y, self.target), y
+
+    def parameters(self, layer):
+        return [p for p in self.children[layer].parameters() if p.requires_grad]
+
+
+class Clock:
+    """Wall-clock regions, milliseconds."""
+
+    def __init__(self):
+        self.times = {}
+
+    def region(self, timed, key, work):
+        if not timed:
+            return work()
+        began = time.perf_counter()
+        result = work()
+        self.times.setdefault(key, []).append((time.perf_counter() - began) * 1e3)
+        return result
+
+
+def repetition(run, x0, clock, timed):
+    """One repetition of the profiler's passes through every child, each child's timed alone."""
+    count = len(run.children)
+    with torch.no_grad():
+        current = x0
+        for layer in range(count):
+            current = clock.region(timed, ("nograd", layer), lambda: run.forward(layer, current)[1])
+
+    # The forward and the backward through every child.
+    inputs, roots, current = [], [], x0
+    for layer in range(count):
+        leaf, x = layer_input(current, layer)
+        root, current = clock.region(timed, ("forward", layer), lambda: run.forward(layer, x))
+        inputs.append(leaf)
+        roots.append(root)
+    gradient = None
+    for layer in reversed(range(count)):
+        if not roots[layer].requires_grad:
+            break  # nothing before can need a gradient either
+        seed = None if layer + 1 == count else gradient
+        clock.region(timed, ("backward", layer), lambda: torch.autograd.backward(roots[layer], seed))
+        roots[layer] = None
+        gradient = inputs[layer].grad if inputs[layer] is not None else None
+        if gradient is None:
+            break
+
+    # The backward split: I (the input's gradient, the graph kept), then W (the weights').
+    inputs, roots, current = [], [], x0
+    for layer in range(count):
+        leaf, x = layer_input(current, layer)
+        root, current = run.forward(layer, x)
+        inputs.append(leaf)
+        roots.append(root)
+    gradient = None
+    for layer in reversed(range(count)):
+        if not roots[layer].requires_grad:
+            break
+        seed = None if layer + 1 == count else gradient
+        parameters = run.parameters(layer)
+        input_gradient = None
+        if inputs[layer] is not None:
+            input_gradient = clock.region(timed, ("input", layer), lambda: torch.autograd.grad(
+                roots[layer], inputs[layer], seed, retain_graph=bool(parameters), allow_unused=True)[0])
+        if parameters:
+            clock.region(timed, ("weight", layer),
+                         lambda: torch.autograd.backward(roots[layer], seed, inputs=parameters))
+        roots[layer] = None
+        gradient = input_gradient
+        if gradient is None:
+            break
+
+
+def forward_backward(run, layer, inputs_by_layer, clock, timed):
+    """One forward and backward of one child on its own copy of its input."""
+    leaf, x = layer_input(inputs_by_layer[layer], layer)
+    root, _ = clock.region(timed, ("forward", layer), lambda: run.forward(layer, x))
+    if not root.requires_grad:
+        return
+    seed = None if layer + 1 == len(run.children) else torch.ones_like(root)
+    clock.region(timed, ("backward", layer), lambda: torch.autograd.backward(root, seed))
+
+
+def inputs_of_every_layer(run, x0):
+    """Each child's input at one size, without autograd."""
+    with torch.no_grad():
+        out, current = [], x0
+        for layer in range(len(run.children)):
+            out.append(current)
+            current = run.forward(layer, current)[1]
+    return out
+
+
+def build(builder, loss_name, seed):
+    torch.manual_seed(seed)
+    model, batch = load_function(builder)()
+    children = list(as_sequential(model).children())
+    inputs, targets = as_batch(batch)
+    return children, inputs, targets, base_loss(loss_name)
+
+
+def co_runner(builder, loss_name, seed, threads, commands, replies, stop):
+    """Another rank's process: its own copy of the model, running the child it is told to in a
+    loop until `stop` is set."""
+    try:
+        torch.set_num_threads(threads)
+        children, inputs, targets, loss = build(builder, loss_name, seed)
+        by_size = {}
+        replies.put(("ready", None))
+        while True:
+            command = commands.get()
+            if command is None:
+                return
+            layer, size = command
+            if size not in by_size:
+                run = Runner(children, loss, samples(targets, size))
+                by_size[size] = (run, inputs_of_every_layer(run, samples(inputs, size)))
+            run, inputs_by_layer = by_size[size]
+            clock, started = Clock(), False
+            while not stop.is_set():
+                forward_backward(run, layer, inputs_by_layer, clock, False)
+                if not started:
+                    started = True
+                    replies.put(("running", None))
+            replies.put(("stopped", None))
+    except Exception as e:  # noqa: BLE001 - the parent reports it in one line
+        replies.put(("error", first_line(e)))
+
+
+class CoRunners:
+    """K processes that run a child beside the timed one, started once for the whole profile."""
+
+    def __init__(self, count, builder, loss_name, seed, threads):
+        context = multiprocessing.get_context("spawn")
+        self.stop = context.Event()
+        self.replies = context.Queue()
+        self.commands = [context.Queue() for _ in range(count)]
+        self.processes = [context.Process(target=co_runner, daemon=True,
+                                          args=(builder, loss_name, seed, threads, q, self.replies, self.stop))
+                          for q in self.commands]
+        for p in self.processes:
+            p.start()
+        self.wait_for("ready")
+
+    def wait_for(self, state):
+        for _ in self.processes:
+            while True:
+                try:
+                    kind, detail = self.replies.get(timeout=1.0)
+                    break
+                except Exception:  # queue.Empty: is anyone still alive?
+                    if any(p.exitcode not in (None, 0) for p in self.processes):
+                        raise BadInput("a co-runner process died (see above)")
+            if kind == "error":
+                raise BadInput(f"a co-runner: {detail}")
+            if kind != state:
+                raise BadInput(f"a co-runner said {kind}, expected {state}")
+
+    def beside(self, layer, size, work):
+        """`work()` while every co-runner runs `layer` at `size`."""
+        self.stop.clear()
+        for q in self.commands:
+            q.put((layer, size))
+        self.wait_for("running")
+        try:
+            return work()
+        finally:
+            self.stop.set()
+            self.wait_for("stopped")
+
+    def close(self):
+        for q in self.commands:
+            q.put(None)
+        for p in self.processes:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+
+
+def read_profile(path, children):
+    try:
+        with open(path) as f:
+            profile = json.load(f)
+    except (OSError, ValueError) as e:
+        raise BadInput(f"{path}: {first_line(e)}")
+    if not isinstance(profile, dict) or not isinstance(profile.get("layers"), list):
+        raise BadInput(f"{path}: expected a pipetune profile (an object with \"layers\")")
+    sizes = profile.get("micro_batch_sizes")
+    if not isinstance(sizes, list) or not sizes or any(not isinstance(s, int) or s < 1 for s in sizes):
+        raise BadInput(f"{path}: micro_batch_sizes: expected positive integers, got {sizes}")
+    if len(profile["layers"]) != len(children):
+        raise BadInput(f"{path}: layers: the profile has {len(profile['layers'])} layers, the model has "
+                       f"{len(children)} children (profile the export of this builder)")
+    if "forward_launch_ms" in profile["layers"][0] or profile.get("timer", "clock") != "clock":
+        raise BadInput(f"{path}: a GPU profile (timer {profile.get('timer')}): retime CPU profiles only; on a GPU "
+                       "a child's device time does not depend on who launched it")
+    return profile
+
+
+def retime(profile, times, slowdown):
+    """The profile with its times replaced by `times[(kind, layer)][size index]` = (median, MAD)."""
+    out = json.loads(json.dumps(profile))
+    sizes = len(profile["micro_batch_sizes"])
+    for index, layer in enumerate(out["layers"]):
+        def column(kind, part=0):
+            return [times[(kind, index)][s][part] for s in range(sizes)]
+
+        old_forward, old_backward = list(layer["forward_ms"]), list(layer["backward_ms"])
+        layer["forward_ms"], layer["backward_ms"] = column("forward"), column("backward")
+        if "forward_nograd_ms" in layer:
+            layer["forward_nograd_ms"] = column("nograd")
+        if "backward_input_ms" in layer:
+            layer["backward_input_ms"], layer["backward_weight_ms"] = column("input"), column("weight")
+        layer["forward_ms_spread"], layer["backward_ms_spread"] = column("forward", 1), column("backward", 1)
+        for cold, hot, old in (("forward_cold_ms", "forward_ms", old_forward),
+                               ("backward_cold_ms", "backward_ms", old_backward)):
+            if cold in layer:
+                layer[cold] = [new + max(0.0, c - o) for new, c, o in zip(layer[hot], layer[cold], old)]
+        for corun, hot, kind in (("forward_corun_ms", "forward_ms", "forward"),
+                                 ("backward_corun_ms", "backward_ms", "backward")):
+            if slowdown is None:
+                layer.pop(corun, None)
+            else:
+                layer[corun] = [t * slowdown[(kind, index)][s] for s, t in enumerate(layer[hot])]
+    if slowdown is None:
+        out.pop("co_runners", None)
+    return out
+
+
+def measure(args, profile, children, inputs, targets, loss, progress):
+    """Every child's eager times per size, and its slowdown beside the co-runners."""
+    sizes = profile["micro_batch_sizes"]
+    count = len(children)
+    times = {(kind, layer): [] for kind in ("nograd", "forward", "backward", "input", "weight")
+             for layer in range(count)}
+    slowdown = None
+    for s, size in enumerate(sizes):
+        run = Runner(children, loss, samples(targets, size))
+        x0 = samples(inputs, size)
+        clock = Clock()
+        for r in range(args.warmup + args.repeats):
+            repetition(run, x0, clock, r >= args.warmup)
+        for key in times:
+            times[key].append(median_and_spread(clock.times.get(key, [])))
+        progress(f"size {size}: timed")
+    if args.co_runners > 0:
+        slowdown = {(kind, layer): [] for kind in ("forward", "backward") for layer in range(count)}
+        runners = CoRunners(args.co_runners, args.builder, args.loss, args.seed, args.threads)
+        try:
+            for size in sizes:
+                run = Runner(children, loss, samples(targets, size))
+                inputs_by_layer = inputs_of_every_layer(run, samples(inputs, size))
+                for layer in range(count):
+                    def timed_rounds():
+                        clock = Clock()
+                        for r in range(args.warmup + args.repeats):
+                            forward_backward(run, layer, inputs_by_layer, clock, r >= args.warmup)
+                        return clock.times
+
+                    alone = timed_rounds()
+                    together = runners.beside(layer, size, timed_rounds)
+                    for kind in ("forward", "backward"):
+                        solo = median_and_spread(alone.get((kind, layer), []))[0]
+                        next_to = median_and_spread(together.get((kind, layer), []))[0]
+                        # Below the solo time is noise, as the profiler reads it.
+                        slowdown[(kind, layer)].append(max(1.0, next_to / solo) if solo > 0 else 1.0)
+                progress(f"size {size}: beside {args.co_runners} co-runner(s)")
+        finally:
+            runners.close()
+    return times, slowdown
+
+
+def write_atomically(path, document):
+    folder = os.path.dirname(os.path.abspath(path))
+    handle, temporary = tempfile.mkstemp(dir=folder, prefix=".eager_profile.")
+    try:
+        with os.fdopen(handle, "w") as f:
+            json.dump(document, f, indent=1)
+            f.write("\n")
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("builder", metavar="MODULE:FUNCTION")
+    parser.add_argument("--profile", required=True, help="pipetune profile of the builder's export")
+    parser.add_argument("-o", "--out", required=True, help="the retimed profile")
+    parser.add_argument("--loss", choices=("cross_entropy", "mse"), default="cross_entropy")
+    parser.add_argument("--threads", type=int, help="intra-op threads (default: the profile's)")
+    parser.add_argument("--warmup", type=int, help="untimed repetitions (default: the profile's)")
+    parser.add_argument("--repeats", type=int, help="timed repetitions (default: the profile's)")
+    parser.add_argument("--co-runners", type=int, help="processes running beside (default: the profile's)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    args = parser.parse_args()
+    try:
+        children, inputs, targets, loss = build(args.builder, args.loss, args.seed)
+        profile = read_profile(args.profile, children)
+        meta = profile.get("meta", {}) if isinstance(profile.get("meta"), dict) else {}
+        for name, default in (("threads", 1), ("warmup", 2), ("repeats", 5)):
+            if getattr(args, name) is None:
+                setattr(args, name, int(meta.get(name, default)))
+        if args.co_runners is None:
+            args.co_runners = int(profile.get("co_runners", 0))
+        if args.threads < 1 or args.warmup < 0 or args.repeats < 1 or args.co_runners < 0:
+            raise BadInput("--threads and --repeats: expected at least 1; --warmup and --co-runners at least 0")
+        torch.set_num_threads(args.threads)
+
+        def progress(line):
+            if not args.quiet:
+                print(f"eager_profile.py: {line}", file=sys.stderr, flush=True)
+
+        times, slowdown = measure(args, profile, children, inputs, targets, loss, progress)
+        out = retime(profile, times, slowdown)
+        if slowdown is not None:
+            out["co_runners"] = args.co_runners
+        out.setdefault("meta", {})
+        if isinstance(out["meta"], dict):
+            out["meta"]["eager"] = {"builder": args.builder, "threads": args.threads, "warmup": args.warmup,
+                                    "repeats": args.repeats, "co_runners": args.co_runners,
+                                    "torch": torch.__version__}
+        write_atomically(args.out, out)
+        return 0
+    except BadInput as e:
+        print(f"eager_profile.py: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

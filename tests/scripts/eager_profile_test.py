@@ -1,0 +1,148 @@
+"""scripts/eager_profile.py: a model whose children sleep known times (the truth the retimed
+profile must hold), a real profile of an exported MLP that pipetune loads again after retiming,
+and one line, exit status 2, nothing written, for input that does not fit."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPTS = os.path.join(HERE, "..", "..", "scripts")
+RETIMER = os.path.join(SCRIPTS, "eager_profile.py")
+CASES = os.path.join(HERE, "torch_pipeline_cases.py")
+sys.dont_write_bytecode = True
+sys.path.insert(0, HERE)
+import torch_pipeline_cases  # noqa: E402
+
+FORWARD_MS = torch_pipeline_cases.Sleepy.FORWARD_S * 1e3
+BACKWARD_MS = torch_pipeline_cases.Sleepy.BACKWARD_S * 1e3
+# time.sleep oversleeps by the scheduler's slack and the child's linear layer adds its own
+# microseconds; a 2-core machine busy with other tests can add a few milliseconds more.
+SLACK_MS = 8.0
+SIZES = [1, 2, 4]
+
+
+def fabricated_profile(layers=4):
+    """A CPU profile of `layers` children at SIZES, every time field present and wrong (99 ms),
+    every memory field a marker the retimed profile must keep."""
+    def per_size(value):
+        return [value] * len(SIZES)
+
+    return {
+        "format": "pipetune.profile/1", "model": "sleepy", "device": "cpu", "dtype": "float32", "timer": "clock",
+        "batch_size": 4, "micro_batch_sizes": SIZES, "input_bytes": per_size(128), "co_runners": 1,
+        "layers": [{
+            "name": str(i), "param_bytes": 288, "output_bytes": per_size(1000 + i), "saved_bytes": per_size(77),
+            "forward_ms": per_size(99.0), "backward_ms": per_size(99.0), "forward_nograd_ms": per_size(99.0),
+            "backward_input_ms": per_size(99.0), "backward_weight_ms": per_size(99.0),
+            "forward_cold_ms": per_size(101.0), "backward_cold_ms": per_size(99.0),
+            "forward_corun_ms": per_size(150.0), "backward_corun_ms": per_size(150.0),
+        } for i in range(layers)],
+        "meta": {"threads": 1, "warmup": 1, "repeats": 3, "kept": "verbatim"},
+    }
+
+
+class EagerProfileTest(unittest.TestCase):
+    def setUp(self):
+        self.folder = tempfile.TemporaryDirectory()
+        self.addCleanup(self.folder.cleanup)
+
+    def path(self, name):
+        return os.path.join(self.folder.name, name)
+
+    def retime(self, builder, profile, *extra):
+        with open(self.path("profile.json"), "w") as f:
+            json.dump(profile, f)
+        environment = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+        return subprocess.run([sys.executable, RETIMER, builder, "--profile", self.path("profile.json"),
+                               "-o", self.path("eager.json"), "--quiet", *extra],
+                              cwd=self.folder.name, env=environment, capture_output=True, text=True, timeout=240)
+
+    def assertNear(self, got, expected, what):
+        self.assertGreaterEqual(got, expected - 0.5, what)
+        self.assertLess(got, expected + SLACK_MS, what)
+
+    def test_times_are_the_sleeps_and_memory_stays(self):
+        done = self.retime(f"{CASES}:build_sleepy", fabricated_profile())
+        self.assertEqual(done.returncode, 0, done.stderr)
+        with open(self.path("eager.json")) as f:
+            out = json.load(f)
+        before = fabricated_profile()
+        for i, layer in enumerate(out["layers"]):
+            for s in range(len(SIZES)):
+                where = f"layer {i} size {SIZES[s]}"
+                self.assertNear(layer["forward_ms"][s], FORWARD_MS, f"forward, {where}")
+                self.assertNear(layer["forward_nograd_ms"][s], FORWARD_MS, f"nograd forward, {where}")
+                self.assertNear(layer["backward_ms"][s], BACKWARD_MS, f"backward, {where}")
+                # The first child's input needs no gradient: no I, its whole backward is W (as
+                # torch runs a first stage). The others' I and W each run the sleeping backward.
+                if i == 0:
+                    self.assertEqual(layer["backward_input_ms"][s], 0.0, where)
+                else:
+                    self.assertNear(layer["backward_input_ms"][s], BACKWARD_MS, f"I, {where}")
+                self.assertNear(layer["backward_weight_ms"][s], BACKWARD_MS, f"W, {where}")
+                # A sleep is not slowed by a co-runner: the co-run times are the solo ones, to
+                # the sleeps' own jitter.
+                self.assertNear(layer["forward_corun_ms"][s], layer["forward_ms"][s], f"co-run, {where}")
+                # The cache's extra time over the hot time is kept (101 - 99 ms).
+                self.assertAlmostEqual(layer["forward_cold_ms"][s], layer["forward_ms"][s] + 2.0, 9)
+                self.assertEqual(layer["backward_cold_ms"][s], layer["backward_ms"][s])
+                self.assertGreaterEqual(layer["forward_ms_spread"][s], 0.0)
+            for field in ("name", "param_bytes", "output_bytes", "saved_bytes"):
+                self.assertEqual(layer[field], before["layers"][i][field], field)
+        self.assertEqual(out["co_runners"], 1)
+        self.assertEqual(out["meta"]["kept"], "verbatim")
+        self.assertEqual(out["meta"]["eager"]["repeats"], 3)
+
+    def test_no_co_runners_drops_the_co_run_times(self):
+        done = self.retime(f"{CASES}:build_sleepy", fabricated_profile(), "--co-runners", "0", "--repeats", "1")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        with open(self.path("eager.json")) as f:
+            out = json.load(f)
+        self.assertNotIn("co_runners", out)
+        self.assertNotIn("forward_corun_ms", out["layers"][0])
+
+    def test_bad_input_is_one_line_and_nothing_written(self):
+        gpu = fabricated_profile()
+        gpu["timer"] = "cupti"
+        cases = [
+            (fabricated_profile(layers=3), "the profile has 3 layers, the model has 4 children"),
+            (gpu, "retime CPU profiles only"),
+            ({"layers": [], "micro_batch_sizes": [0]}, "micro_batch_sizes: expected positive integers"),
+        ]
+        for profile, message in cases:
+            done = self.retime(f"{CASES}:build_sleepy", profile)
+            self.assertEqual(done.returncode, 2, done.stderr)
+            self.assertIn(message, done.stderr)
+            self.assertEqual(len(done.stderr.strip().splitlines()), 1, done.stderr)
+            self.assertFalse(os.path.exists(self.path("eager.json")))
+        done = self.retime(f"{CASES}:no_such_builder", fabricated_profile())
+        self.assertEqual(done.returncode, 2)
+        self.assertIn("no function no_such_builder", done.stderr)
+        self.assertEqual(os.listdir(self.folder.name), ["profile.json"])  # no temporary left
+
+    @unittest.skipUnless(os.environ.get("PIPETUNE"), "PIPETUNE (the CLI) not given")
+    def test_pipetune_profiles_the_export_and_loads_the_retimed_profile(self):
+        cli = os.environ["PIPETUNE"]
+        prefix = self.path("mlp")
+        export = subprocess.run([sys.executable, os.path.join(SCRIPTS, "export_model.py"), f"{CASES}:build",
+                                 "--out", prefix], capture_output=True, text=True, timeout=240)
+        self.assertEqual(export.returncode, 0, export.stderr)
+        profiled = subprocess.run([cli, "profile", "--model", f"torchscript:path={prefix}.pt,batch={prefix}.batch.pt",
+                                   "--batch", "8", "--threads", "1", "--repeats", "3", "--progress", "none",
+                                   "-o", self.path("real.json")], capture_output=True, text=True, timeout=240)
+        self.assertEqual(profiled.returncode, 0, profiled.stderr)
+        with open(self.path("real.json")) as f:
+            real = json.load(f)
+        done = self.retime(f"{CASES}:build", real, "--co-runners", "0")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        simulated = subprocess.run([cli, "simulate", "--profile", self.path("eager.json"), "--balance", "4,3",
+                                    "--chunks", "2", "--json"], capture_output=True, text=True, timeout=120)
+        self.assertEqual(simulated.returncode, 0, simulated.stderr)
+        self.assertGreater(json.loads(simulated.stdout)["iteration_ms"], 0.0)
+
+
+if __name__ == "__main__":
+    unittest.main()
