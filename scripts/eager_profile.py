@@ -17,9 +17,10 @@ tensor, then the backward split as zero-bubble schedules run it (the input's gra
 kept, then the weights'); the medians and median absolute deviations of the timed repetitions
 replace the profile's times.
 
-Only the times change; what the profile measured of memory stays (the exported children keep
-the same tensors as the Python modules; on a CPU one exception, eager dropout's float32 mask:
-docs/torch.md). Times measured with the cache emptied (`*_cold_ms`) keep the profile's extra
+The times change, and what autograd saves of each child (`saved_bytes`), counted by the
+saved-tensor hooks: the same bytes as the export's but for dropout on a CPU, whose eager mask is
+float32 where the export's is one byte (docs/torch.md). The rest of the memory stays the
+profile's. Times measured with the cache emptied (`*_cold_ms`) keep the profile's extra
 time over its hot time (the cache's cost does not depend on who dispatched the op). With
 co-runners (the profile's `co_runners`, or --co-runners K), each child is timed again beside K
 processes, each running its own copy of the same child in a loop as torch's other ranks do, and
@@ -186,6 +187,36 @@ def inputs_of_every_layer(run, x0):
     return out
 
 
+def tensors_held_outside(children):
+    """The storages the children hold before any forward (parameters, buffers, and tensors kept
+    as plain attributes, such as a rotary embedding's tables): not what a forward saves."""
+    held = set()
+    for child in children:
+        for module in child.modules():
+            tensors = list(module.parameters(recurse=False)) + list(module.buffers(recurse=False))
+            tensors += [v for v in vars(module).values() if isinstance(v, torch.Tensor)]
+            held.update(t.untyped_storage().data_ptr() for t in tensors)
+    return held
+
+
+def saved_bytes(run, layer, previous, held):
+    """What autograd saves of the child's forward besides its input and output (and the loss,
+    the target, the children's own tensors), by storage, as pipetune's profiler counts
+    `saved_bytes`: the saved-tensor hooks see every tensor a node keeps."""
+    storages = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    _, x = layer_input(previous, layer)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        root, y = run.forward(layer, x)
+    skip = held | {t.untyped_storage().data_ptr() for t in (x, y, root, run.target)}
+    return sum(nbytes for pointer, nbytes in storages.items() if pointer not in skip)
+
+
 def build(builder, loss_name, seed):
     torch.manual_seed(seed)
     model, batch = load_function(builder)()
@@ -286,20 +317,26 @@ def read_profile(path, children):
     if len(profile["layers"]) != len(children):
         raise BadInput(f"{path}: layers: the profile has {len(profile['layers'])} layers, the model has "
                        f"{len(children)} children (profile the export of this builder)")
-    if "forward_launch_ms" in profile["layers"][0] or profile.get("timer", "clock") != "clock":
+    dtypes = {str(p.dtype).replace("torch.", "") for c in children for p in c.parameters() if p.is_floating_point()}
+    if "dtype" in profile and dtypes and dtypes != {profile["dtype"]}:
+        raise BadInput(f"{path}: dtype: the profile is of {profile['dtype']}, the model's parameters are "
+                       f"{', '.join(sorted(dtypes))} (profile the export with --dtype {sorted(dtypes)[0]})")
+    if profile["layers"] and "forward_launch_ms" in profile["layers"][0] or profile.get("timer", "clock") != "clock":
         raise BadInput(f"{path}: a GPU profile (timer {profile.get('timer')}): retime CPU profiles only; on a GPU "
                        "a child's device time does not depend on who launched it")
     return profile
 
 
-def retime(profile, times, slowdown):
-    """The profile with its times replaced by `times[(kind, layer)][size index]` = (median, MAD)."""
+def retime(profile, times, slowdown, saved):
+    """The profile with its times replaced by `times[(kind, layer)][size index]` = (median, MAD),
+    and its saved bytes by `saved[layer][size index]`."""
     out = json.loads(json.dumps(profile))
     sizes = len(profile["micro_batch_sizes"])
     for index, layer in enumerate(out["layers"]):
         def column(kind, part=0):
             return [times[(kind, index)][s][part] for s in range(sizes)]
 
+        layer["saved_bytes"] = saved[index]
         old_forward, old_backward = list(layer["forward_ms"]), list(layer["backward_ms"])
         layer["forward_ms"], layer["backward_ms"] = column("forward"), column("backward")
         if "forward_nograd_ms" in layer:
@@ -329,6 +366,8 @@ def measure(args, profile, children, inputs, targets, loss, progress):
     times = {(kind, layer): [] for kind in ("nograd", "forward", "backward", "input", "weight")
              for layer in range(count)}
     slowdown = None
+    held = tensors_held_outside(children)
+    saved = [[] for _ in range(count)]
     for s, size in enumerate(sizes):
         run = Runner(children, loss, samples(targets, size))
         x0 = samples(inputs, size)
@@ -337,6 +376,9 @@ def measure(args, profile, children, inputs, targets, loss, progress):
             repetition(run, x0, clock, r >= args.warmup)
         for key in times:
             times[key].append(median_and_spread(clock.times.get(key, [])))
+        inputs_by_layer = inputs_of_every_layer(run, x0)
+        for layer in range(count):
+            saved[layer].append(saved_bytes(run, layer, inputs_by_layer[layer], held))
         progress(f"size {size}: timed")
     if args.co_runners > 0:
         slowdown = {(kind, layer): [] for kind in ("forward", "backward") for layer in range(count)}
@@ -362,7 +404,7 @@ def measure(args, profile, children, inputs, targets, loss, progress):
                 progress(f"size {size}: beside {args.co_runners} co-runner(s)")
         finally:
             runners.close()
-    return times, slowdown
+    return times, slowdown, saved
 
 
 def write_atomically(path, document):
@@ -408,8 +450,12 @@ def main():
             if not args.quiet:
                 print(f"eager_profile.py: {line}", file=sys.stderr, flush=True)
 
-        times, slowdown = measure(args, profile, children, inputs, targets, loss, progress)
-        out = retime(profile, times, slowdown)
+        times, slowdown, saved = measure(args, profile, children, inputs, targets, loss, progress)
+        out = retime(profile, times, slowdown, saved)
+        changed = [str(i) for i, layer in enumerate(profile["layers"]) if layer.get("saved_bytes") != saved[i]]
+        if changed:
+            progress(f"saved bytes differ from the profile's on layer(s) {', '.join(changed)} "
+                     "(on a CPU, eager dropout keeps a float32 mask where the export keeps one byte)")
         if slowdown is not None:
             out["co_runners"] = args.co_runners
         out.setdefault("meta", {})

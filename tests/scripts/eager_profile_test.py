@@ -1,5 +1,5 @@
 """scripts/eager_profile.py: a model whose children sleep known times (the truth the retimed
-profile must hold), a real profile of an exported MLP that pipetune loads again after retiming,
+profile must hold), saved bytes counted by hand, a real profile of an exported MLP that pipetune loads again after retiming,
 and one line, exit status 2, nothing written, for input that does not fit."""
 import json
 import os
@@ -90,11 +90,27 @@ class EagerProfileTest(unittest.TestCase):
                 self.assertAlmostEqual(layer["forward_cold_ms"][s], layer["forward_ms"][s] + 2.0, 9)
                 self.assertEqual(layer["backward_cold_ms"][s], layer["backward_ms"][s])
                 self.assertGreaterEqual(layer["forward_ms_spread"][s], 0.0)
-            for field in ("name", "param_bytes", "output_bytes", "saved_bytes"):
+            for field in ("name", "param_bytes", "output_bytes"):
                 self.assertEqual(layer[field], before["layers"][i][field], field)
+            # A linear layer saves its input and its weight, neither counted; the loss saves its
+            # log-probabilities (8 classes of float32 a sample) and a float32 weight total.
+            expected = [32 * size + 4 for size in SIZES] if i == 3 else [0] * len(SIZES)
+            self.assertEqual(layer["saved_bytes"], expected, f"saved bytes, layer {i}")
         self.assertEqual(out["co_runners"], 1)
         self.assertEqual(out["meta"]["kept"], "verbatim")
         self.assertEqual(out["meta"]["eager"]["repeats"], 3)
+
+    def test_saved_bytes_count_eager_dropouts_float32_mask(self):
+        done = self.retime(f"{CASES}:build_dropout", fabricated_profile(layers=3), "--co-runners", "0",
+                           "--repeats", "1", "--warmup", "0")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        with open(self.path("eager.json")) as f:
+            out = json.load(f)
+        # Linear: its input and weight (neither counted); dropout: a float32 mask the size of its
+        # input (8 features a sample); the head's loss: log-probabilities of 4 classes and a
+        # float32 weight total.
+        self.assertEqual([layer["saved_bytes"] for layer in out["layers"]],
+                         [[0] * len(SIZES), [32 * s for s in SIZES], [16 * s + 4 for s in SIZES]])
 
     def test_no_co_runners_drops_the_co_run_times(self):
         done = self.retime(f"{CASES}:build_sleepy", fabricated_profile(), "--co-runners", "0", "--repeats", "1")
@@ -118,6 +134,11 @@ class EagerProfileTest(unittest.TestCase):
             self.assertIn(message, done.stderr)
             self.assertEqual(len(done.stderr.strip().splitlines()), 1, done.stderr)
             self.assertFalse(os.path.exists(self.path("eager.json")))
+        double = fabricated_profile()
+        double["dtype"] = "float64"
+        done = self.retime(f"{CASES}:build_sleepy", double)
+        self.assertEqual(done.returncode, 2)
+        self.assertIn("the profile is of float64, the model's parameters are float32", done.stderr)
         done = self.retime(f"{CASES}:no_such_builder", fabricated_profile())
         self.assertEqual(done.returncode, 2)
         self.assertIn("no function no_such_builder", done.stderr)
@@ -131,13 +152,19 @@ class EagerProfileTest(unittest.TestCase):
                                  "--out", prefix], capture_output=True, text=True, timeout=240)
         self.assertEqual(export.returncode, 0, export.stderr)
         profiled = subprocess.run([cli, "profile", "--model", f"torchscript:path={prefix}.pt,batch={prefix}.batch.pt",
-                                   "--batch", "8", "--threads", "1", "--repeats", "3", "--progress", "none",
-                                   "-o", self.path("real.json")], capture_output=True, text=True, timeout=240)
+                                   "--batch", "8", "--dtype", "float64", "--threads", "1", "--repeats", "3",
+                                   "--progress", "none", "-o", self.path("real.json")], capture_output=True, text=True, timeout=240)
         self.assertEqual(profiled.returncode, 0, profiled.stderr)
         with open(self.path("real.json")) as f:
             real = json.load(f)
         done = self.retime(f"{CASES}:build", real, "--co-runners", "0")
         self.assertEqual(done.returncode, 0, done.stderr)
+        with open(self.path("eager.json")) as f:
+            eager = json.load(f)
+        # Two counts of one thing: the profiler's allocator and the saved-tensor hooks agree on
+        # a model without dropout.
+        self.assertEqual([layer["saved_bytes"] for layer in eager["layers"]],
+                         [layer["saved_bytes"] for layer in real["layers"]])
         simulated = subprocess.run([cli, "simulate", "--profile", self.path("eager.json"), "--balance", "4,3",
                                     "--chunks", "2", "--json"], capture_output=True, text=True, timeout=120)
         self.assertEqual(simulated.returncode, 0, simulated.stderr)

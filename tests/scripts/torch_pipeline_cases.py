@@ -66,3 +66,11 @@ def build_sleepy():
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(1)
     return [Sleepy() for _ in range(4)], (torch.randn(4, 8, generator=g), torch.randint(0, 8, (4,), generator=g))
+
+
+def build_dropout():
+    """A linear layer, dropout, a linear head: on a CPU eager dropout saves a float32 mask."""
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    return ([torch.nn.Linear(8, 8), torch.nn.Dropout(0.5), torch.nn.Linear(8, 4)],
+            (torch.randn(4, 8, generator=g), torch.randint(0, 4, (4,), generator=g)))
