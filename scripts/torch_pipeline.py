@@ -3,6 +3,7 @@ measures it as pipetune measures its own runs.
 
     python scripts/torch_pipeline.py MODULE:FUNCTION --plan plan.json [--steps 10] [--warmup 1]
         [--lr 0.01] [--loss cross_entropy|mse] [--trace measured.trace.json] [--json]
+    python scripts/torch_pipeline.py MODULE:FUNCTION --plan plan.json --schedule-csv order.csv ...
     python scripts/torch_pipeline.py --probe torch.hardware.json [--devices 2] [--hardware BASE.json]
 
 MODULE:FUNCTION is the builder scripts/export_model.py takes: FUNCTION() returns
@@ -12,7 +13,9 @@ and 1f1b; on device s mod D for interleaved-1f1b, interleaved-zb and looped-bfs;
 and dualpipev: stage s on device s, stage 2D - 1 - s on device s), and torch's schedule class of
 the plan's schedule runs them (ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B,
 ScheduleLoopedBFS, ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble, ScheduleDualPipeV)
-with the plan's micro-batches, SGD on every device.
+with the plan's micro-batches, SGD on every device. --schedule-csv runs a custom order instead
+(pipetune's `plan`/`simulate --write-schedule-csv` writes one): torch's _PipelineScheduleRuntime
+loads it and adds the sends and receives; stage s runs on the rank of the row its actions are in.
 
 One process per device, with Gloo over loopback (NCCL with --device cuda): started here, or by
 torchrun (RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set, one rank per device). Each rank
@@ -112,6 +115,53 @@ def devices_of(plan):
     if kind in V_SHAPED:
         return devices, [s if s < devices else 2 * devices - 1 - s for s in range(stages)]
     return devices, [s % devices for s in range(stages)]
+
+
+def csv_placement(path, plan):
+    """The ranks and each stage's rank of a compute-only schedule CSV (row r: rank r's actions,
+    as pipetune's --write-schedule-csv and torch's _dump_csv write it), checked against the plan:
+    the stages of its balance, each in one row, and its micro-batches. The order itself torch's
+    _load_csv checks."""
+    import csv
+    import re
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.reader(f))
+    except OSError as e:
+        raise BadInput(f"{path}: {first_line(e)}")
+    stages = len(plan["balance"])
+    device_of, seen = [None] * stages, set()
+    for r, row in enumerate(rows):
+        for c, cell in enumerate(row):
+            # An OVERLAP_F_B pair, (0F3;5B1)OVERLAP_F_B, is its two actions.
+            for action in filter(None, cell.strip().removesuffix("OVERLAP_F_B").strip("()").split(";")):
+                match = re.fullmatch(r"(\d+)([FBIW])(\d+)", action.strip())
+                if not match:
+                    raise BadInput(f"{path}: row {r + 1}, cell {c + 1}: expected a compute action such as 0F1, "
+                                   f"got \"{cell}\"")
+                stage, micro_batch = int(match.group(1)), int(match.group(3))
+                if stage >= stages:
+                    raise BadInput(f"{path}: row {r + 1}, cell {c + 1}: stage {stage}, the plan's balance has "
+                                   f"{stages} stages")
+                if device_of[stage] not in (None, r):
+                    raise BadInput(f"{path}: row {r + 1}, cell {c + 1}: stage {stage} is in rows "
+                                   f"{device_of[stage] + 1} and {r + 1}")
+                device_of[stage] = r
+                seen.add(micro_batch)
+    if None in device_of:
+        raise BadInput(f"{path}: stage {device_of.index(None)} of the plan's {stages} runs in no row")
+    micro_batches = len(micro_batch_sizes(plan["batch_size"], plan["chunks"])) if "batch_size" in plan else None
+    if micro_batches is not None and seen != set(range(micro_batches)):
+        raise BadInput(f"{path}: micro-batches {min(seen)} to {max(seen)}, the plan has {micro_batches} "
+                       f"(chunks {plan['chunks']} of a batch of {plan['batch_size']})")
+    return len(rows), device_of
+
+
+def placement(plan, args):
+    """The plan's devices and each stage's: from --schedule-csv's rows, else the schedule's."""
+    if getattr(args, "schedule_csv", None):
+        return csv_placement(args.schedule_csv, plan)
+    return devices_of(plan)
 
 
 def micro_batch_sizes(batch, chunks):
@@ -261,7 +311,7 @@ def rank_main(rank, world, args, plan, results=None):
         if sum(plan["balance"]) != len(children):
             raise BadInput(f"the plan's balance {plan['balance']} holds {sum(plan['balance'])} layers, "
                            f"the model has {len(children)}")
-        devices, device_of = devices_of(plan)
+        devices, device_of = placement(dict(plan, batch_size=inputs.shape[0]), args)
         if devices != world:
             raise BadInput(f"the plan runs on {devices} devices, the run has {world} ranks")
         batch_size = inputs.shape[0]
@@ -296,7 +346,12 @@ def rank_main(rank, world, args, plan, results=None):
             first += count
         schedule_class = getattr(pipelining, SCHEDULES[plan["schedule"]])
         n = len(micro_batch_sizes(batch_size, plan["chunks"]))
-        if plan["schedule"] in ("gpipe", "1f1b"):
+        if args.schedule_csv:
+            # torch's own CSV-driven runtime: it adds the sends and receives to the file's order.
+            from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
+            schedule = _PipelineScheduleRuntime(stages, n_microbatches=n, loss_fn=loss_fn, scale_grads=False)
+            schedule._load_csv(args.schedule_csv, format="compute_only")
+        elif plan["schedule"] in ("gpipe", "1f1b"):
             schedule = schedule_class(stages[0], n_microbatches=n, loss_fn=loss_fn, scale_grads=False)
         else:
             schedule = schedule_class(stages, n_microbatches=n, loss_fn=loss_fn, scale_grads=False)
@@ -415,8 +470,9 @@ def emit(report, args):
         return
     for k, (loss, ms) in enumerate(zip(report["losses"], report["pipeline_ms"])):
         print(f"step {k + 1:<4} loss {loss:.6f}  pipeline {ms:.3f} ms")
-    print(f"median    pipeline {report['median_ms']:.3f} ms on torch.distributed.pipelining "
-          f"({SCHEDULES[report['plan']['schedule']]})")
+    runtime = (f"_PipelineScheduleRuntime, {os.path.basename(args.schedule_csv)}" if args.schedule_csv
+               else SCHEDULES[report['plan']['schedule']])
+    print(f"median    pipeline {report['median_ms']:.3f} ms on torch.distributed.pipelining ({runtime})")
     if args.trace:
         print(f"trace     {args.trace} (the median step)")
 
@@ -576,6 +632,9 @@ def main():
     parser.add_argument("--loss", choices=("cross_entropy", "mse"), default="cross_entropy")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--schedule-csv", metavar="FILE",
+                        help="run this compute-only schedule CSV (row r: rank r) through torch's CSV-driven runtime "
+                             "instead of the plan's schedule; the plan gives the balance, chunks and checkpoint")
     parser.add_argument("--trace", metavar="OUT.json")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--probe", metavar="OUT.json",
@@ -601,8 +660,14 @@ def main():
             if args.steps < 1 or args.warmup < 0:
                 raise BadInput("--steps: expected at least 1 (and --warmup 0 or more)")
             plan = load_plan(args.plan)
-            devices, _ = devices_of(plan)
-            if plan["schedule"] in V_SHAPED and args.device == "cpu":
+            devices, device_of = placement(plan, args)
+            if args.schedule_csv and args.device == "cpu":
+                for s in range(len(device_of) - 1):
+                    if device_of[s] == device_of[s + 1]:
+                        raise BadInput(f"{args.schedule_csv}: stages {s} and {s + 1} on one rank: torch passes tensors "
+                                       "between them as messages to itself, which Gloo cannot send; run it with "
+                                       "--device cuda (NCCL), or place them on two ranks")
+            elif plan["schedule"] in V_SHAPED and args.device == "cpu":
                 raise BadInput(f"{plan['schedule']} on CPU: torch's V schedules pass tensors between the two stages "
                                "a rank holds as messages to itself, which Gloo cannot send; run it with --device "
                                "cuda (NCCL), or pick another schedule")

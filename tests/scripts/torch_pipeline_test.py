@@ -74,6 +74,54 @@ class TorchPipelineTest(unittest.TestCase):
                     self.assertAlmostEqual(got, want, delta=1e-12 * abs(want))
                 self.assertEqual(len(losses), STEPS)
 
+    def test_a_custom_order_runs_through_torchs_csv_runtime_and_trains_as_one_device(self):
+        # Four stages looped over two ranks, an order no schedule class makes: stage 2 splits its
+        # backward in I and W right after its forwards, stage 1 runs both I before either W.
+        order = os.path.join(self.folder.name, "order.csv")
+        with open(order, "w") as f:
+            f.write("0F0,0F1,2F0,2F1,2I0,2W0,2I1,2W1,0B0,0B1\n"
+                    "1F0,1F1,3F0,3B0,3F1,3B1,1I0,1I1,1W0,1W1\n")
+        plan = {"balance": [2, 2, 2, 1], "chunks": 2, "checkpoint": "never", "schedule": "1f1b"}
+        trace = os.path.join(self.folder.name, "measured.trace.json")
+        done = self.run_plan(plan, "--json", "--schedule-csv", order, "--trace", trace)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        losses = json.loads(done.stdout.strip().splitlines()[-1])["losses"]
+        self.assertEqual(len(losses), STEPS)
+        for got, want in zip(losses, one_device_losses()):
+            self.assertAlmostEqual(got, want, delta=1e-12 * abs(want))
+        with open(trace) as f:
+            t = json.load(f)
+        self.assertEqual([d["stages"] for d in t["pipetune"]["summary"]["devices"]], [[0, 2], [1, 3]])
+        kinds = {(e["args"]["stage"], e["cat"]) for e in t["traceEvents"] if e["ph"] == "X"}
+        self.assertIn((2, "backward_weight"), kinds)
+        self.assertIn((0, "backward"), kinds)
+
+    def test_a_custom_order_that_does_not_fit_the_plan_is_one_line(self):
+        plan = {"balance": [2, 2, 2, 1], "chunks": 2, "checkpoint": "never", "schedule": "1f1b"}
+        cases = [
+            ("0F0,0F1,2F0,2F1,2B0,2B1,0B0,0B1\n1F0,1F1,1B0,1B1\n", "stage 3 of the plan's 4 runs in no row"),
+            ("0F0,0F1,4F0\n1F0\n", "stage 4, the plan's balance has 4 stages"),
+            ("0F0,0F1,2F0,2F1\n1F0,1F1,3F0,2F0\n", "stage 2 is in rows 1 and 2"),
+            ("0F0,SEND_F\n", "expected a compute action such as 0F1"),
+            ("0F0,1F0,2F0,3F0\n", "stages 0 and 1 on one rank"),
+        ]
+        for text, message in cases:
+            with self.subTest(message=message):
+                order = os.path.join(self.folder.name, "order.csv")
+                with open(order, "w") as f:
+                    f.write(text)
+                done = self.run_plan(plan, "--json", "--schedule-csv", order)
+                self.assertEqual(done.returncode, 2, done.stderr)
+                self.assertIn(message, done.stderr)
+                self.assertEqual(len(done.stderr.strip().splitlines()), 1, done.stderr)
+        # Micro-batches the plan does not have: found once the builder's batch is known.
+        order = os.path.join(self.folder.name, "order.csv")
+        with open(order, "w") as f:
+            f.write("0F0,0F1,0F2,2F0,2F1,2F2,2B0,2B1,2B2,0B0,0B1,0B2\n1F0,1F1,1F2,3F0,3B0,3F1,3B1,3F2,3B2,1B0,1B1,1B2\n")
+        done = self.run_plan(plan, "--json", "--schedule-csv", order)
+        self.assertEqual(done.returncode, 2, done.stderr)
+        self.assertIn("micro-batches 0 to 2, the plan has 2", done.stderr)
+
     def test_tied_weights_split_over_ranks_train_as_one_device(self):
         # The first and fifth children hold one weight: on two ranks (gpipe, 1f1b over three,
         # interleaved), and on two stages of one rank (interleaved-zb's stages 0 and 2).
