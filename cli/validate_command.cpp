@@ -17,6 +17,7 @@
 #include "executor/optimizer.hpp"
 #include "sim/error.hpp"
 #include "sim/file_io.hpp"
+#include "sim/hardware.hpp"
 #include "sim/limits.hpp"
 
 namespace pipetune::cli {
@@ -194,6 +195,16 @@ validate::ValidationOptions validation_options(const ValidateFlags& flags) {
   }
   o.profile_path = flags.profile;
   o.hardware_path = flags.hardware;
+  // validate measures pipetune's executor: a prediction for torch's runtime would be checked
+  // against runs of another runtime, and its restrictions would narrow the plans for nothing.
+  if (!flags.hardware.empty() &&
+      load_hardware(flags.hardware).runtime == Runtime::TorchPipelining) {
+    throw InputError(fmt::format(
+        "{}: runtime: \"{}\": validate runs pipetune's executor, so its hardware file must be for "
+        "it (no runtime field); check a plan on torch with scripts/torch_pipeline.py --trace and "
+        "compare",
+        flags.hardware, kTorchPipeliningRuntime));
+  }
   for (const auto& path : flags.plans) {
     o.plans.push_back(load_plan(path));
     o.plan_sources.push_back(path);

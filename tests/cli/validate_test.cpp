@@ -270,6 +270,19 @@ TEST(CliValidate, BadInputIsOneLine) {
   args.insert(args.end(), {"--plan", plan.string(), "--out", scratch("y").string()});
   EXPECT_THAT(error(args), ::testing::HasSubstr(plan.string() +
                                                 ": balance: expected layer counts summing to 5"));
+  // A hardware file for torch's runtime: validate measures pipetune's executor. Refused before
+  // anything is written.
+  const std::string torch_hardware =
+      std::string(PIPETUNE_SOURCE_DIR) + "/tests/data/hardware-2-torch.json";
+  args = kModel;
+  args.insert(args.end(), {"--hardware", torch_hardware, "--out", scratch("torch").string()});
+  EXPECT_EQ(error(args),
+            "pipetune: error: " + torch_hardware +
+                ": runtime: \"torch.distributed.pipelining\": validate runs pipetune's "
+                "executor, so its hardware file must be for it (no runtime field); "
+                "check a plan on torch with scripts/torch_pipeline.py --trace and "
+                "compare\n");
+  EXPECT_FALSE(fs::exists(scratch("torch")));
   // --plan and --top exclude each other.
   args = kModel;
   args.insert(args.end(), {"--plan", plan.string(), "--top", "2"});
