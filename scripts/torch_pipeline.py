@@ -42,8 +42,8 @@ pipetune's simulate and plan predict a plan on torch rather than on pipetune's e
 
 Tied weights (children holding one parameter, as GPT-2's embedding and head) are trained as one
 device trains them: torch would have each rank step its own copy with its part of the gradient,
-so after each step's backwards the ranks holding a tie sum its gradient (an all-reduce) before
-the optimizer, and a rank's stages holding the same tensor list it once in the optimizer. A
+so after each step's backwards the ranks holding a tie sum its gradient (an all-reduce in a group
+of those ranks alone) before the optimizer, and a rank's stages holding the same tensor list it once in the optimizer. A
 buffer or a view two children share is refused.
 
 Bad input (a builder that fails, a plan that does not fit the model, a schedule or mode torch
@@ -281,17 +281,50 @@ def tied_across_stages(model, balance):
     return split
 
 
-def sum_tied_gradients(split_ties, device_of, rank, device):
+def stand_in(tensor):
+    """A meta tensor of a tie's shape, for a rank that holds none of it. Detached: `.to` records
+    a graph whose AccumulateGrad node holds the parameter, which kept the whole tensor alive
+    (the GPT-2's 512 KB embedding on every middle rank)."""
+    return tensor.detach().to("meta")
+
+
+def tie_groups(split_ties, device_of):
+    """Each split tie with the ranks holding it and, where that is more than one rank, a process
+    group of those ranks alone (as Megatron's embedding group): the ranks that hold none take
+    no part and allocate nothing. Every rank calls this in the same order (new_group's rule)."""
+    out = []
+    for tensor, stages in split_ties:
+        holders = sorted({device_of[s] for s in stages})
+        group = dist.new_group(ranks=holders) if len(holders) > 1 else None
+        out.append((tensor, holders, group))
+    return out
+
+
+def sum_tied_gradients(ties, rank, device):
     """After a step's backwards, before the optimizer: each split tie's gradient becomes its sum
     over the ranks holding it (a rank's stages share the one object, whose .grad already sums
-    theirs). Every rank takes part, in the same order, those holding none with zeros."""
-    for tensor, stages in split_ties:
-        holds = any(device_of[s] == rank for s in stages)
-        # tensor is a meta tensor of its shape where the rank holds none (the model is let go)
-        grad = tensor.grad if holds and tensor.grad is not None else torch.zeros_like(tensor, device=device)
-        dist.all_reduce(grad, op=dist.ReduceOp.SUM)
-        if holds:
-            tensor.grad = grad
+    theirs)."""
+    for tensor, holders, group in ties:
+        if group is None or rank not in holders:
+            continue
+        if tensor.grad is None:  # a holder whose stages gave it no gradient adds zeros
+            tensor.grad = torch.zeros_like(tensor, device=device)
+        dist.all_reduce(tensor.grad, op=dist.ReduceOp.SUM, group=group)
+
+
+def stage_examples(children, balance, x):
+    """Each stage's input and output on one micro-batch. A function of its own so that no
+    local outlives it: a loop variable left holding the model's last child kept its tied
+    embedding alive on every rank (512 KB on the GPT-2's middle ranks)."""
+    examples, first = [], 0
+    with torch.no_grad():
+        for count in balance:
+            before = x
+            for child in children[first:first + count]:
+                x = child(x)
+            examples.append((before, x))
+            first += count
+    return examples
 
 
 def rank_main(rank, world, args, plan, results=None):
@@ -324,14 +357,7 @@ def rank_main(rank, world, args, plan, results=None):
         # Each stage's input and output on a micro-batch, given to torch up front: its shape
         # inference at the first step asks the stages' neighbours in its default placement
         # (s mod D), which is not the V's. As meta tensors: torch keeps them for the run.
-        examples, current, first = [], inputs[:micro_batch_sizes(batch_size, plan["chunks"])[0]], 0
-        with torch.no_grad():
-            for count in plan["balance"]:
-                before = current
-                for child in children[first:first + count]:
-                    current = child(current)
-                examples.append((before, current))
-                first += count
+        examples = stage_examples(children, plan["balance"], inputs[:micro_batch_sizes(batch_size, plan["chunks"])[0]])
         stages, records, first = [], [], 0
         for s, count in enumerate(plan["balance"]):
             if device_of[s] == rank:
@@ -359,15 +385,15 @@ def rank_main(rank, world, args, plan, results=None):
         parameters = list({id(p): p for stage in stages for p in stage.submod.parameters()}.values())
         optimizer = torch.optim.SGD(parameters, lr=args.lr) if parameters else None
         held = {id(p) for stage in stages for p in stage.submod.parameters()}
-        split_ties = [(tensor if id(tensor) in held else tensor.to("meta"), stages)
-                      for tensor, stages in tied_across_stages(model, plan["balance"])]
+        ties = tie_groups([(tensor if id(tensor) in held else stand_in(tensor), stages)
+                           for tensor, stages in tied_across_stages(model, plan["balance"])], device_of)
         holds_first = device_of[0] == rank
         holds_last = device_of[-1] == rank
         # What a rank of a user's run holds: its stages, the inputs on the first, the targets on
         # the last; the rest of the model built here goes.
         x = inputs.to(device) if holds_first else None
         y = targets.to(device) if holds_last else None
-        del model, children, examples, inputs, targets, batch, current, before
+        del model, children, examples, inputs, targets, batch
         gc.collect()  # modules in reference cycles (a builder's whole model) go now, not later
         steps, peak = [], 0
         for step in range(args.warmup + args.steps):
@@ -382,7 +408,7 @@ def rank_main(rank, world, args, plan, results=None):
             origin = time.perf_counter()
             losses = [] if holds_last else None
             schedule.step(*((x,) if holds_first else ()), target=y, losses=losses)
-            sum_tied_gradients(split_ties, device_of, rank, device)
+            sum_tied_gradients(ties, rank, device)
             if optimizer:
                 optimizer.step()
             if args.device == "cuda":
@@ -618,8 +644,21 @@ def spawned(rank, world, args, plan, results, port):
         if os.environ.get("PIPETUNE_DEBUG"):
             import traceback
             traceback.print_exc()
-        results.put({"error": f"torch: {first_line(e)}", "rank": rank})
+        results.put({"error": f"torch: {reason(e)}", "rank": rank})
         raise SystemExit(1)
+
+
+def reason(error):
+    """An error's one line, followed down its causes while a line only announces one (torch's
+    "[Stage 1] failed to run forward:" wraps the module's own error)."""
+    line = first_line(error)
+    while line.rstrip().endswith(":") and (error.__cause__ or error.__context__) is not None:
+        error = error.__cause__ or error.__context__
+        line = f"{line.rstrip()} {first_line(error)}"
+    if "leaf Variable that requires grad is being used in an in-place operation" in line:
+        line += (" The stage's first child works in place on its input (an nn.ReLU(inplace=True)), which torch "
+                 "hands a stage as a leaf: cut the model elsewhere, or make that child out of place")
+    return line
 
 
 def main():

@@ -143,6 +143,20 @@ class TorchPipelineTest(unittest.TestCase):
                 for got, want in zip(losses, expected):
                     self.assertAlmostEqual(got, want, delta=1e-12 * abs(want))
 
+    def test_a_rank_holding_none_of_a_tie_keeps_none_of_it(self):
+        import gc
+        import weakref
+        layers, _ = torch_pipeline_cases.build_tied()
+        model = torch.nn.Sequential(*layers)
+        ties = torch_pipeline.tied_across_stages(model, [2, 3, 2])
+        self.assertEqual([stages for _, stages in ties], [[0, 1]])
+        parameter = weakref.ref(ties[0][0])
+        stand_ins = [torch_pipeline.stand_in(tensor) for tensor, _ in ties]
+        del layers, model, ties
+        gc.collect()
+        self.assertIsNone(parameter())  # a rank of stage 2 lets the tied weight go
+        self.assertEqual((stand_ins[0].shape, stand_ins[0].device.type), (torch.Size([32, 16]), "meta"))
+
     def test_trace_holds_every_action_of_the_median_step(self):
         trace = os.path.join(self.folder.name, "measured.trace.json")
         plan = {"balance": [2, 2, 2, 1], "chunks": 2, "checkpoint": "never", "schedule": "interleaved-zb",
