@@ -43,20 +43,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from export_model import BadInput, as_batch, as_sequential, first_line, load_function  # noqa: E402
-
-
-def base_loss(name):
-    """The loss the profile's last child is timed with, as torch_pipeline.py trains it."""
-    if name == "mse":
-        return torch.nn.functional.mse_loss
-
-    def cross_entropy(output, target):
-        if target.is_floating_point():
-            return torch.nn.functional.cross_entropy(output.flatten(0, -2), target.flatten(0, -2))
-        return torch.nn.functional.cross_entropy(output.flatten(0, -2), target.flatten())
-
-    return cross_entropy
+from export_model import BadInput, as_batch, as_sequential, base_loss, first_line, load_function  # noqa: E402
 
 
 def median_and_spread(values):

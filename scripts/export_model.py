@@ -127,6 +127,21 @@ def as_batch(batch):
     return inputs, targets
 
 
+def base_loss(name):
+    """The loss a pipeline trains with, as torch_pipeline.py runs it and eager_profile.py times
+    the last child: cross entropy over the last dimension (a token model's every position), or
+    mean squared error."""
+    if name == "mse":
+        return torch.nn.functional.mse_loss
+
+    def cross_entropy(output, target):
+        if target.is_floating_point():
+            return torch.nn.functional.cross_entropy(output.flatten(0, -2), target.flatten(0, -2))
+        return torch.nn.functional.cross_entropy(output.flatten(0, -2), target.flatten())
+
+    return cross_entropy
+
+
 def check_loss(loss, output, targets):
     if not isinstance(output, torch.Tensor):
         raise BadInput(f"the last child returns {type(output).__name__}, expected a tensor")

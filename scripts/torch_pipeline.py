@@ -67,7 +67,8 @@ import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from export_model import BadInput, as_batch, as_sequential, first_line, load_function, tied_parameters  # noqa: E402
+from export_model import (BadInput, as_batch, as_sequential, base_loss, first_line, load_function,  # noqa: E402
+                          tied_parameters)
 
 LOOPED = {"interleaved-1f1b", "interleaved-zb", "looped-bfs"}
 V_SHAPED = {"zbv", "dualpipev"}
@@ -183,18 +184,6 @@ class Checkpointed(torch.nn.Module):
 
     def forward(self, x):
         return torch.utils.checkpoint.checkpoint(self.module, x, use_reentrant=False)
-
-
-def base_loss(name):
-    if name == "mse":
-        return torch.nn.functional.mse_loss
-
-    def cross_entropy(output, target):
-        if target.is_floating_point():
-            return torch.nn.functional.cross_entropy(output.flatten(0, -2), target.flatten(0, -2))
-        return torch.nn.functional.cross_entropy(output.flatten(0, -2), target.flatten())
-
-    return cross_entropy
 
 
 def time_actions(stage, records):
