@@ -53,6 +53,7 @@ cannot run): one line on stderr, exit status 2. Needs only torch.
 import argparse
 import gc
 import json
+import logging
 import os
 import socket
 import statistics
@@ -317,6 +318,9 @@ def stage_examples(children, balance, x):
 
 
 def rank_main(rank, world, args, plan, results=None):
+    if not os.environ.get("PIPETUNE_DEBUG"):
+        # torch logs the whole schedule at error level before it raises; the one line says why.
+        logging.getLogger("torch.distributed.pipelining").setLevel(logging.CRITICAL)
     backend = "nccl" if args.device == "cuda" else "gloo"
     dist.init_process_group(backend, rank=rank, world_size=world)
     try:

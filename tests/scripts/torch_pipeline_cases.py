@@ -74,3 +74,12 @@ def build_dropout():
     g = torch.Generator().manual_seed(1)
     return ([torch.nn.Linear(8, 8), torch.nn.Dropout(0.5), torch.nn.Linear(8, 4)],
             (torch.randn(4, 8, generator=g), torch.randint(0, 4, (4,), generator=g)))
+
+
+def build_inplace():
+    """A linear layer, an in-place ReLU, a linear head: a stage that starts at the ReLU is one
+    torch refuses (it hands a stage's input as a leaf)."""
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    return ([torch.nn.Linear(16, 32).double(), torch.nn.ReLU(inplace=True), torch.nn.Linear(32, 4).double()],
+            (torch.randn(8, 16, generator=g, dtype=torch.float64), torch.randint(0, 4, (8,), generator=g)))

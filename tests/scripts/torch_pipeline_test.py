@@ -269,6 +269,13 @@ class TorchPipelineTest(unittest.TestCase):
         for name, (plan, words) in refusals.items():
             with self.subTest(case=name):
                 self.assert_one_line(self.run_plan(plan), words)
+        # What torch itself refuses while it runs: its own error, with its cause, in one line (torch
+        # logs the whole schedule first unless told not to).
+        with self.subTest(case="in-place first child"):
+            plan = {"balance": [1, 2], "chunks": 2, "checkpoint": "never", "schedule": "gpipe"}
+            self.assert_one_line(self.run_plan(plan, builder="build_inplace"),
+                                 "failed to run forward: a leaf Variable that requires grad is being used in an "
+                                 "in-place operation. The stage's first child works in place on its input")
         # Under torchrun, a world that is not the plan's devices: refused before any rank waits.
         with self.subTest(case="world size"):
             plan = {"balance": [4, 3], "chunks": 2, "checkpoint": "never", "schedule": "gpipe"}
