@@ -405,6 +405,51 @@ void set_copy_effects(TaskGraph& graph, int task, const StageMemory& m, const Pl
   graph.engine.set_end_effect(task, graph.counter[t.device], sender_frees ? t.bytes : 0);
 }
 
+// torch's single-stage schedules hold a gradient they sent past its copy (torch 2.11):
+// Schedule1F1B keeps the one it last sent referenced (its `bwd_sends`) until the stage's next
+// backward is done, and ScheduleGPipe waits for its backward sends only after its last backward,
+// so each lives until that one's send is done. The multi-stage runtime waits for each action's
+// sends before its next action, which frees a gradient when its copy ends, as the executor does.
+void hold_sent_gradients_as_torch(TaskGraph& graph, ScheduleKind kind) {
+  const Schedule& schedule = graph.schedule;
+  const auto at = [&](int stage, int micro_batch) {
+    return static_cast<std::size_t>(stage) * static_cast<std::size_t>(schedule.micro_batches) +
+           static_cast<std::size_t>(micro_batch);
+  };
+  const std::size_t slots = at(schedule.stages, 0);
+  std::vector<int> backward(slots, -1), send(slots, -1);
+  for (std::size_t id = 0; id < graph.tasks.size(); ++id) {
+    const SimTask& t = graph.tasks[id];
+    if (t.kind == TaskKind::Backward) backward[at(t.stage, t.micro_batch)] = static_cast<int>(id);
+    if (t.kind == TaskKind::SendGradient && !within_one_memory(graph, t))
+      send[at(t.stage, t.micro_batch)] = static_cast<int>(id);
+  }
+  EventEngine& engine = graph.engine;
+  const auto free_at_end_of = [&](int task, int counter, std::int64_t bytes) {
+    const EventEngine::Effects e = engine.effects(task);
+    engine.set_end_effect(task, counter, e.end_bytes + bytes);
+  };
+  for (int stage = 0; stage < schedule.stages; ++stage) {
+    // The stage's backwards in its programme's order: the holder of each gradient comes next.
+    std::vector<int> order;
+    for (const Action& a : schedule.per_stage[static_cast<std::size_t>(stage)])
+      if (a.kind == ActionKind::Backward) order.push_back(a.micro_batch);
+    if (order.empty()) continue;
+    const int last_send = send[at(stage, order.back())];
+    for (std::size_t k = 0; k + 1 < order.size(); ++k) {
+      const int copy = send[at(stage, order[k])];
+      if (copy < 0) continue;  // the first stage sends none, nor one sharing its memory
+      const EventEngine::Effects e = engine.effects(copy);
+      engine.set_end_effect(copy, e.end_counter, 0);
+      if (kind == ScheduleKind::OneFOneB) {
+        free_at_end_of(backward[at(stage, order[k + 1])], e.end_counter, e.end_bytes);
+      } else {
+        free_at_end_of(last_send, e.end_counter, e.end_bytes);
+      }
+    }
+  }
+}
+
 // The transport between processes posts each receive, its buffer allocated, as soon as the same
 // receiver's previous receive is in, and the step's first at the step's start: a copy's bytes
 // are charged to its receiver when the copy before it ends, not when it starts. (A mid effect
@@ -699,6 +744,9 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
   }
   const bool torch = hardware_.runtime == Runtime::TorchPipelining;
   if (hardware_.posted_receives && !torch) post_receives_early(graph, baseline);
+  if (torch && !graph_.given &&
+      (plan.schedule == ScheduleKind::GPipe || plan.schedule == ScheduleKind::OneFOneB))
+    hold_sent_gradients_as_torch(graph, plan.schedule);
   // Shares of one GPU count into one counter (share_gpu_counters()).
   std::vector<std::int64_t> initial(engine.counter_count(), 0);
   for (int d = 0; d < devices; ++d) initial[graph.counter[d]] += baseline[d];

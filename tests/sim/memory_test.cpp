@@ -137,13 +137,28 @@ TEST(Memory, TorchKeepsItsReceiveBuffersAndTheLastStagesOutputs) {
   // micro-batch 1's gradient, which the executor had freed.
   // Device 1: 500 and both inputs' buffers -> 700; each forward keeps saved 20 and its output
   // 10 (torch holds the model's outputs until the step ends) -> 760; B1 +600 -> 1360, frees
-  // saved 20 -> 1340 and the sent gradient once copied -> 1240; B0 +600 -> 1840. After it
-  // the outputs are joined, +20 on an end level of 700 + 500 + 20: under the peak.
+  // saved 20 -> 1340, and the gradient it sent stays: ScheduleGPipe waits for its backward
+  // sends after its last backward; B0 +600 -> 1940 (the executor's 1840). After it the outputs
+  // are joined, +20 on an end level of 700 + 500 + 20: under the peak.
   EXPECT_EQ(torch_peaks(two_layers(2), make_plan({1, 1}, 2, CheckpointMode::Never), 2),
-            (std::vector<std::int64_t>{3370, 1840}));
+            (std::vector<std::int64_t>{3370, 1940}));
   // One stage: no buffers; the outputs kept, 2 x 100 over the executor's 3070.
   EXPECT_EQ(torch_peaks(one_layer(2), make_plan({1}, 2, CheckpointMode::Never), 1),
             (std::vector<std::int64_t>{3270}));
+}
+
+TEST(Memory, TorchsOneFOneBHoldsTheGradientItSentUntilItsNextBackwardIsDone) {
+  // Two devices, 1F1B over 3 micro-batches of a sample, torch's runtime. Device 1 (F0 B0 F1 B1
+  // F2 B2): 500 and three input buffers -> 800; F0 keeps 30 -> 830; B0 +600 -> 1430, frees
+  // saved 20 (its gradient 100 stays: Schedule1F1B's bwd_sends holds it) -> 1410; F1 -> 1440;
+  // B1 +600 -> 2040, then frees 20, the transient 500 and B0's gradient -> 1420; F2 -> 1450;
+  // B2 +600 -> 2050: one gradient over the executor's 1950, where GPipe's rule (every sent
+  // gradient kept to the last send) would make 2150. Device 0 sends none: 1000 of parameters,
+  // the batch's 3 x 10 and three gradient buffers -> 1330; F0, F1 +150 each -> 1630; B0 +1000
+  // -> 2630, keeps its parameters' gradients, frees 150 -> 2480; F2 -> 2630; B1 +1000 -> 3630.
+  Plan plan = make_plan({1, 1}, 3, CheckpointMode::Never);
+  plan.schedule = ScheduleKind::OneFOneB;
+  EXPECT_EQ(torch_peaks(two_layers(3), plan, 2), (std::vector<std::int64_t>{3630, 2050}));
 }
 
 TEST(Memory, TorchJoinsTheOutputsOnceTheStepIsDone) {
