@@ -347,51 +347,56 @@ def retime(profile, times, slowdown, saved):
 
 
 def measure(args, profile, children, inputs, targets, loss, progress):
-    """Every child's eager times per size, and its slowdown beside the co-runners."""
-    sizes = profile["micro_batch_sizes"]
+    """Every child's eager times and saved bytes per size, and its slowdown beside the
+    co-runners (None without them)."""
     count = len(children)
+    # Per size: the runner and each child's input, made once for every pass below.
+    by_size = []
+    for size in profile["micro_batch_sizes"]:
+        run = Runner(children, loss, samples(targets, size))
+        by_size.append((size, run, inputs_of_every_layer(run, samples(inputs, size))))
     times = {(kind, layer): [] for kind in ("nograd", "forward", "backward", "input", "weight")
              for layer in range(count)}
-    slowdown = None
     held = tensors_held_outside(children)
     saved = [[] for _ in range(count)]
-    for s, size in enumerate(sizes):
-        run = Runner(children, loss, samples(targets, size))
-        x0 = samples(inputs, size)
+    for size, run, inputs_by_layer in by_size:
         clock = Clock()
         for r in range(args.warmup + args.repeats):
-            repetition(run, x0, clock, r >= args.warmup)
+            repetition(run, inputs_by_layer[0], clock, r >= args.warmup)
         for key in times:
             times[key].append(median_and_spread(clock.times.get(key, [])))
-        inputs_by_layer = inputs_of_every_layer(run, x0)
         for layer in range(count):
             saved[layer].append(saved_bytes(run, layer, inputs_by_layer[layer], held))
         progress(f"size {size}: timed")
-    if args.co_runners > 0:
-        slowdown = {(kind, layer): [] for kind in ("forward", "backward") for layer in range(count)}
-        runners = CoRunners(args.co_runners, args.builder, args.loss, args.seed, args.threads)
-        try:
-            for size in sizes:
-                run = Runner(children, loss, samples(targets, size))
-                inputs_by_layer = inputs_of_every_layer(run, samples(inputs, size))
-                for layer in range(count):
-                    def timed_rounds():
-                        clock = Clock()
-                        for r in range(args.warmup + args.repeats):
-                            forward_backward(run, layer, inputs_by_layer, clock, r >= args.warmup)
-                        return clock.times
-
-                    alone = timed_rounds()
-                    together = runners.beside(layer, size, timed_rounds)
-                    for kind in ("forward", "backward"):
-                        solo = median_and_spread(alone.get((kind, layer), []))[0]
-                        next_to = median_and_spread(together.get((kind, layer), []))[0]
-                        # Below the solo time is noise, as the profiler reads it.
-                        slowdown[(kind, layer)].append(max(1.0, next_to / solo) if solo > 0 else 1.0)
-                progress(f"size {size}: beside {args.co_runners} co-runner(s)")
-        finally:
-            runners.close()
+    slowdown = measure_slowdown(args, by_size, count, progress) if args.co_runners > 0 else None
     return times, slowdown, saved
+
+
+def measure_slowdown(args, by_size, count, progress):
+    """Each child's forward and backward beside args.co_runners processes running their own
+    copy of it, over its time alone: {(kind, layer): [per size]}."""
+    slowdown = {(kind, layer): [] for kind in ("forward", "backward") for layer in range(count)}
+    runners = CoRunners(args.co_runners, args.builder, args.loss, args.seed, args.threads)
+    try:
+        for size, run, inputs_by_layer in by_size:
+            for layer in range(count):
+                def timed_rounds():
+                    clock = Clock()
+                    for r in range(args.warmup + args.repeats):
+                        forward_backward(run, layer, inputs_by_layer, clock, r >= args.warmup)
+                    return clock.times
+
+                alone = timed_rounds()
+                together = runners.beside(layer, size, timed_rounds)
+                for kind in ("forward", "backward"):
+                    solo = median_and_spread(alone.get((kind, layer), []))[0]
+                    next_to = median_and_spread(together.get((kind, layer), []))[0]
+                    # Below the solo time is noise, as the profiler reads it.
+                    slowdown[(kind, layer)].append(max(1.0, next_to / solo) if solo > 0 else 1.0)
+            progress(f"size {size}: beside {args.co_runners} co-runner(s)")
+    finally:
+        runners.close()
+    return slowdown
 
 
 def write_atomically(path, document):
