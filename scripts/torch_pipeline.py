@@ -119,11 +119,11 @@ def devices_of(plan):
     return devices, [s % devices for s in range(stages)]
 
 
-def csv_placement(path, plan):
+def csv_placement(path, plan, batch_size=None):
     """The ranks and each stage's rank of a compute-only schedule CSV (row r: rank r's actions,
     as pipetune's --write-schedule-csv and torch's _dump_csv write it), checked against the plan:
-    the stages of its balance, each in one row, and its micro-batches. The order itself torch's
-    _load_csv checks."""
+    the stages of its balance, each in one row, and, once the batch size is known, its
+    micro-batches. The order itself torch's _load_csv checks."""
     import csv
     import re
     try:
@@ -152,17 +152,18 @@ def csv_placement(path, plan):
                 seen.add(micro_batch)
     if None in device_of:
         raise BadInput(f"{path}: stage {device_of.index(None)} of the plan's {stages} runs in no row")
-    micro_batches = len(micro_batch_sizes(plan["batch_size"], plan["chunks"])) if "batch_size" in plan else None
-    if micro_batches is not None and seen != set(range(micro_batches)):
-        raise BadInput(f"{path}: micro-batches {min(seen)} to {max(seen)}, the plan has {micro_batches} "
-                       f"(chunks {plan['chunks']} of a batch of {plan['batch_size']})")
+    if batch_size is not None:
+        micro_batches = len(micro_batch_sizes(batch_size, plan["chunks"]))
+        if seen != set(range(micro_batches)):
+            raise BadInput(f"{path}: micro-batches {min(seen)} to {max(seen)}, the plan has {micro_batches} "
+                           f"(chunks {plan['chunks']} of a batch of {batch_size})")
     return len(rows), device_of
 
 
-def placement(plan, args):
+def placement(plan, args, batch_size=None):
     """The plan's devices and each stage's: from --schedule-csv's rows, else the schedule's."""
     if getattr(args, "schedule_csv", None):
-        return csv_placement(args.schedule_csv, plan)
+        return csv_placement(args.schedule_csv, plan, batch_size)
     return devices_of(plan)
 
 
@@ -337,7 +338,7 @@ def rank_main(rank, world, args, plan, results=None):
         if sum(plan["balance"]) != len(children):
             raise BadInput(f"the plan's balance {plan['balance']} holds {sum(plan['balance'])} layers, "
                            f"the model has {len(children)}")
-        devices, device_of = placement(dict(plan, batch_size=inputs.shape[0]), args)
+        devices, device_of = placement(plan, args, batch_size=inputs.shape[0])
         if devices != world:
             raise BadInput(f"the plan runs on {devices} devices, the run has {world} ranks")
         batch_size = inputs.shape[0]
