@@ -1,6 +1,7 @@
 #include "sim/event_engine.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstdint>
 #include <stdexcept>
@@ -93,7 +94,28 @@ inline Event heap_pop(Event* heap, int& size) {
   return top;
 }
 
+// Tests set it to check the one pass against the events' run.
+std::atomic<bool> always_process_events_flag{false};
+std::atomic<std::uint64_t> one_pass_count{0};
+
+// A change's key in the one pass: the time's bits (a time >= 0 orders as its bits) shifted left,
+// and one for a free at its task's start, which the engine makes after the instant's starts.
+inline std::uint64_t change_key(double time, bool after_starts) {
+  return std::bit_cast<std::uint64_t>(time + 0.0) << 1 | (after_starts ? 1 : 0);
+}
+inline double change_time(std::uint64_t key) {
+  return std::bit_cast<double>(key >> 1);
+}
+
 }  // namespace
+
+void EventEngine::always_process_events(bool yes) {
+  always_process_events_flag.store(yes, std::memory_order_relaxed);
+}
+
+std::uint64_t EventEngine::runs_in_one_pass() {
+  return one_pass_count.load(std::memory_order_relaxed);
+}
 
 void EventEngine::clear() {
   tasks_.clear();
@@ -160,12 +182,271 @@ void EventEngine::prepare_queues() {
     for (const auto& [task, successor] : more_successors_) ++more_begin_[task + 1];
     for (int i = 0; i < n; ++i) more_begin_[i + 1] += more_begin_[i];
   }
+  // Kahn's order over the dependencies and the resources' orders; short of n tasks: a cycle.
+  std::vector<int> waiting(dependencies_);
+  for (int id = 0; id < n; ++id) {
+    if (tasks_[id].next >= 0) ++waiting[tasks_[id].next];
+  }
+  topological_.clear();
+  topological_.reserve(n);
+  for (int id = 0; id < n; ++id) {
+    if (waiting[id] == 0) topological_.push_back(id);
+  }
+  for (std::size_t k = 0; k < topological_.size(); ++k) {
+    const int id = topological_[k];
+    const Task& t = tasks_[id];
+    const auto done = [&](int after) {
+      if (--waiting[after] == 0) topological_.push_back(after);
+    };
+    if (t.next >= 0) done(t.next);
+    for (int j = 0; j < std::min(t.successor_count, kInlineSuccessors); ++j) done(t.successors[j]);
+    if (t.successor_count > kInlineSuccessors) {
+      for (int j = more_begin_[id]; j < more_begin_[id + 1]; ++j) done(more_successors_[j].second);
+    }
+  }
+  if (static_cast<int>(topological_.size()) != n) topological_.clear();
   queues_ready_ = true;
+}
+
+void EventEngine::reset_counters() {
+  for (auto& c : counters_) {
+    c.value = c.peak = c.initial;
+    c.peak_time = 0.0;
+    c.history.clear();
+    if (record_history_) c.history.push_back({0.0, c.value});
+  }
 }
 
 void EventEngine::run(bool record_history) {
   if (!queues_ready_) prepare_queues();
   record_history_ = record_history;
+  makespan_ = 0.0;
+  last_run_in_one_pass_ =
+      !always_process_events_flag.load(std::memory_order_relaxed) && run_in_one_pass();
+  if (last_run_in_one_pass_) {
+    one_pass_count.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    run_by_events();
+  }
+}
+
+bool EventEngine::run_in_one_pass() {
+  const std::size_t n = tasks_.size();
+  if (topological_.size() != n) return false;  // a cycle: the events' run says where
+  const std::size_t locked = std::min(locks_.size(), n);
+  for (std::size_t id = 0; id < locked; ++id) {
+    if (locks_[id] >= 0) return false;  // who gets a lock depends on who came first
+  }
+  if (!times_in_one_pass() || !changes_in_time_order()) return false;
+  reset_counters();
+  for (int c = 0; c < static_cast<int>(counters_.size()); ++c) replay_changes(c);
+  return true;
+}
+
+// A task starts at the latest end of its edges (its release, if paced, at the earliest) and ends
+// its duration later (its floor, if paced, at the earliest): the events' times to the bit.
+// False where a task's time is lost to rounding (a task that takes time but ends as it starts
+// would free after its instant's allocations) or is negative.
+bool EventEngine::times_in_one_pass() {
+  const int n = static_cast<int>(tasks_.size());
+  start_.assign(n, 0.0);  // each task's latest edge so far, then its start
+  finish_.resize(n);
+  const Task* const tasks = tasks_.data();
+  double* const start = start_.data();
+  double* const finish = finish_.data();
+  const Pacing* const pacing = pacing_.data();
+  const int paced = static_cast<int>(std::min<std::size_t>(pacing_.size(), tasks_.size()));
+  const int* const more_begin = more_begin_.data();
+  double makespan = 0.0;
+  for (const int id : topological_) {
+    const Task& t = tasks[id];
+    double begin = start[id];
+    double end = begin + t.duration;
+    if (id < paced) {
+      begin = std::max(begin, pacing[id].release);
+      end = std::max(begin + t.duration, pacing[id].finish_floor);
+    }
+    if (!(end > begin) && !(t.duration == 0.0 && end == begin)) return false;
+    start[id] = begin;
+    finish[id] = end;
+    makespan = std::max(makespan, end);
+    const auto reach = [&](int after)
+                           PIPETUNE_INLINE { start[after] = std::max(start[after], end); };
+    if (t.next >= 0) reach(t.next);
+    const int inline_count = std::min(t.successor_count, kInlineSuccessors);
+    for (int k = 0; k < inline_count; ++k) reach(t.successors[k]);
+    if (t.successor_count > kInlineSuccessors) {
+      for (int k = more_begin[id]; k < more_begin[id + 1]; ++k) reach(more_successors_[k].second);
+    }
+  }
+  makespan_ = makespan;
+  return true;
+}
+
+// Each counter's changes, resource by resource, each resource's in its order, which is their
+// time order: a task's changes lie within it and the next task starts after it ends. False where
+// the instant's order would matter: an allocation by a task without time (it peaks in the middle
+// of the instant's frees), an allocation at a mid or an end (among the frees), a free at a start.
+bool EventEngine::changes_in_time_order() {
+  const int counters = static_cast<int>(counters_.size());
+  const int resources = static_cast<int>(resources_.size());
+  // Each counter's region of changes_: room for a start, two transients and an end of every
+  // task that names it, and a sentinel after each run (a resource's).
+  region_.assign(static_cast<std::size_t>(counters) + 1, 0);
+  for (const Task& t : tasks_) {
+    if (t.start_counter >= 0 && t.start_counter < counters) region_[t.start_counter + 1] += 3;
+    if (t.end_counter >= 0 && t.end_counter < counters) region_[t.end_counter + 1] += 1;
+  }
+  for (int c = 0; c < counters; ++c) region_[c + 1] += region_[c] + resources;
+  if (changes_.size() < static_cast<std::size_t>(region_[counters]))
+    changes_.resize(static_cast<std::size_t>(region_[counters]));
+  cursor_.resize(static_cast<std::size_t>(counters));
+  for (int c = 0; c < counters; ++c) cursor_[c] = changes_.data() + region_[c];
+  runs_.assign(static_cast<std::size_t>(counters) * resources, nullptr);
+  run_count_.assign(static_cast<std::size_t>(counters), 0);
+  last_resource_.assign(static_cast<std::size_t>(counters), -1);
+
+  const Late* const late = late_.data();
+  const int lated = static_cast<int>(std::min<std::size_t>(late_.size(), tasks_.size()));
+  Change** const cursor = cursor_.data();
+  int resource = 0;
+  const auto add = [&](int counter, double time, std::int64_t delta,
+                       bool after_starts) PIPETUNE_INLINE {
+    if (counter < 0 || counter >= counters || !(time >= 0.0)) return false;
+    if (last_resource_[counter] != resource) {
+      if (last_resource_[counter] >= 0)  // the last run ends
+        *cursor[counter]++ = {detail::kNoChange, 0};
+      last_resource_[counter] = resource;
+      runs_[static_cast<std::size_t>(counter) * resources + run_count_[counter]++] =
+          cursor[counter];
+    }
+    *cursor[counter]++ = {change_key(time, after_starts), delta};
+    return true;
+  };
+  for (; resource < resources; ++resource) {
+    const int first = resources_[resource].first;
+    for (int k = first; k < first + resources_[resource].count; ++k) {
+      const int id = queue_[k];
+      const Task& t = tasks_[id];
+      const double begin = start_[id], end = finish_[id];
+      const bool instant = end == begin;
+      if (t.start_bytes != 0) {
+        if (t.start_bytes < 0 || instant) return false;
+        if (!add(t.start_counter, begin, t.start_bytes, false)) return false;
+      }
+      // The transients' ends, earlier first.
+      std::pair<double, std::int64_t> freed[2];
+      int count = 0;
+      if (t.mid_bytes != 0) freed[count++] = {std::min(begin + t.mid_offset, end), t.mid_bytes};
+      if (id < lated && late[id].bytes != 0)
+        freed[count++] = {std::min(begin + late[id].offset, end), late[id].bytes};
+      if (count == 2 && freed[1].first < freed[0].first) std::swap(freed[0], freed[1]);
+      for (int j = 0; j < count; ++j) {
+        const double at = instant ? begin : freed[j].first;
+        if (freed[j].second < 0) return false;
+        if (!add(t.start_counter, at, -freed[j].second, !instant && at == begin)) return false;
+      }
+      if (t.end_bytes != 0) {
+        if (t.end_bytes < 0) return false;
+        if (!add(t.end_counter, end, -t.end_bytes, false)) return false;
+      }
+    }
+  }
+  for (int c = 0; c < counters; ++c) {
+    if (run_count_[c] > 0) *cursor[c]++ = {detail::kNoChange, 0};
+  }
+  return true;
+}
+
+namespace {
+
+// A counter's value, its peak and when it first reached it.
+struct Replay {
+  std::int64_t value = 0, peak = 0;
+  double peak_time = 0.0;
+};
+
+// The merge of up to K runs of changes, each ending in a sentinel, with no history: every cursor
+// and key in registers (K is a constant and every update is a select), as the run that holds the
+// earliest change is data, not a pattern a branch could learn.
+template <int K>
+Replay replay_in_registers(const detail::CounterChange* const* first, int run_count, Replay r) {
+  static const detail::CounterChange kEnd{detail::kNoChange, 0};
+  const detail::CounterChange* at[K];
+  std::uint64_t key[K];
+  for (int j = 0; j < K; ++j) {
+    at[j] = j < run_count ? first[j] : &kEnd;
+    key[j] = at[j]->key;
+  }
+  std::uint64_t instant = detail::kNoChange;
+  for (;;) {
+    std::uint64_t next_key = key[0];
+    for (int j = 1; j < K; ++j) next_key = key[j] < next_key ? key[j] : next_key;
+    if (next_key != instant) {
+      if (r.value > r.peak && instant != detail::kNoChange) {
+        r.peak = r.value;
+        r.peak_time = change_time(instant);
+      }
+      instant = next_key;
+    }
+    if (next_key == detail::kNoChange) break;
+    // Exactly one run moves on: the first holding the earliest key.
+    bool moved = false;
+    for (int j = 0; j < K; ++j) {
+      const bool move = !moved && key[j] == next_key;
+      moved = moved || move;
+      r.value += move ? at[j]->delta : 0;
+      at[j] += move ? 1 : 0;
+      key[j] = at[j]->key;
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
+// A counter's changes merged in time order, an instant's changes at once: with frees and
+// allocations not mixed within a phase, the instant's highest value is where its allocations
+// end, before the frees at its starts.
+void EventEngine::replay_changes(int counter) {
+  Counter& c = counters_[static_cast<std::size_t>(counter)];
+  const int run_count = run_count_[static_cast<std::size_t>(counter)];
+  if (run_count == 0) return;  // it stays at its initial value
+  const Change** const first = runs_.data() + static_cast<std::size_t>(counter) * resources_.size();
+  head_.assign(first, first + run_count);
+  Replay r{c.initial, c.peak, c.peak_time};
+  if (!record_history_ && run_count <= 8) {
+    r = run_count <= 2   ? replay_in_registers<2>(head_.data(), run_count, r)
+        : run_count <= 4 ? replay_in_registers<4>(head_.data(), run_count, r)
+                         : replay_in_registers<8>(head_.data(), run_count, r);
+  } else {
+    const Change** const head = head_.data();
+    std::uint64_t instant = detail::kNoChange;
+    for (;;) {
+      int next = 0;
+      for (int j = 1; j < run_count; ++j) next = head[j]->key < head[next]->key ? j : next;
+      const std::uint64_t next_key = head[next]->key;
+      if (next_key != instant) {
+        if (r.value > r.peak && instant != detail::kNoChange) {
+          r.peak = r.value;
+          r.peak_time = change_time(instant);
+        }
+        instant = next_key;
+      }
+      if (next_key == detail::kNoChange) break;
+      r.value += head[next]++->delta;
+      if (record_history_) {
+        c.value = r.value;
+        record(c, change_time(next_key));
+      }
+    }
+  }
+  c.value = r.value;
+  c.peak = r.peak;
+  c.peak_time = r.peak_time;
+}
+
+void EventEngine::run_by_events() {
   const int n = static_cast<int>(tasks_.size());
   const int resource_count = static_cast<int>(resources_.size());
   start_.assign(n, -1.0);
@@ -185,12 +466,7 @@ void EventEngine::run(bool record_history) {
     if (tasks_[id].next >= 0) ++pending_[tasks_[id].next];  // the resource order's edge
   }
   makespan_ = 0.0;
-  for (auto& c : counters_) {
-    c.value = c.peak = c.initial;
-    c.peak_time = 0.0;
-    c.history.clear();
-    if (record_history_) c.history.push_back({0.0, c.value});
-  }
+  reset_counters();
 
   // Each task becomes startable once, each resource holds one running task: fixed bounds.
   startable_.resize(n);

@@ -27,6 +27,17 @@
 // The graph (tasks, resources, dependencies) is built once; durations, memory effects and
 // counters' initial values may change between runs, so one graph serves many plans of the same
 // shape.
+//
+// Two ways to run, one answer. Without locks every order is fixed by the graph, so a task starts
+// at the latest end of its edges: run() times every task in one pass in topological order, then
+// replays each counter's changes by merging its resources' runs of changes, each already in time
+// order (a resource runs one task at a time). Within an instant only the phases above matter
+// while each phase only frees or only allocates: the instant's highest value is then where its
+// starts' allocations end. Where a phase could mix them (a lock, which hands out turns by
+// arrival; a task without time that allocates; an allocation at a mid effect or an end, as
+// posted receives and torch's kept outputs make; a free at a start; a time lost to rounding),
+// run() processes events as above instead. Both give the same results bit for bit (tested on
+// random graphs and on every kind of prediction); a prediction at 16 x 128 runs 1.6-1.7x as fast.
 
 #include <cstdint>
 #include <utility>
@@ -39,6 +50,15 @@ namespace detail {
 // the high 64 bits and the task's key, biased to unsigned, in the low 32, so that one integer
 // comparison orders events by (time, key).
 __extension__ using CompletionEvent = unsigned __int128;
+
+// A counter's change in the one pass: its key is the time's bits shifted left by one (times are
+// >= 0, so they order as their bits), plus one for a free at its task's start, which the events'
+// run makes after that instant's allocations.
+struct CounterChange {
+  std::uint64_t key = 0;
+  std::int64_t delta = 0;
+};
+inline constexpr std::uint64_t kNoChange = ~std::uint64_t{0};  // above every key (no NaN)
 }  // namespace detail
 
 struct CounterSample {
@@ -118,6 +138,13 @@ class EventEngine {
   /// Runs to completion; std::logic_error if some task can never start (a cycle). May be called
   /// again after changing durations, effects or initial values.
   void run(bool record_history);
+  /// Whether the last run() took the one-pass way (for tests and benchmarks).
+  bool last_run_in_one_pass() const { return last_run_in_one_pass_; }
+  /// Tests only: every run() of every engine processes events, the reference the one pass is
+  /// checked against.
+  static void always_process_events(bool yes);
+  /// How many run()s of any engine took the one pass since the program started (for tests).
+  static std::uint64_t runs_in_one_pass();
 
   /// A task's memory effects as set above (counter -1: none).
   struct Effects {
@@ -196,6 +223,12 @@ class EventEngine {
 
   std::vector<int> lay_out_queues(std::vector<int>& queue) const;
   void prepare_queues();
+  void reset_counters();
+  void run_by_events();
+  bool run_in_one_pass();
+  bool times_in_one_pass();
+  bool changes_in_time_order();
+  void replay_changes(int counter);
   void change(int counter, std::int64_t delta, double now) {
     Counter& c = counters_[counter];
     c.value += delta;
@@ -220,8 +253,10 @@ class EventEngine {
   std::vector<int> locks_;      // empty, or per task (-1, and those beyond its end: none)
   std::vector<std::pair<int, int>> more_successors_;  // (task, successor), sorted by task
   std::vector<int> more_begin_;                       // task -> first entry in more_successors_
-  std::vector<int> queue_;  // every resource's tasks in order, resource after resource
+  std::vector<int> queue_;        // every resource's tasks in order, resource after resource
+  std::vector<int> topological_;  // every task after its edges' (empty: a cycle)
   bool queues_ready_ = false;
+  bool last_run_in_one_pass_ = false;
 
   // Per-run state and scratch, kept to avoid allocating.
   std::vector<double> start_, finish_;
@@ -234,6 +269,16 @@ class EventEngine {
   std::vector<detail::CompletionEvent> heap_;
   std::vector<int> startable_;  // at the head of an idle resource, every dependency done
   std::vector<int> batch_;      // tasks starting (or finishing) at the current instant
+  // The one pass: each counter's changes in a region of changes_, each resource's in one run
+  // that ends in a sentinel (key kNoChange); where each run begins.
+  using Change = detail::CounterChange;
+  std::vector<Change> changes_;
+  std::vector<int> region_;          // per counter and one more: where its region begins
+  std::vector<Change*> cursor_;      // per counter: where its next change goes
+  std::vector<const Change*> runs_;  // per counter and resource: its runs' first changes
+  std::vector<int> run_count_;       // per counter
+  std::vector<int> last_resource_;   // per counter: the resource its last run is of
+  std::vector<const Change*> head_;  // per run being merged: its next change
   bool record_history_ = false;
   double makespan_ = 0.0;
 };

@@ -9,7 +9,9 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <stdexcept>
 
+#include "sim/event_engine.hpp"
 #include "tests/sim/fixtures.hpp"
 
 namespace pipetune {
@@ -502,6 +504,122 @@ TEST(Simulator, PostedReceivesHoldEachReceiversFirstBufferFromTheStepsStart) {
       EXPECT_GE(b.devices[d].peak_memory_bytes, a.devices[d].peak_memory_bytes);
     }
   }
+}
+
+// The event engine's one pass (sim/event_engine.hpp) predicts exactly what processing events
+// predicts: every schedule, checkpoint mode, memory flag, tie, co-run, cold caches, launch
+// pacing, spreads, torch's runtime, posted receives and shares of one GPU (which take the
+// events' way), compared bit for bit on every number a prediction holds.
+TEST(Simulator, OnePassAndEventsPredictTheSameBitForBit) {
+  std::mt19937 rng(1203);
+  const ScheduleKind kinds[] = {
+      ScheduleKind::GPipe,         ScheduleKind::OneFOneB, ScheduleKind::Interleaved1F1B,
+      ScheduleKind::InterleavedZB, ScheduleKind::ZBV,      ScheduleKind::LoopedBFS,
+      ScheduleKind::DualPipeV};
+  const CheckpointMode modes[] = {CheckpointMode::Never, CheckpointMode::ExceptLast,
+                                  CheckpointMode::Always};
+  int compared = 0, in_one_pass = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const ScheduleKind kind = kinds[trial % 7];
+    const int devices = 1 + static_cast<int>(rng() % 3);
+    const int per_device =
+        fixed_stages_per_device(kind).value_or(is_multi_stage(kind) ? 1 + rng() % 2 : 1);
+    const int stages = devices * per_device;
+    const int layers = stages + static_cast<int>(rng() % 4);
+    const std::int64_t batch = 1 + static_cast<std::int64_t>(rng() % 8);
+    Profile profile = testing::random_profile(rng, layers, batch);
+    testing::vary_memory_flags(rng, profile);
+    testing::maybe_tie_layers(rng, profile);
+    SimulationOptions options;
+    options.record_edges = true;
+    switch (rng() % 5) {
+      case 0:  // beside co-runners
+        profile.co_runners = 1;
+        for (auto& l : profile.layers) {
+          for (double ms : l.forward_ms) l.forward_corun_ms.push_back(ms * 1.4);
+          for (double ms : l.backward_ms) l.backward_corun_ms.push_back(ms * 1.2);
+        }
+        break;
+      case 1:  // cold caches
+        profile.device.cache_bytes = 1 + static_cast<std::int64_t>(rng() % 8192);
+        for (auto& l : profile.layers) {
+          for (double ms : l.forward_ms) l.forward_cold_ms.push_back(ms * 1.5);
+          for (double ms : l.backward_ms) l.backward_cold_ms.push_back(ms * 1.3);
+        }
+        break;
+      case 2:  // a host that launches, now and then slower than the device runs
+        for (auto& l : profile.layers) {
+          l.forward_launch_ms.assign(l.forward_ms.size(),
+                                     l.forward_ms.front() * (rng() % 20) / 10.0);
+          l.backward_launch_ms.assign(l.backward_ms.size(),
+                                      l.backward_ms.front() * (rng() % 20) / 10.0);
+        }
+        break;
+      case 3:  // spreads, the step run slow
+        for (auto& l : profile.layers) {
+          for (double ms : l.forward_ms) l.forward_ms_spread.push_back(0.1 * ms);
+          for (double ms : l.backward_ms) l.backward_ms_spread.push_back(0.1 * ms);
+        }
+        options.spread_z = 1.28;
+        break;
+      default:
+        break;
+    }
+    Hardware hardware = replicate_device(profile.device, devices);
+    if (rng() % 4 == 0) hardware.runtime = Runtime::TorchPipelining;
+    if (rng() % 4 == 0) hardware.posted_receives = true;
+    if (rng() % 6 == 0) {
+      for (auto& d : hardware.devices) d.share_of = "cuda:0";
+    }
+    std::vector<int> balance(stages, 1);
+    for (int extra = layers - stages; extra > 0; --extra) ++balance[rng() % stages];
+    Plan plan = make_plan(balance, 1 + static_cast<int>(rng() % batch), modes[rng() % 3], kind);
+    plan.stages_per_device = per_device;
+    try {
+      check_plan(plan, profile, hardware, "plan");
+    } catch (const std::exception&) {
+      continue;  // a plan the schedule refuses
+    }
+    const std::string what = describe_plan(plan);
+    EventEngine::always_process_events(true);
+    SimulationResult want;
+    try {
+      want = Simulator(profile, hardware).run(plan, options);
+    } catch (const std::exception&) {
+      EventEngine::always_process_events(false);
+      continue;  // e.g. fewer micro-batches than the schedule needs
+    }
+    EventEngine::always_process_events(false);
+    const std::uint64_t one_pass_before = EventEngine::runs_in_one_pass();
+    const SimulationResult got = Simulator(profile, hardware).run(plan, options);
+    ++compared;
+    in_one_pass += EventEngine::runs_in_one_pass() > one_pass_before ? 1 : 0;
+    ASSERT_EQ(got.iteration_ms, want.iteration_ms) << what;
+    EXPECT_EQ(got.bubble_fraction, want.bubble_fraction) << what;
+    ASSERT_EQ(got.devices.size(), want.devices.size());
+    for (std::size_t d = 0; d < want.devices.size(); ++d) {
+      const DeviceReport &a = got.devices[d], &b = want.devices[d];
+      EXPECT_EQ(a.busy_ms, b.busy_ms) << what;
+      EXPECT_EQ(a.peak_memory_bytes, b.peak_memory_bytes) << what << " device " << d;
+      EXPECT_EQ(a.peak_time_ms, b.peak_time_ms) << what << " device " << d;
+      ASSERT_EQ(a.memory.size(), b.memory.size()) << what << " device " << d;
+      for (std::size_t k = 0; k < b.memory.size(); ++k) {
+        EXPECT_EQ(a.memory[k].time, b.memory[k].time) << what;
+        EXPECT_EQ(a.memory[k].value, b.memory[k].value) << what;
+      }
+    }
+    ASSERT_EQ(got.tasks.size(), want.tasks.size());
+    for (std::size_t k = 0; k < want.tasks.size(); ++k) {
+      EXPECT_EQ(got.tasks[k].start_ms, want.tasks[k].start_ms) << what;
+      EXPECT_EQ(got.tasks[k].end_ms, want.tasks[k].end_ms) << what;
+      EXPECT_EQ(got.tasks[k].launch_start_ms, want.tasks[k].launch_start_ms) << what;
+    }
+    EXPECT_EQ(got.edges, want.edges) << what;
+    if (::testing::Test::HasFailure()) return;
+  }
+  EXPECT_GT(compared, 250);
+  // Most predictions took the one pass (shares of one GPU and posted receives do not).
+  EXPECT_GT(in_one_pass, compared / 2);
 }
 
 }  // namespace
