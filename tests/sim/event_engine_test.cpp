@@ -419,7 +419,9 @@ void expect_same_runs(EventEngine& e, bool record_history, bool one_pass_expecte
   }
   const double makespan = e.makespan();
   e.run(record_history);
-  if (one_pass_expected) EXPECT_TRUE(e.last_run_in_one_pass());
+  if (one_pass_expected) {
+    EXPECT_TRUE(e.last_run_in_one_pass());
+  }
   EXPECT_EQ(e.makespan(), makespan);
   for (std::size_t id = 0; id < n; ++id) {
     EXPECT_EQ(e.start(static_cast<int>(id)), start[id]) << "task " << id;
