@@ -360,10 +360,21 @@ bool EventEngine::changes_in_time_order() {
 
 namespace {
 
-// A counter's value, its peak and when it first reached it.
+// A counter's value, its peak and when it first reached it, as the merge goes.
 struct Replay {
   std::int64_t value = 0, peak = 0;
   double peak_time = 0.0;
+
+  // The merge reaches a change with `key`: where the key moves on, the instant (or its frees at
+  // starts) before it is over, and its value is one the events' run passes through.
+  void reach(std::uint64_t key, std::uint64_t& instant) {
+    if (key == instant) return;
+    if (value > peak && instant != detail::kNoChange) {
+      peak = value;
+      peak_time = change_time(instant);
+    }
+    instant = key;
+  }
 };
 
 // The merge of up to K runs of changes, each ending in a sentinel, with no history: every cursor
@@ -382,13 +393,7 @@ Replay replay_in_registers(const detail::CounterChange* const* first, int run_co
   for (;;) {
     std::uint64_t next_key = key[0];
     for (int j = 1; j < K; ++j) next_key = key[j] < next_key ? key[j] : next_key;
-    if (next_key != instant) {
-      if (r.value > r.peak && instant != detail::kNoChange) {
-        r.peak = r.value;
-        r.peak_time = change_time(instant);
-      }
-      instant = next_key;
-    }
+    r.reach(next_key, instant);
     if (next_key == detail::kNoChange) break;
     // Exactly one run moves on: the first holding the earliest key.
     bool moved = false;
@@ -412,27 +417,20 @@ void EventEngine::replay_changes(int counter) {
   Counter& c = counters_[static_cast<std::size_t>(counter)];
   const int run_count = run_count_[static_cast<std::size_t>(counter)];
   if (run_count == 0) return;  // it stays at its initial value
-  const Change** const first = runs_.data() + static_cast<std::size_t>(counter) * resources_.size();
-  head_.assign(first, first + run_count);
+  // Each run's next change (runs_ is this run's scratch: its cursors move on in place).
+  const Change** const head = runs_.data() + static_cast<std::size_t>(counter) * resources_.size();
   Replay r{c.initial, c.peak, c.peak_time};
   if (!record_history_ && run_count <= 8) {
-    r = run_count <= 2   ? replay_in_registers<2>(head_.data(), run_count, r)
-        : run_count <= 4 ? replay_in_registers<4>(head_.data(), run_count, r)
-                         : replay_in_registers<8>(head_.data(), run_count, r);
+    r = run_count <= 2   ? replay_in_registers<2>(head, run_count, r)
+        : run_count <= 4 ? replay_in_registers<4>(head, run_count, r)
+                         : replay_in_registers<8>(head, run_count, r);
   } else {
-    const Change** const head = head_.data();
     std::uint64_t instant = detail::kNoChange;
     for (;;) {
       int next = 0;
       for (int j = 1; j < run_count; ++j) next = head[j]->key < head[next]->key ? j : next;
       const std::uint64_t next_key = head[next]->key;
-      if (next_key != instant) {
-        if (r.value > r.peak && instant != detail::kNoChange) {
-          r.peak = r.value;
-          r.peak_time = change_time(instant);
-        }
-        instant = next_key;
-      }
+      r.reach(next_key, instant);
       if (next_key == detail::kNoChange) break;
       r.value += head[next]++->delta;
       if (record_history_) {

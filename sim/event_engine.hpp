@@ -275,10 +275,9 @@ class EventEngine {
   std::vector<Change> changes_;
   std::vector<int> region_;          // per counter and one more: where its region begins
   std::vector<Change*> cursor_;      // per counter: where its next change goes
-  std::vector<const Change*> runs_;  // per counter and resource: its runs' first changes
+  std::vector<const Change*> runs_;  // per counter and resource: its runs' next changes
   std::vector<int> run_count_;       // per counter
   std::vector<int> last_resource_;   // per counter: the resource its last run is of
-  std::vector<const Change*> head_;  // per run being merged: its next change
   bool record_history_ = false;
   double makespan_ = 0.0;
 };
