@@ -7,7 +7,7 @@
 #include "bench/synthetic_profile.hpp"
 #include "sim/balance.hpp"
 #include "sim/interval.hpp"
-#include "sim/planner.hpp"
+#include "sim/planner/planner.hpp"
 #include "sim/simulator.hpp"
 #include "sim/sweep.hpp"
 

@@ -20,7 +20,7 @@
 #include "sim/error.hpp"
 #include "sim/file_io.hpp"
 #include "sim/limits.hpp"
-#include "sim/planner.hpp"
+#include "sim/planner/planner.hpp"
 #include "sim/sweep.hpp"
 #include "sim/trace.hpp"
 #include "sim/units.hpp"

@@ -12,8 +12,8 @@
 #include "cli/report.hpp"
 #include "sim/error.hpp"
 #include "sim/limits.hpp"
-#include "sim/planner.hpp"
-#include "sim/runtime_support.hpp"
+#include "sim/planner/planner.hpp"
+#include "sim/planner/runtime_support.hpp"
 #include "sim/units.hpp"
 
 namespace pipetune::cli {
@@ -181,7 +181,7 @@ void add_plan_command(CLI::App& app, std::vector<Command>& commands) {
     options.top = static_cast<std::size_t>(flags->top);
     options.search_budget = flags->budget;
     options.worst_order_memory = flags->memory_order == "worst";
-    // A plan for torch's runtime must be one it runs (sim/runtime_support.hpp).
+    // A plan for torch's runtime must be one it runs (sim/planner/runtime_support.hpp).
     const std::string refused =
         keep_what_the_runtime_runs(options, hardware, profile.batch_size, profile.device.type);
     if (!refused.empty())

@@ -10,7 +10,7 @@
 
 #include "cli/table.hpp"
 #include "sim/compare.hpp"
-#include "sim/one_choice_away.hpp"
+#include "sim/planner/one_choice_away.hpp"
 #include "sim/units.hpp"
 
 namespace pipetune::cli {

@@ -7,7 +7,7 @@
 
 #include "sim/hardware.hpp"
 #include "sim/interval.hpp"
-#include "sim/planner.hpp"
+#include "sim/planner/planner.hpp"
 #include "sim/profile.hpp"
 #include "sim/simulator.hpp"
 #include "sim/sweep.hpp"

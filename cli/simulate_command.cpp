@@ -15,7 +15,7 @@
 #include "sim/critical_path.hpp"
 #include "sim/error.hpp"
 #include "sim/plan.hpp"
-#include "sim/runtime_support.hpp"
+#include "sim/planner/runtime_support.hpp"
 #include "sim/schedule_csv.hpp"
 #include "sim/simulator.hpp"
 #include "sim/trace.hpp"

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Every test binary that runs pipetune's own code under the sanitizers, each kind in one build
 # of its own, built once and used for every run of that kind:
-#   build-asan (ASan + UBSan + LSan): the sim/ and executor CPU tests; the distributed tests,
-#     whose ranks (`pipetune run --distributed`, the rank helper) are built there too, so every
-#     process they start is sanitized; and the GUI tests (model library, widgets offscreen)
-#     when Qt is found.
+#   build-asan (ASan + UBSan + LSan): the sim/ and planner tests and the executor's CPU tests;
+#     the distributed tests, whose ranks (`pipetune run --distributed`, the rank helper) are
+#     built there too, so every process they start is sanitized; and the GUI tests (model
+#     library, widgets offscreen) when Qt is found.
 #   build-tsan (TSan): the executor's tests, every one of which runs worker and copy threads.
 # .ci/run calls this after the normal suite. Each phase prints its time.
 #
@@ -44,7 +44,7 @@ export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp"
 if [ "$which" = all ] || [ "$which" = asan ]; then
   phase asan-configure configure build-asan "address,undefined" AUTO
   targets=()
-  wanted sim && targets+=(pipetune_sim_tests)
+  wanted sim && targets+=(pipetune_sim_tests pipetune_planner_tests)
   wanted executor && targets+=(pipetune_executor_tests)
   if wanted distributed && has_target build-asan pipetune_distributed_tests; then
     targets+=(pipetune_distributed_tests)
@@ -54,6 +54,8 @@ if [ "$which" = all ] || [ "$which" = asan ]; then
   for t in "${targets[@]}"; do
     case "$t" in
       pipetune_sim_tests) phase asan-sim build-asan/tests/sim/pipetune_sim_tests --gtest_brief=1 ;;
+      pipetune_planner_tests)
+        phase asan-planner build-asan/tests/sim/planner/pipetune_planner_tests --gtest_brief=1 ;;
       pipetune_executor_tests)
         phase asan-executor build-asan/tests/executor/pipetune_executor_tests --gtest_brief=1 ;;
       pipetune_distributed_tests)

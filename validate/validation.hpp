@@ -24,7 +24,7 @@
 #include "sim/compare.hpp"
 #include "sim/hardware.hpp"
 #include "sim/interval.hpp"
-#include "sim/planner.hpp"
+#include "sim/planner/planner.hpp"
 #include "sim/profile.hpp"
 #include "validate/measure.hpp"
 

@@ -1,16 +1,16 @@
 #pragma once
 
-// "One choice away" as the GUI lists it (sim/one_choice_away.hpp, what `plan --explain` prints):
-// per alternative the change, its iteration time and largest peak, both also relative to the
-// best plan's, and its balance; picking a row loads its plan.
+// "One choice away" as the GUI lists it (sim/planner/one_choice_away.hpp, what `plan --explain`
+// prints): per alternative the change, its iteration time and largest peak, both also relative to
+// the best plan's, and its balance; picking a row loads its plan.
 
 #include <QString>
 #include <optional>
 #include <vector>
 
-#include "sim/one_choice_away.hpp"
 #include "sim/plan.hpp"
-#include "sim/planner.hpp"
+#include "sim/planner/one_choice_away.hpp"
+#include "sim/planner/planner.hpp"
 
 namespace pipetune::gui {
 

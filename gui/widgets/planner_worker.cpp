@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "sim/runtime_support.hpp"
+#include "sim/planner/runtime_support.hpp"
 
 namespace pipetune::gui {
 
@@ -39,7 +39,7 @@ bool PlannerWorker::start(const Profile& profile, const Hardware& hardware,
           Qt::QueuedConnection);
     };
     try {
-      // For torch's runtime, only plans torch runs (sim/runtime_support.hpp).
+      // For torch's runtime, only plans torch runs (sim/planner/runtime_support.hpp).
       const std::string refused =
           keep_what_the_runtime_runs(options, hardware, profile.batch_size, profile.device.type);
       if (!refused.empty()) throw std::invalid_argument(refused);

@@ -1,10 +1,10 @@
 #pragma once
 
-// Runs the planner (sim/planner.hpp find_best_plans) on a thread of its own so the window stays
-// responsive; its progress callback and its result come back to the GUI thread as signals. Then,
-// on the same thread, the best plan with each of its choices changed (sim/one_choice_away.hpp).
-// The search works on copies of the profile and hardware, so edits made meanwhile do not race
-// it. Cancelling stops it at the next configuration.
+// Runs the planner (sim/planner/planner.hpp find_best_plans) on a thread of its own so the window
+// stays responsive; its progress callback and its result come back to the GUI thread as signals.
+// Then, on the same thread, the best plan with each of its choices changed
+// (sim/planner/one_choice_away.hpp). The search works on copies of the profile and hardware, so
+// edits made meanwhile do not race it. Cancelling stops it at the next configuration.
 
 #include <QObject>
 #include <QThread>
@@ -14,7 +14,7 @@
 #include "gui/model/one_choice_rows.hpp"
 #include "sim/hardware.hpp"
 #include "sim/interval.hpp"
-#include "sim/planner.hpp"
+#include "sim/planner/planner.hpp"
 #include "sim/profile.hpp"
 
 namespace pipetune::gui {

@@ -345,7 +345,7 @@ TEST_F(AppTest, AfterASearchTheBestPlanOneChoiceAwayIsListedAndLoads) {
   ASSERT_TRUE(testing::wait_until([&] { return !view->rows().empty(); }));
   const PlanSearchResult* result = window.planner_panel()->last_result();
   ASSERT_NE(result, nullptr);
-  // The same alternatives sim/one_choice_away gives for the search's best plan.
+  // The same alternatives sim/planner/one_choice_away gives for the search's best plan.
   PlannerOptions options;
   options.schedules.assign(std::begin(kAllScheduleKinds), std::end(kAllScheduleKinds));
   options.optimizer_state_factor = window.editor().plan().optimizer_state_factor;

@@ -8,7 +8,6 @@
 #include <random>
 
 #include "sim/error.hpp"
-#include "sim/planner.hpp"
 #include "sim/simulator.hpp"
 #include "tests/sim/fixtures.hpp"
 
@@ -379,21 +378,6 @@ TEST(Calibration, CopiesWhoseTimeDoesNotGrowWithTheirSizeGiveTheirMeanAsALatency
     EXPECT_NEAR(cal.copy->latency_ms, 3.0, 0.05) << alternate;
     EXPECT_NEAR(cal.copy->transfer_ms(1e6), 3.0, 0.05) << alternate;  // a megabyte adds nothing
   }
-}
-
-TEST(Calibration, ThePlannerPlansWithTheCalibratedDurations) {
-  Scenario s = scenario({2, 2}, 4);
-  s.hardware.calibration.compute_scale[2] = 2.0;
-  s.hardware.calibration.task_overhead_ms = 0.25;
-  PlannerOptions options = single_stage_planner_options();
-  options.chunks = {1, 2, 4};
-  const PlanSearchResult with = find_best_plans(s.profile, s.hardware, options);
-  const PlanSearchResult applied = find_best_plans(s.profile, calibrated(s.hardware, 2), options);
-  ASSERT_FALSE(with.ranked.empty());
-  EXPECT_EQ(with.ranked[0].plan, applied.ranked[0].plan);
-  EXPECT_DOUBLE_EQ(with.ranked[0].iteration_ms, applied.ranked[0].iteration_ms);
-  EXPECT_NEAR(with.ranked[0].iteration_ms,
-              Simulator(s.profile, s.hardware).run(with.ranked[0].plan).iteration_ms, 1e-9);
 }
 
 TEST(Calibration, ALinkTheUserSetsReplacesTheCalibratedOne) {

@@ -1,7 +1,7 @@
 // The relaxed root's linear programme against hand-solved cases and a fine grid over the
 // shares.
 
-#include "sim/minimax_bound.hpp"
+#include "sim/planner/minimax_bound.hpp"
 
 #include <gtest/gtest.h>
 

@@ -12,13 +12,13 @@
 
 #include "bench/synthetic_profile.hpp"
 #include "sim/cost_model.hpp"
-#include "sim/multi_stage_peak_bound.hpp"
-#include "sim/planner.hpp"
-#include "sim/planner_search.hpp"
+#include "sim/planner/multi_stage_peak_bound.hpp"
+#include "sim/planner/planner.hpp"
+#include "sim/planner/search.hpp"
 #include "sim/schedule.hpp"
 #include "sim/simulator.hpp"
 #include "tests/sim/fixtures.hpp"
-#include "tests/sim/planner_brute_force.hpp"
+#include "tests/sim/planner/planner_brute_force.hpp"
 
 namespace pipetune {
 namespace {

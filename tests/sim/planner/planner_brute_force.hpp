@@ -12,7 +12,7 @@
 #include <tuple>
 #include <vector>
 
-#include "sim/planner.hpp"
+#include "sim/planner/planner.hpp"
 #include "sim/simulator.hpp"
 #include "tests/sim/fixtures.hpp"
 

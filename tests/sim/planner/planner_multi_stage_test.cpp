@@ -11,12 +11,12 @@
 #include <random>
 
 #include "bench/synthetic_profile.hpp"
-#include "sim/multi_stage_peak_bound.hpp"
-#include "sim/planner.hpp"
+#include "sim/planner/multi_stage_peak_bound.hpp"
+#include "sim/planner/planner.hpp"
 #include "sim/schedule.hpp"
 #include "sim/simulator.hpp"
 #include "tests/sim/fixtures.hpp"
-#include "tests/sim/planner_brute_force.hpp"
+#include "tests/sim/planner/planner_brute_force.hpp"
 
 namespace pipetune {
 namespace {

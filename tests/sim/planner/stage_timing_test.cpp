@@ -1,7 +1,7 @@
 // The sweep against the event engine: the same iteration time for every schedule, checkpoint
 // mode, micro-batch split (with and without a smaller last one) and device speed.
 
-#include "sim/stage_timing.hpp"
+#include "sim/planner/stage_timing.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "sim/multi_stage_peak_bound.hpp"
+#include "sim/planner/multi_stage_peak_bound.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "sim/minimax_bound.hpp"
+#include "sim/planner/minimax_bound.hpp"
 #include "sim/schedule.hpp"
 
 namespace pipetune {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "sim/hardware.hpp"
-#include "sim/planner.hpp"
+#include "sim/planner/planner.hpp"
 #include "sim/profile.hpp"
 
 namespace pipetune {

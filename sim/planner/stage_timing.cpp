@@ -1,4 +1,4 @@
-#include "sim/stage_timing.hpp"
+#include "sim/planner/stage_timing.hpp"
 
 #include <algorithm>
 

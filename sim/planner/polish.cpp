@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "sim/planner_search.hpp"
+#include "sim/planner/search.hpp"
 
 namespace pipetune::planning {
 

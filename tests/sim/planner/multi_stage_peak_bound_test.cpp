@@ -1,4 +1,4 @@
-#include "sim/multi_stage_peak_bound.hpp"
+#include "sim/planner/multi_stage_peak_bound.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // The search's frame: which configurations there are, how each is prepared, the slices of the
 // budget they get in turn, how their plans are simulated and ranked.
 
-#include "sim/planner_search.hpp"
+#include "sim/planner/search.hpp"
 
 #include <fmt/format.h>
 

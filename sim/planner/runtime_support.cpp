@@ -1,11 +1,11 @@
-#include "sim/runtime_support.hpp"
+#include "sim/planner/runtime_support.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <iterator>
 
-#include "sim/planner.hpp"
+#include "sim/planner/planner.hpp"
 
 namespace pipetune {
 namespace {

@@ -1,9 +1,9 @@
-#include "sim/graph_sweep.hpp"
+#include "sim/planner/graph_sweep.hpp"
 
 #include <algorithm>
 #include <stdexcept>
 
-#include "sim/stage_timing.hpp"
+#include "sim/planner/stage_timing.hpp"
 #include "sim/task_graph.hpp"
 
 namespace pipetune {

@@ -2,7 +2,7 @@
 // through the simulator; its budget, its answers at scale and under memory caps. The root bounds
 // are in planner_relaxed_root_test.cpp, the multi-stage schedules in planner_multi_stage_test.cpp.
 
-#include "sim/planner.hpp"
+#include "sim/planner/planner.hpp"
 
 #include <gtest/gtest.h>
 
@@ -16,7 +16,7 @@
 #include "sim/schedule.hpp"
 #include "sim/simulator.hpp"
 #include "tests/sim/fixtures.hpp"
-#include "tests/sim/planner_brute_force.hpp"
+#include "tests/sim/planner/planner_brute_force.hpp"
 
 namespace pipetune {
 namespace {
@@ -831,6 +831,27 @@ TEST(Planner, CappedAnswerIsNoSlowerThanTheUncappedAnswerMadeToFit) {
   EXPECT_LE(capped.ranked.front().iteration_ms, best.second * (1 + 1e-12))
       << "made to fit: " << describe_plan(plan) << " " << best.second
       << " ms; planner: " << describe_plan(capped.ranked.front().plan);
+}
+
+// A calibrated hardware file plans as the same hardware with the calibration folded into its
+// durations (calibrated()), and the answer's time is the simulator's on the calibrated file.
+TEST(Planner, PlansWithTheCalibratedDurations) {
+  testing::LayerSpec a{1.0, 2.0, 1000, 400, 50, 0}, b{0.5, 1.5, 500, 4000, 10, 0};
+  const Profile profile = testing::make_profile({a, b, a, b}, 8, 10);
+  Hardware hardware = replicate_device(profile.device, 2);
+  hardware.link.bandwidth_bytes_per_s = 1e6;
+  hardware.link.latency_ms = 0.1;
+  hardware.calibration.compute_scale[2] = 2.0;
+  hardware.calibration.task_overhead_ms = 0.25;
+  PlannerOptions options = single_stage_planner_options();
+  options.chunks = {1, 2, 4};
+  const PlanSearchResult with = find_best_plans(profile, hardware, options);
+  const PlanSearchResult applied = find_best_plans(profile, calibrated(hardware, 2), options);
+  ASSERT_FALSE(with.ranked.empty());
+  EXPECT_EQ(with.ranked[0].plan, applied.ranked[0].plan);
+  EXPECT_DOUBLE_EQ(with.ranked[0].iteration_ms, applied.ranked[0].iteration_ms);
+  EXPECT_NEAR(with.ranked[0].iteration_ms,
+              Simulator(profile, hardware).run(with.ranked[0].plan).iteration_ms, 1e-9);
 }
 
 }  // namespace

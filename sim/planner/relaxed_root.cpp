@@ -7,7 +7,7 @@
 #include <numeric>
 #include <queue>
 
-#include "sim/planner_search.hpp"
+#include "sim/planner/search.hpp"
 
 namespace pipetune::planning {
 

@@ -7,8 +7,8 @@
 #include <numeric>
 #include <random>
 
-#include "sim/multi_stage_balance_bound.hpp"
-#include "sim/planner_search.hpp"
+#include "sim/planner/multi_stage_balance_bound.hpp"
+#include "sim/planner/search.hpp"
 
 namespace pipetune::planning {
 

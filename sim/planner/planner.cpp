@@ -1,4 +1,4 @@
-#include "sim/planner.hpp"
+#include "sim/planner/planner.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "sim/error.hpp"
-#include "sim/multi_stage_balance_bound.hpp"
-#include "sim/planner_search.hpp"
+#include "sim/planner/multi_stage_balance_bound.hpp"
+#include "sim/planner/search.hpp"
 
 namespace pipetune {
 

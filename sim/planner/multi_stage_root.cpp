@@ -5,7 +5,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "sim/planner_search.hpp"
+#include "sim/planner/search.hpp"
 #include "sim/task_graph.hpp"
 
 namespace pipetune::planning {

@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "sim/planner.hpp"
+#include "sim/planner/planner.hpp"
 #include "sim/schedule.hpp"
 #include "sim/simulator.hpp"
 #include "tests/sim/fixtures.hpp"
-#include "tests/sim/planner_brute_force.hpp"
+#include "tests/sim/planner/planner_brute_force.hpp"
 
 namespace pipetune {
 namespace {

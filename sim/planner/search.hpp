@@ -24,17 +24,17 @@
 #include <vector>
 
 #include "sim/cost_model.hpp"
-#include "sim/graph_sweep.hpp"
 #include "sim/hardware.hpp"
 #include "sim/memory_model.hpp"
-#include "sim/minimax_bound.hpp"
-#include "sim/multi_stage_peak_bound.hpp"
 #include "sim/partition.hpp"
-#include "sim/planner.hpp"
+#include "sim/planner/graph_sweep.hpp"
+#include "sim/planner/minimax_bound.hpp"
+#include "sim/planner/multi_stage_peak_bound.hpp"
+#include "sim/planner/planner.hpp"
+#include "sim/planner/stage_timing.hpp"
 #include "sim/profile.hpp"
 #include "sim/schedule.hpp"
 #include "sim/simulator.hpp"
-#include "sim/stage_timing.hpp"
 
 namespace pipetune::planning {
 

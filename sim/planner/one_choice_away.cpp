@@ -1,4 +1,4 @@
-#include "sim/one_choice_away.hpp"
+#include "sim/planner/one_choice_away.hpp"
 
 #include <fmt/format.h>
 

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <utility>
 
-#include "sim/planner_search.hpp"
+#include "sim/planner/search.hpp"
 
 namespace pipetune::planning {
 

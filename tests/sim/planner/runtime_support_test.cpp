@@ -1,10 +1,10 @@
 // What torch.distributed.pipelining runs of pipetune's plans, and the planner kept to it.
 
-#include "sim/runtime_support.hpp"
+#include "sim/planner/runtime_support.hpp"
 
 #include <gtest/gtest.h>
 
-#include "sim/planner.hpp"
+#include "sim/planner/planner.hpp"
 #include "tests/sim/fixtures.hpp"
 
 namespace pipetune {

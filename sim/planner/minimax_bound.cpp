@@ -1,4 +1,4 @@
-#include "sim/minimax_bound.hpp"
+#include "sim/planner/minimax_bound.hpp"
 
 #include <algorithm>
 #include <cmath>

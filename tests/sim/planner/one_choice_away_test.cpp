@@ -1,7 +1,7 @@
 // The best plan one choice away from the winner, against a brute force over balances with that
 // choice fixed, through the simulator.
 
-#include "sim/one_choice_away.hpp"
+#include "sim/planner/one_choice_away.hpp"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>

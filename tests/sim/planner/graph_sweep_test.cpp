@@ -2,7 +2,7 @@
 // schedule (one and several stages per device), checkpoint mode, micro-batch split (with and
 // without a smaller last one), device speed, link and calibration.
 
-#include "sim/graph_sweep.hpp"
+#include "sim/planner/graph_sweep.hpp"
 
 #include <gtest/gtest.h>
 
