@@ -5,6 +5,8 @@
 #include <limits>
 #include <numeric>
 
+#include "sim/planner/tuning.hpp"
+
 namespace pipetune {
 
 namespace {
@@ -159,7 +161,6 @@ void MinMaxShareProgramme::pivot_to_optimum(double scale, std::size_t* pivots_le
   // lowest index that improves: on a 32-stage multi-stage root, hundreds per solve), but can
   // cycle where pivots are degenerate; after a run of degenerate pivots, Bland's rule until one
   // makes progress, which it does without cycling.
-  constexpr std::size_t kDegenerateRun = 32;
   std::size_t degenerate = 0;
   optimal_ = false;
   const std::size_t pivots = std::min<std::size_t>(50 * (rows + cols), *pivots_left);
@@ -168,7 +169,7 @@ void MinMaxShareProgramme::pivot_to_optimum(double scale, std::size_t* pivots_le
   if (target < std::numeric_limits<double>::infinity() && basis_value() >= target) return;
   for (std::size_t iteration = 0; iteration < pivots; ++iteration, --*pivots_left) {
     std::size_t enter = cols;
-    const bool bland = degenerate >= kDegenerateRun;
+    const bool bland = degenerate >= planning::kDegenerateRun;
     double most = -eps;
     for (std::size_t v = 0; v < cols; ++v) {
       if (reduced_[v] < most) {

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "sim/planner/minimax_bound.hpp"
+#include "sim/planner/tuning.hpp"
 #include "sim/schedule.hpp"
 
 namespace pipetune {
@@ -266,8 +267,8 @@ std::vector<double> MultiStagePeakBound::relative_levels(const std::vector<Coord
 // them is largest, the partition prices them over every balance, and its balance joins the
 // master. It stops when a least is above 1, when the master's value is at most 1 (the best
 // weights over the balances seen, so over every balance too, cannot do better), when the least
-// meets it (those weights are the best), when the master fails, or after kRounds masters. What
-// it cannot do: the relaxation is as strong as the balances' convex hull; a mix of balances
+// meets it (those weights are the best), when the master fails, or after kMasterRounds masters.
+// What it cannot do: the relaxation is as strong as the balances' convex hull; a mix of balances
 // can keep every level within its cap on average when no single one does.
 bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps) {
   return may_fit(caps, nullptr, 0.0);
@@ -441,7 +442,6 @@ bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps, const S
     pile[t] = layers - (stages - 1);
     cuts.push_back(relative(pile));
   }
-  constexpr int kRounds = 32;
   // The master's functions: at first each cut's fullest coordinate and each device's fullest
   // moment under the equal balance; then, while the mix found holds some other coordinate above
   // the master's value, the fullest of those (row generation: with every (device, moment) pair
@@ -451,10 +451,9 @@ bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps, const S
   for (std::size_t k = 0; k < n; ++k) active[k] = y[k] > 0.0;
   for (const std::vector<double>& cut : cuts)
     active[std::max_element(cut.begin(), cut.end()) - cut.begin()] = 1;
-  constexpr std::size_t kAddedAtOnce = 8;
   std::vector<double> mix, slope, weight_of, mixed(n);
   std::vector<std::size_t> coordinate_of;  // the master's functions, in the order added
-  for (int round = 0; round < kRounds; ++round) {
+  for (int round = 0; round < planning::kMasterRounds; ++round) {
     MinMaxShareProgramme master(cuts.size(), 1.0);
     // A few pivots per row and column; past that it has lost its way, and answers nothing.
     master.limit_pivots(4 * (cuts.size() + n + 2));
@@ -481,7 +480,7 @@ bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps, const S
       for (std::size_t k = 0; k < n; ++k)
         if (!active[k] && mixed[k] > value + kMargin) above.push_back(k);
       if (above.empty()) break;
-      const std::size_t count = std::min(above.size(), kAddedAtOnce);
+      const std::size_t count = std::min(above.size(), planning::kMasterRowsAtOnce);
       std::partial_sort(above.begin(), above.begin() + static_cast<std::ptrdiff_t>(count),
                         above.end(),
                         [&](std::size_t a, std::size_t b) { return mixed[a] > mixed[b]; });

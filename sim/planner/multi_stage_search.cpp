@@ -12,6 +12,23 @@
 
 namespace pipetune::planning {
 
+namespace {
+
+// The balance whose stages end at `ends`, then at `b`, the last one taking the rest of `layers`.
+std::vector<int> balance_of_ends(const std::vector<int>& ends, int b, int layers) {
+  std::vector<int> balance;
+  int from = 0;
+  for (int end : ends) {
+    balance.push_back(end - from);
+    from = end;
+  }
+  balance.push_back(b - from);
+  balance.push_back(layers - b);
+  return balance;
+}
+
+}  // namespace
+
 // Multi-stage schedules (interleaved-1f1b, looped-bfs, interleaved-zb, zbv, dualpipev): v x D
 // stages, device stage_rank() running several. The single-stage bounds do not hold for their
 // programmes, so candidates are timed by simulating and the configuration's bound is balance-free
@@ -365,129 +382,143 @@ double PlanSearch::swept_time(GraphSweep& sweep, const std::vector<int>& balance
   return sweep.run(balance);
 }
 
+// Entry e's balance becomes `next` where that is better (less memory excess, then less time);
+// false otherwise. Where the balance fits (or nothing is capped), only a faster one can be
+// better: the sweep's time rules the others out without a simulation.
+bool PlanSearch::take_if_better(Entry& e, GraphSweep* sweep, std::vector<int> next) {
+  if (sweep && !(e.score.excess > 0.0) && !(swept_time(*sweep, next) < e.score.time)) return false;
+  std::vector<std::int64_t> peaks;
+  const Score score = simulate_for(e, next, &peaks);
+  if (!better(score, e.score)) return false;
+  e.balance = std::move(next);
+  e.score = score;
+  e.peaks = std::move(peaks);
+  return true;
+}
+
+// Once every start is descended, kicks (iterated local search): the best plan so far with a few
+// layers moved between random stages (the same for the same configuration, so that the search
+// stays deterministic), descended from as a start. (Kicks held back until the enumeration had
+// been cut short by the budget were measured too: 13 answers of the random instances faster
+// instead of 16.) Then the next start's descent, from moves of `widest` layers.
+void PlanSearch::next_start(Entry& e, GraphSweep* sweep, int widest, std::uint64_t limit) {
+  const Config& c = *e.config;
+  const int stages = c.stages_per_device * stages_;
+  if (e.settled && e.ranged && e.starts.empty() && sweep && e.kicks < kLocalSearchKicks &&
+      e.best < kInf && stats_.steps < limit) {
+    std::mt19937 rng(static_cast<unsigned>(1000003 * e.kicks + 7919 * c.micro_batches() +
+                                           31 * static_cast<int>(c.schedule) +
+                                           static_cast<int>(c.checkpoint)));
+    std::vector<int> next = e.candidate.plan.balance;
+    for (int k = 0; k < 3; ++k) {
+      const int i = static_cast<int>(rng() % stages), j = static_cast<int>(rng() % stages);
+      const int d = 1 + static_cast<int>(rng() % 3);
+      if (i == j || next[j] - d < 1) continue;
+      next[i] += d;
+      next[j] -= d;
+    }
+    ++e.kicks;
+    if (next != e.candidate.plan.balance) e.starts.push_back(std::move(next));
+  }
+  if (e.settled && e.ranged && !e.starts.empty() && stats_.steps < limit) {
+    std::vector<int> start = std::move(e.starts.front());
+    e.starts.erase(e.starts.begin());
+    std::vector<std::int64_t> peaks;
+    const Score score = simulate_for(e, start, &peaks);
+    e.restart_at(std::move(start), score, std::move(peaks));
+    e.move = widest;
+  }
+}
+
+// Moves of one stage end by e.move layers, each taken where it is better, until none is: then
+// half as many layers, down to one, then once more up from two (a block moved at once can still
+// gain where no single layer does), until the moves would pass `widest` (e.settled).
+void PlanSearch::descend_one_end(Entry& e, GraphSweep* sweep, int widest, std::uint64_t limit) {
+  const int stages = e.config->stages_per_device * stages_;
+  while (!e.settled && stats_.steps < limit) {
+    bool improved = false;
+    for (int i = 0; i + 1 < stages && !improved && stats_.steps < limit; ++i) {
+      for (int delta : {-e.move, e.move}) {
+        std::vector<int> next = e.balance;
+        next[i] += delta;
+        next[i + 1] -= delta;
+        if (next[i] < 1 || next[i + 1] < 1) continue;
+        if (take_if_better(e, sweep, std::move(next))) {
+          improved = true;
+          break;
+        }
+      }
+    }
+    if (improved) {
+      e.widening = false;
+      e.ranged = false;
+    } else if (stats_.steps < limit) {
+      if (!e.widening && e.move > 1) {
+        e.move /= 2;
+      } else if (!e.widening) {
+        e.widening = true;
+        e.move = 2;
+        if (e.move > widest) e.settled = true;
+      } else if (e.move * 2 > widest) {
+        e.settled = true;
+      } else {
+        e.move *= 2;
+      }
+    }
+  }
+}
+
+// Where balances are swept, a layer moved between two stages that are not neighbours (the
+// stages between them shift by one): a time that is the maximum of several paths can need two
+// ends to move at once, where moving either alone gains nothing. Where one does, the one-end
+// moves go on from it (e.settled false); where none does, e.ranged.
+void PlanSearch::move_between_distant_stages(Entry& e, GraphSweep* sweep, std::uint64_t limit) {
+  const int stages = e.config->stages_per_device * stages_;
+  if (!sweep) e.ranged = true;
+  bool moved = false, cut = false;
+  for (int i = 0; i + 2 < stages && !e.ranged && !moved && !cut; ++i) {
+    for (int j = i + 2; j < stages && !moved && !cut; ++j) {
+      for (int delta : {1, -1}) {
+        if (!(stats_.steps < limit)) {
+          cut = true;  // the next slice starts the moves over
+          break;
+        }
+        std::vector<int> next = e.balance;
+        next[i] += delta;
+        next[j] -= delta;
+        if (next[i] < 1 || next[j] < 1) continue;
+        if (take_if_better(e, sweep, std::move(next))) {
+          moved = true;
+          break;
+        }
+      }
+    }
+  }
+  if (moved) {
+    e.settled = false;
+    e.move = 1;
+    e.widening = true;
+  } else if (!cut) {
+    e.ranged = true;
+  }
+}
+
 // The multi-stage local search of multi_stage_slice(), until `limit` (a count of stats_.steps)
 // or until no move improves from any start: from e's balance, moves of one stage end, least
 // memory excess first, then time, each taken where it is better; then, where `sweep` times
 // balances, a layer moved between two stages further apart; then the next start, and kicks of
 // the best plan. Where it stops is kept in e for the next slice.
 void PlanSearch::multi_stage_local_search(Entry& e, GraphSweep* sweep, std::uint64_t limit) {
-  const Config& c = *e.config;
-  const int stages = c.stages_per_device * stages_;
   // Moves of a quarter of an average stage first, and of half as many layers where none
   // improves, down to one: on thousands of layers a start far from fitting (the min-max
   // partition of time under a cap) took a simulation per layer moved.
-  const int widest = std::max(1, layers_ / stages / 4);
+  const int widest = std::max(1, layers_ / (e.config->stages_per_device * stages_) / 4);
   if (e.move == 0) e.move = widest;
-  // e's balance becomes `next` where that is better; false otherwise.
-  auto take_if_better = [&](std::vector<int> next) {
-    // Where the balance fits (or nothing is capped), only a faster one can be better: the
-    // sweep's time rules the others out without a simulation.
-    if (sweep && !(e.score.excess > 0.0) && !(swept_time(*sweep, next) < e.score.time))
-      return false;
-    std::vector<std::int64_t> peaks;
-    const Score score = simulate_for(e, next, &peaks);
-    if (!better(score, e.score)) return false;
-    e.balance = std::move(next);
-    e.score = score;
-    e.peaks = std::move(peaks);
-    return true;
-  };
   for (;;) {
-    // Once every start is descended, kicks (iterated local search): the best plan so far with
-    // a few layers moved between random stages (the same for the same configuration, so that
-    // the search stays deterministic), descended from as a start. (Kicks held back until the
-    // enumeration below had been cut short by the budget were measured too: 13 answers of the
-    // random instances faster instead of 16.)
-    if (e.settled && e.ranged && e.starts.empty() && sweep && e.kicks < kLocalSearchKicks &&
-        e.best < kInf && stats_.steps < limit) {
-      std::mt19937 rng(static_cast<unsigned>(1000003 * e.kicks + 7919 * c.micro_batches() +
-                                             31 * static_cast<int>(c.schedule) +
-                                             static_cast<int>(c.checkpoint)));
-      std::vector<int> next = e.candidate.plan.balance;
-      for (int k = 0; k < 3; ++k) {
-        const int i = static_cast<int>(rng() % stages), j = static_cast<int>(rng() % stages);
-        const int d = 1 + static_cast<int>(rng() % 3);
-        if (i == j || next[j] - d < 1) continue;
-        next[i] += d;
-        next[j] -= d;
-      }
-      ++e.kicks;
-      if (next != e.candidate.plan.balance) e.starts.push_back(std::move(next));
-    }
-    if (e.settled && e.ranged && !e.starts.empty() && stats_.steps < limit) {
-      // The next start's descent.
-      std::vector<int> start = std::move(e.starts.front());
-      e.starts.erase(e.starts.begin());
-      std::vector<std::int64_t> peaks;
-      const Score score = simulate_for(e, start, &peaks);
-      e.restart_at(std::move(start), score, std::move(peaks));
-      e.move = widest;
-    }
+    next_start(e, sweep, widest, limit);
     if (!(stats_.steps < limit) || (e.settled && e.ranged)) break;
-    while (!e.settled && stats_.steps < limit) {
-      bool improved = false;
-      for (int i = 0; i + 1 < stages && !improved && stats_.steps < limit; ++i) {
-        for (int delta : {-e.move, e.move}) {
-          std::vector<int> next = e.balance;
-          next[i] += delta;
-          next[i + 1] -= delta;
-          if (next[i] < 1 || next[i + 1] < 1) continue;
-          if (take_if_better(std::move(next))) {
-            improved = true;
-            break;
-          }
-        }
-      }
-      if (improved) {
-        e.widening = false;
-        e.ranged = false;
-      } else if (stats_.steps < limit) {
-        // Down to one layer, then once more up from two: a block moved at once can still gain
-        // where no single layer does.
-        if (!e.widening && e.move > 1) {
-          e.move /= 2;
-        } else if (!e.widening) {
-          e.widening = true;
-          e.move = 2;
-          if (e.move > widest) e.settled = true;
-        } else if (e.move * 2 > widest) {
-          e.settled = true;
-        } else {
-          e.move *= 2;
-        }
-      }
-    }
-    // Then, where balances are swept, a layer moved between two stages that are not neighbours
-    // (the stages between them shift by one): a time that is the maximum of several paths can
-    // need two ends to move at once, where moving either alone gains nothing. Where one does,
-    // the one-end moves go on from it.
-    if (!sweep) e.ranged = true;
-    bool moved = false, cut = false;
-    for (int i = 0; i + 2 < stages && !e.ranged && !moved && !cut; ++i) {
-      for (int j = i + 2; j < stages && !moved && !cut; ++j) {
-        for (int delta : {1, -1}) {
-          if (!(stats_.steps < limit)) {
-            cut = true;  // the next slice starts the moves over
-            break;
-          }
-          std::vector<int> next = e.balance;
-          next[i] += delta;
-          next[j] -= delta;
-          if (next[i] < 1 || next[j] < 1) continue;
-          if (take_if_better(std::move(next))) {
-            moved = true;
-            break;
-          }
-        }
-      }
-    }
-    if (moved) {
-      e.settled = false;
-      e.move = 1;
-      e.widening = true;
-    } else if (!cut) {
-      e.ranged = true;
-    }
+    descend_one_end(e, sweep, widest, limit);
+    move_between_distant_stages(e, sweep, limit);
   }
 }
 
@@ -522,7 +553,6 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
     note();
     return;
   }
-  const int stages = c.stages_per_device * stages_;
   const std::uint64_t limit = std::min(options_.search_budget, steps + slice);
   // A relaxed root that the cheap pass cut short goes on where it stopped, to half the slice:
   // with many configurations most got no round there, and their balance-free bounds held the
@@ -555,6 +585,16 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
     return;
   }
 
+  enumerate_balances(e, sweep.get(), limit);
+  note();
+}
+
+// The enumeration of multi-stage configuration e's balances, stage by stage (see
+// multi_stage_slice()), from where its last slice stopped until `limit`; closes e when it ends.
+void PlanSearch::enumerate_balances(Entry& e, GraphSweep* sweep, std::uint64_t limit) {
+  const Config& c = *e.config;
+  const int stages = c.stages_per_device * stages_;
+  auto beat = [&] { return std::min(ranking_threshold_, e.best); };
   MultiStageBalanceBound bound(costs_, c.sizes, c.schedule, c.checkpoint, stages_,
                                c.stages_per_device, speed_, overhead_, hardware_);
   // Under caps, a stage whose device's peak bound exceeds its cap ends every balance below it:
@@ -601,14 +641,7 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
       if (t + 2 == stages) {  // the last stage takes the rest
         bound.place(t + 1, b, layers_);
         if (!placed_overflows(t + 1, b, layers_) && below_beat(bound.bound(stages))) {
-          std::vector<int> balance;
-          int from = 0;
-          for (int end : ends) {
-            balance.push_back(end - from);
-            from = end;
-          }
-          balance.push_back(b - from);
-          balance.push_back(layers_ - b);
+          const std::vector<int> balance = balance_of_ends(ends, b, layers_);
           // Simulated only if faster than the plan to beat, or as fast (it may need less
           // memory): nothing else changes the ranking. Where nothing of the configuration fits
           // yet, that is the ranking's plan to beat; a balance slower than it, fitting or not,
@@ -631,7 +664,6 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
     e.closed = true;
     e.resume.clear();
   }
-  note();
 }
 
 }  // namespace pipetune::planning

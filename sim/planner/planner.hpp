@@ -34,7 +34,7 @@
 
 namespace pipetune {
 
-struct StageWorkRows;  // sim/multi_stage_peak_bound.hpp
+struct StageWorkRows;  // sim/planner/multi_stage_peak_bound.hpp
 
 struct PlannerOptions {
   std::vector<int> chunks;  ///< chunk counts to try; empty: every count from 1 to the batch size

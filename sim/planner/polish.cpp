@@ -60,19 +60,18 @@ struct PlanSearch::Move {
 };
 
 std::vector<PlanSearch::Move> PlanSearch::local_moves() const {
-  constexpr int kReach = 4, kLongestRun = 4;
   std::vector<Move> moves;
   for (int k = 0; k + 1 < stages_; ++k) {
-    for (int d = -kReach; d <= kReach; ++d)
+    for (int d = -kPolishReach; d <= kPolishReach; ++d)
       if (d != 0) moves.push_back({k, d, 0});
   }
   for (int k = 0; k + 2 < stages_; ++k) {
-    for (int d = 1 - kReach; d < kReach; ++d) {
-      for (int e = 1 - kReach; e < kReach; ++e)
+    for (int d = 1 - kPolishReach; d < kPolishReach; ++d) {
+      for (int e = 1 - kPolishReach; e < kPolishReach; ++e)
         if (d != 0 && e != 0) moves.push_back({k, d, e});
     }
   }
-  for (int run = 2; run <= kLongestRun; ++run) {
+  for (int run = 2; run <= kPolishLongestRun; ++run) {
     for (int k = 0; k + run + 1 < stages_; ++k) {
       for (int d : {-2, -1, 1, 2}) moves.push_back({k, d, 0, run});
     }

@@ -615,7 +615,6 @@ std::vector<std::vector<double>> PlanSearch::class_work_before(const std::vector
 double PlanSearch::capped_root(const RelaxedRows& rows, double threshold, std::uint64_t step_limit,
                                bool& finished) {
   finished = true;
-  constexpr int kCappedRootNodes = 64;
   const int k_stages = stages_, n_classes = static_cast<int>(rows.totals.size());
   auto reach = [&](int j, int a) {  // the furthest end of stage j from start a that may fit
     return fit_end_[j].empty() ? layers_ : fit_end_[j][std::min(a, layers_ - 1)];
@@ -755,13 +754,12 @@ double PlanSearch::capped_root(const RelaxedRows& rows, double threshold, std::u
 }
 
 // The root bound with 1F1B's round trips waiting, on the last stage, for their recomputes
-// (tests/sim/stage_timing_test.cpp checks that wait against the simulator). The last stage's
-// layers are unknown, so for a threshold T:
-// if a balance had every stage's chained_cost() and wait_cost() below T, its last stage would
-// start no later than c = furthest_last_start(), so it would hold [c, L) and each round trip
-// would wait at least for the recompute of [c, L); if even with that the stages cannot stay
-// below T, no balance can, and T is a bound. Bisection finds the largest such T up to
-// `ceiling`.
+// (tests/sim/planner/stage_timing_test.cpp checks that wait against the simulator). The last
+// stage's layers are unknown, so for a threshold T: if a balance had every stage's chained_cost()
+// and wait_cost() below T, its last stage would start no later than c = furthest_last_start(), so
+// it would hold [c, L) and each round trip would wait at least for the recompute of [c, L); if even
+// with that the stages cannot stay below T, no balance can, and T is a bound. Bisection finds the
+// largest such T up to `ceiling`.
 double PlanSearch::recompute_root(double root, double ceiling) const {
   const Config& c = *config_;
   const int m = c.micro_batches();

@@ -314,29 +314,6 @@ bool PlanSearch::open(Entry& e, const std::vector<Entry>& entries, bool tables) 
   return true;
 }
 
-// The relaxed root, its programme kept with entry `e` for the prefix bounds.
-double PlanSearch::keep_prefix_programme(Entry& e, std::vector<int>& relaxed, RelaxedRows* rows) {
-  RelaxedRows own;
-  RelaxedRows& kept = rows != nullptr ? *rows : own;
-  std::shared_ptr<const MinMaxShareProgramme> programme;
-  auto prefix = std::make_shared<PrefixProgrammes>();
-  const double root = relaxed_root(relaxed, &kept, &programme, &prefix->paths);
-  prefix->root = std::move(programme);
-  const int n_classes = static_cast<int>(kept.totals.size());
-  // Kept within a memory budget, first come first kept: the cheap pass opens the configurations
-  // with the lowest bounds first. A 3,000-layer model on 4 devices with a batch of 1,024 has a
-  // thousand of them, each programme of 16 classes a few hundred kilobytes.
-  prefix->bytes = sizeof(double) * (prefix->root->tableau_cells() +
-                                    (prefix->root->functions() + prefix->root->constraints()) *
-                                        prefix->paths->width +
-                                    static_cast<std::size_t>(n_classes + 4) * (layers_ + 1));
-  if (prefix_bytes_ + prefix->bytes > kPrefixProgrammeBytes) return root;
-  prefix->before = class_work_before(kept.class_of, n_classes);
-  prefix_bytes_ += prefix->bytes;
-  e.prefix = std::move(prefix);
-  return root;
-}
-
 // What open() and open_root() set up for entry `e`'s configuration, for the test seams that
 // bound or search it alone: its sweep, fit ends and relaxed root's prefix programme, with the
 // programmes' cutting planes sampled by stage as in the search (PrefixDepth::cut_due()).
@@ -355,30 +332,6 @@ std::vector<PlanSearch::PrefixDepth>* PlanSearch::open_alone(Entry& e) {
   prefix_root_version_ = ++prefix_versions_;
   e.prefix_depths.resize(stages_);
   return std::exchange(prefix_depths_, &e.prefix_depths);
-}
-
-std::vector<std::vector<double>> PlanSearch::prefix_bounds_of(const std::vector<Plan>& plans,
-                                                              int widen, double limit) {
-  if (plans.empty()) return {};
-  const Config config = config_of(plans.front());
-  Entry e;
-  e.config = &config;
-  std::vector<PrefixDepth>* const kept_depths = open_alone(e);
-  std::vector<std::vector<double>> bounds;
-  for (const Plan& plan : plans) {
-    balance_ = plan.balance;
-    std::vector<double>& of = bounds.emplace_back();
-    for (int j = 0, b = 0; j + 1 < stages_; ++j) {
-      const int start = b;
-      b += plan.balance[j];
-      const int lo = std::max(start + 1, b - widen);
-      const int hi = std::min(layers_ - (stages_ - 1 - j), b + widen);
-      // Without a programme (one larger than the memory budget) the bound is nothing.
-      of.push_back(prefix_ ? prefix_programme_bound(j, lo, hi, limit) : 0.0);
-    }
-  }
-  prefix_depths_ = kept_depths;  // e's are gone on return
-  return bounds;
 }
 
 PlanCandidate PlanSearch::best_around_of(const Plan& centre, int radius) {
@@ -483,7 +436,6 @@ void PlanSearch::keep(Entry& e) {
 // Keeps the current tables with entry `e` for its next slice, within a memory budget: they
 // cost about as much to build as a few thousand steps of the search.
 void PlanSearch::store_tables(Entry& e) {
-  constexpr std::size_t kTableCacheBytes = std::size_t{128} << 20;
   if (e.closed || e.tables || table_cache_bytes_ + table_bytes() > kTableCacheBytes) return;
   e.tables = std::make_unique<Tables>();
   swap_tables(*e.tables);
@@ -520,7 +472,7 @@ void PlanSearch::search_slice(Entry& e, std::vector<Entry>& entries, std::uint64
     return;
   }
   const std::uint64_t nodes = stats_.nodes, steps = stats_.steps;
-  step_limit_ = std::min(options_.search_budget, stats_.steps + slice);
+  const std::uint64_t slice_end = std::min(options_.search_budget, stats_.steps + slice);
   out_of_budget_ = false;
   // The capped root and the polish take half the slice at most between them, the search around
   // the best plan a quarter more, and the one around the relaxed root's plan a quarter only
@@ -542,15 +494,17 @@ void PlanSearch::search_slice(Entry& e, std::vector<Entry>& entries, std::uint64
   }
   balance_.assign(stages_, 0);
   // The threshold only fell since the last slice, so what it searched stays searched.
-  resume_ = e.resume;
-  resuming_ = !resume_.empty();
-  if (!resuming_) resume_.assign(stages_, 0);
+  Walk walk;
+  walk.resume = e.resume;
+  walk.resuming = !walk.resume.empty();
+  if (!walk.resuming) walk.resume.assign(stages_, 0);
+  walk.step_limit = slice_end;
   if (e.best < e.polished) {
     // Half the slice at most: the search still gets the rest, now against a lower threshold.
     // Then around the polished plan, once per best plan, within a quarter of the slice and
     // kWindowSteps.
     if (polish(half_slice)) {
-      search_around_best(std::min(step_limit_, stats_.steps + std::min(slice / 4, kWindowSteps)));
+      search_around_best(std::min(slice_end, stats_.steps + std::min(slice / 4, kWindowSteps)));
       e.polished = config_best_;
     }
   }
@@ -564,16 +518,15 @@ void PlanSearch::search_slice(Entry& e, std::vector<Entry>& entries, std::uint64
   // from it, several ends a layer or two apart at once, which no move of the polish makes. Only
   // with a plan to beat (without one it walks the window for any plan that fits), and where
   // half the slice is left, so that the search keeps a quarter; else in a later slice.
-  const std::uint64_t left = step_limit_ > stats_.steps ? step_limit_ - stats_.steps : 0;
+  const std::uint64_t left = slice_end > stats_.steps ? slice_end - stats_.steps : 0;
   if (!e.relaxed_plan.empty() && config_best_ < kInf && left >= slice / 2) {
     search_around(std::exchange(e.relaxed_plan, {}), kAroundRelaxedRadius,
                   stats_.steps + std::min(slice / 4, kWindowSteps));
   }
   build_trip_tables(threshold(Objective::Time));
-  search(0, 0, 0.0, 0.0, {}, 0.0, Objective::Time);
+  search(0, 0, 0.0, 0.0, {}, 0.0, Objective::Time, walk);
   prefix_allowed_ = false;
-  resuming_ = false;
-  e.resume = resume_;
+  e.resume = std::move(walk.resume);
   e.slice = slice;
   ++e.stats.slices;
   e.stats.nodes += stats_.nodes - nodes;
@@ -712,10 +665,9 @@ void PlanSearch::seed_leanest(const std::vector<Config>& configs) {
   }
 }
 
-PlanSearchResult PlanSearch::run() {
-  std::vector<Config> configs = configurations();
-  stats_.configurations = configs.size();
-  // Cheap bounds first, to visit the promising configurations early and skip the rest.
+// Each configuration in the order of its cheap bound (the promising ones are visited early and
+// the rest skipped), as an entry of its own.
+std::vector<PlanSearch::Entry> PlanSearch::entries_by_cheap_bound(std::vector<Config>& configs) {
   for (auto& c : configs) {
     if (c.multi_stage()) {
       c.lower_bound = multi_stage_bound(c);
@@ -726,7 +678,6 @@ PlanSearchResult PlanSearch::run() {
   }
   std::stable_sort(configs.begin(), configs.end(),
                    [](const Config& x, const Config& y) { return x.lower_bound < y.lower_bound; });
-
   std::vector<Entry> entries(configs.size());
   for (std::size_t k = 0; k < configs.size(); ++k) {
     entries[k].config = &configs[k];
@@ -736,24 +687,34 @@ PlanSearchResult PlanSearch::run() {
     entries[k].stats.schedule = configs[k].schedule;
     entries[k].stats.stages_per_device = configs[k].stages_per_device;
   }
-  // The cheap pass over every configuration, whatever the budget: its root bound and a good
-  // incumbent, so that no configuration goes unseen and the threshold is good from the start.
+  return entries;
+}
+
+// A closed entry's multi-stage state is not needed again.
+void PlanSearch::release_closed(Entry& e) {
+  if (!e.closed) return;
+  e.root_state.reset();
+  e.time_rows.reset();
+  e.peak.reset();
+}
+
+// The cheap pass over every configuration, whatever the budget: its root bound and a good
+// incumbent, so that no configuration goes unseen and the threshold is good from the start.
+void PlanSearch::cheap_pass(std::vector<Entry>& entries) {
   std::size_t done = 0;
   for (Entry& e : entries) {
     if (options_.progress) options_.progress(done++, entries.size());
     open_root(e, entries);
-    if (e.closed) {  // a relaxed root cut short, and its rows: nothing to go on with
-      e.root_state.reset();
-      e.time_rows.reset();
-      e.peak.reset();
-    }
+    release_closed(e);  // a relaxed root cut short, and its rows: nothing to go on with
   }
-  // Then the budget, in rounds, to the configurations whose bound is below the threshold, the
-  // one with the fastest plan first (its search is the likeliest to lower the threshold that
-  // the others must beat, and so to shorten their searches): each gets a share of what is left
-  // in proportion to its room below the threshold, and at least twice its last slice so that
-  // the rounds (each rebuilds the configuration's tables) are few. A slice resumes where the
-  // last one stopped.
+}
+
+// The budget, in rounds, to the configurations whose bound is below the threshold, the one with
+// the fastest plan first (its search is the likeliest to lower the threshold that the others
+// must beat, and so to shorten their searches): each gets a share of what is left in proportion
+// to its room below the threshold, and at least twice its last slice so that the rounds (each
+// rebuilds the configuration's tables) are few. A slice resumes where the last one stopped.
+void PlanSearch::share_the_budget(std::vector<Entry>& entries) {
   const std::uint64_t least_slice = std::max<std::uint64_t>(64, options_.search_budget / 4096);
   for (;;) {
     std::vector<Entry*> open_entries;
@@ -784,18 +745,17 @@ PlanSearchResult PlanSearch::run() {
       const std::uint64_t slice = std::min(left, std::max({least_slice, 2 * e.slice, share}));
       if (slice == 0) continue;
       search_slice(e, entries, slice);
-      if (e.closed) {
-        e.root_state.reset();
-        e.time_rows.reset();
-        e.peak.reset();
-      }
+      release_closed(e);
       progressed = true;
     }
     if (!progressed) break;
   }
-  polish_unpolished(entries);
-  if (options_.progress) options_.progress(entries.size(), entries.size());
+}
 
+// The ranking of every configuration's best plan, the stats, and whether the first plan is
+// proven: every open configuration's bound is at or above the plan it had to beat.
+// `unexplored`: the least bound over the configurations the budget cut short.
+bool PlanSearch::rank(std::vector<Entry>& entries, Ranking& ranking, double& unexplored) {
   // The bound of the multi-stage configurations left open counts micro-batch 0's copies too,
   // and their relaxed roots their paths' copies at distinct outputs. Only now: raised during
   // the search, these roots shrank the configurations' shares of the budget and moved it
@@ -807,8 +767,7 @@ PlanSearchResult PlanSearch::run() {
     e.root = std::max({e.root, e.copies_root, multi_stage_bound(*e.config, /*with_copies=*/true)});
     e.stats.lower_bound_ms = e.root;
   }
-  Ranking ranking(options_.top);
-  double unexplored = kInf;  // the least bound over configurations the budget cut short
+  unexplored = kInf;
   double best = kInf;
   for (Entry& e : entries) {
     if (e.best < kInf) {
@@ -830,43 +789,62 @@ PlanSearchResult PlanSearch::run() {
   for (const Entry& e : entries) {
     if (!e.closed && e.root < ranking_threshold(entries, &e)) proven = false;
   }
+  return proven;
+}
 
+// Nothing fits: the plan whose largest per-device peak is smallest, with what is left of the
+// budget. Returns whether the answer is still proven.
+bool PlanSearch::find_leanest(const std::vector<Config>& configs, PlanSearchResult& result,
+                              bool proven, double unexplored) {
+  result.none_fits_proven = proven;
+  Walk walk;
+  walk.step_limit = options_.search_budget;
+  out_of_budget_ = stats_.steps >= walk.step_limit;
+  balance_.assign(stages_, 0);
+  seed_leanest(configs);
+  // (Among the single-stage configurations only: the memory bounds are theirs.) The first
+  // plans of every configuration were simulated already: lean_best_ starts from the leanest.
+  for (const Config& config : configs) {
+    if (config.multi_stage()) continue;
+    prepare(config);
+    search(0, 0, 0.0, 0.0, {}, 0.0, Objective::Memory, walk);
+  }
+  result.leanest = lean_candidate_;
+  result.leanest_proven = !out_of_budget_;
+  if (result.leanest && options_.worst_order_memory) {
+    // Leanest as predicted; what it needs in every arrival order is said beside it.
+    result.leanest->worst_order_peak_bytes = worst_order_peaks_of(result.leanest->plan);
+  }
+  proven = proven && !out_of_budget_;
+  // Where the budget ended the search for time before it found a fitting plan, the search
+  // for the leanest one may end on a plan that fits: the answer, if not a proven one.
+  if (result.leanest && fits_its_caps(*result.leanest)) {
+    stats_.best_ms = result.leanest->iteration_ms;
+    stats_.lower_bound_ms = std::min(stats_.best_ms, unexplored);
+    result.ranked.push_back(*std::move(result.leanest));
+    result.leanest.reset();
+    result.leanest_proven = false;
+    result.none_fits_proven = false;
+    proven = false;
+  }
+  return proven;
+}
+
+PlanSearchResult PlanSearch::run() {
+  std::vector<Config> configs = configurations();
+  stats_.configurations = configs.size();
+  std::vector<Entry> entries = entries_by_cheap_bound(configs);
+  cheap_pass(entries);
+  share_the_budget(entries);
+  polish_unpolished(entries);
+  if (options_.progress) options_.progress(entries.size(), entries.size());
+
+  Ranking ranking(options_.top);
+  double unexplored = kInf;
+  bool proven = rank(entries, ranking, unexplored);
   PlanSearchResult result;
   result.ranked = ranking.take();
-  if (result.ranked.empty()) {
-    result.none_fits_proven = proven;
-    // Nothing fits: find the plan whose largest per-device peak is smallest, with what is
-    // left of the budget.
-    step_limit_ = options_.search_budget;
-    out_of_budget_ = stats_.steps >= step_limit_;
-    balance_.assign(stages_, 0);
-    seed_leanest(configs);
-    // (Among the single-stage configurations only: the memory bounds are theirs.) The first
-    // plans of every configuration were simulated already: lean_best_ starts from the leanest.
-    for (const Config& config : configs) {
-      if (config.multi_stage()) continue;
-      prepare(config);
-      search(0, 0, 0.0, 0.0, {}, 0.0, Objective::Memory);
-    }
-    result.leanest = lean_candidate_;
-    result.leanest_proven = !out_of_budget_;
-    if (result.leanest && options_.worst_order_memory) {
-      // Leanest as predicted; what it needs in every arrival order is said beside it.
-      result.leanest->worst_order_peak_bytes = worst_order_peaks_of(result.leanest->plan);
-    }
-    proven = proven && !out_of_budget_;
-    // Where the budget ended the search for time before it found a fitting plan, the search
-    // for the leanest one may end on a plan that fits: the answer, if not a proven one.
-    if (result.leanest && fits_its_caps(*result.leanest)) {
-      stats_.best_ms = result.leanest->iteration_ms;
-      stats_.lower_bound_ms = std::min(stats_.best_ms, unexplored);
-      result.ranked.push_back(*std::move(result.leanest));
-      result.leanest.reset();
-      result.leanest_proven = false;
-      result.none_fits_proven = false;
-      proven = false;
-    }
-  }
+  if (result.ranked.empty()) proven = find_leanest(configs, result, proven, unexplored);
   stats_.proven = proven;
   result.stats = stats_;
   return result;

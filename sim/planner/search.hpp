@@ -1,14 +1,17 @@
 #pragma once
-// The planner's search behind find_best_plans() (docs/planner.md), internal to sim/: one
+// The planner's search behind find_best_plans() (docs/planner.md), internal to sim/planner/: one
 // PlanSearch per call, its members defined by concept across
-//   planner_search.cpp                configurations, their slices of the budget, the ranking;
-//   planner_stage_bounds.cpp          bounds on single-stage balances and their stage tables;
-//   planner_relaxed_root.cpp          single-stage roots over continuous shares of the work;
-//   planner_branch_and_bound.cpp      the exact search over single-stage balances, its round
-//                                     trip tables, and the same search around the best plan;
-//   planner_polish.cpp                local search on single-stage plans (polish, repair);
-//   planner_multi_stage_root.cpp      multi-stage roots over continuous shares of the work;
-//   planner_multi_stage_search.cpp    multi-stage balances: starts, local search, enumeration.
+//   search.cpp               configurations, their slices of the budget, the ranking;
+//   stage_bounds.cpp         time bounds on single-stage balances and their stage tables;
+//   memory_bound.cpp         memory bounds on single-stage stages and the ends caps allow;
+//   relaxed_root.cpp         single-stage roots over continuous shares of the work;
+//   prefix_bound.cpp         the relaxed root's programme held at a prefix of stages;
+//   branch_and_bound.cpp     the exact search over single-stage balances, its round trip
+//                            tables, and the same search around the best plan;
+//   polish.cpp               local search on single-stage plans (polish, repair);
+//   multi_stage_root.cpp     multi-stage roots over continuous shares of the work;
+//   multi_stage_search.cpp   multi-stage balances: starts, local search, enumeration.
+// Its tuning constants are in tuning.hpp.
 
 #include <algorithm>
 #include <array>
@@ -32,6 +35,7 @@
 #include "sim/planner/multi_stage_peak_bound.hpp"
 #include "sim/planner/planner.hpp"
 #include "sim/planner/stage_timing.hpp"
+#include "sim/planner/tuning.hpp"
 #include "sim/profile.hpp"
 #include "sim/schedule.hpp"
 #include "sim/simulator.hpp"
@@ -39,76 +43,6 @@
 namespace pipetune::planning {
 
 inline constexpr double kInf = std::numeric_limits<double>::infinity();
-// Cutting-plane rounds of relaxed_root(), each a linear programme of a few hundred pivots.
-inline constexpr int kRelaxedRootRounds = 40;
-// How far each round's model plan moves from the best one towards the solve's shares (see
-// multi_stage_relaxed_root()).
-inline constexpr double kModelPlanStep = 0.3;
-// Kicks of a multi-stage configuration's best plan that its local search descends from once
-// every start is done: with 8, 16 or 32 of them, 16 of 24 random instances' answers were faster
-// than before the sweeps (1.47-1.49 % on geometric mean, against 1.36 % without kicks).
-inline constexpr int kLocalSearchKicks = 16;
-// A step of the budget is about 50 ns of work; a pivot updates a tableau cell in about 1.5 ns
-// (measured on a 32-stage multi-stage root).
-inline constexpr std::uint64_t kPivotCellsPerStep = 32;
-// A cell of a min-sum partition (MultiStagePeakBound::may_fit()) takes about 6 ns.
-inline constexpr std::uint64_t kPartitionCellsPerStep = 8;
-// A pivot cell of may_fit()'s master programme takes about 0.7 ns (bench's capped 1,000-layer
-// profile: 295 M cells in 0.2 s over its 372 multi-stage configurations).
-inline constexpr std::uint64_t kMasterCellsPerStep = 64;
-// A task graph sweep (GraphSweep) or a memory walk costs about as much per task as a node of the
-// search per this many tasks.
-inline constexpr std::size_t kSweepTasksPerStep = 8;
-// IterationSweep runs a compute task (and its copy) in about 2.7 ns (16 stages x 26 micro-batches,
-// GPipe and 1F1B, whole and prefix sweeps alike): this many make a step of about 50 ns. At 8, as
-// the graph's, the single-stage searches' steps took 21-28 ns.
-inline constexpr std::size_t kIterationSweepTasksPerStep = 18;
-// (Moment, stage) terms of MultiStagePeakBound's device bounds summed per step.
-inline constexpr std::uint64_t kLevelCellsPerStep = 8;
-// Stages whose full memory bound is kept per configuration (about 40 bytes each).
-inline constexpr std::size_t kFullBoundsKept = 1 << 20;
-// Cost evaluations of min_max_partition_bisected() per step (5-9 ns each with its table).
-inline constexpr std::uint64_t kPartitionEvaluationsPerStep = 8;
-// search_around_best(): how far from the best plan's stage ends it looks, and by how much a plan
-// must beat the best there. Around its best plan, bench's synthetic 1,000-layer profile (every
-// layer alike, so many plans within a hair of each other) took 1.2 M steps with no margin and was
-// cut short, 0.07 M with this one; on the lognormal one it found a plan 0.03 % faster than the
-// polished one in 0.36 M steps, and search() the optimum from there.
-inline constexpr int kAroundBestRadius = 2;
-// A window (search_around(): around the best plan, around the relaxed root's) takes at most a
-// quarter of the slice and at most this many steps: it finds a plan soon or not at all (where it
-// found one or finished, 0.07-0.36 M steps; on unequal devices at 1,000 x 16 it found nothing in a
-// quarter of the first slice of a billion-step budget, 119 M steps of a 146 M-step proof, which
-// takes 26.5-28.1 M with this cap and any budget from 30 M).
-inline constexpr std::uint64_t kWindowSteps = 1 << 20;
-// The prefix programmes (prefix_pays()) may spend this share of a configuration's steps
-// before they have shown that they save more than they cost at a stage.
-inline constexpr double kPrefixTrialShare = 1.0 / 8;
-// Where a stage has at least this many ends to examine, the prefix programmes first rule out
-// runs of them at a time (prefix_alive()).
-inline constexpr int kPrefixRunLeast = 8;
-// Runs only at a stage where the programme has ruled out three ends in four of at least this
-// many it met one at a time.
-inline constexpr std::uint64_t kPrefixRunAfter = 16;
-// What the configurations' prefix programmes may hold in all.
-inline constexpr std::size_t kPrefixProgrammeBytes = std::size_t{64} << 20;
-// Cutting-plane rounds of a prefix programme (each a sweep of the shares' plan and a solve),
-// and the rows a stage's programme may add to the root's in all.
-inline constexpr int kPrefixRounds = 4;
-inline constexpr std::size_t kPrefixRowsMost = 64;
-// At a stage where fewer than one in kPrefixCutsHit of a prefix programme's cutting-plane sweeps
-// (after kPrefixCutsJudged of them) found a path longer than its bound, only one programme in
-// kPrefixCutsEvery sweeps: on bench's unequal 1,000 x 16 profile nine sweeps in ten found none,
-// and skipping most took its proof from 17.3 M steps to 15.1 M, and the capped lognormal one's
-// from 11.2 M to 10.0 M (9.5 M under the default budget's slicing, which now proves it).
-inline constexpr std::uint64_t kPrefixCutsJudged = 32;
-inline constexpr std::uint64_t kPrefixCutsHit = 4;
-inline constexpr std::uint64_t kPrefixCutsEvery = 16;
-inline constexpr double kAroundBestMargin = 2e-4;
-// The search around the relaxed root's plan (search_slice()): its stage ends within this many
-// layers of the plan's. Two found the same plan on bench's unequal devices at three times the
-// steps (docs/planner.md, step 4).
-inline constexpr int kAroundRelaxedRadius = 1;
 
 // One configuration: a micro-batch split (as tensor.chunk makes it), a checkpoint mode and a
 // schedule. Chunk counts that give the same split are one configuration.
@@ -176,15 +110,8 @@ struct RatioClasses {
   std::vector<int> of;       // per layer
   std::vector<double> work;  // per class: its layers' work
 };
-// The single-stage relaxed root's classes: as many as keep its programme near 64 coordinates
-// (stages x classes), within [kFewestRatioClasses, kMostRatioClasses]. More classes bound each
-// layer's tasks by ratios nearer its own: on random lognormal models whose backwards are twice
-// their forwards on two layers of three and 1 to 10 times on the others, 4 classes left the
-// roots of configurations with few micro-batches 2.6-4.2 % below their best plans
-// (docs/planner.md); 256 coordinates made the roots of 3,000-layer models on 4 devices cost a
-// proof its budget (the cheap pass runs every root in full).
-inline constexpr int kRatioCoordinates = 64;
-inline constexpr int kFewestRatioClasses = 4, kMostRatioClasses = 32;
+// The single-stage relaxed root's classes: as many as keep its programme near kRatioCoordinates
+// coordinates (stages x classes), within [kFewestRatioClasses, kMostRatioClasses].
 inline int max_ratio_classes(int stages) {
   return std::clamp(kRatioCoordinates / std::max(stages, 1), kFewestRatioClasses,
                     kMostRatioClasses);
@@ -366,6 +293,15 @@ class PlanSearch {
   enum class Objective { Time, Memory };
 
   std::vector<Config> configurations() const;
+  // run()'s phases, in order.
+  struct Entry;
+  std::vector<Entry> entries_by_cheap_bound(std::vector<Config>& configs);
+  void cheap_pass(std::vector<Entry>& entries);
+  void share_the_budget(std::vector<Entry>& entries);
+  bool rank(std::vector<Entry>& entries, Ranking& ranking, double& unexplored);
+  bool find_leanest(const std::vector<Config>& configs, PlanSearchResult& result, bool proven,
+                    double unexplored);
+  static void release_closed(Entry& e);
   void prepare(const Config& config);
 
   double busy(int j, int a, int b) const {
@@ -471,6 +407,7 @@ class PlanSearch {
     std::vector<std::vector<double>> before;  // [class][t]: the class's work in layers [0, t)
   };
   double prefix_programme_bound(int j, int lo, int hi, double limit);
+  std::uint64_t update_prefix_levels(int j, int lo, int hi, std::uint64_t rows_cells);
   // prefix_programme_bound() at stage j's ends [lo, hi], counted in the stage's PrefixDepth
   // (`single`: a call for one end, not a run).
   double counted_prefix_bound(int j, int lo, int hi, double limit, bool single);
@@ -538,8 +475,54 @@ class PlanSearch {
   double host_bound(int a, int b, const Passes& exact) const {
     return (exact.arrive_host + host_busy(a, b) + exact.drain_host) * (1.0 - 1e-12);
   }
+  // One walk of search() over a configuration's balances: the stage ends it may try, where it
+  // resumes and where it stops. An argument, never a member: the windows' walks inside a slice
+  // leave the slice's own walk as it was.
+  struct Walk {
+    std::vector<std::pair<int, int>> window;  // per stage: the ends search() tries; empty: all
+    std::vector<int> resume;  // per stage: the end a walk cut short stopped at (0: from the start)
+    bool resuming = false;    // still on the path to `resume`
+    std::uint64_t step_limit = 0;  // the walk stops here (out_of_budget_; `resume` says where)
+    bool windowed() const { return !window.empty(); }
+  };
   void search(int j, int a, double arrive, double drain, Passes exact, double worst,
-              Objective objective);
+              Objective objective, Walk& walk);
+  // The ends of a stage search() examines, in turn: [first, last] left to right, or in a
+  // window from its centre outwards (turn 0 the centre, then one layer left, one right, two
+  // left, ...), within the runs the prefix programme leaves alive where it ruled out some.
+  struct EndOrder {
+    int first = 0, last = 0;
+    int resume = 0;  // the end a resumed walk continues from
+    bool from_centre = false;
+    int centre = 0, turn = -1;
+    std::vector<std::pair<int, int>> alive;  // empty: every end
+    std::size_t run = 0;                     // the run of `alive` reached
+    int start() { return from_centre ? next(0) : first; }
+    // The end after b: the first turn from here within [first, last], or last + 1.
+    int next(int b) {
+      if (!from_centre) return b + 1;
+      for (;;) {
+        ++turn;
+        const int right = centre + turn / 2, left = centre - (turn + 1) / 2;
+        if (right > last && left < first) return last + 1;
+        const int end = turn % 2 == 0 ? right : left;
+        if (end >= first && end <= last) return end;
+      }
+    }
+    // Moves b into the next run alive at or after it; false past the last run.
+    bool skip_to_alive(int& b) {
+      if (alive.empty()) return true;
+      while (run < alive.size() && alive[run].second < b) ++run;
+      if (run == alive.size()) return false;
+      b = std::max(b, alive[run].first);
+      return true;
+    }
+  };
+  bool end_order(int j, int a, double arrive, double drain, const Passes& exact,
+                 Objective objective, const Walk& walk, EndOrder& order);
+  Passes onward_passes(int a, int b, const StageDurations& d, const Passes& exact) const;
+  bool memory_node(int j, int a, int b, double worst, double limit, Walk& walk);
+  double prefix_sweep_bound(int j, int b, const Passes& onward, double drain, double limit);
   // The exact search with every stage end within kAroundBestRadius of the best plan's, for a
   // plan faster by kAroundBestMargin at least, again around each one it finds, until none is or
   // `step_limit`. A heuristic (the margin and the window prove nothing): the moves of polish()
@@ -549,8 +532,8 @@ class PlanSearch {
   // from there outwards, for a plan faster than the best by kAroundBestMargin at least, until
   // `step_limit`; the main search's resume path kept. Returns whether it finished.
   bool search_around(const std::vector<int>& centre, int radius, std::uint64_t step_limit);
-  std::vector<std::pair<int, int>> window_;  // per stage: the ends search() tries; empty: all
-  int first_open_end(int j, int a, double arrive, double drain, const Passes& exact) const;
+  int first_open_end(int j, int a, double arrive, double drain, const Passes& exact,
+                     bool windowed) const;
   int last_stage_start(int j, int b, double offset, double limit) const;
   void evaluate(const std::vector<int>& balance, Objective objective);
   struct Move;
@@ -562,10 +545,11 @@ class PlanSearch {
   std::int64_t memory_excess(int k, int a, int b);
   bool polish(std::uint64_t step_limit);
   bool repair(std::vector<int>& balance, std::uint64_t step_limit);
-  double threshold(Objective objective) const {
+  // What a plan must beat; in a window (`windowed`), by kAroundBestMargin.
+  double threshold(Objective objective, bool windowed = false) const {
     if (objective == Objective::Memory) return lean_best_;
     const double time = std::min(config_best_, ranking_threshold_);
-    return window_.empty() ? time : time * (1.0 - kAroundBestMargin);
+    return windowed ? time * (1.0 - kAroundBestMargin) : time;
   }
 
   const Profile& profile_;
@@ -637,10 +621,6 @@ class PlanSearch {
 
   PlannerStats stats_;
   bool out_of_budget_ = false;
-  std::uint64_t step_limit_ = 0;  // where the current slice of the search stops
-  // Where a slice cut short stopped: per stage, the end it was at (0: from the start).
-  std::vector<int> resume_;
-  bool resuming_ = false;  // still on the path to resume_
 
   // build_suffix_tables()'s output for one configuration, kept between its slices.
   struct Tables {
@@ -651,7 +631,6 @@ class PlanSearch {
   void swap_tables(Tables& t);
   std::size_t table_bytes() const;
   std::size_t table_cache_bytes_ = 0;
-  struct Entry;
   double keep_prefix_programme(Entry& e, std::vector<int>& relaxed, RelaxedRows* rows = nullptr);
   std::vector<PrefixDepth>* open_alone(Entry& e);
   void polish_unpolished(std::vector<Entry>& entries);
@@ -696,7 +675,12 @@ class PlanSearch {
                                   bool* complete, std::vector<std::vector<int>>* balances,
                                   StageWorkRows* rows, double* copies_bound = nullptr);
   void multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::uint64_t slice);
+  void enumerate_balances(Entry& e, GraphSweep* sweep, std::uint64_t limit);
   void multi_stage_local_search(Entry& e, GraphSweep* sweep, std::uint64_t limit);
+  bool take_if_better(Entry& e, GraphSweep* sweep, std::vector<int> next);
+  void next_start(Entry& e, GraphSweep* sweep, int widest, std::uint64_t limit);
+  void descend_one_end(Entry& e, GraphSweep* sweep, int widest, std::uint64_t limit);
+  void move_between_distant_stages(Entry& e, GraphSweep* sweep, std::uint64_t limit);
   // A configuration's balances timed without simulating them (GraphSweep), where that is exact;
   // null otherwise. Built per slice: a graph of every configuration held at once costs more
   // memory than its build costs time.

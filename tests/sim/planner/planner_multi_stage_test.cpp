@@ -1,5 +1,5 @@
-// The planner's multi-stage schedules (sim/planner_multi_stage_root.cpp and
-// planner_multi_stage_search.cpp): against brute force, their bounds below every plan, their
+// The planner's multi-stage schedules (sim/planner/multi_stage_root.cpp and
+// multi_stage_search.cpp): against brute force, their bounds below every plan, their
 // answers under budgets and caps.
 
 #include <gtest/gtest.h>
@@ -181,7 +181,7 @@ TEST(Planner, MultiStageSchedulesAgainstBruteForce) {
 // The same under memory caps, each between the least and the largest peak the balances need
 // (or below all of them): the answer is the fastest balance that fits, proven, and no plan
 // when none does. The memory bounds prune balances and rule configurations out
-// (sim/multi_stage_peak_bound.hpp): one that is not a bound would drop the fastest fitting
+// (sim/planner/multi_stage_peak_bound.hpp): one that is not a bound would drop the fastest fitting
 // balance here, also where the devices are shares of one GPU, whose memory is one.
 TEST(Planner, MultiStageSchedulesUnderCapsAgainstBruteForce) {
   std::mt19937 rng(19);

@@ -1,4 +1,4 @@
-// The planner's root bounds (sim/planner_relaxed_root.cpp, recompute_root(), the capped root):
+// The planner's root bounds (sim/planner/relaxed_root.cpp, recompute_root(), the capped root):
 // below every configuration's brute-force optimum, and close to the best plan where they should be.
 
 #include <gtest/gtest.h>

@@ -6,8 +6,8 @@
 // force's best, the lower bound no higher, an empty answer is called proven only where nothing
 // fits; with the default budget every instance is proven and equals brute force.
 //
-//   build/tests/sim/pipetune_planner_soak                        # ctest runs this: seed 1
-//   PIPETUNE_SOAK_SEEDS=1-100 PIPETUNE_SOAK_TRIALS=40 build/tests/sim/pipetune_planner_soak
+//   build/tests/sim/planner/pipetune_planner_soak                        # ctest runs this: seed 1
+//   PIPETUNE_SOAK_SEEDS=1-100 PIPETUNE_SOAK_TRIALS=40 build/tests/sim/planner/pipetune_planner_soak
 //
 // A failure names its seed and trial, so that it can be run again alone.
 
