@@ -397,48 +397,49 @@ double PlanSearch::path_row(RootPaths& paths, const std::vector<double>& shares,
   return at_shares;
 }
 
-double PlanSearch::relaxed_root(std::vector<int>& balance, RelaxedRows* rows,
-                                std::shared_ptr<const MinMaxShareProgramme>* final,
-                                std::shared_ptr<RootPaths>* kept_paths) const {
+// wait_bound()'s cases over the layers' ratios: the micro-batch q whose backward ends the waits
+// and whose gradient drains to stage 0 (GPipe: 0's, with the waits of M - 1; 1F1B: the last one,
+// and with a smaller last one also the last full-size one, M - 2, which follows micro-batch 0's
+// trip).
+struct PlanSearch::RootCase {
+  int q;
+  const SizeCosts* drained;
+  bool q_trip_last;  // q's round trip is the last micro-batch's
+  ClassRatio path;   // micro-batch 0's forward and q's backward through a stage
+  std::vector<std::array<ClassRatio, 2>> fill;
+  std::vector<ClassRatio> tail;
+  // Per stage: its waits with every task its overhead alone (their shape, and the part of the
+  // fillers and the tail that does not grow with the stage).
+  std::vector<WaitTerms> overhead;
+};
+
+// The cases of the prepared configuration with each layer's ratios added, and the round trips'
+// ratios (`trip_first`, `trip_last`).
+std::vector<PlanSearch::RootCase> PlanSearch::root_cases(const RatioClasses& classes,
+                                                         const std::vector<double>& layer_work,
+                                                         ClassRatio& trip_first,
+                                                         ClassRatio& trip_last) const {
   const Config& c = *config_;
   const int m = c.micro_batches();
   const bool gpipe = c.schedule == ScheduleKind::GPipe;
   const bool uneven = m >= 2 && c.sizes.back() != c.sizes.front();
   const SizeCosts& f = *first_size_;
   const SizeCosts& l = *last_size_;
-  std::vector<double> layer_work(layers_);
-  for (int x = 0; x < layers_; ++x) layer_work[x] = work_[x + 1] - work_[x];
-  const RatioClasses classes =
-      ratio_classes(layer_work, f, max_ratio_classes(stages_), ClassSplit::LeastLoss);
   const int n_classes = static_cast<int>(classes.work.size());
-  auto paths = std::make_shared<RootPaths>(f, l, classes, layer_work, stages_);
   auto ratio = [&] { return ClassRatio(n_classes); };
-  // wait_bound()'s cases: the micro-batch q whose backward ends the waits and whose gradient
-  // drains to stage 0 (GPipe: 0's, with the waits of M - 1; 1F1B: the last one, and with a
-  // smaller last one also the last full-size one, M - 2, which follows micro-batch 0's trip).
-  struct Case {
-    int q;
-    const SizeCosts* drained;
-    bool q_trip_last;  // q's round trip is the last micro-batch's
-    ClassRatio path;   // micro-batch 0's forward and q's backward through a stage
-    std::vector<std::array<ClassRatio, 2>> fill;
-    std::vector<ClassRatio> tail;
-    // Per stage: its waits with every task its overhead alone (their shape, and the part of
-    // the fillers and the tail that does not grow with the stage).
-    std::vector<WaitTerms> overhead;
-  };
-  std::vector<Case> cases;
+  std::vector<RootCase> cases;
   cases.push_back({m - 1, gpipe ? &f : &l, true, ratio(), {}, {}, {}});
   if (!gpipe && uneven) cases.push_back({m - 2, &f, false, ratio(), {}, {}, {}});
   StageDurations overhead_only;
   overhead_only.forward = overhead_only.forward_nograd =
       overhead_only.backward = {overhead_, overhead_};
-  for (Case& k : cases) {
+  for (RootCase& k : cases) {
     k.fill.assign(stages_, {ratio(), ratio()});
     k.tail.assign(stages_, ratio());
     for (int j = 0; j < stages_; ++j) k.overhead.push_back(wait_terms(j, overhead_only, k.q));
   }
-  ClassRatio trip_first = ratio(), trip_last = ratio();
+  trip_first = ratio();
+  trip_last = ratio();
   for (int x = 0; x < layers_; ++x) {
     const double work = layer_work[x];
     const int cls = classes.of[x];
@@ -448,7 +449,7 @@ double PlanSearch::relaxed_root(std::vector<int>& balance, RelaxedRows* rows,
     // pace takes longer, which can only make the iteration longer, so the bounds stay bounds.
     const StageDurations d = stage_durations(f, l, x, x + 1, 1.0, 0.0, nullptr, nullptr,
                                              /*with_launches=*/false);
-    for (Case& k : cases) {
+    for (RootCase& k : cases) {
       k.path.add(
           cls,
           (c.recomputed(0) ? f.forward_nograd_ms[x] : f.forward_ms[x]) + k.drained->backward_ms[x],
@@ -460,7 +461,18 @@ double PlanSearch::relaxed_root(std::vector<int>& balance, RelaxedRows* rows,
       }
     }
   }
-  auto least_copy = [&](int j, bool last_size) { return this->least_copy(*paths, j, last_size); };
+  return cases;
+}
+
+// wait_bound()'s rows over the shares, per case and stage (into rows.constant and rows.slope):
+// a stage's own work after the passes through the stages before it, and each way of adding its
+// waits' excesses.
+void PlanSearch::root_wait_rows(const RootPaths& paths, const std::vector<RootCase>& cases,
+                                const ClassRatio& trip_first, const ClassRatio& trip_last,
+                                RelaxedRows& rows) const {
+  const int m = config_->micro_batches();
+  const int n_classes = paths.n_classes;
+  auto least_copy = [&](int j, bool last_size) { return this->least_copy(paths, j, last_size); };
   // A row's slopes, one block of stages per class: a quantity of stage s at least (or, sign
   // -1, at most) its ratio to the stage's work in each class, over the stage's speed.
   const std::size_t width = static_cast<std::size_t>(n_classes) * stages_;
@@ -468,12 +480,10 @@ double PlanSearch::relaxed_root(std::vector<int>& balance, RelaxedRows* rows,
     for (int k = 0; k < n_classes; ++k)
       row[k * stages_ + s] += sign * (sign > 0 ? r.lower(k) : r.most[k]) / speed_[s];
   };
-  ClassRatio own = ratio();  // a stage's busy work is its work, exactly
+  ClassRatio own(n_classes);  // a stage's busy work is its work, exactly
   for (int k = 0; k < n_classes; ++k) own.least[k] = own.most[k] = 1.0;
-  std::vector<double> constant;
-  std::vector<std::vector<double>> slope;
-  for (const Case& k : cases) {
-    const bool drained_last = k.drained == &l;
+  for (const RootCase& k : cases) {
+    const bool drained_last = k.drained == last_size_;
     for (int j = 0; j < stages_; ++j) {
       // Micro-batch 0's forwards and q's backwards through the stages before j, with their
       // copies; stage j's own work, less what follows q's backward (1F1B's M - 2 case only).
@@ -488,8 +498,8 @@ double PlanSearch::relaxed_root(std::vector<int>& balance, RelaxedRows* rows,
         base -= k.overhead[j].tail + k.tail[j].workless / speed_[j];
         add(g, j, k.tail[j], -1.0);
       }
-      constant.push_back(base);
-      slope.push_back(g);
+      rows.constant.push_back(base);
+      rows.slope.push_back(g);
       if (j + 1 == stages_) continue;
       // Each wait: the round trip through the later stages at their speeds, less the most of
       // stage j's work that fills it.
@@ -517,28 +527,23 @@ double PlanSearch::relaxed_root(std::vector<int>& balance, RelaxedRows* rows,
           a += wait_constant[i];
           for (std::size_t x = 0; x < width; ++x) row[x] += wait_slope[i][x];
         }
-        constant.push_back(a);
-        slope.push_back(std::move(row));
+        rows.constant.push_back(a);
+        rows.slope.push_back(std::move(row));
       }
     }
   }
-  // Paths of the iteration itself (cutting planes): every path of the task graph is at most the
-  // simulated time, and its length is at least a linear function of the shares (path_row()).
-  // Each round times the shares' own plan, adds the rows of its longest paths and the hull's
-  // edges that the shares cross where they are above the bound or crossed, and solves again;
-  // each solution is a bound, and they only grow. It stops when a round adds nothing or after
-  // kRelaxedRootRounds rounds.
-  MinMaxShareProgramme programme(stages_, classes.work);
-  for (std::size_t i = 0; i < constant.size(); ++i) programme.add(constant[i], slope[i]);
-  std::vector<double> shares;
+}
+
+// Paths of the iteration itself (cutting planes): every path of the task graph is at most the
+// simulated time, and its length is at least a linear function of the shares (path_row()). Each
+// round times the shares' own plan, adds the rows of its longest paths and the hull's edges
+// that the shares cross where they are above the bound or crossed, and solves again; each
+// solution is a bound, and they only grow. It stops when a round adds nothing or after
+// kRelaxedRootRounds rounds. The paths' rows are added to `rows` too; returns the bound.
+double PlanSearch::root_cutting_planes(MinMaxShareProgramme& programme, RootPaths& paths,
+                                       ContiguityHull& hull, RelaxedRows& rows,
+                                       std::vector<double>& shares) const {
   double bound = programme.solve(&shares);
-  auto path_row = [&](bool mean, double& a, std::vector<double>& row) {
-    return this->path_row(*paths, shares, mean, a, row);
-  };
-  // Each stage end on the hull of what a run of layers holds (ContiguityHull): without it a
-  // stage whose backwards are on the critical path takes the layers whose backwards are light,
-  // and another stage the rest.
-  ContiguityHull hull(layer_work, classes);
   for (int round = 0; round < kRelaxedRootRounds; ++round) {
     // The edges the shares cross and the paths of their plan, then one solve.
     bool added = hull.add_crossed(programme, shares, stages_) > 0;
@@ -548,19 +553,45 @@ double PlanSearch::relaxed_root(std::vector<int>& balance, RelaxedRows* rows,
       double a = 0.0;
       std::vector<double> row;
       // With one ratio per class both models find the same path: its row once.
-      if (!(path_row(mean, a, row) > bound * (1.0 + 1e-9)) || (a == last_a && row == last_row))
+      if (!(path_row(paths, shares, mean, a, row) > bound * (1.0 + 1e-9)) ||
+          (a == last_a && row == last_row))
         continue;
       last_a = a;
       last_row = row;
       programme.add(a, row);
-      constant.push_back(a);
-      slope.push_back(std::move(row));
+      rows.constant.push_back(a);
+      rows.slope.push_back(std::move(row));
       added = true;
     }
     if (!added) break;
     bound = std::max(bound, programme.solve(&shares));
   }
-  if (rows != nullptr) *rows = {constant, slope, classes.work, classes.of};
+  return bound;
+}
+
+double PlanSearch::relaxed_root(std::vector<int>& balance, RelaxedRows* rows,
+                                std::shared_ptr<const MinMaxShareProgramme>* final,
+                                std::shared_ptr<RootPaths>* kept_paths) const {
+  std::vector<double> layer_work(layers_);
+  for (int x = 0; x < layers_; ++x) layer_work[x] = work_[x + 1] - work_[x];
+  const RatioClasses classes =
+      ratio_classes(layer_work, *first_size_, max_ratio_classes(stages_), ClassSplit::LeastLoss);
+  const int n_classes = static_cast<int>(classes.work.size());
+  auto paths = std::make_shared<RootPaths>(*first_size_, *last_size_, classes, layer_work, stages_);
+  ClassRatio trip_first, trip_last;
+  const std::vector<RootCase> cases = root_cases(classes, layer_work, trip_first, trip_last);
+  RelaxedRows own_rows;
+  root_wait_rows(*paths, cases, trip_first, trip_last, own_rows);
+  MinMaxShareProgramme programme(stages_, classes.work);
+  for (std::size_t i = 0; i < own_rows.constant.size(); ++i)
+    programme.add(own_rows.constant[i], own_rows.slope[i]);
+  std::vector<double> shares;
+  // Each stage end on the hull of what a run of layers holds (ContiguityHull): without it a
+  // stage whose backwards are on the critical path takes the layers whose backwards are light,
+  // and another stage the rest.
+  ContiguityHull hull(layer_work, classes);
+  double bound = root_cutting_planes(programme, *paths, hull, own_rows, shares);
+  if (rows != nullptr) *rows = {own_rows.constant, own_rows.slope, classes.work, classes.of};
   if (final != nullptr) {
     std::vector<double> weights, kept_shares;
     programme.solve(&kept_shares, &weights);
@@ -574,7 +605,8 @@ double PlanSearch::relaxed_root(std::vector<int>& balance, RelaxedRows* rows,
     // times dearer (40 layers on 32 unequal devices: 2.5 s of them in 30 roots, from 1.6 s),
     // for roots within 0.3 % of these on the random instances.
     MinMaxShareProgramme rows_only(stages_, classes.work);
-    for (std::size_t i = 0; i < constant.size(); ++i) rows_only.add(constant[i], slope[i]);
+    for (std::size_t i = 0; i < own_rows.constant.size(); ++i)
+      rows_only.add(own_rows.constant[i], own_rows.slope[i]);
     std::vector<double> rows_shares;
     rows_only.solve(&rows_shares);
     bound = std::max(
@@ -598,6 +630,103 @@ std::vector<std::vector<double>> PlanSearch::class_work_before(const std::vector
   return before;
 }
 
+// A node of capped_root()'s search: the intervals of the stage ends, its bound, the shares'
+// ends (in layers, continuous) and its solved programme, which a child copies and adds the
+// constraints of the ends its narrowing moved to, going on from this basis (a fresh programme
+// costs O(rows^2) a function and a solve from the slacks).
+struct PlanSearch::CappedNode {
+  double value;
+  std::vector<int> lo, hi;  // per end 0..K (0 and K fixed)
+  std::vector<double> at;
+  std::shared_ptr<const MinMaxShareProgramme> programme;
+  bool operator>(const CappedNode& o) const { return value > o.value; }
+};
+
+// The furthest end of stage j from start a that may fit its device's cap.
+int PlanSearch::furthest_fitting_end(int j, int a) const {
+  return fit_end_[j].empty() ? layers_ : fit_end_[j][std::min(a, layers_ - 1)];
+}
+
+// The ends' intervals of a capped_root() node narrowed until consistent: stage j starting at its
+// latest start reaches at most furthest_fitting_end() of it; starting at its earliest, it must
+// reach the next end. False where no balance has its ends in them.
+bool PlanSearch::narrow_ends(std::vector<int>& lo, std::vector<int>& hi) const {
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int j = 0; j < stages_; ++j) {
+      auto lower_to = [&](int& v, int to) {
+        if (to < v) v = to, changed = true;
+      };
+      auto raise_to = [&](int& v, int to) {
+        if (to > v) v = to, changed = true;
+      };
+      if (lo[j] > hi[j] || lo[j] >= layers_) return false;
+      lower_to(hi[j + 1], furthest_fitting_end(j, hi[j]));
+      raise_to(lo[j + 1], lo[j] + 1);
+      lower_to(hi[j], hi[j + 1] - 1);
+      int a = lo[j];
+      while (a <= hi[j] && furthest_fitting_end(j, a) < lo[j + 1]) ++a;
+      raise_to(lo[j], a);
+    }
+    for (int j = 0; j <= stages_; ++j)
+      if (lo[j] > hi[j]) return false;
+  }
+  return lo[0] == 0 && hi[stages_] == layers_;
+}
+
+// A capped_root() node's bound: the relaxed root's programme (`rows`) with every class's work
+// before end j kept between its work before lo_j and before hi_j (`before`), and its shares'
+// ends. `parent`: the node it was split from (its programme solved, which this one copies and
+// goes on from), or none for the root.
+void PlanSearch::solve_capped_node(CappedNode& node, const CappedNode* parent,
+                                   const RelaxedRows& rows,
+                                   const std::vector<std::vector<double>>& before) {
+  const int n_classes = static_cast<int>(rows.totals.size());
+  auto programme = parent ? std::make_shared<MinMaxShareProgramme>(*parent->programme)
+                          : std::make_shared<MinMaxShareProgramme>(
+                                static_cast<std::size_t>(stages_), rows.totals);
+  const std::uint64_t cells = programme->pivot_cells();
+  if (parent) {
+    stats_.steps += programme->tableau_cells() / kPivotCellsPerStep;  // the copy
+  } else {
+    for (std::size_t i = 0; i < rows.constant.size(); ++i)
+      programme->add(rows.constant[i], rows.slope[i]);
+  }
+  for (int j = 1; j < stages_; ++j) {
+    // Only what is tighter than the parent's (its constraints hold here too).
+    const bool low = node.lo[j] > (parent ? parent->lo[j] : j);
+    const bool high = node.hi[j] < (parent ? parent->hi[j] : layers_ - (stages_ - j));
+    for (int c = 0; c < n_classes && (low || high); ++c) {
+      std::vector<double> a(static_cast<std::size_t>(n_classes) * stages_, 0.0);
+      for (int s = 0; s < j; ++s) a[c * stages_ + s] = 1.0;
+      if (low) programme->add_constraint(a, before[c][node.lo[j]]);
+      for (double& v : a) v = -v;
+      if (high) programme->add_constraint(a, -before[c][node.hi[j]]);
+    }
+  }
+  std::vector<double> shares;
+  node.value = std::max(node.value, programme->solve(&shares));
+  if (parent) {
+    stats_.steps += (programme->pivot_cells() - cells) / kPivotCellsPerStep;
+  } else {
+    // The root's programme built afresh (measured: four steps per tableau cell; the
+    // constraints' columns count as functions).
+    const std::uint64_t columns =
+        programme->functions() + 2 * static_cast<std::uint64_t>(n_classes) * stages_;
+    stats_.steps += 4 * columns * static_cast<std::uint64_t>(n_classes * stages_ + 1);
+  }
+  node.programme = std::move(programme);
+  node.at.assign(stages_ + 1, 0.0);
+  double work = 0.0;
+  for (int j = 1; j <= stages_; ++j) {
+    for (int c = 0; c < n_classes; ++c) work += shares[c * stages_ + j - 1];
+    const auto t = std::lower_bound(work_.begin(), work_.end(), work);
+    const int x = std::clamp(static_cast<int>(t - work_.begin()), 1, layers_);
+    const double span = work_[x] - work_[x - 1];
+    node.at[j] = x - 1 + (span > 0.0 ? std::clamp((work - work_[x - 1]) / span, 0.0, 1.0) : 1.0);
+  }
+}
+
 // The relaxed root under the memory caps. The relaxed root shares the work continuously and
 // knows nothing of the caps, which decide where the stage ends may go when a few layers hold
 // most of a stage's memory. A stage that fits passes its nested memory bound, so it ends at
@@ -616,99 +745,17 @@ double PlanSearch::capped_root(const RelaxedRows& rows, double threshold, std::u
                                bool& finished) {
   finished = true;
   const int k_stages = stages_, n_classes = static_cast<int>(rows.totals.size());
-  auto reach = [&](int j, int a) {  // the furthest end of stage j from start a that may fit
-    return fit_end_[j].empty() ? layers_ : fit_end_[j][std::min(a, layers_ - 1)];
-  };
   const std::vector<std::vector<double>> before = class_work_before(rows.class_of, n_classes);
-  struct Node {
-    double value;
-    std::vector<int> lo, hi;  // per end 0..K (0 and K fixed)
-    std::vector<double> at;   // the shares' ends, in layers (continuous)
-    // Its programme, solved: a child copies it and adds the constraints of the ends its
-    // narrowing moved, going on from this basis (a fresh programme costs O(rows^2) a function
-    // and a solve from the slacks).
-    std::shared_ptr<const MinMaxShareProgramme> programme;
-    bool operator>(const Node& o) const { return value > o.value; }
-  };
-  auto narrow = [&](std::vector<int>& lo, std::vector<int>& hi) {
-    for (bool changed = true; changed;) {
-      changed = false;
-      for (int j = 0; j < k_stages; ++j) {
-        auto lower_to = [&](int& v, int to) {
-          if (to < v) v = to, changed = true;
-        };
-        auto raise_to = [&](int& v, int to) {
-          if (to > v) v = to, changed = true;
-        };
-        if (lo[j] > hi[j] || lo[j] >= layers_) return false;
-        lower_to(hi[j + 1], reach(j, hi[j]));
-        raise_to(lo[j + 1], lo[j] + 1);
-        lower_to(hi[j], hi[j + 1] - 1);
-        int a = lo[j];
-        while (a <= hi[j] && reach(j, a) < lo[j + 1]) ++a;
-        raise_to(lo[j], a);
-      }
-      for (int j = 0; j <= k_stages; ++j)
-        if (lo[j] > hi[j]) return false;
-    }
-    return lo[0] == 0 && hi[k_stages] == layers_;
-  };
-  // `parent`: the node it was split from (its programme solved), or none for the root.
-  auto solve = [&](Node& node, const Node* parent) {
-    auto programme = parent ? std::make_shared<MinMaxShareProgramme>(*parent->programme)
-                            : std::make_shared<MinMaxShareProgramme>(
-                                  static_cast<std::size_t>(k_stages), rows.totals);
-    const std::uint64_t cells = programme->pivot_cells();
-    if (parent) {
-      stats_.steps += programme->tableau_cells() / kPivotCellsPerStep;  // the copy
-    } else {
-      for (std::size_t i = 0; i < rows.constant.size(); ++i)
-        programme->add(rows.constant[i], rows.slope[i]);
-    }
-    for (int j = 1; j < k_stages; ++j) {
-      // Only what is tighter than the parent's (its constraints hold here too).
-      const bool low = node.lo[j] > (parent ? parent->lo[j] : j);
-      const bool high = node.hi[j] < (parent ? parent->hi[j] : layers_ - (k_stages - j));
-      for (int c = 0; c < n_classes && (low || high); ++c) {
-        std::vector<double> a(static_cast<std::size_t>(n_classes) * k_stages, 0.0);
-        for (int s = 0; s < j; ++s) a[c * k_stages + s] = 1.0;
-        if (low) programme->add_constraint(a, before[c][node.lo[j]]);
-        for (double& v : a) v = -v;
-        if (high) programme->add_constraint(a, -before[c][node.hi[j]]);
-      }
-    }
-    std::vector<double> shares;
-    node.value = std::max(node.value, programme->solve(&shares));
-    if (parent) {
-      stats_.steps += (programme->pivot_cells() - cells) / kPivotCellsPerStep;
-    } else {
-      // The root's programme built afresh (measured: four steps per tableau cell; the
-      // constraints' columns count as functions).
-      const std::uint64_t columns =
-          programme->functions() + 2 * static_cast<std::uint64_t>(n_classes) * k_stages;
-      stats_.steps += 4 * columns * static_cast<std::uint64_t>(n_classes * k_stages + 1);
-    }
-    node.programme = std::move(programme);
-    node.at.assign(k_stages + 1, 0.0);
-    double work = 0.0;
-    for (int j = 1; j <= k_stages; ++j) {
-      for (int c = 0; c < n_classes; ++c) work += shares[c * k_stages + j - 1];
-      const auto t = std::lower_bound(work_.begin(), work_.end(), work);
-      const int x = std::clamp(static_cast<int>(t - work_.begin()), 1, layers_);
-      const double span = work_[x] - work_[x - 1];
-      node.at[j] = x - 1 + (span > 0.0 ? std::clamp((work - work_[x - 1]) / span, 0.0, 1.0) : 1.0);
-    }
-  };
-  Node root{0.0, std::vector<int>(k_stages + 1), std::vector<int>(k_stages + 1), {}, {}};
+  CappedNode root{0.0, std::vector<int>(k_stages + 1), std::vector<int>(k_stages + 1), {}, {}};
   for (int j = 0; j <= k_stages; ++j) {
     root.lo[j] = j;
     root.hi[j] = layers_ - (k_stages - j);
   }
   root.hi[0] = 0;
   root.lo[k_stages] = layers_;
-  if (!narrow(root.lo, root.hi)) return kInf;  // no balance passes the nested memory bounds
-  solve(root, nullptr);
-  std::priority_queue<Node, std::vector<Node>, std::greater<>> open;
+  if (!narrow_ends(root.lo, root.hi)) return kInf;  // no balance passes the nested memory bounds
+  solve_capped_node(root, nullptr, rows, before);
+  std::priority_queue<CappedNode, std::vector<CappedNode>, std::greater<>> open;
   open.push(std::move(root));
   for (int expanded = 0; expanded < kCappedRootNodes; ++expanded) {
     if (open.empty()) return kInf;
@@ -717,7 +764,7 @@ double PlanSearch::capped_root(const RelaxedRows& rows, double threshold, std::u
       finished = false;
       break;
     }
-    Node node = open.top();
+    CappedNode node = open.top();
     open.pop();
     // The stage the shares put furthest over what fits, and the wider of its ends.
     int over = -1, most = 0;
@@ -725,7 +772,8 @@ double PlanSearch::capped_root(const RelaxedRows& rows, double threshold, std::u
       const int a = std::clamp(static_cast<int>(std::lround(node.at[j])), node.lo[j], node.hi[j]);
       const int b =
           std::clamp(static_cast<int>(std::lround(node.at[j + 1])), node.lo[j + 1], node.hi[j + 1]);
-      if (a < layers_ && b - reach(j, a) > most) most = b - reach(j, a), over = j;
+      if (a < layers_ && b - furthest_fitting_end(j, a) > most)
+        most = b - furthest_fitting_end(j, a), over = j;
     }
     if (over < 0) {
       open.push(std::move(node));  // consistent: splitting it would not see the caps
@@ -741,11 +789,11 @@ double PlanSearch::capped_root(const RelaxedRows& rows, double threshold, std::u
         std::clamp(static_cast<int>(std::lround(node.at[end])), node.lo[end], node.hi[end] - 1);
     for (const auto& [from, to] :
          {std::pair{node.lo[end], split}, std::pair{split + 1, node.hi[end]}}) {
-      Node child{node.value, node.lo, node.hi, {}, {}};
+      CappedNode child{node.value, node.lo, node.hi, {}, {}};
       child.lo[end] = from;
       child.hi[end] = to;
-      if (!narrow(child.lo, child.hi)) continue;
-      solve(child, &node);
+      if (!narrow_ends(child.lo, child.hi)) continue;
+      solve_capped_node(child, &node, rows, before);
       open.push(std::move(child));
     }
   }

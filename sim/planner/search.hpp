@@ -396,6 +396,16 @@ class PlanSearch {
   // Returns its value at `shares`.
   double path_row(RootPaths& paths, const std::vector<double>& shares, bool mean, double& a,
                   std::vector<double>& row) const;
+  struct RootCase;
+  std::vector<RootCase> root_cases(const RatioClasses& classes,
+                                   const std::vector<double>& layer_work, ClassRatio& trip_first,
+                                   ClassRatio& trip_last) const;
+  void root_wait_rows(const RootPaths& paths, const std::vector<RootCase>& cases,
+                      const ClassRatio& trip_first, const ClassRatio& trip_last,
+                      RelaxedRows& rows) const;
+  double root_cutting_planes(MinMaxShareProgramme& programme, RootPaths& paths,
+                             ContiguityHull& hull, RelaxedRows& rows,
+                             std::vector<double>& shares) const;
   // A copy of a boundary's least output over its link (slot 1: at the last micro-batch's size).
   double least_copy(const RootPaths& paths, int j, bool last_size) const;
   // The relaxed root's programme with the stages placed so far held at their work
@@ -458,6 +468,11 @@ class PlanSearch {
                                                      int classes) const;
   double capped_root(const RelaxedRows& rows, double threshold, std::uint64_t step_limit,
                      bool& finished);
+  struct CappedNode;
+  int furthest_fitting_end(int j, int a) const;
+  bool narrow_ends(std::vector<int>& lo, std::vector<int>& hi) const;
+  void solve_capped_node(CappedNode& node, const CappedNode* parent, const RelaxedRows& rows,
+                         const std::vector<std::vector<double>>& before);
   double wait_cost(int j, int a, int b, double recompute_first = 0.0,
                    double recompute_q = 0.0) const;
   double recompute_root(double root, double ceiling) const;
