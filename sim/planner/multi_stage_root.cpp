@@ -28,242 +28,289 @@ namespace pipetune::planning {
 // solve's shares (once a round has run), and the two where no path was timed above the bound any
 // more, each rounded to layer boundaries (on random models each was the better start for the
 // local search on some).
-double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& layer_work,
-                                            std::uint64_t step_limit, double enough,
-                                            std::unique_ptr<RelaxedRootState>& state,
-                                            bool* complete, std::vector<std::vector<int>>* balances,
-                                            StageWorkRows* rows, double* copies_bound) {
-  const std::vector<double>& work = layer_work.each;
-  const int v = c.stages_per_device, m = c.micro_batches(), stages = v * stages_;
-  const std::vector<int> device_of = stage_devices_of(c);
+// One call of multi_stage_relaxed_root(): the configuration's task graph and the layers' costs
+// as the rows price them, and the model plans' timing and paths. The state that outlives the
+// call (the programme, the model plans) is the RelaxedRootState it works on.
+class PlanSearch::MultiStageRoot {
+ public:
+  using Counts = std::vector<std::array<int, 14>>;  // [stage][kind * 2 + slot]
+
+  MultiStageRoot(PlanSearch& search, const Config& c, const LayerWork& layer_work,
+                 std::unique_ptr<RelaxedRootState>& state);
+  // A fresh root's first rows (each device's busy time), its first solve and first model plan.
+  void start();
+  // Orders the graph's tasks for the model plans' sweeps.
+  void prepare_sweeps();
+  // The cutting-plane rounds until `step_limit` or a bound of `enough`; false where cut short.
+  bool run_rounds(std::uint64_t step_limit, double enough);
+  // As returned: a hair below, and the configuration closes only on the value returned.
+  static bool reaches(double bound, double enough) { return bound * (1.0 - 1e-12) >= enough; }
+
+  PlanSearch& search;
+  const Config& c;
+  const std::vector<double>& work;
+  const int v, m, stages;
+  const std::vector<int> device_of;
   TaskGraph graph;
+  const SizeCosts* size_of[2];
+  std::vector<int> slot_of;
+  RatioClasses classes;
+  int n_classes;
+  std::array<std::vector<double>, 14> cost;  // [kind * 2 + slot][layer]
+  double least_bytes[2];
+  std::array<ClassRatio, 14> ratio;  // per task: its least cost per unit of work, per class
+  const std::vector<double>* ascending[2];
+  std::size_t width;
+  bool fresh;
+  RelaxedRootState& st;
+  MinMaxShareProgramme& programme;
+  TaskOrder sorted;
+  std::vector<double> duration, start_at, finish;
+
+ private:
+  int kind_of(const SimTask& t) const;
+  double copy_ms(const SimTask& t) const;
+  void count_task(Counts& counts, const SimTask& t) const {
+    ++counts[t.stage][kind_of(t) * 2 + slot_of[t.micro_batch]];
+  }
+  std::vector<double> slopes(const Counts& counts);
+  void charge(std::uint64_t cells_before) {
+    search.stats_.steps += (programme.pivot_cells() - cells_before) / kPivotCellsPerStep;
+  }
+  double time_model_plan(const std::vector<double>& plan);
+  int add_paths(const std::vector<double>& plan, int count);
+  bool add_path_from(int at, const std::vector<double>& plan);
+};
+
+PlanSearch::MultiStageRoot::MultiStageRoot(PlanSearch& s, const Config& config,
+                                           const LayerWork& layer_work,
+                                           std::unique_ptr<RelaxedRootState>& state)
+    : search(s),
+      c(config),
+      work(layer_work.each),
+      v(config.stages_per_device),
+      m(config.micro_batches()),
+      stages(v * s.stages_),
+      device_of(s.stage_devices_of(config)),
+      size_of{&s.costs_.at(config.sizes.front()), &s.costs_.at(config.sizes.back())},
+      slot_of(m),
+      // Four classes of equal ranges, as before the single-stage roots' least-loss classes:
+      // tried here, those moved the every-schedule answers of random instances by up to 5 %
+      // either way (their searches are cut short by the budget), none better on the whole.
+      classes(ratio_classes(work, *size_of[0], 4, ClassSplit::EqualRanges)),
+      n_classes(static_cast<int>(classes.work.size())),
+      least_bytes{least_boundary_bytes(*size_of[0]), least_boundary_bytes(*size_of[1])},
+      ascending{&s.boundary_bytes_ascending(*size_of[0]), &s.boundary_bytes_ascending(*size_of[1])},
+      width(static_cast<std::size_t>(n_classes) * stages),
+      fresh(!state),
+      st(fresh ? *(state = std::make_unique<RelaxedRootState>(stages, classes.work)) : *state),
+      programme(st.programme) {
   build_task_graph(graph, make_schedule(c.schedule, stages, m, c.checkpoint, v), device_of,
-                   stages_);
-  const SizeCosts* size_of[2] = {&costs_.at(c.sizes.front()), &costs_.at(c.sizes.back())};
-  std::vector<int> slot_of(m);
+                   s.stages_);
   for (int i = 0; i < m; ++i) slot_of[i] = c.sizes[i] == c.sizes.front() ? 0 : 1;
-  // Four classes of equal ranges, as before the single-stage roots' least-loss classes: tried
-  // here, those moved the every-schedule answers of random instances by up to 5 % either way
-  // (their searches are cut short by the budget), none better on the whole.
-  const RatioClasses classes = ratio_classes(work, *size_of[0], 4, ClassSplit::EqualRanges);
-  const int n_classes = static_cast<int>(classes.work.size());
-  // [kind * 2 + slot][layer]: a task's cost on each layer; kinds as TaskKind, with the forward
-  // without autograd at SendActivation's place (no copy needs one).
-  std::array<std::vector<double>, 14> cost;
-  const double least_bytes[2] = {least_boundary_bytes(*size_of[0]),
-                                 least_boundary_bytes(*size_of[1])};
+  // A task's cost on each layer; kinds as TaskKind, with the forward without autograd at
+  // SendActivation's place (no copy needs one).
   for (int slot = 0; slot < 2; ++slot) {
     const SizeCosts& sc = *size_of[slot];
     const std::vector<double>* per[7] = {
         &sc.forward_ms, &sc.forward_ms,        &sc.backward_ms,       &sc.forward_nograd_ms,
         nullptr,        &sc.backward_input_ms, &sc.backward_weight_ms};
     for (int kind = 0; kind < 7; ++kind)
-      cost[kind * 2 + slot] = per[kind] ? *per[kind] : std::vector<double>(layers_, 0.0);
+      cost[kind * 2 + slot] = per[kind] ? *per[kind] : std::vector<double>(s.layers_, 0.0);
   }
-  // Per task: its least cost per unit of work, per class.
-  std::array<ClassRatio, 14> ratio;
   for (int x = 0; x < 14; ++x) {
     ratio[x] = ClassRatio(n_classes);
-    for (int k = 0; k < layers_; ++k) ratio[x].add(classes.of[k], cost[x][k], work[k]);
+    for (int k = 0; k < s.layers_; ++k) ratio[x].add(classes.of[k], cost[x][k], work[k]);
   }
-  const auto nograd_kind = static_cast<int>(TaskKind::SendActivation);
-  auto kind_of = [&](const SimTask& t) {
-    return t.kind == TaskKind::Forward && graph.schedule.recomputes(t.micro_batch)
-               ? nograd_kind
-               : static_cast<int>(t.kind);
-  };
-  const std::vector<double>* ascending[2] = {&boundary_bytes_ascending(*size_of[0]),
-                                             &boundary_bytes_ascending(*size_of[1])};
-  auto copy_ms = [&](const SimTask& t) {
-    const double bytes = least_bytes[slot_of[t.micro_batch]];
-    return bytes < kInf ? hardware_.link_between(t.device, t.peer).transfer_ms(bytes) : 0.0;
-  };
-  // A row's compute tasks, counted per stage, kind and slot; their least time as slopes on the
-  // stages' shares, one block per class: per stage, the least over a class's layers of what
-  // those tasks cost on the layer against its work (tighter than a least ratio per task when
-  // a backward's halves vary unlike each other from layer to layer).
-  const std::size_t width = static_cast<std::size_t>(n_classes) * stages;
-  using Counts = std::vector<std::array<int, 14>>;  // [stage][kind * 2 + slot]
-  auto count_task = [&](Counts& counts, const SimTask& t) {
-    ++counts[t.stage][kind_of(t) * 2 + slot_of[t.micro_batch]];
-  };
-  const bool fresh = !state;
-  if (fresh) state = std::make_unique<RelaxedRootState>(stages, classes.work);
-  RelaxedRootState& st = *state;
-  MinMaxShareProgramme& programme = st.programme;
-  // A stage's least ratios depend on its counts alone, and paths cross many stages with the
-  // same counts (a forward and a backward of one micro-batch): each count vector is walked over
-  // the layers once (that walk was most of the root's time).
-  auto& least_of_counts = st.least_of_counts;
-  auto slopes = [&](const Counts& counts) {
-    std::vector<double> row(width, 0.0);
-    for (int s = 0; s < stages; ++s) {
-      const std::array<int, 14>& n = counts[s];
-      if (std::all_of(n.begin(), n.end(), [](int x) { return x == 0; })) continue;
-      auto [it, added] = least_of_counts.try_emplace(n);
-      if (added) {
-        it->second = joint_least_ratios(
-            n, [&](int x, int k) { return cost[x][k]; }, classes, work);
-      }
-      for (int k = 0; k < n_classes; ++k)
-        row[k * stages + s] = it->second[k] / speed_[device_of[s]];
+}
+
+int PlanSearch::MultiStageRoot::kind_of(const SimTask& t) const {
+  return t.kind == TaskKind::Forward && graph.schedule.recomputes(t.micro_batch)
+             ? static_cast<int>(TaskKind::SendActivation)
+             : static_cast<int>(t.kind);
+}
+
+double PlanSearch::MultiStageRoot::copy_ms(const SimTask& t) const {
+  const double bytes = least_bytes[slot_of[t.micro_batch]];
+  return bytes < kInf ? search.hardware_.link_between(t.device, t.peer).transfer_ms(bytes) : 0.0;
+}
+
+// A row's compute tasks, counted per stage, kind and slot; their least time as slopes on the
+// stages' shares, one block per class: per stage, the least over a class's layers of what those
+// tasks cost on the layer against its work (tighter than a least ratio per task when a
+// backward's halves vary unlike each other from layer to layer). A stage's least ratios depend
+// on its counts alone, and paths cross many stages with the same counts (a forward and a
+// backward of one micro-batch): each count vector is walked over the layers once (that walk was
+// most of the root's time).
+std::vector<double> PlanSearch::MultiStageRoot::slopes(const Counts& counts) {
+  std::vector<double> row(width, 0.0);
+  for (int s = 0; s < stages; ++s) {
+    const std::array<int, 14>& n = counts[s];
+    if (std::all_of(n.begin(), n.end(), [](int x) { return x == 0; })) continue;
+    auto [it, added] = st.least_of_counts.try_emplace(n);
+    if (added) {
+      it->second = joint_least_ratios(
+          n, [&](int x, int k) { return cost[x][k]; }, classes, work);
     }
-    return row;
-  };
-  // The rounds count against the budget (their pivots, columns and sweeps) and stop at
-  // `step_limit`, the bound so far standing, or once the bound reaches `enough`.
-  auto charge = [&](std::uint64_t cells_before) {
-    stats_.steps += (programme.pivot_cells() - cells_before) / kPivotCellsPerStep;
-  };
-  if (fresh) {
-    std::vector<Counts> busy(stages_, Counts(stages));
-    std::vector<double> tasks(stages_, 0.0);
-    for (const SimTask& t : graph.tasks) {
-      if (!is_compute(t.kind)) continue;
-      count_task(busy[t.device], t);
-      tasks[t.device] += overhead_;
-    }
-    for (int r = 0; r < stages_; ++r) programme.add(tasks[r], slopes(busy[r]));
-    st.bound = st.last_value = programme.solve(&st.shares, &st.weights);
-    charge(0);
-    // The first model plan gives each stage the same time on its device, whatever the solve's
-    // shares (the busy rows alone leave them arbitrary, and the first rounds' paths from such
-    // extreme plans raised nothing: 9 rounds without a gain on 1,000 layers x 32 stages); or,
-    // where a root of the same schedule ran before, that root's best model plan, stage by
-    // stage: configurations of one schedule want much the same balance, and the rounds start
-    // nearer it.
-    st.model_plan.assign(st.shares.size(), 0.0);
-    std::vector<double> start = equal_time_shares(c);
-    if (auto it = model_start_.find({c.schedule, v}); it != model_start_.end()) start = it->second;
     for (int k = 0; k < n_classes; ++k)
-      for (int s = 0; s < stages; ++s) st.model_plan[k * stages + s] = classes.work[k] * start[s];
-    st.best_plan = st.model_plan;
+      row[k * stages + s] = it->second[k] / search.speed_[device_of[s]];
   }
-  // Every resource runs its tasks in a fixed order and no task is paced, so a model plan's
-  // times are the longest paths over the engine's edges: a sweep in topological order, several
-  // times faster than the event queue (which was most of the root's time).
-  const int n_tasks = static_cast<int>(graph.tasks.size());
-  stats_.steps += 1 + graph.tasks.size() / kSweepTasksPerStep;
-  const TaskOrder sorted = topological_order(graph);
-  const std::vector<int>& order = sorted.order;
-  std::vector<double> duration(n_tasks), start(n_tasks), finish(n_tasks);
-  *complete = false;
-  bool cut = false;  // the rounds stopped at step_limit
-  // As returned: a hair below, and the configuration closes only on the value returned.
-  auto reaches = [&](double bound) { return bound * (1.0 - 1e-12) >= enough; };
-  // A model plan's makespan (start and finish hold its tasks' times); the best so far is kept.
-  auto time_model_plan = [&](const std::vector<double>& plan) {
-    stats_.steps += 1 + graph.tasks.size() / kSweepTasksPerStep;
-    for (std::size_t id = 0; id < graph.tasks.size(); ++id) {
-      const SimTask& t = graph.tasks[id];
-      double ms = 0.0;
-      if (is_compute(t.kind)) {
-        const ClassRatio& r = ratio[kind_of(t) * 2 + slot_of[t.micro_batch]];
-        ms = overhead_;
-        for (int k = 0; k < n_classes; ++k)
-          ms += r.lower(k) * plan[k * stages + t.stage] / speed_[t.device];
-      } else {
-        ms = copy_ms(t);
-      }
-      duration[id] = ms;
+  return row;
+}
+
+void PlanSearch::MultiStageRoot::start() {
+  std::vector<Counts> busy(search.stages_, Counts(stages));
+  std::vector<double> tasks(search.stages_, 0.0);
+  for (const SimTask& t : graph.tasks) {
+    if (!is_compute(t.kind)) continue;
+    count_task(busy[t.device], t);
+    tasks[t.device] += search.overhead_;
+  }
+  for (int r = 0; r < search.stages_; ++r) programme.add(tasks[r], slopes(busy[r]));
+  st.bound = st.last_value = programme.solve(&st.shares, &st.weights);
+  charge(0);
+  // The first model plan gives each stage the same time on its device, whatever the solve's
+  // shares (the busy rows alone leave them arbitrary, and the first rounds' paths from such
+  // extreme plans raised nothing: 9 rounds without a gain on 1,000 layers x 32 stages); or,
+  // where a root of the same schedule ran before, that root's best model plan, stage by stage:
+  // configurations of one schedule want much the same balance, and the rounds start nearer it.
+  st.model_plan.assign(st.shares.size(), 0.0);
+  std::vector<double> share = search.equal_time_shares(c);
+  if (auto it = search.model_start_.find({c.schedule, v}); it != search.model_start_.end())
+    share = it->second;
+  for (int k = 0; k < n_classes; ++k)
+    for (int s = 0; s < stages; ++s) st.model_plan[k * stages + s] = classes.work[k] * share[s];
+  st.best_plan = st.model_plan;
+}
+
+// Every resource runs its tasks in a fixed order and no task is paced, so a model plan's times
+// are the longest paths over the engine's edges: a sweep in topological order, several times
+// faster than the event queue (which was most of the root's time).
+void PlanSearch::MultiStageRoot::prepare_sweeps() {
+  search.stats_.steps += 1 + graph.tasks.size() / kSweepTasksPerStep;
+  sorted = topological_order(graph);
+  duration.assign(graph.tasks.size(), 0.0);
+  start_at.assign(graph.tasks.size(), 0.0);
+  finish.assign(graph.tasks.size(), 0.0);
+}
+
+// A model plan's makespan (start_at and finish hold its tasks' times); the best so far is kept.
+double PlanSearch::MultiStageRoot::time_model_plan(const std::vector<double>& plan) {
+  search.stats_.steps += 1 + graph.tasks.size() / kSweepTasksPerStep;
+  for (std::size_t id = 0; id < graph.tasks.size(); ++id) {
+    const SimTask& t = graph.tasks[id];
+    double ms = 0.0;
+    if (is_compute(t.kind)) {
+      const ClassRatio& r = ratio[kind_of(t) * 2 + slot_of[t.micro_batch]];
+      ms = search.overhead_;
+      for (int k = 0; k < n_classes; ++k)
+        ms += r.lower(k) * plan[k * stages + t.stage] / search.speed_[t.device];
+    } else {
+      ms = copy_ms(t);
     }
-    double makespan = 0.0;
-    for (int id : order) {
-      double at = 0.0;
-      for (int u : sorted.predecessors(id)) at = std::max(at, finish[u]);
-      start[id] = at;
-      finish[id] = at + duration[id];
-      makespan = std::max(makespan, finish[id]);
-    }
-    if (makespan < st.best_plan_ms) {
-      st.best_plan_ms = makespan;
-      st.best_plan = plan;
-    }
-    return makespan;
+    duration[id] = ms;
+  }
+  double makespan = 0.0;
+  for (int id : sorted.order) {
+    double at = 0.0;
+    for (int u : sorted.predecessors(id)) at = std::max(at, finish[u]);
+    start_at[id] = at;
+    finish[id] = at + duration[id];
+    makespan = std::max(makespan, finish[id]);
+  }
+  if (makespan < st.best_plan_ms) {
+    st.best_plan_ms = makespan;
+    st.best_plan = plan;
+  }
+  return makespan;
+}
+
+// The row of the path back from task `at` of the plan last timed, each time to a predecessor
+// that ended as it started; added (true) where its value, at `plan` or at the last solve's
+// shares, is above the bound and the programme lacks it: the row prices a stage's tasks
+// together at their joint least ratio, above the sum of their least ratios that the timing
+// takes, so a plan timed below the bound may still have rows above it.
+bool PlanSearch::MultiStageRoot::add_path_from(int at, const std::vector<double>& plan) {
+  auto value_at = [&](double constant, const std::vector<double>& slope,
+                      const std::vector<double>& shares) {
+    if (shares.size() != slope.size()) return 0.0;
+    double value = constant;
+    for (std::size_t x = 0; x < slope.size(); ++x) value += slope[x] * shares[x];
+    return value;
   };
-  // Rows per path of `plan`, the plan last timed: back from a task, each time to a predecessor
-  // that ended as it started. From the task that ends last and from the last tasks of the
-  // devices that end next, `count` of them (two rows a round gave 1,000 layers on 32 stages a
-  // root 4 % higher in the same 40 rounds than one; the first round takes every device's).
-  // A row is added where its value, at `plan` or at the last solve's shares, is above the
-  // bound and the programme lacks it: the row prices a stage's tasks together at their joint
-  // least ratio, above the sum of their least ratios that the timing takes, so a plan timed
-  // below the bound may still have rows above it. Returns the rows added.
-  auto add_paths = [&](const std::vector<double>& plan, int count) {
-    std::vector<int> last(stages_, -1);
-    for (int id = 0; id < n_tasks; ++id) {
-      int& l = last[graph.tasks[id].device];
-      if (l < 0 || finish[id] > finish[l]) l = id;
+  double constant = 0.0;
+  Counts on_path(stages);
+  // Its copies at distinct outputs: their latencies and their bytes by boundary (a gradient
+  // crosses its sender's lower one), priced together below.
+  double copies_at_least = 0.0, latencies = 0.0;
+  std::array<std::vector<double>, 2> per_byte;
+  for (auto& w : per_byte) w.assign(stages, 0.0);
+  while (at >= 0) {
+    const SimTask& t = graph.tasks[at];
+    if (is_compute(t.kind)) {
+      count_task(on_path, t);
+      constant += search.overhead_;
+    } else {
+      const double at_least = copy_ms(t);
+      constant += at_least;
+      copies_at_least += at_least;
+      const Link& link = search.hardware_.link_between(t.device, t.peer);
+      latencies += link.transfer_ms(0.0);
+      const int boundary = t.kind == TaskKind::SendActivation ? t.stage : t.stage - 1;
+      per_byte[slot_of[t.micro_batch]][boundary] += ms_per_byte(link);
     }
-    std::erase_if(last, [&](int id) {
-      return id < 0 || (st.by_timing && !(finish[id] > st.bound * (1.0 + 1e-9)));
-    });
-    std::sort(last.begin(), last.end(), [&](int x, int y) { return finish[x] > finish[y]; });
-    if (static_cast<int>(last.size()) > count) last.resize(count);
-    auto value_at = [&](double constant, const std::vector<double>& slope,
-                        const std::vector<double>& at) {
-      if (at.size() != slope.size()) return 0.0;
-      double value = constant;
-      for (std::size_t x = 0; x < slope.size(); ++x) value += slope[x] * at[x];
-      return value;
-    };
-    int added = 0;
-    for (int at : last) {
-      double constant = 0.0;
-      Counts on_path(stages);
-      // Its copies at distinct outputs: their latencies and their bytes by boundary (a gradient
-      // crosses its sender's lower one), priced together below.
-      double copies_at_least = 0.0, latencies = 0.0;
-      std::array<std::vector<double>, 2> per_byte;
-      for (auto& w : per_byte) w.assign(stages, 0.0);
-      while (at >= 0) {
-        const SimTask& t = graph.tasks[at];
-        if (is_compute(t.kind)) {
-          count_task(on_path, t);
-          constant += overhead_;
-        } else {
-          const double at_least = copy_ms(t);
-          constant += at_least;
-          copies_at_least += at_least;
-          const Link& link = hardware_.link_between(t.device, t.peer);
-          latencies += link.transfer_ms(0.0);
-          const int boundary = t.kind == TaskKind::SendActivation ? t.stage : t.stage - 1;
-          per_byte[slot_of[t.micro_batch]][boundary] += ms_per_byte(link);
-        }
-        int next = -1;
-        for (int u : sorted.predecessors(at)) {
-          if (finish[u] >= start[at]) next = u;
-        }
-        at = start[at] > 0.0 ? next : -1;
-      }
-      std::vector<double> slope = slopes(on_path);
-      stats_.steps += 1 + 2 * width / kPivotCellsPerStep;
-      const double above = st.bound * (1.0 + 1e-9);
-      if (!(value_at(constant, slope, plan) > above) &&
-          !(st.rounds > 0 && value_at(constant, slope, st.shares) > above))
-        continue;
-      bool known = false;
-      for (std::size_t i = 0; i < programme.functions() && !known; ++i)
-        known = programme.constant(i) == constant && programme.slope(i) == slope;
-      stats_.steps += programme.functions() * width / kPivotCellsPerStep;
-      if (known) continue;
-      st.copy_excess.resize(programme.functions(), 0.0);
-      st.copy_excess.push_back(std::max(
-          0.0, latencies + least_boundary_copies_ms(per_byte[0], *ascending[0]) +
-                   least_boundary_copies_ms(per_byte[1], *ascending[1]) - copies_at_least));
-      programme.add(constant, std::move(slope));
-      stats_.steps += (width + 1) * (width + 1) / kPivotCellsPerStep;  // the column's pricing
-      ++added;
+    int next = -1;
+    for (int u : sorted.predecessors(at)) {
+      if (finish[u] >= start_at[at]) next = u;
     }
-    return added;
-  };
-  for (; st.rounds < kRelaxedRootRounds && !reaches(st.bound); ++st.rounds) {
-    if (stats_.steps >= step_limit) {
-      cut = true;
-      break;
-    }
+    at = start_at[at] > 0.0 ? next : -1;
+  }
+  std::vector<double> slope = slopes(on_path);
+  std::uint64_t& steps = search.stats_.steps;
+  steps += 1 + 2 * width / kPivotCellsPerStep;
+  const double above = st.bound * (1.0 + 1e-9);
+  if (!(value_at(constant, slope, plan) > above) &&
+      !(st.rounds > 0 && value_at(constant, slope, st.shares) > above))
+    return false;
+  bool known = false;
+  for (std::size_t i = 0; i < programme.functions() && !known; ++i)
+    known = programme.constant(i) == constant && programme.slope(i) == slope;
+  steps += programme.functions() * width / kPivotCellsPerStep;
+  if (known) return false;
+  st.copy_excess.resize(programme.functions(), 0.0);
+  st.copy_excess.push_back(
+      std::max(0.0, latencies + least_boundary_copies_ms(per_byte[0], *ascending[0]) +
+                        least_boundary_copies_ms(per_byte[1], *ascending[1]) - copies_at_least));
+  programme.add(constant, std::move(slope));
+  steps += (width + 1) * (width + 1) / kPivotCellsPerStep;  // the column's pricing
+  return true;
+}
+
+// Rows per path of `plan`, the plan last timed (add_path_from()): from the task that ends last
+// and from the last tasks of the devices that end next, `count` of them (two rows a round gave
+// 1,000 layers on 32 stages a root 4 % higher in the same 40 rounds than one; the first round
+// takes every device's). Returns the rows added.
+int PlanSearch::MultiStageRoot::add_paths(const std::vector<double>& plan, int count) {
+  std::vector<int> last(search.stages_, -1);
+  for (int id = 0; id < static_cast<int>(graph.tasks.size()); ++id) {
+    int& l = last[graph.tasks[id].device];
+    if (l < 0 || finish[id] > finish[l]) l = id;
+  }
+  std::erase_if(last, [&](int id) {
+    return id < 0 || (st.by_timing && !(finish[id] > st.bound * (1.0 + 1e-9)));
+  });
+  std::sort(last.begin(), last.end(), [&](int x, int y) { return finish[x] > finish[y]; });
+  if (static_cast<int>(last.size()) > count) last.resize(count);
+  int added = 0;
+  for (int at : last) added += add_path_from(at, plan) ? 1 : 0;
+  return added;
+}
+
+bool PlanSearch::MultiStageRoot::run_rounds(std::uint64_t step_limit, double enough) {
+  for (; st.rounds < kRelaxedRootRounds && !reaches(st.bound, enough); ++st.rounds) {
+    if (search.stats_.steps >= step_limit) return false;
     time_model_plan(st.model_plan);
-    if (add_paths(st.model_plan, st.rounds == 0 ? stages_ : 2) == 0) {
+    if (add_paths(st.model_plan, st.rounds == 0 ? search.stages_ : 2) == 0) {
       // No row of the stepped plan's paths is above the bound, which says nothing of the
       // solve's vertex: its own paths then (Kelley's cut), and where none of theirs is above
       // the bound either, the rounds are done. (Ending on the stepped plan alone, a 120-layer
@@ -294,50 +341,34 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
     for (std::size_t x = 0; x < st.model_plan.size(); ++x)
       st.model_plan[x] = kModelPlanStep * st.shares[x] + (1.0 - kModelPlanStep) * st.best_plan[x];
   }
+  return true;
+}
+
+double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& layer_work,
+                                            std::uint64_t step_limit, double enough,
+                                            std::unique_ptr<RelaxedRootState>& state,
+                                            bool* complete, std::vector<std::vector<int>>* balances,
+                                            StageWorkRows* rows, double* copies_bound) {
+  MultiStageRoot root(*this, c, layer_work, state);
+  RelaxedRootState& st = root.st;
+  // The rounds count against the budget (their pivots, columns and sweeps) and stop at
+  // `step_limit`, the bound so far standing, or once the bound reaches `enough`.
+  if (root.fresh) root.start();
+  root.prepare_sweeps();
+  *complete = false;
+  const bool cut = !root.run_rounds(step_limit, enough);
   double bound = st.bound;
   if (!cut) {
-    if (!reaches(bound)) {
+    if (!MultiStageRoot::reaches(bound, enough)) {
       std::uint64_t cells = 0;
-      bound = std::max(
-          bound, heaviest_layer_bound(programme, work, classes, stages, st.shares, bound, &cells));
+      bound = std::max(bound, heaviest_layer_bound(st.programme, root.work, root.classes,
+                                                   root.stages, st.shares, bound, &cells));
       stats_.steps += cells / kPivotCellsPerStep;
     }
     *complete = true;
   }
-  balances->clear();
-  std::vector<const std::vector<double>*> plans = {&st.best_plan};
-  // Before the first round the solve's shares are the busy rows' arbitrary vertex.
-  if (st.rounds > 0) plans.push_back(&st.shares);
-  for (const std::vector<double>& plan : st.timed_plans) plans.push_back(&plan);
-  for (const std::vector<double>* shares : plans) {
-    std::vector<double> stage_share(stages, 0.0);
-    for (int s = 0; s < stages; ++s)
-      for (int k = 0; k < n_classes; ++k) stage_share[s] += (*shares)[k * stages + s];
-    std::vector<int> balance = rounded_balance(layer_work.prefix, stage_share);
-    if (std::find(balances->begin(), balances->end(), balance) == balances->end())
-      balances->push_back(std::move(balance));
-  }
-  if (st.rounds > 0) {  // the next root of this schedule starts from its best model plan
-    std::vector<double> share(stages, 0.0);
-    for (int k = 0; k < n_classes; ++k)
-      for (int s = 0; s < stages; ++s) share[s] += st.best_plan[k * stages + s];
-    const double sum = std::accumulate(share.begin(), share.end(), 0.0);
-    if (sum > 0.0) {
-      for (double& x : share) x /= sum;
-      model_start_[{c.schedule, v}] = std::move(share);
-    }
-  }
-  if (rows != nullptr) {
-    rows->layer_class = classes.of;
-    rows->layer_work = work;
-    rows->classes = n_classes;
-    rows->constant.resize(programme.functions());
-    rows->slope.resize(programme.functions());
-    for (std::size_t i = 0; i < programme.functions(); ++i) {
-      rows->constant[i] = programme.constant(i);
-      rows->slope[i] = programme.slope(i);
-    }
-  }
+  keep_root_plans(root, layer_work, *balances);
+  if (rows != nullptr) root_rows(root, *rows);
   if (copies_bound != nullptr && !st.weights.empty()) {
     // The last solve's weights are a feasible dual: with each function's constant raised by
     // its copy excess, they bound every balance by their value plus the weighted excesses.
@@ -348,6 +379,53 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
   }
   if (*complete) state.reset();
   return std::max(0.0, bound * (1.0 - 1e-12));
+}
+
+// The root's plans rounded to layer boundaries as starts for the local search (`balances`): the
+// best model plan timed, the last solve's shares (once a round has run), and the two where no
+// path was timed above the bound any more (on random models each was the better start on
+// some). The next root of this schedule starts from its best model plan.
+void PlanSearch::keep_root_plans(const MultiStageRoot& root, const LayerWork& layer_work,
+                                 std::vector<std::vector<int>>& balances) {
+  const RelaxedRootState& st = root.st;
+  const int stages = root.stages, n_classes = root.n_classes;
+  balances.clear();
+  std::vector<const std::vector<double>*> plans = {&st.best_plan};
+  // Before the first round the solve's shares are the busy rows' arbitrary vertex.
+  if (st.rounds > 0) plans.push_back(&st.shares);
+  for (const std::vector<double>& plan : st.timed_plans) plans.push_back(&plan);
+  for (const std::vector<double>* shares : plans) {
+    std::vector<double> stage_share(stages, 0.0);
+    for (int s = 0; s < stages; ++s)
+      for (int k = 0; k < n_classes; ++k) stage_share[s] += (*shares)[k * stages + s];
+    std::vector<int> balance = rounded_balance(layer_work.prefix, stage_share);
+    if (std::find(balances.begin(), balances.end(), balance) == balances.end())
+      balances.push_back(std::move(balance));
+  }
+  if (st.rounds > 0) {
+    std::vector<double> share(stages, 0.0);
+    for (int k = 0; k < n_classes; ++k)
+      for (int s = 0; s < stages; ++s) share[s] += st.best_plan[k * stages + s];
+    const double sum = std::accumulate(share.begin(), share.end(), 0.0);
+    if (sum > 0.0) {
+      for (double& x : share) x /= sum;
+      model_start_[{root.c.schedule, root.v}] = std::move(share);
+    }
+  }
+}
+
+// The root's programme as rows linear in each stage's work (for MultiStagePeakBound::may_fit()).
+void PlanSearch::root_rows(const MultiStageRoot& root, StageWorkRows& rows) const {
+  const MinMaxShareProgramme& programme = root.programme;
+  rows.layer_class = root.classes.of;
+  rows.layer_work = root.work;
+  rows.classes = root.n_classes;
+  rows.constant.resize(programme.functions());
+  rows.slope.resize(programme.functions());
+  for (std::size_t i = 0; i < programme.functions(); ++i) {
+    rows.constant[i] = programme.constant(i);
+    rows.slope[i] = programme.slope(i);
+  }
 }
 
 // `plan`'s configuration: its chunks, checkpoint mode, schedule and stages per device.

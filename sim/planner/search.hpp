@@ -689,6 +689,10 @@ class PlanSearch {
                                   double enough, std::unique_ptr<RelaxedRootState>& state,
                                   bool* complete, std::vector<std::vector<int>>* balances,
                                   StageWorkRows* rows, double* copies_bound = nullptr);
+  class MultiStageRoot;
+  void keep_root_plans(const MultiStageRoot& root, const LayerWork& layer_work,
+                       std::vector<std::vector<int>>& balances);
+  void root_rows(const MultiStageRoot& root, StageWorkRows& rows) const;
   void multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::uint64_t slice);
   void enumerate_balances(Entry& e, GraphSweep* sweep, std::uint64_t limit);
   void multi_stage_local_search(Entry& e, GraphSweep* sweep, std::uint64_t limit);
