@@ -300,23 +300,49 @@ std::vector<std::vector<double>> StageWorkRows::class_prefix() const {
   return prefix;
 }
 
-bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps, const StageWorkRows* rows,
-                                  double limit) {
-  // Its partitions price sums over a stage's layers, which a stage's input is not: its master's
-  // coordinates leave the inputs out as well, so that both price the same levels.
-  struct InputsOff {
-    bool& flag;
-    bool was;
-    ~InputsOff() { flag = was; }
-  } inputs_off{count_inputs_, count_inputs_};
-  count_inputs_ = false;
-  const int layers = costs_.layer_count();
-  const int devices = static_cast<int>(moments_.size());
-  const int stages = static_cast<int>(rank_.size());
+// One may_fit() question: its coordinates (the capped devices' moments, level / cap, then the
+// rows, value / limit) and the pricing of weights on them over every balance.
+struct MultiStagePeakBound::Relaxation {
+  Relaxation(MultiStagePeakBound& bound, const std::vector<std::int64_t>& caps,
+             const StageWorkRows* rows, double limit);
+  // A balance's coordinates.
+  std::vector<double> relative(const std::vector<int>& b);
+  // The least over every balance of sum y * level / cap (+ y * row / limit; y summing to 1);
+  // `balance` gets one that reaches it. Needs prepare_pricing() first.
+  double price(const std::vector<double>& y);
+  void prepare_pricing();
+  // Each device's fullest moment under the `equal` balance, weighted by its cap (the bytes of
+  // every device against the caps' sum); the largest row counts as one more device of the
+  // average cap.
+  std::vector<double> first_weights(const std::vector<double>& equal) const;
+
+  MultiStagePeakBound& bound;
+  const std::vector<std::int64_t>& caps;
+  const StageWorkRows* rows;
+  double limit;
+  int layers, devices, stages;
   std::vector<Coordinate> at;
+  std::size_t n_levels = 0;
+  std::vector<int> balance;
+  Prefixes prefixes;
+  std::vector<Blend> blend;
+  std::vector<double> weight, total;
+  WorkTerms terms;
+};
+
+MultiStagePeakBound::Relaxation::Relaxation(MultiStagePeakBound& b,
+                                            const std::vector<std::int64_t>& device_caps,
+                                            const StageWorkRows* work_rows, double row_limit)
+    : bound(b),
+      caps(device_caps),
+      rows(work_rows),
+      limit(row_limit),
+      layers(b.costs_.layer_count()),
+      devices(static_cast<int>(b.moments_.size())),
+      stages(static_cast<int>(b.rank_.size())) {
   for (int r = 0; r < devices; ++r) {
     if (caps[r] <= 0) continue;
-    for (std::size_t k = 0; k < moments_[r].size(); ++k) at.push_back({r, static_cast<int>(k)});
+    for (std::size_t k = 0; k < b.moments_[r].size(); ++k) at.push_back({r, static_cast<int>(k)});
   }
   if (rows != nullptr && (rows->constant.empty() || !(limit > 0.0))) rows = nullptr;
   if (rows != nullptr) {
@@ -328,180 +354,221 @@ bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps, const S
         static_cast<int>(rows->layer_work.size()) != layers)
       throw std::invalid_argument("MultiStagePeakBound::may_fit: rows of another shape");
   }
-  if (at.empty() && rows == nullptr) return true;
-  // The coordinates: the capped devices' moments (level / cap), then the rows (value / limit).
-  const std::size_t n_levels = at.size();
-  auto relative = [&](const std::vector<int>& b) {
-    std::vector<double> out = relative_levels(at, caps, b);
-    if (rows != nullptr) {
-      partition_cells_ += rows->constant.size() * (rows->slope.front().size() + 1) + layers;
-      for (double value : rows->values(b)) out.push_back(value / limit);
-    }
-    return out;
-  };
-  std::vector<int> balance(stages, layers / stages);
+  n_levels = at.size();
+  balance.assign(stages, layers / stages);
   for (int t = 0; t < layers % stages; ++t) ++balance[t];
-  const std::vector<double> equal = relative(balance);
+}
+
+std::vector<double> MultiStagePeakBound::Relaxation::relative(const std::vector<int>& b) {
+  std::vector<double> out = bound.relative_levels(at, caps, b);
+  if (rows != nullptr) {
+    bound.partition_cells_ += rows->constant.size() * (rows->slope.front().size() + 1) + layers;
+    for (double value : rows->values(b)) out.push_back(value / limit);
+  }
+  return out;
+}
+
+void MultiStagePeakBound::Relaxation::prepare_pricing() {
+  prefixes = bound.layer_prefixes();
+  blend.resize(devices);
+  weight.resize(devices);
+  total.resize(devices);
+  if (rows != nullptr) terms.prefix = rows->class_prefix();
+}
+
+double MultiStagePeakBound::Relaxation::price(const std::vector<double>& y) {
+  std::fill(total.begin(), total.end(), 0.0);
+  for (std::size_t i = 0; i < at.size(); ++i) total[at[i].device] += y[i];
+  for (int r = 0; r < devices; ++r) {
+    const int v = static_cast<int>(bound.stages_of_[r].size());
+    Blend& b = blend[r];
+    for (int slot : {0, 1}) b.kept[slot].assign(v, 0.0), b.waiting[slot].assign(v, 0.0);
+    b.gradients.assign(v, 0.0);
+    b.constant = 0.0;
+    weight[r] = caps[r] > 0 ? total[r] / static_cast<double>(caps[r]) : 0.0;
+  }
+  for (std::size_t i = 0; i < at.size(); ++i) {
+    const int r = at[i].device;
+    if (total[r] <= 0.0) continue;
+    const double share = y[i] / total[r];
+    const Moment& x = bound.moments_[r][at[i].moment];
+    Blend& b = blend[r];
+    for (std::size_t j = 0; j < b.gradients.size(); ++j) {
+      for (int slot : {0, 1}) {
+        b.kept[slot][j] += share * x.kept[slot][j];
+        b.waiting[slot][j] += share * x.waiting[slot][j];
+      }
+      b.gradients[j] += share * x.gradients[j];
+    }
+    b.constant += share * static_cast<double>(x.constant);
+  }
+  double sum = std::accumulate(total.begin(), total.end(), 0.0);
+  if (rows != nullptr) {
+    terms.slope.assign(rows->slope.front().size(), 0.0);
+    terms.constant = 0.0;
+    // The rows' weighted slopes, and in the partition a product per class and cell.
+    bound.partition_cells_ += rows->constant.size() * terms.slope.size() +
+                              static_cast<std::uint64_t>(stages) * layers * rows->classes / 2;
+    for (std::size_t i = 0; i < rows->constant.size(); ++i) {
+      const double w = y[n_levels + i];
+      if (w <= 0.0) continue;
+      sum += w;
+      terms.constant += w * rows->constant[i] / limit;
+      for (std::size_t x = 0; x < terms.slope.size(); ++x)
+        terms.slope[x] += w * rows->slope[i][x] / limit;
+    }
+  }
+  return bound.least_weighted(prefixes, weight, blend, rows != nullptr ? &terms : nullptr,
+                              &balance) /
+         sum;
+}
+
+std::vector<double> MultiStagePeakBound::Relaxation::first_weights(
+    const std::vector<double>& equal) const {
+  std::vector<double> y(equal.size(), 0.0);
+  std::vector<int> fullest_at(devices, -1);
+  double caps_sum = 0.0;
+  int capped = 0;
+  for (std::size_t i = 0; i < at.size(); ++i) {
+    const int r = at[i].device;
+    if (fullest_at[r] < 0 || equal[i] > equal[fullest_at[r]]) fullest_at[r] = static_cast<int>(i);
+  }
+  for (int r = 0; r < devices; ++r) {
+    if (fullest_at[r] < 0) continue;
+    y[fullest_at[r]] = static_cast<double>(caps[r]);
+    caps_sum += static_cast<double>(caps[r]);
+    ++capped;
+  }
+  if (rows != nullptr) {
+    const auto top =
+        std::max_element(equal.begin() + static_cast<std::ptrdiff_t>(n_levels), equal.end());
+    const double share = capped > 0 ? caps_sum / capped : 1.0;
+    *(y.begin() + (top - equal.begin())) = share;
+    caps_sum += share;
+  }
+  for (double& x : y) x /= caps_sum;
+  return y;
+}
+
+namespace {
+constexpr double kMargin = 1e-9;  // above rounding in the sums
+}  // namespace
+
+bool MultiStagePeakBound::may_fit(const std::vector<std::int64_t>& caps, const StageWorkRows* rows,
+                                  double limit) {
+  // Its partitions price sums over a stage's layers, which a stage's input is not: its master's
+  // coordinates leave the inputs out as well, so that both price the same levels.
+  struct InputsOff {
+    bool& flag;
+    bool was;
+    ~InputsOff() { flag = was; }
+  } inputs_off{count_inputs_, count_inputs_};
+  count_inputs_ = false;
+  Relaxation relaxation(*this, caps, rows, limit);
+  if (relaxation.at.empty() && relaxation.rows == nullptr) return true;
+  const std::vector<double> equal = relaxation.relative(relaxation.balance);
   const double fullest = *std::max_element(equal.begin(), equal.end());
   if (fullest <= 1.0) return true;  // that balance's bound fits: nothing to prove
-  const Prefixes prefixes = layer_prefixes();
-  std::vector<Blend> blend(devices);
-  std::vector<double> weight(devices), total(devices);
-  WorkTerms terms;
-  if (rows != nullptr) terms.prefix = rows->class_prefix();
-  // The least over every balance of sum y * level / cap (+ y * row / limit; y summing to 1);
-  // `balance` gets one that reaches it.
-  auto price = [&](const std::vector<double>& y) {
-    std::fill(total.begin(), total.end(), 0.0);
-    for (std::size_t i = 0; i < at.size(); ++i) total[at[i].device] += y[i];
-    for (int r = 0; r < devices; ++r) {
-      const int v = static_cast<int>(stages_of_[r].size());
-      Blend& b = blend[r];
-      for (int slot : {0, 1}) b.kept[slot].assign(v, 0.0), b.waiting[slot].assign(v, 0.0);
-      b.gradients.assign(v, 0.0);
-      b.constant = 0.0;
-      weight[r] = caps[r] > 0 ? total[r] / static_cast<double>(caps[r]) : 0.0;
-    }
-    for (std::size_t i = 0; i < at.size(); ++i) {
-      const int r = at[i].device;
-      if (total[r] <= 0.0) continue;
-      const double share = y[i] / total[r];
-      const Moment& x = moments_[r][at[i].moment];
-      Blend& b = blend[r];
-      for (std::size_t j = 0; j < b.gradients.size(); ++j) {
-        for (int slot : {0, 1}) {
-          b.kept[slot][j] += share * x.kept[slot][j];
-          b.waiting[slot][j] += share * x.waiting[slot][j];
-        }
-        b.gradients[j] += share * x.gradients[j];
-      }
-      b.constant += share * static_cast<double>(x.constant);
-    }
-    double sum = std::accumulate(total.begin(), total.end(), 0.0);
-    if (rows != nullptr) {
-      terms.slope.assign(rows->slope.front().size(), 0.0);
-      terms.constant = 0.0;
-      // The rows' weighted slopes, and in the partition a product per class and cell.
-      partition_cells_ += rows->constant.size() * terms.slope.size() +
-                          static_cast<std::uint64_t>(stages) * layers * rows->classes / 2;
-      for (std::size_t i = 0; i < rows->constant.size(); ++i) {
-        const double w = y[n_levels + i];
-        if (w <= 0.0) continue;
-        sum += w;
-        terms.constant += w * rows->constant[i] / limit;
-        for (std::size_t x = 0; x < terms.slope.size(); ++x)
-          terms.slope[x] += w * rows->slope[i][x] / limit;
-      }
-    }
-    return least_weighted(prefixes, weight, blend, rows != nullptr ? &terms : nullptr, &balance) /
-           sum;
+  relaxation.prepare_pricing();
+  // First each device's fullest moment under the equal balance: on bench's capped 1,000-layer
+  // profile it proves 71 of the 181 configurations that can be proven, without a master.
+  std::vector<double> y = relaxation.first_weights(equal);
+  if (relaxation.price(y) > 1.0 + kMargin) return false;
+  return master_may_fit(relaxation, equal, y);
+}
+
+// The master of one round of may_fit() over the balances seen so far (`cuts`): the least over
+// mixes of them of their largest mixed level, whose dual weights (one per coordinate) are the
+// best y over those balances. Set up as MinMaxShareProgramme, a coordinate per balance and a
+// function per (device, moment) and per row: its rows are the few balances, not the hundreds of
+// moments (with those as rows and 32 devices the first solve had not ended after 1,272 pivots),
+// and its least largest function is a level, positive. Its functions are the `active`
+// coordinates and, while the mix found holds some other coordinate above the master's value,
+// the fullest of those (row generation: with every (device, moment) pair from the start,
+// hundreds of them, the masters were most of may_fit()'s work). Leaves the mix's coordinates in
+// `mixed`, the weights of the master's functions in `weight_of` and their coordinates in
+// `coordinate_of`; false where the master failed.
+bool MultiStagePeakBound::solve_master(const std::vector<std::vector<double>>& cuts,
+                                       std::vector<char>& active, std::vector<double>& mixed,
+                                       std::vector<double>& weight_of,
+                                       std::vector<std::size_t>& coordinate_of) {
+  const std::size_t n = active.size();
+  std::vector<double> mix, slope;
+  MinMaxShareProgramme master(cuts.size(), 1.0);
+  // A few pivots per row and column; past that it has lost its way, and answers nothing.
+  master.limit_pivots(4 * (cuts.size() + n + 2));
+  coordinate_of.clear();
+  auto add = [&](std::size_t k) {
+    slope.resize(cuts.size());
+    for (std::size_t j = 0; j < cuts.size(); ++j) slope[j] = cuts[j][k];
+    master.add(0.0, slope);
+    coordinate_of.push_back(k);
   };
-  constexpr double kMargin = 1e-9;  // above rounding in the sums
-  // First each device's fullest moment under the equal balance, weighted by its cap (the bytes
-  // of every device against the caps' sum): on bench's capped 1,000-layer profile it proves 71
-  // of the 181 configurations that can be proven, without a master. The largest row counts as
-  // one more device of the average cap.
-  std::vector<double> y(equal.size(), 0.0);
-  {
-    std::vector<int> fullest_at(devices, -1);
-    double caps_sum = 0.0;
-    int capped = 0;
-    for (std::size_t i = 0; i < at.size(); ++i) {
-      const int r = at[i].device;
-      if (fullest_at[r] < 0 || equal[i] > equal[fullest_at[r]]) fullest_at[r] = static_cast<int>(i);
+  for (std::size_t k = 0; k < n; ++k)
+    if (active[k]) add(k);
+  double value = 0.0;
+  while (true) {
+    master.solve(&mix, &weight_of);
+    if (!master.optimal()) break;
+    value = 0.0;
+    for (std::size_t k = 0; k < n; ++k) {
+      mixed[k] = 0.0;
+      for (std::size_t j = 0; j < cuts.size(); ++j) mixed[k] += mix[j] * cuts[j][k];
+      if (active[k]) value = std::max(value, mixed[k]);
     }
-    for (int r = 0; r < devices; ++r) {
-      if (fullest_at[r] < 0) continue;
-      y[fullest_at[r]] = static_cast<double>(caps[r]);
-      caps_sum += static_cast<double>(caps[r]);
-      ++capped;
+    std::vector<std::size_t> above;
+    for (std::size_t k = 0; k < n; ++k)
+      if (!active[k] && mixed[k] > value + kMargin) above.push_back(k);
+    if (above.empty()) break;
+    const std::size_t count = std::min(above.size(), planning::kMasterRowsAtOnce);
+    std::partial_sort(above.begin(), above.begin() + static_cast<std::ptrdiff_t>(count),
+                      above.end(),
+                      [&](std::size_t a, std::size_t b) { return mixed[a] > mixed[b]; });
+    for (std::size_t i = 0; i < count; ++i) {
+      active[above[i]] = 1;
+      add(above[i]);
     }
-    if (rows != nullptr) {
-      const auto top =
-          std::max_element(equal.begin() + static_cast<std::ptrdiff_t>(n_levels), equal.end());
-      const double share = capped > 0 ? caps_sum / capped : 1.0;
-      *(y.begin() + (top - equal.begin())) = share;
-      caps_sum += share;
-    }
-    for (double& x : y) x /= caps_sum;
   }
-  if (price(y) > 1.0 + kMargin) return false;
-  // The master, over the balances seen so far (the cuts): the least over mixes of them of their
-  // largest mixed level, whose dual weights (one per coordinate) are the best y over those
-  // balances. Set up as MinMaxShareProgramme, a coordinate per balance and a function per
-  // (device, moment) and per row (generated as needed, below): its rows are the few balances,
-  // not the hundreds of moments (with those
-  // as rows and 32 devices the first solve had not ended after 1,272 pivots), and its least
-  // largest function is a level, positive. The piles show the master what concentrating
-  // layers on one stage does: without them the first weights are extreme and the least
-  // balance dodges them (proofs took 23 prices on bench's capped 1,000-layer profile; with
-  // them, one).
-  std::vector<std::vector<double>> cuts{equal, relative(balance)};
+  pivot_cells_ += master.pivot_cells() + coordinate_of.size() * cuts.size() * cuts.size() +
+                  n * cuts.size();  // the mixed levels
+  return master.optimal();
+}
+
+// may_fit()'s cutting planes once its first weights proved nothing: the master's weights priced
+// over every balance, each priced balance a cut of the next master's.
+bool MultiStagePeakBound::master_may_fit(Relaxation& relaxation, const std::vector<double>& equal,
+                                         std::vector<double>& y) {
+  // The piles show the master what concentrating layers on one stage does: without them the
+  // first weights are extreme and the least balance dodges them (proofs took 23 prices on
+  // bench's capped 1,000-layer profile; with them, one).
+  const int stages = relaxation.stages, layers = relaxation.layers;
+  std::vector<std::vector<double>> cuts{equal, relaxation.relative(relaxation.balance)};
   for (int t = 0; t < stages; ++t) {
     std::vector<int> pile(stages, 1);
     pile[t] = layers - (stages - 1);
-    cuts.push_back(relative(pile));
+    cuts.push_back(relaxation.relative(pile));
   }
   // The master's functions: at first each cut's fullest coordinate and each device's fullest
-  // moment under the equal balance; then, while the mix found holds some other coordinate above
-  // the master's value, the fullest of those (row generation: with every (device, moment) pair
-  // from the start, hundreds of them, the masters were most of may_fit()'s work).
+  // moment under the equal balance; then those solve_master() generates.
   const std::size_t n = equal.size();
   std::vector<char> active(n, 0);
   for (std::size_t k = 0; k < n; ++k) active[k] = y[k] > 0.0;
   for (const std::vector<double>& cut : cuts)
     active[std::max_element(cut.begin(), cut.end()) - cut.begin()] = 1;
-  std::vector<double> mix, slope, weight_of, mixed(n);
+  std::vector<double> weight_of, mixed(n);
   std::vector<std::size_t> coordinate_of;  // the master's functions, in the order added
   for (int round = 0; round < planning::kMasterRounds; ++round) {
-    MinMaxShareProgramme master(cuts.size(), 1.0);
-    // A few pivots per row and column; past that it has lost its way, and answers nothing.
-    master.limit_pivots(4 * (cuts.size() + n + 2));
-    coordinate_of.clear();
-    auto add = [&](std::size_t k) {
-      slope.resize(cuts.size());
-      for (std::size_t j = 0; j < cuts.size(); ++j) slope[j] = cuts[j][k];
-      master.add(0.0, slope);
-      coordinate_of.push_back(k);
-    };
-    for (std::size_t k = 0; k < n; ++k)
-      if (active[k]) add(k);
-    double value = 0.0;
-    while (true) {
-      master.solve(&mix, &weight_of);
-      if (!master.optimal()) break;
-      value = 0.0;
-      for (std::size_t k = 0; k < n; ++k) {
-        mixed[k] = 0.0;
-        for (std::size_t j = 0; j < cuts.size(); ++j) mixed[k] += mix[j] * cuts[j][k];
-        if (active[k]) value = std::max(value, mixed[k]);
-      }
-      std::vector<std::size_t> above;
-      for (std::size_t k = 0; k < n; ++k)
-        if (!active[k] && mixed[k] > value + kMargin) above.push_back(k);
-      if (above.empty()) break;
-      const std::size_t count = std::min(above.size(), planning::kMasterRowsAtOnce);
-      std::partial_sort(above.begin(), above.begin() + static_cast<std::ptrdiff_t>(count),
-                        above.end(),
-                        [&](std::size_t a, std::size_t b) { return mixed[a] > mixed[b]; });
-      for (std::size_t i = 0; i < count; ++i) {
-        active[above[i]] = 1;
-        add(above[i]);
-      }
-    }
-    pivot_cells_ += master.pivot_cells() + coordinate_of.size() * cuts.size() * cuts.size() +
-                    n * cuts.size();  // the mixed levels
-    if (!master.optimal()) return true;
+    if (!solve_master(cuts, active, mixed, weight_of, coordinate_of)) return true;
     // The mix's largest level is at least the master's value, which is at least the
     // relaxation's: at most 1, nothing can be proven.
     const double mixed_top = *std::max_element(mixed.begin(), mixed.end());
     if (mixed_top <= 1.0 + kMargin) return true;
     std::fill(y.begin(), y.end(), 0.0);
     for (std::size_t i = 0; i < coordinate_of.size(); ++i) y[coordinate_of[i]] = weight_of[i];
-    const double least = price(y);
+    const double least = relaxation.price(y);
     if (least > 1.0 + kMargin) return false;
     if (least >= mixed_top - kMargin) return true;  // y is the best weights
-    cuts.push_back(relative(balance));
+    cuts.push_back(relaxation.relative(relaxation.balance));
     const std::vector<double>& cut = cuts.back();
     active[std::max_element(cut.begin(), cut.end()) - cut.begin()] = 1;
   }

@@ -125,6 +125,12 @@ class MultiStagePeakBound {
                                       const std::vector<std::int64_t>& caps,
                                       const std::vector<int>& balance);
   bool may_fit(const std::vector<std::int64_t>& caps, const StageWorkRows* rows, double limit);
+  struct Relaxation;
+  bool master_may_fit(Relaxation& relaxation, const std::vector<double>& equal,
+                      std::vector<double>& y);
+  bool solve_master(const std::vector<std::vector<double>>& cuts, std::vector<char>& active,
+                    std::vector<double>& mixed, std::vector<double>& weight_of,
+                    std::vector<std::size_t>& coordinate_of);
   // An average of a device's moments.
   struct Blend {
     std::vector<double> kept[2], waiting[2], gradients;
