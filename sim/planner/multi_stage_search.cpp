@@ -192,77 +192,113 @@ bool PlanSearch::fits_fast_enough(Entry& e, double limit) {
 // lower bound on the time, near it around the root's model plans), until none does. A move
 // changes two or three stages: their work per class and their devices' bounds are updated
 // alone, so that a few thousand moves cost about as much as one simulation.
+// proxy_descent()'s state: the stages' starts, the rows' values and each device's excess over
+// its limit, updated move by move.
+class PlanSearch::ProxyMoves {
+ public:
+  ProxyMoves(PlanSearch& search, MultiStagePeakBound& peak, const StageWorkRows& rows,
+             const std::vector<int>& balance, const std::vector<double>& limit);
+  // The ends of stages first, first + 1, ... become `to` (stages first .. first + to.size()
+  // change): kept, and true, when that lowers the excess, or keeps it and lowers the time.
+  bool try_move(int first, std::initializer_list<int> to);
+
+  std::vector<int> start;  // per stage, and the layer count at the end
+
+ private:
+  PlanSearch& search_;
+  MultiStagePeakBound& peak_;
+  const StageWorkRows& rows_;
+  const std::vector<double>& limit_;
+  const int stages_, classes_;
+  const std::size_t n_rows_;
+  const std::vector<std::vector<double>> prefix_;
+  std::vector<double> value_, excess_of_, moved_;
+  double excess_ = 0.0, time_ = 0.0;
+  std::vector<std::pair<int, double>> devices_;  // (device, its excess) after a move
+};
+
+PlanSearch::ProxyMoves::ProxyMoves(PlanSearch& search, MultiStagePeakBound& peak,
+                                   const StageWorkRows& rows, const std::vector<int>& balance,
+                                   const std::vector<double>& limit)
+    : start(balance.size() + 1, 0),
+      search_(search),
+      peak_(peak),
+      rows_(rows),
+      limit_(limit),
+      stages_(static_cast<int>(balance.size())),
+      classes_(rows.classes),
+      n_rows_(rows.constant.size()),
+      prefix_(rows.class_prefix()),
+      excess_of_(search.stages_, 0.0),
+      moved_(n_rows_) {
+  for (int t = 0; t < stages_; ++t) start[t + 1] = start[t] + balance[t];
+  value_ = rows.values(balance);
+  search.stats_.steps +=
+      static_cast<std::uint64_t>(search.layers_ * classes_) / kSweepTasksPerStep +
+      n_rows_ * static_cast<std::size_t>(stages_ * classes_) / kPivotCellsPerStep;
+  peak.unplace_all();
+  for (int t = 0; t < stages_; ++t) {
+    const int r = peak.device_of(t);
+    excess_of_[r] =
+        std::max(0.0, static_cast<double>(peak.place(t, start[t], start[t + 1])) - limit[r]);
+  }
+  excess_ = std::accumulate(excess_of_.begin(), excess_of_.end(), 0.0);
+  time_ = *std::max_element(value_.begin(), value_.end());
+}
+
+bool PlanSearch::ProxyMoves::try_move(int first, std::initializer_list<int> to) {
+  const int changed = static_cast<int>(to.size()) + 1;
+  std::array<int, 4> from{}, until{};  // the changed stages' new ranges
+  for (int i = 0; i < changed; ++i) {
+    from[i] = i == 0 ? start[first] : *(to.begin() + i - 1);
+    until[i] = i + 1 < changed ? *(to.begin() + i) : start[first + changed];
+  }
+  std::copy(value_.begin(), value_.end(), moved_.begin());
+  for (int i = 0; i < changed; ++i) {
+    const int t = first + i;
+    for (int x = 0; x < classes_; ++x) {
+      const double delta = (prefix_[x][until[i]] - prefix_[x][from[i]]) -
+                           (prefix_[x][start[t + 1]] - prefix_[x][start[t]]);
+      if (delta == 0.0) continue;
+      for (std::size_t row = 0; row < n_rows_; ++row)
+        moved_[row] += rows_.slope[row][x * stages_ + t] * delta;
+    }
+  }
+  // The rows' updates, copy and largest, and the devices' bounds (a few moments each).
+  search_.stats_.steps +=
+      1 + n_rows_ * static_cast<std::size_t>(classes_ * changed + 2) / kPivotCellsPerStep;
+  // A device's bound as its last changed stage is placed counts every change on it.
+  std::array<std::int64_t, 4> placed{};
+  for (int i = 0; i < changed; ++i) placed[i] = peak_.place(first + i, from[i], until[i]);
+  double new_excess = excess_;
+  devices_.clear();
+  for (int i = changed - 1; i >= 0; --i) {
+    const int r = peak_.device_of(first + i);
+    if (std::any_of(devices_.begin(), devices_.end(), [&](const auto& d) { return d.first == r; }))
+      continue;
+    const double x = std::max(0.0, static_cast<double>(placed[i]) - limit_[r]);
+    new_excess += x - excess_of_[r];
+    devices_.emplace_back(r, x);
+  }
+  const double new_time = *std::max_element(moved_.begin(), moved_.end());
+  if (new_excess < excess_ - 0.5 || (!(new_excess > excess_) && new_time < time_ * (1.0 - 1e-12))) {
+    for (int i = 0; i + 1 < changed; ++i) start[first + i + 1] = until[i];
+    value_.swap(moved_);
+    for (const auto& [r, x] : devices_) excess_of_[r] = x;
+    excess_ = new_excess;
+    time_ = new_time;
+    return true;
+  }
+  for (int i = 0; i < changed; ++i) peak_.place(first + i, start[first + i], start[first + i + 1]);
+  return false;
+}
+
 std::vector<int> PlanSearch::proxy_descent(MultiStagePeakBound& peak, const StageWorkRows& rows,
                                            std::vector<int> balance,
                                            const std::vector<double>& limit) {
   const int stages = static_cast<int>(balance.size());
-  const int classes = rows.classes;
-  const std::size_t n_rows = rows.constant.size();
-  const std::vector<std::vector<double>> prefix = rows.class_prefix();
-  std::vector<int> start(stages + 1, 0);
-  for (int t = 0; t < stages; ++t) start[t + 1] = start[t] + balance[t];
-  std::vector<double> value = rows.values(balance);
-  stats_.steps += static_cast<std::uint64_t>(layers_ * classes) / kSweepTasksPerStep +
-                  n_rows * static_cast<std::size_t>(stages * classes) / kPivotCellsPerStep;
-  peak.unplace_all();
-  std::vector<double> excess_of(stages_, 0.0);
-  for (int t = 0; t < stages; ++t) {
-    const int r = peak.device_of(t);
-    excess_of[r] =
-        std::max(0.0, static_cast<double>(peak.place(t, start[t], start[t + 1])) - limit[r]);
-  }
-  double excess = std::accumulate(excess_of.begin(), excess_of.end(), 0.0);
-  double time = *std::max_element(value.begin(), value.end());
-  std::vector<double> moved(n_rows);
-  std::vector<std::pair<int, double>> devices;  // (device, its excess) after a move
-  // The ends of stages first, first + 1, ... become `to` (stages first .. first + to.size()
-  // change): kept, and true, when that lowers the excess, or keeps it and lowers the time.
-  auto try_move = [&](int first, std::initializer_list<int> to) {
-    const int changed = static_cast<int>(to.size()) + 1;
-    std::array<int, 4> from{}, until{};  // the changed stages' new ranges
-    for (int i = 0; i < changed; ++i) {
-      from[i] = i == 0 ? start[first] : *(to.begin() + i - 1);
-      until[i] = i + 1 < changed ? *(to.begin() + i) : start[first + changed];
-    }
-    std::copy(value.begin(), value.end(), moved.begin());
-    for (int i = 0; i < changed; ++i) {
-      const int t = first + i;
-      for (int x = 0; x < classes; ++x) {
-        const double delta = (prefix[x][until[i]] - prefix[x][from[i]]) -
-                             (prefix[x][start[t + 1]] - prefix[x][start[t]]);
-        if (delta == 0.0) continue;
-        for (std::size_t row = 0; row < n_rows; ++row)
-          moved[row] += rows.slope[row][x * stages + t] * delta;
-      }
-    }
-    // The rows' updates, copy and largest, and the devices' bounds (a few moments each).
-    stats_.steps +=
-        1 + n_rows * static_cast<std::size_t>(classes * changed + 2) / kPivotCellsPerStep;
-    // A device's bound as its last changed stage is placed counts every change on it.
-    std::array<std::int64_t, 4> placed{};
-    for (int i = 0; i < changed; ++i) placed[i] = peak.place(first + i, from[i], until[i]);
-    double new_excess = excess;
-    devices.clear();
-    for (int i = changed - 1; i >= 0; --i) {
-      const int r = peak.device_of(first + i);
-      if (std::any_of(devices.begin(), devices.end(), [&](const auto& d) { return d.first == r; }))
-        continue;
-      const double x = std::max(0.0, static_cast<double>(placed[i]) - limit[r]);
-      new_excess += x - excess_of[r];
-      devices.emplace_back(r, x);
-    }
-    const double new_time = *std::max_element(moved.begin(), moved.end());
-    if (new_excess < excess - 0.5 || (!(new_excess > excess) && new_time < time * (1.0 - 1e-12))) {
-      for (int i = 0; i + 1 < changed; ++i) start[first + i + 1] = until[i];
-      value.swap(moved);
-      for (const auto& [r, x] : devices) excess_of[r] = x;
-      excess = new_excess;
-      time = new_time;
-      return true;
-    }
-    for (int i = 0; i < changed; ++i) peak.place(first + i, start[first + i], start[first + i + 1]);
-    return false;
-  };
+  ProxyMoves moves(*this, peak, rows, balance, limit);
+  const std::vector<int>& start = moves.start;
   constexpr int kEndMoves[] = {1, -1, 2, -2, 4, -4, 8, -8};
   constexpr int kBlockMoves[] = {1, -1, 2, -2};
   const std::uint64_t limit_steps = stats_.steps + 4 * static_cast<std::uint64_t>(stages) * layers_;
@@ -272,14 +308,14 @@ std::vector<int> PlanSearch::proxy_descent(MultiStagePeakBound& peak, const Stag
       for (int d : kEndMoves) {
         const int to = start[t] + d;
         if (to <= start[t - 1] || to >= start[t + 1]) continue;
-        if (try_move(t - 1, {to})) improved = true;
+        if (moves.try_move(t - 1, {to})) improved = true;
       }
     }
     for (int t = 1; t + 1 < stages; ++t) {  // stage t as a block
       for (int d : kBlockMoves) {
         const int a = start[t] + d, b = start[t + 1] + d;
         if (a <= start[t - 1] || b >= start[t + 2]) continue;
-        if (try_move(t - 1, {a, b})) improved = true;
+        if (moves.try_move(t - 1, {a, b})) improved = true;
       }
     }
   }

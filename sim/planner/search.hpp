@@ -718,6 +718,7 @@ class PlanSearch {
   void start_from(Entry& e, const std::vector<int>& balance);
   void first_multi_stage_plans(Entry& e, const LayerWork& work);
   void proxy_starts(Entry& e);
+  class ProxyMoves;
   std::vector<int> proxy_descent(MultiStagePeakBound& peak, const StageWorkRows& rows,
                                  std::vector<int> balance, const std::vector<double>& limit);
   // The peak bound of multi-stage configuration c, its walk over the schedule charged.
