@@ -46,7 +46,7 @@ std::vector<int> balance_of_ends(const std::vector<int>& ends, int b, int layers
 //   trip: on 40 layers of 32 stages over 1 GB/s links, a random instance's bound rose from a
 //   third of its best plans to a half with them. The search leaves them out (see run()).
 double PlanSearch::multi_stage_bound(const Config& c, bool with_copies) const {
-  const int v = c.stages_per_device, m = c.micro_batches(), stages = v * stages_;
+  const int v = c.stages_per_device, m = c.micro_batches(), stages = stage_count(c);
   const bool split = splits_backward(c.schedule);
   std::vector<double> layer_work(layers_, 0.0);
   for (std::int64_t size : c.sizes) {
@@ -74,7 +74,7 @@ double PlanSearch::multi_stage_bound(const Config& c, bool with_copies) const {
 // The least one-way copy time of micro-batch 0 over the boundaries between stages on two
 // devices, each at a layer of its own (multi_stage_bound()).
 double PlanSearch::least_copies(const Config& c) const {
-  const int v = c.stages_per_device, stages = v * stages_;
+  const int v = c.stages_per_device, stages = stage_count(c);
   std::vector<const Link*> links;  // the distinct links the crossings take, as the simulator's
   int crossings = 0;
   for (int t = 0; t + 1 < stages; ++t) {
@@ -104,8 +104,7 @@ MultiStagePeakBound& PlanSearch::peak_bound(Entry& e) {
   const Config& c = *e.config;
   if (!e.peak) {
     stats_.steps +=
-        static_cast<std::uint64_t>(3 * c.micro_batches() * c.stages_per_device * stages_) /
-        kSweepTasksPerStep;
+        static_cast<std::uint64_t>(3 * c.micro_batches() * stage_count(c)) / kSweepTasksPerStep;
     e.peak = std::make_unique<MultiStagePeakBound>(
         costs_, c.sizes, c.schedule, c.checkpoint, stages_, c.stages_per_device,
         options_.optimizer_state_factor, stage_inputs_own(stage_devices_of(c), hardware_));
@@ -116,7 +115,7 @@ MultiStagePeakBound& PlanSearch::peak_bound(Entry& e) {
 }
 
 std::vector<double> PlanSearch::equal_time_shares(const Config& c) const {
-  const int v = c.stages_per_device, stages = v * stages_;
+  const int v = c.stages_per_device, stages = stage_count(c);
   std::vector<double> share(stages);
   double speeds = 0.0;
   for (int s = 0; s < stages; ++s)
@@ -327,7 +326,7 @@ std::vector<int> PlanSearch::proxy_descent(MultiStagePeakBound& peak, const Stag
 // plans where they are better; under caps, then proxy_descent()'s start where it is better.
 void PlanSearch::first_multi_stage_plans(Entry& e, const LayerWork& layer_work) {
   const Config& c = *e.config;
-  const int v = c.stages_per_device, stages = v * stages_;
+  const int v = c.stages_per_device, stages = stage_count(c);
   const std::vector<double>& work = layer_work.prefix;
   std::vector<double> stage_speed(stages);  // looked up once: the partition asks O(K L log L) times
   for (int s = 0; s < stages; ++s) stage_speed[s] = speed_[stage_rank(c.schedule, s, stages, v)];
@@ -394,7 +393,7 @@ void PlanSearch::start_from(Entry& e, const std::vector<int>& balance) {
 }
 
 std::vector<int> PlanSearch::stage_devices_of(const Config& c) const {
-  const int stages = c.stages_per_device * stages_;
+  const int stages = stage_count(c);
   std::vector<int> device_of(stages);
   for (int s = 0; s < stages; ++s)
     device_of[s] = stage_rank(c.schedule, s, stages, c.stages_per_device);
@@ -403,7 +402,7 @@ std::vector<int> PlanSearch::stage_devices_of(const Config& c) const {
 
 std::unique_ptr<GraphSweep> PlanSearch::graph_sweep(const Config& c) {
   if (!GraphSweep::exact_for(profile_)) return nullptr;
-  const int stages = c.stages_per_device * stages_;
+  const int stages = stage_count(c);
   const Schedule schedule =
       make_schedule(c.schedule, stages, c.micro_batches(), c.checkpoint, c.stages_per_device);
   auto sweep =
@@ -439,7 +438,7 @@ bool PlanSearch::take_if_better(Entry& e, GraphSweep* sweep, std::vector<int> ne
 // instead of 16.) Then the next start's descent, from moves of `widest` layers.
 void PlanSearch::next_start(Entry& e, GraphSweep* sweep, int widest, std::uint64_t limit) {
   const Config& c = *e.config;
-  const int stages = c.stages_per_device * stages_;
+  const int stages = stage_count(c);
   if (e.settled && e.ranged && e.starts.empty() && sweep && e.kicks < kLocalSearchKicks &&
       e.best < kInf && stats_.steps < limit) {
     std::mt19937 rng(static_cast<unsigned>(1000003 * e.kicks + 7919 * c.micro_batches() +
@@ -470,7 +469,7 @@ void PlanSearch::next_start(Entry& e, GraphSweep* sweep, int widest, std::uint64
 // half as many layers, down to one, then once more up from two (a block moved at once can still
 // gain where no single layer does), until the moves would pass `widest` (e.settled).
 void PlanSearch::descend_one_end(Entry& e, GraphSweep* sweep, int widest, std::uint64_t limit) {
-  const int stages = e.config->stages_per_device * stages_;
+  const int stages = stage_count(*e.config);
   while (!e.settled && stats_.steps < limit) {
     bool improved = false;
     for (int i = 0; i + 1 < stages && !improved && stats_.steps < limit; ++i) {
@@ -509,7 +508,7 @@ void PlanSearch::descend_one_end(Entry& e, GraphSweep* sweep, int widest, std::u
 // ends to move at once, where moving either alone gains nothing. Where one does, the one-end
 // moves go on from it (e.settled false); where none does, e.ranged.
 void PlanSearch::move_between_distant_stages(Entry& e, GraphSweep* sweep, std::uint64_t limit) {
-  const int stages = e.config->stages_per_device * stages_;
+  const int stages = stage_count(*e.config);
   if (!sweep) e.ranged = true;
   bool moved = false, cut = false;
   for (int i = 0; i + 2 < stages && !e.ranged && !moved && !cut; ++i) {
@@ -548,7 +547,7 @@ void PlanSearch::multi_stage_local_search(Entry& e, GraphSweep* sweep, std::uint
   // Moves of a quarter of an average stage first, and of half as many layers where none
   // improves, down to one: on thousands of layers a start far from fitting (the min-max
   // partition of time under a cap) took a simulation per layer moved.
-  const int widest = std::max(1, layers_ / (e.config->stages_per_device * stages_) / 4);
+  const int widest = std::max(1, layers_ / stage_count(*e.config) / 4);
   if (e.move == 0) e.move = widest;
   for (;;) {
     next_start(e, sweep, widest, limit);
@@ -629,7 +628,7 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
 // multi_stage_slice()), from where its last slice stopped until `limit`; closes e when it ends.
 void PlanSearch::enumerate_balances(Entry& e, GraphSweep* sweep, std::uint64_t limit) {
   const Config& c = *e.config;
-  const int stages = c.stages_per_device * stages_;
+  const int stages = stage_count(c);
   auto beat = [&] { return std::min(ranking_threshold_, e.best); };
   MultiStageBalanceBound bound(costs_, c.sizes, c.schedule, c.checkpoint, stages_,
                                c.stages_per_device, speed_, overhead_, hardware_);

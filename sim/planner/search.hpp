@@ -656,6 +656,8 @@ class PlanSearch {
   void keep(Entry& e);
   void search_slice(Entry& e, std::vector<Entry>& entries, std::uint64_t slice);
   // Multi-stage schedules (see multi_stage_slice()).
+  // A configuration's stage count: its stages per device on every device.
+  int stage_count(const Config& c) const { return c.stages_per_device * stages_; }
   double multi_stage_bound(const Config& c, bool with_copies = false) const;
   Config config_of(const Plan& plan) const;
   // Per stage of c, its device (torch's stage-to-programme mapping, programme r on device r).
