@@ -7,7 +7,7 @@
 #include <cmath>
 #include <utility>
 
-#include "sim/planner/search.hpp"
+#include "sim/planner/single_stage_search.hpp"
 
 namespace pipetune::planning {
 
@@ -18,7 +18,7 @@ namespace pipetune::planning {
 // c that the stages in between can reach while each stays below the threshold (`offset` turns
 // wait_cost into a bound given the placed stages): furthest_last_start() gives it. Returns c,
 // or -1 when even the last stage from c cannot stay below the threshold.
-int PlanSearch::last_stage_start(int j, int b, double offset, double limit) const {
+int SingleStageSearch::last_stage_start(int j, int b, double offset, double limit) const {
   const int last = stages_ - 1;
   auto cost = [&](int k, int a, int e) { return offset + wait_cost(k, a, e); };
   const int start = furthest_last_start(j + 1, last, b, layers_, limit, cost);
@@ -29,8 +29,8 @@ int PlanSearch::last_stage_start(int j, int b, double offset, double limit) cons
 // bounds is at least its value with the passes through stage j left out, and at least the
 // floor of that value (running_min), which only falls as b grows, so binary search finds where
 // it drops below the threshold; ends before it need not be examined one by one.
-int PlanSearch::first_open_end(int j, int a, double arrive, double drain, const Passes& exact,
-                               bool windowed) const {
+int SingleStageSearch::first_open_end(int j, int a, double arrive, double drain,
+                                      const Passes& exact, bool windowed) const {
   const int remaining = stages_ - 1 - j;
   const double limit = threshold(Objective::Time, windowed);
   const bool follow_last =
@@ -56,8 +56,8 @@ int PlanSearch::first_open_end(int j, int a, double arrive, double drain, const 
 
 // The ends of stage j from a that search() examines, in its order (EndOrder); false where the
 // prefix programme rules them all out.
-bool PlanSearch::end_order(int j, int a, double arrive, double drain, const Passes& exact,
-                           Objective objective, const Walk& walk, EndOrder& order) {
+bool SingleStageSearch::end_order(int j, int a, double arrive, double drain, const Passes& exact,
+                                  Objective objective, const Walk& walk, EndOrder& order) {
   const bool last = j + 1 == stages_;
   const int remaining = stages_ - 1 - j;
   order.last = last ? layers_ : layers_ - remaining;
@@ -93,8 +93,8 @@ bool PlanSearch::end_order(int j, int a, double arrive, double drain, const Pass
 
 // Depth-first over stage j's last layer. `arrive`/`drain`: micro-batch passes through the
 // stages already placed (see time_bound); `worst`: the largest bound of those stages.
-void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact, double worst,
-                        Objective objective, Walk& walk) {
+void SingleStageSearch::search(int j, int a, double arrive, double drain, Passes exact,
+                               double worst, Objective objective, Walk& walk) {
   if (out_of_budget_) return;
   const bool last = j + 1 == stages_;
   const int remaining = stages_ - 1 - j;
@@ -104,8 +104,8 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
   for (int b = order.start(); b <= order.last; b = order.next(b)) {
     if (!order.skip_to_alive(b)) break;
     if (b != order.resume) walk.resuming = false;
-    ++stats_.nodes;
-    if (++stats_.steps > walk.step_limit) {
+    ++context_.stats.nodes;
+    if (++context_.stats.steps > walk.step_limit) {
       out_of_budget_ = true;
       // Where to resume: the ends of the stages placed so far, and this one's.
       walk.resume.assign(stages_, 0);
@@ -163,11 +163,11 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
       if (programme >= limit) continue;
       bound = std::max(bound, programme);
     }
-    const std::uint64_t before_children = stats_.steps;
+    const std::uint64_t before_children = context_.stats.steps;
     search(j + 1, b, next_arrive, next_drain, onward, bound, objective, walk);
     if (prefix_depths_ != nullptr) {
       ++(*prefix_depths_)[j].subtrees;
-      (*prefix_depths_)[j].subtree_steps += stats_.steps - before_children;
+      (*prefix_depths_)[j].subtree_steps += context_.stats.steps - before_children;
     }
     if (out_of_budget_) return;  // walk.resume holds where the child stopped
   }
@@ -177,8 +177,8 @@ void PlanSearch::search(int j, int a, double arrive, double drain, Passes exact,
 // exactly (IterationSweep::run_prefix), the later stages as round trips at least as long as
 // they can be; `drain` is the way back the sweep follows. Infinity where no completion can beat
 // `limit`.
-double PlanSearch::prefix_sweep_bound(int j, int b, const Passes& onward, double drain,
-                                      double limit) {
+double SingleStageSearch::prefix_sweep_bound(int j, int b, const Passes& onward, double drain,
+                                             double limit) {
   const int remaining = stages_ - 1 - j;
   const double onward_tasks = 2.0 * overhead_ * (stages_ - 1 - j) + after_latency_[j];
   double trip_first =
@@ -188,7 +188,8 @@ double PlanSearch::prefix_sweep_bound(int j, int b, const Passes& onward, double
   const Config& c = *config_;
   const int m = c.micro_batches();
   if (c.schedule == ScheduleKind::GPipe && m >= 2) {
-    stats_.steps += static_cast<std::uint64_t>(std::max(0, stages_ - 2 - j));  // its greedy fill
+    context_.stats.steps +=
+        static_cast<std::uint64_t>(std::max(0, stages_ - 2 - j));  // its greedy fill
     const int start = last_stage_start(j, b, onward.arrive + drain - wait_before_[b], limit);
     if (start < 0) return kInf;  // no completion can beat the threshold
     const StageDurations end_stage = durations(stages_ - 1, start, layers_);
@@ -227,16 +228,16 @@ double PlanSearch::prefix_sweep_bound(int j, int b, const Passes& onward, double
     if (m >= 2 && c.recomputed(0)) trip_first += end_stage.forward[0];
     if (c.recomputed(m - 1)) trip_last += end_stage.forward[equal_sizes ? 0 : 1];
   }
-  ++stats_.prefix_sweeps;
+  ++context_.stats.prefix_sweeps;
   charge_sweep(j);
   // The chains: one update per group for each forward of stage j.
-  if (paced) stats_.steps += m * steady_paces_.size() / kIterationSweepTasksPerStep;
+  if (paced) context_.stats.steps += m * steady_paces_.size() / kIterationSweepTasksPerStep;
   return sweep_->run_prefix(durations_, j, trip_first, trip_last, paced ? &pacing : nullptr);
 }
 
 // search() for the leanest plan at stage j = [a, b): pruned by the full memory bound alone.
 // False where the walk ran out of budget below it.
-bool PlanSearch::memory_node(int j, int a, int b, double worst, double limit, Walk& walk) {
+bool SingleStageSearch::memory_node(int j, int a, int b, double worst, double limit, Walk& walk) {
   // The full bound walks the stage's layers: a step each the first time the configuration
   // meets the stage, since it is all this search does per node (uncounted, a capped
   // 1,000 x 16 profile that nothing fits took 100 s).
@@ -255,8 +256,8 @@ bool PlanSearch::memory_node(int j, int a, int b, double worst, double limit, Wa
 // The exact passes through stages 0..j once stage j = [a, b) (its durations `d`) is placed:
 // micro-batch 0 goes on as it runs here; the drain follows GPipe's micro-batch 0 and 1F1B's
 // last one.
-PlanSearch::Passes PlanSearch::onward_passes(int a, int b, const StageDurations& d,
-                                             const Passes& exact) const {
+SingleStageSearch::Passes SingleStageSearch::onward_passes(int a, int b, const StageDurations& d,
+                                                           const Passes& exact) const {
   Passes onward;
   onward.arrive = exact.arrive + (config_->recomputed(0) ? d.forward_nograd[0] : d.forward[0]) +
                   d.activation_copy[0];
@@ -270,15 +271,15 @@ PlanSearch::Passes PlanSearch::onward_passes(int a, int b, const StageDurations&
   return onward;
 }
 
-void PlanSearch::search_around_best(std::uint64_t step_limit) {
+void SingleStageSearch::search_around_best(std::uint64_t step_limit) {
   for (double centred = kInf; config_best_ < centred;) {
     centred = config_best_;
     if (!search_around(config_best_candidate_.plan.balance, kAroundBestRadius, step_limit)) break;
   }
 }
 
-bool PlanSearch::search_around(const std::vector<int>& centre, int radius,
-                               std::uint64_t step_limit) {
+bool SingleStageSearch::search_around(const std::vector<int>& centre, int radius,
+                                      std::uint64_t step_limit) {
   Walk walk;
   walk.window.assign(stages_, {0, 0});
   for (int k = 0, end = 0; k + 1 < stages_; ++k) {
@@ -315,7 +316,7 @@ bool PlanSearch::search_around(const std::vector<int>& centre, int radius,
 // the fast devices from holding more than the limit lets them, which the fastest speed cannot.
 // O(K L): the stage's furthest end grows with its start (the cost shrinks as the start moves
 // right), so the minimum over ends is a sliding window.
-void PlanSearch::build_trip_tables(double limit) {
+void SingleStageSearch::build_trip_tables(double limit) {
   trip_first_.clear();
   trip_last_.clear();
   furthest_.clear();

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "sim/planner/search.hpp"
+#include "sim/planner/multi_stage_search.hpp"
 #include "sim/task_graph.hpp"
 
 namespace pipetune::planning {
@@ -22,20 +22,19 @@ namespace pipetune::planning {
 // paths' own rows (above their timed lengths, see add_paths) until none of those is above it
 // either, or until the bound reaches `enough`. `rows`, where given, receives the programme's
 // functions. `complete`: whether the rounds ended by themselves (no path longer, all of them run,
-// or `enough`) rather than at `step_limit`, a count of stats_.steps; while they did not, `state`
-// holds where they stopped, for a later call to go on from (a fresh start each time never completed
-// a root that needs more than the steps given). `balances`: the best model plan timed and the last
-// solve's shares (once a round has run), and the two where no path was timed above the bound any
-// more, each rounded to layer boundaries (on random models each was the better start for the
-// local search on some).
-// One call of multi_stage_relaxed_root(): the configuration's task graph and the layers' costs
-// as the rows price them, and the model plans' timing and paths. The state that outlives the
-// call (the programme, the model plans) is the RelaxedRootState it works on.
-class PlanSearch::MultiStageRoot {
+// or `enough`) rather than at `step_limit`, a count of context_.stats.steps; while they did not,
+// `state` holds where they stopped, for a later call to go on from (a fresh start each time never
+// completed a root that needs more than the steps given). `balances`: the best model plan timed and
+// the last solve's shares (once a round has run), and the two where no path was timed above the
+// bound any more, each rounded to layer boundaries (on random models each was the better start for
+// the local search on some). One call of multi_stage_relaxed_root(): the configuration's task graph
+// and the layers' costs as the rows price them, and the model plans' timing and paths. The state
+// that outlives the call (the programme, the model plans) is the RelaxedRootState it works on.
+class MultiStageSearch::MultiStageRoot {
  public:
   using Counts = std::vector<std::array<int, 14>>;  // [stage][kind * 2 + slot]
 
-  MultiStageRoot(PlanSearch& search, const Config& c, const LayerWork& layer_work,
+  MultiStageRoot(MultiStageSearch& search, const Config& c, const LayerWork& layer_work,
                  std::unique_ptr<RelaxedRootState>& state);
   // A fresh root's first rows (each device's busy time), its first solve and first model plan.
   void start();
@@ -46,7 +45,7 @@ class PlanSearch::MultiStageRoot {
   // As returned: a hair below, and the configuration closes only on the value returned.
   static bool reaches(double bound, double enough) { return bound * (1.0 - 1e-12) >= enough; }
 
-  PlanSearch& search;
+  MultiStageSearch& search;
   const Config& c;
   const std::vector<double>& work;
   const int v, m, stages;
@@ -75,24 +74,25 @@ class PlanSearch::MultiStageRoot {
   }
   std::vector<double> slopes(const Counts& counts);
   void charge(std::uint64_t cells_before) {
-    search.stats_.steps += (programme.pivot_cells() - cells_before) / kPivotCellsPerStep;
+    search.context_.stats.steps += (programme.pivot_cells() - cells_before) / kPivotCellsPerStep;
   }
   double time_model_plan(const std::vector<double>& plan);
   int add_paths(const std::vector<double>& plan, int count);
   bool add_path_from(int at, const std::vector<double>& plan);
 };
 
-PlanSearch::MultiStageRoot::MultiStageRoot(PlanSearch& s, const Config& config,
-                                           const LayerWork& layer_work,
-                                           std::unique_ptr<RelaxedRootState>& state)
+MultiStageSearch::MultiStageRoot::MultiStageRoot(MultiStageSearch& s, const Config& config,
+                                                 const LayerWork& layer_work,
+                                                 std::unique_ptr<RelaxedRootState>& state)
     : search(s),
       c(config),
       work(layer_work.each),
       v(config.stages_per_device),
       m(config.micro_batches()),
-      stages(s.stage_count(config)),
-      device_of(s.stage_devices_of(config)),
-      size_of{&s.costs_.at(config.sizes.front()), &s.costs_.at(config.sizes.back())},
+      stages(s.context_.stage_count(config)),
+      device_of(s.context_.stage_devices_of(config)),
+      size_of{&s.context_.costs.at(config.sizes.front()),
+              &s.context_.costs.at(config.sizes.back())},
       slot_of(m),
       // Four classes of equal ranges, as before the single-stage roots' least-loss classes:
       // tried here, those moved the every-schedule answers of random instances by up to 5 %
@@ -100,7 +100,8 @@ PlanSearch::MultiStageRoot::MultiStageRoot(PlanSearch& s, const Config& config,
       classes(ratio_classes(work, *size_of[0], 4, ClassSplit::EqualRanges)),
       n_classes(static_cast<int>(classes.work.size())),
       least_bytes{least_boundary_bytes(*size_of[0]), least_boundary_bytes(*size_of[1])},
-      ascending{&s.boundary_bytes_ascending(*size_of[0]), &s.boundary_bytes_ascending(*size_of[1])},
+      ascending{&s.context_.boundary_bytes_ascending(*size_of[0]),
+                &s.context_.boundary_bytes_ascending(*size_of[1])},
       width(static_cast<std::size_t>(n_classes) * stages),
       fresh(!state),
       st(fresh ? *(state = std::make_unique<RelaxedRootState>(stages, classes.work)) : *state),
@@ -124,15 +125,16 @@ PlanSearch::MultiStageRoot::MultiStageRoot(PlanSearch& s, const Config& config,
   }
 }
 
-int PlanSearch::MultiStageRoot::kind_of(const SimTask& t) const {
+int MultiStageSearch::MultiStageRoot::kind_of(const SimTask& t) const {
   return t.kind == TaskKind::Forward && graph.schedule.recomputes(t.micro_batch)
              ? static_cast<int>(TaskKind::SendActivation)
              : static_cast<int>(t.kind);
 }
 
-double PlanSearch::MultiStageRoot::copy_ms(const SimTask& t) const {
+double MultiStageSearch::MultiStageRoot::copy_ms(const SimTask& t) const {
   const double bytes = least_bytes[slot_of[t.micro_batch]];
-  return bytes < kInf ? search.hardware_.link_between(t.device, t.peer).transfer_ms(bytes) : 0.0;
+  return bytes < kInf ? search.context_.hardware.link_between(t.device, t.peer).transfer_ms(bytes)
+                      : 0.0;
 }
 
 // A row's compute tasks, counted per stage, kind and slot; their least time as slopes on the
@@ -142,7 +144,7 @@ double PlanSearch::MultiStageRoot::copy_ms(const SimTask& t) const {
 // on its counts alone, and paths cross many stages with the same counts (a forward and a
 // backward of one micro-batch): each count vector is walked over the layers once (that walk was
 // most of the root's time).
-std::vector<double> PlanSearch::MultiStageRoot::slopes(const Counts& counts) {
+std::vector<double> MultiStageSearch::MultiStageRoot::slopes(const Counts& counts) {
   std::vector<double> row(width, 0.0);
   for (int s = 0; s < stages; ++s) {
     const std::array<int, 14>& n = counts[s];
@@ -158,7 +160,7 @@ std::vector<double> PlanSearch::MultiStageRoot::slopes(const Counts& counts) {
   return row;
 }
 
-void PlanSearch::MultiStageRoot::start() {
+void MultiStageSearch::MultiStageRoot::start() {
   std::vector<Counts> busy(search.stages_, Counts(stages));
   std::vector<double> tasks(search.stages_, 0.0);
   for (const SimTask& t : graph.tasks) {
@@ -186,8 +188,8 @@ void PlanSearch::MultiStageRoot::start() {
 // Every resource runs its tasks in a fixed order and no task is paced, so a model plan's times
 // are the longest paths over the engine's edges: a sweep in topological order, several times
 // faster than the event queue (which was most of the root's time).
-void PlanSearch::MultiStageRoot::prepare_sweeps() {
-  search.stats_.steps += 1 + graph.tasks.size() / kSweepTasksPerStep;
+void MultiStageSearch::MultiStageRoot::prepare_sweeps() {
+  search.context_.stats.steps += 1 + graph.tasks.size() / kSweepTasksPerStep;
   sorted = topological_order(graph);
   duration.assign(graph.tasks.size(), 0.0);
   start_at.assign(graph.tasks.size(), 0.0);
@@ -195,8 +197,8 @@ void PlanSearch::MultiStageRoot::prepare_sweeps() {
 }
 
 // A model plan's makespan (start_at and finish hold its tasks' times); the best so far is kept.
-double PlanSearch::MultiStageRoot::time_model_plan(const std::vector<double>& plan) {
-  search.stats_.steps += 1 + graph.tasks.size() / kSweepTasksPerStep;
+double MultiStageSearch::MultiStageRoot::time_model_plan(const std::vector<double>& plan) {
+  search.context_.stats.steps += 1 + graph.tasks.size() / kSweepTasksPerStep;
   for (std::size_t id = 0; id < graph.tasks.size(); ++id) {
     const SimTask& t = graph.tasks[id];
     double ms = 0.0;
@@ -230,7 +232,7 @@ double PlanSearch::MultiStageRoot::time_model_plan(const std::vector<double>& pl
 // shares, is above the bound and the programme lacks it: the row prices a stage's tasks
 // together at their joint least ratio, above the sum of their least ratios that the timing
 // takes, so a plan timed below the bound may still have rows above it.
-bool PlanSearch::MultiStageRoot::add_path_from(int at, const std::vector<double>& plan) {
+bool MultiStageSearch::MultiStageRoot::add_path_from(int at, const std::vector<double>& plan) {
   auto value_at = [&](double constant, const std::vector<double>& slope,
                       const std::vector<double>& shares) {
     if (shares.size() != slope.size()) return 0.0;
@@ -254,7 +256,7 @@ bool PlanSearch::MultiStageRoot::add_path_from(int at, const std::vector<double>
       const double at_least = copy_ms(t);
       constant += at_least;
       copies_at_least += at_least;
-      const Link& link = search.hardware_.link_between(t.device, t.peer);
+      const Link& link = search.context_.hardware.link_between(t.device, t.peer);
       latencies += link.transfer_ms(0.0);
       const int boundary = t.kind == TaskKind::SendActivation ? t.stage : t.stage - 1;
       per_byte[slot_of[t.micro_batch]][boundary] += ms_per_byte(link);
@@ -266,7 +268,7 @@ bool PlanSearch::MultiStageRoot::add_path_from(int at, const std::vector<double>
     at = start_at[at] > 0.0 ? next : -1;
   }
   std::vector<double> slope = slopes(on_path);
-  std::uint64_t& steps = search.stats_.steps;
+  std::uint64_t& steps = search.context_.stats.steps;
   steps += 1 + 2 * width / kPivotCellsPerStep;
   const double above = st.bound * (1.0 + 1e-9);
   if (!(value_at(constant, slope, plan) > above) &&
@@ -290,7 +292,7 @@ bool PlanSearch::MultiStageRoot::add_path_from(int at, const std::vector<double>
 // and from the last tasks of the devices that end next, `count` of them (two rows a round gave
 // 1,000 layers on 32 stages a root 4 % higher in the same 40 rounds than one; the first round
 // takes every device's). Returns the rows added.
-int PlanSearch::MultiStageRoot::add_paths(const std::vector<double>& plan, int count) {
+int MultiStageSearch::MultiStageRoot::add_paths(const std::vector<double>& plan, int count) {
   std::vector<int> last(search.stages_, -1);
   for (int id = 0; id < static_cast<int>(graph.tasks.size()); ++id) {
     int& l = last[graph.tasks[id].device];
@@ -306,9 +308,9 @@ int PlanSearch::MultiStageRoot::add_paths(const std::vector<double>& plan, int c
   return added;
 }
 
-bool PlanSearch::MultiStageRoot::run_rounds(std::uint64_t step_limit, double enough) {
+bool MultiStageSearch::MultiStageRoot::run_rounds(std::uint64_t step_limit, double enough) {
   for (; st.rounds < kRelaxedRootRounds && !reaches(st.bound, enough); ++st.rounds) {
-    if (search.stats_.steps >= step_limit) return false;
+    if (search.context_.stats.steps >= step_limit) return false;
     time_model_plan(st.model_plan);
     if (add_paths(st.model_plan, st.rounds == 0 ? search.stages_ : 2) == 0) {
       // No row of the stepped plan's paths is above the bound, which says nothing of the
@@ -344,11 +346,12 @@ bool PlanSearch::MultiStageRoot::run_rounds(std::uint64_t step_limit, double eno
   return true;
 }
 
-double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& layer_work,
-                                            std::uint64_t step_limit, double enough,
-                                            std::unique_ptr<RelaxedRootState>& state,
-                                            bool* complete, std::vector<std::vector<int>>* balances,
-                                            StageWorkRows* rows, double* copies_bound) {
+double MultiStageSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& layer_work,
+                                                  std::uint64_t step_limit, double enough,
+                                                  std::unique_ptr<RelaxedRootState>& state,
+                                                  bool* complete,
+                                                  std::vector<std::vector<int>>* balances,
+                                                  StageWorkRows* rows, double* copies_bound) {
   MultiStageRoot root(*this, c, layer_work, state);
   RelaxedRootState& st = root.st;
   // The rounds count against the budget (their pivots, columns and sweeps) and stop at
@@ -363,7 +366,7 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
       std::uint64_t cells = 0;
       bound = std::max(bound, heaviest_layer_bound(st.programme, root.work, root.classes,
                                                    root.stages, st.shares, bound, &cells));
-      stats_.steps += cells / kPivotCellsPerStep;
+      context_.stats.steps += cells / kPivotCellsPerStep;
     }
     *complete = true;
   }
@@ -385,8 +388,8 @@ double PlanSearch::multi_stage_relaxed_root(const Config& c, const LayerWork& la
 // best model plan timed, the last solve's shares (once a round has run), and the two where no
 // path was timed above the bound any more (on random models each was the better start on
 // some). The next root of this schedule starts from its best model plan.
-void PlanSearch::keep_root_plans(const MultiStageRoot& root, const LayerWork& layer_work,
-                                 std::vector<std::vector<int>>& balances) {
+void MultiStageSearch::keep_root_plans(const MultiStageRoot& root, const LayerWork& layer_work,
+                                       std::vector<std::vector<int>>& balances) {
   const RelaxedRootState& st = root.st;
   const int stages = root.stages, n_classes = root.n_classes;
   balances.clear();
@@ -415,7 +418,7 @@ void PlanSearch::keep_root_plans(const MultiStageRoot& root, const LayerWork& la
 }
 
 // The root's programme as rows linear in each stage's work (for MultiStagePeakBound::may_fit()).
-void PlanSearch::root_rows(const MultiStageRoot& root, StageWorkRows& rows) const {
+void MultiStageSearch::root_rows(const MultiStageRoot& root, StageWorkRows& rows) const {
   const MinMaxShareProgramme& programme = root.programme;
   rows.layer_class = root.classes.of;
   rows.layer_work = root.work;
@@ -428,20 +431,9 @@ void PlanSearch::root_rows(const MultiStageRoot& root, StageWorkRows& rows) cons
   }
 }
 
-// `plan`'s configuration: its chunks, checkpoint mode, schedule and stages per device.
-Config PlanSearch::config_of(const Plan& plan) const {
-  Config c;
-  c.sizes = split_batch(profile_.batch_size, plan.chunks);
-  c.chunks = plan.chunks;
-  c.checkpoint = plan.checkpoint;
-  c.schedule = plan.schedule;
-  c.stages_per_device = plan.stages_per_device;
-  return c;
-}
-
-StageWorkRows PlanSearch::time_rows_of(const Plan& plan) {
-  const Config c = config_of(plan);
-  const LayerWork work(costs_, c);
+StageWorkRows MultiStageSearch::time_rows_of(const Plan& plan) {
+  const Config c = context_.config_of(plan);
+  const LayerWork work(context_.costs, c);
   std::unique_ptr<RelaxedRootState> state;
   bool complete = false;
   std::vector<std::vector<int>> balances;
@@ -451,20 +443,20 @@ StageWorkRows PlanSearch::time_rows_of(const Plan& plan) {
   return rows;
 }
 
-double PlanSearch::configuration_bound_of(const Plan& plan) const {
-  return multi_stage_bound(config_of(plan), /*with_copies=*/true);
+double MultiStageSearch::configuration_bound_of(const Plan& plan) const {
+  return bound(context_.config_of(plan), /*with_copies=*/true);
 }
 
 // The cheap pass: under caps, the memory relaxation (MultiStagePeakBound::may_fit()); the
 // relaxed root, to a quarter of the budget; and the first plans (first_multi_stage_plans()),
 // unless the cheap pass has spent half the budget.
-void PlanSearch::multi_stage_root(Entry& e, const std::vector<Entry>& entries) {
+void MultiStageSearch::open_root(Entry& e, double ranking_threshold) {
   const Config& c = *e.config;
   auto note = [&] {
     e.stats.best_ms = e.best < kInf ? e.best : 0.0;
     e.stats.lower_bound_ms = e.root;
   };
-  if (e.root >= ranking_threshold(entries, &e)) {
+  if (e.root >= ranking_threshold) {
     e.closed = true;
     note();
     return;
@@ -477,7 +469,7 @@ void PlanSearch::multi_stage_root(Entry& e, const std::vector<Entry>& entries) {
   // and their relaxations alone took 32 M steps of a 10 M budget (2,000 layers on 16 devices
   // under a cap, 6 s).
   const bool cheap_left =
-      stats_.steps < std::max<std::uint64_t>(options_.search_budget / 2, 1 << 20);
+      context_.stats.steps < std::max<std::uint64_t>(context_.options.search_budget / 2, 1 << 20);
   if (cheap_left && !fits_some_balance(e)) {
     e.closed = true;
     note();
@@ -487,11 +479,12 @@ void PlanSearch::multi_stage_root(Entry& e, const std::vector<Entry>& entries) {
   // samples has a few hundred configurations: in the cheap pass the rounds stop at a quarter
   // of the budget (at least about 50 ms of work, so that a small budget still gets the roots
   // of small models), so that the search for plans keeps the rest. Those cut short go on in
-  // their configuration's slices (multi_stage_slice()); past half the budget a root does not
+  // their configuration's slices (slice()); past half the budget a root does not
   // start here (its graph and first solve alone were 9.6 M steps over thousands of
   // configurations).
-  const std::uint64_t allowance = std::max<std::uint64_t>(options_.search_budget / 4, 1 << 20);
-  const LayerWork work(costs_, c);
+  const std::uint64_t allowance =
+      std::max<std::uint64_t>(context_.options.search_budget / 4, 1 << 20);
+  const LayerWork work(context_.costs, c);
   if (!cheap_left) {
     // Its first plans still start from equal time per stage, as the root's first round would.
     std::vector<double> stage_share = equal_time_shares(c);
@@ -499,12 +492,11 @@ void PlanSearch::multi_stage_root(Entry& e, const std::vector<Entry>& entries) {
     e.relaxed = {rounded_balance(work.prefix, stage_share)};
   } else {
     std::vector<std::vector<int>> relaxed;
-    if (capped()) e.time_rows = std::make_unique<StageWorkRows>();
-    e.root = std::max(e.root, multi_stage_relaxed_root(
-                                  c, work, allowance, ranking_threshold(entries, &e), e.root_state,
-                                  &e.root_complete, &relaxed, e.time_rows.get(), &e.copies_root));
-    if (e.root >= ranking_threshold(entries, &e) ||
-        !fits_fast_enough(e, ranking_threshold(entries, &e))) {
+    if (context_.capped()) e.time_rows = std::make_unique<StageWorkRows>();
+    e.root = std::max(e.root, multi_stage_relaxed_root(c, work, allowance, ranking_threshold,
+                                                       e.root_state, &e.root_complete, &relaxed,
+                                                       e.time_rows.get(), &e.copies_root));
+    if (e.root >= ranking_threshold || !fits_fast_enough(e, ranking_threshold)) {
       e.closed = true;
       note();
       return;

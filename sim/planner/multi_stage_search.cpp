@@ -1,14 +1,16 @@
 // Multi-stage balances (interleaved, zero bubble, looped, DualPipeV): first plans, local search
 // timed by the task graph's longest path, and enumeration under a sound bound and the caps.
 
+#include "sim/planner/multi_stage_search.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
 #include <numeric>
 #include <random>
 
+#include "sim/partition.hpp"
 #include "sim/planner/multi_stage_balance_bound.hpp"
-#include "sim/planner/search.hpp"
 
 namespace pipetune::planning {
 
@@ -29,6 +31,13 @@ std::vector<int> balance_of_ends(const std::vector<int>& ends, int b, int layers
 
 }  // namespace
 
+MultiStageSearch::MultiStageSearch(SearchContext& context)
+    : context_(context),
+      stages_(context.stages),
+      layers_(context.layers),
+      overhead_(context.overhead),
+      speed_(context.speed) {}
+
 // Multi-stage schedules (interleaved-1f1b, looped-bfs, interleaved-zb, zbv, dualpipev): v x D
 // stages, device stage_rank() running several. The single-stage bounds do not hold for their
 // programmes, so candidates are timed by simulating and the configuration's bound is balance-free
@@ -45,18 +54,18 @@ std::vector<int> balance_of_ends(const std::vector<int>& ends, int b, int layers
 //   (`with_copies`). With few layers a stage and slow links these copies are much of a round
 //   trip: on 40 layers of 32 stages over 1 GB/s links, a random instance's bound rose from a
 //   third of its best plans to a half with them. The search leaves them out (see run()).
-double PlanSearch::multi_stage_bound(const Config& c, bool with_copies) const {
-  const int v = c.stages_per_device, m = c.micro_batches(), stages = stage_count(c);
+double MultiStageSearch::bound(const Config& c, bool with_copies) const {
+  const int v = c.stages_per_device, m = c.micro_batches(), stages = context_.stage_count(c);
   const bool split = splits_backward(c.schedule);
   std::vector<double> layer_work(layers_, 0.0);
   for (std::int64_t size : c.sizes) {
-    const SizeCosts& s = costs_.at(size);
+    const SizeCosts& s = context_.costs.at(size);
     for (int k = 0; k < layers_; ++k) {
       layer_work[k] += std::min(s.forward_ms[k], s.forward_nograd_ms[k]) +
                        std::min(s.backward_ms[k], s.backward_input_ms[k] + s.backward_weight_ms[k]);
     }
   }
-  const SizeCosts& first = costs_.at(c.sizes.front());
+  const SizeCosts& first = context_.costs.at(c.sizes.front());
   double chain = 0.0;
   for (int k = 0; k < layers_; ++k) {
     chain +=
@@ -66,15 +75,15 @@ double PlanSearch::multi_stage_bound(const Config& c, bool with_copies) const {
   const double total = std::accumulate(layer_work.begin(), layer_work.end(), 0.0);
   const double heaviest = *std::max_element(layer_work.begin(), layer_work.end());
   const double tasks = overhead_ * 2.0 * v * m;
-  return std::max({total / total_speed_ + tasks, heaviest / max_speed_ + tasks,
-                   chain / max_speed_ + overhead_ * 2.0 * stages +
+  return std::max({total / context_.total_speed + tasks, heaviest / context_.max_speed + tasks,
+                   chain / context_.max_speed + overhead_ * 2.0 * stages +
                        (with_copies ? 2.0 * least_copies(c) : 0.0)});
 }
 
 // The least one-way copy time of micro-batch 0 over the boundaries between stages on two
-// devices, each at a layer of its own (multi_stage_bound()).
-double PlanSearch::least_copies(const Config& c) const {
-  const int v = c.stages_per_device, stages = stage_count(c);
+// devices, each at a layer of its own (bound()).
+double MultiStageSearch::least_copies(const Config& c) const {
+  const int v = c.stages_per_device, stages = context_.stage_count(c);
   std::vector<const Link*> links;  // the distinct links the crossings take, as the simulator's
   int crossings = 0;
   for (int t = 0; t + 1 < stages; ++t) {
@@ -82,11 +91,11 @@ double PlanSearch::least_copies(const Config& c) const {
     const int to = stage_rank(c.schedule, t + 1, stages, v);
     if (from == to) continue;
     ++crossings;
-    const Link* link = &hardware_.copy_link(from, to);
+    const Link* link = &context_.hardware.copy_link(from, to);
     if (std::find(links.begin(), links.end(), link) == links.end()) links.push_back(link);
   }
   if (crossings == 0 || layers_ < 2) return 0.0;
-  const SizeCosts& first = costs_.at(c.sizes.front());
+  const SizeCosts& first = context_.costs.at(c.sizes.front());
   std::vector<double> least(static_cast<std::size_t>(layers_ - 1), kInf);
   for (int k = 0; k + 1 < layers_; ++k) {
     for (const Link* link : links)
@@ -100,22 +109,24 @@ double PlanSearch::least_copies(const Config& c) const {
 // e's MultiStagePeakBound with nothing placed: built (and charged) once per configuration,
 // its programmes' moments collected from the schedule (building one for every use was a tenth
 // of a capped every-schedule plan's time).
-MultiStagePeakBound& PlanSearch::peak_bound(Entry& e) {
+MultiStagePeakBound& MultiStageSearch::peak_bound(Entry& e) {
   const Config& c = *e.config;
   if (!e.peak) {
-    stats_.steps +=
-        static_cast<std::uint64_t>(3 * c.micro_batches() * stage_count(c)) / kSweepTasksPerStep;
+    context_.stats.steps +=
+        static_cast<std::uint64_t>(3 * c.micro_batches() * context_.stage_count(c)) /
+        kSweepTasksPerStep;
     e.peak = std::make_unique<MultiStagePeakBound>(
-        costs_, c.sizes, c.schedule, c.checkpoint, stages_, c.stages_per_device,
-        options_.optimizer_state_factor, stage_inputs_own(stage_devices_of(c), hardware_));
+        context_.costs, c.sizes, c.schedule, c.checkpoint, stages_, c.stages_per_device,
+        context_.options.optimizer_state_factor,
+        stage_inputs_own(context_.stage_devices_of(c), context_.hardware));
   } else {
     e.peak->unplace_all();
   }
   return *e.peak;
 }
 
-std::vector<double> PlanSearch::equal_time_shares(const Config& c) const {
-  const int v = c.stages_per_device, stages = stage_count(c);
+std::vector<double> MultiStageSearch::equal_time_shares(const Config& c) const {
+  const int v = c.stages_per_device, stages = context_.stage_count(c);
   std::vector<double> share(stages);
   double speeds = 0.0;
   for (int s = 0; s < stages; ++s)
@@ -127,11 +138,11 @@ std::vector<double> PlanSearch::equal_time_shares(const Config& c) const {
 // Under caps, whether MultiStagePeakBound::may_fit() lets some balance of e's configuration keep
 // every device within its cap (min-sum partitions and small master programmes; false rules the
 // configuration out).
-bool PlanSearch::fits_some_balance(Entry& e) {
-  if (!capped() || e.fit_checked) return true;
+bool MultiStageSearch::fits_some_balance(Entry& e) {
+  if (!context_.capped() || e.fit_checked) return true;
   e.fit_checked = true;
   MultiStagePeakBound& peak = peak_bound(e);
-  return charged(peak, [&] { return peak.may_fit(capacity_); });
+  return charged(peak, [&] { return peak.may_fit(context_.capacity); });
 }
 
 // Walks right from b, each stage after t ending as far as its device's bound allows with the
@@ -139,12 +150,12 @@ bool PlanSearch::fits_some_balance(Entry& e) {
 // bound without its input only grows as it grows at either end, so in every completion that
 // fits, each stage ends at most where the walk puts it: a walk short of the last layer proves
 // that none fits. (With its input it need not: an earlier start may receive fewer bytes.)
-bool PlanSearch::later_stages_may_fit(MultiStagePeakBound& peak, int t, int b) {
+bool MultiStageSearch::later_stages_may_fit(MultiStagePeakBound& peak, int t, int b) {
   const std::uint64_t cells = peak.level_cells();
   const int stages = peak.stages();
   int from = b;
   for (int s = t + 1; s < stages && from < layers_; ++s) {
-    const std::int64_t cap = capacity_[peak.device_of(s)];
+    const std::int64_t cap = context_.capacity[peak.device_of(s)];
     if (cap <= 0) {  // no cap: this stage may take every layer left
       from = layers_;
       break;
@@ -163,15 +174,16 @@ bool PlanSearch::later_stages_may_fit(MultiStagePeakBound& peak, int t, int b) {
     peak.unplace(s);
     from = fits;
   }
-  stats_.steps += (peak.level_cells() - cells) / kLevelCellsPerStep;
+  context_.stats.steps += (peak.level_cells() - cells) / kLevelCellsPerStep;
   return from >= layers_;
 }
 
 // Under caps, whether some balance of e's configuration may both fit and beat `limit`:
 // may_fit() over the devices' levels and the relaxed root's rows together. False closes the
 // configuration: every fitting balance has a row, so its time, above `limit`.
-bool PlanSearch::fits_fast_enough(Entry& e, double limit) {
-  if (!capped() || !e.time_rows || e.time_rows->constant.empty() || !(limit < kInf)) return true;
+bool MultiStageSearch::fits_fast_enough(Entry& e, double limit) {
+  if (!context_.capped() || !e.time_rows || e.time_rows->constant.empty() || !(limit < kInf))
+    return true;
   // Only with the root's rows complete: with fewer it rarely proves anything and cost the
   // capped 1,000-layer bench case the roots of a fifth of its configurations.
   if (!e.root_complete) return true;
@@ -179,7 +191,8 @@ bool PlanSearch::fits_fast_enough(Entry& e, double limit) {
   if (!(limit < e.fast_checked * (1.0 - 1e-3))) return true;
   e.fast_checked = limit;
   MultiStagePeakBound& peak = peak_bound(e);
-  const bool may_fit = charged(peak, [&] { return peak.may_fit(capacity_, *e.time_rows, limit); });
+  const bool may_fit =
+      charged(peak, [&] { return peak.may_fit(context_.capacity, *e.time_rows, limit); });
   if (!may_fit) e.root = std::max(e.root, limit);
   return may_fit;
 }
@@ -193,9 +206,9 @@ bool PlanSearch::fits_fast_enough(Entry& e, double limit) {
 // alone, so that a few thousand moves cost about as much as one simulation.
 // proxy_descent()'s state: the stages' starts, the rows' values and each device's excess over
 // its limit, updated move by move.
-class PlanSearch::ProxyMoves {
+class MultiStageSearch::ProxyMoves {
  public:
-  ProxyMoves(PlanSearch& search, MultiStagePeakBound& peak, const StageWorkRows& rows,
+  ProxyMoves(MultiStageSearch& search, MultiStagePeakBound& peak, const StageWorkRows& rows,
              const std::vector<int>& balance, const std::vector<double>& limit);
   // The ends of stages first, first + 1, ... become `to` (stages first .. first + to.size()
   // change): kept, and true, when that lowers the excess, or keeps it and lowers the time.
@@ -204,7 +217,7 @@ class PlanSearch::ProxyMoves {
   std::vector<int> start;  // per stage, and the layer count at the end
 
  private:
-  PlanSearch& search_;
+  MultiStageSearch& search_;
   MultiStagePeakBound& peak_;
   const StageWorkRows& rows_;
   const std::vector<double>& limit_;
@@ -216,9 +229,9 @@ class PlanSearch::ProxyMoves {
   std::vector<std::pair<int, double>> devices_;  // (device, its excess) after a move
 };
 
-PlanSearch::ProxyMoves::ProxyMoves(PlanSearch& search, MultiStagePeakBound& peak,
-                                   const StageWorkRows& rows, const std::vector<int>& balance,
-                                   const std::vector<double>& limit)
+MultiStageSearch::ProxyMoves::ProxyMoves(MultiStageSearch& search, MultiStagePeakBound& peak,
+                                         const StageWorkRows& rows, const std::vector<int>& balance,
+                                         const std::vector<double>& limit)
     : start(balance.size() + 1, 0),
       search_(search),
       peak_(peak),
@@ -232,7 +245,7 @@ PlanSearch::ProxyMoves::ProxyMoves(PlanSearch& search, MultiStagePeakBound& peak
       moved_(n_rows_) {
   for (int t = 0; t < stages_; ++t) start[t + 1] = start[t] + balance[t];
   value_ = rows.values(balance);
-  search.stats_.steps +=
+  search.context_.stats.steps +=
       static_cast<std::uint64_t>(search.layers_ * classes_) / kSweepTasksPerStep +
       n_rows_ * static_cast<std::size_t>(stages_ * classes_) / kPivotCellsPerStep;
   peak.unplace_all();
@@ -245,7 +258,7 @@ PlanSearch::ProxyMoves::ProxyMoves(PlanSearch& search, MultiStagePeakBound& peak
   time_ = *std::max_element(value_.begin(), value_.end());
 }
 
-bool PlanSearch::ProxyMoves::try_move(int first, std::initializer_list<int> to) {
+bool MultiStageSearch::ProxyMoves::try_move(int first, std::initializer_list<int> to) {
   const int changed = static_cast<int>(to.size()) + 1;
   std::array<int, 4> from{}, until{};  // the changed stages' new ranges
   for (int i = 0; i < changed; ++i) {
@@ -264,7 +277,7 @@ bool PlanSearch::ProxyMoves::try_move(int first, std::initializer_list<int> to) 
     }
   }
   // The rows' updates, copy and largest, and the devices' bounds (a few moments each).
-  search_.stats_.steps +=
+  search_.context_.stats.steps +=
       1 + n_rows_ * static_cast<std::size_t>(classes_ * changed + 2) / kPivotCellsPerStep;
   // A device's bound as its last changed stage is placed counts every change on it.
   std::array<std::int64_t, 4> placed{};
@@ -292,16 +305,18 @@ bool PlanSearch::ProxyMoves::try_move(int first, std::initializer_list<int> to) 
   return false;
 }
 
-std::vector<int> PlanSearch::proxy_descent(MultiStagePeakBound& peak, const StageWorkRows& rows,
-                                           std::vector<int> balance,
-                                           const std::vector<double>& limit) {
+std::vector<int> MultiStageSearch::proxy_descent(MultiStagePeakBound& peak,
+                                                 const StageWorkRows& rows,
+                                                 std::vector<int> balance,
+                                                 const std::vector<double>& limit) {
   const int stages = static_cast<int>(balance.size());
   ProxyMoves moves(*this, peak, rows, balance, limit);
   const std::vector<int>& start = moves.start;
   constexpr int kEndMoves[] = {1, -1, 2, -2, 4, -4, 8, -8};
   constexpr int kBlockMoves[] = {1, -1, 2, -2};
-  const std::uint64_t limit_steps = stats_.steps + 4 * static_cast<std::uint64_t>(stages) * layers_;
-  for (bool improved = true; improved && stats_.steps < limit_steps;) {
+  const std::uint64_t limit_steps =
+      context_.stats.steps + 4 * static_cast<std::uint64_t>(stages) * layers_;
+  for (bool improved = true; improved && context_.stats.steps < limit_steps;) {
     improved = false;
     for (int t = 1; t < stages; ++t) {  // the end of stage t - 1
       for (int d : kEndMoves) {
@@ -324,9 +339,9 @@ std::vector<int> PlanSearch::proxy_descent(MultiStagePeakBound& peak, const Stag
 
 // The min-max partition of the work on the stages' devices, then the relaxed root's rounded
 // plans where they are better; under caps, then proxy_descent()'s start where it is better.
-void PlanSearch::first_multi_stage_plans(Entry& e, const LayerWork& layer_work) {
+void MultiStageSearch::first_multi_stage_plans(Entry& e, const LayerWork& layer_work) {
   const Config& c = *e.config;
-  const int v = c.stages_per_device, stages = stage_count(c);
+  const int v = c.stages_per_device, stages = context_.stage_count(c);
   const std::vector<double>& work = layer_work.prefix;
   std::vector<double> stage_speed(stages);  // looked up once: the partition asks O(K L log L) times
   for (int s = 0; s < stages; ++s) stage_speed[s] = speed_[stage_rank(c.schedule, s, stages, v)];
@@ -341,9 +356,9 @@ void PlanSearch::first_multi_stage_plans(Entry& e, const LayerWork& layer_work) 
   // fifth of the time of 2,000 layers on 32 stages; bisection needs a twentieth as many).
   std::uint64_t evaluations = 0;
   const Partition p = min_max_partition_bisected(work, stage_speed, least, &evaluations);
-  stats_.steps += evaluations / kPartitionEvaluationsPerStep;
+  context_.stats.steps += evaluations / kPartitionEvaluationsPerStep;
   e.balance = p.sizes;
-  e.score = simulate_for(e, e.balance, &e.peaks);
+  e.score = context_.simulate_for(e, e.balance, &e.peaks);
   for (const std::vector<int>& start : e.relaxed) start_from(e, start);
   proxy_starts(e);
   e.stats.evaluated = true;
@@ -354,8 +369,8 @@ void PlanSearch::first_multi_stage_plans(Entry& e, const LayerWork& layer_work) 
 // it: the proxy holds each device's bound to its cap times that ratio, then to less of it while
 // the start does not fit. (Run again in later slices with the rows the root added since, where
 // no plan fitted yet, it found none on bench's capped case and cost its gap 4.2 -> 9.4 %.)
-void PlanSearch::proxy_starts(Entry& e) {
-  if (!capped() || !e.time_rows || e.time_rows->constant.empty() ||
+void MultiStageSearch::proxy_starts(Entry& e) {
+  if (!context_.capped() || !e.time_rows || e.time_rows->constant.empty() ||
       e.peaks.size() != static_cast<std::size_t>(stages_))
     return;
   const std::vector<std::int64_t> peaks = e.peaks;  // the best start's, as the bounds below
@@ -364,9 +379,9 @@ void PlanSearch::proxy_starts(Entry& e) {
   std::vector<double> limit(stages_, kInf);
   for (double share : {1.0, 0.95, 0.9}) {
     for (int r = 0; r < stages_; ++r) {
-      if (capacity_[r] <= 0 || peaks[r] <= 0) continue;
-      limit[r] = share * static_cast<double>(capacity_[r]) * static_cast<double>(bounds[r]) /
-                 static_cast<double>(peaks[r]);
+      if (context_.capacity[r] <= 0 || peaks[r] <= 0) continue;
+      limit[r] = share * static_cast<double>(context_.capacity[r]) *
+                 static_cast<double>(bounds[r]) / static_cast<double>(peaks[r]);
     }
     start_from(e, proxy_descent(peak, *e.time_rows, e.balance, limit));
     if (!(e.score.excess > 0.0)) break;
@@ -375,12 +390,12 @@ void PlanSearch::proxy_starts(Entry& e) {
 
 // The local search goes on from `balance` if it fits better or is faster than its current one;
 // otherwise, if it fits, it is a start descended from later (as is the one it replaces).
-void PlanSearch::start_from(Entry& e, const std::vector<int>& balance) {
+void MultiStageSearch::start_from(Entry& e, const std::vector<int>& balance) {
   if (balance == e.balance ||
       std::find(e.starts.begin(), e.starts.end(), balance) != e.starts.end())
     return;
   std::vector<std::int64_t> peaks;
-  const Score score = simulate_for(e, balance, &peaks);
+  const Score score = context_.simulate_for(e, balance, &peaks);
   if (better(score, e.score)) {
     // The balance it replaces is descended from later, if it fits.
     if (!e.balance.empty() && !(e.score.excess > 0.0) &&
@@ -392,38 +407,30 @@ void PlanSearch::start_from(Entry& e, const std::vector<int>& balance) {
   }
 }
 
-std::vector<int> PlanSearch::stage_devices_of(const Config& c) const {
-  const int stages = stage_count(c);
-  std::vector<int> device_of(stages);
-  for (int s = 0; s < stages; ++s)
-    device_of[s] = stage_rank(c.schedule, s, stages, c.stages_per_device);
-  return device_of;
-}
-
-std::unique_ptr<GraphSweep> PlanSearch::graph_sweep(const Config& c) {
-  if (!GraphSweep::exact_for(profile_)) return nullptr;
-  const int stages = stage_count(c);
+std::unique_ptr<GraphSweep> MultiStageSearch::graph_sweep(const Config& c) {
+  if (!GraphSweep::exact_for(context_.profile)) return nullptr;
+  const int stages = context_.stage_count(c);
   const Schedule schedule =
       make_schedule(c.schedule, stages, c.micro_batches(), c.checkpoint, c.stages_per_device);
-  auto sweep =
-      std::make_unique<GraphSweep>(costs_, hardware_, schedule, stage_devices_of(c), c.sizes);
-  stats_.steps += sweep->task_count();  // its graph, as a simulation's
+  auto sweep = std::make_unique<GraphSweep>(context_.costs, context_.hardware, schedule,
+                                            context_.stage_devices_of(c), c.sizes);
+  context_.stats.steps += sweep->task_count();  // its graph, as a simulation's
   return sweep;
 }
 
-double PlanSearch::swept_time(GraphSweep& sweep, const std::vector<int>& balance) {
-  ++stats_.sweeps;
-  stats_.steps += 1 + (sweep.task_count() + 8 * balance.size()) / kSweepTasksPerStep;
+double MultiStageSearch::swept_time(GraphSweep& sweep, const std::vector<int>& balance) {
+  ++context_.stats.sweeps;
+  context_.stats.steps += 1 + (sweep.task_count() + 8 * balance.size()) / kSweepTasksPerStep;
   return sweep.run(balance);
 }
 
 // Entry e's balance becomes `next` where that is better (less memory excess, then less time);
 // false otherwise. Where the balance fits (or nothing is capped), only a faster one can be
 // better: the sweep's time rules the others out without a simulation.
-bool PlanSearch::take_if_better(Entry& e, GraphSweep* sweep, std::vector<int> next) {
+bool MultiStageSearch::take_if_better(Entry& e, GraphSweep* sweep, std::vector<int> next) {
   if (sweep && !(e.score.excess > 0.0) && !(swept_time(*sweep, next) < e.score.time)) return false;
   std::vector<std::int64_t> peaks;
-  const Score score = simulate_for(e, next, &peaks);
+  const Score score = context_.simulate_for(e, next, &peaks);
   if (!better(score, e.score)) return false;
   e.balance = std::move(next);
   e.score = score;
@@ -436,11 +443,11 @@ bool PlanSearch::take_if_better(Entry& e, GraphSweep* sweep, std::vector<int> ne
 // stays deterministic), descended from as a start. (Kicks held back until the enumeration had
 // been cut short by the budget were measured too: 13 answers of the random instances faster
 // instead of 16.) Then the next start's descent, from moves of `widest` layers.
-void PlanSearch::next_start(Entry& e, GraphSweep* sweep, int widest, std::uint64_t limit) {
+void MultiStageSearch::next_start(Entry& e, GraphSweep* sweep, int widest, std::uint64_t limit) {
   const Config& c = *e.config;
-  const int stages = stage_count(c);
+  const int stages = context_.stage_count(c);
   if (e.settled && e.ranged && e.starts.empty() && sweep && e.kicks < kLocalSearchKicks &&
-      e.best < kInf && stats_.steps < limit) {
+      e.best < kInf && context_.stats.steps < limit) {
     std::mt19937 rng(static_cast<unsigned>(1000003 * e.kicks + 7919 * c.micro_batches() +
                                            31 * static_cast<int>(c.schedule) +
                                            static_cast<int>(c.checkpoint)));
@@ -455,11 +462,11 @@ void PlanSearch::next_start(Entry& e, GraphSweep* sweep, int widest, std::uint64
     ++e.kicks;
     if (next != e.candidate.plan.balance) e.starts.push_back(std::move(next));
   }
-  if (e.settled && e.ranged && !e.starts.empty() && stats_.steps < limit) {
+  if (e.settled && e.ranged && !e.starts.empty() && context_.stats.steps < limit) {
     std::vector<int> start = std::move(e.starts.front());
     e.starts.erase(e.starts.begin());
     std::vector<std::int64_t> peaks;
-    const Score score = simulate_for(e, start, &peaks);
+    const Score score = context_.simulate_for(e, start, &peaks);
     e.restart_at(std::move(start), score, std::move(peaks));
     e.move = widest;
   }
@@ -468,11 +475,12 @@ void PlanSearch::next_start(Entry& e, GraphSweep* sweep, int widest, std::uint64
 // Moves of one stage end by e.move layers, each taken where it is better, until none is: then
 // half as many layers, down to one, then once more up from two (a block moved at once can still
 // gain where no single layer does), until the moves would pass `widest` (e.settled).
-void PlanSearch::descend_one_end(Entry& e, GraphSweep* sweep, int widest, std::uint64_t limit) {
-  const int stages = stage_count(*e.config);
-  while (!e.settled && stats_.steps < limit) {
+void MultiStageSearch::descend_one_end(Entry& e, GraphSweep* sweep, int widest,
+                                       std::uint64_t limit) {
+  const int stages = context_.stage_count(*e.config);
+  while (!e.settled && context_.stats.steps < limit) {
     bool improved = false;
-    for (int i = 0; i + 1 < stages && !improved && stats_.steps < limit; ++i) {
+    for (int i = 0; i + 1 < stages && !improved && context_.stats.steps < limit; ++i) {
       for (int delta : {-e.move, e.move}) {
         std::vector<int> next = e.balance;
         next[i] += delta;
@@ -487,7 +495,7 @@ void PlanSearch::descend_one_end(Entry& e, GraphSweep* sweep, int widest, std::u
     if (improved) {
       e.widening = false;
       e.ranged = false;
-    } else if (stats_.steps < limit) {
+    } else if (context_.stats.steps < limit) {
       if (!e.widening && e.move > 1) {
         e.move /= 2;
       } else if (!e.widening) {
@@ -507,14 +515,15 @@ void PlanSearch::descend_one_end(Entry& e, GraphSweep* sweep, int widest, std::u
 // stages between them shift by one): a time that is the maximum of several paths can need two
 // ends to move at once, where moving either alone gains nothing. Where one does, the one-end
 // moves go on from it (e.settled false); where none does, e.ranged.
-void PlanSearch::move_between_distant_stages(Entry& e, GraphSweep* sweep, std::uint64_t limit) {
-  const int stages = stage_count(*e.config);
+void MultiStageSearch::move_between_distant_stages(Entry& e, GraphSweep* sweep,
+                                                   std::uint64_t limit) {
+  const int stages = context_.stage_count(*e.config);
   if (!sweep) e.ranged = true;
   bool moved = false, cut = false;
   for (int i = 0; i + 2 < stages && !e.ranged && !moved && !cut; ++i) {
     for (int j = i + 2; j < stages && !moved && !cut; ++j) {
       for (int delta : {1, -1}) {
-        if (!(stats_.steps < limit)) {
+        if (!(context_.stats.steps < limit)) {
           cut = true;  // the next slice starts the moves over
           break;
         }
@@ -538,20 +547,20 @@ void PlanSearch::move_between_distant_stages(Entry& e, GraphSweep* sweep, std::u
   }
 }
 
-// The multi-stage local search of multi_stage_slice(), until `limit` (a count of stats_.steps)
+// The multi-stage local search of slice(), until `limit` (a count of context_.stats.steps)
 // or until no move improves from any start: from e's balance, moves of one stage end, least
 // memory excess first, then time, each taken where it is better; then, where `sweep` times
 // balances, a layer moved between two stages further apart; then the next start, and kicks of
 // the best plan. Where it stops is kept in e for the next slice.
-void PlanSearch::multi_stage_local_search(Entry& e, GraphSweep* sweep, std::uint64_t limit) {
+void MultiStageSearch::multi_stage_local_search(Entry& e, GraphSweep* sweep, std::uint64_t limit) {
   // Moves of a quarter of an average stage first, and of half as many layers where none
   // improves, down to one: on thousands of layers a start far from fitting (the min-max
   // partition of time under a cap) took a simulation per layer moved.
-  const int widest = std::max(1, layers_ / stage_count(*e.config) / 4);
+  const int widest = std::max(1, layers_ / context_.stage_count(*e.config) / 4);
   if (e.move == 0) e.move = widest;
   for (;;) {
     next_start(e, sweep, widest, limit);
-    if (!(stats_.steps < limit) || (e.settled && e.ranged)) break;
+    if (!(context_.stats.steps < limit) || (e.settled && e.ranged)) break;
     descend_one_end(e, sweep, widest, limit);
     move_between_distant_stages(e, sweep, limit);
   }
@@ -571,14 +580,14 @@ void PlanSearch::multi_stage_local_search(Entry& e, GraphSweep* sweep, std::uint
 // The enumeration resumes where the last slice stopped (the plan to beat only falls, so what it
 // skipped stays skipped); when it ends, the configuration is closed with its best plan that
 // could enter the ranking (a fitting plan slower than the ranking's threshold may go unseen).
-void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::uint64_t slice) {
+void MultiStageSearch::slice(Entry& e, double ranking_threshold, std::uint64_t slice) {
   const Config& c = *e.config;
-  ranking_threshold_ = ranking_threshold(entries, &e);
-  const std::uint64_t steps = stats_.steps;
+  ranking_threshold_ = ranking_threshold;
+  const std::uint64_t steps = context_.stats.steps;
   auto note = [&] {
     ++e.stats.slices;
     e.slice = slice;
-    e.stats.steps += stats_.steps - steps;
+    e.stats.steps += context_.stats.steps - steps;
     e.stats.best_ms = e.best < kInf ? e.best : 0.0;
     e.stats.lower_bound_ms = e.root;
   };
@@ -588,15 +597,15 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
     note();
     return;
   }
-  const std::uint64_t limit = std::min(options_.search_budget, steps + slice);
+  const std::uint64_t limit = std::min(context_.options.search_budget, steps + slice);
   // A relaxed root that the cheap pass cut short goes on where it stopped, to half the slice:
   // with many configurations most got no round there, and their balance-free bounds held the
   // gap open.
   std::optional<LayerWork> work;
-  if (!e.root_complete || e.balance.empty()) work.emplace(costs_, c);
+  if (!e.root_complete || e.balance.empty()) work.emplace(context_.costs, c);
   if (!e.root_complete) {
     const std::vector<std::vector<int>> tried = e.relaxed;
-    if (capped() && !e.time_rows) e.time_rows = std::make_unique<StageWorkRows>();
+    if (context_.capped() && !e.time_rows) e.time_rows = std::make_unique<StageWorkRows>();
     e.root =
         std::max(e.root, multi_stage_relaxed_root(c, *work, std::min(limit, steps + slice / 2),
                                                   beat(), e.root_state, &e.root_complete,
@@ -615,7 +624,7 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
   if (e.balance.empty()) first_multi_stage_plans(e, *work);
   const std::unique_ptr<GraphSweep> sweep = graph_sweep(c);
   multi_stage_local_search(e, sweep.get(), limit);
-  if (stats_.steps >= limit) {  // nothing left for the enumeration: its bound is not built
+  if (context_.stats.steps >= limit) {  // nothing left for the enumeration: its bound is not built
     note();
     return;
   }
@@ -625,25 +634,25 @@ void PlanSearch::multi_stage_slice(Entry& e, std::vector<Entry>& entries, std::u
 }
 
 // The enumeration of multi-stage configuration e's balances, stage by stage (see
-// multi_stage_slice()), from where its last slice stopped until `limit`; closes e when it ends.
-void PlanSearch::enumerate_balances(Entry& e, GraphSweep* sweep, std::uint64_t limit) {
+// slice()), from where its last slice stopped until `limit`; closes e when it ends.
+void MultiStageSearch::enumerate_balances(Entry& e, GraphSweep* sweep, std::uint64_t limit) {
   const Config& c = *e.config;
-  const int stages = stage_count(c);
+  const int stages = context_.stage_count(c);
   auto beat = [&] { return std::min(ranking_threshold_, e.best); };
-  MultiStageBalanceBound bound(costs_, c.sizes, c.schedule, c.checkpoint, stages_,
-                               c.stages_per_device, speed_, overhead_, hardware_);
+  MultiStageBalanceBound bound(context_.costs, c.sizes, c.schedule, c.checkpoint, stages_,
+                               c.stages_per_device, speed_, overhead_, context_.hardware);
   // Under caps, a stage whose device's peak bound exceeds its cap ends every balance below it:
   // no plan there fits, and a longer stage only needs more.
-  MultiStagePeakBound* peak = capped() ? &peak_bound(e) : nullptr;
+  MultiStagePeakBound* peak = context_.capped() ? &peak_bound(e) : nullptr;
   // Places stage t in `peak` and says whether its device's bound now exceeds its cap.
   auto placed_overflows = [&](int t, int a, int b) {
     if (!peak) return false;
-    const std::int64_t cap = capacity_[peak->device_of(t)];
+    const std::int64_t cap = context_.capacity[peak->device_of(t)];
     // Its device's moments, each a sum over its stages: with every balance swept rather than
     // simulated, these sums became most of a capped enumeration's time.
     const std::uint64_t cells = peak->level_cells();
     const bool over = peak->place(t, a, b) > cap && cap > 0;
-    stats_.steps += (peak->level_cells() - cells) / kLevelCellsPerStep;
+    context_.stats.steps += (peak->level_cells() - cells) / kLevelCellsPerStep;
     return over;
   };
   // A bound a hair above a time it should not exceed is rounding, not a proof.
@@ -660,14 +669,14 @@ void PlanSearch::enumerate_balances(Entry& e, GraphSweep* sweep, std::uint64_t l
       if (t + 1 == static_cast<int>(e.resume.size())) resuming = false;
     }
     for (; b <= last_end && !out; ++b, resuming = false) {
-      if (stats_.steps >= limit) {
+      if (context_.stats.steps >= limit) {
         out = true;
         e.resume = ends;
         e.resume.push_back(b);
         return;
       }
-      ++stats_.steps;
-      ++stats_.nodes;
+      ++context_.stats.steps;
+      ++context_.stats.nodes;
       if (placed_overflows(t, a, b)) {
         peak->unplace(t);
         break;
@@ -681,7 +690,7 @@ void PlanSearch::enumerate_balances(Entry& e, GraphSweep* sweep, std::uint64_t l
           // memory): nothing else changes the ranking. Where nothing of the configuration fits
           // yet, that is the ranking's plan to beat; a balance slower than it, fitting or not,
           // could not enter the ranking.
-          if (!sweep || !(swept_time(*sweep, balance) > beat())) simulate_for(e, balance);
+          if (!sweep || !(swept_time(*sweep, balance) > beat())) context_.simulate_for(e, balance);
         }
         bound.unplace(t + 1);
         if (peak) peak->unplace(t + 1);

@@ -3,38 +3,39 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
-#include "sim/planner/search.hpp"
+#include "sim/planner/single_stage_search.hpp"
 
 namespace pipetune::planning {
 
-void PlanSearch::evaluate(const std::vector<int>& balance, Objective objective) {
+void SingleStageSearch::evaluate(const std::vector<int>& balance, Objective objective) {
   const Config& c = *config_;
   Plan plan;
   plan.balance = balance;
   plan.chunks = c.chunks;
   plan.checkpoint = c.checkpoint;
   plan.schedule = c.schedule;
-  plan.optimizer_state_factor = options_.optimizer_state_factor;
+  plan.optimizer_state_factor = context_.options.optimizer_state_factor;
   if (objective == Objective::Time) {
     // The sweep gives the time (durations_ holds the balance's stages); only a plan that would
     // be the new best needs the simulator, for its memory.
     const double time = sweep_->run(durations_);
-    ++stats_.sweeps;
+    ++context_.stats.sweeps;
     charge_sweep(stages_ - 1);
     if (!(time < config_best_)) return;
   }
   SimulationOptions lean;
   lean.record_tasks = false;
   lean.record_memory = false;
-  const SimulationResult r = simulator_.run(plan, lean);
-  ++stats_.simulations;
-  stats_.steps += simulation_steps(c, r);
+  const SimulationResult r = context_.simulator.run(plan, lean);
+  ++context_.stats.simulations;
+  context_.stats.steps += context_.simulation_steps(c, r);
 
-  auto candidate = [&] { return candidate_of(c, plan, r); };
+  auto candidate = [&] { return context_.candidate_of(c, plan, r); };
   if (objective == Objective::Time) {
     std::vector<std::int64_t> worst;
-    if (r.iteration_ms < config_best_ && fits(plan, r, worst)) {
+    if (r.iteration_ms < config_best_ && context_.fits(plan, r, worst)) {
       config_best_ = r.iteration_ms;
       config_best_candidate_ = candidate();
       config_best_candidate_.worst_order_peak_bytes = std::move(worst);
@@ -53,13 +54,13 @@ void PlanSearch::evaluate(const std::vector<int>& balance, Objective objective) 
 // by up to three each, and three to five adjacent ends together by one or two layers (work
 // passed along several stages at once, as 1F1B's balance wants: a stage's share depends on its
 // place in the pipeline).
-struct PlanSearch::Move {
+struct SingleStageSearch::Move {
   int k, d, e;  // end k moves by d, end k + 1 by e
   int run = 0;  // > 0: ends k..k + run all move by d (e unused)
   int last_stage() const { return run > 0 ? k + run + 1 : e != 0 ? k + 2 : k + 1; }
 };
 
-std::vector<PlanSearch::Move> PlanSearch::local_moves() const {
+std::vector<SingleStageSearch::Move> SingleStageSearch::local_moves() const {
   std::vector<Move> moves;
   for (int k = 0; k + 1 < stages_; ++k) {
     for (int d = -kPolishReach; d <= kPolishReach; ++d)
@@ -80,7 +81,7 @@ std::vector<PlanSearch::Move> PlanSearch::local_moves() const {
 }
 
 // A balance as its stages' ends, with durations_ holding each stage's durations.
-struct PlanSearch::StageEnds {
+struct SingleStageSearch::StageEnds {
   std::vector<int> ends;  // ends[k]: stage k's last layer + 1
   int start(int k) const { return k == 0 ? 0 : ends[k - 1]; }
   void shift(const Move& m, int sign) {
@@ -104,7 +105,7 @@ struct PlanSearch::StageEnds {
   }
 };
 
-PlanSearch::StageEnds PlanSearch::stage_ends(const std::vector<int>& balance) {
+SingleStageSearch::StageEnds SingleStageSearch::stage_ends(const std::vector<int>& balance) {
   StageEnds s;
   for (int k = 0, end = 0; k < stages_; ++k) s.ends.push_back(end += balance[k]);
   for (int k = 0; k < stages_; ++k) durations_[k] = durations(k, s.start(k), s.ends[k]);
@@ -113,25 +114,25 @@ PlanSearch::StageEnds PlanSearch::stage_ends(const std::vector<int>& balance) {
 
 // durations_ of the stages move `m` changed, as `at` has them now; returns what they were, for
 // restore().
-std::vector<StageDurations> PlanSearch::retime(const StageEnds& at, const Move& m) {
+std::vector<StageDurations> SingleStageSearch::retime(const StageEnds& at, const Move& m) {
   std::vector<StageDurations> kept(durations_.begin() + m.k,
                                    durations_.begin() + m.last_stage() + 1);
   for (int k = m.k; k <= m.last_stage(); ++k) durations_[k] = durations(k, at.start(k), at.ends[k]);
   return kept;
 }
 
-void PlanSearch::restore(const std::vector<StageDurations>& kept, const Move& m) {
+void SingleStageSearch::restore(const std::vector<StageDurations>& kept, const Move& m) {
   std::copy(kept.begin(), kept.end(), durations_.begin() + m.k);
 }
 
 // By how much stage k = [a, b)'s memory bound exceeds its device's cap (0 without one). The
 // bound walks the stage's layers, counted like a sweep, the first time the configuration meets
 // the stage (full_memory_bound()).
-std::int64_t PlanSearch::memory_excess(int k, int a, int b) {
-  if (capacity_[k] <= 0) return 0;
+std::int64_t SingleStageSearch::memory_excess(int k, int a, int b) {
+  if (context_.capacity[k] <= 0) return 0;
   const std::int64_t bound =
       full_memory_bound(k, a, b, 1 + static_cast<std::uint64_t>(b - a) / kSweepTasksPerStep);
-  return std::max<std::int64_t>(0, bound - capacity_[k]);
+  return std::max<std::int64_t>(0, bound - context_.capacity[k]);
 }
 
 // A first-improvement local search around the configuration's best plan (local_moves(), tried
@@ -142,7 +143,7 @@ std::int64_t PlanSearch::memory_excess(int k, int a, int b) {
 // the simulator says it fits, as the search's leaves are, so the answer stays the simulator's;
 // a stage whose memory bound exceeds its cap is not timed at all. True when no move improves
 // the best plan.
-bool PlanSearch::polish(std::uint64_t step_limit) {
+bool SingleStageSearch::polish(std::uint64_t step_limit) {
   if (!(config_best_ < kInf)) return true;
   StageEnds at = stage_ends(config_best_candidate_.plan.balance);
   // The stages a move changed: timed and simulated if each may fit; kept if faster.
@@ -159,7 +160,7 @@ bool PlanSearch::polish(std::uint64_t step_limit) {
   };
   const std::vector<Move> moves = local_moves();
   for (std::size_t i = 0, failed = 0; failed < moves.size(); i = (i + 1) % moves.size()) {
-    if (stats_.steps >= step_limit) return false;
+    if (context_.stats.steps >= step_limit) return false;
     at.shift(moves[i], 1);
     if (better(moves[i])) {
       failed = 0;
@@ -178,12 +179,12 @@ bool PlanSearch::polish(std::uint64_t step_limit) {
 // shares, this lands a few layers from them, where the busy-balanced plan under the caps can be
 // far slower. True when every stage passes its memory bound; `balance` is then the plan. Gives
 // up at `step_limit` (a cap that no plan near the shares meets can take many steps).
-bool PlanSearch::repair(std::vector<int>& balance, std::uint64_t step_limit) {
+bool SingleStageSearch::repair(std::vector<int>& balance, std::uint64_t step_limit) {
   StageEnds at = stage_ends(balance);
   std::vector<std::int64_t> excess(stages_);
   for (int k = 0; k < stages_; ++k) excess[k] = memory_excess(k, at.start(k), at.ends[k]);
   const std::vector<Move> moves = local_moves();
-  for (int step = 0; step < 4 * layers_ && stats_.steps < step_limit; ++step) {
+  for (int step = 0; step < 4 * layers_ && context_.stats.steps < step_limit; ++step) {
     const std::int64_t total = std::accumulate(excess.begin(), excess.end(), std::int64_t{0});
     if (total == 0) break;
     std::int64_t best_total = total;

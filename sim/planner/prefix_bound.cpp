@@ -8,15 +8,15 @@
 #include <cmath>
 #include <utility>
 
-#include "sim/planner/search.hpp"
+#include "sim/planner/single_stage_search.hpp"
 
 namespace pipetune::planning {
 
 // The last end b of stage j from a in [first, last] that the loop of search() would examine
 // before its own breaks (the busy bound and the nested memory bound, which only grow with b):
 // where the runs of prefix_alive() stop.
-int PlanSearch::last_open_end(int j, int a, int first, int last, double arrive,
-                              double drain) const {
+int SingleStageSearch::last_open_end(int j, int a, int first, int last, double arrive,
+                                     double drain) const {
   const double limit = threshold(Objective::Time);
   auto open = [&](int b) {
     return arrive + busy(j, a, b) - tail(j, a, b) + drain < limit && fits_nested(j, a, b);
@@ -30,7 +30,8 @@ int PlanSearch::last_open_end(int j, int a, int first, int last, double arrive,
 // the threshold, else halved, down to runs of kPrefixRunLeast / 2 ends or fewer, which the
 // search examines end by end. Where every end of a parent's is ruled out, a few programmes do
 // what one per end would.
-void PlanSearch::prefix_alive(int j, int lo, int hi, std::vector<std::pair<int, int>>& alive) {
+void SingleStageSearch::prefix_alive(int j, int lo, int hi,
+                                     std::vector<std::pair<int, int>>& alive) {
   const double limit = threshold(Objective::Time);
   if (counted_prefix_bound(j, lo, hi, limit, false) >= limit) return;
   if (hi - lo + 1 <= kPrefixRunLeast / 2) {
@@ -46,11 +47,11 @@ void PlanSearch::prefix_alive(int j, int lo, int hi, std::vector<std::pair<int, 
   prefix_alive(j, mid + 1, hi, alive);
 }
 
-double PlanSearch::counted_prefix_bound(int j, int lo, int hi, double limit, bool single) {
+double SingleStageSearch::counted_prefix_bound(int j, int lo, int hi, double limit, bool single) {
   PrefixDepth& depth = (*prefix_depths_)[j];
-  const std::uint64_t before = stats_.steps;
+  const std::uint64_t before = context_.stats.steps;
   const double value = prefix_programme_bound(j, lo, hi, limit);
-  const std::uint64_t spent = stats_.steps - before;
+  const std::uint64_t spent = context_.stats.steps - before;
   ++depth.calls;
   depth.steps += spent;
   if (depth.trial) depth.trial_steps += spent;
@@ -68,7 +69,7 @@ double PlanSearch::counted_prefix_bound(int j, int lo, int hi, double limit, boo
 // measure follows the search (its threshold falls, its prefixes change), it runs while such
 // trials have spent less than kPrefixTrialShare of the configuration's steps: a programme of
 // many classes costs thousands of steps, more than most configurations' whole searches.
-bool PlanSearch::prefix_pays(int j) {
+bool SingleStageSearch::prefix_pays(int j) {
   if (!prefix_allowed_) return false;
   std::vector<PrefixDepth>& depths = *prefix_depths_;
   PrefixDepth& d = depths[j];
@@ -76,7 +77,7 @@ bool PlanSearch::prefix_pays(int j) {
     std::uint64_t spent = 0;
     for (const PrefixDepth& other : depths) spent += other.trial_steps;
     const double steps =
-        static_cast<double>(prefix_steps_before_ + static_cast<std::int64_t>(stats_.steps));
+        static_cast<double>(prefix_steps_before_ + static_cast<std::int64_t>(context_.stats.steps));
     d.trial = static_cast<double>(spent) <= kPrefixTrialShare * steps;
     return d.trial;
   };
@@ -92,7 +93,8 @@ bool PlanSearch::prefix_pays(int j) {
 // ending between lo and hi): a stage whose parent changed copies it and adds its constraints, a
 // sibling moves their limits. Returns the tableau cells copied or pivoted, for the budget
 // (`rows_cells`: a column in the current basis).
-std::uint64_t PlanSearch::update_prefix_levels(int j, int lo, int hi, std::uint64_t rows_cells) {
+std::uint64_t SingleStageSearch::update_prefix_levels(int j, int lo, int hi,
+                                                      std::uint64_t rows_cells) {
   if (prefix_levels_.size() < static_cast<std::size_t>(stages_)) prefix_levels_.resize(stages_);
   const int n_classes = static_cast<int>(prefix_->before.size());
   // Loosened by a billionth of the work, so that rounding cannot cut off the prefix itself.
@@ -144,7 +146,7 @@ std::uint64_t PlanSearch::update_prefix_levels(int j, int lo, int hi, std::uint6
 // (the stage before's, or the root's) with two constraints per class; while the parent stays
 // as it is, a sibling moves only their limits and solves on from the last basis, and a stage
 // whose programme was not asked for at its own node is brought up to date here, lazily.
-double PlanSearch::prefix_programme_bound(int j, int lo, int hi, double limit) {
+double SingleStageSearch::prefix_programme_bound(int j, int lo, int hi, double limit) {
   const int n_classes = static_cast<int>(prefix_->before.size());
   const std::uint64_t rows_cells = static_cast<std::uint64_t>(n_classes * stages_ + 1) *
                                    static_cast<std::uint64_t>(n_classes * stages_ + 1);
@@ -173,8 +175,8 @@ double PlanSearch::prefix_programme_bound(int j, int lo, int hi, double limit) {
     const std::size_t priced = paths.joint.size();
     const double at = path_row(paths, shares, false, a, row);
     // The sweep, and each new count vector's walk over the layers.
-    stats_.steps += sweep_->task_count() / kIterationSweepTasksPerStep +
-                    (paths.joint.size() - priced) * static_cast<std::uint64_t>(layers_) / 8;
+    context_.stats.steps += sweep_->task_count() / kIterationSweepTasksPerStep +
+                            (paths.joint.size() - priced) * static_cast<std::uint64_t>(layers_) / 8;
     ++depth.cut_sweeps;
     if (!(at > value * (1.0 + 1e-9))) break;
     ++depth.cut_rows;
@@ -183,13 +185,14 @@ double PlanSearch::prefix_programme_bound(int j, int lo, int hi, double limit) {
     value = std::max(value, p.solve(&shares, nullptr, limit) * (1.0 - 1e-12));
   }
   cells += p.pivot_cells() - solved;
-  stats_.steps += cells / kPivotCellsPerStep;
-  ++stats_.prefix_programmes;
+  context_.stats.steps += cells / kPivotCellsPerStep;
+  ++context_.stats.prefix_programmes;
   return value;
 }
 
 // The relaxed root, its programme kept with entry `e` for the prefix bounds.
-double PlanSearch::keep_prefix_programme(Entry& e, std::vector<int>& relaxed, RelaxedRows* rows) {
+double SingleStageSearch::keep_prefix_programme(Entry& e, std::vector<int>& relaxed,
+                                                RelaxedRows* rows) {
   RelaxedRows own;
   RelaxedRows& kept = rows != nullptr ? *rows : own;
   std::shared_ptr<const MinMaxShareProgramme> programme;
@@ -211,10 +214,10 @@ double PlanSearch::keep_prefix_programme(Entry& e, std::vector<int>& relaxed, Re
   return root;
 }
 
-std::vector<std::vector<double>> PlanSearch::prefix_bounds_of(const std::vector<Plan>& plans,
-                                                              int widen, double limit) {
+std::vector<std::vector<double>> SingleStageSearch::prefix_bounds_of(const std::vector<Plan>& plans,
+                                                                     int widen, double limit) {
   if (plans.empty()) return {};
-  const Config config = config_of(plans.front());
+  const Config config = context_.config_of(plans.front());
   Entry e;
   e.config = &config;
   std::vector<PrefixDepth>* const kept_depths = open_alone(e);

@@ -1,5 +1,5 @@
 // The single-stage relaxed roots: every stage's bounds at once over continuous shares of the
-// work, with and without memory caps, and the layers' classes they and the multi-stage roots share.
+// work, with and without memory caps.
 
 #include <algorithm>
 #include <cmath>
@@ -7,269 +7,9 @@
 #include <numeric>
 #include <queue>
 
-#include "sim/planner/search.hpp"
+#include "sim/planner/single_stage_search.hpp"
 
 namespace pipetune::planning {
-
-namespace {
-
-using Ranges = std::vector<std::pair<int, int>>;  // [first, end) of the layers sorted by share
-
-// Shares that differ by rounding alone are one class: a profile whose every backward is twice
-// its forward keeps one.
-constexpr double kAlikeShares = 1e-9;
-
-// `classes` equal ranges of the sorted shares, the empty ones dropped.
-Ranges equal_share_ranges(const std::vector<double>& sorted, int classes) {
-  const int n = static_cast<int>(sorted.size());
-  Ranges ranges;
-  if (n == 0) return ranges;
-  const double low = sorted.front(), width = sorted.back() - low;
-  auto bin = [&](int i) {
-    return width > kAlikeShares
-               ? std::min(classes - 1, static_cast<int>(classes * (sorted[i] - low) / width))
-               : 0;
-  };
-  for (int i = 0, j = 0; i < n; i = j) {
-    while (j < n && bin(j) == bin(i)) ++j;
-    ranges.emplace_back(i, j);
-  }
-  return ranges;
-}
-
-// At most `classes` ranges of the sorted shares (`before`: prefix sums of their layers' work).
-// A class's rows bound its forwards by its least share and its backwards by its largest, so
-// each of its layers loses about its work times the class's width, whatever its own share (the
-// share is a proxy: the rows also price recomputes and the last micro-batch's size). Split
-// greedily: the class that loses most, at the point that loses least, between shares that are
-// not alike.
-Ranges least_loss_ranges(const std::vector<double>& sorted, const std::vector<double>& before,
-                         int classes) {
-  const int n = static_cast<int>(sorted.size());
-  Ranges ranges;
-  if (n == 0) return ranges;
-  auto loss = [&](int i, int j) { return (before[j] - before[i]) * (sorted[j - 1] - sorted[i]); };
-  // The best place to split range [i, j), -1 where all its shares are alike.
-  auto best_cut = [&](int i, int j) {
-    int cut = -1;
-    double least = kInf;
-    for (int m = i + 1; m < j; ++m) {
-      if (!(sorted[m] - sorted[m - 1] > kAlikeShares)) continue;
-      const double halves = loss(i, m) + loss(m, j);
-      if (halves < least) least = halves, cut = m;
-    }
-    return cut;
-  };
-  ranges.emplace_back(0, n);
-  std::vector<int> cuts{best_cut(0, n)};
-  while (static_cast<int>(ranges.size()) < classes) {
-    int worst = -1;
-    for (int c = 0; c < static_cast<int>(ranges.size()); ++c) {
-      if (cuts[c] >= 0 && (worst < 0 || loss(ranges[c].first, ranges[c].second) >
-                                            loss(ranges[worst].first, ranges[worst].second)))
-        worst = c;
-    }
-    if (worst < 0) break;
-    const auto [i, j] = ranges[worst];
-    const int cut = cuts[worst];
-    ranges[worst] = {i, cut};
-    cuts[worst] = best_cut(i, cut);
-    ranges.emplace_back(cut, j);
-    cuts.push_back(best_cut(cut, j));
-  }
-  return ranges;
-}
-
-}  // namespace
-
-RatioClasses ratio_classes(const std::vector<double>& layer_work, const SizeCosts& size,
-                           int max_classes, ClassSplit split) {
-  const int layers = static_cast<int>(layer_work.size());
-  auto share = [&](int x) {
-    const double sum = size.forward_ms[x] + size.backward_ms[x];
-    return sum > 0.0 ? size.forward_ms[x] / sum : 0.0;
-  };
-  // The layers with work by their share, and prefix sums of their work in that order.
-  std::vector<int> order;
-  for (int x = 0; x < layers; ++x)
-    if (layer_work[x] > 0.0) order.push_back(x);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return share(a) < share(b); });
-  const int n = static_cast<int>(order.size());
-  std::vector<double> sorted(n), before(n + 1, 0.0);
-  for (int i = 0; i < n; ++i) {
-    sorted[i] = share(order[i]);
-    before[i + 1] = before[i] + layer_work[order[i]];
-  }
-  const Ranges ranges = split == ClassSplit::EqualRanges
-                            ? equal_share_ranges(sorted, max_classes)
-                            : least_loss_ranges(sorted, before, max_classes);
-  std::vector<int> range(layers, 0);  // layers without work join the first range
-  for (int c = 0; c < static_cast<int>(ranges.size()); ++c)
-    for (int i = ranges[c].first; i < ranges[c].second; ++i) range[order[i]] = c;
-  // Classes numbered as their layers first appear.
-  std::vector<int> used(std::max<std::size_t>(ranges.size(), 1), -1);
-  RatioClasses out;
-  out.of.assign(layers, 0);
-  for (int x = 0; x < layers; ++x) {
-    if (used[range[x]] < 0) {
-      used[range[x]] = static_cast<int>(out.work.size());
-      out.work.push_back(0.0);
-    }
-    out.of[x] = used[range[x]];
-    out.work[out.of[x]] += layer_work[x];
-  }
-  if (out.work.empty()) out.work.push_back(0.0);
-  return out;
-}
-
-ContiguityHull::ContiguityHull(const std::vector<double>& layer_work, const RatioClasses& classes) {
-  const int n_classes = static_cast<int>(classes.work.size());
-  for (double w : layer_work) slack_ += w;
-  slack_ *= 1e-9;
-  if (n_classes < 2) return;
-  lower_.resize(n_classes);
-  upper_.resize(n_classes);
-  for (int cls = 0; cls < n_classes; ++cls) {
-    for (const double sign : {1.0, -1.0}) {  // the upper side as the lower side of -C
-      Side& h = sign > 0 ? lower_[cls] : upper_[cls];
-      auto push = [&](double t, double c) {
-        // Keep the side convex (of sign * C): drop vertices on or above the new chord.
-        while (h.t.size() >= 2) {
-          const std::size_t n = h.t.size();
-          const double cross = (h.t[n - 1] - h.t[n - 2]) * (sign * c - sign * h.c[n - 2]) -
-                               (sign * h.c[n - 1] - sign * h.c[n - 2]) * (t - h.t[n - 2]);
-          if (cross > 0.0) break;
-          h.t.pop_back();
-          h.c.pop_back();
-        }
-        if (!h.t.empty() && h.t.back() == t) {
-          // Layers without work: the lower side keeps the least, the upper the most.
-          if (sign * c < sign * h.c.back()) h.c.back() = c;
-          return;
-        }
-        h.t.push_back(t);
-        h.c.push_back(c);
-      };
-      double total = 0.0, own = 0.0;
-      push(0.0, 0.0);
-      for (std::size_t x = 0; x < layer_work.size(); ++x) {
-        total += layer_work[x];
-        if (classes.of[x] == cls) own += layer_work[x];
-        push(total, own);
-      }
-    }
-  }
-}
-
-int ContiguityHull::add_crossed(MinMaxShareProgramme& programme, const std::vector<double>& shares,
-                                int stages) {
-  const int n_classes = static_cast<int>(lower_.size());
-  int added = 0;
-  std::vector<double> so_far(n_classes, 0.0);
-  for (int k = 0; k + 1 < stages; ++k) {
-    double total = 0.0;
-    for (int cls = 0; cls < n_classes; ++cls) {
-      so_far[cls] += shares[cls * stages + k];
-      total += so_far[cls];
-    }
-    for (int cls = 0; cls < n_classes; ++cls) {
-      for (const double sign : {1.0, -1.0}) {
-        const Side& h = sign > 0 ? lower_[cls] : upper_[cls];
-        if (h.t.size() < 2) continue;
-        const std::size_t i = std::clamp<std::size_t>(
-            std::upper_bound(h.t.begin(), h.t.end(), total) - h.t.begin(), 1, h.t.size() - 1);
-        const double slope = (h.c[i] - h.c[i - 1]) / (h.t[i] - h.t[i - 1]);
-        const double at = h.c[i - 1] + slope * (total - h.t[i - 1]);
-        if (!(sign * (so_far[cls] - at) < -slack_)) continue;
-        // Once per edge: a cut the solve leaves crossed by rounding is not added again.
-        if (!added_.insert({k, cls, sign > 0 ? 0 : 1, static_cast<int>(i)}).second) continue;
-        // sign * (C_c - slope * T) >= sign * (c_{i-1} - slope * t_{i-1}) at end k.
-        std::vector<double> a(shares.size(), 0.0);
-        for (int j = 0; j <= k; ++j) {
-          for (int other = 0; other < n_classes; ++other) a[other * stages + j] -= sign * slope;
-          a[cls * stages + j] += sign;
-        }
-        // Loosened by the slack: a real end on a vertex stays inside it whatever the rounding.
-        programme.add_constraint(a, sign * (h.c[i - 1] - slope * h.t[i - 1]) - slack_);
-        ++added;
-      }
-    }
-  }
-  return added;
-}
-
-std::vector<int> rounded_balance(const std::vector<double>& work,
-                                 const std::vector<double>& share) {
-  const int layers = static_cast<int>(work.size()) - 1;
-  const int stages = static_cast<int>(share.size());
-  std::vector<int> balance(stages, 0);
-  double share_end = 0.0;
-  for (int k = 0, start = 0; k < stages; ++k) {
-    share_end += share[k];
-    int end =
-        static_cast<int>(std::lower_bound(work.begin(), work.end(), share_end) - work.begin());
-    if (end > start && end <= layers && share_end - work[end - 1] < work[end] - share_end) --end;
-    end = std::clamp(end, start + 1, layers - (stages - 1 - k));
-    if (k + 1 == stages) end = layers;
-    balance[k] = end - start;
-    start = end;
-  }
-  return balance;
-}
-
-double least_boundary_bytes(const SizeCosts& size) {
-  double least = kInf;
-  for (std::size_t k = 0; k + 1 < size.output_bytes.size(); ++k)
-    least = std::min(least, static_cast<double>(size.output_bytes[k]));
-  return least;
-}
-
-double least_boundary_copies_ms(std::vector<double> weight, const std::vector<double>& ascending) {
-  std::erase_if(weight, [](double w) { return !(w > 0.0); });
-  std::sort(weight.begin(), weight.end(), std::greater<>());
-  double ms = 0.0;
-  for (std::size_t k = 0; k < std::min(weight.size(), ascending.size()); ++k)
-    ms += weight[k] * ascending[k];
-  return ms;
-}
-
-const std::vector<double>& PlanSearch::boundary_bytes_ascending(const SizeCosts& size) const {
-  auto [it, added] = boundary_bytes_.try_emplace(&size);
-  if (added) {
-    for (std::size_t k = 0; k + 1 < size.output_bytes.size(); ++k)
-      it->second.push_back(static_cast<double>(size.output_bytes[k]));
-    std::sort(it->second.begin(), it->second.end());
-  }
-  return it->second;
-}
-
-bool heaviest_layer_matters(const std::vector<double>& layer_work, int stages) {
-  const auto heaviest = std::max_element(layer_work.begin(), layer_work.end());
-  const double total = std::accumulate(layer_work.begin(), layer_work.end(), 0.0);
-  return heaviest != layer_work.end() && *heaviest * stages >= 0.25 * total;
-}
-
-double heaviest_layer_bound(const MinMaxShareProgramme& programme,
-                            const std::vector<double>& layer_work, const RatioClasses& classes,
-                            int stages, const std::vector<double>& shares, double floor,
-                            std::uint64_t* cells) {
-  if (!heaviest_layer_matters(layer_work, stages)) return 0.0;
-  const auto heaviest = std::max_element(layer_work.begin(), layer_work.end());
-  const int cls = classes.of[static_cast<std::size_t>(heaviest - layer_work.begin())];
-  const std::size_t block = static_cast<std::size_t>(cls) * stages;
-  std::vector<int> order(stages);
-  std::iota(order.begin(), order.end(), 0);
-  if (shares.size() >= block + stages) {
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int x, int y) { return shares[block + x] > shares[block + y]; });
-  }
-  double least = kInf;
-  for (int s : order) {
-    least = std::min(least, programme.solve_with_least(block + s, *heaviest, cells));
-    if (!(least > floor)) return 0.0;
-  }
-  return least < kInf ? least : 0.0;
-}
 
 // wait_bound() of every stage at once, with the stages' work shared out continuously (docs/
 // planner.md, "The relaxed root"). The tables bound the stages not yet placed one at a time, so
@@ -324,14 +64,15 @@ const std::vector<double>& RootPaths::joint_least(const std::array<int, 8>& coun
   return it->second;
 }
 
-double PlanSearch::least_copy(const RootPaths& paths, int j, bool last_size) const {
+double SingleStageSearch::least_copy(const RootPaths& paths, int j, bool last_size) const {
   const std::vector<double>& outputs =
-      boundary_bytes_ascending(last_size ? *paths.last : *paths.first);
-  return !outputs.empty() && outputs.front() < kInf ? link_[j]->transfer_ms(outputs.front()) : 0.0;
+      context_.boundary_bytes_ascending(last_size ? *paths.last : *paths.first);
+  return !outputs.empty() && outputs.front() < kInf ? context_.link[j]->transfer_ms(outputs.front())
+                                                    : 0.0;
 }
 
-double PlanSearch::path_row(RootPaths& paths, const std::vector<double>& shares, bool mean,
-                            double& a, std::vector<double>& row) const {
+double SingleStageSearch::path_row(RootPaths& paths, const std::vector<double>& shares, bool mean,
+                                   double& a, std::vector<double>& row) const {
   const int n_classes = paths.n_classes;
   for (int k = 0; k < stages_; ++k) {
     StageDurations& d = paths.model[k];
@@ -369,7 +110,7 @@ double PlanSearch::path_row(RootPaths& paths, const std::vector<double>& shares,
     for (int k = 1; k < stages_; ++k)
       for (int q = 0; q < 8; ++q) common[q] = std::min(common[q], path.tasks[k][q]);
   }
-  for (int q = 0; q < 8; ++q) a += common[q] * paths.task_total[q / 2][q % 2] / max_speed_;
+  for (int q = 0; q < 8; ++q) a += common[q] * paths.task_total[q / 2][q % 2] / context_.max_speed;
   const std::vector<double>& common_least = paths.joint_least(common);
   // Copies: their latencies, and their bytes by boundary, priced together below.
   std::array<std::vector<double>, 2> per_byte;
@@ -381,17 +122,17 @@ double PlanSearch::path_row(RootPaths& paths, const std::vector<double>& shares,
       rest[q] -= common[q];
     }
     const std::vector<double>& least = paths.joint_least(rest);
-    const double excess = 1.0 / speed_[k] - 1.0 / max_speed_;
+    const double excess = 1.0 / speed_[k] - 1.0 / context_.max_speed;
     for (int cls = 0; cls < n_classes; ++cls)
       row[cls * stages_ + k] += least[cls] / speed_[k] + common_least[cls] * excess;
     for (int slot = 0; slot < 2 && k + 1 < stages_; ++slot) {
       const int copies = path.copies[k][slot] + path.copies[k][2 + slot];
-      a += copies * link_[k]->transfer_ms(0.0);
-      per_byte[slot][k] = copies * ms_per_byte(*link_[k]);
+      a += copies * context_.link[k]->transfer_ms(0.0);
+      per_byte[slot][k] = copies * ms_per_byte(*context_.link[k]);
     }
   }
-  a += least_boundary_copies_ms(per_byte[0], boundary_bytes_ascending(*paths.first)) +
-       least_boundary_copies_ms(per_byte[1], boundary_bytes_ascending(*paths.last));
+  a += least_boundary_copies_ms(per_byte[0], context_.boundary_bytes_ascending(*paths.first)) +
+       least_boundary_copies_ms(per_byte[1], context_.boundary_bytes_ascending(*paths.last));
   double at_shares = a;
   for (std::size_t x = 0; x < paths.width; ++x) at_shares += row[x] * shares[x];
   return at_shares;
@@ -401,7 +142,7 @@ double PlanSearch::path_row(RootPaths& paths, const std::vector<double>& shares,
 // and whose gradient drains to stage 0 (GPipe: 0's, with the waits of M - 1; 1F1B: the last one,
 // and with a smaller last one also the last full-size one, M - 2, which follows micro-batch 0's
 // trip).
-struct PlanSearch::RootCase {
+struct SingleStageSearch::RootCase {
   int q;
   const SizeCosts* drained;
   bool q_trip_last;  // q's round trip is the last micro-batch's
@@ -415,10 +156,9 @@ struct PlanSearch::RootCase {
 
 // The cases of the prepared configuration with each layer's ratios added, and the round trips'
 // ratios (`trip_first`, `trip_last`).
-std::vector<PlanSearch::RootCase> PlanSearch::root_cases(const RatioClasses& classes,
-                                                         const std::vector<double>& layer_work,
-                                                         ClassRatio& trip_first,
-                                                         ClassRatio& trip_last) const {
+std::vector<SingleStageSearch::RootCase> SingleStageSearch::root_cases(
+    const RatioClasses& classes, const std::vector<double>& layer_work, ClassRatio& trip_first,
+    ClassRatio& trip_last) const {
   const Config& c = *config_;
   const int m = c.micro_batches();
   const bool gpipe = c.schedule == ScheduleKind::GPipe;
@@ -467,9 +207,9 @@ std::vector<PlanSearch::RootCase> PlanSearch::root_cases(const RatioClasses& cla
 // wait_bound()'s rows over the shares, per case and stage (into rows.constant and rows.slope):
 // a stage's own work after the passes through the stages before it, and each way of adding its
 // waits' excesses.
-void PlanSearch::root_wait_rows(const RootPaths& paths, const std::vector<RootCase>& cases,
-                                const ClassRatio& trip_first, const ClassRatio& trip_last,
-                                RelaxedRows& rows) const {
+void SingleStageSearch::root_wait_rows(const RootPaths& paths, const std::vector<RootCase>& cases,
+                                       const ClassRatio& trip_first, const ClassRatio& trip_last,
+                                       RelaxedRows& rows) const {
   const int m = config_->micro_batches();
   const int n_classes = paths.n_classes;
   auto least_copy = [&](int j, bool last_size) { return this->least_copy(paths, j, last_size); };
@@ -540,9 +280,9 @@ void PlanSearch::root_wait_rows(const RootPaths& paths, const std::vector<RootCa
 // that the shares cross where they are above the bound or crossed, and solves again; each
 // solution is a bound, and they only grow. It stops when a round adds nothing or after
 // kRelaxedRootRounds rounds. The paths' rows are added to `rows` too; returns the bound.
-double PlanSearch::root_cutting_planes(MinMaxShareProgramme& programme, RootPaths& paths,
-                                       ContiguityHull& hull, RelaxedRows& rows,
-                                       std::vector<double>& shares) const {
+double SingleStageSearch::root_cutting_planes(MinMaxShareProgramme& programme, RootPaths& paths,
+                                              ContiguityHull& hull, RelaxedRows& rows,
+                                              std::vector<double>& shares) const {
   double bound = programme.solve(&shares);
   for (int round = 0; round < kRelaxedRootRounds; ++round) {
     // The edges the shares cross and the paths of their plan, then one solve.
@@ -569,9 +309,9 @@ double PlanSearch::root_cutting_planes(MinMaxShareProgramme& programme, RootPath
   return bound;
 }
 
-double PlanSearch::relaxed_root(std::vector<int>& balance, RelaxedRows* rows,
-                                std::shared_ptr<const MinMaxShareProgramme>* final,
-                                std::shared_ptr<RootPaths>* kept_paths) const {
+double SingleStageSearch::relaxed_root(std::vector<int>& balance, RelaxedRows* rows,
+                                       std::shared_ptr<const MinMaxShareProgramme>* final,
+                                       std::shared_ptr<RootPaths>* kept_paths) const {
   std::vector<double> layer_work(layers_);
   for (int x = 0; x < layers_; ++x) layer_work[x] = work_[x + 1] - work_[x];
   const RatioClasses classes =
@@ -620,8 +360,8 @@ double PlanSearch::relaxed_root(std::vector<int>& balance, RelaxedRows* rows,
   return std::max(0.0, bound * (1.0 - 1e-12));
 }
 
-std::vector<std::vector<double>> PlanSearch::class_work_before(const std::vector<int>& class_of,
-                                                               int classes) const {
+std::vector<std::vector<double>> SingleStageSearch::class_work_before(
+    const std::vector<int>& class_of, int classes) const {
   std::vector<std::vector<double>> before(classes, std::vector<double>(layers_ + 1, 0.0));
   for (int t = 0; t < layers_; ++t) {
     for (int c = 0; c < classes; ++c) before[c][t + 1] = before[c][t];
@@ -634,7 +374,7 @@ std::vector<std::vector<double>> PlanSearch::class_work_before(const std::vector
 // ends (in layers, continuous) and its solved programme, which a child copies and adds the
 // constraints of the ends its narrowing moved to, going on from this basis (a fresh programme
 // costs O(rows^2) a function and a solve from the slacks).
-struct PlanSearch::CappedNode {
+struct SingleStageSearch::CappedNode {
   double value;
   std::vector<int> lo, hi;  // per end 0..K (0 and K fixed)
   std::vector<double> at;
@@ -643,14 +383,14 @@ struct PlanSearch::CappedNode {
 };
 
 // The furthest end of stage j from start a that may fit its device's cap.
-int PlanSearch::furthest_fitting_end(int j, int a) const {
+int SingleStageSearch::furthest_fitting_end(int j, int a) const {
   return fit_end_[j].empty() ? layers_ : fit_end_[j][std::min(a, layers_ - 1)];
 }
 
 // The ends' intervals of a capped_root() node narrowed until consistent: stage j starting at its
 // latest start reaches at most furthest_fitting_end() of it; starting at its earliest, it must
 // reach the next end. False where no balance has its ends in them.
-bool PlanSearch::narrow_ends(std::vector<int>& lo, std::vector<int>& hi) const {
+bool SingleStageSearch::narrow_ends(std::vector<int>& lo, std::vector<int>& hi) const {
   for (bool changed = true; changed;) {
     changed = false;
     for (int j = 0; j < stages_; ++j) {
@@ -678,16 +418,16 @@ bool PlanSearch::narrow_ends(std::vector<int>& lo, std::vector<int>& hi) const {
 // before end j kept between its work before lo_j and before hi_j (`before`), and its shares'
 // ends. `parent`: the node it was split from (its programme solved, which this one copies and
 // goes on from), or none for the root.
-void PlanSearch::solve_capped_node(CappedNode& node, const CappedNode* parent,
-                                   const RelaxedRows& rows,
-                                   const std::vector<std::vector<double>>& before) {
+void SingleStageSearch::solve_capped_node(CappedNode& node, const CappedNode* parent,
+                                          const RelaxedRows& rows,
+                                          const std::vector<std::vector<double>>& before) {
   const int n_classes = static_cast<int>(rows.totals.size());
   auto programme = parent ? std::make_shared<MinMaxShareProgramme>(*parent->programme)
                           : std::make_shared<MinMaxShareProgramme>(
                                 static_cast<std::size_t>(stages_), rows.totals);
   const std::uint64_t cells = programme->pivot_cells();
   if (parent) {
-    stats_.steps += programme->tableau_cells() / kPivotCellsPerStep;  // the copy
+    context_.stats.steps += programme->tableau_cells() / kPivotCellsPerStep;  // the copy
   } else {
     for (std::size_t i = 0; i < rows.constant.size(); ++i)
       programme->add(rows.constant[i], rows.slope[i]);
@@ -707,13 +447,13 @@ void PlanSearch::solve_capped_node(CappedNode& node, const CappedNode* parent,
   std::vector<double> shares;
   node.value = std::max(node.value, programme->solve(&shares));
   if (parent) {
-    stats_.steps += (programme->pivot_cells() - cells) / kPivotCellsPerStep;
+    context_.stats.steps += (programme->pivot_cells() - cells) / kPivotCellsPerStep;
   } else {
     // The root's programme built afresh (measured: four steps per tableau cell; the
     // constraints' columns count as functions).
     const std::uint64_t columns =
         programme->functions() + 2 * static_cast<std::uint64_t>(n_classes) * stages_;
-    stats_.steps += 4 * columns * static_cast<std::uint64_t>(n_classes * stages_ + 1);
+    context_.stats.steps += 4 * columns * static_cast<std::uint64_t>(n_classes * stages_ + 1);
   }
   node.programme = std::move(programme);
   node.at.assign(stages_ + 1, 0.0);
@@ -741,8 +481,8 @@ void PlanSearch::solve_capped_node(CappedNode& node, const CappedNode* parent,
 // that fits; it stops when that node's shares fit as they are, when it reaches `threshold`,
 // after kCappedRootNodes nodes, or at `step_limit`: only then is `finished` false (the caller
 // runs it again with a larger allowance).
-double PlanSearch::capped_root(const RelaxedRows& rows, double threshold, std::uint64_t step_limit,
-                               bool& finished) {
+double SingleStageSearch::capped_root(const RelaxedRows& rows, double threshold,
+                                      std::uint64_t step_limit, bool& finished) {
   finished = true;
   const int k_stages = stages_, n_classes = static_cast<int>(rows.totals.size());
   const std::vector<std::vector<double>> before = class_work_before(rows.class_of, n_classes);
@@ -760,7 +500,7 @@ double PlanSearch::capped_root(const RelaxedRows& rows, double threshold, std::u
   for (int expanded = 0; expanded < kCappedRootNodes; ++expanded) {
     if (open.empty()) return kInf;
     if (open.top().value >= threshold) break;
-    if (stats_.steps >= step_limit) {
+    if (context_.stats.steps >= step_limit) {
       finished = false;
       break;
     }
@@ -808,7 +548,7 @@ double PlanSearch::capped_root(const RelaxedRows& rows, double threshold, std::u
 // it would hold [c, L) and each round trip would wait at least for the recompute of [c, L); if even
 // with that the stages cannot stay below T, no balance can, and T is a bound. Bisection finds the
 // largest such T up to `ceiling`.
-double PlanSearch::recompute_root(double root, double ceiling) const {
+double SingleStageSearch::recompute_root(double root, double ceiling) const {
   const Config& c = *config_;
   const int m = c.micro_batches();
   if (c.schedule != ScheduleKind::OneFOneB || !c.recomputed(0) || stages_ < 2) return root;

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "sim/planner/search.hpp"
+#include "sim/planner/single_stage_search.hpp"
 
 namespace pipetune::planning {
 
@@ -44,7 +44,7 @@ void running_min(const std::vector<std::vector<double>>& table,
 // (the last one ends it); with a smaller last micro-batch, 1F1B follows the last full-size one,
 // and the last one's backward (and recompute) still follow; on the last stage, whose warm-up is
 // one forward, so does the last one's forward (counted at its most, so the bound stays one).
-double PlanSearch::tail(int j, int a, int b) const {
+double SingleStageSearch::tail(int j, int a, int b) const {
   const Config& c = *config_;
   const int m = c.micro_batches();
   if (c.schedule == ScheduleKind::GPipe || m < 2 || c.sizes.back() == c.sizes.front()) return 0.0;
@@ -64,7 +64,7 @@ double PlanSearch::tail(int j, int a, int b) const {
 // 1F1B's first backward (micro-batch 0) also waits for micro-batch 0's pass (the same per-layer
 // weights), which the warm-up forwards and 0's recompute can fill; the smaller filler gives the
 // larger bound, valid either way.
-double PlanSearch::pass_filler(int j, int a, int b) const {
+double SingleStageSearch::pass_filler(int j, int a, int b) const {
   const Config& c = *config_;
   const int m = c.micro_batches();
   const bool uneven = m >= 2 && c.sizes.back() != c.sizes.front();
@@ -93,7 +93,7 @@ double PlanSearch::pass_filler(int j, int a, int b) const {
 // is at least one pass plus the filler plus the tail, which never count more of a kind of work
 // than the stage does.
 // `recompute`: what the round trips also wait for on the last stage (see recompute_root()).
-double PlanSearch::chained_cost(int j, int a, int b, double recompute) const {
+double SingleStageSearch::chained_cost(int j, int a, int b, double recompute) const {
   const double own = before_[a] + busy(j, a, b) - tail(j, a, b);
   if (j + 1 == stages_) return own;
   return own + std::max(0.0, after_[b] + recompute - pass_filler(j, a, b));
@@ -102,11 +102,12 @@ double PlanSearch::chained_cost(int j, int a, int b, double recompute) const {
 // Bounds that hold for every balance of a configuration: no device can do more than its share
 // of the work faster than all devices together, some stage holds the heaviest layer, and one
 // micro-batch must go forward and one backward through every layer.
-double PlanSearch::balance_free_bound() const {
+double SingleStageSearch::balance_free_bound() const {
   const double tasks = overhead_ * tasks_per_stage_;
   double heaviest = 0.0;
   for (int l = 0; l < layers_; ++l) heaviest = std::max(heaviest, work_[l + 1] - work_[l]);
-  return std::max({work_[layers_] / total_speed_ + tasks, heaviest / max_speed_ + tasks,
+  return std::max({work_[layers_] / context_.total_speed + tasks,
+                   heaviest / context_.max_speed + tasks,
                    before_[layers_] + 2.0 * overhead_ * stages_});
 }
 
@@ -114,7 +115,7 @@ double PlanSearch::balance_free_bound() const {
 // min-max with non-empty ones): binary search on the limit with a greedy fill, which is exact
 // for costs that grow with a block's end and shrink as its start moves right.
 template <typename Cost>
-double PlanSearch::greedy_bound(Cost cost) const {
+double SingleStageSearch::greedy_bound(Cost cost) const {
   auto fits = [&](double limit) {
     int a = 0;
     for (int j = 0; j < stages_ && a < layers_; ++j) {
@@ -132,7 +133,7 @@ double PlanSearch::greedy_bound(Cost cost) const {
   return lo;
 }
 
-double PlanSearch::cheap_bound() const {
+double SingleStageSearch::cheap_bound() const {
   return std::max({balance_free_bound(),
                    greedy_bound([this](int j, int a, int b) { return busy(j, a, b); }),
                    greedy_bound([this](int j, int a, int b) { return chained_cost(j, a, b); }),
@@ -143,7 +144,7 @@ double PlanSearch::cheap_bound() const {
 //   suffix_[m][x]: the least busiest-stage time of [x, L) over the last m stages;
 //   chained_[m][x]: the least largest chained_cost(); the search subtracts the part of the
 //   before-pass that lies in stages it has already placed.
-void PlanSearch::build_suffix_tables() {
+void SingleStageSearch::build_suffix_tables() {
   min_max_suffix(stages_, layers_, suffix_, [this](int j, int a, int b) { return busy(j, a, b); });
   min_max_suffix(stages_, layers_, chained_,
                  [this](int j, int a, int b) { return chained_cost(j, a, b); });
@@ -153,7 +154,7 @@ void PlanSearch::build_suffix_tables() {
   // With caps, the first incumbent's table: the busiest stage among those passing the nested
   // memory bound, so that the first plan has a chance to fit.
   fitting_.clear();
-  if (capped()) {
+  if (context_.capped()) {
     min_max_suffix(stages_, layers_, fitting_, [this](int j, int a, int b) {
       return fits_nested(j, a, b) ? busy(j, a, b) : kInf;
     });
@@ -178,7 +179,7 @@ void PlanSearch::build_suffix_tables() {
 // What 1F1B's stage j = [a, b) runs between two backwards of full-size micro-batches in its
 // steady phase: a forward (without autograd where recomputed, counted at its least), the
 // recompute if any, the backward.
-double PlanSearch::steady_work(int j, int a, int b) const {
+double SingleStageSearch::steady_work(int j, int a, int b) const {
   const SizeCosts& f = *first_size_;
   return least_forward(f, j, a, b) + (config_->recomputed(0) ? forward(f, j, a, b) : 0.0) +
          backward(f, j, a, b);
@@ -187,7 +188,7 @@ double PlanSearch::steady_work(int j, int a, int b) const {
 // The busy-balanced plan fitting ever smaller shares of the caps, until one fits the simulator
 // (the nested bound leaves out what crosses a stage's ends, so it can pass where the plan does
 // not). Only a first incumbent: the search proper keeps the true caps.
-void PlanSearch::evaluate_leaner_incumbents() {
+void SingleStageSearch::evaluate_leaner_incumbents() {
   const std::vector<std::vector<int>> true_ends = fit_end_;
   for (double share : {0.9, 0.8, 0.7, 0.6, 0.5}) {
     if (config_best_ < kInf) break;
@@ -206,7 +207,7 @@ void PlanSearch::evaluate_leaner_incumbents() {
 
 // The balance with the least busiest stage, read off the suffix table (with caps, among the
 // stages that pass the nested memory bound, when some balance does).
-std::vector<int> PlanSearch::busy_balanced() const {
+std::vector<int> SingleStageSearch::busy_balanced() const {
   const auto& table = !fitting_.empty() && fitting_[stages_][0] < kInf ? fitting_ : suffix_;
   const bool capped = &table == &fitting_;
   std::vector<int> balance;
@@ -231,7 +232,7 @@ std::vector<int> PlanSearch::busy_balanced() const {
 // A lower bound on the simulated iteration time of any plan whose stage j is [a, b), given the
 // time micro-batch 0 needs to reach stage j (`arrive`) and the time a full-size micro-batch's
 // gradient needs to get back from stage j to stage 0 (`drain`).
-double PlanSearch::time_bound(int j, int a, int b, double arrive, double drain) const {
+double SingleStageSearch::time_bound(int j, int a, int b, double arrive, double drain) const {
   const double base = arrive + busy(j, a, b) - tail(j, a, b) + drain;
   if (j + 1 == stages_) return base;
   // The pass through the later stages and back (with its task overheads and the two copies
@@ -242,9 +243,9 @@ double PlanSearch::time_bound(int j, int a, int b, double arrive, double drain) 
   return base + std::max(0.0, pass - pass_filler(j, a, b));
 }
 
-StageDurations PlanSearch::durations(int j, int a, int b, bool with_launches) const {
-  return stage_durations(*first_size_, *last_size_, a, b, speed_[j], overhead_, link_[j],
-                         j > 0 ? link_[j - 1] : nullptr, with_launches);
+StageDurations SingleStageSearch::durations(int j, int a, int b, bool with_launches) const {
+  return stage_durations(*first_size_, *last_size_, a, b, speed_[j], overhead_, context_.link[j],
+                         j > 0 ? context_.link[j - 1] : nullptr, with_launches);
 }
 
 // A lower bound on the simulated iteration time of any plan whose stage j is [a, b), from the
@@ -264,8 +265,8 @@ StageDurations PlanSearch::durations(int j, int a, int b, bool with_launches) co
 //   1..w-1 and 0's recompute; between q's forward and backward, backwards q-w+1..q-1 with
 //   their recomputes, q's recompute and forwards q+1..q+w-1. When q >= w the two intervals do
 //   not overlap (0's backward comes before q's forward), so both waits count.
-double PlanSearch::wait_bound(int j, int a, int b, const StageDurations& d,
-                              const Passes& before) const {
+double SingleStageSearch::wait_bound(int j, int a, int b, const StageDurations& d,
+                                     const Passes& before) const {
   if (j + 1 == stages_) {
     const double own = before.arrive + busy(j, a, b);
     if (config_->schedule == ScheduleKind::GPipe) return own + before.drain_full;
@@ -300,7 +301,8 @@ double PlanSearch::wait_bound(int j, int a, int b, const StageDurations& d,
 // backward, q = M - 1) waits: one or two waits, each for a round trip (micro-batch 0's or q's)
 // and filled by part of the stage's own work; the idle time is the sum of the waits' excesses
 // when they cannot overlap, else the larger; and the work after that backward.
-PlanSearch::WaitTerms PlanSearch::wait_terms(int j, const StageDurations& d, int q) const {
+SingleStageSearch::WaitTerms SingleStageSearch::wait_terms(int j, const StageDurations& d,
+                                                           int q) const {
   const Config& c = *config_;
   const int m = c.micro_batches();
   const bool last_differs = c.sizes.back() != c.sizes.front();
@@ -353,8 +355,8 @@ PlanSearch::WaitTerms PlanSearch::wait_terms(int j, const StageDurations& d, int
 // The least idle time of stage j between its first forward and its backward of micro-batch q,
 // given the round trips of micro-batch 0 and of q from the end of its forward to the start of
 // its backward (see wait_terms()); and the work after that backward.
-PlanSearch::Waits PlanSearch::waits(int j, const StageDurations& d, int q, double trip_first,
-                                    double trip_q) const {
+SingleStageSearch::Waits SingleStageSearch::waits(int j, const StageDurations& d, int q,
+                                                  double trip_first, double trip_q) const {
   const WaitTerms terms = wait_terms(j, d, q);
   Waits out;
   out.tail = terms.tail;
@@ -376,16 +378,18 @@ PlanSearch::Waits PlanSearch::waits(int j, const StageDurations& d, int q, doubl
 // out.
 // `recompute_first`, `recompute_q`: what the two round trips also wait for on the last stage
 // (see recompute_root()).
-double PlanSearch::wait_cost(int j, int a, int b, double recompute_first,
-                             double recompute_q) const {
+double SingleStageSearch::wait_cost(int j, int a, int b, double recompute_first,
+                                    double recompute_q) const {
   const double own = wait_before_[a] + busy(j, a, b);
   const StageDurations d = durations(j, a, b, /*with_launches=*/false);
   const double onward = 2.0 * overhead_ * (stages_ - 1 - j) + after_latency_[j];
   const bool last = j + 1 == stages_;
-  const double trip_first = last ? 0.0 : pass_first_[b] / max_speed_ + onward + recompute_first;
-  const double trip_q = followed_ == config_->micro_batches() - 1
-                            ? (last ? 0.0 : pass_last_[b] / max_speed_ + onward + recompute_q)
-                            : (last ? 0.0 : trip_first - recompute_first + recompute_q);
+  const double trip_first =
+      last ? 0.0 : pass_first_[b] / context_.max_speed + onward + recompute_first;
+  const double trip_q =
+      followed_ == config_->micro_batches() - 1
+          ? (last ? 0.0 : pass_last_[b] / context_.max_speed + onward + recompute_q)
+          : (last ? 0.0 : trip_first - recompute_first + recompute_q);
   const Waits w = waits(j, d, followed_, trip_first, trip_q);
   return own - w.tail + (last ? 0.0 : w.idle);
 }
