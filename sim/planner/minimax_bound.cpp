@@ -150,6 +150,68 @@ double MinMaxShareProgramme::solve(std::vector<double>* shares, std::vector<doub
   return bound;
 }
 
+// The row that leaves the basis as column `enter` enters, `rows` where none may (the
+// programme is unbounded), and its ratio.
+std::size_t MinMaxShareProgramme::leaving_row(std::size_t enter, bool bland, double pivot_tolerance,
+                                              double& ratio) const {
+  const std::size_t rows = tableau_.size();
+  std::size_t leave = rows;
+  if (bland) {
+    // The least ratio, ties to the lowest index: what stops Bland's pivots cycling.
+    for (std::size_t r = 0; r < rows; ++r) {
+      if (tableau_[r][enter] <= pivot_tolerance) continue;
+      const double q = rhs_[r] / tableau_[r][enter];
+      if (q < ratio || (q == ratio && basis_[r] < basis_[leave])) {
+        ratio = q;
+        leave = r;
+      }
+    }
+  } else {
+    // Harris's ratio test: the largest entry among the rows whose ratio is within a
+    // tolerance of the least. The lowest index among exact ties (every row, in the
+    // degenerate start where the right-hand sides are 0) pivoted on entries near eps and blew
+    // the tableau up: the memory relaxation's master (MultiStagePeakBound::may_fit()) ended
+    // with shares summing to 15.6 instead of 1, or with a column of reduced cost -18,008 and
+    // no positive entry.
+    double reach = std::numeric_limits<double>::infinity();
+    for (std::size_t r = 0; r < rows; ++r) {
+      if (tableau_[r][enter] > pivot_tolerance)
+        reach = std::min(reach, (std::max(rhs_[r], 0.0) + kHarrisSlack) / tableau_[r][enter]);
+    }
+    double largest = 0.0;
+    for (std::size_t r = 0; r < rows; ++r) {
+      const double a = tableau_[r][enter];
+      if (a > pivot_tolerance && std::max(rhs_[r], 0.0) / a <= reach && a > largest) {
+        largest = a;
+        leave = r;
+      }
+    }
+    if (leave < rows) ratio = std::max(rhs_[leave], 0.0) / largest;
+  }
+  return leave;
+}
+
+// Pivots on row `leave` and column `enter`: the row scaled to a 1 there, the column eliminated
+// from every other row and from the reduced costs.
+void MinMaxShareProgramme::pivot_on(std::size_t leave, std::size_t enter) {
+  const std::size_t rows = tableau_.size(), cols = reduced_.size();
+  pivot_cells_ += static_cast<std::uint64_t>(rows + 1) * cols;
+  const double pivot = tableau_[leave][enter];
+  for (double& x : tableau_[leave]) x /= pivot;
+  rhs_[leave] /= pivot;
+  auto eliminate = [&](std::vector<double>& row, double& right) {
+    const double f = row[enter];
+    if (f == 0.0) return;
+    for (std::size_t c = 0; c < cols; ++c) row[c] -= f * tableau_[leave][c];
+    right -= f * rhs_[leave];
+  };
+  for (std::size_t r = 0; r < rows; ++r) {
+    if (r != leave) eliminate(tableau_[r], rhs_[r]);
+  }
+  double objective = 0.0;
+  eliminate(reduced_, objective);
+}
+
 void MinMaxShareProgramme::pivot_to_optimum(double scale, std::size_t* pivots_left, double target) {
   const std::size_t rows = tableau_.size(), cols = reduced_.size();
   const double eps = 1e-12 * scale;
@@ -182,57 +244,11 @@ void MinMaxShareProgramme::pivot_to_optimum(double scale, std::size_t* pivots_le
       optimal_ = true;
       break;
     }
-    std::size_t leave = rows;
     double ratio = std::numeric_limits<double>::infinity();
-    if (bland) {
-      // The least ratio, ties to the lowest index: what stops Bland's pivots cycling.
-      for (std::size_t r = 0; r < rows; ++r) {
-        if (tableau_[r][enter] <= pivot_tolerance) continue;
-        const double q = rhs_[r] / tableau_[r][enter];
-        if (q < ratio || (q == ratio && basis_[r] < basis_[leave])) {
-          ratio = q;
-          leave = r;
-        }
-      }
-    } else {
-      // Harris's ratio test: the largest entry among the rows whose ratio is within a
-      // tolerance of the least. The lowest index among exact ties (every row, in the
-      // degenerate start where the right-hand sides are 0) pivoted on entries near eps and blew
-      // the tableau up: the memory relaxation's master (MultiStagePeakBound::may_fit()) ended
-      // with shares summing to 15.6 instead of 1, or with a column of reduced cost -18,008 and
-      // no positive entry.
-      double reach = std::numeric_limits<double>::infinity();
-      for (std::size_t r = 0; r < rows; ++r) {
-        if (tableau_[r][enter] > pivot_tolerance)
-          reach = std::min(reach, (std::max(rhs_[r], 0.0) + kHarrisSlack) / tableau_[r][enter]);
-      }
-      double largest = 0.0;
-      for (std::size_t r = 0; r < rows; ++r) {
-        const double a = tableau_[r][enter];
-        if (a > pivot_tolerance && std::max(rhs_[r], 0.0) / a <= reach && a > largest) {
-          largest = a;
-          leave = r;
-        }
-      }
-      if (leave < rows) ratio = std::max(rhs_[leave], 0.0) / largest;
-    }
+    const std::size_t leave = leaving_row(enter, bland, pivot_tolerance, ratio);
     if (leave == rows) break;  // unbounded: cannot happen (u <= the slopes, w sums to 1 at most)
     degenerate = ratio > 0.0 ? 0 : degenerate + 1;
-    pivot_cells_ += static_cast<std::uint64_t>(rows + 1) * cols;
-    const double pivot = tableau_[leave][enter];
-    for (double& x : tableau_[leave]) x /= pivot;
-    rhs_[leave] /= pivot;
-    auto eliminate = [&](std::vector<double>& row, double& right) {
-      const double f = row[enter];
-      if (f == 0.0) return;
-      for (std::size_t c = 0; c < cols; ++c) row[c] -= f * tableau_[leave][c];
-      right -= f * rhs_[leave];
-    };
-    for (std::size_t r = 0; r < rows; ++r) {
-      if (r != leave) eliminate(tableau_[r], rhs_[r]);
-    }
-    double objective = 0.0;
-    eliminate(reduced_, objective);
+    pivot_on(leave, enter);
     basis_[leave] = enter;
     for (double& b : rhs_) b = std::max(b, 0.0);  // Harris's slack can leave a row just below 0
     // The weights sum to at most 1 and the value is positively homogeneous in them, so a value

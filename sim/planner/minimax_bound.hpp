@@ -97,6 +97,9 @@ class MinMaxShareProgramme {
   std::vector<double> original_column(std::size_t what) const;
   double objective_of(std::size_t what) const;
   void add_column(std::size_t what);
+  std::size_t leaving_row(std::size_t enter, bool bland, double pivot_tolerance,
+                          double& ratio) const;
+  void pivot_on(std::size_t leave, std::size_t enter);
   void pivot_to_optimum(double scale, std::size_t* pivots_left, double target);
   // The dual's value at the current basis, its weights not normalised.
   double basis_value() const;

@@ -30,6 +30,18 @@ bool dominated(const Moment& a, const Moment& b) {
   return true;
 }
 
+// The balance a partition's table of starts leads to: from[s][b], the start of stage s where it
+// ends at b on the least path.
+std::vector<int> traced_balance(const std::vector<std::vector<int>>& from, int layers) {
+  std::vector<int> balance(from.size());
+  for (int s = static_cast<int>(from.size()) - 1, b = layers; s >= 0; --s) {
+    const int a = from[s][b];
+    balance[s] = b - a;
+    b = a;
+  }
+  return balance;
+}
+
 }  // namespace
 
 MultiStagePeakBound::MultiStagePeakBound(const CostModel& costs,
@@ -72,9 +84,66 @@ std::vector<char> stage_inputs_own(const std::vector<int>& device_of_stage,
   return out;
 }
 
-// Walks each device's programme once, noting the state after every action, and keeps the
-// moments no other moment dominates (with equal counts, the one with the larger constant):
-// the steady state of an M-micro-batch programme repeats a few states, so a handful remain.
+// Walks device r's programme once (its v stages' local indices in `local`), noting the state
+// after every action: kept per slot, waiting per slot, gradients (v each), flat, which orders as
+// the five vectors would one after another; each with the largest constant it had. Looked up
+// before it is copied: the steady state repeats a few states, and a fresh key per action was
+// most of the cost of building this bound (it is built for every multi-stage configuration).
+std::map<std::vector<int>, std::int64_t> MultiStagePeakBound::device_states(
+    const Schedule& schedule, int r, int v, const std::vector<std::int64_t>& sizes) const {
+  const int stages = static_cast<int>(rank_.size());
+  const int m = static_cast<int>(sizes.size());
+  auto slot_of = [&](int i) { return sizes[i] == sizes.front() ? 0 : 1; };
+  std::vector<int> now(5 * static_cast<std::size_t>(v), 0);
+  auto kept_count = [&](int slot, int j) -> int& { return now[slot * v + j]; };
+  auto waiting_count = [&](int slot, int j) -> int& { return now[(2 + slot) * v + j]; };
+  std::int64_t constant = 0;
+  std::vector<char> kept(static_cast<std::size_t>(stages) * m, 0);
+  std::vector<char> waiting(static_cast<std::size_t>(stages) * m, 0);
+  std::map<std::vector<int>, std::int64_t> seen;  // the largest constant of each state
+  auto note = [&] {
+    auto at = seen.find(now);
+    if (at == seen.end()) {
+      seen.emplace(now, constant);
+    } else {
+      at->second = std::max(at->second, constant);
+    }
+  };
+  note();  // before the first action
+  for (const Action& a : schedule.per_rank[r]) {
+    const int j = local_[a.stage], slot = slot_of(a.micro_batch);
+    const std::size_t cell = static_cast<std::size_t>(a.stage) * m + a.micro_batch;
+    char& held = kept[cell];
+    switch (a.kind) {
+      case ActionKind::Forward:
+        if (schedule.recomputes(a.micro_batch)) break;
+        [[fallthrough]];
+      case ActionKind::Recompute:
+        if (!held) ++kept_count(slot, j);
+        held = 1;
+        break;
+      case ActionKind::InputGrad:  // the graph stays until W, and the gradients W reads
+        if (!waiting[cell]) ++waiting_count(slot, j);
+        waiting[cell] = 1;
+        break;
+      case ActionKind::Backward:
+      case ActionKind::WeightGrad:
+        if (held) --kept_count(slot, j);
+        held = 0;
+        if (waiting[cell]) --waiting_count(slot, j);
+        waiting[cell] = 0;
+        now[4 * v + j] = 1;
+        constant -= view_slack_;
+        break;
+    }
+    note();
+  }
+  return seen;
+}
+
+// Walks each device's programme once and keeps the moments no other moment dominates (with
+// equal counts, the one with the larger constant): the steady state of an M-micro-batch
+// programme repeats a few states, so a handful remain.
 void MultiStagePeakBound::collect_moments(const std::vector<std::int64_t>& sizes, ScheduleKind kind,
                                           CheckpointMode checkpoint) {
   const int devices = static_cast<int>(moments_.size());
@@ -87,59 +156,10 @@ void MultiStagePeakBound::collect_moments(const std::vector<std::int64_t>& sizes
     local_[s] = count[rank_[s]]++;
     stages_of_[rank_[s]].push_back(s);
   }
-  auto slot_of = [&](int i) { return sizes[i] == sizes.front() ? 0 : 1; };
   for (int r = 0; r < devices; ++r) {
     const int v = count[r];
-    // The state after each action, flat: kept per slot, waiting per slot, gradients (v each),
-    // which orders as the five vectors would one after another. Looked up before it is copied:
-    // the steady state repeats a few states, and a fresh key per action was most of the cost of
-    // building this bound (it is built for every multi-stage configuration).
-    std::vector<int> now(5 * static_cast<std::size_t>(v), 0);
-    auto kept_count = [&](int slot, int j) -> int& { return now[slot * v + j]; };
-    auto waiting_count = [&](int slot, int j) -> int& { return now[(2 + slot) * v + j]; };
-    std::int64_t constant = 0;
-    std::vector<char> kept(static_cast<std::size_t>(stages) * m, 0);
-    std::vector<char> waiting(static_cast<std::size_t>(stages) * m, 0);
-    std::map<std::vector<int>, std::int64_t> seen;  // the largest constant of each state
-    auto note = [&] {
-      auto at = seen.find(now);
-      if (at == seen.end()) {
-        seen.emplace(now, constant);
-      } else {
-        at->second = std::max(at->second, constant);
-      }
-    };
-    note();  // before the first action
-    for (const Action& a : schedule.per_rank[r]) {
-      const int j = local_[a.stage], slot = slot_of(a.micro_batch);
-      const std::size_t cell = static_cast<std::size_t>(a.stage) * m + a.micro_batch;
-      char& held = kept[cell];
-      switch (a.kind) {
-        case ActionKind::Forward:
-          if (schedule.recomputes(a.micro_batch)) break;
-          [[fallthrough]];
-        case ActionKind::Recompute:
-          if (!held) ++kept_count(slot, j);
-          held = 1;
-          break;
-        case ActionKind::InputGrad:  // the graph stays until W, and the gradients W reads
-          if (!waiting[cell]) ++waiting_count(slot, j);
-          waiting[cell] = 1;
-          break;
-        case ActionKind::Backward:
-        case ActionKind::WeightGrad:
-          if (held) --kept_count(slot, j);
-          held = 0;
-          if (waiting[cell]) --waiting_count(slot, j);
-          waiting[cell] = 0;
-          now[4 * v + j] = 1;
-          constant -= view_slack_;
-          break;
-      }
-      note();
-    }
     std::vector<Moment>& kept_moments = moments_[r];
-    for (auto& [key, largest] : seen) {
+    for (auto& [key, largest] : device_states(schedule, r, v, sizes)) {
       Moment x;
       auto part = [&](int k) {
         return std::vector<int>(key.begin() + k * v, key.begin() + (k + 1) * v);
@@ -606,6 +626,21 @@ MultiStagePeakBound::Prefixes MultiStagePeakBound::layer_prefixes() const {
   return out;
 }
 
+// The weighted terms no balance moves: each device's library bytes and its moment's constant,
+// and the batch's input on stage 0's device.
+double MultiStagePeakBound::weighted_fixed(const std::vector<double>& weight,
+                                           const std::vector<Blend>& at) const {
+  const Profile& profile = costs_.profile();
+  double fixed = 0.0;
+  for (std::size_t r = 0; r < at.size(); ++r) {
+    double own = static_cast<double>(profile.device.library_bytes) + at[r].constant;
+    if (static_cast<int>(r) == rank_[0])
+      own += static_cast<double>(costs_.at(profile.batch_size).input_bytes);
+    fixed += weight[r] * own;
+  }
+  return fixed;
+}
+
 // The min-sum partition: stage s = [a, b) adds w0 (K0[b] - K0[a]) + w1 (K1[b] - K1[a]) +
 // g0 (V0[b] - G0[a]) + g1 (V1[b] - G1[a]) + u (params[b] - params[a]), K being the prefix of the
 // kept bytes, less the storage of the stage's last layer that makes some (when it has one), G
@@ -615,19 +650,12 @@ double MultiStagePeakBound::least_weighted(const Prefixes& prefixes,
                                            const std::vector<double>& weight,
                                            const std::vector<Blend>& at, const WorkTerms* work,
                                            std::vector<int>* balance) const {
-  const Profile& profile = costs_.profile();
   const int layers = costs_.layer_count();
   const int stages = static_cast<int>(rank_.size());
   const auto& kept_prefix = prefixes.kept;
   const auto& kept_before = prefixes.kept_before;
   const std::vector<double>& params = prefixes.params;
-  double fixed = 0.0;
-  for (std::size_t r = 0; r < at.size(); ++r) {
-    double own = static_cast<double>(profile.device.library_bytes) + at[r].constant;
-    if (static_cast<int>(r) == rank_[0])
-      own += static_cast<double>(costs_.at(profile.batch_size).input_bytes);
-    fixed += weight[r] * own;
-  }
+  double fixed = weighted_fixed(weight, at);
   // The stages' parameters and optimizer state, rounded per stage by the simulator (at most
   // half a byte each below the exact product).
   const double state = 1.0 + optimizer_state_factor_;
@@ -688,13 +716,7 @@ double MultiStagePeakBound::least_weighted(const Prefixes& prefixes,
     }
     least.swap(next);
   }
-  if (balance != nullptr && least[layers] < kInfBytes) {
-    for (int s = stages - 1, b = layers; s >= 0; --s) {
-      const int a = from[s][b];
-      (*balance)[s] = b - a;
-      b = a;
-    }
-  }
+  if (balance != nullptr && least[layers] < kInfBytes) *balance = traced_balance(from, layers);
   return fixed + least[layers];
 }
 

@@ -26,6 +26,7 @@
 // placed and the others counted as empty the bound holds for every completion, and a stage
 // placed without its input (place()'s `with_input`) bounds every stage that starts earlier.
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "sim/cost_model.hpp"
@@ -33,6 +34,8 @@
 #include "sim/plan.hpp"
 
 namespace pipetune {
+
+struct Schedule;
 
 /// Functions of a balance that are linear in each stage's work per class of layers: function i
 /// is  constant[i] + sum over classes k and stages s of slope[i][k * stages + s] x w_k(s),
@@ -109,6 +112,8 @@ class MultiStagePeakBound {
     std::vector<char> gradients;
     std::int64_t constant = 0;
   };
+  std::map<std::vector<int>, std::int64_t> device_states(
+      const Schedule& schedule, int r, int v, const std::vector<std::int64_t>& sizes) const;
   void collect_moments(const std::vector<std::int64_t>& sizes, ScheduleKind kind,
                        CheckpointMode checkpoint);
   // What device r holds in every state of its programme: library workspaces, the batch on stage
@@ -156,6 +161,7 @@ class MultiStagePeakBound {
   // The least over balances of the devices' levels at `at`, weighted, with the parameters and
   // fixed terms, plus `work`'s weighted rows where given; `balance` gets a balance that reaches
   // it.
+  double weighted_fixed(const std::vector<double>& weight, const std::vector<Blend>& at) const;
   double least_weighted(const Prefixes& prefixes, const std::vector<double>& weight,
                         const std::vector<Blend>& at, const WorkTerms* work,
                         std::vector<int>* balance) const;

@@ -173,14 +173,10 @@ double IterationSweep::run_critical_path(std::span<const StageDurations> stages,
   return makespan;
 }
 
-// With launch pacing (see run()), per stage: h0 = max(host free, input launched), the host
-// free again at h1 = h0 + launch; the device starts at max(stream free, input there, h0) and
-// ends at max(start + duration, h1), as the simulator's two passes compute it. A copy is
-// launched when its producer's launch ends (a copy thread only enqueues it).
-template <typename Tracker, bool kLaunchPaced>
-double IterationSweep::sweep(const std::vector<Step>& order, std::span<const StageDurations> stages,
-                             int last_stage, double trip_full, double trip_last,
-                             const DownstreamPacing* pacing, Tracker& tracker) const {
+// Every clock of a sweep at 0, and the pacing chains where `pacing` has them.
+template <bool kLaunchPaced>
+void IterationSweep::reset_clocks(const DownstreamPacing* pacing) const {
+  if (pacing) steady_chain_.assign(pacing->steady.size(), 0.0);
   std::fill(stage_free_.begin(), stage_free_.end(), 0.0);
   std::fill(activation_channel_free_.begin(), activation_channel_free_.end(), 0.0);
   std::fill(gradient_channel_free_.begin(), gradient_channel_free_.end(), 0.0);
@@ -189,15 +185,65 @@ double IterationSweep::sweep(const std::vector<Step>& order, std::span<const Sta
     // The stages left out of a prefix send gradients launched at 0 at the earliest.
     std::fill(gradient_launched_.begin(), gradient_launched_.end(), 0.0);
   }
+}
+
+// The device's run of a task of `duration` on stage s that may start at `ready`, launched from
+// `launched` on (the host's clock is advanced by `launch`); returns its end.
+template <bool kLaunchPaced>
+double IterationSweep::run_on_stage(int s, double ready, double launched, double duration,
+                                    double launch) const {
+  double& free = stage_free_[s];
+  if constexpr (kLaunchPaced) {
+    double& host = host_free_[s];
+    const double launch_start = std::max(host, launched);
+    host = launch_start + launch;
+    const double start = std::max(std::max(free, ready), launch_start);
+    free = std::max(start + duration, host);
+  } else {
+    free = std::max(free, ready) + duration;
+  }
+  return free;
+}
+
+// When the gradient of `step`'s micro-batch is back at the prefix's last stage at the earliest,
+// its own round trip back at `own`, with the chains of DownstreamPacing (the last stage's, one
+// per group): each a lower bound on when its pacing stage ended a micro-batch's backward plus
+// the fixed way back here from it, kept a hair below the sums, which the simulator adds task by
+// task in another order.
+double IterationSweep::paced_way_back(const Step& step, double own, const DownstreamPacing& pacing,
+                                      LastChain& last) const {
+  constexpr double kBelow = 1.0 - 1e-12;
+  const double work =
+      step.nograd ? pacing.last_work_recomputed[step.slot] : pacing.last_work[step.slot];
+  const bool carried = last.slot == step.slot;
+  last.time = carried ? std::max(own, (last.time + work) * kBelow) : own;
+  last.slot = step.slot;
+  double back = last.time;
+  // Groups from the smallest: each one's busiest stage is at or before the busiest of the group
+  // it contains, so its gradients are back no earlier than theirs.
+  for (std::size_t k = 0; k < pacing.steady.size(); ++k) {
+    const SteadyPace& pace = pacing.steady[k];
+    double& chain = steady_chain_[k];
+    chain = std::max(
+        carried ? (chain + (step.micro_batch <= pace.until ? pace.work : 0.0)) * kBelow : own,
+        back);
+    back = chain;
+  }
+  return back;
+}
+
+// With launch pacing (see run()), per stage: h0 = max(host free, input launched), the host
+// free again at h1 = h0 + launch; the device starts at max(stream free, input there, h0) and
+// ends at max(start + duration, h1), as the simulator's two passes compute it. A copy is
+// launched when its producer's launch ends (a copy thread only enqueues it).
+template <typename Tracker, bool kLaunchPaced>
+double IterationSweep::sweep(const std::vector<Step>& order, std::span<const StageDurations> stages,
+                             int last_stage, double trip_full, double trip_last,
+                             const DownstreamPacing* pacing, Tracker& tracker) const {
+  reset_clocks<kLaunchPaced>(pacing);
   const int m = micro_batches_;
   const std::array<double, 2> trip{trip_full, trip_last};
-  // With pacing, the chains of DownstreamPacing (the last stage's, one per group): each a lower
-  // bound on when its pacing stage ended a micro-batch's backward plus the fixed way back here
-  // from it, kept a hair below the sums, which the simulator adds task by task in another order.
-  constexpr double kBelow = 1.0 - 1e-12;
-  double last_chain = 0.0;
-  if (pacing) steady_chain_.assign(pacing->steady.size(), 0.0);
-  int last_chain_slot = -1;
+  LastChain last_chain;
   double makespan = 0.0;
   // Events are numbered as the tracker records them: one per task and per copy.
   int event = -1, makespan_event = -1;
@@ -208,21 +254,6 @@ double IterationSweep::sweep(const std::vector<Step>& order, std::span<const Sta
       makespan_event = event;
     }
   };
-  // The device's run of a task of `duration` that may start at `ready`, launched from
-  // `launched` on (the host's clock is advanced by `launch`); returns its end.
-  auto run_task = [&](int s, double ready, double launched, double duration, double launch) {
-    double& free = stage_free_[s];
-    if constexpr (kLaunchPaced) {
-      double& host = host_free_[s];
-      const double launch_start = std::max(host, launched);
-      host = launch_start + launch;
-      const double start = std::max(std::max(free, ready), launch_start);
-      free = std::max(start + duration, host);
-    } else {
-      free = std::max(free, ready) + duration;
-    }
-    return free;
-  };
   for (const Step& step : order) {
     const int s = step.stage, i = step.micro_batch;
     const StageDurations& d = stages[s];
@@ -231,7 +262,7 @@ double IterationSweep::sweep(const std::vector<Step>& order, std::span<const Sta
       case 0: {  // forward: needs the previous stage's activation
         const double ready = s > 0 ? activation_at_[cell] : 0.0;
         if (s > 0 && ready > stage_free_[s]) tracker.arrive_from(static_cast<int>(cell), 0);
-        const double end = run_task(
+        const double end = run_on_stage<kLaunchPaced>(
             s, ready, s > 0 ? activation_launched_[cell] : 0.0,
             step.nograd ? d.forward_nograd[step.slot] : d.forward[step.slot],
             step.nograd ? d.forward_nograd_launch[step.slot] : d.forward_launch[step.slot]);
@@ -250,30 +281,13 @@ double IterationSweep::sweep(const std::vector<Step>& order, std::span<const Sta
         } else if (s + 1 < stages_) {
           // The round trip through the stages left out, as early as it can be back.
           const double own = end + trip[i == m - 1 ? 1 : 0];
-          double back = own;
-          if (pacing) {
-            const double work = step.nograd ? pacing->last_work_recomputed[step.slot]
-                                            : pacing->last_work[step.slot];
-            const bool carried = last_chain_slot == step.slot;
-            last_chain = carried ? std::max(own, (last_chain + work) * kBelow) : own;
-            last_chain_slot = step.slot;
-            back = last_chain;
-            // Groups from the smallest: each one's busiest stage is at or before the busiest of
-            // the group it contains, so its gradients are back no earlier than theirs.
-            for (std::size_t k = 0; k < pacing->steady.size(); ++k) {
-              const SteadyPace& pace = pacing->steady[k];
-              double& chain = steady_chain_[k];
-              chain = std::max(
-                  carried ? (chain + (i <= pace.until ? pace.work : 0.0)) * kBelow : own, back);
-              back = chain;
-            }
-          }
-          gradient_at_[cell] = back;
+          gradient_at_[cell] = pacing ? paced_way_back(step, own, *pacing, last_chain) : own;
         }
         break;
       }
       case 1:  // recompute: its forward ran earlier on this stream
-        ends(run_task(s, 0.0, 0.0, d.forward[step.slot], d.forward_launch[step.slot]));
+        ends(run_on_stage<kLaunchPaced>(s, 0.0, 0.0, d.forward[step.slot],
+                                        d.forward_launch[step.slot]));
         tracker.stage(s, 2, step.slot);
         break;
       default: {  // backward: needs the next stage's gradient
@@ -281,8 +295,9 @@ double IterationSweep::sweep(const std::vector<Step>& order, std::span<const Sta
         const double ready = waits_for_gradient ? gradient_at_[cell] : 0.0;
         if (waits_for_gradient && ready > stage_free_[s])
           tracker.arrive_from(static_cast<int>(cell), 1);
-        const double end = run_task(s, ready, waits_for_gradient ? gradient_launched_[cell] : 0.0,
-                                    d.backward[step.slot], d.backward_launch[step.slot]);
+        const double end = run_on_stage<kLaunchPaced>(
+            s, ready, waits_for_gradient ? gradient_launched_[cell] : 0.0, d.backward[step.slot],
+            d.backward_launch[step.slot]);
         tracker.stage(s, 3, step.slot);
         ends(end);
         if (s > 0) {

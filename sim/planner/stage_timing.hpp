@@ -121,6 +121,17 @@ class IterationSweep {
   double sweep(const std::vector<Step>& order, std::span<const StageDurations> stages,
                int last_stage, double trip_full, double trip_last, const DownstreamPacing* pacing,
                Tracker& tracker) const;
+  template <bool kLaunchPaced>
+  void reset_clocks(const DownstreamPacing* pacing) const;
+  template <bool kLaunchPaced>
+  double run_on_stage(int s, double ready, double launched, double duration, double launch) const;
+  // The last stage's pacing chain: its time and the size slot it carries.
+  struct LastChain {
+    double time = 0.0;
+    int slot = -1;
+  };
+  double paced_way_back(const Step& step, double own, const DownstreamPacing& pacing,
+                        LastChain& last) const;
   struct NoTracker;
   struct PathTracker;
   mutable std::unique_ptr<PathTracker> path_tracker_;  // run_critical_path()'s, reused
