@@ -44,7 +44,7 @@ inline constexpr int kCappedRootNodes = 64;
 // beat the best by there: a wider window finds more, at steps the proof may need.
 inline constexpr int kAroundBestRadius = 2;
 inline constexpr double kAroundBestMargin = 2e-4;
-// Stage ends around the relaxed root's plan that search_slice() tries first.
+// Stage ends around the relaxed root's plan that SingleStageSearch::slice() tries first.
 inline constexpr int kAroundRelaxedRadius = 1;
 // The most steps a window (search_around()) may take: it finds a plan soon or not at all.
 inline constexpr std::uint64_t kWindowSteps = 1 << 20;
