@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -38,6 +39,30 @@ struct PlanFlagsSet {
   bool explain = false;
   std::string objective = "median";
 };
+
+// Where an unproven answer's gap comes from: each configuration the budget left open, the lowest
+// bound first, with its best fitting plan so far (null: none found yet).
+nlohmann::ordered_json open_configurations_json(const PlannerStats& stats) {
+  std::vector<const ConfigurationStats*> open;
+  for (const ConfigurationStats& c : stats.per_configuration)
+    if (!c.closed) open.push_back(&c);
+  std::stable_sort(open.begin(), open.end(), [](const auto* x, const auto* y) {
+    return x->lower_bound_ms < y->lower_bound_ms;
+  });
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const ConfigurationStats* c : open) {
+    nlohmann::ordered_json entry{{"chunks", c->chunks},
+                                 {"micro_batches", c->micro_batches},
+                                 {"checkpoint", to_string(c->checkpoint)},
+                                 {"schedule", to_string(c->schedule)},
+                                 {"stages_per_device", c->stages_per_device},
+                                 {"lower_bound_ms", tidy(c->lower_bound_ms)},
+                                 {"best_ms", nullptr}};
+    if (c->best_ms > 0.0) entry["best_ms"] = tidy(c->best_ms);
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
 
 std::string plan_json(const Profile& profile, const PlanSearchResult& result,
                       const std::vector<IterationInterval>& intervals) {
@@ -78,6 +103,7 @@ std::string plan_json(const Profile& profile, const PlanSearchResult& result,
     root["leanest"] = candidate_json(*result.leanest, nullptr);
     root["leanest_proven"] = result.leanest_proven;
   }
+  if (!result.stats.proven) root["open_configurations"] = open_configurations_json(result.stats);
   return root.dump() + "\n";
 }
 

@@ -218,6 +218,48 @@ TEST(CliSimulate, UnwritableTracePath) {
       << r.err;
 }
 
+// An unproven answer lists the configurations left open, the lowest bound first: the first is the
+// answer's bound, and each one's bound stays below what that configuration alone, searched to
+// the end, reaches. A proven answer lists none.
+TEST(CliPlan, OpenConfigurationsSayWhereTheGapIs) {
+  auto plan = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv{PIPETUNE_CLI, "plan", "--profile", "traces/cpu-mlp.profile.json",
+                                  "--devices",  "4",    "--json"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const auto r = testing::run_command(argv, PIPETUNE_SOURCE_DIR);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return nlohmann::json::parse(r.out);
+  };
+  const auto cut_short = plan({"--budget", "1"});
+  ASSERT_FALSE(cut_short["proven_optimal"].get<bool>());
+  ASSERT_FALSE(cut_short["plans"].empty());
+  const auto& open = cut_short["open_configurations"];
+  ASSERT_GE(open.size(), 3u);
+  EXPECT_DOUBLE_EQ(cut_short["lower_bound_ms"].get<double>(),
+                   std::min(open[0]["lower_bound_ms"].get<double>(),
+                            cut_short["plans"][0]["iteration_ms"].get<double>()));
+  for (std::size_t k = 1; k < open.size(); ++k)
+    EXPECT_LE(open[k - 1]["lower_bound_ms"].get<double>(), open[k]["lower_bound_ms"].get<double>());
+  for (std::size_t k = 0; k < 3; ++k) {
+    const auto& c = open[k];
+    std::vector<std::string> alone_args{"--chunks",     std::to_string(c["chunks"].get<int>()),
+                                        "--checkpoint", c["checkpoint"].get<std::string>(),
+                                        "--schedule",   c["schedule"].get<std::string>()};
+    if (const int v = c["stages_per_device"].get<int>(); v > 1) {
+      alone_args.push_back("--stages-per-device");
+      alone_args.push_back(std::to_string(v));
+    }
+    const auto alone = plan(alone_args);
+    ASSERT_FALSE(alone["plans"].empty()) << c.dump();
+    EXPECT_LE(c["lower_bound_ms"].get<double>(),
+              alone["plans"][0]["iteration_ms"].get<double>() * (1.0 + 1e-9))
+        << c.dump();
+  }
+  const auto proven = plan({"--schedule", "gpipe"});
+  ASSERT_TRUE(proven["proven_optimal"].get<bool>());
+  EXPECT_FALSE(proven.contains("open_configurations"));
+}
+
 // --optimizer-state-factor of plan and sweep: NaN and out-of-range values are one line, exit 2
 // (CLI11's NonNegativeNumber used to let NaN through to the planner).
 TEST(CliPlan, OptimizerStateFactorMustBeAFiniteNumberInRange) {
