@@ -31,12 +31,7 @@ std::vector<int> balance_of_ends(const std::vector<int>& ends, int b, int layers
 
 }  // namespace
 
-MultiStageSearch::MultiStageSearch(SearchContext& context)
-    : context_(context),
-      stages_(context.stages),
-      layers_(context.layers),
-      overhead_(context.overhead),
-      speed_(context.speed) {}
+MultiStageSearch::MultiStageSearch(SearchContext& context) : SearchPart(context) {}
 
 // Multi-stage schedules (interleaved-1f1b, looped-bfs, interleaved-zb, zbv, dualpipev): v x D
 // stages, device stage_rank() running several. The single-stage bounds do not hold for their

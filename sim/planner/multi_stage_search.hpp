@@ -58,7 +58,7 @@ struct RelaxedRootState {
       : programme(static_cast<std::size_t>(stages), class_work) {}
 };
 
-class MultiStageSearch {
+class MultiStageSearch : private SearchPart {
  public:
   explicit MultiStageSearch(SearchContext& context);
 
@@ -75,11 +75,6 @@ class MultiStageSearch {
   double configuration_bound_of(const Plan& plan) const;
 
  private:
-  SearchContext& context_;
-  // The context's, read in every bound.
-  const int stages_, layers_;
-  const double overhead_;
-  const std::vector<double>& speed_;
   double ranking_threshold_ = kInf;  // what the configuration in its slice must beat to rank
 
   // The least that micro-batch 0's copies add to any balance of c (bound()'s with_copies).

@@ -11,12 +11,6 @@ namespace pipetune::planning {
 
 void SingleStageSearch::evaluate(const std::vector<int>& balance, Objective objective) {
   const Config& c = *config_;
-  Plan plan;
-  plan.balance = balance;
-  plan.chunks = c.chunks;
-  plan.checkpoint = c.checkpoint;
-  plan.schedule = c.schedule;
-  plan.optimizer_state_factor = context_.options.optimizer_state_factor;
   if (objective == Objective::Time) {
     // The sweep gives the time (durations_ holds the balance's stages); only a plan that would
     // be the new best needs the simulator, for its memory.
@@ -25,6 +19,7 @@ void SingleStageSearch::evaluate(const std::vector<int>& balance, Objective obje
     charge_sweep(stages_ - 1);
     if (!(time < config_best_)) return;
   }
+  const Plan plan = context_.plan_of(c, balance);
   SimulationOptions lean;
   lean.record_tasks = false;
   lean.record_memory = false;

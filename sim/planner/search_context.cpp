@@ -13,6 +13,21 @@
 
 namespace pipetune::planning {
 
+namespace {
+
+// By how much the largest of `peaks` (per device, in r.devices' order) exceeds its device's cap;
+// 0 when every one fits.
+double excess_over_caps(const SimulationResult& r, const std::vector<std::int64_t>& peaks) {
+  double excess = 0.0;
+  for (std::size_t d = 0; d < peaks.size(); ++d) {
+    const std::int64_t cap = r.devices[d].memory_capacity_bytes;
+    if (cap > 0 && peaks[d] > cap) excess = std::max(excess, static_cast<double>(peaks[d] - cap));
+  }
+  return excess;
+}
+
+}  // namespace
+
 Entry::Entry() = default;
 Entry::~Entry() = default;
 Entry::Entry(Entry&&) noexcept = default;
@@ -51,17 +66,6 @@ int recompute_stop(const Config& config) {
       return 0;
   }
   return 0;
-}
-
-// By how much the largest of `peaks` (per device, in r.devices' order) exceeds its device's cap;
-// 0 when every one fits.
-double excess_over_caps(const SimulationResult& r, const std::vector<std::int64_t>& peaks) {
-  double excess = 0.0;
-  for (std::size_t d = 0; d < peaks.size(); ++d) {
-    const std::int64_t cap = r.devices[d].memory_capacity_bytes;
-    if (cap > 0 && peaks[d] > cap) excess = std::max(excess, static_cast<double>(peaks[d] - cap));
-  }
-  return excess;
 }
 
 // `plan`'s configuration: its chunks, checkpoint mode, schedule and stages per device.
@@ -158,10 +162,7 @@ bool SearchContext::fits(const Plan& plan, const SimulationResult& r,
                          std::vector<std::int64_t>& worst) {
   worst.clear();
   if (!r.fits()) return false;
-  const bool capped = std::any_of(r.devices.begin(), r.devices.end(), [](const DeviceReport& d) {
-    return d.memory_capacity_bytes > 0;
-  });
-  if (!options.worst_order_memory || !capped) return true;
+  if (!options.worst_order_memory || !capped()) return true;
   worst = worst_order_peaks_of(plan);
   ++stats.simulations;  // the search's: a plan it judges, unlike the leanest plan's report
   stats.steps += r.task_count * r.devices.size();  // a max-flow per device

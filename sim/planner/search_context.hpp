@@ -200,8 +200,21 @@ class SearchContext {
   mutable std::map<const SizeCosts*, std::vector<double>> boundary_bytes_;
 };
 
-// By how much the largest of `peaks` (per device, in r.devices' order) exceeds its device's cap;
-// 0 when every one fits.
-double excess_over_caps(const SimulationResult& r, const std::vector<std::int64_t>& peaks);
+// A part of one search (SingleStageSearch, MultiStageSearch): its context, and the context's
+// device facts that every bound reads, under the part's own names.
+class SearchPart {
+ protected:
+  explicit SearchPart(SearchContext& context)
+      : context_(context),
+        stages_(context.stages),
+        layers_(context.layers),
+        overhead_(context.overhead),
+        speed_(context.speed) {}
+
+  SearchContext& context_;
+  const int stages_, layers_;
+  const double overhead_;
+  const std::vector<double>& speed_;
+};
 
 }  // namespace pipetune::planning

@@ -45,12 +45,7 @@ double plus_iteration_work(double sum, const SizeCounts& n, const std::array<dou
 
 }  // namespace
 
-SingleStageSearch::SingleStageSearch(SearchContext& context)
-    : context_(context),
-      stages_(context.stages),
-      layers_(context.layers),
-      overhead_(context.overhead),
-      speed_(context.speed) {
+SingleStageSearch::SingleStageSearch(SearchContext& context) : SearchPart(context) {
   after_speed_.assign(stages_, 0.0);
   after_latency_.assign(stages_, 0.0);
   for (int j = stages_ - 2; j >= 0; --j) {

@@ -118,7 +118,7 @@ struct PrefixDepth {
   }
 };
 
-class SingleStageSearch {
+class SingleStageSearch : private SearchPart {
  public:
   explicit SingleStageSearch(SearchContext& context);
 
@@ -143,11 +143,6 @@ class SingleStageSearch {
   PlanCandidate best_around_of(const Plan& centre, int radius);
 
  private:
-  SearchContext& context_;
-  // The context's, read in every bound.
-  const int stages_, layers_;
-  const double overhead_;
-  const std::vector<double>& speed_;
   bool out_of_budget_ = false;  // the last walk stopped at its step limit
 
   enum class Objective { Time, Memory };
