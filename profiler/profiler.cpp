@@ -166,6 +166,8 @@ Profile empty_profile(models::Model& model, MeasureBackend& backend, at::ScalarT
 struct LayerTimes {
   Statistics forward, backward, forward_nograd, backward_input, backward_weight;
   Statistics forward_cold, backward_cold;  ///< with the cache emptied first; empty when not timed
+  // Right after a sweep like the optimizer's (forward_step_start_ms); empty when not timed.
+  Statistics forward_step_start;
 };
 
 // Writes `buffer` through: what the cache held before is gone (the buffer is a few times its
@@ -383,7 +385,9 @@ std::vector<HostTimes> time_host_calls(
 // by detached tensors, so each backward can be timed by itself.
 //
 // With `cache_bytes` > 0, each layer is also timed cold: the same passes with the cache emptied
-// before each layer's forward and each layer's backward (sim/cache_model.hpp).
+// before each layer's forward and each layer's backward (sim/cache_model.hpp); and its forward
+// as a step's first task runs it, right after a sweep over every parameter and gradient such as
+// the optimizer's step makes (LayerProfile::forward_step_start_ms).
 std::vector<LayerTimes> time_layers(models::Model& model,
                                     std::vector<torch::nn::AnyModule*>& modules,
                                     const at::Tensor& input, const at::Tensor& target,
@@ -393,7 +397,7 @@ std::vector<LayerTimes> time_layers(models::Model& model,
   std::uint64_t next_region = 1;
   std::vector<std::vector<std::uint64_t>> forward_ids(layer_count), backward_ids(layer_count),
       nograd_ids(layer_count), input_ids(layer_count), weight_ids(layer_count),
-      cold_forward_ids(layer_count), cold_backward_ids(layer_count);
+      cold_forward_ids(layer_count), cold_backward_ids(layer_count), step_start_ids(layer_count);
   // Runs `work` as region `ids` of layer l when the repetition is timed.
   auto region = [&](bool timed, std::vector<std::uint64_t>& ids, auto&& work) {
     const std::uint64_t id = next_region++;
@@ -503,6 +507,33 @@ std::vector<LayerTimes> time_layers(models::Model& model,
     for (int r = 0; r < options.repeats; ++r)
       forward_backward_pass(true, cold_forward_ids, cold_backward_ids, [&] { empty_cache(flush); });
   }
+  // The optimizer's sweep before a step's first task: every parameter read and written, every
+  // gradient read (multiplied by one in place: nothing changes). On a CPU it leaves the caches
+  // holding the whole model's parameters and gradients, which the model's 4 MB-flush cold times
+  // do not: a pipeline's first forward of a step measured 13-16 % over its prediction without it.
+  auto sweep_parameters = [&] {
+    at::NoGradGuard no_grad;
+    for (torch::nn::AnyModule* module : modules) {
+      for (const at::Tensor& p : trainable_parameters(*module)) {
+        p.detach().mul_(1.0);
+        if (p.grad().defined()) p.grad().detach().mul_(1.0);
+      }
+    }
+  };
+  // Once a pass, as once a step: the layers after the first run on the data their forerunners
+  // left, as a stage's layers do in its first task (a sweep before each layer made every input
+  // cold too, and predicted the ViT's first tasks 15-18 % long).
+  if (!flush.empty()) {
+    for (int r = 0; r < options.repeats; ++r) {
+      at::Tensor current = input;
+      sweep_parameters();
+      for (int l = 0; l < layer_count; ++l) {
+        const LayerInput in = layer_input(current, l);
+        Runner run{*modules[l], model, l + 1 == layer_count, target};
+        current = region(true, step_start_ids[l], [&] { return run.forward(in.x); }).second;
+      }
+    }
+  }
   const auto times = backend.collect_ms();
   auto pick = [&](const std::vector<std::uint64_t>& ids) {
     std::vector<double> v;
@@ -514,9 +545,9 @@ std::vector<LayerTimes> time_layers(models::Model& model,
   };
   std::vector<LayerTimes> out(layer_count);
   for (int l = 0; l < layer_count; ++l) {
-    out[l] = {pick(forward_ids[l]),      pick(backward_ids[l]), pick(nograd_ids[l]),
-              pick(input_ids[l]),        pick(weight_ids[l]),   pick(cold_forward_ids[l]),
-              pick(cold_backward_ids[l])};
+    out[l] = {pick(forward_ids[l]),       pick(backward_ids[l]),  pick(nograd_ids[l]),
+              pick(input_ids[l]),         pick(weight_ids[l]),    pick(cold_forward_ids[l]),
+              pick(cold_backward_ids[l]), pick(step_start_ids[l])};
   }
   return out;
 }
@@ -880,6 +911,7 @@ std::vector<std::pair<at::Tensor, at::Tensor>> profile_sizes(
       if (profile.device.cache_bytes > 0) {
         profile.layers[l].forward_cold_ms.push_back(times[l].forward_cold.median);
         profile.layers[l].backward_cold_ms.push_back(times[l].backward_cold.median);
+        profile.layers[l].forward_step_start_ms.push_back(times[l].forward_step_start.median);
       }
       if (options.co_runners > 0) {
         const Slowdown slowdown = measure_slowdown(run, current, l, backend, options, threads);

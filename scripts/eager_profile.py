@@ -20,8 +20,8 @@ replace the profile's times.
 The times change, and what autograd saves of each child (`saved_bytes`), counted by the
 saved-tensor hooks: the same bytes as the export's but for dropout on a CPU, whose eager mask is
 float32 where the export's is one byte (docs/torch.md). The rest of the memory stays the
-profile's. Times measured with the cache emptied (`*_cold_ms`) keep the profile's extra
-time over its hot time (the cache's cost does not depend on who dispatched the op). With
+profile's. Times measured with the cache emptied (`*_cold_ms`, and `forward_step_start_ms`
+after the optimizer-like sweep) keep the profile's extra time over its hot time (the cache's cost does not depend on who dispatched the op). With
 co-runners (the profile's `co_runners`, or --co-runners K), each child is timed again beside K
 processes, each running its own copy of the same child in a loop as torch's other ranks do, and
 `*_corun_ms` is the eager time times that slowdown, as pipetune's profiler writes it. CPU
@@ -332,7 +332,8 @@ def retime(profile, times, slowdown, saved):
             layer["backward_input_ms"], layer["backward_weight_ms"] = column("input"), column("weight")
         layer["forward_ms_spread"], layer["backward_ms_spread"] = column("forward", 1), column("backward", 1)
         for cold, hot, old in (("forward_cold_ms", "forward_ms", old_forward),
-                               ("backward_cold_ms", "backward_ms", old_backward)):
+                               ("backward_cold_ms", "backward_ms", old_backward),
+                               ("forward_step_start_ms", "forward_ms", old_forward)):
             if cold in layer:
                 layer[cold] = [new + max(0.0, c - o) for new, c, o in zip(layer[hot], layer[cold], old)]
         for corun, hot, kind in (("forward_corun_ms", "forward_ms", "forward"),

@@ -131,6 +131,7 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
   costs->forward_sigma_prefix.assign(layers + 1, 0.0);
   costs->backward_sigma_prefix.assign(layers + 1, 0.0);
   costs->backward_cold_extra_prefix.assign(layers + 1, 0.0);
+  costs->forward_step_start_extra_prefix.assign(layers + 1, 0.0);
   costs->stored_bytes.assign(layers, 0);
   costs->launch_times = profile_.has_launch_times();
   costs->backward_call_ms = costs->launch_times ? profile_.device.backward_call_ms : 0.0;
@@ -244,6 +245,12 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
         costs->backward_cold_extra_prefix[l] +
         (cold ? std::max(0.0, interpolate(sizes, layer.backward_cold_ms, x) - costs->backward_ms[l])
               : 0.0);
+    costs->forward_step_start_extra_prefix[l + 1] =
+        costs->forward_step_start_extra_prefix[l] +
+        (layer.forward_step_start_ms.empty()
+             ? 0.0
+             : std::max(0.0,
+                        interpolate(sizes, layer.forward_step_start_ms, x) - costs->forward_ms[l]));
   }
   // A storage made by layer l is referenced by l, the aliasing layers after it, and the next
   // layer that makes its own; it is kept if one of them keeps it.

@@ -52,6 +52,9 @@ struct SizeCosts {
   /// How much longer forward and backward take with the cache emptied first
   /// (LayerProfile::forward_cold_ms, never below 0); all 0 where the profile has no cold times.
   std::vector<double> forward_cold_extra_prefix, backward_cold_extra_prefix;  ///< size L + 1
+  /// Prefix sums of what each layer's forward takes longer as a step's first task
+  /// (LayerProfile::forward_step_start_ms over its hot time, never below 0); all 0 without.
+  std::vector<double> forward_step_start_extra_prefix;  ///< size L + 1
   /// The layers' measured spread as standard deviations, 1.4826 × the median absolute deviation
   /// (LayerProfile::forward_ms_spread); 0 where the profile has none.
   std::vector<double> forward_sigma_prefix, backward_sigma_prefix;  ///< size L + 1
@@ -146,6 +149,9 @@ struct SizeCosts {
   }
   double backward_cold_extra_ms(int first, int end) const {
     return backward_cold_extra_prefix[end] - backward_cold_extra_prefix[first];
+  }
+  double forward_step_start_extra_ms(int first, int end) const {
+    return forward_step_start_extra_prefix[end] - forward_step_start_extra_prefix[first];
   }
   double backward_input_ms_sum(int first, int end) const {
     return backward_input_prefix[end] - backward_input_prefix[first];

@@ -121,6 +121,7 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
                    "backward_corun_ms",
                    "forward_cold_ms",
                    "backward_cold_ms",
+                   "forward_step_start_ms",
                    "forward_launch_ms",
                    "backward_launch_ms",
                    "forward_nograd_launch_ms",
@@ -192,6 +193,13 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
             layer.backward_corun_ms);
   read_pair(node, "forward_cold_ms", "backward_cold_ms", sizes, layer.forward_cold_ms,
             layer.backward_cold_ms);
+  if (auto first = node.optional_field("forward_step_start_ms")) {
+    if (layer.forward_cold_ms.empty())
+      node.fail_message(
+          "has forward_step_start_ms, but no forward_cold_ms (step-start times come with the "
+          "cold times)");
+    layer.forward_step_start_ms = numbers(*first, sizes);
+  }
   const bool forward_launch = read_pair(node, "forward_launch_ms", "backward_launch_ms", sizes,
                                         layer.forward_launch_ms, layer.backward_launch_ms);
   if (auto nograd_launch = node.optional_field("forward_nograd_launch_ms")) {
@@ -378,6 +386,15 @@ Profile parse_profile(std::string_view text, const std::string& source) {
                 "were taken with emptied)");
     }
   }
+  // Step-start times describe every layer or none: the first task of a step may be any stage's.
+  for (std::size_t k = 1; k < p.layers.size(); ++k) {
+    if (p.layers[k].forward_step_start_ms.empty() != p.layers[0].forward_step_start_ms.empty()) {
+      layer_nodes[p.layers[0].forward_step_start_ms.empty() ? k : 0].fail_message(
+          fmt::format("has forward_step_start_ms, but layer \"{}\" has none (every layer has "
+                      "step-start times, or none)",
+                      p.layers[p.layers[0].forward_step_start_ms.empty() ? 0 : k].name));
+    }
+  }
 
   // The call's time is only ever added to launch times: alone it would be silently unused.
   if (p.device.backward_call_ms > 0 && !p.has_launch_times()) {
@@ -479,6 +496,7 @@ std::string profile_to_json(const Profile& p) {
       layer["forward_cold_ms"] = l.forward_cold_ms;
       layer["backward_cold_ms"] = l.backward_cold_ms;
     }
+    if (!l.forward_step_start_ms.empty()) layer["forward_step_start_ms"] = l.forward_step_start_ms;
     if (!l.forward_launch_ms.empty()) {
       layer["forward_launch_ms"] = l.forward_launch_ms;
       layer["backward_launch_ms"] = l.backward_launch_ms;

@@ -64,6 +64,12 @@ struct LayerProfile {
   /// simulator's cache model (sim/cache_model.hpp) places a task between the two. Absent: hot.
   std::vector<double> forward_cold_ms;
   std::vector<double> backward_cold_ms;
+  /// Optional (empty when absent; only with the cold times above, every layer or none): the
+  /// forward timed as a device's first task of a step runs it, right after the optimizer's step
+  /// has swept every parameter and its gradient (on a CPU that sweep leaves the caches holding
+  /// the optimizer's data, not the stage's). The simulator times each device's first forward of
+  /// a step at it. Absent: that forward at its cold cache's time, as every other.
+  std::vector<double> forward_step_start_ms;
   /// Optional (empty when absent; both or neither, every layer or none): the host's time to
   /// launch the layer's forward and backward on a device that runs them asynchronously (a
   /// GPU), measured with nothing watching the launches. A stage's host launches its layers one
@@ -128,6 +134,12 @@ struct Profile {
   std::size_t layer_count() const { return layers.size(); }
   bool has_corun_times() const { return co_runners > 0; }
   bool has_cold_times() const { return device.cache_bytes > 0; }
+  /// Every layer has forward_step_start_ms (only ever with cold times).
+  bool has_step_start_times() const {
+    return has_cold_times() && !layers.empty() &&
+           std::all_of(layers.begin(), layers.end(),
+                       [](const auto& l) { return !l.forward_step_start_ms.empty(); });
+  }
   /// Every layer has both spreads (forward_ms_spread, backward_ms_spread).
   bool has_spreads() const {
     return !layers.empty() && std::all_of(layers.begin(), layers.end(), [](const auto& l) {

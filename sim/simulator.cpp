@@ -112,6 +112,9 @@ struct StageCost {
   /// What each task takes longer with the cache emptied first (all 0 without cold times):
   /// sim/cache_model.hpp adds its share of it.
   StageTimes cold_extra;
+  /// What the forward takes longer as its device's first task of a step, after the optimizer's
+  /// sweep (0 without step-start times); the forward without autograd its share of it.
+  double step_start_forward_extra = 0.0, step_start_nograd_extra = 0.0;
   std::int64_t param_bytes = 0;  ///< the gradients W allocates
   StageMemory memory;
 };
@@ -187,6 +190,10 @@ std::vector<std::array<StageCost, 2>> stage_costs(const CostModel& costs, const 
       cold.backward_input_ms = input + weight > 0 ? backward_extra * input / (input + weight) : 0.0;
       cold.backward_weight_ms =
           input + weight > 0 ? backward_extra * weight / (input + weight) : 0.0;
+      const double step_extra = c.forward_step_start_extra_ms(a, b) / speed;
+      cost[s][slot].step_start_forward_extra = step_extra;
+      cost[s][slot].step_start_nograd_extra =
+          forward > 0 ? step_extra * std::min(1.0, nograd / forward) : 0.0;
       // The spread's shift (SimulationOptions::spread_z): forwards by their layers' relative
       // spread, backwards (and their halves) by theirs. Exactly 1 at z = 0.
       if (spread_z != 0.0) {
@@ -719,14 +726,23 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
   std::vector<CorunTask> corun_tasks;
   EffectsMemo memo(shape.stages, hardware_.runtime);
   CopyTimes copy_times(shape.stages);
+  // Each device's first compute task of the step follows the optimizer's sweep (step-start times).
+  std::vector<std::uint8_t> started(profile_.has_step_start_times() ? devices : 0, 0);
   for (std::size_t id = 0, compute = 0; id < graph.tasks.size(); ++id) {
     const SimTask& t = graph.tasks[id];
     const StageCost& c = cost[t.stage][shape.slot_of[t.micro_batch]];
     if (is_compute(t.kind)) {
       const bool recomputed = shape.recomputed[t.micro_batch] != 0;
-      const double extra_ms =
+      double extra_ms =
           coldness.empty() ? 0.0 : coldness[compute] * task_ms(t.kind, recomputed, c.cold_extra);
       ++compute;
+      if (!started.empty() && !started[static_cast<std::size_t>(t.device)]) {
+        started[static_cast<std::size_t>(t.device)] = 1;
+        if (t.kind == TaskKind::Forward) {
+          extra_ms = std::max(extra_ms,
+                              recomputed ? c.step_start_nograd_extra : c.step_start_forward_extra);
+        }
+      }
       // With cold caches each task's own; else shared, by reference (no copy per task).
       ComputeEffects own;
       if (!coldness.empty()) own = compute_effects(graph, t, c, shape, hardware_.runtime, extra_ms);

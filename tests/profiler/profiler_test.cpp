@@ -426,11 +426,38 @@ TEST(Profiler, ColdTimesOnACpu) {
   }
   EXPECT_GE(p.layers[1].forward_cold_ms[0], 0.9 * 1.0);
   EXPECT_GE(p.layers[1].forward_cold_ms[1], 0.9 * 2.0);
+  // And the forward as a step's first task, after the optimizer-like sweep: every layer, and the
+  // sleep at least its sleep.
+  ASSERT_TRUE(p.has_step_start_times());
+  EXPECT_EQ(p.layers[0].forward_step_start_ms.size(), 2u);
+  EXPECT_GE(p.layers[1].forward_step_start_ms[0], 0.9 * 1.0);
+  EXPECT_GE(p.layers[1].forward_step_start_ms[1], 0.9 * 2.0);
   const Profile again = parse_profile(profile_to_json(p), "again.json");
   EXPECT_EQ(again.layers[0].forward_cold_ms, p.layers[0].forward_cold_ms);
+  EXPECT_EQ(again.layers[1].forward_step_start_ms, p.layers[1].forward_step_start_ms);
   // Turned off, nothing of it is written.
   o.cold_times = false;
-  EXPECT_FALSE(profiler::profile_model(m, o).profile.has_cold_times());
+  const Profile hot = profiler::profile_model(m, o).profile;
+  EXPECT_FALSE(hot.has_cold_times());
+  EXPECT_FALSE(hot.has_step_start_times());
+}
+
+// The optimizer-like sweep multiplies every parameter and gradient by one in place: a model
+// profiled with it keeps its weights bit for bit.
+TEST(Profiler, TheStepStartSweepLeavesTheWeightsAsTheyWere) {
+  models::Model m = model_of({{"first", torch::nn::AnyModule(torch::nn::Linear(8, 16))},
+                              {"second", torch::nn::AnyModule(torch::nn::Linear(16, 4))}},
+                             {8});
+  std::vector<at::Tensor> before;
+  for (const auto& p : m.layers->parameters()) before.push_back(p.detach().clone());
+  profiler::ProfileOptions o = quick(4, {2, 4});
+  o.threads = 1;
+  const Profile p = profiler::profile_model(m, o).profile;
+  if (!p.has_cold_times()) GTEST_SKIP() << "this machine names no private cache";
+  ASSERT_TRUE(p.has_step_start_times());
+  const auto after = m.layers->parameters();
+  ASSERT_EQ(after.size(), before.size());
+  for (std::size_t k = 0; k < before.size(); ++k) EXPECT_TRUE(at::equal(after[k], before[k])) << k;
 }
 
 TEST(Profiler, CoRunTimesOfABandwidthBoundLayer) {

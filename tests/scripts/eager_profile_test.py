@@ -38,6 +38,7 @@ def fabricated_profile(layers=4):
             "forward_ms": per_size(99.0), "backward_ms": per_size(99.0), "forward_nograd_ms": per_size(99.0),
             "backward_input_ms": per_size(99.0), "backward_weight_ms": per_size(99.0),
             "forward_cold_ms": per_size(101.0), "backward_cold_ms": per_size(99.0),
+            "forward_step_start_ms": per_size(104.0),
             "forward_corun_ms": per_size(150.0), "backward_corun_ms": per_size(150.0),
         } for i in range(layers)],
         "meta": {"threads": 1, "warmup": 1, "repeats": 3, "kept": "verbatim"},
@@ -89,6 +90,8 @@ class EagerProfileTest(unittest.TestCase):
                 # The cache's extra time over the hot time is kept (101 - 99 ms).
                 self.assertAlmostEqual(layer["forward_cold_ms"][s], layer["forward_ms"][s] + 2.0, 9)
                 self.assertEqual(layer["backward_cold_ms"][s], layer["backward_ms"][s])
+                # And the step start's (104 - 99 ms).
+                self.assertAlmostEqual(layer["forward_step_start_ms"][s], layer["forward_ms"][s] + 5.0, 9)
                 self.assertGreaterEqual(layer["forward_ms_spread"][s], 0.0)
             for field in ("name", "param_bytes", "output_bytes"):
                 self.assertEqual(layer[field], before["layers"][i][field], field)

@@ -132,6 +132,76 @@ TEST(CacheSimulator, RandomPlansWithoutExtraAreUnchangedAndWithItNoShorter) {
   }
 }
 
+// Two stages of one layer each (forward 1 ms, backward 2 ms, cold times as hot), 1F1B, two
+// micro-batches: each device's first task of the step, its first forward, takes the step-start
+// time (1.5 and 3 ms); every other task its hot time. Step-start times equal to the hot ones
+// predict bit for bit what none predict.
+TEST(CacheSimulator, EachDevicesFirstForwardTakesItsStepStartTime) {
+  testing::LayerSpec layer{1.0, 2.0, 0, 0, 64, 0};
+  Profile profile = testing::make_profile({layer, layer}, 2);
+  profile.device.cache_bytes = 1 << 20;
+  for (auto& l : profile.layers) {
+    l.forward_cold_ms = l.forward_ms;
+    l.backward_cold_ms = l.backward_ms;
+  }
+  const Hardware hw = replicate_device(profile.device, 2);
+  const Plan plan = make_plan({1, 1}, 2, CheckpointMode::Never, ScheduleKind::OneFOneB);
+  const auto base = Simulator(profile, hw).run(plan);
+
+  Profile same = profile;
+  for (auto& l : same.layers) l.forward_step_start_ms = l.forward_ms;
+  ASSERT_TRUE(same.has_step_start_times());
+  EXPECT_EQ(Simulator(same, hw).run(plan).iteration_ms, base.iteration_ms);
+
+  Profile first = profile;
+  for (auto& l : first.layers) l.forward_step_start_ms = {1.5, 1.5};
+  first.layers[1].forward_step_start_ms = {3.0, 3.0};
+  const auto r = Simulator(first, hw).run(plan);
+  int firsts = 0;
+  for (const SimTask& t : r.tasks) {
+    if (!is_compute(t.kind)) continue;
+    const bool step_start = t.kind == TaskKind::Forward && t.micro_batch == 0;
+    firsts += step_start ? 1 : 0;
+    const double hot_ms = t.kind == TaskKind::Forward ? 1.0 : 2.0;
+    EXPECT_DOUBLE_EQ(t.duration_ms(), step_start ? (t.stage == 0 ? 1.5 : 3.0) : hot_ms)
+        << t.label();
+  }
+  EXPECT_EQ(firsts, 2);
+  // Both first forwards lie on the step's critical path: 0.5 + 2 ms more.
+  EXPECT_DOUBLE_EQ(r.iteration_ms, base.iteration_ms + 2.5);
+}
+
+TEST(CacheProfile, StepStartTimesRoundTripAndComeWithTheColdTimes) {
+  std::mt19937 rng(7);
+  Profile p = testing::random_profile(rng, 3, 4);
+  p.device.cache_bytes = 2 << 20;
+  for (auto& l : p.layers) {
+    l.forward_cold_ms = l.forward_ms;
+    l.backward_cold_ms = l.backward_ms;
+    for (double ms : l.forward_ms) l.forward_step_start_ms.push_back(ms * 1.2);
+  }
+  const Profile q = parse_profile(profile_to_json(p), "again.json");
+  EXPECT_TRUE(q.has_step_start_times());
+  EXPECT_EQ(q.layers[2].forward_step_start_ms, p.layers[2].forward_step_start_ms);
+
+  const auto error = [](const Profile& bad) {
+    return testing::error_of(
+        [](const std::string& t, const std::string& s) { parse_profile(t, s); },
+        profile_to_json(bad));
+  };
+  Profile no_cold = p;
+  no_cold.device.cache_bytes = 0;
+  for (auto& l : no_cold.layers) l.forward_cold_ms.clear(), l.backward_cold_ms.clear();
+  EXPECT_THAT(error(no_cold), HasSubstr("layers[0]: has forward_step_start_ms, but no "
+                                        "forward_cold_ms"));
+  Profile one_without = p;
+  one_without.layers[1].forward_step_start_ms.clear();
+  EXPECT_THAT(error(one_without), HasSubstr("layers[0]: has forward_step_start_ms, but layer"));
+  Profile first_without = p;
+  first_without.layers[0].forward_step_start_ms.clear();
+  EXPECT_THAT(error(first_without), HasSubstr("layers[1]: has forward_step_start_ms, but layer"));
+}
+
 TEST(CacheProfile, ColdTimesRoundTripAndNeedTheCache) {
   std::mt19937 rng(5);
   Profile p = testing::random_profile(rng, 3, 4);
