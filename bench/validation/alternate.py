@@ -56,7 +56,10 @@ def micro_batch_sizes(batch, chunks):
 
 
 def call(what):
-    done = subprocess.run(what, capture_output=True, text=True)
+    try:
+        done = subprocess.run(what, capture_output=True, text=True)
+    except OSError as e:
+        sys.exit(f"alternate.py: {what[0]}: {e.strerror} (build pipetune first, or pass --pipetune)")
     if done.returncode:
         sys.exit(f"alternate.py: {' '.join(what[:2])}: {done.stderr.strip() or done.stdout.strip()}")
     return done.stdout
