@@ -21,7 +21,8 @@ The times change, and what autograd saves of each child (`saved_bytes`), counted
 saved-tensor hooks: the same bytes as the export's but for dropout on a CPU, whose eager mask is
 float32 where the export's is one byte (docs/torch.md). The rest of the memory stays the
 profile's. Times measured with the cache emptied (`*_cold_ms`, and `forward_step_start_ms`
-after the optimizer-like sweep) keep the profile's extra time over its hot time (the cache's cost does not depend on who dispatched the op). With
+after the optimizer-like sweep) keep the profile's extra time over its hot time (the cache's
+cost does not depend on who dispatched the op). With
 co-runners (the profile's `co_runners`, or --co-runners K), each child is timed again beside K
 processes, each running its own copy of the same child in a loop as torch's other ranks do, and
 `*_corun_ms` is the eager time times that slowdown, as pipetune's profiler writes it. CPU

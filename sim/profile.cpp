@@ -388,12 +388,13 @@ Profile parse_profile(std::string_view text, const std::string& source) {
   }
   // Step-start times describe every layer or none: the first task of a step may be any stage's.
   for (std::size_t k = 1; k < p.layers.size(); ++k) {
-    if (p.layers[k].forward_step_start_ms.empty() != p.layers[0].forward_step_start_ms.empty()) {
-      layer_nodes[p.layers[0].forward_step_start_ms.empty() ? k : 0].fail_message(
-          fmt::format("has forward_step_start_ms, but layer \"{}\" has none (every layer has "
-                      "step-start times, or none)",
-                      p.layers[p.layers[0].forward_step_start_ms.empty() ? 0 : k].name));
-    }
+    const bool first_has = !p.layers[0].forward_step_start_ms.empty();
+    if (!p.layers[k].forward_step_start_ms.empty() == first_has) continue;
+    const std::size_t with = first_has ? 0 : k, without = first_has ? k : 0;
+    layer_nodes[with].fail_message(
+        fmt::format("has forward_step_start_ms, but layer \"{}\" has none (every layer has "
+                    "step-start times, or none)",
+                    p.layers[without].name));
   }
 
   // The call's time is only ever added to launch times: alone it would be silently unused.

@@ -114,7 +114,7 @@ struct StageCost {
   StageTimes cold_extra;
   /// What the forward takes longer as its device's first task of a step, after the optimizer's
   /// sweep (0 without step-start times); the forward without autograd its share of it.
-  double step_start_forward_extra = 0.0, step_start_nograd_extra = 0.0;
+  StageTimes step_start_extra;
   std::int64_t param_bytes = 0;  ///< the gradients W allocates
   StageMemory memory;
 };
@@ -184,16 +184,18 @@ std::vector<std::array<StageCost, 2>> stage_costs(const CostModel& costs, const 
       const double backward_extra = c.backward_cold_extra_ms(a, b) / speed;
       const double nograd = c.forward_nograd_ms_sum(a, b);
       const double input = c.backward_input_ms_sum(a, b), weight = c.backward_weight_ms_sum(a, b);
-      cold.forward_ms = forward_extra;
-      cold.forward_nograd_ms = forward > 0 ? forward_extra * std::min(1.0, nograd / forward) : 0.0;
+      // A forward's extra, and the forward without autograd's share of it.
+      const auto set_forward_extra = [&](StageTimes& times, double extra) {
+        times.forward_ms = extra;
+        times.forward_nograd_ms = forward > 0 ? extra * std::min(1.0, nograd / forward) : 0.0;
+      };
+      set_forward_extra(cold, forward_extra);
       cold.backward_ms = backward_extra;
       cold.backward_input_ms = input + weight > 0 ? backward_extra * input / (input + weight) : 0.0;
       cold.backward_weight_ms =
           input + weight > 0 ? backward_extra * weight / (input + weight) : 0.0;
-      const double step_extra = c.forward_step_start_extra_ms(a, b) / speed;
-      cost[s][slot].step_start_forward_extra = step_extra;
-      cost[s][slot].step_start_nograd_extra =
-          forward > 0 ? step_extra * std::min(1.0, nograd / forward) : 0.0;
+      set_forward_extra(cost[s][slot].step_start_extra,
+                        c.forward_step_start_extra_ms(a, b) / speed);
       // The spread's shift (SimulationOptions::spread_z): forwards by their layers' relative
       // spread, backwards (and their halves) by theirs. Exactly 1 at z = 0.
       if (spread_z != 0.0) {
@@ -726,8 +728,9 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
   std::vector<CorunTask> corun_tasks;
   EffectsMemo memo(shape.stages, hardware_.runtime);
   CopyTimes copy_times(shape.stages);
-  // Each device's first compute task of the step follows the optimizer's sweep (step-start times).
-  std::vector<std::uint8_t> started(profile_.has_step_start_times() ? devices : 0, 0);
+  // Each device's first compute task of the step follows the optimizer's sweep. Step-start
+  // times come only with cold times; without them the extra is 0 and changes nothing.
+  std::vector<std::uint8_t> started(profile_.has_cold_times() ? devices : 0, 0);
   for (std::size_t id = 0, compute = 0; id < graph.tasks.size(); ++id) {
     const SimTask& t = graph.tasks[id];
     const StageCost& c = cost[t.stage][shape.slot_of[t.micro_batch]];
@@ -738,10 +741,8 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
       ++compute;
       if (!started.empty() && !started[static_cast<std::size_t>(t.device)]) {
         started[static_cast<std::size_t>(t.device)] = 1;
-        if (t.kind == TaskKind::Forward) {
-          extra_ms = std::max(extra_ms,
-                              recomputed ? c.step_start_nograd_extra : c.step_start_forward_extra);
-        }
+        if (t.kind == TaskKind::Forward)
+          extra_ms = std::max(extra_ms, task_ms(t.kind, recomputed, c.step_start_extra));
       }
       // With cold caches each task's own; else shared, by reference (no copy per task).
       ComputeEffects own;
