@@ -35,7 +35,7 @@ struct ValidateFlags {
   std::vector<int> chunks;
   std::vector<std::string> checkpoints{"all"}, schedules{"all"};
   std::vector<int> stages_per_device{2};
-  int steps = 10, warmup = 1, rounds = 2;
+  int steps = 10, warmup = 1, rounds = 2, profiles = 1;
   int calibration_plans = 2, calibration_steps = 4;
   bool recalibrate = false;
   int threads = 0;
@@ -111,9 +111,16 @@ void add_run_flags(CLI::App& sub, ValidateFlags& flags) {
       ->check(whole_number(1, 1000000));
   sub.add_option("--warmup", flags.warmup, "unmeasured steps per plan and round (default 1)")
       ->check(whole_number(0, 1000000));
-  sub.add_option("--rounds", flags.rounds,
-                 "plans take turns this many times, against drift (default 2)")
-      ->check(whole_number(1, 1000));
+  auto* rounds = sub.add_option("--rounds", flags.rounds,
+                                "plans take turns this many times, against drift (default 2)")
+                     ->check(whole_number(1, 1000));
+  sub.add_option("--profiles", flags.profiles,
+                 "profile K times, once before each of K rounds of the runs, and predict from "
+                 "the profiles pooled: a machine whose pace drifts moves predictions and runs "
+                 "alike (default 1)")
+      ->check(whole_number(1, 1000))
+      ->excludes(rounds)
+      ->type_name("K");
   sub.add_option(
          "--calibration-plans", flags.calibration_plans,
          "plans run to fit the calibration, none of them validated; 0: no calibration (default 2)")
@@ -195,6 +202,15 @@ validate::ValidationOptions validation_options(const ValidateFlags& flags) {
   }
   o.profile_path = flags.profile;
   o.hardware_path = flags.hardware;
+  if (flags.profiles > 1 && !flags.profile.empty()) {
+    throw InputError(fmt::format("--profiles {}: profiles taken now, so not with --profile {}",
+                                 flags.profiles, flags.profile));
+  }
+  if (flags.profiles > flags.steps) {
+    throw InputError(fmt::format("--steps {}: at least one a profile round (--profiles {})",
+                                 flags.steps, flags.profiles));
+  }
+  o.profile_rounds = flags.profiles;
   // validate measures pipetune's executor: a prediction for torch's runtime would be checked
   // against runs of another runtime, and its restrictions would narrow the plans for nothing.
   if (!flags.hardware.empty() &&

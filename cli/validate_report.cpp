@@ -184,6 +184,15 @@ std::string calibration_fit_line(const Validation& v) {
   return fmt::format("{}", fmt::join(errors, ", "));
 }
 
+// How the profile was taken: now (in rounds between the runs, pooled) or reused.
+std::string profile_origin(const Validation& v) {
+  if (!v.profiled) return "reused";
+  if (v.round_profile_paths.empty()) return fmt::format("taken now, {:.1f} s", v.profile_seconds);
+  return fmt::format(
+      "pooled from {} profiles, one before each round of the runs, {:.1f} s; sizes {} retimed",
+      v.round_profile_paths.size(), v.profile_seconds, fmt::join(v.reprofiled_sizes, ", "));
+}
+
 std::string gui_command(const Validation& v, const PlanValidation& p) {
   return fmt::format("pipetune-gui {} {} {} {}", v.profile_path, v.hardware_path, p.plan_path,
                      p.measured_trace_path);
@@ -195,9 +204,7 @@ std::string validation_text(const Validation& v) {
   std::string out;
   out += fmt::format("model       {} ({}), batch {} on {}\n", v.model, v.model_spec, v.batch,
                      v.device);
-  out += fmt::format(
-      "profile     {}{}\n", v.profile_path,
-      v.profiled ? fmt::format(" (taken now, {:.1f} s)", v.profile_seconds) : " (reused)");
+  out += fmt::format("profile     {} ({})\n", v.profile_path, profile_origin(v));
   out += fmt::format("hardware    {}: {} devices, link {}, {:.3f} ms\n", v.hardware_path,
                      v.hardware.devices.size(),
                      format_bandwidth(v.hardware.link.bandwidth_bytes_per_s),
@@ -262,7 +269,9 @@ std::string validation_markdown(const Validation& v) {
   out += fmt::format("# pipetune validate: {} on {}\n\n", v.model, v.device);
   out += fmt::format("- model: `{}`, batch {}\n", v.model_spec, v.batch);
   out += fmt::format("- profile: `{}` ({})\n", v.profile_path,
-                     v.profiled ? "taken by this run" : "reused");
+                     !v.profiled                     ? "reused"
+                     : v.round_profile_paths.empty() ? "taken by this run"
+                                                     : profile_origin(v));
   out += fmt::format("- hardware: `{}`, {} devices, link {}, {:.3f} ms\n", v.hardware_path,
                      v.hardware.devices.size(),
                      format_bandwidth(v.hardware.link.bandwidth_bytes_per_s),
@@ -393,6 +402,10 @@ std::string validation_json(const Validation& v, const ValidationThresholds& thr
   out["device"] = v.device;
   out["profile"] = v.profile_path;
   out["profiled"] = v.profiled;
+  if (!v.round_profile_paths.empty()) {
+    out["round_profiles"] = v.round_profile_paths;
+    out["reprofiled_sizes"] = v.reprofiled_sizes;
+  }
   out["hardware"] = v.hardware_path;
   out["calibration"] = v.has_calibration() ? (v.calibration_fitted ? "fitted" : "reused") : "none";
   if (!v.calibration_reason.empty()) out["calibration_reason"] = v.calibration_reason;

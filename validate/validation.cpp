@@ -13,6 +13,7 @@
 #include "profiler/profiler.hpp"
 #include "sim/balance.hpp"
 #include "sim/error.hpp"
+#include "sim/profile_pool.hpp"
 #include "sim/simulator.hpp"
 
 namespace pipetune::validate {
@@ -62,6 +63,33 @@ Hardware without_calibration(Hardware hardware) {
   return hardware;
 }
 
+// A profile taken now, at `sizes` (empty: the profiler's default sizes).
+Profile profile_now(models::Model& model, const ValidationOptions& options,
+                    const std::vector<std::int64_t>& sizes) {
+  profiler::ProfileOptions po;
+  po.device = options.run.device;
+  po.batch_size = options.run.batch;
+  po.micro_batch_sizes = sizes;
+  po.repeats = options.profile_repeats;
+  po.warmup = options.profile_warmup;
+  po.seed = options.run.seed;
+  po.threads = options.run.threads;
+  po.sm_partitions = options.run.sm_partitions;
+  if (po.threads == 0 && options.run.device == "cpu") {
+    // The threads each CPU device will have when the executor runs the plans.
+    po.threads = exec::cpu_threads_per_device(options.devices);
+  }
+  po.co_runners = options.co_runners >= 0       ? options.co_runners
+                  : options.run.device == "cpu" ? options.devices - 1
+                                                : 0;
+  if (options.progress) {
+    po.progress = [&](std::size_t done, std::size_t total) {
+      options.progress("profile", done, total);
+    };
+  }
+  return std::move(profiler::profile_model(model, po).profile);
+}
+
 Profile obtain_profile(models::Model& model, const ValidationOptions& options, Validation& v) {
   if (!options.profile_path.empty()) {
     Profile profile = load_profile(options.profile_path);
@@ -92,34 +120,20 @@ Profile obtain_profile(models::Model& model, const ValidationOptions& options, V
     v.profile_path = options.profile_path;
     return profile;
   }
-  profiler::ProfileOptions po;
-  po.device = options.run.device;
-  po.batch_size = options.run.batch;
-  po.repeats = options.profile_repeats;
-  po.warmup = options.profile_warmup;
-  po.seed = options.run.seed;
-  po.threads = options.run.threads;
-  po.sm_partitions = options.run.sm_partitions;
-  if (po.threads == 0 && options.run.device == "cpu") {
-    // The threads each CPU device will have when the executor runs the plans.
-    po.threads = exec::cpu_threads_per_device(options.devices);
-  }
-  po.co_runners = options.co_runners >= 0       ? options.co_runners
-                  : options.run.device == "cpu" ? options.devices - 1
-                                                : 0;
-  if (options.progress) {
-    po.progress = [&](std::size_t done, std::size_t total) {
-      options.progress("profile", done, total);
-    };
-  }
   const auto started = std::chrono::steady_clock::now();
-  profiler::ProfileResult result = profiler::profile_model(model, po);
+  Profile profile = profile_now(model, options, {});
   v.profile_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   v.profiled = true;
   v.profile_path = (fs::path(options.out_dir) / "profile.json").string();
-  save_profile(result.profile, v.profile_path);
-  return std::move(result.profile);
+  if (options.profile_rounds > 1) {
+    // The pool is written as profile.json once every round is in.
+    v.round_profile_paths.push_back((fs::path(options.out_dir) / "profile-1.json").string());
+    save_profile(profile, v.round_profile_paths.back());
+  } else {
+    save_profile(profile, v.profile_path);
+  }
+  return profile;
 }
 
 Hardware obtain_hardware(const ValidationOptions& options, const Profile& profile, int layers) {
@@ -129,6 +143,75 @@ Hardware obtain_hardware(const ValidationOptions& options, const Profile& profil
   if (options.probe) return options.probe(layers);
   return first_devices(profiler::probe_hardware(options.run.device, options.devices),
                        options.devices);
+}
+
+// The measured sizes a later profile round retimes: those the plans' micro-batches take, and
+// for a size the first profile did not measure, the two it is interpolated between (as
+// CostModel reads them).
+std::vector<std::int64_t> sizes_to_reprofile(const std::vector<std::int64_t>& measured,
+                                             const std::vector<Plan>& plans, std::int64_t batch) {
+  std::vector<std::int64_t> out;
+  auto add = [&](std::int64_t size) {
+    if (std::find(out.begin(), out.end(), size) == out.end()) out.push_back(size);
+  };
+  for (const Plan& plan : plans) {
+    for (std::int64_t size : split_batch(batch, plan.chunks)) {
+      if (std::find(measured.begin(), measured.end(), size) != measured.end()) {
+        add(size);
+      } else if (measured.size() == 1) {
+        add(measured.front());
+      } else if (!measured.empty()) {
+        const auto upper = std::upper_bound(measured.begin(), measured.end(), size);
+        const std::size_t k =
+            std::clamp<std::size_t>(static_cast<std::size_t>(upper - measured.begin()), 1,
+                                    measured.size() - 1) -
+            1;
+        add(measured[k]);
+        add(measured[k + 1]);
+      }
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// One plan's runs of several rounds, as measure_plans keeps one run of several: steps in the
+// order run, each device's largest peaks, and the trace of the round whose median step is
+// nearest the median over every step.
+MeasuredRun merge_rounds(std::vector<MeasuredRun> rounds) {
+  std::vector<double> round_medians;
+  for (const MeasuredRun& r : rounds) round_medians.push_back(r.median_pipeline_ms());
+  MeasuredRun merged = std::move(rounds.front());
+  auto append = [](std::vector<double>& to, const std::vector<double>& from) {
+    to.insert(to.end(), from.begin(), from.end());
+  };
+  auto keep_largest = [](std::vector<std::int64_t>& to, const std::vector<std::int64_t>& from) {
+    to.resize(std::max(to.size(), from.size()), 0);
+    for (std::size_t d = 0; d < from.size(); ++d) to[d] = std::max(to[d], from[d]);
+  };
+  for (std::size_t r = 1; r < rounds.size(); ++r) {
+    append(merged.pipeline_ms, rounds[r].pipeline_ms);
+    append(merged.step_ms, rounds[r].step_ms);
+    append(merged.losses, rounds[r].losses);
+    append(merged.host_pace_us, rounds[r].host_pace_us);
+    keep_largest(merged.peak_memory_bytes, rounds[r].peak_memory_bytes);
+    keep_largest(merged.library_memory_bytes, rounds[r].library_memory_bytes);
+  }
+  const double overall = merged.median_pipeline_ms();
+  std::size_t nearest = 0;
+  for (std::size_t r = 1; r < rounds.size(); ++r) {
+    if (std::abs(round_medians[r] - overall) < std::abs(round_medians[nearest] - overall))
+      nearest = r;
+  }
+  if (nearest > 0) {
+    merged.trace = std::move(rounds[nearest].trace);
+    merged.traced_step_peak_bytes = std::move(rounds[nearest].traced_step_peak_bytes);
+  }
+  for (std::size_t d = 0; d < merged.trace.devices.size() && d < merged.peak_memory_bytes.size();
+       ++d) {
+    merged.trace.devices[d].peak_memory_bytes = merged.peak_memory_bytes[d];
+  }
+  return merged;
 }
 
 // The memory model's peaks in the traced step's own order (empty: a task is not in the trace).
@@ -183,6 +266,83 @@ PlanValidation judge(const Profile& profile, const Hardware& hardware, MeasuredR
     save_trace(pv.predicted_calibrated, pv.calibrated_trace_path);
   }
   return pv;
+}
+
+// Fits a calibration on the runs of the calibration plans and keeps it where it earns its
+// place (choose_calibration): `hardware` then carries it and the model's error on this machine,
+// which widens every interval from here on (sim/interval.hpp).
+void fit_calibration(const Profile& profile, Hardware& hardware, std::vector<MeasuredRun> runs,
+                     const std::string& out_dir, Validation& v) {
+  std::vector<CalibrationRun> fit_runs;
+  for (const auto& r : runs) {
+    fit_runs.push_back({r.plan, r.trace, r.median_pipeline_ms(), measurement_noise(r.pipeline_ms)});
+  }
+  // Applied only where it earns its place; else the report says why, and predicts without.
+  const CalibrationChoice choice = choose_calibration(profile, hardware, fit_runs);
+  v.calibration_reason = choice.reason;
+  if (!choice.used) v.unused_calibration = choice.fitted;
+  hardware.calibration = choice.used ? choice.fitted : Calibration{};
+  v.calibration_fitted = choice.used;
+  // The model's error as the headline predicts: out of sample where the calibration is used (a
+  // fit on the other runs), uncalibrated where not.
+  const std::vector<double>& errors =
+      choice.used ? choice.out_of_sample_error : choice.uncalibrated_error;
+  if (errors.size() >= 2) {
+    double squares = 0.0;
+    for (double e : errors) squares += e * e;
+    hardware.model_error = std::sqrt(squares / static_cast<double>(errors.size()));
+  }
+  for (std::size_t k = 0; k < runs.size(); ++k) {
+    v.calibration_runs.push_back(
+        judge(profile, hardware, std::move(runs[k]),
+              (fs::path(out_dir) / fmt::format("calibration-{}", k + 1)).string()));
+  }
+}
+
+using Measure =
+    std::function<std::vector<MeasuredRun>(const std::vector<Plan>&, const RunSettings&,
+                                           const std::function<void(std::size_t, std::size_t)>&)>;
+
+// The runs in profile rounds: before each round but the first (whose profile is `profile`), a
+// profile of the sizes `sized` plans read; each round runs every plan once, its share of the
+// steps. `profile` becomes the rounds' pool, written as the validation's profile.
+std::vector<MeasuredRun> run_in_profile_rounds(
+    models::Model& model, const ValidationOptions& options, const std::vector<Plan>& plans,
+    const std::vector<Plan>& sized, const Measure& measure, Profile& profile, Validation& v) {
+  const int rounds = options.profile_rounds;
+  const RunSettings& run = options.run;
+  v.reprofiled_sizes = sizes_to_reprofile(profile.micro_batch_sizes, sized, run.batch);
+  std::vector<Profile> profiles{profile};
+  std::vector<std::vector<MeasuredRun>> by_plan(plans.size());
+  const std::size_t total =
+      plans.size() * static_cast<std::size_t>(run.steps + rounds * run.warmup);
+  std::size_t done = 0;
+  for (int r = 0; r < rounds; ++r) {
+    if (r > 0) {
+      const auto started = std::chrono::steady_clock::now();
+      profiles.push_back(profile_now(model, options, v.reprofiled_sizes));
+      v.profile_seconds +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      v.round_profile_paths.push_back(
+          (fs::path(options.out_dir) / fmt::format("profile-{}.json", r + 1)).string());
+      save_profile(profiles.back(), v.round_profile_paths.back());
+    }
+    RunSettings rs = run;
+    rs.rounds = 1;
+    rs.steps = run.steps / rounds + (r < run.steps % rounds ? 1 : 0);
+    std::size_t this_round = 0;
+    std::vector<MeasuredRun> measured = measure(plans, rs, [&](std::size_t d, std::size_t) {
+      this_round = d;
+      if (options.progress) options.progress("run", done + d, total);
+    });
+    done += this_round;
+    for (std::size_t p = 0; p < plans.size(); ++p) by_plan[p].push_back(std::move(measured[p]));
+  }
+  profile = pool_profiles(profiles, v.round_profile_paths);
+  save_profile(profile, v.profile_path);
+  std::vector<MeasuredRun> runs;
+  for (auto& rounds_of_plan : by_plan) runs.push_back(merge_rounds(std::move(rounds_of_plan)));
+  return runs;
 }
 
 }  // namespace
@@ -275,6 +435,20 @@ Validation run_validation(const ValidationOptions& options) {
     throw InputError(Input::Devices, fmt::format("expected at least 1, got {}", options.devices));
   if (options.top < 1)
     throw InputError(Input::Top, fmt::format("expected at least 1, got {}", options.top));
+  if (options.profile_rounds < 1) {
+    throw InputError(
+        fmt::format("profile rounds: expected at least 1, got {}", options.profile_rounds));
+  }
+  if (options.profile_rounds > 1 && !options.profile_path.empty()) {
+    throw InputError(fmt::format(
+        "{}: a profile given is not taken again: {} profile rounds need the profiles taken now",
+        options.profile_path, options.profile_rounds));
+  }
+  if (options.run.steps < options.profile_rounds) {
+    throw InputError(Input::Steps,
+                     fmt::format("expected at least {} (a step a profile round), got {}",
+                                 options.profile_rounds, options.run.steps));
+  }
 
   Validation v;
   v.model_spec = options.model_spec;
@@ -312,7 +486,7 @@ Validation run_validation(const ValidationOptions& options) {
     return options.measure ? options.measure(to_run, settings, progress)
                            : measure_plans(model, to_run, settings, progress);
   };
-  const Profile profile = obtain_profile(model, options, v);
+  Profile profile = obtain_profile(model, options, v);
   Hardware hardware = obtain_hardware(options, profile, static_cast<int>(model.layer_names.size()));
   const std::string hardware_source =
       options.hardware_path.empty() ? "the probed hardware" : options.hardware_path;
@@ -345,14 +519,16 @@ Validation run_validation(const ValidationOptions& options) {
     v.planner_space = result.search_space;
   }
 
-  // The calibration: reused, or fitted on other plans run briefly.
+  // The calibration: reused, or fitted on other plans run briefly (fitted once the profile is
+  // final, after the runs when it is pooled from rounds).
   const bool reuse = !hardware.calibration.empty() && !options.recalibrate;
+  if (!reuse) hardware.calibration = {};
+  std::vector<Plan> fit_on;
+  std::vector<MeasuredRun> calibration_measured;
   if (!reuse && options.calibration_plans > 0) {
-    hardware.calibration = {};
     // Stages of the one-stage-per-device calibration plans: the devices the plans use.
     const int stages = plans.front().stages() / std::max(1, plans.front().stages_per_device);
-    std::vector<Plan> fit_on =
-        calibration_plans(profile, hardware, stages, plans, options.calibration_plans);
+    fit_on = calibration_plans(profile, hardware, stages, plans, options.calibration_plans);
     // Time-balanced calibration plans may split what must stay on one stage: left out.
     std::erase_if(fit_on, [&](const Plan& p) {
       return models::split_by(unsplittable, p.balance).has_value();
@@ -361,47 +537,29 @@ Validation run_validation(const ValidationOptions& options) {
       RunSettings rs = options.run;
       rs.steps = std::max(1, options.calibration_steps);
       rs.rounds = 1;
-      std::vector<MeasuredRun> runs = measure(fit_on, rs, [&](std::size_t d, std::size_t t) {
+      calibration_measured = measure(fit_on, rs, [&](std::size_t d, std::size_t t) {
         if (options.progress) options.progress("calibrate", d, t);
       });
-      std::vector<CalibrationRun> fit_runs;
-      for (const auto& r : runs) {
-        fit_runs.push_back(
-            {r.plan, r.trace, r.median_pipeline_ms(), measurement_noise(r.pipeline_ms)});
-      }
-      // Applied only where it earns its place; else the report says why, and predicts without.
-      const CalibrationChoice choice = choose_calibration(profile, hardware, fit_runs);
-      v.calibration_reason = choice.reason;
-      if (!choice.used) v.unused_calibration = choice.fitted;
-      hardware.calibration = choice.used ? choice.fitted : Calibration{};
-      v.calibration_fitted = choice.used;
-      // The model's error on this machine, as the headline predicts: out of sample where the
-      // calibration is used (a fit on the other runs), uncalibrated where not. It widens every
-      // interval from here on (sim/interval.hpp).
-      const std::vector<double>& errors =
-          choice.used ? choice.out_of_sample_error : choice.uncalibrated_error;
-      if (errors.size() >= 2) {
-        double squares = 0.0;
-        for (double e : errors) squares += e * e;
-        hardware.model_error = std::sqrt(squares / static_cast<double>(errors.size()));
-      }
-      for (std::size_t k = 0; k < runs.size(); ++k) {
-        v.calibration_runs.push_back(
-            judge(profile, hardware, std::move(runs[k]),
-                  (fs::path(options.out_dir) / fmt::format("calibration-{}", k + 1)).string()));
-      }
     }
-  } else if (!reuse) {
-    hardware.calibration = {};
+  }
+
+  // The real runs, interleaved, and the comparisons.
+  std::vector<MeasuredRun> runs;
+  if (options.profile_rounds > 1) {
+    std::vector<Plan> sized = plans;
+    sized.insert(sized.end(), fit_on.begin(), fit_on.end());
+    runs = run_in_profile_rounds(model, options, plans, sized, measure, profile, v);
+  } else {
+    runs = measure(plans, options.run, [&](std::size_t d, std::size_t t) {
+      if (options.progress) options.progress("run", d, t);
+    });
+  }
+  if (!calibration_measured.empty()) {
+    fit_calibration(profile, hardware, std::move(calibration_measured), options.out_dir, v);
   }
   v.hardware = hardware;
   v.hardware_path = (fs::path(options.out_dir) / "hardware.json").string();
   save_hardware(hardware, v.hardware_path);
-
-  // The real runs, interleaved, and the comparisons.
-  std::vector<MeasuredRun> runs = measure(plans, options.run, [&](std::size_t d, std::size_t t) {
-    if (options.progress) options.progress("run", d, t);
-  });
   for (std::size_t k = 0; k < runs.size(); ++k) {
     v.plans.push_back(judge(profile, hardware, std::move(runs[k]),
                             (fs::path(options.out_dir) / fmt::format("plan-{}", k + 1)).string()));

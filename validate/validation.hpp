@@ -3,7 +3,9 @@
 // Predict, run, compare: the loop pipetune exists for, shared by `pipetune validate` and
 // `pipetune demo`.
 //
-//   profile   the model's layers on the device (or a profile given to reuse)
+//   profile   the model's layers on the device (or a profile given to reuse); with K profile
+//             rounds, again before each round of the runs, pooled (sim/profile_pool.hpp) so
+//             that the predictions and the runs see the machine's drift alike
 //   hardware  the devices and links probed (or a hardware.json given), and its calibration:
 //             reused when the file has one, else fitted on a few plans run briefly that are
 //             not among those validated, and used only where it earns its place
@@ -46,6 +48,10 @@ struct ValidationOptions {
   int calibration_steps = 4;
   bool recalibrate = false;  ///< fit anew even when the hardware file has a calibration
   int profile_repeats = 5, profile_warmup = 2;
+  /// > 1: profile this many times, once before each of as many rounds of the runs (which then
+  /// replace run.rounds), and predict from the profiles pooled; the later rounds time only the
+  /// sizes the plans' micro-batches read. Needs a profile taken now, and run.steps ≥ this.
+  int profile_rounds = 1;
   /// CPU: the co-runners each layer is also timed beside (profiler::ProfileOptions); -1: one
   /// per other device (devices - 1); 0: none, the simulator then uses solo times alone.
   int co_runners = -1;
@@ -87,8 +93,12 @@ struct Validation {
   std::string model, model_spec, device;
   std::int64_t batch = 0;
   std::string profile_path;
-  bool profiled = false;  ///< the profile was taken by this run (else reused)
-  double profile_seconds = 0.0;
+  bool profiled = false;         ///< the profile was taken by this run (else reused)
+  double profile_seconds = 0.0;  ///< every round's together
+  /// With profile rounds (ValidationOptions::profile_rounds > 1): each round's profile, and the
+  /// sizes the later ones timed; profile_path is then their pool.
+  std::vector<std::string> round_profile_paths;
+  std::vector<std::int64_t> reprofiled_sizes;
   std::string hardware_path;  ///< the hardware (calibration included) as written
   Hardware hardware;
   bool calibration_fitted = false;  ///< fitted by this run and used (else reused, or none)

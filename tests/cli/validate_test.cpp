@@ -34,6 +34,10 @@ nlohmann::json read_json(const fs::path& p) {
   return nlohmann::json::parse(in);
 }
 
+std::string fmt_round(int k) {
+  return "profile-" + std::to_string(k) + ".json";
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
@@ -235,6 +239,49 @@ TEST(CliValidate, AGivenPlanIsValidatedAlone) {
   EXPECT_FALSE(report["plans"][0].contains("calibrated_trace"));
 }
 
+// --profiles 3: a profile before each of three rounds, the later ones at the plan's size only;
+// profile.json is their pool (each time the median of the three, recomputed here from the round
+// files), and every round ran the plan its share of the steps.
+TEST(CliValidate, ProfileRoundsArePooledAndEachRoundRunsEveryPlan) {
+  const fs::path plan = scratch("rounds-plan.json");
+  std::ofstream(plan)
+      << R"({"format": "pipetune.plan/1", "balance": [2, 3], "chunks": 2, "checkpoint": "never",
+                            "schedule": "1f1b"})";
+  const fs::path out = scratch("rounds");
+  std::vector<std::string> args = kModel;
+  args.insert(args.end(), {"--plan", plan.string(), "--steps", "4", "--profiles", "3",
+                           "--calibration-plans", "0", "--out", out.string(), "--json"});
+  const auto r = validate(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json report = read_json(out / "report.json");
+  ASSERT_EQ(report["round_profiles"].size(), 3u);
+  EXPECT_EQ(report["reprofiled_sizes"], nlohmann::json::array({4}));  // 8 samples in 2 chunks
+  EXPECT_EQ(report["profile"], (out / "profile.json").string());
+  std::vector<nlohmann::json> rounds;
+  for (int k = 1; k <= 3; ++k) {
+    EXPECT_EQ(report["round_profiles"][k - 1], (out / fmt_round(k)).string());
+    rounds.push_back(read_json(out / fmt_round(k)));
+  }
+  EXPECT_EQ(rounds[0]["micro_batch_sizes"], nlohmann::json::array({1, 2, 4, 8}));
+  EXPECT_EQ(rounds[1]["micro_batch_sizes"], nlohmann::json::array({4}));
+  EXPECT_EQ(rounds[2]["micro_batch_sizes"], nlohmann::json::array({4}));
+  const nlohmann::json pooled = read_json(out / "profile.json");
+  ASSERT_EQ(pooled["layers"].size(), rounds[0]["layers"].size());
+  for (std::size_t l = 0; l < pooled["layers"].size(); ++l) {
+    for (const char* field : {"forward_ms", "backward_ms"}) {
+      std::vector<double> at4{rounds[0]["layers"][l][field][2].get<double>(),
+                              rounds[1]["layers"][l][field][0].get<double>(),
+                              rounds[2]["layers"][l][field][0].get<double>()};
+      EXPECT_DOUBLE_EQ(pooled["layers"][l][field][2].get<double>(), median(at4)) << field;
+      EXPECT_EQ(pooled["layers"][l][field][0], rounds[0]["layers"][l][field][0]) << field;
+    }
+    EXPECT_EQ(pooled["layers"][l]["saved_bytes"], rounds[0]["layers"][l]["saved_bytes"]);
+  }
+  // The host's pace is taken before each round of a plan's steps: three rounds.
+  ASSERT_EQ(report["plans"].size(), 1u);
+  EXPECT_EQ(report["plans"][0]["host_pace_us"].size(), 3u);
+}
+
 TEST(CliValidate, BadInputIsOneLine) {
   auto error = [&](std::vector<std::string> args) {
     const auto r = validate(args);
@@ -283,6 +330,19 @@ TEST(CliValidate, BadInputIsOneLine) {
                 "check a plan on torch with scripts/torch_pipeline.py --trace and "
                 "compare\n");
   EXPECT_FALSE(fs::exists(scratch("torch")));
+  // Profile rounds: taken now, a step each at least, and in place of --rounds.
+  args = kModel;
+  args.insert(args.end(), {"--profiles", "2", "--profile", (other / "profile.json").string()});
+  EXPECT_EQ(error(args),
+            "pipetune: error: --profiles 2: profiles taken now, so not with --profile " +
+                (other / "profile.json").string() + "\n");
+  args = kModel;
+  args.insert(args.end(), {"--profiles", "4", "--steps", "3"});
+  EXPECT_EQ(error(args),
+            "pipetune: error: --steps 3: at least one a profile round (--profiles 4)\n");
+  args = kModel;
+  args.insert(args.end(), {"--profiles", "2", "--rounds", "2"});
+  EXPECT_THAT(error(args), ::testing::HasSubstr("--rounds excludes --profiles"));
   // --plan and --top exclude each other.
   args = kModel;
   args.insert(args.end(), {"--plan", plan.string(), "--top", "2"});
