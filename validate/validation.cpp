@@ -304,14 +304,16 @@ using Measure =
                                            const std::function<void(std::size_t, std::size_t)>&)>;
 
 // The runs in profile rounds: before each round but the first (whose profile is `profile`), a
-// profile of the sizes `sized` plans read; each round runs every plan once, its share of the
-// steps. `profile` becomes the rounds' pool, written as the validation's profile.
-std::vector<MeasuredRun> run_in_profile_rounds(
-    models::Model& model, const ValidationOptions& options, const std::vector<Plan>& plans,
-    const std::vector<Plan>& sized, const Measure& measure, Profile& profile, Validation& v) {
+// profile of the sizes the plans read; each round runs every plan once, its share of the steps.
+// `profile` becomes the rounds' pool, written as the validation's profile.
+std::vector<MeasuredRun> run_in_profile_rounds(models::Model& model,
+                                               const ValidationOptions& options,
+                                               const std::vector<Plan>& plans,
+                                               const Measure& measure, Profile& profile,
+                                               Validation& v) {
   const int rounds = options.profile_rounds;
   const RunSettings& run = options.run;
-  v.reprofiled_sizes = sizes_to_reprofile(profile.micro_batch_sizes, sized, run.batch);
+  v.reprofiled_sizes = sizes_to_reprofile(profile.micro_batch_sizes, plans, run.batch);
   std::vector<Profile> profiles{profile};
   std::vector<std::vector<MeasuredRun>> by_plan(plans.size());
   const std::size_t total =
@@ -519,8 +521,9 @@ Validation run_validation(const ValidationOptions& options) {
     v.planner_space = result.search_space;
   }
 
-  // The calibration: reused, or fitted on other plans run briefly (fitted once the profile is
-  // final, after the runs when it is pooled from rounds).
+  // The calibration: reused, or fitted on other plans run briefly; fitted once the profile is
+  // final. With profile rounds its plans run in every round beside the validated ones, so that
+  // the model's error it measures is not one minute's drift.
   const bool reuse = !hardware.calibration.empty() && !options.recalibrate;
   if (!reuse) hardware.calibration = {};
   std::vector<Plan> fit_on;
@@ -533,7 +536,7 @@ Validation run_validation(const ValidationOptions& options) {
     std::erase_if(fit_on, [&](const Plan& p) {
       return models::split_by(unsplittable, p.balance).has_value();
     });
-    if (!fit_on.empty()) {
+    if (!fit_on.empty() && options.profile_rounds <= 1) {
       RunSettings rs = options.run;
       rs.steps = std::max(1, options.calibration_steps);
       rs.rounds = 1;
@@ -546,9 +549,13 @@ Validation run_validation(const ValidationOptions& options) {
   // The real runs, interleaved, and the comparisons.
   std::vector<MeasuredRun> runs;
   if (options.profile_rounds > 1) {
-    std::vector<Plan> sized = plans;
-    sized.insert(sized.end(), fit_on.begin(), fit_on.end());
-    runs = run_in_profile_rounds(model, options, plans, sized, measure, profile, v);
+    std::vector<Plan> all = plans;
+    all.insert(all.end(), fit_on.begin(), fit_on.end());
+    runs = run_in_profile_rounds(model, options, all, measure, profile, v);
+    const auto first_calibration = runs.begin() + static_cast<std::ptrdiff_t>(plans.size());
+    calibration_measured.assign(std::make_move_iterator(first_calibration),
+                                std::make_move_iterator(runs.end()));
+    runs.erase(first_calibration, runs.end());
   } else {
     runs = measure(plans, options.run, [&](std::size_t d, std::size_t t) {
       if (options.progress) options.progress("run", d, t);
