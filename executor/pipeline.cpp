@@ -22,6 +22,7 @@
 #include "executor/executor.hpp"
 #include "executor/models/layers.hpp"
 #include "executor/models/shared_tensors.hpp"
+#include "executor/models/torch_reason.hpp"
 #include "executor/placement.hpp"
 #include "executor/rank_merge.hpp"
 #include "executor/sm_partitions.hpp"
@@ -189,6 +190,9 @@ struct Pipeline::Impl {
   std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers;  // per stage (local ones)
   std::unique_ptr<TiedCopies> tied;  // tied parameters several stages hold
   int tie_devices = 0;               // local devices holding a stage that waits for the sum
+  // Per stage: its first layer modifies its input in place (1), not (0), not yet known (-1);
+  // read and written by the stage's own worker only.
+  std::vector<std::int8_t> modifies_input = std::vector<std::int8_t>(stage_count, -1);
 
   // --- threads ---
   std::vector<std::thread> workers;
@@ -297,6 +301,7 @@ struct Pipeline::Impl {
   void send(Carry carry, int to_stage, int micro_batch, const at::Tensor& tensor, int from_device);
   Handoff take(const Key& key);
   void fail(const Action& a, const std::string& what);
+  bool first_layer_modifies_input(int stage, const at::Tensor& input);
 
   // One step, in the order Pipeline::step runs them.
   void check_batch(const at::Tensor& input, const at::Tensor& target) const;
@@ -663,6 +668,35 @@ void Pipeline::Impl::receiver_main(Receiver* r) {
   }
 }
 
+// A stage whose first layer modifies its input in place (torchvision's ReLU(inplace=True) after
+// a split) cannot run on its input: autograd refuses an in-place change to the leaf that collects
+// the input's gradient, and a checkpointed forward, without autograd, would change the input kept
+// for its recompute. Such a stage's layers run on a copy. Found once per stage, at its first
+// forward: the layer runs in evaluation mode (no running statistics updated, no dropout drawn) on
+// a copy of the input, whose version counter counts any in-place change.
+bool Pipeline::Impl::first_layer_modifies_input(int s, const at::Tensor& x) {
+  std::int8_t& known = modifies_input[static_cast<std::size_t>(s)];
+  if (known < 0) {
+    torch::nn::AnyModule& first = *stages[s]->begin();
+    const bool training = first.ptr()->is_training();
+    const at::Tensor probe = x.detach().clone();
+    const auto version = probe._version();
+    {
+      at::NoGradGuard no_grad;
+      first.ptr()->eval();
+      try {
+        first.forward<at::Tensor>(probe);
+      } catch (...) {
+        first.ptr()->train(training);
+        throw;
+      }
+      first.ptr()->train(training);
+    }
+    known = probe._version() != version ? 1 : 0;
+  }
+  return known == 1;
+}
+
 void Pipeline::Impl::run_action(int d, const Action& a, at::Generator& generator,
                                 Handoff incoming) {
   const int s = a.stage, i = a.micro_batch;
@@ -681,15 +715,17 @@ void Pipeline::Impl::run_action(int d, const Action& a, at::Generator& generator
       at::Tensor x = s == 0 ? micro_inputs[i] : runtime->consume(incoming, d);
       if (s > 0 && at::isFloatingType(x.scalar_type())) x.requires_grad_(true);
       ctx.input = x;
+      ctx.copy_input = first_layer_modifies_input(s, x);
       at::Tensor y;
       if (recomputed[static_cast<std::size_t>(s) * micro_batches + i]) {
         at::NoGradGuard no_grad;  // keep only the input; the recompute rebuilds the graph
-        y = stages[s]->forward(x);
+        y = stages[s]->forward(ctx.copy_input ? x.clone() : x);
         if (last) losses[i] = model.loss(y, micro_targets[i]).detach() * scale;
       } else {
         // A split backward needs each layer's output; B needs only the stage's.
-        y = split[static_cast<std::size_t>(s) * micro_batches + i] ? forward_layers(stages[s], ctx)
-                                                                   : stages[s]->forward(x);
+        y = split[static_cast<std::size_t>(s) * micro_batches + i]
+                ? forward_layers(stages[s], ctx)
+                : stages[s]->forward(ctx.copy_input ? x.clone() : x);
         if (last) {
           ctx.output = model.loss(y, micro_targets[i]) * scale;
           losses[i] = ctx.output.detach();
@@ -704,7 +740,7 @@ void Pipeline::Impl::run_action(int d, const Action& a, at::Generator& generator
       models::ScopedRecompute recomputing;
       at::Tensor y = split[static_cast<std::size_t>(s) * micro_batches + i]
                          ? forward_layers(stages[s], ctx)
-                         : stages[s]->forward(ctx.input);
+                         : stages[s]->forward(ctx.copy_input ? ctx.input.clone() : ctx.input);
       ctx.output = last ? model.loss(y, micro_targets[i]) * scale : y;
       break;
     }
@@ -777,7 +813,7 @@ void Pipeline::Impl::worker_main(int d) {
       }
     } catch (const Aborted&) {
     } catch (const std::exception& e) {
-      fail(current, e.what());
+      fail(current, models::torch_reason(e));
     }
     step_done();
   }

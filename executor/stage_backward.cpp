@@ -73,7 +73,7 @@ bool layers_share_parameters(const std::vector<std::vector<at::Tensor>>& per_lay
 
 at::Tensor forward_layers(torch::nn::Sequential& stage, MicroBatchState& state) {
   state.layer_outputs.assign(stage->size(), at::Tensor());
-  at::Tensor x = state.input;
+  at::Tensor x = state.copy_input ? state.input.clone() : state.input;
   std::size_t j = 0;
   for (auto& layer : *stage) {
     x = layer.forward<at::Tensor>(x);

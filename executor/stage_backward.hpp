@@ -20,7 +20,10 @@ namespace pipetune::exec {
 
 /// What a stage keeps of one micro-batch from its forward (or recompute) to its backward.
 struct MicroBatchState {
-  at::Tensor input;   ///< requires grad when the previous stage needs its gradient
+  at::Tensor input;  ///< requires grad when the previous stage needs its gradient
+  /// The layers run on a copy of `input`: the stage's first layer modifies its input in place,
+  /// which autograd refuses on the leaf that collects the input's gradient.
+  bool copy_input = false;
   at::Tensor output;  ///< the stage's output, or the scaled loss on the last stage
   /// Split backward only: each layer's output where the layer has trained parameters (else
   /// undefined; the last is the stage's output before any loss); empty when the forward ran

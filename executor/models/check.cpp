@@ -9,14 +9,12 @@
 #include "executor/models/loss.hpp"
 #include "executor/models/model.hpp"
 #include "executor/models/out_of_memory.hpp"
+#include "executor/models/torch_reason.hpp"
 #include "sim/error.hpp"
 
 namespace pipetune::models {
 
-namespace {
-
-// Torch's own reason, without the TorchScript traceback around it.
-std::string reason(const std::exception& e) {
+std::string torch_reason(const std::exception& e) {
   std::string what = e.what();
   if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e))
     what = c10_error->what_without_backtrace();
@@ -25,6 +23,8 @@ std::string reason(const std::exception& e) {
   while (!what.empty() && what.front() == '\n') what.erase(0, 1);
   return what.substr(0, what.find('\n'));
 }
+
+namespace {
 
 // Evaluation mode for the check, then the mode the model was in.
 class EvalGuard {
@@ -64,8 +64,9 @@ void check_model_batch(Model& model, std::int64_t batch) {
             fmt::format("layer {} (\"{}\") on input {}", l, model.layer_names.at(l), describe(h)),
             *bytes);
       }
-      throw InputError(Input::Model, fmt::format("layer {} (\"{}\") rejects its input {}: {}", l,
-                                                 model.layer_names.at(l), describe(h), reason(e)));
+      throw InputError(Input::Model,
+                       fmt::format("layer {} (\"{}\") rejects its input {}: {}", l,
+                                   model.layer_names.at(l), describe(h), torch_reason(e)));
     }
   }
   try {
@@ -74,7 +75,7 @@ void check_model_batch(Model& model, std::int64_t batch) {
     throw;
   } catch (const std::exception& e) {
     throw InputError(
-        fmt::format("loss: output {}, targets {}: {}", describe(h), describe(y), reason(e)));
+        fmt::format("loss: output {}, targets {}: {}", describe(h), describe(y), torch_reason(e)));
   }
 }
 

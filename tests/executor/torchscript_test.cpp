@@ -52,6 +52,57 @@ TEST(TorchScript, ScriptedSequentialRunsPipelinedLikeTheZoo) {
   std::filesystem::remove(path);
 }
 
+// A split before a layer that changes its input in place (torchvision's ReLU(inplace=True), or a
+// block's `x += …`): autograd refuses that change on the leaf that collects the stage input's
+// gradient, and a checkpointed forward, without autograd, would change the input its recompute
+// reads again. The stage's layers run on a copy: the loss and every gradient are one device's
+// (plain autograd over the whole model), with and without checkpointing, and with the backward
+// split as zero-bubble schedules run it.
+TEST(TorchScript, AStageThatStartsWithALayerChangingItsInputInPlaceTrainsAsOneDevice) {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("pipetune_inplace_" + std::to_string(::getpid()) + ".pt");
+  const auto made =
+      testing::run_command({PIPETUNE_PYTHON, PIPETUNE_MAKE_SCRIPT, path.string(), "--in-place"});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  const std::string spec = path.string() + ":input=8,classes=4";
+  models::ModelOptions o;
+  o.dtype = at::kDouble;
+  struct Case {
+    std::vector<int> balance;
+    CheckpointMode checkpoint;
+    ScheduleKind schedule;
+    int stages_per_device;
+  };
+  const Case cases[] = {{{1, 5}, CheckpointMode::Never, ScheduleKind::OneFOneB, 1},
+                        {{2, 4}, CheckpointMode::Always, ScheduleKind::GPipe, 1},
+                        {{1, 1, 2, 2}, CheckpointMode::Never, ScheduleKind::InterleavedZB, 2},
+                        {{1, 1, 2, 2}, CheckpointMode::Always, ScheduleKind::Interleaved1F1B, 2}};
+  for (const Case& c : cases) {
+    models::Model reference = models::build_model(spec, o);
+    auto [x, y] = reference.make_batch(6, 1, 0);
+    x = x.to(at::kDouble);
+    const double expected = testing::reference_step(reference, x, y, 3);
+    models::Model model = models::build_model(spec, o);
+    Plan plan;
+    plan.balance = c.balance;
+    plan.chunks = 3;
+    plan.checkpoint = c.checkpoint;
+    plan.schedule = c.schedule;
+    plan.stages_per_device = c.stages_per_device;
+    exec::ExecutorOptions options;
+    options.devices = {"cpu:0", "cpu:1"};
+    options.optimizer = exec::OptimizerKind::None;
+    exec::Pipeline pipeline(model, plan, 6, options);
+    const std::string what = describe_plan(plan);
+    EXPECT_NEAR(pipeline.step(x, y).loss, expected, 1e-12) << what;
+    const auto want = testing::gradients(reference), got = testing::gradients(model);
+    ASSERT_EQ(got.size(), want.size()) << what;
+    for (const auto& [name, g] : want)
+      EXPECT_TRUE(at::allclose(got.at(name), g, 1e-10, 1e-12)) << what << ": " << name;
+  }
+  std::filesystem::remove(path);
+}
+
 // A script's dropout draws from torch's global generator, which the stages' threads share. A
 // checkpointed micro-batch's recompute must draw the masks its forward drew, and concurrent
 // stages must not interleave their draws: the same seed gives the same step with and without
