@@ -546,6 +546,16 @@ Validation run_validation(const ValidationOptions& options) {
     }
   }
 
+  // The calibration fitted where there is one, and the hardware written: before the runs where
+  // the profile is final already, so that a run that fails leaves it behind.
+  const auto fit_and_save = [&] {
+    if (!calibration_measured.empty()) {
+      fit_calibration(profile, hardware, std::move(calibration_measured), options.out_dir, v);
+    }
+    v.hardware = hardware;
+    v.hardware_path = (fs::path(options.out_dir) / "hardware.json").string();
+    save_hardware(hardware, v.hardware_path);
+  };
   // The real runs, interleaved, and the comparisons.
   std::vector<MeasuredRun> runs;
   if (options.profile_rounds > 1) {
@@ -556,17 +566,13 @@ Validation run_validation(const ValidationOptions& options) {
     calibration_measured.assign(std::make_move_iterator(first_calibration),
                                 std::make_move_iterator(runs.end()));
     runs.erase(first_calibration, runs.end());
+    fit_and_save();
   } else {
+    fit_and_save();
     runs = measure(plans, options.run, [&](std::size_t d, std::size_t t) {
       if (options.progress) options.progress("run", d, t);
     });
   }
-  if (!calibration_measured.empty()) {
-    fit_calibration(profile, hardware, std::move(calibration_measured), options.out_dir, v);
-  }
-  v.hardware = hardware;
-  v.hardware_path = (fs::path(options.out_dir) / "hardware.json").string();
-  save_hardware(hardware, v.hardware_path);
   for (std::size_t k = 0; k < runs.size(); ++k) {
     v.plans.push_back(judge(profile, hardware, std::move(runs[k]),
                             (fs::path(options.out_dir) / fmt::format("plan-{}", k + 1)).string()));
