@@ -110,8 +110,11 @@ struct WeightFrees {
 // variants. A layer's W is its backward without the input gradient: the profile's measured
 // backward peak (held variant: W's output gradient is kept by I, not owned by autograd) less the
 // gradient of the layer's input, which the profiler computes for every layer but the model's
-// first. Once it is done, the layer's first W leaves its parameter gradients as .grad, and
-// autograd frees what `freed_by_weight` says that layer's graph held.
+// first. It is the first backward's peak in both variants: W's autograd.grad hands back every
+// parameter gradient of the layer at once, fresh, before they are added into .grad, where a
+// backward's AccumulateGrad adds (and frees) each as it comes. Once it is done, the layer's
+// first W leaves its parameter gradients as .grad, and autograd frees what `freed_by_weight`
+// says that layer's graph held.
 void set_weight_backward(const CostModel& model, const SizeCosts& c, int first, int end,
                          const std::vector<std::int64_t>& freed_by_weight, StageMemory& m) {
   const bool measured = !c.backward_peak_bytes.empty();
@@ -126,8 +129,8 @@ void set_weight_backward(const CostModel& model, const SizeCosts& c, int first, 
         continue;
       }
       const std::int64_t input_grad = k > 0 ? c.output_bytes[k - 1] : 0;
-      const auto& peak = first_weight ? c.backward_peak_bytes : c.backward_accumulate_peak_bytes;
-      const std::int64_t own = measured ? std::max(params, peak[k] - input_grad) : params;
+      const std::int64_t own =
+          measured ? std::max(params, c.backward_peak_bytes[k] - input_grad) : params;
       walk.layer(k, level + own);
       level += (first_weight ? params : 0) - freed_by_weight[k - first];
     }
