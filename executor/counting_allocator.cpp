@@ -39,11 +39,19 @@ struct CountingAllocator::State {
     std::atomic<std::int64_t> capacity{0};  // 0: unlimited
   };
   std::array<Counters, kMaxTrackedDevices> devices{};
-  std::atomic<bool> history{false};
-  std::chrono::steady_clock::time_point origin;
-  std::array<int, kMaxTrackedDevices> slot{};  // device -> index in samples, -1 if not recorded
-  std::vector<std::vector<CounterSample>> samples;
-  std::mutex samples_mutex;
+  // A step's samples, per device on a line of its own, under a lock only that device's tensors
+  // take: with one lock for every device's samples, the workers took turns on it tensor by
+  // tensor, and a vCPU descheduled while holding it stalled the other worker too.
+  struct alignas(64) History {
+    std::mutex mutex;
+    bool recording = false;
+    std::chrono::steady_clock::time_point origin;
+    std::vector<CounterSample> samples;
+  };
+  std::array<History, kMaxTrackedDevices> histories;
+  std::atomic<bool> history{false};  // some device records: the fast path's one check
+  std::mutex recording_mutex;        // begin_recording and end_recording
+  std::vector<int> recorded;         // the devices begin_recording named, in its order
 };
 
 namespace {
@@ -164,13 +172,13 @@ void CountingAllocator::charge(int device, std::int64_t bytes) {
          !s->devices[device].peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
   }
   if (s->history.load(std::memory_order_relaxed)) {
-    std::lock_guard<std::mutex> lock(s->samples_mutex);
-    const int slot = s->slot[device];
-    if (s->history.load(std::memory_order_relaxed) && slot >= 0) {
+    State::History& h = s->histories[device];
+    std::lock_guard<std::mutex> lock(h.mutex);
+    if (h.recording) {
       const double t =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s->origin)
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - h.origin)
               .count();
-      s->samples[slot].push_back({t, now});
+      h.samples.push_back({t, now});
     }
   }
 }
@@ -206,25 +214,40 @@ void CountingAllocator::reset_peak(int device) {
 void CountingAllocator::begin_recording(const std::vector<int>& devices, bool history,
                                         std::chrono::steady_clock::time_point origin) {
   State* s = state();
-  std::lock_guard<std::mutex> lock(s->samples_mutex);
-  s->slot.fill(-1);
-  s->samples.assign(devices.size(), {});
-  s->origin = origin;
-  for (std::size_t k = 0; k < devices.size(); ++k) {
-    const int d = devices[k];
-    s->slot[d] = static_cast<int>(k);
+  std::lock_guard<std::mutex> guard(s->recording_mutex);
+  s->history.store(false);
+  for (int d : s->recorded) {
+    std::lock_guard<std::mutex> lock(s->histories[d].mutex);
+    s->histories[d].recording = false;
+    s->histories[d].samples.clear();
+  }
+  s->recorded = devices;
+  for (int d : devices) {
+    State::History& h = s->histories[d];
+    std::lock_guard<std::mutex> lock(h.mutex);
+    h.origin = origin;
+    h.samples.clear();
     s->devices[d].peak.store(s->devices[d].current.load());
-    s->samples[k].push_back({0.0, s->devices[d].current.load()});
+    h.samples.push_back({0.0, s->devices[d].current.load()});
+    h.recording = history;
   }
   s->history.store(history);
 }
 
 std::vector<std::vector<CounterSample>> CountingAllocator::end_recording() {
   State* s = state();
-  std::lock_guard<std::mutex> lock(s->samples_mutex);
+  std::lock_guard<std::mutex> guard(s->recording_mutex);
   s->history.store(false);
-  s->slot.fill(-1);
-  return std::move(s->samples);
+  std::vector<std::vector<CounterSample>> out;
+  for (int d : s->recorded) {
+    State::History& h = s->histories[d];
+    std::lock_guard<std::mutex> lock(h.mutex);
+    h.recording = false;
+    out.push_back(std::move(h.samples));
+    h.samples = {};
+  }
+  s->recorded.clear();
+  return out;
 }
 
 }  // namespace pipetune::exec
