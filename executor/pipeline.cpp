@@ -20,6 +20,7 @@
 
 #include "executor/device_runtime.hpp"
 #include "executor/executor.hpp"
+#include "executor/models/eval_guard.hpp"
 #include "executor/models/layers.hpp"
 #include "executor/models/shared_tensors.hpp"
 #include "executor/models/torch_reason.hpp"
@@ -678,19 +679,12 @@ bool Pipeline::Impl::first_layer_modifies_input(int s, const at::Tensor& x) {
   std::int8_t& known = modifies_input[static_cast<std::size_t>(s)];
   if (known < 0) {
     torch::nn::AnyModule& first = *stages[s]->begin();
-    const bool training = first.ptr()->is_training();
     const at::Tensor probe = x.detach().clone();
     const auto version = probe._version();
     {
       at::NoGradGuard no_grad;
-      first.ptr()->eval();
-      try {
-        first.forward<at::Tensor>(probe);
-      } catch (...) {
-        first.ptr()->train(training);
-        throw;
-      }
-      first.ptr()->train(training);
+      models::EvalGuard eval(*first.ptr());
+      first.forward<at::Tensor>(probe);
     }
     known = probe._version() != version ? 1 : 0;
   }
@@ -719,13 +713,13 @@ void Pipeline::Impl::run_action(int d, const Action& a, at::Generator& generator
       at::Tensor y;
       if (recomputed[static_cast<std::size_t>(s) * micro_batches + i]) {
         at::NoGradGuard no_grad;  // keep only the input; the recompute rebuilds the graph
-        y = stages[s]->forward(ctx.copy_input ? x.clone() : x);
+        y = stages[s]->forward(layers_input(ctx));
         if (last) losses[i] = model.loss(y, micro_targets[i]).detach() * scale;
       } else {
         // A split backward needs each layer's output; B needs only the stage's.
         y = split[static_cast<std::size_t>(s) * micro_batches + i]
                 ? forward_layers(stages[s], ctx)
-                : stages[s]->forward(ctx.copy_input ? x.clone() : x);
+                : stages[s]->forward(layers_input(ctx));
         if (last) {
           ctx.output = model.loss(y, micro_targets[i]) * scale;
           losses[i] = ctx.output.detach();
@@ -740,7 +734,7 @@ void Pipeline::Impl::run_action(int d, const Action& a, at::Generator& generator
       models::ScopedRecompute recomputing;
       at::Tensor y = split[static_cast<std::size_t>(s) * micro_batches + i]
                          ? forward_layers(stages[s], ctx)
-                         : stages[s]->forward(ctx.copy_input ? ctx.input.clone() : ctx.input);
+                         : stages[s]->forward(layers_input(ctx));
       ctx.output = last ? model.loss(y, micro_targets[i]) * scale : y;
       break;
     }

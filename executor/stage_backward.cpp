@@ -71,9 +71,13 @@ bool layers_share_parameters(const std::vector<std::vector<at::Tensor>>& per_lay
 
 }  // namespace
 
+at::Tensor layers_input(const MicroBatchState& state) {
+  return state.copy_input ? state.input.clone() : state.input;
+}
+
 at::Tensor forward_layers(torch::nn::Sequential& stage, MicroBatchState& state) {
   state.layer_outputs.assign(stage->size(), at::Tensor());
-  at::Tensor x = state.copy_input ? state.input.clone() : state.input;
+  at::Tensor x = layers_input(state);
   std::size_t j = 0;
   for (auto& layer : *stage) {
     x = layer.forward<at::Tensor>(x);

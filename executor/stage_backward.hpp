@@ -36,6 +36,10 @@ struct MicroBatchState {
   at::Tensor output_gradient;
 };
 
+/// What the stage's layers run on: `state.input`, or a copy of it where the first layer changes
+/// its input in place (`copy_input`). Every forward and recompute of the stage takes it from here.
+at::Tensor layers_input(const MicroBatchState& state);
+
 /// The forward of a micro-batch whose backward is split: runs `stage`'s layers one by one on
 /// `state.input`, keeping each layer's output in `state`. Returns the stage's output (also
 /// stored as `state.output`; the last stage replaces that with its loss).

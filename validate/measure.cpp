@@ -34,11 +34,43 @@ namespace {
 
 // Each device's largest value so far.
 void keep_largest(std::vector<std::int64_t>& largest, const std::vector<std::int64_t>& step) {
-  largest.resize(step.size(), 0);
+  largest.resize(std::max(largest.size(), step.size()), 0);
   for (std::size_t d = 0; d < step.size(); ++d) largest[d] = std::max(largest[d], step[d]);
 }
 
 }  // namespace
+
+MeasuredRun merge_rounds(std::vector<MeasuredRun> rounds) {
+  std::vector<double> round_medians;
+  for (const MeasuredRun& r : rounds) round_medians.push_back(r.median_pipeline_ms());
+  MeasuredRun merged = std::move(rounds.front());
+  auto append = [](std::vector<double>& to, const std::vector<double>& from) {
+    to.insert(to.end(), from.begin(), from.end());
+  };
+  for (std::size_t r = 1; r < rounds.size(); ++r) {
+    append(merged.pipeline_ms, rounds[r].pipeline_ms);
+    append(merged.step_ms, rounds[r].step_ms);
+    append(merged.losses, rounds[r].losses);
+    append(merged.host_pace_us, rounds[r].host_pace_us);
+    keep_largest(merged.peak_memory_bytes, rounds[r].peak_memory_bytes);
+    keep_largest(merged.library_memory_bytes, rounds[r].library_memory_bytes);
+  }
+  const double overall = merged.median_pipeline_ms();
+  std::size_t nearest = 0;
+  for (std::size_t r = 1; r < rounds.size(); ++r) {
+    if (std::abs(round_medians[r] - overall) < std::abs(round_medians[nearest] - overall))
+      nearest = r;
+  }
+  if (nearest > 0) {
+    merged.trace = std::move(rounds[nearest].trace);
+    merged.traced_step_peak_bytes = std::move(rounds[nearest].traced_step_peak_bytes);
+  }
+  for (std::size_t d = 0; d < merged.trace.devices.size() && d < merged.peak_memory_bytes.size();
+       ++d) {
+    merged.trace.devices[d].peak_memory_bytes = merged.peak_memory_bytes[d];
+  }
+  return merged;
+}
 
 std::vector<MeasuredRun> measure_plans(
     models::Model& model, const std::vector<Plan>& plans, const RunSettings& settings,

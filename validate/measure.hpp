@@ -53,6 +53,12 @@ struct MeasuredRun {
   double median_host_pace_us() const;
 };
 
+/// One plan's runs of several calls of measure_plans (rounds with something between them) as one
+/// run: steps in the order run, each device's largest peaks, and the trace of the round whose
+/// median step is nearest the median over every step, its devices' peaks set to the largest.
+/// `rounds` holds at least one run.
+MeasuredRun merge_rounds(std::vector<MeasuredRun> rounds);
+
 /// Runs every plan for `settings.steps` measured steps. Throws InputError for a plan the
 /// executor refuses and exec::ExecutorError when a stage fails. `progress(done, total)` counts
 /// steps, warm-up included.

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "executor/models/eval_guard.hpp"
 #include "executor/models/loss.hpp"
 #include "executor/models/model.hpp"
 #include "executor/models/out_of_memory.hpp"
@@ -23,25 +24,6 @@ std::string torch_reason(const std::exception& e) {
   while (!what.empty() && what.front() == '\n') what.erase(0, 1);
   return what.substr(0, what.find('\n'));
 }
-
-namespace {
-
-// Evaluation mode for the check, then the mode the model was in.
-class EvalGuard {
- public:
-  explicit EvalGuard(torch::nn::Module& module) : module_(module), training_(module.is_training()) {
-    module_.eval();
-  }
-  ~EvalGuard() { module_.train(training_); }
-  EvalGuard(const EvalGuard&) = delete;
-  EvalGuard& operator=(const EvalGuard&) = delete;
-
- private:
-  torch::nn::Module& module_;
-  bool training_;
-};
-
-}  // namespace
 
 void check_model_batch(Model& model, std::int64_t batch) {
   if (batch < 1)
