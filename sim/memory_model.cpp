@@ -112,9 +112,11 @@ struct WeightFrees {
 // gradient of the layer's input, which the profiler computes for every layer but the model's
 // first. It is the first backward's peak in both variants: W's autograd.grad hands back every
 // parameter gradient of the layer at once, fresh, before they are added into .grad, where a
-// backward's AccumulateGrad adds (and frees) each as it comes. Once it is done, the layer's
-// first W leaves its parameter gradients as .grad, and autograd frees what `freed_by_weight`
-// says that layer's graph held.
+// backward's AccumulateGrad adds (and frees) each as it comes. That peak may be below the
+// layer's parameters: a layer of many blocks (a ConvNeXt or ResNet stage as one child) frees each
+// block's saved tensors as the walk passes it, while the gradients of the blocks before it are
+// still to be made. Once it is done, the layer's first W leaves its parameter gradients as .grad,
+// and autograd frees what `freed_by_weight` says that layer's graph held.
 void set_weight_backward(const CostModel& model, const SizeCosts& c, int first, int end,
                          const std::vector<std::int64_t>& freed_by_weight, StageMemory& m) {
   const bool measured = !c.backward_peak_bytes.empty();
@@ -130,7 +132,7 @@ void set_weight_backward(const CostModel& model, const SizeCosts& c, int first, 
       }
       const std::int64_t input_grad = k > 0 ? c.output_bytes[k - 1] : 0;
       const std::int64_t own =
-          measured ? std::max(params, c.backward_peak_bytes[k] - input_grad) : params;
+          measured ? std::max<std::int64_t>(0, c.backward_peak_bytes[k] - input_grad) : params;
       walk.layer(k, level + own);
       level += (first_weight ? params : 0) - freed_by_weight[k - first];
     }

@@ -509,8 +509,9 @@ TEST(StageMemory, MeasuredBackwardPeaksReplaceTheEstimate) {
 TEST(StageMemory, SplitBackwardWHoldsWhatEachLayersBackwardMakesOnTheWayToItsWeights) {
   // The same three layers and measured peaks. W runs layer by layer, first layer first, and
   // does not compute a layer's input gradient (10 for layer 1, 20 for layer 2; the model's
-  // first layer has none), so a layer's W peaks at its measured peak less that gradient, and at
-  // least at its parameters: 40, max(11, 30 - 10) = 20, max(13, 20 - 20) = 13. The same when
+  // first layer has none), so a layer's W peaks at its measured peak less that gradient: 40,
+  // 30 - 10 = 20, 20 - 20 = 0 (not its 13 bytes of parameters: a layer of many blocks frees each
+  // block's saved tensors before the blocks ahead make their gradients). The same when
   // accumulating (the fixture's accumulating peaks, 25 and 60, are not read): W's autograd.grad
   // returns the layer's fresh gradients all at once, as the first backward made them, and adds
   // them into .grad only then. Once a layer's W is done, autograd frees its saved
@@ -519,22 +520,22 @@ TEST(StageMemory, SplitBackwardWHoldsWhatEachLayersBackwardMakesOnTheWayToItsWei
   Profile p = three_layers_with_measured_peaks();
   const CostModel model(p);
   const StageMemory m = stage_memory(model, model.at(1), 0, 3, true);
-  // Accumulating: max(0 + 40, -1 + 20, -3 + 13) = 40 (.grad is there already, below W's start).
+  // Accumulating: max(0 + 40, -1 + 20, -3 + 0) = 40 (.grad is there already, below W's start).
   EXPECT_EQ(m.weight_peak, 40);
-  // The first W keeps each layer's gradients as .grad: max(0 + 40, 7 - 1 + 20, 18 - 3 + 13).
+  // The first W keeps each layer's gradients as .grad: max(0 + 40, 7 - 1 + 20, 18 - 3 + 0).
   EXPECT_EQ(m.weight_peak_first, 40);
   const MemoryEffect first = weight_backward_effect(m, 31, true, true, 0);  // the last stage
   EXPECT_EQ(first.allocated, 40);
-  // After layer 0 (the peak) the walk never exceeds 28; it leaves 31 - 6 = 25.
-  EXPECT_EQ(m.weight_after_layer_first, 28);
+  // After layer 0 (the peak) the walk never exceeds 26; it leaves 31 - 6 = 25.
+  EXPECT_EQ(m.weight_after_layer_first, 26);
   // Everything else goes when W ends: what it allocated less what it leaves, 31 of .grad, less
   // the kept activations (36) and the gradients I kept (10 + 20 + 30).
   EXPECT_EQ(first.freed_after_layer + first.freed_after_peak + first.freed, 40 - (31 - 36 - 60));
-  // A stage from layer 1: accumulating max(0 + 20, -2 + 13) = 20; the first time
-  // max(0 + 20, 11 - 2 + 13) = 22, below its 24 bytes of parameters (layer 1's saved 2 went).
+  // A stage from layer 1: accumulating max(0 + 20, -2 + 0) = 20; the first time
+  // max(0 + 20, 11 - 2 + 0) = 20, below its 24 bytes of parameters (layer 1's saved 2 went).
   const StageMemory later = stage_memory(model, model.at(1), 1, 3, false);
   EXPECT_EQ(later.weight_peak, 20);
-  EXPECT_EQ(later.weight_peak_first, 22);
+  EXPECT_EQ(later.weight_peak_first, 20);
   // Without measured peaks a layer's W is its parameters: max(7, -1 + 11, -3 + 13) = 10, and
   // the first time max(7, 6 + 11, 15 + 13) = 28.
   const Profile bare = three_layers();
