@@ -243,6 +243,18 @@ bool looks_like_file(const std::string& name) {
   return name.ends_with(".pt") || name.ends_with(".pth") || name.find('/') != std::string::npos;
 }
 
+// Floating parameters and buffers in `dtype`, the others as they are, as Python's Module.to(dtype)
+// does: libtorch's Module::to(dtype) converts every tensor, and an int64 buffer made float breaks
+// the layer that indexes with it (the position and token-type ids transformers' BERT keeps).
+void floating_to(torch::nn::Module& module, at::ScalarType dtype) {
+  for (auto tensors : {module.parameters(), module.buffers()}) {
+    for (at::Tensor& t : tensors) {
+      if (t.defined() && at::isFloatingType(t.scalar_type()) && t.scalar_type() != dtype)
+        t.set_data(t.detach().to(dtype));
+    }
+  }
+}
+
 }  // namespace
 
 std::string model_catalogue() {
@@ -277,7 +289,7 @@ Model build_model(const std::string& text, const ModelOptions& options) {
                                                model_catalogue()));
   }
   m.spec = spec.canonical();
-  m.layers->to(options.dtype);
+  floating_to(*m.layers, options.dtype);
   // Floating data in the model's dtype; token ids and class indices as they are.
   m.make_batch = [make = std::move(m.make_batch), dtype = options.dtype](
                      std::int64_t batch, std::int64_t step, std::uint64_t seed) {
