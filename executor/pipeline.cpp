@@ -191,9 +191,10 @@ struct Pipeline::Impl {
   std::vector<std::unique_ptr<torch::optim::Optimizer>> optimizers;  // per stage (local ones)
   std::unique_ptr<TiedCopies> tied;  // tied parameters several stages hold
   int tie_devices = 0;               // local devices holding a stage that waits for the sum
-  // Per stage: its first layer modifies its input in place (1), not (0), not yet known (-1);
-  // read and written by the stage's own worker only.
+  // Per stage: its layers modify its input in place (1), not (0), not yet known (-1); read and
+  // written by the stage's own worker only.
   std::vector<std::int8_t> modifies_input = std::vector<std::int8_t>(stage_count, -1);
+  std::vector<std::size_t> first_layer;  // per stage: its first layer's index in the model
 
   // --- threads ---
   std::vector<std::thread> workers;
@@ -268,6 +269,11 @@ struct Pipeline::Impl {
       if (is_local(device_of(s)) && tied->waits_for_sum(s)) meeting.insert(device_of(s));
     }
     tie_devices = static_cast<int>(meeting.size());
+    std::size_t layer = 0;
+    for (int layers : plan.balance) {
+      first_layer.push_back(layer);
+      layer += static_cast<std::size_t>(layers);
+    }
     adopt_local_stages();
     optimizers = make_optimizers();
     runtime->count_from(held_bytes());
@@ -302,7 +308,7 @@ struct Pipeline::Impl {
   void send(Carry carry, int to_stage, int micro_batch, const at::Tensor& tensor, int from_device);
   Handoff take(const Key& key);
   void fail(const Action& a, const std::string& what);
-  bool first_layer_modifies_input(int stage, const at::Tensor& input);
+  bool stage_modifies_input(int stage, const at::Tensor& input);
 
   // One step, in the order Pipeline::step runs them.
   void check_batch(const at::Tensor& input, const at::Tensor& target) const;
@@ -669,24 +675,40 @@ void Pipeline::Impl::receiver_main(Receiver* r) {
   }
 }
 
-// A stage whose first layer modifies its input in place (torchvision's ReLU(inplace=True) after
-// a split) cannot run on its input: autograd refuses an in-place change to the leaf that collects
-// the input's gradient, and a checkpointed forward, without autograd, would change the input kept
-// for its recompute. Such a stage's layers run on a copy. Found once per stage, at its first
-// forward: the layer runs in evaluation mode (no running statistics updated, no dropout drawn) on
-// a copy of the input, whose version counter counts any in-place change.
-bool Pipeline::Impl::first_layer_modifies_input(int s, const at::Tensor& x) {
+// A stage whose layers modify its input in place (torchvision's ReLU(inplace=True) after a split,
+// or an in-place dropout after a Flatten's view of it) cannot run on its input: autograd refuses
+// an in-place change to the leaf that collects the input's gradient (or to a view of it), and a
+// checkpointed forward, without autograd, would change the input kept for its recompute. Such a
+// stage's layers run on a copy. Found once per stage, at its first forward: the layers run on a
+// copy of the input for as long as their outputs alias it, and the copy's version counter counts
+// any in-place change. In training mode, since dropout changes its input only there; without
+// autograd; their buffers (batch norm's running statistics) put back after, deferred batch norm
+// counting nothing (as in a recompute), and their draws made again by the forward that follows
+// (a layer entered again reseeds).
+bool Pipeline::Impl::stage_modifies_input(int s, const at::Tensor& x) {
   std::int8_t& known = modifies_input[static_cast<std::size_t>(s)];
-  if (known < 0) {
-    torch::nn::AnyModule& first = *stages[s]->begin();
-    const at::Tensor probe = x.detach().clone();
-    const auto version = probe._version();
-    {
-      at::NoGradGuard no_grad;
-      models::EvalGuard eval(*first.ptr());
-      first.forward<at::Tensor>(probe);
+  if (known >= 0) return known == 1;
+  known = 0;
+  const at::Tensor probe = x.detach().clone();
+  const auto version = probe._version();
+  at::NoGradGuard no_grad;
+  models::ScopedRecompute not_counted;
+  at::Tensor h = probe;
+  std::size_t layer = first_layer[static_cast<std::size_t>(s)];
+  for (auto& module : *stages[s]) {
+    std::vector<std::pair<at::Tensor, at::Tensor>> buffers;
+    for (const at::Tensor& b : module.ptr()->buffers()) {
+      if (b.defined()) buffers.emplace_back(b, b.clone());
     }
-    known = probe._version() != version ? 1 : 0;
+    models::ScopedGenerator::enter_layer(layer++);
+    h = module.forward<at::Tensor>(h);
+    for (auto& [buffer, saved] : buffers) buffer.copy_(saved);
+    if (probe._version() != version) {
+      known = 1;
+      break;
+    }
+    // A later layer reaches the input only through an output that shares its storage.
+    if (!h.defined() || !h.has_storage() || !h.storage().is_alias_of(probe.storage())) break;
   }
   return known == 1;
 }
@@ -696,11 +718,12 @@ void Pipeline::Impl::run_action(int d, const Action& a, at::Generator& generator
   const int s = a.stage, i = a.micro_batch;
   const bool last = s + 1 == stage_count;
   MicroBatchState& ctx = context(s, i);
-  // The same seed for a micro-batch's forward and its recompute: identical dropout masks.
-  generator.set_current_seed(
-      mix(options.seed ^ mix(static_cast<std::uint64_t>(step_index) << 32 ^
-                             static_cast<std::uint64_t>(s) << 16 ^ static_cast<std::uint64_t>(i))));
-  models::ScopedGenerator use(&generator);
+  // One seed per (step, micro-batch), each layer's draws seeded from it and the layer's index in
+  // the model: a recompute draws its forward's masks, and no split changes any layer's.
+  models::ScopedGenerator use(&generator,
+                              mix(options.seed ^ mix(static_cast<std::uint64_t>(step_index) << 32 ^
+                                                     static_cast<std::uint64_t>(i))));
+  const std::size_t first = first_layer[static_cast<std::size_t>(s)];
   const double scale =
       static_cast<double>(placement.micro_batch_sizes[i]) / static_cast<double>(batch_size);
 
@@ -709,17 +732,17 @@ void Pipeline::Impl::run_action(int d, const Action& a, at::Generator& generator
       at::Tensor x = s == 0 ? micro_inputs[i] : runtime->consume(incoming, d);
       if (s > 0 && at::isFloatingType(x.scalar_type())) x.requires_grad_(true);
       ctx.input = x;
-      ctx.copy_input = first_layer_modifies_input(s, x);
+      ctx.copy_input = stage_modifies_input(s, x);
       at::Tensor y;
       if (recomputed[static_cast<std::size_t>(s) * micro_batches + i]) {
         at::NoGradGuard no_grad;  // keep only the input; the recompute rebuilds the graph
-        y = stages[s]->forward(layers_input(ctx));
+        y = forward_stage(stages[s], first, layers_input(ctx));
         if (last) losses[i] = model.loss(y, micro_targets[i]).detach() * scale;
       } else {
         // A split backward needs each layer's output; B needs only the stage's.
         y = split[static_cast<std::size_t>(s) * micro_batches + i]
-                ? forward_layers(stages[s], ctx)
-                : stages[s]->forward(layers_input(ctx));
+                ? forward_layers(stages[s], ctx, first)
+                : forward_stage(stages[s], first, layers_input(ctx));
         if (last) {
           ctx.output = model.loss(y, micro_targets[i]) * scale;
           losses[i] = ctx.output.detach();
@@ -733,8 +756,8 @@ void Pipeline::Impl::run_action(int d, const Action& a, at::Generator& generator
     case ActionKind::Recompute: {
       models::ScopedRecompute recomputing;
       at::Tensor y = split[static_cast<std::size_t>(s) * micro_batches + i]
-                         ? forward_layers(stages[s], ctx)
-                         : stages[s]->forward(layers_input(ctx));
+                         ? forward_layers(stages[s], ctx, first)
+                         : forward_stage(stages[s], first, layers_input(ctx));
       ctx.output = last ? model.loss(y, micro_targets[i]) * scale : y;
       break;
     }

@@ -4,6 +4,8 @@
 
 #include <unordered_set>
 
+#include "executor/models/layers.hpp"
+
 namespace pipetune::exec {
 
 void accumulate_into(at::Tensor& sum, const at::Tensor& term) {
@@ -75,11 +77,21 @@ at::Tensor layers_input(const MicroBatchState& state) {
   return state.copy_input ? state.input.clone() : state.input;
 }
 
-at::Tensor forward_layers(torch::nn::Sequential& stage, MicroBatchState& state) {
+at::Tensor forward_stage(torch::nn::Sequential& stage, std::size_t first_layer, at::Tensor x) {
+  for (auto& layer : *stage) {
+    models::ScopedGenerator::enter_layer(first_layer++);
+    x = layer.forward<at::Tensor>(x);
+  }
+  return x;
+}
+
+at::Tensor forward_layers(torch::nn::Sequential& stage, MicroBatchState& state,
+                          std::size_t first_layer) {
   state.layer_outputs.assign(stage->size(), at::Tensor());
   at::Tensor x = layers_input(state);
   std::size_t j = 0;
   for (auto& layer : *stage) {
+    models::ScopedGenerator::enter_layer(first_layer + j);
     x = layer.forward<at::Tensor>(x);
     // Only W reads a boundary: keep those of layers with trained parameters.
     if (!trained(layer.ptr()->parameters()).empty()) state.layer_outputs[j] = x;

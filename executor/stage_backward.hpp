@@ -14,6 +14,7 @@
 #include <ATen/core/Tensor.h>
 #include <torch/nn/modules/container/sequential.h>
 
+#include <cstddef>
 #include <vector>
 
 namespace pipetune::exec {
@@ -40,14 +41,19 @@ struct MicroBatchState {
 /// its input in place (`copy_input`). Every forward and recompute of the stage takes it from here.
 at::Tensor layers_input(const MicroBatchState& state);
 
-/// The forward of a micro-batch whose backward is split: runs `stage`'s layers one by one on
-/// `state.input`, keeping each layer's output in `state`. Returns the stage's output (also
-/// stored as `state.output`; the last stage replaces that with its loss).
 /// Adds `term` into `sum` in place, or makes `sum` it when `sum` is undefined: how a gradient is
 /// accumulated (as autograd adds into .grad). An undefined `term` adds nothing.
 void accumulate_into(at::Tensor& sum, const at::Tensor& term);
 
-at::Tensor forward_layers(torch::nn::Sequential& stage, MicroBatchState& state);
+/// `stage`'s layers on `x`, one after another, each entered (ScopedGenerator::enter_layer) by its
+/// index in the model: the stage's first layer is the model's layer `first_layer`.
+at::Tensor forward_stage(torch::nn::Sequential& stage, std::size_t first_layer, at::Tensor x);
+
+/// The forward of a micro-batch whose backward is split: runs `stage`'s layers one by one on
+/// `state.input`, as forward_stage does, keeping each layer's output in `state`. Returns the
+/// stage's output (also stored as `state.output`; the last stage replaces that with its loss).
+at::Tensor forward_layers(torch::nn::Sequential& stage, MicroBatchState& state,
+                          std::size_t first_layer = 0);
 
 /// B: gradients of `state.output` (seeded with `output_gradient`, undefined for a loss) into
 /// the parameters' and the input's .grad; frees the graph. Returns the input's gradient

@@ -3,21 +3,45 @@
 #include <ATen/ATen.h>
 #include <torch/nn/init.h>
 
+#include <mutex>
+
 namespace pipetune::models {
 
 namespace {
-thread_local at::Generator* current_generator = nullptr;
+thread_local ScopedGenerator::State current_generator;
 thread_local bool recomputing = false;
+
+std::uint64_t splitmix(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
 }  // namespace
 
 ScopedGenerator::ScopedGenerator(at::Generator* generator) : previous_(current_generator) {
-  current_generator = generator;
+  current_generator = State{generator};
+}
+ScopedGenerator::ScopedGenerator(at::Generator* generator, std::uint64_t seed)
+    : previous_(current_generator) {
+  current_generator = State{generator, /*per_layer=*/true, seed};
 }
 ScopedGenerator::~ScopedGenerator() {
   current_generator = previous_;
 }
 at::Generator* ScopedGenerator::current() {
-  return current_generator;
+  State& state = current_generator;
+  if (state.generator != nullptr && state.reseed) {
+    state.reseed = false;
+    std::lock_guard<std::mutex> lock(state.generator->mutex());
+    state.generator->set_current_seed(splitmix(state.seed ^ splitmix(state.layer + 1)));
+  }
+  return state.generator;
+}
+void ScopedGenerator::enter_layer(std::size_t layer) {
+  State& state = current_generator;
+  state.layer = layer;
+  state.reseed = state.per_layer;
 }
 
 ScopedRecompute::ScopedRecompute() : previous_(recomputing) {

@@ -6,23 +6,43 @@
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace pipetune::models {
 
-/// The generator dropout draws from on this thread. The executor gives each (step, stage,
-/// micro-batch) its own seed, so a recompute reproduces the forward's masks exactly while other
-/// stages run concurrently; without one set, the global default generator is used.
+/// The generator random layers draw from on this thread; without one set, the global default
+/// generator. The executor gives each (step, micro-batch) a seed and enters each layer as it runs
+/// it (enter_layer, by its index in the whole model): a layer's first draw reseeds the generator
+/// from that seed and the layer's index. So a layer draws the same masks in a recompute as in its
+/// forward, whatever ran meanwhile, and whichever stage holds it: any split of the model draws
+/// what one device draws. Entering a layer costs two thread-local stores; only a layer that draws
+/// pays for the reseed.
 class ScopedGenerator {
  public:
+  /// Draws continue the generator's stream (the profiler's repeated timings).
   explicit ScopedGenerator(at::Generator* generator);
+  /// Draws of each entered layer from `seed` and the layer's index.
+  ScopedGenerator(at::Generator* generator, std::uint64_t seed);
   ~ScopedGenerator();
   ScopedGenerator(const ScopedGenerator&) = delete;
   ScopedGenerator& operator=(const ScopedGenerator&) = delete;
+  /// The generator to draw from, reseeded for the entered layer at its first draw.
   static at::Generator* current();
+  /// The layer about to run, by its index in the model. Entering it again (a recompute) starts
+  /// its draws over.
+  static void enter_layer(std::size_t layer);
+
+  struct State {
+    at::Generator* generator = nullptr;
+    bool per_layer = false;
+    std::uint64_t seed = 0;
+    std::size_t layer = 0;
+    bool reseed = false;  // entered and not drawn from yet
+  };
 
  private:
-  at::Generator* previous_;
+  State previous_;
 };
 
 /// True while the executor recomputes a checkpointed micro-batch (thread-local): layers that

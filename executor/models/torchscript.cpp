@@ -52,6 +52,28 @@ bool draws_nothing(const torch::jit::Node* node) {
          (train && train->isBool() && !train->toBool());
 }
 
+const c10::Symbol& generator_for_symbol() {
+  static const c10::Symbol symbol = c10::Symbol::fromQualString("pipetune::generator_for");
+  return symbol;
+}
+
+// The input a node takes its `Generator? generator` argument at, if its schema has one.
+std::optional<std::size_t> generator_input(const torch::jit::Node* node) {
+  const c10::FunctionSchema* schema = node->maybeSchema();
+  if (schema == nullptr) return std::nullopt;
+  const auto& arguments = schema->arguments();
+  for (std::size_t k = 0; k < arguments.size() && k < node->inputs().size(); ++k) {
+    if (arguments[k].name() == "generator") return k;
+  }
+  return std::nullopt;
+}
+
+// A sampler rewritten by draw_from_the_threads_generator: its generator is the thread's.
+bool samples_with_the_threads_generator(const torch::jit::Node* node) {
+  const auto k = generator_input(node);
+  return k && node->input(*k)->node()->kind() == generator_for_symbol();
+}
+
 // Whether a graph (its blocks included) draws random numbers: dropout and its kin, sampling.
 bool draws_random(const torch::jit::Block* block) {
   static const std::unordered_set<std::string> kinds = {"aten::dropout",
@@ -86,7 +108,8 @@ bool draws_random(const torch::jit::Block* block) {
   for (const torch::jit::Node* node : block->nodes()) {
     const std::string kind = node->kind().toQualString();
     if (kinds.count(kind) != 0 &&
-        !(kind.find("dropout") != std::string::npos && draws_nothing(node)))
+        !(kind.find("dropout") != std::string::npos && draws_nothing(node)) &&
+        !samples_with_the_threads_generator(node))
       return true;
     if (attention_dropout(node)) return true;
     for (const torch::jit::Block* inner : node->blocks()) {
@@ -123,12 +146,30 @@ at::Tensor seeded_dropout(const at::Tensor& input, double p, bool train) {
 // exit after the dispatcher's own (another library's static), which ThreadSanitizer reports as
 // an unlock of a destroyed mutex. Composite: autograd records the ATen calls inside, so no
 // backward of its own is needed.
+// The generator a sampler working on `like` (bernoulli_, uniform_, rand_like, …) draws from: the
+// thread's (ScopedGenerator) while the executor or the profiler runs a micro-batch, the global one
+// (none given) otherwise. A draw on another kind of device than the thread's generator's (a CPU
+// tensor sampled inside a stage on a GPU) is refused: from the global generator it would draw
+// other numbers in a recompute.
+std::optional<at::Generator> generator_for(const at::Tensor& like) {
+  at::Generator* mine = ScopedGenerator::current();
+  if (mine == nullptr) return std::nullopt;
+  if (mine->device().type() != like.device().type()) {
+    throw std::runtime_error(fmt::format(
+        "a random draw on a {} tensor inside a stage whose generator is on {}: not supported",
+        c10::DeviceTypeName(like.device().type(), true),
+        c10::DeviceTypeName(mine->device().type(), true)));
+  }
+  return *mine;
+}
+
 void register_seeded_dropout() {
   // Kept on purpose (scripts/lsan.supp names this function).
   static torch::Library* const schema = [] {
     auto* library =
         new torch::Library(torch::Library::DEF, "pipetune", std::nullopt, __FILE__, __LINE__);
     library->def("dropout(Tensor input, float p, bool train) -> Tensor");
+    library->def("generator_for(Tensor like) -> Generator?");
     return library;
   }();
   static torch::Library* const kernel = [] {
@@ -136,6 +177,7 @@ void register_seeded_dropout() {
         new torch::Library(torch::Library::IMPL, "pipetune",
                            c10::DispatchKey::CompositeImplicitAutograd, __FILE__, __LINE__);
     library->impl("dropout", &seeded_dropout);
+    library->impl("generator_for", &generator_for);
     return library;
   }();
   (void)schema;
@@ -150,10 +192,25 @@ void collect_dropouts(torch::jit::Block* block, std::vector<torch::jit::Node*>& 
   }
 }
 
-// Replaces the forward's aten::dropout (its submodules' inlined) with pipetune::dropout, which
-// draws from the thread's own generator: such layers need no lock (below) and run on every
-// device at once. Children of one class share their forward; the rewrite leaves nothing for a
-// second pass to find.
+// Samplers that take a generator (none given) and a tensor first, which fixes the device they
+// draw on: torchvision's stochastic depth and timm's drop path (`bernoulli_`), `uniform_`,
+// `rand_like`, `multinomial`, …. Factory functions (`rand`, `randn`, `randperm`) have no such
+// tensor and keep the global generator.
+void collect_samplers(torch::jit::Block* block, std::vector<torch::jit::Node*>& found) {
+  for (torch::jit::Node* node : block->nodes()) {
+    const auto k = generator_input(node);
+    if (k && node->input(*k)->mustBeNone() && !node->inputs().empty() &&
+        node->input(0)->type()->kind() == c10::TypeKind::TensorType)
+      found.push_back(node);
+    for (torch::jit::Block* inner : node->blocks()) collect_samplers(inner, found);
+  }
+}
+
+// Replaces the forward's aten::dropout (its submodules' inlined) with pipetune::dropout, and
+// gives every sampler of a tensor (bernoulli_, uniform_, …) the generator pipetune::generator_for
+// returns: both draw from the thread's own generator, so such layers need no lock (below) and
+// run on every device at once. Children of one class share their forward; the rewrite leaves
+// nothing for a second pass to find.
 void draw_from_the_threads_generator(torch::jit::Module& module) {
   register_seeded_dropout();
   const std::shared_ptr<torch::jit::Graph> graph = module.get_method("forward").graph();
@@ -168,14 +225,23 @@ void draw_from_the_threads_generator(torch::jit::Module& module) {
     node->output()->replaceAllUsesWith(replacement->output());
     node->destroy();
   }
+  std::vector<torch::jit::Node*> samplers;
+  collect_samplers(graph->block(), samplers);
+  for (torch::jit::Node* node : samplers) {
+    torch::jit::WithInsertPoint here(node);
+    torch::jit::Node* generator =
+        graph->insertNode(graph->create(generator_for_symbol(), {node->input(0)}, 1));
+    generator->output()->setType(c10::OptionalType::create(c10::GeneratorType::get()));
+    node->replaceInput(*generator_input(node), generator->output());
+  }
 }
 
-// What else draws from the global generator (fused attention's dropout, sampling, in-place and
-// channel dropout), which every stage's thread shares: left alone, a recomputed micro-batch
-// would draw other numbers than its forward did (wrong gradients under checkpointing) and
-// concurrent stages would interleave their draws. So while the executor runs a micro-batch
-// (ScopedGenerator set), such a layer holds this lock for its forward and draws from the
-// global generator seeded for (micro-batch, layer): the same numbers on a recompute, whatever
+// What else draws from the global generator (fused attention's dropout, factory functions such as
+// rand and randperm, in-place and channel dropout), which every stage's thread shares: left alone,
+// a recomputed micro-batch would draw other numbers than its forward did (wrong gradients under
+// checkpointing) and concurrent stages would interleave their draws. So while the executor runs a
+// micro-batch (ScopedGenerator set), such a layer holds this lock for its forward and draws from
+// the global generator seeded for (micro-batch, layer): the same numbers on a recompute, whatever
 // ran meanwhile. The price: these layers' forwards do not overlap across stages.
 std::mutex global_generator_lock;
 

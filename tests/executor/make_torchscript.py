@@ -1,6 +1,7 @@
 """Writes a scripted nn.Sequential for the executor's bring-your-own-model tests.
 
-make_torchscript.py OUT.pt [--dropout | --attention | --zero-dropout | --tied | --in-place]: with
+make_torchscript.py OUT.pt [--dropout | --attention | --zero-dropout | --tied | --in-place |
+--in-place-dropout | --index-buffer | --drop-path]: with
 --dropout, two of its
 children draw dropout masks (one a Dropout child, one a block with dropout inside), from torch's
 global generator; with --attention, one child draws them inside fused attention
@@ -9,7 +10,12 @@ global generator; with --attention, one child draws them inside fused attention
 transformers leave such dropouts in their blocks); with --tied, the first child (an embedding-like
 projection) and the fourth (an output projection) hold one weight, as tied language models do;
 with --in-place, the second child adds to its input in place and the third is ReLU(inplace=True)
-(torchvision's blocks), so a stage may start with a layer that changes its own input.
+(torchvision's blocks), so a stage may start with a layer that changes its own input; with
+--in-place-dropout, a Flatten (a view of its input) then Dropout(inplace=True) (torchvision's
+classifiers), which changes its input in training mode only; with --index-buffer, a child that
+reorders its features by an int64 buffer of indices and scales them by a float buffer (as
+transformers' BERT keeps its position ids); with --drop-path, two residual blocks that drop their
+branch per sample with `bernoulli_` (timm's drop path, torchvision's stochastic depth).
 """
 import sys
 
@@ -56,6 +62,33 @@ class TiedHead(torch.nn.Module):
         return x.matmul(self.weight)
 
 
+class Reorder(torch.nn.Module):
+    """The features reversed by an int64 buffer of indices, then halved by a float buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("order", torch.arange(15, -1, -1))
+        self.register_buffer("scale", torch.full((16,), 0.5))
+
+    def forward(self, x):
+        return x.gather(1, self.order.expand(x.size(0), -1)) * self.scale
+
+
+class DropPath(torch.nn.Module):
+    """x + branch(x), the branch kept per sample with probability 0.7 and scaled by 1 / 0.7."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        branch = torch.tanh(self.linear(x))
+        if self.training:
+            keep = x.new_empty(x.size(0), 1).bernoulli_(0.7)
+            branch = branch * keep / 0.7
+        return x + branch
+
+
 torch.manual_seed(0)
 if "--tied" in sys.argv[2:]:
     embed = torch.nn.Linear(8, 6, bias=False)
@@ -66,6 +99,17 @@ elif "--in-place" in sys.argv[2:]:
     model = torch.nn.Sequential(
         torch.nn.Linear(8, 16), ShiftInPlace(), torch.nn.ReLU(inplace=True), torch.nn.Linear(16, 16),
         torch.nn.Tanh(), torch.nn.Linear(16, 4)
+    )
+elif "--in-place-dropout" in sys.argv[2:]:
+    model = torch.nn.Sequential(
+        torch.nn.Linear(8, 16), torch.nn.Flatten(1), torch.nn.Dropout(0.5, inplace=True), torch.nn.Tanh(),
+        torch.nn.Linear(16, 4)
+    )
+elif "--index-buffer" in sys.argv[2:]:
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), Reorder(), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+elif "--drop-path" in sys.argv[2:]:
+    model = torch.nn.Sequential(
+        torch.nn.Linear(8, 16), DropPath(), torch.nn.ReLU(), DropPath(), torch.nn.Linear(16, 4)
     )
 elif "--dropout" in sys.argv[2:]:
     model = torch.nn.Sequential(
