@@ -24,6 +24,37 @@
 namespace pipetune {
 namespace {
 
+// One step of `plan` over a fresh float64 build of `spec` on `devices`, without an optimizer, at
+// dropout seed `seed`: the loss and every parameter's gradient.
+struct Step {
+  double loss = 0.0;
+  std::map<std::string, at::Tensor> gradients;
+};
+Step step_of(const std::string& spec, const Plan& plan, std::vector<std::string> devices,
+             std::int64_t batch, std::uint64_t seed) {
+  models::ModelOptions o;
+  o.dtype = at::kDouble;
+  models::Model model = models::build_model(spec, o);
+  auto [x, y] = model.make_batch(batch, 1, 0);
+  exec::ExecutorOptions options;
+  options.devices = std::move(devices);
+  options.optimizer = exec::OptimizerKind::None;
+  options.seed = seed;
+  exec::Pipeline pipeline(model, plan, batch, options);
+  const double loss = pipeline.step(x, y).loss;
+  return {loss, testing::gradients(model)};
+}
+
+// The same training, but for the order in which gradients were added up (1e-17 apart).
+void expect_same_step(const Step& got, const Step& want, const Plan& plan) {
+  const std::string what = describe_plan(plan);
+  EXPECT_NEAR(got.loss, want.loss, 1e-12) << what;
+  for (const auto& [name, g] : want.gradients) {
+    EXPECT_TRUE(at::allclose(got.gradients.at(name), g, 1e-10, 1e-14))
+        << what << " " << name << ": " << (got.gradients.at(name) - g).abs().max().item<double>();
+  }
+}
+
 TEST(TorchScript, ScriptedSequentialRunsPipelinedLikeTheZoo) {
   const auto path = std::filesystem::temp_directory_path() /
                     ("pipetune_script_" + std::to_string(::getpid()) + ".pt");
@@ -173,24 +204,11 @@ TEST_P(DropoutInsideAScript, EverySplitDrawsWhatOneDeviceDraws) {
       testing::run_command({PIPETUNE_PYTHON, PIPETUNE_MAKE_SCRIPT, path.string(), GetParam()});
   ASSERT_EQ(made.exit_code, 0) << made.err;
   const std::string spec = path.string() + ":input=8,classes=4";
-  models::ModelOptions o;
-  o.dtype = at::kDouble;
-  auto step = [&](const Plan& plan, std::vector<std::string> devices) {
-    models::Model model = models::build_model(spec, o);
-    auto [x, y] = model.make_batch(8, 1, 0);
-    exec::ExecutorOptions options;
-    options.devices = std::move(devices);
-    options.optimizer = exec::OptimizerKind::None;
-    options.seed = 5;
-    exec::Pipeline pipeline(model, plan, 8, options);
-    const double loss = pipeline.step(x, y).loss;
-    return std::make_pair(loss, testing::gradients(model));
-  };
   Plan whole;
   whole.balance = {5};
   whole.chunks = 4;
   whole.checkpoint = CheckpointMode::Never;
-  const auto one = step(whole, {"cpu:0"});
+  const Step one = step_of(spec, whole, {"cpu:0"}, 8, 5);
   struct Case {
     std::vector<int> balance;
     ScheduleKind schedule;
@@ -209,13 +227,7 @@ TEST_P(DropoutInsideAScript, EverySplitDrawsWhatOneDeviceDraws) {
     plan.schedule = c.schedule;
     plan.stages_per_device = c.stages_per_device;
     plan.checkpoint = c.checkpoint;
-    const auto split = step(plan, {"cpu:0", "cpu:1"});
-    const std::string what = describe_plan(plan);
-    EXPECT_NEAR(split.first, one.first, 1e-12) << what;
-    for (const auto& [name, g] : one.second) {
-      EXPECT_TRUE(at::allclose(split.second.at(name), g, 1e-10, 1e-14))
-          << what << " " << name << ": " << (split.second.at(name) - g).abs().max().item<double>();
-    }
+    expect_same_step(step_of(spec, plan, {"cpu:0", "cpu:1"}, 8, 5), one, plan);
   }
   std::filesystem::remove(path);
 }
@@ -304,35 +316,18 @@ TEST(TorchScript, AnInPlaceDropoutAfterAViewOfTheStageInputTrainsAsOneDevice) {
       {PIPETUNE_PYTHON, PIPETUNE_MAKE_SCRIPT, path.string(), "--in-place-dropout"});
   ASSERT_EQ(made.exit_code, 0) << made.err;
   const std::string spec = path.string() + ":input=8,classes=4";
-  models::ModelOptions o;
-  o.dtype = at::kDouble;
-  auto step = [&](const Plan& plan, std::vector<std::string> devices) {
-    models::Model model = models::build_model(spec, o);
-    auto [x, y] = model.make_batch(6, 1, 0);
-    exec::ExecutorOptions options;
-    options.devices = std::move(devices);
-    options.optimizer = exec::OptimizerKind::None;
-    options.seed = 3;
-    exec::Pipeline pipeline(model, plan, 6, options);
-    const double loss = pipeline.step(x, y).loss;
-    return std::make_pair(loss, testing::gradients(model));
-  };
   Plan whole;
   whole.balance = {5};
   whole.chunks = 3;
   whole.checkpoint = CheckpointMode::Never;
-  const auto one = step(whole, {"cpu:0"});
+  const Step one = step_of(spec, whole, {"cpu:0"}, 6, 3);
   for (const auto& balance : {std::vector<int>{1, 4}, std::vector<int>{2, 3}}) {
     for (auto mode : {CheckpointMode::Never, CheckpointMode::Always}) {
       Plan plan = whole;
       plan.balance = balance;
       plan.checkpoint = mode;
       plan.schedule = ScheduleKind::OneFOneB;
-      const auto split = step(plan, {"cpu:0", "cpu:1"});
-      const std::string what = describe_plan(plan);
-      EXPECT_NEAR(split.first, one.first, 1e-12) << what;
-      for (const auto& [name, g] : one.second)
-        EXPECT_TRUE(at::allclose(split.second.at(name), g, 1e-10, 1e-14)) << what << " " << name;
+      expect_same_step(step_of(spec, plan, {"cpu:0", "cpu:1"}, 6, 3), one, plan);
     }
   }
   std::filesystem::remove(path);
