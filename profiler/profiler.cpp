@@ -673,6 +673,7 @@ struct LayerMemory {
   at::Tensor output;  ///< detached: the next layer's input (none after the last layer)
   std::int64_t output_bytes = 0, saved = 0, workspace = 0, first_peak = 0, accumulate_peak = 0;
   std::int64_t inner_first_peak = 0, inner_accumulate_peak = 0;  ///< not the stage's last layer
+  std::int64_t input_peak = 0, weight_peak = 0;                  ///< the split backward's I and W
   bool keeps_input = true, keeps_output = false, aliases = false;
   /// Where the backend follows its levels: when the backward's peak is over (peak_release.hpp).
   std::optional<PeakRelease> release;
@@ -764,6 +765,38 @@ void measure_backward_peaks(Runner& run, const at::Tensor& previous, int layer, 
   reset_gradients(*run.layer.ptr(), in);
 }
 
+// The split backward's halves as zero-bubble schedules run them at a stage's end (the output and
+// the gradient it receives held), each peak above its start: I, the input's gradient with the
+// graph kept, so every saved tensor stays while the gradients inside the layer are made (none
+// where the input needs no gradient); then W, the parameters' gradients from the same received
+// gradient, returned at once while the graph is freed as it goes.
+void measure_split_peaks(Runner& run, const at::Tensor& previous, int layer,
+                         MeasureBackend& backend, LayerMemory& out) {
+  LayerInput in = layer_input(previous, layer);
+  reset_gradients(*run.layer.ptr(), in);
+  auto [root, y] = run.forward(in.x);
+  if (run.last) y = at::Tensor();
+  if (!root.requires_grad()) return;
+  const std::vector<at::Tensor> seed =
+      run.last ? std::vector<at::Tensor>{} : std::vector<at::Tensor>{at::ones_like(root)};
+  const std::vector<at::Tensor> parameters = trainable_parameters(run.layer);
+  at::Tensor input_gradient;  // held through W, as a stage's is until its copy is done
+  if (in.leaf.defined()) {
+    const std::int64_t start = backend.allocated();
+    backend.reset_peak();
+    input_gradient = torch::autograd::grad({root}, {in.leaf}, seed, /*retain_graph=*/true,
+                                           /*create_graph=*/false, /*allow_unused=*/true)[0];
+    out.input_peak = std::max<std::int64_t>(0, backend.peak() - start);
+  }
+  if (!parameters.empty()) {
+    const std::int64_t start = backend.allocated();
+    backend.reset_peak();
+    (void)torch::autograd::grad({root}, parameters, seed, /*retain_graph=*/false,
+                                /*create_graph=*/false, /*allow_unused=*/true);
+    out.weight_peak = std::max<std::int64_t>(0, backend.peak() - start);
+  }
+}
+
 LayerMemory measure_layer_memory(Runner& run, const at::Tensor& previous, int layer,
                                  MeasureBackend& backend) {
   LayerMemory out;
@@ -789,6 +822,7 @@ LayerMemory measure_layer_memory(Runner& run, const at::Tensor& previous, int la
   }
   // One release for all four peaks: the memory model uses whichever fits the layer's place.
   if (backend.follows_levels()) out.release = peak_release(levels);
+  measure_split_peaks(run, previous, layer, backend, out);
   measure_retention(run, previous, layer, backend, out);
   return out;
 }
@@ -807,6 +841,8 @@ void append(LayerProfile& layer, const LayerTimes& times, const LayerMemory& mem
   layer.backward_accumulate_peak_bytes.push_back(memory.accumulate_peak);
   layer.inner_backward_peak_bytes.push_back(memory.inner_first_peak);
   layer.inner_backward_accumulate_peak_bytes.push_back(memory.inner_accumulate_peak);
+  layer.backward_input_peak_bytes.push_back(memory.input_peak);
+  layer.backward_weight_peak_bytes.push_back(memory.weight_peak);
   if (memory.release) {
     layer.backward_peak_end.push_back(memory.release->share);
     layer.backward_peak_drop_bytes.push_back(memory.release->drop);

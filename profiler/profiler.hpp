@@ -28,6 +28,10 @@
 //                             the output and the gradient fed to it held (a stage's last layer);
 //   inner_backward_peak_bytes, inner_backward_accumulate_peak_bytes
 //                             the same with both owned by autograd alone (inside a stage);
+//   backward_input_peak_bytes, backward_weight_peak_bytes
+//                             the split backward's halves at a stage's end, each peak above
+//                             its start: I (autograd.grad w.r.t. the input, the graph kept),
+//                             then W (w.r.t. the parameters, the graph freed);
 //   backward_peak_end, backward_peak_drop_bytes (CPU)
 //                             from the counting allocator's record of those four backwards
 //                             (every change, timed): a share of the backward's time after

@@ -175,6 +175,14 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
           inner ? interpolate_bytes(sizes, layer.inner_backward_accumulate_peak_bytes, x)
                 : costs->backward_accumulate_peak_bytes[l]);
     }
+    if (!layer.backward_input_peak_bytes.empty()) {
+      costs->backward_input_peak_bytes.resize(layers);
+      costs->backward_weight_peak_bytes.resize(layers);
+      costs->backward_input_peak_bytes[l] =
+          interpolate_bytes(sizes, layer.backward_input_peak_bytes, x);
+      costs->backward_weight_peak_bytes[l] =
+          interpolate_bytes(sizes, layer.backward_weight_peak_bytes, x);
+    }
     if (!layer.backward_peak_end.empty()) {
       const auto [share, drop] =
           release_at(sizes, layer.backward_peak_end, layer.backward_peak_drop_bytes, x);

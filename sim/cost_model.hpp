@@ -37,6 +37,8 @@ struct SizeCosts {
   /// no such record.
   std::vector<double> backward_peak_end;
   std::vector<std::int64_t> backward_peak_drop_bytes;
+  /// The split backward's measured peaks (LayerProfile); empty when the profile has none.
+  std::vector<std::int64_t> backward_input_peak_bytes, backward_weight_peak_bytes;
   std::vector<double> forward_prefix, backward_prefix, forward_nograd_prefix;  ///< size L + 1
   /// Per layer, from the profile (LayerProfile): what autograd keeps of input and output.
   std::vector<std::uint8_t> keeps_input, keeps_output, aliases;

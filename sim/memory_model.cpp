@@ -107,7 +107,8 @@ struct WeightFrees {
 };
 
 // W's walk, layer by layer in the order the executor runs it (first layer first), both
-// variants. A layer's W is its backward without the input gradient: the profile's measured
+// variants. A layer's W peaks at its measured W peak (backward_weight_peak_bytes) where the
+// profile has one. Else it is its backward without the input gradient: the profile's measured
 // backward peak (held variant: W's output gradient is kept by I, not owned by autograd) less the
 // gradient of the layer's input, which the profiler computes for every layer but the model's
 // first. It is the first backward's peak in both variants: W's autograd.grad hands back every
@@ -132,7 +133,10 @@ void set_weight_backward(const CostModel& model, const SizeCosts& c, int first, 
       }
       const std::int64_t input_grad = k > 0 ? c.output_bytes[k - 1] : 0;
       const std::int64_t own =
-          measured ? std::max<std::int64_t>(0, c.backward_peak_bytes[k] - input_grad) : params;
+          !c.backward_weight_peak_bytes.empty()
+              ? c.backward_weight_peak_bytes[k]
+              : (measured ? std::max<std::int64_t>(0, c.backward_peak_bytes[k] - input_grad)
+                          : params);
       walk.layer(k, level + own);
       level += (first_weight ? params : 0) - freed_by_weight[k - first];
     }
@@ -273,7 +277,12 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
   for (int k = end - 1; k >= first; --k) {
     const std::int64_t input_grad =
         k > first ? c.output_bytes[k - 1] : (first_stage ? 0 : m.input_bytes);
-    input_walk.layer(k, current + input_grad + c.workspace_bytes[k]);
+    // Measured where the profile has it: a layer of many operators keeps every saved tensor
+    // through I, so the gradients inside it pile up (a transformer layer's attention gradients).
+    const std::int64_t above = c.backward_input_peak_bytes.empty()
+                                   ? input_grad + c.workspace_bytes[k]
+                                   : std::max(input_grad, c.backward_input_peak_bytes[k]);
+    input_walk.layer(k, current + above);
     current += input_grad;
     if (k < end - 1) {
       if (model.param_bytes_of(k) > 0) {

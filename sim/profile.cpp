@@ -69,7 +69,8 @@ void check_profile_total(const Profile& p, const std::string& source) {
       for (const auto* field :
            {&l.output_bytes, &l.saved_bytes, &l.workspace_bytes, &l.backward_peak_bytes,
             &l.backward_accumulate_peak_bytes, &l.inner_backward_peak_bytes,
-            &l.inner_backward_accumulate_peak_bytes}) {
+            &l.inner_backward_accumulate_peak_bytes, &l.backward_input_peak_bytes,
+            &l.backward_weight_peak_bytes}) {
         if (!field->empty()) total += in_double(*field, x);
       }
     }
@@ -114,6 +115,8 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
                    "inner_backward_accumulate_peak_bytes",
                    "backward_peak_end",
                    "backward_peak_drop_bytes",
+                   "backward_input_peak_bytes",
+                   "backward_weight_peak_bytes",
                    "forward_nograd_ms",
                    "backward_input_ms",
                    "backward_weight_ms",
@@ -180,6 +183,21 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
       layer.backward_peak_end.push_back(e.number_in(0.0, 1.0, "a number from 0 to 1 (a share)"));
     }
     layer.backward_peak_drop_bytes = byte_counts(*peak_drop, sizes);
+  }
+  const auto input_peak = node.optional_field("backward_input_peak_bytes");
+  const auto weight_peak = node.optional_field("backward_weight_peak_bytes");
+  if (input_peak.has_value() != weight_peak.has_value()) {
+    node.fail_message(fmt::format(
+        "missing field \"{}\" (backward_input_peak_bytes and backward_weight_peak_bytes come "
+        "together)",
+        input_peak ? "backward_weight_peak_bytes" : "backward_input_peak_bytes"));
+  }
+  if (input_peak) {
+    if (!first_peak)
+      node.fail_message(
+          "has backward_input_peak_bytes, but no backward_peak_bytes (they refine them)");
+    layer.backward_input_peak_bytes = byte_counts(*input_peak, sizes);
+    layer.backward_weight_peak_bytes = byte_counts(*weight_peak, sizes);
   }
   if (auto nograd = node.optional_field("forward_nograd_ms"))
     layer.forward_nograd_ms = numbers(*nograd, sizes);
@@ -334,6 +352,14 @@ Profile parse_profile(std::string_view text, const std::string& source) {
               : "missing field \"inner_backward_peak_bytes\" (layers[0] has it: every layer or "
                 "none)");
     }
+    if (p.layers[k].backward_input_peak_bytes.empty() !=
+        p.layers[0].backward_input_peak_bytes.empty()) {
+      layer_nodes[k].fail_message(
+          p.layers[0].backward_input_peak_bytes.empty()
+              ? "has backward_input_peak_bytes, but layers[0] has none (every layer or none)"
+              : "missing field \"backward_input_peak_bytes\" (layers[0] has it: every layer or "
+                "none)");
+    }
     // When a backward's peak ends, the split of the backward (one rule for every stage) and
     // launch times (a stage's host time is a sum over its layers), likewise.
     for (const auto& [field, mine, first] :
@@ -479,6 +505,10 @@ std::string profile_to_json(const Profile& p) {
     if (!l.backward_peak_end.empty()) {
       layer["backward_peak_end"] = l.backward_peak_end;
       layer["backward_peak_drop_bytes"] = l.backward_peak_drop_bytes;
+    }
+    if (!l.backward_input_peak_bytes.empty()) {
+      layer["backward_input_peak_bytes"] = l.backward_input_peak_bytes;
+      layer["backward_weight_peak_bytes"] = l.backward_weight_peak_bytes;
     }
     if (!l.forward_nograd_ms.empty()) layer["forward_nograd_ms"] = l.forward_nograd_ms;
     // Written where they differ from the defaults, so profiles without them read back the same.

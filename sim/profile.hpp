@@ -36,6 +36,14 @@ struct LayerProfile {
   /// measured. Absent: the peak lasts until the layer's backward ends.
   std::vector<double> backward_peak_end;
   std::vector<std::int64_t> backward_peak_drop_bytes;
+  /// Optional (empty when absent; both or neither, every layer or none, only with the peaks
+  /// above): the split backward's halves as zero-bubble schedules run them at a stage's end,
+  /// each peak above its start: I (the input's gradient, the graph kept, so no saved tensor is
+  /// freed on the way; 0 where the input needs no gradient) and then W (the parameters'
+  /// gradients, all returned at once, the graph freed as it goes). Absent: estimated from the
+  /// backward's peaks.
+  std::vector<std::int64_t> backward_input_peak_bytes;
+  std::vector<std::int64_t> backward_weight_peak_bytes;
   /// Optional (empty when absent): the forward without autograd, as a checkpointed micro-batch
   /// runs it; nothing is recorded for the backward, so it is often cheaper. Absent: forward_ms.
   std::vector<double> forward_nograd_ms;

@@ -237,6 +237,26 @@ TEST(Profiler, BackwardPeaksInsideAStageLetTheOutputAndItsGradientGo) {
             p.layers[3].backward_accumulate_peak_bytes);
 }
 
+// The split backward's halves, each above its start at a stage's end: the first Linear's input
+// needs no gradient, so its I makes nothing and its W makes its weight's and bias's gradients,
+// 16 x 8 + 16 floats whatever the batch; the parameterless negated ReLU has no W, and its I makes
+// the ReLU's input gradient A and then the negation's, A more: 2A.
+TEST(Profiler, SplitBackwardPeaksOfIAndW) {
+  models::Model m = model_of({{"linear", torch::nn::AnyModule(torch::nn::Linear(8, 16))},
+                              {"negated_relu", torch::nn::AnyModule(NegatedRelu())},
+                              {"head", torch::nn::AnyModule(torch::nn::Linear(16, 2))}},
+                             {8});
+  const Profile p = profiler::profile_model(m, quick(4, {1, 4})).profile;
+  EXPECT_EQ(p.layers[0].backward_input_peak_bytes, (std::vector<std::int64_t>{0, 0}));
+  EXPECT_EQ(p.layers[0].backward_weight_peak_bytes,
+            (std::vector<std::int64_t>{4 * (16 * 8 + 16), 4 * (16 * 8 + 16)}));
+  EXPECT_EQ(p.layers[1].backward_input_peak_bytes, (std::vector<std::int64_t>{2 * 64, 2 * 4 * 64}));
+  EXPECT_EQ(p.layers[1].backward_weight_peak_bytes, (std::vector<std::int64_t>{0, 0}));
+  // The head's W makes at least its own gradients, 2 x 16 + 2 floats.
+  for (const std::int64_t bytes : p.layers[2].backward_weight_peak_bytes)
+    EXPECT_GE(bytes, 4 * (2 * 16 + 2));
+}
+
 // A backward that is done with its peak at once and then takes its time lower down. Its first
 // node (the last in forward) makes a scratch of four gradients, then its input's gradient, and
 // frees the scratch as it returns; the second sleeps, then makes its input's gradient.

@@ -278,6 +278,41 @@ TEST(ProfileFormat, InnerBackwardPeaksParseRoundTripAndComeWithTheOthers) {
             "refine them)");
 }
 
+TEST(ProfileFormat, SplitBackwardPeaksParseRoundTripAndComeWithThePeaks) {
+  const std::string split = R"("backward_input_peak_bytes": [300, 900], )"
+                            R"("backward_weight_peak_bytes": [100, 120], )";
+  const std::string split1 = R"("backward_input_peak_bytes": [40, 160], )"
+                             R"("backward_weight_peak_bytes": [8, 8], )";
+  const std::string peaks1 =
+      R"("backward_peak_bytes": [40, 160], "backward_accumulate_peak_bytes": [40, 160], )";
+  const Profile p = parse_profile(
+      profile_with_peaks(R"("backward_peak_bytes": [440, 560], )" + split,
+                         R"("backward_accumulate_peak_bytes": [400, 400], )", peaks1 + split1),
+      "in.json");
+  EXPECT_EQ(p.layers[0].backward_input_peak_bytes, (std::vector<std::int64_t>{300, 900}));
+  EXPECT_EQ(p.layers[0].backward_weight_peak_bytes, (std::vector<std::int64_t>{100, 120}));
+  const Profile q = parse_profile(profile_to_json(p), "again.json");
+  EXPECT_EQ(q.layers[0].backward_input_peak_bytes, p.layers[0].backward_input_peak_bytes);
+  EXPECT_EQ(q.layers[1].backward_weight_peak_bytes, p.layers[1].backward_weight_peak_bytes);
+  // Interpolated between the sizes (1 and 4 samples: 2 is a third of the way).
+  EXPECT_EQ(CostModel(p).at(2).backward_input_peak_bytes, (std::vector<std::int64_t>{500, 80}));
+  // Without them none is written, and the cost model has none.
+  const Profile old = parse_profile(profile_with_peaks(), "in.json");
+  EXPECT_EQ(profile_to_json(old).find("backward_input_peak"), std::string::npos);
+  EXPECT_TRUE(CostModel(old).at(4).backward_weight_peak_bytes.empty());
+
+  EXPECT_EQ(profile_error(profile_with_peaks(
+                R"("backward_peak_bytes": [440, 560], "backward_input_peak_bytes": [1, 1], )")),
+            "in.json: layers[0]: missing field \"backward_weight_peak_bytes\" "
+            "(backward_input_peak_bytes and backward_weight_peak_bytes come together)");
+  EXPECT_EQ(profile_error(profile_with_peaks(R"("backward_peak_bytes": [440, 560], )" + split)),
+            "in.json: layers[1]: missing field \"backward_input_peak_bytes\" (layers[0] has it: "
+            "every layer or none)");
+  EXPECT_EQ(profile_error(profile_with_peaks(split, "", "")),
+            "in.json: layers[0]: has backward_input_peak_bytes, but no backward_peak_bytes (they "
+            "refine them)");
+}
+
 TEST(ProfileFormat, BackwardPeakEndsParseRoundTripAndComeWithThePeaks) {
   const std::string ends = R"("backward_peak_end": [0.25, 0.5], )"
                            R"("backward_peak_drop_bytes": [100, 400], )";

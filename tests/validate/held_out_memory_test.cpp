@@ -478,9 +478,9 @@ TEST(HeldOutMemory, EveryWeightGradientAfterTheFirstHoldsTheLayersFreshGradients
 // before it have yet to make their gradients, so its measured peak is well below its parameters.
 // W peaks there too (its walk is the same). Charging W at least the layer's whole parameters on
 // top of every saved tensor put these devices 13-26 % over (timm's ConvNeXt-atto, whose third stage
-// is such a child, 36 % over on a zero-bubble device). Within 1.2 % now, under: W's peak is the
-// backward's less the layer's input gradient, which W does not make, and this backward peaked
-// before making it (64 KiB, one such gradient, short on two of the plans).
+// is such a child, 36 % over on a zero-bubble device). Charged the backward's peak less the
+// layer's input gradient, which W does not make, they were up to 1.2 % short: this backward
+// peaked before making it. The profile's own W peak: within 0.1 %.
 class MlpBlocksImpl : public torch::nn::Module {
  public:
   MlpBlocksImpl(std::int64_t width, int blocks) {
@@ -514,7 +514,68 @@ TEST(HeldOutMemory, SplitBackwardOfALayerOfManyBlocksPeaksAsItsBackward) {
       plan({2, 2}, 1, CheckpointMode::Never, ScheduleKind::ZBV)};
   const std::vector<DevicePeak> peaks = peaks_on_one_device(model, 128, plans);
   ASSERT_EQ(peaks.size(), plans.size());
-  for (const DevicePeak& peak : peaks) EXPECT_LE(std::abs(peak.error), 0.015);
+  for (const DevicePeak& peak : peaks) EXPECT_LE(std::abs(peak.error), 0.0025);
+}
+
+// A transformer layer as one child (attention over 16 tokens, then an MLP), as transformers' and
+// timm's blocks are: its I keeps the graph, so no saved tensor is freed while the gradients
+// inside the layer are made, and the attention's (4 heads x 16 x 16 a sample, several at once)
+// pile up. Charging I the input's gradient and the forward's workspace put BERT's zero-bubble
+// devices 9.4 % short, and these -3.6, -2.0 and -5.8 %; the profile now measures I's and W's own
+// peaks: -0.01, -0.01 and -2.2 %. The ZBV plan's last 50 KB (one layer output's worth) are not
+// found yet.
+class TokensImpl : public torch::nn::Module {
+ public:
+  at::Tensor forward(const at::Tensor& x) { return x.reshape({x.size(0), 16, 48}); }
+};
+TORCH_MODULE(Tokens);
+
+class AttentionLayerImpl : public torch::nn::Module {
+ public:
+  explicit AttentionLayerImpl(std::int64_t width)
+      : qkv(register_module("qkv", torch::nn::Linear(width, 3 * width))),
+        out(register_module("out", torch::nn::Linear(width, width))),
+        up(register_module("up", torch::nn::Linear(width, 4 * width))),
+        down(register_module("down", torch::nn::Linear(4 * width, width))) {}
+  at::Tensor forward(const at::Tensor& x) {
+    const std::int64_t n = x.size(0), t = x.size(1), d = x.size(2), heads = 4;
+    auto parts = qkv(x).reshape({n, t, 3, heads, d / heads}).permute({2, 0, 3, 1, 4});
+    const at::Tensor scores = at::matmul(parts[0], parts[1].transpose(-2, -1)) /
+                              std::sqrt(static_cast<double>(d / heads));
+    const at::Tensor mixed = at::matmul(at::softmax(scores, -1), parts[2]);
+    const at::Tensor h = x + out(mixed.permute({0, 2, 1, 3}).reshape({n, t, d}));
+    return h + down(at::gelu(up(h)));
+  }
+  torch::nn::Linear qkv, out, up, down;
+};
+TORCH_MODULE(AttentionLayer);
+
+class TokenMeanImpl : public torch::nn::Module {
+ public:
+  at::Tensor forward(const at::Tensor& x) { return x.mean(1); }
+};
+TORCH_MODULE(TokenMean);
+
+TEST(HeldOutMemory, SplitBackwardOfATransformerLayerKeepsItsGraphThroughI) {
+  namespace nn = torch::nn;
+  models::Model model = held_out_input_and_loss("held-out-attention");
+  auto add = [&](const std::string& name, nn::AnyModule module) {
+    add_layer(model, name, std::move(module));
+  };
+  add("tokens", nn::AnyModule(Tokens()));
+  add("layer1", nn::AnyModule(AttentionLayer(48)));
+  add("layer2", nn::AnyModule(AttentionLayer(48)));
+  add("pool", nn::AnyModule(TokenMean()));
+  add("head", nn::AnyModule(nn::Linear(48, 10)));
+  const std::vector<Plan> plans = {
+      plan({2, 1, 2}, 1, CheckpointMode::Never, ScheduleKind::InterleavedZB),
+      plan({1, 2, 1, 1}, 2, CheckpointMode::Never, ScheduleKind::InterleavedZB),
+      plan({2, 3}, 1, CheckpointMode::Never, ScheduleKind::ZBV)};
+  const std::vector<DevicePeak> peaks = peaks_on_one_device(model, 16, plans);
+  ASSERT_EQ(peaks.size(), plans.size());
+  EXPECT_LE(std::abs(peaks[0].error), 0.005);
+  EXPECT_LE(std::abs(peaks[1].error), 0.005);
+  EXPECT_LE(std::abs(peaks[2].error), 0.025);
 }
 
 // What the libraries keep on a GPU (cuBLAS: a workspace per thread and stream) is charged once
