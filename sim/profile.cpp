@@ -87,17 +87,25 @@ void check_profile_total(const Profile& p, const std::string& source) {
 }
 
 // Two per-size fields that come together or not at all; true when both are there.
-bool read_pair(const Node& node, const char* first, const char* second, std::size_t sizes,
-               std::vector<double>& first_values, std::vector<double>& second_values) {
+// Two optional fields that come together: both, or neither, else the one missing is named.
+std::optional<std::pair<Node, Node>> both_or_neither(const Node& node, const char* first,
+                                                     const char* second) {
   const auto a = node.optional_field(first);
   const auto b = node.optional_field(second);
   if (a.has_value() != b.has_value()) {
     node.fail_message(fmt::format("missing field \"{}\" ({} and {} come together)",
                                   a ? second : first, first, second));
   }
-  if (!a) return false;
-  first_values = numbers(*a, sizes);
-  second_values = numbers(*b, sizes);
+  if (!a) return std::nullopt;
+  return std::pair{*a, *b};
+}
+
+bool read_pair(const Node& node, const char* first, const char* second, std::size_t sizes,
+               std::vector<double>& first_values, std::vector<double>& second_values) {
+  const auto pair = both_or_neither(node, first, second);
+  if (!pair) return false;
+  first_values = numbers(pair->first, sizes);
+  second_values = numbers(pair->second, sizes);
   return true;
 }
 
@@ -141,63 +149,35 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
   layer.output_bytes = byte_counts(node.field("output_bytes"), sizes);
   layer.saved_bytes = byte_counts(node.field("saved_bytes"), sizes);
   layer.workspace_bytes = byte_counts(node.field("workspace_bytes"), sizes);
-  const auto first_peak = node.optional_field("backward_peak_bytes");
-  const auto accumulate_peak = node.optional_field("backward_accumulate_peak_bytes");
-  if (first_peak.has_value() != accumulate_peak.has_value()) {
-    node.fail_message(
-        fmt::format("missing field \"{}\" (backward_peak_bytes and "
-                    "backward_accumulate_peak_bytes come together)",
-                    first_peak ? "backward_accumulate_peak_bytes" : "backward_peak_bytes"));
+  const auto peaks = both_or_neither(node, "backward_peak_bytes", "backward_accumulate_peak_bytes");
+  if (peaks) {
+    layer.backward_peak_bytes = byte_counts(peaks->first, sizes);
+    layer.backward_accumulate_peak_bytes = byte_counts(peaks->second, sizes);
   }
-  if (first_peak) {
-    layer.backward_peak_bytes = byte_counts(*first_peak, sizes);
-    layer.backward_accumulate_peak_bytes = byte_counts(*accumulate_peak, sizes);
+  // The fields below refine the backward's peaks and come only with them.
+  const auto refining = [&](const char* first, const char* second, const char* relation) {
+    auto pair = both_or_neither(node, first, second);
+    if (pair && !peaks)
+      node.fail_message(fmt::format("has {}, but no backward_peak_bytes ({})", first, relation));
+    return pair;
+  };
+  if (const auto inner = refining("inner_backward_peak_bytes",
+                                  "inner_backward_accumulate_peak_bytes", "they refine them")) {
+    layer.inner_backward_peak_bytes = byte_counts(inner->first, sizes);
+    layer.inner_backward_accumulate_peak_bytes = byte_counts(inner->second, sizes);
   }
-  const auto inner_first_peak = node.optional_field("inner_backward_peak_bytes");
-  const auto inner_accumulate_peak = node.optional_field("inner_backward_accumulate_peak_bytes");
-  if (inner_first_peak.has_value() != inner_accumulate_peak.has_value()) {
-    node.fail_message(fmt::format(
-        "missing field \"{}\" (inner_backward_peak_bytes and "
-        "inner_backward_accumulate_peak_bytes come together)",
-        inner_first_peak ? "inner_backward_accumulate_peak_bytes" : "inner_backward_peak_bytes"));
-  }
-  if (inner_first_peak) {
-    if (!first_peak)
-      node.fail_message(
-          "has inner_backward_peak_bytes, but no backward_peak_bytes (they refine them)");
-    layer.inner_backward_peak_bytes = byte_counts(*inner_first_peak, sizes);
-    layer.inner_backward_accumulate_peak_bytes = byte_counts(*inner_accumulate_peak, sizes);
-  }
-  const auto peak_end = node.optional_field("backward_peak_end");
-  const auto peak_drop = node.optional_field("backward_peak_drop_bytes");
-  if (peak_end.has_value() != peak_drop.has_value()) {
-    node.fail_message(fmt::format(
-        "missing field \"{}\" (backward_peak_end and backward_peak_drop_bytes come together)",
-        peak_end ? "backward_peak_drop_bytes" : "backward_peak_end"));
-  }
-  if (peak_end) {
-    if (!first_peak)
-      node.fail_message("has backward_peak_end, but no backward_peak_bytes (it belongs to them)");
-    for (const Node& e :
-         peak_end->elements(sizes, "numbers from 0 to 1 (a share), one per micro-batch size")) {
+  if (const auto release =
+          refining("backward_peak_end", "backward_peak_drop_bytes", "it belongs to them")) {
+    for (const Node& e : release->first.elements(
+             sizes, "numbers from 0 to 1 (a share), one per micro-batch size")) {
       layer.backward_peak_end.push_back(e.number_in(0.0, 1.0, "a number from 0 to 1 (a share)"));
     }
-    layer.backward_peak_drop_bytes = byte_counts(*peak_drop, sizes);
+    layer.backward_peak_drop_bytes = byte_counts(release->second, sizes);
   }
-  const auto input_peak = node.optional_field("backward_input_peak_bytes");
-  const auto weight_peak = node.optional_field("backward_weight_peak_bytes");
-  if (input_peak.has_value() != weight_peak.has_value()) {
-    node.fail_message(fmt::format(
-        "missing field \"{}\" (backward_input_peak_bytes and backward_weight_peak_bytes come "
-        "together)",
-        input_peak ? "backward_weight_peak_bytes" : "backward_input_peak_bytes"));
-  }
-  if (input_peak) {
-    if (!first_peak)
-      node.fail_message(
-          "has backward_input_peak_bytes, but no backward_peak_bytes (they refine them)");
-    layer.backward_input_peak_bytes = byte_counts(*input_peak, sizes);
-    layer.backward_weight_peak_bytes = byte_counts(*weight_peak, sizes);
+  if (const auto split =
+          refining("backward_input_peak_bytes", "backward_weight_peak_bytes", "they refine them")) {
+    layer.backward_input_peak_bytes = byte_counts(split->first, sizes);
+    layer.backward_weight_peak_bytes = byte_counts(split->second, sizes);
   }
   if (auto nograd = node.optional_field("forward_nograd_ms"))
     layer.forward_nograd_ms = numbers(*nograd, sizes);
@@ -336,49 +316,25 @@ Profile parse_profile(std::string_view text, const std::string& source) {
                       p.layers[k].name, seen->second));
     }
   }
-  // Measured backward peaks replace the model's estimate for whole stages: all layers or none.
+  // Measured backward peaks replace the model's estimate for whole stages, and when a backward's
+  // peak ends, the split of the backward (one rule for every stage) and launch times (a stage's
+  // host time is a sum over its layers) likewise: all layers or none.
   for (std::size_t k = 1; k < p.layers.size(); ++k) {
-    if (p.layers[k].backward_peak_bytes.empty() != p.layers[0].backward_peak_bytes.empty()) {
+    const auto every_layer_or_none = [&](const char* field, auto LayerProfile::*member) {
+      const bool first_has_none = (p.layers[0].*member).empty();
+      if ((p.layers[k].*member).empty() == first_has_none) return;
       layer_nodes[k].fail_message(
-          p.layers[0].backward_peak_bytes.empty()
-              ? "has backward_peak_bytes, but layers[0] has none (every layer or none)"
-              : "missing field \"backward_peak_bytes\" (layers[0] has it: every layer or none)");
-    }
-    if (p.layers[k].inner_backward_peak_bytes.empty() !=
-        p.layers[0].inner_backward_peak_bytes.empty()) {
-      layer_nodes[k].fail_message(
-          p.layers[0].inner_backward_peak_bytes.empty()
-              ? "has inner_backward_peak_bytes, but layers[0] has none (every layer or none)"
-              : "missing field \"inner_backward_peak_bytes\" (layers[0] has it: every layer or "
-                "none)");
-    }
-    if (p.layers[k].backward_input_peak_bytes.empty() !=
-        p.layers[0].backward_input_peak_bytes.empty()) {
-      layer_nodes[k].fail_message(
-          p.layers[0].backward_input_peak_bytes.empty()
-              ? "has backward_input_peak_bytes, but layers[0] has none (every layer or none)"
-              : "missing field \"backward_input_peak_bytes\" (layers[0] has it: every layer or "
-                "none)");
-    }
-    // When a backward's peak ends, the split of the backward (one rule for every stage) and
-    // launch times (a stage's host time is a sum over its layers), likewise.
-    for (const auto& [field, mine, first] :
-         {std::tuple{"backward_peak_end", &p.layers[k].backward_peak_end,
-                     &p.layers[0].backward_peak_end},
-          std::tuple{"backward_input_ms", &p.layers[k].backward_input_ms,
-                     &p.layers[0].backward_input_ms},
-          std::tuple{"forward_launch_ms", &p.layers[k].forward_launch_ms,
-                     &p.layers[0].forward_launch_ms},
-          std::tuple{"forward_nograd_launch_ms", &p.layers[k].forward_nograd_launch_ms,
-                     &p.layers[0].forward_nograd_launch_ms}}) {
-      if (mine->empty() != first->empty()) {
-        layer_nodes[k].fail_message(
-            first->empty()
-                ? fmt::format("has {}, but layers[0] has none (every layer or none)", field)
-                : fmt::format("missing field \"{}\" (layers[0] has it: every layer or none)",
-                              field));
-      }
-    }
+          first_has_none
+              ? fmt::format("has {}, but layers[0] has none (every layer or none)", field)
+              : fmt::format("missing field \"{}\" (layers[0] has it: every layer or none)", field));
+    };
+    every_layer_or_none("backward_peak_bytes", &LayerProfile::backward_peak_bytes);
+    every_layer_or_none("inner_backward_peak_bytes", &LayerProfile::inner_backward_peak_bytes);
+    every_layer_or_none("backward_input_peak_bytes", &LayerProfile::backward_input_peak_bytes);
+    every_layer_or_none("backward_peak_end", &LayerProfile::backward_peak_end);
+    every_layer_or_none("backward_input_ms", &LayerProfile::backward_input_ms);
+    every_layer_or_none("forward_launch_ms", &LayerProfile::forward_launch_ms);
+    every_layer_or_none("forward_nograd_launch_ms", &LayerProfile::forward_nograd_launch_ms);
   }
 
   // Co-run times need the count they were measured with, and describe every layer or none.
