@@ -20,7 +20,6 @@
 
 #include "executor/device_runtime.hpp"
 #include "executor/executor.hpp"
-#include "executor/models/eval_guard.hpp"
 #include "executor/models/layers.hpp"
 #include "executor/models/shared_tensors.hpp"
 #include "executor/models/torch_reason.hpp"

@@ -142,10 +142,6 @@ at::Tensor seeded_dropout(const at::Tensor& input, double p, bool train) {
   return input * keep * (1.0 / (1.0 - p));
 }
 
-// Registered on first use and never unregistered: a static registration's destructor runs at
-// exit after the dispatcher's own (another library's static), which ThreadSanitizer reports as
-// an unlock of a destroyed mutex. Composite: autograd records the ATen calls inside, so no
-// backward of its own is needed.
 // The generator a sampler working on `like` (bernoulli_, uniform_, rand_like, …) draws from: the
 // thread's (ScopedGenerator) while the executor or the profiler runs a micro-batch, the global one
 // (none given) otherwise. A draw on another kind of device than the thread's generator's (a CPU
@@ -163,6 +159,10 @@ std::optional<at::Generator> generator_for(const at::Tensor& like) {
   return *mine;
 }
 
+// Registered on first use and never unregistered: a static registration's destructor runs at
+// exit after the dispatcher's own (another library's static), which ThreadSanitizer reports as
+// an unlock of a destroyed mutex. Composite: autograd records the ATen calls inside, so no
+// backward of its own is needed.
 void register_seeded_dropout() {
   // Kept on purpose (scripts/lsan.supp names this function).
   static torch::Library* const schema = [] {

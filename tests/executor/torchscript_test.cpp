@@ -45,6 +45,27 @@ Step step_of(const std::string& spec, const Plan& plan, std::vector<std::string>
   return {loss, testing::gradients(model)};
 }
 
+// One step of `plan` over `model` (a float64 build of `spec`) on two devices, without an
+// optimizer, against the independent truth: plain autograd over another build of `spec`, one
+// micro-batch after another (a batch of 6). The same loss and every gradient.
+void expect_trains_as_reference(models::Model& model, const std::string& spec, const Plan& plan) {
+  models::ModelOptions o;
+  o.dtype = at::kDouble;
+  models::Model reference = models::build_model(spec, o);
+  auto [x, y] = reference.make_batch(6, 1, 0);
+  const double expected = testing::reference_step(reference, x, y, plan.chunks);
+  exec::ExecutorOptions options;
+  options.devices = {"cpu:0", "cpu:1"};
+  options.optimizer = exec::OptimizerKind::None;
+  exec::Pipeline pipeline(model, plan, 6, options);
+  const std::string what = describe_plan(plan);
+  EXPECT_NEAR(pipeline.step(x, y).loss, expected, 1e-12) << what;
+  const auto want = testing::gradients(reference), got = testing::gradients(model);
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (const auto& [name, g] : want)
+    EXPECT_TRUE(at::allclose(got.at(name), g, 1e-10, 1e-12)) << what << ": " << name;
+}
+
 // The same training, but for the order in which gradients were added up (1e-17 apart).
 void expect_same_step(const Step& got, const Step& want, const Plan& plan) {
   const std::string what = describe_plan(plan);
@@ -65,23 +86,11 @@ TEST(TorchScript, ScriptedSequentialRunsPipelinedLikeTheZoo) {
   o.dtype = at::kDouble;
   models::Model model = models::build_model(spec, o);
   EXPECT_EQ(model.layer_names, (std::vector<std::string>{"0", "1", "2", "3", "4"}));
-  models::Model reference = models::build_model(spec, o);
-  auto [x, y] = reference.make_batch(6, 1, 0);
-  x = x.to(at::kDouble);
-  const double expected = testing::reference_step(reference, x, y, 3);
   Plan plan;
   plan.balance = {2, 3};
   plan.chunks = 3;
   plan.checkpoint = CheckpointMode::Always;
-  exec::ExecutorOptions options;
-  options.devices = {"cpu:0", "cpu:1"};
-  options.optimizer = exec::OptimizerKind::None;
-  exec::Pipeline pipeline(model, plan, 6, options);
-  EXPECT_NEAR(pipeline.step(x, y).loss, expected, 1e-12);
-  const auto want = testing::gradients(reference), got = testing::gradients(model);
-  ASSERT_EQ(got.size(), want.size());
-  for (const auto& [name, g] : want)
-    EXPECT_TRUE(at::allclose(got.at(name), g, 1e-10, 1e-12)) << name;
+  expect_trains_as_reference(model, spec, plan);
   std::filesystem::remove(path);
 }
 
@@ -111,10 +120,6 @@ TEST(TorchScript, AStageThatStartsWithALayerChangingItsInputInPlaceTrainsAsOneDe
                         {{1, 1, 2, 2}, CheckpointMode::Never, ScheduleKind::InterleavedZB, 2},
                         {{1, 1, 2, 2}, CheckpointMode::Always, ScheduleKind::Interleaved1F1B, 2}};
   for (const Case& c : cases) {
-    models::Model reference = models::build_model(spec, o);
-    auto [x, y] = reference.make_batch(6, 1, 0);
-    x = x.to(at::kDouble);
-    const double expected = testing::reference_step(reference, x, y, 3);
     models::Model model = models::build_model(spec, o);
     Plan plan;
     plan.balance = c.balance;
@@ -122,16 +127,7 @@ TEST(TorchScript, AStageThatStartsWithALayerChangingItsInputInPlaceTrainsAsOneDe
     plan.checkpoint = c.checkpoint;
     plan.schedule = c.schedule;
     plan.stages_per_device = c.stages_per_device;
-    exec::ExecutorOptions options;
-    options.devices = {"cpu:0", "cpu:1"};
-    options.optimizer = exec::OptimizerKind::None;
-    exec::Pipeline pipeline(model, plan, 6, options);
-    const std::string what = describe_plan(plan);
-    EXPECT_NEAR(pipeline.step(x, y).loss, expected, 1e-12) << what;
-    const auto want = testing::gradients(reference), got = testing::gradients(model);
-    ASSERT_EQ(got.size(), want.size()) << what;
-    for (const auto& [name, g] : want)
-      EXPECT_TRUE(at::allclose(got.at(name), g, 1e-10, 1e-12)) << what << ": " << name;
+    expect_trains_as_reference(model, spec, plan);
   }
   std::filesystem::remove(path);
 }
@@ -355,22 +351,11 @@ TEST(TorchScript, BuffersThatAreNotFloatingKeepTheirType) {
   EXPECT_EQ(buffers.at("1.scale").scalar_type(), at::kDouble);
   for (const auto& p : model.layers->parameters()) EXPECT_EQ(p.scalar_type(), at::kDouble);
   models::check_model_batch(model, 4);
-  models::Model reference = models::build_model(spec, o);
-  auto [x, y] = reference.make_batch(6, 1, 0);
-  const double expected = testing::reference_step(reference, x, y, 3);
   Plan plan;
   plan.balance = {1, 3};
   plan.chunks = 3;
   plan.checkpoint = CheckpointMode::Always;
-  exec::ExecutorOptions options;
-  options.devices = {"cpu:0", "cpu:1"};
-  options.optimizer = exec::OptimizerKind::None;
-  exec::Pipeline pipeline(model, plan, 6, options);
-  EXPECT_NEAR(pipeline.step(x, y).loss, expected, 1e-12);
-  const auto want = testing::gradients(reference), got = testing::gradients(model);
-  ASSERT_EQ(got.size(), want.size());
-  for (const auto& [name, g] : want)
-    EXPECT_TRUE(at::allclose(got.at(name), g, 1e-10, 1e-12)) << name;
+  expect_trains_as_reference(model, spec, plan);
   std::filesystem::remove(path);
 }
 
