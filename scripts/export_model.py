@@ -18,8 +18,10 @@ Each child is compiled on its own, its input being the previous child's output o
 - Traced (torch.jit.trace) where it does not (keyword-only arguments with defaults, *args, and
   much else that libraries such as Hugging Face transformers write). A trace records the
   operations one input ran, so it is accepted only after proof. A tracer warning (a Python
-  branch or a size taken from a tensor, baked into the trace) refuses it; batch norm in training
-  mode always warns, so a child holding one must script. Then the trace and
+  branch or a size taken from a tensor, baked into the trace) refuses it, except on a check whose
+  only effect is to raise (an `assert`, an `if` whose body only raises: nn.Embedding's check of
+  its padding index), which cannot bake an output; batch norm in training mode always warns, so
+  a child holding one must script. Then the trace and
   the Python child run at every micro-batch size the plan can use (a batch of B is split as
   tensor.chunk does, so any size from 1 to B; all of 1 to N for an example of N <= 64 samples,
   else 1, 2, 3, odd and even sizes around powers of two, N/2, N - 1 and N), and must agree on
@@ -28,11 +30,14 @@ Each child is compiled on its own, its input being the previous child's output o
   mode the model was given in (a trace keeps the mode it was traced in; training mode is the
   default and what pipetune runs), with torch.manual_seed set before each run so that dropout
   draws the same masks in both.
+  The trace runs as its graph is written (torch.jit.optimized_execution(False)): the optimised
+  path rewrites dropout as native_dropout, which draws a mask even at p = 0, where pipetune's
+  executor replaces every dropout with its own seeded one that draws nothing at p = 0.
   Tolerance: |trace - Python| <= atol * max(1, largest |Python|) + rtol * |Python| per element,
   with rtol 1e-4, atol 1e-5 for float32; 1e-7, 1e-9 for float64; 1e-2, 1e-3 for float16; 5e-2,
   1e-2 for bfloat16; integer and boolean results must be equal. Both run the same kernels, but
-  the graph executor may fuse or reorder floating-point arithmetic (its autodiff writes dropout
-  as `mask * x / (1 - p)`); the bounds allow some hundreds of units in the last place, scaled
+  pipetune's executor runs the optimised graph, which may fuse or reorder floating-point
+  arithmetic; the bounds allow some hundreds of units in the last place, scaled
   by the largest magnitude because a parameter's gradient sums over the samples and an element
   that cancels to near zero keeps the rounding of its large terms. A real bug (a baked size or
   branch) differs by the size of the values themselves.
@@ -51,8 +56,10 @@ nothing written. Needs only torch.
 """
 
 import argparse
+import ast
 import collections
 import contextlib
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -376,6 +383,34 @@ def warning_line(caught):
     return f'"{sentence}" at {first.filename}:{first.lineno}' + (f": `{source}`" if source else "") + more
 
 
+@functools.lru_cache(maxsize=None)
+def raise_only_lines(filename):
+    """The lines of a source file that hold a check whose only effect is to raise: an `assert`,
+    or an `if` (no else) whose body is nothing but `raise`."""
+    try:
+        with open(filename) as source:
+            tree = ast.parse(source.read())
+    except (OSError, SyntaxError, ValueError):
+        return frozenset()
+    lines = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assert):
+            lines.add(node.lineno)
+        elif (isinstance(node, ast.If) and not node.orelse
+              and all(isinstance(statement, ast.Raise) for statement in node.body)):
+            lines.add(node.test.lineno)
+    return frozenset(lines)
+
+
+def bakes(warning):
+    """Whether a tracer warning may have baked an input's value or size into the trace. A tensor
+    turned into a Python boolean for a check that can only raise (nn.Embedding's padding index
+    against its table, a user's length check) cannot: where the check passes, the trace records
+    what Python ran, and the proof below runs every size."""
+    boolean = "Converting a tensor to a Python boolean" in str(warning.message)
+    return not (boolean and warning.lineno in raise_only_lines(warning.filename))
+
+
 def trace(name, child, x, script_reason):
     """The traced child, proven; raises BadInput naming what went wrong."""
     prefix = f"child {label(name, child)} cannot be scripted: {script_reason}; "
@@ -387,10 +422,14 @@ def trace(name, child, x, script_reason):
             traced = torch.jit.trace(child, (x,), check_trace=False)
         except Exception as e:
             raise BadInput(prefix + f"nor traced: {first_line(e)}")
-    tracer = [w for w in caught if issubclass(w.category, torch.jit.TracerWarning)]
+    tracer = [w for w in caught if issubclass(w.category, torch.jit.TracerWarning) and bakes(w)]
     if tracer:
         raise BadInput(prefix + f"its trace would be wrong for other inputs: torch warns: {warning_line(tracer)}")
-    with warnings.catch_warnings():
+    # As the graph is written: the graph executor's optimised path rewrites dropout as
+    # native_dropout, which draws a mask even at p = 0 (transformers' OPT has such a dropout
+    # before one of p > 0), so Python's masks would be compared with others. pipetune's executor
+    # replaces every dropout with its own, which draws nothing at p = 0, before it runs a child.
+    with warnings.catch_warnings(), torch.jit.optimized_execution(False):
         warnings.simplefilter("ignore")  # the graph executor's notes while it runs the proof
         problem = prove(child, traced, x)
     if problem:

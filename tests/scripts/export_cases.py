@@ -134,3 +134,48 @@ class Untraceable(torch.nn.Module):
 
 def neither():
     return [torch.nn.Linear(6, 4), Untraceable()], (torch.randn(4, 6), torch.randn(4, 4))
+
+
+class ZeroThenDropout(torch.nn.Module):
+    """A dropout of p = 0 in training mode, then one of p = 0.3, as transformers' OPT layer has
+    (attention dropout 0, then residual dropout). The graph executor's optimised path rewrites
+    dropout as native_dropout, which draws a mask even at p = 0, so from a trace's second run on
+    the later mask differs from Python's under the same seed; run as the graph is written, it is
+    the same. Keyword-only argument: it does not script."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+        self.norm = torch.nn.LayerNorm(8)
+
+    def forward(self, x, *, scale: float = 1.0):
+        h = torch.nn.functional.dropout(torch.tanh(self.linear(x)), p=0.0, training=self.training)
+        return x + torch.nn.functional.dropout(self.norm(h), p=0.3, training=self.training) * scale
+
+
+def zero_then_dropout():
+    torch.manual_seed(0)
+    return [torch.nn.Linear(6, 8), ZeroThenDropout(), torch.nn.Linear(8, 3)], (torch.randn(6, 6), torch.randint(0, 3, (6,)))
+
+
+class CheckedEmbedding(torch.nn.Module):
+    """Token and learned position embeddings in one child, as a user wraps a library's (OPT's
+    positions do not script). nn.Embedding with a padding index checks it against the table's
+    size, a branch the tracer warns about; its only effect is to raise, so it cannot bake an
+    output. The child's own check below is the same kind."""
+
+    def __init__(self):
+        super().__init__()
+        self.tokens = torch.nn.Embedding(10, 8, padding_idx=1)
+        self.positions = torch.nn.Embedding(16, 8)
+
+    def forward(self, ids, *args):
+        if ids.size(1) > self.positions.num_embeddings:
+            raise ValueError("sequence longer than the position table")
+        places = torch.arange(ids.size(1), device=ids.device)
+        return self.tokens(ids) + self.positions(places)
+
+
+def checked_embedding():
+    torch.manual_seed(0)
+    return [CheckedEmbedding(), torch.nn.Tanh(), torch.nn.Linear(8, 10)], (torch.randint(0, 10, (4, 5)), torch.randint(0, 10, (4, 5)))

@@ -72,6 +72,43 @@ class ExportModelTest(unittest.TestCase):
         torch._C._jit_pass_inline(graph)
         self.assertIn("aten::dropout", [node.kind() for node in graph.nodes()])
 
+    def load_saved(self):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # torch.jit's, from torch 2.10 on
+            return torch.jit.load(self.prefix + ".pt")
+
+    def test_a_dropout_of_zero_before_a_dropout_is_proved_as_its_graph_runs(self):
+        # The optimised graph executor draws a mask for the p = 0 dropout from a trace's second
+        # run on; refused before ("its output differs from Python's by up to 3.01").
+        r = self.export("zero_then_dropout")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("traced: '1' (ZeroThenDropout); each trace matched", r.stdout)
+        saved = self.load_saved()
+        model, (inputs, _) = load_cases().zero_then_dropout()
+        model = torch.nn.Sequential(*model)
+        with torch.jit.optimized_execution(False):
+            for size in (1, 2, 2, 6):
+                torch.manual_seed(size)
+                expected = model(inputs[:size])
+                torch.manual_seed(size)
+                torch.testing.assert_close(saved(inputs[:size]), expected, rtol=1e-4, atol=1e-5)
+        graph = getattr(saved, "1").graph.copy()
+        torch._C._jit_pass_inline(graph)
+        self.assertEqual([node.kind() for node in graph.nodes()].count("aten::dropout"), 2)
+
+    def test_a_check_that_only_raises_does_not_refuse_the_trace(self):
+        # nn.Embedding's padding index check and the child's own length check make the tracer
+        # warn; neither can bake an output. The branch on the batch size still refuses
+        # (test_tracer_warning_refuses_the_child).
+        r = self.export("checked_embedding")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("traced: '0' (CheckedEmbedding); each trace matched", r.stdout)
+        saved = self.load_saved()
+        model, (inputs, _) = load_cases().checked_embedding()
+        model = torch.nn.Sequential(*model)
+        for size in (1, 3, 4):
+            torch.testing.assert_close(saved(inputs[:size]), model(inputs[:size]), rtol=1e-4, atol=1e-5)
+
     def test_tracer_warning_refuses_the_child(self):
         error = self.refused("size_branch")
         self.assertIn("child '1' (SizeBranch) cannot be scripted: ", error)
