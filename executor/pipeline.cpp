@@ -1,4 +1,5 @@
 #include <ATen/ATen.h>
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <pthread.h>
@@ -169,6 +170,29 @@ std::vector<char> micro_batches_with(const Schedule& schedule, ActionKind kind) 
   }
   return out;
 }
+
+// A module's buffers as they are now, to put back after a forward that must not count: a
+// training-mode forward updates batch norm's running statistics (and its count of batches), and
+// a recompute or a probe runs a micro-batch's forward a second time.
+class KeptBuffers {
+ public:
+  explicit KeptBuffers(const torch::nn::Module& module) {
+    for (const at::Tensor& b : module.buffers()) {
+      if (b.defined()) kept_.emplace_back(b, b.clone());
+    }
+  }
+  // Below autograd's in-place bookkeeping: a recompute's graph saved the buffers (batch norm's
+  // backward takes the running statistics, though in training mode it reads the batch's), and a
+  // version bump would fail that backward. The values it then holds are the ones it held before
+  // this recompute, as on one device.
+  void restore() {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    for (auto& [buffer, saved] : kept_) buffer.copy_(saved);
+  }
+
+ private:
+  std::vector<std::pair<at::Tensor, at::Tensor>> kept_;
+};
 
 }  // namespace
 
@@ -695,13 +719,10 @@ bool Pipeline::Impl::stage_modifies_input(int s, const at::Tensor& x) {
   at::Tensor h = probe;
   std::size_t layer = first_layer[static_cast<std::size_t>(s)];
   for (auto& module : *stages[s]) {
-    std::vector<std::pair<at::Tensor, at::Tensor>> buffers;
-    for (const at::Tensor& b : module.ptr()->buffers()) {
-      if (b.defined()) buffers.emplace_back(b, b.clone());
-    }
+    KeptBuffers buffers(*module.ptr());
     models::ScopedGenerator::enter_layer(layer++);
     h = module.forward<at::Tensor>(h);
-    for (auto& [buffer, saved] : buffers) buffer.copy_(saved);
+    buffers.restore();
     if (probe._version() != version) {
       known = 1;
       break;
@@ -753,10 +774,13 @@ void Pipeline::Impl::run_action(int d, const Action& a, at::Generator& generator
       break;
     }
     case ActionKind::Recompute: {
+      // The checkpointed forward counted this micro-batch in the running statistics already.
       models::ScopedRecompute recomputing;
+      KeptBuffers buffers(*stages[s]);
       at::Tensor y = split[static_cast<std::size_t>(s) * micro_batches + i]
                          ? forward_layers(stages[s], ctx, first)
                          : forward_stage(stages[s], first, layers_input(ctx));
+      buffers.restore();
       ctx.output = last ? model.loss(y, micro_targets[i]) * scale : y;
       break;
     }

@@ -1,7 +1,7 @@
 """Writes a scripted nn.Sequential for the executor's bring-your-own-model tests.
 
 make_torchscript.py OUT.pt [--dropout | --attention | --zero-dropout | --tied | --in-place |
---in-place-dropout | --index-buffer | --drop-path]: with
+--in-place-dropout | --index-buffer | --drop-path | --batch-norm]: with
 --dropout, two of its
 children draw dropout masks (one a Dropout child, one a block with dropout inside), from torch's
 global generator; with --attention, one child draws them inside fused attention
@@ -15,7 +15,9 @@ with --in-place, the second child adds to its input in place and the third is Re
 classifiers), which changes its input in training mode only; with --index-buffer, a child that
 reorders its features by an int64 buffer of indices and scales them by a float buffer (as
 transformers' BERT keeps its position ids); with --drop-path, two residual blocks that drop their
-branch per sample with `bernoulli_` (timm's drop path, torchvision's stochastic depth).
+branch per sample with `bernoulli_` (timm's drop path, torchvision's stochastic depth); with
+--batch-norm, a BatchNorm1d child and a block holding one, whose running statistics each
+training-mode forward updates (torchvision's and timm's convolutional nets).
 """
 import sys
 
@@ -89,6 +91,18 @@ class DropPath(torch.nn.Module):
         return x + branch
 
 
+class NormBlock(torch.nn.Module):
+    """tanh(batch_norm(x W)): a block that updates running statistics inside."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(16, 16)
+        self.norm = torch.nn.BatchNorm1d(16)
+
+    def forward(self, x):
+        return torch.tanh(self.norm(self.linear(x)))
+
+
 torch.manual_seed(0)
 if "--tied" in sys.argv[2:]:
     embed = torch.nn.Linear(8, 6, bias=False)
@@ -110,6 +124,10 @@ elif "--index-buffer" in sys.argv[2:]:
 elif "--drop-path" in sys.argv[2:]:
     model = torch.nn.Sequential(
         torch.nn.Linear(8, 16), DropPath(), torch.nn.ReLU(), DropPath(), torch.nn.Linear(16, 4)
+    )
+elif "--batch-norm" in sys.argv[2:]:
+    model = torch.nn.Sequential(
+        torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(), NormBlock(), torch.nn.Linear(16, 4)
     )
 elif "--dropout" in sys.argv[2:]:
     model = torch.nn.Sequential(

@@ -359,6 +359,61 @@ TEST(TorchScript, BuffersThatAreNotFloatingKeepTheirType) {
   std::filesystem::remove(path);
 }
 
+// Batch norm's running statistics are part of what a model trains (evaluation reads them). A
+// checkpointed micro-batch's forward runs twice; the recompute must not update them again, nor
+// count the micro-batch twice in num_batches_tracked. After one step, every running statistic is
+// what plain training gives, one micro-batch after another.
+TEST(TorchScript, ARecomputeDoesNotUpdateBatchNormsRunningStatisticsAgain) {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("pipetune_batch_norm_" + std::to_string(::getpid()) + ".pt");
+  const auto made = testing::run_command(
+      {PIPETUNE_PYTHON, PIPETUNE_MAKE_SCRIPT, path.string(), "--batch-norm"});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  const std::string spec = path.string() + ":input=8,classes=4";
+  models::ModelOptions o;
+  o.dtype = at::kDouble;
+  models::Model reference = models::build_model(spec, o);
+  auto [x, y] = reference.make_batch(6, 1, 0);
+  testing::reference_step(reference, x, y, 3);
+  auto buffers = [](models::Model& m) {
+    std::map<std::string, at::Tensor> out;
+    for (const auto& b : m.layers->named_buffers()) out[b.key()] = b.value().detach().clone();
+    return out;
+  };
+  const auto want = buffers(reference);
+  ASSERT_EQ(want.size(), 6u);  // two batch norms: mean, variance, batches tracked
+  struct Case {
+    std::vector<int> balance;
+    ScheduleKind schedule;
+    int stages_per_device;
+  };
+  const Case cases[] = {{{2, 3}, ScheduleKind::OneFOneB, 1},
+                        {{3, 2}, ScheduleKind::GPipe, 1},
+                        {{1, 1, 2, 1}, ScheduleKind::Interleaved1F1B, 2}};
+  for (const auto& c : cases) {
+    for (auto mode : {CheckpointMode::Never, CheckpointMode::Always}) {
+      models::Model model = models::build_model(spec, o);
+      Plan plan;
+      plan.balance = c.balance;
+      plan.chunks = 3;
+      plan.checkpoint = mode;
+      plan.schedule = c.schedule;
+      plan.stages_per_device = c.stages_per_device;
+      exec::ExecutorOptions options;
+      options.devices = {"cpu:0", "cpu:1"};
+      options.optimizer = exec::OptimizerKind::None;
+      exec::Pipeline pipeline(model, plan, 6, options);
+      pipeline.step(x, y);
+      const auto got = buffers(model);
+      for (const auto& [name, b] : want) {
+        EXPECT_TRUE(at::allclose(got.at(name), b, 1e-12, 1e-14))
+            << describe_plan(plan) << " " << name << ": " << got.at(name) << " against " << b;
+      }
+    }
+  }
+  std::filesystem::remove(path);
+}
+
 TEST(TorchScript, NotAScriptIsAClearError) {
   const auto path = std::filesystem::temp_directory_path() / "pipetune_not_a_script.pt";
   { std::ofstream(path) << "hello"; }
