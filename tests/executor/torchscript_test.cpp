@@ -366,8 +366,8 @@ TEST(TorchScript, BuffersThatAreNotFloatingKeepTheirType) {
 TEST(TorchScript, ARecomputeDoesNotUpdateBatchNormsRunningStatisticsAgain) {
   const auto path = std::filesystem::temp_directory_path() /
                     ("pipetune_batch_norm_" + std::to_string(::getpid()) + ".pt");
-  const auto made = testing::run_command(
-      {PIPETUNE_PYTHON, PIPETUNE_MAKE_SCRIPT, path.string(), "--batch-norm"});
+  const auto made =
+      testing::run_command({PIPETUNE_PYTHON, PIPETUNE_MAKE_SCRIPT, path.string(), "--batch-norm"});
   ASSERT_EQ(made.exit_code, 0) << made.err;
   const std::string spec = path.string() + ":input=8,classes=4";
   models::ModelOptions o;
