@@ -20,8 +20,8 @@ Each child is compiled on its own, its input being the previous child's output o
   operations one input ran, so it is accepted only after proof. A tracer warning (a Python
   branch or a size taken from a tensor, baked into the trace) refuses it, except on a check whose
   only effect is to raise (an `assert`, an `if` whose body only raises: nn.Embedding's check of
-  its padding index), which cannot bake an output; batch norm in training mode always warns, so
-  a child holding one must script. Then the trace and
+  its padding index, batch norm's of more than one value per channel), which cannot bake an
+  output. Then the trace and
   the Python child run at every micro-batch size the plan can use (a batch of B is split as
   tensor.chunk does, so any size from 1 to B; all of 1 to N for an example of N <= 64 samples,
   else 1, 2, 3, odd and even sizes around powers of two, N/2, N - 1 and N), and must agree on
@@ -341,9 +341,11 @@ def run_once(module, x, restore, cotangent=None):
 
 
 def prove(child, traced, x):
-    """None where the trace matches the Python child at every micro-batch size, else what does not."""
+    """(None, sizes Python itself fails at) where the trace matches the Python child at every other
+    micro-batch size, else (what does not, None)."""
     compared = []
     python_failure = None
+    skipped = []
     with preserving(child) as restore, torch.enable_grad():
         for size in micro_batch_sizes(x.shape[0]):
             xs = x[:size]
@@ -351,12 +353,13 @@ def prove(child, traced, x):
                 expected, expected_gradients, expected_buffers, cotangent = run_once(child, xs, restore)
             except Exception as e:
                 python_failure = python_failure or first_line(e)
+                skipped.append(size)
                 continue  # the Python child cannot run this size either (batch norm at 1): nothing to prove
             samples = f"a micro-batch of {size} sample{'s' if size != 1 else ''}"
             try:
                 got, gradients, buffers, _ = run_once(traced, xs, restore, cotangent)
             except Exception as e:
-                return f"its trace does not generalise: at {samples} it fails: {first_line(e)}"
+                return f"its trace does not generalise: at {samples} it fails: {first_line(e)}", None
             problems = [("its output", difference(got, expected))]
             for n, g in expected_gradients.items():
                 problems.append((f"its gradient w.r.t. {n}",
@@ -366,11 +369,12 @@ def prove(child, traced, x):
                                  difference(buffers[n], b) if n in buffers else "is missing"))
             for what, problem in problems:
                 if problem:
-                    return f"its trace does not generalise: at {samples}, {what} {problem}"
+                    return f"its trace does not generalise: at {samples}, {what} {problem}", None
             compared.append(size)
     if not compared:
-        return f"its trace could not be compared with Python at any micro-batch size (Python fails: {python_failure})"
-    return None
+        return (f"its trace could not be compared with Python at any micro-batch size (Python fails: "
+                f"{python_failure})", None)
+    return None, (skipped, python_failure)
 
 
 def warning_line(caught):
@@ -431,17 +435,17 @@ def trace(name, child, x, script_reason):
     # replaces every dropout with its own, which draws nothing at p = 0, before it runs a child.
     with warnings.catch_warnings(), torch.jit.optimized_execution(False):
         warnings.simplefilter("ignore")  # the graph executor's notes while it runs the proof
-        problem = prove(child, traced, x)
+        problem, skipped = prove(child, traced, x)
     if problem:
         raise BadInput(prefix + problem)
-    return traced
+    return traced, skipped
 
 
 def compile_children(model, inputs):
     """Scripts each child, or traces and proves it; returns (compiled children, report, last output)."""
     failures = []
     compiled = collections.OrderedDict()
-    scripted_names, traced_names = [], []
+    scripted_names, traced_names, not_compared = [], [], []
     x = inputs
     for name, child in model.named_children():
         check_takes_one_input(name, child)
@@ -455,8 +459,12 @@ def compile_children(model, inputs):
             scripted = torch.jit.script(child)
         except Exception as e:
             try:
-                compiled[name] = trace(name, child, x, first_line(e))
+                compiled[name], (skipped, why) = trace(name, child, x, first_line(e))
                 traced_names.append(label(name, child) + ("" if child.training else " in evaluation mode"))
+                if skipped:
+                    sizes = ", ".join(map(str, skipped))
+                    not_compared.append(f"{label(name, child)} at {sizes} sample{'s' if skipped != [1] else ''} "
+                                        f"(Python itself fails: {why})")
             except BadInput as refusal:
                 failures.append(str(refusal))
         else:
@@ -479,7 +487,9 @@ def compile_children(model, inputs):
         sizes = micro_batch_sizes(inputs.shape[0])
         sizes = f"1 to {sizes[-1]}" if len(sizes) == sizes[-1] else ", ".join(map(str, sizes))
         report.append(f"traced: {', '.join(traced_names)}; each trace matched Python's output and gradients "
-                      f"at micro-batches of {sizes} samples")
+                      f"at micro-batches of {sizes} samples" + (f", but for {'; '.join(not_compared)}: a plan "
+                                                                 f"must not give it such a micro-batch"
+                                                                 if not_compared else ""))
     return compiled, report, x
 
 

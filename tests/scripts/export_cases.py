@@ -179,3 +179,22 @@ class CheckedEmbedding(torch.nn.Module):
 def checked_embedding():
     torch.manual_seed(0)
     return [CheckedEmbedding(), torch.nn.Tanh(), torch.nn.Linear(8, 10)], (torch.randint(0, 10, (4, 5)), torch.randint(0, 10, (4, 5)))
+
+
+class NormedKeywordOnly(torch.nn.Module):
+    """Batch norm inside a child that does not script: F.batch_norm checks that a channel holds
+    more than one value, a check that only raises; the trace updates the running statistics as
+    Python does, which the proof compares at every size (one sample: Python refuses, skipped)."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+        self.norm = torch.nn.BatchNorm1d(8)
+
+    def forward(self, x, *, scale: float = 1.0):
+        return torch.relu(self.norm(self.linear(x))) * scale
+
+
+def traced_batch_norm():
+    torch.manual_seed(0)
+    return [torch.nn.Linear(6, 8), NormedKeywordOnly(), torch.nn.Linear(8, 3)], (torch.randn(6, 6), torch.randint(0, 3, (6,)))

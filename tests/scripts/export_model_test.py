@@ -109,6 +109,25 @@ class ExportModelTest(unittest.TestCase):
         for size in (1, 3, 4):
             torch.testing.assert_close(saved(inputs[:size]), model(inputs[:size]), rtol=1e-4, atol=1e-5)
 
+    def test_batch_norm_in_a_traced_child_updates_its_statistics_as_python(self):
+        # F.batch_norm's check of one value per channel only raises: before, its tracer warning
+        # refused every traced child with batch norm. At one sample Python itself fails, and the
+        # report says so.
+        r = self.export("traced_batch_norm")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("traced: '1' (NormedKeywordOnly); each trace matched", r.stdout)
+        self.assertIn("but for '1' (NormedKeywordOnly) at 1 sample (Python itself fails: Expected more than 1 "
+                      "value per channel", r.stdout)
+        saved = self.load_saved()
+        model, (inputs, _) = load_cases().traced_batch_norm()
+        model = torch.nn.Sequential(*model)
+        for size in (2, 5, 6):
+            torch.testing.assert_close(saved(inputs[:size]), model(inputs[:size]), rtol=1e-4, atol=1e-5)
+        traced_norm = dict(getattr(saved, "1").named_buffers())
+        for name, buffer in model[1].named_buffers():  # three forwards on each
+            torch.testing.assert_close(traced_norm[name], buffer, rtol=1e-5, atol=1e-6)
+        self.assertEqual(int(traced_norm["norm.num_batches_tracked"]), 3)
+
     def test_tracer_warning_refuses_the_child(self):
         error = self.refused("size_branch")
         self.assertIn("child '1' (SizeBranch) cannot be scripted: ", error)
