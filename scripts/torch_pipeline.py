@@ -51,6 +51,7 @@ cannot run): one line on stderr, exit status 2. Needs only torch.
 """
 
 import argparse
+import contextlib
 import gc
 import json
 import logging
@@ -177,15 +178,36 @@ def micro_batch_sizes(batch, chunks):
     return ours
 
 
+class KeptBuffers:
+    """Puts a module's buffers back as they were on entry: around a recompute, which in training
+    mode would update batch norm's running statistics (and its count of batches) a second time
+    for the same micro-batch. Through `.data`, whose version counter is not the buffer's: the
+    recompute's graph saved the running statistics, and a version bump would fail its backward
+    (in training mode batch norm's backward reads the batch's statistics, not these)."""
+
+    def __init__(self, module):
+        self.module = module
+
+    def __enter__(self):
+        self.kept = [(b, b.detach().clone()) for b in self.module.buffers()]
+
+    def __exit__(self, *exception):
+        for buffer, saved in self.kept:
+            buffer.data.copy_(saved)
+
+
 class Checkpointed(torch.nn.Module):
-    """A stage recomputed in its backward (the plan's checkpoint always)."""
+    """A stage recomputed in its backward (the plan's checkpoint always), the recompute counting
+    nothing in the buffers: the micro-batch's forward counted it already, as on one device."""
 
     def __init__(self, module):
         super().__init__()
         self.module = module
 
     def forward(self, x):
-        return torch.utils.checkpoint.checkpoint(self.module, x, use_reentrant=False)
+        return torch.utils.checkpoint.checkpoint(
+            self.module, x, use_reentrant=False,
+            context_fn=lambda: (contextlib.nullcontext(), KeptBuffers(self.module)))
 
 
 def time_actions(stage, records):

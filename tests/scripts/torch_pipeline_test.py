@@ -1,6 +1,7 @@
 """scripts/torch_pipeline.py against one device: the same losses step after step for every
 schedule torch runs on CPU (the training loop below is the independent truth), a measured trace
 with every action of the median step, and one line, exit status 2, for what torch cannot run."""
+import copy
 import json
 import os
 import subprocess
@@ -73,6 +74,24 @@ class TorchPipelineTest(unittest.TestCase):
                 for got, want in zip(losses, expected):
                     self.assertAlmostEqual(got, want, delta=1e-12 * abs(want))
                 self.assertEqual(len(losses), STEPS)
+
+    def test_a_checkpointed_stage_counts_each_micro_batch_once_in_batch_norm(self):
+        # torch.utils.checkpoint runs the forward again in the backward, which in training mode
+        # updated the running statistics twice (num_batches_tracked 2 after one micro-batch).
+        torch.manual_seed(0)
+        stage = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.BatchNorm1d(8), torch.nn.Tanh()).double()
+        plain = copy.deepcopy(stage)
+        checkpointed = torch_pipeline.Checkpointed(stage)
+        g = torch.Generator().manual_seed(1)
+        for _ in range(2):  # two micro-batches
+            x = torch.randn(4, 6, generator=g, dtype=torch.float64)
+            checkpointed(x).square().sum().backward()
+            plain(x).square().sum().backward()
+        for (name, got), want in zip(stage.named_buffers(), plain.buffers()):
+            torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-14, msg=name)
+        for got, want in zip(stage.parameters(), plain.parameters()):
+            torch.testing.assert_close(got.grad, want.grad, rtol=1e-12, atol=1e-14)
+        self.assertEqual(int(stage[1].num_batches_tracked), 2)
 
     def test_a_custom_order_runs_through_torchs_csv_runtime_and_trains_as_one_device(self):
         # Four stages looped over two ranks, an order no schedule class makes: stage 2 splits its
