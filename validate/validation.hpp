@@ -134,11 +134,20 @@ struct Validation {
 /// stage fails. Nothing is written outside out_dir.
 Validation run_validation(const ValidationOptions& options);
 
-/// The calibration plans for a validation: the time-balanced split at a few chunk counts and
-/// checkpoint modes, first in the validated plans' layouts (schedule, stages per device,
-/// devices) in turn, then one stage per device over `stages` devices in GPipe and 1F1B; none of
-/// them `validated`, all fitting the hardware's memory.
+/// The calibration plans for a validation: the time-balanced split at a few chunk counts (the
+/// validated plans' fewest and most first) and checkpoint modes, first in the validated plans'
+/// layouts (schedule, stages per device, devices) in turn, then one stage per device over
+/// `stages` devices in GPipe and 1F1B; none of them `validated`, all fitting the hardware's
+/// memory.
 std::vector<Plan> calibration_plans(const Profile& profile, const Hardware& hardware, int stages,
                                     const std::vector<Plan>& validated, int count);
+
+/// Why a calibration fitted on plans `fitted_on` must not predict `predicted` (a batch of
+/// `batch` samples split as tensor.chunk does): some micro-batch of `predicted` is smaller or
+/// larger than every one it was fitted on, where its out-of-sample check says nothing. Nothing
+/// when inside.
+std::optional<std::string> outside_fitted_sizes(const std::vector<Plan>& fitted_on,
+                                                const std::vector<Plan>& predicted,
+                                                std::int64_t batch);
 
 }  // namespace pipetune::validate

@@ -63,15 +63,28 @@ TEST(CalibrationPlans, FollowTheValidatedPlansLayoutsInTurnThenOneStagePerDevice
   const std::vector<Plan> validated{interleaved, zbv, interleaved};
   const std::vector<Plan> plans = calibration_plans(profile, hw, 2, validated, 9);
   ASSERT_EQ(plans.size(), 9u);
-  // The two layouts take turns (the repeated one counts once), each at another chunk count or
-  // checkpoint mode than the one before, then one stage per device.
-  const ScheduleKind expected[] = {ScheduleKind::Interleaved1F1B, ScheduleKind::ZBV};
+  // First the validated plans' fewest and most chunks (2 and 4), in the two layouts in turn, so
+  // that two calibration plans span the validated micro-batch sizes.
+  EXPECT_EQ(plans[0].schedule, ScheduleKind::Interleaved1F1B);
+  EXPECT_EQ(plans[0].chunks, 2);
+  EXPECT_EQ(plans[1].schedule, ScheduleKind::ZBV);
+  EXPECT_EQ(plans[1].chunks, 4);
+  // Then the table's shapes, the layouts still in turn (the repeated one counts once; a shape
+  // that makes a plan already there is skipped), each at another chunk count or checkpoint mode,
+  // then one stage per device.
+  const ScheduleKind expected[] = {ScheduleKind::Interleaved1F1B,
+                                   ScheduleKind::ZBV,
+                                   ScheduleKind::ZBV,
+                                   ScheduleKind::Interleaved1F1B,
+                                   ScheduleKind::ZBV,
+                                   ScheduleKind::Interleaved1F1B,
+                                   ScheduleKind::ZBV};
   for (std::size_t i = 0; i < plans.size(); ++i) {
     const Plan& p = plans[i];
     EXPECT_EQ(std::count(validated.begin(), validated.end(), p), 0) << describe_plan(p);
     for (std::size_t j = 0; j < i; ++j) EXPECT_NE(p, plans[j]);
-    if (i < 6) {  // one plan per chunk count and checkpoint mode of the table
-      EXPECT_EQ(p.schedule, expected[i % 2]) << i;
+    if (i < std::size(expected)) {
+      EXPECT_EQ(p.schedule, expected[i]) << i;
       EXPECT_EQ(p.stages(), 4);
       EXPECT_EQ(p.stages_per_device, 2);
     } else {
@@ -80,7 +93,25 @@ TEST(CalibrationPlans, FollowTheValidatedPlansLayoutsInTurnThenOneStagePerDevice
     }
     EXPECT_NO_THROW(check_plan(p, profile, hw, "calibration")) << describe_plan(p);
   }
-  EXPECT_NE(plans[0].chunks, plans[2].chunks);
+}
+
+// tensor.chunk's sizes, by hand: 8 in 8 chunks is 1 each, in 4 is 2 each, in 3 is 3, 3 and 2,
+// in 2 is 4 each, in 1 is 8.
+TEST(CalibrationRange, IsTheMicroBatchSizesItWasFittedOn) {
+  auto chunked = [](std::initializer_list<int> chunks) {
+    std::vector<Plan> plans;
+    for (int c : chunks) plans.push_back(testing::make_plan({1, 1}, c, CheckpointMode::Never));
+    return plans;
+  };
+  EXPECT_FALSE(outside_fitted_sizes(chunked({8, 2}), chunked({4, 3, 2}), 8));
+  EXPECT_FALSE(outside_fitted_sizes(chunked({4, 3}), chunked({3}), 8));  // 2 to 3 samples
+  EXPECT_EQ(outside_fitted_sizes(chunked({8, 4}), chunked({2, 1}), 8),
+            "fitted on micro-batches of 1 to 2 samples, the plans it would predict have 4 to 8 "
+            "samples: a calibration is judged only within the sizes it was fitted on");
+  EXPECT_EQ(outside_fitted_sizes(chunked({2}), chunked({4, 3}), 8),
+            "fitted on micro-batches of 4 samples, the plans it would predict have 2 to 3 "
+            "samples: a calibration is judged only within the sizes it was fitted on");
+  EXPECT_FALSE(outside_fitted_sizes({}, chunked({1}), 8));  // nothing fitted: nothing to judge
 }
 
 PlanValidation measured(double predicted_ms, std::vector<double> steps) {
