@@ -274,6 +274,17 @@ Model build_model(const std::string& text, const ModelOptions& options) {
     spec = Spec::parse("torchscript:path=" + spec.name() +
                        (colon == std::string::npos ? "" : "," + text.substr(colon + 1)));
   }
+  // Asked for and not done would be silent: the running statistics would move per micro-batch.
+  if (options.deferred_batch_norm && spec.name() != "resnet") {
+    throw InputError(
+        Input::Model,
+        spec.name() == "torchscript"
+            ? "torchscript: deferred batch norm is only the zoo's resnet's: a TorchScript model's "
+              "batch norms update their running statistics per micro-batch, as in torch"
+            : fmt::format(
+                  "{}: deferred batch norm: it has no batch norm (only the zoo's resnet has)",
+                  spec.name()));
+  }
   torch::manual_seed(options.seed);
   Model m;
   if (spec.name() == "mlp") {

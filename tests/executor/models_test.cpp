@@ -63,5 +63,26 @@ TEST(Models, BadSpecsSayWhatIsWrong) {
   EXPECT_EQ(error("/nowhere/model.pt"), "model: /nowhere/model.pt: no such file");
 }
 
+TEST(Models, DeferredBatchNormWhereThereIsNoneToDeferIsRefused) {
+  // Silently ignored before: a TorchScript model's running statistics moved per micro-batch.
+  models::ModelOptions deferred;
+  deferred.deferred_batch_norm = true;
+  auto error = [&](const std::string& spec) -> std::string {
+    try {
+      models::build_model(spec, deferred);
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.input(), Input::Model);
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(error("torchscript:path=/nowhere/model.pt,input=8"),
+            "model: torchscript: deferred batch norm is only the zoo's resnet's: a TorchScript "
+            "model's batch norms update their running statistics per micro-batch, as in torch");
+  EXPECT_EQ(error("mlp:layers=2,width=8"),
+            "model: mlp: deferred batch norm: it has no batch norm (only the zoo's resnet has)");
+  EXPECT_EQ(error("resnet:blocks=1,channels=4,image=8,classes=3"), "");
+}
+
 }  // namespace
 }  // namespace pipetune
