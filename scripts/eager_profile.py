@@ -44,7 +44,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from export_model import BadInput, as_batch, as_sequential, base_loss, first_line, load_function  # noqa: E402
+from export_model import BadInput, as_batch, as_sequential, base_loss, children, first_line, load_function  # noqa: E402
 
 
 def median_and_spread(values):
@@ -208,9 +208,9 @@ def saved_bytes(run, layer, previous, held):
 def build(builder, loss_name, seed):
     torch.manual_seed(seed)
     model, batch = load_function(builder)()
-    children = list(as_sequential(model).children())
+    layers = [module for _, module in children(as_sequential(model))]
     inputs, targets = as_batch(batch)
-    return children, inputs, targets, base_loss(loss_name)
+    return layers, inputs, targets, base_loss(loss_name)
 
 
 def co_runner(builder, loss_name, seed, threads, commands, replies, stop):

@@ -9,7 +9,10 @@ and a batch whose dimension 0 is samples, of any dtypes and shapes (int64 token 
 Each child takes one tensor and returns one (wrap a library's block that takes a mask or returns
 a tuple). Children may hold the very same parameter (tied weights, e.g. an embedding and the
 output projection that reuses it): pipetune trains it as one, summing its gradients over the
-stages that hold it. A buffer two children share, or a view of another child's tensor, is refused.
+stages that hold it. A buffer two children share (one rotary embedding module in every block's
+wrapper) is copied, each child keeping its own, where a training-mode forward of the example does
+not change it; one a forward changes (batch norm's running statistics), or a view of another
+child's tensor, is refused.
 
 Each child is compiled on its own, its input being the previous child's output on the example:
 
@@ -59,6 +62,7 @@ import argparse
 import ast
 import collections
 import contextlib
+import copy
 import functools
 import importlib
 import importlib.util
@@ -123,6 +127,13 @@ def as_sequential(model):
     raise BadInput(f"the model: expected an nn.Sequential or a list of modules, got {type(model).__name__}")
 
 
+def children(model):
+    """(name, module) at every position of the Sequential, a module used at two positions (one
+    activation instance reused) at both: named_children() and children() give each module once,
+    which dropped its second use from the model."""
+    return list(model._modules.items())
+
+
 def as_batch(batch):
     if not (isinstance(batch, (list, tuple)) and len(batch) == 2 and all(isinstance(t, torch.Tensor) for t in batch)):
         raise BadInput("the batch: expected a pair of tensors (inputs, targets)")
@@ -175,6 +186,48 @@ def label(name, child):
     return f"'{name}' ({type(child).__name__})"
 
 
+def copy_shared_constant_buffers(model, inputs):
+    """Gives each child its own copy of a buffer it shares with others where no forward changes
+    it (a rotary embedding's frequencies, a position table: a model's one module reused in every
+    block's wrapper), so that each stage keeps its own. A buffer a training-mode forward changes
+    (batch norm's running statistics) stays shared, and tied_parameters refuses it: copies would
+    drift apart. Parameters stay the very objects they were (tied weights kept). Returns report
+    lines."""
+    holders = collections.OrderedDict()
+    for name, child in children(model):
+        for buffer_name, buffer in child.named_buffers(remove_duplicate=False):
+            if buffer is not None:
+                entry = holders.setdefault(id(buffer), (buffer, []))
+                if name not in [n for n, _ in entry[1]]:
+                    entry[1].append((name, buffer_name))
+    shared = [(buffer, names) for buffer, names in holders.values() if len(names) > 1]
+    if not shared:
+        return []
+    # Values as well as versions: batch norm's kernel updates its running statistics in place
+    # without a version bump.
+    before = [(buffer._version, buffer.detach().clone()) for buffer, _ in shared]
+    with preserving(model), torch.no_grad():
+        try:
+            model(inputs)  # in the mode pipetune runs it: training, as given
+        except Exception:
+            return []  # compile_children names the child that fails
+        changed = [buffer._version != version or not torch.equal(buffer, value)
+                   for (buffer, _), (version, value) in zip(shared, before)]
+    report, copied_children = [], set()
+    for (buffer, names), was_changed in zip(shared, changed):
+        if was_changed:
+            continue
+        for name, _ in names[1:]:
+            copied_children.add(name)
+        report.append("copied: " + ", ".join(f"{child}.{n}" for child, n in names) +
+                      " (one buffer no forward changes: each child now keeps its own copy)")
+    for name in copied_children:
+        child = model._modules[name]
+        memo = {id(p): p for _, p in child.named_parameters(remove_duplicate=False)}
+        model._modules[name] = copy.deepcopy(child, memo)
+    return report
+
+
 def tied_parameters(model):
     """The parameters two or more children hold as the same object (tied weights), as
     [(tensor, [(child name, parameter name), ...])], in order of first holder. pipetune keeps each
@@ -183,7 +236,7 @@ def tied_parameters(model):
     Refuses what cannot be kept as one: a buffer two children hold, and a tensor that shares
     another's storage without being it (a view), which would be trained or kept as two copies."""
     seen, tied = {}, collections.OrderedDict()
-    for name, child in model.named_children():
+    for name, child in children(model):
         tensors = [("parameter", n, t) for n, t in child.named_parameters(remove_duplicate=False)]
         tensors += [("buffer", n, t) for n, t in child.named_buffers(remove_duplicate=False) if t is not None]
         for kind, tensor_name, tensor in tensors:
@@ -201,6 +254,11 @@ def tied_parameters(model):
                     break
                 shared, copies = ("parameter", "train") if "parameter" in (kind, first[2]) else ("buffer", "keep")
                 what = "a view of another child's tensor" if first[4] is not tensor else f"a {shared}"
+                if first[4] is tensor and shared == "buffer":
+                    raise BadInput(f"children {label(first[0], first[1])} and {label(name, child)} share a buffer "
+                                   f"that a forward changes ({first[0]}.{first[3]} is {name}.{tensor_name}, as batch "
+                                   "norm's running statistics): pipetune would keep two copies, which would drift "
+                                   "apart; give each child its own module")
                 raise BadInput(f"children {label(first[0], first[1])} and {label(name, child)} share {what} "
                                f"({first[0]}.{first[3]} is {name}.{tensor_name}): pipetune would {copies} two copies; "
                                "untie them (e.g. `head.weight = nn.Parameter(embedding.weight.detach().clone())`), "
@@ -447,7 +505,7 @@ def compile_children(model, inputs):
     compiled = collections.OrderedDict()
     scripted_names, traced_names, not_compared = [], [], []
     x = inputs
-    for name, child in model.named_children():
+    for name, child in children(model):
         check_takes_one_input(name, child)
         try:
             with evaluating(child), torch.no_grad():  # deterministic: the example for the next child
@@ -503,8 +561,10 @@ def export(target, prefix, loss):
         raise BadInput(f"{target}: expected it to return (model, (inputs, targets))")
     model = as_sequential(result[0]).cpu()
     inputs, targets = as_batch(result[1])
+    copied = copy_shared_constant_buffers(model, inputs)
     tied = tied_parameters(model)
     compiled, report, output = compile_children(model, inputs)
+    report += copied
     check_loss(loss, output, targets)
     try:
         # A Sequential of script modules, traced ones included, scripts as one container.

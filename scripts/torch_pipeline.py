@@ -44,7 +44,8 @@ Tied weights (children holding one parameter, as GPT-2's embedding and head) are
 device trains them: torch would have each rank step its own copy with its part of the gradient,
 so after each step's backwards the ranks holding a tie sum its gradient (an all-reduce in a group
 of those ranks alone) before the optimizer, and a rank's stages holding the same tensor list it once in the optimizer. A
-buffer or a view two children share is refused.
+buffer two children share is copied into each where no forward changes it (as export_model.py
+does); one a forward changes, or a view two children share, is refused.
 
 Bad input (a builder that fails, a plan that does not fit the model, a schedule or mode torch
 cannot run): one line on stderr, exit status 2. Needs only torch.
@@ -69,8 +70,8 @@ import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from export_model import (BadInput, as_batch, as_sequential, base_loss, first_line, load_function,  # noqa: E402
-                          tied_parameters)
+from export_model import (BadInput, as_batch, as_sequential, base_loss, children,  # noqa: E402
+                          copy_shared_constant_buffers, first_line, load_function, tied_parameters)
 
 LOOPED = {"interleaved-1f1b", "interleaved-zb", "looped-bfs"}
 V_SHAPED = {"zbv", "dualpipev"}
@@ -283,7 +284,7 @@ def tied_across_stages(model, balance):
     A buffer or a view two children share is refused (export_model.tied_parameters)."""
     stage_of, first = {}, 0
     for s, count in enumerate(balance):
-        for name, _ in list(model.named_children())[first:first + count]:
+        for name, _ in children(model)[first:first + count]:
             stage_of[name] = s
         first += count
     split = []
@@ -356,10 +357,11 @@ def rank_main(rank, world, args, plan, results=None):
         model, batch = load_function(args.builder)()
         model = as_sequential(model)
         inputs, targets = as_batch(batch)
-        children = list(model.children())
-        if sum(plan["balance"]) != len(children):
+        copy_shared_constant_buffers(model, inputs)  # as the export does: each stage its own copy
+        layers = [module for _, module in children(model)]
+        if sum(plan["balance"]) != len(layers):
             raise BadInput(f"the plan's balance {plan['balance']} holds {sum(plan['balance'])} layers, "
-                           f"the model has {len(children)}")
+                           f"the model has {len(layers)}")
         devices, device_of = placement(plan, args, batch_size=inputs.shape[0])
         if devices != world:
             raise BadInput(f"the plan runs on {devices} devices, the run has {world} ranks")
@@ -373,11 +375,11 @@ def rank_main(rank, world, args, plan, results=None):
         # Each stage's input and output on a micro-batch, given to torch up front: its shape
         # inference at the first step asks the stages' neighbours in its default placement
         # (s mod D), which is not the V's. As meta tensors: torch keeps them for the run.
-        examples = stage_examples(children, plan["balance"], inputs[:micro_batch_sizes(batch_size, plan["chunks"])[0]])
+        examples = stage_examples(layers, plan["balance"], inputs[:micro_batch_sizes(batch_size, plan["chunks"])[0]])
         stages, records, first = [], [], 0
         for s, count in enumerate(plan["balance"]):
             if device_of[s] == rank:
-                module = torch.nn.Sequential(*children[first:first + count]).to(device)
+                module = torch.nn.Sequential(*layers[first:first + count]).to(device)
                 if plan.get("checkpoint", "never") == "always":
                     module = Checkpointed(module)
                 stage = pipelining.PipelineStage(module, s, len(plan["balance"]), device,
@@ -409,7 +411,7 @@ def rank_main(rank, world, args, plan, results=None):
         # the last; the rest of the model built here goes.
         x = inputs.to(device) if holds_first else None
         y = targets.to(device) if holds_last else None
-        del model, children, examples, inputs, targets, batch
+        del model, layers, examples, inputs, targets, batch
         gc.collect()  # modules in reference cycles (a builder's whole model) go now, not later
         steps, peak = [], 0
         for step in range(args.warmup + args.steps):

@@ -198,3 +198,51 @@ class NormedKeywordOnly(torch.nn.Module):
 def traced_batch_norm():
     torch.manual_seed(0)
     return [torch.nn.Linear(6, 8), NormedKeywordOnly(), torch.nn.Linear(8, 3)], (torch.randn(6, 6), torch.randint(0, 3, (6,)))
+
+
+class Frequencies(torch.nn.Module):
+    """A table no forward changes (a rotary embedding's frequencies), as a model's one module."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("table", torch.linspace(0.5, 2.0, 8), persistent=False)
+
+    def forward(self, x):
+        return torch.sin(x * self.table)
+
+
+class Block(torch.nn.Module):
+    """A block wrapper handed the model's one Frequencies module, as users wrap transformers'
+    layers with its one rotary embedding."""
+
+    def __init__(self, shared):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+        self.shared = shared
+
+    def forward(self, x):
+        return torch.tanh(self.linear(x)) + self.shared(x)
+
+
+def shared_constant_buffer():
+    torch.manual_seed(0)
+    shared = Frequencies()
+    return ([torch.nn.Linear(6, 8), Block(shared), Block(shared), torch.nn.Linear(8, 3)],
+            (torch.randn(4, 6), torch.randint(0, 3, (4,))))
+
+
+def shared_batch_norm():
+    """One BatchNorm1d in two children: its running statistics change in every forward."""
+    torch.manual_seed(0)
+    norm = torch.nn.BatchNorm1d(8)
+    return ([torch.nn.Linear(6, 8), norm, torch.nn.Tanh(), norm, torch.nn.Linear(8, 3)],
+            (torch.randn(4, 6), torch.randint(0, 3, (4,))))
+
+
+def reused_activation():
+    """One GELU instance at two places, as `nn.Sequential(linear, act, linear, act)` is often
+    written: both uses are layers (named_children() would give it once)."""
+    torch.manual_seed(0)
+    act = torch.nn.GELU()
+    return ([torch.nn.Linear(6, 8), act, torch.nn.Linear(8, 3), act],
+            (torch.randn(4, 6), torch.randint(0, 3, (4,))))

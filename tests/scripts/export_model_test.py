@@ -173,6 +173,33 @@ class ExportModelTest(unittest.TestCase):
             saved = torch.jit.load(self.prefix + ".pt")
         self.assertIs(getattr(saved, "0").weight, getattr(saved, "2").weight)
 
+    def test_a_buffer_no_forward_changes_is_copied_into_each_child(self):
+        # Refused before ("share a buffer ... pipetune would keep two copies").
+        r = self.export("shared_constant_buffer")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("copied: 1.shared.table, 2.shared.table (one buffer no forward changes: each child now "
+                      "keeps its own copy)", r.stdout.splitlines())
+        saved = self.load_saved()
+        first, second = getattr(saved, "1").shared.table, getattr(saved, "2").shared.table
+        self.assertNotEqual(first.data_ptr(), second.data_ptr())
+        torch.testing.assert_close(first, second, rtol=0, atol=0)
+        model, (inputs, _) = load_cases().shared_constant_buffer()
+        torch.testing.assert_close(saved(inputs), torch.nn.Sequential(*model)(inputs), rtol=1e-5, atol=1e-6)
+
+    def test_a_buffer_a_forward_changes_stays_refused(self):
+        error = self.refused("shared_batch_norm")
+        self.assertIn("children '1' (BatchNorm1d) and '3' (BatchNorm1d) share a buffer that a forward changes "
+                      "(1.running_mean is 3.running_mean", error)
+
+    def test_a_module_used_at_two_places_is_a_layer_at_each(self):
+        # Before, its second use was left out of the export: a model of 3 layers, silently.
+        r = self.export("reused_activation")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(f"wrote {self.prefix}.pt (4 layers: 0, 1, 2, 3)", r.stdout)
+        saved = self.load_saved()
+        model, (inputs, _) = load_cases().reused_activation()
+        torch.testing.assert_close(saved(inputs), torch.nn.Sequential(*model)(inputs), rtol=1e-5, atol=1e-6)
+
     def test_a_view_of_another_childs_weight_is_refused_before_any_work(self):
         error = self.refused("tied_view")
         self.assertTrue(error.startswith("export_model: error: children '0' (Embedding) and '2' (Linear) share a "
