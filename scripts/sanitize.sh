@@ -24,12 +24,16 @@ parts="${PIPETUNE_SANITIZE_PARTS:-sim executor distributed gui}"
 
 # -g1 (line tables) is what a report's stack needs; -O1, as the sanitizers' own docs advise,
 # compiles a quarter faster than -O2 (run_command.cpp under ASan: 37 s against 49 s) for runs
-# that are a little slower; the benchmarks and CUDA are left out. Configured on every run (seconds
+# that are a little slower. Only sim/ and its planner, whose tests are where a sanitized run
+# spends its time, are built so: the tests' own sources and what drives LibTorch, Qt and processes
+# (executor, CLI, GUI, ...) at -O0, which halves a test file's compile time under ASan and takes a
+# third off a LibTorch one's. The benchmarks and CUDA are left out. Configured on every run (seconds
 # when nothing changed), so that a tree made before a change of these flags takes it.
 configure() {  # DIR SANITIZERS QT
   cmake -S . -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
     -DPIPETUNE_VENV="$VENV" -DPIPETUNE_SANITIZE="$2" -DPIPETUNE_WITH_QT="$3" \
-    -DPIPETUNE_WITH_CUDA=OFF -DPIPETUNE_BUILD_BENCH=OFF >/dev/null
+    -DPIPETUNE_WITH_CUDA=OFF -DPIPETUNE_BUILD_BENCH=OFF -DPIPETUNE_TESTS_OPTIMIZE=-O0 \
+    -DPIPETUNE_OUTSIDE_SIM_OPTIMIZE=-O0 >/dev/null
 }
 has_target() { cmake --build "$1" --target help | grep -q "^$2:"; }
 wanted() { [[ " $parts " == *" $1 "* ]]; }
@@ -41,6 +45,36 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp"
 export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp"
 
+asan_run() {  # TARGET: one test binary of the ASan tree
+  case "$1" in
+    pipetune_sim_tests) phase asan-sim build-asan/tests/sim/pipetune_sim_tests --gtest_brief=1 ;;
+    pipetune_planner_tests)
+      phase asan-planner build-asan/tests/sim/planner/pipetune_planner_tests --gtest_brief=1 ;;
+    pipetune_executor_tests)
+      phase asan-executor build-asan/tests/executor/pipetune_executor_tests --gtest_brief=1 ;;
+    pipetune_gui_tests)
+      phase asan-gui env QT_QPA_PLATFORM=offscreen build-asan/tests/gui/pipetune_gui_tests --gtest_brief=1 ;;
+  esac
+}
+# lanes "A B" "C D": runs A then B beside C then D, and prints each lane's output when both have
+# ended. The lanes' own phases print their times but stay out of the phase table, whose total
+# would count their overlap twice. Fails if either lane does.
+lanes() {
+  local dir status=0 i
+  dir="$(mktemp -d)"
+  for i in 1 2; do
+    local lane="${!i}"
+    (
+      PIPETUNE_PHASE_LOG=""
+      for t in $lane; do asan_run "$t" || exit; done
+    ) >"$dir/$i.log" 2>&1 &
+  done
+  for i in 1 2; do wait -n || status=$?; done
+  cat "$dir/1.log" "$dir/2.log" >&2
+  rm -rf "$dir"
+  return "$status"
+}
+
 if [ "$which" = all ] || [ "$which" = asan ]; then
   phase asan-configure configure build-asan "address,undefined" AUTO
   targets=()
@@ -51,19 +85,20 @@ if [ "$which" = all ] || [ "$which" = asan ]; then
   fi
   if wanted gui && has_target build-asan pipetune_gui_tests; then targets+=(pipetune_gui_tests); fi
   phase asan-build cmake --build build-asan --parallel "$jobs" --target "${targets[@]}"
+  # The planner's tests keep one thread busy for minutes, so they run beside the others, each
+  # lane's output kept whole; the distributed tests, three ranks per test, run alone after.
+  planner_lane=() other_lane=()
   for t in "${targets[@]}"; do
     case "$t" in
-      pipetune_sim_tests) phase asan-sim build-asan/tests/sim/pipetune_sim_tests --gtest_brief=1 ;;
-      pipetune_planner_tests)
-        phase asan-planner build-asan/tests/sim/planner/pipetune_planner_tests --gtest_brief=1 ;;
-      pipetune_executor_tests)
-        phase asan-executor build-asan/tests/executor/pipetune_executor_tests --gtest_brief=1 ;;
-      pipetune_distributed_tests)
-        phase asan-distributed build-asan/tests/distributed/pipetune_distributed_tests --gtest_brief=1 ;;
-      pipetune_gui_tests)
-        phase asan-gui env QT_QPA_PLATFORM=offscreen build-asan/tests/gui/pipetune_gui_tests --gtest_brief=1 ;;
+      pipetune_planner_tests) planner_lane+=("$t") ;;
+      pipetune_distributed_tests) ;;
+      *) other_lane+=("$t") ;;
     esac
   done
+  phase asan-tests lanes "${planner_lane[*]}" "${other_lane[*]}"
+  if [[ " ${targets[*]} " == *" pipetune_distributed_tests "* ]]; then
+    phase asan-distributed build-asan/tests/distributed/pipetune_distributed_tests --gtest_brief=1
+  fi
 fi
 if [ "$which" = all ] || [ "$which" = tsan ]; then
   phase tsan-configure configure build-tsan thread OFF
