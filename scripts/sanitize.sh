@@ -45,15 +45,15 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp"
 export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp"
 
-asan_run() {  # TARGET: one test binary of the ASan tree
+run_one() {  # NAME: one sanitized test binary
   case "$1" in
-    pipetune_sim_tests) phase asan-sim build-asan/tests/sim/pipetune_sim_tests --gtest_brief=1 ;;
-    pipetune_planner_tests)
-      phase asan-planner build-asan/tests/sim/planner/pipetune_planner_tests --gtest_brief=1 ;;
-    pipetune_executor_tests)
-      phase asan-executor build-asan/tests/executor/pipetune_executor_tests --gtest_brief=1 ;;
-    pipetune_gui_tests)
-      phase asan-gui env QT_QPA_PLATFORM=offscreen build-asan/tests/gui/pipetune_gui_tests --gtest_brief=1 ;;
+    asan-sim) phase asan-sim build-asan/tests/sim/pipetune_sim_tests --gtest_brief=1 ;;
+    asan-planner) phase asan-planner build-asan/tests/sim/planner/pipetune_planner_tests --gtest_brief=1 ;;
+    asan-executor) phase asan-executor build-asan/tests/executor/pipetune_executor_tests --gtest_brief=1 ;;
+    asan-distributed)
+      phase asan-distributed build-asan/tests/distributed/pipetune_distributed_tests --gtest_brief=1 ;;
+    asan-gui) phase asan-gui env QT_QPA_PLATFORM=offscreen build-asan/tests/gui/pipetune_gui_tests --gtest_brief=1 ;;
+    tsan-executor) phase tsan-executor build-tsan/tests/executor/pipetune_executor_tests --gtest_brief=1 ;;
   esac
 }
 # lanes "A B" "C D": runs A then B beside C then D, and prints each lane's output when both have
@@ -66,7 +66,7 @@ lanes() {
     local lane="${!i}"
     (
       PIPETUNE_PHASE_LOG=""
-      for t in $lane; do asan_run "$t" || exit; done
+      for t in $lane; do run_one "$t" || exit; done
     ) >"$dir/$i.log" 2>&1 &
   done
   for i in 1 2; do wait -n || status=$?; done
@@ -75,33 +75,37 @@ lanes() {
   return "$status"
 }
 
+# Both trees are built first, then the runs go two at a time: none of them keeps both cores
+# busy for long. The planner's tests (one thread, minutes) beside the sim/, executor and GUI
+# ones: 148-165 s against 257 s one after the other; then the distributed tests (three ranks
+# each) beside TSan's executor tests: 107 s against 183 s (docs/reliability.md, "CI's budget").
+first=() second=() third=() fourth=()
 if [ "$which" = all ] || [ "$which" = asan ]; then
   phase asan-configure configure build-asan "address,undefined" AUTO
   targets=()
-  wanted sim && targets+=(pipetune_sim_tests pipetune_planner_tests)
-  wanted executor && targets+=(pipetune_executor_tests)
+  if wanted sim; then
+    targets+=(pipetune_sim_tests pipetune_planner_tests)
+    first+=(asan-planner)
+    second+=(asan-sim)
+  fi
+  if wanted executor; then
+    targets+=(pipetune_executor_tests)
+    second+=(asan-executor)
+  fi
   if wanted distributed && has_target build-asan pipetune_distributed_tests; then
     targets+=(pipetune_distributed_tests)
+    third+=(asan-distributed)
   fi
-  if wanted gui && has_target build-asan pipetune_gui_tests; then targets+=(pipetune_gui_tests); fi
+  if wanted gui && has_target build-asan pipetune_gui_tests; then
+    targets+=(pipetune_gui_tests)
+    second+=(asan-gui)
+  fi
   phase asan-build cmake --build build-asan --parallel "$jobs" --target "${targets[@]}"
-  # The planner's tests keep one thread busy for minutes, so they run beside the others, each
-  # lane's output kept whole; the distributed tests, three ranks per test, run alone after.
-  planner_lane=() other_lane=()
-  for t in "${targets[@]}"; do
-    case "$t" in
-      pipetune_planner_tests) planner_lane+=("$t") ;;
-      pipetune_distributed_tests) ;;
-      *) other_lane+=("$t") ;;
-    esac
-  done
-  phase asan-tests lanes "${planner_lane[*]}" "${other_lane[*]}"
-  if [[ " ${targets[*]} " == *" pipetune_distributed_tests "* ]]; then
-    phase asan-distributed build-asan/tests/distributed/pipetune_distributed_tests --gtest_brief=1
-  fi
 fi
 if [ "$which" = all ] || [ "$which" = tsan ]; then
   phase tsan-configure configure build-tsan thread OFF
   phase tsan-build cmake --build build-tsan --parallel "$jobs" --target pipetune_executor_tests
-  phase tsan-executor build-tsan/tests/executor/pipetune_executor_tests --gtest_brief=1
+  fourth+=(tsan-executor)
 fi
+phase sanitized-runs-1 lanes "${first[*]}" "${second[*]}"
+phase sanitized-runs-2 lanes "${third[*]}" "${fourth[*]}"
