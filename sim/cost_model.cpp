@@ -61,41 +61,55 @@ std::int64_t interpolate_bytes(std::span<const std::int64_t> sizes,
   return std::llround(interpolate_any(sizes, values, size));
 }
 
-CostModel::CostModel(const Profile& profile) : profile_(profile) {
-  param_prefix_.assign(profile.layers.size() + 1, 0);
-  for (std::size_t l = 0; l < profile.layers.size(); ++l) {
-    param_prefix_[l + 1] = param_prefix_[l] + profile.layers[l].param_bytes;
+CostModel::ParameterSums::ParameterSums(const Profile& profile, bool trained_only)
+    : trained_only(trained_only) {
+  const std::size_t layers = profile.layers.size();
+  prefix.assign(layers + 1, 0);
+  for (std::size_t l = 0; l < layers; ++l) {
+    const LayerProfile& layer = profile.layers[l];
+    prefix[l + 1] = prefix[l] + (trained_only ? layer.trained_bytes() : layer.param_bytes);
   }
   // A tied tensor counted at its first holder only: what any stage holding a range surely holds.
-  once_prefix_ = param_prefix_;
-  std::vector<std::int64_t> repeated(profile.layers.size(), 0);
+  once_prefix = prefix;
+  std::vector<std::int64_t> repeated(layers, 0);
   for (const TiedTensor& t : profile.tied) {
+    if (!counts(t)) continue;
     for (std::size_t h = 1; h < t.layers.size(); ++h) repeated[t.layers[h]] += t.bytes;
   }
-  for (std::size_t l = 0; l < profile.layers.size(); ++l) {
-    once_prefix_[l + 1] = once_prefix_[l] + profile.layers[l].param_bytes - repeated[l];
+  for (std::size_t l = 0; l < layers; ++l) {
+    once_prefix[l + 1] = once_prefix[l] + (prefix[l + 1] - prefix[l]) - repeated[l];
   }
 }
 
-std::int64_t CostModel::tied_param_bytes(int first, int end) const {
-  std::int64_t bytes = param_prefix_[end] - param_prefix_[first];
-  for (const TiedTensor& t : profile_.tied) {
-    int held = 0;
-    for (int k : t.layers) held += k >= first && k < end;
-    if (held > 1) bytes -= (held - 1) * t.bytes;
+std::int64_t CostModel::ParameterSums::held(const Profile& profile, int first, int end) const {
+  std::int64_t bytes = prefix[end] - prefix[first];
+  for (const TiedTensor& t : profile.tied) {
+    if (!counts(t)) continue;
+    int holders = 0;
+    for (int k : t.layers) holders += k >= first && k < end;
+    if (holders > 1) bytes -= (holders - 1) * t.bytes;
   }
   return bytes;
 }
 
-std::int64_t CostModel::tied_param_bytes_in(int layer, int from, int to) const {
-  std::int64_t bytes = param_bytes_of(layer);
-  for (const TiedTensor& t : profile_.tied) {
+std::int64_t CostModel::ParameterSums::in(const Profile& profile, int layer, int from,
+                                          int to) const {
+  std::int64_t bytes = of(layer);
+  for (const TiedTensor& t : profile.tied) {
+    if (!counts(t)) continue;
     const bool mine = std::find(t.layers.begin(), t.layers.end(), layer) != t.layers.end();
     const bool seen = mine && std::any_of(t.layers.begin(), t.layers.end(),
                                           [&](int k) { return k >= from && k < to; });
     if (seen) bytes -= t.bytes;
   }
   return bytes;
+}
+
+CostModel::CostModel(const Profile& profile)
+    : profile_(profile), all_(profile, false), trained_(profile, true) {
+  for (const LayerProfile& layer : profile.layers)
+    has_frozen_ = has_frozen_ || layer.trained_bytes() < layer.param_bytes;
+  for (const TiedTensor& t : profile.tied) has_frozen_ = has_frozen_ || !t.trained;
 }
 
 const SizeCosts& CostModel::at(std::int64_t size) const {
@@ -111,6 +125,9 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
   const std::size_t layers = profile_.layers.size();
   costs->size = size;
   costs->input_bytes = interpolate_bytes(sizes, profile_.input_bytes, x);
+  costs->input_needs_gradient.resize(layers);
+  for (std::size_t l = 0; l < layers; ++l)
+    costs->input_needs_gradient[l] = input_needs_gradient(static_cast<int>(l)) ? 1 : 0;
   costs->forward_ms.resize(layers);
   costs->backward_ms.resize(layers);
   costs->forward_nograd_ms.resize(layers);
@@ -154,7 +171,7 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
     } else {
       // Unmeasured: a layer's weight gradient costs about what its input gradient does (two
       // matrix products of one size); a layer without parameters has no W at all.
-      const double weight_share = layer.param_bytes > 0 ? 0.5 : 0.0;
+      const double weight_share = layer.trained_bytes() > 0 ? 0.5 : 0.0;
       costs->backward_weight_ms[l] = weight_share * costs->backward_ms[l];
       costs->backward_input_ms[l] = costs->backward_ms[l] - costs->backward_weight_ms[l];
     }
@@ -211,11 +228,11 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
     // I and W launch what the whole backward does, in the share of the device's work each
     // takes (the profile times the halves on the device only).
     const double halves = costs->backward_input_ms[l] + costs->backward_weight_ms[l];
-    const double input_share =
-        halves > 0.0 ? costs->backward_input_ms[l] / halves : (layer.param_bytes > 0 ? 0.5 : 1.0);
+    const double input_share = halves > 0.0 ? costs->backward_input_ms[l] / halves
+                                            : (layer.trained_bytes() > 0 ? 0.5 : 1.0);
     const double input_launch = input_share * backward_launch;
     costs->with_parameters_prefix[l + 1] =
-        costs->with_parameters_prefix[l] + (layer.param_bytes > 0 ? 1 : 0);
+        costs->with_parameters_prefix[l] + (layer.trained_bytes() > 0 ? 1 : 0);
     costs->forward_launch_prefix[l + 1] = costs->forward_launch_prefix[l] + forward_launch;
     costs->forward_nograd_launch_prefix[l + 1] =
         costs->forward_nograd_launch_prefix[l] + nograd_launch;

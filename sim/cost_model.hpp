@@ -67,7 +67,7 @@ struct SizeCosts {
   bool launch_times = false;  ///< whether the profile has them (Profile::has_launch_times)
   /// ProfileDevice::backward_call_ms where the profile has launch times, else 0.
   double backward_call_ms = 0.0;
-  std::vector<int> with_parameters_prefix;  ///< layers with parameters, size L + 1
+  std::vector<int> with_parameters_prefix;  ///< layers with parameters that train, size L + 1
 
   double forward_ms_sum(int first, int end) const {
     return forward_prefix[end] - forward_prefix[first];
@@ -122,7 +122,8 @@ struct SizeCosts {
     return std::max(backward_weight_ms_sum(first, end) / speed,
                     backward_weight_launch_ms(first, end));
   }
-  /// The W calls' own host time over layers [first, end): one per layer with parameters.
+  /// The W calls' own host time over layers [first, end): one per layer with parameters that
+  /// train.
   double weight_calls_ms(int first, int end) const {
     return backward_call_ms * (with_parameters_prefix[end] - with_parameters_prefix[first]);
   }
@@ -165,6 +166,12 @@ struct SizeCosts {
   std::int64_t stage_input_bytes(int first) const {
     return first == 0 ? input_bytes : output_bytes[first - 1];
   }
+  /// What it sends back: the gradient of that input, none where it needs none
+  /// (CostModel::input_needs_gradient).
+  std::int64_t stage_input_gradient_bytes(int first) const {
+    return input_needs_gradient[first] ? stage_input_bytes(first) : 0;
+  }
+  std::vector<char> input_needs_gradient;  ///< per layer, CostModel::input_needs_gradient
 };
 
 /// The profile's costs at any micro-batch size (interpolated once per size, then cached).
@@ -182,33 +189,60 @@ class CostModel {
   const SizeCosts& at(std::int64_t size) const;
   /// What a stage of layers [first, end) holds in parameters: a tied tensor (Profile::tied) once,
   /// however many of its holders the stage has.
-  std::int64_t param_bytes(int first, int end) const {
-    if (profile_.tied.empty()) return param_prefix_[end] - param_prefix_[first];
-    return tied_param_bytes(first, end);
-  }
+  std::int64_t param_bytes(int first, int end) const { return all_.held(profile_, first, end); }
   /// A lower bound of param_bytes(first, end) that adds over ranges (tied tensors counted at
   /// their first holder only), for bounds built on prefix sums.
-  std::int64_t param_bytes_at_least(int first, int end) const {
-    return once_prefix_[end] - once_prefix_[first];
-  }
+  std::int64_t param_bytes_at_least(int first, int end) const { return all_.at_least(first, end); }
   // From the prefix sums, not the profile's layers: the memory walks read it for every layer of
   // a stage, and a layer's record is half a kilobyte apart from the next.
-  std::int64_t param_bytes_of(int layer) const {
-    return param_prefix_[layer + 1] - param_prefix_[layer];
-  }
+  std::int64_t param_bytes_of(int layer) const { return all_.of(layer); }
   /// Layer `layer`'s parameter bytes new to a walk over a stage that has already visited
   /// layers [from, to): less the tied tensors one of those holds (their gradient is one tensor).
   std::int64_t param_bytes_in(int layer, int from, int to) const {
-    if (profile_.tied.empty()) return param_bytes_of(layer);
-    return tied_param_bytes_in(layer, from, to);
+    return all_.in(profile_, layer, from, to);
   }
+  /// The same four for the parameters that train (LayerProfile::trainable_param_bytes): those
+  /// that get gradients and optimizer state. Equal to the above when nothing is frozen.
+  std::int64_t trained_bytes(int first, int end) const {
+    return trained_.held(profile_, first, end);
+  }
+  std::int64_t trained_bytes_at_least(int first, int end) const {
+    return trained_.at_least(first, end);
+  }
+  std::int64_t trained_bytes_of(int layer) const { return trained_.of(layer); }
+  std::int64_t trained_bytes_in(int layer, int from, int to) const {
+    return trained_.in(profile_, layer, from, to);
+  }
+  /// Whether layer `layer`'s input needs a gradient (never the model's). In a model with frozen
+  /// parameters, only where some layer before it trains: the layers up to the first that trains
+  /// work on data alone (a frozen stem), so autograd records nothing there, and no stage sends
+  /// a gradient back into them. In a model without, every other layer's, as the executor has
+  /// always asked of every stage input (a parameterless first layer's backward is a view's).
+  bool input_needs_gradient(int layer) const {
+    return layer > 0 && (!has_frozen_ || trained_.prefix[layer] > 0);
+  }
+  /// Whether any parameter is frozen (LayerProfile::trainable_param_bytes, TiedTensor::trained).
+  bool has_frozen() const { return has_frozen_; }
 
  private:
-  std::int64_t tied_param_bytes(int first, int end) const;
-  std::int64_t tied_param_bytes_in(int layer, int from, int to) const;
+  // Prefix sums of one kind of parameter bytes (every parameter, or those that train).
+  struct ParameterSums {
+    ParameterSums(const Profile& profile, bool trained_only);
+    std::int64_t of(int layer) const { return prefix[layer + 1] - prefix[layer]; }
+    std::int64_t at_least(int first, int end) const {
+      return once_prefix[end] - once_prefix[first];
+    }
+    std::int64_t held(const Profile& profile, int first, int end) const;
+    std::int64_t in(const Profile& profile, int layer, int from, int to) const;
+    bool counts(const TiedTensor& t) const { return t.trained || !trained_only; }
+
+    bool trained_only;
+    std::vector<std::int64_t> prefix, once_prefix;
+  };
 
   const Profile& profile_;
-  std::vector<std::int64_t> param_prefix_, once_prefix_;
+  ParameterSums all_, trained_;
+  bool has_frozen_ = false;
   // (size, costs) for the few sizes asked for; not indexed by size, which may be up to the batch.
   mutable std::unordered_map<std::int64_t, std::unique_ptr<SizeCosts>> cache_;
 };

@@ -79,7 +79,7 @@ struct WeightFrees {
         first(first),
         active(active),
         by_layer(active ? static_cast<std::size_t>(end - first) : 0, 0) {}
-  bool trains(int k) const { return model.param_bytes_of(k) > 0; }
+  bool trains(int k) const { return model.trained_bytes_of(k) > 0; }
   void saved(int k, std::int64_t bytes) {
     if (active && trains(k)) by_layer[k - first] += bytes;
   }
@@ -110,14 +110,15 @@ struct WeightFrees {
 // variants. A layer's W peaks at its measured W peak (backward_weight_peak_bytes) where the
 // profile has one. Else it is its backward without the input gradient: the profile's measured
 // backward peak (held variant: W's output gradient is kept by I, not owned by autograd) less the
-// gradient of the layer's input, which the profiler computes for every layer but the model's
-// first. It is the first backward's peak in both variants: W's autograd.grad hands back every
-// parameter gradient of the layer at once, fresh, before they are added into .grad, where a
-// backward's AccumulateGrad adds (and frees) each as it comes. That peak may be below the
-// layer's parameters: a layer of many blocks (a ConvNeXt or ResNet stage as one child) frees each
-// block's saved tensors as the walk passes it, while the gradients of the blocks before it are
-// still to be made. Once it is done, the layer's first W leaves its parameter gradients as .grad,
-// and autograd frees what `freed_by_weight` says that layer's graph held.
+// gradient of the layer's input, which the profiler computes for every layer whose input needs
+// one (all but those up to the model's first that trains). It is the first backward's peak in both
+// variants: W's autograd.grad hands back every parameter gradient of the layer at once, fresh,
+// before they are added into .grad, where a backward's AccumulateGrad adds (and frees) each as it
+// comes. That peak may be below the layer's parameters: a layer of many blocks (a ConvNeXt or
+// ResNet stage as one child) frees each block's saved tensors as the walk passes it, while the
+// gradients of the blocks before it are still to be made. Once it is done, the layer's first W
+// leaves its parameter gradients as .grad, and autograd frees what `freed_by_weight` says that
+// layer's graph held.
 void set_weight_backward(const CostModel& model, const SizeCosts& c, int first, int end,
                          const std::vector<std::int64_t>& freed_by_weight, StageMemory& m) {
   const bool measured = !c.backward_peak_bytes.empty();
@@ -126,12 +127,12 @@ void set_weight_backward(const CostModel& model, const SizeCosts& c, int first, 
     PeakTracker walk(&c.backward_weight_ms, total_ms);
     std::int64_t level = 0;
     for (int k = first; k < end; ++k) {
-      const std::int64_t params = model.param_bytes_in(k, first, k);  // W runs first layer first
+      const std::int64_t params = model.trained_bytes_in(k, first, k);  // W runs first layer first
       if (params == 0) {
         walk.layer(k, level);
         continue;
       }
-      const std::int64_t input_grad = k > 0 ? c.output_bytes[k - 1] : 0;
+      const std::int64_t input_grad = model.input_needs_gradient(k) ? c.output_bytes[k - 1] : 0;
       const std::int64_t own =
           !c.backward_weight_peak_bytes.empty()
               ? c.backward_weight_peak_bytes[k]
@@ -156,13 +157,21 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
   StageMemory m;
   m.input_bytes = c.stage_input_bytes(first);
   m.output_bytes = c.output_bytes[end - 1];
+  // The gradient of layer k's input, made by k's backward: none where it needs none (the
+  // layers up to a frozen stem's end, CostModel::input_needs_gradient), nor on the first stage.
+  const auto input_gradient = [&](int k) -> std::int64_t {
+    if (k > first) return model.input_needs_gradient(k) ? c.output_bytes[k - 1] : 0;
+    return first_stage || (first > 0 && !model.input_needs_gradient(first)) ? 0 : m.input_bytes;
+  };
+  const bool last_stage = end == static_cast<int>(c.output_bytes.size());
+  m.input_gradient_bytes = input_gradient(first);
+  m.output_gradient_bytes = !last_stage && model.input_needs_gradient(end) ? m.output_bytes : 0;
 
   // Forward with autograd, storage by storage. The current activation lives in `storage`
   // (bytes; 0 for the stage input's, counted elsewhere). Until a layer keeps that storage it is
   // loose: alive while the next layers use it, gone once one makes a storage of its own. A kept
   // storage is released by the backward of the first layer that kept it, except the stage
   // output's, which the executor holds and the simulator frees when the backward ends.
-  const bool last_stage = end == static_cast<int>(c.output_bytes.size());
   std::vector<std::int64_t> released(static_cast<std::size_t>(end - first), 0);
   std::int64_t kept = 0, storage = 0, peak = 0;
   int kept_by = -1;
@@ -224,13 +233,12 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
     PeakTracker walk(all ? &c.backward_ms : nullptr, backward_total_ms);
     std::int64_t current = 0;
     for (int k = end - 1; k >= first; --k) {
-      const std::int64_t input_grad =
-          k > first ? c.output_bytes[k - 1] : (first_stage ? 0 : m.input_bytes);
-      const std::int64_t param_grad = first_backward ? model.param_bytes_in(k, k + 1, end) : 0;
+      const std::int64_t input_grad = input_gradient(k);
+      const std::int64_t param_grad = first_backward ? model.trained_bytes_in(k, k + 1, end) : 0;
       // Measured when the profile has it (inside the stage, the output and its gradient die
       // early); else every gradient plus the workspace at once.
       std::int64_t peak_above =
-          input_grad + model.param_bytes_in(k, k + 1, end) + c.workspace_bytes[k];
+          input_grad + model.trained_bytes_in(k, k + 1, end) + c.workspace_bytes[k];
       if (!c.backward_peak_bytes.empty()) {
         const bool inside = k < end - 1;
         const auto& measured = first_backward
@@ -241,7 +249,7 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
       }
       std::int64_t next =
           current + input_grad + param_grad - c.saved_bytes[k] - released[k - first];
-      if (k < end - 1) next -= c.output_bytes[k];
+      if (k < end - 1) next -= input_gradient(k + 1);  // k's output gradient, if it had one
       if (c.backward_peak_end.empty()) {
         walk.layer(k, current + peak_above);
       } else {
@@ -270,13 +278,12 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
   std::int64_t current = 0;
   // The model's last stage makes its output's gradient itself, from the loss (elsewhere it is
   // received): with parameters to take it, the last layer keeps it for W like any other.
-  if (last_stage && model.param_bytes_of(end - 1) > 0) {
+  if (last_stage && model.trained_bytes_of(end - 1) > 0) {
     current += c.output_bytes[end - 1];
     m.weight_kept_gradients += c.output_bytes[end - 1];
   }
   for (int k = end - 1; k >= first; --k) {
-    const std::int64_t input_grad =
-        k > first ? c.output_bytes[k - 1] : (first_stage ? 0 : m.input_bytes);
+    const std::int64_t input_grad = input_gradient(k);
     // Measured where the profile has it: a layer of many operators keeps every saved tensor
     // through I, so the gradients inside it pile up (a transformer layer's attention gradients).
     const std::int64_t above = c.backward_input_peak_bytes.empty()
@@ -285,10 +292,10 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
     input_walk.layer(k, current + above);
     current += input_grad;
     if (k < end - 1) {
-      if (model.param_bytes_of(k) > 0) {
+      if (model.trained_bytes_of(k) > 0) {
         m.weight_kept_gradients += c.output_bytes[k];
       } else {
-        current -= c.output_bytes[k];
+        current -= input_gradient(k + 1);
       }
     }
   }
@@ -303,8 +310,14 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
   return m;
 }
 
+std::int64_t resident_parameter_bytes(std::int64_t params, std::int64_t trained,
+                                      double optimizer_state_factor) {
+  return params + std::llround(static_cast<double>(trained) * optimizer_state_factor);
+}
+
 std::int64_t dies_with_backward(const StageMemory& m, bool last_stage, bool own_input) {
-  return (last_stage ? 0 : 2 * m.output_bytes) + (own_input ? m.input_bytes : 0);
+  return (last_stage ? 0 : m.output_bytes + m.output_gradient_bytes) +
+         (own_input ? m.input_bytes : 0);
 }
 
 MemoryEffect forward_effect(const StageMemory& m, bool checkpointed, bool last_stage) {
@@ -361,10 +374,9 @@ MemoryEffect weight_backward_effect(const StageMemory& m, std::int64_t param_byt
           first_time ? m.weight_layer_end_first : m.weight_layer_end};
 }
 
-std::int64_t left_by_backward(const StageMemory& m, bool first_time, bool first_stage,
-                              bool last_stage) {
+std::int64_t left_by_backward(const StageMemory& m, bool first_time, bool last_stage) {
   return m.kept_bytes + (first_time ? m.backward_net_first : m.backward_net) -
-         (last_stage ? 0 : m.output_bytes) - (first_stage ? 0 : m.input_bytes);
+         (last_stage ? 0 : m.output_bytes) - m.input_gradient_bytes;
 }
 
 std::int64_t peak_bound_before_backward(std::int64_t baseline,
@@ -380,7 +392,7 @@ std::int64_t peak_bound_before_backward(std::int64_t baseline,
   if (state.received_inputs[state.slot] > 0) others -= q.input_bytes;
   const std::int64_t input = state.received_inputs[state.slot] > 0 ? q.input_bytes : 0;
   // The gradient from the next device arrives before the backward can start.
-  const std::int64_t received_gradient = last_stage ? 0 : q.output_bytes;
+  const std::int64_t received_gradient = last_stage ? 0 : q.output_gradient_bytes;
   const std::int64_t level = baseline + (state.first ? 0 : state.left_by_earlier) + others +
                              q.kept_bytes + input + received_gradient;
   std::int64_t bound = level + backward_effect(q, state.first, 0).allocated;
@@ -420,8 +432,9 @@ std::int64_t stage_peak_bound(const CostModel& model, const SizeCosts& common,
                               int first, int end, bool nested) {
   const int m = shape.micro_batches;
   const std::int64_t params = model.param_bytes(first, end);
+  const std::int64_t trained = model.trained_bytes(first, end);
   const std::int64_t baseline =
-      std::llround(static_cast<double>(params) * (1.0 + shape.optimizer_state_factor)) +
+      resident_parameter_bytes(params, trained, shape.optimizer_state_factor) +
       (stage == 0 ? shape.batch_input_bytes : 0) + shape.library_bytes;
   const bool last_stage = stage + 1 == shape.stages;
   const int stop = shape.checkpoint == CheckpointMode::Always       ? m
@@ -435,15 +448,15 @@ std::int64_t stage_peak_bound(const CostModel& model, const SizeCosts& common,
   if (nested) {
     memory[0].kept_bytes = common.kept_bytes_within(first, end);
     memory[1].kept_bytes = last.kept_bytes_within(first, end);
-    left_first = params - shape.view_output_bytes[slot_of(first_q)];
+    left_first = trained - shape.view_output_bytes[slot_of(first_q)];
     left_later = -shape.view_output_bytes[0];
   } else {
     constexpr auto kTerms = StageMemoryTerms::PeakBound;
     memory[0] = stage_memory(model, common, first, end, stage == 0, kTerms);
     memory[1] =
         shape.last_differs ? stage_memory(model, last, first, end, stage == 0, kTerms) : memory[0];
-    left_first = left_by_backward(memory[slot_of(first_q)], true, stage == 0, last_stage);
-    left_later = left_by_backward(memory[0], false, stage == 0, last_stage);
+    left_first = left_by_backward(memory[slot_of(first_q)], true, last_stage);
+    left_later = left_by_backward(memory[0], false, last_stage);
   }
   // Micro-batches [p, r) are forwarded and not yet backwarded when q's backward starts, after
   // `earlier` backwards (all of common size but perhaps the first).

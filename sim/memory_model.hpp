@@ -15,6 +15,10 @@ namespace pipetune {
 struct StageMemory {
   std::int64_t input_bytes = 0;   ///< stage input: received activation, gradient sent back
   std::int64_t output_bytes = 0;  ///< stage output: activation sent on, gradient received
+  /// The gradients sent back and received: input_bytes and output_bytes, or 0 where no layer
+  /// before the input (the output) trains, so autograd makes none (a frozen stem's stages).
+  std::int64_t input_gradient_bytes = 0;
+  std::int64_t output_gradient_bytes = 0;
   /// Kept after a forward with autograd: Σ saved + Σ outputs, the stage output included except
   /// on the last stage, where the model output dies once the loss exists.
   std::int64_t kept_bytes = 0;
@@ -102,6 +106,11 @@ struct MemoryEffect {
   double layer_end = 1.0;
 };
 
+/// What a stage's parameters hold for the whole iteration: every parameter, and the optimizer's
+/// state (`optimizer_state_factor` times their bytes) of those that train. Rounded as the
+/// simulator and the planner's bounds both take it, per stage.
+std::int64_t resident_parameter_bytes(std::int64_t params, std::int64_t trained,
+                                      double optimizer_state_factor);
 /// What a backward (B, or W when split) frees besides its layer walk: the stage output and the
 /// received gradient (the last stage has neither), and the stage input when it is the stage's
 /// own buffer (received from another device, or left by a checkpointed stage on this one).
@@ -122,8 +131,7 @@ MemoryEffect weight_backward_effect(const StageMemory& m, std::int64_t param_byt
 /// nothing for the others, as long as the stage's last layer makes its own storage; when that
 /// layer is a view, the freed output's size may exceed the held storage's by up to the output's
 /// size.
-std::int64_t left_by_backward(const StageMemory& m, bool first_time, bool first_stage,
-                              bool last_stage);
+std::int64_t left_by_backward(const StageMemory& m, bool first_time, bool last_stage);
 
 /// A device that runs one stage, just before one of its backwards (of micro-batch q) starts:
 /// what its programme has certainly left allocated. Slots: 0 the common micro-batch size, 1 a

@@ -112,6 +112,7 @@ bool read_pair(const Node& node, const char* first, const char* second, std::siz
 LayerProfile parse_layer(const Node& node, std::size_t sizes) {
   node.allow_only({"name",
                    "param_bytes",
+                   "trainable_param_bytes",
                    "forward_ms",
                    "backward_ms",
                    "output_bytes",
@@ -144,6 +145,11 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
   LayerProfile layer;
   layer.name = node.field("name").string();
   layer.param_bytes = node.field("param_bytes").bytes();
+  if (auto trainable = node.optional_field("trainable_param_bytes")) {
+    layer.trainable_param_bytes = trainable->bytes();
+    if (layer.trainable_param_bytes > layer.param_bytes)
+      trainable->fail(fmt::format("at most param_bytes ({})", layer.param_bytes));
+  }
   layer.forward_ms = numbers(node.field("forward_ms"), sizes);
   layer.backward_ms = numbers(node.field("backward_ms"), sizes);
   layer.output_bytes = byte_counts(node.field("output_bytes"), sizes);
@@ -220,10 +226,11 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
 std::vector<TiedTensor> parse_tied(const Node& node, const std::vector<LayerProfile>& layers) {
   std::vector<TiedTensor> out;
   for (const Node& t : node.elements()) {
-    t.allow_only({"name", "layers", "bytes"});
+    t.allow_only({"name", "layers", "bytes", "trainable"});
     TiedTensor tied;
     tied.name = t.field("name").non_empty_string();
     tied.bytes = t.field("bytes").bytes();
+    if (auto trainable = t.optional_field("trainable")) tied.trained = trainable->boolean();
     const Node holders = t.field("layers");
     for (const Node& h : holders.elements()) {
       const auto k = h.non_negative_integer();
@@ -238,6 +245,12 @@ std::vector<TiedTensor> parse_tied(const Node& node, const std::vector<LayerProf
             fmt::format("layers[{}] holds {} parameter bytes, fewer than the {} of "
                         "the tied tensor it is said to hold",
                         k, layers[k].param_bytes, tied.bytes));
+      }
+      if (tied.trained && layers[k].trained_bytes() < tied.bytes) {
+        h.fail_message(
+            fmt::format("layers[{}] has {} trainable parameter bytes, fewer than the {} of the "
+                        "tied tensor it is said to train (\"trainable\": false if it is frozen)",
+                        k, layers[k].trained_bytes(), tied.bytes));
       }
       tied.layers.push_back(static_cast<int>(k));
     }
@@ -443,13 +456,13 @@ std::string profile_to_json(const Profile& p) {
   if (p.co_runners > 0) root["co_runners"] = p.co_runners;
   ordered_json layers = ordered_json::array();
   for (const auto& l : p.layers) {
-    ordered_json layer = {{"name", l.name},
-                          {"param_bytes", l.param_bytes},
-                          {"forward_ms", l.forward_ms},
-                          {"backward_ms", l.backward_ms},
-                          {"output_bytes", l.output_bytes},
-                          {"saved_bytes", l.saved_bytes},
-                          {"workspace_bytes", l.workspace_bytes}};
+    ordered_json layer = {{"name", l.name}, {"param_bytes", l.param_bytes}};
+    if (l.trainable_param_bytes >= 0) layer["trainable_param_bytes"] = l.trainable_param_bytes;
+    layer["forward_ms"] = l.forward_ms;
+    layer["backward_ms"] = l.backward_ms;
+    layer["output_bytes"] = l.output_bytes;
+    layer["saved_bytes"] = l.saved_bytes;
+    layer["workspace_bytes"] = l.workspace_bytes;
     if (!l.backward_peak_bytes.empty()) {
       layer["backward_peak_bytes"] = l.backward_peak_bytes;
       layer["backward_accumulate_peak_bytes"] = l.backward_accumulate_peak_bytes;
@@ -499,6 +512,7 @@ std::string profile_to_json(const Profile& p) {
     ordered_json tied = ordered_json::array();
     for (const TiedTensor& t : p.tied) {
       tied.push_back({{"name", t.name}, {"layers", t.layers}, {"bytes", t.bytes}});
+      if (!t.trained) tied.back()["trainable"] = false;
     }
     root["tied_parameters"] = std::move(tied);
   }

@@ -13,6 +13,14 @@ namespace pipetune {
 struct LayerProfile {
   std::string name;
   std::int64_t param_bytes = 0;
+  /// Optional (-1 when absent: every parameter trains): the part of param_bytes that trains
+  /// (`requires_grad`). Frozen parameters get no gradient and no optimizer state; the layers
+  /// before the model's first that trains build no graph, their input being data, so they have
+  /// no backward (the profiler and the executor ask no gradient of their inputs).
+  std::int64_t trainable_param_bytes = -1;
+  std::int64_t trained_bytes() const {
+    return trainable_param_bytes < 0 ? param_bytes : trainable_param_bytes;
+  }
   std::vector<double> forward_ms;
   std::vector<double> backward_ms;
   std::vector<std::int64_t> output_bytes;     ///< what the layer hands to the next layer
@@ -121,6 +129,7 @@ struct TiedTensor {
   std::string name;         ///< e.g. "embed.weight": the first holder's name for it
   std::vector<int> layers;  ///< the holders, strictly increasing, at least two
   std::int64_t bytes = 0;
+  bool trained = true;  ///< false: frozen, in no holder's trainable_param_bytes
 };
 
 struct Profile {

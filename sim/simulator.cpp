@@ -115,7 +115,7 @@ struct StageCost {
   /// What the forward takes longer as its device's first task of a step, after the optimizer's
   /// sweep (0 without step-start times); the forward without autograd its share of it.
   StageTimes step_start_extra;
-  std::int64_t param_bytes = 0;  ///< the gradients W allocates
+  std::int64_t gradient_bytes = 0;  ///< the parameter gradients W allocates
   StageMemory memory;
 };
 
@@ -209,7 +209,7 @@ std::vector<std::array<StageCost, 2>> stage_costs(const CostModel& costs, const 
           t->backward_weight_ms *= std::max(0.0, g);
         }
       }
-      cost[s][slot].param_bytes = costs.param_bytes(a, b);
+      cost[s][slot].gradient_bytes = costs.trained_bytes(a, b);
       cost[s][slot].memory = stage_memory(costs, c, a, b, s == 0);
     }
   }
@@ -223,9 +223,10 @@ std::vector<std::int64_t> baseline_memory(const CostModel& costs, const Plan& pl
   std::vector<std::int64_t> baseline(shape.devices, 0);
   std::vector<std::uint8_t> computes(shape.devices, 0);
   for (int s = 0; s < shape.stages; ++s) {
-    const double params =
-        static_cast<double>(costs.param_bytes(shape.first[s], shape.first[s + 1]));
-    baseline[shape.device_of[s]] += std::llround(params * (1.0 + plan.optimizer_state_factor));
+    const int first = shape.first[s], end = shape.first[s + 1];
+    baseline[shape.device_of[s]] +=
+        resident_parameter_bytes(costs.param_bytes(first, end), costs.trained_bytes(first, end),
+                                 plan.optimizer_state_factor);
     computes[shape.device_of[s]] = 1;
   }
   baseline[shape.device_of[0]] += costs.at(costs.profile().batch_size).input_bytes;
@@ -280,7 +281,8 @@ ComputeEffects compute_effects(const TaskGraph& graph, const SimTask& t, const S
   if (torch) {
     // torch receives into buffers it keeps for the run (counted from the start, set_copy_effects).
     if (received_input) dies -= m.input_bytes;
-    if (!last_stage && graph.counter[shape.device_of[s + 1]] != counter) dies -= m.output_bytes;
+    if (!last_stage && graph.counter[shape.device_of[s + 1]] != counter)
+      dies -= m.output_gradient_bytes;
   }
   ComputeEffects out;
   out.ms = task_ms(t.kind, recomputed, c.solo) + extra_ms;
@@ -302,7 +304,7 @@ ComputeEffects compute_effects(const TaskGraph& graph, const SimTask& t, const S
       out.effect = input_backward_effect(m);
       break;
     case TaskKind::WeightGrad:
-      out.effect = weight_backward_effect(m, c.param_bytes, first_time, last_stage, dies);
+      out.effect = weight_backward_effect(m, c.gradient_bytes, first_time, last_stage, dies);
       break;
     default:
       out.memory = false;
@@ -400,7 +402,7 @@ void set_copy_effects(TaskGraph& graph, int task, const StageMemory& m, const Pl
                       std::vector<std::int64_t>& baseline) {
   SimTask& t = graph.tasks[static_cast<std::size_t>(task)];
   const bool gradient = t.kind == TaskKind::SendGradient;
-  t.bytes = gradient ? m.input_bytes : m.output_bytes;
+  t.bytes = gradient ? m.input_gradient_bytes : m.output_bytes;
   graph.engine.set_duration(
       task, times.ms(link, t.bytes, t.stage, shape.slot_of[t.micro_batch], gradient));
   // Within one memory (shares of one GPU) the receiver holds the sender's tensor: no bytes move.

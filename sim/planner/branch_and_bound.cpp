@@ -144,7 +144,8 @@ void SingleStageSearch::search(int j, int a, double arrive, double drain, Passes
     }
     const double next_arrive =
         arrive + least_forward(*first_size_, j, a, b) + copy(*first_size_, j, b);
-    const double next_drain = drain + backward(drain_size, j, a, b) + copy(drain_size, j, b);
+    const double next_drain =
+        drain + backward(drain_size, j, a, b) + gradient_copy(drain_size, j, b);
     // The later stages wait for the passes through what is placed so far; chained_ counts the
     // passes from layer 0, so take out the part before b.
     const double rest = std::max(next_arrive + suffix_[remaining][b],
@@ -181,10 +182,10 @@ double SingleStageSearch::prefix_sweep_bound(int j, int b, const Passes& onward,
                                              double limit) {
   const int remaining = stages_ - 1 - j;
   const double onward_tasks = 2.0 * overhead_ * (stages_ - 1 - j) + after_latency_[j];
-  double trip_first =
-      least_trip(pass_first_, trip_first_, j, b) + onward_tasks + 2.0 * copy(*first_size_, j, b);
-  double trip_last =
-      least_trip(pass_last_, trip_last_, j, b) + onward_tasks + 2.0 * copy(*last_size_, j, b);
+  double trip_first = least_trip(pass_first_, trip_first_, j, b) + onward_tasks +
+                      copy(*first_size_, j, b) + gradient_copy(*first_size_, j, b);
+  double trip_last = least_trip(pass_last_, trip_last_, j, b) + onward_tasks +
+                     copy(*last_size_, j, b) + gradient_copy(*last_size_, j, b);
   const Config& c = *config_;
   const int m = c.micro_batches();
   if (c.schedule == ScheduleKind::GPipe && m >= 2) {
@@ -261,9 +262,8 @@ SingleStageSearch::Passes SingleStageSearch::onward_passes(int a, int b, const S
   Passes onward;
   onward.arrive = exact.arrive + (config_->recomputed(0) ? d.forward_nograd[0] : d.forward[0]) +
                   d.activation_copy[0];
-  // The gradient copy back over this boundary carries as many bytes as the activation.
-  onward.drain_full = exact.drain_full + d.backward[0] + d.activation_copy[0];
-  onward.drain_last = exact.drain_last + d.backward[1] + d.activation_copy[1];
+  onward.drain_full = exact.drain_full + d.backward[0] + d.output_gradient_copy[0];
+  onward.drain_last = exact.drain_last + d.backward[1] + d.output_gradient_copy[1];
   if (!host_work_.empty()) {
     onward.arrive_host = exact.arrive_host + host_arrive_[b] - host_arrive_[a] + overhead_;
     onward.drain_host = exact.drain_host + host_drain_[b] - host_drain_[a] + host_drain_per_stage_;

@@ -7,6 +7,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "sim/memory_model.hpp"
 #include "sim/planner/minimax_bound.hpp"
 #include "sim/planner/tuning.hpp"
 #include "sim/schedule.hpp"
@@ -70,6 +71,7 @@ MultiStagePeakBound::MultiStagePeakBound(const CostModel& costs,
       weight_kept_[s][k + 1] = weight_kept_[s][k] + weight_kept_last(s, k);
   }
   params_.assign(stages, 0);
+  trained_.assign(stages, 0);
   collect_moments(sizes, kind, checkpoint);
   own_input_ = std::move(own_input);
   own_input_.resize(stages, 0);
@@ -180,7 +182,7 @@ void MultiStagePeakBound::collect_moments(const std::vector<std::int64_t>& sizes
 }
 
 std::int64_t MultiStagePeakBound::weight_kept_last(int slot, int k) const {
-  return costs_.param_bytes_of(k) > 0 ? size_[slot]->output_bytes[k] : 0;
+  return costs_.trained_bytes_of(k) > 0 ? size_[slot]->output_bytes[k] : 0;
 }
 
 std::int64_t MultiStagePeakBound::place(int t, int a, int b, bool with_input) {
@@ -192,11 +194,12 @@ std::int64_t MultiStagePeakBound::place(int t, int a, int b, bool with_input) {
         b > a ? weight_kept_[s][b] - weight_kept_[s][a] - weight_kept_last(s, b - 1) : 0;
   }
   params_[t] = costs_.param_bytes(a, b);
+  trained_[t] = costs_.trained_bytes(a, b);
   return device_bound(rank_[t]);
 }
 
 void MultiStagePeakBound::unplace(int t) {
-  kept_[0][t] = kept_[1][t] = waiting_[0][t] = waiting_[1][t] = params_[t] = 0;
+  kept_[0][t] = kept_[1][t] = waiting_[0][t] = waiting_[1][t] = params_[t] = trained_[t] = 0;
 }
 
 std::int64_t MultiStagePeakBound::moment_level(const Moment& x, int r) const {
@@ -206,7 +209,7 @@ std::int64_t MultiStagePeakBound::moment_level(const Moment& x, int r) const {
     const int s = stages[j];  // unplaced: every term 0
     level += x.kept[0][j] * kept_[0][s] + x.kept[1][j] * kept_[1][s] +
              x.waiting[0][j] * waiting_[0][s] + x.waiting[1][j] * waiting_[1][s] +
-             (x.gradients[j] ? params_[s] : 0);
+             (x.gradients[j] ? trained_[s] : 0);
   }
   return level;
 }
@@ -216,7 +219,7 @@ std::int64_t MultiStagePeakBound::baseline(int r) const {
   std::int64_t bytes = profile.device.library_bytes;
   if (r == rank_[0]) bytes += costs_.at(profile.batch_size).input_bytes;
   for (int s : stages_of_[r])  // as the simulator rounds it: per stage
-    bytes += std::llround(static_cast<double>(params_[s]) * (1.0 + optimizer_state_factor_));
+    bytes += resident_parameter_bytes(params_[s], trained_[s], optimizer_state_factor_);
   return bytes;
 }
 
@@ -621,8 +624,12 @@ MultiStagePeakBound::Prefixes MultiStagePeakBound::layer_prefixes() const {
     }
   }
   out.params.assign(layers + 1, 0.0);
-  for (int b = 0; b < layers; ++b)
+  out.trained.assign(layers + 1, 0.0);
+  for (int b = 0; b < layers; ++b) {
     out.params[b + 1] = out.params[b] + static_cast<double>(costs_.param_bytes_at_least(b, b + 1));
+    out.trained[b + 1] =
+        out.trained[b] + static_cast<double>(costs_.trained_bytes_at_least(b, b + 1));
+  }
   return out;
 }
 
@@ -642,10 +649,12 @@ double MultiStagePeakBound::weighted_fixed(const std::vector<double>& weight,
 }
 
 // The min-sum partition: stage s = [a, b) adds w0 (K0[b] - K0[a]) + w1 (K1[b] - K1[a]) +
-// g0 (V0[b] - G0[a]) + g1 (V1[b] - G1[a]) + u (params[b] - params[a]), K being the prefix of the
-// kept bytes, less the storage of the stage's last layer that makes some (when it has one), G
-// the prefix of the gradients I keeps for W and V the same less the last layer's
-// (layer_prefixes()): each device's weighted level, exactly, but for half a byte of rounding.
+// g0 (V0[b] - G0[a]) + g1 (V1[b] - G1[a]) + p (P[b] - P[a]) + u (T[b] - T[a]), K being the
+// prefix of the kept bytes, less the storage of the stage's last layer that makes some (when it
+// has one), G the prefix of the gradients I keeps for W and V the same less the last layer's, P
+// that of the parameters (their weights) and T that of those that train (their gradients and
+// optimizer state) (layer_prefixes()): each device's weighted level, exactly, but for half a
+// byte of rounding.
 double MultiStagePeakBound::least_weighted(const Prefixes& prefixes,
                                            const std::vector<double>& weight,
                                            const std::vector<Blend>& at, const WorkTerms* work,
@@ -655,10 +664,11 @@ double MultiStagePeakBound::least_weighted(const Prefixes& prefixes,
   const auto& kept_prefix = prefixes.kept;
   const auto& kept_before = prefixes.kept_before;
   const std::vector<double>& params = prefixes.params;
+  const std::vector<double>& trained = prefixes.trained;
   double fixed = weighted_fixed(weight, at);
   // The stages' parameters and optimizer state, rounded per stage by the simulator (at most
   // half a byte each below the exact product).
-  const double state = 1.0 + optimizer_state_factor_;
+  const double state = optimizer_state_factor_;
   std::vector<double> least(layers + 1, kInfBytes), next(layers + 1);
   std::vector<std::vector<int>> from(stages, std::vector<int>(layers + 1, -1));
   partition_cells_ += static_cast<std::uint64_t>(stages) * static_cast<std::uint64_t>(layers);
@@ -670,6 +680,7 @@ double MultiStagePeakBound::least_weighted(const Prefixes& prefixes,
     const int j = local_[s];
     const double w[2] = {weight[r] * at[r].kept[0][j], weight[r] * at[r].kept[1][j]};
     const double g[2] = {weight[r] * at[r].waiting[0][j], weight[r] * at[r].waiting[1][j]};
+    const double p = weight[r];
     const double u = weight[r] * (at[r].gradients[j] + state);
     fixed -= 0.5 * weight[r];
     auto work_part = [&](int b) {
@@ -678,12 +689,12 @@ double MultiStagePeakBound::least_weighted(const Prefixes& prefixes,
       return sum;
     };
     auto end_part = [&](int b) {
-      return w[0] * kept_before[0][b] + w[1] * kept_before[1][b] + u * params[b] +
+      return w[0] * kept_before[0][b] + w[1] * kept_before[1][b] + p * params[b] + u * trained[b] +
              g[0] * prefixes.waiting_before[0][b] + g[1] * prefixes.waiting_before[1][b] +
              work_part(b);
     };
     auto start_part = [&](int a) {
-      return w[0] * kept_prefix[0][a] + w[1] * kept_prefix[1][a] + u * params[a] +
+      return w[0] * kept_prefix[0][a] + w[1] * kept_prefix[1][a] + p * params[a] + u * trained[a] +
              g[0] * prefixes.waiting[0][a] + g[1] * prefixes.waiting[1][a] + work_part(a);
     };
     // The least over a < b of least[a] - start_part(a), apart for the starts after the last

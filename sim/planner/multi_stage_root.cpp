@@ -132,7 +132,9 @@ int MultiStageSearch::MultiStageRoot::kind_of(const SimTask& t) const {
 }
 
 double MultiStageSearch::MultiStageRoot::copy_ms(const SimTask& t) const {
-  const double bytes = least_bytes[slot_of[t.micro_batch]];
+  // A gradient into a frozen stem carries no byte (CostModel::input_needs_gradient).
+  const bool may_be_empty = t.kind == TaskKind::SendGradient && search.context_.costs.has_frozen();
+  const double bytes = may_be_empty ? 0.0 : least_bytes[slot_of[t.micro_batch]];
   return bytes < kInf ? search.context_.hardware.link_between(t.device, t.peer).transfer_ms(bytes)
                       : 0.0;
 }

@@ -70,9 +70,10 @@ double MultiStageSearch::bound(const Config& c, bool with_copies) const {
   const double total = std::accumulate(layer_work.begin(), layer_work.end(), 0.0);
   const double heaviest = *std::max_element(layer_work.begin(), layer_work.end());
   const double tasks = overhead_ * 2.0 * v * m;
-  return std::max({total / context_.total_speed + tasks, heaviest / context_.max_speed + tasks,
-                   chain / context_.max_speed + overhead_ * 2.0 * stages +
-                       (with_copies ? 2.0 * least_copies(c) : 0.0)});
+  return std::max(
+      {total / context_.total_speed + tasks, heaviest / context_.max_speed + tasks,
+       chain / context_.max_speed + overhead_ * 2.0 * stages +
+           (with_copies ? (context_.costs.has_frozen() ? 1.0 : 2.0) * least_copies(c) : 0.0)});
 }
 
 // The least one-way copy time of micro-batch 0 over the boundaries between stages on two

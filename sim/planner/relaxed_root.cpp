@@ -89,7 +89,10 @@ double SingleStageSearch::path_row(RootPaths& paths, const std::vector<double>& 
       d.forward_nograd[slot] = time(1);
       d.backward[slot] = time(3);
       d.activation_copy[slot] = k + 1 < stages_ ? least_copy(paths, k, slot == 1) : 0.0;
-      d.gradient_copy[slot] = k > 0 ? least_copy(paths, k - 1, slot == 1) : 0.0;
+      // A boundary in a frozen stem carries no gradient: then the least is none.
+      const bool every_gradient =
+          context_.costs.layer_count() < 2 || context_.costs.input_needs_gradient(1);
+      d.gradient_copy[slot] = k > 0 && every_gradient ? least_copy(paths, k - 1, slot == 1) : 0.0;
     }
   }
   IterationSweep::PathCounts& path = paths.path;
@@ -128,7 +131,9 @@ double SingleStageSearch::path_row(RootPaths& paths, const std::vector<double>& 
     for (int slot = 0; slot < 2 && k + 1 < stages_; ++slot) {
       const int copies = path.copies[k][slot] + path.copies[k][2 + slot];
       a += copies * context_.link[k]->transfer_ms(0.0);
-      per_byte[slot][k] = copies * ms_per_byte(*context_.link[k]);
+      // A gradient into a frozen stem carries no byte (CostModel::input_needs_gradient).
+      const int carrying = context_.costs.has_frozen() ? path.copies[k][slot] : copies;
+      per_byte[slot][k] = carrying * ms_per_byte(*context_.link[k]);
     }
   }
   a += least_boundary_copies_ms(per_byte[0], context_.boundary_bytes_ascending(*paths.first)) +

@@ -171,9 +171,13 @@ class SingleStageSearch : private SearchPart {
   double backward(const SizeCosts& c, int j, int a, int b) const {
     return c.backward_ms_sum(a, b) / speed_[j] + overhead_;
   }
-  // A copy across the boundary after stage j, which ends at layer b.
+  // A copy across the boundary after stage j, which ends at layer b: the activation, and the
+  // gradient back (no bytes where the boundary lies in a frozen stem).
   double copy(const SizeCosts& c, int j, int b) const {
     return context_.link[j]->transfer_ms(static_cast<double>(c.output_bytes[b - 1]));
+  }
+  double gradient_copy(const SizeCosts& c, int j, int b) const {
+    return context_.link[j]->transfer_ms(static_cast<double>(c.stage_input_gradient_bytes(b)));
   }
   double pass_filler(int j, int a, int b) const;
   double tail(int j, int a, int b) const;

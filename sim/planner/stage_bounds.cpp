@@ -238,8 +238,11 @@ double SingleStageSearch::time_bound(int j, int a, int b, double arrive, double 
   // The pass through the later stages and back (with its task overheads and the two copies
   // across this stage's boundary), less what of the stage's own work can fill the wait.
   const SizeCosts& onward = config_->schedule == ScheduleKind::GPipe ? *last_size_ : *first_size_;
-  const double pass = after_[b] + 2.0 * overhead_ * (stages_ - 1 - j) + copy(onward, j, b) +
-                      copy(*first_size_, j, b);
+  // Which size goes which way differs by schedule; the gradient may carry no bytes (a frozen
+  // stem), so the lesser of the two ways round.
+  const double copies = std::min(copy(onward, j, b) + gradient_copy(*first_size_, j, b),
+                                 copy(*first_size_, j, b) + gradient_copy(onward, j, b));
+  const double pass = after_[b] + 2.0 * overhead_ * (stages_ - 1 - j) + copies;
   return base + std::max(0.0, pass - pass_filler(j, a, b));
 }
 
@@ -278,10 +281,10 @@ double SingleStageSearch::wait_bound(int j, int a, int b, const StageDurations& 
     return bound;
   }
   const double onward = 2.0 * overhead_ * (stages_ - 1 - j) + after_latency_[j];
-  const double trip_first =
-      least_trip(pass_first_, trip_first_, j, b) + onward + 2.0 * copy(*first_size_, j, b);
-  const double trip_last =
-      least_trip(pass_last_, trip_last_, j, b) + onward + 2.0 * copy(*last_size_, j, b);
+  const double trip_first = least_trip(pass_first_, trip_first_, j, b) + onward +
+                            copy(*first_size_, j, b) + gradient_copy(*first_size_, j, b);
+  const double trip_last = least_trip(pass_last_, trip_last_, j, b) + onward +
+                           copy(*last_size_, j, b) + gradient_copy(*last_size_, j, b);
   const int m = config_->micro_batches();
   const double own = before.arrive + busy(j, a, b);
   if (config_->schedule == ScheduleKind::GPipe) {

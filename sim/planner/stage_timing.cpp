@@ -22,12 +22,15 @@ StageDurations stage_durations(const SizeCosts& common, const SizeCosts& last, i
       d.forward_nograd_launch[slot] = c.forward_nograd_launch_ms(first, end) + overhead_ms;
       d.backward_launch[slot] = c.backward_launch_ms(first, end) + overhead_ms;
     }
-    if (next_link)
+    if (next_link) {
       d.activation_copy[slot] =
           next_link->transfer_ms(static_cast<double>(c.output_bytes[end - 1]));
+      d.output_gradient_copy[slot] =
+          next_link->transfer_ms(static_cast<double>(c.stage_input_gradient_bytes(end)));
+    }
     if (previous_link) {
       d.gradient_copy[slot] =
-          previous_link->transfer_ms(static_cast<double>(c.stage_input_bytes(first)));
+          previous_link->transfer_ms(static_cast<double>(c.stage_input_gradient_bytes(first)));
     }
   }
   return d;

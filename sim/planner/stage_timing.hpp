@@ -30,6 +30,9 @@ struct StageDurations {
   std::array<double, 2> backward{};
   std::array<double, 2> activation_copy{};  ///< to the next stage (unused on the last)
   std::array<double, 2> gradient_copy{};    ///< to the previous stage (unused on the first)
+  /// The gradient back over the next stage's link (unused on the last): as activation_copy,
+  /// or a copy of no bytes where that boundary lies in a frozen stem.
+  std::array<double, 2> output_gradient_copy{};
   /// Whether the host paces the device (the simulator's two clocks), with the host's time to
   /// launch each task (forward, forward without autograd, backward); all 0 otherwise.
   bool launch_paced = false;

@@ -2,6 +2,7 @@
 
 // Profiles built in code, with costs simple enough that tests can predict results by hand.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -185,6 +186,47 @@ inline void maybe_tie_layers(std::mt19937& rng, Profile& profile) {
   for (int k : with) bytes = std::min(bytes, profile.layers[k].param_bytes);
   if (rng() % 2) bytes /= 2;
   profile.tied.push_back({"tied.weight", with, bytes});
+}
+
+/// In a third of the profiles, parameters frozen as transfer learning freezes them
+/// (LayerProfile::trainable_param_bytes): a stem of the first one to half the layers whose
+/// parameters do not train (a tied tensor one of them holds frozen with it), and in half of
+/// those one later layer half frozen. The bounds must count no gradient, state or gradient copy
+/// for what does not train. Call it after maybe_tie_layers().
+inline void maybe_freeze_layers(std::mt19937& rng, Profile& profile) {
+  if (rng() % 3 != 0) return;
+  const int layers = static_cast<int>(profile.layers.size());
+  const int stem = 1 + static_cast<int>(rng() % std::max(1, layers / 2));
+  std::vector<char> in_frozen_tie(profile.layers.size(), 0);
+  for (TiedTensor& t : profile.tied) {
+    if (t.layers.front() >= stem) continue;
+    t.trained = false;
+    for (int k : t.layers) in_frozen_tie[static_cast<std::size_t>(k)] = 1;
+  }
+  for (int k = 0; k < layers; ++k) {
+    LayerProfile& l = profile.layers[static_cast<std::size_t>(k)];
+    if (k < stem) {
+      l.trainable_param_bytes = 0;
+    } else if (in_frozen_tie[static_cast<std::size_t>(k)]) {
+      std::int64_t tied = 0;
+      for (const TiedTensor& t : profile.tied) {
+        if (!t.trained && std::find(t.layers.begin(), t.layers.end(), k) != t.layers.end())
+          tied += t.bytes;
+      }
+      l.trainable_param_bytes = l.param_bytes - tied;
+    }
+  }
+  if (rng() % 2 == 0 && stem < layers) {
+    const int k = stem + static_cast<int>(rng() % static_cast<unsigned>(layers - stem));
+    LayerProfile& l = profile.layers[static_cast<std::size_t>(k)];
+    bool holds_trained_tie = false;
+    for (const TiedTensor& t : profile.tied) {
+      holds_trained_tie =
+          holds_trained_tie ||
+          (t.trained && std::find(t.layers.begin(), t.layers.end(), k) != t.layers.end());
+    }
+    if (!holds_trained_tie) l.trainable_param_bytes = l.trained_bytes() / 2;
+  }
 }
 
 }  // namespace pipetune::testing

@@ -226,6 +226,57 @@ std::string profile_with_peaks(
   return replaced(text, R"("workspace_bytes": [8, 8])", layer1 + R"("workspace_bytes": [8, 8])");
 }
 
+// Frozen parameters (transfer learning): trainable_param_bytes, where written, is the part of
+// param_bytes that trains; absent, all of it. A frozen tied tensor says so, and counts in no
+// holder's trainable bytes.
+TEST(ProfileFormat, TrainableParameterBytesRoundTripAndAreChecked) {
+  const std::string frozen = R"("param_bytes": 400, "trainable_param_bytes": 100,)";
+  const Profile p = parse_profile(profile_with(R"("param_bytes": 400,)", frozen), "in.json");
+  EXPECT_EQ(p.layers[0].trainable_param_bytes, 100);
+  EXPECT_EQ(p.layers[0].trained_bytes(), 100);
+  EXPECT_EQ(p.layers[1].trainable_param_bytes, -1);
+  const Profile q = parse_profile(profile_to_json(p), "again.json");
+  EXPECT_EQ(q.layers[0].trainable_param_bytes, 100);
+  EXPECT_EQ(q.layers[1].trainable_param_bytes, -1);
+  EXPECT_EQ(profile_to_json(parse_profile(kProfile, "in.json")).find("trainable"),
+            std::string::npos);
+  EXPECT_EQ(profile_error(profile_with(R"("param_bytes": 400,)",
+                                       R"("param_bytes": 400, "trainable_param_bytes": 500,)")),
+            "in.json: layers[0].trainable_param_bytes: expected at most param_bytes (400), got "
+            "500");
+  // Both layers hold 400 bytes, 256 of them one tied tensor.
+  const std::string tied = R"([{"name": "w", "layers": [0, 1], "bytes": 256}])";
+  const std::string frozen_tied =
+      R"([{"name": "w", "layers": [0, 1], "bytes": 256, "trainable": false}])";
+  EXPECT_EQ(profile_error(replaced(tied_profile(tied), R"("param_bytes": 400,)",
+                                   R"("param_bytes": 400, "trainable_param_bytes": 144,)")),
+            "in.json: tied_parameters[0].layers[0]: layers[0] has 144 trainable parameter bytes, "
+            "fewer than the 256 of the tied tensor it is said to train (\"trainable\": false if "
+            "it is frozen)");
+  std::string text = tied_profile(frozen_tied);
+  for (const std::string forward : {R"("forward_ms": [0.5)", R"("forward_ms": [0.1)"})
+    text = replaced(text, forward, R"("trainable_param_bytes": 144, )" + forward);
+  const Profile r = parse_profile(text, "in.json");
+  ASSERT_EQ(r.tied.size(), 1u);
+  EXPECT_FALSE(r.tied[0].trained);
+  EXPECT_FALSE(parse_profile(profile_to_json(r), "again.json").tied[0].trained);
+  // The cost model: the tensor held once, its gradient and state nowhere; trained, once.
+  const CostModel costs(r);
+  EXPECT_EQ(costs.param_bytes(0, 2), 800 - 256);
+  EXPECT_EQ(costs.trained_bytes(0, 2), 288);
+  EXPECT_EQ(costs.trained_bytes_at_least(0, 2), 288);
+  const Profile t = parse_profile(tied_profile(tied), "in.json");
+  EXPECT_EQ(CostModel(t).trained_bytes(0, 2), 800 - 256);
+  EXPECT_EQ(CostModel(t).trained_bytes_in(1, 0, 1), 400 - 256);
+  // Layer 1's input needs a gradient only where layer 0 trains.
+  EXPECT_FALSE(costs.input_needs_gradient(0));
+  EXPECT_TRUE(costs.input_needs_gradient(1));
+  const Profile stem = parse_profile(
+      profile_with(R"("param_bytes": 400,)", R"("param_bytes": 400, "trainable_param_bytes": 0,)"),
+      "in.json");
+  EXPECT_FALSE(CostModel(stem).input_needs_gradient(1));
+}
+
 TEST(ProfileFormat, MeasuredBackwardPeaksParseAndRoundTrip) {
   const Profile p = parse_profile(profile_with_peaks(), "in.json");
   EXPECT_EQ(p.layers[0].backward_peak_bytes, (std::vector<std::int64_t>{440, 560}));

@@ -301,6 +301,42 @@ TEST(Memory, OneFOneBHoldsAtMostKMicroBatchesOnStageZero) {
   EXPECT_EQ(one_f[0], 4 * 10 + 2 * 150 + 100);  // K = 2 in flight
 }
 
+TEST(Memory, AFrozenStemHasNoGraphNoGradientsNoStateAndGetsNoGradient) {
+  // Layer 0 frozen (transfer learning's stem): its forward on data builds no graph (the
+  // profiler measures nothing saved and no backward), and layer 1's input needs no gradient.
+  // Adam (two states per parameter that trains).
+  Profile p =
+      testing::make_profile({{1.0, 0.0, 1000, 100, 0, 0}, {1.0, 2.0, 500, 10, 20, 0}}, 2, 10);
+  p.layers[0].trainable_param_bytes = 0;
+  Plan plan = make_plan({1, 1}, 2, CheckpointMode::Never);
+  plan.optimizer_state_factor = 2.0;
+  // Device 0: parameters 1000, no state, the batch's input 2 x 10 -> 1020; F0, F1 hold their
+  // outputs (100 each) until their backwards -> 1220 (peak). The gradients "received" are empty
+  // and B1, B0 make nothing, freeing the outputs.
+  // Device 1: parameters 500 and Adam's 1000 -> 1500; inputs received +100 each, F keeps saved
+  // 20 each -> 1740; B1 makes no input gradient, the parameter gradients +500 -> 2240, frees
+  // saved 20 and its input 100 -> 2120 (nothing sent); B0 adds into .grad, +500 for a moment ->
+  // 2620 (peak).
+  EXPECT_EQ(peaks(p, plan, 2), (std::vector<std::int64_t>{1220, 2620}));
+  // Nothing crosses back: both gradient copies carry no byte.
+  const SimulationResult r = Simulator(p, replicate_device(p.device, 2)).run(plan);
+  int gradients = 0;
+  for (const auto& t : r.tasks) {
+    if (t.kind != TaskKind::SendGradient) continue;
+    ++gradients;
+    EXPECT_EQ(t.bytes, 0);
+  }
+  EXPECT_EQ(gradients, 2);
+  // One stage holding both, on one device: parameters 1500, Adam's state of the 500 that train
+  // 1000, the input 20 -> 2520. Each forward keeps layer 0's output (layer 1 keeps its input)
+  // and layer 1's saved 20 -> 2640, 2760. B1 makes no input gradient for layer 1 nor anything
+  // for layer 0: the parameter gradients +500 -> 3260, then frees 120 -> 3140; B0 adds into
+  // .grad, +500 for a moment -> 3640 (peak), then 3020.
+  Plan one = make_plan({2}, 2, CheckpointMode::Never);
+  one.optimizer_state_factor = 2.0;
+  EXPECT_EQ(peaks(p, one, 1), (std::vector<std::int64_t>{3640}));
+}
+
 TEST(Memory, OptimizerStateScalesParameters) {
   Plan plan = make_plan({1}, 2, CheckpointMode::Never);
   plan.optimizer_state_factor = 2.0;  // Adam: two states per parameter
@@ -702,6 +738,7 @@ TEST(StagePeakBound, NeverAboveTheSimulatedPeakOnRandomPlans) {
     testing::vary_memory_flags(rng, profile);
     std::mt19937 tie_rng(static_cast<unsigned>(trial));
     testing::maybe_tie_layers(tie_rng, profile);
+    testing::maybe_freeze_layers(tie_rng, profile);
     profile.device.library_bytes = rng() % 2 ? static_cast<std::int64_t>(rng() % 5000) : 0;
     const int stages = 1 + static_cast<int>(rng() % std::min(layers, 4));
     std::vector<int> balance(stages, 1);

@@ -112,6 +112,7 @@ TEST(MultiStagePeakBound, NeverAboveTheSimulatedPeakOnRandomPlans) {
     testing::vary_memory_flags(rng, profile);
     std::mt19937 tie_rng(static_cast<unsigned>(trial));
     testing::maybe_tie_layers(tie_rng, profile);
+    testing::maybe_freeze_layers(tie_rng, profile);
     if (rng() % 2 == 0) {
       for (auto& l : profile.layers) {
         for (double ms : l.backward_ms) {

@@ -197,6 +197,7 @@ TEST(Planner, MultiStageSchedulesUnderCapsAgainstBruteForce) {
     }
     std::mt19937 tie_rng(static_cast<unsigned>(trial));
     testing::maybe_tie_layers(tie_rng, profile);
+    testing::maybe_freeze_layers(tie_rng, profile);
     Hardware hw = replicate_device(profile.device, 2);
     hw.launch_overhead_ms = (rng() % 3) / 100.0;
     for (auto& d : hw.devices) d.speed = 0.5 + (rng() % 4) / 2.0;
@@ -367,7 +368,9 @@ TEST(Planner, MultiStageBoundIsBelowEveryPlan) {
     const int devices = 2 + static_cast<int>(rng() % 3);  // 2..4
     const int layers = 3 * devices + static_cast<int>(rng() % 20);
     const std::int64_t batch = 1 + rng() % 8;
-    const Profile profile = testing::random_profile(rng, layers, batch);
+    Profile profile = testing::random_profile(rng, layers, batch);
+    std::mt19937 freeze_rng(static_cast<unsigned>(trial));
+    testing::maybe_freeze_layers(freeze_rng, profile);  // gradient copies into a stem are empty
     Hardware hw = replicate_device(profile.device, devices);
     hw.link.bandwidth_bytes_per_s = 1e5 * (1 + rng() % 100);
     hw.link.latency_ms = (rng() % 5) / 10.0;

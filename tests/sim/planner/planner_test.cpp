@@ -98,6 +98,7 @@ TEST(Planner, TightCapsEqualBruteForcePerConfiguration) {
     Profile profile = testing::random_profile(rng, layers, batch);
     std::mt19937 tie_rng(static_cast<unsigned>(trial));
     testing::maybe_tie_layers(tie_rng, profile);
+    testing::maybe_freeze_layers(tie_rng, profile);
     Hardware hw = replicate_device(profile.device, stages);
     hw.link.bandwidth_bytes_per_s = 1e6;
     const BruteForce free = brute_force(profile, hw);
