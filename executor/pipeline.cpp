@@ -218,6 +218,11 @@ struct Pipeline::Impl {
   // written by the stage's own worker only.
   std::vector<std::int8_t> modifies_input = std::vector<std::int8_t>(stage_count, -1);
   std::vector<std::size_t> first_layer;  // per stage: its first layer's index in the model
+  // Per stage: whether its input needs a gradient. With frozen parameters, only where a layer
+  // before it trains: one device's autograd records nothing up to the model's first layer that
+  // trains (a frozen stem works on data), so neither do the stages there, nor do they send
+  // gradients. Without, every stage's but the first (profile.hpp's trainable_param_bytes).
+  std::vector<char> input_wants_gradient;
 
   // --- threads ---
   std::vector<std::thread> workers;
@@ -296,6 +301,12 @@ struct Pipeline::Impl {
     for (int layers : plan.balance) {
       first_layer.push_back(layer);
       layer += static_cast<std::size_t>(layers);
+    }
+    bool trained_before = false, frozen = false;
+    for (const auto& p : model.layers->parameters()) frozen = frozen || !p.requires_grad();
+    for (int s = 0; s < stage_count; ++s) {
+      input_wants_gradient.push_back(s > 0 && (!frozen || trained_before) ? 1 : 0);
+      for (const auto& p : stages[s]->parameters()) trained_before |= p.requires_grad();
     }
     adopt_local_stages();
     optimizers = make_optimizers();
@@ -750,7 +761,7 @@ void Pipeline::Impl::run_action(int d, const Action& a, at::Generator& generator
   switch (a.kind) {
     case ActionKind::Forward: {
       at::Tensor x = s == 0 ? micro_inputs[i] : runtime->consume(incoming, d);
-      if (s > 0 && at::isFloatingType(x.scalar_type())) x.requires_grad_(true);
+      if (input_wants_gradient[s] && at::isFloatingType(x.scalar_type())) x.requires_grad_(true);
       ctx.input = x;
       ctx.copy_input = stage_modifies_input(s, x);
       at::Tensor y;
@@ -788,10 +799,15 @@ void Pipeline::Impl::run_action(int d, const Action& a, at::Generator& generator
     case ActionKind::InputGrad: {
       // The last stage starts from its loss; the others from the next stage's gradient.
       const at::Tensor gradient = last ? at::Tensor() : runtime->consume(incoming, d);
+      const at::TensorOptions input_options = ctx.input.options();
       const at::Tensor input_gradient = a.kind == ActionKind::Backward
                                             ? backward_whole(ctx, gradient)
                                             : backward_input(ctx, gradient);
-      if (s > 0) send(Carry::Gradient, s - 1, i, input_gradient, d);
+      // Where no layer before trains, the previous stage waits all the same: it gets an empty
+      // tensor, and its backward has no graph to run.
+      if (s > 0)
+        send(Carry::Gradient, s - 1, i,
+             input_gradient.defined() ? input_gradient : at::empty({0}, input_options), d);
       break;
     }
     case ActionKind::WeightGrad:

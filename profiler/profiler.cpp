@@ -60,6 +60,9 @@ struct Runner {
   models::Model& model;
   bool last;
   const at::Tensor& target;
+  // Whether its input needs a gradient (inputs_wanting_gradients), as the executor asks it of
+  // a stage's input.
+  bool input_wants_gradient;
   // Returns what backward starts from (the loss, or the output) and the output.
   std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x) {
     at::Tensor y = layer.forward(x);
@@ -68,15 +71,32 @@ struct Runner {
   }
 };
 
+// Per layer: whether its input needs a gradient, as the executor asks it of a stage's input
+// (CostModel::input_needs_gradient): with frozen parameters, only where some layer before it
+// trains (a frozen stem works on data alone); without, every layer's but the first.
+std::vector<char> inputs_wanting_gradients(const std::vector<torch::nn::AnyModule*>& modules) {
+  bool frozen = false;
+  for (const torch::nn::AnyModule* module : modules) {
+    for (const auto& p : module->ptr()->parameters()) frozen = frozen || !p.requires_grad();
+  }
+  std::vector<char> wants(modules.size(), 0);
+  bool trained_before = false;
+  for (std::size_t l = 0; l < modules.size(); ++l) {
+    wants[l] = l > 0 && (!frozen || trained_before) ? 1 : 0;
+    for (const auto& p : modules[l]->ptr()->parameters()) trained_before |= p.requires_grad();
+  }
+  return wants;
+}
+
 // A layer's input as a stage's intermediate: a storage of its own (so what keeps it alive can
 // be seen), with a graph behind it when it needs a gradient (so a layer that works in place
 // may modify it). The gradient arrives in `leaf`.
 struct LayerInput {
   at::Tensor leaf, x;
 };
-LayerInput layer_input(const at::Tensor& previous, int layer) {
+LayerInput layer_input(const at::Tensor& previous, bool wants_gradient) {
   LayerInput in;
-  if (layer == 0 || !at::isFloatingType(previous.scalar_type())) {
+  if (!wants_gradient || !at::isFloatingType(previous.scalar_type())) {
     in.x = previous.detach().clone();
     return in;
   }
@@ -146,16 +166,21 @@ Profile empty_profile(models::Model& model, MeasureBackend& backend, at::ScalarT
   // Each layer is charged what it holds, each tensor once; a tensor several layers hold (tied
   // weights) is listed as tied, so a stage holding several of them counts it once.
   for (std::size_t l = 0; l < profile.layers.size(); ++l, ++layer) {
-    profile.layers[l].name = model.layer_names[l];
+    LayerProfile& out = profile.layers[l];
+    out.name = model.layer_names[l];
     std::unordered_set<const void*> counted;
+    std::int64_t trained = 0;
     for (const auto& p : layer->ptr()->parameters()) {
       if (counted.insert(p.unsafeGetTensorImpl()).second) {
-        profile.layers[l].param_bytes += bytes_of(p);
+        out.param_bytes += bytes_of(p);
+        if (p.requires_grad()) trained += bytes_of(p);
       }
     }
+    // Written only where some parameter is frozen, so other profiles read as before.
+    if (trained != out.param_bytes) out.trainable_param_bytes = trained;
   }
   for (const models::TiedParameter& t : models::tied_parameters(model)) {
-    TiedTensor tied{t.name, {}, bytes_of(t.tensor)};
+    TiedTensor tied{t.name, {}, bytes_of(t.tensor), t.tensor.requires_grad()};
     for (std::size_t l : t.layers) tied.layers.push_back(static_cast<int>(l));
     profile.tied.push_back(std::move(tied));
   }
@@ -288,6 +313,7 @@ std::vector<HostTimes> time_host_calls(
     const std::vector<std::pair<at::Tensor, at::Tensor>>& batches, MeasureBackend& backend,
     int repeats, double backward_call_ms, std::vector<double>& paces) {
   const int layer_count = static_cast<int>(modules.size());
+  const std::vector<char> wants = inputs_wanting_gradients(modules);
   std::vector<HostTimes> by_size(batches.size());
   for (HostTimes& host : by_size) {
     host.nograd.resize(layer_count);
@@ -306,7 +332,7 @@ std::vector<HostTimes> time_host_calls(
       backend.synchronize();
       auto mark = HostClock::now();
       for (int l = 0; l < layer_count; ++l) {
-        Runner run{*modules[l], model, l + 1 == layer_count, target};
+        Runner run{*modules[l], model, l + 1 == layer_count, target, wants[l] != 0};
         current = run.forward(current).second;
         const auto now = HostClock::now();
         if (timed) host.nograd[l].push_back(ms_between(mark, now));
@@ -324,13 +350,13 @@ std::vector<HostTimes> time_host_calls(
     backend.synchronize();
     auto mark = HostClock::now();
     for (int l = 0; l < layer_count; ++l) {
-      // An input without a graph behind it (after layers without parameters) asks for its
-      // gradient all the same, as a stage's input does and as the device pass times it.
-      if (l > 0 && at::isFloatingType(current.scalar_type()) && !current.requires_grad())
+      // An input without a graph behind it asks for its gradient all the same where a layer
+      // before trains, as a stage's input does and as the device pass times it.
+      if (wants[l] && at::isFloatingType(current.scalar_type()) && !current.requires_grad())
         current = current.detach().requires_grad_(true);
       else if (l > 0 && copy_inputs)
         current = current.clone();
-      Runner run{*modules[l], model, l + 1 == layer_count, target};
+      Runner run{*modules[l], model, l + 1 == layer_count, target, wants[l] != 0};
       std::tie(root, current) = run.forward(current);
       outputs[l] = current;
       const auto now = HostClock::now();
@@ -394,6 +420,7 @@ std::vector<LayerTimes> time_layers(models::Model& model,
                                     MeasureBackend& backend, const ProfileOptions& options,
                                     std::int64_t cache_bytes) {
   const int layer_count = static_cast<int>(modules.size());
+  const std::vector<char> wants = inputs_wanting_gradients(modules);
   std::uint64_t next_region = 1;
   std::vector<std::vector<std::uint64_t>> forward_ids(layer_count), backward_ids(layer_count),
       nograd_ids(layer_count), input_ids(layer_count), weight_ids(layer_count),
@@ -411,15 +438,16 @@ std::vector<LayerTimes> time_layers(models::Model& model,
   };
   // The backward split as zero-bubble schedules run it, after a forward of its own: per layer,
   // I (the input's gradient, the graph kept) then W (the parameters' gradients from that graph).
-  // A layer whose input needs no gradient (the model's first) has no I; its W is its whole
+  // A layer whose input needs no gradient (the model's first, or any up to the first that
+  // trains) has no I; its W is its whole
   // backward, as torch's first stage runs it. A layer without parameters has no W.
   auto split_backward_pass = [&](bool timed) {
     std::vector<LayerInput> inputs(layer_count);
     std::vector<at::Tensor> roots(layer_count);
     at::Tensor current = input;
     for (int l = 0; l < layer_count; ++l) {
-      inputs[l] = layer_input(current, l);
-      Runner run{*modules[l], model, l + 1 == layer_count, target};
+      inputs[l] = layer_input(current, wants[l] != 0);
+      Runner run{*modules[l], model, l + 1 == layer_count, target, wants[l] != 0};
       std::tie(roots[l], current) = run.forward(inputs[l].x);
     }
     at::Tensor gradient;  // the input gradient I of the layer after
@@ -458,8 +486,8 @@ std::vector<LayerTimes> time_layers(models::Model& model,
     std::vector<at::Tensor> roots(layer_count);
     at::Tensor current = input;
     for (int l = 0; l < layer_count; ++l) {
-      inputs[l] = layer_input(current, l);
-      Runner run{*modules[l], model, l + 1 == layer_count, target};
+      inputs[l] = layer_input(current, wants[l] != 0);
+      Runner run{*modules[l], model, l + 1 == layer_count, target, wants[l] != 0};
       before_each();
       auto pair = region(timed, forward[l], [&] { return run.forward(inputs[l].x); });
       roots[l] = pair.first;
@@ -490,7 +518,7 @@ std::vector<LayerTimes> time_layers(models::Model& model,
       at::NoGradGuard no_grad;
       at::Tensor current = input;
       for (int l = 0; l < layer_count; ++l) {
-        Runner run{*modules[l], model, l + 1 == layer_count, target};
+        Runner run{*modules[l], model, l + 1 == layer_count, target, wants[l] != 0};
         current = region(timed, nograd_ids[l], [&] { return run.forward(current).second; });
       }
     }
@@ -528,8 +556,8 @@ std::vector<LayerTimes> time_layers(models::Model& model,
       at::Tensor current = input;
       sweep_parameters();
       for (int l = 0; l < layer_count; ++l) {
-        const LayerInput in = layer_input(current, l);
-        Runner run{*modules[l], model, l + 1 == layer_count, target};
+        const LayerInput in = layer_input(current, wants[l] != 0);
+        Runner run{*modules[l], model, l + 1 == layer_count, target, wants[l] != 0};
         current = region(true, step_start_ids[l], [&] { return run.forward(in.x); }).second;
       }
     }
@@ -560,8 +588,8 @@ struct Slowdown {
 // One forward and backward of a layer on its own copy of `previous`, as a co-runner or the
 // timed thread runs it; `timed` brackets each half as a region of the backend.
 template <typename Region>
-void forward_backward(Runner& run, const at::Tensor& previous, int layer, Region&& region) {
-  LayerInput in = layer_input(previous, layer);
+void forward_backward(Runner& run, const at::Tensor& previous, Region&& region) {
+  LayerInput in = layer_input(previous, run.input_wants_gradient);
   std::pair<at::Tensor, at::Tensor> pair;
   region(true, [&] { pair = run.forward(in.x); });
   if (!pair.first.requires_grad()) return;  // a first layer without parameters: no backward
@@ -589,14 +617,14 @@ torch::nn::AnyModule own_copy(torch::nn::AnyModule& layer) {
 // The layer's forward and backward timed alone, then beside `co_runners` threads that each run
 // their own copy of it in a loop with `threads` intra-op threads, as the other CPU devices of a
 // pipeline do. Medians of `repeats` repetitions after `warmup`, alone and beside, back to back.
-Slowdown measure_slowdown(Runner& run, const at::Tensor& previous, int layer,
-                          MeasureBackend& backend, const ProfileOptions& options, int threads) {
+Slowdown measure_slowdown(Runner& run, const at::Tensor& previous, MeasureBackend& backend,
+                          const ProfileOptions& options, int threads) {
   std::uint64_t next_region = 1;
   auto time_repetitions = [&]() {
     std::vector<std::uint64_t> forward_ids, backward_ids;
     for (int r = 0; r < options.warmup + options.repeats; ++r) {
       const bool timed = r >= options.warmup;
-      forward_backward(run, previous, layer, [&](bool forward, auto&& work) {
+      forward_backward(run, previous, [&](bool forward, auto&& work) {
         const std::uint64_t id = next_region++;
         if (timed) backend.begin(id);
         work();
@@ -632,10 +660,10 @@ Slowdown measure_slowdown(Runner& run, const at::Tensor& previous, int layer,
         at::Generator generator = at::globalContext().defaultGenerator(previous.device()).clone();
         models::ScopedGenerator draws(&generator);
         torch::nn::AnyModule mine = own_copy(run.layer);
-        Runner copy{mine, run.model, run.last, run.target};
+        Runner copy{mine, run.model, run.last, run.target, run.input_wants_gradient};
         bool counted = false;
         while (!stop.load()) {
-          forward_backward(copy, previous, layer, [](bool, auto&& work) { work(); });
+          forward_backward(copy, previous, [](bool, auto&& work) { work(); });
           if (!counted) {
             counted = true;
             started.fetch_add(1);
@@ -728,9 +756,9 @@ std::int64_t backward_peak(Runner& run, std::pair<at::Tensor, at::Tensor> pair,
 
 // What autograd keeps of a forward: run it, let go of the input and the output, hold only the
 // graph, and see which storages survive. What the allocator still counts beyond those is saved.
-void measure_retention(Runner& run, const at::Tensor& previous, int layer, MeasureBackend& backend,
+void measure_retention(Runner& run, const at::Tensor& previous, MeasureBackend& backend,
                        LayerMemory& out) {
-  LayerInput in = layer_input(previous, layer);
+  LayerInput in = layer_input(previous, run.input_wants_gradient);
   const std::int64_t input_bytes = static_cast<std::int64_t>(in.x.storage().nbytes());
   const std::int64_t before = backend.allocated();
   auto [root, y] = run.forward(in.x);
@@ -752,15 +780,15 @@ void measure_retention(Runner& run, const at::Tensor& previous, int layer, Measu
 
 // The backward's peaks, the first time (creating the parameter gradients) and a later time
 // (adding into them), as at a stage's end or inside it.
-void measure_backward_peaks(Runner& run, const at::Tensor& previous, int layer, bool inside_stage,
+void measure_backward_peaks(Runner& run, const at::Tensor& previous, bool inside_stage,
                             MeasureBackend& backend, std::int64_t& first_peak,
                             std::int64_t& accumulate_peak, std::vector<LevelRecord>& levels) {
-  LayerInput in = layer_input(previous, layer);
+  LayerInput in = layer_input(previous, run.input_wants_gradient);
   reset_gradients(*run.layer.ptr(), in);
   first_peak = backward_peak(run, run.forward(in.x), backend, inside_stage, levels);
   // The stage input is new each micro-batch (and a layer working in place has changed this
   // one), so is its gradient.
-  const LayerInput again = layer_input(previous, layer);
+  const LayerInput again = layer_input(previous, run.input_wants_gradient);
   accumulate_peak = backward_peak(run, run.forward(again.x), backend, inside_stage, levels);
   reset_gradients(*run.layer.ptr(), in);
 }
@@ -770,9 +798,9 @@ void measure_backward_peaks(Runner& run, const at::Tensor& previous, int layer, 
 // graph kept, so every saved tensor stays while the gradients inside the layer are made (none
 // where the input needs no gradient); then W, the parameters' gradients from the same received
 // gradient, returned at once while the graph is freed as it goes.
-void measure_split_peaks(Runner& run, const at::Tensor& previous, int layer,
-                         MeasureBackend& backend, LayerMemory& out) {
-  LayerInput in = layer_input(previous, layer);
+void measure_split_peaks(Runner& run, const at::Tensor& previous, MeasureBackend& backend,
+                         LayerMemory& out) {
+  LayerInput in = layer_input(previous, run.input_wants_gradient);
   reset_gradients(*run.layer.ptr(), in);
   auto [root, y] = run.forward(in.x);
   if (run.last) y = at::Tensor();
@@ -797,11 +825,10 @@ void measure_split_peaks(Runner& run, const at::Tensor& previous, int layer,
   }
 }
 
-LayerMemory measure_layer_memory(Runner& run, const at::Tensor& previous, int layer,
-                                 MeasureBackend& backend) {
+LayerMemory measure_layer_memory(Runner& run, const at::Tensor& previous, MeasureBackend& backend) {
   LayerMemory out;
   {
-    LayerInput in = layer_input(previous, layer);
+    LayerInput in = layer_input(previous, run.input_wants_gradient);
     reset_gradients(*run.layer.ptr(), in);
     backend.reset_peak();
     auto [root, y] = run.forward(in.x);
@@ -811,19 +838,19 @@ LayerMemory measure_layer_memory(Runner& run, const at::Tensor& previous, int la
     if (!run.last) out.output = y.detach();
   }
   std::vector<LevelRecord> levels;
-  measure_backward_peaks(run, previous, layer, false, backend, out.first_peak, out.accumulate_peak,
+  measure_backward_peaks(run, previous, false, backend, out.first_peak, out.accumulate_peak,
                          levels);
   if (run.last) {  // the model's last layer is always its stage's last
     out.inner_first_peak = out.first_peak;
     out.inner_accumulate_peak = out.accumulate_peak;
   } else {
-    measure_backward_peaks(run, previous, layer, true, backend, out.inner_first_peak,
+    measure_backward_peaks(run, previous, true, backend, out.inner_first_peak,
                            out.inner_accumulate_peak, levels);
   }
   // One release for all four peaks: the memory model uses whichever fits the layer's place.
   if (backend.follows_levels()) out.release = peak_release(levels);
-  measure_split_peaks(run, previous, layer, backend, out);
-  measure_retention(run, previous, layer, backend, out);
+  measure_split_peaks(run, previous, backend, out);
+  measure_retention(run, previous, backend, out);
   return out;
 }
 
@@ -929,6 +956,7 @@ std::vector<std::pair<at::Tensor, at::Tensor>> profile_sizes(
     const ProfileOptions& options, const std::vector<std::int64_t>& sizes, at::ScalarType dtype,
     Profile& profile) {
   const int layer_count = static_cast<int>(modules.size());
+  const std::vector<char> wants = inputs_wanting_gradients(modules);
   const int threads = measured_threads(options);
   const std::size_t total = sizes.size() * static_cast<std::size_t>(layer_count);
   std::size_t done = 0;
@@ -941,8 +969,8 @@ std::vector<std::pair<at::Tensor, at::Tensor>> profile_sizes(
         time_layers(model, modules, input, target, backend, options, profile.device.cache_bytes);
     at::Tensor current = input;
     for (int l = 0; l < layer_count; ++l) {
-      Runner run{*modules[l], model, l + 1 == layer_count, target};
-      LayerMemory memory = measure_layer_memory(run, current, l, backend);
+      Runner run{*modules[l], model, l + 1 == layer_count, target, wants[l] != 0};
+      LayerMemory memory = measure_layer_memory(run, current, backend);
       append(profile.layers[l], times[l], memory, size == sizes.front());
       if (profile.device.cache_bytes > 0) {
         profile.layers[l].forward_cold_ms.push_back(times[l].forward_cold.median);
@@ -950,7 +978,7 @@ std::vector<std::pair<at::Tensor, at::Tensor>> profile_sizes(
         profile.layers[l].forward_step_start_ms.push_back(times[l].forward_step_start.median);
       }
       if (options.co_runners > 0) {
-        const Slowdown slowdown = measure_slowdown(run, current, l, backend, options, threads);
+        const Slowdown slowdown = measure_slowdown(run, current, backend, options, threads);
         LayerProfile& layer = profile.layers[l];
         layer.forward_corun_ms.push_back(times[l].forward.median * slowdown.forward);
         layer.backward_corun_ms.push_back(times[l].backward.median * slowdown.backward);

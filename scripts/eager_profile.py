@@ -63,9 +63,13 @@ def samples(tensor, size):
     return torch.cat([tensor] * repeats)[:size].clone()
 
 
-def layer_input(previous, layer):
-    """A child's input as a stage's intermediate: (leaf receiving the gradient or None, x)."""
-    if layer == 0 or not previous.is_floating_point():
+def layer_input(previous, wants_gradient):
+    """A child's input as a stage's intermediate: (leaf receiving the gradient or None, x).
+
+    As pipetune's profiler and executor: in a model with frozen parameters, only where some child
+    before it trains (a frozen stem works on data, as one device's autograd sees it); in one
+    without, every child's but the first."""
+    if not wants_gradient or not previous.is_floating_point():
         return None, previous.detach().clone()
     leaf = previous.detach().requires_grad_(True)
     return leaf, leaf.clone()
@@ -76,6 +80,11 @@ class Runner:
 
     def __init__(self, children, loss, target):
         self.children, self.loss, self.target = children, loss, target
+        frozen = any(not p.requires_grad for child in children for p in child.parameters())
+        trained_before, self.wants_gradient = False, []
+        for layer, child in enumerate(children):
+            self.wants_gradient.append(layer > 0 and (not frozen or trained_before))
+            trained_before = trained_before or any(p.requires_grad for p in child.parameters())
 
     def forward(self, layer, x):
         """What backward starts from (the loss, or the output) and the output."""
@@ -114,7 +123,7 @@ def repetition(run, x0, clock, timed):
     # The forward and the backward through every child.
     inputs, roots, current = [], [], x0
     for layer in range(count):
-        leaf, x = layer_input(current, layer)
+        leaf, x = layer_input(current, run.wants_gradient[layer])
         root, current = clock.region(timed, ("forward", layer), lambda: run.forward(layer, x))
         inputs.append(leaf)
         roots.append(root)
@@ -132,7 +141,7 @@ def repetition(run, x0, clock, timed):
     # The backward split: I (the input's gradient, the graph kept), then W (the weights').
     inputs, roots, current = [], [], x0
     for layer in range(count):
-        leaf, x = layer_input(current, layer)
+        leaf, x = layer_input(current, run.wants_gradient[layer])
         root, current = run.forward(layer, x)
         inputs.append(leaf)
         roots.append(root)
@@ -157,7 +166,7 @@ def repetition(run, x0, clock, timed):
 
 def forward_backward(run, layer, inputs_by_layer, clock, timed):
     """One forward and backward of one child on its own copy of its input."""
-    leaf, x = layer_input(inputs_by_layer[layer], layer)
+    leaf, x = layer_input(inputs_by_layer[layer], run.wants_gradient[layer])
     root, _ = clock.region(timed, ("forward", layer), lambda: run.forward(layer, x))
     if not root.requires_grad:
         return
@@ -198,7 +207,7 @@ def saved_bytes(run, layer, previous, held):
         storages[storage.data_ptr()] = storage.nbytes()
         return tensor
 
-    _, x = layer_input(previous, layer)
+    _, x = layer_input(previous, run.wants_gradient[layer])
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
         root, y = run.forward(layer, x)
     skip = held | {t.untyped_storage().data_ptr() for t in (x, y, root, run.target)}

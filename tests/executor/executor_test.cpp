@@ -301,6 +301,71 @@ TEST(Executor, EveryScheduleTrainsAsTheUnpipelinedModel) {
   }
 }
 
+// Transfer learning's frozen stem: the first three layers' parameters frozen. One device's
+// autograd records nothing there (their input is data), so no stage asks a gradient of its
+// input up to the first layer that trains, and the gradients "sent" into the frozen stages are
+// empty: every schedule trains the unpipelined model's losses and parameters, the frozen ones
+// untouched, and no gradient copy into the stem carries a byte.
+TEST(Executor, AFrozenStemTrainsAsTheUnpipelinedModelAndSendsItNoGradient) {
+  const std::string spec = "mlp:layers=5,width=12,classes=4";  // 6 layers
+  constexpr int kChunks = 4, kFrozen = 3;
+  constexpr std::int64_t kEight = 8;
+  auto freeze_stem = [](models::Model& m) {
+    for (int l = 0; l < kFrozen; ++l) {
+      for (auto& p : (*m.layers)[static_cast<std::size_t>(l)]->parameters())
+        p.set_requires_grad(false);
+    }
+  };
+  for (auto kind : kAllScheduleKinds) {
+    for (auto mode : {CheckpointMode::Never, CheckpointMode::Always}) {
+      models::Model reference = models::build_model(spec, double_precision());
+      models::Model model = models::build_model(spec, double_precision());
+      freeze_stem(reference);
+      freeze_stem(model);
+      const auto before = testing::parameters(model);
+      ExecutorOptions options = cpu_devices(2, OptimizerKind::Momentum);
+      options.learning_rate = 0.1;
+      // Stage 0 (and, with two stages a device, stage 1) lies wholly in the stem.
+      const Plan plan = two_devices_plan(kind, mode, kChunks);
+      const int frozen_stages = is_multi_stage(kind) ? 2 : 1;
+      Pipeline pipeline(model, plan, kEight, options);
+      const std::string what = describe_plan(plan);
+      std::vector<at::Tensor> trained;
+      for (auto& p : reference.layers->parameters()) {
+        if (p.requires_grad()) trained.push_back(p);
+      }
+      torch::optim::SGD optimizer(trained, torch::optim::SGDOptions(0.1).momentum(0.9));
+      for (int step = 0; step < 3; ++step) {
+        auto [input, target] = reference.make_batch(kEight, 100 + step, 0);
+        input = input.to(at::kDouble);
+        const double expected_loss = testing::reference_step(reference, input, target, kChunks);
+        optimizer.step();
+        const auto record = pipeline.step(input, target);
+        EXPECT_NEAR(record.loss, expected_loss, 1e-10 * std::abs(expected_loss))
+            << what << " step " << step;
+        int into_stem = 0;
+        for (const auto& t : record.tasks) {
+          // A gradient copy is named by the stage that sends it.
+          if (t.kind != TaskKind::SendGradient || t.stage > frozen_stages) continue;
+          ++into_stem;
+          EXPECT_EQ(t.bytes, 0) << what << ": the gradient into stage " << t.stage - 1;
+        }
+        if (kind == ScheduleKind::GPipe) EXPECT_EQ(into_stem, kChunks) << what;
+      }
+      const auto after = testing::parameters(model);
+      expect_same(after, testing::parameters(reference), what + " after 3 steps");
+      int frozen = 0;
+      for (const auto& p : model.layers->named_parameters()) {
+        if (p.value().requires_grad()) continue;
+        ++frozen;
+        EXPECT_TRUE(at::equal(before.at(p.key()), after.at(p.key())))
+            << what << ": frozen " << p.key();
+      }
+      EXPECT_GT(frozen, 0) << what;
+    }
+  }
+}
+
 // A zero-bubble step's measured trace holds each stage's I and W of every micro-batch exactly
 // once, W after its I on the same device; copies only where neighbouring stages are on two
 // devices (ZBV's V keeps stages 1 and 2 on one device: the tensor is handed over).

@@ -115,6 +115,21 @@ class EagerProfileTest(unittest.TestCase):
         self.assertEqual([layer["saved_bytes"] for layer in out["layers"]],
                          [[0] * len(SIZES), [32 * s for s in SIZES], [16 * s + 4 for s in SIZES]])
 
+    def test_a_frozen_stem_has_no_backward_and_the_first_that_trains_no_input_gradient(self):
+        done = self.retime(f"{CASES}:build_sleepy_frozen_stem", fabricated_profile(), "--co-runners", "0",
+                           "--repeats", "1", "--warmup", "0")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        with open(self.path("eager.json")) as f:
+            layers = json.load(f)["layers"]
+        for s in range(len(SIZES)):
+            for i in (0, 1):  # on data, frozen: autograd records nothing, as one device's
+                self.assertEqual(layers[i]["backward_ms"][s], 0.0, f"layer {i}")
+                self.assertNear(layers[i]["forward_ms"][s], FORWARD_MS, f"forward, layer {i}")
+            # The first that trains: its input needs no gradient, so no I; W is its backward.
+            self.assertEqual(layers[2]["backward_input_ms"][s], 0.0)
+            self.assertNear(layers[2]["backward_weight_ms"][s], BACKWARD_MS, "W, layer 2")
+            self.assertNear(layers[3]["backward_input_ms"][s], BACKWARD_MS, "I, layer 3")
+
     def test_no_co_runners_drops_the_co_run_times(self):
         done = self.retime(f"{CASES}:build_sleepy", fabricated_profile(), "--co-runners", "0", "--repeats", "1")
         self.assertEqual(done.returncode, 0, done.stderr)

@@ -68,6 +68,14 @@ def build_sleepy():
     return [Sleepy() for _ in range(4)], (torch.randn(4, 8, generator=g), torch.randint(0, 8, (4,), generator=g))
 
 
+def build_sleepy_frozen_stem():
+    """build_sleepy's children, the first two frozen (transfer learning's stem)."""
+    children, batch = build_sleepy()
+    for child in children[:2]:
+        child.requires_grad_(False)
+    return children, batch
+
+
 def build_dropout():
     """A linear layer, dropout, a linear head: on a CPU eager dropout saves a float32 mask."""
     torch.manual_seed(0)
