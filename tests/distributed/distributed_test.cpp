@@ -239,6 +239,52 @@ TEST_F(Distributed, TiedWeightsSplitOverRanksTrainAsOneDevice) {
     EXPECT_NEAR(got[k], expected[k], 1e-5 * std::abs(expected[k])) << k;
 }
 
+// A frozen stem over ranks: its stages build no graph and the gradients sent back into them
+// are empty tensors (none of its elements crosses Gloo), and the split trains the one-stage
+// losses under Adam, step after step.
+TEST_F(Distributed, AFrozenStemSplitOverRanksTrainsAsOneDevice) {
+  const std::string script = (dir_ / "frozen.pt").string();
+  const auto made =
+      testing::run_command({PIPETUNE_PYTHON, PIPETUNE_MAKE_SCRIPT, script, "--frozen-stem"});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  const std::string one_stage = write_plan("one.json", plan_json("5", 2, "never", "gpipe"));
+  // Stages 0 and 1 lie in the stem (Linear, ReLU, Linear); stage 2 starts inside it, with its
+  // last Linear, before the Tanh and the Linear that trains.
+  const std::string split = write_plan("split.json", plan_json("1, 1, 3", 2, "never", "1f1b"));
+  const std::vector<std::string> common{"run",        "--model",  script + ":input=8,classes=4",
+                                        "--batch",    "8",        "--steps",
+                                        "3",          "--warmup", "1",
+                                        "--seed",     "5",        "--json",
+                                        "--progress", "none",     "--optimizer",
+                                        "adam"};
+  std::vector<std::string> single{PIPETUNE_CLI};
+  single.insert(single.end(), common.begin(), common.end());
+  single.insert(single.end(), {"--plan", one_stage});
+  const auto one = testing::run_command(single);
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  std::vector<std::string> argv{PIPETUNE_CLI};
+  argv.insert(argv.end(), common.begin(), common.end());
+  const std::string trace = (dir_ / "frozen.trace.json").string();
+  argv.insert(argv.end(),
+              {"--plan", split, "--distributed", "--timeout", "60", "--trace", trace});
+  Ranks ranks(argv, 3);
+  const auto results = ranks.wait(180.0);
+  for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << all_output(results);
+  const auto expected = losses_of(one.out), got = losses_of(results[0].out);
+  ASSERT_EQ(got.size(), expected.size());
+  for (std::size_t k = 0; k < got.size(); ++k)
+    EXPECT_NEAR(got[k], expected[k], 1e-5 * std::abs(expected[k])) << k;
+  // Both micro-batches' gradients into stages 1 and 0: copies of no byte; activations are not.
+  int gradients = 0;
+  for (const auto& t : load_trace(trace).tasks) {
+    if (t.kind == TaskKind::SendActivation) EXPECT_GT(t.bytes, 0);
+    if (t.kind != TaskKind::SendGradient) continue;
+    ++gradients;
+    EXPECT_EQ(t.bytes, 0) << "stage " << t.stage << " micro-batch " << t.micro_batch;
+  }
+  EXPECT_EQ(gradients, 4);
+}
+
 // On a GPU: two ranks sharing it (cuda:1 runs on GPU 1 mod the GPUs), their tensors staged
 // through host memory over Gloo, train as one process with both stages on that GPU: the same
 // losses, step after step.

@@ -1,7 +1,7 @@
 """Writes a scripted nn.Sequential for the executor's bring-your-own-model tests.
 
 make_torchscript.py OUT.pt [--dropout | --attention | --zero-dropout | --tied | --in-place |
---in-place-dropout | --index-buffer | --drop-path | --batch-norm]: with
+--in-place-dropout | --index-buffer | --drop-path | --batch-norm | --frozen-stem]: with
 --dropout, two of its
 children draw dropout masks (one a Dropout child, one a block with dropout inside), from torch's
 global generator; with --attention, one child draws them inside fused attention
@@ -17,7 +17,8 @@ reorders its features by an int64 buffer of indices and scales them by a float b
 transformers' BERT keeps its position ids); with --drop-path, two residual blocks that drop their
 branch per sample with `bernoulli_` (timm's drop path, torchvision's stochastic depth); with
 --batch-norm, a BatchNorm1d child and a block holding one, whose running statistics each
-training-mode forward updates (torchvision's and timm's convolutional nets).
+training-mode forward updates (torchvision's and timm's convolutional nets); with --frozen-stem,
+the default model with its first three children's parameters frozen (transfer learning's stem).
 """
 import sys
 
@@ -145,4 +146,7 @@ else:
     model = torch.nn.Sequential(
         torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4)
     )
+if "--frozen-stem" in sys.argv[2:]:
+    for child in list(model)[:3]:
+        child.requires_grad_(False)
 torch.jit.script(model).save(sys.argv[1])
