@@ -207,15 +207,25 @@ TEST_F(Distributed, RunGivesTheSingleProcessLossesAndAValidMergedTrace) {
   EXPECT_GT(merged.iteration_ms, 0.0);
 }
 
-// A tied weight split over ranks (its first holder on rank 0, the other on rank 2, rank 1
-// holding none) trains as one device trains it: the same losses step after step as a one-stage
-// run, so the same updates. Without the sum across ranks each rank would step its part.
-TEST_F(Distributed, TiedWeightsSplitOverRanksTrainAsOneDevice) {
-  const std::string script = (dir_ / "tied.pt").string();
-  const auto made = testing::run_command({PIPETUNE_PYTHON, PIPETUNE_MAKE_SCRIPT, script, "--tied"});
+// `make_flag`'s TorchScript model (make_torchscript.py) trained 3 Adam steps as one stage, then
+// split by `balance` (1F1B, one stage per rank) over as many ranks: rank 0's losses equal the
+// one stage's, step after step, so the updates are the same. `trace`, where given, gets the
+// split's merged trace.
+void expect_split_over_ranks_trains_as_one_stage(const fs::path& dir, const std::string& name,
+                                                 const std::string& make_flag,
+                                                 const std::string& balance, int ranks_count,
+                                                 const std::string& trace = "") {
+  const std::string script = (dir / (name + ".pt")).string();
+  const auto made =
+      testing::run_command({PIPETUNE_PYTHON, PIPETUNE_MAKE_SCRIPT, script, make_flag});
   ASSERT_EQ(made.exit_code, 0) << made.err;
-  const std::string one_stage = write_plan("one.json", plan_json("5", 2, "never", "gpipe"));
-  const std::string split = write_plan("split.json", plan_json("2, 1, 2", 2, "never", "1f1b"));
+  auto write = [&](const std::string& file, const std::string& text) {
+    const std::string path = (dir / file).string();
+    std::ofstream(path) << text;
+    return path;
+  };
+  const std::string one_stage = write(name + ".one.json", plan_json("5", 2, "never", "gpipe"));
+  const std::string split = write(name + ".split.json", plan_json(balance, 2, "never", "1f1b"));
   const std::vector<std::string> common{"run",        "--model",  script + ":input=8,classes=4",
                                         "--batch",    "8",        "--steps",
                                         "3",          "--warmup", "1",
@@ -230,7 +240,8 @@ TEST_F(Distributed, TiedWeightsSplitOverRanksTrainAsOneDevice) {
   std::vector<std::string> argv{PIPETUNE_CLI};
   argv.insert(argv.end(), common.begin(), common.end());
   argv.insert(argv.end(), {"--plan", split, "--distributed", "--timeout", "60"});
-  Ranks ranks(argv, 3);
+  if (!trace.empty()) argv.insert(argv.end(), {"--trace", trace});
+  Ranks ranks(argv, ranks_count);
   const auto results = ranks.wait(180.0);
   for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << all_output(results);
   const auto expected = losses_of(one.out), got = losses_of(results[0].out);
@@ -239,41 +250,21 @@ TEST_F(Distributed, TiedWeightsSplitOverRanksTrainAsOneDevice) {
     EXPECT_NEAR(got[k], expected[k], 1e-5 * std::abs(expected[k])) << k;
 }
 
+// A tied weight split over ranks (its first holder on rank 0, the other on rank 2, rank 1
+// holding none) trains as one device trains it. Without the sum across ranks each rank would
+// step its part.
+TEST_F(Distributed, TiedWeightsSplitOverRanksTrainAsOneDevice) {
+  expect_split_over_ranks_trains_as_one_stage(dir_, "tied", "--tied", "2, 1, 2", 3);
+}
+
 // A frozen stem over ranks: its stages build no graph and the gradients sent back into them
-// are empty tensors (none of its elements crosses Gloo), and the split trains the one-stage
-// losses under Adam, step after step.
+// are empty tensors (none of their elements crosses Gloo), and the split trains as one device.
+// Stages 0 and 1 lie in the stem (Linear, ReLU, Linear); stage 2 starts inside it, with its
+// last Linear, before the Tanh and the Linear that trains.
 TEST_F(Distributed, AFrozenStemSplitOverRanksTrainsAsOneDevice) {
-  const std::string script = (dir_ / "frozen.pt").string();
-  const auto made =
-      testing::run_command({PIPETUNE_PYTHON, PIPETUNE_MAKE_SCRIPT, script, "--frozen-stem"});
-  ASSERT_EQ(made.exit_code, 0) << made.err;
-  const std::string one_stage = write_plan("one.json", plan_json("5", 2, "never", "gpipe"));
-  // Stages 0 and 1 lie in the stem (Linear, ReLU, Linear); stage 2 starts inside it, with its
-  // last Linear, before the Tanh and the Linear that trains.
-  const std::string split = write_plan("split.json", plan_json("1, 1, 3", 2, "never", "1f1b"));
-  const std::vector<std::string> common{"run",        "--model",  script + ":input=8,classes=4",
-                                        "--batch",    "8",        "--steps",
-                                        "3",          "--warmup", "1",
-                                        "--seed",     "5",        "--json",
-                                        "--progress", "none",     "--optimizer",
-                                        "adam"};
-  std::vector<std::string> single{PIPETUNE_CLI};
-  single.insert(single.end(), common.begin(), common.end());
-  single.insert(single.end(), {"--plan", one_stage});
-  const auto one = testing::run_command(single);
-  ASSERT_EQ(one.exit_code, 0) << one.err;
-  std::vector<std::string> argv{PIPETUNE_CLI};
-  argv.insert(argv.end(), common.begin(), common.end());
   const std::string trace = (dir_ / "frozen.trace.json").string();
-  argv.insert(argv.end(),
-              {"--plan", split, "--distributed", "--timeout", "60", "--trace", trace});
-  Ranks ranks(argv, 3);
-  const auto results = ranks.wait(180.0);
-  for (const auto& r : results) ASSERT_EQ(r.exit_code, 0) << all_output(results);
-  const auto expected = losses_of(one.out), got = losses_of(results[0].out);
-  ASSERT_EQ(got.size(), expected.size());
-  for (std::size_t k = 0; k < got.size(); ++k)
-    EXPECT_NEAR(got[k], expected[k], 1e-5 * std::abs(expected[k])) << k;
+  expect_split_over_ranks_trains_as_one_stage(dir_, "frozen", "--frozen-stem", "1, 1, 3", 3, trace);
+  if (HasFatalFailure()) return;
   // Both micro-batches' gradients into stages 1 and 0: copies of no byte; activations are not.
   int gradients = 0;
   for (const auto& t : load_trace(trace).tasks) {

@@ -243,6 +243,21 @@ Plan two_devices_plan(ScheduleKind kind, CheckpointMode mode, int chunks) {
   return plan;
 }
 
+// Training step `step` (the reference's batch 100 + step, of 8 samples in `chunks`
+// micro-batches) of the pipeline and of the unpipelined reference, whose `optimizer` steps it:
+// the same loss. Returns the pipeline's record.
+exec::StepRecord step_beside_reference(Pipeline& pipeline, models::Model& reference,
+                                       torch::optim::Optimizer& optimizer, int step, int chunks,
+                                       const std::string& what) {
+  auto [input, target] = reference.make_batch(8, 100 + step, 0);
+  input = input.to(at::kDouble);
+  const double expected_loss = testing::reference_step(reference, input, target, chunks);
+  optimizer.step();
+  exec::StepRecord record = pipeline.step(input, target);
+  EXPECT_NEAR(record.loss, expected_loss, 1e-10 * std::abs(expected_loss)) << what;
+  return record;
+}
+
 // Every schedule the simulator knows, on two CPU devices (two stages each where the schedule
 // holds several), trains three steps to the losses and parameters of the same model trained
 // unpipelined; each stage runs on its programme's device, and each action once.
@@ -268,13 +283,8 @@ TEST(Executor, EveryScheduleTrainsAsTheUnpipelinedModel) {
       torch::optim::SGD optimizer(reference.layers->parameters(),
                                   torch::optim::SGDOptions(0.1).momentum(0.9));
       for (int step = 0; step < 3; ++step) {
-        auto [input, target] = reference.make_batch(kEight, 100 + step, 0);
-        input = input.to(at::kDouble);
-        const double expected_loss = testing::reference_step(reference, input, target, kChunks);
-        optimizer.step();
-        const auto record = pipeline.step(input, target);
-        EXPECT_NEAR(record.loss, expected_loss, 1e-10 * std::abs(expected_loss))
-            << what << " step " << step;
+        const auto record = step_beside_reference(pipeline, reference, optimizer, step, kChunks,
+                                                  what + " step " + std::to_string(step));
         std::map<TaskKind, int> ran;
         for (const auto& t : record.tasks) ++ran[t.kind];
         // Every (stage, micro-batch) once forward and once backward, whole or split as the
@@ -336,13 +346,8 @@ TEST(Executor, AFrozenStemTrainsAsTheUnpipelinedModelAndSendsItNoGradient) {
       }
       torch::optim::SGD optimizer(trained, torch::optim::SGDOptions(0.1).momentum(0.9));
       for (int step = 0; step < 3; ++step) {
-        auto [input, target] = reference.make_batch(kEight, 100 + step, 0);
-        input = input.to(at::kDouble);
-        const double expected_loss = testing::reference_step(reference, input, target, kChunks);
-        optimizer.step();
-        const auto record = pipeline.step(input, target);
-        EXPECT_NEAR(record.loss, expected_loss, 1e-10 * std::abs(expected_loss))
-            << what << " step " << step;
+        const auto record = step_beside_reference(pipeline, reference, optimizer, step, kChunks,
+                                                  what + " step " + std::to_string(step));
         int into_stem = 0;
         for (const auto& t : record.tasks) {
           // A gradient copy is named by the stage that sends it.

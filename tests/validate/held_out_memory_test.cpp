@@ -120,6 +120,16 @@ RunSettings short_run() {
   return settings;
 }
 
+// `model` profiled at `batch` samples as memory needs it: one warm-up, one repetition, a thread.
+Profile memory_profile(models::Model& model, std::int64_t batch) {
+  profiler::ProfileOptions po;
+  po.batch_size = batch;
+  po.warmup = 1;
+  po.repeats = 1;
+  po.threads = 1;
+  return profiler::profile_model(model, po).profile;
+}
+
 // Every stage on one device: one worker thread runs the whole programme, so no copy lands at a
 // time the threads decide and the peaks are the same every run (on two devices a received
 // activation lands before or after a W's peak by timing). Profiles `model` at `batch`, runs
@@ -128,12 +138,7 @@ std::vector<DevicePeak> peaks_on_one_device(models::Model& model, std::int64_t b
                                             std::vector<Plan> plans) {
   RunSettings settings = short_run();
   settings.batch = batch;
-  profiler::ProfileOptions po;
-  po.batch_size = batch;
-  po.warmup = 1;
-  po.repeats = 1;
-  po.threads = 1;
-  const Profile profile = profiler::profile_model(model, po).profile;
+  const Profile profile = memory_profile(model, batch);
   for (Plan& p : plans) p.stages_per_device = static_cast<int>(p.balance.size());
   const std::vector<MeasuredRun> runs = measure_plans(model, plans, settings, {});
   return device_peaks(profile, replicate_device(profile.device, 1), runs);
@@ -150,12 +155,7 @@ std::vector<DevicePeak> peaks_on_one_device(models::Model& model, std::int64_t b
 // reports it (there the median device missed 1 % in about one run in twenty).
 TEST(HeldOutMemory, DevicePeaksExactInTheRunsOwnOrder) {
   models::Model model = held_out_model();
-  profiler::ProfileOptions po;
-  po.batch_size = 8;
-  po.warmup = 1;
-  po.repeats = 1;
-  po.threads = 1;
-  const Profile profile = profiler::profile_model(model, po).profile;
+  const Profile profile = memory_profile(model, 8);
   // The same profile as if nothing were known of what autograd keeps: every output charged.
   Profile unmeasured = profile;
   for (auto& l : unmeasured.layers) {
@@ -254,12 +254,7 @@ models::Model residual_model() {
 
 TEST(HeldOutMemory, ResidualBlocksEveryPlanWithinOnePercent) {
   models::Model model = residual_model();
-  profiler::ProfileOptions po;
-  po.batch_size = 8;
-  po.warmup = 1;
-  po.repeats = 1;
-  po.threads = 1;
-  const Profile profile = profiler::profile_model(model, po).profile;
+  const Profile profile = memory_profile(model, 8);
   // The same profile without the peaks measured inside a stage: each layer's output and the
   // gradient it receives charged through its whole backward.
   Profile held = profile;
@@ -318,12 +313,7 @@ TEST(HeldOutMemory, AFrozenStemHoldsNoGraphNoGradientsAndNoOptimizerState) {
   for (std::size_t l = 0; l < 2; ++l) {
     for (auto& p : (*model.layers)[l]->parameters()) p.set_requires_grad(false);
   }
-  profiler::ProfileOptions po;
-  po.batch_size = 8;
-  po.warmup = 1;
-  po.repeats = 1;
-  po.threads = 1;
-  const Profile profile = profiler::profile_model(model, po).profile;
+  const Profile profile = memory_profile(model, 8);
   // The profile says what trains, and the stem has no backward at all.
   for (std::size_t l = 0; l < 2; ++l) {
     EXPECT_GT(profile.layers[l].param_bytes, 0);
@@ -375,12 +365,7 @@ TEST(HeldOutMemory, WideLayersEverySchedulesDevicesWithinOnePercent) {
   add("wide2", nn::AnyModule(nn::Linear(384, 256)));
   add("wide3", nn::AnyModule(nn::Linear(256, 256)));
   add("head", nn::AnyModule(nn::Linear(256, 10)));
-  profiler::ProfileOptions po;
-  po.batch_size = 8;
-  po.warmup = 1;
-  po.repeats = 1;
-  po.threads = 1;
-  const Profile profile = profiler::profile_model(model, po).profile;
+  const Profile profile = memory_profile(model, 8);
   const Hardware hardware = replicate_device(profile.device, 2);
   auto two_per_device = [](Plan p) {
     p.stages_per_device = 2;
