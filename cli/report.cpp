@@ -67,6 +67,30 @@ std::string tied_text(const Profile& profile, const Plan& plan, const std::strin
   return out;
 }
 
+// One line where some parameters are frozen: how many bytes train, and the layers at the
+// start that have no backward (their input is data); empty otherwise.
+std::string frozen_text(const Profile& profile) {
+  std::int64_t all = 0, trained = 0;
+  bool frozen = false;
+  for (const LayerProfile& l : profile.layers) {
+    all += l.param_bytes;
+    trained += l.trained_bytes();
+    frozen = frozen || l.trained_bytes() < l.param_bytes;
+  }
+  for (const TiedTensor& t : profile.tied) frozen = frozen || !t.trained;
+  if (!frozen) return "";
+  std::size_t stem = 0;
+  while (stem < profile.layers.size() && profile.layers[stem].trained_bytes() == 0) ++stem;
+  return fmt::format(
+      "frozen      {} of the layers' {} of parameters train (no gradient or optimizer state for "
+      "the rest){}\n",
+      format_bytes(trained), format_bytes(all),
+      stem == 0 ? std::string()
+                : fmt::format("; {} before any that trains: no backward",
+                              stem == 1 ? std::string("layer 0 comes")
+                                        : fmt::format("layers 0-{} come", stem - 1)));
+}
+
 std::string simulation_text(const Profile& profile, const SimulationResult& r,
                             const std::vector<int>& path, const std::string& schedule_csv,
                             const IterationInterval* interval) {
@@ -83,6 +107,7 @@ std::string simulation_text(const Profile& profile, const SimulationResult& r,
     out += fmt::format("schedule    from {} (torch compute-only CSV)\n", schedule_csv);
   }
   out += tied_text(profile, r.plan);
+  out += frozen_text(profile);
   out += fmt::format("iteration   {} ms\n", format_ms(r.iteration_ms));
   if (interval) out += fmt::format("interval    {}\n", interval_text(*interval));
   out += fmt::format("throughput  {:.1f} samples/s\n", r.throughput_samples_per_s);
@@ -413,6 +438,7 @@ std::string plan_text(const Profile& profile, const Hardware& hardware,
   out += table.render();
   if (!profile.tied.empty())
     out += "\n" + tied_text(profile, result.ranked.front().plan, "plan 1: ");
+  if (const std::string frozen = frozen_text(profile); !frozen.empty()) out += "\n" + frozen;
   return out;
 }
 

@@ -83,13 +83,17 @@ void CostStripView::mouseMoveEvent(QMouseEvent* event) {
   const int layer = geometry_.layer_at(x);
   if (boundary < 0 && layer >= 0 && editor_.has_profile()) {
     const auto& l = editor_.profile().layers[layer];
-    QToolTip::showText(
-        event->globalPosition().toPoint(),
-        tr("<b>layer %1</b> (%2)<br>forward + backward %3<br>parameters %4")
-            .arg(layer)
-            .arg(QString::fromStdString(l.name), format_duration(geometry_.layer_ms()[layer]),
-                 format_size(l.param_bytes)),
-        this);
+    // Frozen parameters hold their weights only: say how much of them trains.
+    const QString parameters =
+        l.trained_bytes() == l.param_bytes
+            ? format_size(l.param_bytes)
+            : tr("%1 (%2 train)").arg(format_size(l.param_bytes), format_size(l.trained_bytes()));
+    QToolTip::showText(event->globalPosition().toPoint(),
+                       tr("<b>layer %1</b> (%2)<br>forward + backward %3<br>parameters %4")
+                           .arg(layer)
+                           .arg(QString::fromStdString(l.name),
+                                format_duration(geometry_.layer_ms()[layer]), parameters),
+                       this);
   } else {
     QToolTip::hideText();
   }

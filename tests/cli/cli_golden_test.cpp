@@ -63,6 +63,14 @@ INSTANTIATE_TEST_SUITE_P(
         GoldenCase{"plan_tied_json",
                    {"plan", "--profile", "tests/data/tied.profile.json", "--devices", "2", "--top",
                     "2", "--json"}},
+        // The first two layers frozen (a fine-tuned model's stem): what trains, and no gradient
+        // copy into the stem.
+        GoldenCase{"simulate_frozen",
+                   {"simulate", "--profile", "tests/data/frozen.profile.json", "--plan", kPlan,
+                    "--optimizer-state-factor", "2"}},
+        GoldenCase{"plan_frozen",
+                   {"plan", "--profile", "tests/data/frozen.profile.json", "--devices", "2",
+                    "--top", "2"}},
         GoldenCase{"simulate_hardware_json",
                    {"simulate", "--profile", kProfile, "--plan", kPlan, "--hardware", kHardware,
                     "--json"}},
