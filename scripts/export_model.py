@@ -572,9 +572,10 @@ def export(target, prefix, loss):
     except Exception as e:
         raise BadInput(f"the Sequential cannot be scripted: {first_line(e)}")
     check_ties_kept(scripted, tied)
-    for _, holders in tied:
-        report.append("tied: " + " is ".join(f"{child}.{name}" for child, name in holders) +
-                      " (one tensor: pipetune sums its gradients over the stages holding it)")
+    for tensor, holders in tied:
+        kept = ("one tensor: pipetune sums its gradients over the stages holding it" if tensor.requires_grad
+                else "one tensor, frozen: each stage holding it keeps a copy that does not train")
+        report.append("tied: " + " is ".join(f"{child}.{name}" for child, name in holders) + f" ({kept})")
 
     model_path, batch_path = prefix + ".pt", prefix + ".batch.pt"
     # Written under temporary names and renamed, so a failure leaves nothing behind.

@@ -117,6 +117,15 @@ def tied():
             (torch.randint(0, 10, (4, 3)), torch.randint(0, 10, (4, 3))))
 
 
+def tied_frozen():
+    """tied()'s weight frozen (fine-tuning with the embedding fixed), a layer between that trains."""
+    torch.manual_seed(0)
+    embed = torch.nn.Embedding(10, 4)
+    embed.weight.requires_grad_(False)
+    return ([embed, torch.nn.Linear(4, 4), TracedHead(embed.weight)],
+            (torch.randint(0, 10, (4, 3)), torch.randint(0, 10, (4, 3))))
+
+
 def tied_view():
     """A projection holding a view of the embedding's weight (another tensor over its storage):
     it would train apart. The child that fails when run shows that the refusal comes first."""

@@ -173,6 +173,18 @@ class ExportModelTest(unittest.TestCase):
             saved = torch.jit.load(self.prefix + ".pt")
         self.assertIs(getattr(saved, "0").weight, getattr(saved, "2").weight)
 
+    def test_a_frozen_tied_parameter_is_said_to_be_frozen_and_stays_so(self):
+        r = self.export("tied_frozen")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("tied: 0.weight is 2.weight (one tensor, frozen: each stage holding it keeps a copy that "
+                      "does not train)", r.stdout.splitlines())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            saved = torch.jit.load(self.prefix + ".pt")
+        self.assertIs(getattr(saved, "0").weight, getattr(saved, "2").weight)
+        self.assertFalse(getattr(saved, "0").weight.requires_grad)
+        self.assertTrue(getattr(saved, "1").weight.requires_grad)
+
     def test_a_buffer_no_forward_changes_is_copied_into_each_child(self):
         # Refused before ("share a buffer ... pipetune would keep two copies").
         r = self.export("shared_constant_buffer")
