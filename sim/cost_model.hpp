@@ -167,9 +167,13 @@ struct SizeCosts {
     return first == 0 ? input_bytes : output_bytes[first - 1];
   }
   /// What it sends back: the gradient of that input, none where it needs none
-  /// (CostModel::input_needs_gradient).
+  /// (CostModel::input_needs_gradient). At `first` = the layer count (a stage a bound prices as
+  /// if another followed it), the model output's: as the activation.
   std::int64_t stage_input_gradient_bytes(int first) const {
-    return input_needs_gradient[first] ? stage_input_bytes(first) : 0;
+    const bool past_the_end = first >= static_cast<int>(input_needs_gradient.size());
+    return past_the_end || input_needs_gradient[static_cast<std::size_t>(first)]
+               ? stage_input_bytes(first)
+               : 0;
   }
   std::vector<char> input_needs_gradient;  ///< per layer, CostModel::input_needs_gradient
 };
