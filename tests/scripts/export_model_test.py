@@ -163,25 +163,23 @@ class ExportModelTest(unittest.TestCase):
         self.assertEqual(error, "export_model: error: child '1' (Masked) takes 2 inputs (x, mask); each child must "
                                 "take one tensor: wrap it in a module whose forward(x) supplies the others\n")
 
-    def test_tied_parameters_stay_one_tensor_through_scripting_and_tracing(self):
-        r = self.export("tied")
+    def exported_tie(self, case, line):
+        """Exports `case`, whose children 0 and 2 hold one weight: the report says `line`, and the
+        saved model's two children still hold one tensor. Returns the saved model."""
+        r = self.export(case)
         self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("tied: 0.weight is 2.weight (one tensor: pipetune sums its gradients over the stages "
-                      "holding it)", r.stdout.splitlines())
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            saved = torch.jit.load(self.prefix + ".pt")
+        self.assertIn(line, r.stdout.splitlines())
+        saved = self.load_saved()
         self.assertIs(getattr(saved, "0").weight, getattr(saved, "2").weight)
+        return saved
+
+    def test_tied_parameters_stay_one_tensor_through_scripting_and_tracing(self):
+        self.exported_tie("tied", "tied: 0.weight is 2.weight (one tensor: pipetune sums its gradients over the "
+                                  "stages holding it)")
 
     def test_a_frozen_tied_parameter_is_said_to_be_frozen_and_stays_so(self):
-        r = self.export("tied_frozen")
-        self.assertEqual(r.returncode, 0, r.stderr)
-        self.assertIn("tied: 0.weight is 2.weight (one tensor, frozen: each stage holding it keeps a copy that "
-                      "does not train)", r.stdout.splitlines())
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            saved = torch.jit.load(self.prefix + ".pt")
-        self.assertIs(getattr(saved, "0").weight, getattr(saved, "2").weight)
+        saved = self.exported_tie("tied_frozen", "tied: 0.weight is 2.weight (one tensor, frozen: each stage holding "
+                                                 "it keeps a copy that does not train)")
         self.assertFalse(getattr(saved, "0").weight.requires_grad)
         self.assertTrue(getattr(saved, "1").weight.requires_grad)
 
