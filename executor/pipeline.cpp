@@ -21,6 +21,7 @@
 
 #include "executor/device_runtime.hpp"
 #include "executor/executor.hpp"
+#include "executor/models/gradient_flow.hpp"
 #include "executor/models/layers.hpp"
 #include "executor/models/shared_tensors.hpp"
 #include "executor/models/torch_reason.hpp"
@@ -218,10 +219,8 @@ struct Pipeline::Impl {
   // written by the stage's own worker only.
   std::vector<std::int8_t> modifies_input = std::vector<std::int8_t>(stage_count, -1);
   std::vector<std::size_t> first_layer;  // per stage: its first layer's index in the model
-  // Per stage: whether its input needs a gradient. With frozen parameters, only where a layer
-  // before it trains: one device's autograd records nothing up to the model's first layer that
-  // trains (a frozen stem works on data), so neither do the stages there, nor do they send
-  // gradients. Without, every stage's but the first (profile.hpp's trainable_param_bytes).
+  // Per stage: whether its input needs a gradient (models::inputs_wanting_gradients). A frozen
+  // stem's stages build no graph and send no gradient back.
   std::vector<char> input_wants_gradient;
 
   // --- threads ---
@@ -302,12 +301,8 @@ struct Pipeline::Impl {
       first_layer.push_back(layer);
       layer += static_cast<std::size_t>(layers);
     }
-    bool trained_before = false, frozen = false;
-    for (const auto& p : model.layers->parameters()) frozen = frozen || !p.requires_grad();
-    for (int s = 0; s < stage_count; ++s) {
-      input_wants_gradient.push_back(s > 0 && (!frozen || trained_before) ? 1 : 0);
-      for (const auto& p : stages[s]->parameters()) trained_before |= p.requires_grad();
-    }
+    const std::vector<char> wants = models::inputs_wanting_gradients(model);
+    for (std::size_t first : first_layer) input_wants_gradient.push_back(wants[first]);
     adopt_local_stages();
     optimizers = make_optimizers();
     runtime->count_from(held_bytes());

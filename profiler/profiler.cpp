@@ -18,6 +18,7 @@
 #include <unordered_set>
 
 #include "executor/device_name.hpp"
+#include "executor/models/gradient_flow.hpp"
 #include "executor/models/layers.hpp"
 #include "executor/models/shared_tensors.hpp"
 #include "executor/sm_partitions.hpp"
@@ -60,8 +61,8 @@ struct Runner {
   models::Model& model;
   bool last;
   const at::Tensor& target;
-  // Whether its input needs a gradient (inputs_wanting_gradients), as the executor asks it of
-  // a stage's input.
+  // Whether its input needs a gradient (models::inputs_wanting_gradients), as the executor asks
+  // it of a stage's input.
   bool input_wants_gradient;
   // Returns what backward starts from (the loss, or the output) and the output.
   std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x) {
@@ -70,23 +71,6 @@ struct Runner {
     return {model.loss(y, target), y};
   }
 };
-
-// Per layer: whether its input needs a gradient, as the executor asks it of a stage's input
-// (CostModel::input_needs_gradient): with frozen parameters, only where some layer before it
-// trains (a frozen stem works on data alone); without, every layer's but the first.
-std::vector<char> inputs_wanting_gradients(const std::vector<torch::nn::AnyModule*>& modules) {
-  bool frozen = false;
-  for (const torch::nn::AnyModule* module : modules) {
-    for (const auto& p : module->ptr()->parameters()) frozen = frozen || !p.requires_grad();
-  }
-  std::vector<char> wants(modules.size(), 0);
-  bool trained_before = false;
-  for (std::size_t l = 0; l < modules.size(); ++l) {
-    wants[l] = l > 0 && (!frozen || trained_before) ? 1 : 0;
-    for (const auto& p : modules[l]->ptr()->parameters()) trained_before |= p.requires_grad();
-  }
-  return wants;
-}
 
 // A layer's input as a stage's intermediate: a storage of its own (so what keeps it alive can
 // be seen), with a graph behind it when it needs a gradient (so a layer that works in place
@@ -313,7 +297,7 @@ std::vector<HostTimes> time_host_calls(
     const std::vector<std::pair<at::Tensor, at::Tensor>>& batches, MeasureBackend& backend,
     int repeats, double backward_call_ms, std::vector<double>& paces) {
   const int layer_count = static_cast<int>(modules.size());
-  const std::vector<char> wants = inputs_wanting_gradients(modules);
+  const std::vector<char> wants = models::inputs_wanting_gradients(model);
   std::vector<HostTimes> by_size(batches.size());
   for (HostTimes& host : by_size) {
     host.nograd.resize(layer_count);
@@ -420,7 +404,7 @@ std::vector<LayerTimes> time_layers(models::Model& model,
                                     MeasureBackend& backend, const ProfileOptions& options,
                                     std::int64_t cache_bytes) {
   const int layer_count = static_cast<int>(modules.size());
-  const std::vector<char> wants = inputs_wanting_gradients(modules);
+  const std::vector<char> wants = models::inputs_wanting_gradients(model);
   std::uint64_t next_region = 1;
   std::vector<std::vector<std::uint64_t>> forward_ids(layer_count), backward_ids(layer_count),
       nograd_ids(layer_count), input_ids(layer_count), weight_ids(layer_count),
@@ -956,7 +940,7 @@ std::vector<std::pair<at::Tensor, at::Tensor>> profile_sizes(
     const ProfileOptions& options, const std::vector<std::int64_t>& sizes, at::ScalarType dtype,
     Profile& profile) {
   const int layer_count = static_cast<int>(modules.size());
-  const std::vector<char> wants = inputs_wanting_gradients(modules);
+  const std::vector<char> wants = models::inputs_wanting_gradients(model);
   const int threads = measured_threads(options);
   const std::size_t total = sizes.size() * static_cast<std::size_t>(layer_count);
   std::size_t done = 0;
