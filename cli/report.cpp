@@ -10,6 +10,7 @@
 
 #include "cli/table.hpp"
 #include "sim/compare.hpp"
+#include "sim/cost_model.hpp"
 #include "sim/planner/one_choice_away.hpp"
 #include "sim/units.hpp"
 
@@ -67,24 +68,18 @@ std::string tied_text(const Profile& profile, const Plan& plan, const std::strin
   return out;
 }
 
-// One line where some parameters are frozen: how many bytes train, and the layers at the
-// start that have no backward (their input is data); empty otherwise.
+// One line where some parameters are frozen: how many bytes train (a tied tensor once), and the
+// layers at the start that have no backward (their input is data); empty otherwise.
 std::string frozen_text(const Profile& profile) {
-  std::int64_t all = 0, trained = 0;
-  bool frozen = false;
-  for (const LayerProfile& l : profile.layers) {
-    all += l.param_bytes;
-    trained += l.trained_bytes();
-    frozen = frozen || l.trained_bytes() < l.param_bytes;
-  }
-  for (const TiedTensor& t : profile.tied) frozen = frozen || !t.trained;
-  if (!frozen) return "";
-  std::size_t stem = 0;
-  while (stem < profile.layers.size() && profile.layers[stem].trained_bytes() == 0) ++stem;
+  const CostModel costs(profile);
+  if (!costs.has_frozen()) return "";
+  const int layers = costs.layer_count();
+  int stem = 0;
+  while (stem < layers && costs.trained_bytes_of(stem) == 0) ++stem;
   return fmt::format(
       "frozen      {} of the layers' {} of parameters train (no gradient or optimizer state for "
       "the rest){}\n",
-      format_bytes(trained), format_bytes(all),
+      format_bytes(costs.trained_bytes(0, layers)), format_bytes(costs.param_bytes(0, layers)),
       stem == 0 ? std::string()
                 : fmt::format("; {} before any that trains: no backward",
                               stem == 1 ? std::string("layer 0 comes")
