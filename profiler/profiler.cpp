@@ -687,6 +687,7 @@ struct LayerMemory {
   std::int64_t inner_first_peak = 0, inner_accumulate_peak = 0;  ///< not the stage's last layer
   std::int64_t input_peak = 0, weight_peak = 0;                  ///< the split backward's I and W
   bool keeps_input = true, keeps_output = false, aliases = false;
+  bool modifies = false;  ///< the layer changed its input in place (LayerProfile::modifies_input)
   /// Where the backend follows its levels: when the backward's peak is over (peak_release.hpp).
   std::optional<PeakRelease> release;
 };
@@ -745,8 +746,10 @@ void measure_retention(Runner& run, const at::Tensor& previous, MeasureBackend& 
   LayerInput in = layer_input(previous, run.input_wants_gradient);
   const std::int64_t input_bytes = static_cast<std::int64_t>(in.x.storage().nbytes());
   const std::int64_t before = backend.allocated();
+  const auto version = in.x._version();
   auto [root, y] = run.forward(in.x);
   out.aliases = y.storage().unsafeGetStorageImpl() == in.x.storage().unsafeGetStorageImpl();
+  out.modifies = in.x._version() != version;
   const auto input_storage = in.x.storage().getWeakStorageImpl();
   const auto output_storage = y.storage().getWeakStorageImpl();
   const std::int64_t output_bytes = bytes_of(y), loss_bytes = run.last ? bytes_of(root) : 0;
@@ -864,6 +867,7 @@ void append(LayerProfile& layer, const LayerTimes& times, const LayerMemory& mem
   layer.keeps_input = memory.keeps_input || (!first_size && layer.keeps_input);
   layer.keeps_output = memory.keeps_output || (!first_size && layer.keeps_output);
   layer.output_aliases_input = memory.aliases && (first_size || layer.output_aliases_input);
+  layer.modifies_input = memory.modifies || (!first_size && layer.modifies_input);
 }
 
 }  // namespace

@@ -21,6 +21,8 @@
 //                             after a forward, with the input and the output let go and only
 //                             the graph held: whether the input's and the output's storages
 //                             survive, and whether the output is the input's storage;
+//   modifies_input            whether that forward moved the input's version counter (an
+//                             in-place operation on it);
 //   saved_bytes               what the allocator still counts then beyond those storages;
 //   workspace_bytes           the forward's peak above its steady state;
 //   backward_peak_bytes, backward_accumulate_peak_bytes

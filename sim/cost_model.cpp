@@ -213,6 +213,7 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
     costs->keeps_input.push_back(layer.keeps_input ? 1 : 0);
     costs->keeps_output.push_back(layer.keeps_output ? 1 : 0);
     costs->aliases.push_back(layer.output_aliases_input ? 1 : 0);
+    costs->modifies.push_back(layer.modifies_input ? 1 : 0);
     costs->backward_input_prefix[l + 1] =
         costs->backward_input_prefix[l] + costs->backward_input_ms[l];
     costs->backward_weight_prefix[l + 1] =
@@ -288,6 +289,11 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
     }
     costs->stored_bytes[l] = kept ? costs->output_bytes[l] : 0;
   }
+  costs->input_decider.assign(layers + 1, static_cast<int>(layers));
+  for (std::size_t l = layers; l-- > 0;) {
+    const bool decides = costs->modifies[l] || !costs->aliases[l];
+    costs->input_decider[l] = decides ? static_cast<int>(l) : costs->input_decider[l + 1];
+  }
   for (std::size_t l = 0; l < layers; ++l) {
     costs->kept_prefix[l + 1] =
         costs->kept_prefix[l] + costs->saved_bytes[l] + costs->stored_bytes[l];
@@ -298,9 +304,20 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
 std::int64_t SizeCosts::kept_bytes(int first, int end) const {
   std::int64_t kept = kept_prefix[end] - kept_prefix[first];
   // Only the storage the stage output lives in depends on where the stage ends: made by the
-  // last layer that is not a view (none: the stage input's, counted elsewhere).
+  // last layer that is not a view (none: the stage input's, counted elsewhere, or its copy).
   int maker = end - 1;
   while (maker >= first && aliases[maker]) --maker;
+  if (copies_input(first, end)) {
+    // The copy is kept as a layer's output is: by a view of it or the first layer that makes a
+    // storage of its own; or it is the stage output's storage, which the executor holds.
+    const int layers = static_cast<int>(output_bytes.size());
+    bool held = maker < first && end < layers;
+    for (int j = first; j < end && !held; ++j) {
+      held = keeps_input[j] || (aliases[j] && keeps_output[j]);
+      if (!aliases[j]) break;
+    }
+    if (held) kept += stage_input_bytes(first);
+  }
   if (maker < first) return kept;
   bool held = end < static_cast<int>(output_bytes.size()) || keeps_output[maker];
   for (int j = maker + 1; j < end && !held; ++j) held = keeps_input[j] || keeps_output[j];

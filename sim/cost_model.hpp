@@ -42,6 +42,11 @@ struct SizeCosts {
   std::vector<double> forward_prefix, backward_prefix, forward_nograd_prefix;  ///< size L + 1
   /// Per layer, from the profile (LayerProfile): what autograd keeps of input and output.
   std::vector<std::uint8_t> keeps_input, keeps_output, aliases;
+  /// Per layer, from the profile (LayerProfile::modifies_input): it changes its input in place.
+  std::vector<std::uint8_t> modifies;
+  /// Per layer k, size L + 1: the first layer j >= k that modifies its input or makes a storage
+  /// of its own (L where none does); what decides whether a stage starting at k copies its input.
+  std::vector<int> input_decider;
   /// Layer l's output storage when a layer of its own keeps it (the layer itself, the aliasing
   /// layers after it, or the next layer that makes a storage of its own); else 0. Aliasing
   /// layers make no storage: 0.
@@ -132,9 +137,19 @@ struct SizeCosts {
   /// the last stage, where the loss consumes it at once and keeps what it needs (saved_bytes).
   /// Equals stage_memory()'s kept_bytes in O(1) but for a walk over aliasing layers.
   std::int64_t kept_bytes(int first, int end) const;
-  /// kept_bytes() less the storage the stage output lives in: at most kept_bytes(), and it
-  /// only grows as the stage grows at either end (the planner's tables need that).
+  /// kept_bytes() less the storage the stage output lives in and the copy of a stage input
+  /// changed in place (copies_input): at most kept_bytes(), and it only grows as the stage
+  /// grows at either end (the planner's tables need that; the copy would break it where a stage
+  /// grown at its start no longer copies).
   std::int64_t kept_bytes_within(int first, int end) const;
+  /// Whether a stage of layers [first, end) runs them on a copy of its input, as the executor
+  /// does where they change that input in place: its first layers that are views of the input
+  /// are followed by one that modifies it, before any makes a storage of its own. The copy is
+  /// a storage of stage_input_bytes(first), made as each forward or recompute starts.
+  bool copies_input(int first, int end) const {
+    const int decider = input_decider[static_cast<std::size_t>(first)];
+    return decider < end && modifies[static_cast<std::size_t>(decider)] != 0;
+  }
   double forward_corun_ms_sum(int first, int end) const {
     return forward_corun_prefix[end] - forward_corun_prefix[first];
   }

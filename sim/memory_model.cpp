@@ -168,54 +168,72 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
   m.output_gradient_bytes = !last_stage && model.input_needs_gradient(end) ? m.output_bytes : 0;
 
   // Forward with autograd, storage by storage. The current activation lives in `storage`
-  // (bytes; 0 for the stage input's, counted elsewhere). Until a layer keeps that storage it is
+  // (bytes; 0 for the stage input's, counted elsewhere, unless the stage changes its input in
+  // place and so starts on a copy of it: then the copy's). Until a layer keeps that storage it is
   // loose: alive while the next layers use it, gone once one makes a storage of its own. A kept
   // storage is released by the backward of the first layer that kept it, except the stage
   // output's, which the executor holds and the simulator frees when the backward ends.
+  //
+  // A micro-batch whose backward is split (I, then W) runs its forward layer by layer, and the
+  // executor holds the output of every layer with parameters that train until W ends (W asks
+  // each such layer's weight gradients of its own output): a storage nobody else keeps (a
+  // GroupNorm's output that the Sigmoid after it reads but does not keep) stays too, and on the
+  // last stage so do the logits when the last layer trains. That walk (`split`) records nothing
+  // for the backward, which the plain walk's records serve.
   std::vector<std::int64_t> released(static_cast<std::size_t>(end - first), 0);
-  std::int64_t kept = 0, storage = 0, peak = 0;
-  int kept_by = -1;
+  const std::int64_t input_copy = c.copies_input(first, end) ? m.input_bytes : 0;
   const bool all = terms == StageMemoryTerms::All;
   WeightFrees weight_frees(model, first, end, all);
-  for (int k = first; k < end; ++k) {
-    const std::int64_t made = c.aliases[k] ? 0 : c.output_bytes[k];
-    const std::int64_t loose = kept_by < 0 ? storage : 0;
-    peak = std::max(peak, kept + loose + c.saved_bytes[k] + made + c.workspace_bytes[k]);
-    kept += c.saved_bytes[k];
-    weight_frees.saved(k, c.saved_bytes[k]);
-    auto keep = [&] {
-      if (storage == 0) return;
-      weight_frees.keeper(k);
-      if (kept_by >= 0) return;
-      kept += storage;
-      released[k - first] += storage;
-      kept_by = k;
-    };
-    if (c.keeps_input[k]) keep();
-    if (!c.aliases[k]) {
-      weight_frees.storage_dies(storage);
-      storage = made;
-      kept_by = -1;
+  const auto forward_walk = [&](bool split) -> std::pair<std::int64_t, std::int64_t> {
+    const bool record = !split;
+    std::int64_t kept = 0, storage = input_copy, peak = 0;
+    int kept_by = -1;
+    for (int k = first; k < end; ++k) {
+      const std::int64_t made = c.aliases[k] ? 0 : c.output_bytes[k];
+      const std::int64_t loose = kept_by < 0 ? storage : 0;
+      peak = std::max(peak, kept + loose + c.saved_bytes[k] + made + c.workspace_bytes[k]);
+      kept += c.saved_bytes[k];
+      if (record) weight_frees.saved(k, c.saved_bytes[k]);
+      auto keep = [&] {
+        if (storage == 0) return;
+        if (record) weight_frees.keeper(k);
+        if (kept_by >= 0) return;
+        kept += storage;
+        if (record) released[k - first] += storage;
+        kept_by = k;
+      };
+      if (c.keeps_input[k]) keep();
+      if (!c.aliases[k]) {
+        if (record) weight_frees.storage_dies(storage);
+        storage = made;
+        kept_by = -1;
+      }
+      if (record) weight_frees.output_of(k);
+      if (c.keeps_output[k]) keep();
+      if (split && model.trained_bytes_of(k) > 0) keep();
     }
-    weight_frees.output_of(k);
-    if (c.keeps_output[k]) keep();
-  }
-  if (last_stage) {
-    weight_frees.storage_dies(storage);  // elsewhere the executor holds the output
-  } else {
-    if (kept_by < 0) {
+    if (last_stage) {
+      if (record) weight_frees.storage_dies(storage);  // elsewhere the executor holds the output
+    } else if (kept_by < 0) {
       kept += storage;
-    } else {
+    } else if (record) {
       released[kept_by - first] -= storage;
     }
-  }
+    return {kept, peak};
+  };
+  const auto [kept, peak] = forward_walk(false);
   m.kept_bytes = kept;
   m.forward_transient = peak - kept;
+  if (all) {
+    const auto [split_kept, split_peak] = forward_walk(true);
+    m.split_kept_bytes = split_kept;
+    m.split_forward_transient = split_peak - split_kept;
+  }
 
   // Forward without autograd (checkpointed): each intermediate storage dies once the next layer
   // that makes its own has run; only the stage output survives.
   std::int64_t ckpt_peak = 0;
-  storage = 0;
+  std::int64_t storage = input_copy;
   for (int k = first; k < end && all; ++k) {
     const std::int64_t made = c.aliases[k] ? 0 : c.output_bytes[k];
     ckpt_peak = std::max(ckpt_peak, storage + made + c.workspace_bytes[k]);
@@ -320,15 +338,16 @@ std::int64_t dies_with_backward(const StageMemory& m, bool last_stage, bool own_
          (own_input ? m.input_bytes : 0);
 }
 
-MemoryEffect forward_effect(const StageMemory& m, bool checkpointed, bool last_stage) {
+MemoryEffect forward_effect(const StageMemory& m, bool checkpointed, bool last_stage, bool split) {
   if (checkpointed) {
     return {m.output_bytes + m.checkpointed_forward_transient,
             m.checkpointed_forward_transient + (last_stage ? m.output_bytes : 0)};
   }
-  return {m.kept_bytes + m.forward_transient, m.forward_transient};
+  return recompute_effect(m, split);
 }
 
-MemoryEffect recompute_effect(const StageMemory& m) {
+MemoryEffect recompute_effect(const StageMemory& m, bool split) {
+  if (split) return {m.split_kept_bytes + m.split_forward_transient, m.split_forward_transient};
   return {m.kept_bytes + m.forward_transient, m.forward_transient};
 }
 
@@ -357,14 +376,15 @@ MemoryEffect input_backward_effect(const StageMemory& m) {
 }
 
 MemoryEffect weight_backward_effect(const StageMemory& m, std::int64_t param_bytes, bool first_time,
-                                    bool last_stage, std::int64_t dies) {
+                                    bool last_stage, std::int64_t dies, bool split_forward) {
   // The walk's peak and steps down (the first time it leaves the parameter gradients as .grad);
   // at its end the rest of the graph's activations, the gradients I kept and what dies with
   // any backward.
   const std::int64_t peak = first_time ? m.weight_peak_first : m.weight_peak;
   const std::int64_t after_peak = first_time ? m.weight_after_peak_first : m.weight_after_peak;
   const std::int64_t after_layer = first_time ? m.weight_after_layer_first : m.weight_after_layer;
-  const std::int64_t net = (first_time ? param_bytes : 0) - m.weight_kept_gradients - m.kept_bytes +
+  const std::int64_t net = (first_time ? param_bytes : 0) - m.weight_kept_gradients -
+                           (split_forward ? m.split_kept_bytes : m.kept_bytes) +
                            (last_stage ? 0 : m.output_bytes) - dies;
   return {peak,
           after_layer - net,

@@ -24,6 +24,10 @@ struct StageMemory {
   std::int64_t kept_bytes = 0;
   /// Peak above kept_bytes while a forward or recompute with autograd runs.
   std::int64_t forward_transient = 0;
+  /// The same for a micro-batch whose backward is split (I, then W): the executor also holds the
+  /// output of every layer with parameters that train until W ends. StageMemoryTerms::All only.
+  std::int64_t split_kept_bytes = 0;
+  std::int64_t split_forward_transient = 0;
   /// Peak above the stage output while a checkpointed forward (no autograd) runs.
   std::int64_t checkpointed_forward_transient = 0;
   /// Peak above the memory at the start of a backward; "first" when it also allocates the
@@ -115,15 +119,19 @@ std::int64_t resident_parameter_bytes(std::int64_t params, std::int64_t trained,
 /// received gradient (the last stage has neither), and the stage input when it is the stage's
 /// own buffer (received from another device, or left by a checkpointed stage on this one).
 std::int64_t dies_with_backward(const StageMemory& m, bool last_stage, bool own_input);
-/// A forward: with autograd it keeps kept_bytes; checkpointed, only the output survives (the
-/// last stage drops it with the loss).
-MemoryEffect forward_effect(const StageMemory& m, bool checkpointed, bool last_stage);
-MemoryEffect recompute_effect(const StageMemory& m);
+/// A forward: with autograd it keeps kept_bytes (split_kept_bytes where the micro-batch's
+/// backward is `split`); checkpointed, only the output survives (the last stage drops it with
+/// the loss).
+MemoryEffect forward_effect(const StageMemory& m, bool checkpointed, bool last_stage,
+                            bool split = false);
+MemoryEffect recompute_effect(const StageMemory& m, bool split = false);
 /// `first_time`: the stage's first backward, which creates the parameter gradients.
 MemoryEffect backward_effect(const StageMemory& m, bool first_time, std::int64_t dies);
 MemoryEffect input_backward_effect(const StageMemory& m);
+/// `split_forward`: the micro-batch's forward kept split_kept_bytes (pipetune's executor), else
+/// kept_bytes.
 MemoryEffect weight_backward_effect(const StageMemory& m, std::int64_t param_bytes, bool first_time,
-                                    bool last_stage, std::int64_t dies);
+                                    bool last_stage, std::int64_t dies, bool split_forward = true);
 
 /// What a stage's backward leaves of its micro-batch once it has ended and its input gradient
 /// has gone to the previous device (kept activations and the walk's net change, less the held

@@ -141,7 +141,8 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
                    "backward_ms_spread",
                    "keeps_input",
                    "keeps_output",
-                   "output_aliases_input"});
+                   "output_aliases_input",
+                   "modifies_input"});
   LayerProfile layer;
   layer.name = node.field("name").string();
   layer.param_bytes = node.field("param_bytes").bytes();
@@ -191,6 +192,8 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
   if (auto keeps = node.optional_field("keeps_output")) layer.keeps_output = keeps->boolean();
   if (auto alias = node.optional_field("output_aliases_input"))
     layer.output_aliases_input = alias->boolean();
+  if (auto modifies = node.optional_field("modifies_input"))
+    layer.modifies_input = modifies->boolean();
   read_pair(node, "backward_input_ms", "backward_weight_ms", sizes, layer.backward_input_ms,
             layer.backward_weight_ms);
   read_pair(node, "forward_corun_ms", "backward_corun_ms", sizes, layer.forward_corun_ms,
@@ -484,6 +487,7 @@ std::string profile_to_json(const Profile& p) {
     if (!l.keeps_input) layer["keeps_input"] = false;
     if (l.keeps_output) layer["keeps_output"] = true;
     if (l.output_aliases_input) layer["output_aliases_input"] = true;
+    if (l.modifies_input) layer["modifies_input"] = true;
     if (!l.backward_input_ms.empty()) {
       layer["backward_input_ms"] = l.backward_input_ms;
       layer["backward_weight_ms"] = l.backward_weight_ms;

@@ -62,6 +62,11 @@ struct LayerProfile {
   bool keeps_output = false;  ///< a saved tensor is its own output (ReLU, Sigmoid)
   bool output_aliases_input =
       false;  ///< the output is a view of the input, or the input modified in place
+  /// The layer changes its input in place (its version counter moves). A stage that starts with
+  /// such a layer, or with views of its input and then one, works on a copy of its input (the
+  /// input is the leaf that collects its gradient, which autograd does not let change), and the
+  /// memory model charges that copy. Optional, default false.
+  bool modifies_input = false;
   /// Optional (empty when absent; both or neither, every layer or none): the backward split as
   /// zero-bubble schedules run it, I (autograd w.r.t. the layer input, graph kept) then W
   /// (w.r.t. the parameters). Absent: a layer with parameters splits backward_ms in halves, one

@@ -278,6 +278,11 @@ ComputeEffects compute_effects(const TaskGraph& graph, const SimTask& t, const S
   const bool own_input = received_input || (s > 0 && recomputed);
   std::int64_t dies = dies_with_backward(m, last_stage, own_input);
   const bool torch = runtime == Runtime::TorchPipelining;
+  // pipetune's executor holds, for W, the output of each layer that trains of a micro-batch whose
+  // backward is split; torch runs a stage's forward whole (its zero-bubble memory is not
+  // modelled: docs/torch.md).
+  const bool split =
+      !torch && graph.split[static_cast<std::size_t>(s) * graph.schedule.micro_batches + i] != 0;
   if (torch) {
     // torch receives into buffers it keeps for the run (counted from the start, set_copy_effects).
     if (received_input) dies -= m.input_bytes;
@@ -290,12 +295,12 @@ ComputeEffects compute_effects(const TaskGraph& graph, const SimTask& t, const S
   out.counter = counter;
   switch (t.kind) {
     case TaskKind::Forward:
-      out.effect = forward_effect(m, recomputed, last_stage);
+      out.effect = forward_effect(m, recomputed, last_stage, split);
       // torch keeps each micro-batch's output (the model's) until the step ends.
       if (torch && last_stage) out.effect.freed -= m.output_bytes;
       break;
     case TaskKind::Recompute:
-      out.effect = recompute_effect(m);
+      out.effect = recompute_effect(m, split);
       break;
     case TaskKind::Backward:
       out.effect = backward_effect(m, first_time, dies);
@@ -304,7 +309,8 @@ ComputeEffects compute_effects(const TaskGraph& graph, const SimTask& t, const S
       out.effect = input_backward_effect(m);
       break;
     case TaskKind::WeightGrad:
-      out.effect = weight_backward_effect(m, c.gradient_bytes, first_time, last_stage, dies);
+      out.effect =
+          weight_backward_effect(m, c.gradient_bytes, first_time, last_stage, dies, !torch);
       break;
     default:
       out.memory = false;
@@ -331,15 +337,18 @@ void apply_effects(EventEngine& engine, int task, const ComputeEffects& e) {
 class EffectsMemo {
  public:
   EffectsMemo(int stages, Runtime runtime)
-      : index_(static_cast<std::size_t>(stages) * 2 * 7 * 4, -1), runtime_(runtime) {}
+      : index_(static_cast<std::size_t>(stages) * 2 * 7 * 8, -1), runtime_(runtime) {}
   const ComputeEffects& get(const TaskGraph& graph, const SimTask& t, const StageCost& c,
                             const PlanShape& shape) {
-    const int variant = (shape.recomputed[t.micro_batch] != 0 ? 2 : 0) +
+    const std::size_t cell =
+        static_cast<std::size_t>(t.stage) * graph.schedule.micro_batches + t.micro_batch;
+    const int variant = (graph.split[cell] != 0 ? 4 : 0) +
+                        (shape.recomputed[t.micro_batch] != 0 ? 2 : 0) +
                         (t.micro_batch == graph.first_backward[t.stage] ? 1 : 0);
     const std::size_t key =
         ((static_cast<std::size_t>(t.stage) * 2 + shape.slot_of[t.micro_batch]) * 7 +
          static_cast<std::size_t>(t.kind)) *
-            4 +
+            8 +
         variant;
     if (index_[key] < 0) {
       index_[key] = static_cast<int>(effects_.size());

@@ -168,6 +168,10 @@ TEST(Profiler, WhatAutogradKeepsOfInputAndOutputByStorage) {
   EXPECT_TRUE(p.layers[1].keeps_input);
   EXPECT_EQ(p.layers[1].output_bytes, per_sample(256));
   EXPECT_EQ(p.layers[1].saved_bytes, none);
+  // It is the one layer that changes its input: a view (flatten) shares the storage but leaves
+  // it as it was.
+  for (std::size_t l = 0; l < p.layers.size(); ++l)
+    EXPECT_EQ(p.layers[l].modifies_input, l == 1) << p.layers[l].name;
   // sigmoid keeps its own output, not its input.
   EXPECT_FALSE(p.layers[2].keeps_input);
   EXPECT_TRUE(p.layers[2].keeps_output);
@@ -196,6 +200,12 @@ TEST(Profiler, WhatAutogradKeepsOfInputAndOutputByStorage) {
   // output 256 (kept by itself), the pooled storage 16 (kept by the head through the view).
   const CostModel costs(p);
   EXPECT_EQ(costs.at(4).kept_bytes(0, 6), 4 * (256 + 256 + 16));
+  // A stage from relu_ on runs on a copy of its input (the executor's, so that relu_ does not
+  // change the leaf the input's gradient collects in), which relu_ keeps: 256 more per sample.
+  EXPECT_TRUE(costs.at(4).copies_input(1, 6));
+  EXPECT_FALSE(costs.at(4).copies_input(2, 6));
+  EXPECT_EQ(costs.at(4).kept_bytes(1, 6), 4 * (256 + 256 + 16));
+  EXPECT_EQ(costs.at(4).kept_bytes(2, 6), 4 * (256 + 16));
 }
 
 // relu(-x): a negation that saves nothing (its backward makes only the input's gradient), then a

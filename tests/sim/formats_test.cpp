@@ -497,24 +497,33 @@ TEST(ProfileFormat, WhatAutogradKeepsParsesAndRoundTrips) {
   EXPECT_TRUE(old.layers[0].keeps_input);
   EXPECT_FALSE(old.layers[0].keeps_output);
   EXPECT_FALSE(old.layers[0].output_aliases_input);
+  EXPECT_FALSE(old.layers[0].modifies_input);
   EXPECT_EQ(old.device.library_bytes, 0);
   EXPECT_EQ(profile_to_json(old).find("keeps_"), std::string::npos);  // defaults are not written
+  EXPECT_EQ(profile_to_json(old).find("modifies_"), std::string::npos);
   const Profile p = parse_profile(
       profile_with(
           R"("forward_ms": [0.5, 1.0])",
-          R"("forward_ms": [0.5, 1.0], "keeps_input": false, "keeps_output": true, "output_aliases_input": true)"),
+          R"("forward_ms": [0.5, 1.0], "keeps_input": false, "keeps_output": true, "output_aliases_input": true, "modifies_input": true)"),
       "in.json");
   EXPECT_FALSE(p.layers[0].keeps_input);
   EXPECT_TRUE(p.layers[0].keeps_output);
   EXPECT_TRUE(p.layers[0].output_aliases_input);
+  EXPECT_TRUE(p.layers[0].modifies_input);
   EXPECT_TRUE(p.layers[1].keeps_input);
+  EXPECT_FALSE(p.layers[1].modifies_input);
   const Profile q = parse_profile(profile_to_json(p), "again.json");
   EXPECT_FALSE(q.layers[0].keeps_input);
   EXPECT_TRUE(q.layers[0].keeps_output);
   EXPECT_TRUE(q.layers[0].output_aliases_input);
+  EXPECT_TRUE(q.layers[0].modifies_input);
+  EXPECT_FALSE(q.layers[1].modifies_input);
   EXPECT_EQ(profile_error(profile_with(R"("forward_ms": [0.5, 1.0])",
                                        R"("forward_ms": [0.5, 1.0], "keeps_input": 1)")),
             "in.json: layers[0].keeps_input: expected true or false, got 1");
+  EXPECT_EQ(profile_error(profile_with(R"("forward_ms": [0.5, 1.0])",
+                                       R"("forward_ms": [0.5, 1.0], "modifies_input": "yes")")),
+            "in.json: layers[0].modifies_input: expected true or false, got \"yes\"");
   // The device's library workspaces.
   const Profile gpu = parse_profile(
       profile_with(R"("memory_bytes": 0})", R"("memory_bytes": 0, "library_bytes": 33554432})"),

@@ -565,8 +565,14 @@ TEST(StageMemory, SplitBackwardWHoldsWhatEachLayersBackwardMakesOnTheWayToItsWei
   // After layer 0 (the peak) the walk never exceeds 26; it leaves 31 - 6 = 25.
   EXPECT_EQ(m.weight_after_layer_first, 26);
   // Everything else goes when W ends: what it allocated less what it leaves, 31 of .grad, less
-  // the kept activations (36) and the gradients I kept (10 + 20 + 30).
-  EXPECT_EQ(first.freed_after_layer + first.freed_after_peak + first.freed, 40 - (31 - 36 - 60));
+  // what the split forward kept (the activations' 36 and the logits, 30: the executor holds the
+  // output of every layer with parameters until W, the last one's too) and the gradients I kept
+  // (10 + 20 + 30).
+  EXPECT_EQ(m.split_kept_bytes, 36 + 30);
+  // The same peak (the middle layer's, 83) above more held.
+  EXPECT_EQ(m.split_kept_bytes + m.split_forward_transient, m.kept_bytes + m.forward_transient);
+  EXPECT_EQ(first.freed_after_layer + first.freed_after_peak + first.freed,
+            40 - (31 - 36 - 30 - 60));
   // A stage from layer 1: accumulating max(0 + 20, -2 + 0) = 20; the first time
   // max(0 + 20, 11 - 2 + 0) = 20, below its 24 bytes of parameters (layer 1's saved 2 went).
   const StageMemory later = stage_memory(model, model.at(1), 1, 3, false);
@@ -578,6 +584,36 @@ TEST(StageMemory, SplitBackwardWHoldsWhatEachLayersBackwardMakesOnTheWayToItsWei
   const CostModel unmeasured(bare);
   EXPECT_EQ(stage_memory(unmeasured, unmeasured.at(1), 0, 3, true).weight_peak, 10);
   EXPECT_EQ(stage_memory(unmeasured, unmeasured.at(1), 0, 3, true).weight_peak_first, 28);
+}
+
+// A normalisation (parameters), a Sigmoid (keeps only its own output) and a head (parameters,
+// keeps its input), outputs 100, 100, 2. A plain forward keeps the Sigmoid's output; the
+// normalisation's dies once the Sigmoid has made its own. A forward whose backward is split
+// holds the output of each layer with parameters for W: the normalisation's too, and the logits.
+TEST(StageMemory, ASplitForwardHoldsTheOutputOfEveryLayerThatTrains) {
+  Profile p =
+      testing::make_profile({{1, 1, 8, 100, 0, 0}, {1, 1, 0, 100, 0, 0}, {1, 1, 4, 2, 0, 0}}, 1, 4);
+  p.layers[1].keeps_input = false;
+  p.layers[1].keeps_output = true;
+  const CostModel model(p);
+  const StageMemory m = stage_memory(model, model.at(1), 0, 3, true);
+  EXPECT_EQ(m.kept_bytes, 100);
+  EXPECT_EQ(m.forward_transient, 200 - 100);  // the Sigmoid's output beside its loose input
+  EXPECT_EQ(m.split_kept_bytes, 100 + 100 + 2);
+  EXPECT_EQ(m.split_forward_transient, 0);
+  // Not the last stage: the Sigmoid's output is the held stage output either way.
+  const StageMemory within = stage_memory(model, model.at(1), 0, 2, true);
+  EXPECT_EQ(within.kept_bytes, 100);
+  EXPECT_EQ(within.split_kept_bytes, 200);
+  // A frozen normalisation has no W: nothing holds its output.
+  Profile frozen = p;
+  frozen.layers[0].trainable_param_bytes = 0;
+  const CostModel frozen_model(frozen);
+  EXPECT_EQ(stage_memory(frozen_model, frozen_model.at(1), 0, 3, true).split_kept_bytes, 100 + 2);
+  // The forward effects: split or not; W frees what the split forward kept.
+  EXPECT_EQ(forward_effect(m, false, true, true).allocated, 202);
+  EXPECT_EQ(forward_effect(m, false, true, false).allocated, 200);
+  EXPECT_EQ(recompute_effect(m, true).allocated, 202);
 }
 
 TEST(StageMemory, WFreesAStorageWithTheLastLayerKeepingItUnlessABoundaryHoldsIt) {
@@ -695,9 +731,51 @@ TEST(StageMemory, StoragesKeptByLayersThatKeepThemOnly) {
   EXPECT_EQ(c.kept_bytes(2, 5), 11);
 }
 
+// The same head with relu_ working in place on its input (as torchvision's ReLU(inplace=True)
+// does): a stage that starts there runs its layers on a copy of the input (autograd does not let
+// the stage's input, the leaf its gradient collects in, change), one stage input per
+// micro-batch, which relu_ keeps.
+TEST(StageMemory, AStageThatChangesItsInputInPlaceKeepsItsCopy) {
+  Profile p = convolutional_head();
+  p.layers[1].modifies_input = true;
+  const CostModel model(p);
+  const SizeCosts& c = model.at(1);
+  EXPECT_TRUE(c.copies_input(1, 5));
+  EXPECT_TRUE(c.copies_input(1, 2));
+  EXPECT_FALSE(c.copies_input(0, 5));  // relu_ changes the conv's output, the stage's own
+  EXPECT_FALSE(c.copies_input(2, 5));
+  EXPECT_FALSE(c.copies_input(3, 5));  // a view first, then the head makes its own storage
+  // From relu_ to the end: the copy (100, kept by relu_), the pooled storage (10, kept by the
+  // head through the view), the head's saved 1. Without the copy relu_ keeps the stage input,
+  // counted elsewhere: 11.
+  const StageMemory m = stage_memory(model, c, 1, 5, false);
+  EXPECT_EQ(m.kept_bytes, 111);
+  EXPECT_EQ(c.kept_bytes(1, 5), 111);
+  // Peak while the head runs: 100 + 10 kept or in use, saved 1, logits 2.
+  EXPECT_EQ(m.forward_transient, 113 - 111);
+  // Checkpointed: the copy and the pooled output while the pool runs; the logits stay.
+  EXPECT_EQ(m.checkpointed_forward_transient, 110 - 2);
+  // relu_ alone, not the last stage: the copy is its output, held by the executor.
+  EXPECT_EQ(stage_memory(model, c, 1, 2, false).kept_bytes, 100);
+  EXPECT_EQ(c.kept_bytes(1, 2), 100);
+  // The planner's nested bound leaves the copy out (it must not fall as a stage grows).
+  EXPECT_EQ(c.kept_bytes_within(1, 5), 11);
+  // Nothing changes for the stages that do not copy.
+  const Profile plain = convolutional_head();
+  const CostModel before(plain);
+  for (const auto& [a, b] : {std::pair{0, 5}, std::pair{2, 5}, std::pair{3, 5}, std::pair{0, 2}}) {
+    EXPECT_EQ(stage_memory(model, c, a, b, a == 0).kept_bytes,
+              stage_memory(before, before.at(1), a, b, a == 0).kept_bytes);
+  }
+  EXPECT_EQ(stage_memory(before, before.at(1), 1, 5, false).kept_bytes, 11);
+}
+
 TEST(StageMemory, KeptBytesAgreesWithTheWalkOnEveryStageOfEveryFlagMix) {
-  // Four layers, every combination of the three flags on each (8^4 profiles), every stage.
-  for (int mask = 0; mask < 8 * 8 * 8 * 8; ++mask) {
+  // Four layers, every combination of the three flags on each (8^4 profiles), every stage; with
+  // no layer changing its input in place, with every view doing so, and with every layer that
+  // makes its own output doing so (an in-place change, then a new tensor).
+  for (int mask = 0; mask < 3 * 8 * 8 * 8 * 8; ++mask) {
+    const int modifying = mask / (8 * 8 * 8 * 8);
     Profile p = testing::make_profile(
         {{1, 1, 0, 100, 1, 0}, {1, 1, 0, 30, 2, 0}, {1, 1, 0, 7, 4, 0}, {1, 1, 0, 5, 8, 0}}, 1, 4);
     for (int l = 0; l < 4; ++l) {
@@ -705,6 +783,8 @@ TEST(StageMemory, KeptBytesAgreesWithTheWalkOnEveryStageOfEveryFlagMix) {
       p.layers[l].keeps_input = flags & 1;
       p.layers[l].keeps_output = flags & 2;
       p.layers[l].output_aliases_input = flags & 4;
+      p.layers[l].modifies_input =
+          modifying == 1 ? (flags & 4) != 0 : modifying == 2 && !(flags & 4);
     }
     const CostModel model(p);
     for (int a = 0; a < 4; ++a) {

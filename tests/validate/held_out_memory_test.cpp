@@ -164,7 +164,7 @@ TEST(HeldOutMemory, DevicePeaksExactInTheRunsOwnOrder) {
     l.output_aliases_input = false;
   }
   const Hardware hardware = replicate_device(profile.device, 2);
-  // No stage starts at relu_: a stage input is a leaf, which autograd does not let change in place.
+  // No stage starts at relu_ here (AStageStartingWithAnInPlaceLayerHoldsTheCopyOfItsInput).
   const std::vector<Plan> plans = {
       plan({3, 5}, 2, CheckpointMode::Never, ScheduleKind::GPipe),
       plan({4, 4}, 4, CheckpointMode::ExceptLast, ScheduleKind::OneFOneB),
@@ -210,6 +210,51 @@ TEST(HeldOutMemory, DevicePeaksExactInTheRunsOwnOrder) {
               100.0 * worst, 100.0 * worst_unmeasured);
   // What autograd keeps, measured, is what makes the bytes exact: without it they are not.
   EXPECT_GT(worst_unmeasured, 0.05);
+}
+
+// A stage that starts with relu_, which changes its input in place: the executor runs it on a
+// copy of the received input (the input is the leaf that collects its gradient, which autograd
+// does not let change), and relu_ keeps that copy for its backward. Every device within 0.25 %
+// with the profile's modifies_input; without it, short by the copies in flight.
+TEST(HeldOutMemory, AStageStartingWithAnInPlaceLayerHoldsTheCopyOfItsInput) {
+  models::Model model = held_out_model();
+  const Profile profile = memory_profile(model, 8);
+  ASSERT_TRUE(profile.layers[1].modifies_input);
+  Profile unflagged = profile;
+  for (auto& l : unflagged.layers) l.modifies_input = false;
+  std::vector<Plan> plans = {
+      plan({1, 7}, 4, CheckpointMode::Never, ScheduleKind::Interleaved1F1B),
+      plan({1, 1, 6}, 4, CheckpointMode::ExceptLast, ScheduleKind::Interleaved1F1B),
+      plan({1, 3, 4}, 2, CheckpointMode::Never, ScheduleKind::InterleavedZB),
+      plan({1, 7}, 4, CheckpointMode::Always, ScheduleKind::ZBV)};
+  for (Plan& p : plans) p.stages_per_device = static_cast<int>(p.balance.size());
+  const std::vector<MeasuredRun> runs = measure_plans(model, plans, short_run(), {});
+  const Hardware hardware = replicate_device(profile.device, 1);
+  const std::vector<DevicePeak> peaks = device_peaks(profile, hardware, runs);
+  const std::vector<DevicePeak> before = device_peaks(unflagged, hardware, runs);
+  ASSERT_EQ(peaks.size(), plans.size());
+  ASSERT_EQ(before.size(), plans.size());
+  for (std::size_t i = 0; i < peaks.size(); ++i) {
+    EXPECT_LE(std::abs(peaks[i].error), 0.0025) << describe_plan(plans[i]);
+    EXPECT_LT(before[i].error, peaks[i].error) << describe_plan(plans[i]);
+  }
+}
+
+// A split backward (I, then W) runs the stage's forward layer by layer and holds the output of
+// every layer with parameters that train until W, which asks each such layer's weight gradients
+// of its own output: here the GroupNorm's, which the Sigmoid after it reads but does not keep,
+// and the head's logits. Predicted without them (the storages a plain forward keeps), these
+// one-device plans were 9-10 % short; now every one is within 0.25 %.
+TEST(HeldOutMemory, ASplitBackwardHoldsTheOutputsOfLayersWithParametersUntilW) {
+  models::Model model = held_out_model();
+  const std::vector<DevicePeak> peaks =
+      peaks_on_one_device(model, 8,
+                          {plan({2, 6}, 4, CheckpointMode::Never, ScheduleKind::InterleavedZB),
+                           plan({2, 6}, 4, CheckpointMode::Never, ScheduleKind::ZBV),
+                           plan({3, 5}, 2, CheckpointMode::ExceptLast, ScheduleKind::InterleavedZB),
+                           plan({2, 3, 3}, 4, CheckpointMode::Never, ScheduleKind::InterleavedZB)});
+  ASSERT_EQ(peaks.size(), 4u);
+  for (const DevicePeak& peak : peaks) EXPECT_LE(std::abs(peak.error), 0.0025);
 }
 
 // A residual block as ResNet's: relu(x + norm(conv(relu(norm(conv(x)))))). Its last ReLU keeps
@@ -556,8 +601,9 @@ TEST(HeldOutMemory, SplitBackwardOfALayerOfManyBlocksPeaksAsItsBackward) {
 // inside the layer are made, and the attention's (4 heads x 16 x 16 a sample, several at once)
 // pile up. Charging I the input's gradient and the forward's workspace put BERT's zero-bubble
 // devices 9.4 % short, and these -3.6, -2.0 and -5.8 %; the profile now measures I's and W's own
-// peaks: -0.01, -0.01 and -2.2 %. The ZBV plan's last 50 KB (one layer output's worth) are not
-// found yet.
+// peaks: -0.01, -0.01 and -2.2 %. The ZBV plan's last 50 KB were the output of its first layer,
+// held for W though nothing keeps it (ASplitBackwardHoldsTheOutputsOfLayersWithParametersUntilW):
+// now -0.01 % as the others.
 class TokensImpl : public torch::nn::Module {
  public:
   at::Tensor forward(const at::Tensor& x) { return x.reshape({x.size(0), 16, 48}); }
@@ -607,9 +653,7 @@ TEST(HeldOutMemory, SplitBackwardOfATransformerLayerKeepsItsGraphThroughI) {
       plan({2, 3}, 1, CheckpointMode::Never, ScheduleKind::ZBV)};
   const std::vector<DevicePeak> peaks = peaks_on_one_device(model, 16, plans);
   ASSERT_EQ(peaks.size(), plans.size());
-  EXPECT_LE(std::abs(peaks[0].error), 0.005);
-  EXPECT_LE(std::abs(peaks[1].error), 0.005);
-  EXPECT_LE(std::abs(peaks[2].error), 0.025);
+  for (const DevicePeak& peak : peaks) EXPECT_LE(std::abs(peak.error), 0.005);
 }
 
 // What the libraries keep on a GPU (cuBLAS: a workspace per thread and stream) is charged once

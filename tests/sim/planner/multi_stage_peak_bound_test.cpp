@@ -200,6 +200,7 @@ std::optional<SmallInstance> small_instance(std::mt19937& rng, int trial) {
     if (rng() % 4 == 0) l.keeps_input = false;
     if (rng() % 4 == 0) l.output_aliases_input = true;
   }
+  testing::modify_some_inputs_in_place(x.profile);
   const int chunks = 1 + static_cast<int>(rng() % batch);
   x.sizes = split_batch(batch, chunks);
   if (schedule_refusal(x.kind, x.devices, x.stages_per_device, static_cast<int>(x.sizes.size())))

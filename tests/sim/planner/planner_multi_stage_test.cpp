@@ -195,6 +195,7 @@ TEST(Planner, MultiStageSchedulesUnderCapsAgainstBruteForce) {
       if (rng() % 4 == 0) l.keeps_input = false;
       if (rng() % 4 == 0) l.output_aliases_input = true;
     }
+    testing::modify_some_inputs_in_place(profile);
     std::mt19937 tie_rng(static_cast<unsigned>(trial));
     testing::maybe_tie_layers(tie_rng, profile);
     testing::maybe_freeze_layers(tie_rng, profile);

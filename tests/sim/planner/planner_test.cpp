@@ -45,6 +45,7 @@ TEST(Planner, EqualsBruteForceOnRandomInstances) {
           l.backward_accumulate_peak_bytes.push_back(static_cast<std::int64_t>(flags() % 20000));
         }
       }
+      testing::modify_some_inputs_in_place(profile);
     }
     Hardware hw = replicate_device(profile.device, stages);
     hw.link.bandwidth_bytes_per_s = 1e5 * (1 + rng() % 100);
@@ -437,6 +438,7 @@ TEST(Planner, ABudgetEndingBeforeAFitIsNotAProofThatNoneFits) {
       l.keeps_input = rng() % 3 != 0;
       l.output_aliases_input = rng() % 4 == 0;
     }
+    testing::modify_some_inputs_in_place(profile);
     Hardware hw = random_hardware(rng, profile, stages);
     for (auto& d : hw.devices) d.share_of = "cuda:0";
     const BruteForce free = brute_force(profile, hw);
