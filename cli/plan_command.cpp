@@ -208,8 +208,7 @@ void add_plan_command(CLI::App& app, std::vector<Command>& commands) {
     options.search_budget = flags->budget;
     options.worst_order_memory = flags->memory_order == "worst";
     // A plan for torch's runtime must be one it runs (sim/planner/runtime_support.hpp).
-    const std::string refused =
-        keep_what_the_runtime_runs(options, hardware, profile.batch_size, profile.device.type);
+    const std::string refused = keep_what_the_runtime_runs(options, hardware, profile);
     if (!refused.empty())
       throw InputError(fmt::format("{}: {}", flags->hardware.hardware_path, refused));
     if (hardware.runtime == Runtime::TorchPipelining) {
@@ -217,6 +216,8 @@ void add_plan_command(CLI::App& app, std::vector<Command>& commands) {
           "; only plans torch runs: chunk counts that split the batch evenly, checkpoint never or "
           "always";
       if (profile.device.type == "cpu") note += ", no V schedules on CPU";
+      if (options.stage_inputs_unchanged)
+        note += ", no stage after the first starting by changing its input in place";
     }
     for (int c : options.chunks) {
       if (c < 1 || c > max_chunks(profile.batch_size)) {

@@ -40,8 +40,7 @@ bool PlannerWorker::start(const Profile& profile, const Hardware& hardware,
     };
     try {
       // For torch's runtime, only plans torch runs (sim/planner/runtime_support.hpp).
-      const std::string refused =
-          keep_what_the_runtime_runs(options, hardware, profile.batch_size, profile.device.type);
+      const std::string refused = keep_what_the_runtime_runs(options, hardware, profile);
       if (!refused.empty()) throw std::invalid_argument(refused);
       auto result =
           std::make_shared<const PlanSearchResult>(find_best_plans(profile, hardware, options));

@@ -58,7 +58,12 @@ std::string search_space_text(const PlannerOptions& options, std::int64_t batch)
       choosing ? fmt::format(" ({} stages per device in the interleaved and looped ones)",
                              fmt::join(options.stages_per_device, " or "))
                : "";
-  return fmt::format("every balance, {}, {} and {}{}", chunks, modes, schedules, per_device);
+  const char* balances =
+      options.stage_inputs_unchanged
+          ? "every balance whose stages after the first do not start by changing "
+            "their input in place"
+          : "every balance";
+  return fmt::format("{}, {}, {} and {}{}", balances, chunks, modes, schedules, per_device);
 }
 
 PlanSearchResult find_best_plans(const Profile& profile, const Hardware& hardware,

@@ -63,6 +63,10 @@ struct PlannerOptions {
   /// can make it run out. Costs one max-flow per device for each plan that would be a
   /// configuration's new best under a memory cap.
   bool worst_order_memory = false;
+  /// Only plans whose stages after the first do not change their input in place
+  /// (torch_changed_stage_input(), sim/planner/runtime_support.hpp): torch's runtime hands a
+  /// stage its input as a leaf that needs a gradient and refuses that.
+  bool stage_inputs_unchanged = false;
   std::function<void(std::size_t done, std::size_t total)> progress;
 };
 

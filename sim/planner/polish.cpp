@@ -39,7 +39,7 @@ void SingleStageSearch::evaluate(const std::vector<int>& balance, Objective obje
   // Every simulated plan is a candidate for the leanest, which the report gives when nothing
   // fits: the search for time has simulated the first plans of every configuration already.
   const double peak = static_cast<double>(r.max_peak_memory_bytes());
-  if (peak < lean_best_) {
+  if (peak < lean_best_ && context_.runs(plan)) {
     lean_best_ = peak;
     lean_candidate_ = candidate();
   }

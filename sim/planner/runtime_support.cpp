@@ -42,6 +42,27 @@ std::string torch_cannot_run(const Plan& plan, std::int64_t batch_size,
   return "";
 }
 
+std::string torch_changed_stage_input(const Plan& plan, const Profile& profile) {
+  const int layers = static_cast<int>(profile.layer_count());
+  int first = 0;
+  for (std::size_t s = 0; s < plan.balance.size(); first += plan.balance[s], ++s) {
+    if (s == 0) continue;  // the micro-batch itself, which needs no gradient
+    const int end = std::min(layers, first + plan.balance[s]);
+    for (int k = first; k < end; ++k) {
+      const LayerProfile& layer = profile.layers[static_cast<std::size_t>(k)];
+      if (layer.modifies_input) {
+        return fmt::format(
+            "stage {} {} layer '{}', which changes its input in place: torch hands the stage its "
+            "input as a leaf that needs a gradient, which autograd does not let change (cut "
+            "elsewhere, or make that layer out of place)",
+            s, k == first ? "starts with" : "reaches its input through views in", layer.name);
+      }
+      if (!layer.output_aliases_input) break;
+    }
+  }
+  return "";
+}
+
 std::string keep_what_the_runtime_runs(PlannerOptions& options, const Hardware& hardware,
                                        std::int64_t batch_size, std::string_view device_type) {
   if (hardware.runtime != Runtime::TorchPipelining) return "";
@@ -67,6 +88,18 @@ std::string keep_what_the_runtime_runs(PlannerOptions& options, const Hardware& 
   }
   options.chunks = std::move(chunks);
   return "";
+}
+
+std::string keep_what_the_runtime_runs(PlannerOptions& options, const Hardware& hardware,
+                                       const Profile& profile) {
+  std::string refused =
+      keep_what_the_runtime_runs(options, hardware, profile.batch_size, profile.device.type);
+  if (refused.empty() && hardware.runtime == Runtime::TorchPipelining) {
+    options.stage_inputs_unchanged =
+        std::any_of(profile.layers.begin(), profile.layers.end(),
+                    [](const LayerProfile& l) { return l.modifies_input; });
+  }
+  return refused;
 }
 
 }  // namespace pipetune

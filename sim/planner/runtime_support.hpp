@@ -6,6 +6,7 @@
 
 #include "sim/hardware.hpp"
 #include "sim/plan.hpp"
+#include "sim/profile.hpp"
 
 namespace pipetune {
 
@@ -21,9 +22,20 @@ struct PlannerOptions;
 std::string torch_cannot_run(const Plan& plan, std::int64_t batch_size,
                              std::string_view device_type);
 
+/// Why torch would refuse `plan` for what its layers do: a stage after the first whose layers
+/// change its input in place (LayerProfile::modifies_input, after views of it or first), since
+/// torch hands every stage but the first its input as a leaf that needs a gradient, and autograd
+/// refuses an in-place change to such a tensor. pipetune's executor runs such a stage on a copy
+/// of its input. "" when there is none.
+std::string torch_changed_stage_input(const Plan& plan, const Profile& profile);
+
 /// Narrows the planner's choices to plans the hardware's runtime runs (all of them for
 /// pipetune's executor). Returns "" or, when nothing the options allow is left, why.
 std::string keep_what_the_runtime_runs(PlannerOptions& options, const Hardware& hardware,
                                        std::int64_t batch_size, std::string_view device_type);
+/// The same for `profile`'s model, and for torch's runtime, where a layer of it changes its
+/// input in place, only balances torch runs (PlannerOptions::stage_inputs_unchanged).
+std::string keep_what_the_runtime_runs(PlannerOptions& options, const Hardware& hardware,
+                                       const Profile& profile);
 
 }  // namespace pipetune

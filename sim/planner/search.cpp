@@ -276,7 +276,7 @@ bool PlanSearch::find_leanest(const std::vector<Config>& configs, PlanSearchResu
   proven = proven && finished;
   // Where the budget ended the search for time before it found a fitting plan, the search
   // for the leanest one may end on a plan that fits: the answer, if not a proven one.
-  if (result.leanest && fits_its_caps(*result.leanest)) {
+  if (result.leanest && fits_its_caps(*result.leanest) && context_.runs(result.leanest->plan)) {
     context_.stats.best_ms = result.leanest->iteration_ms;
     context_.stats.lower_bound_ms = std::min(context_.stats.best_ms, unexplored);
     result.ranked.push_back(*std::move(result.leanest));

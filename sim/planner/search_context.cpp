@@ -4,11 +4,13 @@
 #include "sim/planner/search_context.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <utility>
 
 #include "sim/memory_model.hpp"
 #include "sim/planner/multi_stage_search.hpp"
+#include "sim/planner/runtime_support.hpp"
 #include "sim/planner/single_stage_search.hpp"
 
 namespace pipetune::planning {
@@ -144,6 +146,9 @@ Score SearchContext::simulate_for(Entry& e, const std::vector<int>& balance,
     // Fits as predicted but not in every arrival order: over by what the worst order needs.
     score.excess = excess_over_caps(r, worst);
   }
+  // A balance the runtime refuses is worse than any that only misses a cap: local search
+  // moves away from it.
+  if (!runs(plan)) score.excess = std::numeric_limits<double>::infinity();
   return score;
 }
 
@@ -158,10 +163,14 @@ std::vector<std::int64_t> SearchContext::worst_order_peaks_of(const Plan& plan) 
   return peaks;
 }
 
+bool SearchContext::runs(const Plan& plan) const {
+  return !options.stage_inputs_unchanged || torch_changed_stage_input(plan, profile).empty();
+}
+
 bool SearchContext::fits(const Plan& plan, const SimulationResult& r,
                          std::vector<std::int64_t>& worst) {
   worst.clear();
-  if (!r.fits()) return false;
+  if (!runs(plan) || !r.fits()) return false;
   if (!options.worst_order_memory || !capped()) return true;
   worst = worst_order_peaks_of(plan);
   ++stats.simulations;  // the search's: a plan it judges, unlike the leanest plan's report

@@ -175,8 +175,10 @@ class SearchContext {
   std::vector<int> stage_devices_of(const Config& c) const;
   Plan plan_of(const Config& c, std::vector<int> balance) const;
   PlanCandidate candidate_of(const Config& c, const Plan& plan, const SimulationResult& r) const;
-  // r.fits(), and with worst_order_memory its worst arrival order's peaks fit as well (then
-  // `worst` holds them, per device).
+  // Whether the runtime runs the plan's balance (PlannerOptions::stage_inputs_unchanged).
+  bool runs(const Plan& plan) const;
+  // runs() and r.fits(), and with worst_order_memory its worst arrival order's peaks fit as well
+  // (then `worst` holds them, per device).
   bool fits(const Plan& plan, const SimulationResult& r, std::vector<std::int64_t>& worst);
   // Per device, the plan's peak in the worst arrival order (one simulation, a max-flow each;
   // not counted in the stats).

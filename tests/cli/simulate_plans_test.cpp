@@ -116,5 +116,42 @@ TEST(SimulatePlans, PlanFlagsBesideThePlansAreRefused) {
   EXPECT_NE(r.err.find("--plans"), std::string::npos) << r.err;
 }
 
+// A layer that changes its input in place (`modifies_input`) cannot start a stage after the
+// first on torch's runtime: `simulate` says so of such a plan, and `plan` answers none.
+TEST(TorchRuntime, AStageStartingByChangingItsInputInPlaceIsSaidAndNotPlanned) {
+  std::ifstream in(fs::path(PIPETUNE_SOURCE_DIR) / kProfile);
+  json profile = json::parse(in);
+  profile["layers"][1]["output_aliases_input"] = true;
+  profile["layers"][1]["modifies_input"] = true;
+  const fs::path file = write_lines("pipetune-in-place.profile.json", {profile.dump()});
+  const std::string torch = "tests/data/hardware-2-torch.json";
+  const auto refused = pipetune({"simulate", "--profile", file.string(), "--hardware", torch,
+                                 "--balance", "1,5", "--chunks", "2", "--checkpoint", "never"});
+  ASSERT_EQ(refused.exit_code, 0) << refused.err;
+  EXPECT_NE(refused.err.find("torch cannot run this plan: stage 1 starts with layer '" +
+                             profile["layers"][1]["name"].get<std::string>() +
+                             "', which changes its input in place"),
+            std::string::npos)
+      << refused.err;
+  const auto fine = pipetune({"simulate", "--profile", file.string(), "--hardware", torch,
+                              "--balance", "2,4", "--chunks", "2", "--checkpoint", "never"});
+  EXPECT_EQ(fine.err.find("torch cannot run"), std::string::npos) << fine.err;
+  const auto planned =
+      pipetune({"plan", "--profile", file.string(), "--hardware", torch, "--json", "--top", "20"});
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  const json answer = json::parse(planned.out);
+  ASSERT_FALSE(answer["plans"].empty());
+  for (const json& plan : answer["plans"]) {
+    int first = 0;
+    const auto balance = plan["balance"].get<std::vector<int>>();
+    for (std::size_t s = 0; s + 1 < balance.size(); ++s) {
+      first += balance[s];
+      EXPECT_NE(first, 1) << plan.dump();  // no stage after the first starts at layer 1
+    }
+  }
+  EXPECT_NE(answer["search_space"].get<std::string>().find("do not start by changing"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace pipetune

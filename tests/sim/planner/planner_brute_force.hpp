@@ -47,8 +47,9 @@ struct BruteForce {
 };
 
 // `worst_order`: a plan fits when its worst arrival order's peaks fit (worst_order_memory).
-inline BruteForce brute_force(const Profile& profile, const Hardware& hw,
-                              bool worst_order = false) {
+// `runs`, where given: only the plans it accepts (a runtime's), the leanest peak aside.
+inline BruteForce brute_force(const Profile& profile, const Hardware& hw, bool worst_order = false,
+                              const std::function<bool(const Plan&)>& runs = {}) {
   BruteForce out;
   const Simulator simulator(profile, hw);
   SimulationOptions options;
@@ -69,7 +70,7 @@ inline BruteForce brute_force(const Profile& profile, const Hardware& hw,
               const auto r = simulator.run(plan, options);
               out.leanest_peak =
                   std::min(out.leanest_peak, static_cast<double>(r.max_peak_memory_bytes()));
-              if (!fits(r)) return;
+              if (!fits(r) || (runs && !runs(plan))) return;
               auto key = std::make_tuple(r.micro_batch_sizes, checkpoint, schedule);
               auto [it, inserted] = out.per_config.emplace(key, r.iteration_ms);
               if (!inserted) it->second = std::min(it->second, r.iteration_ms);

@@ -4,8 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "sim/planner/planner.hpp"
 #include "tests/sim/fixtures.hpp"
+#include "tests/sim/planner/planner_brute_force.hpp"
 
 namespace pipetune {
 namespace {
@@ -86,6 +89,105 @@ TEST(RuntimeSupport, PipetunesExecutorRunsEverythingAndNothingLeftIsSaid) {
   PlannerOptions only_v;
   only_v.schedules = {ScheduleKind::DualPipeV};
   EXPECT_NE(keep_what_the_runtime_runs(only_v, torch_hardware(), 8, "cpu"), "");
+}
+
+// Layers 0 and 1 change their input in place; 3 is a view, 4 changes its input in place; 2
+// makes its own output.
+Profile changing_inputs() {
+  Profile p = testing::make_profile({{1, 1, 0, 8, 0, 0},
+                                     {1, 1, 0, 8, 0, 0},
+                                     {1, 1, 0, 8, 0, 0},
+                                     {1, 1, 0, 8, 0, 0},
+                                     {1, 1, 0, 8, 0, 0}},
+                                    4, 8);
+  for (int l : {0, 1, 3, 4}) p.layers[l].output_aliases_input = true;
+  for (int l : {0, 1, 4}) p.layers[l].modifies_input = true;
+  return p;
+}
+
+TEST(RuntimeSupport, TorchRefusesAStageAfterTheFirstThatChangesItsInputInPlace) {
+  const Profile p = changing_inputs();
+  auto refused = [&](std::vector<int> balance) {
+    return torch_changed_stage_input(make_plan(std::move(balance), 2, CheckpointMode::Never), p);
+  };
+  EXPECT_EQ(refused({2, 3}), "");  // layer 0 works on the micro-batch, which needs no gradient
+  EXPECT_EQ(refused({1, 4}),
+            "stage 1 starts with layer '1', which changes its input in place: torch hands "
+            "the stage its input as a leaf that needs a gradient, which autograd does not let "
+            "change (cut elsewhere, or make that layer out of place)");
+  EXPECT_EQ(refused({3, 2}).substr(0, 50), "stage 1 reaches its input through views in layer '");
+  EXPECT_NE(refused({2, 1, 2}).find("stage 2 reaches its input through views in layer '4'"),
+            std::string::npos);
+  EXPECT_NE(refused({4, 1}).find("stage 1 starts with layer '4'"), std::string::npos);
+  EXPECT_EQ(refused({5}), "");
+  // Without the flag, as a profile written before it: nothing is known, nothing refused.
+  Profile unknown = p;
+  for (auto& l : unknown.layers) l.modifies_input = false;
+  EXPECT_EQ(torch_changed_stage_input(make_plan({1, 4}, 2, CheckpointMode::Never), unknown), "");
+  // The planner is held to it for torch only, and only where a layer changes its input.
+  PlannerOptions torch, own, plain;
+  ASSERT_EQ(keep_what_the_runtime_runs(torch, torch_hardware(), p), "");
+  EXPECT_TRUE(torch.stage_inputs_unchanged);
+  Hardware pipetune_hw = torch_hardware();
+  pipetune_hw.runtime = Runtime::Pipetune;
+  ASSERT_EQ(keep_what_the_runtime_runs(own, pipetune_hw, p), "");
+  EXPECT_FALSE(own.stage_inputs_unchanged);
+  ASSERT_EQ(keep_what_the_runtime_runs(plain, torch_hardware(), unknown), "");
+  EXPECT_FALSE(plain.stage_inputs_unchanged);
+  EXPECT_EQ(search_space_text(plain, 4).substr(0, 15), "every balance, ");
+  EXPECT_EQ(search_space_text(torch, 4).substr(0, 69),
+            "every balance whose stages after the first do not start by changing t");
+}
+
+// On random models with in-place layers here and there, the planner for torch's runtime answers
+// the fastest plan torch runs, as brute force over every plan finds it; where the fastest plan
+// of all starts a stage with an in-place layer, its answer is slower than the unrestricted one.
+TEST(RuntimeSupport, ThePlannerForTorchAnswersTheFastestPlanTorchRuns) {
+  std::mt19937 rng(2026);
+  int restricted = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    const int layers = 4 + static_cast<int>(rng() % 6);  // 4..9
+    const int stages = 2 + static_cast<int>(rng() % 2);  // 2..3
+    const std::int64_t batch = 1 + rng() % 8;
+    Profile profile = testing::random_profile(rng, layers, batch);
+    for (auto& l : profile.layers) {
+      if (rng() % 2 == 0) {
+        l.output_aliases_input = true;
+        l.modifies_input = rng() % 3 != 0;
+      }
+    }
+    Hardware hw = replicate_device(profile.device, stages);
+    hw.runtime = Runtime::TorchPipelining;
+    hw.link.bandwidth_bytes_per_s = 1e6;
+    PlannerOptions options = single_stage_planner_options();
+    options.top = 100;
+    ASSERT_EQ(keep_what_the_runtime_runs(options, hw, profile), "");
+    const auto torch_runs = [&](const Plan& plan) {
+      return torch_cannot_run(plan, batch, profile.device.type).empty() &&
+             torch_changed_stage_input(plan, profile).empty();
+    };
+    const planner_testing::BruteForce expected =
+        planner_testing::brute_force(profile, hw, false, torch_runs);
+    const planner_testing::BruteForce any = planner_testing::brute_force(profile, hw);
+    const PlanSearchResult result = find_best_plans(profile, hw, options);
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << ": " << layers << " layers, "
+                                      << stages << " stages, batch " << batch);
+    EXPECT_TRUE(result.stats.proven);
+    if (expected.per_config.empty()) {
+      EXPECT_TRUE(result.ranked.empty());
+      continue;
+    }
+    ASSERT_FALSE(result.ranked.empty());
+    for (const PlanCandidate& c : result.ranked) EXPECT_TRUE(torch_runs(c.plan));
+    EXPECT_NEAR(result.ranked.front().iteration_ms, expected.best_ms, 1e-9 * expected.best_ms)
+        << "brute force: " << describe_plan(expected.best_plan)
+        << ", planner: " << describe_plan(result.ranked.front().plan);
+    if (expected.best_ms > any.best_ms * (1 + 1e-9) &&
+        torch_cannot_run(any.best_plan, batch, profile.device.type).empty())
+      ++restricted;
+  }
+  std::printf("the in-place layers ruled out the fastest plan in %d of 40 models\n", restricted);
+  EXPECT_GE(restricted, 5);  // they did bind
 }
 
 }  // namespace
