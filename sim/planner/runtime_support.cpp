@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <iterator>
 
+#include "sim/cost_model.hpp"
 #include "sim/planner/planner.hpp"
 
 namespace pipetune {
@@ -59,6 +60,23 @@ std::string torch_changed_stage_input(const Plan& plan, const Profile& profile) 
       }
       if (!layer.output_aliases_input) break;
     }
+  }
+  return "";
+}
+
+std::string torch_frozen_stem_unmodelled(const Plan& plan, const Profile& profile) {
+  const CostModel model(profile);
+  if (!model.has_frozen()) return "";
+  const int layers = static_cast<int>(profile.layer_count());
+  int first = 0;
+  for (std::size_t s = 0; s + 1 < plan.balance.size(); ++s) {
+    first += plan.balance[s];
+    if (first <= 0 || first >= layers || model.input_needs_gradient(first)) continue;
+    return fmt::format(
+        "stage {} starts inside the frozen stem (no layer before layer '{}' trains): torch asks a "
+        "gradient of every stage's input, so it builds a graph there and sends gradients back, "
+        "which the profile does not hold: time and memory are predicted short",
+        s + 1, profile.layers[static_cast<std::size_t>(first)].name);
   }
   return "";
 }

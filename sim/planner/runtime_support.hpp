@@ -29,6 +29,13 @@ std::string torch_cannot_run(const Plan& plan, std::int64_t batch_size,
 /// of its input. "" when there is none.
 std::string torch_changed_stage_input(const Plan& plan, const Profile& profile);
 
+/// Where torch's runtime would do work the prediction does not hold: a stage after the first that
+/// starts inside a frozen stem (no layer before it trains). torch asks a gradient of every stage
+/// input, so it builds a graph through those frozen layers and sends gradients back, where the
+/// profile holds them as pipetune's executor runs them (no graph, no backward). "" when none, else
+/// a line saying so.
+std::string torch_frozen_stem_unmodelled(const Plan& plan, const Profile& profile);
+
 /// Narrows the planner's choices to plans the hardware's runtime runs (all of them for
 /// pipetune's executor). Returns "" or, when nothing the options allow is left, why.
 std::string keep_what_the_runtime_runs(PlannerOptions& options, const Hardware& hardware,

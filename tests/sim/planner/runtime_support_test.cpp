@@ -139,6 +139,28 @@ TEST(RuntimeSupport, TorchRefusesAStageAfterTheFirstThatChangesItsInputInPlace) 
             "every balance whose stages after the first do not start by changing t");
 }
 
+// A frozen stem (layers 0 and 1): torch asks a gradient of every stage input, so a stage that
+// starts before the first layer that trains does work the profile does not hold.
+TEST(RuntimeSupport, ACutInsideAFrozenStemIsSaidToBePredictedShortForTorch) {
+  Profile p = changing_inputs();
+  for (auto& l : p.layers) l.param_bytes = 16;
+  p.layers[0].trainable_param_bytes = 0;
+  p.layers[1].trainable_param_bytes = 0;
+  auto said = [&](std::vector<int> balance) {
+    return torch_frozen_stem_unmodelled(make_plan(std::move(balance), 2, CheckpointMode::Never), p);
+  };
+  EXPECT_NE(said({1, 4}).find("stage 1 starts inside the frozen stem (no layer before layer '1' "
+                              "trains)"),
+            std::string::npos);
+  EXPECT_NE(said({2, 3}).find("layer '2'"), std::string::npos);  // the first that trains
+  EXPECT_EQ(said({3, 2}), "");
+  EXPECT_EQ(said({3, 1, 1}), "");
+  EXPECT_EQ(said({5}), "");
+  Profile trained = p;
+  for (auto& l : trained.layers) l.trainable_param_bytes = -1;
+  EXPECT_EQ(torch_frozen_stem_unmodelled(make_plan({1, 4}, 2, CheckpointMode::Never), trained), "");
+}
+
 // On random models with in-place layers here and there, the planner for torch's runtime answers
 // the fastest plan torch runs, as brute force over every plan finds it; where the fastest plan
 // of all starts a stage with an in-place layer, its answer is slower than the unrestricted one.
