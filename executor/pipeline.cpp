@@ -157,21 +157,6 @@ std::vector<torch::nn::Sequential> split_model(models::Model& model,
   return stages;
 }
 
-// Which (stage, micro-batch) the schedule gives an action of `kind` (Recompute: its forward
-// keeps only the input; InputGrad: its backward is split). Read from the programmes, so a
-// schedule given from outside (torch's CSV) is run as written.
-std::vector<char> micro_batches_with(const Schedule& schedule, ActionKind kind) {
-  std::vector<char> out(static_cast<std::size_t>(schedule.stages) * schedule.micro_batches, 0);
-  for (const auto& program : schedule.per_rank) {
-    for (const Action& a : program) {
-      if (a.kind == kind) {
-        out[static_cast<std::size_t>(a.stage) * schedule.micro_batches + a.micro_batch] = 1;
-      }
-    }
-  }
-  return out;
-}
-
 // A module's buffers as they are now, to put back after a forward that must not count: a
 // training-mode forward updates batch norm's running statistics (and its count of batches), and
 // a recompute or a probe runs a micro-batch's forward a second time.

@@ -512,4 +512,16 @@ std::vector<std::vector<Action>> device_programs(const Schedule& schedule,
   return programs;
 }
 
+std::vector<char> micro_batches_with(const Schedule& schedule, ActionKind kind) {
+  std::vector<char> out(static_cast<std::size_t>(schedule.stages) * schedule.micro_batches, 0);
+  for (const auto& program : schedule.per_rank) {
+    for (const Action& a : program) {
+      if (a.kind == kind) {
+        out[static_cast<std::size_t>(a.stage) * schedule.micro_batches + a.micro_batch] = 1;
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace pipetune

@@ -134,4 +134,9 @@ std::vector<std::vector<Action>> device_programs(const Schedule& schedule,
 /// whole schedule. Throws std::logic_error if the programmes deadlock.
 std::vector<Action> program_order(const Schedule& schedule);
 
+/// Which (stage, micro-batch) the schedule gives an action of `kind`, at stage * micro_batches +
+/// micro-batch (Recompute: its forward keeps only the input; InputGrad: its backward is split).
+/// Read from the programmes, so a schedule given from outside (torch's CSV) is taken as written.
+std::vector<char> micro_batches_with(const Schedule& schedule, ActionKind kind);
+
 }  // namespace pipetune

@@ -29,16 +29,15 @@ void build_task_graph(TaskGraph& g, const Schedule& schedule, const std::vector<
 
   // The stage's first B or W creates the parameter gradients; later ones add into them.
   g.first_backward.assign(stages, -1);
-  g.split.assign(static_cast<std::size_t>(stages) * micro_batches, 0);
   for (int s = 0; s < stages; ++s) {
     for (const Action& a : g.schedule.per_stage[s]) {
-      if (g.first_backward[s] < 0 &&
-          (a.kind == ActionKind::Backward || a.kind == ActionKind::WeightGrad))
+      if (a.kind == ActionKind::Backward || a.kind == ActionKind::WeightGrad) {
         g.first_backward[s] = a.micro_batch;
-      if (a.kind == ActionKind::InputGrad)
-        g.split[static_cast<std::size_t>(s) * micro_batches + a.micro_batch] = 1;
+        break;
+      }
     }
   }
+  g.split = micro_batches_with(g.schedule, ActionKind::InputGrad);
 
   EventEngine& engine = g.engine;
   engine.clear();

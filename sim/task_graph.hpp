@@ -1,6 +1,5 @@
 #pragma once
 
-#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -21,9 +20,9 @@ struct TaskGraph {
   std::vector<SimTask> tasks;       ///< what each engine task is (times filled by the caller)
   std::vector<int> counter;         ///< per device: its memory counter
   std::vector<int> first_backward;  ///< per stage: the micro-batch of its first B or W
-  /// Per stage and micro-batch (stage * micro-batches + micro-batch): 1 where its backward is
-  /// split into I and W, whose forward holds more (StageMemory::split_kept_bytes).
-  std::vector<std::uint8_t> split;
+  /// Per stage and micro-batch (micro_batches_with(schedule, InputGrad)): 1 where its backward
+  /// is split into I and W, whose forward holds more (StageMemory::split_kept_bytes).
+  std::vector<char> split;
   /// Receives as a device's programme needs them, per sending device (one receiver thread per
   /// peer in the executor's transport between processes): per copy, the copy that the same
   /// receiver takes next (-1: none, or not a copy), and each receiver's first copy.
