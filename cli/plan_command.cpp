@@ -219,9 +219,7 @@ void add_plan_command(CLI::App& app, std::vector<Command>& commands) {
       if (options.stage_inputs_unchanged)
         note += ", no stage after the first starting by changing its input in place";
       // A cut inside a frozen stem: torch does work there that the profile does not hold.
-      Plan inside;
-      inside.balance = {1, static_cast<int>(profile.layer_count()) - 1};
-      if (profile.layer_count() > 1 && !torch_frozen_stem_unmodelled(inside, profile).empty())
+      if (frozen_stem_cuts_end(profile) > 1)
         note +=
             "; a plan that cuts inside the frozen stem is predicted short for torch, which builds "
             "graphs there and sends gradients back (docs/torch.md)";

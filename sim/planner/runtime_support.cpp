@@ -43,35 +43,44 @@ std::string torch_cannot_run(const Plan& plan, std::int64_t batch_size,
   return "";
 }
 
-std::string torch_changed_stage_input(const Plan& plan, const Profile& profile) {
+std::string torch_changed_stage_input(const Plan& plan, const Profile& profile,
+                                      const SizeCosts& costs) {
   const int layers = static_cast<int>(profile.layer_count());
   int first = 0;
   for (std::size_t s = 0; s < plan.balance.size(); first += plan.balance[s], ++s) {
-    if (s == 0) continue;  // the micro-batch itself, which needs no gradient
-    const int end = std::min(layers, first + plan.balance[s]);
-    for (int k = first; k < end; ++k) {
-      const LayerProfile& layer = profile.layers[static_cast<std::size_t>(k)];
-      if (layer.modifies_input) {
-        return fmt::format(
-            "stage {} {} layer '{}', which changes its input in place: torch hands the stage its "
-            "input as a leaf that needs a gradient, which autograd does not let change (cut "
-            "elsewhere, or make that layer out of place)",
-            s, k == first ? "starts with" : "reaches its input through views in", layer.name);
-      }
-      if (!layer.output_aliases_input) break;
-    }
+    const int end = first + plan.balance[s];
+    // Stage 0's input is the micro-batch itself, which needs no gradient.
+    if (s == 0 || end > layers || !costs.copies_input(first, end)) continue;
+    const int layer = costs.input_decider[static_cast<std::size_t>(first)];
+    return fmt::format(
+        "stage {} {} layer '{}', which changes its input in place: torch hands the stage its "
+        "input as a leaf that needs a gradient, which autograd does not let change (cut "
+        "elsewhere, or make that layer out of place)",
+        s, layer == first ? "starts with" : "reaches its input through views in",
+        profile.layers[static_cast<std::size_t>(layer)].name);
   }
   return "";
 }
 
-std::string torch_frozen_stem_unmodelled(const Plan& plan, const Profile& profile) {
+std::string torch_changed_stage_input(const Plan& plan, const Profile& profile) {
   const CostModel model(profile);
-  if (!model.has_frozen()) return "";
+  return torch_changed_stage_input(plan, profile, model.at(profile.micro_batch_sizes.front()));
+}
+
+int frozen_stem_cuts_end(const Profile& profile) {
+  const CostModel model(profile);
   const int layers = static_cast<int>(profile.layer_count());
+  int end = 1;
+  while (end < layers && !model.input_needs_gradient(end)) ++end;
+  return end;
+}
+
+std::string torch_frozen_stem_unmodelled(const Plan& plan, const Profile& profile) {
+  const int stem_cuts_end = frozen_stem_cuts_end(profile);
   int first = 0;
   for (std::size_t s = 0; s + 1 < plan.balance.size(); ++s) {
     first += plan.balance[s];
-    if (first <= 0 || first >= layers || model.input_needs_gradient(first)) continue;
+    if (first <= 0 || first >= stem_cuts_end) continue;
     return fmt::format(
         "stage {} starts inside the frozen stem (no layer before layer '{}' trains): torch asks a "
         "gradient of every stage's input, so it builds a graph there and sends gradients back, "

@@ -11,6 +11,7 @@
 namespace pipetune {
 
 struct PlannerOptions;
+struct SizeCosts;
 
 /// Why torch.distributed.pipelining 2.11 cannot run `plan` on devices of `device_type`
 /// ("cpu", "cuda"), or "" when it can (scripts/torch_pipeline.py refuses the same):
@@ -28,6 +29,15 @@ std::string torch_cannot_run(const Plan& plan, std::int64_t batch_size,
 /// refuses an in-place change to such a tensor. pipetune's executor runs such a stage on a copy
 /// of its input. "" when there is none.
 std::string torch_changed_stage_input(const Plan& plan, const Profile& profile);
+/// The same from `profile`'s costs at any size (SizeCosts::copies_input: the flags are the same
+/// at every size), as the planner asks it of every plan it simulates.
+std::string torch_changed_stage_input(const Plan& plan, const Profile& profile,
+                                      const SizeCosts& costs);
+
+/// Where a cut would fall inside a frozen stem: at the layers k in [1, returned) whose input
+/// needs no gradient (CostModel::input_needs_gradient: no layer before k trains). 1, none,
+/// without frozen parameters.
+int frozen_stem_cuts_end(const Profile& profile);
 
 /// Where torch's runtime would do work the prediction does not hold: a stage after the first that
 /// starts inside a frozen stem (no layer before it trains). torch asks a gradient of every stage
