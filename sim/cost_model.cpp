@@ -280,13 +280,10 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
   }
   // A storage made by layer l is referenced by l, the aliasing layers after it, and the next
   // layer that makes its own; it is kept if one of them keeps it.
-  for (std::size_t l = 0; l < layers; ++l) {
+  const int count = static_cast<int>(layers);
+  for (int l = 0; l < count; ++l) {
     if (costs->aliases[l]) continue;
-    bool kept = costs->keeps_output[l] != 0;
-    for (std::size_t j = l + 1; j < layers && !kept; ++j) {
-      kept = costs->keeps_input[j] || (costs->aliases[j] && costs->keeps_output[j]);
-      if (!costs->aliases[j]) break;
-    }
+    const bool kept = costs->keeps_output[l] || costs->kept_from(l + 1, count);
     costs->stored_bytes[l] = kept ? costs->output_bytes[l] : 0;
   }
   costs->input_decider.assign(layers + 1, static_cast<int>(layers));
@@ -307,21 +304,22 @@ std::int64_t SizeCosts::kept_bytes(int first, int end) const {
   // last layer that is not a view (none: the stage input's, counted elsewhere, or its copy).
   int maker = end - 1;
   while (maker >= first && aliases[maker]) --maker;
-  if (copies_input(first, end)) {
-    // The copy is kept as a layer's output is: by a view of it or the first layer that makes a
-    // storage of its own; or it is the stage output's storage, which the executor holds.
-    const int layers = static_cast<int>(output_bytes.size());
-    bool held = maker < first && end < layers;
-    for (int j = first; j < end && !held; ++j) {
-      held = keeps_input[j] || (aliases[j] && keeps_output[j]);
-      if (!aliases[j]) break;
-    }
-    if (held) kept += stage_input_bytes(first);
-  }
+  const int layers = static_cast<int>(output_bytes.size());
+  // The copy is kept as a layer's output is; or it is the stage output's storage, which the
+  // executor holds.
+  if (copies_input(first, end) && ((maker < first && end < layers) || kept_from(first, end)))
+    kept += stage_input_bytes(first);
   if (maker < first) return kept;
-  bool held = end < static_cast<int>(output_bytes.size()) || keeps_output[maker];
-  for (int j = maker + 1; j < end && !held; ++j) held = keeps_input[j] || keeps_output[j];
+  const bool held = end < layers || keeps_output[maker] || kept_from(maker + 1, end);
   return kept - stored_bytes[maker] + (held ? output_bytes[maker] : 0);
+}
+
+bool SizeCosts::kept_from(int from, int end) const {
+  for (int j = from; j < end; ++j) {
+    if (keeps_input[j] || (aliases[j] && keeps_output[j])) return true;
+    if (!aliases[j]) return false;
+  }
+  return false;
 }
 
 std::int64_t SizeCosts::kept_bytes_within(int first, int end) const {

@@ -142,6 +142,10 @@ struct SizeCosts {
   /// grows at either end (the planner's tables need that; the copy would break it where a stage
   /// grown at its start no longer copies).
   std::int64_t kept_bytes_within(int first, int end) const;
+  /// Whether the storage the activation entering layer `from` lives in is kept by a layer of
+  /// [from, end): the views of it (keeping their input or output) and the first layer that makes
+  /// a storage of its own (keeping its input).
+  bool kept_from(int from, int end) const;
   /// Whether a stage of layers [first, end) runs them on a copy of its input, as the executor
   /// does where they change that input in place: its first layers that are views of the input
   /// are followed by one that modifies it, before any makes a storage of its own. The copy is
