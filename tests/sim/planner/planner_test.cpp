@@ -141,16 +141,8 @@ TEST(Planner, WorstOrderMemoryEqualsBruteForceOverPlansThatFitInEveryOrder) {
     const PlanSearchResult result = find_best_plans(profile, hw, options);
     SCOPED_TRACE(::testing::Message() << "trial " << trial << ": " << layers << " layers, "
                                       << stages << " stages, batch " << batch);
-    EXPECT_TRUE(result.stats.proven);
-    if (expected.per_config.empty()) {
-      EXPECT_TRUE(result.ranked.empty());
-      continue;
-    }
-    ASSERT_FALSE(result.ranked.empty());
+    if (expect_none_fits(result, expected) || !expect_proven_best(result, expected)) continue;
     const PlanCandidate& best = result.ranked.front();
-    EXPECT_NEAR(best.iteration_ms, expected.best_ms, 1e-9 * expected.best_ms)
-        << "brute force: " << describe_plan(expected.best_plan)
-        << ", planner: " << describe_plan(best.plan);
     ASSERT_EQ(best.worst_order_peak_bytes.size(), best.peak_memory_bytes.size());
     for (std::size_t d = 0; d < best.peak_memory_bytes.size(); ++d) {
       EXPECT_GE(best.worst_order_peak_bytes[d], best.peak_memory_bytes[d]);

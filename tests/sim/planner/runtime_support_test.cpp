@@ -194,16 +194,10 @@ TEST(RuntimeSupport, ThePlannerForTorchAnswersTheFastestPlanTorchRuns) {
     const PlanSearchResult result = find_best_plans(profile, hw, options);
     SCOPED_TRACE(::testing::Message() << "trial " << trial << ": " << layers << " layers, "
                                       << stages << " stages, batch " << batch);
-    EXPECT_TRUE(result.stats.proven);
-    if (expected.per_config.empty()) {
-      EXPECT_TRUE(result.ranked.empty());
+    if (planner_testing::expect_none_fits(result, expected) ||
+        !planner_testing::expect_proven_best(result, expected))
       continue;
-    }
-    ASSERT_FALSE(result.ranked.empty());
     for (const PlanCandidate& c : result.ranked) EXPECT_TRUE(torch_runs(c.plan));
-    EXPECT_NEAR(result.ranked.front().iteration_ms, expected.best_ms, 1e-9 * expected.best_ms)
-        << "brute force: " << describe_plan(expected.best_plan)
-        << ", planner: " << describe_plan(result.ranked.front().plan);
     if (expected.best_ms > any.best_ms * (1 + 1e-9) &&
         torch_cannot_run(any.best_plan, batch, profile.device.type).empty())
       ++restricted;
