@@ -19,7 +19,10 @@ replace the profile's times.
 
 The times change, and what autograd saves of each child (`saved_bytes`), counted by the
 saved-tensor hooks: the same bytes as the export's but for dropout on a CPU, whose eager mask is
-float32 where the export's is one byte (docs/torch.md). The rest of the memory stays the
+float32 where the export's is one byte (docs/torch.md); and what torch's zero-bubble I keeps of
+each child for its W (`torch_weight_gradient_bytes`, `torch_keeps_output_gradient`: a gradient
+per operation with weights) and what dies when that I ends (`torch_freed_by_input_bytes`),
+counted on torch's own `stage_backward_input`. The rest of the memory stays the
 profile's. Times measured with the cache emptied (`*_cold_ms`, and `forward_step_start_ms`
 after the optimizer-like sweep) keep the profile's extra time over its hot time (the cache's
 cost does not depend on who dispatched the op). With
@@ -40,8 +43,14 @@ import statistics
 import sys
 import tempfile
 import time
+import weakref
 
 import torch
+
+try:  # torch's own I, so that what it keeps is counted as torch keeps it (torch >= 2.4)
+    from torch.distributed.pipelining._backward import stage_backward_input
+except ImportError:
+    stage_backward_input = None
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from export_model import BadInput, as_batch, as_sequential, base_loss, children, first_line, load_function  # noqa: E402
@@ -324,9 +333,56 @@ def read_profile(path, children):
     return profile
 
 
-def retime(profile, times, slowdown, saved):
+def zero_bubble_input(run, layer, previous, held):
+    """What torch's zero-bubble I does to the child as a stage's last, counted on torch's own I
+    (`stage_backward_input`): (1) the bytes of the gradients flowing into its operations with
+    weights (torch's param groups), which it keeps for W, by storage, besides the gradient of
+    the child's output (for the last child, whose output's gradient the loss makes, that one too
+    where kept); (2) whether it keeps the gradient of the output too; (3) the bytes autograd
+    saved of the child that die when I ends, as torch then detaches the stage's output: what
+    was saved above its last operation with weights (the loss's log-probabilities), and all a
+    child without weights saved. (0, False, 0) where the child's input needs no gradient."""
+    leaf, x = layer_input(previous, run.wants_gradient[layer])
+    if leaf is None or stage_backward_input is None:
+        return 0, False, 0
+    packed = []  # (weak reference, storage, bytes)
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        packed.append((weakref.ref(tensor), storage.data_ptr(), storage.nbytes()))
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        root, y = run.forward(layer, x)
+    last = layer + 1 == len(run.children)
+    seed = None if last else torch.ones_like(root)
+    kept = {}
+    if run.parameters(layer):
+        _, groups = stage_backward_input([root], None if last else [seed], [leaf],
+                                         iter(run.parameters(layer)))
+        for group in groups:
+            for gradients in group.get("grads") or ():
+                for gradient in gradients or ():
+                    if gradient is not None:
+                        storage = gradient.untyped_storage()
+                        kept[storage.data_ptr()] = storage.nbytes()
+        del groups
+    else:  # no I: torch's stage drops the graph with the output's
+        root = root.detach()
+        y = y.detach()
+    # The input, the output (torch holds it until W) and the children's own tensors stay.
+    stay = held | {t.untyped_storage().data_ptr() for t in (leaf, x, y, run.target)}
+    stay |= {pointer for ref, pointer, _ in packed if ref() is not None}
+    dead = {pointer: nbytes for _, pointer, nbytes in packed if pointer not in stay}
+    incoming = None if last else seed.untyped_storage().data_ptr()
+    return (sum(n for pointer, n in kept.items() if pointer != incoming), incoming in kept,
+            sum(dead.values()))
+
+
+def retime(profile, times, slowdown, saved, kept=None):
     """The profile with its times replaced by `times[(kind, layer)][size index]` = (median, MAD),
-    and its saved bytes by `saved[layer][size index]`."""
+    its saved bytes by `saved[layer][size index]`, and what torch's I keeps for W by
+    `kept[layer][size index]` = zero_bubble_input()'s three counts."""
     out = json.loads(json.dumps(profile))
     sizes = len(profile["micro_batch_sizes"])
     for index, layer in enumerate(out["layers"]):
@@ -334,6 +390,12 @@ def retime(profile, times, slowdown, saved):
             return [times[(kind, index)][s][part] for s in range(sizes)]
 
         layer["saved_bytes"] = saved[index]
+        if kept is not None:
+            layer["torch_weight_gradient_bytes"] = [b for b, _, _ in kept[index]]
+            layer["torch_freed_by_input_bytes"] = [d for _, _, d in kept[index]]
+            layer.pop("torch_keeps_output_gradient", None)
+            if any(k for _, k, _ in kept[index]):
+                layer["torch_keeps_output_gradient"] = True
         old_forward, old_backward = list(layer["forward_ms"]), list(layer["backward_ms"])
         layer["forward_ms"], layer["backward_ms"] = column("forward"), column("backward")
         if "forward_nograd_ms" in layer:
@@ -370,6 +432,7 @@ def measure(args, profile, children, inputs, targets, loss, progress):
              for layer in range(count)}
     held = tensors_held_outside(children)
     saved = [[] for _ in range(count)]
+    kept = [[] for _ in range(count)]
     for size, run, inputs_by_layer in by_size:
         clock = Clock()
         for r in range(args.warmup + args.repeats):
@@ -378,9 +441,10 @@ def measure(args, profile, children, inputs, targets, loss, progress):
             times[key].append(median_and_spread(clock.times.get(key, [])))
         for layer in range(count):
             saved[layer].append(saved_bytes(run, layer, inputs_by_layer[layer], held))
+            kept[layer].append(zero_bubble_input(run, layer, inputs_by_layer[layer], held))
         progress(f"size {size}: timed")
     slowdown = measure_slowdown(args, by_size, count, progress) if args.co_runners > 0 else None
-    return times, slowdown, saved
+    return times, slowdown, saved, kept
 
 
 def measure_slowdown(args, by_size, count, progress):
@@ -453,8 +517,8 @@ def main():
             if not args.quiet:
                 print(f"eager_profile.py: {line}", file=sys.stderr, flush=True)
 
-        times, slowdown, saved = measure(args, profile, children, inputs, targets, loss, progress)
-        out = retime(profile, times, slowdown, saved)
+        times, slowdown, saved, kept = measure(args, profile, children, inputs, targets, loss, progress)
+        out = retime(profile, times, slowdown, saved, kept)
         changed = [str(i) for i, layer in enumerate(profile["layers"]) if layer.get("saved_bytes") != saved[i]]
         if changed:
             progress(f"saved bytes differ from the profile's on layer(s) {', '.join(changed)} "

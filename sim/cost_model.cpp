@@ -214,6 +214,13 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
     costs->keeps_output.push_back(layer.keeps_output ? 1 : 0);
     costs->aliases.push_back(layer.output_aliases_input ? 1 : 0);
     costs->modifies.push_back(layer.modifies_input ? 1 : 0);
+    if (!layer.torch_weight_gradient_bytes.empty()) {
+      costs->torch_weight_gradient_bytes.push_back(
+          interpolate_bytes(sizes, layer.torch_weight_gradient_bytes, x));
+      costs->torch_freed_by_input_bytes.push_back(
+          interpolate_bytes(sizes, layer.torch_freed_by_input_bytes, x));
+      costs->torch_keeps_output_gradient.push_back(layer.torch_keeps_output_gradient ? 1 : 0);
+    }
     costs->backward_input_prefix[l + 1] =
         costs->backward_input_prefix[l] + costs->backward_input_ms[l];
     costs->backward_weight_prefix[l + 1] =

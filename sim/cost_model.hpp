@@ -44,6 +44,10 @@ struct SizeCosts {
   std::vector<std::uint8_t> keeps_input, keeps_output, aliases;
   /// Per layer, from the profile (LayerProfile::modifies_input): it changes its input in place.
   std::vector<std::uint8_t> modifies;
+  /// Per layer, what torch's zero-bubble I keeps for W (LayerProfile); both empty when the
+  /// profile has no such count.
+  std::vector<std::int64_t> torch_weight_gradient_bytes, torch_freed_by_input_bytes;
+  std::vector<std::uint8_t> torch_keeps_output_gradient;
   /// Per layer k, size L + 1: the first layer j >= k that modifies its input or makes a storage
   /// of its own (L where none does); what decides whether a stage starting at k copies its input.
   std::vector<int> input_decider;

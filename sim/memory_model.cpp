@@ -150,6 +150,52 @@ void set_weight_backward(const CostModel& model, const SizeCosts& c, int first, 
   }
 }
 
+// I as torch.distributed.pipelining runs it: its input gradients with the stage's graph kept,
+// and, for W, the gradient flowing into every operation with weights, where the executor keeps
+// one per layer that trains. Layer k keeps its count (the last stage's last layer's includes
+// the loss's gradient of the output where kept) and drops the gradient of its output unless its
+// last operation has weights; the stage's received gradient is torch's buffer, counted there.
+InputBackwardMemory torch_input_backward(const CostModel& model, const SizeCosts& c, int first,
+                                         int end, bool last_stage, const auto& input_gradient) {
+  const auto trained_bytes_of = [&](int k) { return model.trained_bytes_of(k); };
+  PeakTracker walk(c.backward_input_ms, first, end);
+  const auto& kept = c.torch_weight_gradient_bytes;
+  const auto& keeps_output = c.torch_keeps_output_gradient;
+  std::int64_t level = 0, for_weights = 0;
+  for (int k = end - 1; k >= first; --k) {
+    const std::int64_t input_grad = input_gradient(k);
+    // The profile's measured I peak is the executor's; torch's layer holds at least what it
+    // keeps and the input gradient it makes at once. The loss's gradient of the output, where
+    // not kept, is there while the last layer runs.
+    const std::int64_t measured = c.backward_input_peak_bytes.empty()
+                                      ? input_grad + c.workspace_bytes[k]
+                                      : std::max(input_grad, c.backward_input_peak_bytes[k]);
+    const std::int64_t loss_gradient =
+        last_stage && k == end - 1 && !keeps_output[k] && kept[k] > 0 ? c.output_bytes[k] : 0;
+    walk.layer(k, level + loss_gradient + std::max(measured, input_grad + kept[k]));
+    level += input_grad + kept[k];
+    for_weights += kept[k];
+    if (k < end - 1) {
+      if (keeps_output[k]) {
+        for_weights += input_gradient(k + 1);
+      } else {
+        level -= input_gradient(k + 1);
+      }
+    }
+  }
+  // As I ends torch detaches the stage's output: what only the stage's top layers without
+  // weights, and its last layer with weights above its last such operation, saved dies.
+  std::int64_t freed = 0;
+  for (int k = end - 1; k >= first; --k) {
+    freed += c.torch_freed_by_input_bytes[k];
+    if (trained_bytes_of(k) > 0) break;
+  }
+  level -= freed;
+  walk.finish(level);
+  return {walk.peak,     level,          walk.after_peak, walk.after_layer,
+          walk.peak_end, walk.layer_end, for_weights,     freed};
+}
+
 }  // namespace
 
 StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, int end,
@@ -325,6 +371,12 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
   m.input_backward_peak_end = input_walk.peak_end;
   m.input_backward_after_layer = input_walk.after_layer;
   m.input_backward_layer_end = input_walk.layer_end;
+  m.torch_input = {m.input_backward_peak,       m.input_backward_net,
+                   m.input_backward_after_peak, m.input_backward_after_layer,
+                   m.input_backward_peak_end,   m.input_backward_layer_end,
+                   m.weight_kept_gradients,     0};
+  if (!c.torch_weight_gradient_bytes.empty())
+    m.torch_input = torch_input_backward(model, c, first, end, last_stage, input_gradient);
   return m;
 }
 
@@ -365,8 +417,13 @@ MemoryEffect backward_effect(const StageMemory& m, bool first_time, std::int64_t
           first_time ? m.backward_layer_end_first : m.backward_layer_end};
 }
 
-MemoryEffect input_backward_effect(const StageMemory& m) {
+MemoryEffect input_backward_effect(const StageMemory& m, bool torch) {
   // The graph stays: I leaves its input gradient and the gradients W reads.
+  if (torch) {
+    const InputBackwardMemory& i = m.torch_input;
+    return {i.peak,     i.after_layer - i.net,        i.peak - i.after_peak,
+            i.peak_end, i.after_peak - i.after_layer, i.layer_end};
+  }
   return {m.input_backward_peak,
           m.input_backward_after_layer - m.input_backward_net,
           m.input_backward_peak - m.input_backward_after_peak,
@@ -376,15 +433,16 @@ MemoryEffect input_backward_effect(const StageMemory& m) {
 }
 
 MemoryEffect weight_backward_effect(const StageMemory& m, std::int64_t param_bytes, bool first_time,
-                                    bool last_stage, std::int64_t dies, bool split_forward) {
+                                    bool last_stage, std::int64_t dies, bool torch) {
   // The walk's peak and steps down (the first time it leaves the parameter gradients as .grad);
   // at its end the rest of the graph's activations, the gradients I kept and what dies with
   // any backward.
   const std::int64_t peak = first_time ? m.weight_peak_first : m.weight_peak;
   const std::int64_t after_peak = first_time ? m.weight_after_peak_first : m.weight_after_peak;
   const std::int64_t after_layer = first_time ? m.weight_after_layer_first : m.weight_after_layer;
-  const std::int64_t net = (first_time ? param_bytes : 0) - m.weight_kept_gradients -
-                           (split_forward ? m.split_kept_bytes : m.kept_bytes) +
+  const std::int64_t net = (first_time ? param_bytes : 0) -
+                           (torch ? m.torch_input.kept_for_weights : m.weight_kept_gradients) -
+                           (torch ? m.kept_bytes - m.torch_input.freed_saved : m.split_kept_bytes) +
                            (last_stage ? 0 : m.output_bytes) - dies;
   return {peak,
           after_layer - net,

@@ -9,6 +9,14 @@
 
 namespace pipetune {
 
+/// An I walk's levels above I's start (StageMemory::torch_input), as the input_backward_* terms.
+struct InputBackwardMemory {
+  std::int64_t peak = 0, net = 0, after_peak = 0, after_layer = 0;
+  double peak_end = 1.0, layer_end = 1.0;
+  std::int64_t kept_for_weights = 0;  ///< of net, what W frees
+  std::int64_t freed_saved = 0;       ///< of the forward's kept bytes, what dies as I ends
+};
+
 /// What one micro-batch of one stage (layers [first, end)) allocates and frees, from walking its
 /// layers in order (docs/memory-model.md derives every term). Bytes; "transient" is allocated
 /// when a task starts and freed when it ends; every value is ≥ 0 unless said otherwise.
@@ -64,6 +72,10 @@ struct StageMemory {
   double input_backward_layer_end = 1.0;
   /// Of input_backward_net, what W frees: the output gradients kept for it.
   std::int64_t weight_kept_gradients = 0;
+  /// I as torch.distributed.pipelining runs it (`stage_backward_input`): the graph kept, and a
+  /// gradient kept for W per operation with weights (LayerProfile::torch_weight_gradient_bytes),
+  /// where the executor keeps one per layer. The executor's I where the profile has no count.
+  InputBackwardMemory torch_input;
   /// W computes each layer's parameter gradients from its own output gradient, one layer at a
   /// time, first layer first. A layer's W allocates its parameter gradients and whatever its
   /// backward makes on the way to them (a ReLU's gradient before the Linear's weights): its
@@ -127,11 +139,13 @@ MemoryEffect forward_effect(const StageMemory& m, bool checkpointed, bool last_s
 MemoryEffect recompute_effect(const StageMemory& m, bool split = false);
 /// `first_time`: the stage's first backward, which creates the parameter gradients.
 MemoryEffect backward_effect(const StageMemory& m, bool first_time, std::int64_t dies);
-MemoryEffect input_backward_effect(const StageMemory& m);
-/// `split_forward`: the micro-batch's forward kept split_kept_bytes (pipetune's executor), else
-/// kept_bytes.
+/// `torch`: as torch.distributed.pipelining runs it (StageMemory::torch_input), else as
+/// pipetune's executor does.
+MemoryEffect input_backward_effect(const StageMemory& m, bool torch = false);
+/// `torch`: the micro-batch's forward kept kept_bytes and torch's I its gradients; else (pipetune's
+/// executor) the forward kept split_kept_bytes.
 MemoryEffect weight_backward_effect(const StageMemory& m, std::int64_t param_bytes, bool first_time,
-                                    bool last_stage, std::int64_t dies, bool split_forward = true);
+                                    bool last_stage, std::int64_t dies, bool torch = false);
 
 /// What a stage's backward leaves of its micro-batch once it has ended and its input gradient
 /// has gone to the previous device (kept activations and the walk's net change, less the held

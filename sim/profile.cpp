@@ -70,7 +70,8 @@ void check_profile_total(const Profile& p, const std::string& source) {
            {&l.output_bytes, &l.saved_bytes, &l.workspace_bytes, &l.backward_peak_bytes,
             &l.backward_accumulate_peak_bytes, &l.inner_backward_peak_bytes,
             &l.inner_backward_accumulate_peak_bytes, &l.backward_input_peak_bytes,
-            &l.backward_weight_peak_bytes}) {
+            &l.backward_weight_peak_bytes, &l.torch_weight_gradient_bytes,
+            &l.torch_freed_by_input_bytes}) {
         if (!field->empty()) total += in_double(*field, x);
       }
     }
@@ -142,7 +143,10 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
                    "keeps_input",
                    "keeps_output",
                    "output_aliases_input",
-                   "modifies_input"});
+                   "modifies_input",
+                   "torch_weight_gradient_bytes",
+                   "torch_freed_by_input_bytes",
+                   "torch_keeps_output_gradient"});
   LayerProfile layer;
   layer.name = node.field("name").string();
   layer.param_bytes = node.field("param_bytes").bytes();
@@ -194,6 +198,18 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
     layer.output_aliases_input = alias->boolean();
   if (auto modifies = node.optional_field("modifies_input"))
     layer.modifies_input = modifies->boolean();
+  if (const auto torch_input =
+          both_or_neither(node, "torch_weight_gradient_bytes", "torch_freed_by_input_bytes")) {
+    layer.torch_weight_gradient_bytes = byte_counts(torch_input->first, sizes);
+    layer.torch_freed_by_input_bytes = byte_counts(torch_input->second, sizes);
+  }
+  if (auto keeps = node.optional_field("torch_keeps_output_gradient")) {
+    if (layer.torch_weight_gradient_bytes.empty())
+      node.fail_message(
+          "has torch_keeps_output_gradient, but no torch_weight_gradient_bytes (it comes with "
+          "them)");
+    layer.torch_keeps_output_gradient = keeps->boolean();
+  }
   read_pair(node, "backward_input_ms", "backward_weight_ms", sizes, layer.backward_input_ms,
             layer.backward_weight_ms);
   read_pair(node, "forward_corun_ms", "backward_corun_ms", sizes, layer.forward_corun_ms,
@@ -351,6 +367,7 @@ Profile parse_profile(std::string_view text, const std::string& source) {
     every_layer_or_none("backward_input_ms", &LayerProfile::backward_input_ms);
     every_layer_or_none("forward_launch_ms", &LayerProfile::forward_launch_ms);
     every_layer_or_none("forward_nograd_launch_ms", &LayerProfile::forward_nograd_launch_ms);
+    every_layer_or_none("torch_weight_gradient_bytes", &LayerProfile::torch_weight_gradient_bytes);
   }
 
   // Co-run times need the count they were measured with, and describe every layer or none.
@@ -488,6 +505,11 @@ std::string profile_to_json(const Profile& p) {
     if (l.keeps_output) layer["keeps_output"] = true;
     if (l.output_aliases_input) layer["output_aliases_input"] = true;
     if (l.modifies_input) layer["modifies_input"] = true;
+    if (!l.torch_weight_gradient_bytes.empty()) {
+      layer["torch_weight_gradient_bytes"] = l.torch_weight_gradient_bytes;
+      layer["torch_freed_by_input_bytes"] = l.torch_freed_by_input_bytes;
+    }
+    if (l.torch_keeps_output_gradient) layer["torch_keeps_output_gradient"] = true;
     if (!l.backward_input_ms.empty()) {
       layer["backward_input_ms"] = l.backward_input_ms;
       layer["backward_weight_ms"] = l.backward_weight_ms;

@@ -67,6 +67,21 @@ struct LayerProfile {
   /// input is the leaf that collects its gradient, which autograd does not let change), and the
   /// memory model charges that copy. Optional, default false.
   bool modifies_input = false;
+  /// Optional (empty when absent; every layer or none): what torch.distributed.pipelining's
+  /// zero-bubble I keeps of the layer for its W, measured on torch's own I (the eager profile,
+  /// scripts/eager_profile.py): the gradient flowing into each operation with weights, by
+  /// storage, besides the gradient of the layer's output; for the model's last layer, whose
+  /// output gradient the loss makes, that one too where it is kept. 0 where the layer has no
+  /// I. Absent: torch's I is taken to keep what pipetune's executor keeps (one gradient per
+  /// layer that trains).
+  std::vector<std::int64_t> torch_weight_gradient_bytes;
+  /// With the field above (both or neither): what autograd saved of the layer that dies when
+  /// that I ends with the layer last in its stage, as torch then detaches the stage's output:
+  /// what was saved above its last operation with weights, all of it in a layer without.
+  std::vector<std::int64_t> torch_freed_by_input_bytes;
+  /// With the field above: torch's I also keeps the gradient of the layer's output (its last
+  /// operation has weights). Optional, default false.
+  bool torch_keeps_output_gradient = false;
   /// Optional (empty when absent; both or neither, every layer or none): the backward split as
   /// zero-bubble schedules run it, I (autograd w.r.t. the layer input, graph kept) then W
   /// (w.r.t. the parameters). Absent: a layer with parameters splits backward_ms in halves, one
@@ -156,6 +171,10 @@ struct Profile {
   std::size_t layer_count() const { return layers.size(); }
   bool has_corun_times() const { return co_runners > 0; }
   bool has_cold_times() const { return device.cache_bytes > 0; }
+  /// Every layer has torch_weight_gradient_bytes (an eager profile's count of torch's I).
+  bool has_torch_weight_gradients() const {
+    return !layers.empty() && !layers.front().torch_weight_gradient_bytes.empty();
+  }
   /// Every layer has forward_step_start_ms (only ever with cold times).
   bool has_step_start_times() const {
     return has_cold_times() && !layers.empty() &&

@@ -279,8 +279,7 @@ ComputeEffects compute_effects(const TaskGraph& graph, const SimTask& t, const S
   std::int64_t dies = dies_with_backward(m, last_stage, own_input);
   const bool torch = runtime == Runtime::TorchPipelining;
   // pipetune's executor holds, for W, the output of each layer that trains of a micro-batch whose
-  // backward is split; torch runs a stage's forward whole (its zero-bubble memory is not
-  // modelled: docs/torch.md).
+  // backward is split; torch runs a stage's forward whole and keeps its graph through I.
   const bool split =
       !torch && graph.split[static_cast<std::size_t>(s) * graph.schedule.micro_batches + i] != 0;
   if (torch) {
@@ -306,11 +305,14 @@ ComputeEffects compute_effects(const TaskGraph& graph, const SimTask& t, const S
       out.effect = backward_effect(m, first_time, dies);
       break;
     case TaskKind::InputGrad:
-      out.effect = input_backward_effect(m);
+      // torch's first stage computes nothing at I (its input needs no gradient) and runs its
+      // whole backward at W.
+      if (!(torch && s == 0)) out.effect = input_backward_effect(m, torch);
       break;
     case TaskKind::WeightGrad:
-      out.effect =
-          weight_backward_effect(m, c.gradient_bytes, first_time, last_stage, dies, !torch);
+      out.effect = torch && s == 0 ? backward_effect(m, first_time, dies)
+                                   : weight_backward_effect(m, c.gradient_bytes, first_time,
+                                                            last_stage, dies, torch);
       break;
     default:
       out.memory = false;

@@ -115,6 +115,27 @@ class EagerProfileTest(unittest.TestCase):
         self.assertEqual([layer["saved_bytes"] for layer in out["layers"]],
                          [[0] * len(SIZES), [32 * s for s in SIZES], [16 * s + 4 for s in SIZES]])
 
+    def test_what_torchs_zero_bubble_input_keeps_and_frees_is_counted_by_hand(self):
+        profile = fabricated_profile(layers=4)
+        profile["dtype"] = "float64"
+        done = self.retime(f"{CASES}:build_zero_bubble", profile, "--co-runners", "0", "--repeats", "1",
+                           "--warmup", "0")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        with open(self.path("eager.json")) as f:
+            layers = json.load(f)["layers"]
+        # The first child's input needs no gradient: no I. The middle child keeps the gradient of
+        # its first linear layer's output (16 float64 a sample) and, its last operation having
+        # weights, the gradient of its own output; nothing it saved dies. The layer norm without
+        # weights has no I, and its mean and reciprocal deviation (8 bytes each a sample) die
+        # with the graph. The head keeps the loss's gradient of the logits (4 float64 a sample);
+        # the loss's float64 weight total dies, its log-probabilities stay (torch keeps them).
+        self.assertEqual([layer["torch_weight_gradient_bytes"] for layer in layers],
+                         [[0] * 3, [128 * s for s in SIZES], [0] * 3, [32 * s for s in SIZES]])
+        self.assertEqual([layer.get("torch_keeps_output_gradient", False) for layer in layers],
+                         [False, True, False, False])
+        self.assertEqual([layer["torch_freed_by_input_bytes"] for layer in layers],
+                         [[0] * 3, [0] * 3, [16 * s for s in SIZES], [8] * 3])
+
     def test_a_frozen_stem_has_no_backward_and_the_first_that_trains_no_input_gradient(self):
         done = self.retime(f"{CASES}:build_sleepy_frozen_stem", fabricated_profile(), "--co-runners", "0",
                            "--repeats", "1", "--warmup", "0")

@@ -524,6 +524,30 @@ TEST(ProfileFormat, WhatAutogradKeepsParsesAndRoundTrips) {
   EXPECT_EQ(profile_error(profile_with(R"("forward_ms": [0.5, 1.0])",
                                        R"("forward_ms": [0.5, 1.0], "modifies_input": "yes")")),
             "in.json: layers[0].modifies_input: expected true or false, got \"yes\"");
+  // What torch's zero-bubble I keeps and frees (an eager profile's): both or neither, every
+  // layer or none.
+  Profile torch_counts = parse_profile(kProfile, "in.json");
+  for (auto& l : torch_counts.layers) {
+    l.torch_weight_gradient_bytes = {30, 60};
+    l.torch_freed_by_input_bytes = {2, 4};
+  }
+  torch_counts.layers[0].torch_keeps_output_gradient = true;
+  const Profile torch_again = parse_profile(profile_to_json(torch_counts), "again.json");
+  EXPECT_EQ(torch_again.layers[1].torch_weight_gradient_bytes, (std::vector<std::int64_t>{30, 60}));
+  EXPECT_EQ(torch_again.layers[0].torch_freed_by_input_bytes, (std::vector<std::int64_t>{2, 4}));
+  EXPECT_TRUE(torch_again.layers[0].torch_keeps_output_gradient);
+  EXPECT_FALSE(torch_again.layers[1].torch_keeps_output_gradient);
+  EXPECT_EQ(profile_error(profile_with(
+                R"("forward_ms": [0.5, 1.0])",
+                R"("forward_ms": [0.5, 1.0], "torch_weight_gradient_bytes": [30, 60])")),
+            "in.json: layers[0]: missing field \"torch_freed_by_input_bytes\" "
+            "(torch_weight_gradient_bytes and torch_freed_by_input_bytes come together)");
+  EXPECT_EQ(
+      profile_error(profile_with(R"("forward_ms": [0.5, 1.0])",
+                                 R"("forward_ms": [0.5, 1.0], "torch_weight_gradient_bytes": )"
+                                 R"([30, 60], "torch_freed_by_input_bytes": [2, 4])")),
+      "in.json: layers[1]: missing field \"torch_weight_gradient_bytes\" (layers[0] has it: "
+      "every layer or none)");
   // The device's library workspaces.
   const Profile gpu = parse_profile(
       profile_with(R"("memory_bytes": 0})", R"("memory_bytes": 0, "library_bytes": 33554432})"),

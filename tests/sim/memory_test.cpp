@@ -869,5 +869,48 @@ TEST(StagePeakBound, NeverAboveTheSimulatedPeakOnRandomPlans) {
   EXPECT_GT(binding, checked / 10);
 }
 
+// torch.distributed.pipelining's I (`stage_backward_input`) keeps a gradient for W per operation
+// with weights, and frees, when it detaches the stage's output, what was saved above the last
+// one (LayerProfile::torch_weight_gradient_bytes, torch_freed_by_input_bytes). Stage [1, 3) of
+// four layers: layer 1 has weights (two operations: 30 bytes of gradients kept besides its
+// output's, which it keeps too; 2 saved bytes die), layer 2 has none (its 3 saved bytes die).
+TEST(StageMemory, TorchsInputBackwardKeepsAGradientPerOperationWithWeights) {
+  Profile p = testing::make_profile(
+      {{1, 1, 4, 10, 0, 0}, {1, 1, 4, 10, 5, 0}, {1, 1, 0, 10, 3, 0}, {1, 1, 4, 2, 1, 0}}, 1);
+  const StageMemory executor = stage_memory(CostModel(p), CostModel(p).at(1), 1, 3, false);
+  const std::vector<std::int64_t> kept{0, 30, 0, 2}, freed{0, 2, 3, 0};
+  for (std::size_t l = 0; l < p.layers.size(); ++l) {
+    p.layers[l].torch_weight_gradient_bytes = {kept[l]};
+    p.layers[l].torch_freed_by_input_bytes = {freed[l]};
+  }
+  p.layers[1].torch_keeps_output_gradient = true;
+  const CostModel model(p);
+  const StageMemory m = stage_memory(model, model.at(1), 1, 3, false);
+  // Layer 2: its input gradient (10). Layer 1: its input gradient (10) and the 30 kept, with
+  // its output's gradient (10) kept too: 50 at the peak; 5 saved bytes die at the end.
+  EXPECT_EQ(m.torch_input.peak, 50);
+  EXPECT_EQ(m.torch_input.net, 45);
+  EXPECT_EQ(m.torch_input.kept_for_weights, 40);
+  EXPECT_EQ(m.torch_input.freed_saved, 5);
+  // The executor's I keeps one gradient per layer with weights (layer 1's output's, 10).
+  EXPECT_EQ(m.weight_kept_gradients, 10);
+  EXPECT_EQ(m.input_backward_net, executor.input_backward_net);
+  // Over the forward, I and W, what torch kept comes back: what is left is the input gradient
+  // (its copy frees it) and the held output (dies with the backward, here 0).
+  const auto net = [](const MemoryEffect& e) {
+    return e.allocated - e.freed_after_peak - e.freed_after_layer - e.freed;
+  };
+  const MemoryEffect forward = forward_effect(m, false, false);
+  const MemoryEffect input = input_backward_effect(m, true);
+  const MemoryEffect weight = weight_backward_effect(m, 8, false, false, 0, true);
+  EXPECT_EQ(net(input), 45);
+  EXPECT_EQ(net(forward) + net(input) + net(weight), m.input_gradient_bytes + m.output_bytes);
+  EXPECT_GE(input.allocated, net(input));
+  // Without torch's counts, torch's I is the executor's.
+  EXPECT_EQ(executor.torch_input.kept_for_weights, executor.weight_kept_gradients);
+  EXPECT_EQ(executor.torch_input.net, executor.input_backward_net);
+  EXPECT_EQ(executor.torch_input.freed_saved, 0);
+}
+
 }  // namespace
 }  // namespace pipetune
