@@ -22,7 +22,9 @@ saved-tensor hooks: the same bytes as the export's but for dropout on a CPU, who
 float32 where the export's is one byte (docs/torch.md); and what torch's zero-bubble I keeps of
 each child for its W (`torch_weight_gradient_bytes`, `torch_keeps_output_gradient`: a gradient
 per operation with weights) and what dies when that I ends (`torch_freed_by_input_bytes`),
-counted on torch's own `stage_backward_input`. The rest of the memory stays the
+counted on torch's own `stage_backward_input`, and the peaks of torch's W of each child alone
+(`torch_weight_peak_bytes`, `torch_weight_accumulate_peak_bytes`), counted by torch's profiler
+on `stage_backward_weight`. The rest of the memory stays the
 profile's. Times measured with the cache emptied (`*_cold_ms`, and `forward_step_start_ms`
 after the optimizer-like sweep) keep the profile's extra time over its hot time (the cache's
 cost does not depend on who dispatched the op). With
@@ -43,11 +45,15 @@ import statistics
 import sys
 import tempfile
 import time
+import warnings
 import weakref
 
 import torch
 
+os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # the profiler counting W's memory: no GPU notes
+
 try:  # torch's own I, so that what it keeps is counted as torch keeps it (torch >= 2.4)
+    from torch.distributed.pipelining._backward import stage_backward_weight
     from torch.distributed.pipelining._backward import stage_backward_input
 except ImportError:
     stage_backward_input = None
@@ -379,10 +385,57 @@ def zero_bubble_input(run, layer, previous, held):
             sum(dead.values()))
 
 
+def zero_bubble_weight(run, layer, previous):
+    """torch's W (`stage_backward_weight`) of the child alone, after its forward and torch's I:
+    (peak above W's start the first time, its weights' gradients made; the same a later time,
+    added into them), bytes, from torch's profiler's memory events (the CPU allocator's, as
+    pipetune's counting allocator counts). (0, 0) without I or weights."""
+    leaf, _ = layer_input(previous, run.wants_gradient[layer])
+    weights = run.parameters(layer)
+    if leaf is None or not weights or stage_backward_input is None:
+        return 0, 0
+    saved = [w.grad for w in weights]
+    for w in weights:
+        w.grad = None
+    first = weight_pass(run, layer, previous)
+    later = weight_pass(run, layer, previous)
+    for w, grad in zip(weights, saved):
+        w.grad = grad
+    return first, later
+
+
+def weight_pass(run, layer, previous):
+    """One forward, I and W of the child, recorded: W's peak above its start."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as recording:
+            leaf, x = layer_input(previous, True)
+            root, _ = run.forward(layer, x)
+            last = layer + 1 == len(run.children)
+            _, groups = stage_backward_input([root], None if last else [torch.ones_like(root)], [leaf],
+                                             iter(run.parameters(layer)))
+            with record_function("pipetune_weight"):
+                stage_backward_weight(iter(run.parameters(layer)), groups)
+            del groups, root, leaf, x
+    events = recording.profiler.kineto_results.events()
+    weight = next(e for e in events if e.name() == "pipetune_weight")
+    total, start, peak = 0, None, 0
+    for e in sorted((e for e in events if e.name() == "[memory]"), key=lambda e: e.start_ns()):
+        if e.start_ns() > weight.end_ns():
+            break
+        if start is None and e.start_ns() >= weight.start_ns():
+            start = peak = total
+        total += e.nbytes()
+        if start is not None:
+            peak = max(peak, total)
+    return 0 if start is None else peak - start
+
+
 def retime(profile, times, slowdown, saved, kept=None):
     """The profile with its times replaced by `times[(kind, layer)][size index]` = (median, MAD),
     its saved bytes by `saved[layer][size index]`, and what torch's I keeps for W by
-    `kept[layer][size index]` = zero_bubble_input()'s three counts."""
+    `kept[layer][size index]` = (zero_bubble_input(), zero_bubble_weight())."""
     out = json.loads(json.dumps(profile))
     sizes = len(profile["micro_batch_sizes"])
     for index, layer in enumerate(out["layers"]):
@@ -391,11 +444,14 @@ def retime(profile, times, slowdown, saved, kept=None):
 
         layer["saved_bytes"] = saved[index]
         if kept is not None:
-            layer["torch_weight_gradient_bytes"] = [b for b, _, _ in kept[index]]
-            layer["torch_freed_by_input_bytes"] = [d for _, _, d in kept[index]]
+            counts, weights = zip(*kept[index])
+            layer["torch_weight_gradient_bytes"] = [b for b, _, _ in counts]
+            layer["torch_freed_by_input_bytes"] = [d for _, _, d in counts]
             layer.pop("torch_keeps_output_gradient", None)
-            if any(k for _, k, _ in kept[index]):
+            if any(k for _, k, _ in counts):
                 layer["torch_keeps_output_gradient"] = True
+            for field, part in (("torch_weight_peak_bytes", 0), ("torch_weight_accumulate_peak_bytes", 1)):
+                layer[field] = [w[part] for w in weights]
         old_forward, old_backward = list(layer["forward_ms"]), list(layer["backward_ms"])
         layer["forward_ms"], layer["backward_ms"] = column("forward"), column("backward")
         if "forward_nograd_ms" in layer:
@@ -441,7 +497,8 @@ def measure(args, profile, children, inputs, targets, loss, progress):
             times[key].append(median_and_spread(clock.times.get(key, [])))
         for layer in range(count):
             saved[layer].append(saved_bytes(run, layer, inputs_by_layer[layer], held))
-            kept[layer].append(zero_bubble_input(run, layer, inputs_by_layer[layer], held))
+            kept[layer].append((zero_bubble_input(run, layer, inputs_by_layer[layer], held),
+                                zero_bubble_weight(run, layer, inputs_by_layer[layer])))
         progress(f"size {size}: timed")
     slowdown = measure_slowdown(args, by_size, count, progress) if args.co_runners > 0 else None
     return times, slowdown, saved, kept

@@ -220,6 +220,12 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
       costs->torch_freed_by_input_bytes.push_back(
           interpolate_bytes(sizes, layer.torch_freed_by_input_bytes, x));
       costs->torch_keeps_output_gradient.push_back(layer.torch_keeps_output_gradient ? 1 : 0);
+      if (!layer.torch_weight_peak_bytes.empty()) {
+        costs->torch_weight_peak_bytes.push_back(
+            interpolate_bytes(sizes, layer.torch_weight_peak_bytes, x));
+        costs->torch_weight_accumulate_peak_bytes.push_back(
+            interpolate_bytes(sizes, layer.torch_weight_accumulate_peak_bytes, x));
+      }
     }
     costs->backward_input_prefix[l + 1] =
         costs->backward_input_prefix[l] + costs->backward_input_ms[l];

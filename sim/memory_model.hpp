@@ -17,6 +17,12 @@ struct InputBackwardMemory {
   std::int64_t freed_saved = 0;       ///< of the forward's kept bytes, what dies as I ends
 };
 
+/// A W walk's levels above W's start (StageMemory::torch_weight), as the weight_* terms.
+struct WeightBackwardMemory {
+  std::int64_t peak = 0, after_peak = 0, after_layer = 0;
+  double peak_end = 1.0, layer_end = 1.0;
+};
+
 /// What one micro-batch of one stage (layers [first, end)) allocates and frees, from walking its
 /// layers in order (docs/memory-model.md derives every term). Bytes; "transient" is allocated
 /// when a task starts and freed when it ends; every value is ≥ 0 unless said otherwise.
@@ -76,6 +82,10 @@ struct StageMemory {
   /// gradient kept for W per operation with weights (LayerProfile::torch_weight_gradient_bytes),
   /// where the executor keeps one per layer. The executor's I where the profile has no count.
   InputBackwardMemory torch_input;
+  /// W as torch runs it (`stage_backward_weight`: one operation's weight gradients at a time),
+  /// from each layer's W measured alone on torch (LayerProfile::torch_weight_peak_bytes). [0] a
+  /// later W, [1] the stage's first. The executor's W where the profile has no such record.
+  std::array<WeightBackwardMemory, 2> torch_weight{};
   /// W computes each layer's parameter gradients from its own output gradient, one layer at a
   /// time, first layer first. A layer's W allocates its parameter gradients and whatever its
   /// backward makes on the way to them (a ReLU's gradient before the Linear's weights): its

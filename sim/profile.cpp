@@ -71,7 +71,8 @@ void check_profile_total(const Profile& p, const std::string& source) {
             &l.backward_accumulate_peak_bytes, &l.inner_backward_peak_bytes,
             &l.inner_backward_accumulate_peak_bytes, &l.backward_input_peak_bytes,
             &l.backward_weight_peak_bytes, &l.torch_weight_gradient_bytes,
-            &l.torch_freed_by_input_bytes}) {
+            &l.torch_freed_by_input_bytes, &l.torch_weight_peak_bytes,
+            &l.torch_weight_accumulate_peak_bytes}) {
         if (!field->empty()) total += in_double(*field, x);
       }
     }
@@ -146,7 +147,9 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
                    "modifies_input",
                    "torch_weight_gradient_bytes",
                    "torch_freed_by_input_bytes",
-                   "torch_keeps_output_gradient"});
+                   "torch_keeps_output_gradient",
+                   "torch_weight_peak_bytes",
+                   "torch_weight_accumulate_peak_bytes"});
   LayerProfile layer;
   layer.name = node.field("name").string();
   layer.param_bytes = node.field("param_bytes").bytes();
@@ -209,6 +212,14 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
           "has torch_keeps_output_gradient, but no torch_weight_gradient_bytes (it comes with "
           "them)");
     layer.torch_keeps_output_gradient = keeps->boolean();
+  }
+  if (const auto torch_weight =
+          both_or_neither(node, "torch_weight_peak_bytes", "torch_weight_accumulate_peak_bytes")) {
+    if (layer.torch_weight_gradient_bytes.empty())
+      node.fail_message(
+          "has torch_weight_peak_bytes, but no torch_weight_gradient_bytes (they come with them)");
+    layer.torch_weight_peak_bytes = byte_counts(torch_weight->first, sizes);
+    layer.torch_weight_accumulate_peak_bytes = byte_counts(torch_weight->second, sizes);
   }
   read_pair(node, "backward_input_ms", "backward_weight_ms", sizes, layer.backward_input_ms,
             layer.backward_weight_ms);
@@ -368,6 +379,7 @@ Profile parse_profile(std::string_view text, const std::string& source) {
     every_layer_or_none("forward_launch_ms", &LayerProfile::forward_launch_ms);
     every_layer_or_none("forward_nograd_launch_ms", &LayerProfile::forward_nograd_launch_ms);
     every_layer_or_none("torch_weight_gradient_bytes", &LayerProfile::torch_weight_gradient_bytes);
+    every_layer_or_none("torch_weight_peak_bytes", &LayerProfile::torch_weight_peak_bytes);
   }
 
   // Co-run times need the count they were measured with, and describe every layer or none.
@@ -510,6 +522,10 @@ std::string profile_to_json(const Profile& p) {
       layer["torch_freed_by_input_bytes"] = l.torch_freed_by_input_bytes;
     }
     if (l.torch_keeps_output_gradient) layer["torch_keeps_output_gradient"] = true;
+    if (!l.torch_weight_peak_bytes.empty()) {
+      layer["torch_weight_peak_bytes"] = l.torch_weight_peak_bytes;
+      layer["torch_weight_accumulate_peak_bytes"] = l.torch_weight_accumulate_peak_bytes;
+    }
     if (!l.backward_input_ms.empty()) {
       layer["backward_input_ms"] = l.backward_input_ms;
       layer["backward_weight_ms"] = l.backward_weight_ms;

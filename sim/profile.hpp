@@ -82,6 +82,12 @@ struct LayerProfile {
   /// With the field above: torch's I also keeps the gradient of the layer's output (its last
   /// operation has weights). Optional, default false.
   bool torch_keeps_output_gradient = false;
+  /// Optional (empty when absent; both or neither, only with the two above, every layer or
+  /// none): torch's W (`stage_backward_weight`) of the layer alone after its forward and I, its
+  /// peak above its start the first time (its weight gradients made and kept as `.grad`) and a
+  /// later time (added into `.grad`). Absent: the executor's W.
+  std::vector<std::int64_t> torch_weight_peak_bytes;
+  std::vector<std::int64_t> torch_weight_accumulate_peak_bytes;
   /// Optional (empty when absent; both or neither, every layer or none): the backward split as
   /// zero-bubble schedules run it, I (autograd w.r.t. the layer input, graph kept) then W
   /// (w.r.t. the parameters). Absent: a layer with parameters splits backward_ms in halves, one

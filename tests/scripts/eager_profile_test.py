@@ -135,6 +135,13 @@ class EagerProfileTest(unittest.TestCase):
                          [False, True, False, False])
         self.assertEqual([layer["torch_freed_by_input_bytes"] for layer in layers],
                          [[0] * 3, [0] * 3, [16 * s for s in SIZES], [8] * 3])
+        # torch's W of the head alone: its weights' gradients (36 float64) while the sum torch
+        # takes of the gradient I kept for it (a copy of the logits' gradient) is alive; the
+        # same the first time and later. Without I (the first child, the layer norm): none.
+        for field in ("torch_weight_peak_bytes", "torch_weight_accumulate_peak_bytes"):
+            self.assertEqual(layers[3][field], [288 + 32 * s for s in SIZES], field)
+            self.assertEqual(layers[0][field], [0] * 3, field)
+            self.assertEqual(layers[2][field], [0] * 3, field)
 
     def test_a_frozen_stem_has_no_backward_and_the_first_that_trains_no_input_gradient(self):
         done = self.retime(f"{CASES}:build_sleepy_frozen_stem", fabricated_profile(), "--co-runners", "0",

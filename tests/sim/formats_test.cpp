@@ -530,6 +530,8 @@ TEST(ProfileFormat, WhatAutogradKeepsParsesAndRoundTrips) {
   for (auto& l : torch_counts.layers) {
     l.torch_weight_gradient_bytes = {30, 60};
     l.torch_freed_by_input_bytes = {2, 4};
+    l.torch_weight_peak_bytes = {40, 80};
+    l.torch_weight_accumulate_peak_bytes = {20, 40};
   }
   torch_counts.layers[0].torch_keeps_output_gradient = true;
   const Profile torch_again = parse_profile(profile_to_json(torch_counts), "again.json");
@@ -537,6 +539,8 @@ TEST(ProfileFormat, WhatAutogradKeepsParsesAndRoundTrips) {
   EXPECT_EQ(torch_again.layers[0].torch_freed_by_input_bytes, (std::vector<std::int64_t>{2, 4}));
   EXPECT_TRUE(torch_again.layers[0].torch_keeps_output_gradient);
   EXPECT_FALSE(torch_again.layers[1].torch_keeps_output_gradient);
+  EXPECT_EQ(torch_again.layers[1].torch_weight_accumulate_peak_bytes,
+            (std::vector<std::int64_t>{20, 40}));
   EXPECT_EQ(profile_error(profile_with(
                 R"("forward_ms": [0.5, 1.0])",
                 R"("forward_ms": [0.5, 1.0], "torch_weight_gradient_bytes": [30, 60])")),

@@ -884,6 +884,12 @@ TEST(StageMemory, TorchsInputBackwardKeepsAGradientPerOperationWithWeights) {
     p.layers[l].torch_freed_by_input_bytes = {freed[l]};
   }
   p.layers[1].torch_keeps_output_gradient = true;
+  // torch's W of each layer alone: layer 1 peaks 7 bytes above its start the first time, 3
+  // later; the others have no W.
+  for (std::size_t l = 0; l < p.layers.size(); ++l) {
+    p.layers[l].torch_weight_peak_bytes = {l == 1 ? 7 : 0};
+    p.layers[l].torch_weight_accumulate_peak_bytes = {l == 1 ? 3 : 0};
+  }
   const CostModel model(p);
   const StageMemory m = stage_memory(model, model.at(1), 1, 3, false);
   // Layer 2: its input gradient (10). Layer 1: its input gradient (10) and the 30 kept, with
@@ -906,6 +912,15 @@ TEST(StageMemory, TorchsInputBackwardKeepsAGradientPerOperationWithWeights) {
   EXPECT_EQ(net(input), 45);
   EXPECT_EQ(net(forward) + net(input) + net(weight), m.input_gradient_bytes + m.output_bytes);
   EXPECT_GE(input.allocated, net(input));
+  // W peaks as layer 1's measured W (layer 2, without weights, adds nothing); the first W also
+  // leaves the stage's 4 bytes of weight gradients as .grad.
+  EXPECT_EQ(weight.allocated, 3);
+  const MemoryEffect first_weight = weight_backward_effect(m, 4, true, false, 0, true);
+  EXPECT_EQ(first_weight.allocated, 7);
+  EXPECT_EQ(net(forward) + net(input) + net(first_weight),
+            m.input_gradient_bytes + m.output_bytes + 4);
+  // The executor's W (no torch record) peaks otherwise: at its own walk of the layer.
+  EXPECT_EQ(weight_backward_effect(m, 4, true, false, 0, false).allocated, m.weight_peak_first);
   // Without torch's counts, torch's I is the executor's.
   EXPECT_EQ(executor.torch_input.kept_for_weights, executor.weight_kept_gradients);
   EXPECT_EQ(executor.torch_input.net, executor.input_backward_net);
