@@ -218,6 +218,8 @@ void add_plan_command(CLI::App& app, std::vector<Command>& commands) {
       if (profile.device.type == "cpu") note += ", no V schedules on CPU";
       if (options.stage_inputs_unchanged)
         note += ", no stage after the first starting by changing its input in place";
+      if (options.stage_outputs_detachable)
+        note += ", no middle stage of a zero-bubble plan ending with a view";
       // A cut inside a frozen stem: torch does work there that the profile does not hold.
       if (frozen_stem_cuts_end(profile) > 1)
         note +=

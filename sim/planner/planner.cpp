@@ -58,11 +58,12 @@ std::string search_space_text(const PlannerOptions& options, std::int64_t batch)
       choosing ? fmt::format(" ({} stages per device in the interleaved and looped ones)",
                              fmt::join(options.stages_per_device, " or "))
                : "";
-  const char* balances =
-      options.stage_inputs_unchanged
-          ? "every balance whose stages after the first do not start by changing "
-            "their input in place"
-          : "every balance";
+  std::string balances = "every balance";
+  if (options.stage_inputs_unchanged)
+    balances += " whose stages after the first do not start by changing their input in place";
+  if (options.stage_outputs_detachable)
+    balances += fmt::format(" {}whose middle stages do not end with a view under zero bubble",
+                            options.stage_inputs_unchanged ? "and " : "");
   return fmt::format("{}, {}, {} and {}{}", balances, chunks, modes, schedules, per_device);
 }
 

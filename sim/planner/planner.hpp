@@ -67,6 +67,9 @@ struct PlannerOptions {
   /// (torch_changed_stage_input(), sim/planner/runtime_support.hpp): torch's runtime hands a
   /// stage its input as a leaf that needs a gradient and refuses that.
   bool stage_inputs_unchanged = false;
+  /// Only plans whose middle stages, under a schedule that splits the backward, do not end with
+  /// a view (torch_view_stage_output()): torch's I detaches a stage's output in place.
+  bool stage_outputs_detachable = false;
   std::function<void(std::size_t done, std::size_t total)> progress;
 };
 

@@ -67,6 +67,27 @@ std::string torch_changed_stage_input(const Plan& plan, const Profile& profile) 
   return torch_changed_stage_input(plan, profile, model.at(profile.micro_batch_sizes.front()));
 }
 
+std::string torch_view_stage_output(const Plan& plan, const Profile& profile) {
+  if (!splits_backward(plan.schedule)) return "";
+  const int layers = static_cast<int>(profile.layer_count());
+  const auto& l = profile.layers;
+  int first = plan.balance.empty() ? 0 : plan.balance.front();
+  for (std::size_t s = 1; s + 1 < plan.balance.size(); first += plan.balance[s], ++s) {
+    const int end = first + plan.balance[s];
+    if (end > layers) break;
+    // In-place layers hand on the tensor they were given; the first other one decides.
+    int k = end - 1;
+    while (k > first && l[static_cast<std::size_t>(k)].modifies_input) --k;
+    const LayerProfile& decider = l[static_cast<std::size_t>(k)];
+    if (!decider.output_aliases_input || decider.modifies_input) continue;
+    return fmt::format(
+        "stage {} ends with layer '{}', whose output is a view of its input: torch's zero-bubble "
+        "I detaches a stage's output in place, which a view refuses (cut elsewhere)",
+        s, decider.name);
+  }
+  return "";
+}
+
 int frozen_stem_cuts_end(const Profile& profile) {
   const CostModel model(profile);
   const int layers = static_cast<int>(profile.layer_count());
@@ -125,6 +146,9 @@ std::string keep_what_the_runtime_runs(PlannerOptions& options, const Hardware& 
     options.stage_inputs_unchanged =
         std::any_of(profile.layers.begin(), profile.layers.end(),
                     [](const LayerProfile& l) { return l.modifies_input; });
+    options.stage_outputs_detachable = std::any_of(
+        profile.layers.begin(), profile.layers.end(),
+        [](const LayerProfile& l) { return l.output_aliases_input && !l.modifies_input; });
   }
   return refused;
 }

@@ -34,6 +34,13 @@ std::string torch_changed_stage_input(const Plan& plan, const Profile& profile);
 std::string torch_changed_stage_input(const Plan& plan, const Profile& profile,
                                       const SizeCosts& costs);
 
+/// Why torch would refuse `plan` for a stage's output: under a schedule that splits the backward
+/// (interleaved-zb, zbv, dualpipev), a stage neither first nor last whose output is a view of an
+/// input of its last layer (a Flatten at its end; LayerProfile::output_aliases_input without
+/// modifies_input, after any in-place layers), since torch's I detaches the stage's output in
+/// place, which a view refuses. "" when there is none.
+std::string torch_view_stage_output(const Plan& plan, const Profile& profile);
+
 /// Where a cut would fall inside a frozen stem: at the layers k in [1, returned) whose input
 /// needs no gradient (CostModel::input_needs_gradient: no layer before k trains). 1, none,
 /// without frozen parameters.
@@ -50,8 +57,9 @@ std::string torch_frozen_stem_unmodelled(const Plan& plan, const Profile& profil
 /// pipetune's executor). Returns "" or, when nothing the options allow is left, why.
 std::string keep_what_the_runtime_runs(PlannerOptions& options, const Hardware& hardware,
                                        std::int64_t batch_size, std::string_view device_type);
-/// The same for `profile`'s model, and for torch's runtime, where a layer of it changes its
-/// input in place, only balances torch runs (PlannerOptions::stage_inputs_unchanged).
+/// The same for `profile`'s model, and for torch's runtime only balances torch runs: where a
+/// layer of it changes its input in place (PlannerOptions::stage_inputs_unchanged), and where one
+/// makes a view of its input (PlannerOptions::stage_outputs_detachable).
 std::string keep_what_the_runtime_runs(PlannerOptions& options, const Hardware& hardware,
                                        const Profile& profile);
 

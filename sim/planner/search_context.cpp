@@ -164,9 +164,10 @@ std::vector<std::int64_t> SearchContext::worst_order_peaks_of(const Plan& plan) 
 }
 
 bool SearchContext::runs(const Plan& plan) const {
-  return !options.stage_inputs_unchanged ||
-         torch_changed_stage_input(plan, profile, costs.at(profile.micro_batch_sizes.front()))
-             .empty();
+  return (!options.stage_inputs_unchanged ||
+          torch_changed_stage_input(plan, profile, costs.at(profile.micro_batch_sizes.front()))
+              .empty()) &&
+         (!options.stage_outputs_detachable || torch_view_stage_output(plan, profile).empty());
 }
 
 bool SearchContext::fits(const Plan& plan, const SimulationResult& r,

@@ -175,7 +175,8 @@ class SearchContext {
   std::vector<int> stage_devices_of(const Config& c) const;
   Plan plan_of(const Config& c, std::vector<int> balance) const;
   PlanCandidate candidate_of(const Config& c, const Plan& plan, const SimulationResult& r) const;
-  // Whether the runtime runs the plan's balance (PlannerOptions::stage_inputs_unchanged).
+  // Whether the runtime runs the plan's balance (PlannerOptions::stage_inputs_unchanged,
+  // stage_outputs_detachable).
   bool runs(const Plan& plan) const;
   // runs() and r.fits(), and with worst_order_memory its worst arrival order's peaks fit as well
   // (then `worst` holds them, per device).

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "sim/planner/planner.hpp"
@@ -134,9 +135,87 @@ TEST(RuntimeSupport, TorchRefusesAStageAfterTheFirstThatChangesItsInputInPlace) 
   EXPECT_FALSE(own.stage_inputs_unchanged);
   ASSERT_EQ(keep_what_the_runtime_runs(plain, torch_hardware(), unknown), "");
   EXPECT_FALSE(plain.stage_inputs_unchanged);
-  EXPECT_EQ(search_space_text(plain, 4).substr(0, 15), "every balance, ");
+  // Its layers that only make views still keep a zero-bubble middle stage from ending there.
+  EXPECT_EQ(search_space_text(plain, 4).substr(0, 76),
+            "every balance whose middle stages do not end with a view under zero bubble, ");
   EXPECT_EQ(search_space_text(torch, 4).substr(0, 69),
             "every balance whose stages after the first do not start by changing t");
+}
+
+// Layer 2 makes a view of its input (a Flatten), layer 3 then changes it in place (a dropout):
+// torch's zero-bubble I detaches a middle stage's output in place, which a view refuses.
+Profile viewing_outputs() {
+  Profile p = testing::make_profile({{1, 1, 16, 8, 0, 0},
+                                     {1, 1, 16, 8, 0, 0},
+                                     {1, 1, 0, 8, 0, 0},
+                                     {1, 1, 0, 8, 0, 0},
+                                     {1, 1, 16, 8, 0, 0},
+                                     {1, 1, 16, 8, 0, 0}},
+                                    4, 8);
+  p.layers[2].output_aliases_input = true;
+  p.layers[3].output_aliases_input = true;
+  p.layers[3].modifies_input = true;
+  return p;
+}
+
+TEST(RuntimeSupport, TorchRefusesAZeroBubbleMiddleStageEndingWithAView) {
+  const Profile p = viewing_outputs();
+  auto refused = [&](std::vector<int> balance, ScheduleKind kind = ScheduleKind::InterleavedZB) {
+    return torch_view_stage_output(make_plan(std::move(balance), 2, CheckpointMode::Never, kind),
+                                   p);
+  };
+  EXPECT_EQ(refused({1, 2, 2, 1}),
+            "stage 1 ends with layer '2', whose output is a view of its input: torch's "
+            "zero-bubble I detaches a stage's output in place, which a view refuses (cut "
+            "elsewhere)");
+  // Through the in-place layer after it, to the view.
+  EXPECT_NE(refused({1, 3, 1, 1}).find("stage 1 ends with layer '2'"), std::string::npos);
+  EXPECT_NE(refused({1, 3, 2}, ScheduleKind::ZBV).find("stage 1 ends with layer '2'"),
+            std::string::npos);
+  EXPECT_EQ(refused({3, 1, 1, 1}), "");  // the first stage runs no I
+  EXPECT_EQ(refused({1, 1, 3, 1}), "");  // stages ending before and after the view
+  EXPECT_EQ(refused({1, 1, 4}), "");     // the last stage: torch does not detach a view there
+  EXPECT_EQ(refused({1, 2, 2, 1}, ScheduleKind::Interleaved1F1B), "");  // no I at all
+  EXPECT_EQ(refused({1, 2, 2, 1}, ScheduleKind::OneFOneB), "");
+  // The planner is held to it for torch, where a layer makes a view.
+  PlannerOptions torch, own;
+  ASSERT_EQ(keep_what_the_runtime_runs(torch, torch_hardware(), p), "");
+  EXPECT_TRUE(torch.stage_outputs_detachable);
+  EXPECT_TRUE(torch.stage_inputs_unchanged);
+  EXPECT_NE(search_space_text(torch, 4).find(
+                "in place and whose middle stages do not end with a view under zero bubble"),
+            std::string::npos);
+  Hardware pipetune_hw = torch_hardware();
+  pipetune_hw.runtime = Runtime::Pipetune;
+  ASSERT_EQ(keep_what_the_runtime_runs(own, pipetune_hw, p), "");
+  EXPECT_FALSE(own.stage_outputs_detachable);
+}
+
+// On a model whose fastest zero-bubble plans cut right after a view, the planner for torch
+// proposes only plans torch runs, where pipetune's own runtime's answer includes such cuts.
+TEST(RuntimeSupport, ThePlannerForTorchProposesNoZeroBubbleStageEndingWithAView) {
+  Profile p = viewing_outputs();
+  p.layers[3].modifies_input = false;
+  p.layers[3].output_aliases_input = false;
+  for (auto& l : p.layers) l.forward_ms = l.backward_ms = {1.0, 1.0, 1.0};
+  Hardware hw = replicate_device(p.device, 2);
+  hw.runtime = Runtime::TorchPipelining;
+  PlannerOptions torch;
+  torch.schedules = {ScheduleKind::InterleavedZB};
+  torch.checkpoints = {CheckpointMode::Never};
+  torch.top = 100;
+  PlannerOptions own = torch;
+  ASSERT_EQ(keep_what_the_runtime_runs(torch, hw, p), "");
+  const PlanSearchResult restricted = find_best_plans(p, hw, torch);
+  ASSERT_FALSE(restricted.ranked.empty());
+  for (const PlanCandidate& c : restricted.ranked)
+    EXPECT_EQ(torch_view_stage_output(c.plan, p), "");
+  Hardware pipetune_hw = hw;
+  pipetune_hw.runtime = Runtime::Pipetune;
+  const PlanSearchResult free = find_best_plans(p, pipetune_hw, own);
+  EXPECT_TRUE(std::any_of(free.ranked.begin(), free.ranked.end(), [&](const PlanCandidate& c) {
+    return !torch_view_stage_output(c.plan, p).empty();
+  }));
 }
 
 // A frozen stem (layers 0 and 1): torch asks a gradient of every stage input, so a stage that
