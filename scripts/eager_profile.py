@@ -52,9 +52,8 @@ import torch
 
 os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # the profiler counting W's memory: no GPU notes
 
-try:  # torch's own I, so that what it keeps is counted as torch keeps it (torch >= 2.4)
-    from torch.distributed.pipelining._backward import stage_backward_weight
-    from torch.distributed.pipelining._backward import stage_backward_input
+try:  # torch's own I and W, so that what they keep is counted as torch keeps it (torch >= 2.4)
+    from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
 except ImportError:
     stage_backward_input = None
 
@@ -339,6 +338,16 @@ def read_profile(path, children):
     return profile
 
 
+def torch_input(run, layer, leaf, root):
+    """torch's I of the child from its forward's `root` (the loss for the last child, else its
+    output, given a gradient of ones): the param groups it keeps for W, and that gradient (None
+    for the last child)."""
+    seed = None if layer + 1 == len(run.children) else torch.ones_like(root)
+    _, groups = stage_backward_input([root], None if seed is None else [seed], [leaf],
+                                     iter(run.parameters(layer)))
+    return groups, seed
+
+
 def zero_bubble_input(run, layer, previous, held):
     """What torch's zero-bubble I does to the child as a stage's last, counted on torch's own I
     (`stage_backward_input`): (1) the bytes of the gradients flowing into its operations with
@@ -360,12 +369,9 @@ def zero_bubble_input(run, layer, previous, held):
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
         root, y = run.forward(layer, x)
-    last = layer + 1 == len(run.children)
-    seed = None if last else torch.ones_like(root)
-    kept = {}
+    kept, seed = {}, None
     if run.parameters(layer):
-        _, groups = stage_backward_input([root], None if last else [seed], [leaf],
-                                         iter(run.parameters(layer)))
+        groups, seed = torch_input(run, layer, leaf, root)
         for group in groups:
             for gradients in group.get("grads") or ():
                 for gradient in gradients or ():
@@ -380,7 +386,7 @@ def zero_bubble_input(run, layer, previous, held):
     stay = held | {t.untyped_storage().data_ptr() for t in (leaf, x, y, run.target)}
     stay |= {pointer for ref, pointer, _ in packed if ref() is not None}
     dead = {pointer: nbytes for _, pointer, nbytes in packed if pointer not in stay}
-    incoming = None if last else seed.untyped_storage().data_ptr()
+    incoming = None if seed is None else seed.untyped_storage().data_ptr()
     return (sum(n for pointer, n in kept.items() if pointer != incoming), incoming in kept,
             sum(dead.values()))
 
@@ -412,9 +418,7 @@ def weight_pass(run, layer, previous):
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as recording:
             leaf, x = layer_input(previous, True)
             root, _ = run.forward(layer, x)
-            last = layer + 1 == len(run.children)
-            _, groups = stage_backward_input([root], None if last else [torch.ones_like(root)], [leaf],
-                                             iter(run.parameters(layer)))
+            groups, _ = torch_input(run, layer, leaf, root)
             with record_function("pipetune_weight"):
                 stage_backward_weight(iter(run.parameters(layer)), groups)
             del groups, root, leaf, x
@@ -432,10 +436,10 @@ def weight_pass(run, layer, previous):
     return 0 if start is None else peak - start
 
 
-def retime(profile, times, slowdown, saved, kept=None):
+def retime(profile, times, slowdown, saved, zero_bubble):
     """The profile with its times replaced by `times[(kind, layer)][size index]` = (median, MAD),
-    its saved bytes by `saved[layer][size index]`, and what torch's I keeps for W by
-    `kept[layer][size index]` = (zero_bubble_input(), zero_bubble_weight())."""
+    its saved bytes by `saved[layer][size index]`, and what torch's zero-bubble I and W keep by
+    `zero_bubble[layer][size index]` = (zero_bubble_input(), zero_bubble_weight())."""
     out = json.loads(json.dumps(profile))
     sizes = len(profile["micro_batch_sizes"])
     for index, layer in enumerate(out["layers"]):
@@ -443,15 +447,14 @@ def retime(profile, times, slowdown, saved, kept=None):
             return [times[(kind, index)][s][part] for s in range(sizes)]
 
         layer["saved_bytes"] = saved[index]
-        if kept is not None:
-            counts, weights = zip(*kept[index])
-            layer["torch_weight_gradient_bytes"] = [b for b, _, _ in counts]
-            layer["torch_freed_by_input_bytes"] = [d for _, _, d in counts]
-            layer.pop("torch_keeps_output_gradient", None)
-            if any(k for _, k, _ in counts):
-                layer["torch_keeps_output_gradient"] = True
-            for field, part in (("torch_weight_peak_bytes", 0), ("torch_weight_accumulate_peak_bytes", 1)):
-                layer[field] = [w[part] for w in weights]
+        counts, weights = zip(*zero_bubble[index])
+        layer["torch_weight_gradient_bytes"] = [b for b, _, _ in counts]
+        layer["torch_freed_by_input_bytes"] = [d for _, _, d in counts]
+        layer.pop("torch_keeps_output_gradient", None)
+        if any(k for _, k, _ in counts):
+            layer["torch_keeps_output_gradient"] = True
+        for field, part in (("torch_weight_peak_bytes", 0), ("torch_weight_accumulate_peak_bytes", 1)):
+            layer[field] = [w[part] for w in weights]
         old_forward, old_backward = list(layer["forward_ms"]), list(layer["backward_ms"])
         layer["forward_ms"], layer["backward_ms"] = column("forward"), column("backward")
         if "forward_nograd_ms" in layer:
@@ -488,7 +491,7 @@ def measure(args, profile, children, inputs, targets, loss, progress):
              for layer in range(count)}
     held = tensors_held_outside(children)
     saved = [[] for _ in range(count)]
-    kept = [[] for _ in range(count)]
+    zero_bubble = [[] for _ in range(count)]
     for size, run, inputs_by_layer in by_size:
         clock = Clock()
         for r in range(args.warmup + args.repeats):
@@ -497,11 +500,11 @@ def measure(args, profile, children, inputs, targets, loss, progress):
             times[key].append(median_and_spread(clock.times.get(key, [])))
         for layer in range(count):
             saved[layer].append(saved_bytes(run, layer, inputs_by_layer[layer], held))
-            kept[layer].append((zero_bubble_input(run, layer, inputs_by_layer[layer], held),
-                                zero_bubble_weight(run, layer, inputs_by_layer[layer])))
+            zero_bubble[layer].append((zero_bubble_input(run, layer, inputs_by_layer[layer], held),
+                                       zero_bubble_weight(run, layer, inputs_by_layer[layer])))
         progress(f"size {size}: timed")
     slowdown = measure_slowdown(args, by_size, count, progress) if args.co_runners > 0 else None
-    return times, slowdown, saved, kept
+    return times, slowdown, saved, zero_bubble
 
 
 def measure_slowdown(args, by_size, count, progress):
@@ -574,8 +577,8 @@ def main():
             if not args.quiet:
                 print(f"eager_profile.py: {line}", file=sys.stderr, flush=True)
 
-        times, slowdown, saved, kept = measure(args, profile, children, inputs, targets, loss, progress)
-        out = retime(profile, times, slowdown, saved, kept)
+        times, slowdown, saved, zero_bubble = measure(args, profile, children, inputs, targets, loss, progress)
+        out = retime(profile, times, slowdown, saved, zero_bubble)
         changed = [str(i) for i, layer in enumerate(profile["layers"]) if layer.get("saved_bytes") != saved[i]]
         if changed:
             progress(f"saved bytes differ from the profile's on layer(s) {', '.join(changed)} "

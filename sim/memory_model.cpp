@@ -142,12 +142,25 @@ void set_weight_backward(const CostModel& model, const SizeCosts& c, int first, 
       level += (first_weight ? params : 0) - freed_by_weight[k - first];
     }
     walk.finish(level);
-    (first_weight ? m.weight_peak_first : m.weight_peak) = walk.peak;
-    (first_weight ? m.weight_after_peak_first : m.weight_after_peak) = walk.after_peak;
-    (first_weight ? m.weight_peak_end_first : m.weight_peak_end) = walk.peak_end;
-    (first_weight ? m.weight_after_layer_first : m.weight_after_layer) = walk.after_layer;
-    (first_weight ? m.weight_layer_end_first : m.weight_layer_end) = walk.layer_end;
+    m.weight_backward[first_weight ? 1 : 0] = {walk.peak, walk.after_peak, walk.after_layer,
+                                               walk.peak_end, walk.layer_end};
   }
+}
+
+// Layer k's I above the level it starts at, making `input_grad`: measured where the profile has
+// it (a layer of many operators keeps every saved tensor through I, so the gradients inside it
+// pile up: a transformer layer's attention gradients), else its input gradient and workspace.
+std::int64_t input_backward_above(const SizeCosts& c, int k, std::int64_t input_grad) {
+  return c.backward_input_peak_bytes.empty() ? input_grad + c.workspace_bytes[k]
+                                             : std::max(input_grad, c.backward_input_peak_bytes[k]);
+}
+
+// What torch's I keeps of layer k for W, in a stage ending at `end`: its count, and the gradient
+// of its output where its last operation has weights (the stage's received gradient aside).
+std::int64_t torch_kept_for_weights(const SizeCosts& c, int k, int end,
+                                    const auto& input_gradient) {
+  const bool keeps_output = k < end - 1 && c.torch_keeps_output_gradient[k];
+  return c.torch_weight_gradient_bytes[k] + (keeps_output ? input_gradient(k + 1) : 0);
 }
 
 // I as torch.distributed.pipelining runs it: its input gradients with the stage's graph kept,
@@ -157,7 +170,6 @@ void set_weight_backward(const CostModel& model, const SizeCosts& c, int first, 
 // last operation has weights; the stage's received gradient is torch's buffer, counted there.
 InputBackwardMemory torch_input_backward(const CostModel& model, const SizeCosts& c, int first,
                                          int end, bool last_stage, const auto& input_gradient) {
-  const auto trained_bytes_of = [&](int k) { return model.trained_bytes_of(k); };
   PeakTracker walk(c.backward_input_ms, first, end);
   const auto& kept = c.torch_weight_gradient_bytes;
   const auto& keeps_output = c.torch_keeps_output_gradient;
@@ -167,28 +179,20 @@ InputBackwardMemory torch_input_backward(const CostModel& model, const SizeCosts
     // The profile's measured I peak is the executor's; torch's layer holds at least what it
     // keeps and the input gradient it makes at once. The loss's gradient of the output, where
     // not kept, is there while the last layer runs.
-    const std::int64_t measured = c.backward_input_peak_bytes.empty()
-                                      ? input_grad + c.workspace_bytes[k]
-                                      : std::max(input_grad, c.backward_input_peak_bytes[k]);
     const std::int64_t loss_gradient =
         last_stage && k == end - 1 && !keeps_output[k] && kept[k] > 0 ? c.output_bytes[k] : 0;
-    walk.layer(k, level + loss_gradient + std::max(measured, input_grad + kept[k]));
+    walk.layer(k, level + loss_gradient +
+                      std::max(input_backward_above(c, k, input_grad), input_grad + kept[k]));
     level += input_grad + kept[k];
-    for_weights += kept[k];
-    if (k < end - 1) {
-      if (keeps_output[k]) {
-        for_weights += input_gradient(k + 1);
-      } else {
-        level -= input_gradient(k + 1);
-      }
-    }
+    for_weights += torch_kept_for_weights(c, k, end, input_gradient);
+    if (k < end - 1 && !keeps_output[k]) level -= input_gradient(k + 1);
   }
   // As I ends torch detaches the stage's output: what only the stage's top layers without
   // weights, and its last layer with weights above its last such operation, saved dies.
   std::int64_t freed = 0;
   for (int k = end - 1; k >= first; --k) {
     freed += c.torch_freed_by_input_bytes[k];
-    if (trained_bytes_of(k) > 0) break;
+    if (model.trained_bytes_of(k) > 0) break;
   }
   level -= freed;
   walk.finish(level);
@@ -213,9 +217,7 @@ WeightBackwardMemory torch_weight_backward(const CostModel& model, const SizeCos
     const std::int64_t peak =
         first_weight ? c.torch_weight_peak_bytes[k] : c.torch_weight_accumulate_peak_bytes[k];
     walk.layer(k, level + peak);
-    std::int64_t kept = c.torch_weight_gradient_bytes[k];
-    if (k < end - 1 && c.torch_keeps_output_gradient[k]) kept += input_gradient(k + 1);
-    level += (first_weight ? params : 0) - kept;
+    level += (first_weight ? params : 0) - torch_kept_for_weights(c, k, end, input_gradient);
   }
   walk.finish(level);
   return {walk.peak, walk.after_peak, walk.after_layer, walk.peak_end, walk.layer_end};
@@ -369,20 +371,15 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
   // received): with parameters to take it, the last layer keeps it for W like any other.
   if (last_stage && model.trained_bytes_of(end - 1) > 0) {
     current += c.output_bytes[end - 1];
-    m.weight_kept_gradients += c.output_bytes[end - 1];
+    m.input_backward.kept_for_weights += c.output_bytes[end - 1];
   }
   for (int k = end - 1; k >= first; --k) {
     const std::int64_t input_grad = input_gradient(k);
-    // Measured where the profile has it: a layer of many operators keeps every saved tensor
-    // through I, so the gradients inside it pile up (a transformer layer's attention gradients).
-    const std::int64_t above = c.backward_input_peak_bytes.empty()
-                                   ? input_grad + c.workspace_bytes[k]
-                                   : std::max(input_grad, c.backward_input_peak_bytes[k]);
-    input_walk.layer(k, current + above);
+    input_walk.layer(k, current + input_backward_above(c, k, input_grad));
     current += input_grad;
     if (k < end - 1) {
       if (model.trained_bytes_of(k) > 0) {
-        m.weight_kept_gradients += c.output_bytes[k];
+        m.input_backward.kept_for_weights += c.output_bytes[k];
       } else {
         current -= input_gradient(k + 1);
       }
@@ -390,20 +387,14 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
   }
   input_walk.finish(current);
   set_weight_backward(model, c, first, end, weight_frees.by_layer, m);
-  m.input_backward_peak = input_walk.peak;
-  m.input_backward_net = current;
-  m.input_backward_after_peak = input_walk.after_peak;
-  m.input_backward_peak_end = input_walk.peak_end;
-  m.input_backward_after_layer = input_walk.after_layer;
-  m.input_backward_layer_end = input_walk.layer_end;
-  m.torch_input = {m.input_backward_peak,       m.input_backward_net,
-                   m.input_backward_after_peak, m.input_backward_after_layer,
-                   m.input_backward_peak_end,   m.input_backward_layer_end,
-                   m.weight_kept_gradients,     0};
-  m.torch_weight[0] = {m.weight_peak, m.weight_after_peak, m.weight_after_layer, m.weight_peak_end,
-                       m.weight_layer_end};
-  m.torch_weight[1] = {m.weight_peak_first, m.weight_after_peak_first, m.weight_after_layer_first,
-                       m.weight_peak_end_first, m.weight_layer_end_first};
+  m.input_backward.peak = input_walk.peak;
+  m.input_backward.net = current;
+  m.input_backward.after_peak = input_walk.after_peak;
+  m.input_backward.peak_end = input_walk.peak_end;
+  m.input_backward.after_layer = input_walk.after_layer;
+  m.input_backward.layer_end = input_walk.layer_end;
+  m.torch_input = m.input_backward;
+  m.torch_weight = m.weight_backward;
   if (!c.torch_weight_gradient_bytes.empty()) {
     m.torch_input = torch_input_backward(model, c, first, end, last_stage, input_gradient);
     for (int first_weight = 0; first_weight < 2 && !c.torch_weight_peak_bytes.empty();
@@ -454,17 +445,9 @@ MemoryEffect backward_effect(const StageMemory& m, bool first_time, std::int64_t
 
 MemoryEffect input_backward_effect(const StageMemory& m, bool torch) {
   // The graph stays: I leaves its input gradient and the gradients W reads.
-  if (torch) {
-    const InputBackwardMemory& i = m.torch_input;
-    return {i.peak,     i.after_layer - i.net,        i.peak - i.after_peak,
-            i.peak_end, i.after_peak - i.after_layer, i.layer_end};
-  }
-  return {m.input_backward_peak,
-          m.input_backward_after_layer - m.input_backward_net,
-          m.input_backward_peak - m.input_backward_after_peak,
-          m.input_backward_peak_end,
-          m.input_backward_after_peak - m.input_backward_after_layer,
-          m.input_backward_layer_end};
+  const InputBackwardMemory& i = torch ? m.torch_input : m.input_backward;
+  return {i.peak,     i.after_layer - i.net,        i.peak - i.after_peak,
+          i.peak_end, i.after_peak - i.after_layer, i.layer_end};
 }
 
 MemoryEffect weight_backward_effect(const StageMemory& m, std::int64_t param_bytes, bool first_time,
@@ -472,29 +455,21 @@ MemoryEffect weight_backward_effect(const StageMemory& m, std::int64_t param_byt
   // The walk's peak and steps down (the first time it leaves the parameter gradients as .grad);
   // at its end the rest of the graph's activations, the gradients I kept and what dies with
   // any backward.
-  const std::int64_t net = (first_time ? param_bytes : 0) -
-                           (torch ? m.torch_input.kept_for_weights : m.weight_kept_gradients) -
-                           (torch ? m.kept_bytes - m.torch_input.freed_saved : m.split_kept_bytes) +
+  const InputBackwardMemory& i = torch ? m.torch_input : m.input_backward;
+  const std::int64_t net = (first_time ? param_bytes : 0) - i.kept_for_weights -
+                           (torch ? m.kept_bytes - i.freed_saved : m.split_kept_bytes) +
                            (last_stage ? 0 : m.output_bytes) - dies;
+  const WeightBackwardMemory& w = (torch ? m.torch_weight : m.weight_backward)[first_time ? 1 : 0];
+  std::int64_t peak = w.peak, after_peak = w.after_peak, after_layer = w.after_layer;
   if (torch) {
     // torch's walk frees what I kept as it goes; what I already freed of the graph may be
     // counted again by the graph's walk, so the steps never go below the net.
-    const WeightBackwardMemory& w = m.torch_weight[first_time ? 1 : 0];
-    const std::int64_t after_layer = std::max(w.after_layer, net);
-    const std::int64_t after_peak = std::max(w.after_peak, after_layer);
-    const std::int64_t peak = std::max(w.peak, after_peak);
-    return {peak,       after_layer - net,        peak - after_peak,
-            w.peak_end, after_peak - after_layer, w.layer_end};
+    after_layer = std::max(after_layer, net);
+    after_peak = std::max(after_peak, after_layer);
+    peak = std::max(peak, after_peak);
   }
-  const std::int64_t peak = first_time ? m.weight_peak_first : m.weight_peak;
-  const std::int64_t after_peak = first_time ? m.weight_after_peak_first : m.weight_after_peak;
-  const std::int64_t after_layer = first_time ? m.weight_after_layer_first : m.weight_after_layer;
-  return {peak,
-          after_layer - net,
-          peak - after_peak,
-          first_time ? m.weight_peak_end_first : m.weight_peak_end,
-          after_peak - after_layer,
-          first_time ? m.weight_layer_end_first : m.weight_layer_end};
+  return {peak,       after_layer - net,        peak - after_peak,
+          w.peak_end, after_peak - after_layer, w.layer_end};
 }
 
 std::int64_t left_by_backward(const StageMemory& m, bool first_time, bool last_stage) {

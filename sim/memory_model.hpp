@@ -9,7 +9,9 @@
 
 namespace pipetune {
 
-/// An I walk's levels above I's start (StageMemory::torch_input), as the input_backward_* terms.
+/// An I walk's levels above I's start (StageMemory::input_backward, torch_input): its peak, what
+/// it leaves (net), and two steps down from the peak as backward_after_peak and
+/// backward_after_layer are, at fractions of I's time.
 struct InputBackwardMemory {
   std::int64_t peak = 0, net = 0, after_peak = 0, after_layer = 0;
   double peak_end = 1.0, layer_end = 1.0;
@@ -17,7 +19,8 @@ struct InputBackwardMemory {
   std::int64_t freed_saved = 0;       ///< of the forward's kept bytes, what dies as I ends
 };
 
-/// A W walk's levels above W's start (StageMemory::torch_weight), as the weight_* terms.
+/// A W walk's levels above W's start (StageMemory::weight_backward, torch_weight): its peak and
+/// two steps down, as InputBackwardMemory's.
 struct WeightBackwardMemory {
   std::int64_t peak = 0, after_peak = 0, after_layer = 0;
   double peak_end = 1.0, layer_end = 1.0;
@@ -69,22 +72,15 @@ struct StageMemory {
   /// The backward split (I then W). I walks the layers for input gradients only, with the graph
   /// kept: it frees no activation, and of the gradients of the layers' outputs it keeps those
   /// of layers with parameters, which their weight gradients read. Peak above I's start, and
-  /// what I leaves (the stage's input gradient and the gradients kept for W).
-  std::int64_t input_backward_peak = 0;
-  std::int64_t input_backward_net = 0;
-  std::int64_t input_backward_after_peak = 0;  ///< as backward_after_peak, for I
-  double input_backward_peak_end = 1.0;
-  std::int64_t input_backward_after_layer = 0;
-  double input_backward_layer_end = 1.0;
-  /// Of input_backward_net, what W frees: the output gradients kept for it.
-  std::int64_t weight_kept_gradients = 0;
+  /// what I leaves (the stage's input gradient and, kept_for_weights, the gradients kept for W).
+  InputBackwardMemory input_backward;
   /// I as torch.distributed.pipelining runs it (`stage_backward_input`): the graph kept, and a
   /// gradient kept for W per operation with weights (LayerProfile::torch_weight_gradient_bytes),
-  /// where the executor keeps one per layer. The executor's I where the profile has no count.
+  /// where the executor keeps one per layer. input_backward where the profile has no count.
   InputBackwardMemory torch_input;
   /// W as torch runs it (`stage_backward_weight`: one operation's weight gradients at a time),
   /// from each layer's W measured alone on torch (LayerProfile::torch_weight_peak_bytes). [0] a
-  /// later W, [1] the stage's first. The executor's W where the profile has no such record.
+  /// later W, [1] the stage's first. weight_backward where the profile has no such record.
   std::array<WeightBackwardMemory, 2> torch_weight{};
   /// W computes each layer's parameter gradients from its own output gradient, one layer at a
   /// time, first layer first. A layer's W allocates its parameter gradients and whatever its
@@ -96,17 +92,8 @@ struct StageMemory {
   /// the level falls as W goes: a walk of levels above W's start like the backward's, tracked as
   /// its peak and two steps down (fractions of W's time by its layers' weight times). What the
   /// walk does not free (the boundaries and gradients the stage keeps for W, the parameterless
-  /// layers' saved tensors) goes when W ends. "first": the stage's first W.
-  std::int64_t weight_peak = 0;
-  std::int64_t weight_peak_first = 0;
-  std::int64_t weight_after_peak = 0;
-  std::int64_t weight_after_peak_first = 0;
-  double weight_peak_end = 1.0;
-  double weight_peak_end_first = 1.0;
-  std::int64_t weight_after_layer = 0;
-  std::int64_t weight_after_layer_first = 0;
-  double weight_layer_end = 1.0;
-  double weight_layer_end_first = 1.0;
+  /// layers' saved tensors) goes when W ends. [0] a later W, [1] the stage's first.
+  std::array<WeightBackwardMemory, 2> weight_backward{};
 };
 
 /// What stage_memory() fills: everything, or what stage_peak_bound() reads (the forward with

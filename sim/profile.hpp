@@ -177,10 +177,6 @@ struct Profile {
   std::size_t layer_count() const { return layers.size(); }
   bool has_corun_times() const { return co_runners > 0; }
   bool has_cold_times() const { return device.cache_bytes > 0; }
-  /// Every layer has torch_weight_gradient_bytes (an eager profile's count of torch's I).
-  bool has_torch_weight_gradients() const {
-    return !layers.empty() && !layers.front().torch_weight_gradient_bytes.empty();
-  }
   /// Every layer has forward_step_start_ms (only ever with cold times).
   bool has_step_start_times() const {
     return has_cold_times() && !layers.empty() &&

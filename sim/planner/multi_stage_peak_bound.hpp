@@ -15,7 +15,8 @@
 //     not a share of the same GPU), that input: a buffer of its own, the output of the layer
 //     before the stage at the pair's size, there from before its forward until its B or W ends,
 //   + for every pair whose I has ended and whose W has not (zero bubble): the output gradients
-//     I keeps for W (weight_kept_gradients: of the stage's layers with parameters but its last),
+//     I keeps for W (input_backward.kept_for_weights: of the stage's layers with parameters but
+//     its last),
 //   + for every stage whose first B or W has ended: its parameter gradients,
 //   − for every B and W that has ended: the largest output of a view layer (a backward frees
 //     the stage output's size even when the last layer made no storage of its own; 0 for

@@ -557,13 +557,13 @@ TEST(StageMemory, SplitBackwardWHoldsWhatEachLayersBackwardMakesOnTheWayToItsWei
   const CostModel model(p);
   const StageMemory m = stage_memory(model, model.at(1), 0, 3, true);
   // Accumulating: max(0 + 40, -1 + 20, -3 + 0) = 40 (.grad is there already, below W's start).
-  EXPECT_EQ(m.weight_peak, 40);
+  EXPECT_EQ(m.weight_backward[0].peak, 40);
   // The first W keeps each layer's gradients as .grad: max(0 + 40, 7 - 1 + 20, 18 - 3 + 0).
-  EXPECT_EQ(m.weight_peak_first, 40);
+  EXPECT_EQ(m.weight_backward[1].peak, 40);
   const MemoryEffect first = weight_backward_effect(m, 31, true, true, 0);  // the last stage
   EXPECT_EQ(first.allocated, 40);
   // After layer 0 (the peak) the walk never exceeds 26; it leaves 31 - 6 = 25.
-  EXPECT_EQ(m.weight_after_layer_first, 26);
+  EXPECT_EQ(m.weight_backward[1].after_layer, 26);
   // Everything else goes when W ends: what it allocated less what it leaves, 31 of .grad, less
   // what the split forward kept (the activations' 36 and the logits, 30: the executor holds the
   // output of every layer with parameters until W, the last one's too) and the gradients I kept
@@ -576,14 +576,14 @@ TEST(StageMemory, SplitBackwardWHoldsWhatEachLayersBackwardMakesOnTheWayToItsWei
   // A stage from layer 1: accumulating max(0 + 20, -2 + 0) = 20; the first time
   // max(0 + 20, 11 - 2 + 0) = 20, below its 24 bytes of parameters (layer 1's saved 2 went).
   const StageMemory later = stage_memory(model, model.at(1), 1, 3, false);
-  EXPECT_EQ(later.weight_peak, 20);
-  EXPECT_EQ(later.weight_peak_first, 20);
+  EXPECT_EQ(later.weight_backward[0].peak, 20);
+  EXPECT_EQ(later.weight_backward[1].peak, 20);
   // Without measured peaks a layer's W is its parameters: max(7, -1 + 11, -3 + 13) = 10, and
   // the first time max(7, 6 + 11, 15 + 13) = 28.
   const Profile bare = three_layers();
   const CostModel unmeasured(bare);
-  EXPECT_EQ(stage_memory(unmeasured, unmeasured.at(1), 0, 3, true).weight_peak, 10);
-  EXPECT_EQ(stage_memory(unmeasured, unmeasured.at(1), 0, 3, true).weight_peak_first, 28);
+  EXPECT_EQ(stage_memory(unmeasured, unmeasured.at(1), 0, 3, true).weight_backward[0].peak, 10);
+  EXPECT_EQ(stage_memory(unmeasured, unmeasured.at(1), 0, 3, true).weight_backward[1].peak, 28);
 }
 
 // A normalisation (parameters), a Sigmoid (keeps only its own output) and a head (parameters,
@@ -627,13 +627,13 @@ TEST(StageMemory, WFreesAStorageWithTheLastLayerKeepingItUnlessABoundaryHoldsIt)
   // The 20 is kept by layers 1 and 2, and layer 1 has no W: its graph (and the 20) stays until
   // W ends. Layer 0's 10 is no one's. So W frees 1 after layer 0, 3 after layer 2:
   // max(0 + 7, 7 - 1 + 0 [layer 1], 6 + 13) = 19.
-  EXPECT_EQ(stage_memory(model, model.at(1), 0, 3, true).weight_peak_first, 19);
+  EXPECT_EQ(stage_memory(model, model.at(1), 0, 3, true).weight_backward[1].peak, 19);
   // Layer 1 with no saved output: the 20 is layer 2's input alone, made by a parameterless
   // layer, so layer 2's W frees it with its saved 3: the level it leaves is 7 - 1 + 13 - 3 - 20.
   p.layers[1].keeps_output = false;
   const CostModel alone(p);
   const StageMemory m = stage_memory(alone, alone.at(1), 0, 3, true);
-  EXPECT_EQ(m.weight_peak_first, 19);
+  EXPECT_EQ(m.weight_backward[1].peak, 19);
   const MemoryEffect first = weight_backward_effect(m, 20, true, true, 0);
   EXPECT_EQ(first.allocated - first.freed_after_peak - first.freed_after_layer,
             7 - 1 + 13 - 3 - 20);
@@ -645,11 +645,12 @@ TEST(StageMemory, TheLastStagesIKeepsTheGradientItMadeFromTheLossForW) {
   // other stage that gradient is received, and counted as such).
   const Profile p = three_layers();
   const CostModel model(p);
-  EXPECT_EQ(stage_memory(model, model.at(1), 0, 3, true).weight_kept_gradients, 10 + 20 + 30);
-  EXPECT_EQ(stage_memory(model, model.at(1), 0, 2, true).weight_kept_gradients, 10);
+  EXPECT_EQ(stage_memory(model, model.at(1), 0, 3, true).input_backward.kept_for_weights,
+            10 + 20 + 30);
+  EXPECT_EQ(stage_memory(model, model.at(1), 0, 2, true).input_backward.kept_for_weights, 10);
   // I's walk starts from it; its peak is at layer 1: the 30, the 20 layer 2 made (kept), then
   // layer 1's input gradient 10 and its workspace 50. Without the 30 it would be 80.
-  EXPECT_EQ(stage_memory(model, model.at(1), 0, 3, true).input_backward_peak, 30 + 20 + 10 + 50);
+  EXPECT_EQ(stage_memory(model, model.at(1), 0, 3, true).input_backward.peak, 30 + 20 + 10 + 50);
 }
 
 TEST(StageMemory, InsideAStageTheInnerPeaksApply) {
@@ -899,8 +900,8 @@ TEST(StageMemory, TorchsInputBackwardKeepsAGradientPerOperationWithWeights) {
   EXPECT_EQ(m.torch_input.kept_for_weights, 40);
   EXPECT_EQ(m.torch_input.freed_saved, 5);
   // The executor's I keeps one gradient per layer with weights (layer 1's output's, 10).
-  EXPECT_EQ(m.weight_kept_gradients, 10);
-  EXPECT_EQ(m.input_backward_net, executor.input_backward_net);
+  EXPECT_EQ(m.input_backward.kept_for_weights, 10);
+  EXPECT_EQ(m.input_backward.net, executor.input_backward.net);
   // Over the forward, I and W, what torch kept comes back: what is left is the input gradient
   // (its copy frees it) and the held output (dies with the backward, here 0).
   const auto net = [](const MemoryEffect& e) {
@@ -920,10 +921,11 @@ TEST(StageMemory, TorchsInputBackwardKeepsAGradientPerOperationWithWeights) {
   EXPECT_EQ(net(forward) + net(input) + net(first_weight),
             m.input_gradient_bytes + m.output_bytes + 4);
   // The executor's W (no torch record) peaks otherwise: at its own walk of the layer.
-  EXPECT_EQ(weight_backward_effect(m, 4, true, false, 0, false).allocated, m.weight_peak_first);
+  EXPECT_EQ(weight_backward_effect(m, 4, true, false, 0, false).allocated,
+            m.weight_backward[1].peak);
   // Without torch's counts, torch's I is the executor's.
-  EXPECT_EQ(executor.torch_input.kept_for_weights, executor.weight_kept_gradients);
-  EXPECT_EQ(executor.torch_input.net, executor.input_backward_net);
+  EXPECT_EQ(executor.torch_input.kept_for_weights, executor.input_backward.kept_for_weights);
+  EXPECT_EQ(executor.torch_input.net, executor.input_backward.net);
   EXPECT_EQ(executor.torch_input.freed_saved, 0);
 }
 
