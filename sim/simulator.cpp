@@ -263,9 +263,11 @@ struct ComputeEffects {
 };
 
 // A compute task's solo duration, `extra_ms` added (its cold cache's), and memory effects
-// (docs/memory-model.md).
+// (docs/memory-model.md). `sends_held`: the runtime keeps what it sent to the step's end
+// (sends_held_to_step_end), so a backward does not free the stage output it sent.
 ComputeEffects compute_effects(const TaskGraph& graph, const SimTask& t, const StageCost& c,
-                               const PlanShape& shape, Runtime runtime, double extra_ms) {
+                               const PlanShape& shape, Runtime runtime, bool sends_held,
+                               double extra_ms) {
   const int s = t.stage, i = t.micro_batch, counter = graph.counter[t.device];
   const StageMemory& m = c.memory;
   const bool last_stage = s + 1 == shape.stages, recomputed = shape.recomputed[i] != 0;
@@ -286,7 +288,7 @@ ComputeEffects compute_effects(const TaskGraph& graph, const SimTask& t, const S
     // torch receives into buffers it keeps for the run (counted from the start, set_copy_effects).
     if (received_input) dies -= m.input_bytes;
     if (!last_stage && graph.counter[shape.device_of[s + 1]] != counter)
-      dies -= m.output_gradient_bytes;
+      dies -= m.output_gradient_bytes + (sends_held ? m.output_bytes : 0);
   }
   ComputeEffects out;
   out.ms = task_ms(t.kind, recomputed, c.solo) + extra_ms;
@@ -338,8 +340,10 @@ void apply_effects(EventEngine& engine, int task, const ComputeEffects& e) {
 // and copied to the others (a GPipe step at 16 x 128 has 4,096 compute tasks, 320 kinds).
 class EffectsMemo {
  public:
-  EffectsMemo(int stages, Runtime runtime)
-      : index_(static_cast<std::size_t>(stages) * 2 * 7 * 8, -1), runtime_(runtime) {}
+  EffectsMemo(int stages, Runtime runtime, bool sends_held)
+      : index_(static_cast<std::size_t>(stages) * 2 * 7 * 8, -1),
+        runtime_(runtime),
+        sends_held_(sends_held) {}
   const ComputeEffects& get(const TaskGraph& graph, const SimTask& t, const StageCost& c,
                             const PlanShape& shape) {
     const std::size_t cell =
@@ -354,7 +358,7 @@ class EffectsMemo {
         variant;
     if (index_[key] < 0) {
       index_[key] = static_cast<int>(effects_.size());
-      effects_.push_back(compute_effects(graph, t, c, shape, runtime_, 0.0));
+      effects_.push_back(compute_effects(graph, t, c, shape, runtime_, sends_held_, 0.0));
     }
     return effects_[static_cast<std::size_t>(index_[key])];
   }
@@ -363,6 +367,7 @@ class EffectsMemo {
   std::vector<int> index_;
   std::vector<ComputeEffects> effects_;
   Runtime runtime_;
+  bool sends_held_;
 };
 
 // Each compute task's coldness (sim/cache_model.hpp), in the graph's order of compute tasks.
@@ -408,9 +413,11 @@ class CopyTimes {
 
 // A copy's duration and memory effects: the receiver allocates at once; the sender frees a
 // gradient when it is done, and an activation when it is checkpointed (nothing else holds it).
+// Where the runtime keeps what it sent to the step's end (`sends_held`), the sender frees
+// nothing and the bytes are added to `held` (by device), freed once the step is done.
 void set_copy_effects(TaskGraph& graph, int task, const StageMemory& m, const PlanShape& shape,
-                      const Link& link, Runtime runtime, CopyTimes& times,
-                      std::vector<std::int64_t>& baseline) {
+                      const Link& link, Runtime runtime, bool sends_held, CopyTimes& times,
+                      std::vector<std::int64_t>& baseline, std::vector<std::int64_t>& held) {
   SimTask& t = graph.tasks[static_cast<std::size_t>(task)];
   const bool gradient = t.kind == TaskKind::SendGradient;
   t.bytes = gradient ? m.input_gradient_bytes : m.output_bytes;
@@ -423,16 +430,27 @@ void set_copy_effects(TaskGraph& graph, int task, const StageMemory& m, const Pl
   const bool kept_buffer = copied && runtime == Runtime::TorchPipelining;
   if (kept_buffer) baseline[static_cast<std::size_t>(t.peer)] += t.bytes;
   graph.engine.set_start_effect(task, graph.counter[t.peer], copied && !kept_buffer ? t.bytes : 0);
-  const bool sender_frees = copied && (gradient || shape.recomputed[t.micro_batch]);
+  const bool kept_sent = copied && sends_held;
+  if (kept_sent) held[static_cast<std::size_t>(t.device)] += t.bytes;
+  const bool sender_frees = copied && !kept_sent && (gradient || shape.recomputed[t.micro_batch]);
   graph.engine.set_end_effect(task, graph.counter[t.device], sender_frees ? t.bytes : 0);
 }
 
-// torch's single-stage schedules hold a gradient they sent past its copy (torch 2.11):
-// Schedule1F1B keeps the one it last sent referenced (its `bwd_sends`) until the stage's next
-// backward is done, and ScheduleGPipe waits for its backward sends only after its last backward,
-// so each lives until that one's send is done. The multi-stage runtime waits for each action's
-// sends before its next action, which frees a gradient when its copy ends, as the executor does.
-void hold_sent_gradients_as_torch(TaskGraph& graph, ScheduleKind kind) {
+// Whether torch's runtime keeps every tensor a rank sent until its step ends (torch 2.11): a
+// send's work holds its tensor until the work is dropped. The multi-stage runtime
+// (`_PipelineScheduleRuntime`: the interleaved, looped and zero-bubble schedules, and an order
+// from a CSV) keeps every send's work until the rank's actions are done, and ScheduleGPipe its
+// forward and backward sends' until it returns. (A zero-bubble I also leaves the gradient it
+// sends as its input buffer's `.grad`, until the next step.) Schedule1F1B drops each in turn
+// (hold_sent_gradients_as_torch). On 4 ranks this was a looped ResNet's missing 15 %.
+bool sends_held_to_step_end(Runtime runtime, ScheduleKind kind, bool custom_order) {
+  return runtime == Runtime::TorchPipelining && (custom_order || kind != ScheduleKind::OneFOneB);
+}
+
+// torch's Schedule1F1B keeps the gradient it last sent referenced (its `bwd_sends`) until the
+// stage's next backward is done (torch 2.11); the activations it sent live until their
+// backwards anyway.
+void hold_sent_gradients_as_torch(TaskGraph& graph) {
   const Schedule& schedule = graph.schedule;
   const auto at = [&](int stage, int micro_batch) {
     return static_cast<std::size_t>(stage) * static_cast<std::size_t>(schedule.micro_batches) +
@@ -457,17 +475,12 @@ void hold_sent_gradients_as_torch(TaskGraph& graph, ScheduleKind kind) {
     for (const Action& a : schedule.per_stage[static_cast<std::size_t>(stage)])
       if (a.kind == ActionKind::Backward) order.push_back(a.micro_batch);
     if (order.empty()) continue;
-    const int last_send = send[at(stage, order.back())];
     for (std::size_t k = 0; k + 1 < order.size(); ++k) {
       const int copy = send[at(stage, order[k])];
       if (copy < 0) continue;  // the first stage sends none, nor one sharing its memory
       const EventEngine::Effects e = engine.effects(copy);
       engine.set_end_effect(copy, e.end_counter, 0);
-      if (kind == ScheduleKind::OneFOneB) {
-        free_at_end_of(backward[at(stage, order[k + 1])], e.end_counter, e.end_bytes);
-      } else {
-        free_at_end_of(last_send, e.end_counter, e.end_bytes);
-      }
+      free_at_end_of(backward[at(stage, order[k + 1])], e.end_counter, e.end_bytes);
     }
   }
 }
@@ -739,7 +752,9 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
   // page faults and all, on every run).
   const bool corun = profile_.has_corun_times();
   std::vector<CorunTask> corun_tasks;
-  EffectsMemo memo(shape.stages, hardware_.runtime);
+  const bool sends_held = sends_held_to_step_end(hardware_.runtime, plan.schedule, graph_.given);
+  std::vector<std::int64_t> held(static_cast<std::size_t>(devices), 0);
+  EffectsMemo memo(shape.stages, hardware_.runtime, sends_held);
   CopyTimes copy_times(shape.stages);
   // Each device's first compute task of the step follows the optimizer's sweep. Step-start
   // times come only with cold times; without them the extra is 0 and changes nothing.
@@ -759,7 +774,8 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
       }
       // With cold caches each task's own; else shared, by reference (no copy per task).
       ComputeEffects own;
-      if (!coldness.empty()) own = compute_effects(graph, t, c, shape, hardware_.runtime, extra_ms);
+      if (!coldness.empty())
+        own = compute_effects(graph, t, c, shape, hardware_.runtime, sends_held, extra_ms);
       const ComputeEffects& e = coldness.empty() ? memo.get(graph, t, c, shape) : own;
       apply_effects(engine, static_cast<int>(id), e);
       const double solo_ms = e.ms;
@@ -768,15 +784,13 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
         corun_tasks.push_back({static_cast<int>(id), t.device, solo_ms, corun_ms, solo_ms});
     } else {
       set_copy_effects(graph, static_cast<int>(id), c.memory, shape,
-                       *links_[t.device * devices + t.peer], hardware_.runtime, copy_times,
-                       baseline);
+                       *links_[t.device * devices + t.peer], hardware_.runtime, sends_held,
+                       copy_times, baseline, held);
     }
   }
   const bool torch = hardware_.runtime == Runtime::TorchPipelining;
   if (hardware_.posted_receives && !torch) post_receives_early(graph, baseline);
-  if (torch && !graph_.given &&
-      (plan.schedule == ScheduleKind::GPipe || plan.schedule == ScheduleKind::OneFOneB))
-    hold_sent_gradients_as_torch(graph, plan.schedule);
+  if (torch && !sends_held) hold_sent_gradients_as_torch(graph);
   // Shares of one GPU count into one counter (share_gpu_counters()).
   std::vector<std::int64_t> initial(engine.counter_count(), 0);
   for (int d = 0; d < devices; ++d) initial[graph.counter[d]] += baseline[d];
@@ -786,8 +800,11 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
 
   engine.run(options.record_memory);
   if (torch) {
-    // Once its last action is done, torch concatenates the micro-batches' outputs into the
-    // step's (and still holds them).
+    // Once its last action is done, torch waits for its sends and drops them, then concatenates
+    // the micro-batches' outputs into the step's (and still holds them).
+    for (int d = 0; d < devices; ++d)
+      if (held[static_cast<std::size_t>(d)] > 0)
+        engine.allocate_at_end(graph.counter[d], -held[static_cast<std::size_t>(d)]);
     std::int64_t merged = 0;
     for (const std::uint8_t slot : shape.slot_of)
       merged += cost[shape.stages - 1][slot].memory.output_bytes;

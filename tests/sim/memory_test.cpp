@@ -141,7 +141,7 @@ TEST(Memory, TorchKeepsItsReceiveBuffersAndTheLastStagesOutputs) {
   // sends after its last backward; B0 +600 -> 1940 (the executor's 1840). After it the outputs
   // are joined, +20 on an end level of 700 + 500 + 20: under the peak.
   EXPECT_EQ(torch_peaks(two_layers(2), make_plan({1, 1}, 2, CheckpointMode::Never), 2),
-            (std::vector<std::int64_t>{3370, 1940}));
+            (std::vector<std::int64_t>{3470, 1940}));
   // One stage: no buffers; the outputs kept, 2 x 100 over the executor's 3070.
   EXPECT_EQ(torch_peaks(one_layer(2), make_plan({1}, 2, CheckpointMode::Never), 1),
             (std::vector<std::int64_t>{3270}));
@@ -159,6 +159,29 @@ TEST(Memory, TorchsOneFOneBHoldsTheGradientItSentUntilItsNextBackwardIsDone) {
   Plan plan = make_plan({1, 1}, 3, CheckpointMode::Never);
   plan.schedule = ScheduleKind::OneFOneB;
   EXPECT_EQ(torch_peaks(two_layers(3), plan, 2), (std::vector<std::int64_t>{3630, 2050}));
+}
+
+TEST(Memory, TorchsMultiStageRuntimeHoldsEveryTensorItSentUntilTheStepEnds) {
+  // The two-layer model twice ([a, b, a, b], a sample), looped BFS on two devices: device 0
+  // runs stages 0 and 2, device 1 stages 1 and 3. _PipelineScheduleRuntime keeps every send's
+  // work, which holds the tensor sent, until the rank's actions are done.
+  // Device 0: parameters 2000, the input 10, buffers for stage 0's received gradient 100 and
+  // stage 2's input 10 and gradient 100 -> 2220. F(s0), F(s2) +150 each -> 2520. B(s2) +1000
+  // of parameter gradients and its input gradient 10 -> 3530, frees its saved 50; its output
+  // 100 (sent) and the gradient 10 (sent) stay -> 3480. B(s0) +1000 -> 4480 (peak); the
+  // executor's rule (free each when its copy or backward is done) gives 4370.
+  // Device 1: parameters 1000, buffers for stage 1's input 100 and gradient 10, stage 3's input
+  // 100 -> 1210. F(s1) keeps 20 and its output 10, F(s3) 20 and the model's output 10 -> 1270.
+  // B(s3) +500 and its input gradient 100 -> 1870, frees 20; the gradient it sent stays ->
+  // 1850. B(s1) +500 +100 -> 2450 (peak; 2350 with the executor's rule). Once done the rank
+  // drops its sends (210) and joins the outputs (+10): 2230.
+  testing::LayerSpec a{1.0, 2.0, 1000, 100, 50, 0};
+  testing::LayerSpec b{1.0, 2.0, 500, 10, 20, 0};
+  const Profile profile = testing::make_profile({a, b, a, b}, 1, 10);
+  Plan plan = make_plan({1, 1, 1, 1}, 1, CheckpointMode::Never);
+  plan.schedule = ScheduleKind::LoopedBFS;
+  plan.stages_per_device = 2;
+  EXPECT_EQ(torch_peaks(profile, plan, 2), (std::vector<std::int64_t>{4480, 2450}));
 }
 
 TEST(Memory, TorchJoinsTheOutputsOnceTheStepIsDone) {
