@@ -46,9 +46,9 @@ import sys
 import tempfile
 import time
 import warnings
-import weakref
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # the profiler counting W's memory: no GPU notes
 
@@ -360,12 +360,15 @@ def zero_bubble_input(run, layer, previous, held):
     leaf, x = layer_input(previous, run.wants_gradient[layer])
     if leaf is None or stage_backward_input is None:
         return 0, False, 0
-    packed = []  # (weak reference, storage, bytes)
+    packed = []  # (weak reference to the storage, storage, bytes)
 
     def pack(tensor):
         storage = tensor.untyped_storage()
-        packed.append((weakref.ref(tensor), storage.data_ptr(), storage.nbytes()))
-        return tensor
+        packed.append((StorageWeakRef(storage), storage.data_ptr(), storage.nbytes()))
+        # An alias without the graph: a node that saves its own output (log_softmax, a ReLU)
+        # would otherwise hold itself through the hook's tensor, a cycle through C++ that
+        # Python's collector never frees, and what I frees would seem to stay.
+        return tensor.detach()
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
         root, y = run.forward(layer, x)
@@ -384,7 +387,7 @@ def zero_bubble_input(run, layer, previous, held):
         y = y.detach()
     # The input, the output (torch holds it until W) and the children's own tensors stay.
     stay = held | {t.untyped_storage().data_ptr() for t in (leaf, x, y, run.target)}
-    stay |= {pointer for ref, pointer, _ in packed if ref() is not None}
+    stay |= {pointer for ref, pointer, _ in packed if not ref.expired()}
     dead = {pointer: nbytes for _, pointer, nbytes in packed if pointer not in stay}
     incoming = None if seed is None else seed.untyped_storage().data_ptr()
     return (sum(n for pointer, n in kept.items() if pointer != incoming), incoming in kept,

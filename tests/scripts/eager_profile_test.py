@@ -128,13 +128,14 @@ class EagerProfileTest(unittest.TestCase):
         # weights, the gradient of its own output; nothing it saved dies. The layer norm without
         # weights has no I, and its mean and reciprocal deviation (8 bytes each a sample) die
         # with the graph. The head keeps the loss's gradient of the logits (4 float64 a sample);
-        # the loss's float64 weight total dies, its log-probabilities stay (torch keeps them).
+        # the loss's graph dies with its float64 weight total and its log-probabilities (4 float64
+        # a sample; a node saving its own output, which the counting must not keep alive).
         self.assertEqual([layer["torch_weight_gradient_bytes"] for layer in layers],
                          [[0] * 3, [128 * s for s in SIZES], [0] * 3, [32 * s for s in SIZES]])
         self.assertEqual([layer.get("torch_keeps_output_gradient", False) for layer in layers],
                          [False, True, False, False])
         self.assertEqual([layer["torch_freed_by_input_bytes"] for layer in layers],
-                         [[0] * 3, [0] * 3, [16 * s for s in SIZES], [8] * 3])
+                         [[0] * 3, [0] * 3, [16 * s for s in SIZES], [8 + 32 * s for s in SIZES]])
         # torch's W of the head alone: its weights' gradients (36 float64) while the sum torch
         # takes of the gradient I kept for it (a copy of the logits' gradient) is alive; the
         # same the first time and later. Without I (the first child, the layer norm): none.
