@@ -394,6 +394,45 @@ def zero_bubble_input(run, layer, previous, held):
             sum(dead.values()))
 
 
+def weight_frees(run, layer, previous, held):
+    """What torch's W (`stage_backward_weight`) of the child frees as it goes inside a stage. W
+    asks autograd for the weights' gradients without keeping the graph, so what only the
+    child's operations with weights saved goes as each is done; what other operations saved
+    goes when the graph dies at W's end (the next child's operations hold the child's graph
+    until then). Counted with the child's top operation held, as the next child holds it:
+    (bytes of what it saved, besides its input and output, that W frees; whether W frees its
+    input, which only its operations with weights saved). (0, False) without I or weights."""
+    leaf, x = layer_input(previous, run.wants_gradient[layer])
+    weights = run.parameters(layer)
+    if leaf is None or not weights or stage_backward_input is None:
+        return 0, False
+    packed = []  # (weak reference to the storage, storage, bytes)
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        packed.append((StorageWeakRef(storage), storage.data_ptr(), storage.nbytes()))
+        return tensor.detach()  # no cycle through the hook's tensor (zero_bubble_input)
+
+    grads = [w.grad for w in weights]
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        root, y = run.forward(layer, x)
+    top = y.grad_fn  # I detaches the output in place; the next child's operations hold this
+    groups, _ = torch_input(run, layer, leaf, root)
+    input_ref = StorageWeakRef(x.untyped_storage())
+    ends = held | {t.untyped_storage().data_ptr() for t in (x, y, run.target)}
+    alive = [(ref, nbytes) for ref, pointer, nbytes in packed if not ref.expired() and pointer not in ends]
+    del root, y, x, leaf
+    input_saved = not input_ref.expired()  # by an operation still there: W's or the graph's
+    stage_backward_weight(iter(weights), groups)
+    del groups
+    freed = sum(nbytes for ref, nbytes in alive if ref.expired())
+    frees_input = input_saved and input_ref.expired()
+    del top
+    for w, grad in zip(weights, grads):
+        w.grad = grad
+    return freed, frees_input
+
+
 def zero_bubble_weight(run, layer, previous):
     """torch's W (`stage_backward_weight`) of the child alone, after its forward and torch's I:
     (peak above W's start the first time, its weights' gradients made; the same a later time,
@@ -442,7 +481,7 @@ def weight_pass(run, layer, previous):
 def retime(profile, times, slowdown, saved, zero_bubble):
     """The profile with its times replaced by `times[(kind, layer)][size index]` = (median, MAD),
     its saved bytes by `saved[layer][size index]`, and what torch's zero-bubble I and W keep by
-    `zero_bubble[layer][size index]` = (zero_bubble_input(), zero_bubble_weight())."""
+    `zero_bubble[layer][size index]` = (zero_bubble_input(), zero_bubble_weight(), weight_frees())."""
     out = json.loads(json.dumps(profile))
     sizes = len(profile["micro_batch_sizes"])
     for index, layer in enumerate(out["layers"]):
@@ -450,7 +489,7 @@ def retime(profile, times, slowdown, saved, zero_bubble):
             return [times[(kind, index)][s][part] for s in range(sizes)]
 
         layer["saved_bytes"] = saved[index]
-        counts, weights = zip(*zero_bubble[index])
+        counts, weights, frees = zip(*zero_bubble[index])
         layer["torch_weight_gradient_bytes"] = [b for b, _, _ in counts]
         layer["torch_freed_by_input_bytes"] = [d for _, _, d in counts]
         layer.pop("torch_keeps_output_gradient", None)
@@ -458,6 +497,10 @@ def retime(profile, times, slowdown, saved, zero_bubble):
             layer["torch_keeps_output_gradient"] = True
         for field, part in (("torch_weight_peak_bytes", 0), ("torch_weight_accumulate_peak_bytes", 1)):
             layer[field] = [w[part] for w in weights]
+        layer["torch_weight_freed_bytes"] = [f for f, _ in frees]
+        layer.pop("torch_weight_frees_input", None)
+        if any(i for _, i in frees):
+            layer["torch_weight_frees_input"] = True
         old_forward, old_backward = list(layer["forward_ms"]), list(layer["backward_ms"])
         layer["forward_ms"], layer["backward_ms"] = column("forward"), column("backward")
         if "forward_nograd_ms" in layer:
@@ -504,7 +547,8 @@ def measure(args, profile, children, inputs, targets, loss, progress):
         for layer in range(count):
             saved[layer].append(saved_bytes(run, layer, inputs_by_layer[layer], held))
             zero_bubble[layer].append((zero_bubble_input(run, layer, inputs_by_layer[layer], held),
-                                       zero_bubble_weight(run, layer, inputs_by_layer[layer])))
+                                       zero_bubble_weight(run, layer, inputs_by_layer[layer]),
+                                       weight_frees(run, layer, inputs_by_layer[layer], held)))
         progress(f"size {size}: timed")
     slowdown = measure_slowdown(args, by_size, count, progress) if args.co_runners > 0 else None
     return times, slowdown, saved, zero_bubble

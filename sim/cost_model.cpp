@@ -226,6 +226,11 @@ const SizeCosts& CostModel::at(std::int64_t size) const {
         costs->torch_weight_accumulate_peak_bytes.push_back(
             interpolate_bytes(sizes, layer.torch_weight_accumulate_peak_bytes, x));
       }
+      if (!layer.torch_weight_freed_bytes.empty()) {
+        costs->torch_weight_freed_bytes.push_back(
+            interpolate_bytes(sizes, layer.torch_weight_freed_bytes, x));
+        costs->torch_weight_frees_input.push_back(layer.torch_weight_frees_input ? 1 : 0);
+      }
     }
     costs->backward_input_prefix[l + 1] =
         costs->backward_input_prefix[l] + costs->backward_input_ms[l];

@@ -50,6 +50,9 @@ struct SizeCosts {
   std::vector<std::uint8_t> torch_keeps_output_gradient;
   /// torch's W of each layer alone (LayerProfile); empty when the profile has none.
   std::vector<std::int64_t> torch_weight_peak_bytes, torch_weight_accumulate_peak_bytes;
+  /// What that W frees as it goes (LayerProfile); empty when the profile has none.
+  std::vector<std::int64_t> torch_weight_freed_bytes;
+  std::vector<std::uint8_t> torch_weight_frees_input;
   /// Per layer k, size L + 1: the first layer j >= k that modifies its input or makes a storage
   /// of its own (L where none does); what decides whether a stage starting at k copies its input.
   std::vector<int> input_decider;

@@ -202,15 +202,20 @@ InputBackwardMemory torch_input_backward(const CostModel& model, const SizeCosts
 
 // W as torch runs it, first layer first: each layer peaks where the profile measured torch's W
 // of it alone, above where the layers before left the level; it then frees the gradients I
-// kept for it and, the first time, keeps its weights' gradients. What autograd saved goes when
-// W ends: torch frees it as the graph's nodes go, which a layer alone does not show (its
-// output, saved by the next layer, outlives its W inside a stage). (Measured on torchvision's
-// ResNet at 2 samples: a later W of `layer3` and `layer4` peaks 18.4 MB above its start, two
-// copies of its largest convolution's weights, where the executor's W holds the 33.6 MB of
-// `layer4`'s gradients at once; a GPT-2 block's 0.26 MB, below its 0.79 MB of weights.)
+// kept for it and, the first time, keeps its weights' gradients. W asks autograd for the
+// weights' gradients without keeping the graph, so what only a layer's operations with weights
+// saved goes as they are done (the profile's torch_weight_freed_bytes, and its input where only
+// they saved it); the rest of what autograd saved goes when the graph dies, at W's end.
+// (Measured on torchvision's ResNet at 2 samples: a later W of `layer3` and `layer4` peaks 18.4
+// MB above its start, two copies of its largest convolution's weights, where the executor's W
+// holds the 33.6 MB of `layer4`'s gradients at once; a GPT-2 block's 0.26 MB, below its 0.79 MB
+// of weights. A first W of `maxpool`, `layer1` and `layer2` at 2 samples peaks 0.92 MB above
+// its start, once `layer1`'s W has freed 0.66 MB of activations before `layer2` makes its
+// 2.1 MB of gradients.)
 WeightBackwardMemory torch_weight_backward(const CostModel& model, const SizeCosts& c, int first,
                                            int end, const auto& input_gradient, bool first_weight) {
   PeakTracker walk(c.backward_weight_ms, first, end);
+  const bool frees = !c.torch_weight_freed_bytes.empty();
   std::int64_t level = 0;
   for (int k = first; k < end; ++k) {
     const std::int64_t params = model.trained_bytes_in(k, first, k);
@@ -218,6 +223,12 @@ WeightBackwardMemory torch_weight_backward(const CostModel& model, const SizeCos
         first_weight ? c.torch_weight_peak_bytes[k] : c.torch_weight_accumulate_peak_bytes[k];
     walk.layer(k, level + peak);
     level += (first_weight ? params : 0) - torch_kept_for_weights(c, k, end, input_gradient);
+    if (!frees) continue;
+    // The input is the layer before's output, its own storage unless that layer made a view;
+    // the stage's input is torch's buffer (or what the stage before sent), never freed here.
+    const bool input_freed =
+        k > first && c.torch_weight_frees_input[k] && !c.keeps_output[k - 1] && !c.aliases[k - 1];
+    level -= c.torch_weight_freed_bytes[k] + (input_freed ? c.output_bytes[k - 1] : 0);
   }
   walk.finish(level);
   return {walk.peak, walk.after_peak, walk.after_layer, walk.peak_end, walk.layer_end};

@@ -149,7 +149,9 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
                    "torch_freed_by_input_bytes",
                    "torch_keeps_output_gradient",
                    "torch_weight_peak_bytes",
-                   "torch_weight_accumulate_peak_bytes"});
+                   "torch_weight_accumulate_peak_bytes",
+                   "torch_weight_freed_bytes",
+                   "torch_weight_frees_input"});
   LayerProfile layer;
   layer.name = node.field("name").string();
   layer.param_bytes = node.field("param_bytes").bytes();
@@ -220,6 +222,18 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
           "has torch_weight_peak_bytes, but no torch_weight_gradient_bytes (they come with them)");
     layer.torch_weight_peak_bytes = byte_counts(torch_weight->first, sizes);
     layer.torch_weight_accumulate_peak_bytes = byte_counts(torch_weight->second, sizes);
+  }
+  if (auto freed = node.optional_field("torch_weight_freed_bytes")) {
+    if (layer.torch_weight_peak_bytes.empty())
+      node.fail_message(
+          "has torch_weight_freed_bytes, but no torch_weight_peak_bytes (it comes with them)");
+    layer.torch_weight_freed_bytes = byte_counts(*freed, sizes);
+  }
+  if (auto frees = node.optional_field("torch_weight_frees_input")) {
+    if (layer.torch_weight_freed_bytes.empty())
+      node.fail_message(
+          "has torch_weight_frees_input, but no torch_weight_freed_bytes (it comes with them)");
+    layer.torch_weight_frees_input = frees->boolean();
   }
   read_pair(node, "backward_input_ms", "backward_weight_ms", sizes, layer.backward_input_ms,
             layer.backward_weight_ms);
@@ -380,6 +394,7 @@ Profile parse_profile(std::string_view text, const std::string& source) {
     every_layer_or_none("forward_nograd_launch_ms", &LayerProfile::forward_nograd_launch_ms);
     every_layer_or_none("torch_weight_gradient_bytes", &LayerProfile::torch_weight_gradient_bytes);
     every_layer_or_none("torch_weight_peak_bytes", &LayerProfile::torch_weight_peak_bytes);
+    every_layer_or_none("torch_weight_freed_bytes", &LayerProfile::torch_weight_freed_bytes);
   }
 
   // Co-run times need the count they were measured with, and describe every layer or none.
@@ -526,6 +541,9 @@ std::string profile_to_json(const Profile& p) {
       layer["torch_weight_peak_bytes"] = l.torch_weight_peak_bytes;
       layer["torch_weight_accumulate_peak_bytes"] = l.torch_weight_accumulate_peak_bytes;
     }
+    if (!l.torch_weight_freed_bytes.empty())
+      layer["torch_weight_freed_bytes"] = l.torch_weight_freed_bytes;
+    if (l.torch_weight_frees_input) layer["torch_weight_frees_input"] = true;
     if (!l.backward_input_ms.empty()) {
       layer["backward_input_ms"] = l.backward_input_ms;
       layer["backward_weight_ms"] = l.backward_weight_ms;

@@ -88,6 +88,15 @@ struct LayerProfile {
   /// later time (added into `.grad`). Absent: the executor's W.
   std::vector<std::int64_t> torch_weight_peak_bytes;
   std::vector<std::int64_t> torch_weight_accumulate_peak_bytes;
+  /// Optional (empty when absent; only with the two above, every layer or none): what that W
+  /// frees as it goes inside a stage, before the graph dies at W's end: what only the layer's
+  /// operations with weights saved (autograd frees it as they are done), besides its input and
+  /// output. Absent: W frees what autograd saved at its end.
+  std::vector<std::int64_t> torch_weight_freed_bytes;
+  /// With the field above: only the layer's operations with weights saved its input, so W frees
+  /// it too unless the layer before keeps it (keeps_output) or it is a view of an earlier
+  /// storage. Optional, default false.
+  bool torch_weight_frees_input = false;
   /// Optional (empty when absent; both or neither, every layer or none): the backward split as
   /// zero-bubble schedules run it, I (autograd w.r.t. the layer input, graph kept) then W
   /// (w.r.t. the parameters). Absent: a layer with parameters splits backward_ms in halves, one

@@ -143,6 +143,14 @@ class EagerProfileTest(unittest.TestCase):
             self.assertEqual(layers[3][field], [288 + 32 * s for s in SIZES], field)
             self.assertEqual(layers[0][field], [0] * 3, field)
             self.assertEqual(layers[2][field], [0] * 3, field)
+        # What W frees as it goes: of the middle child, the GELU's output (16 float64 a sample),
+        # which only the second linear layer saved (the GELU saved its input, the first linear
+        # layer's output, which stays to W's end), and its input, which only the first linear
+        # layer saved; of the head, its input. Without I or weights: nothing.
+        self.assertEqual([layer["torch_weight_freed_bytes"] for layer in layers],
+                         [[0] * 3, [128 * s for s in SIZES], [0] * 3, [0] * 3])
+        self.assertEqual([layer.get("torch_weight_frees_input", False) for layer in layers],
+                         [False, True, False, True])
 
     def test_a_frozen_stem_has_no_backward_and_the_first_that_trains_no_input_gradient(self):
         done = self.retime(f"{CASES}:build_sleepy_frozen_stem", fabricated_profile(), "--co-runners", "0",

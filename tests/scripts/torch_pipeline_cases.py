@@ -94,12 +94,12 @@ def build_inplace():
 
 
 def build_zero_bubble():
-    """A linear layer; two linear layers around a tanh as one child; a layer norm without
+    """A linear layer; two linear layers around a GELU as one child; a layer norm without
     weights; a linear head; float64: what torch's zero-bubble I keeps and frees of each child,
-    counted by hand in eager_profile_test.py."""
+    and what its W frees as it goes, counted by hand in eager_profile_test.py."""
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(1)
-    middle = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Tanh(), torch.nn.Linear(16, 8))
+    middle = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.GELU(), torch.nn.Linear(16, 8))
     return ([torch.nn.Linear(8, 16).double(), middle.double(),
              torch.nn.LayerNorm(8, elementwise_affine=False).double(), torch.nn.Linear(8, 4).double()],
             (torch.randn(4, 8, generator=g, dtype=torch.float64), torch.randint(0, 4, (4,), generator=g)))

@@ -532,8 +532,10 @@ TEST(ProfileFormat, WhatAutogradKeepsParsesAndRoundTrips) {
     l.torch_freed_by_input_bytes = {2, 4};
     l.torch_weight_peak_bytes = {40, 80};
     l.torch_weight_accumulate_peak_bytes = {20, 40};
+    l.torch_weight_freed_bytes = {6, 12};
   }
   torch_counts.layers[0].torch_keeps_output_gradient = true;
+  torch_counts.layers[1].torch_weight_frees_input = true;
   const Profile torch_again = parse_profile(profile_to_json(torch_counts), "again.json");
   EXPECT_EQ(torch_again.layers[1].torch_weight_gradient_bytes, (std::vector<std::int64_t>{30, 60}));
   EXPECT_EQ(torch_again.layers[0].torch_freed_by_input_bytes, (std::vector<std::int64_t>{2, 4}));
@@ -541,6 +543,14 @@ TEST(ProfileFormat, WhatAutogradKeepsParsesAndRoundTrips) {
   EXPECT_FALSE(torch_again.layers[1].torch_keeps_output_gradient);
   EXPECT_EQ(torch_again.layers[1].torch_weight_accumulate_peak_bytes,
             (std::vector<std::int64_t>{20, 40}));
+  EXPECT_EQ(torch_again.layers[0].torch_weight_freed_bytes, (std::vector<std::int64_t>{6, 12}));
+  EXPECT_FALSE(torch_again.layers[0].torch_weight_frees_input);
+  EXPECT_TRUE(torch_again.layers[1].torch_weight_frees_input);
+  EXPECT_EQ(profile_error(
+                profile_with(R"("forward_ms": [0.5, 1.0])",
+                             R"("forward_ms": [0.5, 1.0], "torch_weight_freed_bytes": [6, 12])")),
+            "in.json: layers[0]: has torch_weight_freed_bytes, but no torch_weight_peak_bytes (it "
+            "comes with them)");
   EXPECT_EQ(profile_error(profile_with(
                 R"("forward_ms": [0.5, 1.0])",
                 R"("forward_ms": [0.5, 1.0], "torch_weight_gradient_bytes": [30, 60])")),

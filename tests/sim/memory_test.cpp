@@ -952,5 +952,64 @@ TEST(StageMemory, TorchsInputBackwardKeepsAGradientPerOperationWithWeights) {
   EXPECT_EQ(executor.torch_input.freed_saved, 0);
 }
 
+TEST(StageMemory, TorchsWeightBackwardFreesWhatOnlyItsOperationsWithWeightsSavedAsItGoes) {
+  // A middle stage of layers 1 to 3 (parameters 8, 20, 16; outputs 10). torch's I keeps 12, 14
+  // and 6 bytes for W; each layer's W alone peaks 9, 25 and 40 above its start the first time;
+  // W frees as it goes 4, 3 and 2 bytes that only the layer's operations with weights saved,
+  // and the input of every layer, which only they saved.
+  Profile p = testing::make_profile({{1, 1, 4, 10, 0, 0},
+                                     {1, 1, 8, 10, 6, 0},
+                                     {1, 1, 20, 10, 5, 0},
+                                     {1, 1, 16, 10, 4, 0},
+                                     {1, 1, 4, 2, 1, 0}},
+                                    1);
+  const std::vector<std::int64_t> kept{0, 12, 14, 6, 0}, peak{0, 9, 25, 40, 0},
+      freed{0, 4, 3, 2, 0};
+  for (std::size_t l = 0; l < p.layers.size(); ++l) {
+    p.layers[l].torch_weight_gradient_bytes = {kept[l]};
+    p.layers[l].torch_freed_by_input_bytes = {0};
+    p.layers[l].torch_weight_peak_bytes = {peak[l]};
+    p.layers[l].torch_weight_accumulate_peak_bytes = {peak[l]};
+    p.layers[l].torch_weight_freed_bytes = {freed[l]};
+    p.layers[l].torch_weight_frees_input = true;
+  }
+  const auto first_weight_peak = [](const Profile& profile) {
+    const CostModel model(profile);
+    const StageMemory m = stage_memory(model, model.at(1), 1, 4, false);
+    return weight_backward_effect(m, 44, true, false, 0, true).allocated;
+  };
+  // Layer 1: peaks 9; leaves +8 of gradients, -12 kept, -4 freed: -8 (its input is the stage's,
+  // torch's buffer). Layer 2: peaks -8 + 25 = 17; leaves +20 - 14 - 3 and its input, layer 1's
+  // output, 10: -15. Layer 3: peaks -15 + 40 = 25.
+  EXPECT_EQ(first_weight_peak(p), 25);
+  // Layer 1 keeps its output itself (a ReLU's): it goes only with the graph, at W's end, and
+  // layer 3 peaks 10 higher; the same where layer 1's output is a view of its input.
+  Profile keeps = p;
+  keeps.layers[1].keeps_output = true;
+  EXPECT_EQ(first_weight_peak(keeps), 35);
+  Profile view = p;
+  view.layers[1].output_aliases_input = true;
+  EXPECT_EQ(first_weight_peak(view), 35);
+  // A profile without the count frees nothing before W's end: layer 3 peaks at
+  // (8 - 12) + (20 - 14) + 40 = 42.
+  Profile without = p;
+  for (auto& l : without.layers) {
+    l.torch_weight_freed_bytes.clear();
+    l.torch_weight_frees_input = false;
+  }
+  EXPECT_EQ(first_weight_peak(without), 42);
+  // What W frees early it no longer frees at its end: forward, I and W leave the same.
+  const auto net = [](const MemoryEffect& e) {
+    return e.allocated - e.freed_after_peak - e.freed_after_layer - e.freed;
+  };
+  for (const Profile& profile : {p, without}) {
+    const CostModel model(profile);
+    const StageMemory m = stage_memory(model, model.at(1), 1, 4, false);
+    EXPECT_EQ(net(forward_effect(m, false, false)) + net(input_backward_effect(m, true)) +
+                  net(weight_backward_effect(m, 44, true, false, 0, true)),
+              m.input_gradient_bytes + m.output_bytes + 44);
+  }
+}
+
 }  // namespace
 }  // namespace pipetune
