@@ -153,5 +153,46 @@ TEST(TorchRuntime, AStageStartingByChangingItsInputInPlaceIsSaidAndNotPlanned) {
             std::string::npos);
 }
 
+// Under zero bubble torch's I detaches each stage's output in place, which a view refuses: a
+// middle stage ending with a view is said by simulate and kept out of plan.
+TEST(TorchRuntime, AZeroBubbleMiddleStageEndingWithAViewIsSaidAndNotPlanned) {
+  std::ifstream in(fs::path(PIPETUNE_SOURCE_DIR) / kProfile);
+  json profile = json::parse(in);
+  profile["layers"][2]["output_aliases_input"] = true;  // a Flatten
+  const fs::path file = write_lines("pipetune-view.profile.json", {profile.dump()});
+  const std::string torch = "tests/data/hardware-2-torch.json";
+  const auto simulate = [&](const std::string& balance) {
+    return pipetune({"simulate", "--profile", file.string(), "--hardware", torch, "--balance",
+                     balance, "--chunks", "2", "--checkpoint", "never", "--schedule",
+                     "interleaved-zb", "--stages-per-device", "2"});
+  };
+  const auto refused = simulate("1,2,1,2");
+  ASSERT_EQ(refused.exit_code, 0) << refused.err;
+  EXPECT_NE(refused.err.find("torch cannot run this plan: stage 1 ends with layer '" +
+                             profile["layers"][2]["name"].get<std::string>() +
+                             "', whose output is a view of its input"),
+            std::string::npos)
+      << refused.err;
+  const auto fine = simulate("1,1,2,2");
+  ASSERT_EQ(fine.exit_code, 0) << fine.err;
+  EXPECT_EQ(fine.err.find("torch cannot run"), std::string::npos) << fine.err;
+  const auto planned = pipetune({"plan", "--profile", file.string(), "--hardware", torch,
+                                 "--schedule", "interleaved-zb", "--json", "--top", "20"});
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  const json answer = json::parse(planned.out);
+  ASSERT_FALSE(answer["plans"].empty());
+  for (const json& plan : answer["plans"]) {
+    const auto balance = plan["balance"].get<std::vector<int>>();
+    int end = 0;
+    for (std::size_t s = 0; s + 1 < balance.size(); ++s) {
+      end += balance[s];
+      if (s > 0) EXPECT_NE(end, 3) << plan.dump();  // no middle stage ends with layer 2
+    }
+  }
+  EXPECT_NE(answer["search_space"].get<std::string>().find("do not end with a view"),
+            std::string::npos)
+      << answer["search_space"];
+}
+
 }  // namespace
 }  // namespace pipetune
