@@ -24,7 +24,8 @@ each child for its W (`torch_weight_gradient_bytes`, `torch_keeps_output_gradien
 per operation with weights) and what dies when that I ends (`torch_freed_by_input_bytes`),
 counted on torch's own `stage_backward_input`, and the peaks of torch's W of each child alone
 (`torch_weight_peak_bytes`, `torch_weight_accumulate_peak_bytes`), counted by torch's profiler
-on `stage_backward_weight`. The rest of the memory stays the
+on `stage_backward_weight`, and what that W frees as it goes inside a stage
+(`torch_weight_freed_bytes`, `torch_weight_frees_input`). The rest of the memory stays the
 profile's. Times measured with the cache emptied (`*_cold_ms`, and `forward_step_start_ms`
 after the optimizer-like sweep) keep the profile's extra time over its hot time (the cache's
 cost does not depend on who dispatched the op). With
