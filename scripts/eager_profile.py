@@ -215,18 +215,29 @@ def saved_bytes(run, layer, previous, held):
     """What autograd saves of the child's forward besides its input and output (and the loss,
     the target, the children's own tensors), by storage, as pipetune's profiler counts
     `saved_bytes`: the saved-tensor hooks see every tensor a node keeps."""
-    storages = {}
+    _, x = layer_input(previous, run.wants_gradient[layer])
+    root, y, packed = forward_saving(run, layer, x)
+    storages = {pointer: nbytes for _, pointer, nbytes in packed}
+    skip = held | {t.untyped_storage().data_ptr() for t in (x, y, root, run.target)}
+    return sum(nbytes for pointer, nbytes in storages.items() if pointer not in skip)
+
+
+def forward_saving(run, layer, x):
+    """The child's forward, (root, output) as Runner.forward's, and every tensor autograd saved
+    of it: [(weak reference to its storage, storage, bytes)], one per save. The hook saves an
+    alias without the graph: a node that saves its own output (log_softmax, a ReLU) would
+    otherwise hold itself through the hook's tensor, a cycle through C++ that Python's
+    collector never frees, and what I or W frees would seem to stay."""
+    packed = []
 
     def pack(tensor):
         storage = tensor.untyped_storage()
-        storages[storage.data_ptr()] = storage.nbytes()
-        return tensor
+        packed.append((StorageWeakRef(storage), storage.data_ptr(), storage.nbytes()))
+        return tensor.detach()
 
-    _, x = layer_input(previous, run.wants_gradient[layer])
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
         root, y = run.forward(layer, x)
-    skip = held | {t.untyped_storage().data_ptr() for t in (x, y, root, run.target)}
-    return sum(nbytes for pointer, nbytes in storages.items() if pointer not in skip)
+    return root, y, packed
 
 
 def build(builder, loss_name, seed):
@@ -361,18 +372,7 @@ def zero_bubble_input(run, layer, previous, held):
     leaf, x = layer_input(previous, run.wants_gradient[layer])
     if leaf is None or stage_backward_input is None:
         return 0, False, 0
-    packed = []  # (weak reference to the storage, storage, bytes)
-
-    def pack(tensor):
-        storage = tensor.untyped_storage()
-        packed.append((StorageWeakRef(storage), storage.data_ptr(), storage.nbytes()))
-        # An alias without the graph: a node that saves its own output (log_softmax, a ReLU)
-        # would otherwise hold itself through the hook's tensor, a cycle through C++ that
-        # Python's collector never frees, and what I frees would seem to stay.
-        return tensor.detach()
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        root, y = run.forward(layer, x)
+    root, y, packed = forward_saving(run, layer, x)
     kept, seed = {}, None
     if run.parameters(layer):
         groups, seed = torch_input(run, layer, leaf, root)
@@ -407,16 +407,8 @@ def weight_frees(run, layer, previous, held):
     weights = run.parameters(layer)
     if leaf is None or not weights or stage_backward_input is None:
         return 0, False
-    packed = []  # (weak reference to the storage, storage, bytes)
-
-    def pack(tensor):
-        storage = tensor.untyped_storage()
-        packed.append((StorageWeakRef(storage), storage.data_ptr(), storage.nbytes()))
-        return tensor.detach()  # no cycle through the hook's tensor (zero_bubble_input)
-
     grads = [w.grad for w in weights]
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        root, y = run.forward(layer, x)
+    root, y, packed = forward_saving(run, layer, x)
     top = y.grad_fn  # I detaches the output in place; the next child's operations hold this
     groups, _ = torch_input(run, layer, leaf, root)
     input_ref = StorageWeakRef(x.untyped_storage())
