@@ -196,6 +196,15 @@ std::vector<std::array<StageCost, 2>> stage_costs(const CostModel& costs, const 
           input + weight > 0 ? backward_extra * weight / (input + weight) : 0.0;
       set_forward_extra(cost[s][slot].step_start_extra,
                         c.forward_step_start_extra_ms(a, b) / speed);
+      // torch's first stage computes nothing at I (its input needs no gradient) and its whole
+      // backward at W (stage_backward_input is skipped there): I is the action's overhead.
+      if (hardware.runtime == Runtime::TorchPipelining && s == 0) {
+        for (StageTimes* t : {&solo, &host, &corun, &cold, &cost[s][slot].step_start_extra}) {
+          const bool paid = t == &solo || t == &host || t == &corun;
+          t->backward_weight_ms = t->backward_ms;
+          t->backward_input_ms = paid ? overhead_ms : 0.0;
+        }
+      }
       // The spread's shift (SimulationOptions::spread_z): forwards by their layers' relative
       // spread, backwards (and their halves) by theirs. Exactly 1 at z = 0.
       if (spread_z != 0.0) {

@@ -126,9 +126,14 @@ MultiStageSearch::MultiStageRoot::MultiStageRoot(MultiStageSearch& s, const Conf
 }
 
 int MultiStageSearch::MultiStageRoot::kind_of(const SimTask& t) const {
-  return t.kind == TaskKind::Forward && graph.schedule.recomputes(t.micro_batch)
-             ? static_cast<int>(TaskKind::SendActivation)
-             : static_cast<int>(t.kind);
+  if (t.kind == TaskKind::Forward && graph.schedule.recomputes(t.micro_batch))
+    return static_cast<int>(TaskKind::SendActivation);
+  // torch's first stage: an I of no work (SendGradient's place holds none), W the whole backward.
+  if (t.stage == 0 && search.context_.hardware.runtime == Runtime::TorchPipelining) {
+    if (t.kind == TaskKind::InputGrad) return static_cast<int>(TaskKind::SendGradient);
+    if (t.kind == TaskKind::WeightGrad) return static_cast<int>(TaskKind::Backward);
+  }
+  return static_cast<int>(t.kind);
 }
 
 double MultiStageSearch::MultiStageRoot::copy_ms(const SimTask& t) const {

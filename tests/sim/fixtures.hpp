@@ -200,6 +200,20 @@ inline void maybe_tie_layers(std::mt19937& rng, Profile& profile) {
   profile.tied.push_back({"tied.weight", with, bytes});
 }
 
+/// The backward's halves measured apart and dearer than the whole, as a split backward is:
+/// I at 0.8 and W at 0.5 of each layer's backward. With I + W equal to the backward, a runtime
+/// that moves work between I and W on a device (torch's first stage) keeps every path's sum.
+inline void split_backward_dearer(Profile& profile) {
+  for (LayerProfile& l : profile.layers) {
+    l.backward_input_ms.clear();
+    l.backward_weight_ms.clear();
+    for (double ms : l.backward_ms) {
+      l.backward_input_ms.push_back(0.8 * ms);
+      l.backward_weight_ms.push_back(0.5 * ms);
+    }
+  }
+}
+
 /// In a third of the profiles, parameters frozen as transfer learning freezes them
 /// (LayerProfile::trainable_param_bytes): a stem of the first one to half the layers whose
 /// parameters do not train (a tied tensor one of them holds frozen with it), and in half of

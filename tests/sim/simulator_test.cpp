@@ -506,6 +506,54 @@ TEST(Simulator, PostedReceivesHoldEachReceiversFirstBufferFromTheStepsStart) {
   }
 }
 
+// torch's zero-bubble runtime skips stage_backward_input on the first stage (its input needs no
+// gradient) and runs that stage's whole backward at W. Four one-layer stages on two devices
+// (interleaved zero bubble, 2 micro-batches), every layer f = 1, backward 2 measured as I 1.5 and
+// W 1 (split costs more than whole), a task's overhead 0.1: on torch stage 0's I takes only the
+// overhead and its W the whole backward, 2.1; every other task is the executor's.
+TEST(Simulator, TorchsFirstStageRunsItsWholeBackwardAtW) {
+  const testing::LayerSpec layer{1.0, 2.0, 0, 0, 0, 0};
+  Profile profile = testing::make_profile({layer, layer, layer, layer}, 2);
+  for (auto& l : profile.layers) {
+    l.backward_input_ms.assign(l.backward_ms.size(), 1.5);
+    l.backward_weight_ms.assign(l.backward_ms.size(), 1.0);
+  }
+  Hardware executor = replicate_device(profile.device, 2);
+  executor.launch_overhead_ms = 0.1;
+  Hardware torch = executor;
+  torch.runtime = Runtime::TorchPipelining;
+  Plan plan = make_plan({1, 1, 1, 1}, 2, CheckpointMode::Never, ScheduleKind::InterleavedZB);
+  plan.stages_per_device = 2;
+  const SimulationResult ours = Simulator(profile, executor).run(plan);
+  const SimulationResult theirs = Simulator(profile, torch).run(plan);
+  auto durations = [](const SimulationResult& r, int stage, TaskKind kind) {
+    std::vector<double> out;
+    for (const SimTask& t : r.tasks)
+      if (t.stage == stage && t.kind == kind) out.push_back(t.duration_ms());
+    return out;
+  };
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_NEAR(durations(ours, 0, TaskKind::InputGrad)[i], 1.6, 1e-12);
+    EXPECT_NEAR(durations(ours, 0, TaskKind::WeightGrad)[i], 1.1, 1e-12);
+    EXPECT_NEAR(durations(theirs, 0, TaskKind::InputGrad)[i], 0.1, 1e-12);
+    EXPECT_NEAR(durations(theirs, 0, TaskKind::WeightGrad)[i], 2.1, 1e-12);
+  }
+  EXPECT_EQ(durations(ours, 0, TaskKind::InputGrad).size(), 2u);
+  EXPECT_EQ(durations(theirs, 0, TaskKind::WeightGrad).size(), 2u);
+  for (int stage = 1; stage < 4; ++stage) {
+    for (TaskKind kind : {TaskKind::Forward, TaskKind::InputGrad, TaskKind::WeightGrad}) {
+      EXPECT_EQ(durations(theirs, stage, kind), durations(ours, stage, kind)) << stage;
+      EXPECT_EQ(durations(theirs, stage, kind).size(), 2u);
+    }
+  }
+  // Device 0 is busy 0.5 less per micro-batch on torch: (1.6 + 1.1) - (0.1 + 2.1).
+  EXPECT_NEAR(ours.devices[0].busy_ms - theirs.devices[0].busy_ms, 1.0, 1e-9);
+  EXPECT_NEAR(ours.devices[1].busy_ms, theirs.devices[1].busy_ms, 1e-9);
+  // The step ends with stage 0's I and W of the last micro-batch, after its gradient arrived
+  // at the same time on both: 2.7 on the executor, 2.2 on torch.
+  EXPECT_NEAR(ours.iteration_ms - theirs.iteration_ms, 0.5, 1e-9);
+}
+
 // The event engine's one pass (sim/event_engine.hpp) predicts exactly what processing events
 // predicts: every schedule, checkpoint mode, memory flag, tie, co-run, cold caches, launch
 // pacing, spreads, torch's runtime, posted receives and shares of one GPU (which take the

@@ -1,6 +1,6 @@
 // The task graph's longest path against the event engine: the same iteration time for every
 // schedule (one and several stages per device), checkpoint mode, micro-batch split (with and
-// without a smaller last one), device speed, link and calibration.
+// without a smaller last one), device speed, link, calibration and runtime.
 
 #include "sim/planner/graph_sweep.hpp"
 
@@ -17,7 +17,7 @@ namespace {
 
 TEST(GraphSweep, EqualsTheSimulatorOnRandomInstances) {
   std::mt19937 rng(2026);
-  int compared = 0, multi_stage = 0, split_backward = 0, calibrated_runs = 0;
+  int compared = 0, multi_stage = 0, split_backward = 0, calibrated_runs = 0, torch_runs = 0;
   for (int trial = 0; trial < 400; ++trial) {
     const ScheduleKind kind = kAllScheduleKinds[rng() % std::size(kAllScheduleKinds)];
     const int devices = 1 + static_cast<int>(rng() % 5);
@@ -46,6 +46,12 @@ TEST(GraphSweep, EqualsTheSimulatorOnRandomInstances) {
     hw.launch_overhead_ms = (rng() % 3) / 100.0;
     for (auto& d : hw.devices) d.speed = 0.5 + (rng() % 4) / 2.0;
     if (devices > 2) hw.links.push_back({0, 1, Link{2e4, 0.3}});  // one link unlike the others
+    // torch's runtime: its first stage's I is empty and its W the whole backward.
+    if (trial % 3 == 1) {
+      hw.runtime = Runtime::TorchPipelining;
+      if (rng() % 2) testing::split_backward_dearer(profile);
+      ++torch_runs;
+    }
     if (trial % 5 == 0) {
       hw.calibration.compute_scale = {{1, 1.0}, {devices, 1.0 + (rng() % 5) / 10.0}};
       hw.calibration.task_overhead_ms = (rng() % 4) / 100.0;
@@ -86,6 +92,7 @@ TEST(GraphSweep, EqualsTheSimulatorOnRandomInstances) {
   EXPECT_GT(multi_stage, 150);
   EXPECT_GT(split_backward, 100);
   EXPECT_GT(calibrated_runs, 50);
+  EXPECT_GT(torch_runs, 100);
 }
 
 TEST(GraphSweep, IsExactOnlyWhereNothingPacesTheTasks) {

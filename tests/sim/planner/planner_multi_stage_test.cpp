@@ -119,12 +119,16 @@ TEST(Planner, MultiStageSchedulesAgainstBruteForce) {
   for (int trial = 0; trial < 24; ++trial) {
     const int layers = 4 + static_cast<int>(rng() % 5);  // 4..8
     const std::int64_t batch = 1 + rng() % 4;
-    const Profile profile = testing::random_profile(rng, layers, batch);
+    Profile profile = testing::random_profile(rng, layers, batch);
     Hardware hw = replicate_device(profile.device, 2);
     hw.link.bandwidth_bytes_per_s = 1e5 * (1 + rng() % 100);
     hw.link.latency_ms = (rng() % 5) / 10.0;
     hw.launch_overhead_ms = (rng() % 3) / 100.0;
     for (auto& d : hw.devices) d.speed = 0.5 + (rng() % 4) / 2.0;
+    if (trial % 2) {  // torch's runtime: its first stage's I empty, its W the whole backward
+      hw.runtime = Runtime::TorchPipelining;
+      testing::split_backward_dearer(profile);
+    }
     const Simulator simulator(profile, hw);
     for (ScheduleKind kind : kMulti) {
       const int chunks = 1 + static_cast<int>(rng() % batch);
@@ -282,6 +286,10 @@ TEST(Planner, MultiStageRelaxedRootStaysBelowTheOptimum) {
     hw.link.latency_ms = (rng() % 3) / 100.0;
     hw.launch_overhead_ms = (rng() % 3) / 100.0;
     for (auto& d : hw.devices) d.speed = 0.5 + (rng() % 4) / 2.0;
+    if (trial % 10 >= 5) {  // every schedule, on both runtimes
+      hw.runtime = Runtime::TorchPipelining;
+      testing::split_backward_dearer(profile);
+    }
     const Simulator simulator(profile, hw);
     const ScheduleKind kind = kMulti[trial % std::size(kMulti)];
     const int chunks = 1 + static_cast<int>(rng() % batch);
@@ -377,6 +385,10 @@ TEST(Planner, MultiStageBoundIsBelowEveryPlan) {
     hw.link.latency_ms = (rng() % 5) / 10.0;
     hw.launch_overhead_ms = (rng() % 3) / 100.0;
     for (auto& d : hw.devices) d.speed = 0.25 * static_cast<double>(1 + rng() % 8);
+    if (trial % 10 >= 5) {  // every schedule, on both runtimes
+      hw.runtime = Runtime::TorchPipelining;
+      testing::split_backward_dearer(profile);
+    }
     const Simulator simulator(profile, hw);
     const ScheduleKind kind = kMulti[trial % std::size(kMulti)];
     const int v = fixed_stages_per_device(kind).value_or(2 + static_cast<int>(rng() % 2));
@@ -508,12 +520,16 @@ TEST(Planner, MultiStageTimeRowsStayBelowEverySimulatedBalance) {
     const int v = fixed_stages_per_device(kind).value_or(2);
     const int layers = v * devices + static_cast<int>(rng() % 5);
     const std::int64_t batch = 1 + rng() % 6;
-    const Profile profile = testing::random_profile(rng, layers, batch);
+    Profile profile = testing::random_profile(rng, layers, batch);
     Hardware hw = replicate_device(profile.device, devices);
     hw.link.bandwidth_bytes_per_s = 1e5 * (1 + rng() % 100);
     hw.link.latency_ms = (rng() % 5) / 10.0;
     hw.launch_overhead_ms = (rng() % 3) / 100.0;
     for (auto& d : hw.devices) d.speed = 0.25 * static_cast<double>(1 + rng() % 8);
+    if (trial % 10 >= 5) {  // every schedule, on both runtimes
+      hw.runtime = Runtime::TorchPipelining;
+      testing::split_backward_dearer(profile);
+    }
     const int chunks = 1 + static_cast<int>(rng() % batch);
     const CheckpointMode checkpoint = kAllCheckpointModes[rng() % 3];
     if (schedule_refusal(kind, devices, v, static_cast<int>(split_batch(batch, chunks).size())))
