@@ -384,6 +384,25 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
     current += c.output_bytes[end - 1];
     m.input_backward.kept_for_weights += c.output_bytes[end - 1];
   }
+  // A layer that trains followed by layers changing its output in place (torchvision's
+  // ReLU(inplace=True) after a batch norm): the executor's boundary is that one storage, so I
+  // captures the gradient at the top of the in-place chain (the input gradient of the layer
+  // above it) from when that layer's backward makes it, and the gradient of the trained layer's
+  // own output passes through. (torchvision's ResNet-18 with its stem's max pooling in the first
+  // stage: 2 MB short at 8 samples, -13.6 %.) A chain reaching the stage's output is seeded by
+  // the received gradient; the walk keeps the trained layer's gradient there, over by as much.
+  std::vector<int> held_for(static_cast<std::size_t>(end - first), -1);  // chain top -> trained
+  for (int j = first; j < end - 1; ++j) {
+    if (model.trained_bytes_of(j) == 0) continue;
+    int top = j;
+    while (top + 1 < end && c.modifies[top + 1] && c.aliases[top + 1] &&
+           model.trained_bytes_of(top + 1) == 0)
+      ++top;
+    if (top > j && top < end - 1) held_for[top - first] = j;
+  }
+  const auto chain_held_above = [&](int j) {
+    return std::find(held_for.begin(), held_for.end(), j) != held_for.end();
+  };
   for (int k = end - 1; k >= first; --k) {
     const std::int64_t input_grad = input_gradient(k);
     input_walk.layer(k, current + input_backward_above(c, k, input_grad));
@@ -391,7 +410,8 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
     if (k < end - 1) {
       if (model.trained_bytes_of(k) > 0) {
         m.input_backward.kept_for_weights += c.output_bytes[k];
-      } else {
+        if (chain_held_above(k)) current -= input_gradient(k + 1);  // held above, same bytes
+      } else if (held_for[k - first] < 0) {
         current -= input_gradient(k + 1);
       }
     }

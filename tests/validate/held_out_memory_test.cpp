@@ -7,9 +7,11 @@
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 #include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
+#include <torch/nn/modules/pooling.h>
 
 #include <algorithm>
 #include <cmath>
@@ -654,6 +656,36 @@ TEST(HeldOutMemory, SplitBackwardOfATransformerLayerKeepsItsGraphThroughI) {
   const std::vector<DevicePeak> peaks = peaks_on_one_device(model, 16, plans);
   ASSERT_EQ(peaks.size(), plans.size());
   for (const DevicePeak& peak : peaks) EXPECT_LE(std::abs(peak.error), 0.005);
+}
+
+// torchvision's stem: a convolution, a batch norm whose output a ReLU(inplace=True) changes, and
+// a max pooling. A split backward's boundary for the batch norm is that one storage, so I
+// captures the gradient at the ReLU's output, made by the pooling's backward, and holds it
+// while the ReLU's and the batch norm's backwards run: the model let it pass through and kept
+// the batch norm's own output gradient instead, short by one activation at I's peak: -9.6 to
+// -13.8 % on the first four plans here (torchvision's ResNet-18 split after its max pooling:
+// -7.8 to -13.6 %). One device, so the order is fixed; every plan within 0.25 % now, the last,
+// whose chain reaches the stage's output, too.
+TEST(HeldOutMemory, ASplitBackwardCapturesTheGradientAboveAnInPlaceLayer) {
+  namespace nn = torch::nn;
+  models::Model model = held_out_input_and_loss("stem");
+  add_layer(model, "conv", nn::AnyModule(nn::Conv2d(nn::Conv2dOptions(3, 32, 3).padding(1))));
+  add_layer(model, "norm", nn::AnyModule(nn::BatchNorm2d(32)));
+  add_layer(model, "relu_", nn::AnyModule(nn::ReLU(nn::ReLUOptions().inplace(true))));
+  add_layer(model, "maxpool", nn::AnyModule(nn::MaxPool2d(nn::MaxPool2dOptions(2))));
+  add_layer(model, "conv2", nn::AnyModule(nn::Conv2d(nn::Conv2dOptions(32, 8, 3).padding(1))));
+  add_layer(model, "pool", nn::AnyModule(MeanPool()));
+  add_layer(model, "flatten", nn::AnyModule(nn::Flatten()));
+  add_layer(model, "head", nn::AnyModule(nn::Linear(8, 10)));
+  const std::vector<DevicePeak> peaks =
+      peaks_on_one_device(model, 8,
+                          {plan({4, 4}, 1, CheckpointMode::Never, ScheduleKind::InterleavedZB),
+                           plan({5, 3}, 2, CheckpointMode::Never, ScheduleKind::InterleavedZB),
+                           plan({4, 4}, 2, CheckpointMode::Never, ScheduleKind::ZBV),
+                           plan({4, 2, 2}, 1, CheckpointMode::Never, ScheduleKind::InterleavedZB),
+                           plan({3, 5}, 1, CheckpointMode::Never, ScheduleKind::InterleavedZB)});
+  ASSERT_EQ(peaks.size(), 5u);
+  for (const DevicePeak& peak : peaks) EXPECT_LE(std::abs(peak.error), 0.0025);
 }
 
 // What the libraries keep on a GPU (cuBLAS: a workspace per thread and stream) is charged once
