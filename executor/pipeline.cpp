@@ -214,7 +214,7 @@ struct Pipeline::Impl {
     int from, to;
     std::thread thread;
     std::deque<std::pair<Key, Handoff>> queue;
-    bool copying = false;  // a copy taken off the queue still holds the sender's tensor
+    bool copying = false;            // a copy taken off the queue still holds the sender's tensor
     std::condition_variable queued;  // its thread waits here for the queue (or shutdown)
     std::vector<std::pair<TraceTask, std::pair<Stamp, Stamp>>> done;  // this step's copies
   };
