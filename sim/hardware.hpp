@@ -68,6 +68,13 @@ enum class Runtime { Pipetune, TorchPipelining };
 
 inline constexpr std::string_view kTorchPipeliningRuntime = "torch.distributed.pipelining";
 
+/// Whether `stage`'s split backward does all its work at W: torch's runtime skips
+/// stage_backward_input on the model's first stage (its input needs no gradient) and runs that
+/// stage's whole backward at W, so its I is an action of no work (docs/torch.md).
+inline bool whole_backward_at_weight(Runtime runtime, int stage) {
+  return runtime == Runtime::TorchPipelining && stage == 0;
+}
+
 /// Devices and the links between them (format pipetune.hardware/1).
 struct Hardware {
   std::vector<HardwareDevice> devices;

@@ -391,18 +391,17 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
   // own output passes through. (torchvision's ResNet-18 with its stem's max pooling in the first
   // stage: 2 MB short at 8 samples, -13.6 %.) A chain reaching the stage's output is seeded by
   // the received gradient; the walk keeps the trained layer's gradient there, over by as much.
-  std::vector<int> held_for(static_cast<std::size_t>(end - first), -1);  // chain top -> trained
+  // Per layer of the stage: it tops such a chain (holds the gradient), or it is the trained layer
+  // under one (its own output gradient passes through).
+  std::vector<char> holds(static_cast<std::size_t>(end - first), 0), passes(holds);
   for (int j = first; j < end - 1; ++j) {
     if (model.trained_bytes_of(j) == 0) continue;
     int top = j;
     while (top + 1 < end && c.modifies[top + 1] && c.aliases[top + 1] &&
            model.trained_bytes_of(top + 1) == 0)
       ++top;
-    if (top > j && top < end - 1) held_for[top - first] = j;
+    if (top > j && top < end - 1) holds[top - first] = passes[j - first] = 1;
   }
-  const auto chain_held_above = [&](int j) {
-    return std::find(held_for.begin(), held_for.end(), j) != held_for.end();
-  };
   for (int k = end - 1; k >= first; --k) {
     const std::int64_t input_grad = input_gradient(k);
     input_walk.layer(k, current + input_backward_above(c, k, input_grad));
@@ -410,8 +409,8 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
     if (k < end - 1) {
       if (model.trained_bytes_of(k) > 0) {
         m.input_backward.kept_for_weights += c.output_bytes[k];
-        if (chain_held_above(k)) current -= input_gradient(k + 1);  // held above, same bytes
-      } else if (held_for[k - first] < 0) {
+        if (passes[k - first]) current -= input_gradient(k + 1);  // held above, same bytes
+      } else if (!holds[k - first]) {
         current -= input_gradient(k + 1);
       }
     }

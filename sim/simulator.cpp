@@ -196,14 +196,14 @@ std::vector<std::array<StageCost, 2>> stage_costs(const CostModel& costs, const 
           input + weight > 0 ? backward_extra * weight / (input + weight) : 0.0;
       set_forward_extra(cost[s][slot].step_start_extra,
                         c.forward_step_start_extra_ms(a, b) / speed);
-      // torch's first stage computes nothing at I (its input needs no gradient) and its whole
-      // backward at W (stage_backward_input is skipped there): I is the action's overhead.
-      if (hardware.runtime == Runtime::TorchPipelining && s == 0) {
-        for (StageTimes* t : {&solo, &host, &corun, &cold, &cost[s][slot].step_start_extra}) {
-          const bool paid = t == &solo || t == &host || t == &corun;
-          t->backward_weight_ms = t->backward_ms;
-          t->backward_input_ms = paid ? overhead_ms : 0.0;
-        }
+      // An I of no work takes the action's overhead alone, and W the whole backward.
+      if (whole_backward_at_weight(hardware.runtime, s)) {
+        const auto whole_at_weight = [](StageTimes& t, double input_ms) {
+          t.backward_weight_ms = t.backward_ms;
+          t.backward_input_ms = input_ms;
+        };
+        for (StageTimes* t : {&solo, &host, &corun}) whole_at_weight(*t, overhead_ms);
+        for (StageTimes* t : {&cold, &cost[s][slot].step_start_extra}) whole_at_weight(*t, 0.0);
       }
       // The spread's shift (SimulationOptions::spread_z): forwards by their layers' relative
       // spread, backwards (and their halves) by theirs. Exactly 1 at z = 0.
@@ -318,12 +318,13 @@ ComputeEffects compute_effects(const TaskGraph& graph, const SimTask& t, const S
     case TaskKind::InputGrad:
       // torch's first stage computes nothing at I (its input needs no gradient) and runs its
       // whole backward at W.
-      if (!(torch && s == 0)) out.effect = input_backward_effect(m, torch);
+      if (!whole_backward_at_weight(runtime, s)) out.effect = input_backward_effect(m, torch);
       break;
     case TaskKind::WeightGrad:
-      out.effect = torch && s == 0 ? backward_effect(m, first_time, dies)
-                                   : weight_backward_effect(m, c.gradient_bytes, first_time,
-                                                            last_stage, dies, torch);
+      out.effect =
+          whole_backward_at_weight(runtime, s)
+              ? backward_effect(m, first_time, dies)
+              : weight_backward_effect(m, c.gradient_bytes, first_time, last_stage, dies, torch);
       break;
     default:
       out.memory = false;

@@ -22,7 +22,7 @@ GraphSweep::GraphSweep(const CostModel& costs, const Hardware& hardware, const S
   const double time_scale =
       hardware.calibration.scale_for(static_cast<int>(std::count(holds.begin(), holds.end(), 1)));
   overhead_ms_ = hardware.launch_overhead_ms + hardware.calibration.task_overhead_ms;
-  torch_ = hardware.runtime == Runtime::TorchPipelining;
+  runtime_ = hardware.runtime;
   for (int s = 0; s < stages; ++s)
     speed_.push_back(hardware.devices[device_of[s]].speed / time_scale);
 
@@ -97,7 +97,7 @@ double GraphSweep::run(const std::vector<int>& balance) {
       x[0] = x[2] = d.forward[slot];
       x[1] = d.forward_nograd[slot];
       x[3] = d.backward[slot];
-      const bool whole_at_w = torch_ && s == 0;
+      const bool whole_at_w = whole_backward_at_weight(runtime_, s);
       x[4] = whole_at_w ? overhead_ms_ : c.backward_input_ms_sum(a, b) / speed + overhead_ms_;
       x[5] = whole_at_w ? d.backward[slot] : c.backward_weight_ms_sum(a, b) / speed + overhead_ms_;
       x[6] = d.activation_copy[slot];

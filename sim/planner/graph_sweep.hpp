@@ -50,7 +50,7 @@ class GraphSweep {
   std::vector<std::int64_t> sizes_;  // [slot]
   std::vector<double> speed_;        // per stage, with the calibration's scale
   double overhead_ms_ = 0.0;
-  bool torch_ = false;  // torch's runtime: the first stage's I is empty, its W the whole backward
+  Runtime runtime_ = Runtime::Pipetune;  // whole_backward_at_weight()
   // Per stage, the links its activations and its gradients leave by (null: none).
   std::vector<const Link*> activation_link_, gradient_link_;
   std::vector<double> cost_, finish_;  // scratch

@@ -128,8 +128,8 @@ MultiStageSearch::MultiStageRoot::MultiStageRoot(MultiStageSearch& s, const Conf
 int MultiStageSearch::MultiStageRoot::kind_of(const SimTask& t) const {
   if (t.kind == TaskKind::Forward && graph.schedule.recomputes(t.micro_batch))
     return static_cast<int>(TaskKind::SendActivation);
-  // torch's first stage: an I of no work (SendGradient's place holds none), W the whole backward.
-  if (t.stage == 0 && search.context_.hardware.runtime == Runtime::TorchPipelining) {
+  // An I of no work (SendGradient's place holds none), W the whole backward.
+  if (whole_backward_at_weight(search.context_.hardware.runtime, t.stage)) {
     if (t.kind == TaskKind::InputGrad) return static_cast<int>(TaskKind::SendGradient);
     if (t.kind == TaskKind::WeightGrad) return static_cast<int>(TaskKind::Backward);
   }
