@@ -6,23 +6,22 @@ in ms, one Markdown row per stage and kind, one column per trace.
 Names are the IR's ("2I0": stage 2's input gradient of micro-batch 0); copies are left out.
 Used to read where a prediction's time goes action by action, where a step's total hides it.
 """
-import json
 import re
 import statistics
 import sys
+
+from alternate import task_durations
 
 ACTION = re.compile(r"(\d+)([FBIWR])(\d+)")
 
 
 def medians(path):
-    with open(path) as f:
-        trace = json.load(f)
     durations = {}
-    for event in trace.get("traceEvents", []):
-        match = ACTION.fullmatch(event.get("name", "")) if event.get("ph") == "X" else None
+    for name, (_, duration_us, _, _) in task_durations(path).items():
+        match = ACTION.fullmatch(name)
         if match:
             key = (int(match.group(1)), match.group(2))
-            durations.setdefault(key, []).append(event["dur"] / 1000.0)
+            durations.setdefault(key, []).append(duration_us / 1000.0)
     return {key: statistics.median(values) for key, values in durations.items()}
 
 

@@ -9,20 +9,20 @@ and what a wait costs the task after it (bench/validation/after_idle.py) shows a
 grows with the wait.
 """
 import glob
-import json
 import re
 import statistics
 import sys
+
+from alternate import task_durations
 
 ACTION = re.compile(r"\d+[FBIWR]\d+")
 GROUPS = ("the step's first", "under 0.1 ms", "0.1-1 ms", "1-5 ms", "over 5 ms")
 
 
 def tasks(path):
-    with open(path) as f:
-        trace = json.load(f)
-    return {e["name"]: (e["pid"], e["ts"] / 1000.0, e["dur"] / 1000.0)
-            for e in trace["traceEvents"] if e.get("ph") == "X" and ACTION.fullmatch(e.get("name", ""))}
+    """Compute actions by name: (device, start ms, duration ms)."""
+    return {name: (device, start_us / 1000.0, duration_us / 1000.0)
+            for name, (_, duration_us, device, start_us) in task_durations(path).items() if ACTION.fullmatch(name)}
 
 
 def group(wait):
