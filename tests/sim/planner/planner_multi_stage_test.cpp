@@ -21,6 +21,14 @@
 namespace pipetune {
 namespace {
 
+// torch's runtime, whose first stage does its whole split backward at W, on a profile whose
+// backward halves cost more than the whole: the executor's pricing of that stage would then
+// put the bounds above torch's plans.
+void on_torch(Hardware& hw, Profile& profile) {
+  hw.runtime = Runtime::TorchPipelining;
+  testing::split_backward_dearer(profile);
+}
+
 using namespace planner_testing;
 
 // With every schedule, a batch that makes many configurations and memory caps (whose bounds
@@ -125,10 +133,7 @@ TEST(Planner, MultiStageSchedulesAgainstBruteForce) {
     hw.link.latency_ms = (rng() % 5) / 10.0;
     hw.launch_overhead_ms = (rng() % 3) / 100.0;
     for (auto& d : hw.devices) d.speed = 0.5 + (rng() % 4) / 2.0;
-    if (trial % 2) {  // torch's runtime: its first stage's I empty, its W the whole backward
-      hw.runtime = Runtime::TorchPipelining;
-      testing::split_backward_dearer(profile);
-    }
+    if (trial % 2) on_torch(hw, profile);
     const Simulator simulator(profile, hw);
     for (ScheduleKind kind : kMulti) {
       const int chunks = 1 + static_cast<int>(rng() % batch);
@@ -286,10 +291,7 @@ TEST(Planner, MultiStageRelaxedRootStaysBelowTheOptimum) {
     hw.link.latency_ms = (rng() % 3) / 100.0;
     hw.launch_overhead_ms = (rng() % 3) / 100.0;
     for (auto& d : hw.devices) d.speed = 0.5 + (rng() % 4) / 2.0;
-    if (trial % 10 >= 5) {  // every schedule, on both runtimes
-      hw.runtime = Runtime::TorchPipelining;
-      testing::split_backward_dearer(profile);
-    }
+    if (trial % 10 >= 5) on_torch(hw, profile);  // every schedule, on both runtimes
     const Simulator simulator(profile, hw);
     const ScheduleKind kind = kMulti[trial % std::size(kMulti)];
     const int chunks = 1 + static_cast<int>(rng() % batch);
@@ -385,10 +387,7 @@ TEST(Planner, MultiStageBoundIsBelowEveryPlan) {
     hw.link.latency_ms = (rng() % 5) / 10.0;
     hw.launch_overhead_ms = (rng() % 3) / 100.0;
     for (auto& d : hw.devices) d.speed = 0.25 * static_cast<double>(1 + rng() % 8);
-    if (trial % 10 >= 5) {  // every schedule, on both runtimes
-      hw.runtime = Runtime::TorchPipelining;
-      testing::split_backward_dearer(profile);
-    }
+    if (trial % 10 >= 5) on_torch(hw, profile);  // every schedule, on both runtimes
     const Simulator simulator(profile, hw);
     const ScheduleKind kind = kMulti[trial % std::size(kMulti)];
     const int v = fixed_stages_per_device(kind).value_or(2 + static_cast<int>(rng() % 2));
@@ -526,10 +525,7 @@ TEST(Planner, MultiStageTimeRowsStayBelowEverySimulatedBalance) {
     hw.link.latency_ms = (rng() % 5) / 10.0;
     hw.launch_overhead_ms = (rng() % 3) / 100.0;
     for (auto& d : hw.devices) d.speed = 0.25 * static_cast<double>(1 + rng() % 8);
-    if (trial % 10 >= 5) {  // every schedule, on both runtimes
-      hw.runtime = Runtime::TorchPipelining;
-      testing::split_backward_dearer(profile);
-    }
+    if (trial % 10 >= 5) on_torch(hw, profile);  // every schedule, on both runtimes
     const int chunks = 1 + static_cast<int>(rng() % batch);
     const CheckpointMode checkpoint = kAllCheckpointModes[rng() % 3];
     if (schedule_refusal(kind, devices, v, static_cast<int>(split_batch(batch, chunks).size())))
