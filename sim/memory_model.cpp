@@ -155,6 +155,61 @@ std::int64_t input_backward_above(const SizeCosts& c, int k, std::int64_t input_
                                              : std::max(input_grad, c.backward_input_peak_bytes[k]);
 }
 
+// I as pipetune's executor runs it: the backward's walk without parameter gradients and without
+// freeing activations (W frees them); a layer's output gradient stays when the layer has
+// parameters (`kept_for_weights`, for W).
+InputBackwardMemory executor_input_backward(const CostModel& model, const SizeCosts& c, int first,
+                                            int end, bool last_stage, const auto& input_gradient) {
+  PeakTracker walk(c.backward_input_ms, first, end);
+  InputBackwardMemory out;
+  std::int64_t current = 0;
+  // The model's last stage makes its output's gradient itself, from the loss (elsewhere it is
+  // received): with parameters to take it, the last layer keeps it for W like any other.
+  if (last_stage && model.trained_bytes_of(end - 1) > 0) {
+    current += c.output_bytes[end - 1];
+    out.kept_for_weights += c.output_bytes[end - 1];
+  }
+  // A layer that trains followed by layers changing its output in place (torchvision's
+  // ReLU(inplace=True) after a batch norm): the executor's boundary is that one storage, so I
+  // captures the gradient at the top of the in-place chain (the input gradient of the layer
+  // above it) from when that layer's backward makes it, and the gradient of the trained layer's
+  // own output passes through. (torchvision's ResNet-18 with its stem's max pooling in the first
+  // stage: 2 MB short at 8 samples, -13.6 %.) A chain reaching the stage's output is seeded by
+  // the received gradient; the walk keeps the trained layer's gradient there, over by as much.
+  // Per layer of the stage: it tops such a chain (holds the gradient), or it is the trained layer
+  // under one (its own output gradient passes through).
+  std::vector<char> holds(static_cast<std::size_t>(end - first), 0), passes(holds);
+  for (int j = first; j < end - 1; ++j) {
+    if (model.trained_bytes_of(j) == 0) continue;
+    int top = j;
+    while (top + 1 < end && c.modifies[top + 1] && c.aliases[top + 1] &&
+           model.trained_bytes_of(top + 1) == 0)
+      ++top;
+    if (top > j && top < end - 1) holds[top - first] = passes[j - first] = 1;
+  }
+  for (int k = end - 1; k >= first; --k) {
+    const std::int64_t input_grad = input_gradient(k);
+    walk.layer(k, current + input_backward_above(c, k, input_grad));
+    current += input_grad;
+    if (k < end - 1) {
+      if (model.trained_bytes_of(k) > 0) {
+        out.kept_for_weights += c.output_bytes[k];
+        if (passes[k - first]) current -= input_gradient(k + 1);  // held above, same bytes
+      } else if (!holds[k - first]) {
+        current -= input_gradient(k + 1);
+      }
+    }
+  }
+  walk.finish(current);
+  out.peak = walk.peak;
+  out.net = current;
+  out.after_peak = walk.after_peak;
+  out.peak_end = walk.peak_end;
+  out.after_layer = walk.after_layer;
+  out.layer_end = walk.layer_end;
+  return out;
+}
+
 // What torch's I keeps of layer k for W, in a stage ending at `end`: its count, and the gradient
 // of its output where its last operation has weights (the stage's received gradient aside).
 std::int64_t torch_kept_for_weights(const SizeCosts& c, int k, int end,
@@ -374,55 +429,8 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
 
   if (!all) return m;
 
-  // I: the same walk without parameter gradients and without freeing activations (W frees
-  // them); a layer's output gradient stays when the layer has parameters.
-  PeakTracker input_walk(c.backward_input_ms, first, end);
-  std::int64_t current = 0;
-  // The model's last stage makes its output's gradient itself, from the loss (elsewhere it is
-  // received): with parameters to take it, the last layer keeps it for W like any other.
-  if (last_stage && model.trained_bytes_of(end - 1) > 0) {
-    current += c.output_bytes[end - 1];
-    m.input_backward.kept_for_weights += c.output_bytes[end - 1];
-  }
-  // A layer that trains followed by layers changing its output in place (torchvision's
-  // ReLU(inplace=True) after a batch norm): the executor's boundary is that one storage, so I
-  // captures the gradient at the top of the in-place chain (the input gradient of the layer
-  // above it) from when that layer's backward makes it, and the gradient of the trained layer's
-  // own output passes through. (torchvision's ResNet-18 with its stem's max pooling in the first
-  // stage: 2 MB short at 8 samples, -13.6 %.) A chain reaching the stage's output is seeded by
-  // the received gradient; the walk keeps the trained layer's gradient there, over by as much.
-  // Per layer of the stage: it tops such a chain (holds the gradient), or it is the trained layer
-  // under one (its own output gradient passes through).
-  std::vector<char> holds(static_cast<std::size_t>(end - first), 0), passes(holds);
-  for (int j = first; j < end - 1; ++j) {
-    if (model.trained_bytes_of(j) == 0) continue;
-    int top = j;
-    while (top + 1 < end && c.modifies[top + 1] && c.aliases[top + 1] &&
-           model.trained_bytes_of(top + 1) == 0)
-      ++top;
-    if (top > j && top < end - 1) holds[top - first] = passes[j - first] = 1;
-  }
-  for (int k = end - 1; k >= first; --k) {
-    const std::int64_t input_grad = input_gradient(k);
-    input_walk.layer(k, current + input_backward_above(c, k, input_grad));
-    current += input_grad;
-    if (k < end - 1) {
-      if (model.trained_bytes_of(k) > 0) {
-        m.input_backward.kept_for_weights += c.output_bytes[k];
-        if (passes[k - first]) current -= input_gradient(k + 1);  // held above, same bytes
-      } else if (!holds[k - first]) {
-        current -= input_gradient(k + 1);
-      }
-    }
-  }
-  input_walk.finish(current);
+  m.input_backward = executor_input_backward(model, c, first, end, last_stage, input_gradient);
   set_weight_backward(model, c, first, end, weight_frees.by_layer, m);
-  m.input_backward.peak = input_walk.peak;
-  m.input_backward.net = current;
-  m.input_backward.after_peak = input_walk.after_peak;
-  m.input_backward.peak_end = input_walk.peak_end;
-  m.input_backward.after_layer = input_walk.after_layer;
-  m.input_backward.layer_end = input_walk.layer_end;
   m.torch_input = m.input_backward;
   m.torch_weight = m.weight_backward;
   if (!c.torch_weight_gradient_bytes.empty()) {

@@ -136,6 +136,17 @@ int busy_devices(const PlanShape& shape) {
   return busy;
 }
 
+// A split backward whose I does no work (whole_backward_at_weight): I takes the action's overhead
+// alone, W the whole backward, and the extras follow the whole backward's.
+void put_whole_backward_at_weight(StageCost& cost, double overhead_ms) {
+  const auto whole_at_weight = [](StageTimes& t, double input_ms) {
+    t.backward_weight_ms = t.backward_ms;
+    t.backward_input_ms = input_ms;
+  };
+  for (StageTimes* t : {&cost.solo, &cost.host, &cost.corun}) whole_at_weight(*t, overhead_ms);
+  for (StageTimes* t : {&cost.cold_extra, &cost.step_start_extra}) whole_at_weight(*t, 0.0);
+}
+
 // Every stage's durations and memory at both micro-batch sizes. A calibration (empty: scale
 // 1, no overhead) scales compute by how many devices are busy. The per-task overhead is paid
 // by the device and by the host alike.
@@ -196,15 +207,8 @@ std::vector<std::array<StageCost, 2>> stage_costs(const CostModel& costs, const 
           input + weight > 0 ? backward_extra * weight / (input + weight) : 0.0;
       set_forward_extra(cost[s][slot].step_start_extra,
                         c.forward_step_start_extra_ms(a, b) / speed);
-      // An I of no work takes the action's overhead alone, and W the whole backward.
-      if (whole_backward_at_weight(hardware.runtime, s)) {
-        const auto whole_at_weight = [](StageTimes& t, double input_ms) {
-          t.backward_weight_ms = t.backward_ms;
-          t.backward_input_ms = input_ms;
-        };
-        for (StageTimes* t : {&solo, &host, &corun}) whole_at_weight(*t, overhead_ms);
-        for (StageTimes* t : {&cold, &cost[s][slot].step_start_extra}) whole_at_weight(*t, 0.0);
-      }
+      if (whole_backward_at_weight(hardware.runtime, s))
+        put_whole_backward_at_weight(cost[s][slot], overhead_ms);
       // The spread's shift (SimulationOptions::spread_z): forwards by their layers' relative
       // spread, backwards (and their halves) by theirs. Exactly 1 at z = 0.
       if (spread_z != 0.0) {
