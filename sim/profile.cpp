@@ -304,6 +304,21 @@ std::vector<TiedTensor> parse_tied(const Node& node, const std::vector<LayerProf
   return out;
 }
 
+// device.after_idle: points with positive idles, strictly ascending, and extras of 0 or more.
+std::vector<AfterIdlePoint> after_idle_points(const Node& array) {
+  std::vector<AfterIdlePoint> points;
+  for (const Node& element : array.elements()) {
+    element.allow_only({"idle_ms", "extra_ms"});
+    const Node idle = element.field("idle_ms");
+    AfterIdlePoint point{idle.milliseconds(), element.field("extra_ms").milliseconds()};
+    if (point.idle_ms <= 0.0 || (!points.empty() && point.idle_ms <= points.back().idle_ms))
+      idle.fail("a positive idle, above the point's before it");
+    points.push_back(point);
+  }
+  if (points.empty()) array.fail("one point or more");
+  return points;
+}
+
 }  // namespace
 
 Profile parse_profile(std::string_view text, const std::string& source) {
@@ -318,7 +333,7 @@ Profile parse_profile(std::string_view text, const std::string& source) {
   p.model = root.field("model").non_empty_string();
   const Node device = root.field("device");
   device.allow_only({"type", "name", "memory_bytes", "library_bytes", "backward_call_ms",
-                     "sm_shares", "cache_bytes"});
+                     "sm_shares", "cache_bytes", "after_idle"});
   p.device.type = device.field("type").non_empty_string();
   p.device.name = device.field("name").string();
   p.device.memory_bytes = device.field("memory_bytes").bytes();
@@ -332,6 +347,8 @@ Profile parse_profile(std::string_view text, const std::string& source) {
     p.device.sm_shares = static_cast<int>(count);
   }
   if (auto cache = device.optional_field("cache_bytes")) p.device.cache_bytes = cache->bytes();
+  if (auto idle = device.optional_field("after_idle"))
+    p.device.after_idle = after_idle_points(*idle);
   p.dtype = root.field("dtype").non_empty_string();
   if (auto timer = root.optional_field("timer")) {
     p.timer = timer->non_empty_string();
@@ -495,6 +512,12 @@ std::string profile_to_json(const Profile& p) {
   if (p.device.backward_call_ms > 0) root["device"]["backward_call_ms"] = p.device.backward_call_ms;
   if (p.device.sm_shares > 0) root["device"]["sm_shares"] = p.device.sm_shares;
   if (p.device.cache_bytes > 0) root["device"]["cache_bytes"] = p.device.cache_bytes;
+  if (p.has_after_idle()) {
+    ordered_json points = ordered_json::array();
+    for (const AfterIdlePoint& point : p.device.after_idle)
+      points.push_back({{"idle_ms", point.idle_ms}, {"extra_ms", point.extra_ms}});
+    root["device"]["after_idle"] = std::move(points);
+  }
   root["dtype"] = p.dtype;
   if (!p.timer.empty()) root["timer"] = p.timer;
   root["batch_size"] = p.batch_size;

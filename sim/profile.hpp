@@ -6,6 +6,8 @@
 #include <string_view>
 #include <vector>
 
+#include "sim/after_idle.hpp"
+
 namespace pipetune {
 
 /// One layer (one child of the top-level Sequential) measured at each micro-batch size.
@@ -153,6 +155,9 @@ struct ProfileDevice {
   /// Optional (0 when absent; only with the layers' cold times): the cache a device's threads
   /// have to themselves, in bytes, the one the cold times were taken with emptied.
   std::int64_t cache_bytes = 0;
+  /// Optional (empty when absent): what a wait costs the device's next work (sim/after_idle.hpp),
+  /// points ascending by idle. Absent: nothing.
+  std::vector<AfterIdlePoint> after_idle{};
 };
 
 /// The per-layer costs that the simulator and the planner read (format pipetune.profile/1).
@@ -186,6 +191,7 @@ struct Profile {
   std::size_t layer_count() const { return layers.size(); }
   bool has_corun_times() const { return co_runners > 0; }
   bool has_cold_times() const { return device.cache_bytes > 0; }
+  bool has_after_idle() const { return !device.after_idle.empty(); }
   /// Every layer has forward_step_start_ms (only ever with cold times).
   bool has_step_start_times() const {
     return has_cold_times() && !layers.empty() &&

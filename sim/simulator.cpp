@@ -6,9 +6,11 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <span>
 #include <string>
 #include <tuple>
 
+#include "sim/after_idle.hpp"
 #include "sim/cache_model.hpp"
 #include "sim/corun.hpp"
 #include "sim/error.hpp"
@@ -562,31 +564,71 @@ std::vector<std::pair<double, double>> pace_by_host(
   return launched;
 }
 
-// A compute task's two durations, alone and beside the profile's co-runners.
-struct CorunTask {
+// A compute task's two durations, alone and beside the profile's co-runners (the same
+// without co-run times).
+struct TimedTask {
   int id = 0;
   int device = 0;
   double solo_ms = 0.0, corun_ms = 0.0;
   double duration_ms = 0.0;  ///< what the engine runs it for
 };
 
-// The co-run model's fixed point (sim/corun.hpp): run with the durations set, give each task
-// solo + share × (co-run − solo) for the share of it during which other devices computed, and
-// run again, until no duration moves by more than 1e-9 of the makespan, or for a bounded number
-// of rounds, so a timeline that flips between two orders still ends (on the last durations).
-void settle_corun_durations(EventEngine& engine, std::vector<CorunTask>& tasks, int co_runners) {
+// What each task pays for the wait before it (sim/after_idle.hpp), on the last run's timeline:
+// `tasks` in graph order, each device's in its order; the first task's wait is from the step's
+// start, where every device has just done the optimizer's work.
+std::vector<double> pays_after_idle(const EventEngine& engine, std::span<const TimedTask> tasks,
+                                    std::span<const double> work_ms,
+                                    std::span<const AfterIdlePoint> points, int devices) {
+  std::vector<std::vector<std::size_t>> of_device(static_cast<std::size_t>(devices));
+  for (std::size_t k = 0; k < tasks.size(); ++k)
+    of_device[static_cast<std::size_t>(tasks[k].device)].push_back(k);
+  std::vector<double> pays(tasks.size(), 0.0);
+  std::vector<double> idle, work;
+  for (const std::vector<std::size_t>& mine : of_device) {
+    idle.clear();
+    work.clear();
+    double free_at = 0.0;
+    for (const std::size_t k : mine) {
+      idle.push_back(std::max(0.0, engine.start(tasks[k].id) - free_at));
+      work.push_back(work_ms[k]);
+      free_at = engine.finish(tasks[k].id);
+    }
+    const std::vector<double> mine_pays = after_idle_pays(points, idle, work);
+    for (std::size_t i = 0; i < mine.size(); ++i) pays[mine[i]] = mine_pays[i];
+  }
+  return pays;
+}
+
+// The fixed point of the models that read the timeline: the co-run model (sim/corun.hpp) gives
+// each task solo + share × (co-run − solo) for the share of it during which other devices
+// computed, and the after-idle model (sim/after_idle.hpp) adds what the wait before it costs.
+// Run with the durations set, set them from that run, and run again, until no duration moves by
+// more than 1e-9 of the makespan, or for a bounded number of rounds, so a timeline that flips
+// between two orders still ends (on the last durations).
+void settle_timeline_durations(EventEngine& engine, std::vector<TimedTask>& tasks, int co_runners,
+                               std::span<const AfterIdlePoint> after_idle, int devices) {
   constexpr int kMaxRounds = 32;
   std::vector<ComputeSpan> spans(tasks.size());
+  std::vector<double> work(tasks.size());
   for (int round = 0; round < kMaxRounds; ++round) {
     engine.run(false);
-    for (std::size_t k = 0; k < tasks.size(); ++k) {
-      spans[k] = {tasks[k].device, engine.start(tasks[k].id), engine.finish(tasks[k].id)};
+    std::vector<double> shares;
+    if (co_runners > 0) {
+      for (std::size_t k = 0; k < tasks.size(); ++k)
+        spans[k] = {tasks[k].device, engine.start(tasks[k].id), engine.finish(tasks[k].id)};
+      shares = corun_shares(spans, co_runners);
     }
-    const std::vector<double> shares = corun_shares(spans, co_runners);
+    for (std::size_t k = 0; k < tasks.size(); ++k) {
+      const TimedTask& t = tasks[k];
+      work[k] = shares.empty() ? t.solo_ms : t.solo_ms + shares[k] * (t.corun_ms - t.solo_ms);
+    }
+    const std::vector<double> pays =
+        after_idle.empty() ? std::vector<double>{}
+                           : pays_after_idle(engine, tasks, work, after_idle, devices);
     double largest_move = 0.0;
     for (std::size_t k = 0; k < tasks.size(); ++k) {
-      CorunTask& t = tasks[k];
-      const double ms = t.solo_ms + shares[k] * (t.corun_ms - t.solo_ms);
+      TimedTask& t = tasks[k];
+      const double ms = pays.empty() ? work[k] : work[k] + pays[k];
       largest_move = std::max(largest_move, std::abs(ms - t.duration_ms));
       t.duration_ms = ms;
       engine.set_duration(t.id, ms);
@@ -762,10 +804,11 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
   const std::vector<double> coldness =
       profile_.has_cold_times() ? task_coldness(graph, cost, shape, profile_.device.cache_bytes)
                                 : std::vector<double>{};
-  // Only the co-run model needs the compute tasks listed (160 KB at 16 x 128: a fresh mapping,
-  // page faults and all, on every run).
+  // Only the models that read the timeline need the compute tasks listed (160 KB at 16 x 128: a
+  // fresh mapping, page faults and all, on every run).
   const bool corun = profile_.has_corun_times();
-  std::vector<CorunTask> corun_tasks;
+  const bool timeline_durations = corun || profile_.has_after_idle();
+  std::vector<TimedTask> timed_tasks;
   const bool sends_held = sends_held_to_step_end(hardware_.runtime, plan.schedule, graph_.given);
   std::vector<std::int64_t> held(static_cast<std::size_t>(devices), 0);
   EffectsMemo memo(shape.stages, hardware_.runtime, sends_held);
@@ -794,8 +837,8 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
       apply_effects(engine, static_cast<int>(id), e);
       const double solo_ms = e.ms;
       const double corun_ms = task_ms(t.kind, recomputed, c.corun) + extra_ms;
-      if (corun)
-        corun_tasks.push_back({static_cast<int>(id), t.device, solo_ms, corun_ms, solo_ms});
+      if (timeline_durations)
+        timed_tasks.push_back({static_cast<int>(id), t.device, solo_ms, corun_ms, solo_ms});
     } else {
       set_copy_effects(graph, static_cast<int>(id), c.memory, shape,
                        *links_[t.device * devices + t.peer], hardware_.runtime, sends_held,
@@ -810,7 +853,10 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
   for (int d = 0; d < devices; ++d) initial[graph.counter[d]] += baseline[d];
   for (int d = 0; d < devices; ++d)
     engine.set_counter_initial(graph.counter[d], initial[graph.counter[d]]);
-  if (corun) settle_corun_durations(engine, corun_tasks, profile_.co_runners);
+  if (timeline_durations) {
+    settle_timeline_durations(engine, timed_tasks, corun ? profile_.co_runners : 0,
+                              profile_.device.after_idle, devices);
+  }
 
   engine.run(options.record_memory);
   if (torch) {

@@ -75,7 +75,8 @@ GraphSweep::GraphSweep(const CostModel& costs, const Hardware& hardware, const S
 }
 
 bool GraphSweep::exact_for(const Profile& profile) {
-  return !profile.has_launch_times() && !profile.has_corun_times() && !profile.has_cold_times();
+  return !profile.has_launch_times() && !profile.has_corun_times() && !profile.has_cold_times() &&
+         !profile.has_after_idle();
 }
 
 double GraphSweep::run(const std::vector<int>& balance) {

@@ -108,6 +108,9 @@ TEST(GraphSweep, IsExactOnlyWhereNothingPacesTheTasks) {
   Profile corun = profile;
   corun.co_runners = 1;
   EXPECT_FALSE(GraphSweep::exact_for(corun));
+  Profile waits = profile;  // what a wait costs depends on the timeline
+  waits.device.after_idle = {{1.0, 0.2}};
+  EXPECT_FALSE(GraphSweep::exact_for(waits));
 }
 
 TEST(GraphSweep, RefusesABalanceOfAnotherShape) {

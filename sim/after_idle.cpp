@@ -1,0 +1,82 @@
+#include "sim/after_idle.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace pipetune {
+
+namespace {
+
+double median(std::vector<double> v) {
+  const std::size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
+  if (v.size() % 2 == 1) return v[mid];
+  const double upper = v[mid];
+  return (*std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid)) + upper) / 2;
+}
+
+}  // namespace
+
+double after_idle_extra_ms(std::span<const AfterIdlePoint> points, double idle_ms) {
+  if (points.empty() || idle_ms <= 0.0) return 0.0;
+  if (idle_ms >= points.back().idle_ms) return points.back().extra_ms;
+  double x0 = 0.0, y0 = 0.0;
+  for (const AfterIdlePoint& p : points) {
+    if (idle_ms <= p.idle_ms) {
+      const double span = p.idle_ms - x0;
+      return span > 0.0 ? y0 + (p.extra_ms - y0) * (idle_ms - x0) / span : p.extra_ms;
+    }
+    x0 = p.idle_ms;
+    y0 = p.extra_ms;
+  }
+  return points.back().extra_ms;
+}
+
+std::vector<double> after_idle_pays(std::span<const AfterIdlePoint> points,
+                                    std::span<const double> idle_ms,
+                                    std::span<const double> work_ms) {
+  std::vector<double> pays(work_ms.size(), 0.0);
+  double debt = 0.0;
+  for (std::size_t k = 0; k < work_ms.size(); ++k) {
+    debt = std::max(debt, after_idle_extra_ms(points, idle_ms[k]));
+    pays[k] = std::min(debt, std::max(0.0, work_ms[k]));
+    debt -= pays[k];
+  }
+  return pays;
+}
+
+std::vector<AfterIdlePoint> fit_after_idle(std::span<const double> idle_ms,
+                                           std::span<const std::vector<double>> samples_ms) {
+  if (idle_ms.size() < 2 || idle_ms.size() != samples_ms.size())
+    throw std::invalid_argument("fit_after_idle: two or more idles, each with its samples");
+  for (const auto& s : samples_ms)
+    if (s.empty()) throw std::invalid_argument("fit_after_idle: an idle without samples");
+  const double back_to_back = median(samples_ms[0]);
+  // Pool adjacent violators: blocks of (mean, weight) that never fall.
+  struct Block {
+    double value, weight;
+    std::size_t count;
+  };
+  std::vector<Block> blocks;
+  for (std::size_t k = 1; k < idle_ms.size(); ++k) {
+    blocks.push_back(
+        {median(samples_ms[k]) - back_to_back, static_cast<double>(samples_ms[k].size()), 1});
+    while (blocks.size() >= 2 && blocks[blocks.size() - 2].value > blocks.back().value) {
+      const Block top = blocks.back();
+      blocks.pop_back();
+      Block& below = blocks.back();
+      below.value =
+          (below.value * below.weight + top.value * top.weight) / (below.weight + top.weight);
+      below.weight += top.weight;
+      below.count += top.count;
+    }
+  }
+  std::vector<AfterIdlePoint> points;
+  std::size_t k = 1;
+  for (const Block& b : blocks)
+    for (std::size_t i = 0; i < b.count; ++i, ++k)
+      points.push_back({idle_ms[k], std::max(0.0, b.value)});
+  return points;
+}
+
+}  // namespace pipetune
