@@ -36,6 +36,7 @@ struct ProfileFlags {
   std::string output;
   std::string hardware;
   std::string progress;
+  bool no_after_idle = false;
 };
 }  // namespace
 
@@ -89,6 +90,8 @@ void add_profile_command(CLI::App& app, std::vector<Command>& commands) {
       ->type_name("FILE");
   sub->add_option("--progress", flags->progress, "bar (default on a terminal), lines or none")
       ->check(CLI::IsMember({"bar", "lines", "none"}));
+  sub->add_flag("--no-after-idle", flags->no_after_idle,
+                "CPU: skip timing what a wait costs the next work (about a second)");
   sub->add_option(
          "--hardware", flags->hardware,
          "also measure the devices and links into this hardware.json (with --sm-partitions K: "
@@ -111,6 +114,7 @@ void add_profile_command(CLI::App& app, std::vector<Command>& commands) {
     options.seed = flags->seed;
     options.threads = flags->threads;
     options.sm_partitions = flags->sm_partitions;
+    options.after_idle = !flags->no_after_idle;
     if (options.threads == 0 && flags->device == "cpu") {
       // Measure with the threads each CPU device will have when the executor runs the plan.
       options.threads = exec::cpu_threads_per_device(flags->devices);

@@ -7,12 +7,15 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <exception>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <optional>
+#include <random>
 #include <thread>
 #include <tuple>
 #include <unordered_set>
@@ -26,6 +29,7 @@
 #include "profiler/cpu_cache.hpp"
 #include "profiler/host_pace.hpp"
 #include "profiler/peak_release.hpp"
+#include "sim/after_idle.hpp"
 #include "sim/error.hpp"
 
 namespace pipetune::profiler {
@@ -997,6 +1001,63 @@ double add_launch_times(models::Model& model, std::vector<torch::nn::AnyModule*>
   return statistics(paces).median;
 }
 
+// What a wait costs the work after it (sim/after_idle.hpp): the model's forward without
+// autograd from its first layer, as many layers and passes as take kAfterIdleWorkMs (the extra
+// is paid at most as fast as the work runs, so shorter work would hide it), timed right after
+// the same work and after sleeping each of the waits. Each round takes the waits in a fresh
+// order, so the machine's drift falls on all of them alike. A point's idle is its measured
+// median (a sleep overshoots).
+std::vector<AfterIdlePoint> measure_after_idle(std::vector<torch::nn::AnyModule*>& modules,
+                                               const at::Tensor& input, const Profile& profile,
+                                               std::uint64_t seed) {
+  constexpr double kAfterIdleWorkMs = 2.0;
+  constexpr std::array<double, 7> kWaitsMs{0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0};
+  // Rounds: as many as about 3 s allow, from 12 (a point's median is noisy below that) to 40
+  // (its spread on a 2-vCPU VM, about 0.2 ms at 20 rounds, no longer falls much).
+  constexpr double kBudgetMs = 3000.0;
+  std::size_t layers = 0;
+  double one_pass_ms = 0.0;
+  while (layers < modules.size() && one_pass_ms < kAfterIdleWorkMs)
+    one_pass_ms += profile.layers[layers++].forward_ms.front();
+  const int passes = std::clamp(
+      static_cast<int>(std::ceil(kAfterIdleWorkMs / std::max(one_pass_ms, 1e-3))), 1, 64);
+  at::NoGradGuard no_grad;
+  auto work = [&] {
+    for (int p = 0; p < passes; ++p) {
+      at::Tensor x = input;
+      for (std::size_t l = 0; l < layers; ++l) x = modules[l]->forward(x);
+    }
+  };
+  for (int w = 0; w < 3; ++w) work();
+  const double round_ms = std::accumulate(kWaitsMs.begin(), kWaitsMs.end(), 0.0) +
+                          2.0 * static_cast<double>(kWaitsMs.size() * passes) * one_pass_ms;
+  const int rounds = std::clamp(static_cast<int>(kBudgetMs / round_ms), 12, 40);
+  std::vector<std::vector<double>> took(kWaitsMs.size()), waited(kWaitsMs.size());
+  std::vector<std::size_t> order(kWaitsMs.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::mt19937_64 shuffle(seed);
+  for (int r = 0; r < rounds; ++r) {
+    std::shuffle(order.begin(), order.end(), shuffle);
+    for (const std::size_t k : order) {
+      work();
+      const auto idle_from = HostClock::now();
+      if (kWaitsMs[k] > 0)
+        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(kWaitsMs[k]));
+      const auto started = HostClock::now();
+      work();
+      took[k].push_back(ms_between(started, HostClock::now()));
+      waited[k].push_back(ms_between(idle_from, started));
+    }
+  }
+  std::vector<double> idle_ms;
+  for (std::size_t k = 0; k < kWaitsMs.size(); ++k)
+    idle_ms.push_back(k == 0 ? 0.0 : statistics(waited[k]).median);
+  // Sleeps that overshoot into one another would break the points' order; keep it strict.
+  for (std::size_t k = 1; k < idle_ms.size(); ++k)
+    idle_ms[k] = std::max(idle_ms[k], std::nextafter(idle_ms[k - 1], 1e300));
+  return fit_after_idle(idle_ms, took);
+}
+
 // How the profile was measured; model_spec lets the GUI and validate run the same model.
 std::string profile_meta(const models::Model& model, const MeasureBackend& backend,
                          const ProfileOptions& options, bool launches, double host_pace_us) {
@@ -1065,6 +1126,10 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
   const double host_pace_us =
       launches ? add_launch_times(model, modules, batches, *backend, options.repeats, profile)
                : 0.0;
+  if (options.after_idle && device.is_cpu()) {
+    profile.device.after_idle =
+        measure_after_idle(modules, batches.front().first, profile, options.seed);
+  }
   batches.clear();
   // What stays allocated once the work is done and every tensor is gone: the libraries'
   // workspaces (cuBLAS keeps one per thread and stream), which every pipeline device holds too.

@@ -122,6 +122,7 @@ std::vector<DoesNotFit> predict_misfits(const FitCheck& check, const Plan& plan,
     o.threads = 1;
     o.timer = "events";  // no CUPTI session left behind for the run that follows
     o.launch_times = "off";
+    o.after_idle = false;
     models::Model model = make_model();
     profile = profiler::profile_model(model, o).profile;
   }

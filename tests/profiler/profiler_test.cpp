@@ -59,6 +59,7 @@ profiler::ProfileOptions quick(std::int64_t batch, std::vector<std::int64_t> siz
   o.warmup = 1;
   o.repeats = 3;
   o.threads = 1;
+  o.after_idle = false;  // a second more; its own test turns it on
   return o;
 }
 
@@ -470,6 +471,29 @@ TEST(Profiler, ColdTimesOnACpu) {
   const Profile hot = profiler::profile_model(m, o).profile;
   EXPECT_FALSE(hot.has_cold_times());
   EXPECT_FALSE(hot.has_step_start_times());
+}
+
+// What a wait costs: six points, each wait at least the sleep asked for (0.5 to 20 ms), the
+// extras never falling. The work here only sleeps (1 ms a pass at 2 samples), and a sleep does
+// not run slower after a wait, so every extra is about 0, far below the waits themselves,
+// which a probe that timed its wait with its work would report.
+TEST(Profiler, AfterIdleOfWorkThatOnlySleepsIsAboutNothing) {
+  models::Model m = model_of({{"sleep", torch::nn::AnyModule(SleepPerSample(0.5))}}, {4});
+  profiler::ProfileOptions o = quick(2, {2});
+  o.after_idle = true;
+  const Profile p = profiler::profile_model(m, o).profile;
+  ASSERT_EQ(p.device.after_idle.size(), 6u);
+  const double asked[] = {0.5, 1.0, 2.0, 5.0, 10.0, 20.0};
+  for (std::size_t k = 0; k < 6; ++k) {
+    const AfterIdlePoint& point = p.device.after_idle[k];
+    EXPECT_GE(point.idle_ms, asked[k]) << k;
+    EXPECT_GE(point.extra_ms, k == 0 ? 0.0 : p.device.after_idle[k - 1].extra_ms) << k;
+    EXPECT_LT(point.extra_ms, 0.5) << k;
+  }
+  const Profile again = parse_profile(profile_to_json(p), "again.json");
+  EXPECT_EQ(again.device.after_idle.back().extra_ms, p.device.after_idle.back().extra_ms);
+  o.after_idle = false;
+  EXPECT_FALSE(profiler::profile_model(m, o).profile.has_after_idle());
 }
 
 // The optimizer-like sweep multiplies every parameter and gradient by one in place: a model

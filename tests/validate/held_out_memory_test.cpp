@@ -129,6 +129,7 @@ Profile memory_profile(models::Model& model, std::int64_t batch) {
   po.warmup = 1;
   po.repeats = 1;
   po.threads = 1;
+  po.after_idle = false;  // times unused
   return profiler::profile_model(model, po).profile;
 }
 
