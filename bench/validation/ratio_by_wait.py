@@ -4,9 +4,10 @@
 
     python3 bench/validation/ratio_by_wait.py OUT_DIR [OUT_DIR ...]
 
-The profile times a layer's repetitions back to back, so a model error shows at every wait,
-and what a wait costs the task after it (bench/validation/after_idle.py) shows as a ratio that
-grows with the wait.
+The profile times a layer's repetitions back to back, so a model error shows at every wait.
+What a wait costs the task after it is in the prediction where the profile has its curve
+(`device.after_idle`, docs/architecture.md "After a wait"); without it, or where the curve
+misses, it shows as a ratio that grows with the wait.
 """
 import glob
 import re
