@@ -1002,30 +1002,35 @@ double add_launch_times(models::Model& model, std::vector<torch::nn::AnyModule*>
 }
 
 // What a wait costs the work after it (sim/after_idle.hpp): the model's forward without
-// autograd from its first layer, as many layers and passes as take kAfterIdleWorkMs (the extra
-// is paid at most as fast as the work runs, so shorter work would hide it), timed right after
-// the same work and after sleeping each of the waits. Each round takes the waits in a fresh
-// order, so the machine's drift falls on all of them alike. A point's idle is its measured
-// median (a sleep overshoots).
+// autograd over the cheapest run of consecutive layers taking 2 ms or more (cheapest_run) (the
+// extra is paid at most as fast as the work runs, so shorter work would hide it), timed right after
+// the same work and after sleeping each of the waits. Each round takes the waits in a fresh order,
+// so the machine's drift falls on all of them alike. A point's idle is its measured median (a sleep
+// overshoots). Nothing where the cheapest such work takes over 50 ms: the extra, about a
+// millisecond, is then a few percent of any task and below the noise of timing it.
 std::vector<AfterIdlePoint> measure_after_idle(std::vector<torch::nn::AnyModule*>& modules,
                                                const at::Tensor& input, const Profile& profile,
                                                std::uint64_t seed) {
-  constexpr double kAfterIdleWorkMs = 2.0;
   constexpr std::array<double, 7> kWaitsMs{0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0};
   // Rounds: as many as about 3 s allow, from 12 (a point's median is noisy below that) to 40
   // (its spread on a 2-vCPU VM, about 0.2 ms at 20 rounds, no longer falls much).
   constexpr double kBudgetMs = 3000.0;
-  std::size_t layers = 0;
-  double one_pass_ms = 0.0;
-  while (layers < modules.size() && one_pass_ms < kAfterIdleWorkMs)
-    one_pass_ms += profile.layers[layers++].forward_ms.front();
+  constexpr double kAfterIdleWorkMs = 2.0;
+  constexpr double kLongestWorkMs = 50.0;
+  std::vector<double> forward_ms;
+  for (const LayerProfile& l : profile.layers) forward_ms.push_back(l.forward_ms.front());
+  const LayerRun window = cheapest_run(forward_ms, kAfterIdleWorkMs);
+  if (window.ms > kLongestWorkMs) return {};
+  const double one_pass_ms = window.ms;
   const int passes = std::clamp(
       static_cast<int>(std::ceil(kAfterIdleWorkMs / std::max(one_pass_ms, 1e-3))), 1, 64);
   at::NoGradGuard no_grad;
+  at::Tensor window_input = input;
+  for (std::size_t l = 0; l < window.first; ++l) window_input = modules[l]->forward(window_input);
   auto work = [&] {
     for (int p = 0; p < passes; ++p) {
-      at::Tensor x = input;
-      for (std::size_t l = 0; l < layers; ++l) x = modules[l]->forward(x);
+      at::Tensor x = window_input;
+      for (std::size_t l = window.first; l < window.end; ++l) x = modules[l]->forward(x);
     }
   };
   for (int w = 0; w < 3; ++w) work();

@@ -98,8 +98,8 @@ struct ProfileOptions {
   /// CPU: also time each layer with the core's private cache emptied first (LayerProfile::
   /// forward_cold_ms), for the simulator's cache model; nothing where the cache is unknown.
   bool cold_times = true;
-  /// CPU: also time what a wait costs the work after it (ProfileDevice::after_idle), about a
-  /// second more; nothing on a GPU, whose host launches ahead of the device.
+  /// CPU: also time what a wait costs the work after it (ProfileDevice::after_idle), about 3 s
+  /// more; nothing on a GPU, whose host launches ahead of the device.
   bool after_idle = true;
   /// CUDA: > 0 profiles on the first of that many equal shares of the GPU's SMs
   /// (executor/sm_partitions.hpp), the device each stage of a pipeline run with

@@ -79,4 +79,18 @@ std::vector<AfterIdlePoint> fit_after_idle(std::span<const double> idle_ms,
   return points;
 }
 
+LayerRun cheapest_run(std::span<const double> forward_ms, double at_least) {
+  LayerRun best{0, forward_ms.size(), 0.0};
+  for (const double ms : forward_ms) best.ms += ms;
+  if (best.ms < at_least) return best;
+  double sum = 0.0;
+  for (std::size_t first = 0, end = 0; first < forward_ms.size(); ++first) {
+    while (end < forward_ms.size() && sum < at_least) sum += forward_ms[end++];
+    if (sum < at_least) break;
+    if (sum < best.ms) best = {first, end, sum};
+    sum -= forward_ms[first];
+  }
+  return best;
+}
+
 }  // namespace pipetune

@@ -13,6 +13,7 @@
 // extra and no more), so a short task leaves the rest to the task after it. A new wait renews
 // the debt to the larger of what is left and what that wait costs.
 
+#include <cstddef>
 #include <span>
 #include <vector>
 
@@ -40,5 +41,14 @@ std::vector<double> after_idle_pays(std::span<const AfterIdlePoint> points,
 /// an error (std::invalid_argument), as are fewer than two idles.
 std::vector<AfterIdlePoint> fit_after_idle(std::span<const double> idle_ms,
                                            std::span<const std::vector<double>> samples_ms);
+
+/// The run of consecutive layers the probe times: [first, end) of least total time among those
+/// taking at least `at_least` ms (the earliest of equal ones), or every layer where all of them
+/// take less. `forward_ms` non-negative.
+struct LayerRun {
+  std::size_t first = 0, end = 0;
+  double ms = 0.0;
+};
+LayerRun cheapest_run(std::span<const double> forward_ms, double at_least);
 
 }  // namespace pipetune

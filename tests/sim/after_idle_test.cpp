@@ -6,6 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "sim/simulator.hpp"
 #include "tests/sim/fixtures.hpp"
 
@@ -51,6 +53,33 @@ TEST(AfterIdle, FitPoolsFallingPointsAndClampsAtZero) {
   EXPECT_EQ(fit_after_idle(std::vector<double>{0.0, 1.0}, faster)[0].extra_ms, 0.0);
   EXPECT_THROW(fit_after_idle(std::vector<double>{0.0}, std::vector<std::vector<double>>{{1.0}}),
                std::invalid_argument);
+}
+
+// The probe's layers against every run of consecutive layers: the least total of those taking
+// at least 2 ms (the earliest of equal ones), or all of them where together they take less.
+TEST(AfterIdle, CheapestRunIsTheBruteForceOne) {
+  std::mt19937 rng(62);
+  for (int trial = 0; trial < 500; ++trial) {
+    std::vector<double> ms(1 + rng() % 12);
+    for (double& m : ms) m = static_cast<double>(rng() % 9) * 0.25;  // 0 to 2 ms, ties
+    double total = 0.0;
+    for (const double m : ms) total += m;
+    LayerRun expected{0, ms.size(), total};
+    if (total >= 2.0) {
+      for (std::size_t a = 0; a < ms.size(); ++a) {
+        double sum = 0.0;
+        for (std::size_t b = a; b < ms.size(); ++b) {
+          sum += ms[b];
+          if (sum >= 2.0 && sum < expected.ms) expected = {a, b + 1, sum};
+          if (sum >= 2.0) break;
+        }
+      }
+    }
+    const LayerRun run = cheapest_run(ms, 2.0);
+    ASSERT_DOUBLE_EQ(run.ms, expected.ms) << trial;
+    ASSERT_EQ(run.first, expected.first) << trial;
+    ASSERT_EQ(run.end, expected.end) << trial;
+  }
 }
 
 TEST(AfterIdle, ProfileKeepsItsPointsAndRejectsThemOutOfOrder) {
