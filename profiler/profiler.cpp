@@ -794,7 +794,6 @@ void measure_split_peaks(Runner& run, const at::Tensor& previous, MeasureBackend
   LayerInput in = layer_input(previous, run.input_wants_gradient);
   reset_gradients(*run.layer.ptr(), in);
   auto [root, y] = run.forward(in.x);
-  if (run.last) y = at::Tensor();
   if (!root.requires_grad()) return;
   const std::vector<at::Tensor> seed =
       run.last ? std::vector<at::Tensor>{} : std::vector<at::Tensor>{at::ones_like(root)};
@@ -808,9 +807,17 @@ void measure_split_peaks(Runner& run, const at::Tensor& previous, MeasureBackend
     out.input_peak = std::max<std::int64_t>(0, backend.peak() - start);
   }
   if (!parameters.empty()) {
+    // The last layer's W starts from its output's gradient, which the executor's I made from
+    // the loss and kept (and holds the output for): the loss's own backward is not run again.
+    // Timed from the loss, its peak had two logits' worth more than a pipeline's W.
+    std::vector<at::Tensor> from = {root}, with = seed;
+    if (run.last && y.requires_grad()) {
+      with = torch::autograd::grad({root}, {y}, {}, /*retain_graph=*/true);
+      from = {y};
+    }
     const std::int64_t start = backend.allocated();
     backend.reset_peak();
-    (void)torch::autograd::grad({root}, parameters, seed, /*retain_graph=*/false,
+    (void)torch::autograd::grad(from, parameters, with, /*retain_graph=*/false,
                                 /*create_graph=*/false, /*allow_unused=*/true);
     out.weight_peak = std::max<std::int64_t>(0, backend.peak() - start);
   }

@@ -164,11 +164,11 @@ InputBackwardMemory executor_input_backward(const CostModel& model, const SizeCo
   InputBackwardMemory out;
   std::int64_t current = 0;
   // The model's last stage makes its output's gradient itself, from the loss (elsewhere it is
-  // received): with parameters to take it, the last layer keeps it for W like any other.
-  if (last_stage && model.trained_bytes_of(end - 1) > 0) {
-    current += c.output_bytes[end - 1];
-    out.kept_for_weights += c.output_bytes[end - 1];
-  }
+  // received), inside its last layer's I: the measured peak of that layer, timed with the loss,
+  // holds it already. With parameters to take it, the layer then keeps it for W like any other.
+  const std::int64_t loss_gradient =
+      last_stage && model.trained_bytes_of(end - 1) > 0 ? c.output_bytes[end - 1] : 0;
+  out.kept_for_weights += loss_gradient;
   // A layer that trains followed by layers changing its output in place (torchvision's
   // ReLU(inplace=True) after a batch norm): the executor's boundary is that one storage, so I
   // captures the gradient at the top of the in-place chain (the input gradient of the layer
@@ -189,8 +189,10 @@ InputBackwardMemory executor_input_backward(const CostModel& model, const SizeCo
   }
   for (int k = end - 1; k >= first; --k) {
     const std::int64_t input_grad = input_gradient(k);
-    walk.layer(k, current + input_backward_above(c, k, input_grad));
-    current += input_grad;
+    const std::int64_t own_loss_gradient = k == end - 1 ? loss_gradient : 0;
+    walk.layer(k, current + std::max(input_backward_above(c, k, input_grad),
+                                     own_loss_gradient + input_grad));
+    current += input_grad + own_loss_gradient;
     if (k < end - 1) {
       if (model.trained_bytes_of(k) > 0) {
         out.kept_for_weights += c.output_bytes[k];
