@@ -3,19 +3,9 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "sim/compare.hpp"
+
 namespace pipetune {
-
-namespace {
-
-double median(std::vector<double> v) {
-  const std::size_t mid = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
-  if (v.size() % 2 == 1) return v[mid];
-  const double upper = v[mid];
-  return (*std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid)) + upper) / 2;
-}
-
-}  // namespace
 
 double after_idle_extra_ms(std::span<const AfterIdlePoint> points, double idle_ms) {
   if (points.empty() || idle_ms <= 0.0) return 0.0;
@@ -32,17 +22,11 @@ double after_idle_extra_ms(std::span<const AfterIdlePoint> points, double idle_m
   return points.back().extra_ms;
 }
 
-std::vector<double> after_idle_pays(std::span<const AfterIdlePoint> points,
-                                    std::span<const double> idle_ms,
-                                    std::span<const double> work_ms) {
-  std::vector<double> pays(work_ms.size(), 0.0);
-  double debt = 0.0;
-  for (std::size_t k = 0; k < work_ms.size(); ++k) {
-    debt = std::max(debt, after_idle_extra_ms(points, idle_ms[k]));
-    pays[k] = std::min(debt, std::max(0.0, work_ms[k]));
-    debt -= pays[k];
-  }
-  return pays;
+double AfterIdleDebt::pay(std::span<const AfterIdlePoint> points, double idle_ms, double work_ms) {
+  owed_ms_ = std::max(owed_ms_, after_idle_extra_ms(points, idle_ms));
+  const double paid = std::min(owed_ms_, std::max(0.0, work_ms));
+  owed_ms_ -= paid;
+  return paid;
 }
 
 std::vector<AfterIdlePoint> fit_after_idle(std::span<const double> idle_ms,

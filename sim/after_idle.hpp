@@ -28,11 +28,16 @@ struct AfterIdlePoint {
 /// without points. `points` ascending by idle.
 double after_idle_extra_ms(std::span<const AfterIdlePoint> points, double idle_ms);
 
-/// One device's compute tasks in its order: the wait before each (the first's from the step's
-/// start) and its work without the extra. Returns what each task pays.
-std::vector<double> after_idle_pays(std::span<const AfterIdlePoint> points,
-                                    std::span<const double> idle_ms,
-                                    std::span<const double> work_ms);
+/// One device's debt, paid task by task in the device's order: `pay` takes the wait before the
+/// task (the first's from the step's start) and its work without the extra, and returns what
+/// the task pays.
+class AfterIdleDebt {
+ public:
+  double pay(std::span<const AfterIdlePoint> points, double idle_ms, double work_ms);
+
+ private:
+  double owed_ms_ = 0.0;
+};
 
 /// The curve from a probe: `samples_ms[k]` the same work timed after waiting about `idle_ms[k]`
 /// (ascending; the first 0, back to back). Each point's extra is its median over the first's,

@@ -574,27 +574,19 @@ struct TimedTask {
 };
 
 // What each task pays for the wait before it (sim/after_idle.hpp), on the last run's timeline:
-// `tasks` in graph order, each device's in its order; the first task's wait is from the step's
-// start, where every device has just done the optimizer's work.
+// `tasks` in graph order, where each device's come in its order; the first task's wait is from
+// the step's start, where every device has just done the optimizer's work.
 std::vector<double> pays_after_idle(const EventEngine& engine, std::span<const TimedTask> tasks,
                                     std::span<const double> work_ms,
                                     std::span<const AfterIdlePoint> points, int devices) {
-  std::vector<std::vector<std::size_t>> of_device(static_cast<std::size_t>(devices));
-  for (std::size_t k = 0; k < tasks.size(); ++k)
-    of_device[static_cast<std::size_t>(tasks[k].device)].push_back(k);
-  std::vector<double> pays(tasks.size(), 0.0);
-  std::vector<double> idle, work;
-  for (const std::vector<std::size_t>& mine : of_device) {
-    idle.clear();
-    work.clear();
-    double free_at = 0.0;
-    for (const std::size_t k : mine) {
-      idle.push_back(std::max(0.0, engine.start(tasks[k].id) - free_at));
-      work.push_back(work_ms[k]);
-      free_at = engine.finish(tasks[k].id);
-    }
-    const std::vector<double> mine_pays = after_idle_pays(points, idle, work);
-    for (std::size_t i = 0; i < mine.size(); ++i) pays[mine[i]] = mine_pays[i];
+  std::vector<AfterIdleDebt> debt(static_cast<std::size_t>(devices));
+  std::vector<double> free_at(static_cast<std::size_t>(devices), 0.0);
+  std::vector<double> pays(tasks.size());
+  for (std::size_t k = 0; k < tasks.size(); ++k) {
+    const auto d = static_cast<std::size_t>(tasks[k].device);
+    const double idle_ms = std::max(0.0, engine.start(tasks[k].id) - free_at[d]);
+    pays[k] = debt[d].pay(points, idle_ms, work_ms[k]);
+    free_at[d] = engine.finish(tasks[k].id);
   }
   return pays;
 }

@@ -34,7 +34,10 @@ TEST(AfterIdle, ExtraIsLinearFromZeroThroughThePointsThenFlat) {
 TEST(AfterIdle, ADeviceCarriesWhatAShortTaskCouldNotPay) {
   const std::vector<double> idle{4.0, 0.0, 0.0, 1.0, 2.0};
   const std::vector<double> work{0.5, 1.0, 3.0, 0.2, 5.0};
-  EXPECT_THAT(after_idle_pays(kCurve, idle, work), ::testing::ElementsAre(0.5, 1.0, 0.5, 0.2, 1.0));
+  AfterIdleDebt debt;
+  std::vector<double> pays;
+  for (std::size_t k = 0; k < idle.size(); ++k) pays.push_back(debt.pay(kCurve, idle[k], work[k]));
+  EXPECT_THAT(pays, ::testing::ElementsAre(0.5, 1.0, 0.5, 0.2, 1.0));
 }
 
 // Medians over the back-to-back one's; the fall from 0.25 to 0.15 is pooled to 0.2 (equal
