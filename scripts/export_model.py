@@ -12,7 +12,11 @@ output projection that reuses it): pipetune trains it as one, summing its gradie
 stages that hold it. A buffer two children share (one rotary embedding module in every block's
 wrapper) is copied, each child keeping its own, where a training-mode forward of the example does
 not change it; one a forward changes (batch norm's running statistics), or a view of another
-child's tensor, is refused.
+child's tensor, is refused. So is a child holding a parameter that other children train and its
+own forward never reaches on the example (a wrapper keeping the whole model to call one part of
+it: every stage holding it would keep the whole model); a parameter only one child holds and
+its forward does not reach is exported with an `unused:` line (it gets no gradient, but takes
+memory, and pipetune's memory model counts a gradient for it).
 
 Each child is compiled on its own, its input being the previous child's output on the example:
 
@@ -52,8 +56,8 @@ nn.Sequential of the scripted and traced children) and PREFIX.batch.pt (torch.sa
 targets))) are written; which children were scripted and which traced is printed, then the
 --model spec, last, on its own line.
 
-Bad input (an import that fails, a shared buffer or view, a child that takes two inputs or returns
-a tuple, one that neither scripts nor traces, a trace torch warns about or that does not match
+Bad input (an import that fails, a shared buffer or view, a child holding parameters other
+children train and it never uses, a child that takes two inputs or returns a tuple, one that neither scripts nor traces, a trace torch warns about or that does not match
 Python at some micro-batch size, a batch that does not fit): one line on stderr, exit status 2,
 nothing written. Needs only torch.
 """
@@ -264,6 +268,67 @@ def tied_parameters(model):
                                "untie them (e.g. `head.weight = nn.Parameter(embedding.weight.detach().clone())`), "
                                "hold the very same parameter in both, or make both uses one child")
     return list(tied.values())
+
+
+def unreached_parameters(model, inputs):
+    """[(child name, child, [(parameter name, tensor), ...])]: the trainable parameters each child
+    holds that a training-mode forward and backward of its input on the example does not reach
+    (no gradient at all, not a zero one). Buffers and torch's random state are put back."""
+    out, x = [], inputs
+    for name, child in children(model):
+        trainable = [(n, p) for n, p in child.named_parameters() if p.requires_grad]
+        if trainable:
+            with preserving(model), torch.enable_grad():
+                torch.manual_seed(0)
+                # Not a leaf: a child may change its input in place (an in-place activation).
+                given = x.detach().requires_grad_().clone() if x.is_floating_point() else x
+                y = child(given)
+                grads = (torch.autograd.grad(y, [p for _, p in trainable], grad_outputs=torch.ones_like(y),
+                                             allow_unused=True)
+                         if y.requires_grad else [None] * len(trainable))
+            missed = [(n, p) for (n, p), g in zip(trainable, grads) if g is None]
+            if missed:
+                out.append((name, child, missed))
+        with evaluating(child), torch.no_grad():  # the next child's input, as compile_children makes it
+            x = child(x)
+    return out
+
+
+def megabytes(n):
+    return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n / 1e3:.1f} kB"
+
+
+def check_reached(model, inputs, tied):
+    """Refuses a child holding a tied parameter its own forward never uses (a wrapper that keeps
+    the whole model to call one part of it): every stage holding that child would keep a copy of
+    the parameter and its gradient for nothing, which defeats splitting the model. Returns report
+    lines for untied parameters a child holds and does not use (no gradient, memory all the same)."""
+    holders_of = {id(tensor): holders for tensor, holders in tied}
+    refusals, report = [], []
+    for name, child, missed in unreached_parameters(model, inputs):
+        shared = [(n, p) for n, p in missed if id(p) in holders_of]
+        alone = [(n, p) for n, p in missed if id(p) not in holders_of]
+        if shared:
+            n, p = shared[0]
+            other = next((f"{c}.{m}" for c, m in holders_of[id(p)] if c != name), None)
+            more = f", and {len(shared) - 1} more" if len(shared) > 1 else ""
+            size = megabytes(sum(p.numel() * p.element_size() for _, p in shared))
+            refusals.append(f"child {label(name, child)} holds {len(shared)} parameter{'s' if len(shared) > 1 else ''} "
+                            f"({size}) that other children train and its forward never uses ({name}.{n} is {other}"
+                            f"{more}): every stage holding '{name}' would keep a copy of them and their gradients; "
+                            f"give '{name}' only the modules its forward uses (e.g. `self.patch_embed = "
+                            "model.patch_embed`, not `self.model = model`)")
+        if alone:
+            names = ", ".join(f"{name}.{n}" for n, _ in alone[:3]) + (f", and {len(alone) - 3} more"
+                                                                      if len(alone) > 3 else "")
+            size = megabytes(sum(p.numel() * p.element_size() for _, p in alone))
+            report.append(f"unused: {label(name, child)} holds {len(alone)} trainable parameter"
+                          f"{'s' if len(alone) > 1 else ''} ({size}) its forward does not reach on the example "
+                          f"({names}): they get no gradient there, yet take memory on its stage, and pipetune's "
+                          "memory model counts a gradient for them")
+    if refusals:
+        raise BadInput("; ".join(refusals))
+    return report
 
 
 def check_ties_kept(scripted, tied):
@@ -564,6 +629,7 @@ def export(target, prefix, loss):
     copied = copy_shared_constant_buffers(model, inputs)
     tied = tied_parameters(model)
     compiled, report, output = compile_children(model, inputs)
+    report += check_reached(model, inputs, tied)
     report += copied
     check_loss(loss, output, targets)
     try:

@@ -32,8 +32,8 @@ class Embeddings(torch.nn.Module):
 class Block(torch.nn.Module):
     """One decoder layer taking and returning one tensor. The rotary embeddings and the causal
     mask, which LlamaModel builds for all layers, are built here, from the sequence length the
-    input has. Each block has its own LlamaRotaryEmbedding: one shared by all would be a buffer
-    (inv_freq) shared between children, which the exporter refuses."""
+    input has. Each block has its own LlamaRotaryEmbedding (one shared by all would be a buffer,
+    inv_freq, shared between children, which the exporter would copy into each)."""
 
     def __init__(self, layer, config):
         super().__init__()

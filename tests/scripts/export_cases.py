@@ -255,3 +255,61 @@ def reused_activation():
     act = torch.nn.GELU()
     return ([torch.nn.Linear(6, 8), act, torch.nn.Linear(8, 3), act],
             (torch.randn(4, 6), torch.randint(0, 3, (4,))))
+
+
+class Whole(torch.nn.Module):
+    """A model whose parts a user splits, as a library's model is built."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Linear(4, 8)
+        self.blocks = torch.nn.ModuleList([torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)])
+        self.head = torch.nn.Linear(8, 3)
+
+
+class Front(torch.nn.Module):
+    """A wrapper that keeps the whole model to call its first part."""
+
+    def __init__(self, whole):
+        super().__init__()
+        self.model = whole
+
+    def forward(self, x):
+        return self.model.embed(x)
+
+
+class Back(torch.nn.Module):
+    def __init__(self, whole):
+        super().__init__()
+        self.model = whole
+
+    def forward(self, x):
+        return self.model.head(x)
+
+
+def whole_model_wrappers():
+    """Front and Back each hold every parameter; the blocks are children of their own. Front does
+    not use 6 tensors other children train (the blocks' 2 × (64 + 8) floats, the head's 24 + 3):
+    684 bytes; Back 6 (the embedding's 32 + 8, the blocks'): 736 bytes."""
+    torch.manual_seed(0)
+    whole = Whole()
+    return ([Front(whole), whole.blocks[0], whole.blocks[1], Back(whole)],
+            (torch.randn(4, 4), torch.randint(0, 3, (4,))))
+
+
+class WithSpare(torch.nn.Module):
+    """Holds a layer its forward never calls (64 + 8 floats: 288 bytes)."""
+
+    def __init__(self):
+        super().__init__()
+        self.used, self.spare = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+        self.zero = torch.nn.Parameter(torch.ones(8))  # reached, with a gradient of zero
+
+    def forward(self, x):
+        return torch.relu_(self.used(x)) + 0 * self.zero
+
+
+def spare_parameters():
+    torch.manual_seed(0)
+    return ([torch.nn.Linear(4, 8), WithSpare(), torch.nn.Linear(8, 3)],
+            (torch.randn(4, 4), torch.randint(0, 3, (4,))))

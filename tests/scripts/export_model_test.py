@@ -216,6 +216,23 @@ class ExportModelTest(unittest.TestCase):
                                          "view of another child's tensor (0.weight is 2.weight): pipetune would "
                                          "train two copies; "), error)
 
+    def test_a_child_holding_parameters_others_train_and_it_never_uses_is_refused(self):
+        # Exported before, every holder "tied": each stage holding a wrapper kept the whole model.
+        error = self.refused("whole_model_wrappers")
+        self.assertIn("child '0' (Front) holds 6 parameters (0.7 kB) that other children train and its forward "
+                      "never uses (0.model.blocks.0.weight is 1.weight, and 5 more): every stage holding '0' would "
+                      "keep a copy of them and their gradients; give '0' only the modules its forward uses", error)
+        self.assertIn("; child '3' (Back) holds 6 parameters (0.7 kB) that other children train and its forward "
+                      "never uses (3.model.embed.weight is 0.model.embed.weight, and 5 more)", error)
+
+    def test_a_parameter_no_forward_reaches_is_said_and_exported(self):
+        r = self.export("spare_parameters")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("unused: '1' (WithSpare) holds 2 trainable parameters (0.3 kB) its forward does not reach on "
+                      "the example (1.spare.weight, 1.spare.bias): they get no gradient there, yet take memory on "
+                      "its stage, and pipetune's memory model counts a gradient for them", r.stdout.splitlines())
+        self.assertEqual(sum(line.startswith("unused: ") for line in r.stdout.splitlines()), 1, r.stdout)
+
     def test_child_that_neither_scripts_nor_traces_gives_both_reasons(self):
         error = self.refused("neither")
         self.assertIn("child '1' (Untraceable) cannot be scripted: Compiled functions can't take variable", error)
