@@ -1,6 +1,6 @@
 """Writes a scripted nn.Sequential for the executor's bring-your-own-model tests.
 
-make_torchscript.py OUT.pt [--dropout | --attention | --zero-dropout | --tied | --in-place |
+make_torchscript.py OUT.pt [--dropout | --attention | --zero-dropout | --tied | --shared-block | --in-place |
 --in-place-dropout | --index-buffer | --drop-path | --batch-norm | --frozen-stem]: with
 --dropout, two of its
 children draw dropout masks (one a Dropout child, one a block with dropout inside), from torch's
@@ -9,6 +9,8 @@ global generator; with --attention, one child draws them inside fused attention
 --zero-dropout, the same children as --dropout with p = 0, which draw nothing (timm and
 transformers leave such dropouts in their blocks); with --tied, the first child (an embedding-like
 projection) and the fourth (an output projection) hold one weight, as tied language models do;
+with --shared-block, children 1 to 4 hold one Linear (weight and bias), as ALBERT repeats one
+layer at every depth;
 with --in-place, the second child adds to its input in place and the third is ReLU(inplace=True)
 (torchvision's blocks), so a stage may start with a layer that changes its own input; with
 --in-place-dropout, a Flatten (a view of its input) then Dropout(inplace=True) (torchvision's
@@ -65,6 +67,18 @@ class TiedHead(torch.nn.Module):
         return x.matmul(self.weight)
 
 
+class SharedBlock(torch.nn.Module):
+    """tanh(x A + b) with A and b one Linear that every SharedBlock holds (ALBERT's one layer
+    at every depth)."""
+
+    def __init__(self, linear):
+        super().__init__()
+        self.linear = linear
+
+    def forward(self, x):
+        return torch.tanh(self.linear(x))
+
+
 class Reorder(torch.nn.Module):
     """The features reversed by an int64 buffer of indices, then halved by a float buffer."""
 
@@ -109,6 +123,12 @@ if "--tied" in sys.argv[2:]:
     embed = torch.nn.Linear(8, 6, bias=False)
     model = torch.nn.Sequential(
         embed, torch.nn.Tanh(), torch.nn.Linear(6, 6), TiedHead(embed.weight), torch.nn.Linear(8, 4)
+    )
+elif "--shared-block" in sys.argv[2:]:
+    shared = torch.nn.Linear(6, 6)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(8, 6), SharedBlock(shared), SharedBlock(shared), SharedBlock(shared), SharedBlock(shared),
+        torch.nn.Linear(6, 4)
     )
 elif "--in-place" in sys.argv[2:]:
     model = torch.nn.Sequential(

@@ -14,7 +14,9 @@
 #include <torch/script.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <map>
 #include <unordered_set>
 
 #include "executor/executor.hpp"
@@ -171,24 +173,25 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(CheckpointMode::Never, CheckpointMode::Always),
                        ::testing::Values(1, 3)));
 
-// A TorchScript model whose first child and fourth hold one weight (make_torchscript.py --tied):
-// 8 -> 6 (W), tanh, 6 -> 6, 6 -> 8 (W again), 8 -> 4. Written once per test program.
-std::string tied_script_spec() {
-  static const std::string spec = [] {
-    const auto path = std::filesystem::temp_directory_path() /
-                      ("pipetune_tied_" + std::to_string(::getpid()) + ".pt");
-    const auto made =
-        testing::run_command({PIPETUNE_PYTHON, PIPETUNE_MAKE_SCRIPT, path.string(), "--tied"});
-    if (made.exit_code != 0) throw std::runtime_error(made.err);
-    return path.string() + ":input=8,classes=4";
-  }();
-  return spec;
+// A TorchScript model made by make_torchscript.py with OPTION, written once per test program.
+std::string script_spec(const std::string& option) {
+  static std::map<std::string, std::string> made;
+  if (auto it = made.find(option); it != made.end()) return it->second;
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("pipetune" + option.substr(1) + "_" + std::to_string(::getpid()) + ".pt");
+  const auto run =
+      testing::run_command({PIPETUNE_PYTHON, PIPETUNE_MAKE_SCRIPT, path.string(), option});
+  if (run.exit_code != 0) throw std::runtime_error(run.err);
+  return made[option] = path.string() + ":input=8,classes=4";
 }
 
-models::Model tied_script_model() {
+// --tied: the first child and the fourth hold one weight: 8 -> 6 (W), tanh, 6 -> 6, 6 -> 8 (W
+// again), 8 -> 4. --shared-block: 8 -> 6, then one Linear 6 -> 6 (weight and bias) with tanh at
+// children 1 to 4, then 6 -> 4.
+models::Model script_model(const std::string& option) {
   models::ModelOptions o;
   o.dtype = at::kDouble;
-  return models::build_model(tied_script_spec(), o);
+  return models::build_model(script_spec(option), o);
 }
 
 struct TiedSplit {
@@ -197,6 +200,7 @@ struct TiedSplit {
   int chunks;
   ScheduleKind schedule;
   int stages_per_device = 1;
+  std::string model = "--tied";
 };
 
 void PrintTo(const TiedSplit& split, std::ostream* out) {
@@ -214,14 +218,22 @@ const TiedSplit kTiedSplits[] = {
     {"looped_bfs", {1, 1, 1, 2}, 2, ScheduleKind::LoopedBFS, 2},
     {"zbv", {1, 1, 2, 1}, 2, ScheduleKind::ZBV, 2},
     {"dualpipev", {1, 1, 2, 1}, 6, ScheduleKind::DualPipeV, 2},
+    // One tie of four holders: two of them on one stage, stages holding it on one device.
+    {"shared_gpipe_3", {1, 2, 3}, 2, ScheduleKind::GPipe, 1, "--shared-block"},
+    {"shared_onefoneb_3", {2, 2, 2}, 3, ScheduleKind::OneFOneB, 1, "--shared-block"},
+    {"shared_interleaved", {2, 1, 1, 2}, 2, ScheduleKind::Interleaved1F1B, 2, "--shared-block"},
+    {"shared_interleaved_zb", {1, 2, 1, 2}, 3, ScheduleKind::InterleavedZB, 2, "--shared-block"},
+    {"shared_looped_bfs", {2, 1, 1, 2}, 2, ScheduleKind::LoopedBFS, 2, "--shared-block"},
+    {"shared_zbv", {1, 2, 2, 1}, 2, ScheduleKind::ZBV, 2, "--shared-block"},
+    {"shared_dualpipev", {1, 2, 2, 1}, 6, ScheduleKind::DualPipeV, 2, "--shared-block"},
 };
 
 // The same script trained by plain LibTorch, written out here: the whole batch at once, the
 // tied tensor listed once in the optimizer (the truth for the one-device update).
 class HandWrittenScript {
  public:
-  HandWrittenScript(exec::OptimizerKind kind, double lr)
-      : module_(torch::jit::load(tied_script_spec().substr(0, tied_script_spec().find(':')))) {
+  HandWrittenScript(const std::string& spec, exec::OptimizerKind kind, double lr)
+      : module_(torch::jit::load(spec.substr(0, spec.find(':')))) {
     module_.to(at::kDouble);
     module_.train();
     std::vector<at::Tensor> parameters;
@@ -242,8 +254,10 @@ class HandWrittenScript {
     optimizer_->step();
     return loss.item<double>();
   }
-  at::Tensor parameter(const std::string& child) {
-    return module_.attr(child).toModule().attr("weight").toTensor();
+  std::map<std::string, at::Tensor> parameters() const {
+    std::map<std::string, at::Tensor> out;
+    for (const auto& p : module_.named_parameters()) out[p.name] = p.value;
+    return out;
   }
 
  private:
@@ -261,15 +275,17 @@ class TiedSplitTrainsAsOneDevice
 TEST_P(TiedSplitTrainsAsOneDevice, LossesAndWeightsEqualOneDeviceAndPlainLibTorch) {
   const auto& [split, checkpoint, kind] = GetParam();
   constexpr double kLr = 0.05;
-  models::Model reference = tied_script_model();
-  models::Model model = tied_script_model();
-  ASSERT_EQ(models::tied_parameters(model).size(), 1u);
-  HandWrittenScript by_hand(kind, kLr);
+  models::Model reference = script_model(split.model);
+  models::Model model = script_model(split.model);
+  const auto ties = models::tied_parameters(model);
+  ASSERT_EQ(ties.size(), split.model == "--tied" ? 1u : 2u);
+  HandWrittenScript by_hand(script_spec(split.model), kind, kLr);
   Plan plan = testing::make_plan(split.balance, split.chunks, checkpoint, split.schedule);
   plan.stages_per_device = split.stages_per_device;
   const int devices = plan.stages() / split.stages_per_device;
+  const int layers = static_cast<int>(model.layer_names.size());
   {
-    exec::Pipeline one(reference, testing::make_plan({5}, 1, CheckpointMode::Never), kBatch,
+    exec::Pipeline one(reference, testing::make_plan({layers}, 1, CheckpointMode::Never), kBatch,
                        cpu_devices(1, kind, kLr));
     exec::Pipeline pipeline(model, plan, kBatch, cpu_devices(devices, kind, kLr));
     for (int step = 0; step < 3; ++step) {
@@ -285,9 +301,25 @@ TEST_P(TiedSplitTrainsAsOneDevice, LossesAndWeightsEqualOneDeviceAndPlainLibTorc
   for (const auto& p : want) {
     EXPECT_TRUE(at::allclose(got[p.key()], p.value(), 1e-10, 1e-12)) << p.key();
   }
-  const at::Tensor tied = model.layers->ptr(0)->named_parameters()["weight"];
-  EXPECT_TRUE(at::allclose(tied, by_hand.parameter("0"), 1e-10, 1e-12));
-  EXPECT_TRUE(model.layers->ptr(3)->named_parameters()["weight"].is_same(tied));
+  // The plain loop's weights, every name (a tied tensor under each of its holders' names); a
+  // script layer names a child's parameter "1.linear_weight" for the script's "1.linear.weight".
+  for (const auto& [script_name, tensor] : by_hand.parameters()) {
+    std::string name = script_name;
+    std::replace(name.begin() + static_cast<std::ptrdiff_t>(name.find('.') + 1), name.end(), '.',
+                 '_');
+    ASSERT_TRUE(got.contains(name)) << name;
+    EXPECT_TRUE(at::allclose(got[name], tensor, 1e-10, 1e-12)) << name;
+  }
+  // Every holder holds the one tensor again.
+  for (const auto& tie : models::tied_parameters(model)) {
+    for (std::size_t layer : tie.layers) {
+      bool holds = false;
+      for (const auto& p : model.layers->ptr(layer)->named_parameters()) {
+        holds = holds || p.value().is_same(tie.tensor);
+      }
+      EXPECT_TRUE(holds) << tie.name << " in layer " << layer;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
