@@ -331,6 +331,27 @@ def check_reached(model, inputs, tied):
     return report
 
 
+def tie_lines(tied):
+    """One `tied:` line per tensor; where more than 3 share their holders (a layer repeated at
+    every depth), one line for them all."""
+    groups = collections.OrderedDict()
+    for tensor, holders in tied:
+        groups.setdefault((tuple(child for child, _ in holders), tensor.requires_grad), []).append(holders)
+    lines = []
+    for (children_, trained), members in groups.items():
+        kept = ("one tensor: pipetune sums its gradients over the stages holding it" if trained
+                else "one tensor, frozen: each stage holding it keeps a copy that does not train")
+        if len(members) <= 3:
+            lines += ["tied: " + " is ".join(f"{c}.{n}" for c, n in holders) + f" ({kept})" for holders in members]
+            continue
+        who = ", ".join(f"'{c}'" for c in children_)
+        first = " is ".join(f"{c}.{n}" for c, n in members[0])
+        kept = kept.replace("one tensor:", "each one tensor:").replace("one tensor,", "each one tensor,")
+        lines.append(f"tied: {len(members)} parameters, each held by children {who} ({first}, and "
+                     f"{len(members) - 1} more; {kept})")
+    return lines
+
+
 def check_ties_kept(scripted, tied):
     """The compiled Sequential must still hold each tied parameter as one object in every holder
     (a compiled child with a copy of its own would train it apart)."""
@@ -638,10 +659,7 @@ def export(target, prefix, loss):
     except Exception as e:
         raise BadInput(f"the Sequential cannot be scripted: {first_line(e)}")
     check_ties_kept(scripted, tied)
-    for tensor, holders in tied:
-        kept = ("one tensor: pipetune sums its gradients over the stages holding it" if tensor.requires_grad
-                else "one tensor, frozen: each stage holding it keeps a copy that does not train")
-        report.append("tied: " + " is ".join(f"{child}.{name}" for child, name in holders) + f" ({kept})")
+    report += tie_lines(tied)
 
     model_path, batch_path = prefix + ".pt", prefix + ".batch.pt"
     # Written under temporary names and renamed, so a failure leaves nothing behind.

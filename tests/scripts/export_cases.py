@@ -313,3 +313,20 @@ def spare_parameters():
     torch.manual_seed(0)
     return ([torch.nn.Linear(4, 8), WithSpare(), torch.nn.Linear(8, 3)],
             (torch.randn(4, 4), torch.randint(0, 3, (4,))))
+
+
+class TwoLinear(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.tanh(self.b(torch.tanh(self.a(x))))
+
+
+def one_block_at_every_depth():
+    """ALBERT's sharing: one module (4 parameters) at four places of the list."""
+    torch.manual_seed(0)
+    block = TwoLinear()
+    return ([torch.nn.Linear(4, 8), block, block, block, block, torch.nn.Linear(8, 3)],
+            (torch.randn(4, 4), torch.randint(0, 3, (4,))))

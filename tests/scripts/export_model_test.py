@@ -216,6 +216,20 @@ class ExportModelTest(unittest.TestCase):
                                          "view of another child's tensor (0.weight is 2.weight): pipetune would "
                                          "train two copies; "), error)
 
+    def test_one_module_at_every_depth_is_a_layer_at_each_holding_one_tensor(self):
+        r = self.export("one_block_at_every_depth")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("tied: 4 parameters, each held by children '1', '2', '3', '4' (1.a.weight is 2.a.weight is "
+                      "3.a.weight is 4.a.weight, and 3 more; each one tensor: pipetune sums its gradients over the "
+                      "stages holding it)", r.stdout.splitlines())
+        saved = self.load_saved()
+        for depth in "234":
+            for name in ("a.weight", "a.bias", "b.weight", "b.bias"):
+                self.assertIs(dict(getattr(saved, depth).named_parameters())[name],
+                              dict(getattr(saved, "1").named_parameters())[name])
+        model, (inputs, _) = load_cases().one_block_at_every_depth()
+        torch.testing.assert_close(saved(inputs), torch.nn.Sequential(*model)(inputs), rtol=1e-5, atol=1e-6)
+
     def test_a_child_holding_parameters_others_train_and_it_never_uses_is_refused(self):
         # Exported before, every holder "tied": each stage holding a wrapper kept the whole model.
         error = self.refused("whole_model_wrappers")
