@@ -464,6 +464,11 @@ int run_plan(const std::shared_ptr<RunFlags>& flags) {
   if (reports && !flags->links_out.empty()) check_writable(flags->links_out, "--links-out");
   models::Model model = build_model_from(flags->model, flags->seed);
   models::check_model_batch(model, flags->batch);
+  const std::int64_t smallest = split_batch(flags->batch, plan.chunks).back();
+  models::check_trains_on(
+      model, smallest,
+      fmt::format("{}: chunks: {} split the batch of {} into micro-batches of {}",
+                  plan_source(*flags), plan.chunks, flags->batch, smallest));
   models::check_tied_split(model, plan.balance, plan_source(*flags));
   options.seed = flags->seed;
   options.learning_rate = flags->learning_rate;

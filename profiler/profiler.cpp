@@ -23,6 +23,7 @@
 #include "executor/device_name.hpp"
 #include "executor/models/gradient_flow.hpp"
 #include "executor/models/layers.hpp"
+#include "executor/models/model.hpp"
 #include "executor/models/shared_tensors.hpp"
 #include "executor/sm_partitions.hpp"
 #include "profiler/backend.hpp"
@@ -98,7 +99,8 @@ void reset_gradients(torch::nn::Module& module, LayerInput& input) {
   if (input.leaf.defined()) input.leaf.mutable_grad().reset();
 }
 
-std::vector<std::int64_t> checked_sizes(const ProfileOptions& options) {
+std::vector<std::int64_t> checked_sizes(const ProfileOptions& options,
+                                        const models::TrainableSize& least) {
   if (options.batch_size < 1) {
     throw InputError(Input::BatchSize,
                      fmt::format("expected a positive integer, got {}", options.batch_size));
@@ -121,6 +123,16 @@ std::vector<std::int64_t> checked_sizes(const ProfileOptions& options) {
                        fmt::format("expected sizes from 1 to {} (the batch size), got {}",
                                    options.batch_size, s));
     }
+  }
+  if (least.samples > 1) {
+    if (!options.micro_batch_sizes.empty() && sizes.front() < least.samples) {
+      throw InputError(Input::MicroBatchSizes,
+                       fmt::format("expected sizes of at least {}, got {}: {}", least.samples,
+                                   sizes.front(), least.reason));
+    }
+    // The defaults from the fewest samples a micro-batch may hold.
+    std::erase_if(sizes, [&](std::int64_t s) { return s < least.samples; });
+    if (sizes.empty() || sizes.front() != least.samples) sizes.insert(sizes.begin(), least.samples);
   }
   return sizes;
 }
@@ -1087,7 +1099,12 @@ std::string profile_meta(const models::Model& model, const MeasureBackend& backe
 }  // namespace
 
 ProfileResult profile_model(models::Model& model, const ProfileOptions& options) {
-  const std::vector<std::int64_t> sizes = checked_sizes(options);
+  checked_sizes(options, {});  // the batch and the sizes asked for, before any work
+  // Batch norm cannot train on one value per channel: a net whose last maps are 1 x 1 cannot
+  // train on single samples, and the profile then starts where the layers can.
+  const models::TrainableSize least =
+      models::smallest_trainable_micro_batch(model, options.batch_size);
+  const std::vector<std::int64_t> sizes = checked_sizes(options, least);
   if (options.co_runners < 0) {
     throw InputError(fmt::format("co-runners: expected 0 or more, got {}", options.co_runners));
   }
@@ -1108,6 +1125,7 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
   std::optional<c10::StreamGuard> on_share;
   if (shares) on_share.emplace(shares->streams.front());
   Profile profile = empty_profile(model, *backend, dtype, options, sizes);
+  profile.min_micro_batch = least.samples;
   if (shares) {
     profile.device.name += fmt::format(" ({} of {} SMs: 1 of {} shares)", shares->sms.front(),
                                        shares->device_sms, options.sm_partitions);
@@ -1150,6 +1168,12 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
 
   ProfileResult result;
   for (auto& w : backend->take_warnings()) result.warnings.push_back(w);
+  if (least.samples > 1) {
+    result.warnings.push_back(fmt::format(
+        "micro-batches of at least {} samples (min_micro_batch): {}; plans splitting the batch "
+        "finer are refused",
+        least.samples, least.reason));
+  }
   model.layers->to(at::kCPU);
   profile.meta_json = profile_meta(model, *backend, options, launches, host_pace_us);
   result.profile = std::move(profile);

@@ -278,6 +278,19 @@ void check_plan(const Plan& plan, const Profile& profile, const Hardware& hardwa
     throw InputError(fmt::format("{}: chunks: expected {}, got {}", source,
                                  chunks_expectation(profile.batch_size), plan.chunks));
   }
+  if (!splits_trainably(profile, plan.chunks)) {
+    std::vector<int> fitting;
+    for (int c = 1; c <= max_chunks(profile.batch_size); ++c)
+      if (splits_trainably(profile, c)) fitting.push_back(c);
+    throw InputError(fmt::format(
+        "{}: chunks: {} split the batch of {} into micro-batches as small as {} sample{}, but the "
+        "model trains on no fewer than {} (the profile's min_micro_batch: a layer cannot train on "
+        "fewer); expected a chunk count in {{{}}}",
+        source, plan.chunks, profile.batch_size,
+        split_batch(profile.batch_size, plan.chunks).back(),
+        split_batch(profile.batch_size, plan.chunks).back() == 1 ? "" : "s",
+        profile.min_micro_batch, fmt::join(fitting, ", ")));
+  }
   check_stages_per_device(plan, profile, source);
   const int stages = plan.stages();
   const int ranks = stages / plan.stages_per_device;
@@ -355,6 +368,11 @@ bool is_checkpointed(CheckpointMode mode, int micro_batch, int micro_batches) {
       return false;
   }
   return false;
+}
+
+bool splits_trainably(const Profile& profile, int chunks) {
+  const auto sizes = split_batch(profile.batch_size, chunks);
+  return !sizes.empty() && sizes.back() >= profile.min_micro_batch;
 }
 
 std::vector<std::int64_t> split_batch(std::int64_t batch, int chunks) {

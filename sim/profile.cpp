@@ -326,7 +326,8 @@ Profile parse_profile(std::string_view text, const std::string& source) {
   const Node root(document, source);
   if (!document.is_object()) root.fail("a JSON object");
   root.allow_only({"format", "model", "device", "dtype", "batch_size", "micro_batch_sizes",
-                   "input_bytes", "layers", "timer", "co_runners", "tied_parameters", "meta"});
+                   "min_micro_batch", "input_bytes", "layers", "timer", "co_runners",
+                   "tied_parameters", "meta"});
   check_format(root, kProfileFormat);
 
   Profile p;
@@ -371,6 +372,15 @@ Profile parse_profile(std::string_view text, const std::string& source) {
                          p.micro_batch_sizes.back()));
     }
     p.micro_batch_sizes.push_back(v);
+  }
+  if (auto least = root.optional_field("min_micro_batch")) {
+    p.min_micro_batch = least->positive_integer();
+    if (p.min_micro_batch > p.micro_batch_sizes.front()) {
+      least->fail(
+          fmt::format("at most the smallest of micro_batch_sizes, {} (no size measured "
+                      "below the fewest samples a micro-batch may hold)",
+                      p.micro_batch_sizes.front()));
+    }
   }
   const std::size_t count = p.micro_batch_sizes.size();
   p.input_bytes = byte_counts(root.field("input_bytes"), count);
@@ -522,6 +532,7 @@ std::string profile_to_json(const Profile& p) {
   if (!p.timer.empty()) root["timer"] = p.timer;
   root["batch_size"] = p.batch_size;
   root["micro_batch_sizes"] = p.micro_batch_sizes;
+  if (p.min_micro_batch > 1) root["min_micro_batch"] = p.min_micro_batch;
   root["input_bytes"] = p.input_bytes;
   if (p.co_runners > 0) root["co_runners"] = p.co_runners;
   ordered_json layers = ordered_json::array();

@@ -181,7 +181,10 @@ struct Profile {
   std::string timer;
   std::int64_t batch_size = 0;
   std::vector<std::int64_t> micro_batch_sizes;  ///< strictly increasing, ≥ 1
-  std::vector<std::int64_t> input_bytes;        ///< model input, one per micro-batch size
+  /// Optional (1 when absent): the fewest samples a micro-batch may hold, where a layer cannot
+  /// train on fewer (batch norm over one value per channel); no micro_batch_sizes below it.
+  std::int64_t min_micro_batch = 1;
+  std::vector<std::int64_t> input_bytes;  ///< model input, one per micro-batch size
   std::vector<LayerProfile> layers;
   std::vector<TiedTensor> tied;  ///< optional ("tied_parameters"): empty when nothing is tied
   /// Optional (0 when absent): how many co-runners the layers' *_corun_ms were measured with.

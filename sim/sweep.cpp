@@ -92,7 +92,7 @@ std::vector<SweepRow> run_sweep(const Profile& profile, const Hardware& hardware
             const auto m = static_cast<int>(split_batch(profile.batch_size, chunks).size());
             if (k * v > static_cast<int>(profile.layer_count()) ||
                 (!spec.balance.empty() && static_cast<int>(spec.balance.size()) != k * v) ||
-                schedule_refusal(schedule, k, v, m)) {
+                schedule_refusal(schedule, k, v, m) || !splits_trainably(profile, chunks)) {
               continue;
             }
             plan.balance = spec.balance.empty() ? time_balanced(simulator.costs(), hw, k * v, plan)

@@ -5,6 +5,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 #include "executor/models/eval_guard.hpp"
 #include "executor/models/loss.hpp"
@@ -19,10 +22,81 @@ std::string torch_reason(const std::exception& e) {
   std::string what = e.what();
   if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e))
     what = c10_error->what_without_backtrace();
-  if (const auto at = what.rfind("RuntimeError: "); at != std::string::npos)
+  if (const auto at = what.rfind("RuntimeError: "); at != std::string::npos) {
     what = what.substr(at + 14);
+  } else if (what.starts_with("The following operation failed in the TorchScript interpreter")) {
+    // A Python exception the script raised ("builtins.ValueError: ..."): its last line.
+    while (!what.empty() && (what.back() == '\n' || what.back() == ' ')) what.pop_back();
+    if (const auto end = what.rfind('\n'); end != std::string::npos) what = what.substr(end + 1);
+  }
   while (!what.empty() && what.front() == '\n') what.erase(0, 1);
   return what.substr(0, what.find('\n'));
+}
+
+namespace {
+
+// Puts back every buffer (running statistics) and the CPU generator's state when it goes.
+class KeepState {
+ public:
+  explicit KeepState(torch::nn::Module& module)
+      : generator_(at::globalContext().defaultGenerator(c10::Device(c10::DeviceType::CPU))) {
+    for (const auto& b : module.buffers()) buffers_.emplace_back(b, b.clone());
+    std::lock_guard<std::mutex> lock(generator_.mutex());
+    state_ = generator_.get_state();
+  }
+  ~KeepState() {
+    at::NoGradGuard no_grad;
+    for (auto& [buffer, value] : buffers_) buffer.copy_(value);
+    std::lock_guard<std::mutex> lock(generator_.mutex());
+    generator_.set_state(state_);
+  }
+  KeepState(const KeepState&) = delete;
+  KeepState& operator=(const KeepState&) = delete;
+
+ private:
+  std::vector<std::pair<at::Tensor, at::Tensor>> buffers_;
+  at::Generator generator_;
+  at::Tensor state_;
+};
+
+// Why the layers cannot take a training-mode forward of `size` samples, or "" when they can.
+std::string training_refusal(Model& model, std::int64_t size) {
+  auto [x, y] = model.make_batch(size, 0, 0);
+  KeepState keep(*model.layers);
+  at::NoGradGuard no_grad;
+  at::Tensor h = x;
+  std::size_t l = 0;
+  for (auto it = model.layers->begin(); it != model.layers->end(); ++it, ++l) {
+    try {
+      h = it->forward(h);
+    } catch (const std::exception& e) {
+      if (refused_allocation_bytes(e)) return "";  // memory, not the size: check_model_batch's
+      return fmt::format("layer {} (\"{}\") cannot train on {} sample{}: {}", l,
+                         model.layer_names.at(l), size, size == 1 ? "" : "s", torch_reason(e));
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+TrainableSize smallest_trainable_micro_batch(Model& model, std::int64_t batch) {
+  TrainableSize out;
+  for (std::int64_t size = 1; size <= batch; ++size) {
+    std::string why = training_refusal(model, size);
+    if (why.empty()) {
+      out.samples = size;
+      return out;
+    }
+    if (out.reason.empty()) out.reason = std::move(why);
+  }
+  throw InputError(Input::Model, out.reason);
+}
+
+void check_trains_on(Model& model, std::int64_t samples, const std::string& what) {
+  if (std::string why = training_refusal(model, samples); !why.empty()) {
+    throw InputError(fmt::format("{}: {}", what, why));
+  }
 }
 
 void check_model_batch(Model& model, std::int64_t batch) {

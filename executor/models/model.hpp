@@ -57,6 +57,21 @@ Model build_model(const std::string& spec, const ModelOptions& options = {});
 /// evaluation mode (no running statistics move). Throws InputError naming the layer or shapes.
 void check_model_batch(Model& model, std::int64_t batch);
 
+/// The fewest samples a micro-batch of `model` may hold, and why fewer fail (empty at 1).
+struct TrainableSize {
+  std::int64_t samples = 1;
+  std::string reason;  ///< the first layer that refused a smaller size, and torch's reason
+};
+
+/// Tries a training-mode forward (no autograd; every buffer and the CPU generator's state put
+/// back) of 1, 2, ... samples of the model's step 0 until the layers take one: batch norm cannot
+/// train on one value per channel, so a network whose last feature maps are 1 x 1 cannot train on
+/// micro-batches of one sample. Throws InputError with the first refusal if even `batch` fails.
+TrainableSize smallest_trainable_micro_batch(Model& model, std::int64_t batch);
+
+/// Throws InputError, `what` first, where the layers cannot train on `samples` samples.
+void check_trains_on(Model& model, std::int64_t samples, const std::string& what);
+
 /// The models build_model knows, one line each, for --help texts and errors.
 std::string model_catalogue();
 

@@ -84,6 +84,12 @@ PlanSearchResult find_best_plans(const Profile& profile, const Hardware& hardwar
   PlanSearch search(profile, used, options);
   PlanSearchResult result = search.run();
   result.search_space = search_space_text(options, profile.batch_size);
+  if (profile.min_micro_batch > 1) {
+    result.search_space += fmt::format(
+        " (the chunk counts leaving no micro-batch under {} samples, the fewest the model trains "
+        "on)",
+        profile.min_micro_batch);
+  }
   return result;
 }
 

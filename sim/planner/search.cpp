@@ -44,11 +44,18 @@ std::vector<Config> PlanSearch::configurations() const {
       throw InputError(fmt::format("chunks: expected {}, got {}",
                                    chunks_expectation(context_.profile.batch_size), c));
     }
+    if (!splits_trainably(context_.profile, c)) continue;  // a layer cannot train on it
     auto split = split_batch(context_.profile.batch_size, c);
     if (std::find(splits.begin(), splits.end(), split) == splits.end()) {
       splits.push_back(std::move(split));
       first_chunks.push_back(c);
     }
+  }
+  if (splits.empty() && !chunks.empty()) {
+    throw InputError(fmt::format(
+        "chunks: every chunk count asked for splits the batch of {} into micro-batches of fewer "
+        "than {} samples, the fewest the model trains on (the profile's min_micro_batch)",
+        context_.profile.batch_size, context_.profile.min_micro_batch));
   }
   const bool never_too =
       std::find(context_.options.checkpoints.begin(), context_.options.checkpoints.end(),

@@ -414,6 +414,38 @@ TEST(TorchScript, ARecomputeDoesNotUpdateBatchNormsRunningStatisticsAgain) {
   std::filesystem::remove(path);
 }
 
+// A script's BatchNorm1d over [N, 16] cannot train on one sample: torch's own check raises a
+// Python ValueError inside the script. The fewest samples the layers train on is 2, the reason
+// names the layer and torch's words (not the interpreter's "The following operation failed"),
+// and trying leaves every running statistic where it was.
+TEST(TorchScript, TheFewestSamplesAMicroBatchMayHoldIsFoundAndNothingMoves) {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("pipetune_least_" + std::to_string(::getpid()) + ".pt");
+  const auto made =
+      testing::run_command({PIPETUNE_PYTHON, PIPETUNE_MAKE_SCRIPT, path.string(), "--batch-norm"});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  models::Model model = models::build_model(path.string() + ":input=8,classes=4");
+  std::map<std::string, at::Tensor> before;
+  for (const auto& b : model.layers->named_buffers()) before[b.key()] = b.value().clone();
+  const models::TrainableSize least = models::smallest_trainable_micro_batch(model, 6);
+  EXPECT_EQ(least.samples, 2);
+  EXPECT_EQ(least.reason,
+            "layer 1 (\"1\") cannot train on 1 sample: builtins.ValueError: Expected more than 1 "
+            "value per channel when training, got input size [1, 16]");
+  for (const auto& b : model.layers->named_buffers()) {
+    EXPECT_TRUE(at::equal(b.value(), before.at(b.key()))) << b.key();
+  }
+  try {
+    models::check_trains_on(model, 1, "plan.json: chunks");
+    ADD_FAILURE() << "trained on one sample";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("plan.json: chunks: layer 1 (\"1\") cannot train", 0), 0u)
+        << e.what();
+  }
+  EXPECT_NO_THROW(models::check_trains_on(model, 2, "plan.json: chunks"));
+  std::filesystem::remove(path);
+}
+
 TEST(TorchScript, NotAScriptIsAClearError) {
   const auto path = std::filesystem::temp_directory_path() / "pipetune_not_a_script.pt";
   { std::ofstream(path) << "hello"; }

@@ -12,6 +12,7 @@
 #include <ATen/ATen.h>
 #include <torch/nn/cloneable.h>
 #include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
@@ -104,6 +105,36 @@ TEST(Profiler, ByteCountsOfLinearReluLayerNormAreExact) {
 
 using testing::TiedHead;
 using testing::TiedHeadImpl;
+
+// Batch norm over one value per channel cannot train (torch refuses it): a profile of a model
+// with a BatchNorm1d after a Linear starts at micro-batches of 2, and says so.
+TEST(Profiler, StartsAtTheFewestSamplesBatchNormCanTrainOn) {
+  models::Model m = model_of({{"linear", torch::nn::AnyModule(torch::nn::Linear(8, 4))},
+                              {"norm", torch::nn::AnyModule(torch::nn::BatchNorm1d(4))},
+                              {"out", torch::nn::AnyModule(torch::nn::Linear(4, 2))}},
+                             {8});
+  const Profile p = profiler::profile_model(m, quick(6, {})).profile;
+  EXPECT_EQ(p.micro_batch_sizes, (std::vector<std::int64_t>{2, 4, 6}));
+  EXPECT_EQ(p.min_micro_batch, 2);
+  models::Model again = model_of({{"linear", torch::nn::AnyModule(torch::nn::Linear(8, 4))},
+                                  {"norm", torch::nn::AnyModule(torch::nn::BatchNorm1d(4))},
+                                  {"out", torch::nn::AnyModule(torch::nn::Linear(4, 2))}},
+                                 {8});
+  try {
+    profiler::profile_model(again, quick(6, {1, 3}));
+    ADD_FAILURE() << "profiled micro-batches of one sample";
+  } catch (const InputError& e) {
+    EXPECT_THAT(std::string(e.what()),
+                ::testing::HasSubstr("expected sizes of at least 2, got 1: layer 1 (\"norm\") "
+                                     "cannot train on 1 sample: Expected more than 1 value per "
+                                     "channel when training"));
+  }
+  // A model that trains on one sample keeps the sizes from 1.
+  models::Model plain = model_of({{"linear", torch::nn::AnyModule(torch::nn::Linear(8, 2))}}, {8});
+  const Profile q = profiler::profile_model(plain, quick(6, {})).profile;
+  EXPECT_EQ(q.micro_batch_sizes.front(), 1);
+  EXPECT_EQ(q.min_micro_batch, 1);
+}
 
 TEST(Profiler, ATiedTensorCountsInEachHolderAndIsListedOnce) {
   auto embed = torch::nn::Linear(torch::nn::LinearOptions(8, 6).bias(false));

@@ -148,8 +148,8 @@ TEST(ProfileFormat, UnknownFieldIsATypo) {
   EXPECT_EQ(
       profile_error(profile_with("\"dtype\"", "\"dtyp\": 1, \"dtype\"")),
       "in.json: dtyp: unknown field (expected one of: format, model, device, dtype, "
-      "batch_size, micro_batch_sizes, input_bytes, layers, timer, co_runners, tied_parameters, "
-      "meta)");
+      "batch_size, micro_batch_sizes, min_micro_batch, input_bytes, layers, timer, co_runners, "
+      "tied_parameters, meta)");
 }
 
 // kProfile with both layers holding 400 bytes and `tied` as its tied_parameters.
@@ -171,6 +171,26 @@ TEST(ProfileFormat, TiedParametersRoundTrip) {
   EXPECT_EQ(again.tied[0].bytes, 256);
   // Absent, nothing is tied and nothing is written.
   EXPECT_EQ(profile_to_json(parse_profile(kProfile, "in.json")).find("tied"), std::string::npos);
+}
+
+// A model that cannot train on fewer samples (batch norm over one value per channel) is
+// profiled from there: the field round-trips, an old profile reads as 1 and writes nothing, and
+// a size measured below it is refused.
+TEST(ProfileFormat, TheFewestSamplesAMicroBatchMayHold) {
+  const Profile p =
+      parse_profile(profile_with(R"("micro_batch_sizes": [1, 4],)",
+                                 R"("micro_batch_sizes": [2, 4], "min_micro_batch": 2,)"),
+                    "in.json");
+  EXPECT_EQ(p.min_micro_batch, 2);
+  EXPECT_NE(profile_to_json(p).find(R"("min_micro_batch": 2)"), std::string::npos);
+  EXPECT_EQ(parse_profile(profile_to_json(p), "again.json").min_micro_batch, 2);
+  const Profile old = parse_profile(kProfile, "in.json");
+  EXPECT_EQ(old.min_micro_batch, 1);
+  EXPECT_EQ(profile_to_json(old).find("min_micro_batch"), std::string::npos);
+  EXPECT_EQ(profile_error(profile_with(R"("micro_batch_sizes": [1, 4],)",
+                                       R"("micro_batch_sizes": [1, 4], "min_micro_batch": 2,)")),
+            "in.json: min_micro_batch: expected at most the smallest of micro_batch_sizes, 1 (no "
+            "size measured below the fewest samples a micro-batch may hold), got 2");
 }
 
 TEST(ProfileFormat, TiedParametersAreCheckedAgainstTheLayers) {
@@ -797,6 +817,25 @@ TEST(PlanFormat, CheckAgainstProfileAndHardware) {
   plan.balance = {2, 2};
   plan.chunks = 9;
   EXPECT_EQ(error(plan), "plan.json: chunks: expected 1 to 8 (the batch size), got 9");
+  {
+    // Fewest samples 2: tensor.chunk's last micro-batch decides. Batch 10 in 4 chunks is
+    // 3, 3, 3, 1 where 5 to 9 chunks are all micro-batches of 2.
+    Profile least = testing::uniform_profile(4, 1.0, 2.0, 10);
+    least.min_micro_batch = 2;
+    Plan split = testing::make_plan({2, 2}, 4, CheckpointMode::Never);
+    try {
+      check_plan(split, least, hw, "plan.json");
+      ADD_FAILURE() << "micro-batches of one sample accepted";
+    } catch (const InputError& e) {
+      EXPECT_EQ(std::string(e.what()),
+                "plan.json: chunks: 4 split the batch of 10 into micro-batches as small as 1 "
+                "sample, but the model trains on no fewer than 2 (the profile's min_micro_batch: "
+                "a layer cannot train on fewer); expected a chunk count in {1, 2, 3, 5, 6, 7, 8, "
+                "9}");
+    }
+    split.chunks = 5;
+    EXPECT_NO_THROW(check_plan(split, least, hw, "plan.json"));
+  }
   plan.chunks = 8;
   plan.balance = {1, 1, 2};
   EXPECT_EQ(error(plan),

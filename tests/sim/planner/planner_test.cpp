@@ -849,5 +849,38 @@ TEST(Planner, PlansWithTheCalibratedDurations) {
               Simulator(profile, hardware).run(with.ranked[0].plan).iteration_ms, 1e-9);
 }
 
+// A model that cannot train on micro-batches under 2 or 3 samples (batch norm over one value per
+// channel): the planner's answer is brute force's best over the chunk counts whose every
+// micro-batch holds that many, and no plan it ranks splits the batch finer.
+TEST(Planner, NoMicroBatchUnderTheFewestSamplesTheModelTrainsOn) {
+  std::mt19937 rng(77);
+  int narrowed = 0;
+  for (int trial = 0; trial < 16; ++trial) {
+    const int layers = 2 + static_cast<int>(rng() % 7);
+    const int stages = 1 + static_cast<int>(rng() % std::min(layers, 3));
+    const std::int64_t batch = 4 + rng() % 7;  // 4..10
+    Profile profile = testing::random_profile(rng, layers, batch);
+    profile.min_micro_batch = 2 + static_cast<std::int64_t>(rng() % 2);
+    Hardware hw = replicate_device(profile.device, stages);
+    hw.link.bandwidth_bytes_per_s = 1e5 * (1 + rng() % 100);
+    const auto trains = [&](const Plan& plan) { return splits_trainably(profile, plan.chunks); };
+    const BruteForce expected = brute_force(profile, hw, false, trains);
+    Profile anything = profile;
+    anything.min_micro_batch = 1;
+    narrowed += brute_force(anything, hw).best_ms < expected.best_ms;
+    PlannerOptions options = single_stage_planner_options();
+    options.top = 100;
+    const PlanSearchResult result = find_best_plans(profile, hw, options);
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << ": batch " << batch << ", at least "
+                                      << profile.min_micro_batch);
+    ASSERT_FALSE(result.ranked.empty());
+    EXPECT_NEAR(result.ranked.front().iteration_ms, expected.best_ms, 1e-9 * expected.best_ms)
+        << "brute force: " << describe_plan(expected.best_plan)
+        << ", planner: " << describe_plan(result.ranked.front().plan);
+    for (const auto& c : result.ranked) EXPECT_TRUE(trains(c.plan)) << describe_plan(c.plan);
+  }
+  EXPECT_GT(narrowed, 0);  // in some trials the fastest plan of all splits finer: the rule bites
+}
+
 }  // namespace
 }  // namespace pipetune
