@@ -106,6 +106,18 @@ struct WeightFrees {
   bool keepers_train = true, held = false;
 };
 
+// The top of the in-place chain above trained layer j: the last of the layers after it that
+// change their input in place and train nothing (torchvision's ReLU(inplace=True) after a
+// convolution or a batch norm), j itself where none does. The executor's boundary for j is then
+// that one storage, its autograd history the chain's top.
+int in_place_chain_top(const CostModel& model, const SizeCosts& c, int j, int end) {
+  int top = j;
+  while (top + 1 < end && c.modifies[top + 1] && c.aliases[top + 1] &&
+         model.trained_bytes_of(top + 1) == 0)
+    ++top;
+  return top;
+}
+
 // W's walk, layer by layer in the order the executor runs it (first layer first), both
 // variants. A layer's W peaks at its measured W peak (backward_weight_peak_bytes) where the
 // profile has one. Else it is its backward without the input gradient: the profile's measured
@@ -138,7 +150,13 @@ void set_weight_backward(const CostModel& model, const SizeCosts& c, int first, 
               ? c.backward_weight_peak_bytes[k]
               : (measured ? std::max<std::int64_t>(0, c.backward_peak_bytes[k] - input_grad)
                           : params);
-      walk.layer(k, level + own);
+      // Under an in-place chain that tops inside the stage, W asks the weights' gradients of the
+      // chain's top with the gradient I held there: autograd runs the chain's backward again, a
+      // fresh gradient of k's output. (SqueezeNet's first convolution and its in-place ReLU
+      // before a max pooling: its device 0.98 MB short at 4 samples, -8 %.)
+      const int top = in_place_chain_top(model, c, k, end);
+      const std::int64_t chain = top > k && top < end - 1 ? c.output_bytes[k] : 0;
+      walk.layer(k, level + own + chain);
       level += (first_weight ? params : 0) - freed_by_weight[k - first];
     }
     walk.finish(level);
@@ -181,10 +199,7 @@ InputBackwardMemory executor_input_backward(const CostModel& model, const SizeCo
   std::vector<char> holds(static_cast<std::size_t>(end - first), 0), passes(holds);
   for (int j = first; j < end - 1; ++j) {
     if (model.trained_bytes_of(j) == 0) continue;
-    int top = j;
-    while (top + 1 < end && c.modifies[top + 1] && c.aliases[top + 1] &&
-           model.trained_bytes_of(top + 1) == 0)
-      ++top;
+    const int top = in_place_chain_top(model, c, j, end);
     if (top > j && top < end - 1) holds[top - first] = passes[j - first] = 1;
   }
   for (int k = end - 1; k >= first; --k) {
