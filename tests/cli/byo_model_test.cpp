@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "sim/profile.hpp"
@@ -123,6 +124,47 @@ TEST(CliBringYourOwnModel, ExportProfilePlanRun) {
              {prefix.string() + ".pt", prefix.string() + ".batch.pt"}));
   const double loss = nlohmann::json::parse(run.out)["losses"][0].get<double>();
   EXPECT_NEAR(loss, expected, 1e-5 * expected);
+}
+
+// Batch norm over features cannot train on one sample. The profile starts at two and says why,
+// the planner picks no chunk count that splits finer, and run refuses a plan that does before any
+// step. (Before, every profile of such a model ended in "internal error: The following operation
+// failed in the TorchScript interpreter.")
+TEST(CliBringYourOwnModel, AModelThatCannotTrainOnOneSampleIsProfiledFromTwo) {
+  const fs::path script = scratch("norm.pt"), profile = scratch("norm.profile.json"),
+                 plan = scratch("norm.plan.json"), fine = scratch("fine.plan.json");
+  python(
+      "import sys, torch\n"
+      "torch.jit.script(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), "
+      "torch.nn.Linear(16, 4))).save(sys.argv[1])\n",
+      {script.string()});
+  const std::string spec = "torchscript:path=" + script.string() + ",input=8,classes=4";
+  const auto profiled = testing::run_command(
+      {PIPETUNE_CLI, "profile", "--model", spec, "--batch", "4", "-o", profile.string(),
+       "--repeats", "1", "--warmup", "0", "--progress", "none", "--no-after-idle"});
+  ASSERT_EQ(profiled.exit_code, 0) << profiled.err;
+  EXPECT_THAT(profiled.err, ::testing::HasSubstr(
+                                "micro-batches of at least 2 samples (min_micro_batch): layer 1 "
+                                "(\"1\") cannot train on 1 sample: builtins.ValueError: Expected "
+                                "more than 1 value per channel when training, got input size [1, "
+                                "16]"));
+  const Profile p = load_profile(profile.string());
+  EXPECT_EQ(p.micro_batch_sizes, (std::vector<std::int64_t>{2, 4}));
+  EXPECT_EQ(p.min_micro_batch, 2);
+  const auto planned = testing::run_command({PIPETUNE_CLI, "plan", "--profile", profile.string(),
+                                             "--devices", "2", "-o", plan.string()});
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  EXPECT_LE(nlohmann::json::parse(std::ifstream(plan))["chunks"].get<int>(), 2);
+  std::ofstream(fine) << R"({"format": "pipetune.plan/1", "balance": [2, 1], "chunks": 4,)"
+                      << R"( "checkpoint": "never", "schedule": "gpipe"})";
+  const auto run = testing::run_command({PIPETUNE_CLI, "run", "--model", spec, "--batch", "4",
+                                         "--plan", fine.string(), "--steps", "1", "--progress",
+                                         "none"});
+  EXPECT_EQ(run.exit_code, 2) << run.err;
+  EXPECT_EQ(run.err, "pipetune: error: " + fine.string() +
+                         ": chunks: 4 split the batch of 4 into micro-batches of 1: layer 1 "
+                         "(\"1\") cannot train on 1 sample: builtins.ValueError: Expected more "
+                         "than 1 value per channel when training, got input size [1, 16]\n");
 }
 
 // Every bad input: one line, exit status 2, nothing written.
