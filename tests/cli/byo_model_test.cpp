@@ -151,15 +151,15 @@ TEST(CliBringYourOwnModel, AModelThatCannotTrainOnOneSampleIsProfiledFromTwo) {
   const Profile p = load_profile(profile.string());
   EXPECT_EQ(p.micro_batch_sizes, (std::vector<std::int64_t>{2, 4}));
   EXPECT_EQ(p.min_micro_batch, 2);
-  const auto planned = testing::run_command({PIPETUNE_CLI, "plan", "--profile", profile.string(),
-                                             "--devices", "2", "-o", plan.string()});
+  const auto planned = testing::run_command(
+      {PIPETUNE_CLI, "plan", "--profile", profile.string(), "--devices", "2", "-o", plan.string()});
   ASSERT_EQ(planned.exit_code, 0) << planned.err;
   EXPECT_LE(nlohmann::json::parse(std::ifstream(plan))["chunks"].get<int>(), 2);
   std::ofstream(fine) << R"({"format": "pipetune.plan/1", "balance": [2, 1], "chunks": 4,)"
                       << R"( "checkpoint": "never", "schedule": "gpipe"})";
-  const auto run = testing::run_command({PIPETUNE_CLI, "run", "--model", spec, "--batch", "4",
-                                         "--plan", fine.string(), "--steps", "1", "--progress",
-                                         "none"});
+  const auto run =
+      testing::run_command({PIPETUNE_CLI, "run", "--model", spec, "--batch", "4", "--plan",
+                            fine.string(), "--steps", "1", "--progress", "none"});
   EXPECT_EQ(run.exit_code, 2) << run.err;
   EXPECT_EQ(run.err, "pipetune: error: " + fine.string() +
                          ": chunks: 4 split the batch of 4 into micro-batches of 1: layer 1 "
