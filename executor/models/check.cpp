@@ -94,8 +94,15 @@ TrainableSize smallest_trainable_micro_batch(Model& model, std::int64_t batch) {
 }
 
 void check_trains_on(Model& model, std::int64_t samples, const std::string& what) {
-  if (std::string why = training_refusal(model, samples); !why.empty()) {
-    throw InputError(fmt::format("{}: {}", what, why));
+  // From one sample up, stopping at the first size that trains: a micro-batch holding more
+  // trains too (batch norm's rule), and a forward of a sample or two costs nothing at start-up
+  // where one of `samples` (a whole batch, in one chunk) would. The refusal told is `samples`'s.
+  for (std::int64_t size = 1; size <= samples; ++size) {
+    if (std::string why = training_refusal(model, size); why.empty()) {
+      return;
+    } else if (size == samples) {
+      throw InputError(fmt::format("{}: {}", what, why));
+    }
   }
 }
 

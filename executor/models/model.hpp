@@ -69,7 +69,8 @@ struct TrainableSize {
 /// micro-batches of one sample. Throws InputError with the first refusal if even `batch` fails.
 TrainableSize smallest_trainable_micro_batch(Model& model, std::int64_t batch);
 
-/// Throws InputError, `what` first, where the layers cannot train on `samples` samples.
+/// Throws InputError, `what` first, where the layers cannot train on `samples` samples. Tries
+/// 1, 2, ... samples first and stops at the first size that trains.
 void check_trains_on(Model& model, std::int64_t samples, const std::string& what);
 
 /// The models build_model knows, one line each, for --help texts and errors.
