@@ -99,8 +99,7 @@ void reset_gradients(torch::nn::Module& module, LayerInput& input) {
   if (input.leaf.defined()) input.leaf.mutable_grad().reset();
 }
 
-std::vector<std::int64_t> checked_sizes(const ProfileOptions& options,
-                                        const models::TrainableSize& least) {
+std::vector<std::int64_t> checked_sizes(const ProfileOptions& options) {
   if (options.batch_size < 1) {
     throw InputError(Input::BatchSize,
                      fmt::format("expected a positive integer, got {}", options.batch_size));
@@ -124,16 +123,22 @@ std::vector<std::int64_t> checked_sizes(const ProfileOptions& options,
                                    options.batch_size, s));
     }
   }
-  if (least.samples > 1) {
-    if (!options.micro_batch_sizes.empty() && sizes.front() < least.samples) {
-      throw InputError(Input::MicroBatchSizes,
-                       fmt::format("expected sizes of at least {}, got {}: {}", least.samples,
-                                   sizes.front(), least.reason));
-    }
-    // The defaults from the fewest samples a micro-batch may hold.
-    std::erase_if(sizes, [&](std::int64_t s) { return s < least.samples; });
-    if (sizes.empty() || sizes.front() != least.samples) sizes.insert(sizes.begin(), least.samples);
+  return sizes;
+}
+
+// The sizes from the fewest samples a micro-batch may hold: the defaults start there, sizes
+// asked for below it are refused.
+std::vector<std::int64_t> trainable_sizes(std::vector<std::int64_t> sizes,
+                                          const ProfileOptions& options,
+                                          const models::TrainableSize& least) {
+  if (least.samples == 1) return sizes;
+  if (!options.micro_batch_sizes.empty() && sizes.front() < least.samples) {
+    throw InputError(Input::MicroBatchSizes,
+                     fmt::format("expected sizes of at least {}, got {}: {}", least.samples,
+                                 sizes.front(), least.reason));
   }
+  std::erase_if(sizes, [&](std::int64_t s) { return s < least.samples; });
+  if (sizes.empty() || sizes.front() != least.samples) sizes.insert(sizes.begin(), least.samples);
   return sizes;
 }
 
@@ -1099,12 +1104,12 @@ std::string profile_meta(const models::Model& model, const MeasureBackend& backe
 }  // namespace
 
 ProfileResult profile_model(models::Model& model, const ProfileOptions& options) {
-  checked_sizes(options, {});  // the batch and the sizes asked for, before any work
   // Batch norm cannot train on one value per channel: a net whose last maps are 1 x 1 cannot
   // train on single samples, and the profile then starts where the layers can.
+  const std::vector<std::int64_t> asked = checked_sizes(options);
   const models::TrainableSize least =
       models::smallest_trainable_micro_batch(model, options.batch_size);
-  const std::vector<std::int64_t> sizes = checked_sizes(options, least);
+  const std::vector<std::int64_t> sizes = trainable_sizes(asked, options, least);
   if (options.co_runners < 0) {
     throw InputError(fmt::format("co-runners: expected 0 or more, got {}", options.co_runners));
   }

@@ -282,13 +282,12 @@ void check_plan(const Plan& plan, const Profile& profile, const Hardware& hardwa
     std::vector<int> fitting;
     for (int c = 1; c <= max_chunks(profile.batch_size); ++c)
       if (splits_trainably(profile, c)) fitting.push_back(c);
+    const std::int64_t smallest = split_batch(profile.batch_size, plan.chunks).back();
     throw InputError(fmt::format(
         "{}: chunks: {} split the batch of {} into micro-batches as small as {} sample{}, but the "
         "model trains on no fewer than {} (the profile's min_micro_batch: a layer cannot train on "
         "fewer); expected a chunk count in {{{}}}",
-        source, plan.chunks, profile.batch_size,
-        split_batch(profile.batch_size, plan.chunks).back(),
-        split_batch(profile.batch_size, plan.chunks).back() == 1 ? "" : "s",
+        source, plan.chunks, profile.batch_size, smallest, smallest == 1 ? "" : "s",
         profile.min_micro_batch, fmt::join(fitting, ", ")));
   }
   check_stages_per_device(plan, profile, source);
