@@ -270,12 +270,13 @@ def tied_parameters(model):
     return list(tied.values())
 
 
-def unreached_parameters(model, inputs):
+def unreached_parameters(model, inputs_of):
     """[(child name, child, [(parameter name, tensor), ...])]: the trainable parameters each child
-    holds that a training-mode forward and backward of its input on the example does not reach
-    (no gradient at all, not a zero one). Buffers and torch's random state are put back."""
-    out, x = [], inputs
-    for name, child in children(model):
+    holds that a training-mode forward and backward of its input on the example (`inputs_of`, as
+    compile_children made them) does not reach (no gradient at all, not a zero one). Buffers and
+    torch's random state are put back."""
+    out = []
+    for (name, child), x in zip(children(model), inputs_of):
         trainable = [(n, p) for n, p in child.named_parameters() if p.requires_grad]
         if trainable:
             with preserving(model), torch.enable_grad():
@@ -289,8 +290,6 @@ def unreached_parameters(model, inputs):
             missed = [(n, p) for (n, p), g in zip(trainable, grads) if g is None]
             if missed:
                 out.append((name, child, missed))
-        with evaluating(child), torch.no_grad():  # the next child's input, as compile_children makes it
-            x = child(x)
     return out
 
 
@@ -298,14 +297,14 @@ def megabytes(n):
     return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n / 1e3:.1f} kB"
 
 
-def check_reached(model, inputs, tied):
+def check_reached(model, inputs_of, tied):
     """Refuses a child holding a tied parameter its own forward never uses (a wrapper that keeps
     the whole model to call one part of it): every stage holding that child would keep a copy of
     the parameter and its gradient for nothing, which defeats splitting the model. Returns report
     lines for untied parameters a child holds and does not use (no gradient, memory all the same)."""
     holders_of = {id(tensor): holders for tensor, holders in tied}
     refusals, report = [], []
-    for name, child, missed in unreached_parameters(model, inputs):
+    for name, child, missed in unreached_parameters(model, inputs_of):
         shared = [(n, p) for n, p in missed if id(p) in holders_of]
         alone = [(n, p) for n, p in missed if id(p) not in holders_of]
         if shared:
@@ -586,12 +585,14 @@ def trace(name, child, x, script_reason):
 
 
 def compile_children(model, inputs):
-    """Scripts each child, or traces and proves it; returns (compiled children, report, last output)."""
+    """Scripts each child, or traces and proves it; returns (compiled children, report, each
+    child's input on the example in order, last output)."""
     failures = []
     compiled = collections.OrderedDict()
     scripted_names, traced_names, not_compared = [], [], []
-    x = inputs
+    x, inputs_of = inputs, []
     for name, child in children(model):
+        inputs_of.append(x)
         check_takes_one_input(name, child)
         try:
             with evaluating(child), torch.no_grad():  # deterministic: the example for the next child
@@ -634,7 +635,7 @@ def compile_children(model, inputs):
                       f"at micro-batches of {sizes} samples" + (f", but for {'; '.join(not_compared)}: a plan "
                                                                  f"must not give it such a micro-batch"
                                                                  if not_compared else ""))
-    return compiled, report, x
+    return compiled, report, inputs_of, x
 
 
 def export(target, prefix, loss):
@@ -649,8 +650,8 @@ def export(target, prefix, loss):
     inputs, targets = as_batch(result[1])
     copied = copy_shared_constant_buffers(model, inputs)
     tied = tied_parameters(model)
-    compiled, report, output = compile_children(model, inputs)
-    report += check_reached(model, inputs, tied)
+    compiled, report, inputs_of, output = compile_children(model, inputs)
+    report += check_reached(model, inputs_of, tied)
     report += copied
     check_loss(loss, output, targets)
     try:
