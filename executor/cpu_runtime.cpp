@@ -31,6 +31,7 @@ class CpuRuntime final : public DeviceRuntime {
     // With OpenMP this sets the calling thread's own pool size: each device gets its share.
     at::set_num_threads(threads_);
   }
+  bool thread_time_is_work(int) const override { return threads_ == 1; }
   void bind_copy_thread(int, int to) override {
     scope_ = std::make_unique<CountingAllocator::DeviceScope>(to);
     at::set_num_threads(1);

@@ -39,6 +39,9 @@ class DeviceRuntime {
   /// Once, on each thread, before it runs anything for `device` (compute) or for the copy
   /// channel `from` -> `to` (copy).
   virtual void bind_compute_thread(int device) = 0;
+  /// Whether a compute thread's CPU time is its tasks' work: on a CPU device with one intra-op
+  /// thread. With more, the pool's other threads do part of it; on a GPU, the kernels.
+  virtual bool thread_time_is_work(int /*device*/) const { return false; }
   virtual void bind_copy_thread(int from, int to) = 0;
 
   /// A generator for dropout on `device`.

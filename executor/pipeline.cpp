@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <ctime>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -54,6 +55,14 @@ void name_this_thread(const std::string& name) {
 }
 
 using Clock = std::chrono::steady_clock;
+
+// The CPU time the calling thread has run, in ms. Beside a task's wall time it tells the task's
+// work from the time its thread waited for a core.
+double thread_cpu_ms() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) / 1e6;
+}
 
 // A waiting thread re-checks for an abort or a stop this often: a signal handler cannot notify
 // a condition variable, and a failed stage must not leave the others waiting forever.
@@ -820,6 +829,7 @@ void Pipeline::Impl::run_action(int d, const Action& a, at::Generator& generator
 void Pipeline::Impl::worker_main(int d) {
   name_this_thread(fmt::format("pt-compute-{}", d));
   runtime->bind_compute_thread(d);
+  const bool timed_cpu = runtime->thread_time_is_work(d);
   at::Generator generator = runtime->make_generator(d);
   std::uint64_t seen = 0;
   while (next_step(seen)) {
@@ -839,7 +849,9 @@ void Pipeline::Impl::worker_main(int d) {
         }
         const Stamp begin = runtime->now(d);
         runtime->sample_memory(d, begin);
+        const double cpu_begin = timed_cpu ? thread_cpu_ms() : 0.0;
         run_action(d, a, generator, std::move(incoming));
+        const double cpu_end = timed_cpu ? thread_cpu_ms() : 0.0;
         const Stamp end = runtime->now(d);
         runtime->sample_memory(d, end);
         TraceTask t;
@@ -848,6 +860,7 @@ void Pipeline::Impl::worker_main(int d) {
         t.micro_batch = a.micro_batch;
         t.device = d;
         t.step = step_index;
+        if (timed_cpu) t.cpu_ms = cpu_end - cpu_begin;
         ran[d].push_back(t);
         stamps[d].push_back(begin);
         stamps[d].push_back(end);

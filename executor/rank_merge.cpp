@@ -38,7 +38,7 @@ int int_field(const json_reader::Node& node, std::string_view key) {
 
 TraceTask decode_task(const json_reader::Node& node) {
   node.allow_only(
-      {"kind", "stage", "micro_batch", "device", "peer", "bytes", "start_ms", "end_ms"});
+      {"kind", "stage", "micro_batch", "device", "peer", "bytes", "start_ms", "end_ms", "cpu_ms"});
   TraceTask t;
   t.kind = task_kind(node.field("kind"));
   t.stage = int_field(node, "stage");
@@ -48,6 +48,7 @@ TraceTask decode_task(const json_reader::Node& node) {
   t.bytes = node.field("bytes").non_negative_integer();
   t.start_ms = node.field("start_ms").number();
   t.end_ms = node.field("end_ms").number();
+  if (auto cpu = node.optional_field("cpu_ms")) t.cpu_ms = cpu->non_negative_number();
   return t;
 }
 
@@ -87,6 +88,7 @@ std::string encode_rank_part(const RankPart& part) {
                      {"bytes", t.bytes},
                      {"start_ms", t.start_ms},
                      {"end_ms", t.end_ms}});
+    if (t.cpu_ms >= 0) tasks.back()["cpu_ms"] = t.cpu_ms;
   }
   auto& memory = out["memory"] = nlohmann::json::array();
   for (const auto& sample : part.memory) {

@@ -21,4 +21,10 @@ struct ReplayResult {
 /// twice in its step or lacks a task of the programme.
 ReplayResult replay_trace(const Trace& measured, const std::string& source);
 
+/// The step replayed with each compute task taking the CPU time its thread ran in it
+/// (TraceTask::cpu_ms) where measured, its whole duration otherwise (copies): the iteration had
+/// no compute thread waited for a core, which is what a profile times. -1 when no task has a
+/// CPU time. Throws as replay_trace.
+double replay_on_cpu_ms(const Trace& measured, const std::string& source);
+
 }  // namespace pipetune

@@ -97,6 +97,19 @@ std::string TraceTask::label() const {
   return task_label(kind, stage, micro_batch);
 }
 
+double cpu_share(const std::vector<TraceTask>& tasks) {
+  double cpu = 0.0, wall = 0.0;
+  bool any = false;
+  for (const TraceTask& t : tasks) {
+    if (t.cpu_ms < 0) continue;
+    any = true;
+    cpu += t.cpu_ms;
+    wall += t.duration_ms();
+  }
+  if (!any) return -1.0;
+  return wall > 0 ? cpu / wall : 1.0;
+}
+
 TaskSpan task_span(const std::vector<TraceTask>& tasks) {
   if (tasks.empty()) return {};
   TaskSpan span{tasks.front().start_ms, tasks.front().end_ms};
@@ -275,6 +288,7 @@ std::string trace_to_json(const Trace& trace) {
       args += fmt::format(R"(,"launch_start_ms":{:.6f},"launch_end_ms":{:.6f})", t.launch_start_ms,
                           t.launch_end_ms);
     }
+    if (t.cpu_ms >= 0) args += fmt::format(R"(,"cpu_ms":{:.6f})", t.cpu_ms);
     std::string flow;
     if (!is_compute(t.kind)) {
       args += fmt::format(R"(,"direction":"{}","to":{},"bytes":{})",
@@ -403,6 +417,7 @@ Trace parse_trace(std::string_view text, const std::string& source) {
                                      task.launch_end_ms, task.launch_start_ms));
         }
       }
+      if (auto cpu = args.optional_field("cpu_ms")) task.cpu_ms = cpu->non_negative_number();
       if (task.kind == TaskKind::SendActivation) {
         const Node direction = args.field("direction");
         const std::string d = direction.string();

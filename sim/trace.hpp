@@ -32,6 +32,10 @@ struct TraceTask {
   /// Predicted compute tasks from a profile with launch times: the host's launch of the task
   /// (SimTask::launch_start_ms); both -1 otherwise.
   double launch_start_ms = -1.0, launch_end_ms = -1.0;
+  /// Measured compute tasks on a CPU device with one intra-op thread: the CPU time its worker
+  /// thread ran in the task. Below the task's duration by the time the thread waited for a core
+  /// (another thread, another process, or a host that took the VM's core away); -1 otherwise.
+  double cpu_ms = -1.0;
 
   double duration_ms() const { return end_ms - start_ms; }
   std::string label() const;
@@ -72,6 +76,10 @@ TaskSpan task_span(const std::vector<TraceTask>& tasks);
 
 /// The training steps a trace holds, ascending; none without a task.
 std::vector<int> trace_steps(const Trace& trace);
+
+/// Over the tasks with a CPU time (TraceTask::cpu_ms): the sum of those times over the sum of
+/// their durations, 1 when their threads never waited for a core. -1 when no task has one.
+double cpu_share(const std::vector<TraceTask>& tasks);
 
 /// What pairs a predicted task with its measurement: the same kind, stage and micro-batch.
 struct TaskKey {

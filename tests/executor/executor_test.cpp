@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <ctime>
 #include <fstream>
 #include <mutex>
 #include <thread>
@@ -25,6 +26,7 @@
 #include "executor/models/layers.hpp"
 #include "executor/transport.hpp"
 #include "sim/error.hpp"
+#include "sim/replay.hpp"
 #include "sim/schedule.hpp"
 #include "tests/executor/reference.hpp"
 #include "tests/support/gpu.hpp"
@@ -523,6 +525,94 @@ TEST(Executor, AFailingStageReachesTheCallerNamingStageAndMicroBatch) {
     EXPECT_EQ(settled_thread_count(threads_before), threads_before)
         << "threads left behind after " << c.message;
   }
+}
+
+// Passes its input through after `ms` of forward: asleep (no CPU time) or spinning on the
+// thread's own CPU clock (`ms` of it, whatever the machine's load).
+class PacedLayerImpl : public torch::nn::Module {
+ public:
+  PacedLayerImpl(bool asleep, double ms) : asleep_(asleep), ms_(ms) {}
+  at::Tensor forward(const at::Tensor& x) {
+    if (models::ScopedRecompute::active()) return x;
+    if (asleep_) {
+      std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int>(ms_ * 1e3)));
+    } else {
+      const double start = cpu_ms();
+      while (cpu_ms() - start < ms_) {
+      }
+    }
+    return x;
+  }
+
+ private:
+  static double cpu_ms() {
+    timespec t{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) / 1e6;
+  }
+  bool asleep_;
+  double ms_;
+};
+TORCH_MODULE(PacedLayer);
+
+// A CPU device's compute tasks carry the CPU time their thread ran in them: a forward that
+// sleeps 15 ms has almost none of it, one that spins 15 ms all of it, and the step replayed at
+// those times leaves the sleeps out. With two intra-op threads a device's worker no longer does
+// all of its work, and no task carries one.
+TEST(Executor, ComputeTasksCarryTheirThreadsCpuTime) {
+  constexpr double kPace = 15.0;
+  models::Model model = models::build_model("mlp:layers=3,width=8", double_precision());
+  models::Model paced;
+  paced.name = "paced";
+  paced.loss = model.loss;
+  paced.make_batch = model.make_batch;
+  auto it = model.layers->begin();
+  for (std::size_t k = 0; k < model.layer_names.size(); ++k, ++it) {
+    if (k == 0 || k == 2) {  // stage 0 sleeps, stage 1 spins
+      paced.layer_names.push_back(k == 0 ? "sleep" : "spin");
+      paced.layers->push_back(std::string(paced.layer_names.back()), PacedLayer(k == 0, kPace));
+    }
+    paced.layer_names.push_back(model.layer_names[k]);
+    paced.layers->push_back(std::string(model.layer_names[k]), *it);
+  }
+  auto [input, target] = batch_for(model);
+  const Plan plan = plan_of({3, 3}, 2, CheckpointMode::Never, ScheduleKind::GPipe);
+  {
+    Pipeline pipeline(paced, plan, kBatch, cpu_devices(2));
+    const exec::StepRecord step = pipeline.step(input, target);
+    int forwards = 0;
+    for (const TraceTask& t : step.tasks) {
+      if (!is_compute(t.kind)) {
+        EXPECT_EQ(t.cpu_ms, -1.0) << t.label();
+        continue;
+      }
+      EXPECT_GE(t.cpu_ms, 0.0) << t.label();
+      EXPECT_LE(t.cpu_ms, t.duration_ms() + 0.05) << t.label();
+      if (t.kind != TaskKind::Forward) continue;
+      ++forwards;
+      if (t.stage == 0) {
+        EXPECT_GE(t.duration_ms(), kPace) << t.label();
+        EXPECT_LT(t.cpu_ms, t.duration_ms() - 0.6 * kPace) << t.label();
+      } else {
+        EXPECT_GE(t.cpu_ms, kPace) << t.label();
+      }
+    }
+    EXPECT_EQ(forwards, 4);
+    const Trace trace = exec::measured_trace(pipeline, step, paced.name);
+    const double on_cpu = replay_on_cpu_ms(trace, "measured");
+    // Stage 0's first forward slept on the step's critical path (its second, beside stage 1's
+    // first spin, need not have).
+    EXPECT_LT(on_cpu, step.pipeline_ms - 0.6 * kPace);
+    EXPECT_GE(on_cpu, 2 * kPace);  // stage 1's spins stay
+    EXPECT_GT(cpu_share(step.tasks), 0.0);
+    EXPECT_LT(cpu_share(step.tasks), 0.8);
+  }
+  ExecutorOptions two_threads = cpu_devices(2);
+  two_threads.threads_per_cpu_device = 2;
+  Pipeline pipeline(paced, plan, kBatch, two_threads);
+  const exec::StepRecord step = pipeline.step(input, target);
+  for (const TraceTask& t : step.tasks) EXPECT_EQ(t.cpu_ms, -1.0) << t.label();
+  EXPECT_EQ(cpu_share(step.tasks), -1.0);
 }
 
 // Rank 0 of two whose every send is refused at once, as gloo refuses one to a peer that died;
