@@ -12,6 +12,7 @@
 #include "launch/launch.hpp"
 #include "sim/error.hpp"
 #include "sim/file_io.hpp"
+#include "sim/replay.hpp"
 #include "sim/trace.hpp"
 
 namespace pipetune::cli {
@@ -123,6 +124,7 @@ std::vector<validate::MeasuredRun> measure_plans_distributed(
       run.step_ms = j.at("step_ms").get<std::vector<double>>();
       run.losses = j.at("losses").get<std::vector<double>>();
       run.peak_memory_bytes = j.at("peak_memory_bytes").get<std::vector<std::int64_t>>();
+      if (j.contains("cpu_share")) run.cpu_share = j.at("cpu_share").get<std::vector<double>>();
       if (j.contains("shown_step_peak_bytes"))
         run.traced_step_peak_bytes = j.at("shown_step_peak_bytes").get<std::vector<std::int64_t>>();
     } catch (const nlohmann::json::exception& e) {
@@ -130,6 +132,10 @@ std::vector<validate::MeasuredRun> measure_plans_distributed(
           fmt::format("plan {}: rank 0's report is not the JSON expected: {}", p + 1, e.what()));
     }
     run.trace = load_trace(stem + ".trace.json");
+    // Only the traced step comes back as a trace: its replay at the threads' CPU times stands
+    // for every step's.
+    if (const double on_cpu = replay_on_cpu_ms(run.trace, stem + ".trace.json"); on_cpu >= 0)
+      run.on_cpu_ms.push_back(on_cpu);
     for (std::size_t d = 0; d < run.trace.devices.size() && d < run.peak_memory_bytes.size(); ++d) {
       run.trace.devices[d].peak_memory_bytes = run.peak_memory_bytes[d];
     }

@@ -11,6 +11,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include "cli/commands.hpp"
@@ -33,7 +34,9 @@
 #include "sim/error.hpp"
 #include "sim/file_io.hpp"
 #include "sim/limits.hpp"
+#include "sim/profile.hpp"
 #include "sim/schedule_csv.hpp"
+#include "sim/trace.hpp"
 #include "sim/units.hpp"
 #include "validate/fit_check.hpp"
 
@@ -238,6 +241,26 @@ exec::ExecutorOptions executor_options(const RunFlags& flags, const Plan& plan,
   return options;
 }
 
+// A profile timed at another intra-op thread count than this run's predicts another run, and
+// nothing else would say so: on a 2-core VM a small Llama on one device took 19.6 ms a step at
+// one thread and 55.7 ms at two (the default there).
+void note_thread_count(const RunFlags& flags, const exec::ExecutorOptions& options) {
+  if (flags.profile.empty() || flags.device != "cpu") return;
+  const auto meta = nlohmann::json::parse(load_profile(flags.profile).meta_json, nullptr, false);
+  if (!meta.is_object() || !meta.contains("threads") || !meta["threads"].is_number_integer())
+    return;
+  const int profiled = meta["threads"].get<int>();
+  const std::set<std::string> devices(options.devices.begin(), options.devices.end());
+  const int threads = options.threads_per_cpu_device > 0
+                          ? options.threads_per_cpu_device
+                          : exec::cpu_threads_per_device(static_cast<int>(devices.size()));
+  if (profiled == threads) return;
+  std::fprintf(stderr,
+               "note: %s was timed at %d intra-op thread%s a device and this run uses %d: its "
+               "times are not this run's (--threads %d runs as it was timed)\n",
+               flags.profile.c_str(), profiled, profiled == 1 ? "" : "s", threads, profiled);
+}
+
 // A plan predicted not to fit is refused now, not by an out-of-memory error mid-step.
 void refuse_misfit(const RunFlags& flags, const Plan& plan, const exec::ExecutorOptions& options,
                    const distributed::LaunchEnvironment& launch) {
@@ -361,6 +384,9 @@ MeasuredSteps run_steps(const RunFlags& flags, models::Model& model, exec::Pipel
 // The measured steps' series, each device's peak over them, and the step the trace shows.
 struct StepSummary {
   std::vector<double> pipeline_ms, step_ms, losses;
+  /// Per step, where the compute threads' CPU time was measured (one intra-op thread per CPU
+  /// device): the share of their tasks' time they ran (cpu_share in sim/trace.hpp).
+  std::vector<double> cpu_share;
   std::vector<std::int64_t> peaks, library;  ///< per device, the largest over the steps
   const exec::StepRecord* shown = nullptr;   ///< the median step; none without a step
 };
@@ -373,6 +399,7 @@ StepSummary summarize(const std::vector<exec::StepRecord>& steps, std::size_t de
     summary.pipeline_ms.push_back(s.pipeline_ms);
     summary.step_ms.push_back(s.step_ms);
     summary.losses.push_back(s.loss);
+    if (const double share = cpu_share(s.tasks); share >= 0) summary.cpu_share.push_back(share);
     for (std::size_t d = 0; d < devices; ++d) {
       summary.peaks[d] = std::max(summary.peaks[d], s.peak_memory_bytes[d]);
       summary.library[d] = std::max(summary.library[d], s.library_memory_bytes[d]);
@@ -388,6 +415,7 @@ void print_run_json(const RunFlags& flags, const StepSummary& summary,
   out["losses"] = summary.losses;
   out["step_ms"] = summary.step_ms;
   out["pipeline_ms"] = summary.pipeline_ms;
+  if (!summary.cpu_share.empty()) out["cpu_share"] = summary.cpu_share;
   out["peak_memory_bytes"] = summary.peaks;
   // Part of the peaks: cuBLAS workspaces and the like.
   out["library_memory_bytes"] = summary.library;
@@ -437,6 +465,12 @@ void print_run_text(const RunFlags& flags, const Plan& plan, const models::Model
                 format_ms(median(summary.pipeline_ms)).c_str(),
                 format_ms(median(summary.step_ms)).c_str(),
                 static_cast<double>(flags.batch) / (median(summary.step_ms) / 1e3));
+    if (!summary.cpu_share.empty()) {
+      std::printf(
+          "cores     the compute threads ran %.0f %% of their tasks' time (median step); "
+          "the rest they waited for a core\n",
+          100.0 * median(summary.cpu_share));
+    }
     std::vector<std::string> peak_text;
     for (std::size_t d = 0; d < summary.peaks.size(); ++d) {
       peak_text.push_back(
@@ -474,6 +508,7 @@ int run_plan(const std::shared_ptr<RunFlags>& flags) {
   options.learning_rate = flags->learning_rate;
   options.optimizer = exec::parse_optimizer(flags->optimizer);
   refuse_misfit(*flags, plan, options, launch);
+  if (reports) note_thread_count(*flags, options);
   RankClocks clocks;
   if (flags->distributed) clocks = connect_ranks(*flags, launch, options, reports);
   exec::Pipeline pipeline(model, exec::with_executor_devices(plan, options.devices), flags->batch,

@@ -82,6 +82,26 @@ std::string own_order_sentence(const Validation& v) {
       100.0 * errors[errors.size() / 2], 100.0 * errors.back(), errors.size());
 }
 
+// How much of their tasks' time the compute threads ran, and the steps replayed without the
+// waits for a core: on a machine whose cores are shared (another process, a VM's host) the
+// measured time holds waits no profile of the plan can know (empty when not measured).
+std::string cores_sentence(const Validation& v) {
+  std::vector<std::string> shares, on_cpu, errors;
+  for (const PlanValidation& p : v.plans) {
+    const double share = p.measured.median_cpu_share();
+    const double replayed = p.measured.median_on_cpu_ms();
+    if (share < 0 || replayed <= 0) return "";
+    shares.push_back(fmt::format("{:.0f} %", 100.0 * share));
+    on_cpu.push_back(format_ms(replayed));
+    errors.push_back(signed_percent(v.headline(p).predicted_ms / replayed - 1.0));
+  }
+  if (shares.empty()) return "";
+  return fmt::format(
+      "the compute threads ran {} of their tasks' time (median step; the rest they waited for a "
+      "core); replayed without those waits the steps take {} ms, time error against them {}",
+      fmt::join(shares, ", "), fmt::join(on_cpu, ", "), fmt::join(errors, ", "));
+}
+
 std::string ordinal(int n) {
   const char* suffix = n % 100 / 10 == 1 ? "th"
                        : n % 10 == 1     ? "st"
@@ -250,6 +270,8 @@ std::string validation_text(const Validation& v) {
   }
   if (const std::string coverage = coverage_sentence(v); !coverage.empty())
     out += fmt::format("interval    {}\n", coverage);
+  if (const std::string cores = cores_sentence(v); !cores.empty())
+    out += fmt::format("cores       {}\n", cores);
   out += fmt::format("ranking     {}\n", ranking_sentence(v));
   for (std::size_t k = 0; k < v.plans.size(); ++k) {
     const auto lines = task_lines(v, v.plans[k], 3);
@@ -289,6 +311,8 @@ std::string validation_markdown(const Validation& v) {
   out += fmt::format("- ranking: {}\n", ranking_sentence(v));
   if (const std::string coverage = coverage_sentence(v); !coverage.empty())
     out += fmt::format("- interval: {}\n", coverage);
+  if (const std::string cores = cores_sentence(v); !cores.empty())
+    out += fmt::format("- cores: {}\n", cores);
   if (const std::string order = arrival_order_sentence(v); !order.empty()) {
     out += fmt::format("- memory: {}\n", order);
   }
@@ -354,6 +378,15 @@ std::string validation_json(const Validation& v, const ValidationThresholds& thr
     j["measured_median_ms"] = tidy(p.measured.median_pipeline_ms());
     j["measured_spread_ms"] = tidy(p.measured.spread_ms());
     j["measured_step_ms"] = tidy(p.measured.median_step_ms());
+    // The compute threads' share of their tasks' time on a core, and the steps replayed at
+    // their CPU times (null where not measured: a GPU, or several intra-op threads a device).
+    if (const double share = p.measured.median_cpu_share(); share >= 0) {
+      j["measured_cpu_share"] = tidy(share);
+      j["measured_on_cpu_ms"] = tidy(p.measured.median_on_cpu_ms());
+    } else {
+      j["measured_cpu_share"] = nullptr;
+      j["measured_on_cpu_ms"] = nullptr;
+    }
     // The host's pace before each round of the plan's steps, beside the profile's
     // meta.host_pace_us.
     j["host_pace_us"] = tidied(p.measured.host_pace_us);

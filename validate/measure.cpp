@@ -11,6 +11,7 @@
 #include "profiler/host_pace.hpp"
 #include "sim/compare.hpp"
 #include "sim/error.hpp"
+#include "sim/replay.hpp"
 
 namespace pipetune::validate {
 
@@ -22,6 +23,12 @@ double MeasuredRun::median_step_ms() const {
 }
 double MeasuredRun::median_host_pace_us() const {
   return host_pace_us.empty() ? 0.0 : median(host_pace_us);
+}
+double MeasuredRun::median_cpu_share() const {
+  return cpu_share.empty() ? -1.0 : median(cpu_share);
+}
+double MeasuredRun::median_on_cpu_ms() const {
+  return on_cpu_ms.empty() ? -1.0 : median(on_cpu_ms);
 }
 double MeasuredRun::spread_ms() const {
   const double m = median(pipeline_ms);
@@ -52,6 +59,8 @@ MeasuredRun merge_rounds(std::vector<MeasuredRun> rounds) {
     append(merged.step_ms, rounds[r].step_ms);
     append(merged.losses, rounds[r].losses);
     append(merged.host_pace_us, rounds[r].host_pace_us);
+    append(merged.cpu_share, rounds[r].cpu_share);
+    append(merged.on_cpu_ms, rounds[r].on_cpu_ms);
     keep_largest(merged.peak_memory_bytes, rounds[r].peak_memory_bytes);
     keep_largest(merged.library_memory_bytes, rounds[r].library_memory_bytes);
   }
@@ -70,6 +79,13 @@ MeasuredRun merge_rounds(std::vector<MeasuredRun> rounds) {
     merged.trace.devices[d].peak_memory_bytes = merged.peak_memory_bytes[d];
   }
   return merged;
+}
+
+void add_cpu_times(MeasuredRun& run, const Trace& step) {
+  const double share = cpu_share(step.tasks);
+  if (share < 0) return;
+  run.cpu_share.push_back(share);
+  run.on_cpu_ms.push_back(replay_on_cpu_ms(step, "the measured step"));
 }
 
 std::vector<MeasuredRun> measure_plans(
@@ -111,6 +127,7 @@ std::vector<MeasuredRun> measure_plans(
           keep_largest(run.peak_memory_bytes, record.peak_memory_bytes);
           keep_largest(run.library_memory_bytes, record.library_memory_bytes);
           traces[p].push_back(exec::measured_trace(pipeline, record, model.name));
+          add_cpu_times(run, traces[p].back());
           step_peaks[p].push_back(record.peak_memory_bytes);
         }
         if (progress) progress(++done, total);

@@ -44,6 +44,11 @@ struct MeasuredRun {
   /// The host's pace (profiler/host_pace.hpp) on the plan's first device, taken before each
   /// round of its steps: what a profile's launch times are set beside.
   std::vector<double> host_pace_us;
+  /// Per measured step where the compute threads' CPU time was measured (TraceTask::cpu_ms: CPU
+  /// devices with one intra-op thread), else empty: the share of their tasks' time the threads
+  /// ran (cpu_share), and the step replayed at those CPU times (replay_on_cpu_ms), the time it
+  /// had taken had no thread waited for a core.
+  std::vector<double> cpu_share, on_cpu_ms;
 
   double median_pipeline_ms() const;
   double median_step_ms() const;
@@ -51,6 +56,9 @@ struct MeasuredRun {
   double spread_ms() const;
   /// The median of host_pace_us; 0 when none was taken.
   double median_host_pace_us() const;
+  /// The medians of cpu_share and on_cpu_ms; -1 when not measured.
+  double median_cpu_share() const;
+  double median_on_cpu_ms() const;
 };
 
 /// One plan's runs of several calls of measure_plans (rounds with something between them) as one
@@ -58,6 +66,10 @@ struct MeasuredRun {
 /// median step is nearest the median over every step, its devices' peaks set to the largest.
 /// `rounds` holds at least one run.
 MeasuredRun merge_rounds(std::vector<MeasuredRun> rounds);
+
+/// Adds one measured step's CPU-time figures (cpu_share, on_cpu_ms) to `run`, where its trace has
+/// them.
+void add_cpu_times(MeasuredRun& run, const Trace& step);
 
 /// Runs every plan for `settings.steps` measured steps. Throws InputError for a plan the
 /// executor refuses and exec::ExecutorError when a stage fails. `progress(done, total)` counts

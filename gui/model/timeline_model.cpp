@@ -150,6 +150,7 @@ void TimelineModel::set_measured(std::shared_ptr<const Trace> measured, int step
       t.start_ms = s.start_ms - measured_offset_ms_;
       t.end_ms = s.end_ms - measured_offset_ms_;
       t.bytes = s.bytes;
+      t.cpu_ms = s.cpu_ms;
       tasks_[1].push_back(t);
     }
   } else {
@@ -376,6 +377,12 @@ QString describe_task(const TimelineModel& model, TaskRef ref) {
   }
   text += QStringLiteral("<br>start %1 · duration %2")
               .arg(format_duration(t.start_ms), format_duration(t.duration_ms()));
+  if (t.cpu_ms >= 0 && t.duration_ms() > 0) {
+    // The rest of the task its thread waited for a core.
+    text += QStringLiteral("<br>on a core %1 of it (%2 %)")
+                .arg(format_duration(t.cpu_ms))
+                .arg(100.0 * t.cpu_ms / t.duration_ms(), 0, 'f', 0);
+  }
   if (t.match >= 0) {
     const Series other = ref.series == Series::Predicted ? Series::Measured : Series::Predicted;
     const TimelineTask& o = model.task({other, t.match});

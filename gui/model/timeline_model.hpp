@@ -38,7 +38,8 @@ struct TimelineTask {
   double start_ms = 0.0;  ///< from the start of the (aligned) iteration
   double end_ms = 0.0;
   std::int64_t bytes = 0;
-  int match = -1;  ///< the same task in the other series, -1 when it has none
+  double cpu_ms = -1.0;  ///< measured: its thread's CPU time in it (TraceTask::cpu_ms), or -1
+  int match = -1;        ///< the same task in the other series, -1 when it has none
   /// (predicted − measured) / measured duration, on both tasks of a matched pair; NaN otherwise.
   double error = std::numeric_limits<double>::quiet_NaN();
 

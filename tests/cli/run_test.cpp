@@ -133,6 +133,41 @@ TEST(CliRun, APlanPredictedNotToFitIsRefusedUnlessForced) {
   EXPECT_EQ(roomy.exit_code, 0) << roomy.err;
 }
 
+// A profile timed at one intra-op thread a device, run at two: said, since its times are not the
+// run's. At one thread each step says how much of their tasks' time the compute threads ran;
+// at two (the pool's other thread doing part of the work) it cannot be told, and is not said.
+TEST(CliRun, AProfileTimedAtAnotherThreadCountIsNotedAndOneThreadCountsCpuTime) {
+  const fs::path plan = write_plan("threads.json", kTwoStages);
+  const fs::path profile = scratch("threads.profile.json");
+  ASSERT_EQ(
+      testing::run_command({PIPETUNE_CLI, "profile", "--model", "mlp:layers=5,width=64", "--batch",
+                            "8", "-o", profile.string(), "--repeats", "1", "--warmup", "0",
+                            "--threads", "1", "--co-runners", "0", "--no-after-idle"})
+          .exit_code,
+      0);
+  auto run = [&](const std::string& threads) {
+    return testing::run_command({PIPETUNE_CLI, "run", "--model", "mlp:layers=5,width=64", "--plan",
+                                 plan.string(), "--batch", "8", "--steps", "3", "--json",
+                                 "--profile", profile.string(), "--threads", threads});
+  };
+  const auto one = run("1");
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_THAT(one.err, ::testing::Not(::testing::HasSubstr("intra-op")));
+  const auto shares = nlohmann::json::parse(one.out).at("cpu_share");
+  ASSERT_EQ(shares.size(), 3u);
+  for (const auto& share : shares) {
+    EXPECT_GT(share.get<double>(), 0.0);
+    EXPECT_LE(share.get<double>(), 1.05);
+  }
+  const auto two = run("2");
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  EXPECT_THAT(two.err, ::testing::HasSubstr("note: " + profile.string() +
+                                            " was timed at 1 intra-op thread a device and this "
+                                            "run uses 2: its times are not this run's (--threads "
+                                            "1 runs as it was timed)"));
+  EXPECT_FALSE(nlohmann::json::parse(two.out).contains("cpu_share"));
+}
+
 TEST(CliRun, AnOutputThatCannotBeWrittenIsRefusedBeforeAnyWork) {
   const fs::path plan = write_plan("two.json", kTwoStages);
   const auto r =

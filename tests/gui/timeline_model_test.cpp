@@ -233,5 +233,35 @@ TEST(TimelineModel, TooltipSaysWhatWhereAndWhen) {
   FAIL() << "no 2B3 task";
 }
 
+// A measured task's thread CPU time is in its tooltip, as a share of its duration.
+TEST(TimelineModel, TooltipOfAMeasuredTaskSaysHowLongItsThreadWasOnACore) {
+  const SharedDeviceCase c;
+  TimelineModel model;
+  const Trace predicted =
+      trace_from_simulation(testing::simulate_directly(c.profile, c.hardware, c.plan), "m");
+  auto measured = std::make_shared<Trace>(predicted);
+  measured->kind = "measured";
+  for (TraceTask& t : measured->tasks) {
+    if (t.kind == TaskKind::Backward && t.stage == 2 && t.micro_batch == 3)
+      t.cpu_ms = 0.75 * t.duration_ms();
+  }
+  model.set_prediction(predicted);
+  model.set_measured(measured);
+  int described = 0;
+  const auto& tasks = model.tasks(Series::Measured);
+  for (std::size_t k = 0; k < tasks.size(); ++k) {
+    const QString text = describe_task(model, {Series::Measured, static_cast<int>(k)});
+    const bool carries =
+        tasks[k].kind == TaskKind::Backward && tasks[k].stage == 2 && tasks[k].micro_batch == 3;
+    EXPECT_EQ(text.contains(QStringLiteral("on a core")), carries) << tasks[k].label();
+    if (carries) {
+      EXPECT_TRUE(text.contains(QStringLiteral("on a core 3.00 ms of it (75 %)")))
+          << text.toStdString();
+      ++described;
+    }
+  }
+  EXPECT_EQ(described, 1);
+}
+
 }  // namespace
 }  // namespace pipetune::gui

@@ -187,6 +187,73 @@ TEST(Replay, OfAPredictionReproducesIt) {
   }
 }
 
+// A task's CPU time survives the file, and only the tasks that have one carry it.
+TEST(Trace, CpuTimesRoundTripWhereMeasured) {
+  Trace t = predicted();
+  int carried = 0;
+  for (TraceTask& task : t.tasks) {
+    if (is_compute(task.kind) && task.stage == 1) {
+      task.cpu_ms = 0.25 * task.duration_ms();
+      ++carried;
+    }
+  }
+  ASSERT_GT(carried, 0);
+  const Trace back = parse_trace(trace_to_json(t), "t.json");
+  ASSERT_EQ(back.tasks.size(), t.tasks.size());
+  std::map<std::string, double> cpu;
+  for (const TraceTask& task : t.tasks) cpu[task.label()] = task.cpu_ms;
+  for (const TraceTask& task : back.tasks) {
+    if (cpu.at(task.label()) < 0) {
+      EXPECT_EQ(task.cpu_ms, -1.0) << task.label();
+    } else {
+      EXPECT_NEAR(task.cpu_ms, cpu.at(task.label()), 1e-6) << task.label();
+    }
+  }
+  std::string json = trace_to_json(t);
+  const std::string field = "\"cpu_ms\":";
+  json.replace(json.find(field), field.size(), field + "-");
+  try {
+    parse_trace(json, "t.json");
+    FAIL() << "a negative CPU time was read";
+  } catch (const InputError& e) {
+    EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("cpu_ms: expected a non-negative"));
+  }
+}
+
+TEST(Trace, CpuShareIsTheCpuTimeOverTheDurationsOfTheTasksThatHaveOne) {
+  std::vector<TraceTask> tasks(3);
+  tasks[0].end_ms = 2.0;
+  tasks[0].cpu_ms = 1.0;
+  tasks[1].start_ms = 2.0;
+  tasks[1].end_ms = 8.0;
+  tasks[1].cpu_ms = 5.0;
+  tasks[2].end_ms = 100.0;  // none: left out
+  EXPECT_DOUBLE_EQ(cpu_share(tasks), 6.0 / 8.0);
+  tasks[0].cpu_ms = tasks[1].cpu_ms = -1.0;
+  EXPECT_EQ(cpu_share(tasks), -1.0);
+}
+
+// On one device the step is its tasks one after another: replayed at CPU times it takes their
+// sum, the tasks without one at their whole duration.
+TEST(Replay, AtCpuTimesOnOneDeviceIsTheirSum) {
+  testing::LayerSpec a{1.0, 2.0, 1000, 100, 50, 0};
+  const Profile profile = testing::make_profile({a, a}, 4, 10);
+  const Plan plan = testing::make_plan({2}, 4, CheckpointMode::Never);
+  const auto r = Simulator(profile, replicate_device(profile.device, 1)).run(plan);
+  Trace t = trace_from_simulation(r, "m");
+  EXPECT_EQ(replay_on_cpu_ms(t, "t.json"), -1.0);
+  double expected = 0.0, wall = 0.0;
+  for (const TraceTask& task : t.tasks) wall += task.duration_ms();
+  EXPECT_NEAR(r.iteration_ms, wall, 1e-6);  // one device: no gaps
+  for (std::size_t k = 0; k < t.tasks.size(); ++k) {
+    TraceTask& task = t.tasks[k];
+    if (k % 2 == 0) task.cpu_ms = 0.5 * task.duration_ms();
+    if (k == 2) task.cpu_ms = 10.0 * task.duration_ms();  // above its wall time: its wall time
+    expected += k == 2 || k % 2 != 0 ? task.duration_ms() : task.cpu_ms;
+  }
+  EXPECT_NEAR(replay_on_cpu_ms(t, "t.json"), expected, 1e-6);
+}
+
 TEST(Replay, MissingTaskIsReported) {
   Trace t = predicted();
   t.tasks.erase(t.tasks.begin());
