@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -59,23 +60,36 @@ class KeepState {
   at::Tensor state_;
 };
 
+// The layers run on `x` in turn. The first that throws is handed, with its input, to
+// `on_failure`, which throws or lets the walk stop there (the output is then undefined).
+at::Tensor forward_layer_by_layer(
+    Model& model, at::Tensor x,
+    const std::function<void(std::size_t layer, const at::Tensor& input, const std::exception&)>&
+        on_failure) {
+  std::size_t l = 0;
+  for (auto it = model.layers->begin(); it != model.layers->end(); ++it, ++l) {
+    try {
+      x = it->forward(x);
+    } catch (const std::exception& e) {
+      on_failure(l, x, e);
+      return {};
+    }
+  }
+  return x;
+}
+
 // Why the layers cannot take a training-mode forward of `size` samples, or "" when they can.
 std::string training_refusal(Model& model, std::int64_t size) {
   auto [x, y] = model.make_batch(size, 0, 0);
   KeepState keep(*model.layers);
   at::NoGradGuard no_grad;
-  at::Tensor h = x;
-  std::size_t l = 0;
-  for (auto it = model.layers->begin(); it != model.layers->end(); ++it, ++l) {
-    try {
-      h = it->forward(h);
-    } catch (const std::exception& e) {
-      if (refused_allocation_bytes(e)) return "";  // memory, not the size: check_model_batch's
-      return fmt::format("layer {} (\"{}\") cannot train on {} sample{}: {}", l,
-                         model.layer_names.at(l), size, size == 1 ? "" : "s", torch_reason(e));
-    }
-  }
-  return "";
+  std::string why;
+  forward_layer_by_layer(model, x, [&](std::size_t l, const at::Tensor&, const std::exception& e) {
+    if (refused_allocation_bytes(e)) return;  // memory, not the size: check_model_batch's
+    why = fmt::format("layer {} (\"{}\") cannot train on {} sample{}: {}", l,
+                      model.layer_names.at(l), size, size == 1 ? "" : "s", torch_reason(e));
+  });
+  return why;
 }
 
 }  // namespace
@@ -116,22 +130,17 @@ void check_model_batch(Model& model, std::int64_t batch) {
   auto [x, y] = model.make_batch(std::min<std::int64_t>(batch, 2), 0, 0);
   at::NoGradGuard no_grad;
   EvalGuard eval(*model.layers);
-  at::Tensor h = x;
-  std::size_t l = 0;
-  for (auto it = model.layers->begin(); it != model.layers->end(); ++it, ++l) {
-    try {
-      h = it->forward(h);
-    } catch (const std::exception& e) {
-      if (const auto bytes = refused_allocation_bytes(e)) {
-        throw out_of_memory(
-            fmt::format("layer {} (\"{}\") on input {}", l, model.layer_names.at(l), describe(h)),
-            *bytes);
-      }
-      throw InputError(Input::Model,
-                       fmt::format("layer {} (\"{}\") rejects its input {}: {}", l,
-                                   model.layer_names.at(l), describe(h), torch_reason(e)));
-    }
-  }
+  const at::Tensor h = forward_layer_by_layer(
+      model, x, [&](std::size_t l, const at::Tensor& input, const std::exception& e) {
+        if (const auto bytes = refused_allocation_bytes(e)) {
+          throw out_of_memory(fmt::format("layer {} (\"{}\") on input {}", l,
+                                          model.layer_names.at(l), describe(input)),
+                              *bytes);
+        }
+        throw InputError(Input::Model,
+                         fmt::format("layer {} (\"{}\") rejects its input {}: {}", l,
+                                     model.layer_names.at(l), describe(input), torch_reason(e)));
+      });
   try {
     model.loss(h, y);
   } catch (const InputError&) {
