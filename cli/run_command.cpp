@@ -11,7 +11,6 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <set>
 #include <sstream>
 
 #include "cli/commands.hpp"
@@ -250,10 +249,10 @@ void note_thread_count(const RunFlags& flags, const exec::ExecutorOptions& optio
   if (!meta.is_object() || !meta.contains("threads") || !meta["threads"].is_number_integer())
     return;
   const int profiled = meta["threads"].get<int>();
-  const std::set<std::string> devices(options.devices.begin(), options.devices.end());
-  const int threads = options.threads_per_cpu_device > 0
-                          ? options.threads_per_cpu_device
-                          : exec::cpu_threads_per_device(static_cast<int>(devices.size()));
+  // One device a process when distributed, as the pipeline counts them.
+  const int threads =
+      exec::resolved_cpu_threads(options.threads_per_cpu_device,
+                                 flags.distributed ? 1 : static_cast<int>(options.devices.size()));
   if (profiled == threads) return;
   std::fprintf(stderr,
                "note: %s was timed at %d intra-op thread%s a device and this run uses %d: its "

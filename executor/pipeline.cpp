@@ -143,9 +143,8 @@ std::unique_ptr<DeviceRuntime> make_runtime(const StagePlacement& placement,
     return make_cuda_runtime(devices, options.record_memory_history, {});
   }
   const int devices = static_cast<int>(placement.device_names.size());
-  const int threads = options.threads_per_cpu_device > 0
-                          ? options.threads_per_cpu_device
-                          : cpu_threads_per_device(options.transport ? 1 : devices);
+  const int threads =
+      resolved_cpu_threads(options.threads_per_cpu_device, options.transport ? 1 : devices);
   return make_cpu_runtime(devices, threads, options.record_memory_history);
 }
 

@@ -255,4 +255,8 @@ int cpu_threads_per_device(int devices) {
   return std::max(1, cores / std::max(1, devices));
 }
 
+int resolved_cpu_threads(int requested, int devices) {
+  return requested > 0 ? requested : cpu_threads_per_device(devices);
+}
+
 }  // namespace pipetune::exec

@@ -26,6 +26,9 @@ std::vector<std::string> executor_devices(const Plan& plan, const std::string& k
 /// The profiler measures with the same count, so a profiled layer runs as it will in the
 /// pipeline; run, validate and profile all take it from here.
 int cpu_threads_per_device(int devices);
+/// The intra-op threads each CPU device runs with: `requested` (ExecutorOptions::
+/// threads_per_cpu_device), or where it is 0 the share of `devices` sharing the cores.
+int resolved_cpu_threads(int requested, int devices);
 /// The plan with its device names replaced by executor_devices()' (unchanged when it has none).
 Plan with_executor_devices(const Plan& plan, const std::vector<std::string>& devices);
 
