@@ -479,6 +479,33 @@ class FailingLayerImpl : public torch::nn::Module {
 };
 TORCH_MODULE(FailingLayer);
 
+// A layer to put into a model: its name, and the index of the model's layer it goes before.
+struct Inserted {
+  std::size_t before;
+  std::string name;
+  torch::nn::AnyModule layer;
+};
+
+// `model`'s layers (the same modules), its loss and batches, with `inserted` put in.
+models::Model with_layers(models::Model& model, const std::string& name,
+                          const std::vector<Inserted>& inserted) {
+  models::Model out;
+  out.name = name;
+  out.loss = model.loss;
+  out.make_batch = model.make_batch;
+  auto it = model.layers->begin();
+  for (std::size_t k = 0; k < model.layer_names.size(); ++k, ++it) {
+    for (const Inserted& extra : inserted) {
+      if (extra.before != k) continue;
+      out.layer_names.push_back(extra.name);
+      out.layers->push_back(extra.name, extra.layer);
+    }
+    out.layer_names.push_back(model.layer_names[k]);
+    out.layers->push_back(std::string(model.layer_names[k]), *it);
+  }
+  return out;
+}
+
 TEST(Executor, AFailingStageReachesTheCallerNamingStageAndMicroBatch) {
   struct Case {
     FailIn where;
@@ -492,19 +519,8 @@ TEST(Executor, AFailingStageReachesTheCallerNamingStageAndMicroBatch) {
     {
       models::Model model = models::build_model("mlp:layers=3,width=8", double_precision());
       // Insert the failing layer as stage 1's first layer.
-      models::Model broken;
-      broken.name = "broken";
-      broken.loss = model.loss;
-      broken.make_batch = model.make_batch;
-      auto it = model.layers->begin();
-      for (std::size_t k = 0; k < model.layer_names.size(); ++k, ++it) {
-        if (k == 2) {
-          broken.layer_names.push_back("fail");
-          broken.layers->push_back(std::string("fail"), FailingLayer(c.where, 2));
-        }
-        broken.layer_names.push_back(model.layer_names[k]);
-        broken.layers->push_back(std::string(model.layer_names[k]), *it);
-      }
+      models::Model broken = with_layers(
+          model, "broken", {{2, "fail", torch::nn::AnyModule(FailingLayer(c.where, 2))}});
       auto [input, target] = batch_for(model);
       Pipeline pipeline(broken, plan_of({2, 3}, 3, c.mode, ScheduleKind::GPipe), kBatch,
                         cpu_devices(2));
@@ -562,19 +578,10 @@ TORCH_MODULE(PacedLayer);
 TEST(Executor, ComputeTasksCarryTheirThreadsCpuTime) {
   constexpr double kPace = 15.0;
   models::Model model = models::build_model("mlp:layers=3,width=8", double_precision());
-  models::Model paced;
-  paced.name = "paced";
-  paced.loss = model.loss;
-  paced.make_batch = model.make_batch;
-  auto it = model.layers->begin();
-  for (std::size_t k = 0; k < model.layer_names.size(); ++k, ++it) {
-    if (k == 0 || k == 2) {  // stage 0 sleeps, stage 1 spins
-      paced.layer_names.push_back(k == 0 ? "sleep" : "spin");
-      paced.layers->push_back(std::string(paced.layer_names.back()), PacedLayer(k == 0, kPace));
-    }
-    paced.layer_names.push_back(model.layer_names[k]);
-    paced.layers->push_back(std::string(model.layer_names[k]), *it);
-  }
+  // Stage 0 ([sleep, 2 layers]) sleeps, stage 1 ([spin, 2 layers]) spins.
+  models::Model paced = with_layers(model, "paced",
+                                    {{0, "sleep", torch::nn::AnyModule(PacedLayer(true, kPace))},
+                                     {2, "spin", torch::nn::AnyModule(PacedLayer(false, kPace))}});
   auto [input, target] = batch_for(model);
   const Plan plan = plan_of({3, 3}, 2, CheckpointMode::Never, ScheduleKind::GPipe);
   {
