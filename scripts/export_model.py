@@ -28,7 +28,9 @@ Each child is compiled on its own, its input being the previous child's output o
   branch or a size taken from a tensor, baked into the trace) refuses it, except on a check whose
   only effect is to raise (an `assert`, an `if` whose body only raises: nn.Embedding's check of
   its padding index, batch norm's of more than one value per channel), which cannot bake an
-  output. Then the trace and
+  output, and on torch.tensor() of Python values, kept as a constant (see bakes()). A trace
+  that calls a Python autograd function (torch.autograd.Function) is refused by its name:
+  TorchScript cannot hold it. Then the trace and
   the Python child run at every micro-batch size the plan can use (a batch of B is split as
   tensor.chunk does, so any size from 1 to B; all of 1 to N for an example of N <= 64 samples,
   else 1, 2, 3, odd and even sizes around powers of two, N/2, N - 1 and N), and must agree on
@@ -73,6 +75,7 @@ import importlib.util
 import inspect
 import linecache
 import os
+import re
 import sys
 import warnings
 
@@ -550,12 +553,44 @@ def raise_only_lines(filename):
 
 
 def bakes(warning):
-    """Whether a tracer warning may have baked an input's value or size into the trace. A tensor
-    turned into a Python boolean for a check that can only raise (nn.Embedding's padding index
-    against its table, a user's length check) cannot: where the check passes, the trace records
-    what Python ran, and the proof below runs every size."""
-    boolean = "Converting a tensor to a Python boolean" in str(warning.message)
+    """Whether a tracer warning may have baked an input's value or size into the trace. Two
+    cannot:
+    - a tensor turned into a Python boolean for a check that can only raise (nn.Embedding's
+      padding index against its table, a user's length check): where the check passes, the
+      trace records what Python ran;
+    - torch.tensor() of Python values, kept as a constant (transformers' GPT-Neo builds its mask
+      value from torch.finfo so): a value read from an input's data would have warned on its own
+      as it became a Python number, boolean or list, and one counted from the batch size differs
+      at the sizes the proof below runs (every size a plan can give; the other dimensions of a
+      micro-batch are the example's)."""
+    message = str(warning.message)
+    if message.startswith("torch.tensor results are registered as constants in the trace"):
+        return False
+    boolean = "Converting a tensor to a Python boolean" in message
     return not (boolean and warning.lineno in raise_only_lines(warning.filename))
+
+
+TORCH_SOURCES = os.path.dirname(torch.__file__) + os.sep
+
+
+def python_functions(traced):
+    """The Python autograd functions (torch.autograd.Function subclasses) a trace calls, as
+    "NAME (at FILE:LINE)", the line being the first outside torch's own sources. A trace holds
+    each as a Python call that TorchScript cannot save, nor pipetune's executor run."""
+    found = []
+    for node in traced.inlined_graph.nodes():
+        if node.kind() != "prim::PythonOp":
+            continue
+        where = ""
+        for frame in (node.sourceRange() or "").splitlines():
+            match = re.match(r"(.+)\((\d+)\): \S+$", frame.strip())
+            if match and not match.group(1).startswith(TORCH_SOURCES):
+                where = f" (at {match.group(1)}:{match.group(2)})"
+                break
+        name = f"{node.pyname()}{where}"
+        if name not in found:
+            found.append(name)
+    return found
 
 
 def trace(name, child, x, script_reason):
@@ -572,6 +607,11 @@ def trace(name, child, x, script_reason):
     tracer = [w for w in caught if issubclass(w.category, torch.jit.TracerWarning) and bakes(w)]
     if tracer:
         raise BadInput(prefix + f"its trace would be wrong for other inputs: torch warns: {warning_line(tracer)}")
+    functions = python_functions(traced)
+    if functions:
+        raise BadInput(prefix + f"its trace calls the Python autograd function{'s' if len(functions) > 1 else ''} "
+                       f"{', '.join(functions)}, which TorchScript cannot hold: replace the module that calls "
+                       f"it with one of torch's operations")
     # As the graph is written: the graph executor's optimised path rewrites dropout as
     # native_dropout, which draws a mask even at p = 0 (transformers' OPT has such a dropout
     # before one of p > 0), so Python's masks would be compared with others. pipetune's executor

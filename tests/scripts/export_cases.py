@@ -145,6 +145,66 @@ def neither():
     return [torch.nn.Linear(6, 4), Untraceable()], (torch.randn(4, 6), torch.randn(4, 4))
 
 
+class FloorMasked(torch.nn.Module):
+    """*args stops the script; the mask value is torch.tensor() of a Python float, which the
+    tracer warns it keeps as a constant (transformers' GPT-Neo attention): right at every size."""
+
+    def forward(self, x, *args):
+        floor = torch.tensor(torch.finfo(x.dtype).min, dtype=x.dtype, device=x.device)
+        return torch.softmax(torch.where(x > 0.5, floor, x), dim=-1)
+
+
+def tensor_constant():
+    torch.manual_seed(0)
+    return [torch.nn.Linear(6, 4), FloorMasked()], (torch.randn(5, 6), torch.randint(0, 4, (5,)))
+
+
+class PerSample(torch.nn.Module):
+    """As FloorMasked, but the constant counts the batch: the trace keeps the example's."""
+
+    def forward(self, x, *args):
+        return x / torch.tensor(len(x.unbind(0)), dtype=x.dtype)
+
+
+def tensor_of_the_batch_size():
+    return [torch.nn.Linear(6, 4), PerSample()], (torch.randn(4, 6), torch.randn(4, 4))
+
+
+class ItemScaled(torch.nn.Module):
+    """As FloorMasked, but the constant is read from the input's data: the tracer warns as the
+    value becomes a Python number."""
+
+    def forward(self, x, *args):
+        return x / torch.tensor(x.abs().max().item())
+
+
+def tensor_of_the_data():
+    return [torch.nn.Linear(6, 4), ItemScaled()], (torch.randn(4, 6), torch.randn(4, 4))
+
+
+class HalfSquare(torch.autograd.Function):
+    """A Python autograd function (transformers' Bloom trains its GELU through one)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return 0.5 * x * x
+
+    @staticmethod
+    def backward(ctx, gradient):
+        (x,) = ctx.saved_tensors
+        return gradient * x
+
+
+class CallsAFunction(torch.nn.Module):
+    def forward(self, x, *args):
+        return HalfSquare.apply(x)
+
+
+def python_function():
+    return [torch.nn.Linear(6, 4), CallsAFunction()], (torch.randn(4, 6), torch.randn(4, 4))
+
+
 class ZeroThenDropout(torch.nn.Module):
     """A dropout of p = 0 in training mode, then one of p = 0.3, as transformers' OPT layer has
     (attention dropout 0, then residual dropout). The graph executor's optimised path rewrites

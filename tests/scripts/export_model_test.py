@@ -136,6 +136,38 @@ class ExportModelTest(unittest.TestCase):
             line = next(i for i, text in enumerate(source, 1) if "if x.size(0) > 2:" in text)
         self.assertIn(f"at {CASES}:{line}: `if x.size(0) > 2:`", error)
 
+    def test_a_tensor_made_of_python_values_is_kept_as_a_constant_after_proof(self):
+        # torch.tensor(finfo.min): the tracer warns that it keeps a constant, which is right at
+        # every size; GPT-Neo's attention was refused for it.
+        r = self.export("tensor_constant")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("traced: '1' (FloorMasked); each trace matched", r.stdout)
+        saved = self.load_saved()
+        model, (inputs, _) = load_cases().tensor_constant()
+        model = torch.nn.Sequential(*model)
+        for size in (1, 2, 5):
+            torch.testing.assert_close(saved(inputs[:size]), model(inputs[:size]), rtol=1e-4, atol=1e-5)
+
+    def test_a_tensor_of_the_batch_size_fails_the_proof(self):
+        error = self.refused("tensor_of_the_batch_size")
+        self.assertIn("child '1' (PerSample) cannot be scripted: ", error)
+        self.assertRegex(error, r"its trace does not generalise: at a micro-batch of 1 sample, its output differs")
+
+    def test_a_tensor_of_the_inputs_data_is_refused_by_its_warning(self):
+        error = self.refused("tensor_of_the_data")
+        self.assertIn("child '1' (ItemScaled) cannot be scripted: ", error)
+        self.assertIn("its trace would be wrong for other inputs: torch warns: \"Converting a tensor to a Python "
+                      "number might cause the trace to be incorrect\"", error)
+
+    def test_a_python_autograd_function_is_refused_by_name_before_writing(self):
+        error = self.refused("python_function")
+        with open(CASES) as source:
+            line = next(i for i, text in enumerate(source, 1) if "return HalfSquare.apply(x)" in text)
+        self.assertIn(f"child '1' (CallsAFunction) cannot be scripted: ", error)
+        self.assertIn(f"its trace calls the Python autograd function HalfSquare (at {CASES}:{line}), which "
+                      "TorchScript cannot hold: replace the module that calls it with one of torch's operations",
+                      error)
+
     def test_trace_that_bakes_the_batch_size_is_refused(self):
         error = self.refused("baked_size")
         self.assertIn("child '1' (BakedSize) cannot be scripted: Compiled functions can't take variable number", error)
