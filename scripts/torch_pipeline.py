@@ -30,10 +30,12 @@ checkpoint except_last (a stage runs one module for every micro-batch; always wr
 in torch.utils.checkpoint).
 
 Every forward, backward, input-gradient and weight-gradient action of every rank is timed (the
-stage's own methods, wrapped), the ranks' clocks set to a common origin by a barrier before each
-step; --trace writes the median step in pipetune's measured-trace format, which the GUI lays over
-pipetune's prediction of the same plan. Copies are torch's asynchronous sends and receives and
-are not in it. Peak memory per rank: the caching allocator's on CUDA; on CPU the rank's CPU
+stage's own methods, wrapped), and every message between ranks (the schedules' own helpers that
+post and wait for them, wrapped): a copy runs from its sender posting it to its receiver's wait
+for it ending, at or after its arrival (torch waits just before the action that needs it). The
+times are on one clock: ranks on one machine share it, and across machines each rank's offset
+to rank 0's is measured first (Cristian's exchange). --trace writes the median step in pipetune's
+measured-trace format, which the GUI lays over pipetune's prediction of the same plan. Peak memory per rank: the caching allocator's on CUDA; on CPU the rank's CPU
 tensors over the last unmeasured step, counted by torch's profiler (CpuPeak).
 
 --probe OUT.json measures torch's own costs (per action, and its point-to-point copies) and
@@ -234,6 +236,96 @@ def time_actions(stage, records):
     wrap("backward_weight_one_chunk", lambda a, k: "backward_weight")
 
 
+def machine_identity():
+    """This machine, as its processes' shared monotonic clock knows it: the host and its boot."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return socket.gethostname(), f.read().strip()
+    except OSError:
+        return None  # not Linux: no proof the clock is shared
+
+
+def clock_offset(rank, world, device):
+    """Seconds to add to this rank's time.perf_counter() to read rank 0's. Ranks on one machine
+    share it (CLOCK_MONOTONIC): 0, exactly. Across machines, Cristian's exchange with rank 0: of
+    eight round trips the shortest, rank 0's reading taken as at its middle (off by at most half
+    that trip). A barrier's exit is no common origin: ranks leave it up to a message apart
+    (0.4 ms on a 2-vCPU VM, which put a stage's forward before the one feeding it)."""
+    identities = [None] * world
+    dist.all_gather_object(identities, machine_identity())
+    if identities[0] is not None and len(set(identities)) == 1 and not os.environ.get("PIPETUNE_CLOCK_EXCHANGE"):
+        return 0.0
+    reading = torch.zeros(1, dtype=torch.float64, device=device)
+    offset, shortest = 0.0, float("inf")
+    for other in range(1, world):
+        for _ in range(8):
+            if rank == 0:
+                dist.recv(reading, src=other)
+                reading.fill_(time.perf_counter())
+                dist.send(reading, dst=other)
+            elif rank == other:
+                sent = time.perf_counter()
+                dist.send(reading, dst=0)
+                dist.recv(reading, src=0)
+                back = time.perf_counter()
+                if back - sent < shortest:
+                    shortest, offset = back - sent, reading.item() - (sent + back) / 2
+    return offset
+
+
+def tag_messages(stage):
+    """Marks each point-to-point op the stage's sends and receives make with the message it
+    carries: (direction, sending stage, micro-batch, whether this rank sends it)."""
+
+    def wrap(name, direction, sender, sends):
+        original = getattr(stage, name)
+
+        def tagged(chunk, *args, **kwargs):
+            ops = original(chunk, *args, **kwargs)
+            for op in ops:
+                op.pipetune_message = (direction, sender(stage.stage_index), chunk, sends)
+            return ops
+
+        setattr(stage, name, tagged)
+
+    wrap("get_fwd_send_ops", "activation", lambda s: s, True)
+    wrap("get_fwd_recv_ops", "activation", lambda s: s - 1, False)
+    wrap("get_bwd_send_ops", "gradient", lambda s: s, True)
+    wrap("get_bwd_recv_ops", "gradient", lambda s: s + 1, False)
+
+
+def time_messages(messages):
+    """Records when this rank posts each tagged op (a send: "sent"; a receive: "posted") and
+    when its wait for a receive ends ("received"), through the schedules' own helpers, which
+    every schedule and the CSV runtime call to post (batch_isend_irecv) and to wait."""
+    from torch.distributed.pipelining import schedules
+    post, wait = schedules._batch_p2p, schedules._wait_batch_p2p
+    waiting = {}  # id(work) -> (work, the messages it completes)
+
+    def posted(ops, desc=None):
+        now = time.perf_counter()
+        works = post(ops, desc)
+        tags = [getattr(op, "pipetune_message", None) for op in ops]
+        for tag, op in zip(tags, ops):
+            if tag is not None:
+                messages.append(("sent" if tag[3] else "posted", tag[:3], now, op.tensor.nbytes))
+        # Gloo gives a work per op; NCCL one for the whole batch.
+        groups = [[tag] for tag in tags] if len(works) == len(ops) else [tags] * len(works)
+        for work, group in zip(works, groups):
+            waiting[id(work)] = (work, [tag for tag in group if tag is not None and not tag[3]])
+        return works
+
+    def waited(works):
+        for work in works:
+            work.wait()
+            now = time.perf_counter()
+            for tag in waiting.pop(id(work), (None, []))[1]:
+                messages.append(("received", tag[:3], now, 0))
+
+    schedules._batch_p2p, schedules._wait_batch_p2p = posted, waited
+    return waiting
+
+
 class CpuPeak:
     """The peak bytes of this process's CPU tensors over a window, as pipetune's counting allocator
     counts them. torch's profiler counts the CPU allocator's bytes only while it records memory,
@@ -386,6 +478,7 @@ def rank_main(rank, world, args, plan, results=None):
                                                  input_args=examples[s][0].to("meta"),
                                                  output_args=examples[s][1].to("meta"))
                 time_actions(stage, records)
+                tag_messages(stage)
                 stages.append(stage)
             first += count
         schedule_class = getattr(pipelining, SCHEDULES[plan["schedule"]])
@@ -413,17 +506,21 @@ def rank_main(rank, world, args, plan, results=None):
         y = targets.to(device) if holds_last else None
         del model, layers, examples, inputs, targets, batch
         gc.collect()  # modules in reference cycles (a builder's whole model) go now, not later
+        messages = []
+        waiting = time_messages(messages)
+        offset = clock_offset(rank, world, device)
         steps, peak = [], 0
         for step in range(args.warmup + args.steps):
             if optimizer:
                 optimizer.zero_grad(set_to_none=True)
             records.clear()
+            messages.clear()
+            waiting.clear()  # every send was waited for by the step's end: nothing left to pair
             if args.device == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
             if cpu_peak and step == args.warmup - 1:
                 cpu_peak.open_window()
             dist.barrier()
-            origin = time.perf_counter()
             losses = [] if holds_last else None
             schedule.step(*((x,) if holds_first else ()), target=y, losses=losses)
             sum_tied_gradients(ties, rank, device)
@@ -437,7 +534,9 @@ def rank_main(rank, world, args, plan, results=None):
             if step >= args.warmup:
                 steps.append({
                     "loss": float(sum(l.item() for l in losses)) if holds_last else None,
-                    "tasks": [(s, i, k, (a - origin) * 1e3, (b - origin) * 1e3) for s, i, k, a, b in records],
+                    # ms on rank 0's clock
+                    "tasks": [(s, i, k, (a + offset) * 1e3, (b + offset) * 1e3) for s, i, k, a, b in records],
+                    "messages": [(what, tag, (at + offset) * 1e3, nbytes) for what, tag, at, nbytes in messages],
                     "peak": peak,
                 })
         gathered = [None] * world
@@ -460,6 +559,7 @@ def summarize(per_rank, plan, device_of, batch_size, args):
         start, end = min(t[3] for t in tasks), max(t[4] for t in tasks)
         loss = next(rank[k]["loss"] for rank in per_rank if rank[k]["loss"] is not None)
         steps.append({"loss": loss, "pipeline_ms": end - start, "start": start, "tasks": tasks,
+                      "messages": [m for rank in per_rank for m in rank[k]["messages"]],
                       "peaks": [rank[k]["peak"] for rank in per_rank]})
     order = sorted(range(len(steps)), key=lambda k: steps[k]["pipeline_ms"])
     median = steps[order[(len(order) - 1) // 2]]
@@ -467,6 +567,35 @@ def summarize(per_rank, plan, device_of, batch_size, args):
             "losses": [s["loss"] for s in steps], "pipeline_ms": [s["pipeline_ms"] for s in steps],
             "median_ms": statistics.median(s["pipeline_ms"] for s in steps), "median_step": median,
             "device": args.device, "model": args.builder.rpartition(":")[0].rpartition("/")[2]}
+
+
+def message_copies(step, device_of):
+    """Each message between two ranks as a copy (stage, micro-batch, direction, peer's device,
+    bytes, start, end): from when both ends had posted it (Gloo and NCCL move a message once
+    its receive is posted too) to the receiver's wait for it ending. torch waits for a receive
+    just before the action that needs it, so the end is when the receiver had the tensor in hand:
+    at or after its arrival, at or before that action's start. A stream carries one copy at a
+    time, so a copy that would start while the one before it on the same stream is still open
+    starts when that one ends."""
+    sent, posted, received = {}, {}, {}
+    for what, tag, at, nbytes in step["messages"]:
+        {"sent": sent, "posted": posted, "received": received}[what][tuple(tag)] = (at, nbytes)
+    copies = []
+    for tag, (start, nbytes) in sent.items():
+        direction, stage, micro_batch = tag
+        if tag not in received or tag not in posted:
+            raise RuntimeError(f"stage {stage} sent micro-batch {micro_batch}'s {direction}, and no rank received it")
+        start = max(start, posted[tag][0])
+        to = stage + 1 if direction == "activation" else stage - 1
+        copies.append([stage, micro_batch, direction, device_of[to], nbytes, start, max(start, received[tag][0])])
+    copies.sort(key=lambda c: c[5])
+    stream_end = {}
+    for c in copies:
+        stream = (device_of[c[0]], c[3])
+        c[5] = max(c[5], stream_end.get(stream, c[5]))
+        c[6] = max(c[6], c[5])
+        stream_end[stream] = c[6]
+    return copies
 
 
 def measured_trace(report):
@@ -485,6 +614,18 @@ def measured_trace(report):
         events.append({"ph": "X", "pid": d, "tid": 0, "name": f"{s}{letter[kind]}{i}", "cat": kind,
                        "ts": round((start - step["start"]) * 1e3, 3), "dur": round((end - start) * 1e3, 3),
                        "args": {"stage": s, "micro_batch": i}})
+    streams = set()
+    for s, i, direction, to, nbytes, start, end in message_copies(step, device_of):
+        d = device_of[s]
+        if (d, to) not in streams:
+            streams.add((d, to))
+            events.append({"ph": "M", "pid": d, "tid": 1 + to, "name": "thread_name",
+                           "args": {"name": f"copy to {prefix}:{to}"}})
+        receiver = s + 1 if direction == "activation" else s - 1
+        events.append({"ph": "X", "pid": d, "tid": 1 + to, "cat": "copy",
+                       "name": f"{s}>{receiver} {'act' if direction == 'activation' else 'grad'} {i}",
+                       "ts": round((start - step["start"]) * 1e3, 3), "dur": round((end - start) * 1e3, 3),
+                       "args": {"stage": s, "micro_batch": i, "direction": direction, "to": to, "bytes": nbytes}})
     iteration = step["pipeline_ms"]
     summary = {
         "iteration_ms": iteration,

@@ -44,11 +44,11 @@ class TorchPipelineTest(unittest.TestCase):
         self.folder = tempfile.TemporaryDirectory()
         self.addCleanup(self.folder.cleanup)
 
-    def run_plan(self, plan, *extra, builder="build"):
+    def run_plan(self, plan, *extra, builder="build", env=None):
         path = os.path.join(self.folder.name, "plan.json")
         with open(path, "w") as f:
             json.dump({"format": "pipetune.plan/1", **plan}, f)
-        environment = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+        environment = dict(env or os.environ, PYTHONDONTWRITEBYTECODE="1")
         return subprocess.run([sys.executable, RUNNER, f"{CASES}:{builder}", "--plan", path, "--steps", str(STEPS),
                                "--warmup", str(WARMUP), "--lr", str(LR), *extra],
                               cwd=self.folder.name, env=environment, capture_output=True, text=True, timeout=240)
@@ -200,6 +200,13 @@ class TorchPipelineTest(unittest.TestCase):
             if e["ph"] == "X":
                 self.assertEqual(e["pid"], [0, 1, 0, 1][e["args"]["stage"]])
                 self.assertGreaterEqual(e["ts"], 0)
+        # Every boundary crosses the ranks: each activation and each gradient once, 4 samples of
+        # float64 by the boundary's width (32 after the first two children, then 32, then 32).
+        copies = sorted((e["args"]["stage"], e["args"]["micro_batch"], e["args"]["direction"], e["args"]["to"],
+                         e["args"]["bytes"]) for e in t["traceEvents"] if e["ph"] == "X" and e["cat"] == "copy")
+        expected = sorted([(s, i, "activation", [1, 0, 1][s], 4 * 32 * 8) for s in range(3) for i in range(2)]
+                          + [(s, i, "gradient", [0, 1, 0][s - 1], 4 * 32 * 8) for s in range(1, 4) for i in range(2)])
+        self.assertEqual(copies, expected)
 
     def test_spans_are_the_actions_known_sleeps(self):
         # Two children a stage, each sleeping 20 ms forward and 40 ms backward: a forward span
@@ -210,13 +217,46 @@ class TorchPipelineTest(unittest.TestCase):
         done = self.run_plan(plan, "--json", "--trace", trace, builder="build_sleepy")
         self.assertEqual(done.returncode, 0, done.stderr)
         with open(trace) as f:
-            spans = [e for e in json.load(f)["traceEvents"] if e["ph"] == "X"]
+            events = [e for e in json.load(f)["traceEvents"] if e["ph"] == "X"]
+        spans = [e for e in events if e["cat"] != "copy"]
         self.assertEqual(sorted((e["args"]["stage"], e["args"]["micro_batch"], e["cat"]) for e in spans),
                          sorted((s, i, k) for s in range(2) for i in range(2) for k in ("forward", "backward")))
         for e in spans:
             sleep_ms = 2 * (20 if e["cat"] == "forward" else 40)
             self.assertGreaterEqual(e["dur"] / 1e3, sleep_ms, e)
             self.assertLess(e["dur"] / 1e3, sleep_ms + 25, e)
+        self.assert_copies_between_their_tasks(events, slack_ms=0.0)
+
+    def test_copies_across_machines_keep_their_order_on_rank_0s_clock(self):
+        # As if the ranks were on two machines: each measures its clock's offset to rank 0's.
+        # Half the shortest round trip bounds the error; a loaded 2-core machine's is under 5 ms.
+        trace = os.path.join(self.folder.name, "sleepy.trace.json")
+        plan = {"balance": [2, 2], "chunks": 2, "checkpoint": "never", "schedule": "1f1b"}
+        environment = dict(os.environ, PIPETUNE_CLOCK_EXCHANGE="1")
+        done = self.run_plan(plan, "--json", "--trace", trace, builder="build_sleepy", env=environment)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        with open(trace) as f:
+            self.assert_copies_between_their_tasks([e for e in json.load(f)["traceEvents"] if e["ph"] == "X"],
+                                                   slack_ms=5.0)
+
+    def assert_copies_between_their_tasks(self, events, slack_ms):
+        """One copy per message of a two-stage 1F1B step of two micro-batches of 2 samples by 8
+        float32 features, each after the task making its tensor ended and before the task using
+        it started (the receiver's wait for it returns before that task is timed)."""
+        span = {(e["args"]["stage"], e["args"]["micro_batch"], e["cat"]): (e["ts"] / 1e3, (e["ts"] + e["dur"]) / 1e3)
+                for e in events if e["cat"] != "copy"}
+        copies = [e for e in events if e["cat"] == "copy"]
+        self.assertEqual(sorted((e["args"]["stage"], e["args"]["micro_batch"], e["args"]["direction"], e["pid"],
+                                 e["tid"], e["args"]["to"], e["args"]["bytes"], e["name"]) for e in copies),
+                         sorted([(0, i, "activation", 0, 2, 1, 64, f"0>1 act {i}") for i in range(2)]
+                                + [(1, i, "gradient", 1, 1, 0, 64, f"1>0 grad {i}") for i in range(2)]))
+        for e in copies:
+            i = e["args"]["micro_batch"]
+            made, used = ((0, i, "forward"), (1, i, "forward")) if e["args"]["direction"] == "activation" \
+                else ((1, i, "backward"), (0, i, "backward"))
+            start, end = e["ts"] / 1e3, (e["ts"] + e["dur"]) / 1e3
+            self.assertGreaterEqual(start, span[made][1] - slack_ms, e)
+            self.assertLessEqual(end, span[used][0] + slack_ms, e)
 
     def test_cpu_peak_is_the_highest_running_total_inside_the_window(self):
         # Exact bytes. Inside the window a 1 MiB block made before it is freed, a 4 MiB one made
