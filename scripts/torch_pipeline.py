@@ -317,10 +317,11 @@ def time_messages(messages):
 
     def waited(works):
         for work in works:
+            start = time.perf_counter()
             work.wait()
             now = time.perf_counter()
             for tag in waiting.pop(id(work), (None, []))[1]:
-                messages.append(("received", tag[:3], now, 0))
+                messages.append(("received", tag[:3], now, now - start))
 
     schedules._batch_p2p, schedules._wait_batch_p2p = posted, waited
     return waiting
@@ -536,7 +537,8 @@ def rank_main(rank, world, args, plan, results=None):
                     "loss": float(sum(l.item() for l in losses)) if holds_last else None,
                     # ms on rank 0's clock
                     "tasks": [(s, i, k, (a + offset) * 1e3, (b + offset) * 1e3) for s, i, k, a, b in records],
-                    "messages": [(what, tag, (at + offset) * 1e3, nbytes) for what, tag, at, nbytes in messages],
+                    # the last field: bytes sent, or seconds a receiver waited
+                    "messages": [(what, tag, (at + offset) * 1e3, value) for what, tag, at, value in messages],
                     "peak": peak,
                 })
         gathered = [None] * world
@@ -571,7 +573,7 @@ def summarize(per_rank, plan, device_of, batch_size, args):
 
 def message_copies(step, device_of):
     """Each message between two ranks as a copy (stage, micro-batch, direction, peer's device,
-    bytes, start, end): from when both ends had posted it (Gloo and NCCL move a message once
+    bytes, start, end, ms its receiver waited for it): from when both ends had posted it (Gloo and NCCL move a message once
     its receive is posted too) to the receiver's wait for it ending. torch waits for a receive
     just before the action that needs it, so the end is when the receiver had the tensor in hand:
     at or after its arrival, at or before that action's start. A stream carries one copy at a
@@ -587,7 +589,8 @@ def message_copies(step, device_of):
             raise RuntimeError(f"stage {stage} sent micro-batch {micro_batch}'s {direction}, and no rank received it")
         start = max(start, posted[tag][0])
         to = stage + 1 if direction == "activation" else stage - 1
-        copies.append([stage, micro_batch, direction, device_of[to], nbytes, start, max(start, received[tag][0])])
+        end, waited_s = received[tag]
+        copies.append([stage, micro_batch, direction, device_of[to], nbytes, start, max(start, end), waited_s * 1e3])
     copies.sort(key=lambda c: c[5])
     stream_end = {}
     for c in copies:
@@ -615,7 +618,7 @@ def measured_trace(report):
                        "ts": round((start - step["start"]) * 1e3, 3), "dur": round((end - start) * 1e3, 3),
                        "args": {"stage": s, "micro_batch": i}})
     streams = set()
-    for s, i, direction, to, nbytes, start, end in message_copies(step, device_of):
+    for s, i, direction, to, nbytes, start, end, waited in message_copies(step, device_of):
         d = device_of[s]
         if (d, to) not in streams:
             streams.add((d, to))
@@ -625,7 +628,8 @@ def measured_trace(report):
         events.append({"ph": "X", "pid": d, "tid": 1 + to, "cat": "copy",
                        "name": f"{s}>{receiver} {'act' if direction == 'activation' else 'grad'} {i}",
                        "ts": round((start - step["start"]) * 1e3, 3), "dur": round((end - start) * 1e3, 3),
-                       "args": {"stage": s, "micro_batch": i, "direction": direction, "to": to, "bytes": nbytes}})
+                       "args": {"stage": s, "micro_batch": i, "direction": direction, "to": to, "bytes": nbytes,
+                                "waited_ms": round(waited, 3)}})
     iteration = step["pipeline_ms"]
     summary = {
         "iteration_ms": iteration,
