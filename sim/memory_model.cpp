@@ -306,105 +306,88 @@ WeightBackwardMemory torch_weight_backward(const CostModel& model, const SizeCos
   return {walk.peak, walk.after_peak, walk.after_layer, walk.peak_end, walk.layer_end};
 }
 
-}  // namespace
+struct ForwardWalk {
+  std::int64_t kept, peak;  // bytes kept for the backward; the walk's peak, kept included
+};
 
-StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, int end,
-                         bool first_stage, StageMemoryTerms terms) {
-  StageMemory m;
-  m.input_bytes = c.stage_input_bytes(first);
-  m.output_bytes = c.output_bytes[end - 1];
-  // The gradient of layer k's input, made by k's backward: none where it needs none (the
-  // layers up to a frozen stem's end, CostModel::input_needs_gradient), nor on the first stage.
-  const auto input_gradient = [&](int k) -> std::int64_t {
-    if (k > first) return model.input_needs_gradient(k) ? c.output_bytes[k - 1] : 0;
-    return first_stage || (first > 0 && !model.input_needs_gradient(first)) ? 0 : m.input_bytes;
-  };
-  const bool last_stage = end == static_cast<int>(c.output_bytes.size());
-  m.input_gradient_bytes = input_gradient(first);
-  m.output_gradient_bytes = !last_stage && model.input_needs_gradient(end) ? m.output_bytes : 0;
-
-  // Forward with autograd, storage by storage. The current activation lives in `storage`
-  // (bytes; 0 for the stage input's, counted elsewhere, unless the stage changes its input in
-  // place and so starts on a copy of it: then the copy's). Until a layer keeps that storage it is
-  // loose: alive while the next layers use it, gone once one makes a storage of its own. A kept
-  // storage is released by the backward of the first layer that kept it, except the stage
-  // output's, which the executor holds and the simulator frees when the backward ends.
-  //
-  // A micro-batch whose backward is split (I, then W) runs its forward layer by layer, and the
-  // executor holds the output of every layer with parameters that train until W ends (W asks
-  // each such layer's weight gradients of its own output): a storage nobody else keeps (a
-  // GroupNorm's output that the Sigmoid after it reads but does not keep) stays too, and on the
-  // last stage so do the logits when the last layer trains. That walk (`split`) records nothing
-  // for the backward, which the plain walk's records serve.
-  std::vector<std::int64_t> released(static_cast<std::size_t>(end - first), 0);
-  const std::int64_t input_copy = c.copies_input(first, end) ? m.input_bytes : 0;
-  const bool all = terms == StageMemoryTerms::All;
-  WeightFrees weight_frees(model, first, end, all);
-  const auto forward_walk = [&](bool split) -> std::pair<std::int64_t, std::int64_t> {
-    const bool record = !split;
-    std::int64_t kept = 0, storage = input_copy, peak = 0;
-    int kept_by = -1;
-    for (int k = first; k < end; ++k) {
-      const std::int64_t made = c.aliases[k] ? 0 : c.output_bytes[k];
-      const std::int64_t loose = kept_by < 0 ? storage : 0;
-      peak = std::max(peak, kept + loose + c.saved_bytes[k] + made + c.workspace_bytes[k]);
-      kept += c.saved_bytes[k];
-      if (record) weight_frees.saved(k, c.saved_bytes[k]);
-      auto keep = [&] {
-        if (storage == 0) return;
-        if (record) weight_frees.keeper(k);
-        if (kept_by >= 0) return;
-        kept += storage;
-        if (record) released[k - first] += storage;
-        kept_by = k;
-      };
-      if (c.keeps_input[k]) keep();
-      if (!c.aliases[k]) {
-        if (record) weight_frees.storage_dies(storage);
-        storage = made;
-        kept_by = -1;
-      }
-      if (record) weight_frees.output_of(k);
-      if (c.keeps_output[k]) keep();
-      if (split && model.trained_bytes_of(k) > 0) keep();
-    }
-    if (last_stage) {
-      if (record) weight_frees.storage_dies(storage);  // elsewhere the executor holds the output
-    } else if (kept_by < 0) {
-      kept += storage;
-    } else if (record) {
-      released[kept_by - first] -= storage;
-    }
-    return {kept, peak};
-  };
-  const auto [kept, peak] = forward_walk(false);
-  m.kept_bytes = kept;
-  m.forward_transient = peak - kept;
-  if (all) {
-    const auto [split_kept, split_peak] = forward_walk(true);
-    m.split_kept_bytes = split_kept;
-    m.split_forward_transient = split_peak - split_kept;
-  }
-
-  // Forward without autograd (checkpointed): each intermediate storage dies once the next layer
-  // that makes its own has run; only the stage output survives.
-  std::int64_t ckpt_peak = 0;
-  std::int64_t storage = input_copy;
-  for (int k = first; k < end && all; ++k) {
+// Forward with autograd, storage by storage. The current activation lives in `storage` (bytes; 0
+// for the stage input's, counted elsewhere, unless the stage changes its input in place and so
+// starts on a copy of it: then the copy's, `input_copy`). Until a layer keeps that storage it is
+// loose: alive while the next layers use it, gone once one makes a storage of its own. A kept
+// storage is released by the backward of the first layer that kept it (`released`, by layer
+// from `first`), except the stage output's, which the executor holds and the simulator frees
+// when the backward ends.
+//
+// A micro-batch whose backward is split (I, then W) runs its forward layer by layer, and the
+// executor holds the output of every layer with parameters that train until W ends (W asks each
+// such layer's weight gradients of its own output): a storage nobody else keeps (a GroupNorm's
+// output that the Sigmoid after it reads but does not keep) stays too, and on the last stage so
+// do the logits when the last layer trains. That walk (`split`) records nothing for the
+// backward, which the plain walk's records serve: `released` and `weight_frees` are null then.
+ForwardWalk forward_walk(const CostModel& model, const SizeCosts& c, int first, int end,
+                         bool last_stage, std::int64_t input_copy, bool split,
+                         std::vector<std::int64_t>* released, WeightFrees* weight_frees) {
+  const bool record = released != nullptr;
+  std::int64_t kept = 0, storage = input_copy, peak = 0;
+  int kept_by = -1;
+  for (int k = first; k < end; ++k) {
     const std::int64_t made = c.aliases[k] ? 0 : c.output_bytes[k];
-    ckpt_peak = std::max(ckpt_peak, storage + made + c.workspace_bytes[k]);
+    const std::int64_t loose = kept_by < 0 ? storage : 0;
+    peak = std::max(peak, kept + loose + c.saved_bytes[k] + made + c.workspace_bytes[k]);
+    kept += c.saved_bytes[k];
+    if (record) weight_frees->saved(k, c.saved_bytes[k]);
+    auto keep = [&] {
+      if (storage == 0) return;
+      if (record) weight_frees->keeper(k);
+      if (kept_by >= 0) return;
+      kept += storage;
+      if (record) (*released)[k - first] += storage;
+      kept_by = k;
+    };
+    if (c.keeps_input[k]) keep();
+    if (!c.aliases[k]) {
+      if (record) weight_frees->storage_dies(storage);
+      storage = made;
+      kept_by = -1;
+    }
+    if (record) weight_frees->output_of(k);
+    if (c.keeps_output[k]) keep();
+    if (split && model.trained_bytes_of(k) > 0) keep();
+  }
+  if (last_stage) {
+    if (record) weight_frees->storage_dies(storage);  // elsewhere the executor holds the output
+  } else if (kept_by < 0) {
+    kept += storage;
+  } else if (record) {
+    (*released)[kept_by - first] -= storage;
+  }
+  return {kept, peak};
+}
+
+// Forward without autograd (checkpointed): each intermediate storage dies once the next layer
+// that makes its own has run; only the stage output survives. Its peak, the output included.
+std::int64_t checkpointed_forward_peak(const SizeCosts& c, int first, int end,
+                                       std::int64_t input_copy) {
+  std::int64_t peak = 0, storage = input_copy;
+  for (int k = first; k < end; ++k) {
+    const std::int64_t made = c.aliases[k] ? 0 : c.output_bytes[k];
+    peak = std::max(peak, storage + made + c.workspace_bytes[k]);
     if (!c.aliases[k]) storage = made;
   }
-  if (all) m.checkpointed_forward_transient = std::max<std::int64_t>(0, ckpt_peak - m.output_bytes);
+  return peak;
+}
 
-  // Backward, last layer first. Layer k allocates the gradient of its input and of its
-  // parameters plus its workspace. The first time, the parameter gradients become .grad and
-  // stay; later, they are added into .grad and freed, a transient of the same size. Afterwards
-  // autograd releases k's saved tensors, the storages k was the first to keep (its input, when
-  // it keeps it) and the gradient of its output (an intermediate).
-  const double backward_total_ms = all ? PeakTracker::sum_ms(c.backward_ms, first, end) : 0.0;
+// Backward, last layer first, as the micro-batch's first backward of the step (parameter
+// gradients made: they become .grad and stay) and as a later one (added into .grad and freed, a
+// transient of the same size). Layer k allocates the gradient of its input and of its
+// parameters plus its workspace; afterwards autograd releases k's saved tensors, the storages k
+// was the first to keep (`released`) and the gradient of its output (an intermediate).
+void backward_walks(const CostModel& model, const SizeCosts& c, int first, int end,
+                    const std::vector<std::int64_t>& released, const auto& input_gradient,
+                    bool timed, StageMemory& m) {
+  const double backward_total_ms = timed ? PeakTracker::sum_ms(c.backward_ms, first, end) : 0.0;
   for (bool first_backward : {false, true}) {
-    PeakTracker walk(all ? &c.backward_ms : nullptr, backward_total_ms);
+    PeakTracker walk(timed ? &c.backward_ms : nullptr, backward_total_ms);
     std::int64_t current = 0;
     for (int k = end - 1; k >= first; --k) {
       const std::int64_t input_grad = input_gradient(k);
@@ -443,7 +426,42 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
     (first_backward ? m.backward_after_layer_first : m.backward_after_layer) = walk.after_layer;
     (first_backward ? m.backward_layer_end_first : m.backward_layer_end) = walk.layer_end;
   }
+}
 
+}  // namespace
+
+StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, int end,
+                         bool first_stage, StageMemoryTerms terms) {
+  StageMemory m;
+  m.input_bytes = c.stage_input_bytes(first);
+  m.output_bytes = c.output_bytes[end - 1];
+  // The gradient of layer k's input, made by k's backward: none where it needs none (the
+  // layers up to a frozen stem's end, CostModel::input_needs_gradient), nor on the first stage.
+  const auto input_gradient = [&](int k) -> std::int64_t {
+    if (k > first) return model.input_needs_gradient(k) ? c.output_bytes[k - 1] : 0;
+    return first_stage || (first > 0 && !model.input_needs_gradient(first)) ? 0 : m.input_bytes;
+  };
+  const bool last_stage = end == static_cast<int>(c.output_bytes.size());
+  m.input_gradient_bytes = input_gradient(first);
+  m.output_gradient_bytes = !last_stage && model.input_needs_gradient(end) ? m.output_bytes : 0;
+
+  std::vector<std::int64_t> released(static_cast<std::size_t>(end - first), 0);
+  const std::int64_t input_copy = c.copies_input(first, end) ? m.input_bytes : 0;
+  const bool all = terms == StageMemoryTerms::All;
+  WeightFrees weight_frees(model, first, end, all);
+  const ForwardWalk plain =
+      forward_walk(model, c, first, end, last_stage, input_copy, false, &released, &weight_frees);
+  m.kept_bytes = plain.kept;
+  m.forward_transient = plain.peak - plain.kept;
+  if (all) {
+    const ForwardWalk split =
+        forward_walk(model, c, first, end, last_stage, input_copy, true, nullptr, nullptr);
+    m.split_kept_bytes = split.kept;
+    m.split_forward_transient = split.peak - split.kept;
+    m.checkpointed_forward_transient = std::max<std::int64_t>(
+        0, checkpointed_forward_peak(c, first, end, input_copy) - m.output_bytes);
+  }
+  backward_walks(model, c, first, end, released, input_gradient, all, m);
   if (!all) return m;
 
   m.input_backward = executor_input_backward(model, c, first, end, last_stage, input_gradient);
