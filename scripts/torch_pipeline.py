@@ -318,12 +318,15 @@ def time_messages(messages):
         return works
 
     def waited(works):
+        first = time.perf_counter()
         for work in works:
             start = time.perf_counter()
             work.wait()
             now = time.perf_counter()
             for tag in waiting.pop(id(work), (None, []))[1]:
                 messages.append(("received", tag[:3], now, now - start))
+        if works:  # the whole wait, sends' included: a send's wait may block until it is received
+            messages.append(("blocked", None, first, time.perf_counter() - first))
 
     posted.wrapped, waited.wrapped = post, wait
     schedules._batch_p2p, schedules._wait_batch_p2p = posted, waited
@@ -540,7 +543,7 @@ def rank_main(rank, world, args, plan, results=None):
                     "loss": float(sum(l.item() for l in losses)) if holds_last else None,
                     # ms on rank 0's clock
                     "tasks": [(s, i, k, (a + offset) * 1e3, (b + offset) * 1e3) for s, i, k, a, b in records],
-                    # the last field: bytes sent, or seconds a receiver waited
+                    # the last field: bytes sent, or seconds a receive's (or a whole) wait blocked
                     "messages": [(what, tag, (at + offset) * 1e3, value) for what, tag, at, value in messages],
                     "peak": peak,
                 })
@@ -568,8 +571,11 @@ def summarize(per_rank, plan, device_of, batch_size, args):
                       "peaks": [rank[k]["peak"] for rank in per_rank]})
     order = sorted(range(len(steps)), key=lambda k: steps[k]["pipeline_ms"])
     median = steps[order[(len(order) - 1) // 2]]
+    # What the ranks lost to messages: their time in waits for sends and receives, summed.
+    blocked = [1e3 * sum(m[3] for m in s["messages"] if m[0] == "blocked") for s in steps]
     return {"plan": plan, "device_of": device_of, "batch_size": batch_size,
             "losses": [s["loss"] for s in steps], "pipeline_ms": [s["pipeline_ms"] for s in steps],
+            "blocked_ms": blocked,
             "median_ms": statistics.median(s["pipeline_ms"] for s in steps), "median_step": median,
             "device": args.device, "model": args.builder.rpartition(":")[0].rpartition("/")[2]}
 
@@ -584,7 +590,8 @@ def message_copies(step, device_of):
     starts when that one ends."""
     sent, posted, received = {}, {}, {}
     for what, tag, at, nbytes in step["messages"]:
-        {"sent": sent, "posted": posted, "received": received}[what][tuple(tag)] = (at, nbytes)
+        if what != "blocked":
+            {"sent": sent, "posted": posted, "received": received}[what][tuple(tag)] = (at, nbytes)
     copies = []
     for tag, (start, nbytes) in sent.items():
         direction, stage, micro_batch = tag
@@ -658,10 +665,11 @@ def emit(report, args):
         os.replace(temporary, args.trace)
     if args.json:
         print(json.dumps({"losses": report["losses"], "pipeline_ms": report["pipeline_ms"],
-                          "median_ms": report["median_ms"], "trace": args.trace or None}))
+                          "blocked_ms": report["blocked_ms"], "median_ms": report["median_ms"],
+                          "trace": args.trace or None}))
         return
-    for k, (loss, ms) in enumerate(zip(report["losses"], report["pipeline_ms"])):
-        print(f"step {k + 1:<4} loss {loss:.6f}  pipeline {ms:.3f} ms")
+    for k, (loss, ms, blocked) in enumerate(zip(report["losses"], report["pipeline_ms"], report["blocked_ms"])):
+        print(f"step {k + 1:<4} loss {loss:.6f}  pipeline {ms:.3f} ms  blocked for messages {blocked:.3f} ms")
     runtime = (f"_PipelineScheduleRuntime, {os.path.basename(args.schedule_csv)}" if args.schedule_csv
                else SCHEDULES[report['plan']['schedule']])
     print(f"median    pipeline {report['median_ms']:.3f} ms on torch.distributed.pipelining ({runtime})")

@@ -226,6 +226,16 @@ class TorchPipelineTest(unittest.TestCase):
             self.assertGreaterEqual(e["dur"] / 1e3, sleep_ms, e)
             self.assertLess(e["dur"] / 1e3, sleep_ms + 25, e)
         self.assert_copies_between_their_tasks(events, slack_ms=0.0)
+        # The ranks' time in waits for messages, from the clock-cycle table of 1F1B with stages
+        # of 40 ms forward and 80 ms backward: rank 1 waits for stage 0's first forward (40 ms);
+        # rank 0, its two forwards done at 80, waits for stage 1's first forward and backward to
+        # end at 160 (80 ms), then, its first backward done at 240, for stage 1's second forward
+        # and backward to end at 280 (40 ms). 160 ms, and a little Python.
+        blocked = json.loads(done.stdout.strip().splitlines()[-1])["blocked_ms"]
+        self.assertEqual(len(blocked), STEPS)
+        for ms in blocked:
+            self.assertGreater(ms, 160 - 5)
+            self.assertLess(ms, 160 + 30)
 
     def test_copies_across_machines_keep_their_order_on_rank_0s_clock(self):
         # As if the ranks were on two machines: each measures its clock's offset to rank 0's.
