@@ -31,12 +31,13 @@ in torch.utils.checkpoint).
 
 Every forward, backward, input-gradient and weight-gradient action of every rank is timed (the
 stage's own methods, wrapped), and every message between ranks (the schedules' own helpers that
-post and wait for them, wrapped): a copy runs from its sender posting it to its receiver's wait
-for it ending, at or after its arrival (torch waits just before the action that needs it). The
-times are on one clock: ranks on one machine share it, and across machines each rank's offset
-to rank 0's is measured first (Cristian's exchange). --trace writes the median step in pipetune's
-measured-trace format, which the GUI lays over pipetune's prediction of the same plan. Peak memory per rank: the caching allocator's on CUDA; on CPU the rank's CPU
-tensors over the last unmeasured step, counted by torch's profiler (CpuPeak).
+post and wait for them, wrapped): a copy runs from both ends having posted it to its receiver's
+wait for it ending, at or after its arrival (torch waits just before the action that needs it).
+The times are on one clock: ranks on one machine share it, and across machines each rank's
+offset to rank 0's is measured first (Cristian's exchange). --trace writes the median step in
+pipetune's measured-trace format, which the GUI lays over pipetune's prediction of the same
+plan. Peak memory per rank: the caching allocator's on CUDA; on CPU the rank's CPU tensors over
+the last unmeasured step, counted by torch's profiler (CpuPeak).
 
 --probe OUT.json measures torch's own costs (per action, and its point-to-point copies) and
 writes a hardware file for its runtime ("runtime": "torch.distributed.pipelining"), with which
@@ -581,33 +582,36 @@ def summarize(per_rank, plan, device_of, batch_size, args):
 
 
 def message_copies(step, device_of):
-    """Each message between two ranks as a copy (stage, micro-batch, direction, peer's device,
-    bytes, start, end, ms its receiver waited for it): from when both ends had posted it (Gloo and NCCL move a message once
-    its receive is posted too) to the receiver's wait for it ending. torch waits for a receive
-    just before the action that needs it, so the end is when the receiver had the tensor in hand:
-    at or after its arrival, at or before that action's start. A stream carries one copy at a
-    time, so a copy that would start while the one before it on the same stream is still open
-    starts when that one ends."""
+    """Each message between two ranks as a copy (a dict: stage sending, receiver stage, micro-batch,
+    direction, device sending, device receiving, bytes, start and end ms, ms its receiver waited
+    for it): from when both ends had posted it (Gloo and NCCL move a message once its receive is
+    posted too) to the receiver's wait for it ending. torch waits for a receive just before the
+    action that needs it, so the end is when the receiver had the tensor in hand: at or after its
+    arrival, at or before that action's start. A stream carries one copy at a time, so a copy that
+    would start while the one before it on the same stream is still open starts when that one
+    ends."""
     sent, posted, received = {}, {}, {}
-    for what, tag, at, nbytes in step["messages"]:
+    for what, tag, at, value in step["messages"]:
         if what != "blocked":
-            {"sent": sent, "posted": posted, "received": received}[what][tuple(tag)] = (at, nbytes)
+            {"sent": sent, "posted": posted, "received": received}[what][tuple(tag)] = (at, value)
     copies = []
     for tag, (start, nbytes) in sent.items():
         direction, stage, micro_batch = tag
         if tag not in received or tag not in posted:
             continue  # a receive no wrapped wait completed (a backend's batch work we cannot pair): left out
+        receiver = stage + 1 if direction == "activation" else stage - 1
         start = max(start, posted[tag][0])
-        to = stage + 1 if direction == "activation" else stage - 1
         end, waited_s = received[tag]
-        copies.append([stage, micro_batch, direction, device_of[to], nbytes, start, max(start, end), waited_s * 1e3])
-    copies.sort(key=lambda c: c[5])
+        copies.append({"stage": stage, "receiver": receiver, "micro_batch": micro_batch, "direction": direction,
+                       "from": device_of[stage], "to": device_of[receiver], "bytes": nbytes,
+                       "start": start, "end": max(start, end), "waited_ms": waited_s * 1e3})
+    copies.sort(key=lambda c: c["start"])
     stream_end = {}
     for c in copies:
-        stream = (device_of[c[0]], c[3])
-        c[5] = max(c[5], stream_end.get(stream, c[5]))
-        c[6] = max(c[6], c[5])
-        stream_end[stream] = c[6]
+        stream = (c["from"], c["to"])
+        c["start"] = max(c["start"], stream_end.get(stream, c["start"]))
+        c["end"] = max(c["end"], c["start"])
+        stream_end[stream] = c["end"]
     return copies
 
 
@@ -628,18 +632,19 @@ def measured_trace(report):
                        "ts": round((start - step["start"]) * 1e3, 3), "dur": round((end - start) * 1e3, 3),
                        "args": {"stage": s, "micro_batch": i}})
     streams = set()
-    for s, i, direction, to, nbytes, start, end, waited in message_copies(step, device_of):
-        d = device_of[s]
+    for c in message_copies(step, device_of):
+        d, to = c["from"], c["to"]
         if (d, to) not in streams:
             streams.add((d, to))
             events.append({"ph": "M", "pid": d, "tid": 1 + to, "name": "thread_name",
                            "args": {"name": f"copy to {prefix}:{to}"}})
-        receiver = s + 1 if direction == "activation" else s - 1
+        kind = "act" if c["direction"] == "activation" else "grad"
         events.append({"ph": "X", "pid": d, "tid": 1 + to, "cat": "copy",
-                       "name": f"{s}>{receiver} {'act' if direction == 'activation' else 'grad'} {i}",
-                       "ts": round((start - step["start"]) * 1e3, 3), "dur": round((end - start) * 1e3, 3),
-                       "args": {"stage": s, "micro_batch": i, "direction": direction, "to": to, "bytes": nbytes,
-                                "waited_ms": round(waited, 3)}})
+                       "name": f"{c['stage']}>{c['receiver']} {kind} {c['micro_batch']}",
+                       "ts": round((c["start"] - step["start"]) * 1e3, 3),
+                       "dur": round((c["end"] - c["start"]) * 1e3, 3),
+                       "args": {"stage": c["stage"], "micro_batch": c["micro_batch"], "direction": c["direction"],
+                                "to": to, "bytes": c["bytes"], "waited_ms": round(c["waited_ms"], 3)}})
     iteration = step["pipeline_ms"]
     summary = {
         "iteration_ms": iteration,
