@@ -169,7 +169,8 @@ void add_plan_command(CLI::App& app, std::vector<Command>& commands) {
       ->check(whole_number(1, 1000));
   sub->add_option(
          "--budget", flags->budget,
-         "search steps before settling for a proven bound instead of a proof (default 10M)")
+         "search steps before settling for a proven bound instead of a proof (default 10M; with "
+         "multi-stage schedules too, GPipe and 1F1B get it first, then all of them again)")
       ->check(whole_number(1, std::int64_t{1} << 50));
   sub->add_option("-o,--output", flags->output, "write the best plan here")->type_name("plan.json");
   sub->add_option("--write-schedule-csv", flags->schedule_csv,

@@ -43,10 +43,15 @@ class PlanSearch {
 
  private:
   std::vector<Config> configurations() const;
+  // Which configurations a phase of run() visits.
+  enum class Family { OneStage, MultiStage, Every };
+  static bool in(Family family, const Entry& e) {
+    return family == Family::Every || (family == Family::MultiStage) == e.config->multi_stage();
+  }
   // run()'s phases, in order.
   std::vector<Entry> entries_by_cheap_bound(std::vector<Config>& configs);
-  void cheap_pass(std::vector<Entry>& entries);
-  void share_the_budget(std::vector<Entry>& entries);
+  void cheap_pass(std::vector<Entry>& entries, Family family);
+  void share_the_budget(std::vector<Entry>& entries, Family family);
   void polish_unpolished(std::vector<Entry>& entries);
   bool rank(std::vector<Entry>& entries, Ranking& ranking, double& unexplored);
   bool find_leanest(const std::vector<Config>& configs, PlanSearchResult& result, bool proven,
@@ -55,6 +60,7 @@ class PlanSearch {
   double ranking_threshold(const std::vector<Entry>& entries, const Entry* self) const;
   static void release_closed(Entry& e);
 
+  std::size_t cheap_passes_ = 0;  // configurations the cheap pass has visited, for progress
   SearchContext context_;
   SingleStageSearch single_;
   MultiStageSearch multi_;
