@@ -104,6 +104,13 @@ std::string plan_json(const Profile& profile, const PlanSearchResult& result,
     root["leanest_proven"] = result.leanest_proven;
   }
   if (!result.stats.proven) root["open_configurations"] = open_configurations_json(result.stats);
+  if (const auto& a = result.one_stage) {
+    // GPipe and 1F1B alone, searched first with the whole budget (docs/cli.md).
+    root["one_stage"] = ordered_json{{"best", nullptr},
+                                     {"lower_bound_ms", tidy(a->lower_bound_ms)},
+                                     {"proven_optimal", a->proven}};
+    if (a->best) root["one_stage"]["best"] = candidate_json(*a->best, nullptr);
+  }
   return root.dump() + "\n";
 }
 

@@ -313,6 +313,22 @@ std::string unfinished_text(const PlannerStats& s) {
       to_string(least->schedule), v, state);
 }
 
+// Where multi-stage schedules were searched too: what GPipe and 1F1B alone, searched first with
+// the whole budget, ended with (the answer is never slower).
+std::string one_stage_text(const PlanSearchResult::OneStageAnswer& a) {
+  if (!a.best) {
+    return a.proven ? "            GPipe and 1F1B alone (searched first): no plan fits\n"
+                    : "            GPipe and 1F1B alone (searched first): no fitting plan found\n";
+  }
+  const double gap = a.best->iteration_ms > 0.0
+                         ? (a.best->iteration_ms - a.lower_bound_ms) / a.best->iteration_ms
+                         : 0.0;
+  return fmt::format("            GPipe and 1F1B alone (searched first): {} ms, {}, {}\n",
+                     format_ms(a.best->iteration_ms), describe_plan(a.best->plan),
+                     a.proven ? std::string("optimal among them")
+                              : fmt::format("within {:.2f} % of their optimum", 100.0 * gap));
+}
+
 std::string search_summary(const PlannerStats& s, const std::string& space, bool found) {
   std::string out = fmt::format(
       "searched    {} configurations ({} ruled out by bounds), {} partial balances, {} plans "
@@ -370,6 +386,7 @@ std::string plan_text(const Profile& profile, const Hardware& hardware,
   out += fmt::format("devices     {}; links {}\n", fmt::join(devices, ", "),
                      format_bandwidth(hardware.link.bandwidth_bytes_per_s));
   out += search_summary(result.stats, result.search_space, !result.ranked.empty());
+  if (result.one_stage && !result.ranked.empty()) out += one_stage_text(*result.one_stage);
   if (result.ranked.empty()) {
     out += result.none_fits_proven
                ? "\nno plan fits in the devices' memory.\n"

@@ -143,6 +143,15 @@ struct PlanSearchResult {
   bool leanest_proven = true;
   /// search_space_text() of the search: what "optimal" and the bounds hold over.
   std::string search_space;
+  /// Where one-stage and multi-stage schedules were both searched: what the one-stage search,
+  /// run first and alone with the whole budget (docs/planner.md, "One-stage schedules first"),
+  /// ended with. The fastest plan over every schedule is never slower than `best`.
+  struct OneStageAnswer {
+    std::optional<PlanCandidate> best;  ///< its fastest fitting plan, if it found one
+    double lower_bound_ms = 0.0;  ///< no fitting one-stage plan is faster (infinite: none fits)
+    bool proven = false;          ///< `best` is optimal over them; without `best`, none fits
+  };
+  std::optional<OneStageAnswer> one_stage;
 };
 
 /// The default options narrowed to GPipe and 1F1B (one stage per device).

@@ -295,6 +295,24 @@ bool PlanSearch::find_leanest(const std::vector<Config>& configs, PlanSearchResu
   return proven;
 }
 
+PlanSearchResult::OneStageAnswer PlanSearch::one_stage_answer(const std::vector<Entry>& entries) {
+  PlanSearchResult::OneStageAnswer answer;
+  double best = kInf, unexplored = kInf;
+  for (const Entry& e : entries) {
+    if (e.config->multi_stage()) continue;
+    if (e.best < best) {
+      best = e.best;
+      answer.best = e.candidate;
+    }
+    if (!e.closed) unexplored = std::min(unexplored, e.root);
+  }
+  // Closed entries were searched to the end or bounded at or above a threshold no faster than
+  // the best; an open one leaves the proof to its bound. Without a plan: proven that none fits.
+  answer.proven = unexplored >= best;
+  answer.lower_bound_ms = std::min(best, unexplored);
+  return answer;
+}
+
 PlanSearchResult PlanSearch::run() {
   std::vector<Config> configs = configurations();
   context_.stats.configurations = configs.size();
@@ -310,10 +328,12 @@ PlanSearchResult PlanSearch::run() {
   const bool both = std::any_of(configs.begin(), configs.end(), multi) &&
                     !std::all_of(configs.begin(), configs.end(), multi);
   std::uint64_t one_stage_steps = 0;
+  std::optional<PlanSearchResult::OneStageAnswer> one_stage;
   if (both) {
     cheap_pass(entries, Family::OneStage);
     share_the_budget(entries, Family::OneStage);
     polish_unpolished(entries);
+    one_stage = one_stage_answer(entries);
     one_stage_steps = std::exchange(context_.stats.steps, 0);
     cheap_pass(entries, Family::MultiStage);
   } else {
@@ -328,6 +348,7 @@ PlanSearchResult PlanSearch::run() {
   bool proven = rank(entries, ranking, unexplored);
   PlanSearchResult result;
   result.ranked = ranking.take();
+  result.one_stage = std::move(one_stage);
   if (result.ranked.empty()) proven = find_leanest(configs, result, proven, unexplored);
   context_.stats.proven = proven;
   context_.stats.steps += one_stage_steps;

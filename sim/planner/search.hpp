@@ -54,6 +54,8 @@ class PlanSearch {
   void share_the_budget(std::vector<Entry>& entries, Family family);
   void polish_unpolished(std::vector<Entry>& entries);
   bool rank(std::vector<Entry>& entries, Ranking& ranking, double& unexplored);
+  // The one-stage search's answer, once it has run alone (run()).
+  static PlanSearchResult::OneStageAnswer one_stage_answer(const std::vector<Entry>& entries);
   bool find_leanest(const std::vector<Config>& configs, PlanSearchResult& result, bool proven,
                     double unexplored);
   // The threshold entry `self` must beat to enter the top N: the N-th best of the others.

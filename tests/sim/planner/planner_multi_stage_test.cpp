@@ -421,7 +421,8 @@ std::pair<Profile, Hardware> random_problem(std::mt19937& rng, int layers, int d
 }
 
 // Searching every schedule searches a superset of GPipe's and 1F1B's plans, so its answer must
-// never be slower than theirs alone at the same budget. It was on 3 of 26 answered
+// never be slower than theirs alone at the same budget; they are searched first, exactly as alone,
+// and the result says what they ended with. It was slower on 3 of 26 answered
 // `bench/planner_at_scale.py` instances (400 layers on 8 capped unequal devices: 911.4 ms with
 // every schedule, 790.8 proven with GPipe and 1F1B), where the multi-stage configurations'
 // weak bounds drew the budget from GPipe's and 1F1B's.
@@ -440,7 +441,18 @@ TEST(Planner, EveryScheduleIsNeverSlowerThanGPipeAnd1F1BAlone) {
     const PlanSearchResult a = find_best_plans(profile, hw, alone);
     const PlanSearchResult e = find_best_plans(profile, hw, every);
     SCOPED_TRACE(fmt::format("trial {}: {} layers on {} devices", trial, layers, devices));
-    if (a.ranked.empty()) continue;
+    EXPECT_FALSE(a.one_stage);  // one family: nothing searched first
+    // The one-stage search ran first exactly as alone: the same answer, bound and proof.
+    ASSERT_TRUE(e.one_stage);
+    EXPECT_EQ(e.one_stage->best.has_value(), !a.ranked.empty());
+    if (a.ranked.empty()) {
+      EXPECT_EQ(e.one_stage->proven, a.none_fits_proven);
+      continue;
+    }
+    EXPECT_EQ(e.one_stage->lower_bound_ms, a.stats.lower_bound_ms);
+    EXPECT_EQ(e.one_stage->proven, a.stats.proven);
+    EXPECT_EQ(e.one_stage->best->iteration_ms, a.stats.best_ms);
+    EXPECT_EQ(e.one_stage->best->plan.balance, a.ranked.front().plan.balance);
     ASSERT_FALSE(e.ranked.empty());
     ++both_answered;
     EXPECT_LE(e.stats.best_ms, a.stats.best_ms);
