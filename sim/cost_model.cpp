@@ -92,8 +92,8 @@ std::int64_t CostModel::ParameterSums::held(const Profile& profile, int first, i
   return bytes;
 }
 
-std::int64_t CostModel::ParameterSums::in(const Profile& profile, int layer, int from,
-                                          int to) const {
+std::int64_t CostModel::ParameterSums::in_tied(const Profile& profile, int layer, int from,
+                                               int to) const {
   std::int64_t bytes = of(layer);
   for (const TiedTensor& t : profile.tied) {
     if (!counts(t)) continue;
