@@ -110,7 +110,27 @@ double MinMaxShareProgramme::objective_of(std::size_t what) const {
 void MinMaxShareProgramme::add_column(std::size_t what) {
   const std::vector<double> column = original_column(what);
   const std::size_t rows = tableau_.size();
-  for (std::size_t r = 0; r < rows; ++r) {
+  // Four rows at a time: each row's sum still adds its terms in order (the same bits), but the
+  // four chains of additions overlap instead of each waiting on its last addition (this
+  // product was a fifth of a capped 3,000-layer search).
+  std::size_t r = 0;
+  for (; r + 4 <= rows; r += 4) {
+    const double *a = tableau_[r].data(), *b = tableau_[r + 1].data(), *c = tableau_[r + 2].data(),
+                 *d = tableau_[r + 3].data();
+    double ea = 0.0, eb = 0.0, ec = 0.0, ed = 0.0;
+    for (std::size_t q = 0; q < rows; ++q) {
+      const double x = column[q];
+      ea += a[q] * x;
+      eb += b[q] * x;
+      ec += c[q] * x;
+      ed += d[q] * x;
+    }
+    tableau_[r].push_back(ea);
+    tableau_[r + 1].push_back(eb);
+    tableau_[r + 2].push_back(ec);
+    tableau_[r + 3].push_back(ed);
+  }
+  for (; r < rows; ++r) {
     double entry = 0.0;
     for (std::size_t q = 0; q < rows; ++q) entry += tableau_[r][q] * column[q];
     tableau_[r].push_back(entry);
