@@ -183,6 +183,14 @@ Profile empty_profile(models::Model& model, MeasureBackend& backend, at::ScalarT
     }
     // Written only where some parameter is frozen, so other profiles read as before.
     if (trained != out.param_bytes) out.trainable_param_bytes = trained;
+    // Its buffers by storage, as the executor counts what a device holds (a buffer that views
+    // another's storage adds nothing).
+    std::unordered_set<const void*> storages;
+    for (const auto& b : layer->ptr()->buffers()) {
+      if (!b.defined() || !b.has_storage() || counted.count(b.unsafeGetTensorImpl())) continue;
+      if (storages.insert(b.storage().data()).second)
+        out.buffer_bytes += static_cast<std::int64_t>(b.storage().nbytes());
+    }
   }
   for (const models::TiedParameter& t : models::tied_parameters(model)) {
     TiedTensor tied{t.name, {}, bytes_of(t.tensor), t.tensor.requires_grad()};

@@ -107,8 +107,11 @@ std::int64_t CostModel::ParameterSums::in_tied(const Profile& profile, int layer
 
 CostModel::CostModel(const Profile& profile)
     : profile_(profile), all_(profile, false), trained_(profile, true) {
-  for (const LayerProfile& layer : profile.layers)
+  buffer_prefix_.push_back(0);
+  for (const LayerProfile& layer : profile.layers) {
     has_frozen_ = has_frozen_ || layer.trained_bytes() < layer.param_bytes;
+    buffer_prefix_.push_back(buffer_prefix_.back() + layer.buffer_bytes);
+  }
   for (const TiedTensor& t : profile.tied) has_frozen_ = has_frozen_ || !t.trained;
 }
 

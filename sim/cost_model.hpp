@@ -245,6 +245,18 @@ class CostModel {
   std::int64_t trained_bytes_in(int layer, int from, int to) const {
     return trained_.in(profile_, layer, from, to);
   }
+  /// What a stage of layers [first, end) holds from step to step besides gradients and
+  /// optimizer state: its parameters (param_bytes) and its buffers (LayerProfile::buffer_bytes),
+  /// which have neither. The memory model's resident bytes; the _at_least form adds over ranges.
+  std::int64_t held_bytes(int first, int end) const {
+    return param_bytes(first, end) + buffer_bytes(first, end);
+  }
+  std::int64_t held_bytes_at_least(int first, int end) const {
+    return param_bytes_at_least(first, end) + buffer_bytes(first, end);
+  }
+  std::int64_t buffer_bytes(int first, int end) const {
+    return buffer_prefix_[end] - buffer_prefix_[first];
+  }
   /// Whether layer `layer`'s input needs a gradient (never the model's). In a model with frozen
   /// parameters, only where some layer before it trains: the layers up to the first that trains
   /// work on data alone (a frozen stem), so autograd records nothing there, and no stage sends
@@ -279,6 +291,7 @@ class CostModel {
 
   const Profile& profile_;
   ParameterSums all_, trained_;
+  std::vector<std::int64_t> buffer_prefix_;  // over layers
   bool has_frozen_ = false;
   // (size, costs) for the few sizes asked for; not indexed by size, which may be up to the batch.
   mutable std::unordered_map<std::int64_t, std::unique_ptr<SizeCosts>> cache_;

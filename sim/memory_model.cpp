@@ -435,6 +435,7 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
   StageMemory m;
   m.input_bytes = c.stage_input_bytes(first);
   m.output_bytes = c.output_bytes[end - 1];
+  m.buffer_bytes = model.buffer_bytes(first, end);
   // The gradient of layer k's input, made by k's backward: none where it needs none (the
   // layers up to a frozen stem's end, CostModel::input_needs_gradient), nor on the first stage.
   const auto input_gradient = [&](int k) -> std::int64_t {
@@ -479,9 +480,9 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
   return m;
 }
 
-std::int64_t resident_parameter_bytes(std::int64_t params, std::int64_t trained,
+std::int64_t resident_parameter_bytes(std::int64_t held, std::int64_t trained,
                                       double optimizer_state_factor) {
-  return params + std::llround(static_cast<double>(trained) * optimizer_state_factor);
+  return held + std::llround(static_cast<double>(trained) * optimizer_state_factor);
 }
 
 std::int64_t dies_with_backward(const StageMemory& m, bool last_stage, bool own_input) {
@@ -500,6 +501,13 @@ MemoryEffect forward_effect(const StageMemory& m, bool checkpointed, bool last_s
 MemoryEffect recompute_effect(const StageMemory& m, bool split) {
   if (split) return {m.split_kept_bytes + m.split_forward_transient, m.split_forward_transient};
   return {m.kept_bytes + m.forward_transient, m.forward_transient};
+}
+
+MemoryEffect recompute_task_effect(const StageMemory& m, bool split) {
+  MemoryEffect effect = recompute_effect(m, split);
+  effect.allocated += m.buffer_bytes;
+  effect.freed += m.buffer_bytes;
+  return effect;
 }
 
 MemoryEffect backward_effect(const StageMemory& m, bool first_time, std::int64_t dies) {
@@ -602,10 +610,10 @@ std::int64_t stage_peak_bound(const CostModel& model, const SizeCosts& common,
                               const SizeCosts& last, const StagePeakShape& shape, int stage,
                               int first, int end, bool nested) {
   const int m = shape.micro_batches;
-  const std::int64_t params = model.param_bytes(first, end);
+  const std::int64_t held = model.held_bytes(first, end);
   const std::int64_t trained = model.trained_bytes(first, end);
   const std::int64_t baseline =
-      resident_parameter_bytes(params, trained, shape.optimizer_state_factor) +
+      resident_parameter_bytes(held, trained, shape.optimizer_state_factor) +
       (stage == 0 ? shape.batch_input_bytes : 0) + shape.library_bytes;
   const bool last_stage = stage + 1 == shape.stages;
   const int stop = shape.checkpoint == CheckpointMode::Always       ? m

@@ -41,6 +41,9 @@ struct StageMemory {
   std::int64_t kept_bytes = 0;
   /// Peak above kept_bytes while a forward or recompute with autograd runs.
   std::int64_t forward_transient = 0;
+  /// The stage's buffers (LayerProfile::buffer_bytes), copied for the length of a recompute to
+  /// be put back after it (batch norm counts each micro-batch once).
+  std::int64_t buffer_bytes = 0;
   /// The same for a micro-batch whose backward is split (I, then W): the executor also holds the
   /// output of every layer with parameters that train until W ends. StageMemoryTerms::All only.
   std::int64_t split_kept_bytes = 0;
@@ -119,10 +122,11 @@ struct MemoryEffect {
   double layer_end = 1.0;
 };
 
-/// What a stage's parameters hold for the whole iteration: every parameter, and the optimizer's
-/// state (`optimizer_state_factor` times their bytes) of those that train. Rounded as the
-/// simulator and the planner's bounds both take it, per stage.
-std::int64_t resident_parameter_bytes(std::int64_t params, std::int64_t trained,
+/// What a stage holds for the whole iteration: every parameter and buffer (`held`,
+/// CostModel::held_bytes), and the optimizer's state (`optimizer_state_factor` times their
+/// bytes) of the parameters that train. Rounded as the simulator and the planner's bounds both
+/// take it, per stage.
+std::int64_t resident_parameter_bytes(std::int64_t held, std::int64_t trained,
                                       double optimizer_state_factor);
 /// What a backward (B, or W when split) frees besides its layer walk: the stage output and the
 /// received gradient (the last stage has neither), and the stage input when it is the stage's
@@ -134,6 +138,9 @@ std::int64_t dies_with_backward(const StageMemory& m, bool last_stage, bool own_
 MemoryEffect forward_effect(const StageMemory& m, bool checkpointed, bool last_stage,
                             bool split = false);
 MemoryEffect recompute_effect(const StageMemory& m, bool split = false);
+/// A recompute task's: recompute_effect() and, for its length, the copy of the stage's buffers
+/// that is put back after it.
+MemoryEffect recompute_task_effect(const StageMemory& m, bool split = false);
 /// `first_time`: the stage's first backward, which creates the parameter gradients.
 MemoryEffect backward_effect(const StageMemory& m, bool first_time, std::int64_t dies);
 /// `torch`: as torch.distributed.pipelining runs it (StageMemory::torch_input), else as

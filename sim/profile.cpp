@@ -115,6 +115,7 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
   node.allow_only({"name",
                    "param_bytes",
                    "trainable_param_bytes",
+                   "buffer_bytes",
                    "forward_ms",
                    "backward_ms",
                    "output_bytes",
@@ -160,6 +161,7 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
     if (layer.trainable_param_bytes > layer.param_bytes)
       trainable->fail(fmt::format("at most param_bytes ({})", layer.param_bytes));
   }
+  if (auto buffers = node.optional_field("buffer_bytes")) layer.buffer_bytes = buffers->bytes();
   layer.forward_ms = numbers(node.field("forward_ms"), sizes);
   layer.backward_ms = numbers(node.field("backward_ms"), sizes);
   layer.output_bytes = byte_counts(node.field("output_bytes"), sizes);
@@ -539,6 +541,7 @@ std::string profile_to_json(const Profile& p) {
   for (const auto& l : p.layers) {
     ordered_json layer = {{"name", l.name}, {"param_bytes", l.param_bytes}};
     if (l.trainable_param_bytes >= 0) layer["trainable_param_bytes"] = l.trainable_param_bytes;
+    if (l.buffer_bytes > 0) layer["buffer_bytes"] = l.buffer_bytes;
     layer["forward_ms"] = l.forward_ms;
     layer["backward_ms"] = l.backward_ms;
     layer["output_bytes"] = l.output_bytes;

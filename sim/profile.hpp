@@ -23,6 +23,10 @@ struct LayerProfile {
   std::int64_t trained_bytes() const {
     return trainable_param_bytes < 0 ? param_bytes : trainable_param_bytes;
   }
+  /// Optional (0 when absent): bytes of its buffers (batch norm's running statistics, a rotary
+  /// or position table, a relative-position index), held from step to step like its parameters
+  /// but with no gradient and no optimizer state.
+  std::int64_t buffer_bytes = 0;
   std::vector<double> forward_ms;
   std::vector<double> backward_ms;
   std::vector<std::int64_t> output_bytes;     ///< what the layer hands to the next layer

@@ -239,9 +239,8 @@ std::vector<std::int64_t> baseline_memory(const CostModel& costs, const Plan& pl
   std::vector<std::uint8_t> computes(shape.devices, 0);
   for (int s = 0; s < shape.stages; ++s) {
     const int first = shape.first[s], end = shape.first[s + 1];
-    baseline[shape.device_of[s]] +=
-        resident_parameter_bytes(costs.param_bytes(first, end), costs.trained_bytes(first, end),
-                                 plan.optimizer_state_factor);
+    baseline[shape.device_of[s]] += resident_parameter_bytes(
+        costs.held_bytes(first, end), costs.trained_bytes(first, end), plan.optimizer_state_factor);
     computes[shape.device_of[s]] = 1;
   }
   baseline[shape.device_of[0]] += costs.at(costs.profile().batch_size).input_bytes;
@@ -316,7 +315,7 @@ ComputeEffects compute_effects(const TaskGraph& graph, const SimTask& t, const S
       if (torch && last_stage) out.effect.freed -= m.output_bytes;
       break;
     case TaskKind::Recompute:
-      out.effect = recompute_effect(m, split);
+      out.effect = recompute_task_effect(m, split);
       break;
     case TaskKind::Backward:
       out.effect = backward_effect(m, first_time, dies);

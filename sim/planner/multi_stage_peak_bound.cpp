@@ -193,7 +193,7 @@ std::int64_t MultiStagePeakBound::place(int t, int a, int b, bool with_input) {
     waiting_[s][t] =
         b > a ? weight_kept_[s][b] - weight_kept_[s][a] - weight_kept_last(s, b - 1) : 0;
   }
-  params_[t] = costs_.param_bytes(a, b);
+  params_[t] = costs_.held_bytes(a, b);
   trained_[t] = costs_.trained_bytes(a, b);
   return device_bound(rank_[t]);
 }
@@ -626,7 +626,7 @@ MultiStagePeakBound::Prefixes MultiStagePeakBound::layer_prefixes() const {
   out.params.assign(layers + 1, 0.0);
   out.trained.assign(layers + 1, 0.0);
   for (int b = 0; b < layers; ++b) {
-    out.params[b + 1] = out.params[b] + static_cast<double>(costs_.param_bytes_at_least(b, b + 1));
+    out.params[b + 1] = out.params[b] + static_cast<double>(costs_.held_bytes_at_least(b, b + 1));
     out.trained[b + 1] =
         out.trained[b] + static_cast<double>(costs_.trained_bytes_at_least(b, b + 1));
   }

@@ -297,6 +297,27 @@ TEST(ProfileFormat, TrainableParameterBytesRoundTripAndAreChecked) {
   EXPECT_FALSE(CostModel(stem).input_needs_gradient(1));
 }
 
+// A layer's buffers: optional, written only where there are some, never negative.
+TEST(ProfileFormat, BufferBytesRoundTripAndAreChecked) {
+  const Profile p = parse_profile(
+      profile_with(R"("param_bytes": 400,)", R"("param_bytes": 400, "buffer_bytes": 96,)"),
+      "in.json");
+  EXPECT_EQ(p.layers[0].buffer_bytes, 96);
+  EXPECT_EQ(p.layers[1].buffer_bytes, 0);
+  const Profile q = parse_profile(profile_to_json(p), "again.json");
+  EXPECT_EQ(q.layers[0].buffer_bytes, 96);
+  EXPECT_EQ(profile_to_json(parse_profile(kProfile, "in.json")).find("buffer"), std::string::npos);
+  const CostModel costs(p);
+  EXPECT_EQ(costs.buffer_bytes(0, 2), 96);
+  EXPECT_EQ(costs.held_bytes(0, 1), 496);
+  EXPECT_EQ(costs.held_bytes(1, 2), 0);
+  EXPECT_EQ(costs.held_bytes_at_least(0, 2), 496);
+  EXPECT_EQ(costs.param_bytes(0, 2), 400);  // parameters alone
+  EXPECT_THAT(profile_error(profile_with(R"("param_bytes": 400,)",
+                                         R"("param_bytes": 400, "buffer_bytes": -1,)")),
+              ::testing::HasSubstr("in.json: layers[0].buffer_bytes: "));
+}
+
 TEST(ProfileFormat, MeasuredBackwardPeaksParseAndRoundTrip) {
   const Profile p = parse_profile(profile_with_peaks(), "in.json");
   EXPECT_EQ(p.layers[0].backward_peak_bytes, (std::vector<std::int64_t>{440, 560}));

@@ -99,6 +99,28 @@ TEST(Memory, OneStageCheckpointExceptLast) {
             (std::vector<std::int64_t>{3070}));
 }
 
+TEST(Memory, BuffersAreHeldAndCopiedForEachRecompute) {
+  // 300 bytes of buffers (a position table): held all along with no gradient and no optimizer
+  // state, so every peak of OneStageNoCheckpoint 300 higher: 3370. Checkpointed, each
+  // recompute also copies them for its length (R1 at 1170 + 600, R0 at 2170 + 600), below the
+  // backward's peak: 3370 still.
+  Profile tabled = one_layer(2);
+  tabled.layers[0].buffer_bytes = 300;
+  for (const auto checkpoint : {CheckpointMode::Never, CheckpointMode::Always}) {
+    Plan plan = make_plan({1}, 2, checkpoint);
+    plan.optimizer_state_factor = 2.0;  // charged to the parameters' bytes alone
+    EXPECT_EQ(peaks(tabled, plan, 1)[0], peaks(one_layer(2), plan, 1)[0] + 300);
+  }
+  // A buffer larger than the parameters' gradients: a recompute's copy makes the peak. Always:
+  // R0 (after B1, the gradients made) at 2020 + 150 (its forward) + 3000 (held) + 3000 (the
+  // copy) = 8170, above B0's 3070 + 3000 = 6070, never checkpointed the peak.
+  tabled.layers[0].buffer_bytes = 3000;
+  EXPECT_EQ(peaks(tabled, make_plan({1}, 2, CheckpointMode::Always), 1),
+            (std::vector<std::int64_t>{8170}));
+  EXPECT_EQ(peaks(tabled, make_plan({1}, 2, CheckpointMode::Never), 1),
+            (std::vector<std::int64_t>{6070}));
+}
+
 TEST(Memory, TwoDevicesNoCheckpoint) {
   // Device 0 (layer 0): 1020 baseline; F0 +150, F1 +150 -> 1320; the gradient of micro-batch 1
   // arrives (+100) -> 1420, B1 allocates parameter gradients +1000 -> 2420, frees 250 -> 2170;
