@@ -25,7 +25,8 @@ Each child is compiled on its own, its input being the previous child's output o
 - Traced (torch.jit.trace) where it does not (keyword-only arguments with defaults, *args, and
   much else that libraries such as Hugging Face transformers write). A trace records the
   operations one input ran, so it is accepted only after proof. A tracer warning (a Python
-  branch or a size taken from a tensor, baked into the trace) refuses it, except on a check whose
+  branch or a size taken from a tensor, baked into the trace; the refusal names the model's line
+  that called into torch where torch warns inside itself) refuses it, except on a check whose
   only effect is to raise (an `assert`, an `if` whose body only raises: nn.Embedding's check of
   its padding index, batch norm's of more than one value per channel), which cannot bake an
   output, and on torch.tensor() of Python values, kept as a constant (see bakes()). A trace
@@ -77,6 +78,7 @@ import linecache
 import os
 import re
 import sys
+import traceback
 import warnings
 
 import torch
@@ -524,13 +526,34 @@ def prove(child, traced, x):
 
 
 def warning_line(caught):
-    """The first tracer warning in one line: torch's first sentence, then where it was raised."""
+    """The first tracer warning in one line: torch's first sentence, then where it was raised:
+    the line of the model's code that called into torch where torch raised it (GPT-J's
+    `torch.split(sincos, sincos.shape[-1] // 2)` warns inside torch's own `Tensor.split`)."""
     first = caught[0]
     message = str(first.message).strip().splitlines()[0]
     sentence = message.split(". ")[0].rstrip(".")
-    source = linecache.getline(first.filename, first.lineno).strip()
+    filename, lineno = getattr(first, "origin", None) or (first.filename, first.lineno)
+    source = linecache.getline(filename, lineno).strip()
+    inside = f" (torch raised it at {first.filename}:{first.lineno})" if filename != first.filename else ""
     more = f" (and {len(caught) - 1} more)" if len(caught) > 1 else ""
-    return f'"{sentence}" at {first.filename}:{first.lineno}' + (f": `{source}`" if source else "") + more
+    return f'"{sentence}" at {filename}:{lineno}' + (f": `{source}`" if source else "") + inside + more
+
+
+def recording_origins(caught):
+    """A warnings.showwarning that appends each warning to `caught` (as catch_warnings(record=True)
+    does) with `origin`: the innermost frame of the stack outside torch's sources and this file,
+    taken while the warning is raised, or None where the warning's own line is outside torch."""
+    def record(message, category, filename, lineno, file=None, line=None):
+        warning = warnings.WarningMessage(message, category, filename, lineno, file, line)
+        warning.origin = None
+        if filename.startswith(TORCH_SOURCES):
+            for frame in reversed(traceback.extract_stack()[:-1]):
+                if not (frame.filename.startswith(TORCH_SOURCES) or frame.filename == __file__
+                        or frame.filename == warnings.__file__):
+                    warning.origin = (frame.filename, frame.lineno)
+                    break
+        caught.append(warning)
+    return record
 
 
 @functools.lru_cache(maxsize=None)
@@ -598,6 +621,7 @@ def trace(name, child, x, script_reason):
     prefix = f"child {label(name, child)} cannot be scripted: {script_reason}; "
     with preserving(child), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        warnings.showwarning = recording_origins(caught)
         try:
             # torch's own check_trace reruns once at the same size and calls dropout nondeterministic;
             # prove() below is the check, at every size and with the random state fixed.
@@ -631,6 +655,10 @@ def compile_children(model, inputs):
     compiled = collections.OrderedDict()
     scripted_names, traced_names, not_compared = [], [], []
     x, inputs_of = inputs, []
+    # The first reason each class of child did not script: TorchScript keeps a class it failed to
+    # compile half-registered, so the next child of that class fails with "Can't redefine method",
+    # which is not why.
+    script_reasons = {}
     for name, child in children(model):
         inputs_of.append(x)
         check_takes_one_input(name, child)
@@ -643,8 +671,12 @@ def compile_children(model, inputs):
         try:
             scripted = torch.jit.script(child)
         except Exception as e:
+            reason = first_line(e)
+            if "Can't redefine method" in reason and type(child) in script_reasons:
+                reason = script_reasons[type(child)]
+            script_reasons.setdefault(type(child), reason)
             try:
-                compiled[name], (skipped, why) = trace(name, child, x, first_line(e))
+                compiled[name], (skipped, why) = trace(name, child, x, reason)
                 traced_names.append(label(name, child) + ("" if child.training else " in evaluation mode"))
                 if skipped:
                     sizes = ", ".join(map(str, skipped))

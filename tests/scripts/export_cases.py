@@ -390,3 +390,50 @@ def one_block_at_every_depth():
     block = TwoLinear()
     return ([torch.nn.Linear(4, 8), block, block, block, block, torch.nn.Linear(8, 3)],
             (torch.randn(4, 4), torch.randint(0, 3, (4,))))
+
+
+class HalvesBySize(torch.nn.Module):
+    """As GPT-J's rotary embedding: torch.split at half a traced size. The tracer warns inside
+    torch's own Tensor.split (`int(split_size)`), not at this line, which the refusal names."""
+
+    def forward(self, x, *args):
+        first, second = torch.split(x, x.shape[-1] // 2, dim=-1)
+        return torch.cat([second, first], dim=-1)
+
+
+def warns_inside_torch():
+    return [torch.nn.Linear(6, 4), HalvesBySize()], (torch.randn(4, 6), torch.randn(4, 4))
+
+
+class BadlyCalled(torch.nn.Module):
+    """A method called with an argument of the type its annotation does not say (Python does
+    not mind): TorchScript refuses the class, and
+    keeps it half-registered, so a second child of the same class fails with "Can't redefine
+    method" instead (transformers' DeBERTa-v2 attention, whose trace is then refused for a branch
+    on a size, as CallsBadly's)."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def scaled(self, x, scale: torch.Tensor):
+        return self.linear(x) * scale
+
+    def forward(self, x):
+        return self.scaled(x, scale=2.0)  # a float where TorchScript expects a tensor
+
+
+class CallsBadly(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = BadlyCalled()
+
+    def forward(self, x):
+        if x.size(-1) != 4:  # DeBERTa-v2 compares query and key lengths so
+            x = x[..., :4]
+        return torch.tanh(self.inner(x))
+
+
+def same_class_fails_twice():
+    torch.manual_seed(0)
+    return [CallsBadly(), CallsBadly()], (torch.randn(4, 4), torch.randn(4, 4))

@@ -136,6 +136,25 @@ class ExportModelTest(unittest.TestCase):
             line = next(i for i, text in enumerate(source, 1) if "if x.size(0) > 2:" in text)
         self.assertIn(f"at {CASES}:{line}: `if x.size(0) > 2:`", error)
 
+    def test_a_warning_torch_raises_inside_itself_names_the_models_line(self):
+        # GPT-J's rotary embedding splits at half a traced size; torch warns in Tensor.split.
+        error = self.refused("warns_inside_torch")
+        self.assertIn("Converting a tensor to a Python integer might cause the trace to be incorrect", error)
+        with open(CASES) as source:
+            line = next(i for i, text in enumerate(source, 1) if "torch.split(x, x.shape[-1] // 2" in text)
+        self.assertIn(f"at {CASES}:{line}: `first, second = torch.split(x, x.shape[-1] // 2, dim=-1)` "
+                      f"(torch raised it at {os.path.dirname(torch.__file__)}{os.sep}", error)
+
+    def test_a_second_child_of_a_class_that_did_not_script_gives_the_first_ones_reason(self):
+        # TorchScript's own message for the second would be "Can't redefine method: forward".
+        error = self.refused("same_class_fails_twice")
+        reasons = [part.split(" cannot be scripted: ")[1].split("; its trace")[0]
+                   for part in error.split("; child ")]
+        self.assertEqual(len(reasons), 2, error)
+        self.assertEqual(reasons[0], reasons[1])
+        self.assertIn("Tensor scale", reasons[0])
+        self.assertNotIn("redefine", error)
+
     def test_a_tensor_made_of_python_values_is_kept_as_a_constant_after_proof(self):
         # torch.tensor(finfo.min): the tracer warns that it keeps a constant, which is right at
         # every size; GPT-Neo's attention was refused for it.
