@@ -147,6 +147,19 @@ std::vector<DevicePeak> peaks_on_one_device(models::Model& model, std::int64_t b
   return device_peaks(profile, replicate_device(profile.device, 1), runs);
 }
 
+// `plans` run with Adam (two moments of state per parameter that trains), each with every stage
+// on one device as peaks_on_one_device() runs them.
+std::vector<MeasuredRun> runs_with_adam_on_one_device(models::Model& model,
+                                                      std::vector<Plan> plans) {
+  for (Plan& p : plans) {
+    p.stages_per_device = static_cast<int>(p.balance.size());
+    p.optimizer_state_factor = exec::optimizer_state_factor(exec::OptimizerKind::Adam);
+  }
+  RunSettings settings = short_run();
+  settings.optimizer = "adam";
+  return measure_plans(model, plans, settings, {});
+}
+
 // The profile's times set the predicted order of arrivals and frees; the run's own times set
 // the measured one, and they differ (the same device was seen exact in one run and one Sigmoid
 // output over in the next). So the bytes are held to the run's own order (every task's effects
@@ -372,18 +385,12 @@ TEST(HeldOutMemory, AFrozenStemHoldsNoGraphNoGradientsAndNoOptimizerState) {
   EXPECT_EQ(profile.layers[2].trainable_param_bytes, -1);  // all of it trains: not written
   Profile as_if_trained = profile;
   for (auto& l : as_if_trained.layers) l.trainable_param_bytes = -1;
-  std::vector<Plan> plans = {
+  const std::vector<Plan> plans = {
       plan({1, 2, 5}, 2, CheckpointMode::Never, ScheduleKind::Interleaved1F1B),
       plan({2, 6}, 4, CheckpointMode::ExceptLast, ScheduleKind::InterleavedZB),
       plan({3, 5}, 2, CheckpointMode::Never, ScheduleKind::ZBV),
       plan({8}, 2, CheckpointMode::Never, ScheduleKind::OneFOneB)};
-  for (Plan& p : plans) {
-    p.stages_per_device = static_cast<int>(p.balance.size());
-    p.optimizer_state_factor = exec::optimizer_state_factor(exec::OptimizerKind::Adam);
-  }
-  RunSettings settings = short_run();
-  settings.optimizer = "adam";
-  const std::vector<MeasuredRun> runs = measure_plans(model, plans, settings, {});
+  const std::vector<MeasuredRun> runs = runs_with_adam_on_one_device(model, plans);
   const Hardware hardware = replicate_device(profile.device, 1);
   const std::vector<DevicePeak> peaks = device_peaks(profile, hardware, runs);
   ASSERT_EQ(peaks.size(), plans.size());
@@ -430,18 +437,12 @@ TEST(HeldOutMemory, BuffersAreHeldWithoutGradientOrOptimizerState) {
   Profile without = profile;
   for (auto& l : without.layers) l.buffer_bytes = 0;
   // Every stage on the one device (peaks_on_one_device() says why).
-  std::vector<Plan> plans = {
+  const std::vector<Plan> plans = {
       plan({6}, 2, CheckpointMode::Never, ScheduleKind::OneFOneB),
       plan({6}, 4, CheckpointMode::ExceptLast, ScheduleKind::GPipe),
       plan({2, 4}, 2, CheckpointMode::Never, ScheduleKind::Interleaved1F1B),
       plan({1, 2, 2, 1}, 2, CheckpointMode::Never, ScheduleKind::InterleavedZB)};
-  for (Plan& p : plans) {
-    p.stages_per_device = static_cast<int>(p.balance.size());
-    p.optimizer_state_factor = exec::optimizer_state_factor(exec::OptimizerKind::Adam);
-  }
-  RunSettings settings = short_run();
-  settings.optimizer = "adam";
-  const std::vector<MeasuredRun> runs = measure_plans(model, plans, settings, {});
+  const std::vector<MeasuredRun> runs = runs_with_adam_on_one_device(model, plans);
   const Hardware hardware = replicate_device(profile.device, 1);
   const std::vector<DevicePeak> peaks = device_peaks(profile, hardware, runs);
   ASSERT_EQ(peaks.size(), plans.size());
