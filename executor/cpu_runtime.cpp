@@ -9,6 +9,7 @@
 
 #include "executor/counting_allocator.hpp"
 #include "executor/device_runtime.hpp"
+#include "executor/openmp_pool.hpp"
 
 namespace pipetune::exec {
 
@@ -48,6 +49,9 @@ class CpuRuntime final : public DeviceRuntime {
   }
 
   void begin_step(const std::vector<std::int64_t>& held) override {
+    // The stepping thread only waits from here on; a pool it kept (from loading, profiling or
+    // this step's input copies) would make the devices' pools sleep between parallel regions.
+    release_openmp_pool_of_this_thread();
     origin_ = std::chrono::steady_clock::now();
     std::vector<int> all(devices_);
     for (int d = 0; d < devices_; ++d) all[d] = d;
