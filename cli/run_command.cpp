@@ -241,8 +241,7 @@ exec::ExecutorOptions executor_options(const RunFlags& flags, const Plan& plan,
 }
 
 // A profile timed at another intra-op thread count than this run's predicts another run, and
-// nothing else would say so: on a 2-core VM a small Llama on one device took 19.6 ms a step at
-// one thread and 55.7 ms at two (the default there).
+// nothing else would say so: a layer's time at two threads is not its time at one.
 void note_thread_count(const RunFlags& flags, const exec::ExecutorOptions& options) {
   if (flags.profile.empty() || flags.device != "cpu") return;
   const auto meta = nlohmann::json::parse(load_profile(flags.profile).meta_json, nullptr, false);
