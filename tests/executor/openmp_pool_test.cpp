@@ -24,7 +24,9 @@ int threads_in_process() {
   return n;
 }
 
-bool torch_uses_openmp() { return at::get_parallel_info().find("OpenMP") != std::string::npos; }
+bool torch_uses_openmp() {
+  return at::get_parallel_info().find("OpenMP") != std::string::npos;
+}
 
 // Runs one parallel region on `threads` threads: the calling thread's pool then holds the
 // others. An ATen kernel's, built with LibTorch's OpenMP: an at::parallel_for compiled here,
