@@ -390,7 +390,9 @@ def check_returns_one_tensor(name, child, output):
                        f"must return one tensor: wrap it so that it does, e.g. `hidden_states = block(x)[{key}]`")
     if isinstance(output, (tuple, list)):
         raise BadInput(f"child {label(name, child)} returns a {what} of {len(output)}; each child must return one "
-                       "tensor: wrap it so that it does, e.g. `hidden_states = block(x)[0]`")
+                       "tensor: wrap it so that it does, e.g. `hidden_states = block(x)[0]` where the rest are "
+                       "extras (attention weights, a cache), or pack what the next child needs into one tensor "
+                       "(torch.cat) and split it there")
     raise BadInput(f"child {label(name, child)} returns {what}; each child must take one tensor and return one")
 
 

@@ -201,7 +201,9 @@ class ExportModelTest(unittest.TestCase):
     def test_tuple_return_is_refused(self):
         error = self.refused("returns_tuple")
         self.assertEqual(error, "export_model: error: child '1' (Pair) returns a tuple of 2; each child must "
-                                "return one tensor: wrap it so that it does, e.g. `hidden_states = block(x)[0]`\n")
+                                "return one tensor: wrap it so that it does, e.g. `hidden_states = block(x)[0]` "
+                                "where the rest are extras (attention weights, a cache), or pack what the next child "
+                                "needs into one tensor (torch.cat) and split it there\n")
 
     def test_dict_return_is_refused(self):
         error = self.refused("returns_dict")
