@@ -20,8 +20,9 @@ memory, and pipetune's memory model counts a gradient for it).
 
 Each child is compiled on its own, its input being the previous child's output on the example:
 
-- Scripted (torch.jit.script) where TorchScript compiles it; the scripted child must compute
-  what the Python one does on the example, in evaluation mode.
+- Scripted (torch.jit.script) where TorchScript compiles it and can save what it compiled (a
+  method marked torch.jit.ignore compiles to a call back into Python, which cannot be saved);
+  the scripted child must compute what the Python one does on the example, in evaluation mode.
 - Traced (torch.jit.trace) where it does not (keyword-only arguments with defaults, *args, and
   much else that libraries such as Hugging Face transformers write). A trace records the
   operations one input ran, so it is accepted only after proof. A tracer warning (a Python
@@ -74,6 +75,7 @@ import functools
 import importlib
 import importlib.util
 import inspect
+import io
 import linecache
 import os
 import re
@@ -618,6 +620,17 @@ def python_functions(traced):
     return found
 
 
+def save_problem(compiled):
+    """Why TorchScript cannot save this compiled child, or None. A script compiles a call to a
+    method marked torch.jit.ignore as a call back into Python (timm's MobileViT-v2 attention has
+    one on a branch it never takes), which only saving refuses."""
+    try:
+        torch.jit.save(compiled, io.BytesIO())
+    except Exception as e:
+        return first_line(e)
+    return None
+
+
 def trace(name, child, x, script_reason):
     """The traced child, proven; raises BadInput naming what went wrong."""
     prefix = f"child {label(name, child)} cannot be scripted: {script_reason}; "
@@ -638,6 +651,9 @@ def trace(name, child, x, script_reason):
         raise BadInput(prefix + f"its trace calls the Python autograd function{'s' if len(functions) > 1 else ''} "
                        f"{', '.join(functions)}, which TorchScript cannot hold: replace the module that calls "
                        f"it with one of torch's operations")
+    unsaved = save_problem(traced)
+    if unsaved:
+        raise BadInput(prefix + f"nor can its trace be saved: {unsaved}")
     # As the graph is written: the graph executor's optimised path rewrites dropout as
     # native_dropout, which draws a mask even at p = 0 (transformers' OPT has such a dropout
     # before one of p > 0), so Python's masks would be compared with others. pipetune's executor
@@ -672,6 +688,9 @@ def compile_children(model, inputs):
         check_returns_one_tensor(name, child, expected)
         try:
             scripted = torch.jit.script(child)
+            unsaved = save_problem(scripted)
+            if unsaved:
+                raise RuntimeError(f"its script cannot be saved: {unsaved}")
         except Exception as e:
             reason = first_line(e)
             if "Can't redefine method" in reason and type(child) in script_reasons:

@@ -2,6 +2,8 @@
 module fails to script (keyword-only arguments with defaults, *args, **kwargs), to trace
 faithfully, or to fit pipetune (a tuple returned, two inputs, a tied weight). Each builder
 returns (model, (inputs, targets)) as scripts/export_model.py expects."""
+from typing import Optional
+
 import torch
 
 
@@ -203,6 +205,30 @@ class CallsAFunction(torch.nn.Module):
 
 def python_function():
     return [torch.nn.Linear(6, 4), CallsAFunction()], (torch.randn(4, 6), torch.randn(4, 4))
+
+
+class IgnoredBranch(torch.nn.Module):
+    """Scripts, but a branch it never takes calls a method marked torch.jit.ignore, which the
+    script keeps as a call into Python and cannot save (as timm's MobileViT-v2 attention). Its
+    trace records the branch taken."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    @torch.jit.ignore
+    def crossed(self, x: torch.Tensor, other: torch.Tensor) -> torch.Tensor:
+        return self.linear(x) * other
+
+    def forward(self, x: torch.Tensor, other: Optional[torch.Tensor] = None) -> torch.Tensor:
+        if other is None:
+            return torch.relu(self.linear(x))
+        return self.crossed(x, other)
+
+
+def ignored_branch():
+    torch.manual_seed(0)
+    return [torch.nn.Linear(6, 4), IgnoredBranch()], (torch.randn(5, 6), torch.randn(5, 4))
 
 
 class ZeroThenDropout(torch.nn.Module):

@@ -187,6 +187,20 @@ class ExportModelTest(unittest.TestCase):
                       "TorchScript cannot hold: replace the module that calls it with one of torch's operations",
                       error)
 
+    def test_a_script_that_cannot_be_saved_is_traced_instead(self):
+        r = self.export("ignored_branch")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertEqual(lines[0], "scripted: '0' (Linear)")
+        self.assertTrue(lines[1].startswith("traced: '1' (IgnoredBranch); "), lines[1])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            saved = torch.jit.load(self.prefix + ".pt")
+        model, (inputs, _) = load_cases().ignored_branch()
+        model = torch.nn.Sequential(*model)
+        for size in (1, 5):
+            torch.testing.assert_close(saved(inputs[:size]), model(inputs[:size]), rtol=1e-5, atol=1e-6)
+
     def test_trace_that_bakes_the_batch_size_is_refused(self):
         error = self.refused("baked_size")
         self.assertIn("child '1' (BakedSize) cannot be scripted: Compiled functions can't take variable number", error)
