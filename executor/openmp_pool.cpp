@@ -5,6 +5,8 @@
 
 #include <dlfcn.h>
 
+#include <cstring>
+
 namespace pipetune::exec {
 
 namespace {
@@ -12,9 +14,17 @@ namespace {
 using PauseAll = int (*)(int kind);
 constexpr int kOmpPauseSoft = 1;  // omp_pause_soft: the pools go, the runtime stays usable
 
+// GNU libgomp's pause frees the calling thread's pool only, which is what a step wants. LLVM's
+// libomp pauses the whole runtime, every device's pool with it, so it is left alone.
 PauseAll pause_all() {
-  static const PauseAll found =
-      reinterpret_cast<PauseAll>(dlsym(RTLD_DEFAULT, "omp_pause_resource_all"));
+  static const PauseAll found = [] {
+    void* symbol = dlsym(RTLD_DEFAULT, "omp_pause_resource_all");
+    Dl_info where{};
+    if (!symbol || !dladdr(symbol, &where) || !where.dli_fname ||
+        !std::strstr(where.dli_fname, "libgomp"))
+      return PauseAll{nullptr};
+    return reinterpret_cast<PauseAll>(symbol);
+  }();
   return found;
 }
 

@@ -2,8 +2,9 @@
 
 namespace pipetune::exec {
 
-/// Frees the calling thread's OpenMP thread pool, if it has one. Returns false when the OpenMP
-/// runtime LibTorch loaded has no omp_pause_resource_all (OpenMP 5.0), or none is loaded.
+/// Frees the calling thread's OpenMP thread pool, if it has one. Returns false, doing nothing,
+/// unless the OpenMP runtime LibTorch loaded is GNU libgomp with omp_pause_resource_all (OpenMP
+/// 5.0): LLVM's libomp pauses every thread's pool.
 ///
 /// Why a pipeline needs it: GNU libgomp's idle pool threads spin for their next parallel region
 /// only while the pools' threads in the whole process are no more than the cores. Past that
