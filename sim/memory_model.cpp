@@ -480,8 +480,8 @@ StageMemory stage_memory(const CostModel& model, const SizeCosts& c, int first, 
   return m;
 }
 
-std::int64_t resident_parameter_bytes(std::int64_t held, std::int64_t trained,
-                                      double optimizer_state_factor) {
+std::int64_t resident_bytes(std::int64_t held, std::int64_t trained,
+                            double optimizer_state_factor) {
   return held + std::llround(static_cast<double>(trained) * optimizer_state_factor);
 }
 
@@ -612,9 +612,8 @@ std::int64_t stage_peak_bound(const CostModel& model, const SizeCosts& common,
   const int m = shape.micro_batches;
   const std::int64_t held = model.held_bytes(first, end);
   const std::int64_t trained = model.trained_bytes(first, end);
-  const std::int64_t baseline =
-      resident_parameter_bytes(held, trained, shape.optimizer_state_factor) +
-      (stage == 0 ? shape.batch_input_bytes : 0) + shape.library_bytes;
+  const std::int64_t baseline = resident_bytes(held, trained, shape.optimizer_state_factor) +
+                                (stage == 0 ? shape.batch_input_bytes : 0) + shape.library_bytes;
   const bool last_stage = stage + 1 == shape.stages;
   const int stop = shape.checkpoint == CheckpointMode::Always       ? m
                    : shape.checkpoint == CheckpointMode::ExceptLast ? m - 1

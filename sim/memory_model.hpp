@@ -126,8 +126,7 @@ struct MemoryEffect {
 /// CostModel::held_bytes), and the optimizer's state (`optimizer_state_factor` times their
 /// bytes) of the parameters that train. Rounded as the simulator and the planner's bounds both
 /// take it, per stage.
-std::int64_t resident_parameter_bytes(std::int64_t held, std::int64_t trained,
-                                      double optimizer_state_factor);
+std::int64_t resident_bytes(std::int64_t held, std::int64_t trained, double optimizer_state_factor);
 /// What a backward (B, or W when split) frees besides its layer walk: the stage output and the
 /// received gradient (the last stage has neither), and the stage input when it is the stage's
 /// own buffer (received from another device, or left by a checkpointed stage on this one).

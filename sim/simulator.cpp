@@ -239,7 +239,7 @@ std::vector<std::int64_t> baseline_memory(const CostModel& costs, const Plan& pl
   std::vector<std::uint8_t> computes(shape.devices, 0);
   for (int s = 0; s < shape.stages; ++s) {
     const int first = shape.first[s], end = shape.first[s + 1];
-    baseline[shape.device_of[s]] += resident_parameter_bytes(
+    baseline[shape.device_of[s]] += resident_bytes(
         costs.held_bytes(first, end), costs.trained_bytes(first, end), plan.optimizer_state_factor);
     computes[shape.device_of[s]] = 1;
   }

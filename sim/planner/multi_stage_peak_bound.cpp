@@ -70,7 +70,7 @@ MultiStagePeakBound::MultiStagePeakBound(const CostModel& costs,
     for (int k = 0; k < costs.layer_count(); ++k)
       weight_kept_[s][k + 1] = weight_kept_[s][k] + weight_kept_last(s, k);
   }
-  params_.assign(stages, 0);
+  held_.assign(stages, 0);
   trained_.assign(stages, 0);
   collect_moments(sizes, kind, checkpoint);
   own_input_ = std::move(own_input);
@@ -193,13 +193,13 @@ std::int64_t MultiStagePeakBound::place(int t, int a, int b, bool with_input) {
     waiting_[s][t] =
         b > a ? weight_kept_[s][b] - weight_kept_[s][a] - weight_kept_last(s, b - 1) : 0;
   }
-  params_[t] = costs_.held_bytes(a, b);
+  held_[t] = costs_.held_bytes(a, b);
   trained_[t] = costs_.trained_bytes(a, b);
   return device_bound(rank_[t]);
 }
 
 void MultiStagePeakBound::unplace(int t) {
-  kept_[0][t] = kept_[1][t] = waiting_[0][t] = waiting_[1][t] = params_[t] = trained_[t] = 0;
+  kept_[0][t] = kept_[1][t] = waiting_[0][t] = waiting_[1][t] = held_[t] = trained_[t] = 0;
 }
 
 std::int64_t MultiStagePeakBound::moment_level(const Moment& x, int r) const {
@@ -219,7 +219,7 @@ std::int64_t MultiStagePeakBound::baseline(int r) const {
   std::int64_t bytes = profile.device.library_bytes;
   if (r == rank_[0]) bytes += costs_.at(profile.batch_size).input_bytes;
   for (int s : stages_of_[r])  // as the simulator rounds it: per stage
-    bytes += resident_parameter_bytes(params_[s], trained_[s], optimizer_state_factor_);
+    bytes += resident_bytes(held_[s], trained_[s], optimizer_state_factor_);
   return bytes;
 }
 
@@ -623,10 +623,10 @@ MultiStagePeakBound::Prefixes MultiStagePeakBound::layer_prefixes() const {
       out.kept_before[slot][b] = out.kept[slot][b] - out.stored[slot][b];
     }
   }
-  out.params.assign(layers + 1, 0.0);
+  out.held.assign(layers + 1, 0.0);
   out.trained.assign(layers + 1, 0.0);
   for (int b = 0; b < layers; ++b) {
-    out.params[b + 1] = out.params[b] + static_cast<double>(costs_.held_bytes_at_least(b, b + 1));
+    out.held[b + 1] = out.held[b] + static_cast<double>(costs_.held_bytes_at_least(b, b + 1));
     out.trained[b + 1] =
         out.trained[b] + static_cast<double>(costs_.trained_bytes_at_least(b, b + 1));
   }
@@ -663,11 +663,11 @@ double MultiStagePeakBound::least_weighted(const Prefixes& prefixes,
   const int stages = static_cast<int>(rank_.size());
   const auto& kept_prefix = prefixes.kept;
   const auto& kept_before = prefixes.kept_before;
-  const std::vector<double>& params = prefixes.params;
+  const std::vector<double>& held = prefixes.held;
   const std::vector<double>& trained = prefixes.trained;
   double fixed = weighted_fixed(weight, at);
-  // The stages' parameters and optimizer state, rounded per stage by the simulator (at most
-  // half a byte each below the exact product).
+  // The stages' parameters, buffers and optimizer state, rounded per stage by the simulator (at
+  // most half a byte each below the exact product).
   const double state = optimizer_state_factor_;
   std::vector<double> least(layers + 1, kInfBytes), next(layers + 1);
   std::vector<std::vector<int>> from(stages, std::vector<int>(layers + 1, -1));
@@ -689,12 +689,12 @@ double MultiStagePeakBound::least_weighted(const Prefixes& prefixes,
       return sum;
     };
     auto end_part = [&](int b) {
-      return w[0] * kept_before[0][b] + w[1] * kept_before[1][b] + p * params[b] + u * trained[b] +
+      return w[0] * kept_before[0][b] + w[1] * kept_before[1][b] + p * held[b] + u * trained[b] +
              g[0] * prefixes.waiting_before[0][b] + g[1] * prefixes.waiting_before[1][b] +
              work_part(b);
     };
     auto start_part = [&](int a) {
-      return w[0] * kept_prefix[0][a] + w[1] * kept_prefix[1][a] + p * params[a] + u * trained[a] +
+      return w[0] * kept_prefix[0][a] + w[1] * kept_prefix[1][a] + p * held[a] + u * trained[a] +
              g[0] * prefixes.waiting[0][a] + g[1] * prefixes.waiting[1][a] + work_part(a);
     };
     // The least over a < b of least[a] - start_part(a), apart for the starts after the last

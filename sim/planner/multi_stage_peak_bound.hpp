@@ -143,7 +143,7 @@ class MultiStagePeakBound {
     double constant = 0.0;
   };
   struct Prefixes {
-    std::vector<double> kept[2], kept_before[2], params, trained;
+    std::vector<double> kept[2], kept_before[2], held, trained;  // held: CostModel::held_bytes
     // Per layer end b: the last layer before it that makes storage (-1: none) and that
     // storage's bytes, which kept_before takes off.
     std::vector<int> maker;
@@ -179,7 +179,7 @@ class MultiStagePeakBound {
   std::vector<std::vector<Moment>> moments_;  // per device, none dominated by another
   // Per stage as placed: kept bytes and the gradients I keeps for W, per slot, and parameter
   // bytes; 0 while unplaced.
-  std::vector<std::int64_t> kept_[2], waiting_[2], params_, trained_;
+  std::vector<std::int64_t> kept_[2], waiting_[2], held_, trained_;
   // Per stage: its input is a buffer of its own (counted with its kept bytes while
   // count_inputs_; may_fit() turns that off, its partitions price layer sums alone).
   std::vector<char> own_input_;
