@@ -221,9 +221,8 @@ void add_plan_command(CLI::App& app, std::vector<Command>& commands) {
       throw InputError(fmt::format("{}: {}", flags->hardware.hardware_path, refused));
     if (hardware.runtime == Runtime::TorchPipelining) {
       note +=
-          "; only plans torch runs: chunk counts that split the batch evenly, checkpoint never or "
-          "always";
-      if (profile.device.type == "cpu") note += ", no V schedules on CPU";
+          "; only plans torch runs as predicted: chunk counts that split the batch evenly, "
+          "checkpoint never, or always where the backward is not split";
       if (options.stage_inputs_unchanged)
         note += ", no stage after the first starting by changing its input in place";
       if (options.stage_outputs_detachable)

@@ -150,7 +150,7 @@ void add_simulate_command(CLI::App& app, std::vector<Command>& commands) {
     check_plan(plan, profile, hardware, plan_source(flags->plan));
     if (hardware.runtime == Runtime::TorchPipelining) {
       // A what-if is allowed, but not without saying torch would refuse it.
-      std::string refused = torch_cannot_run(plan, profile.batch_size, profile.device.type);
+      std::string refused = torch_cannot_run(plan, profile.batch_size);
       if (refused.empty()) refused = torch_changed_stage_input(plan, profile);
       if (refused.empty()) refused = torch_view_stage_output(plan, profile);
       if (!refused.empty()) note += "; torch cannot run this plan: " + refused;

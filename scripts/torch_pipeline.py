@@ -27,7 +27,9 @@ whole batch's mean loss's, as pipetune's executor computes it; the printed loss 
 torch's stages check every micro-batch against one shape, so a chunk count that does not divide
 the batch (8 in 3: micro-batches of 3, 3 and 2) is refused, as is what torch cannot express:
 checkpoint except_last (a stage runs one module for every micro-batch; always wraps each stage
-in torch.utils.checkpoint).
+in torch.utils.checkpoint), and checkpoint always under a split backward (interleaved-zb, zbv,
+dualpipev, a CSV's I and W), where torch recomputes a stage once for every autograd call its
+backward makes.
 
 Every forward, backward, input-gradient and weight-gradient action of every rank is timed (the
 stage's own methods, wrapped), and every message between ranks (the schedules' own helpers that
@@ -78,6 +80,12 @@ from export_model import (BadInput, as_batch, as_sequential, base_loss, children
 
 LOOPED = {"interleaved-1f1b", "interleaved-zb", "looped-bfs"}
 V_SHAPED = {"zbv", "dualpipev"}
+SPLIT_BACKWARD = {"interleaved-zb", "zbv", "dualpipev"}
+# torch.utils.checkpoint recomputes once per autograd call that reaches the stage's saved tensors,
+# and torch's split backward makes one for I and one for each of W's parameter groups.
+RECOMPUTES_PER_AUTOGRAD_CALL = ("torch recomputes a checkpointed stage at its I and again for each of its W's "
+                                "parameter groups (a stage of L layers with weights runs its forward L + 1 times "
+                                "more); use never, or a schedule that does not split the backward")
 SCHEDULES = {
     "gpipe": "ScheduleGPipe",
     "1f1b": "Schedule1F1B",
@@ -109,6 +117,8 @@ def load_plan(path):
                        "micro-batch, so recomputing all but the last cannot be expressed; use never or always")
     if checkpoint not in ("never", "always"):
         raise BadInput(f"{path}: checkpoint: expected never, except_last or always, got \"{checkpoint}\"")
+    if checkpoint == "always" and plan["schedule"] in SPLIT_BACKWARD:
+        raise BadInput(f"{path}: checkpoint always under {plan['schedule']}: {RECOMPUTES_PER_AUTOGRAD_CALL}")
     return plan
 
 
@@ -147,6 +157,9 @@ def csv_placement(path, plan, batch_size=None):
                     raise BadInput(f"{path}: row {r + 1}, cell {c + 1}: expected a compute action such as 0F1, "
                                    f"got \"{cell}\"")
                 stage, micro_batch = int(match.group(1)), int(match.group(3))
+                if match.group(2) in "IW" and plan.get("checkpoint", "never") == "always":
+                    raise BadInput(f"{path}: row {r + 1}, cell {c + 1}: checkpoint always with a split backward "
+                                   f"({action.strip()}): {RECOMPUTES_PER_AUTOGRAD_CALL}")
                 if stage >= stages:
                     raise BadInput(f"{path}: row {r + 1}, cell {c + 1}: stage {stage}, the plan's balance has "
                                    f"{stages} stages")
@@ -293,6 +306,20 @@ def tag_messages(stage):
     wrap("get_fwd_recv_ops", "activation", lambda s: s - 1, False)
     wrap("get_bwd_send_ops", "gradient", lambda s: s, True)
     wrap("get_bwd_recv_ops", "gradient", lambda s: s + 1, False)
+
+
+def no_warm_up_messages_to_itself(stage, rank):
+    """Drops the one-element messages a stage's first step sends its neighbours to set up their
+    links where the neighbour is on this rank: the V's middle stages, or a custom order's adjacent
+    stages on one rank. Gloo has no link from a rank to itself and fails on them ("Pair is not
+    connected"); past that first step torch hands tensors between a rank's own stages without
+    messages."""
+    original = stage._get_init_p2p_neighbors_ops
+
+    def to_other_ranks():
+        return [op for op in original() if op.peer != rank]
+
+    stage._get_init_p2p_neighbors_ops = to_other_ranks
 
 
 def time_messages(messages):
@@ -487,6 +514,7 @@ def rank_main(rank, world, args, plan, results=None):
                                                  output_args=examples[s][1].to("meta"))
                 time_actions(stage, records)
                 tag_messages(stage)
+                no_warm_up_messages_to_itself(stage, rank)
                 stages.append(stage)
             first += count
         schedule_class = getattr(pipelining, SCHEDULES[plan["schedule"]])
@@ -878,17 +906,7 @@ def main():
             if args.steps < 1 or args.warmup < 0:
                 raise BadInput("--steps: expected at least 1 (and --warmup 0 or more)")
             plan = load_plan(args.plan)
-            devices, device_of = placement(plan, args)
-            if args.schedule_csv and args.device == "cpu":
-                for s in range(len(device_of) - 1):
-                    if device_of[s] == device_of[s + 1]:
-                        raise BadInput(f"{args.schedule_csv}: stages {s} and {s + 1} on one rank: torch passes tensors "
-                                       "between them as messages to itself, which Gloo cannot send; run it with "
-                                       "--device cuda (NCCL), or place them on two ranks")
-            elif plan["schedule"] in V_SHAPED and args.device == "cpu":
-                raise BadInput(f"{plan['schedule']} on CPU: torch's V schedules pass tensors between the two stages "
-                               "a rank holds as messages to itself, which Gloo cannot send; run it with --device "
-                               "cuda (NCCL), or pick another schedule")
+            devices, _ = placement(plan, args)
         if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # under torchrun
             if not args.probe and int(os.environ["WORLD_SIZE"]) != devices:
                 raise BadInput(f"the plan runs on {devices} devices, torchrun started {os.environ['WORLD_SIZE']} "

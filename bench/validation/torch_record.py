@@ -6,7 +6,7 @@ memory, as one Markdown row a plan.
         --profile gpt2.profile.json --hardware torch.hardware.json "[3,3] x4 never 1f1b" ...
 
 A plan is written short, as the reports write it: "[BALANCE] xCHUNKS CHECKPOINT SCHEDULE" (two
-stages a device for the looped schedules). The profile is pipetune's (`pipetune profile`, one
+stages a device for the looped and V schedules). The profile is pipetune's (`pipetune profile`, one
 intra-op thread a device as torch's ranks run); the hardware file torch_pipeline.py --probe's.
 With --eager-profile (scripts/eager_profile.py's retiming of that profile on the model's Python
 modules), a column more: the prediction for torch's runtime from the eager times.
@@ -20,14 +20,14 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
-LOOPED = {"interleaved-1f1b", "interleaved-zb", "looped-bfs"}
+TWO_STAGES_A_DEVICE = {"interleaved-1f1b", "interleaved-zb", "looped-bfs", "zbv", "dualpipev"}
 
 
 def plan_of(text):
     balance, chunks, checkpoint, schedule = text.split()
     plan = {"format": "pipetune.plan/1", "balance": json.loads(balance), "chunks": int(chunks.lstrip("x")),
             "checkpoint": checkpoint, "schedule": schedule}
-    if schedule in LOOPED:
+    if schedule in TWO_STAGES_A_DEVICE:
         plan["stages_per_device"] = 2
     return plan
 

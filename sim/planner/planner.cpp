@@ -64,7 +64,15 @@ std::string search_space_text(const PlannerOptions& options, std::int64_t batch)
   if (options.stage_outputs_detachable)
     balances += fmt::format(" {}whose middle stages do not end with a view under zero bubble",
                             options.stage_inputs_unchanged ? "and " : "");
-  return fmt::format("{}, {}, {} and {}{}", balances, chunks, modes, schedules, per_device);
+  const bool splits = std::any_of(options.schedules.begin(), options.schedules.end(),
+                                  [](ScheduleKind k) { return splits_backward(k); });
+  const bool always = std::find(options.checkpoints.begin(), options.checkpoints.end(),
+                                CheckpointMode::Always) != options.checkpoints.end();
+  const std::string unsplit = !options.checkpointed_split_backward && splits && always
+                                  ? " (checkpoint always only where the backward is not split)"
+                                  : "";
+  return fmt::format("{}, {}, {}{} and {}{}", balances, chunks, modes, unsplit, schedules,
+                     per_device);
 }
 
 PlanSearchResult find_best_plans(const Profile& profile, const Hardware& hardware,

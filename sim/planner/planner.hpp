@@ -74,6 +74,9 @@ struct PlannerOptions {
   /// Only plans whose middle stages, under a schedule that splits the backward, do not end with
   /// a view (torch_view_stage_output()): torch's I detaches a stage's output in place.
   bool stage_outputs_detachable = false;
+  /// Whether checkpoint always is searched under the schedules that split the backward
+  /// (interleaved-zb, zbv, dualpipev). Not for torch's runtime (torch_cannot_run()).
+  bool checkpointed_split_backward = true;
   std::function<void(std::size_t done, std::size_t total)> progress;
 };
 

@@ -16,14 +16,15 @@ bool even_split(std::int64_t batch_size, int chunks) {
   return sizes.front() == sizes.back();
 }
 
-bool v_shaped(ScheduleKind kind) {
-  return kind == ScheduleKind::ZBV || kind == ScheduleKind::DualPipeV;
-}
+// torch.utils.checkpoint recomputes once per autograd call that reaches the stage's saved
+// tensors, and torch's split backward makes one for I and one for each of W's parameter groups.
+constexpr std::string_view kRecomputesPerAutogradCall =
+    "torch recomputes a checkpointed stage at its I and again for each of its W's parameter "
+    "groups (a stage of L layers with weights runs its forward L + 1 times more)";
 
 }  // namespace
 
-std::string torch_cannot_run(const Plan& plan, std::int64_t batch_size,
-                             std::string_view device_type) {
+std::string torch_cannot_run(const Plan& plan, std::int64_t batch_size) {
   if (!even_split(batch_size, plan.chunks)) {
     const std::vector<std::int64_t> sizes = split_batch(batch_size, plan.chunks);
     return fmt::format(
@@ -34,11 +35,9 @@ std::string torch_cannot_run(const Plan& plan, std::int64_t batch_size,
   if (plan.checkpoint == CheckpointMode::ExceptLast) {
     return "checkpoint except_last: torch's PipelineStage runs one module for every micro-batch";
   }
-  if (v_shaped(plan.schedule) && device_type == "cpu") {
-    return fmt::format(
-        "{} on CPU: torch's V schedules send tensors between a rank's two stages as messages to "
-        "itself, which Gloo cannot carry",
-        to_string(plan.schedule));
+  if (plan.checkpoint == CheckpointMode::Always && splits_backward(plan.schedule)) {
+    return fmt::format("checkpoint always under {}: {}", to_string(plan.schedule),
+                       kRecomputesPerAutogradCall);
   }
   return "";
 }
@@ -112,7 +111,7 @@ std::string torch_frozen_stem_unmodelled(const Plan& plan, const Profile& profil
 }
 
 std::string keep_what_the_runtime_runs(PlannerOptions& options, const Hardware& hardware,
-                                       std::int64_t batch_size, std::string_view device_type) {
+                                       std::int64_t batch_size) {
   if (hardware.runtime != Runtime::TorchPipelining) return "";
   std::vector<int> chunks = options.chunks;
   if (chunks.empty()) {
@@ -120,7 +119,7 @@ std::string keep_what_the_runtime_runs(PlannerOptions& options, const Hardware& 
   }
   std::erase_if(chunks, [&](int c) { return !even_split(batch_size, c); });
   std::erase(options.checkpoints, CheckpointMode::ExceptLast);
-  if (device_type == "cpu") std::erase_if(options.schedules, v_shaped);
+  options.checkpointed_split_backward = false;
   if (chunks.empty()) {
     return fmt::format(
         "no chunk count asked for splits the batch of {} evenly, as torch's stages need",
@@ -130,9 +129,17 @@ std::string keep_what_the_runtime_runs(PlannerOptions& options, const Hardware& 
     return "torch's PipelineStage cannot checkpoint all but the last micro-batch "
            "(except_last); ask for never or always";
   }
-  if (options.schedules.empty()) {
-    return "torch's V schedules (zbv, dualpipev) cannot run on CPU ranks over Gloo; ask for "
-           "another schedule";
+  const bool runs_one =
+      std::any_of(options.schedules.begin(), options.schedules.end(), [&](ScheduleKind kind) {
+        return !splits_backward(kind) ||
+               std::find(options.checkpoints.begin(), options.checkpoints.end(),
+                         CheckpointMode::Never) != options.checkpoints.end();
+      });
+  if (!runs_one) {
+    return fmt::format(
+        "checkpoint always under a split backward: {}; ask for never or another "
+        "schedule",
+        kRecomputesPerAutogradCall);
   }
   options.chunks = std::move(chunks);
   return "";
@@ -140,8 +147,7 @@ std::string keep_what_the_runtime_runs(PlannerOptions& options, const Hardware& 
 
 std::string keep_what_the_runtime_runs(PlannerOptions& options, const Hardware& hardware,
                                        const Profile& profile) {
-  std::string refused =
-      keep_what_the_runtime_runs(options, hardware, profile.batch_size, profile.device.type);
+  std::string refused = keep_what_the_runtime_runs(options, hardware, profile.batch_size);
   if (refused.empty() && hardware.runtime == Runtime::TorchPipelining) {
     options.stage_inputs_unchanged =
         std::any_of(profile.layers.begin(), profile.layers.end(),

@@ -13,15 +13,16 @@ namespace pipetune {
 struct PlannerOptions;
 struct SizeCosts;
 
-/// Why torch.distributed.pipelining 2.11 cannot run `plan` on devices of `device_type`
-/// ("cpu", "cuda"), or "" when it can (scripts/torch_pipeline.py refuses the same):
+/// Why torch.distributed.pipelining 2.11 cannot run `plan` as predicted, or "" when it can
+/// (scripts/torch_pipeline.py refuses the same):
 /// - its stages check every micro-batch against one shape, so the batch must split evenly;
 /// - a PipelineStage runs one module for every micro-batch, so recomputing all but the last
 ///   micro-batch (checkpoint except_last) cannot be expressed;
-/// - its V schedules send tensors between a rank's two stages as messages to the rank itself,
-///   which Gloo (the CPU backend) cannot carry.
-std::string torch_cannot_run(const Plan& plan, std::int64_t batch_size,
-                             std::string_view device_type);
+/// - under a split backward (interleaved-zb, zbv, dualpipev) torch.utils.checkpoint recomputes
+///   a checkpointed stage once for every autograd call that reaches it: at I and again for each
+///   of W's parameter groups (measured 5-7 x the step's time and 3 x its memory), which no
+///   prediction holds, so checkpoint always is refused there.
+std::string torch_cannot_run(const Plan& plan, std::int64_t batch_size);
 
 /// Why torch would refuse `plan` for what its layers do: a stage after the first whose layers
 /// change its input in place (LayerProfile::modifies_input, after views of it or first), since
@@ -53,10 +54,11 @@ int frozen_stem_cuts_end(const Profile& profile);
 /// a line saying so.
 std::string torch_frozen_stem_unmodelled(const Plan& plan, const Profile& profile);
 
-/// Narrows the planner's choices to plans the hardware's runtime runs (all of them for
-/// pipetune's executor). Returns "" or, when nothing the options allow is left, why.
+/// Narrows the planner's choices to plans the hardware's runtime runs as predicted (all of them
+/// for pipetune's executor; torch_cannot_run()'s for torch's). Returns "" or, when nothing the
+/// options allow is left, why.
 std::string keep_what_the_runtime_runs(PlannerOptions& options, const Hardware& hardware,
-                                       std::int64_t batch_size, std::string_view device_type);
+                                       std::int64_t batch_size);
 /// The same for `profile`'s model, and for torch's runtime only balances torch runs: where a
 /// layer of it changes its input in place (PlannerOptions::stage_inputs_unchanged), and where one
 /// makes a view of its input (PlannerOptions::stage_outputs_detachable).

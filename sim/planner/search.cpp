@@ -92,6 +92,9 @@ std::vector<Config> PlanSearch::configurations() const {
             schedule_refusal(schedule, context_.stages, v, c.micro_batches()).has_value()) {
           continue;
         }
+        if (checkpoint == CheckpointMode::Always && splits_backward(schedule) &&
+            !context_.options.checkpointed_split_backward)
+          continue;
         // except_last with one micro-batch checkpoints nothing: the same plan as never.
         if (checkpoint == CheckpointMode::ExceptLast && c.micro_batches() == 1 && never_too)
           continue;

@@ -64,6 +64,10 @@ class TorchPipelineTest(unittest.TestCase):
              "stages_per_device": 2},
             {"balance": [1, 3, 2, 1], "chunks": 4, "checkpoint": "never", "schedule": "interleaved-zb",
              "stages_per_device": 2},
+            # In a V: stages 1 and 2 on rank 1, handed over without a message (Gloo has no link from a
+            # rank to itself).
+            {"balance": [2, 2, 2, 1], "chunks": 2, "checkpoint": "never", "schedule": "zbv"},
+            {"balance": [1, 2, 3, 1], "chunks": 4, "checkpoint": "never", "schedule": "dualpipev"},
         ]
         for plan in plans:
             with self.subTest(plan=plan["schedule"]):
@@ -115,6 +119,25 @@ class TorchPipelineTest(unittest.TestCase):
         self.assertIn((2, "backward_weight"), kinds)
         self.assertIn((0, "backward"), kinds)
 
+    def test_a_custom_order_with_neighbouring_stages_on_one_rank_trains_as_one_device(self):
+        # Stages 1 and 2 on rank 1, as a V places them: the activation and the gradient between
+        # them never leave the rank.
+        order = os.path.join(self.folder.name, "order.csv")
+        with open(order, "w") as f:
+            f.write("0F0,0F1,3F0,3B0,3F1,3B1,0B0,0B1\n"
+                    "1F0,1F1,2F0,2F1,2B0,2B1,1B0,1B1\n")
+        plan = {"balance": [2, 2, 2, 1], "chunks": 2, "checkpoint": "never", "schedule": "1f1b"}
+        trace = os.path.join(self.folder.name, "measured.trace.json")
+        done = self.run_plan(plan, "--json", "--schedule-csv", order, "--trace", trace)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        losses = json.loads(done.stdout.strip().splitlines()[-1])["losses"]
+        self.assertEqual(len(losses), STEPS)
+        for got, want in zip(losses, one_device_losses()):
+            self.assertAlmostEqual(got, want, delta=1e-12 * abs(want))
+        with open(trace) as f:
+            t = json.load(f)
+        self.assertEqual([d["stages"] for d in t["pipetune"]["summary"]["devices"]], [[0, 3], [1, 2]])
+
     def test_a_custom_order_that_does_not_fit_the_plan_is_one_line(self):
         plan = {"balance": [2, 2, 2, 1], "chunks": 2, "checkpoint": "never", "schedule": "1f1b"}
         cases = [
@@ -122,14 +145,16 @@ class TorchPipelineTest(unittest.TestCase):
             ("0F0,0F1,4F0\n1F0\n", "stage 4, the plan's balance has 4 stages"),
             ("0F0,0F1,2F0,2F1\n1F0,1F1,3F0,2F0\n", "stage 2 is in rows 1 and 2"),
             ("0F0,SEND_F\n", "expected a compute action such as 0F1"),
-            ("0F0,1F0,2F0,3F0\n", "stages 0 and 1 on one rank"),
+            ("0F0,0F1,2F0,2F1,2I0,2W0,2I1,2W1,0B0,0B1\n1F0,1F1,3F0,3B0,3F1,3B1,1B0,1B1\n",
+             "row 1, cell 5: checkpoint always with a split backward (2I0): torch recomputes"),
         ]
         for text, message in cases:
             with self.subTest(message=message):
                 order = os.path.join(self.folder.name, "order.csv")
                 with open(order, "w") as f:
                     f.write(text)
-                done = self.run_plan(plan, "--json", "--schedule-csv", order)
+                checkpointed = dict(plan, checkpoint="always") if "split backward" in message else plan
+                done = self.run_plan(checkpointed, "--json", "--schedule-csv", order)
                 self.assertEqual(done.returncode, 2, done.stderr)
                 self.assertIn(message, done.stderr)
                 self.assertEqual(len(done.stderr.strip().splitlines()), 1, done.stderr)
@@ -143,7 +168,8 @@ class TorchPipelineTest(unittest.TestCase):
 
     def test_tied_weights_split_over_ranks_train_as_one_device(self):
         # The first and fifth children hold one weight: on two ranks (gpipe, 1f1b over three,
-        # interleaved), and on two stages of one rank (interleaved-zb's stages 0 and 2).
+        # interleaved), and on two stages of one rank (interleaved-zb's stages 0 and 2, the V's
+        # first and last).
         expected = one_device_losses(torch_pipeline_cases.build_tied)
         plans = [
             {"balance": [4, 3], "chunks": 4, "checkpoint": "never", "schedule": "gpipe"},
@@ -152,6 +178,8 @@ class TorchPipelineTest(unittest.TestCase):
              "stages_per_device": 2},
             {"balance": [1, 3, 2, 1], "chunks": 4, "checkpoint": "never", "schedule": "interleaved-zb",
              "stages_per_device": 2},
+            {"balance": [1, 2, 1, 3], "chunks": 2, "checkpoint": "never", "schedule": "zbv"},
+            {"balance": [1, 2, 1, 3], "chunks": 4, "checkpoint": "never", "schedule": "dualpipev"},
         ]
         for plan in plans:
             with self.subTest(plan=plan["schedule"]):
@@ -330,10 +358,13 @@ class TorchPipelineTest(unittest.TestCase):
                             "checkpoint except_last"),
             "uneven micro-batches": ({"balance": [4, 3], "chunks": 3, "checkpoint": "never", "schedule": "gpipe"},
                                      "micro-batches of [3, 3, 2]"),
-            "V on Gloo": ({"balance": [2, 2, 2, 1], "chunks": 2, "checkpoint": "never", "schedule": "zbv"},
-                          "zbv on CPU"),
             "balance": ({"balance": [4, 4], "chunks": 2, "checkpoint": "never", "schedule": "gpipe"},
                         "holds 8 layers, the model has 7"),
+            # torch.utils.checkpoint would recompute the stage at I and for each of W's groups.
+            "checkpointed split backward": ({"balance": [2, 2, 2, 1], "chunks": 2, "checkpoint": "always",
+                                             "schedule": "zbv"},
+                                            "checkpoint always under zbv: torch recomputes a checkpointed stage at "
+                                            "its I and again for each of its W's parameter groups"),
         }
         for name, (plan, words) in refusals.items():
             with self.subTest(case=name):

@@ -27,7 +27,7 @@ TEST(RuntimeSupport, TorchRunsTheChunkCountsWhoseMicroBatchesAreOfOneSize) {
   // divide B: one size exactly when ceil(B / c) divides B.
   for (std::int64_t batch = 1; batch <= 40; ++batch) {
     PlannerOptions options;
-    ASSERT_EQ(keep_what_the_runtime_runs(options, torch_hardware(), batch, "cpu"), "");
+    ASSERT_EQ(keep_what_the_runtime_runs(options, torch_hardware(), batch), "");
     std::vector<int> expected;
     for (int c = 1; c <= batch; ++c) {
       const std::int64_t piece = (batch + c - 1) / c;
@@ -36,60 +36,86 @@ TEST(RuntimeSupport, TorchRunsTheChunkCountsWhoseMicroBatchesAreOfOneSize) {
     EXPECT_EQ(options.chunks, expected) << "batch " << batch;
     for (int c = 1; c <= batch; ++c) {
       const bool runs =
-          torch_cannot_run(make_plan({1, 1}, c, CheckpointMode::Never), batch, "cpu").empty();
+          torch_cannot_run(make_plan({1, 1}, c, CheckpointMode::Never), batch).empty();
       EXPECT_EQ(runs, std::find(expected.begin(), expected.end(), c) != expected.end())
           << "batch " << batch << ", " << c << " chunks";
     }
   }
-  EXPECT_EQ(torch_cannot_run(make_plan({1, 1}, 3, CheckpointMode::Never), 8, "cpu"),
+  EXPECT_EQ(torch_cannot_run(make_plan({1, 1}, 3, CheckpointMode::Never), 8),
             "a batch of 8 in 3 chunks makes micro-batches of 3 and 2: torch's stages check every "
             "micro-batch against one shape");
 }
 
-TEST(RuntimeSupport, TorchCannotCheckpointAllButTheLastNorRunAVOnCpu) {
+TEST(RuntimeSupport, TorchCannotCheckpointAllButTheLastNorACheckpointedSplitBackward) {
   PlannerOptions options;
-  ASSERT_EQ(keep_what_the_runtime_runs(options, torch_hardware(), 8, "cpu"), "");
+  ASSERT_EQ(keep_what_the_runtime_runs(options, torch_hardware(), 8), "");
   EXPECT_EQ(options.checkpoints,
             (std::vector<CheckpointMode>{CheckpointMode::Always, CheckpointMode::Never}));
-  for (const ScheduleKind kind : options.schedules) {
-    EXPECT_NE(kind, ScheduleKind::ZBV);
-    EXPECT_NE(kind, ScheduleKind::DualPipeV);
-  }
-  EXPECT_EQ(options.schedules.size(), std::size(kAllScheduleKinds) - 2);
-  PlannerOptions on_gpus;
-  ASSERT_EQ(keep_what_the_runtime_runs(on_gpus, torch_hardware(), 8, "cuda"), "");
-  EXPECT_EQ(on_gpus.schedules.size(), std::size(kAllScheduleKinds));  // NCCL carries them
-  EXPECT_FALSE(
-      torch_cannot_run(make_plan({1, 1}, 2, CheckpointMode::ExceptLast), 8, "cuda").empty());
+  EXPECT_EQ(options.schedules.size(), std::size(kAllScheduleKinds));  // the V ones on CPU too
+  EXPECT_FALSE(options.checkpointed_split_backward);
+  EXPECT_FALSE(torch_cannot_run(make_plan({1, 1}, 2, CheckpointMode::ExceptLast), 8).empty());
   Plan v = make_plan({1, 1, 1, 1}, 2, CheckpointMode::Never, ScheduleKind::ZBV);
-  EXPECT_EQ(torch_cannot_run(v, 8, "cuda"), "");
-  EXPECT_EQ(torch_cannot_run(v, 8, "cpu"),
-            "zbv on CPU: torch's V schedules send tensors between a rank's two stages as messages "
-            "to itself, which Gloo cannot carry");
+  EXPECT_EQ(torch_cannot_run(v, 8), "");
+  v.checkpoint = CheckpointMode::Always;
+  EXPECT_EQ(torch_cannot_run(v, 8),
+            "checkpoint always under zbv: torch recomputes a checkpointed stage at its I and again "
+            "for each of its W's parameter groups (a stage of L layers with weights runs its "
+            "forward L + 1 times more)");
+  for (const ScheduleKind kind : kAllScheduleKinds) {
+    Plan p = make_plan({1, 1, 1, 1}, 2, CheckpointMode::Always, kind);
+    EXPECT_EQ(torch_cannot_run(p, 8).empty(), !splits_backward(kind)) << to_string(kind);
+  }
+}
+
+TEST(RuntimeSupport, ThePlannerLeavesOutCheckpointedSplitBackwardsForTorch) {
+  // Four equal layers on two devices: every plan the search ranks for torch is one torch runs as
+  // predicted, and the split-backward schedules still appear without checkpointing.
+  const Profile p =
+      testing::make_profile(std::vector<testing::LayerSpec>(4, {1, 2, 64, 16, 16, 0}), 8);
+  PlannerOptions options;
+  options.top = 1000;
+  options.schedules = {ScheduleKind::InterleavedZB, ScheduleKind::ZBV, ScheduleKind::OneFOneB};
+  ASSERT_EQ(keep_what_the_runtime_runs(options, torch_hardware(), p), "");
+  const PlanSearchResult found = find_best_plans(p, torch_hardware(), options);
+  bool unsplit_checkpointed = false, split = false;
+  for (const PlanCandidate& c : found.ranked) {
+    EXPECT_EQ(torch_cannot_run(c.plan, p.batch_size), "") << c.plan.balance.size();
+    unsplit_checkpointed |= c.plan.checkpoint == CheckpointMode::Always;
+    split |= splits_backward(c.plan.schedule);
+  }
+  EXPECT_TRUE(unsplit_checkpointed);
+  EXPECT_TRUE(split);
+  EXPECT_NE(found.search_space.find("checkpoint always only where the backward is not split"),
+            std::string::npos)
+      << found.search_space;
+  PlannerOptions only_split;
+  only_split.schedules = {ScheduleKind::DualPipeV};
+  only_split.checkpoints = {CheckpointMode::Always};
+  EXPECT_NE(keep_what_the_runtime_runs(only_split, torch_hardware(), 8), "");
 }
 
 TEST(RuntimeSupport, PipetunesExecutorRunsEverythingAndNothingLeftIsSaid) {
   PlannerOptions options;
   Hardware own = torch_hardware();
   own.runtime = Runtime::Pipetune;
-  ASSERT_EQ(keep_what_the_runtime_runs(options, own, 8, "cpu"), "");
+  ASSERT_EQ(keep_what_the_runtime_runs(options, own, 8), "");
   EXPECT_TRUE(options.chunks.empty());  // still every count
   EXPECT_EQ(options.checkpoints.size(), std::size(kAllCheckpointModes));
   EXPECT_EQ(options.schedules.size(), std::size(kAllScheduleKinds));
 
   PlannerOptions uneven;
   uneven.chunks = {3, 5};
-  EXPECT_EQ(keep_what_the_runtime_runs(uneven, torch_hardware(), 8, "cpu"), "");
+  EXPECT_EQ(keep_what_the_runtime_runs(uneven, torch_hardware(), 8), "");
   EXPECT_EQ(uneven.chunks, (std::vector<int>{5}));  // 5 chunks of 8: four of 2
   uneven.chunks = {3};
-  EXPECT_EQ(keep_what_the_runtime_runs(uneven, torch_hardware(), 8, "cpu"),
+  EXPECT_EQ(keep_what_the_runtime_runs(uneven, torch_hardware(), 8),
             "no chunk count asked for splits the batch of 8 evenly, as torch's stages need");
   PlannerOptions except_last;
   except_last.checkpoints = {CheckpointMode::ExceptLast};
-  EXPECT_NE(keep_what_the_runtime_runs(except_last, torch_hardware(), 8, "cpu"), "");
+  EXPECT_NE(keep_what_the_runtime_runs(except_last, torch_hardware(), 8), "");
   PlannerOptions only_v;
   only_v.schedules = {ScheduleKind::DualPipeV};
-  EXPECT_NE(keep_what_the_runtime_runs(only_v, torch_hardware(), 8, "cpu"), "");
+  EXPECT_EQ(keep_what_the_runtime_runs(only_v, torch_hardware(), 8), "");
 }
 
 // Layers 0 and 1 change their input in place; 3 is a view, 4 changes its input in place; 2
@@ -264,7 +290,7 @@ TEST(RuntimeSupport, ThePlannerForTorchAnswersTheFastestPlanTorchRuns) {
     options.top = 100;
     ASSERT_EQ(keep_what_the_runtime_runs(options, hw, profile), "");
     const auto torch_runs = [&](const Plan& plan) {
-      return torch_cannot_run(plan, batch, profile.device.type).empty() &&
+      return torch_cannot_run(plan, batch).empty() &&
              torch_changed_stage_input(plan, profile).empty();
     };
     const planner_testing::BruteForce expected =
@@ -278,7 +304,7 @@ TEST(RuntimeSupport, ThePlannerForTorchAnswersTheFastestPlanTorchRuns) {
       continue;
     for (const PlanCandidate& c : result.ranked) EXPECT_TRUE(torch_runs(c.plan));
     if (expected.best_ms > any.best_ms * (1 + 1e-9) &&
-        torch_cannot_run(any.best_plan, batch, profile.device.type).empty())
+        torch_cannot_run(any.best_plan, batch).empty())
       ++restricted;
   }
   std::printf("the in-place layers ruled out the fastest plan in %d of 40 models\n", restricted);
