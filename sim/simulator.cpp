@@ -249,6 +249,75 @@ std::vector<std::int64_t> baseline_memory(const CostModel& costs, const Plan& pl
   return baseline;
 }
 
+// What torch's buffers for hand-overs between a rank's neighbouring stages hold at a step's
+// start: the last step's stage input and input gradient of every micro-batch (compute_effects).
+void local_hand_over_buffers(const TaskGraph& graph, const PlanShape& shape,
+                             const std::vector<std::array<StageCost, 2>>& cost,
+                             std::vector<std::int64_t>& baseline) {
+  for (int s = 1; s < shape.stages; ++s) {
+    const int d = shape.device_of[s];
+    if (graph.counter[shape.device_of[s - 1]] != graph.counter[d]) continue;
+    for (const std::uint8_t slot : shape.slot_of) {
+      const StageMemory& m = cost[static_cast<std::size_t>(s)][slot].memory;
+      baseline[static_cast<std::size_t>(d)] += m.input_bytes + m.input_gradient_bytes;
+    }
+  }
+}
+
+// torch's runtime holds a tensor that several of a rank's stages hold (tied weights in a V, whose
+// first and last stages share rank 0) once: one parameter, one .grad, one optimizer state, where
+// pipetune's executor gives each stage its own copy (executor/tied_copies). The first of those
+// stages to run a backward in the rank's programme leaves its gradient as the .grad; the others'
+// first backwards still make it, at the same peak, and add it in, so it is not left twice.
+void share_ties_within_devices(const CostModel& costs, const Plan& plan, const PlanShape& shape,
+                               const Schedule& schedule,
+                               std::vector<std::array<StageCost, 2>>& cost,
+                               std::vector<std::int64_t>& baseline) {
+  // Where each stage's first B or W is in its programme.
+  std::vector<std::size_t> first_backward(shape.stages, 0);
+  for (int s = 0; s < shape.stages; ++s) {
+    const auto& actions = schedule.per_rank[static_cast<std::size_t>(schedule.stage_rank[s])];
+    const auto it = std::find_if(actions.begin(), actions.end(), [&](const Action& a) {
+      return a.stage == s && (a.kind == ActionKind::Backward || a.kind == ActionKind::WeightGrad);
+    });
+    first_backward[s] = static_cast<std::size_t>(it - actions.begin());
+  }
+  for (const TiedTensor& tie : costs.profile().tied) {
+    for (int d = 0; d < shape.devices; ++d) {
+      std::vector<int> holders;
+      for (int s = 0; s < shape.stages; ++s) {
+        const bool holds = std::any_of(tie.layers.begin(), tie.layers.end(), [&](int k) {
+          return k >= shape.first[s] && k < shape.first[s + 1];
+        });
+        if (holds && shape.device_of[s] == d) holders.push_back(s);
+      }
+      if (holders.size() < 2) continue;
+      const auto extra = static_cast<std::int64_t>(holders.size() - 1);
+      baseline[d] -= extra * resident_bytes(tie.bytes, tie.trained ? tie.bytes : 0,
+                                            plan.optimizer_state_factor);
+      if (!tie.trained) continue;
+      // One programme a rank: the first backward comes first in it.
+      const bool one_programme = std::all_of(holders.begin(), holders.end(), [&](int s) {
+        return schedule.stage_rank[s] == schedule.stage_rank[holders.front()];
+      });
+      if (!one_programme) continue;
+      std::stable_sort(holders.begin(), holders.end(),
+                       [&](int x, int y) { return first_backward[x] < first_backward[y]; });
+      for (std::size_t h = 1; h < holders.size(); ++h) {
+        for (StageCost& c : cost[static_cast<std::size_t>(holders[h])]) {
+          c.gradient_bytes -= tie.bytes;
+          StageMemory& m = c.memory;
+          m.backward_net_first -= tie.bytes;
+          m.backward_after_peak_first -= tie.bytes;
+          m.backward_after_layer_first -= tie.bytes;
+          m.torch_weight[1].after_peak -= tie.bytes;
+          m.torch_weight[1].after_layer -= tie.bytes;
+        }
+      }
+    }
+  }
+}
+
 // A task's time of `kind` from a stage's times.
 double task_ms(TaskKind kind, bool recomputed, const StageTimes& times) {
   switch (kind) {
@@ -298,11 +367,19 @@ ComputeEffects compute_effects(const TaskGraph& graph, const SimTask& t, const S
   // backward is split; torch runs a stage's forward whole and keeps its graph through I.
   const bool split =
       !torch && graph.split[static_cast<std::size_t>(s) * graph.schedule.micro_batches + i] != 0;
+  // torch hands tensors between a rank's neighbouring stages without a message and keeps each
+  // as the receiver's buffer until the next step's hand-over replaces it (set_local_fwd_input,
+  // set_local_bwd_input): the stage output and the gradient it gets back outlive the step, and
+  // each hand-over frees the last step's (counted from the start, local_hand_over_buffers()).
+  const bool next_local = torch && !last_stage && graph.counter[shape.device_of[s + 1]] == counter;
+  const bool previous_local = torch && s > 0 && !received_input;
   if (torch) {
     // torch receives into buffers it keeps for the run (counted from the start, set_copy_effects).
     if (received_input) dies -= m.input_bytes;
-    if (!last_stage && graph.counter[shape.device_of[s + 1]] != counter)
+    if (!last_stage && !next_local)
       dies -= m.output_gradient_bytes + (sends_held ? m.output_bytes : 0);
+    if (next_local) dies -= m.output_bytes + m.output_gradient_bytes;
+    if (previous_local && recomputed) dies -= m.input_bytes;
   }
   ComputeEffects out;
   out.ms = task_ms(t.kind, recomputed, c.solo) + extra_ms;
@@ -313,17 +390,20 @@ ComputeEffects compute_effects(const TaskGraph& graph, const SimTask& t, const S
       out.effect = forward_effect(m, recomputed, last_stage, split);
       // torch keeps each micro-batch's output (the model's) until the step ends.
       if (torch && last_stage) out.effect.freed -= m.output_bytes;
+      if (next_local) out.effect.freed += m.output_bytes;  // the last step's, handed over
       break;
     case TaskKind::Recompute:
       out.effect = recompute_task_effect(m, split);
       break;
     case TaskKind::Backward:
       out.effect = backward_effect(m, first_time, dies);
+      if (previous_local) out.effect.freed += m.input_gradient_bytes;
       break;
     case TaskKind::InputGrad:
       // torch's first stage computes nothing at I (its input needs no gradient) and runs its
       // whole backward at W.
       if (!whole_backward_at_weight(runtime, s)) out.effect = input_backward_effect(m, torch);
+      if (previous_local) out.effect.freed += m.input_gradient_bytes;
       break;
     case TaskKind::WeightGrad:
       out.effect =
@@ -783,7 +863,7 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
                                      profile_.batch_size, graph.schedule);
   const int devices = shape.devices;
 
-  const auto cost = stage_costs(costs_, hardware_, shape, options.spread_z);
+  auto cost = stage_costs(costs_, hardware_, shape, options.spread_z);
   std::vector<std::pair<double, double>> launched;
   if (profile_.has_launch_times()) {
     // before the device's durations are set
@@ -792,6 +872,11 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
     engine.clear_pacing();
   }
   std::vector<std::int64_t> baseline = baseline_memory(costs_, plan, shape);
+  if (hardware_.runtime == Runtime::TorchPipelining) {
+    local_hand_over_buffers(graph, shape, cost, baseline);
+    if (!profile_.tied.empty())
+      share_ties_within_devices(costs_, plan, shape, graph.schedule, cost, baseline);
+  }
   const std::vector<double> coldness =
       profile_.has_cold_times() ? task_coldness(graph, cost, shape, profile_.device.cache_bytes)
                                 : std::vector<double>{};

@@ -193,8 +193,10 @@ std::int64_t MultiStagePeakBound::place(int t, int a, int b, bool with_input) {
     waiting_[s][t] =
         b > a ? weight_kept_[s][b] - weight_kept_[s][a] - weight_kept_last(s, b - 1) : 0;
   }
-  held_[t] = costs_.held_bytes(a, b);
-  trained_[t] = costs_.trained_bytes(a, b);
+  // A tied tensor at its first holder only: torch's runtime holds it once on a rank that holds
+  // several of its stages (a V's first and last), pipetune's executor once a stage.
+  held_[t] = costs_.held_bytes_at_least(a, b);
+  trained_[t] = costs_.trained_bytes_at_least(a, b);
   return device_bound(rank_[t]);
 }
 
