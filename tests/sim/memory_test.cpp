@@ -974,6 +974,31 @@ TEST(StageMemory, TorchsInputBackwardKeepsAGradientPerOperationWithWeights) {
   EXPECT_EQ(executor.torch_input.freed_saved, 0);
 }
 
+// The model's last layer, a head timed with the loss: its measured I peak (1,024 bytes above
+// the start at one sample, the loss's gradient of its 512-byte output and the log-probabilities'
+// gradient) already holds the loss's gradient, and torch's I peaks there (GPT-2's head measured
+// so on torch's runtime, docs/validation.md). Adding the loss's gradient again was 512 over.
+TEST(StageMemory, TorchsInputBackwardOfTheLastLayerPeaksAtItsMeasuredPeakWithTheLoss) {
+  Profile p = testing::make_profile({{1, 1, 64, 16, 8, 0}, {1, 1, 64, 512, 520, 0}}, 1);
+  p.layers[0].torch_weight_gradient_bytes = {16};
+  p.layers[1].torch_weight_gradient_bytes = {528};  // the gradients into its two weight operations
+  for (LayerProfile& l : p.layers) {
+    l.torch_freed_by_input_bytes = {0};
+    l.torch_weight_peak_bytes = {0};
+    l.torch_weight_accumulate_peak_bytes = {0};
+  }
+  p.layers[1].backward_input_peak_bytes = {1024};
+  p.layers[0].backward_input_peak_bytes = {16};
+  for (LayerProfile& l : p.layers) l.backward_weight_peak_bytes = {64};
+  const CostModel model(p);
+  const StageMemory m = stage_memory(model, model.at(1), 1, 2, false);
+  // Its input gradient (16) and the 528 kept are under the measured 1,024.
+  EXPECT_EQ(m.torch_input.peak, 1024);
+  p.layers[1].backward_input_peak_bytes = {500};
+  const CostModel lower(p);
+  EXPECT_EQ(stage_memory(lower, lower.at(1), 1, 2, false).torch_input.peak, 16 + 528);
+}
+
 TEST(StageMemory, TorchsWeightBackwardFreesWhatOnlyItsOperationsWithWeightsSavedAsItGoes) {
   // A middle stage of layers 1 to 3 (parameters 8, 20, 16; outputs 10). torch's I keeps 12, 14
   // and 6 bytes for W; each layer's W alone peaks 9, 25 and 40 above its start the first time;
