@@ -199,11 +199,12 @@ class EagerProfileTest(unittest.TestCase):
         self.assertIn("no function no_such_builder", done.stderr)
         self.assertEqual(os.listdir(self.folder.name), ["profile.json"])  # no temporary left
 
-    @unittest.skipUnless(os.environ.get("PIPETUNE"), "PIPETUNE (the CLI) not given")
-    def test_pipetune_profiles_the_export_and_loads_the_retimed_profile(self):
+    def export_profile_and_retime(self, builder):
+        """`builder` of the cases exported, profiled by the CLI (float64, one thread) into
+        real.json and retimed into eager.json; both profiles, loaded."""
         cli = os.environ["PIPETUNE"]
-        prefix = self.path("mlp")
-        export = subprocess.run([sys.executable, os.path.join(SCRIPTS, "export_model.py"), f"{CASES}:build",
+        prefix = self.path(builder)
+        export = subprocess.run([sys.executable, os.path.join(SCRIPTS, "export_model.py"), f"{CASES}:{builder}",
                                  "--out", prefix], capture_output=True, text=True, timeout=240)
         self.assertEqual(export.returncode, 0, export.stderr)
         profiled = subprocess.run([cli, "profile", "--model", f"torchscript:path={prefix}.pt,batch={prefix}.batch.pt",
@@ -212,10 +213,15 @@ class EagerProfileTest(unittest.TestCase):
         self.assertEqual(profiled.returncode, 0, profiled.stderr)
         with open(self.path("real.json")) as f:
             real = json.load(f)
-        done = self.retime(f"{CASES}:build", real, "--co-runners", "0")
+        done = self.retime(f"{CASES}:{builder}", real, "--co-runners", "0")
         self.assertEqual(done.returncode, 0, done.stderr)
         with open(self.path("eager.json")) as f:
-            eager = json.load(f)
+            return real, json.load(f)
+
+    @unittest.skipUnless(os.environ.get("PIPETUNE"), "PIPETUNE (the CLI) not given")
+    def test_pipetune_profiles_the_export_and_loads_the_retimed_profile(self):
+        cli = os.environ["PIPETUNE"]
+        real, eager = self.export_profile_and_retime("build")
         # Two counts of one thing: the profiler's allocator and the saved-tensor hooks agree on
         # a model without dropout.
         self.assertEqual([layer["saved_bytes"] for layer in eager["layers"]],
@@ -233,18 +239,7 @@ class EagerProfileTest(unittest.TestCase):
         # within 1 %, where counting the tie twice and dropping the hand-over buffers was 26 %
         # over on rank 0 and 5 % short on rank 1.
         cli = os.environ["PIPETUNE"]
-        prefix = self.path("tied")
-        export = subprocess.run([sys.executable, os.path.join(SCRIPTS, "export_model.py"), f"{CASES}:build_tied",
-                                 "--out", prefix], capture_output=True, text=True, timeout=240)
-        self.assertEqual(export.returncode, 0, export.stderr)
-        profiled = subprocess.run([cli, "profile", "--model", f"torchscript:path={prefix}.pt,batch={prefix}.batch.pt",
-                                   "--batch", "8", "--dtype", "float64", "--threads", "1", "--repeats", "3",
-                                   "--progress", "none", "-o", self.path("real.json")], capture_output=True, text=True, timeout=240)
-        self.assertEqual(profiled.returncode, 0, profiled.stderr)
-        with open(self.path("real.json")) as f:
-            real = json.load(f)
-        done = self.retime(f"{CASES}:build_tied", real, "--co-runners", "0")
-        self.assertEqual(done.returncode, 0, done.stderr)
+        self.export_profile_and_retime("build_tied")
         with open(self.path("hardware.json"), "w") as f:
             json.dump({"format": "pipetune.hardware/1", "runtime": "torch.distributed.pipelining",
                        "devices": [{"name": "cpu:0", "memory_bytes": 0}, {"name": "cpu:1", "memory_bytes": 0}],

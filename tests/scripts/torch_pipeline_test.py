@@ -97,13 +97,12 @@ class TorchPipelineTest(unittest.TestCase):
             torch.testing.assert_close(got.grad, want.grad, rtol=1e-12, atol=1e-14)
         self.assertEqual(int(stage[1].num_batches_tracked), 2)
 
-    def test_a_custom_order_runs_through_torchs_csv_runtime_and_trains_as_one_device(self):
-        # Four stages looped over two ranks, an order no schedule class makes: stage 2 splits its
-        # backward in I and W right after its forwards, stage 1 runs both I before either W.
+    def run_order_as_one_device(self, rows):
+        """Runs the compute-only order `rows` on the seven-child MLP in four stages, holds its
+        losses to one device's, and returns its measured trace."""
         order = os.path.join(self.folder.name, "order.csv")
         with open(order, "w") as f:
-            f.write("0F0,0F1,2F0,2F1,2I0,2W0,2I1,2W1,0B0,0B1\n"
-                    "1F0,1F1,3F0,3B0,3F1,3B1,1I0,1I1,1W0,1W1\n")
+            f.write(rows)
         plan = {"balance": [2, 2, 2, 1], "chunks": 2, "checkpoint": "never", "schedule": "1f1b"}
         trace = os.path.join(self.folder.name, "measured.trace.json")
         done = self.run_plan(plan, "--json", "--schedule-csv", order, "--trace", trace)
@@ -113,7 +112,13 @@ class TorchPipelineTest(unittest.TestCase):
         for got, want in zip(losses, one_device_losses()):
             self.assertAlmostEqual(got, want, delta=1e-12 * abs(want))
         with open(trace) as f:
-            t = json.load(f)
+            return json.load(f)
+
+    def test_a_custom_order_runs_through_torchs_csv_runtime_and_trains_as_one_device(self):
+        # Four stages looped over two ranks, an order no schedule class makes: stage 2 splits its
+        # backward in I and W right after its forwards, stage 1 runs both I before either W.
+        t = self.run_order_as_one_device("0F0,0F1,2F0,2F1,2I0,2W0,2I1,2W1,0B0,0B1\n"
+                                         "1F0,1F1,3F0,3B0,3F1,3B1,1I0,1I1,1W0,1W1\n")
         self.assertEqual([d["stages"] for d in t["pipetune"]["summary"]["devices"]], [[0, 2], [1, 3]])
         kinds = {(e["args"]["stage"], e["cat"]) for e in t["traceEvents"] if e["ph"] == "X"}
         self.assertIn((2, "backward_weight"), kinds)
@@ -122,20 +127,8 @@ class TorchPipelineTest(unittest.TestCase):
     def test_a_custom_order_with_neighbouring_stages_on_one_rank_trains_as_one_device(self):
         # Stages 1 and 2 on rank 1, as a V places them: the activation and the gradient between
         # them never leave the rank.
-        order = os.path.join(self.folder.name, "order.csv")
-        with open(order, "w") as f:
-            f.write("0F0,0F1,3F0,3B0,3F1,3B1,0B0,0B1\n"
-                    "1F0,1F1,2F0,2F1,2B0,2B1,1B0,1B1\n")
-        plan = {"balance": [2, 2, 2, 1], "chunks": 2, "checkpoint": "never", "schedule": "1f1b"}
-        trace = os.path.join(self.folder.name, "measured.trace.json")
-        done = self.run_plan(plan, "--json", "--schedule-csv", order, "--trace", trace)
-        self.assertEqual(done.returncode, 0, done.stderr)
-        losses = json.loads(done.stdout.strip().splitlines()[-1])["losses"]
-        self.assertEqual(len(losses), STEPS)
-        for got, want in zip(losses, one_device_losses()):
-            self.assertAlmostEqual(got, want, delta=1e-12 * abs(want))
-        with open(trace) as f:
-            t = json.load(f)
+        t = self.run_order_as_one_device("0F0,0F1,3F0,3B0,3F1,3B1,0B0,0B1\n"
+                                         "1F0,1F1,2F0,2F1,2B0,2B1,1B0,1B1\n")
         self.assertEqual([d["stages"] for d in t["pipetune"]["summary"]["devices"]], [[0, 3], [1, 2]])
 
     def test_a_custom_order_that_does_not_fit_the_plan_is_one_line(self):
