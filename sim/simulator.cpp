@@ -273,38 +273,41 @@ void share_ties_within_devices(const CostModel& costs, const Plan& plan, const P
                                const Schedule& schedule,
                                std::vector<std::array<StageCost, 2>>& cost,
                                std::vector<std::int64_t>& baseline) {
-  // Where each stage's first B or W is in its programme.
-  std::vector<std::size_t> first_backward(shape.stages, 0);
-  for (int s = 0; s < shape.stages; ++s) {
+  // Where a stage's first B or W is in its programme.
+  const auto first_backward = [&](int s) {
     const auto& actions = schedule.per_rank[static_cast<std::size_t>(schedule.stage_rank[s])];
-    const auto it = std::find_if(actions.begin(), actions.end(), [&](const Action& a) {
-      return a.stage == s && (a.kind == ActionKind::Backward || a.kind == ActionKind::WeightGrad);
-    });
-    first_backward[s] = static_cast<std::size_t>(it - actions.begin());
-  }
+    return std::find_if(actions.begin(), actions.end(),
+                        [&](const Action& a) {
+                          return a.stage == s && (a.kind == ActionKind::Backward ||
+                                                  a.kind == ActionKind::WeightGrad);
+                        }) -
+           actions.begin();
+  };
   for (const TiedTensor& tie : costs.profile().tied) {
+    // The stages holding it, by device.
+    std::vector<std::vector<int>> holders(static_cast<std::size_t>(shape.devices));
+    for (int s = 0; s < shape.stages; ++s) {
+      const bool holds = std::any_of(tie.layers.begin(), tie.layers.end(), [&](int k) {
+        return k >= shape.first[s] && k < shape.first[s + 1];
+      });
+      if (holds) holders[static_cast<std::size_t>(shape.device_of[s])].push_back(s);
+    }
     for (int d = 0; d < shape.devices; ++d) {
-      std::vector<int> holders;
-      for (int s = 0; s < shape.stages; ++s) {
-        const bool holds = std::any_of(tie.layers.begin(), tie.layers.end(), [&](int k) {
-          return k >= shape.first[s] && k < shape.first[s + 1];
-        });
-        if (holds && shape.device_of[s] == d) holders.push_back(s);
-      }
-      if (holders.size() < 2) continue;
-      const auto extra = static_cast<std::int64_t>(holders.size() - 1);
+      std::vector<int>& on = holders[static_cast<std::size_t>(d)];
+      if (on.size() < 2) continue;
+      const auto extra = static_cast<std::int64_t>(on.size() - 1);
       baseline[d] -= extra * resident_bytes(tie.bytes, tie.trained ? tie.bytes : 0,
                                             plan.optimizer_state_factor);
       if (!tie.trained) continue;
       // One programme a rank: the first backward comes first in it.
-      const bool one_programme = std::all_of(holders.begin(), holders.end(), [&](int s) {
-        return schedule.stage_rank[s] == schedule.stage_rank[holders.front()];
+      const bool one_programme = std::all_of(on.begin(), on.end(), [&](int s) {
+        return schedule.stage_rank[s] == schedule.stage_rank[on.front()];
       });
       if (!one_programme) continue;
-      std::stable_sort(holders.begin(), holders.end(),
-                       [&](int x, int y) { return first_backward[x] < first_backward[y]; });
-      for (std::size_t h = 1; h < holders.size(); ++h) {
-        for (StageCost& c : cost[static_cast<std::size_t>(holders[h])]) {
+      std::stable_sort(on.begin(), on.end(),
+                       [&](int x, int y) { return first_backward(x) < first_backward(y); });
+      for (std::size_t h = 1; h < on.size(); ++h) {
+        for (StageCost& c : cost[static_cast<std::size_t>(on[h])]) {
           c.gradient_bytes -= tie.bytes;
           StageMemory& m = c.memory;
           m.backward_net_first -= tie.bytes;
