@@ -121,6 +121,9 @@ struct StageCost {
   StageMemory memory;
 };
 
+// By stage, a StageCost for each of the micro-batches' two sizes (PlanShape::slot_of).
+using StageCosts = std::vector<std::array<StageCost, 2>>;
+
 // What a plan is made of, in the terms the task effects need.
 struct PlanShape {
   int stages = 0, devices = 0;
@@ -152,11 +155,11 @@ void put_whole_backward_at_weight(StageCost& cost, double overhead_ms) {
 // Every stage's durations and memory at both micro-batch sizes. A calibration (empty: scale
 // 1, no overhead) scales compute by how many devices are busy. The per-task overhead is paid
 // by the device and by the host alike.
-std::vector<std::array<StageCost, 2>> stage_costs(const CostModel& costs, const Hardware& hardware,
-                                                  const PlanShape& shape, double spread_z) {
+StageCosts stage_costs(const CostModel& costs, const Hardware& hardware, const PlanShape& shape,
+                       double spread_z) {
   const double time_scale = hardware.calibration.scale_for(busy_devices(shape));
   const double overhead_ms = hardware.launch_overhead_ms + hardware.calibration.task_overhead_ms;
-  std::vector<std::array<StageCost, 2>> cost(shape.stages);
+  StageCosts cost(shape.stages);
   for (int s = 0; s < shape.stages; ++s) {
     const double speed = hardware.devices[shape.device_of[s]].speed / time_scale;
     const int a = shape.first[s], b = shape.first[s + 1];
@@ -251,8 +254,7 @@ std::vector<std::int64_t> baseline_memory(const CostModel& costs, const Plan& pl
 
 // What torch's buffers for hand-overs between a rank's neighbouring stages hold at a step's
 // start: the last step's stage input and input gradient of every micro-batch (compute_effects).
-void local_hand_over_buffers(const TaskGraph& graph, const PlanShape& shape,
-                             const std::vector<std::array<StageCost, 2>>& cost,
+void local_hand_over_buffers(const TaskGraph& graph, const PlanShape& shape, const StageCosts& cost,
                              std::vector<std::int64_t>& baseline) {
   for (int s = 1; s < shape.stages; ++s) {
     const int d = shape.device_of[s];
@@ -270,8 +272,7 @@ void local_hand_over_buffers(const TaskGraph& graph, const PlanShape& shape,
 // stages to run a backward in the rank's programme leaves its gradient as the .grad; the others'
 // first backwards still make it, at the same peak, and add it in, so it is not left twice.
 void share_ties_within_devices(const CostModel& costs, const Plan& plan, const PlanShape& shape,
-                               const Schedule& schedule,
-                               std::vector<std::array<StageCost, 2>>& cost,
+                               const Schedule& schedule, StageCosts& cost,
                                std::vector<std::int64_t>& baseline) {
   // Where a stage's first B or W is in its programme.
   const auto first_backward = [&](int s) {
@@ -469,8 +470,7 @@ class EffectsMemo {
 };
 
 // Each compute task's coldness (sim/cache_model.hpp), in the graph's order of compute tasks.
-std::vector<double> task_coldness(const TaskGraph& graph,
-                                  const std::vector<std::array<StageCost, 2>>& cost,
+std::vector<double> task_coldness(const TaskGraph& graph, const StageCosts& cost,
                                   const PlanShape& shape, std::int64_t cache_bytes) {
   std::vector<CacheTask> tasks;
   for (const SimTask& t : graph.tasks) {
@@ -617,9 +617,9 @@ void post_receives_early(TaskGraph& graph, std::vector<std::int64_t>& baseline) 
 // stage's thread (which waits for it), so devices that are shares of one GPU take turns on one
 // thread for their backwards' launches: `backward_thread` (by device, -1: a thread of its own).
 // Returns each task's launch (start, end); copies' are instants.
-std::vector<std::pair<double, double>> pace_by_host(
-    TaskGraph& graph, const std::vector<std::array<StageCost, 2>>& cost, const PlanShape& shape,
-    const std::vector<int>& backward_thread) {
+std::vector<std::pair<double, double>> pace_by_host(TaskGraph& graph, const StageCosts& cost,
+                                                    const PlanShape& shape,
+                                                    const std::vector<int>& backward_thread) {
   EventEngine& engine = graph.engine;
   engine.clear_pacing();
   engine.clear_locks();
@@ -779,6 +779,146 @@ std::vector<std::int64_t> measured_order_peaks(const TaskGraph& graph,
   return peaks_at_times(graph.engine, start, finish);
 }
 
+// One simulation's plan, costs and runtime, which its set-up steps read.
+struct StepSetUp {
+  TaskGraph& graph;
+  const PlanShape& shape;
+  const StageCosts& cost;
+  Runtime runtime;
+  bool sends_held;  ///< sends_held_to_step_end()
+};
+
+// What setting the tasks' effects leaves for the run.
+struct TaskEffects {
+  std::vector<TimedTask> timed;    ///< compute tasks, where the timeline sets their durations
+  std::vector<std::int64_t> held;  ///< by device: bytes sent and held to the step's end
+};
+
+// Every task's duration and memory effects. A compute task's extras (a cold cache, the step's
+// first forward after the optimizer's sweep) come only with the profile's cold times; without
+// them the effects of a kind of task are computed once (EffectsMemo).
+TaskEffects set_task_effects(const StepSetUp& step, const Profile& profile,
+                             const std::vector<const Link*>& links, bool timeline_durations,
+                             std::vector<std::int64_t>& baseline) {
+  TaskGraph& graph = step.graph;
+  const PlanShape& shape = step.shape;
+  const int devices = shape.devices;
+  const std::vector<double> coldness =
+      profile.has_cold_times() ? task_coldness(graph, step.cost, shape, profile.device.cache_bytes)
+                               : std::vector<double>{};
+  TaskEffects effects;
+  effects.held.assign(static_cast<std::size_t>(devices), 0);
+  EffectsMemo memo(shape.stages, step.runtime, step.sends_held);
+  CopyTimes copy_times(shape.stages);
+  std::vector<std::uint8_t> started(profile.has_cold_times() ? devices : 0, 0);
+  for (std::size_t id = 0, compute = 0; id < graph.tasks.size(); ++id) {
+    const SimTask& t = graph.tasks[id];
+    const StageCost& c = step.cost[t.stage][shape.slot_of[t.micro_batch]];
+    if (!is_compute(t.kind)) {
+      set_copy_effects(graph, static_cast<int>(id), c.memory, shape,
+                       *links[t.device * devices + t.peer], step.runtime, step.sends_held,
+                       copy_times, baseline, effects.held);
+      continue;
+    }
+    const bool recomputed = shape.recomputed[t.micro_batch] != 0;
+    double extra_ms =
+        coldness.empty() ? 0.0 : coldness[compute] * task_ms(t.kind, recomputed, c.cold_extra);
+    ++compute;
+    if (!started.empty() && !started[static_cast<std::size_t>(t.device)]) {
+      started[static_cast<std::size_t>(t.device)] = 1;
+      if (t.kind == TaskKind::Forward)
+        extra_ms = std::max(extra_ms, task_ms(t.kind, recomputed, c.step_start_extra));
+    }
+    // With cold caches each task's own; else shared, by reference (no copy per task).
+    ComputeEffects own;
+    if (!coldness.empty())
+      own = compute_effects(graph, t, c, shape, step.runtime, step.sends_held, extra_ms);
+    const ComputeEffects& e = coldness.empty() ? memo.get(graph, t, c, shape) : own;
+    apply_effects(graph.engine, static_cast<int>(id), e);
+    // Only the models that read the timeline need the compute tasks listed (160 KB at 16 x
+    // 128: a fresh mapping, page faults and all, on every run).
+    if (timeline_durations) {
+      const double corun_ms = task_ms(t.kind, recomputed, c.corun) + extra_ms;
+      effects.timed.push_back({static_cast<int>(id), t.device, e.ms, corun_ms, e.ms});
+    }
+  }
+  return effects;
+}
+
+// What each memory holds at the step's start. Shares of one GPU count into one counter
+// (share_gpu_counters()).
+void set_initial_memory(TaskGraph& graph, int devices, const std::vector<std::int64_t>& baseline) {
+  EventEngine& engine = graph.engine;
+  std::vector<std::int64_t> initial(engine.counter_count(), 0);
+  for (int d = 0; d < devices; ++d) initial[graph.counter[d]] += baseline[d];
+  for (int d = 0; d < devices; ++d)
+    engine.set_counter_initial(graph.counter[d], initial[graph.counter[d]]);
+}
+
+// Once its last action is done, torch waits for its sends and drops them, then concatenates
+// the micro-batches' outputs into the step's (and still holds them).
+void end_step_as_torch(const StepSetUp& step, const std::vector<std::int64_t>& held) {
+  const PlanShape& shape = step.shape;
+  EventEngine& engine = step.graph.engine;
+  for (int d = 0; d < shape.devices; ++d)
+    if (held[static_cast<std::size_t>(d)] > 0)
+      engine.allocate_at_end(step.graph.counter[d], -held[static_cast<std::size_t>(d)]);
+  std::int64_t merged = 0;
+  for (const std::uint8_t slot : shape.slot_of)
+    merged += step.cost[shape.stages - 1][slot].memory.output_bytes;
+  engine.allocate_at_end(step.graph.counter[shape.device_of[shape.stages - 1]], merged);
+}
+
+// Each counter's peak in the tasks' worst order, never below its peak in the run: the worst
+// order does not see what is allocated after the tasks (torch's joined output).
+std::vector<std::int64_t> worst_order_peaks_after_run(const EventEngine& engine) {
+  std::vector<std::int64_t> worst_order = worst_order_peaks(engine);
+  for (std::size_t c = 0; c < worst_order.size(); ++c)
+    worst_order[c] = std::max(worst_order[c], engine.peak(static_cast<int>(c)));
+  return worst_order;
+}
+
+// A report for each device that runs a stage, after a run, and the bubble they leave.
+void add_device_reports(SimulationResult& result, const TaskGraph& graph, const PlanShape& shape,
+                        const SimulationOptions& options, const Hardware& hardware,
+                        const std::vector<int>& shared_gpu, bool paced) {
+  const int devices = shape.devices;
+  const std::vector<std::int64_t> worst_order = options.worst_order_peaks
+                                                    ? worst_order_peaks_after_run(graph.engine)
+                                                    : std::vector<std::int64_t>{};
+  const std::vector<std::int64_t> measured_order = measured_order_peaks(graph, options);
+  const std::vector<double> busy = busy_times(graph, devices, paced);
+  double busy_total = 0.0;
+  for (int d = 0; d < devices; ++d) {
+    DeviceReport report = device_report(graph, shape, d, options.record_memory);
+    if (report.stages.empty()) continue;
+    report.name = hardware.devices[d].name;
+    report.busy_ms = busy[d];
+    if (!worst_order.empty()) report.worst_order_peak_bytes = worst_order[graph.counter[d]];
+    if (!measured_order.empty())
+      report.measured_order_peak_bytes = measured_order[graph.counter[d]];
+    report.memory_capacity_bytes = hardware.devices[d].memory_bytes;
+    if (shared_gpu[d] >= 0) report.share_of = hardware.devices[d].share_of;
+    busy_total += busy[d];
+    result.devices.push_back(std::move(report));
+  }
+  const double capacity = result.iteration_ms * static_cast<double>(result.devices.size());
+  result.bubble_fraction = capacity > 0 ? 1.0 - busy_total / capacity : 0.0;
+}
+
+// The tasks with their times in the run (and their launches', where the host paced them).
+void add_task_times(SimulationResult& result, const TaskGraph& graph,
+                    const std::vector<std::pair<double, double>>& launched) {
+  const EventEngine& engine = graph.engine;
+  result.tasks = graph.tasks;
+  for (std::size_t id = 0; id < result.tasks.size(); ++id) {
+    result.tasks[id].start_ms = engine.start(static_cast<int>(id));
+    result.tasks[id].end_ms = engine.finish(static_cast<int>(id));
+    if (!launched.empty() && is_compute(result.tasks[id].kind))
+      std::tie(result.tasks[id].launch_start_ms, result.tasks[id].launch_end_ms) = launched[id];
+  }
+}
+
 }  // namespace
 
 Simulator::Graph& Simulator::graph_for(const Plan& plan, const std::vector<int>& device_of,
@@ -864,9 +1004,9 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
   EventEngine& engine = graph.engine;
   const PlanShape shape = plan_shape(plan, device_of, static_cast<int>(hardware_.devices.size()),
                                      profile_.batch_size, graph.schedule);
-  const int devices = shape.devices;
-
-  auto cost = stage_costs(costs_, hardware_, shape, options.spread_z);
+  const Runtime runtime = hardware_.runtime;
+  const bool torch = runtime == Runtime::TorchPipelining;
+  StageCosts cost = stage_costs(costs_, hardware_, shape, options.spread_z);
   std::vector<std::pair<double, double>> launched;
   if (profile_.has_launch_times()) {
     // before the device's durations are set
@@ -875,89 +1015,26 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
     engine.clear_pacing();
   }
   std::vector<std::int64_t> baseline = baseline_memory(costs_, plan, shape);
-  if (hardware_.runtime == Runtime::TorchPipelining) {
+  if (torch) {
     local_hand_over_buffers(graph, shape, cost, baseline);
     if (!profile_.tied.empty())
       share_ties_within_devices(costs_, plan, shape, graph.schedule, cost, baseline);
   }
-  const std::vector<double> coldness =
-      profile_.has_cold_times() ? task_coldness(graph, cost, shape, profile_.device.cache_bytes)
-                                : std::vector<double>{};
-  // Only the models that read the timeline need the compute tasks listed (160 KB at 16 x 128: a
-  // fresh mapping, page faults and all, on every run).
+  const StepSetUp step{graph, shape, cost, runtime,
+                       sends_held_to_step_end(runtime, plan.schedule, graph_.given)};
   const bool corun = profile_.has_corun_times();
   const bool timeline_durations = corun || profile_.has_after_idle();
-  std::vector<TimedTask> timed_tasks;
-  const bool sends_held = sends_held_to_step_end(hardware_.runtime, plan.schedule, graph_.given);
-  std::vector<std::int64_t> held(static_cast<std::size_t>(devices), 0);
-  EffectsMemo memo(shape.stages, hardware_.runtime, sends_held);
-  CopyTimes copy_times(shape.stages);
-  // Each device's first compute task of the step follows the optimizer's sweep. Step-start
-  // times come only with cold times; without them the extra is 0 and changes nothing.
-  std::vector<std::uint8_t> started(profile_.has_cold_times() ? devices : 0, 0);
-  for (std::size_t id = 0, compute = 0; id < graph.tasks.size(); ++id) {
-    const SimTask& t = graph.tasks[id];
-    const StageCost& c = cost[t.stage][shape.slot_of[t.micro_batch]];
-    if (is_compute(t.kind)) {
-      const bool recomputed = shape.recomputed[t.micro_batch] != 0;
-      double extra_ms =
-          coldness.empty() ? 0.0 : coldness[compute] * task_ms(t.kind, recomputed, c.cold_extra);
-      ++compute;
-      if (!started.empty() && !started[static_cast<std::size_t>(t.device)]) {
-        started[static_cast<std::size_t>(t.device)] = 1;
-        if (t.kind == TaskKind::Forward)
-          extra_ms = std::max(extra_ms, task_ms(t.kind, recomputed, c.step_start_extra));
-      }
-      // With cold caches each task's own; else shared, by reference (no copy per task).
-      ComputeEffects own;
-      if (!coldness.empty())
-        own = compute_effects(graph, t, c, shape, hardware_.runtime, sends_held, extra_ms);
-      const ComputeEffects& e = coldness.empty() ? memo.get(graph, t, c, shape) : own;
-      apply_effects(engine, static_cast<int>(id), e);
-      const double solo_ms = e.ms;
-      const double corun_ms = task_ms(t.kind, recomputed, c.corun) + extra_ms;
-      if (timeline_durations)
-        timed_tasks.push_back({static_cast<int>(id), t.device, solo_ms, corun_ms, solo_ms});
-    } else {
-      set_copy_effects(graph, static_cast<int>(id), c.memory, shape,
-                       *links_[t.device * devices + t.peer], hardware_.runtime, sends_held,
-                       copy_times, baseline, held);
-    }
-  }
-  const bool torch = hardware_.runtime == Runtime::TorchPipelining;
+  TaskEffects effects = set_task_effects(step, profile_, links_, timeline_durations, baseline);
   if (hardware_.posted_receives && !torch) post_receives_early(graph, baseline);
-  if (torch && !sends_held) hold_sent_gradients_as_torch(graph);
-  // Shares of one GPU count into one counter (share_gpu_counters()).
-  std::vector<std::int64_t> initial(engine.counter_count(), 0);
-  for (int d = 0; d < devices; ++d) initial[graph.counter[d]] += baseline[d];
-  for (int d = 0; d < devices; ++d)
-    engine.set_counter_initial(graph.counter[d], initial[graph.counter[d]]);
+  if (torch && !step.sends_held) hold_sent_gradients_as_torch(graph);
+  set_initial_memory(graph, shape.devices, baseline);
   if (timeline_durations) {
-    settle_timeline_durations(engine, timed_tasks, corun ? profile_.co_runners : 0,
-                              profile_.device.after_idle, devices);
+    settle_timeline_durations(engine, effects.timed, corun ? profile_.co_runners : 0,
+                              profile_.device.after_idle, shape.devices);
   }
 
   engine.run(options.record_memory);
-  if (torch) {
-    // Once its last action is done, torch waits for its sends and drops them, then concatenates
-    // the micro-batches' outputs into the step's (and still holds them).
-    for (int d = 0; d < devices; ++d)
-      if (held[static_cast<std::size_t>(d)] > 0)
-        engine.allocate_at_end(graph.counter[d], -held[static_cast<std::size_t>(d)]);
-    std::int64_t merged = 0;
-    for (const std::uint8_t slot : shape.slot_of)
-      merged += cost[shape.stages - 1][slot].memory.output_bytes;
-    engine.allocate_at_end(graph.counter[shape.device_of[shape.stages - 1]], merged);
-  }
-  std::vector<std::int64_t> worst_order;
-  if (options.worst_order_peaks) {
-    worst_order = worst_order_peaks(engine);
-    // The tasks' worst order does not see what is allocated after them (torch's joined output).
-    for (std::size_t c = 0; c < worst_order.size(); ++c)
-      worst_order[c] = std::max(worst_order[c], engine.peak(static_cast<int>(c)));
-  }
-  const std::vector<std::int64_t> measured_order = measured_order_peaks(graph, options);
-  const std::vector<double> busy = busy_times(graph, devices, !launched.empty());
+  if (torch) end_step_as_torch(step, effects.held);
 
   SimulationResult result;
   result.plan = plan;
@@ -968,31 +1045,8 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
       result.iteration_ms > 0
           ? static_cast<double>(profile_.batch_size) / (result.iteration_ms / 1e3)
           : 0.0;
-  double busy_total = 0.0;
-  for (int d = 0; d < devices; ++d) {
-    DeviceReport report = device_report(graph, shape, d, options.record_memory);
-    if (report.stages.empty()) continue;
-    report.name = hardware_.devices[d].name;
-    report.busy_ms = busy[d];
-    if (!worst_order.empty()) report.worst_order_peak_bytes = worst_order[graph.counter[d]];
-    if (!measured_order.empty())
-      report.measured_order_peak_bytes = measured_order[graph.counter[d]];
-    report.memory_capacity_bytes = hardware_.devices[d].memory_bytes;
-    if (shared_gpu_[d] >= 0) report.share_of = hardware_.devices[d].share_of;
-    busy_total += busy[d];
-    result.devices.push_back(std::move(report));
-  }
-  const double capacity = result.iteration_ms * static_cast<double>(result.devices.size());
-  result.bubble_fraction = capacity > 0 ? 1.0 - busy_total / capacity : 0.0;
-  if (options.record_tasks || options.record_edges) {
-    result.tasks = graph.tasks;
-    for (std::size_t id = 0; id < result.tasks.size(); ++id) {
-      result.tasks[id].start_ms = engine.start(static_cast<int>(id));
-      result.tasks[id].end_ms = engine.finish(static_cast<int>(id));
-      if (!launched.empty() && is_compute(result.tasks[id].kind))
-        std::tie(result.tasks[id].launch_start_ms, result.tasks[id].launch_end_ms) = launched[id];
-    }
-  }
+  add_device_reports(result, graph, shape, options, hardware_, shared_gpu_, !launched.empty());
+  if (options.record_tasks || options.record_edges) add_task_times(result, graph, launched);
   if (options.record_edges) result.edges = engine.edges();
   return result;
 }
