@@ -6,6 +6,7 @@
 
 #include "bench/synthetic_profile.hpp"
 #include "sim/balance.hpp"
+#include "sim/event_engine.hpp"
 #include "sim/interval.hpp"
 #include "sim/planner/planner.hpp"
 #include "sim/simulator.hpp"
@@ -61,6 +62,26 @@ BENCHMARK(BM_Simulate)
     ->Args({16, 128, static_cast<int>(CheckpointMode::ExceptLast)})
     ->Args({4, 32, static_cast<int>(CheckpointMode::Never)})
     ->Unit(benchmark::kMicrosecond);
+
+// The same 16 x 128 plan through the event engine's run by events, which plans with locks
+// (shares of one GPU) or paced launches take instead of the one pass.
+void BM_SimulateByEvents(benchmark::State& state) {
+  SyntheticPipeline p = synthetic_pipeline(16, 128);
+  p.plan.checkpoint = CheckpointMode::Never;
+  const Simulator simulator(p.profile, p.hardware);
+  const SimulationOptions lean = lean_options();
+  EventEngine::always_process_events(true);
+  std::size_t tasks = 0;
+  for (auto _ : state) {
+    const auto r = simulator.run(p.plan, lean);
+    tasks = r.task_count;
+    benchmark::DoNotOptimize(r.iteration_ms);
+  }
+  EventEngine::always_process_events(false);
+  state.counters["tasks_per_s"] =
+      benchmark::Counter(static_cast<double>(tasks), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_SimulateByEvents)->Unit(benchmark::kMicrosecond);
 
 // A prediction with its 80 % interval (sim/interval.hpp): three simulations, the profile's
 // layers given a spread of 5 % of their times.

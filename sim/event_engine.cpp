@@ -7,8 +7,8 @@
 #include <stdexcept>
 #include <string>
 
-// Forces a lambda inline (GCC and Clang): the engine's loop is one function with its state in
-// registers.
+// Forces a lambda or a function inline (GCC and Clang): the engine's loop is one function with
+// its state in registers.
 #if defined(__GNUC__)
 #define PIPETUNE_INLINE __attribute__((always_inline))
 #else
@@ -444,12 +444,13 @@ void EventEngine::replay_changes(int counter) {
   c.peak_time = r.peak_time;
 }
 
-void EventEngine::run_by_events() {
+// Pending edges, lock state and scratch for a run by events: each task waits for its
+// dependencies and the task before it on its resource (the resource order's edge).
+void EventEngine::prepare_event_run() {
   const int n = static_cast<int>(tasks_.size());
   const int resource_count = static_cast<int>(resources_.size());
   start_.assign(n, -1.0);
   finish_.assign(n, -1.0);
-  const int paced = static_cast<int>(std::min<std::size_t>(pacing_.size(), tasks_.size()));
   const int locked = static_cast<int>(std::min<std::size_t>(locks_.size(), tasks_.size()));
   const int lock_count =
       locked > 0 ? 1 + *std::max_element(locks_.begin(), locks_.begin() + locked) : 0;
@@ -461,121 +462,168 @@ void EventEngine::run_by_events() {
   pending_.resize(n);
   for (int id = 0; id < n; ++id) pending_[id] = dependencies_[id];
   for (int id = 0; id < n; ++id) {
-    if (tasks_[id].next >= 0) ++pending_[tasks_[id].next];  // the resource order's edge
+    if (tasks_[id].next >= 0) ++pending_[tasks_[id].next];
   }
   makespan_ = 0.0;
   reset_counters();
-
   // Each task becomes startable once, each resource holds one running task: fixed bounds.
   startable_.resize(n);
   batch_.resize(resource_count + 1);
   // A completion and two mid effects per running task, a release per resource's head.
   heap_.resize(4 * resource_count + 1);
-  const Task* const tasks = tasks_.data();
-  const int* const queue = queue_.data();
-  double* const start = start_.data();
-  double* const finish = finish_.data();
-  const Pacing* const pacing = pacing_.data();
-  const Late* const late = late_.data();
-  const int lated = static_cast<int>(std::min<std::size_t>(late_.size(), tasks_.size()));
-  int* const pending = pending_.data();
-  const int* const locks = locks_.data();
-  const int* const more_begin = more_begin_.data();
-  int* const startable = startable_.data();
-  int* const batch = batch_.data();
-  Event* const heap = heap_.data();
+}
+
+// One run by events. The engine's arrays and the run's counts are this object's, a local of
+// run_by_events() whose calls are all inlined, so they stay in registers through the loop (as
+// the engine's members, every call would reload them).
+struct EventEngine::EventRun {
+  EventEngine& engine;
+  const int n;
+  const int paced, locked, lated;
+  const Task* const tasks;
+  double* const start;
+  double* const finish;
+  const Pacing* const pacing;
+  const Late* const late;
+  int* const pending;
+  const int* const locks;
+  const int* const more_begin;
+  int* const startable;
+  int* const batch;
+  Event* const heap;
   int startable_count = 0, heap_size = 0, finished = 0;
 
-  // Inlined: called once per task; as calls they reload every captured pointer.
+  explicit EventRun(EventEngine& e)
+      : engine(e),
+        n(static_cast<int>(e.tasks_.size())),
+        paced(static_cast<int>(std::min<std::size_t>(e.pacing_.size(), e.tasks_.size()))),
+        locked(static_cast<int>(std::min<std::size_t>(e.locks_.size(), e.tasks_.size()))),
+        lated(static_cast<int>(std::min<std::size_t>(e.late_.size(), e.tasks_.size()))),
+        tasks(e.tasks_.data()),
+        start(e.start_.data()),
+        finish(e.finish_.data()),
+        pacing(e.pacing_.data()),
+        late(e.late_.data()),
+        pending(e.pending_.data()),
+        locks(e.locks_.data()),
+        more_begin(e.more_begin_.data()),
+        startable(e.startable_.data()),
+        batch(e.batch_.data()),
+        heap(e.heap_.data()) {}
+
+  // The head of each resource whose dependencies are none.
+  void start_resource_heads() {
+    for (int r = static_cast<int>(engine.resources_.size()) - 1; r >= 0; --r) {
+      const int first = engine.resources_[r].first;
+      if (engine.resources_[r].count > 0 && pending[engine.queue_[first]] == 0)
+        startable[startable_count++] = engine.queue_[first];
+    }
+  }
+
   // A task with every edge done (its dependencies and the task before it on its resource)
   // heads an idle resource: it can start.
-  auto notify = [&](int next) PIPETUNE_INLINE {
+  PIPETUNE_INLINE void notify(int next) {
     if (--pending[next] == 0) startable[startable_count++] = next;
-  };
-  // A finished task frees its resource; the next task there, and any successor that now has
-  // every dependency and heads an idle resource, can start (the next one first, as before).
-  auto release = [&](int id) PIPETUNE_INLINE {
-    const Task& t = tasks[id];
-    if (id < locked && locks[id] >= 0) {
-      // Handed straight to its longest waiter, so that a task ready at this instant cannot
-      // take it first.
-      const int lock = locks[id];
-      lock_holder_[lock] = -1;
-      if (next_waiter_[lock] < lock_waiters_[lock].size()) {
-        lock_holder_[lock] = lock_waiters_[lock][next_waiter_[lock]++];
-        startable[startable_count++] = lock_holder_[lock];
-      }
+  }
+
+  // A lock's task is done: the lock goes straight to its longest waiter, so that a task ready
+  // at this instant cannot take it first.
+  PIPETUNE_INLINE void hand_on_lock(int lock) {
+    engine.lock_holder_[lock] = -1;
+    if (engine.next_waiter_[lock] < engine.lock_waiters_[lock].size()) {
+      engine.lock_holder_[lock] = engine.lock_waiters_[lock][engine.next_waiter_[lock]++];
+      startable[startable_count++] = engine.lock_holder_[lock];
     }
+  }
+
+  // A finished task frees its resource; the next task there, and any successor that now has
+  // every dependency and heads an idle resource, can start (the next one first).
+  PIPETUNE_INLINE void release(int id) {
+    const Task& t = tasks[id];
+    if (id < locked && locks[id] >= 0) hand_on_lock(locks[id]);
     if (t.next >= 0) notify(t.next);
     const int inline_count = std::min(t.successor_count, kInlineSuccessors);
     for (int k = 0; k < inline_count; ++k) notify(t.successors[k]);
     if (t.successor_count > kInlineSuccessors) {
-      for (int k = more_begin[id]; k < more_begin[id + 1]; ++k) notify(more_successors_[k].second);
+      for (int k = more_begin[id]; k < more_begin[id + 1]; ++k)
+        notify(engine.more_successors_[k].second);
     }
     ++finished;
-  };
+  }
+
+  // Whether a startable task starts now, and when it ends. A paced task before its release
+  // waits for it (its resource stays idle: nothing else may run there before it); a task whose
+  // lock another holds joins its waiters.
+  PIPETUNE_INLINE bool starts_now(int id, double now, double& end) {
+    end = now + tasks[id].duration;
+    if (id < paced) {
+      if (pacing[id].release > now) {
+        heap_push(heap, heap_size, make_event(pacing[id].release, id + n));
+        return false;
+      }
+      end = std::max(end, pacing[id].finish_floor);
+    }
+    if (id < locked && locks[id] >= 0) {
+      const int lock = locks[id];
+      if (engine.lock_holder_[lock] >= 0 && engine.lock_holder_[lock] != id) {
+        engine.lock_waiters_[lock].push_back(id);
+        return false;
+      }
+      engine.lock_holder_[lock] = id;
+    }
+    return true;
+  }
+
+  // A task without time runs to completion at once, its every effect at this instant.
+  PIPETUNE_INLINE void run_at_once(int id, double now) {
+    const Task& t = tasks[id];
+    if (t.start_bytes != 0) engine.change(t.start_counter, t.start_bytes, now);
+    if (t.mid_bytes != 0) engine.change(t.start_counter, -t.mid_bytes, now);
+    if (id < lated && late[id].bytes != 0) engine.change(t.start_counter, -late[id].bytes, now);
+    if (t.end_bytes != 0) engine.change(t.end_counter, -t.end_bytes, now);
+    release(id);
+    if (now > engine.makespan_) engine.makespan_ = now;
+  }
+
+  // A task that takes time allocates at its start; its end and transients' frees are events.
+  PIPETUNE_INLINE void begin(int id, double now) {
+    const Task& t = tasks[id];
+    if (t.start_bytes != 0) engine.change(t.start_counter, t.start_bytes, now);
+    heap_push(heap, heap_size, make_event(finish[id], id));
+    if (t.mid_bytes != 0) {
+      const double mid = std::min(now + t.mid_offset, finish[id]);
+      heap_push(heap, heap_size, make_event(mid, ~id));
+    }
+    if (id < lated && late[id].bytes != 0) {
+      const double at = std::min(now + late[id].offset, finish[id]);
+      heap_push(heap, heap_size, make_event(at, ~(id + n)));
+    }
+  }
+
   // Zero-duration tasks run to completion at once; the others start after all of them, so an
-  // instant's frees come before its allocations. A paced task before its release waits for it
-  // (its resource stays idle: nothing else may run there before it).
-  auto start_ready = [&](double now) PIPETUNE_INLINE {
+  // instant's frees come before its allocations.
+  PIPETUNE_INLINE void start_ready(double now) {
     int starting = 0;
     while (startable_count > 0) {
       const int id = startable[--startable_count];
-      const Task& t = tasks[id];
-      double end = now + t.duration;
-      if (id < paced) {
-        if (pacing[id].release > now) {
-          heap_push(heap, heap_size, make_event(pacing[id].release, id + n));
-          continue;
-        }
-        end = std::max(end, pacing[id].finish_floor);
-      }
-      if (id < locked && locks[id] >= 0) {
-        const int lock = locks[id];
-        if (lock_holder_[lock] >= 0 && lock_holder_[lock] != id) {
-          lock_waiters_[lock].push_back(id);
-          continue;
-        }
-        lock_holder_[lock] = id;
-      }
+      double end = 0.0;
+      if (!starts_now(id, now, end)) continue;
       start[id] = now;
       finish[id] = end;
-      if (t.duration == 0.0 && end == now) {
-        if (t.start_bytes != 0) change(t.start_counter, t.start_bytes, now);
-        if (t.mid_bytes != 0) change(t.start_counter, -t.mid_bytes, now);
-        if (id < lated && late[id].bytes != 0) change(t.start_counter, -late[id].bytes, now);
-        if (t.end_bytes != 0) change(t.end_counter, -t.end_bytes, now);
-        release(id);
-        if (now > makespan_) makespan_ = now;
+      if (tasks[id].duration == 0.0 && end == now) {
+        run_at_once(id, now);
       } else {
         batch[starting++] = id;
       }
     }
-    for (int k = 0; k < starting; ++k) {
-      const Task& t = tasks[batch[k]];
-      if (t.start_bytes != 0) change(t.start_counter, t.start_bytes, now);
-      heap_push(heap, heap_size, make_event(finish[batch[k]], batch[k]));
-      if (t.mid_bytes != 0) {
-        const double mid = std::min(now + t.mid_offset, finish[batch[k]]);
-        heap_push(heap, heap_size, make_event(mid, ~batch[k]));
-      }
-      if (batch[k] < lated && late[batch[k]].bytes != 0) {
-        const double at = std::min(now + late[batch[k]].offset, finish[batch[k]]);
-        heap_push(heap, heap_size, make_event(at, ~(batch[k] + n)));
-      }
-    }
-  };
-
-  for (int r = resource_count - 1; r >= 0; --r) {
-    const int first = resources_[r].first;
-    if (resources_[r].count > 0 && pending[queue[first]] == 0)
-      startable[startable_count++] = queue[first];
+    for (int k = 0; k < starting; ++k) begin(batch[k], now);
   }
-  start_ready(0.0);
-  while (heap_size > 0) {
+
+  // Every completion and transient at the earliest instant: frees first, then releases, then
+  // the tasks that can start.
+  PIPETUNE_INLINE void next_instant() {
     const auto now_key = static_cast<std::uint64_t>(heap[0] >> 64);
     const double now = key_time(now_key);
-    // Every completion and mid effect at this instant: frees first, then releases.
     int count = 0;
     while (heap_size > 0 && static_cast<std::uint64_t>(heap[0] >> 64) == now_key) {
       const int id = event_task(heap_pop(heap, heap_size));
@@ -586,31 +634,40 @@ void EventEngine::run_by_events() {
       if (id < 0) {  // ~task: its mid effect; ~(task + n): its late one
         const bool is_late = ~id >= n;
         const int task = is_late ? ~id - n : ~id;
-        change(tasks[task].start_counter, is_late ? -late[task].bytes : -tasks[task].mid_bytes,
-               now);
+        engine.change(tasks[task].start_counter,
+                      is_late ? -late[task].bytes : -tasks[task].mid_bytes, now);
         continue;
       }
       const Task& t = tasks[id];
-      if (t.end_bytes != 0) change(t.end_counter, -t.end_bytes, now);
+      if (t.end_bytes != 0) engine.change(t.end_counter, -t.end_bytes, now);
       batch[count++] = id;
     }
     for (int k = 0; k < count; ++k) release(batch[k]);
-    makespan_ = now;
+    engine.makespan_ = now;
     start_ready(now);
   }
-  if (finished != n) {
-    // Every task that started has finished: a resource's first task that never started is
-    // where it stuck.
-    for (int r = 0; r < resource_count; ++r) {
-      for (int k = resources_[r].first; k < resources_[r].first + resources_[r].count; ++k) {
-        if (start[queue[k]] != -1.0) continue;  // it started (run() starts every task at -1)
-        throw std::logic_error("event engine: resource " + std::to_string(r) +
-                               " is stuck at task " + std::to_string(queue[k]) +
-                               " (the programme has a cycle)");
-      }
+};
+
+void EventEngine::run_by_events() {
+  prepare_event_run();
+  EventRun run(*this);
+  run.start_resource_heads();
+  run.start_ready(0.0);
+  while (run.heap_size > 0) run.next_instant();
+  if (run.finished != run.n) throw_where_stuck();
+}
+
+// Every task that started has finished: a resource's first task that never started is where
+// the run stuck.
+void EventEngine::throw_where_stuck() const {
+  for (std::size_t r = 0; r < resources_.size(); ++r) {
+    for (int k = resources_[r].first; k < resources_[r].first + resources_[r].count; ++k) {
+      if (start_[queue_[k]] != -1.0) continue;  // it started (every task starts at -1)
+      throw std::logic_error("event engine: resource " + std::to_string(r) + " is stuck at task " +
+                             std::to_string(queue_[k]) + " (the programme has a cycle)");
     }
-    throw std::logic_error("event engine: not every task ran");
   }
+  throw std::logic_error("event engine: not every task ran");
 }
 
 std::vector<std::pair<int, int>> EventEngine::edges() const {

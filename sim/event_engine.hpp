@@ -224,7 +224,10 @@ class EventEngine {
   std::vector<int> lay_out_queues(std::vector<int>& queue) const;
   void prepare_queues();
   void reset_counters();
+  struct EventRun;  // one run_by_events(), in event_engine.cpp
+  void prepare_event_run();
   void run_by_events();
+  [[noreturn]] void throw_where_stuck() const;
   bool run_in_one_pass();
   bool times_in_one_pass();
   bool changes_in_time_order();
