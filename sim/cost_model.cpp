@@ -115,207 +115,223 @@ CostModel::CostModel(const Profile& profile)
   for (const TiedTensor& t : profile.tied) has_frozen_ = has_frozen_ || !t.trained;
 }
 
+namespace {
+
+// What one micro-batch size's costs are measured at: the profile's sizes and the size itself.
+struct AtSize {
+  std::span<const std::int64_t> sizes;
+  double x = 0.0;
+  double operator()(const std::vector<double>& values) const {
+    return interpolate(sizes, values, x);
+  }
+  std::int64_t bytes(const std::vector<std::int64_t>& values) const {
+    return interpolate_bytes(sizes, values, x);
+  }
+};
+
+// Every per-layer array sized, every prefix sum at zero.
+void size_arrays(SizeCosts& c, std::size_t layers) {
+  for (auto* per_layer : {&c.forward_ms, &c.backward_ms, &c.forward_nograd_ms, &c.backward_input_ms,
+                          &c.backward_weight_ms}) {
+    per_layer->resize(layers);
+  }
+  for (auto* per_layer : {&c.output_bytes, &c.saved_bytes, &c.workspace_bytes})
+    per_layer->resize(layers);
+  c.stored_bytes.assign(layers, 0);
+  for (auto* prefix :
+       {&c.forward_prefix, &c.backward_prefix, &c.forward_nograd_prefix, &c.backward_input_prefix,
+        &c.backward_weight_prefix, &c.forward_corun_prefix, &c.backward_corun_prefix,
+        &c.forward_cold_extra_prefix, &c.backward_cold_extra_prefix, &c.forward_sigma_prefix,
+        &c.backward_sigma_prefix, &c.forward_step_start_extra_prefix, &c.forward_launch_prefix,
+        &c.forward_nograd_launch_prefix, &c.backward_launch_prefix, &c.backward_input_launch_prefix,
+        &c.backward_weight_launch_prefix}) {
+    prefix->assign(layers + 1, 0.0);
+  }
+  c.kept_prefix.assign(layers + 1, 0);
+  c.with_parameters_prefix.assign(layers + 1, 0);
+}
+
+// Layer l's forward, backward and its I and W halves, and their prefix sums.
+void add_layer_times(SizeCosts& c, const LayerProfile& layer, std::size_t l, const AtSize& at) {
+  c.forward_ms[l] = at(layer.forward_ms);
+  c.backward_ms[l] = at(layer.backward_ms);
+  c.forward_nograd_ms[l] =
+      layer.forward_nograd_ms.empty() ? c.forward_ms[l] : at(layer.forward_nograd_ms);
+  if (!layer.backward_input_ms.empty()) {
+    c.backward_input_ms[l] = at(layer.backward_input_ms);
+    c.backward_weight_ms[l] = at(layer.backward_weight_ms);
+  } else {
+    // Unmeasured: a layer's weight gradient costs about what its input gradient does (two
+    // matrix products of one size); a layer without parameters has no W at all.
+    const double weight_share = layer.trained_bytes() > 0 ? 0.5 : 0.0;
+    c.backward_weight_ms[l] = weight_share * c.backward_ms[l];
+    c.backward_input_ms[l] = c.backward_ms[l] - c.backward_weight_ms[l];
+  }
+  c.forward_prefix[l + 1] = c.forward_prefix[l] + c.forward_ms[l];
+  c.backward_prefix[l + 1] = c.backward_prefix[l] + c.backward_ms[l];
+  c.forward_nograd_prefix[l + 1] = c.forward_nograd_prefix[l] + c.forward_nograd_ms[l];
+  c.backward_input_prefix[l + 1] = c.backward_input_prefix[l] + c.backward_input_ms[l];
+  c.backward_weight_prefix[l + 1] = c.backward_weight_prefix[l] + c.backward_weight_ms[l];
+  c.with_parameters_prefix[l + 1] =
+      c.with_parameters_prefix[l] + (layer.trained_bytes() > 0 ? 1 : 0);
+}
+
+// Layer l's tensors: its output, what it saves, its workspace and its backward's peaks.
+void add_layer_memory(SizeCosts& c, const LayerProfile& layer, std::size_t l, std::size_t layers,
+                      const AtSize& at) {
+  c.output_bytes[l] = at.bytes(layer.output_bytes);
+  c.saved_bytes[l] = at.bytes(layer.saved_bytes);
+  c.workspace_bytes[l] = at.bytes(layer.workspace_bytes);
+  if (!layer.backward_peak_bytes.empty()) {
+    c.backward_peak_bytes.resize(layers);
+    c.backward_accumulate_peak_bytes.resize(layers);
+    c.backward_peak_bytes[l] = at.bytes(layer.backward_peak_bytes);
+    c.backward_accumulate_peak_bytes[l] = at.bytes(layer.backward_accumulate_peak_bytes);
+    const bool inner = !layer.inner_backward_peak_bytes.empty();
+    c.inner_backward_peak_bytes.push_back(inner ? at.bytes(layer.inner_backward_peak_bytes)
+                                                : c.backward_peak_bytes[l]);
+    c.inner_backward_accumulate_peak_bytes.push_back(
+        inner ? at.bytes(layer.inner_backward_accumulate_peak_bytes)
+              : c.backward_accumulate_peak_bytes[l]);
+  }
+  if (!layer.backward_input_peak_bytes.empty()) {
+    c.backward_input_peak_bytes.resize(layers);
+    c.backward_weight_peak_bytes.resize(layers);
+    c.backward_input_peak_bytes[l] = at.bytes(layer.backward_input_peak_bytes);
+    c.backward_weight_peak_bytes[l] = at.bytes(layer.backward_weight_peak_bytes);
+  }
+  if (!layer.backward_peak_end.empty()) {
+    const auto [share, drop] =
+        release_at(at.sizes, layer.backward_peak_end, layer.backward_peak_drop_bytes, at.x);
+    c.backward_peak_end.push_back(share);
+    c.backward_peak_drop_bytes.push_back(drop);
+  }
+  c.keeps_input.push_back(layer.keeps_input ? 1 : 0);
+  c.keeps_output.push_back(layer.keeps_output ? 1 : 0);
+  c.aliases.push_back(layer.output_aliases_input ? 1 : 0);
+  c.modifies.push_back(layer.modifies_input ? 1 : 0);
+}
+
+// What torch's split backward allocates and frees in layer l, where the profile measured it.
+void add_layer_torch_memory(SizeCosts& c, const LayerProfile& layer, const AtSize& at) {
+  if (layer.torch_weight_gradient_bytes.empty()) return;
+  c.torch_weight_gradient_bytes.push_back(at.bytes(layer.torch_weight_gradient_bytes));
+  c.torch_freed_by_input_bytes.push_back(at.bytes(layer.torch_freed_by_input_bytes));
+  c.torch_keeps_output_gradient.push_back(layer.torch_keeps_output_gradient ? 1 : 0);
+  if (!layer.torch_weight_peak_bytes.empty()) {
+    c.torch_weight_peak_bytes.push_back(at.bytes(layer.torch_weight_peak_bytes));
+    c.torch_weight_accumulate_peak_bytes.push_back(
+        at.bytes(layer.torch_weight_accumulate_peak_bytes));
+  }
+  if (!layer.torch_weight_freed_bytes.empty()) {
+    c.torch_weight_freed_bytes.push_back(at.bytes(layer.torch_weight_freed_bytes));
+    c.torch_weight_frees_input.push_back(layer.torch_weight_frees_input ? 1 : 0);
+  }
+}
+
+// The host's time to launch layer l's tasks (0 without launch times).
+void add_layer_launches(SizeCosts& c, const LayerProfile& layer, std::size_t l, const AtSize& at) {
+  double forward_launch = 0.0, nograd_launch = 0.0, backward_launch = 0.0;
+  if (!layer.forward_launch_ms.empty()) {
+    forward_launch = at(layer.forward_launch_ms);
+    backward_launch = at(layer.backward_launch_ms);
+    nograd_launch = layer.forward_nograd_launch_ms.empty() ? forward_launch
+                                                           : at(layer.forward_nograd_launch_ms);
+  }
+  // I and W launch what the whole backward does, in the share of the device's work each
+  // takes (the profile times the halves on the device only).
+  const double halves = c.backward_input_ms[l] + c.backward_weight_ms[l];
+  const double input_share =
+      halves > 0.0 ? c.backward_input_ms[l] / halves : (layer.trained_bytes() > 0 ? 0.5 : 1.0);
+  const double input_launch = input_share * backward_launch;
+  c.forward_launch_prefix[l + 1] = c.forward_launch_prefix[l] + forward_launch;
+  c.forward_nograd_launch_prefix[l + 1] = c.forward_nograd_launch_prefix[l] + nograd_launch;
+  c.backward_launch_prefix[l + 1] = c.backward_launch_prefix[l] + backward_launch;
+  c.backward_input_launch_prefix[l + 1] = c.backward_input_launch_prefix[l] + input_launch;
+  c.backward_weight_launch_prefix[l + 1] =
+      c.backward_weight_launch_prefix[l] + (backward_launch - input_launch);
+}
+
+// Layer l beside co-runners, its spread, with a cold cache and as a step's first task.
+void add_layer_variations(SizeCosts& c, const LayerProfile& layer, std::size_t l,
+                          const AtSize& at) {
+  // A co-run time below the solo one is noise: taken as solo, so that solo times stay lower
+  // bounds of every prediction (the planner prunes with them).
+  const bool corun = !layer.forward_corun_ms.empty();
+  c.forward_corun_prefix[l + 1] =
+      c.forward_corun_prefix[l] +
+      (corun ? std::max(c.forward_ms[l], at(layer.forward_corun_ms)) : c.forward_ms[l]);
+  c.backward_corun_prefix[l + 1] =
+      c.backward_corun_prefix[l] +
+      (corun ? std::max(c.backward_ms[l], at(layer.backward_corun_ms)) : c.backward_ms[l]);
+  // A normal's standard deviation from a median absolute deviation.
+  const auto sigma = [&](const std::vector<double>& spread) {
+    return spread.empty() ? 0.0 : 1.4826 * at(spread);
+  };
+  c.forward_sigma_prefix[l + 1] = c.forward_sigma_prefix[l] + sigma(layer.forward_ms_spread);
+  c.backward_sigma_prefix[l + 1] = c.backward_sigma_prefix[l] + sigma(layer.backward_ms_spread);
+  // Likewise a cold time below the hot one: no extra (cold times come in pairs).
+  const bool cold = !layer.forward_cold_ms.empty();
+  const auto extra = [&](bool measured, const std::vector<double>& slower, double ms) {
+    return measured ? std::max(0.0, at(slower) - ms) : 0.0;
+  };
+  c.forward_cold_extra_prefix[l + 1] =
+      c.forward_cold_extra_prefix[l] + extra(cold, layer.forward_cold_ms, c.forward_ms[l]);
+  c.backward_cold_extra_prefix[l + 1] =
+      c.backward_cold_extra_prefix[l] + extra(cold, layer.backward_cold_ms, c.backward_ms[l]);
+  c.forward_step_start_extra_prefix[l + 1] =
+      c.forward_step_start_extra_prefix[l] +
+      extra(!layer.forward_step_start_ms.empty(), layer.forward_step_start_ms, c.forward_ms[l]);
+}
+
+// Which storages are kept, and which layer decides each stage input's fate.
+void settle_storages(SizeCosts& c, std::size_t layers) {
+  // A storage made by layer l is referenced by l, the aliasing layers after it, and the next
+  // layer that makes its own; it is kept if one of them keeps it.
+  const int count = static_cast<int>(layers);
+  for (int l = 0; l < count; ++l) {
+    if (c.aliases[l]) continue;
+    const bool kept = c.keeps_output[l] || c.kept_from(l + 1, count);
+    c.stored_bytes[l] = kept ? c.output_bytes[l] : 0;
+  }
+  c.input_decider.assign(layers + 1, count);
+  for (std::size_t l = layers; l-- > 0;) {
+    const bool decides = c.modifies[l] || !c.aliases[l];
+    c.input_decider[l] = decides ? static_cast<int>(l) : c.input_decider[l + 1];
+  }
+  for (std::size_t l = 0; l < layers; ++l)
+    c.kept_prefix[l + 1] = c.kept_prefix[l] + c.saved_bytes[l] + c.stored_bytes[l];
+}
+
+}  // namespace
+
 const SizeCosts& CostModel::at(std::int64_t size) const {
   if (auto it = cache_.find(size); it != cache_.end()) return *it->second;
   if (size < 1 || size > profile_.batch_size) {
     throw std::out_of_range("cost model: micro-batch size " + std::to_string(size) +
                             " outside 1 to the batch size " + std::to_string(profile_.batch_size));
   }
-
   auto costs = std::make_unique<SizeCosts>();
-  const auto& sizes = profile_.micro_batch_sizes;
-  const double x = static_cast<double>(size);
+  SizeCosts& c = *costs;
+  const AtSize at_size{profile_.micro_batch_sizes, static_cast<double>(size)};
   const std::size_t layers = profile_.layers.size();
-  costs->size = size;
-  costs->input_bytes = interpolate_bytes(sizes, profile_.input_bytes, x);
-  costs->input_needs_gradient.resize(layers);
+  c.size = size;
+  c.input_bytes = at_size.bytes(profile_.input_bytes);
+  c.input_needs_gradient.resize(layers);
   for (std::size_t l = 0; l < layers; ++l)
-    costs->input_needs_gradient[l] = input_needs_gradient(static_cast<int>(l)) ? 1 : 0;
-  costs->forward_ms.resize(layers);
-  costs->backward_ms.resize(layers);
-  costs->forward_nograd_ms.resize(layers);
-  costs->forward_nograd_prefix.assign(layers + 1, 0.0);
-  costs->output_bytes.resize(layers);
-  costs->saved_bytes.resize(layers);
-  costs->workspace_bytes.resize(layers);
-  costs->forward_prefix.assign(layers + 1, 0.0);
-  costs->backward_prefix.assign(layers + 1, 0.0);
-  costs->backward_input_ms.resize(layers);
-  costs->backward_weight_ms.resize(layers);
-  costs->backward_input_prefix.assign(layers + 1, 0.0);
-  costs->backward_weight_prefix.assign(layers + 1, 0.0);
-  costs->kept_prefix.assign(layers + 1, 0);
-  costs->forward_corun_prefix.assign(layers + 1, 0.0);
-  costs->backward_corun_prefix.assign(layers + 1, 0.0);
-  costs->forward_cold_extra_prefix.assign(layers + 1, 0.0);
-  costs->forward_sigma_prefix.assign(layers + 1, 0.0);
-  costs->backward_sigma_prefix.assign(layers + 1, 0.0);
-  costs->backward_cold_extra_prefix.assign(layers + 1, 0.0);
-  costs->forward_step_start_extra_prefix.assign(layers + 1, 0.0);
-  costs->stored_bytes.assign(layers, 0);
-  costs->launch_times = profile_.has_launch_times();
-  costs->backward_call_ms = costs->launch_times ? profile_.device.backward_call_ms : 0.0;
-  costs->with_parameters_prefix.assign(layers + 1, 0);
-  for (auto* prefix : {&costs->forward_launch_prefix, &costs->forward_nograd_launch_prefix,
-                       &costs->backward_launch_prefix, &costs->backward_input_launch_prefix,
-                       &costs->backward_weight_launch_prefix}) {
-    prefix->assign(layers + 1, 0.0);
-  }
+    c.input_needs_gradient[l] = input_needs_gradient(static_cast<int>(l)) ? 1 : 0;
+  c.launch_times = profile_.has_launch_times();
+  c.backward_call_ms = c.launch_times ? profile_.device.backward_call_ms : 0.0;
+  size_arrays(c, layers);
   for (std::size_t l = 0; l < layers; ++l) {
-    const auto& layer = profile_.layers[l];
-    costs->forward_ms[l] = interpolate(sizes, layer.forward_ms, x);
-    costs->backward_ms[l] = interpolate(sizes, layer.backward_ms, x);
-    costs->forward_nograd_ms[l] = layer.forward_nograd_ms.empty()
-                                      ? costs->forward_ms[l]
-                                      : interpolate(sizes, layer.forward_nograd_ms, x);
-    if (!layer.backward_input_ms.empty()) {
-      costs->backward_input_ms[l] = interpolate(sizes, layer.backward_input_ms, x);
-      costs->backward_weight_ms[l] = interpolate(sizes, layer.backward_weight_ms, x);
-    } else {
-      // Unmeasured: a layer's weight gradient costs about what its input gradient does (two
-      // matrix products of one size); a layer without parameters has no W at all.
-      const double weight_share = layer.trained_bytes() > 0 ? 0.5 : 0.0;
-      costs->backward_weight_ms[l] = weight_share * costs->backward_ms[l];
-      costs->backward_input_ms[l] = costs->backward_ms[l] - costs->backward_weight_ms[l];
-    }
-    costs->output_bytes[l] = interpolate_bytes(sizes, layer.output_bytes, x);
-    costs->saved_bytes[l] = interpolate_bytes(sizes, layer.saved_bytes, x);
-    costs->workspace_bytes[l] = interpolate_bytes(sizes, layer.workspace_bytes, x);
-    if (!layer.backward_peak_bytes.empty()) {
-      costs->backward_peak_bytes.resize(layers);
-      costs->backward_accumulate_peak_bytes.resize(layers);
-      costs->backward_peak_bytes[l] = interpolate_bytes(sizes, layer.backward_peak_bytes, x);
-      costs->backward_accumulate_peak_bytes[l] =
-          interpolate_bytes(sizes, layer.backward_accumulate_peak_bytes, x);
-      const bool inner = !layer.inner_backward_peak_bytes.empty();
-      costs->inner_backward_peak_bytes.push_back(
-          inner ? interpolate_bytes(sizes, layer.inner_backward_peak_bytes, x)
-                : costs->backward_peak_bytes[l]);
-      costs->inner_backward_accumulate_peak_bytes.push_back(
-          inner ? interpolate_bytes(sizes, layer.inner_backward_accumulate_peak_bytes, x)
-                : costs->backward_accumulate_peak_bytes[l]);
-    }
-    if (!layer.backward_input_peak_bytes.empty()) {
-      costs->backward_input_peak_bytes.resize(layers);
-      costs->backward_weight_peak_bytes.resize(layers);
-      costs->backward_input_peak_bytes[l] =
-          interpolate_bytes(sizes, layer.backward_input_peak_bytes, x);
-      costs->backward_weight_peak_bytes[l] =
-          interpolate_bytes(sizes, layer.backward_weight_peak_bytes, x);
-    }
-    if (!layer.backward_peak_end.empty()) {
-      const auto [share, drop] =
-          release_at(sizes, layer.backward_peak_end, layer.backward_peak_drop_bytes, x);
-      costs->backward_peak_end.push_back(share);
-      costs->backward_peak_drop_bytes.push_back(drop);
-    }
-    costs->forward_prefix[l + 1] = costs->forward_prefix[l] + costs->forward_ms[l];
-    costs->backward_prefix[l + 1] = costs->backward_prefix[l] + costs->backward_ms[l];
-    costs->forward_nograd_prefix[l + 1] =
-        costs->forward_nograd_prefix[l] + costs->forward_nograd_ms[l];
-    costs->keeps_input.push_back(layer.keeps_input ? 1 : 0);
-    costs->keeps_output.push_back(layer.keeps_output ? 1 : 0);
-    costs->aliases.push_back(layer.output_aliases_input ? 1 : 0);
-    costs->modifies.push_back(layer.modifies_input ? 1 : 0);
-    if (!layer.torch_weight_gradient_bytes.empty()) {
-      costs->torch_weight_gradient_bytes.push_back(
-          interpolate_bytes(sizes, layer.torch_weight_gradient_bytes, x));
-      costs->torch_freed_by_input_bytes.push_back(
-          interpolate_bytes(sizes, layer.torch_freed_by_input_bytes, x));
-      costs->torch_keeps_output_gradient.push_back(layer.torch_keeps_output_gradient ? 1 : 0);
-      if (!layer.torch_weight_peak_bytes.empty()) {
-        costs->torch_weight_peak_bytes.push_back(
-            interpolate_bytes(sizes, layer.torch_weight_peak_bytes, x));
-        costs->torch_weight_accumulate_peak_bytes.push_back(
-            interpolate_bytes(sizes, layer.torch_weight_accumulate_peak_bytes, x));
-      }
-      if (!layer.torch_weight_freed_bytes.empty()) {
-        costs->torch_weight_freed_bytes.push_back(
-            interpolate_bytes(sizes, layer.torch_weight_freed_bytes, x));
-        costs->torch_weight_frees_input.push_back(layer.torch_weight_frees_input ? 1 : 0);
-      }
-    }
-    costs->backward_input_prefix[l + 1] =
-        costs->backward_input_prefix[l] + costs->backward_input_ms[l];
-    costs->backward_weight_prefix[l + 1] =
-        costs->backward_weight_prefix[l] + costs->backward_weight_ms[l];
-    double forward_launch = 0.0, nograd_launch = 0.0, backward_launch = 0.0;
-    if (!layer.forward_launch_ms.empty()) {
-      forward_launch = interpolate(sizes, layer.forward_launch_ms, x);
-      backward_launch = interpolate(sizes, layer.backward_launch_ms, x);
-      nograd_launch = layer.forward_nograd_launch_ms.empty()
-                          ? forward_launch
-                          : interpolate(sizes, layer.forward_nograd_launch_ms, x);
-    }
-    // I and W launch what the whole backward does, in the share of the device's work each
-    // takes (the profile times the halves on the device only).
-    const double halves = costs->backward_input_ms[l] + costs->backward_weight_ms[l];
-    const double input_share = halves > 0.0 ? costs->backward_input_ms[l] / halves
-                                            : (layer.trained_bytes() > 0 ? 0.5 : 1.0);
-    const double input_launch = input_share * backward_launch;
-    costs->with_parameters_prefix[l + 1] =
-        costs->with_parameters_prefix[l] + (layer.trained_bytes() > 0 ? 1 : 0);
-    costs->forward_launch_prefix[l + 1] = costs->forward_launch_prefix[l] + forward_launch;
-    costs->forward_nograd_launch_prefix[l + 1] =
-        costs->forward_nograd_launch_prefix[l] + nograd_launch;
-    costs->backward_launch_prefix[l + 1] = costs->backward_launch_prefix[l] + backward_launch;
-    costs->backward_input_launch_prefix[l + 1] =
-        costs->backward_input_launch_prefix[l] + input_launch;
-    costs->backward_weight_launch_prefix[l + 1] =
-        costs->backward_weight_launch_prefix[l] + (backward_launch - input_launch);
-    // A co-run time below the solo one is noise: taken as solo, so that solo times stay lower
-    // bounds of every prediction (the planner prunes with them).
-    const bool corun = !layer.forward_corun_ms.empty();
-    costs->forward_corun_prefix[l + 1] =
-        costs->forward_corun_prefix[l] +
-        (corun ? std::max(costs->forward_ms[l], interpolate(sizes, layer.forward_corun_ms, x))
-               : costs->forward_ms[l]);
-    costs->backward_corun_prefix[l + 1] =
-        costs->backward_corun_prefix[l] +
-        (corun ? std::max(costs->backward_ms[l], interpolate(sizes, layer.backward_corun_ms, x))
-               : costs->backward_ms[l]);
-    // A normal's standard deviation from a median absolute deviation.
-    auto sigma = [&](const std::vector<double>& spread) {
-      return spread.empty() ? 0.0 : 1.4826 * interpolate(sizes, spread, x);
-    };
-    costs->forward_sigma_prefix[l + 1] =
-        costs->forward_sigma_prefix[l] + sigma(layer.forward_ms_spread);
-    costs->backward_sigma_prefix[l + 1] =
-        costs->backward_sigma_prefix[l] + sigma(layer.backward_ms_spread);
-    // Likewise a cold time below the hot one: no extra.
-    const bool cold = !layer.forward_cold_ms.empty();
-    costs->forward_cold_extra_prefix[l + 1] =
-        costs->forward_cold_extra_prefix[l] +
-        (cold ? std::max(0.0, interpolate(sizes, layer.forward_cold_ms, x) - costs->forward_ms[l])
-              : 0.0);
-    costs->backward_cold_extra_prefix[l + 1] =
-        costs->backward_cold_extra_prefix[l] +
-        (cold ? std::max(0.0, interpolate(sizes, layer.backward_cold_ms, x) - costs->backward_ms[l])
-              : 0.0);
-    costs->forward_step_start_extra_prefix[l + 1] =
-        costs->forward_step_start_extra_prefix[l] +
-        (layer.forward_step_start_ms.empty()
-             ? 0.0
-             : std::max(0.0,
-                        interpolate(sizes, layer.forward_step_start_ms, x) - costs->forward_ms[l]));
+    const LayerProfile& layer = profile_.layers[l];
+    add_layer_times(c, layer, l, at_size);
+    add_layer_memory(c, layer, l, layers, at_size);
+    add_layer_torch_memory(c, layer, at_size);
+    add_layer_launches(c, layer, l, at_size);
+    add_layer_variations(c, layer, l, at_size);
   }
-  // A storage made by layer l is referenced by l, the aliasing layers after it, and the next
-  // layer that makes its own; it is kept if one of them keeps it.
-  const int count = static_cast<int>(layers);
-  for (int l = 0; l < count; ++l) {
-    if (costs->aliases[l]) continue;
-    const bool kept = costs->keeps_output[l] || costs->kept_from(l + 1, count);
-    costs->stored_bytes[l] = kept ? costs->output_bytes[l] : 0;
-  }
-  costs->input_decider.assign(layers + 1, static_cast<int>(layers));
-  for (std::size_t l = layers; l-- > 0;) {
-    const bool decides = costs->modifies[l] || !costs->aliases[l];
-    costs->input_decider[l] = decides ? static_cast<int>(l) : costs->input_decider[l + 1];
-  }
-  for (std::size_t l = 0; l < layers; ++l) {
-    costs->kept_prefix[l + 1] =
-        costs->kept_prefix[l] + costs->saved_bytes[l] + costs->stored_bytes[l];
-  }
+  settle_storages(c, layers);
   return *cache_.emplace(size, std::move(costs)).first->second;
 }
 
