@@ -111,6 +111,108 @@ bool read_pair(const Node& node, const char* first, const char* second, std::siz
   return true;
 }
 
+// The backward's measured peaks, and the fields that refine them.
+void read_backward_peaks(const Node& node, std::size_t sizes, LayerProfile& layer) {
+  const auto peaks = both_or_neither(node, "backward_peak_bytes", "backward_accumulate_peak_bytes");
+  if (peaks) {
+    layer.backward_peak_bytes = byte_counts(peaks->first, sizes);
+    layer.backward_accumulate_peak_bytes = byte_counts(peaks->second, sizes);
+  }
+  // The fields below refine the backward's peaks and come only with them.
+  const auto refining = [&](const char* first, const char* second, const char* relation) {
+    auto pair = both_or_neither(node, first, second);
+    if (pair && !peaks)
+      node.fail_message(fmt::format("has {}, but no backward_peak_bytes ({})", first, relation));
+    return pair;
+  };
+  if (const auto inner = refining("inner_backward_peak_bytes",
+                                  "inner_backward_accumulate_peak_bytes", "they refine them")) {
+    layer.inner_backward_peak_bytes = byte_counts(inner->first, sizes);
+    layer.inner_backward_accumulate_peak_bytes = byte_counts(inner->second, sizes);
+  }
+  if (const auto release =
+          refining("backward_peak_end", "backward_peak_drop_bytes", "it belongs to them")) {
+    for (const Node& e : release->first.elements(
+             sizes, "numbers from 0 to 1 (a share), one per micro-batch size")) {
+      layer.backward_peak_end.push_back(e.number_in(0.0, 1.0, "a number from 0 to 1 (a share)"));
+    }
+    layer.backward_peak_drop_bytes = byte_counts(release->second, sizes);
+  }
+  if (const auto split =
+          refining("backward_input_peak_bytes", "backward_weight_peak_bytes", "they refine them")) {
+    layer.backward_input_peak_bytes = byte_counts(split->first, sizes);
+    layer.backward_weight_peak_bytes = byte_counts(split->second, sizes);
+  }
+}
+
+// What torch's split backward allocates and frees in the layer (its runtime's profile).
+void read_torch_memory(const Node& node, std::size_t sizes, LayerProfile& layer) {
+  if (const auto torch_input =
+          both_or_neither(node, "torch_weight_gradient_bytes", "torch_freed_by_input_bytes")) {
+    layer.torch_weight_gradient_bytes = byte_counts(torch_input->first, sizes);
+    layer.torch_freed_by_input_bytes = byte_counts(torch_input->second, sizes);
+  }
+  if (auto keeps = node.optional_field("torch_keeps_output_gradient")) {
+    if (layer.torch_weight_gradient_bytes.empty())
+      node.fail_message(
+          "has torch_keeps_output_gradient, but no torch_weight_gradient_bytes (it comes with "
+          "them)");
+    layer.torch_keeps_output_gradient = keeps->boolean();
+  }
+  if (const auto torch_weight =
+          both_or_neither(node, "torch_weight_peak_bytes", "torch_weight_accumulate_peak_bytes")) {
+    if (layer.torch_weight_gradient_bytes.empty())
+      node.fail_message(
+          "has torch_weight_peak_bytes, but no torch_weight_gradient_bytes (they come with them)");
+    layer.torch_weight_peak_bytes = byte_counts(torch_weight->first, sizes);
+    layer.torch_weight_accumulate_peak_bytes = byte_counts(torch_weight->second, sizes);
+  }
+  if (auto freed = node.optional_field("torch_weight_freed_bytes")) {
+    if (layer.torch_weight_peak_bytes.empty())
+      node.fail_message(
+          "has torch_weight_freed_bytes, but no torch_weight_peak_bytes (it comes with them)");
+    layer.torch_weight_freed_bytes = byte_counts(*freed, sizes);
+  }
+  if (auto frees = node.optional_field("torch_weight_frees_input")) {
+    if (layer.torch_weight_freed_bytes.empty())
+      node.fail_message(
+          "has torch_weight_frees_input, but no torch_weight_freed_bytes (it comes with them)");
+    layer.torch_weight_frees_input = frees->boolean();
+  }
+}
+
+// The backward's halves, and the times beside co-runners, with a cold cache, as a step's first
+// task, of the host's launches, and their spread.
+void read_time_variants(const Node& node, std::size_t sizes, LayerProfile& layer) {
+  read_pair(node, "backward_input_ms", "backward_weight_ms", sizes, layer.backward_input_ms,
+            layer.backward_weight_ms);
+  read_pair(node, "forward_corun_ms", "backward_corun_ms", sizes, layer.forward_corun_ms,
+            layer.backward_corun_ms);
+  read_pair(node, "forward_cold_ms", "backward_cold_ms", sizes, layer.forward_cold_ms,
+            layer.backward_cold_ms);
+  if (auto first = node.optional_field("forward_step_start_ms")) {
+    if (layer.forward_cold_ms.empty())
+      node.fail_message(
+          "has forward_step_start_ms, but no forward_cold_ms (step-start times come with the "
+          "cold times)");
+    layer.forward_step_start_ms = numbers(*first, sizes);
+  }
+  const bool forward_launch = read_pair(node, "forward_launch_ms", "backward_launch_ms", sizes,
+                                        layer.forward_launch_ms, layer.backward_launch_ms);
+  if (auto nograd_launch = node.optional_field("forward_nograd_launch_ms")) {
+    if (!forward_launch)
+      node.fail_message(
+          "has forward_nograd_launch_ms, but no forward_launch_ms (they come with it)");
+    layer.forward_nograd_launch_ms = numbers(*nograd_launch, sizes);
+  }
+  if (auto spread = node.optional_field("forward_ms_spread")) {
+    layer.forward_ms_spread = numbers(*spread, sizes);
+  }
+  if (auto spread = node.optional_field("backward_ms_spread")) {
+    layer.backward_ms_spread = numbers(*spread, sizes);
+  }
+}
+
 LayerProfile parse_layer(const Node& node, std::size_t sizes) {
   node.allow_only({"name",
                    "param_bytes",
@@ -167,36 +269,7 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
   layer.output_bytes = byte_counts(node.field("output_bytes"), sizes);
   layer.saved_bytes = byte_counts(node.field("saved_bytes"), sizes);
   layer.workspace_bytes = byte_counts(node.field("workspace_bytes"), sizes);
-  const auto peaks = both_or_neither(node, "backward_peak_bytes", "backward_accumulate_peak_bytes");
-  if (peaks) {
-    layer.backward_peak_bytes = byte_counts(peaks->first, sizes);
-    layer.backward_accumulate_peak_bytes = byte_counts(peaks->second, sizes);
-  }
-  // The fields below refine the backward's peaks and come only with them.
-  const auto refining = [&](const char* first, const char* second, const char* relation) {
-    auto pair = both_or_neither(node, first, second);
-    if (pair && !peaks)
-      node.fail_message(fmt::format("has {}, but no backward_peak_bytes ({})", first, relation));
-    return pair;
-  };
-  if (const auto inner = refining("inner_backward_peak_bytes",
-                                  "inner_backward_accumulate_peak_bytes", "they refine them")) {
-    layer.inner_backward_peak_bytes = byte_counts(inner->first, sizes);
-    layer.inner_backward_accumulate_peak_bytes = byte_counts(inner->second, sizes);
-  }
-  if (const auto release =
-          refining("backward_peak_end", "backward_peak_drop_bytes", "it belongs to them")) {
-    for (const Node& e : release->first.elements(
-             sizes, "numbers from 0 to 1 (a share), one per micro-batch size")) {
-      layer.backward_peak_end.push_back(e.number_in(0.0, 1.0, "a number from 0 to 1 (a share)"));
-    }
-    layer.backward_peak_drop_bytes = byte_counts(release->second, sizes);
-  }
-  if (const auto split =
-          refining("backward_input_peak_bytes", "backward_weight_peak_bytes", "they refine them")) {
-    layer.backward_input_peak_bytes = byte_counts(split->first, sizes);
-    layer.backward_weight_peak_bytes = byte_counts(split->second, sizes);
-  }
+  read_backward_peaks(node, sizes, layer);
   if (auto nograd = node.optional_field("forward_nograd_ms"))
     layer.forward_nograd_ms = numbers(*nograd, sizes);
   if (auto keeps = node.optional_field("keeps_input")) layer.keeps_input = keeps->boolean();
@@ -205,65 +278,8 @@ LayerProfile parse_layer(const Node& node, std::size_t sizes) {
     layer.output_aliases_input = alias->boolean();
   if (auto modifies = node.optional_field("modifies_input"))
     layer.modifies_input = modifies->boolean();
-  if (const auto torch_input =
-          both_or_neither(node, "torch_weight_gradient_bytes", "torch_freed_by_input_bytes")) {
-    layer.torch_weight_gradient_bytes = byte_counts(torch_input->first, sizes);
-    layer.torch_freed_by_input_bytes = byte_counts(torch_input->second, sizes);
-  }
-  if (auto keeps = node.optional_field("torch_keeps_output_gradient")) {
-    if (layer.torch_weight_gradient_bytes.empty())
-      node.fail_message(
-          "has torch_keeps_output_gradient, but no torch_weight_gradient_bytes (it comes with "
-          "them)");
-    layer.torch_keeps_output_gradient = keeps->boolean();
-  }
-  if (const auto torch_weight =
-          both_or_neither(node, "torch_weight_peak_bytes", "torch_weight_accumulate_peak_bytes")) {
-    if (layer.torch_weight_gradient_bytes.empty())
-      node.fail_message(
-          "has torch_weight_peak_bytes, but no torch_weight_gradient_bytes (they come with them)");
-    layer.torch_weight_peak_bytes = byte_counts(torch_weight->first, sizes);
-    layer.torch_weight_accumulate_peak_bytes = byte_counts(torch_weight->second, sizes);
-  }
-  if (auto freed = node.optional_field("torch_weight_freed_bytes")) {
-    if (layer.torch_weight_peak_bytes.empty())
-      node.fail_message(
-          "has torch_weight_freed_bytes, but no torch_weight_peak_bytes (it comes with them)");
-    layer.torch_weight_freed_bytes = byte_counts(*freed, sizes);
-  }
-  if (auto frees = node.optional_field("torch_weight_frees_input")) {
-    if (layer.torch_weight_freed_bytes.empty())
-      node.fail_message(
-          "has torch_weight_frees_input, but no torch_weight_freed_bytes (it comes with them)");
-    layer.torch_weight_frees_input = frees->boolean();
-  }
-  read_pair(node, "backward_input_ms", "backward_weight_ms", sizes, layer.backward_input_ms,
-            layer.backward_weight_ms);
-  read_pair(node, "forward_corun_ms", "backward_corun_ms", sizes, layer.forward_corun_ms,
-            layer.backward_corun_ms);
-  read_pair(node, "forward_cold_ms", "backward_cold_ms", sizes, layer.forward_cold_ms,
-            layer.backward_cold_ms);
-  if (auto first = node.optional_field("forward_step_start_ms")) {
-    if (layer.forward_cold_ms.empty())
-      node.fail_message(
-          "has forward_step_start_ms, but no forward_cold_ms (step-start times come with the "
-          "cold times)");
-    layer.forward_step_start_ms = numbers(*first, sizes);
-  }
-  const bool forward_launch = read_pair(node, "forward_launch_ms", "backward_launch_ms", sizes,
-                                        layer.forward_launch_ms, layer.backward_launch_ms);
-  if (auto nograd_launch = node.optional_field("forward_nograd_launch_ms")) {
-    if (!forward_launch)
-      node.fail_message(
-          "has forward_nograd_launch_ms, but no forward_launch_ms (they come with it)");
-    layer.forward_nograd_launch_ms = numbers(*nograd_launch, sizes);
-  }
-  if (auto spread = node.optional_field("forward_ms_spread")) {
-    layer.forward_ms_spread = numbers(*spread, sizes);
-  }
-  if (auto spread = node.optional_field("backward_ms_spread")) {
-    layer.backward_ms_spread = numbers(*spread, sizes);
-  }
+  read_torch_memory(node, sizes, layer);
+  read_time_variants(node, sizes, layer);
   return layer;
 }
 
@@ -321,44 +337,29 @@ std::vector<AfterIdlePoint> after_idle_points(const Node& array) {
   return points;
 }
 
-}  // namespace
-
-Profile parse_profile(std::string_view text, const std::string& source) {
-  const json document = json_reader::parse_document(text, source);
-  const Node root(document, source);
-  if (!document.is_object()) root.fail("a JSON object");
-  root.allow_only({"format", "model", "device", "dtype", "batch_size", "micro_batch_sizes",
-                   "min_micro_batch", "input_bytes", "layers", "timer", "co_runners",
-                   "tied_parameters", "meta"});
-  check_format(root, kProfileFormat);
-
-  Profile p;
-  p.model = root.field("model").non_empty_string();
-  const Node device = root.field("device");
+// The profile's device: what it is, and what the profiler measured of it.
+ProfileDevice parse_device(const Node& device) {
+  ProfileDevice d;
   device.allow_only({"type", "name", "memory_bytes", "library_bytes", "backward_call_ms",
                      "sm_shares", "cache_bytes", "after_idle"});
-  p.device.type = device.field("type").non_empty_string();
-  p.device.name = device.field("name").string();
-  p.device.memory_bytes = device.field("memory_bytes").bytes();
-  if (auto library = device.optional_field("library_bytes"))
-    p.device.library_bytes = library->bytes();
+  d.type = device.field("type").non_empty_string();
+  d.name = device.field("name").string();
+  d.memory_bytes = device.field("memory_bytes").bytes();
+  if (auto library = device.optional_field("library_bytes")) d.library_bytes = library->bytes();
   if (auto call = device.optional_field("backward_call_ms"))
-    p.device.backward_call_ms = call->milliseconds();
+    d.backward_call_ms = call->milliseconds();
   if (auto shares = device.optional_field("sm_shares")) {
     const std::int64_t count = shares->positive_integer();
     if (count > limits::kMaxDevices) shares->fail("a count of shares from 1 to 1024");
-    p.device.sm_shares = static_cast<int>(count);
+    d.sm_shares = static_cast<int>(count);
   }
-  if (auto cache = device.optional_field("cache_bytes")) p.device.cache_bytes = cache->bytes();
-  if (auto idle = device.optional_field("after_idle"))
-    p.device.after_idle = after_idle_points(*idle);
-  p.dtype = root.field("dtype").non_empty_string();
-  if (auto timer = root.optional_field("timer")) {
-    p.timer = timer->non_empty_string();
-    if (p.timer != "clock" && p.timer != "cuda-events" && p.timer != "cupti") {
-      timer->fail("\"clock\", \"cuda-events\" or \"cupti\"");
-    }
-  }
+  if (auto cache = device.optional_field("cache_bytes")) d.cache_bytes = cache->bytes();
+  if (auto idle = device.optional_field("after_idle")) d.after_idle = after_idle_points(*idle);
+  return d;
+}
+
+// batch_size, micro_batch_sizes (strictly increasing) and min_micro_batch.
+void read_batch_sizes(const Node& root, Profile& p) {
   const Node batch = root.field("batch_size");
   p.batch_size = batch.positive_integer();
   if (p.batch_size > limits::kMaxBatch) batch.fail("a positive integer up to 1000000000");
@@ -384,15 +385,11 @@ Profile parse_profile(std::string_view text, const std::string& source) {
                       p.micro_batch_sizes.front()));
     }
   }
-  const std::size_t count = p.micro_batch_sizes.size();
-  p.input_bytes = byte_counts(root.field("input_bytes"), count);
+}
 
-  const Node layers = root.field("layers");
-  const auto layer_nodes = layers.elements();
-  if (layer_nodes.empty()) layers.fail("a non-empty array of layers");
-  for (const Node& l : layer_nodes) p.layers.push_back(parse_layer(l, count));
-  // Traces, reports and the GUI match tasks to layers by name: two layers of one name would
-  // be confused there.
+// Traces, reports and the GUI match tasks to layers by name: two layers of one name would be
+// confused there.
+void check_layer_names(const Profile& p, const std::vector<Node>& layer_nodes) {
   std::unordered_map<std::string_view, std::size_t> first_of_name;
   for (std::size_t k = 0; k < p.layers.size(); ++k) {
     const auto [seen, fresh] = first_of_name.emplace(p.layers[k].name, k);
@@ -402,6 +399,10 @@ Profile parse_profile(std::string_view text, const std::string& source) {
                       p.layers[k].name, seen->second));
     }
   }
+}
+
+// Fields that describe whole stages, or the step: on every layer or none.
+void check_every_layer_or_none(const Profile& p, const std::vector<Node>& layer_nodes) {
   // Measured backward peaks replace the model's estimate for whole stages, and when a backward's
   // peak ends, the split of the backward (one rule for every stage) and launch times (a stage's
   // host time is a sum over its layers) likewise: all layers or none.
@@ -425,7 +426,12 @@ Profile parse_profile(std::string_view text, const std::string& source) {
     every_layer_or_none("torch_weight_peak_bytes", &LayerProfile::torch_weight_peak_bytes);
     every_layer_or_none("torch_weight_freed_bytes", &LayerProfile::torch_weight_freed_bytes);
   }
+}
 
+// Co-run times, cold times and step-start times: each with what they were measured with, and on
+// every layer or none; the backward call's time only with launch times.
+void read_measurement_conditions(const Node& root, const Node& device, Profile& p,
+                                 const std::vector<Node>& layer_nodes) {
   // Co-run times need the count they were measured with, and describe every layer or none.
   const auto co_runners = root.optional_field("co_runners");
   if (co_runners) {
@@ -475,6 +481,41 @@ Profile parse_profile(std::string_view text, const std::string& source) {
             "is given, but no layer has launch times (forward_launch_ms), which it "
             "belongs with");
   }
+}
+
+}  // namespace
+
+Profile parse_profile(std::string_view text, const std::string& source) {
+  const json document = json_reader::parse_document(text, source);
+  const Node root(document, source);
+  if (!document.is_object()) root.fail("a JSON object");
+  root.allow_only({"format", "model", "device", "dtype", "batch_size", "micro_batch_sizes",
+                   "min_micro_batch", "input_bytes", "layers", "timer", "co_runners",
+                   "tied_parameters", "meta"});
+  check_format(root, kProfileFormat);
+
+  Profile p;
+  p.model = root.field("model").non_empty_string();
+  const Node device = root.field("device");
+  p.device = parse_device(device);
+  p.dtype = root.field("dtype").non_empty_string();
+  if (auto timer = root.optional_field("timer")) {
+    p.timer = timer->non_empty_string();
+    if (p.timer != "clock" && p.timer != "cuda-events" && p.timer != "cupti") {
+      timer->fail("\"clock\", \"cuda-events\" or \"cupti\"");
+    }
+  }
+  read_batch_sizes(root, p);
+  const std::size_t count = p.micro_batch_sizes.size();
+  p.input_bytes = byte_counts(root.field("input_bytes"), count);
+
+  const Node layers = root.field("layers");
+  const auto layer_nodes = layers.elements();
+  if (layer_nodes.empty()) layers.fail("a non-empty array of layers");
+  for (const Node& l : layer_nodes) p.layers.push_back(parse_layer(l, count));
+  check_layer_names(p, layer_nodes);
+  check_every_layer_or_none(p, layer_nodes);
+  read_measurement_conditions(root, device, p, layer_nodes);
 
   if (auto tied = root.optional_field("tied_parameters")) p.tied = parse_tied(*tied, p.layers);
   check_profile_total(p, source);
