@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -317,13 +318,10 @@ std::string trace_to_json(const Trace& trace) {
   return out;
 }
 
-Trace parse_trace(std::string_view text, const std::string& source) {
-  const json document = json_reader::parse_document(text, source);
-  const Node root(document, source);
-  if (!document.is_object()) root.fail("a JSON object with \"traceEvents\"");
+namespace {
 
-  Trace trace;
-  const Node meta = root.field("pipetune");
+// The "pipetune" object's format, kind, model, plan and sizes.
+void read_trace_meta(const Node& meta, const std::string& source, Trace& trace) {
   const Node tag = meta.field("format");
   if (!tag.value().is_string() || tag.value().get<std::string>() != kTraceFormat) {
     tag.fail(fmt::format("\"{}\"", kTraceFormat));
@@ -340,7 +338,10 @@ Trace parse_trace(std::string_view text, const std::string& source) {
   if (auto sizes = meta.optional_field("micro_batch_sizes")) {
     for (const Node& s : sizes->elements()) trace.micro_batch_sizes.push_back(s.positive_integer());
   }
-  const Node summary = meta.field("summary");
+}
+
+// The summary: the step's figures and each device's.
+void read_trace_summary(const Node& summary, Trace& trace) {
   trace.iteration_ms = summary.field("iteration_ms").non_negative_number();
   trace.throughput_samples_per_s = summary.field("throughput_samples_per_s").non_negative_number();
   trace.bubble_fraction = summary.field("bubble_fraction").number();
@@ -363,80 +364,101 @@ Trace parse_trace(std::string_view text, const std::string& source) {
     }
     trace.devices.push_back(std::move(device));
   }
+}
 
-  const int device_count = static_cast<int>(trace.devices.size());
-  auto pid_of = [&](const Node& e) {
-    const Node pid = e.field("pid");
-    const auto p = pid.non_negative_integer();
-    if (p >= device_count) {
-      pid.fail(fmt::format("a device pid below {} (the summary lists {} devices)", device_count,
-                           device_count));
+// An event's pid: one of the summary's devices.
+int device_pid(const Node& e, int device_count) {
+  const Node pid = e.field("pid");
+  const auto p = pid.non_negative_integer();
+  if (p >= device_count) {
+    pid.fail(fmt::format("a device pid below {} (the summary lists {} devices)", device_count,
+                         device_count));
+  }
+  return static_cast<int>(p);
+}
+
+// A span's task kind by its category ("copy": a send, its direction read later); none for
+// someone else's event.
+std::optional<TaskKind> task_kind_of_category(const std::string& cat) {
+  if (cat == "forward") return TaskKind::Forward;
+  if (cat == "recompute") return TaskKind::Recompute;
+  if (cat == "backward") return TaskKind::Backward;
+  if (cat == "backward_input") return TaskKind::InputGrad;
+  if (cat == "backward_weight") return TaskKind::WeightGrad;
+  if (cat == "copy") return TaskKind::SendActivation;
+  return std::nullopt;
+}
+
+// A copy's direction, receiver and bytes.
+void read_copy_args(const Node& args, int device_count, TraceTask& task) {
+  const Node direction = args.field("direction");
+  const std::string d = direction.string();
+  if (d == "gradient") {
+    task.kind = TaskKind::SendGradient;
+  } else if (d != "activation") {
+    direction.fail("\"activation\" or \"gradient\"");
+  }
+  const Node to = args.field("to");
+  const auto peer = to.non_negative_integer();  // compared before the cast can wrap it
+  if (peer >= device_count) to.fail(fmt::format("a device pid below {}", device_count));
+  task.peer = static_cast<int>(peer);
+  task.bytes = args.field("bytes").bytes();
+}
+
+// A task's span ("ph": "X") and its args.
+TraceTask read_task_span(const Node& e, TaskKind kind, int device_count) {
+  TraceTask task;
+  task.kind = kind;
+  task.device = device_pid(e, device_count);
+  const double ts = e.field("ts").non_negative_number();
+  const double dur = e.field("dur").non_negative_number();
+  // Each is finite, their sum need not be; an infinite end would be written as "inf".
+  if (!std::isfinite(ts + dur)) {
+    e.fail_message(fmt::format("expected ts + dur to be a finite time, got {} + {}", ts, dur));
+  }
+  task.start_ms = ts / 1e3;
+  task.end_ms = (ts + dur) / 1e3;
+  const Node args = e.field("args");
+  task.stage = count_field(args.field("stage"));
+  task.micro_batch = count_field(args.field("micro_batch"));
+  if (auto step = args.optional_field("step")) task.step = count_field(*step);
+  if (auto launch = args.optional_field("launch_start_ms")) {
+    task.launch_start_ms = launch->non_negative_number();
+    task.launch_end_ms = args.field("launch_end_ms").non_negative_number();
+    if (task.launch_end_ms < task.launch_start_ms) {
+      e.fail_message(fmt::format("expected launch_end_ms {} to be at least launch_start_ms {}",
+                                 task.launch_end_ms, task.launch_start_ms));
     }
-    return static_cast<int>(p);
-  };
+  }
+  if (auto cpu = args.optional_field("cpu_ms")) task.cpu_ms = cpu->non_negative_number();
+  if (task.kind == TaskKind::SendActivation) read_copy_args(args, device_count, task);
+  return task;
+}
+
+}  // namespace
+
+Trace parse_trace(std::string_view text, const std::string& source) {
+  const json document = json_reader::parse_document(text, source);
+  const Node root(document, source);
+  if (!document.is_object()) root.fail("a JSON object with \"traceEvents\"");
+
+  Trace trace;
+  const Node meta = root.field("pipetune");
+  read_trace_meta(meta, source, trace);
+  read_trace_summary(meta.field("summary"), trace);
+  const int device_count = static_cast<int>(trace.devices.size());
   std::map<StepTaskKey, std::string> event_of_task;
   for (const Node& e : root.field("traceEvents").elements()) {
-    const Node ph = e.field("ph");
-    const std::string phase = ph.string();
+    const std::string phase = e.field("ph").string();
     if (phase == "X") {
-      const std::string cat = e.field("cat").string();
-      TraceTask task;
-      if (cat == "forward") {
-        task.kind = TaskKind::Forward;
-      } else if (cat == "recompute") {
-        task.kind = TaskKind::Recompute;
-      } else if (cat == "backward") {
-        task.kind = TaskKind::Backward;
-      } else if (cat == "backward_input") {
-        task.kind = TaskKind::InputGrad;
-      } else if (cat == "backward_weight") {
-        task.kind = TaskKind::WeightGrad;
-      } else if (cat == "copy") {
-        task.kind = TaskKind::SendActivation;
-      } else {
-        continue;  // someone else's event: keep the trace readable, ignore it
-      }
-      task.device = pid_of(e);
-      const double ts = e.field("ts").non_negative_number();
-      const double dur = e.field("dur").non_negative_number();
-      // Each is finite, their sum need not be; an infinite end would be written as "inf".
-      if (!std::isfinite(ts + dur)) {
-        e.fail_message(fmt::format("expected ts + dur to be a finite time, got {} + {}", ts, dur));
-      }
-      task.start_ms = ts / 1e3;
-      task.end_ms = (ts + dur) / 1e3;
-      const Node args = e.field("args");
-      task.stage = count_field(args.field("stage"));
-      task.micro_batch = count_field(args.field("micro_batch"));
-      if (auto step = args.optional_field("step")) task.step = count_field(*step);
-      if (auto launch = args.optional_field("launch_start_ms")) {
-        task.launch_start_ms = launch->non_negative_number();
-        task.launch_end_ms = args.field("launch_end_ms").non_negative_number();
-        if (task.launch_end_ms < task.launch_start_ms) {
-          e.fail_message(fmt::format("expected launch_end_ms {} to be at least launch_start_ms {}",
-                                     task.launch_end_ms, task.launch_start_ms));
-        }
-      }
-      if (auto cpu = args.optional_field("cpu_ms")) task.cpu_ms = cpu->non_negative_number();
-      if (task.kind == TaskKind::SendActivation) {
-        const Node direction = args.field("direction");
-        const std::string d = direction.string();
-        if (d == "gradient") {
-          task.kind = TaskKind::SendGradient;
-        } else if (d != "activation") {
-          direction.fail("\"activation\" or \"gradient\"");
-        }
-        const Node to = args.field("to");
-        const auto peer = to.non_negative_integer();  // compared before the cast can wrap it
-        if (peer >= device_count) to.fail(fmt::format("a device pid below {}", device_count));
-        task.peer = static_cast<int>(peer);
-        task.bytes = args.field("bytes").bytes();
-      }
+      const auto kind = task_kind_of_category(e.field("cat").string());
+      if (!kind) continue;  // someone else's event: keep the trace readable, ignore it
+      const TraceTask task = read_task_span(e, *kind, device_count);
       refuse_repeated_task(event_of_task, task, e);
       trace.tasks.push_back(task);
     } else if (phase == "C") {
       if (e.field("name").string() != "memory") continue;
-      const int p = pid_of(e);
+      const int p = device_pid(e, device_count);
       const double ts = e.field("ts").non_negative_number();
       const auto bytes = e.field("args").field("allocated").non_negative_integer();
       trace.devices[p].memory.push_back({ts / 1e3, bytes});
