@@ -291,47 +291,119 @@ double measurement_noise(const std::vector<double>& steps) {
   return 1.96 * 1.253 * sigma / std::sqrt(static_cast<double>(steps.size())) / m;
 }
 
-CalibrationChoice choose_calibration(const Profile& profile, const Hardware& hardware,
-                                     const std::vector<CalibrationRun>& runs) {
-  CalibrationChoice choice;
-  const std::size_t n = runs.size();
-  std::vector<Trace> predicted;
-  std::vector<std::string> names;
-  for (const auto& r : runs) {
-    predicted.push_back(
-        trace_from_simulation(Simulator(profile, hardware).run(r.plan), profile.model));
-    names.push_back(describe_plan(r.plan));
+namespace {
+
+// A calibration's plans, predicted and measured: fits on all or all but one of them, and the
+// time error each calibration leaves on them.
+class CalibrationRuns {
+ public:
+  CalibrationRuns(const Profile& profile, const Hardware& hardware,
+                  const std::vector<CalibrationRun>& runs)
+      : profile_(profile), hardware_(hardware), runs_(runs) {
+    for (const auto& r : runs) {
+      predicted_.push_back(
+          trace_from_simulation(Simulator(profile, hardware).run(r.plan), profile.model));
+      names_.push_back(describe_plan(r.plan));
+    }
   }
+  std::size_t size() const { return runs_.size(); }
+  const std::string& name(std::size_t k) const { return names_[k]; }
+
   // The time error of every run (or of run `only`) predicted with `calibration`.
-  auto errors_with = [&](const Calibration& calibration, std::size_t only = SIZE_MAX) {
+  std::vector<double> errors_with(const Calibration& calibration,
+                                  std::size_t only = SIZE_MAX) const {
     std::vector<double> out;
-    Hardware calibrated = hardware;
+    Hardware calibrated = hardware_;
     calibrated.calibration = calibration;
-    for (std::size_t k = 0; k < n; ++k) {
+    for (std::size_t k = 0; k < runs_.size(); ++k) {
       if (only != SIZE_MAX && k != only) continue;
-      const double ms = Simulator(profile, calibrated).run(runs[k].plan).iteration_ms;
-      out.push_back(fraction_error(ms, runs[k].measured_ms));
+      const double ms = Simulator(profile_, calibrated).run(runs_[k].plan).iteration_ms;
+      out.push_back(fraction_error(ms, runs_[k].measured_ms));
     }
     return out;
-  };
+  }
   // Fitted on every run but `leave_out` (SIZE_MAX: on all).
-  auto fit = [&](std::size_t leave_out) {
+  Calibration fit(std::size_t leave_out = SIZE_MAX) const {
     std::vector<std::pair<Trace, Trace>> pairs;
     std::vector<std::string> fitted_names;
-    for (std::size_t k = 0; k < n; ++k) {
+    for (std::size_t k = 0; k < runs_.size(); ++k) {
       if (k == leave_out) continue;
-      pairs.emplace_back(predicted[k], runs[k].measured);
-      fitted_names.push_back(names[k]);
+      pairs.emplace_back(predicted_[k], runs_[k].measured);
+      fitted_names.push_back(names_[k]);
     }
     return fit_calibration(pairs, fitted_names);
-  };
+  }
+  // The runs' own noise, on average.
+  double noise() const {
+    double noise = 0.0;
+    for (const auto& r : runs_) noise += r.noise / static_cast<double>(runs_.size());
+    return noise;
+  }
+
+ private:
+  const Profile& profile_;
+  const Hardware& hardware_;
+  const std::vector<CalibrationRun>& runs_;
+  std::vector<Trace> predicted_;
+  std::vector<std::string> names_;
+};
+
+// A choice of a calibration's parts, judged as the whole is: out of sample, then on every plan
+// it was fitted on. Its `rejection` says why it is not used ("" when it may be).
+struct CalibrationCandidate {
+  CalibrationParts parts;
+  double held_out = 0.0;
+  std::vector<double> out_of_sample, in_sample;
+  std::string rejection;
+};
+
+CalibrationCandidate judge_parts(CalibrationParts parts, const CalibrationRuns& runs,
+                                 const CalibrationChoice& choice,
+                                 const std::vector<Calibration>& held_out_fits) {
+  const std::size_t n = runs.size();
+  const double without = mean_abs(choice.uncalibrated_error);
+  const double noise = runs.noise();
+  CalibrationCandidate c{parts, 0.0, {}, {}, {}};
+  for (std::size_t k = 0; k < n; ++k)
+    c.out_of_sample.push_back(runs.errors_with(keep_parts(held_out_fits[k], parts), k).front());
+  c.held_out = mean_abs(c.out_of_sample);
+  c.in_sample = parts == CalibrationParts::Both
+                    ? choice.in_sample_error
+                    : runs.errors_with(keep_parts(choice.fitted, parts));
+  if (c.held_out >= without) {
+    c.rejection =
+        fmt::format("on plans it was not fitted on it is off by {} on average, uncalibrated {}",
+                    percent(c.held_out), percent(without));
+  } else if (without - c.held_out <= noise) {
+    c.rejection = fmt::format(
+        "on plans it was not fitted on it is off by {} on average, uncalibrated {}: a gain "
+        "within the runs' own noise (±{})",
+        percent(c.held_out), percent(without), percent(noise));
+  }
+  for (std::size_t k = 0; k < n && c.rejection.empty(); ++k) {
+    if (std::abs(c.in_sample[k]) > std::abs(choice.uncalibrated_error[k])) {
+      c.rejection =
+          fmt::format("on {}, a plan it was fitted on, it is off by {}, uncalibrated {}",
+                      runs.name(k), percent(c.in_sample[k]), percent(choice.uncalibrated_error[k]));
+    }
+  }
+  return c;
+}
+
+}  // namespace
+
+CalibrationChoice choose_calibration(const Profile& profile, const Hardware& hardware,
+                                     const std::vector<CalibrationRun>& run_list) {
+  CalibrationChoice choice;
+  const CalibrationRuns runs(profile, hardware, run_list);
+  const std::size_t n = runs.size();
   if (n == 0) {
     choice.reason = "no run to fit it on";
     return choice;
   }
-  choice.fitted = fit(SIZE_MAX);
-  choice.uncalibrated_error = errors_with({});
-  choice.in_sample_error = errors_with(choice.fitted);
+  choice.fitted = runs.fit();
+  choice.uncalibrated_error = runs.errors_with({});
+  choice.in_sample_error = runs.errors_with(choice.fitted);
   if (choice.fitted.empty()) {
     choice.reason = "the runs gave nothing to fit";
     return choice;
@@ -341,56 +413,19 @@ CalibrationChoice choose_calibration(const Profile& profile, const Hardware& har
     return choice;
   }
   std::vector<Calibration> held_out_fits;
-  for (std::size_t k = 0; k < n; ++k) held_out_fits.push_back(fit(k));
+  for (std::size_t k = 0; k < n; ++k) held_out_fits.push_back(runs.fit(k));
   for (std::size_t k = 0; k < n; ++k)
-    choice.out_of_sample_error.push_back(errors_with(held_out_fits[k], k).front());
-  const double without = mean_abs(choice.uncalibrated_error);
-  double noise = 0.0;
-  for (const auto& r : runs) noise += r.noise / static_cast<double>(n);
+    choice.out_of_sample_error.push_back(runs.errors_with(held_out_fits[k], k).front());
 
-  // Each choice of parts judged as the whole is: out of sample, then on every plan it was fitted
-  // on. Its `rejection` says why it is not used ("" when it may be).
-  struct Candidate {
-    CalibrationParts parts;
-    double held_out = 0.0;
-    std::vector<double> out_of_sample, in_sample;
-    std::string rejection;
-  };
-  auto judge = [&](CalibrationParts parts) {
-    Candidate c{parts, 0.0, {}, {}, {}};
-    for (std::size_t k = 0; k < n; ++k)
-      c.out_of_sample.push_back(errors_with(keep_parts(held_out_fits[k], parts), k).front());
-    c.held_out = mean_abs(c.out_of_sample);
-    c.in_sample = parts == CalibrationParts::Both ? choice.in_sample_error
-                                                  : errors_with(keep_parts(choice.fitted, parts));
-    if (c.held_out >= without) {
-      c.rejection =
-          fmt::format("on plans it was not fitted on it is off by {} on average, uncalibrated {}",
-                      percent(c.held_out), percent(without));
-    } else if (without - c.held_out <= noise) {
-      c.rejection = fmt::format(
-          "on plans it was not fitted on it is off by {} on average, uncalibrated {}: a gain "
-          "within the runs' own noise (±{})",
-          percent(c.held_out), percent(without), percent(noise));
-    }
-    for (std::size_t k = 0; k < n && c.rejection.empty(); ++k) {
-      if (std::abs(c.in_sample[k]) > std::abs(choice.uncalibrated_error[k])) {
-        c.rejection =
-            fmt::format("on {}, a plan it was fitted on, it is off by {}, uncalibrated {}",
-                        names[k], percent(c.in_sample[k]), percent(choice.uncalibrated_error[k]));
-      }
-    }
-    return c;
-  };
   // The whole calibration first, so that a part alone wins only by being strictly better; the
   // parts only when both were fitted (else either is the whole).
   std::vector<CalibrationParts> choices{CalibrationParts::Both};
   if (!choice.fitted.compute_scale.empty() && choice.fitted.copy)
     choices.insert(choices.end(), {CalibrationParts::Compute, CalibrationParts::Copies});
-  std::vector<Candidate> passed;
+  std::vector<CalibrationCandidate> passed;
   std::string rejection;
   for (CalibrationParts parts : choices) {
-    Candidate c = judge(parts);
+    CalibrationCandidate c = judge_parts(parts, runs, choice, held_out_fits);
     if (parts == CalibrationParts::Both) rejection = c.rejection;
     if (c.rejection.empty()) passed.push_back(std::move(c));
   }
@@ -398,8 +433,8 @@ CalibrationChoice choose_calibration(const Profile& profile, const Hardware& har
     choice.reason = "not used: " + rejection;
     return choice;
   }
-  const Candidate* best = &passed.front();
-  for (const Candidate& c : passed) {
+  const CalibrationCandidate* best = &passed.front();
+  for (const CalibrationCandidate& c : passed) {
     if (c.held_out < best->held_out) best = &c;
   }
   choice.used = true;
@@ -409,7 +444,8 @@ CalibrationChoice choose_calibration(const Profile& profile, const Hardware& har
   choice.reason = fmt::format(
       "used{}: on plans it was not fitted on it is off by {} on average, uncalibrated {}; "
       "no worse on any plan it was fitted on",
-      parts_name(best->parts), percent(best->held_out), percent(without));
+      parts_name(best->parts), percent(best->held_out),
+      percent(mean_abs(choice.uncalibrated_error)));
   return choice;
 }
 
