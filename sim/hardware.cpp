@@ -67,18 +67,10 @@ int Hardware::device_index(std::string_view name) const {
   return -1;
 }
 
-Hardware parse_hardware(std::string_view text, const std::string& source) {
-  const json document = json_reader::parse_document(text, source);
-  const Node root(document, source);
-  if (!document.is_object()) root.fail("a JSON object");
-  root.allow_only({"format", "devices", "link", "links", "launch_overhead_ms", "posted_receives",
-                   "runtime", "model_error", "calibration"});
-  const Node tag = root.field("format");
-  if (!tag.value().is_string() || tag.value().get<std::string>() != kHardwareFormat) {
-    tag.fail(fmt::format("\"{}\"", kHardwareFormat));
-  }
+namespace {
 
-  Hardware hw;
+// "devices": named once each, at most limits::kMaxDevices (a link per ordered pair).
+void read_devices(const Node& root, Hardware& hw) {
   const Node devices = root.field("devices");
   const auto device_nodes = devices.elements();
   if (device_nodes.empty()) devices.fail("a non-empty array of devices");
@@ -103,25 +95,78 @@ Hardware parse_hardware(std::string_view text, const std::string& source) {
       device.share_of = share_of->non_empty_string();
     hw.devices.push_back(std::move(device));
   }
-  hw.link = parse_link(root.field("link"));
-  if (auto links = root.optional_field("links")) {
-    for (const Node& l : links->elements()) {
-      LinkOverride o;
-      o.link = parse_link(l, {"between"});
-      const Node between = l.field("between");
-      const auto ends = between.elements();
-      if (ends.size() != 2) between.fail("an array of two device names");
-      int index[2];
-      for (int k = 0; k < 2; ++k) {
-        index[k] = hw.device_index(ends[k].non_empty_string());
-        if (index[k] < 0) ends[k].fail("the name of a device in \"devices\"");
+}
+
+// "links": each between two different devices of "devices".
+void read_link_overrides(const Node& links, Hardware& hw) {
+  for (const Node& l : links.elements()) {
+    LinkOverride o;
+    o.link = parse_link(l, {"between"});
+    const Node between = l.field("between");
+    const auto ends = between.elements();
+    if (ends.size() != 2) between.fail("an array of two device names");
+    int index[2];
+    for (int k = 0; k < 2; ++k) {
+      index[k] = hw.device_index(ends[k].non_empty_string());
+      if (index[k] < 0) ends[k].fail("the name of a device in \"devices\"");
+    }
+    if (index[0] == index[1]) between.fail("two different devices");
+    o.first = index[0];
+    o.second = index[1];
+    hw.links.push_back(o);
+  }
+}
+
+// "calibration": compute scales by device count, a task overhead, a copy link, the plans it was
+// fitted on.
+Calibration parse_calibration(const Node& calibration, const std::string& source) {
+  calibration.allow_only({"compute_scale", "task_overhead_ms", "copy", "fitted_on"});
+  Calibration c;
+  if (auto scale = calibration.optional_field("compute_scale")) {
+    if (!scale->value().is_object())
+      scale->fail("an object from device counts to factors, e.g. {\"2\": 1.1}");
+    for (const auto& [key, value] : scale->value().items()) {
+      const Node factor(value, source, scale->path() + "." + key);
+      int devices = 0;
+      try {
+        devices = std::stoi(key);
+      } catch (...) {
+        devices = 0;
       }
-      if (index[0] == index[1]) between.fail("two different devices");
-      o.first = index[0];
-      o.second = index[1];
-      hw.links.push_back(o);
+      if (devices < 1 || std::to_string(devices) != key) {
+        factor.fail_message(fmt::format("expected a device count as the key, got \"{}\"", key));
+      }
+      c.compute_scale[devices] =
+          factor.number_in(limits::kMinSpeed, limits::kMaxSpeed, "a number from 1e-6 to 1e6");
     }
   }
+  if (auto overhead = calibration.optional_field("task_overhead_ms")) {
+    c.task_overhead_ms = overhead->milliseconds();
+  }
+  if (auto copy = calibration.optional_field("copy")) c.copy = parse_link(*copy);
+  if (auto fitted = calibration.optional_field("fitted_on")) {
+    for (const Node& plan : fitted->elements()) c.fitted_on.push_back(plan.string());
+  }
+  return c;
+}
+
+}  // namespace
+
+Hardware parse_hardware(std::string_view text, const std::string& source) {
+  const json document = json_reader::parse_document(text, source);
+  const Node root(document, source);
+  if (!document.is_object()) root.fail("a JSON object");
+  root.allow_only({"format", "devices", "link", "links", "launch_overhead_ms", "posted_receives",
+                   "runtime", "model_error", "calibration"});
+  const Node tag = root.field("format");
+  if (!tag.value().is_string() || tag.value().get<std::string>() != kHardwareFormat) {
+    tag.fail(fmt::format("\"{}\"", kHardwareFormat));
+  }
+
+  Hardware hw;
+  read_devices(root, hw);
+  hw.link = parse_link(root.field("link"));
+  if (auto links = root.optional_field("links")) read_link_overrides(*links, hw);
   if (auto overhead = root.optional_field("launch_overhead_ms")) {
     hw.launch_overhead_ms = overhead->milliseconds();
   }
@@ -138,35 +183,8 @@ Hardware parse_hardware(std::string_view text, const std::string& source) {
     hw.model_error = error->non_negative_number();
     if (hw.model_error > 10.0) error->fail("a relative error from 0 to 10");
   }
-  if (auto calibration = root.optional_field("calibration")) {
-    calibration->allow_only({"compute_scale", "task_overhead_ms", "copy", "fitted_on"});
-    Calibration& c = hw.calibration;
-    if (auto scale = calibration->optional_field("compute_scale")) {
-      if (!scale->value().is_object())
-        scale->fail("an object from device counts to factors, e.g. {\"2\": 1.1}");
-      for (const auto& [key, value] : scale->value().items()) {
-        const Node factor(value, source, scale->path() + "." + key);
-        int devices = 0;
-        try {
-          devices = std::stoi(key);
-        } catch (...) {
-          devices = 0;
-        }
-        if (devices < 1 || std::to_string(devices) != key) {
-          factor.fail_message(fmt::format("expected a device count as the key, got \"{}\"", key));
-        }
-        c.compute_scale[devices] =
-            factor.number_in(limits::kMinSpeed, limits::kMaxSpeed, "a number from 1e-6 to 1e6");
-      }
-    }
-    if (auto overhead = calibration->optional_field("task_overhead_ms")) {
-      c.task_overhead_ms = overhead->milliseconds();
-    }
-    if (auto copy = calibration->optional_field("copy")) c.copy = parse_link(*copy);
-    if (auto fitted = calibration->optional_field("fitted_on")) {
-      for (const Node& plan : fitted->elements()) c.fitted_on.push_back(plan.string());
-    }
-  }
+  if (auto calibration = root.optional_field("calibration"))
+    hw.calibration = parse_calibration(*calibration, source);
   return hw;
 }
 

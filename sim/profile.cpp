@@ -555,22 +555,98 @@ Profile load_profile(const std::string& path) {
   return parse_profile(read_text_file(path), path);
 }
 
+namespace {
+
+ordered_json device_to_json(const ProfileDevice& d) {
+  ordered_json device = {{"type", d.type}, {"name", d.name}, {"memory_bytes", d.memory_bytes}};
+  if (d.library_bytes > 0) device["library_bytes"] = d.library_bytes;
+  if (d.backward_call_ms > 0) device["backward_call_ms"] = d.backward_call_ms;
+  if (d.sm_shares > 0) device["sm_shares"] = d.sm_shares;
+  if (d.cache_bytes > 0) device["cache_bytes"] = d.cache_bytes;
+  if (!d.after_idle.empty()) {
+    ordered_json points = ordered_json::array();
+    for (const AfterIdlePoint& point : d.after_idle)
+      points.push_back({{"idle_ms", point.idle_ms}, {"extra_ms", point.extra_ms}});
+    device["after_idle"] = std::move(points);
+  }
+  return device;
+}
+
+// A layer's fields; the optional ones only where measured.
+ordered_json layer_to_json(const LayerProfile& l) {
+  ordered_json layer = {{"name", l.name}, {"param_bytes", l.param_bytes}};
+  if (l.trainable_param_bytes >= 0) layer["trainable_param_bytes"] = l.trainable_param_bytes;
+  if (l.buffer_bytes > 0) layer["buffer_bytes"] = l.buffer_bytes;
+  layer["forward_ms"] = l.forward_ms;
+  layer["backward_ms"] = l.backward_ms;
+  layer["output_bytes"] = l.output_bytes;
+  layer["saved_bytes"] = l.saved_bytes;
+  layer["workspace_bytes"] = l.workspace_bytes;
+  if (!l.backward_peak_bytes.empty()) {
+    layer["backward_peak_bytes"] = l.backward_peak_bytes;
+    layer["backward_accumulate_peak_bytes"] = l.backward_accumulate_peak_bytes;
+  }
+  if (!l.inner_backward_peak_bytes.empty()) {
+    layer["inner_backward_peak_bytes"] = l.inner_backward_peak_bytes;
+    layer["inner_backward_accumulate_peak_bytes"] = l.inner_backward_accumulate_peak_bytes;
+  }
+  if (!l.backward_peak_end.empty()) {
+    layer["backward_peak_end"] = l.backward_peak_end;
+    layer["backward_peak_drop_bytes"] = l.backward_peak_drop_bytes;
+  }
+  if (!l.backward_input_peak_bytes.empty()) {
+    layer["backward_input_peak_bytes"] = l.backward_input_peak_bytes;
+    layer["backward_weight_peak_bytes"] = l.backward_weight_peak_bytes;
+  }
+  if (!l.forward_nograd_ms.empty()) layer["forward_nograd_ms"] = l.forward_nograd_ms;
+  // Written where they differ from the defaults, so profiles without them read back the same.
+  if (!l.keeps_input) layer["keeps_input"] = false;
+  if (l.keeps_output) layer["keeps_output"] = true;
+  if (l.output_aliases_input) layer["output_aliases_input"] = true;
+  if (l.modifies_input) layer["modifies_input"] = true;
+  if (!l.torch_weight_gradient_bytes.empty()) {
+    layer["torch_weight_gradient_bytes"] = l.torch_weight_gradient_bytes;
+    layer["torch_freed_by_input_bytes"] = l.torch_freed_by_input_bytes;
+  }
+  if (l.torch_keeps_output_gradient) layer["torch_keeps_output_gradient"] = true;
+  if (!l.torch_weight_peak_bytes.empty()) {
+    layer["torch_weight_peak_bytes"] = l.torch_weight_peak_bytes;
+    layer["torch_weight_accumulate_peak_bytes"] = l.torch_weight_accumulate_peak_bytes;
+  }
+  if (!l.torch_weight_freed_bytes.empty())
+    layer["torch_weight_freed_bytes"] = l.torch_weight_freed_bytes;
+  if (l.torch_weight_frees_input) layer["torch_weight_frees_input"] = true;
+  if (!l.backward_input_ms.empty()) {
+    layer["backward_input_ms"] = l.backward_input_ms;
+    layer["backward_weight_ms"] = l.backward_weight_ms;
+  }
+  if (!l.forward_corun_ms.empty()) {
+    layer["forward_corun_ms"] = l.forward_corun_ms;
+    layer["backward_corun_ms"] = l.backward_corun_ms;
+  }
+  if (!l.forward_cold_ms.empty()) {
+    layer["forward_cold_ms"] = l.forward_cold_ms;
+    layer["backward_cold_ms"] = l.backward_cold_ms;
+  }
+  if (!l.forward_step_start_ms.empty()) layer["forward_step_start_ms"] = l.forward_step_start_ms;
+  if (!l.forward_launch_ms.empty()) {
+    layer["forward_launch_ms"] = l.forward_launch_ms;
+    layer["backward_launch_ms"] = l.backward_launch_ms;
+  }
+  if (!l.forward_nograd_launch_ms.empty())
+    layer["forward_nograd_launch_ms"] = l.forward_nograd_launch_ms;
+  if (!l.forward_ms_spread.empty()) layer["forward_ms_spread"] = l.forward_ms_spread;
+  if (!l.backward_ms_spread.empty()) layer["backward_ms_spread"] = l.backward_ms_spread;
+  return layer;
+}
+
+}  // namespace
+
 std::string profile_to_json(const Profile& p) {
   ordered_json root = ordered_json::object();
   root["format"] = kProfileFormat;
   root["model"] = p.model;
-  root["device"] = {
-      {"type", p.device.type}, {"name", p.device.name}, {"memory_bytes", p.device.memory_bytes}};
-  if (p.device.library_bytes > 0) root["device"]["library_bytes"] = p.device.library_bytes;
-  if (p.device.backward_call_ms > 0) root["device"]["backward_call_ms"] = p.device.backward_call_ms;
-  if (p.device.sm_shares > 0) root["device"]["sm_shares"] = p.device.sm_shares;
-  if (p.device.cache_bytes > 0) root["device"]["cache_bytes"] = p.device.cache_bytes;
-  if (p.has_after_idle()) {
-    ordered_json points = ordered_json::array();
-    for (const AfterIdlePoint& point : p.device.after_idle)
-      points.push_back({{"idle_ms", point.idle_ms}, {"extra_ms", point.extra_ms}});
-    root["device"]["after_idle"] = std::move(points);
-  }
+  root["device"] = device_to_json(p.device);
   root["dtype"] = p.dtype;
   if (!p.timer.empty()) root["timer"] = p.timer;
   root["batch_size"] = p.batch_size;
@@ -580,69 +656,7 @@ std::string profile_to_json(const Profile& p) {
   if (p.co_runners > 0) root["co_runners"] = p.co_runners;
   ordered_json layers = ordered_json::array();
   for (const auto& l : p.layers) {
-    ordered_json layer = {{"name", l.name}, {"param_bytes", l.param_bytes}};
-    if (l.trainable_param_bytes >= 0) layer["trainable_param_bytes"] = l.trainable_param_bytes;
-    if (l.buffer_bytes > 0) layer["buffer_bytes"] = l.buffer_bytes;
-    layer["forward_ms"] = l.forward_ms;
-    layer["backward_ms"] = l.backward_ms;
-    layer["output_bytes"] = l.output_bytes;
-    layer["saved_bytes"] = l.saved_bytes;
-    layer["workspace_bytes"] = l.workspace_bytes;
-    if (!l.backward_peak_bytes.empty()) {
-      layer["backward_peak_bytes"] = l.backward_peak_bytes;
-      layer["backward_accumulate_peak_bytes"] = l.backward_accumulate_peak_bytes;
-    }
-    if (!l.inner_backward_peak_bytes.empty()) {
-      layer["inner_backward_peak_bytes"] = l.inner_backward_peak_bytes;
-      layer["inner_backward_accumulate_peak_bytes"] = l.inner_backward_accumulate_peak_bytes;
-    }
-    if (!l.backward_peak_end.empty()) {
-      layer["backward_peak_end"] = l.backward_peak_end;
-      layer["backward_peak_drop_bytes"] = l.backward_peak_drop_bytes;
-    }
-    if (!l.backward_input_peak_bytes.empty()) {
-      layer["backward_input_peak_bytes"] = l.backward_input_peak_bytes;
-      layer["backward_weight_peak_bytes"] = l.backward_weight_peak_bytes;
-    }
-    if (!l.forward_nograd_ms.empty()) layer["forward_nograd_ms"] = l.forward_nograd_ms;
-    // Written where they differ from the defaults, so profiles without them read back the same.
-    if (!l.keeps_input) layer["keeps_input"] = false;
-    if (l.keeps_output) layer["keeps_output"] = true;
-    if (l.output_aliases_input) layer["output_aliases_input"] = true;
-    if (l.modifies_input) layer["modifies_input"] = true;
-    if (!l.torch_weight_gradient_bytes.empty()) {
-      layer["torch_weight_gradient_bytes"] = l.torch_weight_gradient_bytes;
-      layer["torch_freed_by_input_bytes"] = l.torch_freed_by_input_bytes;
-    }
-    if (l.torch_keeps_output_gradient) layer["torch_keeps_output_gradient"] = true;
-    if (!l.torch_weight_peak_bytes.empty()) {
-      layer["torch_weight_peak_bytes"] = l.torch_weight_peak_bytes;
-      layer["torch_weight_accumulate_peak_bytes"] = l.torch_weight_accumulate_peak_bytes;
-    }
-    if (!l.torch_weight_freed_bytes.empty())
-      layer["torch_weight_freed_bytes"] = l.torch_weight_freed_bytes;
-    if (l.torch_weight_frees_input) layer["torch_weight_frees_input"] = true;
-    if (!l.backward_input_ms.empty()) {
-      layer["backward_input_ms"] = l.backward_input_ms;
-      layer["backward_weight_ms"] = l.backward_weight_ms;
-    }
-    if (!l.forward_corun_ms.empty()) {
-      layer["forward_corun_ms"] = l.forward_corun_ms;
-      layer["backward_corun_ms"] = l.backward_corun_ms;
-    }
-    if (!l.forward_cold_ms.empty()) {
-      layer["forward_cold_ms"] = l.forward_cold_ms;
-      layer["backward_cold_ms"] = l.backward_cold_ms;
-    }
-    if (!l.forward_step_start_ms.empty()) layer["forward_step_start_ms"] = l.forward_step_start_ms;
-    if (!l.forward_launch_ms.empty()) {
-      layer["forward_launch_ms"] = l.forward_launch_ms;
-      layer["backward_launch_ms"] = l.backward_launch_ms;
-    }
-    if (!l.forward_nograd_launch_ms.empty())
-      layer["forward_nograd_launch_ms"] = l.forward_nograd_launch_ms;
-    if (!l.forward_ms_spread.empty()) layer["forward_ms_spread"] = l.forward_ms_spread;
-    if (!l.backward_ms_spread.empty()) layer["backward_ms_spread"] = l.backward_ms_spread;
+    ordered_json layer = layer_to_json(l);
     layers.push_back(std::move(layer));
   }
   root["layers"] = std::move(layers);
