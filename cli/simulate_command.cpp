@@ -39,6 +39,47 @@ bool any_plan_flag(const PlanFlags& p) {
          p.stages_per_device || !p.stage_devices.empty() || p.optimizer_state_factor;
 }
 
+// Hardware for each device count the plan lines name, resolved once per count.
+class HardwareByDevices {
+ public:
+  HardwareByDevices(const Profile& profile, const HardwareFlags& flags)
+      : profile_(profile), flags_(flags) {}
+  const Hardware& operator()(int devices) {
+    auto it = hardware_.find(devices);
+    if (it == hardware_.end())
+      it = hardware_.emplace(devices, resolve_hardware(profile_, flags_, devices, nullptr)).first;
+    return it->second;
+  }
+
+ private:
+  const Profile& profile_;
+  const HardwareFlags& flags_;
+  std::map<int, Hardware> hardware_;
+};
+
+// One plan line's answer: the simulation as `simulate --json` prints it, with the line's
+// number first. Throws InputError for a line that is not a plan the profile can run.
+std::string simulate_plan_line(const std::string& text, int line, const std::string& source,
+                               const Profile& profile, HardwareByDevices& hardware_for) {
+  // A line may leave out the format tag: it can only be a plan.
+  nlohmann::json object = nlohmann::json::parse(text, nullptr, false);
+  if (object.is_object() && !object.contains("format")) object["format"] = kPlanFormat;
+  const std::string where = fmt::format("{} line {}", source, line);
+  const Plan plan = parse_plan(object.is_discarded() ? text : object.dump(), where);
+  const Hardware& hardware = hardware_for(device_count(plan));
+  check_plan(plan, profile, hardware, where);
+  const Simulator simulator(profile, hardware);
+  SimulationOptions options;  // as for one plan, so each line answers what --json would
+  options.record_edges = true;
+  options.worst_order_peaks = true;
+  const SimulationResult result = simulator.run(plan, options);
+  const IterationInterval interval = iteration_interval(simulator, profile, plan);
+  // simulation_json is one object on one line; the line number goes first.
+  std::string out = simulation_json(result, critical_path(result), &interval);
+  out.replace(0, 1, fmt::format("{{\"line\":{},", line));
+  return out;
+}
+
 // One object per plan line, in order, so a script's thousand what-ifs cost one start-up. A bad
 // line gets {"line": N, "error": "…"} in its place and the others still run; the exit status
 // says whether any line was refused.
@@ -61,22 +102,9 @@ int simulate_plan_lines(const SimulateFlags& flags) {
 
   // Flags that are wrong for every line are refused once, before any line.
   std::string note;
-  std::map<int, Hardware> hardware_for_devices;
   resolve_hardware(profile, flags.hardware, 0, &note);
   print_note(note);
-  auto hardware_for = [&](int devices) -> const Hardware& {
-    auto it = hardware_for_devices.find(devices);
-    if (it == hardware_for_devices.end()) {
-      it = hardware_for_devices
-               .emplace(devices, resolve_hardware(profile, flags.hardware, devices, nullptr))
-               .first;
-    }
-    return it->second;
-  };
-
-  SimulationOptions options;  // as for one plan, so each line answers what --json would
-  options.record_edges = true;
-  options.worst_order_peaks = true;
+  HardwareByDevices hardware_for(profile, flags.hardware);
   std::string text;
   int line = 0, plans = 0, refused = 0;
   while (std::getline(in, text)) {
@@ -85,19 +113,7 @@ int simulate_plan_lines(const SimulateFlags& flags) {
     ++plans;
     std::string out;
     try {
-      // A line may leave out the format tag: it can only be a plan.
-      nlohmann::json object = nlohmann::json::parse(text, nullptr, false);
-      if (object.is_object() && !object.contains("format")) object["format"] = kPlanFormat;
-      const std::string where = fmt::format("{} line {}", source, line);
-      const Plan plan = parse_plan(object.is_discarded() ? text : object.dump(), where);
-      const Hardware& hardware = hardware_for(device_count(plan));
-      check_plan(plan, profile, hardware, where);
-      const Simulator simulator(profile, hardware);
-      const SimulationResult result = simulator.run(plan, options);
-      const IterationInterval interval = iteration_interval(simulator, profile, plan);
-      // simulation_json is one object on one line; the line number goes first.
-      out = simulation_json(result, critical_path(result), &interval);
-      out.replace(0, 1, fmt::format("{{\"line\":{},", line));
+      out = simulate_plan_line(text, line, source, profile, hardware_for);
     } catch (const InputError& e) {
       ++refused;
       out = nlohmann::json{{"line", line}, {"error", error_text(e)}}.dump() + "\n";
@@ -109,6 +125,62 @@ int simulate_plan_lines(const SimulateFlags& flags) {
     std::fprintf(stderr, "pipetune: error: %d of %d plans refused (their lines say why)\n", refused,
                  plans);
     return 2;
+  }
+  return 0;
+}
+
+// What torch's runtime would make of the plan, added to the note: a what-if is allowed, but
+// not without saying torch would refuse it.
+void note_what_torch_makes_of(const Plan& plan, const Profile& profile, std::string& note) {
+  std::string refused = torch_cannot_run(plan, profile.batch_size);
+  if (refused.empty()) refused = torch_changed_stage_input(plan, profile);
+  if (refused.empty()) refused = torch_view_stage_output(plan, profile);
+  if (!refused.empty()) note += "; torch cannot run this plan: " + refused;
+  const std::string unmodelled = torch_frozen_stem_unmodelled(plan, profile);
+  if (!unmodelled.empty()) note += "; " + unmodelled;
+}
+
+// One plan (or a schedule CSV with a balance): the report or its JSON, the trace and the CSV
+// where asked.
+int simulate_one_plan(const SimulateFlags& flags) {
+  const Profile profile = load_profile(flags.profile);
+  Plan plan = resolve_plan(flags.plan);
+  std::optional<Schedule> given;
+  if (!flags.schedule_csv.empty()) given = load_schedule_csv(flags.schedule_csv);
+  std::string note;
+  const Hardware hardware =
+      resolve_hardware(profile, flags.hardware, given ? given->ranks() : device_count(plan), &note);
+  if (given) use_schedule_csv(*given, flags.schedule_csv, hardware, plan);
+  check_plan(plan, profile, hardware, plan_source(flags.plan));
+  if (hardware.runtime == Runtime::TorchPipelining) note_what_torch_makes_of(plan, profile, note);
+  print_note(note);
+
+  const Simulator simulator(profile, hardware);
+  SimulationOptions options;
+  options.record_edges = true;
+  options.worst_order_peaks = true;
+  const SimulationResult result =
+      given ? simulator.run(plan, *given, options) : simulator.run(plan, options);
+  if (!flags.write_schedule_csv.empty()) {
+    const int micro_batches = static_cast<int>(result.micro_batch_sizes.size());
+    write_schedule_csv(given ? *given
+                             : make_schedule(plan.schedule, plan.stages(), micro_batches,
+                                             plan.checkpoint, plan.stages_per_device),
+                       stage_devices(plan, hardware), hardware, flags.write_schedule_csv);
+  }
+  const std::vector<int> path = critical_path(result);
+  // For the plan's own schedule: a CSV's programmes are not what the interval simulates.
+  std::optional<IterationInterval> interval;
+  if (!given) interval = iteration_interval(simulator, profile, plan);
+  const IterationInterval* shown = interval ? &*interval : nullptr;
+  if (!flags.trace.empty()) save_trace(trace_from_simulation(result, profile.model), flags.trace);
+  const std::string out = flags.json
+                              ? simulation_json(result, path, shown)
+                              : simulation_text(profile, result, path, flags.schedule_csv, shown);
+  std::fputs(out.c_str(), stdout);
+  if (!flags.json && !flags.trace.empty()) {
+    std::printf("\ntrace written to %s (open it in https://ui.perfetto.dev)\n",
+                flags.trace.c_str());
   }
   return 0;
 }
@@ -138,57 +210,7 @@ void add_simulate_command(CLI::App& app, std::vector<Command>& commands) {
       ->type_name("FILE");
 
   commands.emplace_back(sub, [flags] {
-    if (!flags->plans.empty()) return simulate_plan_lines(*flags);
-    const Profile profile = load_profile(flags->profile);
-    Plan plan = resolve_plan(flags->plan);
-    std::optional<Schedule> given;
-    if (!flags->schedule_csv.empty()) given = load_schedule_csv(flags->schedule_csv);
-    std::string note;
-    const Hardware hardware = resolve_hardware(profile, flags->hardware,
-                                               given ? given->ranks() : device_count(plan), &note);
-    if (given) use_schedule_csv(*given, flags->schedule_csv, hardware, plan);
-    check_plan(plan, profile, hardware, plan_source(flags->plan));
-    if (hardware.runtime == Runtime::TorchPipelining) {
-      // A what-if is allowed, but not without saying torch would refuse it.
-      std::string refused = torch_cannot_run(plan, profile.batch_size);
-      if (refused.empty()) refused = torch_changed_stage_input(plan, profile);
-      if (refused.empty()) refused = torch_view_stage_output(plan, profile);
-      if (!refused.empty()) note += "; torch cannot run this plan: " + refused;
-      const std::string unmodelled = torch_frozen_stem_unmodelled(plan, profile);
-      if (!unmodelled.empty()) note += "; " + unmodelled;
-    }
-    print_note(note);
-
-    const Simulator simulator(profile, hardware);
-    SimulationOptions options;
-    options.record_edges = true;
-    options.worst_order_peaks = true;
-    const SimulationResult result =
-        given ? simulator.run(plan, *given, options) : simulator.run(plan, options);
-    if (!flags->write_schedule_csv.empty()) {
-      const int micro_batches = static_cast<int>(result.micro_batch_sizes.size());
-      write_schedule_csv(given ? *given
-                               : make_schedule(plan.schedule, plan.stages(), micro_batches,
-                                               plan.checkpoint, plan.stages_per_device),
-                         stage_devices(plan, hardware), hardware, flags->write_schedule_csv);
-    }
-    const std::vector<int> path = critical_path(result);
-    // For the plan's own schedule: a CSV's programmes are not what the interval simulates.
-    std::optional<IterationInterval> interval;
-    if (!given) interval = iteration_interval(simulator, profile, plan);
-    const IterationInterval* shown = interval ? &*interval : nullptr;
-    if (!flags->trace.empty()) {
-      save_trace(trace_from_simulation(result, profile.model), flags->trace);
-    }
-    const std::string out =
-        flags->json ? simulation_json(result, path, shown)
-                    : simulation_text(profile, result, path, flags->schedule_csv, shown);
-    std::fputs(out.c_str(), stdout);
-    if (!flags->json && !flags->trace.empty()) {
-      std::printf("\ntrace written to %s (open it in https://ui.perfetto.dev)\n",
-                  flags->trace.c_str());
-    }
-    return 0;
+    return flags->plans.empty() ? simulate_one_plan(*flags) : simulate_plan_lines(*flags);
   });
 }
 
