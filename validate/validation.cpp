@@ -350,6 +350,129 @@ std::vector<MeasuredRun> run_in_profile_rounds(models::Model& model,
   return runs;
 }
 
+// Options no validation can run with, refused before any work.
+void check_options(const ValidationOptions& options) {
+  if (options.out_dir.empty())
+    throw InputError(Input::OutputFolder, "a folder for the traces and the report is needed");
+  if (options.devices < 1)
+    throw InputError(Input::Devices, fmt::format("expected at least 1, got {}", options.devices));
+  if (options.top < 1)
+    throw InputError(Input::Top, fmt::format("expected at least 1, got {}", options.top));
+  if (options.profile_rounds < 1) {
+    throw InputError(
+        fmt::format("profile rounds: expected at least 1, got {}", options.profile_rounds));
+  }
+  if (options.profile_rounds > 1 && !options.profile_path.empty()) {
+    throw InputError(fmt::format(
+        "{}: a profile given is not taken again: {} profile rounds need the profiles taken now",
+        options.profile_path, options.profile_rounds));
+  }
+  if (options.run.steps < options.profile_rounds) {
+    throw InputError(Input::Steps,
+                     fmt::format("expected at least {} (a step a profile round), got {}",
+                                 options.profile_rounds, options.run.steps));
+  }
+}
+
+// The model's shared tensors that must stay on one stage: those the executor cannot give each
+// stage a copy of (executor/tied_copies.hpp). Refused where the planner would have to keep
+// them together, and where a given plan splits them.
+std::vector<models::SharedTensor> unsplittable_tensors(models::Model& model,
+                                                       const ValidationOptions& options) {
+  std::vector<models::SharedTensor> unsplittable = models::shared_tensors(model);
+  std::erase_if(unsplittable, [&](const models::SharedTensor& s) {
+    return models::why_not_split(model, s).empty();
+  });
+  for (std::size_t k = 0; k < options.plans.size(); ++k) {
+    models::check_tied_split(model, options.plans[k].balance,
+                             k < options.plan_sources.size() ? options.plan_sources[k] : "plan");
+  }
+  if (!unsplittable.empty() && options.plans.empty()) {
+    throw InputError(fmt::format(
+        "model: {}, and {}: the planner cannot yet keep them on one stage; validate plans that "
+        "do (--plan), or untie them",
+        models::describe(model, unsplittable.front()),
+        models::why_not_split(model, unsplittable.front())));
+  }
+  return unsplittable;
+}
+
+// The plans given, checked, or else the planner's top ones.
+std::vector<Plan> plans_to_validate(const ValidationOptions& options, const Profile& profile,
+                                    const Hardware& hardware, const std::string& hardware_source,
+                                    Validation& v) {
+  std::vector<Plan> plans;
+  if (!options.plans.empty()) {
+    for (std::size_t k = 0; k < options.plans.size(); ++k) {
+      check_plan(options.plans[k], profile, hardware,
+                 k < options.plan_sources.size() ? options.plan_sources[k] : "plan");
+      plans.push_back(options.plans[k]);
+    }
+  } else {
+    PlannerOptions po = options.planner;
+    po.top = static_cast<std::size_t>(options.top);
+    if (options.progress)
+      po.progress = [&](std::size_t d, std::size_t t) { options.progress("plan", d, t); };
+    const PlanSearchResult result = find_best_plans(profile, hardware, po);
+    if (result.ranked.empty()) {
+      throw WorkError(
+          result.none_fits_proven
+              ? fmt::format("no plan of {} fits the memory of {}", profile.model, hardware_source)
+              : fmt::format("no plan of {} that fits the memory of {} found before the "
+                            "planner's search budget ran out (`pipetune plan --budget` searches "
+                            "longer: a plan may fit)",
+                            profile.model, hardware_source));
+    }
+    for (const auto& c : result.ranked) plans.push_back(c.plan);
+    v.planner_proven = result.stats.proven;
+    v.planner_space = result.search_space;
+  }
+
+  return plans;
+}
+
+// The plans a calibration is fitted on, and their runs where they run before the validated
+// plans (one profile round); none where the calibration is reused or none is asked for.
+struct CalibrationPlans {
+  std::vector<Plan> fit_on;
+  std::vector<MeasuredRun> measured;
+};
+
+CalibrationPlans calibration_runs(const ValidationOptions& options, const Profile& profile,
+                                  const Hardware& hardware, const std::vector<Plan>& plans,
+                                  const std::vector<models::SharedTensor>& unsplittable,
+                                  const Measure& measure) {
+  CalibrationPlans out;
+  if (!hardware.calibration.empty() || options.calibration_plans <= 0) return out;
+  // Stages of the one-stage-per-device calibration plans: the devices the plans use.
+  const int stages = plans.front().stages() / std::max(1, plans.front().stages_per_device);
+  out.fit_on = calibration_plans(profile, hardware, stages, plans, options.calibration_plans);
+  // Time-balanced calibration plans may split what must stay on one stage: left out.
+  std::erase_if(out.fit_on, [&](const Plan& p) {
+    return models::split_by(unsplittable, p.balance).has_value();
+  });
+  if (!out.fit_on.empty() && options.profile_rounds <= 1) {
+    RunSettings rs = options.run;
+    rs.steps = std::max(1, options.calibration_steps);
+    rs.rounds = 1;
+    out.measured = measure(out.fit_on, rs, [&](std::size_t d, std::size_t t) {
+      if (options.progress) options.progress("calibrate", d, t);
+    });
+  }
+  return out;
+}
+
+// Ranks among the plans validated, 1 = fastest, predicted and measured.
+void rank_plans(Validation& v) {
+  for (auto& p : v.plans) {
+    p.predicted_rank = p.measured_rank = 1;
+    for (const auto& q : v.plans) {
+      p.predicted_rank += v.headline(q).predicted_ms < v.headline(p).predicted_ms ? 1 : 0;
+      p.measured_rank += q.measured.median_pipeline_ms() < p.measured.median_pipeline_ms() ? 1 : 0;
+    }
+  }
+}
+
 }  // namespace
 
 std::size_t Validation::steps_inside() const {
@@ -446,26 +569,7 @@ std::vector<Plan> calibration_plans(const Profile& profile, const Hardware& hard
 
 Validation run_validation(const ValidationOptions& options) {
   const auto started = std::chrono::steady_clock::now();
-  if (options.out_dir.empty())
-    throw InputError(Input::OutputFolder, "a folder for the traces and the report is needed");
-  if (options.devices < 1)
-    throw InputError(Input::Devices, fmt::format("expected at least 1, got {}", options.devices));
-  if (options.top < 1)
-    throw InputError(Input::Top, fmt::format("expected at least 1, got {}", options.top));
-  if (options.profile_rounds < 1) {
-    throw InputError(
-        fmt::format("profile rounds: expected at least 1, got {}", options.profile_rounds));
-  }
-  if (options.profile_rounds > 1 && !options.profile_path.empty()) {
-    throw InputError(fmt::format(
-        "{}: a profile given is not taken again: {} profile rounds need the profiles taken now",
-        options.profile_path, options.profile_rounds));
-  }
-  if (options.run.steps < options.profile_rounds) {
-    throw InputError(Input::Steps,
-                     fmt::format("expected at least {} (a step a profile round), got {}",
-                                 options.profile_rounds, options.run.steps));
-  }
+  check_options(options);
 
   Validation v;
   v.model_spec = options.model_spec;
@@ -477,29 +581,12 @@ Validation run_validation(const ValidationOptions& options) {
   mo.seed = options.run.seed;
   models::Model model = models::build_model(options.model_spec, mo);
   models::check_model_batch(model, options.run.batch);
-  // Layers that hold one tensor train as one across stages when the executor can give each
-  // stage a copy (executor/tied_copies.hpp); what it cannot (a buffer, a view, a C++ module's
-  // tensor) must stay on one stage, which the planner cannot yet promise.
-  std::vector<models::SharedTensor> unsplittable = models::shared_tensors(model);
-  std::erase_if(unsplittable, [&](const models::SharedTensor& s) {
-    return models::why_not_split(model, s).empty();
-  });
-  for (std::size_t k = 0; k < options.plans.size(); ++k) {
-    models::check_tied_split(model, options.plans[k].balance,
-                             k < options.plan_sources.size() ? options.plan_sources[k] : "plan");
-  }
-  if (!unsplittable.empty() && options.plans.empty()) {
-    throw InputError(fmt::format(
-        "model: {}, and {}: the planner cannot yet keep them on one stage; validate plans that "
-        "do (--plan), or untie them",
-        models::describe(model, unsplittable.front()),
-        models::why_not_split(model, unsplittable.front())));
-  }
+  const std::vector<models::SharedTensor> unsplittable = unsplittable_tensors(model, options);
   fs::create_directories(options.out_dir);  // only once the model and its data are known good
   v.model = model.name;
 
-  const auto measure = [&](const std::vector<Plan>& to_run, const RunSettings& settings,
-                           const std::function<void(std::size_t, std::size_t)>& progress) {
+  const Measure measure = [&](const std::vector<Plan>& to_run, const RunSettings& settings,
+                              const std::function<void(std::size_t, std::size_t)>& progress) {
     return options.measure ? options.measure(to_run, settings, progress)
                            : measure_plans(model, to_run, settings, progress);
   };
@@ -508,58 +595,17 @@ Validation run_validation(const ValidationOptions& options) {
   const std::string hardware_source =
       options.hardware_path.empty() ? "the probed hardware" : options.hardware_path;
 
-  // The plans to validate.
-  std::vector<Plan> plans;
-  if (!options.plans.empty()) {
-    for (std::size_t k = 0; k < options.plans.size(); ++k) {
-      check_plan(options.plans[k], profile, hardware,
-                 k < options.plan_sources.size() ? options.plan_sources[k] : "plan");
-      plans.push_back(options.plans[k]);
-    }
-  } else {
-    PlannerOptions po = options.planner;
-    po.top = static_cast<std::size_t>(options.top);
-    if (options.progress)
-      po.progress = [&](std::size_t d, std::size_t t) { options.progress("plan", d, t); };
-    const PlanSearchResult result = find_best_plans(profile, hardware, po);
-    if (result.ranked.empty()) {
-      throw WorkError(
-          result.none_fits_proven
-              ? fmt::format("no plan of {} fits the memory of {}", profile.model, hardware_source)
-              : fmt::format("no plan of {} that fits the memory of {} found before the "
-                            "planner's search budget ran out (`pipetune plan --budget` searches "
-                            "longer: a plan may fit)",
-                            profile.model, hardware_source));
-    }
-    for (const auto& c : result.ranked) plans.push_back(c.plan);
-    v.planner_proven = result.stats.proven;
-    v.planner_space = result.search_space;
-  }
+  const std::vector<Plan> plans = plans_to_validate(options, profile, hardware, hardware_source, v);
 
   // The calibration: reused, or fitted on other plans run briefly; fitted once the profile is
   // final. With profile rounds its plans run in every round beside the validated ones, so that
   // the model's error it measures is not one minute's drift.
   const bool reuse = !hardware.calibration.empty() && !options.recalibrate;
   if (!reuse) hardware.calibration = {};
-  std::vector<Plan> fit_on;
-  std::vector<MeasuredRun> calibration_measured;
-  if (!reuse && options.calibration_plans > 0) {
-    // Stages of the one-stage-per-device calibration plans: the devices the plans use.
-    const int stages = plans.front().stages() / std::max(1, plans.front().stages_per_device);
-    fit_on = calibration_plans(profile, hardware, stages, plans, options.calibration_plans);
-    // Time-balanced calibration plans may split what must stay on one stage: left out.
-    std::erase_if(fit_on, [&](const Plan& p) {
-      return models::split_by(unsplittable, p.balance).has_value();
-    });
-    if (!fit_on.empty() && options.profile_rounds <= 1) {
-      RunSettings rs = options.run;
-      rs.steps = std::max(1, options.calibration_steps);
-      rs.rounds = 1;
-      calibration_measured = measure(fit_on, rs, [&](std::size_t d, std::size_t t) {
-        if (options.progress) options.progress("calibrate", d, t);
-      });
-    }
-  }
+  CalibrationPlans calibration =
+      calibration_runs(options, profile, hardware, plans, unsplittable, measure);
+  std::vector<Plan>& fit_on = calibration.fit_on;
+  std::vector<MeasuredRun>& calibration_measured = calibration.measured;
 
   // The calibration fitted where there is one, and the hardware written: before the runs where
   // the profile is final already, so that a run that fails leaves it behind.
@@ -593,14 +639,7 @@ Validation run_validation(const ValidationOptions& options) {
     v.plans.push_back(judge(profile, hardware, std::move(runs[k]),
                             (fs::path(options.out_dir) / fmt::format("plan-{}", k + 1)).string()));
   }
-  // Ranks among the plans validated, 1 = fastest.
-  for (auto& p : v.plans) {
-    p.predicted_rank = p.measured_rank = 1;
-    for (const auto& q : v.plans) {
-      p.predicted_rank += v.headline(q).predicted_ms < v.headline(p).predicted_ms ? 1 : 0;
-      p.measured_rank += q.measured.median_pipeline_ms() < p.measured.median_pipeline_ms() ? 1 : 0;
-    }
-  }
+  rank_plans(v);
   v.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return v;
 }
