@@ -18,6 +18,7 @@
 #include <random>
 #include <thread>
 #include <tuple>
+#include <type_traits>
 #include <unordered_set>
 
 #include "executor/device_name.hpp"
@@ -417,6 +418,196 @@ std::vector<HostTimes> time_host_calls(
   return by_size;
 }
 
+class LayerTimer {
+ public:
+  LayerTimer(models::Model& model, std::vector<torch::nn::AnyModule*>& modules,
+             const at::Tensor& input, const at::Tensor& target, MeasureBackend& backend)
+      : model_(model),
+        modules_(modules),
+        input_(input),
+        target_(target),
+        backend_(backend),
+        wants_(models::inputs_wanting_gradients(model)),
+        layer_count_(static_cast<int>(modules.size())),
+        ids_(static_cast<std::size_t>(layer_count_)) {}
+
+  // One repetition: the forward without autograd, the forward and the backward through every
+  // layer, and the split backward.
+  void repetition(bool timed) {
+    nograd_pass(timed);
+    forward_backward_pass(timed, &RegionIds::forward, &RegionIds::backward, [] {});
+    // Parameter gradients stay allocated and accumulate, as in every backward of a stage but
+    // its first.
+    split_backward_pass(timed);
+  }
+  // The forward and backward again, each layer after the cache was emptied.
+  void cold_pass(std::vector<std::uint8_t>& flush) {
+    forward_backward_pass(true, &RegionIds::cold_forward, &RegionIds::cold_backward,
+                          [&] { empty_cache(flush); });
+  }
+  // Once a pass, as once a step: the layers after the first run on the data their forerunners
+  // left, as a stage's layers do in its first task (a sweep before each layer made every input
+  // cold too, and predicted the ViT's first tasks 15-18 % long).
+  void step_start_pass() {
+    at::Tensor current = input_;
+    sweep_parameters();
+    for (int l = 0; l < layer_count_; ++l) {
+      const LayerInput in = layer_input(current, wants_[l] != 0);
+      Runner run = runner(l);
+      current = region(true, ids_[l].step_start, [&] { return run.forward(in.x); }).second;
+    }
+  }
+  // Each layer's statistics over its timed regions.
+  std::vector<LayerTimes> collect() {
+    const auto times = backend_.collect_ms();
+    auto pick = [&](const std::vector<std::uint64_t>& ids) {
+      std::vector<double> v;
+      for (auto id : ids) {
+        auto it = times.find(id);
+        v.push_back(it == times.end() ? 0.0 : it->second);  // no device work at all: 0
+      }
+      return statistics(v);
+    };
+    std::vector<LayerTimes> out(layer_count_);
+    for (int l = 0; l < layer_count_; ++l) {
+      const RegionIds& r = ids_[l];
+      out[l] = {pick(r.forward), pick(r.backward),     pick(r.nograd),        pick(r.input),
+                pick(r.weight),  pick(r.cold_forward), pick(r.cold_backward), pick(r.step_start)};
+    }
+    return out;
+  }
+
+ private:
+  // A layer's timed regions, by what they time.
+  struct RegionIds {
+    std::vector<std::uint64_t> forward, backward, nograd, input, weight, cold_forward,
+        cold_backward, step_start;
+  };
+  using Ids = std::vector<std::uint64_t> RegionIds::*;
+
+  Runner runner(int l) const {
+    return Runner{*modules_[l], model_, l + 1 == layer_count_, target_, wants_[l] != 0};
+  }
+  // Runs `work` as a region of `ids` when the repetition is timed.
+  template <typename Work>
+  std::invoke_result_t<Work&> region(bool timed, std::vector<std::uint64_t>& ids, Work&& work) {
+    const std::uint64_t id = next_region_++;
+    if (timed) backend_.begin(id);
+    auto result = work();
+    if (timed) {
+      backend_.end(id);
+      ids.push_back(id);
+    }
+    return result;
+  }
+  // The forward a checkpointed micro-batch runs: no autograd, nothing saved.
+  void nograd_pass(bool timed) {
+    at::NoGradGuard no_grad;
+    at::Tensor current = input_;
+    for (int l = 0; l < layer_count_; ++l) {
+      Runner run = runner(l);
+      current = region(timed, ids_[l].nograd, [&] { return run.forward(current).second; });
+    }
+  }
+  // The forward and the backward through every layer, each layer's timed as its `forward` and
+  // `backward` regions, `before_each` run before each (outside the timing).
+  template <typename Before>
+  void forward_backward_pass(bool timed, Ids forward, Ids backward, Before&& before_each) {
+    std::vector<LayerInput> inputs(layer_count_);
+    std::vector<at::Tensor> roots(layer_count_);
+    at::Tensor current = input_;
+    for (int l = 0; l < layer_count_; ++l) {
+      inputs[l] = layer_input(current, wants_[l] != 0);
+      Runner run = runner(l);
+      before_each();
+      auto pair = region(timed, ids_[l].*forward, [&] { return run.forward(inputs[l].x); });
+      roots[l] = pair.first;
+      current = pair.second;
+    }
+    at::Tensor gradient;  // flowing back from the layer after
+    for (int l = layer_count_ - 1; l >= 0; --l) {
+      if (!roots[l].requires_grad()) break;  // nothing before can need a gradient either
+      before_each();
+      region(timed, ids_[l].*backward, [&] {
+        if (l + 1 == layer_count_) {
+          torch::autograd::backward({roots[l]});
+        } else {
+          torch::autograd::backward({roots[l]}, {gradient});
+        }
+        return 0;
+      });
+      gradient = inputs[l].leaf.defined() ? inputs[l].leaf.grad() : at::Tensor();
+      roots[l] = at::Tensor();
+      if (!gradient.defined()) break;
+    }
+  }
+  // The backward split as zero-bubble schedules run it, after a forward of its own: per layer,
+  // I (the input's gradient, the graph kept) then W (the parameters' gradients from that
+  // graph). A layer whose input needs no gradient (the model's first, or any up to the first
+  // that trains) has no I; its W is its whole backward, as torch's first stage runs it. A layer
+  // without parameters has no W.
+  void split_backward_pass(bool timed) {
+    std::vector<LayerInput> inputs(layer_count_);
+    std::vector<at::Tensor> roots(layer_count_);
+    at::Tensor current = input_;
+    for (int l = 0; l < layer_count_; ++l) {
+      inputs[l] = layer_input(current, wants_[l] != 0);
+      Runner run = runner(l);
+      std::tie(roots[l], current) = run.forward(inputs[l].x);
+    }
+    at::Tensor gradient;  // the input gradient I of the layer after
+    for (int l = layer_count_ - 1; l >= 0; --l) {
+      if (!roots[l].requires_grad()) break;
+      const bool last = l + 1 == layer_count_;
+      const std::vector<at::Tensor> seed =
+          last ? std::vector<at::Tensor>{} : std::vector<at::Tensor>{gradient};
+      const std::vector<at::Tensor> parameters = trainable_parameters(*modules_[l]);
+      at::Tensor input_gradient;
+      if (inputs[l].leaf.defined()) {
+        input_gradient = region(timed, ids_[l].input, [&] {
+          return torch::autograd::grad({roots[l]}, {inputs[l].leaf}, seed,
+                                       /*retain_graph=*/!parameters.empty(),
+                                       /*create_graph=*/false, /*allow_unused=*/true)[0];
+        });
+      }
+      if (!parameters.empty()) {
+        region(timed, ids_[l].weight, [&] {
+          torch::autograd::backward({roots[l]}, seed, /*retain_graph=*/false,
+                                    /*create_graph=*/false, parameters);
+          return 0;
+        });
+      }
+      roots[l] = at::Tensor();
+      gradient = input_gradient;
+      if (!gradient.defined()) break;
+    }
+  }
+  // The optimizer's sweep before a step's first task: every parameter read and written, every
+  // gradient read (multiplied by one in place: nothing changes). On a CPU it leaves the caches
+  // holding the whole model's parameters and gradients, which the model's 4 MB-flush cold
+  // times do not: a pipeline's first forward of a step measured 13-16 % over its prediction
+  // without it.
+  void sweep_parameters() {
+    at::NoGradGuard no_grad;
+    for (torch::nn::AnyModule* module : modules_) {
+      for (const at::Tensor& p : trainable_parameters(*module)) {
+        p.detach().mul_(1.0);
+        if (p.grad().defined()) p.grad().detach().mul_(1.0);
+      }
+    }
+  }
+
+  models::Model& model_;
+  std::vector<torch::nn::AnyModule*>& modules_;
+  const at::Tensor& input_;
+  const at::Tensor& target_;
+  MeasureBackend& backend_;
+  const std::vector<char> wants_;
+  const int layer_count_;
+  std::uint64_t next_region_ = 1;
+  std::vector<RegionIds> ids_;
+};
+
 // Time, in context: each repetition is one forward pass through every layer and one backward
 // pass back, each layer timed on its own within it. Timing a layer alone, again and again,
 // would keep its weights in cache, which a pipeline streaming micro-batches through many
@@ -432,165 +623,15 @@ std::vector<LayerTimes> time_layers(models::Model& model,
                                     const at::Tensor& input, const at::Tensor& target,
                                     MeasureBackend& backend, const ProfileOptions& options,
                                     std::int64_t cache_bytes) {
-  const int layer_count = static_cast<int>(modules.size());
-  const std::vector<char> wants = models::inputs_wanting_gradients(model);
-  std::uint64_t next_region = 1;
-  std::vector<std::vector<std::uint64_t>> forward_ids(layer_count), backward_ids(layer_count),
-      nograd_ids(layer_count), input_ids(layer_count), weight_ids(layer_count),
-      cold_forward_ids(layer_count), cold_backward_ids(layer_count), step_start_ids(layer_count);
-  // Runs `work` as region `ids` of layer l when the repetition is timed.
-  auto region = [&](bool timed, std::vector<std::uint64_t>& ids, auto&& work) {
-    const std::uint64_t id = next_region++;
-    if (timed) backend.begin(id);
-    auto result = work();
-    if (timed) {
-      backend.end(id);
-      ids.push_back(id);
-    }
-    return result;
-  };
-  // The backward split as zero-bubble schedules run it, after a forward of its own: per layer,
-  // I (the input's gradient, the graph kept) then W (the parameters' gradients from that graph).
-  // A layer whose input needs no gradient (the model's first, or any up to the first that
-  // trains) has no I; its W is its whole
-  // backward, as torch's first stage runs it. A layer without parameters has no W.
-  auto split_backward_pass = [&](bool timed) {
-    std::vector<LayerInput> inputs(layer_count);
-    std::vector<at::Tensor> roots(layer_count);
-    at::Tensor current = input;
-    for (int l = 0; l < layer_count; ++l) {
-      inputs[l] = layer_input(current, wants[l] != 0);
-      Runner run{*modules[l], model, l + 1 == layer_count, target, wants[l] != 0};
-      std::tie(roots[l], current) = run.forward(inputs[l].x);
-    }
-    at::Tensor gradient;  // the input gradient I of the layer after
-    for (int l = layer_count - 1; l >= 0; --l) {
-      if (!roots[l].requires_grad()) break;
-      const bool last = l + 1 == layer_count;
-      const std::vector<at::Tensor> seed =
-          last ? std::vector<at::Tensor>{} : std::vector<at::Tensor>{gradient};
-      const std::vector<at::Tensor> parameters = trainable_parameters(*modules[l]);
-      at::Tensor input_gradient;
-      if (inputs[l].leaf.defined()) {
-        input_gradient = region(timed, input_ids[l], [&] {
-          return torch::autograd::grad({roots[l]}, {inputs[l].leaf}, seed,
-                                       /*retain_graph=*/!parameters.empty(),
-                                       /*create_graph=*/false, /*allow_unused=*/true)[0];
-        });
-      }
-      if (!parameters.empty()) {
-        region(timed, weight_ids[l], [&] {
-          torch::autograd::backward({roots[l]}, seed, /*retain_graph=*/false,
-                                    /*create_graph=*/false, parameters);
-          return 0;
-        });
-      }
-      roots[l] = at::Tensor();
-      gradient = input_gradient;
-      if (!gradient.defined()) break;
-    }
-  };
-  // The forward and the backward through every layer, each layer's timed as `forward_ids[l]`
-  // and `backward_ids[l]`, `before_each` run before each (outside the timing).
-  auto forward_backward_pass = [&](bool timed, std::vector<std::vector<std::uint64_t>>& forward,
-                                   std::vector<std::vector<std::uint64_t>>& backward,
-                                   auto&& before_each) {
-    std::vector<LayerInput> inputs(layer_count);
-    std::vector<at::Tensor> roots(layer_count);
-    at::Tensor current = input;
-    for (int l = 0; l < layer_count; ++l) {
-      inputs[l] = layer_input(current, wants[l] != 0);
-      Runner run{*modules[l], model, l + 1 == layer_count, target, wants[l] != 0};
-      before_each();
-      auto pair = region(timed, forward[l], [&] { return run.forward(inputs[l].x); });
-      roots[l] = pair.first;
-      current = pair.second;
-    }
-    at::Tensor gradient;  // flowing back from the layer after
-    for (int l = layer_count - 1; l >= 0; --l) {
-      if (!roots[l].requires_grad()) break;  // nothing before can need a gradient either
-      before_each();
-      region(timed, backward[l], [&] {
-        if (l + 1 == layer_count) {
-          torch::autograd::backward({roots[l]});
-        } else {
-          torch::autograd::backward({roots[l]}, {gradient});
-        }
-        return 0;
-      });
-      gradient = inputs[l].leaf.defined() ? inputs[l].leaf.grad() : at::Tensor();
-      roots[l] = at::Tensor();
-      if (!gradient.defined()) break;
-    }
-  };
-  // One repetition: the forward without autograd, the forward and the backward through every
-  // layer, and the split backward.
-  auto repetition = [&](bool timed) {
-    // First the forward a checkpointed micro-batch runs: no autograd, nothing saved.
-    {
-      at::NoGradGuard no_grad;
-      at::Tensor current = input;
-      for (int l = 0; l < layer_count; ++l) {
-        Runner run{*modules[l], model, l + 1 == layer_count, target, wants[l] != 0};
-        current = region(timed, nograd_ids[l], [&] { return run.forward(current).second; });
-      }
-    }
-    forward_backward_pass(timed, forward_ids, backward_ids, [] {});
-    // Parameter gradients stay allocated and accumulate, as in every backward of a stage but
-    // its first.
-    split_backward_pass(timed);
-  };
-  for (int r = 0; r < options.warmup + options.repeats; ++r) repetition(r >= options.warmup);
-  // The forward and backward again, each layer after the cache was emptied.
+  LayerTimer timer(model, modules, input, target, backend);
+  for (int r = 0; r < options.warmup + options.repeats; ++r) timer.repetition(r >= options.warmup);
   std::vector<std::uint8_t> flush(static_cast<std::size_t>(std::max<std::int64_t>(cache_bytes, 0)) *
                                   4);
   if (!flush.empty()) {
-    for (int r = 0; r < options.repeats; ++r)
-      forward_backward_pass(true, cold_forward_ids, cold_backward_ids, [&] { empty_cache(flush); });
+    for (int r = 0; r < options.repeats; ++r) timer.cold_pass(flush);
+    for (int r = 0; r < options.repeats; ++r) timer.step_start_pass();
   }
-  // The optimizer's sweep before a step's first task: every parameter read and written, every
-  // gradient read (multiplied by one in place: nothing changes). On a CPU it leaves the caches
-  // holding the whole model's parameters and gradients, which the model's 4 MB-flush cold times
-  // do not: a pipeline's first forward of a step measured 13-16 % over its prediction without it.
-  auto sweep_parameters = [&] {
-    at::NoGradGuard no_grad;
-    for (torch::nn::AnyModule* module : modules) {
-      for (const at::Tensor& p : trainable_parameters(*module)) {
-        p.detach().mul_(1.0);
-        if (p.grad().defined()) p.grad().detach().mul_(1.0);
-      }
-    }
-  };
-  // Once a pass, as once a step: the layers after the first run on the data their forerunners
-  // left, as a stage's layers do in its first task (a sweep before each layer made every input
-  // cold too, and predicted the ViT's first tasks 15-18 % long).
-  if (!flush.empty()) {
-    for (int r = 0; r < options.repeats; ++r) {
-      at::Tensor current = input;
-      sweep_parameters();
-      for (int l = 0; l < layer_count; ++l) {
-        const LayerInput in = layer_input(current, wants[l] != 0);
-        Runner run{*modules[l], model, l + 1 == layer_count, target, wants[l] != 0};
-        current = region(true, step_start_ids[l], [&] { return run.forward(in.x); }).second;
-      }
-    }
-  }
-  const auto times = backend.collect_ms();
-  auto pick = [&](const std::vector<std::uint64_t>& ids) {
-    std::vector<double> v;
-    for (auto id : ids) {
-      auto it = times.find(id);
-      v.push_back(it == times.end() ? 0.0 : it->second);  // no device work at all: 0
-    }
-    return statistics(v);
-  };
-  std::vector<LayerTimes> out(layer_count);
-  for (int l = 0; l < layer_count; ++l) {
-    out[l] = {pick(forward_ids[l]),       pick(backward_ids[l]),  pick(nograd_ids[l]),
-              pick(input_ids[l]),         pick(weight_ids[l]),    pick(cold_forward_ids[l]),
-              pick(cold_backward_ids[l]), pick(step_start_ids[l])};
-  }
-  return out;
+  return timer.collect();
 }
 
 // How much slower a layer runs beside co-runners than alone (1: no slower).
