@@ -139,6 +139,174 @@ void rank_by_p90(PlanSearchResult& result, std::vector<IterationInterval>& inter
   intervals = std::move(sorted);
 }
 
+// The plan command's flags.
+void declare_plan_flags(CLI::App& sub, PlanFlagsSet& flags) {
+  add_profile_flag(sub, flags.profile);
+  add_hardware_flags(sub, flags.hardware);
+  sub.add_option("--chunks", flags.chunks, "chunk counts to try (default: 1 to the batch size)")
+      ->delimiter(',')
+      ->type_name("M,...")
+      ->check(whole_number(1, limits::kMaxChunks));
+  sub.add_option("--checkpoint", flags.checkpoints, "always,except_last,never or all (default all)")
+      ->delimiter(',')
+      ->type_name("MODE,...");
+  sub.add_option(
+         "--schedule", flags.schedules,
+         "gpipe,1f1b,interleaved-1f1b,interleaved-zb,zbv,looped-bfs,dualpipev or all (default all)")
+      ->delimiter(',')
+      ->type_name("KIND,...");
+  sub.add_option("--stages-per-device", flags.stages_per_device,
+                 "stages per device tried with interleaved-1f1b, interleaved-zb and looped-bfs "
+                 "(default 2; zbv and dualpipev run 2)")
+      ->delimiter(',')
+      ->type_name("V,...")
+      ->check(whole_number(1, kMaxStagesPerDevice));
+  sub.add_option("--optimizer-state-factor", flags.optimizer_state_factor,
+                 "optimizer state bytes per parameter byte: 0 SGD, 1 momentum, 2 Adam")
+      ->check(optimizer_state_factor_range());
+  sub.add_option("--stages", flags.stages, "pipeline stages (default: one per device)")
+      ->check(whole_number(1, limits::kMaxStages));
+  sub.add_option("--top", flags.top, "how many configurations to rank (default 5)")
+      ->check(whole_number(1, 1000));
+  sub.add_option(
+         "--budget", flags.budget,
+         "search steps before settling for a proven bound instead of a proof (default 10M; with "
+         "multi-stage schedules too, GPipe and 1F1B get it first, then all of them again)")
+      ->check(whole_number(1, std::int64_t{1} << 50));
+  sub.add_option("-o,--output", flags.output, "write the best plan here")->type_name("plan.json");
+  sub.add_option("--write-schedule-csv", flags.schedule_csv,
+                 "write the best plan's schedule as torch's compute-only CSV, one row per device")
+      ->type_name("OUT.csv");
+  sub.add_option("--memory-order", flags.memory_order,
+                 "which peak must fit --memory: predicted (the predicted timeline's, default) or "
+                 "worst (the worst arrival order's: no step's timing can exceed it)")
+      ->check(CLI::IsMember({"predicted", "worst"}))
+      ->type_name("predicted|worst");
+  sub.add_flag("--json", flags.json, "print one JSON object instead of the table");
+  sub.add_flag("--explain", flags.explain, "say why the best plan wins");
+  sub.add_option("--objective", flags.objective,
+                 "rank the plans by the predicted median (default) or by p90, the upper end of "
+                 "the 80 % interval (a robust choice; needs a profile with spreads)")
+      ->check(CLI::IsMember({"median", "p90"}))
+      ->type_name("median|p90");
+}
+
+// The planner's options from the flags, refused where torch's runtime could not run what they
+// ask for; the note says what the runtime leaves out.
+PlannerOptions planner_options(const PlanFlagsSet& flags, const Profile& profile,
+                               const Hardware& hardware, std::string& note) {
+  PlannerOptions options;
+  options.chunks = flags.chunks;
+  options.checkpoints = parse_checkpoint_list(flags.checkpoints, "--checkpoint");
+  options.schedules = parse_schedule_list(flags.schedules, "--schedule");
+  options.stages_per_device =
+      parse_stages_per_device_list(flags.stages_per_device, "--stages-per-device");
+  options.optimizer_state_factor = flags.optimizer_state_factor;
+  options.stages = flags.stages;
+  options.top = static_cast<std::size_t>(flags.top);
+  options.search_budget = flags.budget;
+  options.worst_order_memory = flags.memory_order == "worst";
+  // A plan for torch's runtime must be one it runs (sim/planner/runtime_support.hpp).
+  const std::string refused = keep_what_the_runtime_runs(options, hardware, profile);
+  if (!refused.empty())
+    throw InputError(fmt::format("{}: {}", flags.hardware.hardware_path, refused));
+  if (hardware.runtime == Runtime::TorchPipelining) {
+    note +=
+        "; only plans torch runs as predicted: chunk counts that split the batch evenly, "
+        "checkpoint never, or always where the backward is not split";
+    if (options.stage_inputs_unchanged)
+      note += ", no stage after the first starting by changing its input in place";
+    if (options.stage_outputs_detachable)
+      note += ", no middle stage of a zero-bubble plan ending with a view";
+    // A cut inside a frozen stem: torch does work there that the profile does not hold.
+    if (frozen_stem_cuts_end(profile) > 1)
+      note +=
+          "; a plan that cuts inside the frozen stem is predicted short for torch, which builds "
+          "graphs there and sends gradients back (docs/torch.md)";
+  }
+  for (int c : options.chunks) {
+    if (c < 1 || c > max_chunks(profile.batch_size)) {
+      throw InputError(
+          fmt::format("--chunks: expected {}, got {}", chunks_expectation(profile.batch_size), c));
+    }
+  }
+  return options;
+}
+
+// The stages the plans have, refused where the profile has fewer layers; and a p90 objective
+// refused where there is no interval to rank by. Before any search.
+int checked_stage_count(const PlanFlagsSet& flags, const Profile& profile,
+                        const Hardware& hardware) {
+  const int stages = flags.stages > 0 ? flags.stages : static_cast<int>(hardware.devices.size());
+  if (stages > static_cast<int>(profile.layer_count())) {
+    throw InputError(fmt::format("{}: {} stages asked for, but the profile has only {} layers",
+                                 flags.stages > 0 ? "--stages" : "--devices", stages,
+                                 profile.layer_count()));
+  }
+  // Before any search: nothing to rank by.
+  if (flags.objective == "p90" && !profile.has_spreads() && hardware.model_error == 0) {
+    throw InputError(fmt::format(
+        "--objective p90: {} has no spreads of its layers' times (profile again for them) and "
+        "the hardware no model_error (validate writes it): no interval to rank by",
+        flags.profile));
+  }
+  return stages;
+}
+
+// The best plan and its schedule written where asked, and the explanation.
+void write_plan_outputs(const PlanFlagsSet& flags, const Profile& profile, const Hardware& hardware,
+                        const PlannerOptions& options, const PlanSearchResult& result) {
+  if (!flags.output.empty()) {
+    save_plan(result.ranked.front().plan, profile, flags.output);
+    if (!flags.json) std::printf("\nwrote the best plan to %s\n", flags.output.c_str());
+  }
+  if (!flags.schedule_csv.empty()) {
+    const Plan& best = result.ranked.front().plan;
+    const auto micro_batches =
+        static_cast<int>(split_batch(profile.batch_size, best.chunks).size());
+    write_schedule_csv(make_schedule(best.schedule, best.stages(), micro_batches, best.checkpoint,
+                                     best.stages_per_device),
+                       stage_devices(best, hardware), hardware, flags.schedule_csv);
+  }
+  if (flags.explain && !flags.json) {
+    std::fputs(plan_explanation(profile, hardware, options, result).c_str(), stdout);
+  }
+}
+
+int run_plan_command(const PlanFlagsSet& flags) {
+  const Profile profile = load_profile(flags.profile);
+  if (flags.hardware.devices == 0 && flags.hardware.hardware_path.empty()) {
+    throw InputError("--devices: give a device count (e.g. --devices 4) or --hardware FILE");
+  }
+  std::string note;
+  const Hardware hardware =
+      resolve_hardware(profile, flags.hardware, flags.hardware.devices, &note);
+  PlannerOptions options = planner_options(flags, profile, hardware, note);
+  const int stages = checked_stage_count(flags, profile, hardware);
+  print_note(note);
+  ProgressBar bar("configurations");
+  options.progress = [&](std::size_t done, std::size_t total) { bar.update(done, total); };
+  PlanSearchResult result = find_best_plans(profile, hardware, options);
+  bar.finish();
+  std::vector<IterationInterval> intervals = plan_intervals(profile, hardware, stages, result);
+  if (flags.objective == "p90") rank_by_p90(result, intervals);
+
+  if (flags.json) {
+    std::fputs(plan_json(profile, result, intervals).c_str(), stdout);
+  } else {
+    std::fputs(plan_text(profile, hardware, result, intervals).c_str(), stdout);
+    if (flags.objective == "p90") {
+      std::printf(
+          "\nranked by p90, the upper end of each plan's 80 %% interval, among the best plans "
+          "of the %zu configurations shown; the proof of optimality is for the median\n",
+          result.ranked.size());
+    }
+  }
+  if (result.ranked.empty()) return 1;
+  write_plan_outputs(flags, profile, hardware, options, result);
+  return 0;
+}
+
 }  // namespace
 
 void add_plan_command(CLI::App& app, std::vector<Command>& commands) {
@@ -146,150 +314,8 @@ void add_plan_command(CLI::App& app, std::vector<Command>& commands) {
   CLI::App* sub = app.add_subcommand(
       "plan",
       "Find the fastest plan that fits every device: balance, chunks, checkpoint, schedule");
-  add_profile_flag(*sub, flags->profile);
-  add_hardware_flags(*sub, flags->hardware);
-  sub->add_option("--chunks", flags->chunks, "chunk counts to try (default: 1 to the batch size)")
-      ->delimiter(',')
-      ->type_name("M,...")
-      ->check(whole_number(1, limits::kMaxChunks));
-  sub->add_option("--checkpoint", flags->checkpoints,
-                  "always,except_last,never or all (default all)")
-      ->delimiter(',')
-      ->type_name("MODE,...");
-  sub->add_option(
-         "--schedule", flags->schedules,
-         "gpipe,1f1b,interleaved-1f1b,interleaved-zb,zbv,looped-bfs,dualpipev or all (default all)")
-      ->delimiter(',')
-      ->type_name("KIND,...");
-  sub->add_option("--stages-per-device", flags->stages_per_device,
-                  "stages per device tried with interleaved-1f1b, interleaved-zb and looped-bfs "
-                  "(default 2; zbv and dualpipev run 2)")
-      ->delimiter(',')
-      ->type_name("V,...")
-      ->check(whole_number(1, kMaxStagesPerDevice));
-  sub->add_option("--optimizer-state-factor", flags->optimizer_state_factor,
-                  "optimizer state bytes per parameter byte: 0 SGD, 1 momentum, 2 Adam")
-      ->check(optimizer_state_factor_range());
-  sub->add_option("--stages", flags->stages, "pipeline stages (default: one per device)")
-      ->check(whole_number(1, limits::kMaxStages));
-  sub->add_option("--top", flags->top, "how many configurations to rank (default 5)")
-      ->check(whole_number(1, 1000));
-  sub->add_option(
-         "--budget", flags->budget,
-         "search steps before settling for a proven bound instead of a proof (default 10M; with "
-         "multi-stage schedules too, GPipe and 1F1B get it first, then all of them again)")
-      ->check(whole_number(1, std::int64_t{1} << 50));
-  sub->add_option("-o,--output", flags->output, "write the best plan here")->type_name("plan.json");
-  sub->add_option("--write-schedule-csv", flags->schedule_csv,
-                  "write the best plan's schedule as torch's compute-only CSV, one row per device")
-      ->type_name("OUT.csv");
-  sub->add_option("--memory-order", flags->memory_order,
-                  "which peak must fit --memory: predicted (the predicted timeline's, default) or "
-                  "worst (the worst arrival order's: no step's timing can exceed it)")
-      ->check(CLI::IsMember({"predicted", "worst"}))
-      ->type_name("predicted|worst");
-  sub->add_flag("--json", flags->json, "print one JSON object instead of the table");
-  sub->add_flag("--explain", flags->explain, "say why the best plan wins");
-  sub->add_option("--objective", flags->objective,
-                  "rank the plans by the predicted median (default) or by p90, the upper end of "
-                  "the 80 % interval (a robust choice; needs a profile with spreads)")
-      ->check(CLI::IsMember({"median", "p90"}))
-      ->type_name("median|p90");
-
-  commands.emplace_back(sub, [flags] {
-    const Profile profile = load_profile(flags->profile);
-    if (flags->hardware.devices == 0 && flags->hardware.hardware_path.empty()) {
-      throw InputError("--devices: give a device count (e.g. --devices 4) or --hardware FILE");
-    }
-    std::string note;
-    const Hardware hardware =
-        resolve_hardware(profile, flags->hardware, flags->hardware.devices, &note);
-    PlannerOptions options;
-    options.chunks = flags->chunks;
-    options.checkpoints = parse_checkpoint_list(flags->checkpoints, "--checkpoint");
-    options.schedules = parse_schedule_list(flags->schedules, "--schedule");
-    options.stages_per_device =
-        parse_stages_per_device_list(flags->stages_per_device, "--stages-per-device");
-    options.optimizer_state_factor = flags->optimizer_state_factor;
-    options.stages = flags->stages;
-    options.top = static_cast<std::size_t>(flags->top);
-    options.search_budget = flags->budget;
-    options.worst_order_memory = flags->memory_order == "worst";
-    // A plan for torch's runtime must be one it runs (sim/planner/runtime_support.hpp).
-    const std::string refused = keep_what_the_runtime_runs(options, hardware, profile);
-    if (!refused.empty())
-      throw InputError(fmt::format("{}: {}", flags->hardware.hardware_path, refused));
-    if (hardware.runtime == Runtime::TorchPipelining) {
-      note +=
-          "; only plans torch runs as predicted: chunk counts that split the batch evenly, "
-          "checkpoint never, or always where the backward is not split";
-      if (options.stage_inputs_unchanged)
-        note += ", no stage after the first starting by changing its input in place";
-      if (options.stage_outputs_detachable)
-        note += ", no middle stage of a zero-bubble plan ending with a view";
-      // A cut inside a frozen stem: torch does work there that the profile does not hold.
-      if (frozen_stem_cuts_end(profile) > 1)
-        note +=
-            "; a plan that cuts inside the frozen stem is predicted short for torch, which builds "
-            "graphs there and sends gradients back (docs/torch.md)";
-    }
-    for (int c : options.chunks) {
-      if (c < 1 || c > max_chunks(profile.batch_size)) {
-        throw InputError(fmt::format("--chunks: expected {}, got {}",
-                                     chunks_expectation(profile.batch_size), c));
-      }
-    }
-    const int stages =
-        flags->stages > 0 ? flags->stages : static_cast<int>(hardware.devices.size());
-    if (stages > static_cast<int>(profile.layer_count())) {
-      throw InputError(fmt::format("{}: {} stages asked for, but the profile has only {} layers",
-                                   flags->stages > 0 ? "--stages" : "--devices", stages,
-                                   profile.layer_count()));
-    }
-    // Before any search: nothing to rank by.
-    if (flags->objective == "p90" && !profile.has_spreads() && hardware.model_error == 0) {
-      throw InputError(fmt::format(
-          "--objective p90: {} has no spreads of its layers' times (profile again for them) and "
-          "the hardware no model_error (validate writes it): no interval to rank by",
-          flags->profile));
-    }
-    print_note(note);
-    ProgressBar bar("configurations");
-    options.progress = [&](std::size_t done, std::size_t total) { bar.update(done, total); };
-    PlanSearchResult result = find_best_plans(profile, hardware, options);
-    bar.finish();
-    std::vector<IterationInterval> intervals = plan_intervals(profile, hardware, stages, result);
-    if (flags->objective == "p90") rank_by_p90(result, intervals);
-
-    if (flags->json) {
-      std::fputs(plan_json(profile, result, intervals).c_str(), stdout);
-    } else {
-      std::fputs(plan_text(profile, hardware, result, intervals).c_str(), stdout);
-      if (flags->objective == "p90") {
-        std::printf(
-            "\nranked by p90, the upper end of each plan's 80 %% interval, among the best plans "
-            "of the %zu configurations shown; the proof of optimality is for the median\n",
-            result.ranked.size());
-      }
-    }
-    if (result.ranked.empty()) return 1;
-    if (!flags->output.empty()) {
-      save_plan(result.ranked.front().plan, profile, flags->output);
-      if (!flags->json) std::printf("\nwrote the best plan to %s\n", flags->output.c_str());
-    }
-    if (!flags->schedule_csv.empty()) {
-      const Plan& best = result.ranked.front().plan;
-      const auto micro_batches =
-          static_cast<int>(split_batch(profile.batch_size, best.chunks).size());
-      write_schedule_csv(make_schedule(best.schedule, best.stages(), micro_batches, best.checkpoint,
-                                       best.stages_per_device),
-                         stage_devices(best, hardware), hardware, flags->schedule_csv);
-    }
-    if (flags->explain && !flags->json) {
-      std::fputs(plan_explanation(profile, hardware, options, result).c_str(), stdout);
-    }
-    return 0;
-  });
+  declare_plan_flags(*sub, *flags);
+  commands.emplace_back(sub, [flags] { return run_plan_command(*flags); });
 }
 
 }  // namespace pipetune::cli
