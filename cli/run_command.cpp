@@ -81,91 +81,97 @@ void on_interrupt(int) {
 
 int run_plan(const std::shared_ptr<RunFlags>& flags);
 
+// The run command's flags.
+void declare_run_flags(CLI::App& sub, RunFlags& flags) {
+  add_model_flags(sub, flags.model);
+  sub.add_option("--plan", flags.plan, "plan.json (from pipetune plan)")->type_name("FILE");
+  sub.add_option("--schedule-csv", flags.schedule_csv,
+                 "run torch's compute-only schedule CSV instead of the plan's schedule: row r "
+                 "is device r; --balance (or the plan's) gives the layers of each stage")
+      ->type_name("FILE");
+  sub.add_option("--balance", flags.balance, "layers per stage, e.g. 3,3,2 (overrides the plan's)")
+      ->delimiter(',')
+      ->type_name("N,N,...")
+      ->check(whole_number_from(0));
+  sub.add_option("--batch", flags.batch, "samples per mini-batch (default 32)")
+      ->check(whole_number(1, limits::kMaxBatch));
+  sub.add_option("--device", flags.device, "cpu or cuda (default cpu)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  sub.add_option("--steps", flags.steps, "training steps measured (default 10)")
+      ->check(whole_number(1, 1000000));
+  sub.add_option("--warmup", flags.warmup, "steps run first and not measured (default 1)")
+      ->check(whole_number(0, 1000000));
+  sub.add_option("--trace", flags.trace, "write the measured timeline of the median step")
+      ->type_name("OUT.json");
+  sub.add_option("--seed", flags.seed,
+                 "data, initialisation and dropout seed: the same seed, the same run")
+      ->check(whole_number(0, std::numeric_limits<std::int64_t>::max()));
+  sub.add_option("--optimizer", flags.optimizer, "sgd, momentum, adam or none (default sgd)")
+      ->check(CLI::IsMember({"sgd", "momentum", "adam", "none"}));
+  sub.add_option("--lr", flags.learning_rate, "learning rate (default 0.01)")
+      ->check(positive_real(1e6));
+  sub.add_option("--threads", flags.threads,
+                 "intra-op threads per CPU device (default: cores / devices)")
+      ->check(whole_number(0, 4096));
+  sub.add_option("--progress", flags.progress, "bar (default on a terminal), lines or none")
+      ->check(CLI::IsMember({"bar", "lines", "none"}));
+  sub.add_flag("--json", flags.json, "print one JSON object instead of the report");
+  sub.add_option("--profile", flags.profile,
+                 "profile.json of the model, to check that the plan fits (default: a quick one)")
+      ->type_name("FILE");
+  sub.add_option("--hardware", flags.hardware, "the devices' memory, to check that the plan fits")
+      ->type_name("FILE");
+  sub.add_option("--memory", flags.memory,
+                 "memory per device, to check that the plan fits, e.g. 16GiB");
+  sub.add_flag("--force", flags.force, "run a plan predicted not to fit anyway");
+  sub.add_flag(
+      "--distributed", flags.distributed,
+      "one process per device: rank i runs the plan's device i (RANK, WORLD_SIZE, MASTER_ADDR, "
+      "MASTER_PORT "
+      "from pipetune launch, torchrun or srun); rank 0 reports and writes the merged trace");
+  sub.add_option("--timeout", flags.timeout_s,
+                 "--distributed: seconds a rank waits for another (to meet, to send) before it "
+                 "gives up (default 300)")
+      ->check(positive_real(1e6));
+  sub.add_option(
+         "--links-out", flags.links_out,
+         "--distributed: measure the links between the ranks first and write them as hardware.json")
+      ->type_name("OUT.json");
+
+  sub.add_option("--sm-partitions", flags.sm_partitions,
+                 "--device cuda: split the GPU's SMs into K equal shares (CUDA green contexts) "
+                 "and run device cuda:<n> on share n, so K stages really run at once")
+      ->check(whole_number(1, 1024))
+      ->type_name("K");
+}
+
+// One rank of a distributed run. A rank that fails says which rank it is and leaves at once:
+// threads blocked on a peer must not hold it up, and its closed connections are how the other
+// ranks learn of it.
+int run_as_rank(const std::shared_ptr<RunFlags>& flags) {
+  const char* rank = std::getenv("RANK");
+  try {
+    const int status = run_plan(flags);
+    connected_transport.reset();
+    return status;
+  } catch (const std::exception& e) {
+    const auto* input_error = dynamic_cast<const InputError*>(&e);
+    std::fprintf(stderr, "pipetune: error: rank %s: %s\n", rank ? rank : "?",
+                 input_error ? error_text(*input_error).c_str() : e.what());
+    std::fflush(stdout);
+    std::fflush(stderr);
+    if (connected_transport) connected_transport->leave_after_failure();
+    std::_Exit(input_error ? 2 : 1);
+  }
+}
+
 void add_run_command(CLI::App& app, std::vector<Command>& commands) {
   auto flags = std::make_shared<RunFlags>();
   CLI::App* sub = app.add_subcommand(
       "run", "Train with a plan on the real GPipe executor and record the measured timeline");
-  add_model_flags(*sub, flags->model);
-  sub->add_option("--plan", flags->plan, "plan.json (from pipetune plan)")->type_name("FILE");
-  sub->add_option("--schedule-csv", flags->schedule_csv,
-                  "run torch's compute-only schedule CSV instead of the plan's schedule: row r "
-                  "is device r; --balance (or the plan's) gives the layers of each stage")
-      ->type_name("FILE");
-  sub->add_option("--balance", flags->balance,
-                  "layers per stage, e.g. 3,3,2 (overrides the plan's)")
-      ->delimiter(',')
-      ->type_name("N,N,...")
-      ->check(whole_number_from(0));
-  sub->add_option("--batch", flags->batch, "samples per mini-batch (default 32)")
-      ->check(whole_number(1, limits::kMaxBatch));
-  sub->add_option("--device", flags->device, "cpu or cuda (default cpu)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
-  sub->add_option("--steps", flags->steps, "training steps measured (default 10)")
-      ->check(whole_number(1, 1000000));
-  sub->add_option("--warmup", flags->warmup, "steps run first and not measured (default 1)")
-      ->check(whole_number(0, 1000000));
-  sub->add_option("--trace", flags->trace, "write the measured timeline of the median step")
-      ->type_name("OUT.json");
-  sub->add_option("--seed", flags->seed,
-                  "data, initialisation and dropout seed: the same seed, the same run")
-      ->check(whole_number(0, std::numeric_limits<std::int64_t>::max()));
-  sub->add_option("--optimizer", flags->optimizer, "sgd, momentum, adam or none (default sgd)")
-      ->check(CLI::IsMember({"sgd", "momentum", "adam", "none"}));
-  sub->add_option("--lr", flags->learning_rate, "learning rate (default 0.01)")
-      ->check(positive_real(1e6));
-  sub->add_option("--threads", flags->threads,
-                  "intra-op threads per CPU device (default: cores / devices)")
-      ->check(whole_number(0, 4096));
-  sub->add_option("--progress", flags->progress, "bar (default on a terminal), lines or none")
-      ->check(CLI::IsMember({"bar", "lines", "none"}));
-  sub->add_flag("--json", flags->json, "print one JSON object instead of the report");
-  sub->add_option("--profile", flags->profile,
-                  "profile.json of the model, to check that the plan fits (default: a quick one)")
-      ->type_name("FILE");
-  sub->add_option("--hardware", flags->hardware, "the devices' memory, to check that the plan fits")
-      ->type_name("FILE");
-  sub->add_option("--memory", flags->memory,
-                  "memory per device, to check that the plan fits, e.g. 16GiB");
-  sub->add_flag("--force", flags->force, "run a plan predicted not to fit anyway");
-  sub->add_flag(
-      "--distributed", flags->distributed,
-      "one process per device: rank i runs the plan's device i (RANK, WORLD_SIZE, MASTER_ADDR, "
-      "MASTER_PORT "
-      "from pipetune launch, torchrun or srun); rank 0 reports and writes the merged trace");
-  sub->add_option("--timeout", flags->timeout_s,
-                  "--distributed: seconds a rank waits for another (to meet, to send) before it "
-                  "gives up (default 300)")
-      ->check(positive_real(1e6));
-  sub->add_option(
-         "--links-out", flags->links_out,
-         "--distributed: measure the links between the ranks first and write them as hardware.json")
-      ->type_name("OUT.json");
-
-  sub->add_option("--sm-partitions", flags->sm_partitions,
-                  "--device cuda: split the GPU's SMs into K equal shares (CUDA green contexts) "
-                  "and run device cuda:<n> on share n, so K stages really run at once")
-      ->check(whole_number(1, 1024))
-      ->type_name("K");
-
-  commands.emplace_back(sub, [flags] {
-    if (!flags->distributed) return run_plan(flags);
-    // A rank that fails says which rank it is and leaves at once: threads blocked on a peer
-    // must not hold it up, and its closed connections are how the other ranks learn of it.
-    const char* rank = std::getenv("RANK");
-    try {
-      const int status = run_plan(flags);
-      connected_transport.reset();
-      return status;
-    } catch (const std::exception& e) {
-      const auto* input_error = dynamic_cast<const InputError*>(&e);
-      std::fprintf(stderr, "pipetune: error: rank %s: %s\n", rank ? rank : "?",
-                   input_error ? error_text(*input_error).c_str() : e.what());
-      std::fflush(stdout);
-      std::fflush(stderr);
-      if (connected_transport) connected_transport->leave_after_failure();
-      std::_Exit(input_error ? 2 : 1);
-    }
-  });
+  declare_run_flags(*sub, *flags);
+  commands.emplace_back(
+      sub, [flags] { return flags->distributed ? run_as_rank(flags) : run_plan(flags); });
 }
 
 namespace {
