@@ -334,99 +334,110 @@ std::string validation_markdown(const Validation& v) {
   return out;
 }
 
+namespace {
+
+using nlohmann::ordered_json;
+
+std::vector<double> tidied(const std::vector<double>& values) {
+  std::vector<double> out;
+  for (double v : values) out.push_back(tidy(v));
+  return out;
+}
+
+// A prediction against the measurement: time, memory, tasks and the critical path.
+ordered_json comparison_json(const TraceComparison& c) {
+  ordered_json j;
+  j["predicted_ms"] = tidy(c.predicted_ms);
+  j["measured_ms"] = tidy(c.measured_ms);
+  j["time_error"] = tidy(c.time_error);
+  j["predicted_peak_bytes"] = c.predicted_peak_bytes;
+  j["measured_peak_bytes"] = c.measured_peak_bytes;
+  j["memory_error"] = tidied(c.memory_error);
+  if (!c.worst_order_peak_bytes.empty()) j["worst_order_peak_bytes"] = c.worst_order_peak_bytes;
+  j["median_abs_task_error"] = tidy(c.median_abs_duration_error);
+  j["same_critical_path"] = c.same_critical_path;
+  j["critical_path_agreement"] = tidy(c.critical_path_agreement);
+  j["predicted_critical_path"] = c.predicted_critical_path;
+  j["measured_critical_path"] = c.measured_critical_path;
+  ordered_json worst = ordered_json::array();
+  for (const auto& t : c.most_mispredicted(5)) {
+    worst.push_back({{"task", t.label()},
+                     {"predicted_start_ms", tidy(t.predicted_start_ms)},
+                     {"predicted_end_ms", tidy(t.predicted_end_ms)},
+                     {"measured_start_ms", tidy(t.measured_start_ms)},
+                     {"measured_end_ms", tidy(t.measured_end_ms)}});
+  }
+  j["most_mispredicted"] = worst;
+  return j;
+}
+
+// A validated plan: its files, measured steps and both comparisons.
+ordered_json plan_validation_json(const PlanValidation& p) {
+  ordered_json j;
+  j["plan"] = describe_plan(p.plan());
+  j["plan_file"] = p.plan_path;
+  j["measured_trace"] = p.measured_trace_path;
+  j["predicted_trace"] = p.predicted_trace_path;
+  if (!p.calibrated_trace_path.empty()) j["calibrated_trace"] = p.calibrated_trace_path;
+  j["measured_pipeline_ms"] = tidied(p.measured.pipeline_ms);
+  j["measured_median_ms"] = tidy(p.measured.median_pipeline_ms());
+  j["measured_spread_ms"] = tidy(p.measured.spread_ms());
+  j["measured_step_ms"] = tidy(p.measured.median_step_ms());
+  // The compute threads' share of their tasks' time on a core, and the steps replayed at
+  // their CPU times (null where not measured: a GPU, or several intra-op threads a device).
+  if (const double share = p.measured.median_cpu_share(); share >= 0) {
+    j["measured_cpu_share"] = tidy(share);
+    j["measured_on_cpu_ms"] = tidy(p.measured.median_on_cpu_ms());
+  } else {
+    j["measured_cpu_share"] = nullptr;
+    j["measured_on_cpu_ms"] = nullptr;
+  }
+  // The host's pace before each round of the plan's steps, beside the profile's
+  // meta.host_pace_us.
+  j["host_pace_us"] = tidied(p.measured.host_pace_us);
+  // Part of the measured peaks: what the libraries keep (cuBLAS workspaces; 0 on CPU devices).
+  j["measured_library_bytes"] = p.measured.library_memory_bytes;
+  // The median step's own peaks, and the memory model's at that step's task times.
+  j["traced_step_peak_bytes"] = p.measured.traced_step_peak_bytes;
+  if (!p.measured_order_peak_bytes.empty())
+    j["measured_order_peak_bytes"] = p.measured_order_peak_bytes;
+  j["uncalibrated"] = comparison_json(p.uncalibrated);
+  j["calibrated"] = comparison_json(p.calibrated);
+  if (p.interval.known()) {
+    j["interval"] = {{"central", p.interval.central},
+                     {"low_ms", tidy(p.interval.low_ms)},
+                     {"high_ms", tidy(p.interval.high_ms)},
+                     {"width", tidy(p.interval.width())},
+                     {"steps_inside", p.steps_inside}};
+  }
+  j["predicted_rank"] = p.predicted_rank;
+  j["measured_rank"] = p.measured_rank;
+  return j;
+}
+
+// The "runs" contract of docs/cli.md, one entry per validated plan: the headline prediction (the
+// calibrated one when a calibration was applied) against the measurement.
+ordered_json run_json(const PlanValidation& p, bool calibrated) {
+  const TraceComparison& c = calibrated ? p.calibrated : p.uncalibrated;
+  const Plan& plan = p.plan();
+  ordered_json j;
+  j["plan"] = {{"balance", plan.balance},
+               {"chunks", plan.chunks},
+               {"checkpoint", std::string(to_string(plan.checkpoint))},
+               {"schedule", std::string(to_string(plan.schedule))}};
+  j["predicted_ms"] = tidy(c.predicted_ms);
+  j["measured_ms"] = tidy(c.measured_ms);
+  j["time_error"] = tidy(c.time_error);
+  j["predicted_peak_memory_bytes"] = c.predicted_peak_bytes;
+  j["measured_peak_memory_bytes"] = c.measured_peak_bytes;
+  j["memory_error"] = tidied(c.memory_error);
+  return j;
+}
+
+}  // namespace
+
 std::string validation_json(const Validation& v, const ValidationThresholds& thresholds,
                             const std::vector<std::string>& failures) {
-  using nlohmann::ordered_json;
-  auto tidied = [](const std::vector<double>& values) {
-    std::vector<double> out;
-    for (double v : values) out.push_back(tidy(v));
-    return out;
-  };
-  auto comparison = [&](const TraceComparison& c) {
-    ordered_json j;
-    j["predicted_ms"] = tidy(c.predicted_ms);
-    j["measured_ms"] = tidy(c.measured_ms);
-    j["time_error"] = tidy(c.time_error);
-    j["predicted_peak_bytes"] = c.predicted_peak_bytes;
-    j["measured_peak_bytes"] = c.measured_peak_bytes;
-    j["memory_error"] = tidied(c.memory_error);
-    if (!c.worst_order_peak_bytes.empty()) j["worst_order_peak_bytes"] = c.worst_order_peak_bytes;
-    j["median_abs_task_error"] = tidy(c.median_abs_duration_error);
-    j["same_critical_path"] = c.same_critical_path;
-    j["critical_path_agreement"] = tidy(c.critical_path_agreement);
-    j["predicted_critical_path"] = c.predicted_critical_path;
-    j["measured_critical_path"] = c.measured_critical_path;
-    ordered_json worst = ordered_json::array();
-    for (const auto& t : c.most_mispredicted(5)) {
-      worst.push_back({{"task", t.label()},
-                       {"predicted_start_ms", tidy(t.predicted_start_ms)},
-                       {"predicted_end_ms", tidy(t.predicted_end_ms)},
-                       {"measured_start_ms", tidy(t.measured_start_ms)},
-                       {"measured_end_ms", tidy(t.measured_end_ms)}});
-    }
-    j["most_mispredicted"] = worst;
-    return j;
-  };
-  auto plan_json = [&](const PlanValidation& p) {
-    ordered_json j;
-    j["plan"] = describe_plan(p.plan());
-    j["plan_file"] = p.plan_path;
-    j["measured_trace"] = p.measured_trace_path;
-    j["predicted_trace"] = p.predicted_trace_path;
-    if (!p.calibrated_trace_path.empty()) j["calibrated_trace"] = p.calibrated_trace_path;
-    j["measured_pipeline_ms"] = tidied(p.measured.pipeline_ms);
-    j["measured_median_ms"] = tidy(p.measured.median_pipeline_ms());
-    j["measured_spread_ms"] = tidy(p.measured.spread_ms());
-    j["measured_step_ms"] = tidy(p.measured.median_step_ms());
-    // The compute threads' share of their tasks' time on a core, and the steps replayed at
-    // their CPU times (null where not measured: a GPU, or several intra-op threads a device).
-    if (const double share = p.measured.median_cpu_share(); share >= 0) {
-      j["measured_cpu_share"] = tidy(share);
-      j["measured_on_cpu_ms"] = tidy(p.measured.median_on_cpu_ms());
-    } else {
-      j["measured_cpu_share"] = nullptr;
-      j["measured_on_cpu_ms"] = nullptr;
-    }
-    // The host's pace before each round of the plan's steps, beside the profile's
-    // meta.host_pace_us.
-    j["host_pace_us"] = tidied(p.measured.host_pace_us);
-    // Part of the measured peaks: what the libraries keep (cuBLAS workspaces; 0 on CPU devices).
-    j["measured_library_bytes"] = p.measured.library_memory_bytes;
-    // The median step's own peaks, and the memory model's at that step's task times.
-    j["traced_step_peak_bytes"] = p.measured.traced_step_peak_bytes;
-    if (!p.measured_order_peak_bytes.empty())
-      j["measured_order_peak_bytes"] = p.measured_order_peak_bytes;
-    j["uncalibrated"] = comparison(p.uncalibrated);
-    j["calibrated"] = comparison(p.calibrated);
-    if (p.interval.known()) {
-      j["interval"] = {{"central", p.interval.central},
-                       {"low_ms", tidy(p.interval.low_ms)},
-                       {"high_ms", tidy(p.interval.high_ms)},
-                       {"width", tidy(p.interval.width())},
-                       {"steps_inside", p.steps_inside}};
-    }
-    j["predicted_rank"] = p.predicted_rank;
-    j["measured_rank"] = p.measured_rank;
-    return j;
-  };
-  // The "runs" contract of docs/cli.md, one entry per validated plan: the headline prediction (the
-  // calibrated one when a calibration was applied) against the measurement.
-  auto run_json = [&](const PlanValidation& p) {
-    const TraceComparison& c = v.has_calibration() ? p.calibrated : p.uncalibrated;
-    const Plan& plan = p.plan();
-    ordered_json j;
-    j["plan"] = {{"balance", plan.balance},
-                 {"chunks", plan.chunks},
-                 {"checkpoint", std::string(to_string(plan.checkpoint))},
-                 {"schedule", std::string(to_string(plan.schedule))}};
-    j["predicted_ms"] = tidy(c.predicted_ms);
-    j["measured_ms"] = tidy(c.measured_ms);
-    j["time_error"] = tidy(c.time_error);
-    j["predicted_peak_memory_bytes"] = c.predicted_peak_bytes;
-    j["measured_peak_memory_bytes"] = c.measured_peak_bytes;
-    j["memory_error"] = tidied(c.memory_error);
-    return j;
-  };
   ordered_json out;
   out["format"] = "pipetune.validation/1";
   out["model"] = v.model;
@@ -443,11 +454,12 @@ std::string validation_json(const Validation& v, const ValidationThresholds& thr
   out["calibration"] = v.has_calibration() ? (v.calibration_fitted ? "fitted" : "reused") : "none";
   if (!v.calibration_reason.empty()) out["calibration_reason"] = v.calibration_reason;
   out["calibration_runs"] = ordered_json::array();
-  for (const auto& c : v.calibration_runs) out["calibration_runs"].push_back(plan_json(c));
+  for (const auto& c : v.calibration_runs)
+    out["calibration_runs"].push_back(plan_validation_json(c));
   out["runs"] = ordered_json::array();
-  for (const auto& p : v.plans) out["runs"].push_back(run_json(p));
+  for (const auto& p : v.plans) out["runs"].push_back(run_json(p, v.has_calibration()));
   out["plans"] = ordered_json::array();
-  for (const auto& p : v.plans) out["plans"].push_back(plan_json(p));
+  for (const auto& p : v.plans) out["plans"].push_back(plan_validation_json(p));
   out["predicted_best"] = v.plans.empty() ? 0 : v.predicted_best() + 1;
   out["measured_best"] = v.plans.empty() ? 0 : v.measured_best() + 1;
   out["predicted_best_within_noise"] = v.predicted_best_within_noise();
