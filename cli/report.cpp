@@ -454,21 +454,12 @@ std::string plan_text(const Profile& profile, const Hardware& hardware,
   return out;
 }
 
-std::string plan_explanation(const Profile& profile, const Hardware& hardware,
-                             const PlannerOptions& options, const PlanSearchResult& result) {
-  const PlanCandidate& best = result.ranked.front();
+namespace {
+
+// The explanation's bottleneck line: the device that computes longest, and the others' times.
+std::string bottleneck_line(const PlanCandidate& best, const Hardware& hardware,
+                            const std::vector<int>& device_of, int devices) {
   const int stages = static_cast<int>(best.plan.balance.size());
-  std::string out = fmt::format("\nwhy {}:\n", describe_plan(best.plan));
-  out += fmt::format("  time        {} ms per iteration; {}\n", format_ms(best.iteration_ms),
-                     result.stats.proven ? "no fitting plan is faster (the search finished)"
-                                         : fmt::format("no fitting plan is faster than {} ms",
-                                                       format_ms(result.stats.lower_bound_ms)));
-  // busy_ms and the peaks are per device; a device holds several stages under the
-  // interleaved, looped and V schedules.
-  const std::vector<int> device_of = stage_devices(best.plan, hardware);
-  // Devices past the last stage's (`--stages` fewer than devices) hold nothing.
-  const int devices = std::min(static_cast<int>(best.busy_ms.size()),
-                               *std::max_element(device_of.begin(), device_of.end()) + 1);
   auto device_label = [&](int d) {
     std::vector<int> held;
     for (int s = 0; s < stages; ++s) {
@@ -491,14 +482,19 @@ std::string plan_explanation(const Profile& profile, const Hardware& hardware,
             ? fmt::format("{} {}", d, format_ms(best.busy_ms[d]))
             : fmt::format("{} {}", hardware.devices[d].name, format_ms(best.busy_ms[d])));
   }
-  out += fmt::format("  bottleneck  {} computes {} ms, {} of the iteration{}{}\n",
+  return fmt::format("  bottleneck  {} computes {} ms, {} of the iteration{}{}\n",
                      device_label(bottleneck), format_ms(best.busy_ms[bottleneck]),
                      format_percent(best.busy_ms[bottleneck] / best.iteration_ms),
                      others.empty()                     ? ""
                      : best.plan.stages_per_device == 1 ? "; other stages: "
                                                         : "; other devices: ",
                      fmt::join(others, ", "));
+}
+
+// The explanation's bubble line: the idle share, and what fill and drain alone would leave.
+std::string bubble_lines(const PlanCandidate& best, int devices) {
   const double m = best.micro_batches, k = devices, v = best.plan.stages_per_device;
+  std::string out;
   if (splits_backward(best.plan.schedule)) {
     out += fmt::format(
         "  bubble      {} of device time idle; the weight gradients (W) fill what fill and\n"
@@ -516,6 +512,12 @@ std::string plan_explanation(const Profile& profile, const Hardware& hardware,
         "              micro-batches and free copies, idle (K-1)/(M+K-1) = {}\n",
         format_percent(best.bubble_fraction), format_percent((k - 1) / (m + k - 1)));
   }
+  return out;
+}
+
+// Each device's peak against its capacity: the worst arrival order's where it is known.
+std::string memory_lines(const PlanCandidate& best, const Hardware& hardware, int devices) {
+  std::string out;
   for (int d = 0; d < devices; ++d) {
     const auto cap = best.memory_capacity_bytes[d];
     // With the worst arrival order known, it is the peak the cap must hold.
@@ -534,6 +536,13 @@ std::string plan_explanation(const Profile& profile, const Hardware& hardware,
                        format_bytes(best.peak_memory_bytes[d]), worst, limit);
   }
 
+  return out;
+}
+
+// The plans one choice away from the best, each re-planned.
+std::string one_choice_away_table(const Profile& profile, const Hardware& hardware,
+                                  const PlannerOptions& options, const PlanCandidate& best) {
+  std::string out;
   out += "  one choice away, each re-planned:\n";
   TextTable table;
   table.add_column("    change");
@@ -560,6 +569,29 @@ std::string plan_explanation(const Profile& profile, const Hardware& hardware,
          format_balance(c.plan.balance)});
   }
   out += table.render();
+  return out;
+}
+
+}  // namespace
+
+std::string plan_explanation(const Profile& profile, const Hardware& hardware,
+                             const PlannerOptions& options, const PlanSearchResult& result) {
+  const PlanCandidate& best = result.ranked.front();
+  std::string out = fmt::format("\nwhy {}:\n", describe_plan(best.plan));
+  out += fmt::format("  time        {} ms per iteration; {}\n", format_ms(best.iteration_ms),
+                     result.stats.proven ? "no fitting plan is faster (the search finished)"
+                                         : fmt::format("no fitting plan is faster than {} ms",
+                                                       format_ms(result.stats.lower_bound_ms)));
+  // busy_ms and the peaks are per device; a device holds several stages under the
+  // interleaved, looped and V schedules.
+  const std::vector<int> device_of = stage_devices(best.plan, hardware);
+  // Devices past the last stage's (`--stages` fewer than devices) hold nothing.
+  const int devices = std::min(static_cast<int>(best.busy_ms.size()),
+                               *std::max_element(device_of.begin(), device_of.end()) + 1);
+  out += bottleneck_line(best, hardware, device_of, devices);
+  out += bubble_lines(best, devices);
+  out += memory_lines(best, hardware, devices);
+  out += one_choice_away_table(profile, hardware, options, best);
   return out;
 }
 
