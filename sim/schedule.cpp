@@ -6,6 +6,7 @@
 #include <charconv>
 #include <limits>
 #include <map>
+#include <set>
 #include <stdexcept>
 
 namespace pipetune {
@@ -339,28 +340,27 @@ Schedule make_schedule(ScheduleKind kind, int stages, int micro_batches, Checkpo
   return s;
 }
 
-Schedule schedule_from_programs(
-    std::vector<std::vector<Action>> per_rank,
-    const std::function<std::string(std::size_t, std::size_t)>& where_given) {
-  Schedule s;
-  s.per_rank = std::move(per_rank);
-  auto where = [&](std::size_t rank, std::size_t position) {
-    return where_given ? where_given(rank, position)
-                       : fmt::format("programme {}, action {}", rank, position);
-  };
-  // Stages and micro-batches: one past the largest index seen.
-  for (const auto& program : s.per_rank) {
-    for (const Action& a : program) {
-      s.stages = std::max(s.stages, a.stage + 1);
-      s.micro_batches = std::max(s.micro_batches, a.micro_batch + 1);
-    }
+namespace {
+
+// Which (stage, micro-batch, kind) actions a custom order has run so far, in programme order.
+class ActionsSeen {
+ public:
+  bool done(int stage, int micro_batch, ActionKind kind) const {
+    return seen_.count({stage, micro_batch, kind}) > 0;
   }
-  if (s.stages == 0) throw std::invalid_argument("the schedule has no actions");
-  s.stage_rank.assign(s.stages, -1);
+  void add(const Action& a) { seen_.insert({a.stage, a.micro_batch, a.kind}); }
+
+ private:
+  std::set<std::tuple<int, int, ActionKind>> seen_;
+};
+
+// Each action in turn, as torch's validation takes them: no recompute of its own, none twice,
+// a backward after its forward, W after its I, one backward per micro-batch, each stage on one
+// programme (set in s.stage_rank).
+void check_each_action(Schedule& s,
+                       const std::function<std::string(std::size_t, std::size_t)>& where,
+                       ActionsSeen& seen) {
   std::vector<std::size_t> first_at(s.stages, 0);  // position of each stage's first action
-  // Per (stage, micro-batch, kind): done already? Validation in programme order, as torch's.
-  std::map<std::tuple<int, int, ActionKind>, bool> seen;
-  auto done = [&](int stage, int i, ActionKind kind) { return seen.count({stage, i, kind}) > 0; };
   for (std::size_t r = 0; r < s.per_rank.size(); ++r) {
     for (std::size_t k = 0; k < s.per_rank[r].size(); ++k) {
       const Action& a = s.per_rank[r][k];
@@ -370,23 +370,23 @@ Schedule schedule_from_programs(
             "{}: {}: recompute is not an action of its own here (checkpointing is the plan's)",
             where(r, k), text));
       }
-      if (done(a.stage, a.micro_batch, a.kind)) {
+      if (seen.done(a.stage, a.micro_batch, a.kind)) {
         throw std::invalid_argument(fmt::format("{}: {}: runs twice", where(r, k), text));
       }
-      const bool forwarded = done(a.stage, a.micro_batch, ActionKind::Forward);
+      const bool forwarded = seen.done(a.stage, a.micro_batch, ActionKind::Forward);
       if ((sends_gradient(a.kind) || a.kind == ActionKind::Recompute) && !forwarded) {
         throw std::invalid_argument(
             fmt::format("{}: {}: before {}", where(r, k), text,
                         to_string(Action{ActionKind::Forward, a.stage, a.micro_batch})));
       }
       if (a.kind == ActionKind::WeightGrad &&
-          !done(a.stage, a.micro_batch, ActionKind::InputGrad)) {
+          !seen.done(a.stage, a.micro_batch, ActionKind::InputGrad)) {
         throw std::invalid_argument(
             fmt::format("{}: {}: before {}", where(r, k), text,
                         to_string(Action{ActionKind::InputGrad, a.stage, a.micro_batch})));
       }
-      const bool backward_done = done(a.stage, a.micro_batch, ActionKind::Backward) ||
-                                 done(a.stage, a.micro_batch, ActionKind::InputGrad);
+      const bool backward_done = seen.done(a.stage, a.micro_batch, ActionKind::Backward) ||
+                                 seen.done(a.stage, a.micro_batch, ActionKind::InputGrad);
       if (sends_gradient(a.kind) && backward_done) {
         throw std::invalid_argument(
             fmt::format("{}: {}: micro-batch {} of stage {} has a "
@@ -402,15 +402,19 @@ Schedule schedule_from_programs(
       }
       if (rank < 0) first_at[a.stage] = k;
       rank = static_cast<int>(r);
-      seen[{a.stage, a.micro_batch, a.kind}] = true;
+      seen.add(a);
     }
   }
+}
+
+// Every stage's every micro-batch forward and backward (B, or I and W).
+void check_every_micro_batch_complete(const Schedule& s, const ActionsSeen& seen) {
   for (int stage = 0; stage < s.stages; ++stage) {
     for (int i = 0; i < s.micro_batches; ++i) {
-      const bool forward = done(stage, i, ActionKind::Forward);
-      const bool whole = done(stage, i, ActionKind::Backward);
-      const bool input = done(stage, i, ActionKind::InputGrad);
-      const bool weight = done(stage, i, ActionKind::WeightGrad);
+      const bool forward = seen.done(stage, i, ActionKind::Forward);
+      const bool whole = seen.done(stage, i, ActionKind::Backward);
+      const bool input = seen.done(stage, i, ActionKind::InputGrad);
+      const bool weight = seen.done(stage, i, ActionKind::WeightGrad);
       if (!forward || (!whole && !input) || input != weight) {
         const Action missing{!forward ? ActionKind::Forward
                              : !input ? (weight ? ActionKind::InputGrad : ActionKind::Backward)
@@ -423,7 +427,10 @@ Schedule schedule_from_programs(
       }
     }
   }
-  // The closest generated kind, for display: programmes read from a file follow no generator.
+}
+
+// The closest generated kind, for display: programmes read from a file follow no generator.
+void name_closest_kind(Schedule& s) {
   const bool split = std::any_of(s.per_rank.begin(), s.per_rank.end(), [](const auto& program) {
     return std::any_of(program.begin(), program.end(),
                        [](const Action& a) { return a.kind == ActionKind::InputGrad; });
@@ -432,6 +439,33 @@ Schedule schedule_from_programs(
   s.kind = split ? ScheduleKind::InterleavedZB
                  : (single ? ScheduleKind::OneFOneB : ScheduleKind::Interleaved1F1B);
   s.checkpoint = CheckpointMode::Never;
+}
+
+}  // namespace
+
+Schedule schedule_from_programs(
+    std::vector<std::vector<Action>> per_rank,
+    const std::function<std::string(std::size_t, std::size_t)>& where_given) {
+  Schedule s;
+  s.per_rank = std::move(per_rank);
+  const std::function<std::string(std::size_t, std::size_t)> where = [&](std::size_t rank,
+                                                                         std::size_t position) {
+    return where_given ? where_given(rank, position)
+                       : fmt::format("programme {}, action {}", rank, position);
+  };
+  // Stages and micro-batches: one past the largest index seen.
+  for (const auto& program : s.per_rank) {
+    for (const Action& a : program) {
+      s.stages = std::max(s.stages, a.stage + 1);
+      s.micro_batches = std::max(s.micro_batches, a.micro_batch + 1);
+    }
+  }
+  if (s.stages == 0) throw std::invalid_argument("the schedule has no actions");
+  s.stage_rank.assign(s.stages, -1);
+  ActionsSeen seen;
+  check_each_action(s, where, seen);
+  check_every_micro_batch_complete(s, seen);
+  name_closest_kind(s);
   derive_per_stage(s);
   program_order(s);  // throws if the programmes deadlock
   return s;
