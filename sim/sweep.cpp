@@ -29,9 +29,11 @@ std::vector<std::pair<ScheduleKind, int>> schedule_shapes(const SweepSpec& spec)
 
 }  // namespace
 
-std::vector<SweepRow> run_sweep(const Profile& profile, const Hardware& hardware,
-                                const SweepSpec& spec,
-                                const std::function<void(std::size_t, std::size_t)>& progress) {
+namespace {
+
+// Device counts the hardware and the profile allow, a fixed balance some point can use, and
+// chunk counts the batch allows: refused before any simulation.
+void check_sweep(const Profile& profile, const Hardware& hardware, const SweepSpec& spec) {
   for (int k : spec.device_counts) {
     if (k < 1 || k > static_cast<int>(hardware.devices.size())) {
       throw InputError(Input::Devices, fmt::format("{} devices asked for, the hardware has {}", k,
@@ -62,6 +64,42 @@ std::vector<SweepRow> run_sweep(const Profile& profile, const Hardware& hardware
                                                   chunks_expectation(profile.batch_size), c));
     }
   }
+}
+
+// The hardware of a point: its first k devices, and every link at `bandwidth` (0: as given).
+Hardware point_hardware(const Hardware& hardware, int k, double bandwidth) {
+  Hardware hw = hardware;
+  hw.devices.resize(k);
+  std::erase_if(hw.links, [k](const LinkOverride& o) { return o.first >= k || o.second >= k; });
+  if (bandwidth > 0) set_all_links(hw, bandwidth, std::nullopt);
+  return hw;
+}
+
+// A point's row: its plan simulated.
+SweepRow sweep_row(const Simulator& simulator, const Hardware& hw, const Plan& plan, int k) {
+  SimulationOptions lean;
+  lean.record_tasks = false;
+  lean.record_memory = false;
+  const SimulationResult r = simulator.run(plan, lean);
+  SweepRow row;
+  row.devices = k;
+  row.bandwidth_bytes_per_s = hw.link.bandwidth_bytes_per_s;
+  row.plan = plan;
+  row.micro_batches = static_cast<int>(r.micro_batch_sizes.size());
+  row.iteration_ms = r.iteration_ms;
+  row.throughput_samples_per_s = r.throughput_samples_per_s;
+  row.bubble_fraction = r.bubble_fraction;
+  for (const auto& d : r.devices) row.peak_memory_bytes.push_back(d.peak_memory_bytes);
+  row.fits = r.fits();
+  return row;
+}
+
+}  // namespace
+
+std::vector<SweepRow> run_sweep(const Profile& profile, const Hardware& hardware,
+                                const SweepSpec& spec,
+                                const std::function<void(std::size_t, std::size_t)>& progress) {
+  check_sweep(profile, hardware, spec);
   std::vector<double> bandwidths = spec.bandwidths;
   if (bandwidths.empty()) bandwidths.push_back(0.0);  // 0: keep the hardware's links
 
@@ -70,15 +108,9 @@ std::vector<SweepRow> run_sweep(const Profile& profile, const Hardware& hardware
                             spec.chunks.size();
   std::vector<SweepRow> rows;
   rows.reserve(total);
-  SimulationOptions lean;
-  lean.record_tasks = false;
-  lean.record_memory = false;
   for (int k : spec.device_counts) {
     for (double bandwidth : bandwidths) {
-      Hardware hw = hardware;
-      hw.devices.resize(k);
-      std::erase_if(hw.links, [k](const LinkOverride& o) { return o.first >= k || o.second >= k; });
-      if (bandwidth > 0) set_all_links(hw, bandwidth, std::nullopt);
+      const Hardware hw = point_hardware(hardware, k, bandwidth);
       const Simulator simulator(profile, hw);
       for (const auto& [schedule, v] : schedule_shapes(spec)) {
         for (CheckpointMode checkpoint : spec.checkpoints) {
@@ -98,18 +130,7 @@ std::vector<SweepRow> run_sweep(const Profile& profile, const Hardware& hardware
             plan.balance = spec.balance.empty() ? time_balanced(simulator.costs(), hw, k * v, plan)
                                                 : spec.balance;
             check_plan(plan, profile, hw, "sweep");
-            const SimulationResult r = simulator.run(plan, lean);
-            SweepRow row;
-            row.devices = k;
-            row.bandwidth_bytes_per_s = hw.link.bandwidth_bytes_per_s;
-            row.plan = plan;
-            row.micro_batches = static_cast<int>(r.micro_batch_sizes.size());
-            row.iteration_ms = r.iteration_ms;
-            row.throughput_samples_per_s = r.throughput_samples_per_s;
-            row.bubble_fraction = r.bubble_fraction;
-            for (const auto& d : r.devices) row.peak_memory_bytes.push_back(d.peak_memory_bytes);
-            row.fits = r.fits();
-            rows.push_back(std::move(row));
+            rows.push_back(sweep_row(simulator, hw, plan, k));
             if (progress) progress(rows.size(), total);
           }
         }
