@@ -231,27 +231,25 @@ Trace trace_from_simulation(const SimulationResult& result, const std::string& m
   return trace;
 }
 
-std::string trace_to_json(const Trace& trace) {
-  ordered_json meta = ordered_json::object();
-  meta["format"] = kTraceFormat;
-  meta["kind"] = trace.kind;
-  meta["model"] = trace.model;
-  if (trace.plan) meta["plan"] = ordered_json::parse(plan_to_json(*trace.plan));
-  meta["micro_batch_sizes"] = trace.micro_batch_sizes;
-  meta["summary"] = summary_json(trace);
+namespace {
 
-  std::string out;
-  out.reserve(256 + trace.tasks.size() * 160);
-  out += "{\"displayTimeUnit\":\"ms\",\n\"pipetune\":";
-  out += meta.dump();
-  out += ",\n\"traceEvents\":[\n";
-  bool first = true;
-  auto event = [&](const std::string& e) {
-    if (!first) out += ",\n";
-    out += e;
-    first = false;
-  };
+// Appends trace events to a JSON array's text, a comma between each.
+class EventList {
+ public:
+  explicit EventList(std::string& out) : out_(out) {}
+  void operator()(const std::string& e) {
+    if (!first_) out_ += ",\n";
+    out_ += e;
+    first_ = false;
+  }
 
+ private:
+  std::string& out_;
+  bool first_ = true;
+};
+
+// Each device's process and its threads' names: compute, and a copy stream per receiver.
+void name_devices_and_streams(const Trace& trace, EventList& event) {
   // Which copy streams each device has, to name them.
   std::vector<std::vector<int>> copy_targets(trace.devices.size());
   for (const auto& t : trace.tasks) {
@@ -275,6 +273,55 @@ std::string trace_to_json(const Trace& trace) {
                       p, 1 + peer, json_quoted("copy to " + trace.devices[peer].name)));
     }
   }
+}
+
+// Task k's span, its args and its flow arrow (a copy's out, its consumer's in).
+std::string task_event(const Trace& trace, std::size_t k,
+                       const std::map<StepTaskKey, std::size_t>& flow_into) {
+  const TraceTask& t = trace.tasks[k];
+  std::string args = fmt::format(R"("stage":{},"micro_batch":{})", t.stage, t.micro_batch);
+  if (t.step != 0) args += fmt::format(R"(,"step":{})", t.step);
+  if (t.launch_start_ms >= 0) {
+    args += fmt::format(R"(,"launch_start_ms":{:.6f},"launch_end_ms":{:.6f})", t.launch_start_ms,
+                        t.launch_end_ms);
+  }
+  if (t.cpu_ms >= 0) args += fmt::format(R"(,"cpu_ms":{:.6f})", t.cpu_ms);
+  std::string flow;
+  if (!is_compute(t.kind)) {
+    args += fmt::format(R"(,"direction":"{}","to":{},"bytes":{})",
+                        t.kind == TaskKind::SendActivation ? "activation" : "gradient", t.peer,
+                        t.bytes);
+    flow = fmt::format(R"(,"bind_id":"0x{:x}","flow_out":true)", k + 1);
+  } else if (auto it = flow_into.find({t.kind == TaskKind::InputGrad ? TaskKind::Backward : t.kind,
+                                       t.stage, t.micro_batch, t.step});
+             it != flow_into.end()) {
+    flow = fmt::format(R"(,"bind_id":"0x{:x}","flow_in":true)", it->second);
+  }
+  return fmt::format(
+      R"({{"ph":"X","pid":{},"tid":{},"name":{},"cat":"{}","ts":{:.3f},"dur":{:.3f},"args":{{{}}}{}}})",
+      t.device, t.stream(), json_quoted(t.label()), category(t.kind), t.start_ms * 1e3,
+      t.duration_ms() * 1e3, args, flow);
+}
+
+}  // namespace
+
+std::string trace_to_json(const Trace& trace) {
+  ordered_json meta = ordered_json::object();
+  meta["format"] = kTraceFormat;
+  meta["kind"] = trace.kind;
+  meta["model"] = trace.model;
+  if (trace.plan) meta["plan"] = ordered_json::parse(plan_to_json(*trace.plan));
+  meta["micro_batch_sizes"] = trace.micro_batch_sizes;
+  meta["summary"] = summary_json(trace);
+
+  std::string out;
+  out.reserve(256 + trace.tasks.size() * 160);
+  out += "{\"displayTimeUnit\":\"ms\",\n\"pipetune\":";
+  out += meta.dump();
+  out += ",\n\"traceEvents\":[\n";
+  EventList event(out);
+
+  name_devices_and_streams(trace, event);
 
   // Flow arrows join each copy to the task that consumes it.
   std::map<StepTaskKey, std::size_t> flow_into;
@@ -282,30 +329,7 @@ std::string trace_to_json(const Trace& trace) {
     if (!is_compute(trace.tasks[k].kind)) flow_into[consumer_of(trace.tasks[k])] = k + 1;
   }
   for (std::size_t k = 0; k < trace.tasks.size(); ++k) {
-    const TraceTask& t = trace.tasks[k];
-    std::string args = fmt::format(R"("stage":{},"micro_batch":{})", t.stage, t.micro_batch);
-    if (t.step != 0) args += fmt::format(R"(,"step":{})", t.step);
-    if (t.launch_start_ms >= 0) {
-      args += fmt::format(R"(,"launch_start_ms":{:.6f},"launch_end_ms":{:.6f})", t.launch_start_ms,
-                          t.launch_end_ms);
-    }
-    if (t.cpu_ms >= 0) args += fmt::format(R"(,"cpu_ms":{:.6f})", t.cpu_ms);
-    std::string flow;
-    if (!is_compute(t.kind)) {
-      args += fmt::format(R"(,"direction":"{}","to":{},"bytes":{})",
-                          t.kind == TaskKind::SendActivation ? "activation" : "gradient", t.peer,
-                          t.bytes);
-      flow = fmt::format(R"(,"bind_id":"0x{:x}","flow_out":true)", k + 1);
-    } else if (auto it =
-                   flow_into.find({t.kind == TaskKind::InputGrad ? TaskKind::Backward : t.kind,
-                                   t.stage, t.micro_batch, t.step});
-               it != flow_into.end()) {
-      flow = fmt::format(R"(,"bind_id":"0x{:x}","flow_in":true)", it->second);
-    }
-    event(fmt::format(
-        R"({{"ph":"X","pid":{},"tid":{},"name":{},"cat":"{}","ts":{:.3f},"dur":{:.3f},"args":{{{}}}{}}})",
-        t.device, t.stream(), json_quoted(t.label()), category(t.kind), t.start_ms * 1e3,
-        t.duration_ms() * 1e3, args, flow));
+    event(task_event(trace, k, flow_into));
   }
   for (std::size_t p = 0; p < trace.devices.size(); ++p) {
     for (const auto& sample : trace.devices[p].memory) {
