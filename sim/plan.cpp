@@ -251,8 +251,10 @@ void check_stages_per_device(const Plan& plan, const Profile& profile, const std
 
 }  // namespace
 
-void check_plan(const Plan& plan, const Profile& profile, const Hardware& hardware,
-                const std::string& source) {
+namespace {
+
+// Every stage a layer or more, the layers the profile's, at most limits::kMaxStages stages.
+void check_balance(const Plan& plan, const Profile& profile, const std::string& source) {
   if (plan.balance.empty()) {
     throw InputError(source + ": balance: expected at least one stage");
   }
@@ -274,6 +276,10 @@ void check_plan(const Plan& plan, const Profile& profile, const Hardware& hardwa
     throw InputError(fmt::format("{}: balance: expected at most {} stages, got {}", source,
                                  limits::kMaxStages, plan.balance.size()));
   }
+}
+
+// A chunk count the batch allows, whose micro-batches the model can train on.
+void check_chunks(const Plan& plan, const Profile& profile, const std::string& source) {
   if (plan.chunks < 1 || plan.chunks > max_chunks(profile.batch_size)) {
     throw InputError(fmt::format("{}: chunks: expected {}, got {}", source,
                                  chunks_expectation(profile.batch_size), plan.chunks));
@@ -290,7 +296,11 @@ void check_plan(const Plan& plan, const Profile& profile, const Hardware& hardwa
         source, plan.chunks, profile.batch_size, smallest, smallest == 1 ? "" : "s",
         profile.min_micro_batch, fmt::join(fitting, ", ")));
   }
-  check_stages_per_device(plan, profile, source);
+}
+
+// The stages on the hardware's devices: as many as the schedule places, or the named ones,
+// each programme's stages on one device.
+void check_devices(const Plan& plan, const Hardware& hardware, const std::string& source) {
   const int stages = plan.stages();
   const int ranks = stages / plan.stages_per_device;
   if (plan.devices.empty()) {
@@ -335,6 +345,16 @@ void check_plan(const Plan& plan, const Profile& profile, const Hardware& hardwa
       }
     }
   }
+}
+
+}  // namespace
+
+void check_plan(const Plan& plan, const Profile& profile, const Hardware& hardware,
+                const std::string& source) {
+  check_balance(plan, profile, source);
+  check_chunks(plan, profile, source);
+  check_stages_per_device(plan, profile, source);
+  check_devices(plan, hardware, source);
 }
 
 int max_chunks(std::int64_t batch) {
