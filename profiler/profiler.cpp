@@ -306,6 +306,97 @@ struct HostTimes {
   std::vector<std::vector<double>> nograd, forward, backward;
 };
 
+// A host's calls timed, layer by layer, in repetitions over each micro-batch size.
+class HostCallTimer {
+ public:
+  HostCallTimer(models::Model& model, std::vector<torch::nn::AnyModule*>& modules,
+                MeasureBackend& backend, double backward_call_ms)
+      : model_(model),
+        modules_(modules),
+        backend_(backend),
+        wants_(models::inputs_wanting_gradients(model)),
+        layer_count_(static_cast<int>(modules.size())),
+        backward_call_ms_(backward_call_ms) {}
+
+  // The forward without autograd, then the forward and backward through one graph.
+  void repetition(HostTimes& host, const at::Tensor& input, const at::Tensor& target, bool timed) {
+    nograd_pass(host, input, target, timed);
+    graph_pass(host, input, target, timed);
+  }
+  // Whether a layer's input is a copy of the layer before's output: only where a layer
+  // modifies its input in place and the layer before saved that output for its backward, which
+  // one graph cannot hold (the device pass copies every input, a pipeline the first of each
+  // stage).
+  bool copy_inputs = false;
+
+ private:
+  Runner runner(int l, const at::Tensor& target) const {
+    return Runner{*modules_[l], model_, l + 1 == layer_count_, target, wants_[l] != 0};
+  }
+  void nograd_pass(HostTimes& host, const at::Tensor& input, const at::Tensor& target, bool timed) {
+    at::NoGradGuard no_grad;
+    at::Tensor current = input.clone();  // the batch itself stays as it is
+    backend_.synchronize();
+    auto mark = HostClock::now();
+    for (int l = 0; l < layer_count_; ++l) {
+      Runner run = runner(l, target);
+      current = run.forward(current).second;
+      const auto now = HostClock::now();
+      if (timed) host.nograd[l].push_back(ms_between(mark, now));
+      mark = now;
+    }
+  }
+  void graph_pass(HostTimes& host, const at::Tensor& input, const at::Tensor& target, bool timed) {
+    // One graph through every layer, as within a stage.
+    // reached[l]: when the gradient of layer l's output is in, so layer l's backward starts. Each
+    // hook is set as the output is made, so that a next layer working on it in place does not
+    // move it (a hook set before an in-place change sees the gradient of the value before it).
+    std::vector<at::Tensor> outputs(layer_count_);
+    std::vector<std::optional<HostClock::time_point>> reached(layer_count_);
+    at::Tensor root;
+    at::Tensor current = input.clone();
+    backend_.synchronize();
+    auto mark = HostClock::now();
+    for (int l = 0; l < layer_count_; ++l) {
+      // An input without a graph behind it asks for its gradient all the same where a layer
+      // before trains, as a stage's input does and as the device pass times it.
+      if (wants_[l] && at::isFloatingType(current.scalar_type()) && !current.requires_grad())
+        current = current.detach().requires_grad_(true);
+      else if (l > 0 && copy_inputs)
+        current = current.clone();
+      Runner run = runner(l, target);
+      std::tie(root, current) = run.forward(current);
+      outputs[l] = current;
+      const auto now = HostClock::now();
+      if (timed) host.forward[l].push_back(ms_between(mark, now));
+      if (l + 1 < layer_count_ && current.requires_grad())
+        current.register_hook([&reached, l](const at::Tensor&) { reached[l] = HostClock::now(); });
+      mark = HostClock::now();
+    }
+    if (!root.requires_grad()) return;  // nothing has a gradient: no backward
+    // The layers before the first output without a gradient have no backward (as a first layer
+    // without parameters has none).
+    int first_with_backward = layer_count_ - 1;
+    while (first_with_backward > 0 && outputs[first_with_backward - 1].requires_grad())
+      --first_with_backward;
+    backend_.synchronize();
+    const auto started = HostClock::now();
+    torch::autograd::backward({root});
+    const auto ended = HostClock::now();
+    if (!timed) return;
+    const std::vector<double> shares =
+        backward_shares(std::move(reached), first_with_backward, started, ended, backward_call_ms_);
+    for (int l = first_with_backward; l < layer_count_; ++l) host.backward[l].push_back(shares[l]);
+  }
+
+  models::Model& model_;
+  std::vector<torch::nn::AnyModule*>& modules_;
+  MeasureBackend& backend_;
+  const std::vector<char> wants_;
+  const int layer_count_;
+  const double backward_call_ms_;
+};
+
 // The host's pace: each layer's calls timed by the steady clock as a stage makes them, in one
 // untimed and `repeats` timed repetitions with nothing watching the calls (CUPTI's callbacks
 // would slow them). Every pass starts from an idle device, and its layers' calls follow each
@@ -327,90 +418,30 @@ std::vector<HostTimes> time_host_calls(
     const std::vector<std::pair<at::Tensor, at::Tensor>>& batches, MeasureBackend& backend,
     int repeats, double backward_call_ms, std::vector<double>& paces) {
   const int layer_count = static_cast<int>(modules.size());
-  const std::vector<char> wants = models::inputs_wanting_gradients(model);
   std::vector<HostTimes> by_size(batches.size());
   for (HostTimes& host : by_size) {
     host.nograd.resize(layer_count);
     host.forward.resize(layer_count);
     host.backward.resize(layer_count);
   }
-  // Whether a layer's input is a copy of the layer before's output: only where a layer modifies
-  // its input in place and the layer before saved that output for its backward, which one graph
-  // cannot hold (the device pass copies every input, a pipeline the first of each stage).
-  bool copy_inputs = false;
-  auto repetition = [&](HostTimes& host, const at::Tensor& input, const at::Tensor& target,
-                        bool timed) {
-    {
-      at::NoGradGuard no_grad;
-      at::Tensor current = input.clone();  // the batch itself stays as it is
-      backend.synchronize();
-      auto mark = HostClock::now();
-      for (int l = 0; l < layer_count; ++l) {
-        Runner run{*modules[l], model, l + 1 == layer_count, target, wants[l] != 0};
-        current = run.forward(current).second;
-        const auto now = HostClock::now();
-        if (timed) host.nograd[l].push_back(ms_between(mark, now));
-        mark = now;
-      }
-    }
-    // One graph through every layer, as within a stage.
-    // reached[l]: when the gradient of layer l's output is in, so layer l's backward starts. Each
-    // hook is set as the output is made, so that a next layer working on it in place does not
-    // move it (a hook set before an in-place change sees the gradient of the value before it).
-    std::vector<at::Tensor> outputs(layer_count);
-    std::vector<std::optional<HostClock::time_point>> reached(layer_count);
-    at::Tensor root;
-    at::Tensor current = input.clone();
-    backend.synchronize();
-    auto mark = HostClock::now();
-    for (int l = 0; l < layer_count; ++l) {
-      // An input without a graph behind it asks for its gradient all the same where a layer
-      // before trains, as a stage's input does and as the device pass times it.
-      if (wants[l] && at::isFloatingType(current.scalar_type()) && !current.requires_grad())
-        current = current.detach().requires_grad_(true);
-      else if (l > 0 && copy_inputs)
-        current = current.clone();
-      Runner run{*modules[l], model, l + 1 == layer_count, target, wants[l] != 0};
-      std::tie(root, current) = run.forward(current);
-      outputs[l] = current;
-      const auto now = HostClock::now();
-      if (timed) host.forward[l].push_back(ms_between(mark, now));
-      if (l + 1 < layer_count && current.requires_grad())
-        current.register_hook([&reached, l](const at::Tensor&) { reached[l] = HostClock::now(); });
-      mark = HostClock::now();
-    }
-    if (!root.requires_grad()) return;  // nothing has a gradient: no backward
-    // The layers before the first output without a gradient have no backward (as a first layer
-    // without parameters has none).
-    int first_with_backward = layer_count - 1;
-    while (first_with_backward > 0 && outputs[first_with_backward - 1].requires_grad())
-      --first_with_backward;
-    backend.synchronize();
-    const auto started = HostClock::now();
-    torch::autograd::backward({root});
-    const auto ended = HostClock::now();
-    if (!timed) return;
-    const std::vector<double> shares =
-        backward_shares(std::move(reached), first_with_backward, started, ended, backward_call_ms);
-    for (int l = first_with_backward; l < layer_count; ++l) host.backward[l].push_back(shares[l]);
-  };
+  HostCallTimer timer(model, modules, backend, backward_call_ms);
   const std::string device = backend.device().str();
   unwatched(backend, [&] {
     // The untimed repetitions first: the first calls after CUPTI lets go pay for it.
     for (std::size_t s = 0; s < batches.size(); ++s) {
       const auto& [input, target] = batches[s];
       try {
-        repetition(by_size[s], input, target, false);
+        timer.repetition(by_size[s], input, target, false);
       } catch (const c10::Error&) {
         // Autograd refused a saved tensor modified in place: again, with copies between layers.
-        copy_inputs = true;
-        repetition(by_size[s], input, target, false);
+        timer.copy_inputs = true;
+        timer.repetition(by_size[s], input, target, false);
       }
     }
     for (int r = 0; r < repeats; ++r) {
       paces.push_back(measure_host_pace_us(device));
       for (std::size_t s = 0; s < batches.size(); ++s)
-        repetition(by_size[s], batches[s].first, batches[s].second, true);
+        timer.repetition(by_size[s], batches[s].first, batches[s].second, true);
     }
     backend.synchronize();
     return 0;
