@@ -67,6 +67,98 @@ MemoryChartPainter::MemoryChartPainter() {
   small_font_.setPixelSize(10);
 }
 
+// Row r's plot: its curves, the timeline's ticks, the worst order's peak and the capacity.
+void MemoryChartPainter::paint_plot(QPainter& painter, const QRectF& plot,
+                                    const TimelineModel& model, int r, const TimeAxis& axis,
+                                    const MemoryChartGeometry& geometry, const QColor& background) {
+  const TimelineRow& row = model.rows()[r];
+  const Band& band = geometry.plot(r);
+  const bool fits = row.fits();
+  painter.save();
+  painter.setClipRect(plot);
+  const QColor curve_colour = fits ? palette::kPredictedMemory : palette::kDoesNotFit;
+  const int columns = static_cast<int>(std::ceil(plot.width()));
+  QImage image(columns, std::max(1, static_cast<int>(band.height)), QImage::Format_RGB32);
+  draw_curves(
+      image, geometry, r, band.top,
+      MemoryChartGeometry::columns(row.predicted_memory, axis, columns, model.predicted_ms()),
+      MemoryChartGeometry::columns(row.measured_memory, axis, columns, model.measured_ms()),
+      background, curve_colour);
+  painter.drawImage(QPointF(plot.left(), band.top), image);
+  // The timeline's tick lines, so times line up with the tasks above.
+  painter.setPen(QPen(palette::kGrid, 0));
+  for (const Tick& tick : axis.ticks(90.0)) {
+    if (tick.x >= plot.left()) {
+      painter.drawLine(QPointF(std::floor(tick.x) + 0.5, plot.top()),
+                       QPointF(std::floor(tick.x) + 0.5, plot.bottom()));
+    }
+  }
+  if (row.worst_order_peak_bytes > row.predicted_peak_bytes) {
+    // How high a step whose copies land in the worst order could go: dotted, the prediction's.
+    const double y =
+        std::round(geometry.to_y(r, static_cast<double>(row.worst_order_peak_bytes))) + 0.5;
+    painter.setPen(QPen(palette::kPredictedMemory, 1, Qt::DotLine));
+    painter.drawLine(QPointF(plot.left(), y), QPointF(plot.right(), y));
+  }
+  if (row.capacity_bytes > 0) paint_capacity(painter, plot, row, r, geometry, fits);
+  painter.restore();
+}
+
+// The capacity's dashed line, labelled above it (below where the plot's top is too close).
+void MemoryChartPainter::paint_capacity(QPainter& painter, const QRectF& plot,
+                                        const TimelineRow& row, int r,
+                                        const MemoryChartGeometry& geometry, bool fits) {
+  const double y = std::round(geometry.to_y(r, static_cast<double>(row.capacity_bytes))) + 0.5;
+  painter.setPen(QPen(fits ? palette::kCapacity : palette::kDoesNotFit, 1, Qt::DashLine));
+  painter.drawLine(QPointF(plot.left(), y), QPointF(plot.right(), y));
+  const QString text = QStringLiteral("capacity ") + format_size(row.capacity_bytes);
+  const double width = texts_.size(text, small_font_).width();
+  // Above the line, or below it when the plot's top is too close.
+  const double label_top = y - 14 >= plot.top() ? y - 14 : y + 2;
+  const QRectF label(plot.right() - width - 10, label_top, width + 6, 13);
+  painter.fillRect(label, QColor(255, 255, 255, 200));
+  painter.setPen(fits ? palette::kMutedText : palette::kDoesNotFit);
+  texts_.draw(painter, label, Qt::AlignCenter, text, small_font_);
+}
+
+// Row r's gutter: its name, then the peaks.
+void MemoryChartPainter::paint_gutter(QPainter& painter, const QRectF& gutter,
+                                      const TimelineModel& model, int r,
+                                      const MemoryChartGeometry& geometry) {
+  const TimelineRow& row = model.rows()[r];
+  const Band& band = geometry.plot(r);
+  const bool fits = row.fits();
+  const QRectF text_area(gutter.left() + 8, band.top + 1, gutter.width() - 14, band.height - 2);
+  painter.setPen(fits ? palette::kText : palette::kDoesNotFit);
+  texts_.draw(painter, text_area, Qt::AlignLeft | Qt::AlignTop,
+              texts_.elided(QString::fromStdString(row.name), name_font_, text_area.width(),
+                            Qt::ElideMiddle),
+              name_font_);
+  const double line = texts_.size(QStringLiteral("Ag"), small_font_).height();
+  double y = band.top + 1 + texts_.size(QStringLiteral("Ag"), name_font_).height();
+  auto add_line = [&](const QString& text, const QColor& colour) {
+    if (y + line > band.bottom() + 1) return;
+    painter.setPen(colour);
+    texts_.draw(painter, QRectF(text_area.left(), y, text_area.width(), line),
+                Qt::AlignLeft | Qt::AlignTop, text, small_font_);
+    y += line;
+  };
+  if (model.has_prediction()) {
+    QString peak = QStringLiteral("peak ") + format_size(row.predicted_peak_bytes);
+    if (row.capacity_bytes > 0) peak += QStringLiteral(" of ") + format_size(row.capacity_bytes);
+    add_line(peak, fits ? palette::kPredictedMemory.darker(130) : palette::kDoesNotFit);
+    if (!fits) add_line(QStringLiteral("does not fit"), palette::kDoesNotFit);
+    if (row.worst_order_peak_bytes > row.predicted_peak_bytes) {
+      add_line(QStringLiteral("worst order ") + format_size(row.worst_order_peak_bytes),
+               palette::kPredictedMemory.darker(130));
+    }
+  }
+  if (row.measured_peak_bytes >= 0) {
+    add_line(QStringLiteral("measured ") + format_size(row.measured_peak_bytes),
+             palette::kMeasuredMemory.darker(140));
+  }
+}
+
 void MemoryChartPainter::paint(QPainter& painter, const QRectF& area, const TimelineModel& model,
                                const TimeAxis& axis, const MemoryChartGeometry& geometry) {
   painter.save();
@@ -88,77 +180,8 @@ void MemoryChartPainter::paint(QPainter& painter, const QRectF& area, const Time
              : palette::kDoesNotFitBackground;
     painter.fillRect(plot, background);
 
-    painter.save();
-    painter.setClipRect(plot);
-    const QColor curve_colour = fits ? palette::kPredictedMemory : palette::kDoesNotFit;
-    const int columns = static_cast<int>(std::ceil(plot.width()));
-    QImage image(columns, std::max(1, static_cast<int>(band.height)), QImage::Format_RGB32);
-    draw_curves(
-        image, geometry, r, band.top,
-        MemoryChartGeometry::columns(row.predicted_memory, axis, columns, model.predicted_ms()),
-        MemoryChartGeometry::columns(row.measured_memory, axis, columns, model.measured_ms()),
-        background, curve_colour);
-    painter.drawImage(QPointF(plot.left(), band.top), image);
-    // The timeline's tick lines, so times line up with the tasks above.
-    painter.setPen(QPen(palette::kGrid, 0));
-    for (const Tick& tick : axis.ticks(90.0)) {
-      if (tick.x >= plot.left()) {
-        painter.drawLine(QPointF(std::floor(tick.x) + 0.5, plot.top()),
-                         QPointF(std::floor(tick.x) + 0.5, plot.bottom()));
-      }
-    }
-    if (row.worst_order_peak_bytes > row.predicted_peak_bytes) {
-      // How high a step whose copies land in the worst order could go: dotted, the prediction's.
-      const double y =
-          std::round(geometry.to_y(r, static_cast<double>(row.worst_order_peak_bytes))) + 0.5;
-      painter.setPen(QPen(palette::kPredictedMemory, 1, Qt::DotLine));
-      painter.drawLine(QPointF(plot.left(), y), QPointF(plot.right(), y));
-    }
-    if (row.capacity_bytes > 0) {
-      const double y = std::round(geometry.to_y(r, static_cast<double>(row.capacity_bytes))) + 0.5;
-      painter.setPen(QPen(fits ? palette::kCapacity : palette::kDoesNotFit, 1, Qt::DashLine));
-      painter.drawLine(QPointF(plot.left(), y), QPointF(plot.right(), y));
-      const QString text = QStringLiteral("capacity ") + format_size(row.capacity_bytes);
-      const double width = texts_.size(text, small_font_).width();
-      // Above the line, or below it when the plot's top is too close.
-      const double label_top = y - 14 >= plot.top() ? y - 14 : y + 2;
-      const QRectF label(plot.right() - width - 10, label_top, width + 6, 13);
-      painter.fillRect(label, QColor(255, 255, 255, 200));
-      painter.setPen(fits ? palette::kMutedText : palette::kDoesNotFit);
-      texts_.draw(painter, label, Qt::AlignCenter, text, small_font_);
-    }
-    painter.restore();
-
-    // The gutter: name, then the peaks.
-    const QRectF text_area(gutter.left() + 8, band.top + 1, gutter.width() - 14, band.height - 2);
-    painter.setPen(fits ? palette::kText : palette::kDoesNotFit);
-    texts_.draw(painter, text_area, Qt::AlignLeft | Qt::AlignTop,
-                texts_.elided(QString::fromStdString(row.name), name_font_, text_area.width(),
-                              Qt::ElideMiddle),
-                name_font_);
-    const double line = texts_.size(QStringLiteral("Ag"), small_font_).height();
-    double y = band.top + 1 + texts_.size(QStringLiteral("Ag"), name_font_).height();
-    auto add_line = [&](const QString& text, const QColor& colour) {
-      if (y + line > band.bottom() + 1) return;
-      painter.setPen(colour);
-      texts_.draw(painter, QRectF(text_area.left(), y, text_area.width(), line),
-                  Qt::AlignLeft | Qt::AlignTop, text, small_font_);
-      y += line;
-    };
-    if (model.has_prediction()) {
-      QString peak = QStringLiteral("peak ") + format_size(row.predicted_peak_bytes);
-      if (row.capacity_bytes > 0) peak += QStringLiteral(" of ") + format_size(row.capacity_bytes);
-      add_line(peak, fits ? palette::kPredictedMemory.darker(130) : palette::kDoesNotFit);
-      if (!fits) add_line(QStringLiteral("does not fit"), palette::kDoesNotFit);
-      if (row.worst_order_peak_bytes > row.predicted_peak_bytes) {
-        add_line(QStringLiteral("worst order ") + format_size(row.worst_order_peak_bytes),
-                 palette::kPredictedMemory.darker(130));
-      }
-    }
-    if (row.measured_peak_bytes >= 0) {
-      add_line(QStringLiteral("measured ") + format_size(row.measured_peak_bytes),
-               palette::kMeasuredMemory.darker(140));
-    }
+    paint_plot(painter, plot, model, r, axis, geometry, background);
+    paint_gutter(painter, gutter, model, r, geometry);
   }
   painter.setPen(QPen(palette::kGrid, 0));
   painter.drawLine(QPointF(gutter.right() - 0.5, area.top()),

@@ -22,6 +22,14 @@ class MemoryChartPainter {
              const TimeAxis& axis, const MemoryChartGeometry& geometry);
 
  private:
+  void paint_plot(QPainter& painter, const QRectF& plot, const TimelineModel& model, int r,
+                  const TimeAxis& axis, const MemoryChartGeometry& geometry,
+                  const QColor& background);
+  void paint_capacity(QPainter& painter, const QRectF& plot, const TimelineRow& row, int r,
+                      const MemoryChartGeometry& geometry, bool fits);
+  void paint_gutter(QPainter& painter, const QRectF& gutter, const TimelineModel& model, int r,
+                    const MemoryChartGeometry& geometry);
+
   QFont name_font_, small_font_;
   TextCache texts_;
 };
