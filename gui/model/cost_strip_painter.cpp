@@ -11,13 +11,9 @@ CostStripPainter::CostStripPainter() {
   small_font_.setPixelSize(10);
 }
 
-void CostStripPainter::paint(QPainter& painter, const QRectF& area,
-                             const CostStripGeometry& geometry, const CostStripStyle& style) {
-  painter.save();
-  painter.fillRect(area, palette::kBackground);
-  const QRectF& plot = geometry.plot();
-  const QRectF gutter(area.left(), area.top(), plot.left() - area.left(), area.height());
-  painter.fillRect(gutter, palette::kGutter);
+// The gutter: the strip's name, its caption and how to use it.
+void CostStripPainter::paint_gutter(QPainter& painter, const QRectF& gutter,
+                                    const CostStripStyle& style) {
   painter.setPen(palette::kText);
   texts_.draw(painter, gutter.adjusted(8, 4, -6, -4), Qt::AlignLeft | Qt::AlignTop,
               QStringLiteral("layers"), name_font_);
@@ -32,7 +28,12 @@ void CostStripPainter::paint(QPainter& painter, const QRectF& area,
                 small_font_);
     y += line;
   }
+}
 
+// Each stage's shade and label, shortened until it fits.
+void CostStripPainter::paint_stages(QPainter& painter, const QRectF& area,
+                                    const CostStripGeometry& geometry,
+                                    const CostStripStyle& style) {
   const double label_top = area.top();
   for (int s = 0; s < geometry.stage_count(); ++s) {
     const QRectF span = geometry.stage_span(s);
@@ -62,7 +63,12 @@ void CostStripPainter::paint(QPainter& painter, const QRectF& area,
       }
     }
   }
+}
 
+// Each layer's bar, and its name where it fits under it.
+void CostStripPainter::paint_layers(QPainter& painter, const CostStripGeometry& geometry,
+                                    const CostStripStyle& style) {
+  const QRectF& plot = geometry.plot();
   for (int l = 0; l < geometry.layer_count(); ++l) {
     const QRectF bar = geometry.bar(l);
     painter.fillRect(bar, palette::kLayerBar);
@@ -77,7 +83,14 @@ void CostStripPainter::paint(QPainter& painter, const QRectF& area,
       }
     }
   }
+}
 
+// The boundaries between stages, each with a grip; the hovered or dragged one highlighted.
+void CostStripPainter::paint_boundaries(QPainter& painter, const QRectF& area,
+                                        const CostStripGeometry& geometry,
+                                        const CostStripStyle& style) {
+  const QRectF& plot = geometry.plot();
+  const double label_top = area.top();
   for (int b = 0; b + 1 < geometry.stage_count(); ++b) {
     const double x = geometry.boundary_x(b);
     const bool active = b == style.hovered_boundary || b == style.dragged_boundary;
@@ -98,6 +111,20 @@ void CostStripPainter::paint(QPainter& painter, const QRectF& area,
       painter.drawLine(QPointF(x - 2, y), QPointF(x + 2, y));
     }
   }
+}
+
+void CostStripPainter::paint(QPainter& painter, const QRectF& area,
+                             const CostStripGeometry& geometry, const CostStripStyle& style) {
+  painter.save();
+  painter.fillRect(area, palette::kBackground);
+  const QRectF& plot = geometry.plot();
+  const QRectF gutter(area.left(), area.top(), plot.left() - area.left(), area.height());
+  painter.fillRect(gutter, palette::kGutter);
+  paint_gutter(painter, gutter, style);
+
+  paint_stages(painter, area, geometry, style);
+  paint_layers(painter, geometry, style);
+  paint_boundaries(painter, area, geometry, style);
   painter.setPen(QPen(palette::kGrid, 0));
   painter.drawLine(QPointF(gutter.right() - 0.5, area.top()),
                    QPointF(gutter.right() - 0.5, area.bottom()));

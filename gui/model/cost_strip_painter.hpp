@@ -31,6 +31,14 @@ class CostStripPainter {
   static constexpr double kLayerLabelHeight = 14.0;
 
  private:
+  void paint_gutter(QPainter& painter, const QRectF& gutter, const CostStripStyle& style);
+  void paint_stages(QPainter& painter, const QRectF& area, const CostStripGeometry& geometry,
+                    const CostStripStyle& style);
+  void paint_layers(QPainter& painter, const CostStripGeometry& geometry,
+                    const CostStripStyle& style);
+  void paint_boundaries(QPainter& painter, const QRectF& area, const CostStripGeometry& geometry,
+                        const CostStripStyle& style);
+
   QFont name_font_, small_font_;
   TextCache texts_;
 };
