@@ -531,6 +531,24 @@ class LayerTimer {
     }
     return result;
   }
+  // Each layer's input (a leaf where it wants a gradient) and what its backward starts from.
+  struct Forwarded {
+    std::vector<LayerInput> inputs;
+    std::vector<at::Tensor> roots;
+  };
+  // The forward through every layer, each on its own input; `run_layer(l, run, x)` runs layer
+  // l and returns (root, output).
+  template <typename RunLayer>
+  Forwarded forward_through(RunLayer&& run_layer) {
+    Forwarded f{std::vector<LayerInput>(layer_count_), std::vector<at::Tensor>(layer_count_)};
+    at::Tensor current = input_;
+    for (int l = 0; l < layer_count_; ++l) {
+      f.inputs[l] = layer_input(current, wants_[l] != 0);
+      Runner run = runner(l);
+      std::tie(f.roots[l], current) = run_layer(l, run, f.inputs[l].x);
+    }
+    return f;
+  }
   // The forward a checkpointed micro-batch runs: no autograd, nothing saved.
   void nograd_pass(bool timed) {
     at::NoGradGuard no_grad;
@@ -544,17 +562,10 @@ class LayerTimer {
   // `backward` regions, `before_each` run before each (outside the timing).
   template <typename Before>
   void forward_backward_pass(bool timed, Ids forward, Ids backward, Before&& before_each) {
-    std::vector<LayerInput> inputs(layer_count_);
-    std::vector<at::Tensor> roots(layer_count_);
-    at::Tensor current = input_;
-    for (int l = 0; l < layer_count_; ++l) {
-      inputs[l] = layer_input(current, wants_[l] != 0);
-      Runner run = runner(l);
+    auto [inputs, roots] = forward_through([&](int l, Runner& run, const at::Tensor& x) {
       before_each();
-      auto pair = region(timed, ids_[l].*forward, [&] { return run.forward(inputs[l].x); });
-      roots[l] = pair.first;
-      current = pair.second;
-    }
+      return region(timed, ids_[l].*forward, [&] { return run.forward(x); });
+    });
     at::Tensor gradient;  // flowing back from the layer after
     for (int l = layer_count_ - 1; l >= 0; --l) {
       if (!roots[l].requires_grad()) break;  // nothing before can need a gradient either
@@ -578,14 +589,8 @@ class LayerTimer {
   // that trains) has no I; its W is its whole backward, as torch's first stage runs it. A layer
   // without parameters has no W.
   void split_backward_pass(bool timed) {
-    std::vector<LayerInput> inputs(layer_count_);
-    std::vector<at::Tensor> roots(layer_count_);
-    at::Tensor current = input_;
-    for (int l = 0; l < layer_count_; ++l) {
-      inputs[l] = layer_input(current, wants_[l] != 0);
-      Runner run = runner(l);
-      std::tie(roots[l], current) = run.forward(inputs[l].x);
-    }
+    auto [inputs, roots] =
+        forward_through([](int, Runner& run, const at::Tensor& x) { return run.forward(x); });
     at::Tensor gradient;  // the input gradient I of the layer after
     for (int l = layer_count_ - 1; l >= 0; --l) {
       if (!roots[l].requires_grad()) break;
