@@ -1186,6 +1186,27 @@ std::string profile_meta(const models::Model& model, const MeasureBackend& backe
   return meta.dump();
 }
 
+// A device profiled on one of `count` equal shares of its GPU's SMs says so.
+void name_sm_share(ProfileDevice& device, const exec::SmPartitions& shares, int count) {
+  device.name +=
+      fmt::format(" ({} of {} SMs: 1 of {} shares)", shares.sms.front(), shares.device_sms, count);
+  device.sm_shares = count;
+}
+
+// The backend's warnings, and the smallest micro-batch the model trains on where above one.
+std::vector<std::string> profile_warnings(MeasureBackend& backend,
+                                          const models::TrainableSize& least) {
+  std::vector<std::string> warnings;
+  for (auto& w : backend.take_warnings()) warnings.push_back(w);
+  if (least.samples > 1) {
+    warnings.push_back(fmt::format(
+        "micro-batches of at least {} samples (min_micro_batch): {}; plans splitting the batch "
+        "finer are refused",
+        least.samples, least.reason));
+  }
+  return warnings;
+}
+
 }  // namespace
 
 ProfileResult profile_model(models::Model& model, const ProfileOptions& options) {
@@ -1216,11 +1237,7 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
   if (shares) on_share.emplace(shares->streams.front());
   Profile profile = empty_profile(model, *backend, dtype, options, sizes);
   profile.min_micro_batch = least.samples;
-  if (shares) {
-    profile.device.name += fmt::format(" ({} of {} SMs: 1 of {} shares)", shares->sms.front(),
-                                       shares->device_sms, options.sm_partitions);
-    profile.device.sm_shares = options.sm_partitions;
-  }
+  if (shares) name_sm_share(profile.device, *shares, options.sm_partitions);
   profile.co_runners = options.co_runners;
   // A CPU device's threads each have their core's private cache.
   if (options.cold_times && device.is_cpu())
@@ -1257,13 +1274,7 @@ ProfileResult profile_model(models::Model& model, const ProfileOptions& options)
   profile.device.library_bytes = std::max<std::int64_t>(0, backend->allocated() - before_any_work);
 
   ProfileResult result;
-  for (auto& w : backend->take_warnings()) result.warnings.push_back(w);
-  if (least.samples > 1) {
-    result.warnings.push_back(fmt::format(
-        "micro-batches of at least {} samples (min_micro_batch): {}; plans splitting the batch "
-        "finer are refused",
-        least.samples, least.reason));
-  }
+  result.warnings = profile_warnings(*backend, least);
   model.layers->to(at::kCPU);
   profile.meta_json = profile_meta(model, *backend, options, launches, host_pace_us);
   result.profile = std::move(profile);

@@ -104,10 +104,9 @@ ComparisonPanel::ComparisonPanel(QWidget* parent)
   connect(close_, &QPushButton::clicked, this, &ComparisonPanel::close_trace_requested);
 }
 
-void ComparisonPanel::show_summary(const OverlaySummary& s, const QString& headline,
-                                   double throughput, double bubble, const TimelineModel& model,
-                                   const QString& trace_name) {
-  headline_->setText(headline);
+// The table: iteration time (with its 80 % interval), throughput, bubble, each device's peak.
+void ComparisonPanel::fill_summary_table(const OverlaySummary& s, double throughput, double bubble,
+                                         const TimelineModel& model) {
   const bool measured = s.has_measured;
   const int rows = 3 + static_cast<int>(s.devices.size());
   table_->setRowCount(rows);
@@ -158,14 +157,11 @@ void ComparisonPanel::show_summary(const OverlaySummary& s, const QString& headl
   const int row_height = table_->verticalHeader()->defaultSectionSize();
   table_->setFixedHeight(table_->horizontalHeader()->sizeHint().height() + rows * row_height +
                          2 * table_->frameWidth() + 2);
+}
 
-  overlay_controls_->setVisible(measured);
-  if (!measured) {
-    overlay_info_->setText(
-        tr("Open a measured trace (File ▸ Open trace…) or press Run to compare "
-           "this prediction with a measurement."));
-    return;
-  }
+// What the overlay shows and how it was matched, and the step chooser.
+void ComparisonPanel::show_overlay_info(const OverlaySummary& s, const TimelineModel& model,
+                                        const QString& trace_name) {
   QString info = tr("<b>%1</b>, step %2 (the trace has %3), aligned at its first task: measured "
                     "tasks are the solid bars, predicted ones the outlines. %4 tasks matched; "
                     "median |task error| %5.")
@@ -194,6 +190,22 @@ void ComparisonPanel::show_summary(const OverlaySummary& s, const QString& headl
   step_->setRange(steps.empty() ? 0 : steps.front(), steps.empty() ? 0 : steps.back());
   step_->setValue(model.measured_step());
   step_->setEnabled(steps.size() > 1);
+}
+
+void ComparisonPanel::show_summary(const OverlaySummary& s, const QString& headline,
+                                   double throughput, double bubble, const TimelineModel& model,
+                                   const QString& trace_name) {
+  headline_->setText(headline);
+  fill_summary_table(s, throughput, bubble, model);
+  const bool measured = s.has_measured;
+  overlay_controls_->setVisible(measured);
+  if (!measured) {
+    overlay_info_->setText(
+        tr("Open a measured trace (File ▸ Open trace…) or press Run to compare "
+           "this prediction with a measurement."));
+    return;
+  }
+  show_overlay_info(s, model, trace_name);
 }
 
 }  // namespace pipetune::gui

@@ -36,6 +36,10 @@ class ComparisonPanel : public QWidget {
   void close_trace_requested();
 
  private:
+  void fill_summary_table(const OverlaySummary& s, double throughput, double bubble,
+                          const TimelineModel& model);
+  void show_overlay_info(const OverlaySummary& s, const TimelineModel& model,
+                         const QString& trace_name);
   QLabel* headline_;
   QTableWidget* table_;
   QLabel* overlay_info_;

@@ -145,76 +145,96 @@ MainWindow::MainWindow(QWidget* parent)
 
 MainWindow::~MainWindow() = default;
 
-void MainWindow::build_menus() {
+template <typename Slot>
+QAction* MainWindow::add_action(QMenu* menu, const QString& text, const QKeySequence& keys,
+                                Slot slot) {
+  QAction* action = menu->addAction(text);
+  if (!keys.isEmpty()) action->setShortcut(keys);
+  connect(action, &QAction::triggered, this, slot);
+  return action;
+}
+
+// File: open a profile, hardware or trace; load or save a plan; export; quit. Returns the
+// actions the toolbar shows too.
+QList<QAction*> MainWindow::build_file_menu() {
   QMenu* file = menuBar()->addMenu(tr("&File"));
-  QToolBar* tools = addToolBar(tr("Main"));
-  tools->setMovable(false);
-  tools->setToolButtonStyle(Qt::ToolButtonTextOnly);
-  auto add = [this](QMenu* menu, const QString& text, const QKeySequence& keys, auto slot) {
-    QAction* action = menu->addAction(text);
-    if (!keys.isEmpty()) action->setShortcut(keys);
-    connect(action, &QAction::triggered, this, slot);
-    return action;
-  };
-  QAction* open_profile_action = add(file, tr("Open &profile…"), QKeySequence::Open, [this] {
+  QAction* open_profile_action = add_action(file, tr("Open &profile…"), QKeySequence::Open, [this] {
     const QString path = ask_open(tr("Open profile"), tr("Profiles (*.json)"));
     if (!path.isEmpty()) report(open_profile(path));
   });
-  QAction* open_hardware_action = add(file, tr("Open &hardware…"), {}, [this] {
+  QAction* open_hardware_action = add_action(file, tr("Open &hardware…"), {}, [this] {
     const QString path = ask_open(tr("Open hardware"), tr("Hardware (*.json)"));
     if (!path.isEmpty()) report(open_hardware(path));
   });
-  QAction* open_trace_action = add(file, tr("Open &trace…"), QKeySequence(tr("Ctrl+T")), [this] {
-    const QString path = ask_open(tr("Open trace"), tr("Traces (*.json)"));
-    if (!path.isEmpty()) report(open_trace(path));
-  });
+  QAction* open_trace_action =
+      add_action(file, tr("Open &trace…"), QKeySequence(tr("Ctrl+T")), [this] {
+        const QString path = ask_open(tr("Open trace"), tr("Traces (*.json)"));
+        if (!path.isEmpty()) report(open_trace(path));
+      });
   file->addSeparator();
-  QAction* load_plan_action = add(file, tr("&Load plan…"), QKeySequence(tr("Ctrl+L")), [this] {
-    const QString path = ask_open(tr("Load plan"), tr("Plans (*.json)"));
-    if (!path.isEmpty()) report(load_plan(path));
-  });
-  QAction* save_plan_action = add(file, tr("&Save plan…"), QKeySequence::Save, [this] {
+  QAction* load_plan_action =
+      add_action(file, tr("&Load plan…"), QKeySequence(tr("Ctrl+L")), [this] {
+        const QString path = ask_open(tr("Load plan"), tr("Plans (*.json)"));
+        if (!path.isEmpty()) report(load_plan(path));
+      });
+  QAction* save_plan_action = add_action(file, tr("&Save plan…"), QKeySequence::Save, [this] {
     const QString path =
         ask_save(tr("Save plan"), QStringLiteral("plan.json"), tr("Plans (*.json)"));
     if (!path.isEmpty()) report(save_plan(path));
   });
   file->addSeparator();
   QAction* export_png =
-      add(file, tr("Export timeline as &PNG…"), QKeySequence(tr("Ctrl+E")), [this] {
+      add_action(file, tr("Export timeline as &PNG…"), QKeySequence(tr("Ctrl+E")), [this] {
         const QString path = ask_save(tr("Export timeline"), QStringLiteral("timeline.png"),
                                       tr("PNG images (*.png)"));
         if (!path.isEmpty()) report(export_timeline_png(path));
       });
-  QAction* export_trace = add(file, tr("Export predicted trace for Perfetto…"), {}, [this] {
+  QAction* export_trace = add_action(file, tr("Export predicted trace for Perfetto…"), {}, [this] {
     const QString path =
         ask_save(tr("Export trace"), QStringLiteral("predicted.trace.json"), tr("Traces (*.json)"));
     if (!path.isEmpty()) report(export_predicted_trace(path));
   });
   file->addSeparator();
-  add(file, tr("&Quit"), QKeySequence::Quit, [this] { close(); });
+  add_action(file, tr("&Quit"), QKeySequence::Quit, [this] { close(); });
 
+  return {open_profile_action, open_hardware_action, open_trace_action, load_plan_action,
+          save_plan_action,    export_png,           export_trace};
+}
+
+// View: zoom, fit, undo a zoom, clear the highlight.
+void MainWindow::build_view_menu() {
   QMenu* view = menuBar()->addMenu(tr("&View"));
-  add(view, tr("Zoom &in"), QKeySequence(tr("W")), [this] { timeline_view_->zoom_in(); });
-  add(view, tr("Zoom &out"), QKeySequence(tr("S")), [this] { timeline_view_->zoom_out(); });
-  add(view, tr("&Fit the iteration"), QKeySequence(tr("0")), [this] { timeline_view_->fit(); });
-  undo_zoom_ = add(view, tr("&Undo zoom"), QKeySequence(tr("Backspace")),
-                   [this] { timeline_view_->undo_zoom(); });
+  add_action(view, tr("Zoom &in"), QKeySequence(tr("W")), [this] { timeline_view_->zoom_in(); });
+  add_action(view, tr("Zoom &out"), QKeySequence(tr("S")), [this] { timeline_view_->zoom_out(); });
+  add_action(view, tr("&Fit the iteration"), QKeySequence(tr("0")),
+             [this] { timeline_view_->fit(); });
+  undo_zoom_ = add_action(view, tr("&Undo zoom"), QKeySequence(tr("Backspace")),
+                          [this] { timeline_view_->undo_zoom(); });
   undo_zoom_->setEnabled(false);
   connect(timeline_view_, &TimelineView::zoom_history_changed, this,
           [this] { undo_zoom_->setEnabled(timeline_view_->can_undo_zoom()); });
   // Single-letter shortcuts belong to the timeline alone, so they do not steal typing elsewhere.
   for (QAction* action : view->actions()) action->setShortcutContext(Qt::WidgetShortcut);
   view->addSeparator();
-  add(view, tr("Clear the micro-batch highlight"), {},
-      [this] { timeline_view_->highlight_micro_batch(-1); });
+  add_action(view, tr("Clear the micro-batch highlight"), {},
+             [this] { timeline_view_->highlight_micro_batch(-1); });
+}
+
+void MainWindow::build_menus() {
+  QToolBar* tools = addToolBar(tr("Main"));
+  tools->setMovable(false);
+  tools->setToolButtonStyle(Qt::ToolButtonTextOnly);
+  const QList<QAction*> file_actions = build_file_menu();
+  build_view_menu();
 
   QMenu* plan = menuBar()->addMenu(tr("&Plan"));
-  QAction* find = add(plan, tr("&Find best plan"), QKeySequence(tr("Ctrl+B")),
-                      [this] { planner_panel_->find_best_plan(); });
-  QAction* run = add(plan, tr("&Run"), QKeySequence(tr("Ctrl+R")), [this] { run_panel_->run(); });
+  QAction* find = add_action(plan, tr("&Find best plan"), QKeySequence(tr("Ctrl+B")),
+                             [this] { planner_panel_->find_best_plan(); });
+  QAction* run =
+      add_action(plan, tr("&Run"), QKeySequence(tr("Ctrl+R")), [this] { run_panel_->run(); });
 
   QMenu* help = menuBar()->addMenu(tr("&Help"));
-  add(help, tr("&Keys"), {}, [this] {
+  add_action(help, tr("&Keys"), {}, [this] {
     QMessageBox::information(
         this, tr("Timeline keys"),
         tr("Wheel: zoom at the cursor · Shift+wheel: pan · Alt+wheel: scroll devices\n"
@@ -224,10 +244,7 @@ void MainWindow::build_menus() {
            "Click a task: highlight its micro-batch · Esc: clear"));
   });
 
-  for (QAction* action : {open_profile_action, open_hardware_action, open_trace_action,
-                          load_plan_action, save_plan_action, export_png, export_trace}) {
-    tools->addAction(action);
-  }
+  for (QAction* action : file_actions) tools->addAction(action);
   tools->addSeparator();
   tools->addAction(find);
   tools->addAction(run);

@@ -14,7 +14,9 @@
 #include "sim/trace.hpp"
 
 class QAction;
+class QKeySequence;
 class QLabel;
+class QMenu;
 
 namespace pipetune::gui {
 
@@ -68,6 +70,10 @@ class MainWindow : public QMainWindow {
 
  private:
   void build_menus();
+  QList<QAction*> build_file_menu();
+  void build_view_menu();
+  template <typename Slot>
+  QAction* add_action(QMenu* menu, const QString& text, const QKeySequence& keys, Slot slot);
   void on_simulated();
   void refresh_comparison();
   void update_title();

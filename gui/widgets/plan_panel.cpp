@@ -32,6 +32,14 @@ PlanPanel::PlanPanel(PlanEditor& editor, QWidget* parent)
       memory_(new QLineEdit(this)),
       bandwidth_(new QLineEdit(this)),
       problem_(new QLabel(this)) {
+  QPushButton* rebalance = lay_out_form();
+  connect_edits(rebalance);
+  sync();
+}
+
+// The form: balance and its "Even out" button, chunks, checkpoint, schedule, stages per
+// device, optimizer state, devices, memory and bandwidth, then the problem line.
+QPushButton* PlanPanel::lay_out_form() {
   auto* form = new QFormLayout(this);
   form->setContentsMargins(0, 0, 0, 0);
   form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
@@ -85,7 +93,12 @@ PlanPanel::PlanPanel(PlanEditor& editor, QWidget* parent)
   problem_->setStyleSheet(QStringLiteral("color: #d62728;"));
   problem_->hide();
   form->addRow(problem_);
+  return rebalance;
+}
 
+// Each edit goes to the editor, which refuses it (the problem line says why) or changes the
+// plan; the panel shows the editor's state after every change.
+void PlanPanel::connect_edits(QPushButton* rebalance) {
   connect(balance_, &QLineEdit::editingFinished, this, [this] {
     const auto balance = parse_balance(balance_->text());
     show_problem(balance.empty() ? tr("balance: expected layer counts such as 3,3,2")
@@ -131,7 +144,6 @@ PlanPanel::PlanPanel(PlanEditor& editor, QWidget* parent)
   connect(&editor_, &PlanEditor::plan_changed, this, &PlanPanel::sync);
   connect(&editor_, &PlanEditor::hardware_changed, this, &PlanPanel::sync);
   connect(&editor_, &PlanEditor::profile_changed, this, &PlanPanel::sync);
-  sync();
 }
 
 void PlanPanel::show_problem(const QString& problem) {

@@ -12,6 +12,7 @@ class QComboBox;
 class QDoubleSpinBox;
 class QLabel;
 class QLineEdit;
+class QPushButton;
 class QSlider;
 class QSpinBox;
 
@@ -36,6 +37,8 @@ class PlanPanel : public QWidget {
   QLineEdit* bandwidth_edit() const { return bandwidth_; }
 
  private:
+  QPushButton* lay_out_form();
+  void connect_edits(QPushButton* rebalance);
   void show_problem(const QString& problem);
   /// A refused combo or spin box edit: says why and shows the plan that was kept.
   void refuse_or_sync(const QString& problem);
