@@ -535,17 +535,18 @@ class LayerTimer {
   struct Forwarded {
     std::vector<LayerInput> inputs;
     std::vector<at::Tensor> roots;
+    at::Tensor output;  // the last layer's, alive through the backward as a stage's is
   };
   // The forward through every layer, each on its own input; `run_layer(l, run, x)` runs layer
   // l and returns (root, output).
   template <typename RunLayer>
   Forwarded forward_through(RunLayer&& run_layer) {
-    Forwarded f{std::vector<LayerInput>(layer_count_), std::vector<at::Tensor>(layer_count_)};
-    at::Tensor current = input_;
+    Forwarded f{std::vector<LayerInput>(layer_count_), std::vector<at::Tensor>(layer_count_),
+                input_};
     for (int l = 0; l < layer_count_; ++l) {
-      f.inputs[l] = layer_input(current, wants_[l] != 0);
+      f.inputs[l] = layer_input(f.output, wants_[l] != 0);
       Runner run = runner(l);
-      std::tie(f.roots[l], current) = run_layer(l, run, f.inputs[l].x);
+      std::tie(f.roots[l], f.output) = run_layer(l, run, f.inputs[l].x);
     }
     return f;
   }
@@ -562,10 +563,12 @@ class LayerTimer {
   // `backward` regions, `before_each` run before each (outside the timing).
   template <typename Before>
   void forward_backward_pass(bool timed, Ids forward, Ids backward, Before&& before_each) {
-    auto [inputs, roots] = forward_through([&](int l, Runner& run, const at::Tensor& x) {
+    Forwarded f = forward_through([&](int l, Runner& run, const at::Tensor& x) {
       before_each();
       return region(timed, ids_[l].*forward, [&] { return run.forward(x); });
     });
+    std::vector<LayerInput>& inputs = f.inputs;
+    std::vector<at::Tensor>& roots = f.roots;
     at::Tensor gradient;  // flowing back from the layer after
     for (int l = layer_count_ - 1; l >= 0; --l) {
       if (!roots[l].requires_grad()) break;  // nothing before can need a gradient either
@@ -589,8 +592,10 @@ class LayerTimer {
   // that trains) has no I; its W is its whole backward, as torch's first stage runs it. A layer
   // without parameters has no W.
   void split_backward_pass(bool timed) {
-    auto [inputs, roots] =
+    Forwarded f =
         forward_through([](int, Runner& run, const at::Tensor& x) { return run.forward(x); });
+    std::vector<LayerInput>& inputs = f.inputs;
+    std::vector<at::Tensor>& roots = f.roots;
     at::Tensor gradient;  // the input gradient I of the layer after
     for (int l = layer_count_ - 1; l >= 0; --l) {
       if (!roots[l].requires_grad()) break;

@@ -512,7 +512,7 @@ struct EventEngine::EventRun {
         heap(e.heap_.data()) {}
 
   // The head of each resource whose dependencies are none.
-  void start_resource_heads() {
+  PIPETUNE_INLINE void start_resource_heads() {
     for (int r = static_cast<int>(engine.resources_.size()) - 1; r >= 0; --r) {
       const int first = engine.resources_[r].first;
       if (engine.resources_[r].count > 0 && pending[engine.queue_[first]] == 0)

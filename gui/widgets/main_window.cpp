@@ -221,10 +221,11 @@ void MainWindow::build_view_menu() {
 }
 
 void MainWindow::build_menus() {
+  // The menu bar first, then the toolbar, as the window has always made them.
+  const QList<QAction*> file_actions = build_file_menu();
   QToolBar* tools = addToolBar(tr("Main"));
   tools->setMovable(false);
   tools->setToolButtonStyle(Qt::ToolButtonTextOnly);
-  const QList<QAction*> file_actions = build_file_menu();
   build_view_menu();
 
   QMenu* plan = menuBar()->addMenu(tr("&Plan"));
