@@ -158,10 +158,7 @@ Hardware parse_hardware(std::string_view text, const std::string& source) {
   if (!document.is_object()) root.fail("a JSON object");
   root.allow_only({"format", "devices", "link", "links", "launch_overhead_ms", "posted_receives",
                    "runtime", "model_error", "calibration"});
-  const Node tag = root.field("format");
-  if (!tag.value().is_string() || tag.value().get<std::string>() != kHardwareFormat) {
-    tag.fail(fmt::format("\"{}\"", kHardwareFormat));
-  }
+  json_reader::check_format(root, kHardwareFormat);
 
   Hardware hw;
   read_devices(root, hw);

@@ -236,4 +236,11 @@ double Node::number_in(double low, double high, std::string_view expected) const
   return value_->get<double>();
 }
 
+void check_format(const Node& object, std::string_view expected) {
+  const Node tag = object.field("format");
+  if (!tag.value().is_string() || tag.value().get<std::string>() != expected) {
+    tag.fail(std::string("\"") + std::string(expected) + "\"");
+  }
+}
+
 }  // namespace pipetune::json_reader

@@ -67,6 +67,10 @@ class Node {
   std::string path_;
 };
 
+/// The "format" member of `object`: exactly `expected` ("pipetune.profile/1" and the like),
+/// which tells one kind of file from another.
+void check_format(const Node& object, std::string_view expected);
+
 /// A short description of a value for error messages: `-1.5`, `"abc"`, `an array of 3 elements`.
 std::string describe(const nlohmann::json& value);
 

@@ -99,10 +99,7 @@ Plan parse_plan(std::string_view text, const std::string& source) {
   if (auto tied = root.optional_field("tied_parameters")) {
     if (!tied->value().is_array()) tied->fail("an array (written by pipetune for the reader)");
   }
-  const Node tag = root.field("format");
-  if (!tag.value().is_string() || tag.value().get<std::string>() != kPlanFormat) {
-    tag.fail(fmt::format("\"{}\"", kPlanFormat));
-  }
+  json_reader::check_format(root, kPlanFormat);
   Plan plan;
   const Node balance = root.field("balance");
   const auto stages = balance.elements();

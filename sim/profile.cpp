@@ -21,13 +21,6 @@ using json_reader::Node;
 using nlohmann::json;
 using nlohmann::ordered_json;
 
-void check_format(const Node& root, std::string_view expected) {
-  const Node tag = root.field("format");
-  if (!tag.value().is_string() || tag.value().get<std::string>() != expected) {
-    tag.fail(fmt::format("\"{}\"", expected));
-  }
-}
-
 std::vector<double> numbers(const Node& node, std::size_t count) {
   std::vector<double> out;
   for (const Node& e : node.elements(count, "non-negative numbers, one per micro-batch size")) {
@@ -492,7 +485,7 @@ Profile parse_profile(std::string_view text, const std::string& source) {
   root.allow_only({"format", "model", "device", "dtype", "batch_size", "micro_batch_sizes",
                    "min_micro_batch", "input_bytes", "layers", "timer", "co_runners",
                    "tied_parameters", "meta"});
-  check_format(root, kProfileFormat);
+  json_reader::check_format(root, kProfileFormat);
 
   Profile p;
   p.model = root.field("model").non_empty_string();

@@ -346,10 +346,7 @@ namespace {
 
 // The "pipetune" object's format, kind, model, plan and sizes.
 void read_trace_meta(const Node& meta, const std::string& source, Trace& trace) {
-  const Node tag = meta.field("format");
-  if (!tag.value().is_string() || tag.value().get<std::string>() != kTraceFormat) {
-    tag.fail(fmt::format("\"{}\"", kTraceFormat));
-  }
+  json_reader::check_format(meta, kTraceFormat);
   const Node kind = meta.field("kind");
   trace.kind = kind.value().is_string() ? kind.string() : "";
   if (trace.kind != "predicted" && trace.kind != "measured") {
