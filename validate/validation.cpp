@@ -604,14 +604,12 @@ Validation run_validation(const ValidationOptions& options) {
   if (!reuse) hardware.calibration = {};
   CalibrationPlans calibration =
       calibration_runs(options, profile, hardware, plans, unsplittable, measure);
-  std::vector<Plan>& fit_on = calibration.fit_on;
-  std::vector<MeasuredRun>& calibration_measured = calibration.measured;
 
   // The calibration fitted where there is one, and the hardware written: before the runs where
   // the profile is final already, so that a run that fails leaves it behind.
   const auto fit_and_save = [&] {
-    if (!calibration_measured.empty()) {
-      fit_calibration(profile, hardware, std::move(calibration_measured), plans, options.out_dir,
+    if (!calibration.measured.empty()) {
+      fit_calibration(profile, hardware, std::move(calibration.measured), plans, options.out_dir,
                       v);
     }
     v.hardware = hardware;
@@ -622,10 +620,10 @@ Validation run_validation(const ValidationOptions& options) {
   std::vector<MeasuredRun> runs;
   if (options.profile_rounds > 1) {
     std::vector<Plan> all = plans;
-    all.insert(all.end(), fit_on.begin(), fit_on.end());
+    all.insert(all.end(), calibration.fit_on.begin(), calibration.fit_on.end());
     runs = run_in_profile_rounds(model, options, all, measure, profile, v);
     const auto first_calibration = runs.begin() + static_cast<std::ptrdiff_t>(plans.size());
-    calibration_measured.assign(std::make_move_iterator(first_calibration),
+    calibration.measured.assign(std::make_move_iterator(first_calibration),
                                 std::make_move_iterator(runs.end()));
     runs.erase(first_calibration, runs.end());
     fit_and_save();
