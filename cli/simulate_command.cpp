@@ -39,6 +39,14 @@ bool any_plan_flag(const PlanFlags& p) {
          p.stages_per_device || !p.stage_devices.empty() || p.optimizer_state_factor;
 }
 
+// What a simulation report reads: the edges (its critical path) and the worst order's peaks.
+SimulationOptions report_options() {
+  SimulationOptions options;
+  options.record_edges = true;
+  options.worst_order_peaks = true;
+  return options;
+}
+
 // Hardware for each device count the plan lines name, resolved once per count.
 class HardwareByDevices {
  public:
@@ -69,10 +77,8 @@ std::string simulate_plan_line(const std::string& text, int line, const std::str
   const Hardware& hardware = hardware_for(device_count(plan));
   check_plan(plan, profile, hardware, where);
   const Simulator simulator(profile, hardware);
-  SimulationOptions options;  // as for one plan, so each line answers what --json would
-  options.record_edges = true;
-  options.worst_order_peaks = true;
-  const SimulationResult result = simulator.run(plan, options);
+  // As for one plan, so each line answers what --json would.
+  const SimulationResult result = simulator.run(plan, report_options());
   const IterationInterval interval = iteration_interval(simulator, profile, plan);
   // simulation_json is one object on one line; the line number goes first.
   std::string out = simulation_json(result, critical_path(result), &interval);
@@ -156,11 +162,8 @@ int simulate_one_plan(const SimulateFlags& flags) {
   print_note(note);
 
   const Simulator simulator(profile, hardware);
-  SimulationOptions options;
-  options.record_edges = true;
-  options.worst_order_peaks = true;
   const SimulationResult result =
-      given ? simulator.run(plan, *given, options) : simulator.run(plan, options);
+      given ? simulator.run(plan, *given, report_options()) : simulator.run(plan, report_options());
   if (!flags.write_schedule_csv.empty()) {
     const int micro_batches = static_cast<int>(result.micro_batch_sizes.size());
     write_schedule_csv(given ? *given
