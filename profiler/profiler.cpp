@@ -95,6 +95,25 @@ LayerInput layer_input(const at::Tensor& previous, bool wants_gradient) {
   return in;
 }
 
+// The model's layers as the profiler runs them, each knowing whether its input needs a
+// gradient (models::inputs_wanting_gradients).
+struct ModelLayers {
+  ModelLayers(models::Model& model, std::vector<torch::nn::AnyModule*>& modules)
+      : model(model),
+        modules(modules),
+        wants(models::inputs_wanting_gradients(model)),
+        count(static_cast<int>(modules.size())) {}
+  // Layer l, with the loss on `target` where it is the last.
+  Runner runner(int l, const at::Tensor& target) const {
+    return Runner{*modules[l], model, l + 1 == count, target, wants[l] != 0};
+  }
+
+  models::Model& model;
+  std::vector<torch::nn::AnyModule*>& modules;
+  const std::vector<char> wants;
+  const int count;
+};
+
 void reset_gradients(torch::nn::Module& module, LayerInput& input) {
   for (auto& p : module.parameters()) p.mutable_grad().reset();
   if (input.leaf.defined()) input.leaf.mutable_grad().reset();
@@ -311,12 +330,7 @@ class HostCallTimer {
  public:
   HostCallTimer(models::Model& model, std::vector<torch::nn::AnyModule*>& modules,
                 MeasureBackend& backend, double backward_call_ms)
-      : model_(model),
-        modules_(modules),
-        backend_(backend),
-        wants_(models::inputs_wanting_gradients(model)),
-        layer_count_(static_cast<int>(modules.size())),
-        backward_call_ms_(backward_call_ms) {}
+      : layers_(model, modules), backend_(backend), backward_call_ms_(backward_call_ms) {}
 
   // The forward without autograd, then the forward and backward through one graph.
   void repetition(HostTimes& host, const at::Tensor& input, const at::Tensor& target, bool timed) {
@@ -330,16 +344,13 @@ class HostCallTimer {
   bool copy_inputs = false;
 
  private:
-  Runner runner(int l, const at::Tensor& target) const {
-    return Runner{*modules_[l], model_, l + 1 == layer_count_, target, wants_[l] != 0};
-  }
   void nograd_pass(HostTimes& host, const at::Tensor& input, const at::Tensor& target, bool timed) {
     at::NoGradGuard no_grad;
     at::Tensor current = input.clone();  // the batch itself stays as it is
     backend_.synchronize();
     auto mark = HostClock::now();
-    for (int l = 0; l < layer_count_; ++l) {
-      Runner run = runner(l, target);
+    for (int l = 0; l < layers_.count; ++l) {
+      Runner run = layers_.runner(l, target);
       current = run.forward(current).second;
       const auto now = HostClock::now();
       if (timed) host.nograd[l].push_back(ms_between(mark, now));
@@ -351,32 +362,32 @@ class HostCallTimer {
     // reached[l]: when the gradient of layer l's output is in, so layer l's backward starts. Each
     // hook is set as the output is made, so that a next layer working on it in place does not
     // move it (a hook set before an in-place change sees the gradient of the value before it).
-    std::vector<at::Tensor> outputs(layer_count_);
-    std::vector<std::optional<HostClock::time_point>> reached(layer_count_);
+    std::vector<at::Tensor> outputs(layers_.count);
+    std::vector<std::optional<HostClock::time_point>> reached(layers_.count);
     at::Tensor root;
     at::Tensor current = input.clone();
     backend_.synchronize();
     auto mark = HostClock::now();
-    for (int l = 0; l < layer_count_; ++l) {
+    for (int l = 0; l < layers_.count; ++l) {
       // An input without a graph behind it asks for its gradient all the same where a layer
       // before trains, as a stage's input does and as the device pass times it.
-      if (wants_[l] && at::isFloatingType(current.scalar_type()) && !current.requires_grad())
+      if (layers_.wants[l] && at::isFloatingType(current.scalar_type()) && !current.requires_grad())
         current = current.detach().requires_grad_(true);
       else if (l > 0 && copy_inputs)
         current = current.clone();
-      Runner run = runner(l, target);
+      Runner run = layers_.runner(l, target);
       std::tie(root, current) = run.forward(current);
       outputs[l] = current;
       const auto now = HostClock::now();
       if (timed) host.forward[l].push_back(ms_between(mark, now));
-      if (l + 1 < layer_count_ && current.requires_grad())
+      if (l + 1 < layers_.count && current.requires_grad())
         current.register_hook([&reached, l](const at::Tensor&) { reached[l] = HostClock::now(); });
       mark = HostClock::now();
     }
     if (!root.requires_grad()) return;  // nothing has a gradient: no backward
     // The layers before the first output without a gradient have no backward (as a first layer
     // without parameters has none).
-    int first_with_backward = layer_count_ - 1;
+    int first_with_backward = layers_.count - 1;
     while (first_with_backward > 0 && outputs[first_with_backward - 1].requires_grad())
       --first_with_backward;
     backend_.synchronize();
@@ -386,14 +397,11 @@ class HostCallTimer {
     if (!timed) return;
     const std::vector<double> shares =
         backward_shares(std::move(reached), first_with_backward, started, ended, backward_call_ms_);
-    for (int l = first_with_backward; l < layer_count_; ++l) host.backward[l].push_back(shares[l]);
+    for (int l = first_with_backward; l < layers_.count; ++l) host.backward[l].push_back(shares[l]);
   }
 
-  models::Model& model_;
-  std::vector<torch::nn::AnyModule*>& modules_;
+  const ModelLayers layers_;
   MeasureBackend& backend_;
-  const std::vector<char> wants_;
-  const int layer_count_;
   const double backward_call_ms_;
 };
 
@@ -453,14 +461,11 @@ class LayerTimer {
  public:
   LayerTimer(models::Model& model, std::vector<torch::nn::AnyModule*>& modules,
              const at::Tensor& input, const at::Tensor& target, MeasureBackend& backend)
-      : model_(model),
-        modules_(modules),
+      : layers_(model, modules),
         input_(input),
         target_(target),
         backend_(backend),
-        wants_(models::inputs_wanting_gradients(model)),
-        layer_count_(static_cast<int>(modules.size())),
-        ids_(static_cast<std::size_t>(layer_count_)) {}
+        ids_(static_cast<std::size_t>(layers_.count)) {}
 
   // One repetition: the forward without autograd, the forward and the backward through every
   // layer, and the split backward.
@@ -482,9 +487,9 @@ class LayerTimer {
   void step_start_pass() {
     at::Tensor current = input_;
     sweep_parameters();
-    for (int l = 0; l < layer_count_; ++l) {
-      const LayerInput in = layer_input(current, wants_[l] != 0);
-      Runner run = runner(l);
+    for (int l = 0; l < layers_.count; ++l) {
+      const LayerInput in = layer_input(current, layers_.wants[l] != 0);
+      Runner run = layers_.runner(l, target_);
       current = region(true, ids_[l].step_start, [&] { return run.forward(in.x); }).second;
     }
   }
@@ -499,8 +504,8 @@ class LayerTimer {
       }
       return statistics(v);
     };
-    std::vector<LayerTimes> out(layer_count_);
-    for (int l = 0; l < layer_count_; ++l) {
+    std::vector<LayerTimes> out(layers_.count);
+    for (int l = 0; l < layers_.count; ++l) {
       const RegionIds& r = ids_[l];
       out[l] = {pick(r.forward), pick(r.backward),     pick(r.nograd),        pick(r.input),
                 pick(r.weight),  pick(r.cold_forward), pick(r.cold_backward), pick(r.step_start)};
@@ -516,9 +521,6 @@ class LayerTimer {
   };
   using Ids = std::vector<std::uint64_t> RegionIds::*;
 
-  Runner runner(int l) const {
-    return Runner{*modules_[l], model_, l + 1 == layer_count_, target_, wants_[l] != 0};
-  }
   // Runs `work` as a region of `ids` when the repetition is timed.
   template <typename Work>
   std::invoke_result_t<Work&> region(bool timed, std::vector<std::uint64_t>& ids, Work&& work) {
@@ -541,11 +543,11 @@ class LayerTimer {
   // l and returns (root, output).
   template <typename RunLayer>
   Forwarded forward_through(RunLayer&& run_layer) {
-    Forwarded f{std::vector<LayerInput>(layer_count_), std::vector<at::Tensor>(layer_count_),
+    Forwarded f{std::vector<LayerInput>(layers_.count), std::vector<at::Tensor>(layers_.count),
                 input_};
-    for (int l = 0; l < layer_count_; ++l) {
-      f.inputs[l] = layer_input(f.output, wants_[l] != 0);
-      Runner run = runner(l);
+    for (int l = 0; l < layers_.count; ++l) {
+      f.inputs[l] = layer_input(f.output, layers_.wants[l] != 0);
+      Runner run = layers_.runner(l, target_);
       std::tie(f.roots[l], f.output) = run_layer(l, run, f.inputs[l].x);
     }
     return f;
@@ -554,8 +556,8 @@ class LayerTimer {
   void nograd_pass(bool timed) {
     at::NoGradGuard no_grad;
     at::Tensor current = input_;
-    for (int l = 0; l < layer_count_; ++l) {
-      Runner run = runner(l);
+    for (int l = 0; l < layers_.count; ++l) {
+      Runner run = layers_.runner(l, target_);
       current = region(timed, ids_[l].nograd, [&] { return run.forward(current).second; });
     }
   }
@@ -570,11 +572,11 @@ class LayerTimer {
     std::vector<LayerInput>& inputs = f.inputs;
     std::vector<at::Tensor>& roots = f.roots;
     at::Tensor gradient;  // flowing back from the layer after
-    for (int l = layer_count_ - 1; l >= 0; --l) {
+    for (int l = layers_.count - 1; l >= 0; --l) {
       if (!roots[l].requires_grad()) break;  // nothing before can need a gradient either
       before_each();
       region(timed, ids_[l].*backward, [&] {
-        if (l + 1 == layer_count_) {
+        if (l + 1 == layers_.count) {
           torch::autograd::backward({roots[l]});
         } else {
           torch::autograd::backward({roots[l]}, {gradient});
@@ -597,12 +599,12 @@ class LayerTimer {
     std::vector<LayerInput>& inputs = f.inputs;
     std::vector<at::Tensor>& roots = f.roots;
     at::Tensor gradient;  // the input gradient I of the layer after
-    for (int l = layer_count_ - 1; l >= 0; --l) {
+    for (int l = layers_.count - 1; l >= 0; --l) {
       if (!roots[l].requires_grad()) break;
-      const bool last = l + 1 == layer_count_;
+      const bool last = l + 1 == layers_.count;
       const std::vector<at::Tensor> seed =
           last ? std::vector<at::Tensor>{} : std::vector<at::Tensor>{gradient};
-      const std::vector<at::Tensor> parameters = trainable_parameters(*modules_[l]);
+      const std::vector<at::Tensor> parameters = trainable_parameters(*layers_.modules[l]);
       at::Tensor input_gradient;
       if (inputs[l].leaf.defined()) {
         input_gradient = region(timed, ids_[l].input, [&] {
@@ -630,7 +632,7 @@ class LayerTimer {
   // without it.
   void sweep_parameters() {
     at::NoGradGuard no_grad;
-    for (torch::nn::AnyModule* module : modules_) {
+    for (torch::nn::AnyModule* module : layers_.modules) {
       for (const at::Tensor& p : trainable_parameters(*module)) {
         p.detach().mul_(1.0);
         if (p.grad().defined()) p.grad().detach().mul_(1.0);
@@ -638,13 +640,10 @@ class LayerTimer {
     }
   }
 
-  models::Model& model_;
-  std::vector<torch::nn::AnyModule*>& modules_;
+  const ModelLayers layers_;
   const at::Tensor& input_;
   const at::Tensor& target_;
   MeasureBackend& backend_;
-  const std::vector<char> wants_;
-  const int layer_count_;
   std::uint64_t next_region_ = 1;
   std::vector<RegionIds> ids_;
 };
@@ -1061,8 +1060,8 @@ std::vector<std::pair<at::Tensor, at::Tensor>> profile_sizes(
     models::Model& model, std::vector<torch::nn::AnyModule*>& modules, MeasureBackend& backend,
     const ProfileOptions& options, const std::vector<std::int64_t>& sizes, at::ScalarType dtype,
     Profile& profile) {
-  const int layer_count = static_cast<int>(modules.size());
-  const std::vector<char> wants = models::inputs_wanting_gradients(model);
+  const ModelLayers layers(model, modules);
+  const int layer_count = layers.count;
   const int threads = measured_threads(options);
   const std::size_t total = sizes.size() * static_cast<std::size_t>(layer_count);
   std::size_t done = 0;
@@ -1075,7 +1074,7 @@ std::vector<std::pair<at::Tensor, at::Tensor>> profile_sizes(
         time_layers(model, modules, input, target, backend, options, profile.device.cache_bytes);
     at::Tensor current = input;
     for (int l = 0; l < layer_count; ++l) {
-      Runner run{*modules[l], model, l + 1 == layer_count, target, wants[l] != 0};
+      Runner run = layers.runner(l, target);
       LayerMemory memory = measure_layer_memory(run, current, backend);
       append(profile.layers[l], times[l], memory, size == sizes.front());
       if (profile.device.cache_bytes > 0) {
