@@ -262,11 +262,8 @@ void write_plan_outputs(const PlanFlagsSet& flags, const Profile& profile, const
   }
   if (!flags.schedule_csv.empty()) {
     const Plan& best = result.ranked.front().plan;
-    const auto micro_batches =
-        static_cast<int>(split_batch(profile.batch_size, best.chunks).size());
-    write_schedule_csv(make_schedule(best.schedule, best.stages(), micro_batches, best.checkpoint,
-                                     best.stages_per_device),
-                       stage_devices(best, hardware), hardware, flags.schedule_csv);
+    write_schedule_csv(schedule_of(best, profile.batch_size), stage_devices(best, hardware),
+                       hardware, flags.schedule_csv);
   }
   if (flags.explain && !flags.json) {
     std::fputs(plan_explanation(profile, hardware, options, result).c_str(), stdout);

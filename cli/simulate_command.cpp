@@ -165,10 +165,7 @@ int simulate_one_plan(const SimulateFlags& flags) {
   const SimulationResult result =
       given ? simulator.run(plan, *given, report_options()) : simulator.run(plan, report_options());
   if (!flags.write_schedule_csv.empty()) {
-    const int micro_batches = static_cast<int>(result.micro_batch_sizes.size());
-    write_schedule_csv(given ? *given
-                             : make_schedule(plan.schedule, plan.stages(), micro_batches,
-                                             plan.checkpoint, plan.stages_per_device),
+    write_schedule_csv(given ? *given : schedule_of(plan, profile.batch_size),
                        stage_devices(plan, hardware), hardware, flags.write_schedule_csv);
   }
   const std::vector<int> path = critical_path(result);

@@ -240,7 +240,7 @@ void check_stages_per_device(const Plan& plan, const Profile& profile, const std
         fmt::format("{}: balance: expected a multiple of {} stages (stages_per_device), got {}",
                     source, v, stages));
   }
-  const int micro_batches = static_cast<int>(split_batch(profile.batch_size, plan.chunks).size());
+  const int micro_batches = micro_batch_count(profile.batch_size, plan.chunks);
   if (auto why = schedule_refusal(plan.schedule, stages / v, v, micro_batches)) {
     throw InputError(fmt::format("{}: chunks: {}", source, *why));
   }
@@ -398,6 +398,10 @@ std::vector<std::int64_t> split_batch(std::int64_t batch, int chunks) {
   const std::int64_t each = batch / chunks + (batch % chunks != 0 ? 1 : 0);
   for (std::int64_t left = batch; left > 0; left -= each) sizes.push_back(std::min(each, left));
   return sizes;
+}
+
+int micro_batch_count(std::int64_t batch, int chunks) {
+  return static_cast<int>(split_batch(batch, chunks).size());
 }
 
 }  // namespace pipetune

@@ -115,6 +115,10 @@ bool is_checkpointed(CheckpointMode mode, int micro_batch, int micro_batches);
 /// 2,2,2,2,2).
 std::vector<std::int64_t> split_batch(std::int64_t batch, int chunks);
 
+/// How many micro-batches split_batch makes: the schedules' micro-batch count, which may be
+/// below `chunks`.
+int micro_batch_count(std::int64_t batch, int chunks);
+
 /// Whether `chunks` splits the profile's batch into micro-batches of at least its
 /// min_micro_batch samples (the last, smallest, included).
 bool splits_trainably(const Profile& profile, int chunks);

@@ -38,23 +38,14 @@ ReplayResult replay_trace(const Trace& measured, const std::string& source) {
   for (int s = 0; s < stages; ++s) {
     if (device_of[s] < 0) throw InputError(fmt::format("{}: no device holds stage {}", source, s));
   }
-  const int micro_batches = static_cast<int>(split_batch(
-                                                 [&] {
-                                                   std::int64_t n = 0;
-                                                   for (auto size : measured.micro_batch_sizes)
-                                                     n += size;
-                                                   return n;
-                                                 }(),
-                                                 plan.chunks)
-                                                 .size());
+  std::int64_t batch = 0;
+  for (std::int64_t size : measured.micro_batch_sizes) batch += size;
 
   const StepTasks step = only_step(measured, source);
 
   TaskGraph graph;
-  build_task_graph(
-      graph,
-      make_schedule(plan.schedule, stages, micro_batches, plan.checkpoint, plan.stages_per_device),
-      device_of, static_cast<int>(measured.devices.size()));
+  build_task_graph(graph, schedule_of(plan, batch), device_of,
+                   static_cast<int>(measured.devices.size()));
   for (std::size_t id = 0; id < graph.tasks.size(); ++id) {
     const SimTask& t = graph.tasks[id];
     const int found = step.find(TaskKey::of(t));

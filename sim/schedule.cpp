@@ -340,6 +340,11 @@ Schedule make_schedule(ScheduleKind kind, int stages, int micro_batches, Checkpo
   return s;
 }
 
+Schedule schedule_of(const Plan& plan, std::int64_t batch_size) {
+  return make_schedule(plan.schedule, plan.stages(), micro_batch_count(batch_size, plan.chunks),
+                       plan.checkpoint, plan.stages_per_device);
+}
+
 namespace {
 
 // Which (stage, micro-batch, kind) actions a custom order has run so far, in programme order.

@@ -104,6 +104,10 @@ struct Schedule {
 Schedule make_schedule(ScheduleKind kind, int stages, int micro_batches, CheckpointMode checkpoint,
                        int stages_per_device = 1);
 
+/// The plan's own schedule (its kind, stages, checkpoint mode and stages per device) over a
+/// batch of `batch_size` samples, split as the plan's chunks split it.
+Schedule schedule_of(const Plan& plan, std::int64_t batch_size);
+
 /// Why torch.distributed.pipelining 2.11 refuses `kind` on `ranks` programmes of
 /// `stages_per_device` stages with `micro_batches` micro-batches, or nothing.
 std::optional<std::string> schedule_refusal(ScheduleKind kind, int ranks, int stages_per_device,

@@ -969,14 +969,14 @@ void Simulator::share_gpu_counters(Graph& g) const {
 
 SimulationResult Simulator::run(const Plan& plan, const SimulationOptions& options) const {
   const std::vector<int> device_of = stage_devices(plan, hardware_);
-  const auto micro_batches = static_cast<int>(split_batch(profile_.batch_size, plan.chunks).size());
+  const auto micro_batches = micro_batch_count(profile_.batch_size, plan.chunks);
   graph_for(plan, device_of, micro_batches);
   return simulate(plan, device_of, options);
 }
 
 SimulationResult Simulator::run(const Plan& plan, const Schedule& schedule,
                                 const SimulationOptions& options) const {
-  const auto micro_batches = static_cast<int>(split_batch(profile_.batch_size, plan.chunks).size());
+  const auto micro_batches = micro_batch_count(profile_.batch_size, plan.chunks);
   if (schedule.stages != plan.stages() || schedule.micro_batches != micro_batches) {
     throw InputError(fmt::format(
         "the schedule has {} stages and {} micro-batches; the plan has {} stages and {} "

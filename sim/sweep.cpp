@@ -121,7 +121,7 @@ std::vector<SweepRow> run_sweep(const Profile& profile, const Hardware& hardware
             plan.schedule = schedule;
             plan.stages_per_device = v;
             plan.optimizer_state_factor = spec.optimizer_state_factor;
-            const auto m = static_cast<int>(split_batch(profile.batch_size, chunks).size());
+            const auto m = micro_batch_count(profile.batch_size, chunks);
             if (k * v > static_cast<int>(profile.layer_count()) ||
                 (!spec.balance.empty() && static_cast<int>(spec.balance.size()) != k * v) ||
                 schedule_refusal(schedule, k, v, m) || !splits_trainably(profile, chunks)) {

@@ -25,7 +25,7 @@ std::vector<Alternative> one_choice_away(const Profile& profile, const Hardware&
   fixed.schedules = {best.plan.schedule};
   fixed.stages_per_device = {best.plan.stages_per_device};
   // With one micro-batch, except_last recomputes nothing: the same plan as never.
-  const bool one_micro_batch = split_batch(profile.batch_size, best.plan.chunks).size() == 1;
+  const bool one_micro_batch = micro_batch_count(profile.batch_size, best.plan.chunks) == 1;
   auto effective = [&](CheckpointMode mode) {
     return one_micro_batch && mode == CheckpointMode::ExceptLast ? CheckpointMode::Never : mode;
   };
@@ -72,8 +72,7 @@ std::vector<Alternative> one_choice_away(const Profile& profile, const Hardware&
   for (const auto& c : changes) {
     const ScheduleKind kind = c.options.schedules.front();
     const int v = is_multi_stage(kind) ? c.options.stages_per_device.front() : 1;
-    const auto micro_batches =
-        static_cast<int>(split_batch(profile.batch_size, c.options.chunks.front()).size());
+    const auto micro_batches = micro_batch_count(profile.batch_size, c.options.chunks.front());
     if (auto why = schedule_refusal(kind, devices, v, micro_batches)) {
       out.push_back({c.label, std::nullopt, *why});
       continue;

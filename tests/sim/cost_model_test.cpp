@@ -112,6 +112,9 @@ TEST(SplitBatch, FollowsTensorChunk) {
   EXPECT_EQ(split_batch(7, 7), (V{1, 1, 1, 1, 1, 1, 1}));
   EXPECT_EQ(split_batch(5, 1), (V{5}));
   EXPECT_EQ(split_batch(64, 3), (V{22, 22, 20}));
+  // The schedules' micro-batch count is what torch.chunk makes, not the chunks asked for.
+  EXPECT_EQ(micro_batch_count(10, 6), 5);
+  EXPECT_EQ(micro_batch_count(64, 3), 3);
 }
 
 // A tied tensor is held once by a stage holding any of its layers (Profile::tied): checked on

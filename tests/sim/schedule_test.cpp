@@ -187,6 +187,21 @@ TEST(DevicePrograms, SharedDeviceKeepsEachStagesOrder) {
   }
 }
 
+// A plan's schedule has as many micro-batches as torch.chunk makes of the batch (64 into 6
+// chunks of 11 makes 6; 10 into 6 chunks of 2 makes 5), with the plan's other choices.
+TEST(ScheduleOf, APlanRunsAsManyMicroBatchesAsTheBatchSplitsInto) {
+  Plan plan;
+  plan.balance = {1, 1, 1, 1};
+  plan.chunks = 6;
+  plan.schedule = ScheduleKind::LoopedBFS;
+  plan.stages_per_device = 2;
+  plan.checkpoint = CheckpointMode::ExceptLast;
+  for (const auto& [batch, micro_batches] : {std::pair{64, 6}, std::pair{10, 5}}) {
+    EXPECT_EQ(schedule_of(plan, batch), make_schedule(ScheduleKind::LoopedBFS, 4, micro_batches,
+                                                      CheckpointMode::ExceptLast, 2));
+  }
+}
+
 TEST(ActionText, RoundTrips) {
   for (const char* text : {"0F0", "2F13", "11R4", "3B0"}) {
     const auto a = parse_action(text);
