@@ -62,7 +62,7 @@ class MultiStageSearch::MultiStageRoot {
   std::size_t width;
   bool fresh;
   RelaxedRootState& st;
-  MinMaxShareProgramme& programme;
+  RootProgramme& programme;
   TaskOrder sorted;
   std::vector<double> duration, start_at, finish;
 
@@ -104,7 +104,10 @@ MultiStageSearch::MultiStageRoot::MultiStageRoot(MultiStageSearch& s, const Conf
                 &s.context_.boundary_bytes_ascending(*size_of[1])},
       width(static_cast<std::size_t>(n_classes) * stages),
       fresh(!state),
-      st(fresh ? *(state = std::make_unique<RelaxedRootState>(stages, classes.work)) : *state),
+      st(fresh ? *(state = std::make_unique<RelaxedRootState>(
+                       stages, classes.work,
+                       2 * static_cast<std::size_t>(s.stages_ + kRelaxedRootRounds)))
+               : *state),
       programme(st.programme) {
   build_task_graph(graph, make_schedule(c.schedule, stages, m, c.checkpoint, v), device_of,
                    s.stages_);
@@ -426,7 +429,7 @@ void MultiStageSearch::keep_root_plans(const MultiStageRoot& root, const LayerWo
 
 // The root's programme as rows linear in each stage's work (for MultiStagePeakBound::may_fit()).
 void MultiStageSearch::root_rows(const MultiStageRoot& root, StageWorkRows& rows) const {
-  const MinMaxShareProgramme& programme = root.programme;
+  const RootProgramme& programme = root.programme;
   rows.layer_class = root.classes.of;
   rows.layer_work = root.work;
   rows.classes = root.n_classes;

@@ -13,6 +13,7 @@
 #include "sim/planner/graph_sweep.hpp"
 #include "sim/planner/minimax_bound.hpp"
 #include "sim/planner/multi_stage_peak_bound.hpp"
+#include "sim/planner/root_programme.hpp"
 #include "sim/planner/search_context.hpp"
 #include "sim/planner/tuning.hpp"
 
@@ -35,7 +36,7 @@ struct LayerWork {
 // Where a multi-stage relaxed root's rounds stopped, for the next slice to go on from (see
 // multi_stage_relaxed_root()).
 struct RelaxedRootState {
-  MinMaxShareProgramme programme;
+  RootProgramme programme;
   std::vector<double> shares;      // the last solve's
   std::vector<double> model_plan;  // the shares the next round times
   std::vector<double> best_plan;   // the model plan timed shortest so far
@@ -54,8 +55,8 @@ struct RelaxedRootState {
   std::vector<double> copy_excess;
   std::vector<double> weights;
   double last_value = 0.0;
-  RelaxedRootState(int stages, const std::vector<double>& class_work)
-      : programme(static_cast<std::size_t>(stages), class_work) {}
+  RelaxedRootState(int stages, const std::vector<double>& class_work, std::size_t functions)
+      : programme(static_cast<std::size_t>(stages), class_work, functions) {}
 };
 
 class MultiStageSearch : private SearchPart {

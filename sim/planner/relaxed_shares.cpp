@@ -238,10 +238,11 @@ bool heaviest_layer_matters(const std::vector<double>& layer_work, int stages) {
   return heaviest != layer_work.end() && *heaviest * stages >= 0.25 * total;
 }
 
-double heaviest_layer_bound(const MinMaxShareProgramme& programme,
-                            const std::vector<double>& layer_work, const RatioClasses& classes,
-                            int stages, const std::vector<double>& shares, double floor,
-                            std::uint64_t* cells) {
+template <typename Programme>
+double heaviest_layer_bound_of(const Programme& programme, const std::vector<double>& layer_work,
+                               const RatioClasses& classes, int stages,
+                               const std::vector<double>& shares, double floor,
+                               std::uint64_t* cells) {
   if (!heaviest_layer_matters(layer_work, stages)) return 0.0;
   const auto heaviest = std::max_element(layer_work.begin(), layer_work.end());
   const int cls = classes.of[static_cast<std::size_t>(heaviest - layer_work.begin())];
@@ -258,6 +259,19 @@ double heaviest_layer_bound(const MinMaxShareProgramme& programme,
     if (!(least > floor)) return 0.0;
   }
   return least < kInf ? least : 0.0;
+}
+
+double heaviest_layer_bound(const MinMaxShareProgramme& programme,
+                            const std::vector<double>& layer_work, const RatioClasses& classes,
+                            int stages, const std::vector<double>& shares, double floor,
+                            std::uint64_t* cells) {
+  return heaviest_layer_bound_of(programme, layer_work, classes, stages, shares, floor, cells);
+}
+
+double heaviest_layer_bound(const RootProgramme& programme, const std::vector<double>& layer_work,
+                            const RatioClasses& classes, int stages,
+                            const std::vector<double>& shares, double floor, std::uint64_t* cells) {
+  return heaviest_layer_bound_of(programme, layer_work, classes, stages, shares, floor, cells);
 }
 
 }  // namespace pipetune::planning

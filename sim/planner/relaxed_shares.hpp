@@ -14,6 +14,7 @@
 #include "sim/cost_model.hpp"
 #include "sim/hardware.hpp"
 #include "sim/planner/minimax_bound.hpp"
+#include "sim/planner/root_programme.hpp"
 #include "sim/planner/tuning.hpp"
 
 namespace pipetune::planning {
@@ -134,6 +135,10 @@ inline double ms_per_byte(const Link& link) {
 double heaviest_layer_bound(const MinMaxShareProgramme& programme,
                             const std::vector<double>& layer_work, const RatioClasses& classes,
                             int stages, const std::vector<double>& shares, double floor,
+                            std::uint64_t* cells = nullptr);
+double heaviest_layer_bound(const RootProgramme& programme, const std::vector<double>& layer_work,
+                            const RatioClasses& classes, int stages,
+                            const std::vector<double>& shares, double floor,
                             std::uint64_t* cells = nullptr);
 // Whether heaviest_layer_bound() would look at the stages at all.
 bool heaviest_layer_matters(const std::vector<double>& layer_work, int stages);

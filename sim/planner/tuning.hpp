@@ -30,6 +30,11 @@ inline constexpr int kRelaxedRootRounds = 40;
 // How far each multi-stage round's model plan moves towards the solve's shares: smaller is
 // steadier, larger reaches the shares' paths in fewer rounds.
 inline constexpr double kModelPlanStep = 0.3;
+// A multi-stage root's programme takes the primal form (a row per function) where its
+// coordinates (stages x classes) are at least this many times the functions its rounds may add,
+// else the dual form (a row per coordinate): the primal's pivots are cheaper as coordinates
+// outnumber functions, the dual's absorb a new function in fewer pivots.
+inline constexpr double kPrimalRootWidthPerFunction = 1.0;
 // The single-stage root's coordinates (stages x classes) it aims for: more classes bound each
 // layer by ratios nearer its own, at a programme that costs more per solve.
 inline constexpr int kRatioCoordinates = 64;

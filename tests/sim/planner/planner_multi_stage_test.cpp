@@ -14,6 +14,7 @@
 #include "bench/synthetic_profile.hpp"
 #include "sim/planner/multi_stage_peak_bound.hpp"
 #include "sim/planner/planner.hpp"
+#include "sim/planner/root_programme.hpp"
 #include "sim/schedule.hpp"
 #include "sim/simulator.hpp"
 #include "tests/sim/fixtures.hpp"
@@ -31,6 +32,19 @@ void on_torch(Hardware& hw, Profile& profile) {
 }
 
 using namespace planner_testing;
+
+// The checks that bite on the multi-stage relaxed roots run with each form of their programme
+// (root_programme.hpp): these instances are too small for the planner to choose the primal.
+class MultiStageRootForms : public ::testing::TestWithParam<RootForm> {
+ protected:
+  void SetUp() override { set_root_form(GetParam()); }
+  void TearDown() override { set_root_form(RootForm::Cheaper); }
+};
+INSTANTIATE_TEST_SUITE_P(Planner, MultiStageRootForms,
+                         ::testing::Values(RootForm::Dual, RootForm::Primal),
+                         [](const ::testing::TestParamInfo<RootForm>& info) {
+                           return info.param == RootForm::Dual ? "Dual" : "Primal";
+                         });
 
 // With every schedule, a batch that makes many configurations and memory caps (whose bounds
 // make the cheap pass long), the cheap pass defers the multi-stage configurations' first plans
@@ -121,7 +135,7 @@ TEST(Planner, MultiStageAnswerIsNoSlowerThanThePlansAroundIt) {
 // balance's simulated time, the answer is the optimum when it says proven (the 35 balances of 8
 // layers fit the budget), and with a budget too small to enumerate them it is never below the
 // optimum and its bound never above.
-TEST(Planner, MultiStageSchedulesAgainstBruteForce) {
+TEST_P(MultiStageRootForms, MultiStageSchedulesAgainstBruteForce) {
   std::mt19937 rng(18);
   const auto& kMulti = kMultiStageScheduleKinds;
   int proven = 0, checked = 0;
@@ -193,7 +207,7 @@ TEST(Planner, MultiStageSchedulesAgainstBruteForce) {
 // when none does. The memory bounds prune balances and rule configurations out
 // (sim/planner/multi_stage_peak_bound.hpp): one that is not a bound would drop the fastest fitting
 // balance here, also where the devices are shares of one GPU, whose memory is one.
-TEST(Planner, MultiStageSchedulesUnderCapsAgainstBruteForce) {
+TEST_P(MultiStageRootForms, MultiStageSchedulesUnderCapsAgainstBruteForce) {
   std::mt19937 rng(19);
   const auto& kMulti = kMultiStageScheduleKinds;
   int checked = 0, none_fit = 0, some_refused = 0;
@@ -275,7 +289,7 @@ TEST(Planner, MultiStageSchedulesUnderCapsAgainstBruteForce) {
 // twice its forward here, as in most models: the relaxed root bounds each task by the least
 // ratio of its cost to a layer's work, so layers of very unlike ratios (random_profile's) keep
 // it valid but far below (the other tests check it there).
-TEST(Planner, MultiStageRelaxedRootStaysBelowTheOptimum) {
+TEST_P(MultiStageRootForms, MultiStageRelaxedRootStaysBelowTheOptimum) {
   std::mt19937 rng(1819);
   const auto& kMulti = kMultiStageScheduleKinds;
   int near = 0, checked = 0;
@@ -570,7 +584,7 @@ TEST(Planner, MultiStageBoundCountsMicroBatchZerosCopies) {
 // whatever the balance. The relaxed root's paths along that link count three distinct outputs
 // once the search is over (with a budget of none, at once); at the least output each, as
 // before 2026-11-29, the root was 1447 ms (micro-batch 0's round trip).
-TEST(Planner, MultiStageRelaxedRootCopiesCrossDistinctBoundaries) {
+TEST_P(MultiStageRootForms, MultiStageRelaxedRootCopiesCrossDistinctBoundaries) {
   std::vector<testing::LayerSpec> specs(8);
   const std::int64_t outputs[] = {100, 1, 100, 50, 100, 20, 100, 100};
   for (int k = 0; k < 8; ++k) specs[k].output_per_sample = outputs[k];
@@ -605,7 +619,7 @@ TEST(Planner, MultiStageRelaxedRootCopiesCrossDistinctBoundaries) {
 // path of the schedule's task graph, or a device's busy time, at least ratios), and the largest
 // is near it on many, so that the caps and the rows together prove something (759 balances,
 // 536 within 10 %; rows 5 % higher exceed 299 of them).
-TEST(Planner, MultiStageTimeRowsStayBelowEverySimulatedBalance) {
+TEST_P(MultiStageRootForms, MultiStageTimeRowsStayBelowEverySimulatedBalance) {
   std::mt19937 rng(1820);
   const auto& kMulti = kMultiStageScheduleKinds;
   int checked = 0, near = 0;
