@@ -44,10 +44,7 @@ void PrimalShareProgramme::build() {
     rhs_[c] = totals_[c];
   }
   for (std::size_t i = 0; i < functions; ++i) {
-    std::vector<double>& row = tableau_[blocks + i];
-    row[0] = 1.0;
-    for (std::size_t x = 0; x < width_; ++x) row[x_column(x)] = -slope_[i][x];
-    row[surplus_column(i)] = -1.0;
+    tableau_[blocks + i] = function_row(i, cols);
     rhs_[blocks + i] = constant_[i];
   }
   for (std::size_t c = 0; c < blocks; ++c) {
@@ -70,16 +67,22 @@ void PrimalShareProgramme::build() {
   built_ = true;
 }
 
+// Function i's row as written, t - slope.x - s_i (= constant_[i]), over `cols` columns.
+std::vector<double> PrimalShareProgramme::function_row(std::size_t i, std::size_t cols) const {
+  std::vector<double> row(cols, 0.0);
+  row[0] = 1.0;
+  for (std::size_t x = 0; x < width_; ++x) row[x_column(x)] = -slope_[i][x];
+  row[surplus_column(i)] = -1.0;
+  return row;
+}
+
 // Function i's row in the current basis: its surplus basic there, its right-hand side negative
 // where the basis's x breaks it (dual_pivots() then restores feasibility).
 void PrimalShareProgramme::add_row(std::size_t i) {
   for (auto& row : tableau_) row.push_back(0.0);
   reduced_.push_back(0.0);
   const std::size_t cols = reduced_.size();
-  std::vector<double> row(cols, 0.0);
-  row[0] = 1.0;
-  for (std::size_t x = 0; x < width_; ++x) row[x_column(x)] = -slope_[i][x];
-  row[surplus_column(i)] = -1.0;
+  std::vector<double> row = function_row(i, cols);
   double rhs = constant_[i];
   for (std::size_t r = 0; r < tableau_.size(); ++r) {
     const double a = row[basis_[r]];

@@ -48,6 +48,7 @@ class PrimalShareProgramme {
   bool may_enter(std::size_t column) const {
     return column < fixed_column(0) || column >= surplus_column(0);
   }
+  std::vector<double> function_row(std::size_t i, std::size_t cols) const;
   void build();
   void add_row(std::size_t i);
   void pivot_on(std::size_t row, std::size_t column);

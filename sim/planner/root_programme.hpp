@@ -27,7 +27,6 @@ class RootProgramme {
   /// `functions_expected`: how many functions the rounds will add at most.
   RootProgramme(std::size_t coordinates, const std::vector<double>& totals,
                 std::size_t functions_expected);
-  bool primal() const { return std::holds_alternative<PrimalShareProgramme>(form_); }
   void add(double constant, const std::vector<double>& slope) {
     std::visit([&](auto& p) { p.add(constant, slope); }, form_);
   }
