@@ -4,7 +4,6 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -12,6 +11,7 @@
 
 #include "sim/profile.hpp"
 #include "tests/support/run_command.hpp"
+#include "tests/support/scratch_dir.hpp"
 
 namespace pipetune {
 namespace {
@@ -19,8 +19,7 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path scratch(const std::string& name) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("pipetune_byo_test_" + std::to_string(::getpid()));
+  const fs::path dir = testing::scratch_dir() / "byo_model_test";
   fs::create_directories(dir);
   return dir / name;
 }

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "tests/support/run_command.hpp"
+#include "tests/support/scratch_dir.hpp"
 
 namespace pipetune {
 namespace {
@@ -200,8 +201,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 // --trace writes a valid Chrome trace; its summary agrees with --json.
 TEST(CliSimulate, TraceMatchesJsonSummary) {
-  const fs::path trace =
-      fs::temp_directory_path() / ("pipetune_cli_trace_" + std::to_string(::getpid()) + ".json");
+  const fs::path trace = testing::scratch_dir() / "cli_trace.json";
   const auto r = testing::run_command({PIPETUNE_CLI, "simulate", "--profile", kProfile, "--plan",
                                        kPlan, "--json", "--trace", trace.string()},
                                       PIPETUNE_SOURCE_DIR);

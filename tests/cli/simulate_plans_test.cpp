@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "tests/support/run_command.hpp"
+#include "tests/support/scratch_dir.hpp"
 
 namespace pipetune {
 namespace {
@@ -31,7 +32,7 @@ std::vector<json> json_lines(const std::string& out) {
 }
 
 fs::path write_lines(const std::string& name, const std::vector<std::string>& lines) {
-  const fs::path path = fs::temp_directory_path() / name;
+  const fs::path path = testing::scratch_dir() / name;
   std::ofstream out(path);
   for (const auto& l : lines) out << l << "\n";
   return path;

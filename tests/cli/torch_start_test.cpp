@@ -2,11 +2,11 @@
 // What a user sees either way: one line for a model larger than the machine, one program.
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 
 #include "tests/support/run_command.hpp"
+#include "tests/support/scratch_dir.hpp"
 
 namespace pipetune {
 namespace {
@@ -16,8 +16,7 @@ namespace fs = std::filesystem;
 TEST(TorchPart, AModelLargerThanTheMachineIsOneLineNamingTheLayerAndTheBytes) {
   // block0 of this MLP is a 2,000,000 x 2,000,000 float32 weight: 16 TB, more than any
   // machine this runs on, so LibTorch's allocator refuses it at once.
-  const fs::path out =
-      fs::temp_directory_path() / ("pipetune_oom_" + std::to_string(::getpid()) + ".profile.json");
+  const fs::path out = testing::scratch_dir() / "oom.profile.json";
   const auto r =
       testing::run_command({PIPETUNE_CLI, "profile", "--model", "mlp:layers=2,width=2000000",
                             "--batch", "4", "-o", out.string()});

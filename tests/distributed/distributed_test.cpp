@@ -26,6 +26,7 @@
 #include "tests/distributed/ranks.hpp"
 #include "tests/support/gpu.hpp"
 #include "tests/support/run_command.hpp"
+#include "tests/support/scratch_dir.hpp"
 
 namespace pipetune {
 namespace {
@@ -36,9 +37,9 @@ using testing::Ranks;
 class Distributed : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("pipetune-distributed-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    // Under the process's scratch folder, which goes with the process: a parameterized test's
+    // name holds a '/', and TearDown removes the inner folder only.
+    dir_ = testing::scratch_dir() / ::testing::UnitTest::GetInstance()->current_test_info()->name();
     fs::create_directories(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "launch/launch.hpp"
+#include "tests/support/scratch_dir.hpp"
 
 namespace pipetune::testing {
 
@@ -33,8 +34,8 @@ std::string slurp(const std::string& path) {
 }  // namespace
 
 Ranks::Ranks(const std::vector<std::string>& argv, int world) {
-  char pattern[] = "/tmp/pipetune-ranks-XXXXXX";
-  if (!mkdtemp(pattern)) throw std::runtime_error("mkdtemp failed");
+  std::string pattern = (scratch_dir() / "ranks-XXXXXX").string();
+  if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp failed");
   directory_ = pattern;
   const std::string port = std::to_string(launcher::pick_free_port());
   started_ = now_s();

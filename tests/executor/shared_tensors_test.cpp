@@ -12,7 +12,6 @@
 #include <torch/optim/adam.h>
 #include <torch/optim/sgd.h>
 #include <torch/script.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -23,6 +22,7 @@
 #include "sim/error.hpp"
 #include "tests/sim/fixtures.hpp"
 #include "tests/support/run_command.hpp"
+#include "tests/support/scratch_dir.hpp"
 #include "tests/support/tied_head.hpp"
 
 namespace pipetune {
@@ -177,8 +177,7 @@ INSTANTIATE_TEST_SUITE_P(
 std::string script_spec(const std::string& option) {
   static std::map<std::string, std::string> made;
   if (auto it = made.find(option); it != made.end()) return it->second;
-  const auto path = std::filesystem::temp_directory_path() /
-                    ("pipetune" + option.substr(1) + "_" + std::to_string(::getpid()) + ".pt");
+  const auto path = testing::scratch_dir() / (option.substr(2) + ".pt");
   const auto run =
       testing::run_command({PIPETUNE_PYTHON, PIPETUNE_MAKE_SCRIPT, path.string(), option});
   if (run.exit_code != 0) throw std::runtime_error(run.err);

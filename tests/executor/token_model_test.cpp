@@ -10,7 +10,6 @@
 #include <torch/nn/functional/loss.h>
 #include <torch/optim/adam.h>
 #include <torch/script.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -20,6 +19,7 @@
 #include "executor/models/model.hpp"
 #include "sim/error.hpp"
 #include "tests/support/run_command.hpp"
+#include "tests/support/scratch_dir.hpp"
 
 namespace pipetune {
 namespace {
@@ -38,8 +38,7 @@ struct Exported {
 
 const Exported& exported() {
   static const Exported e = [] {
-    const fs::path dir =
-        fs::temp_directory_path() / ("pipetune_token_model_" + std::to_string(::getpid()));
+    const fs::path dir = testing::scratch_dir() / "token_model";
     fs::create_directories(dir);
     const auto r = testing::run_command({PIPETUNE_PYTHON, PIPETUNE_EXPORT_MODEL,
                                          std::string(PIPETUNE_TOKEN_MODEL) + ":build", "--out",

@@ -5,7 +5,6 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <torch/script.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -20,6 +19,7 @@
 #include "sim/error.hpp"
 #include "tests/executor/reference.hpp"
 #include "tests/support/run_command.hpp"
+#include "tests/support/scratch_dir.hpp"
 
 namespace pipetune {
 namespace {
@@ -77,8 +77,7 @@ void expect_same_step(const Step& got, const Step& want, const Plan& plan) {
 }
 
 TEST(TorchScript, ScriptedSequentialRunsPipelinedLikeTheZoo) {
-  const auto path = std::filesystem::temp_directory_path() /
-                    ("pipetune_script_" + std::to_string(::getpid()) + ".pt");
+  const auto path = testing::scratch_dir() / "script.pt";
   const auto made = testing::run_command({PIPETUNE_PYTHON, PIPETUNE_MAKE_SCRIPT, path.string()});
   ASSERT_EQ(made.exit_code, 0) << made.err;
   const std::string spec = path.string() + ":input=8,classes=4";
@@ -101,8 +100,7 @@ TEST(TorchScript, ScriptedSequentialRunsPipelinedLikeTheZoo) {
 // (plain autograd over the whole model), with and without checkpointing, and with the backward
 // split as zero-bubble schedules run it.
 TEST(TorchScript, AStageThatStartsWithALayerChangingItsInputInPlaceTrainsAsOneDevice) {
-  const auto path = std::filesystem::temp_directory_path() /
-                    ("pipetune_inplace_" + std::to_string(::getpid()) + ".pt");
+  const auto path = testing::scratch_dir() / "inplace.pt";
   const auto made =
       testing::run_command({PIPETUNE_PYTHON, PIPETUNE_MAKE_SCRIPT, path.string(), "--in-place"});
   ASSERT_EQ(made.exit_code, 0) << made.err;
@@ -142,8 +140,7 @@ TEST(TorchScript, AStageThatStartsWithALayerChangingItsInputInPlaceTrainsAsOneDe
 class DropoutInsideAScript : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DropoutInsideAScript, DrawsTheSameMasksOnRecompute) {
-  const auto path = std::filesystem::temp_directory_path() /
-                    ("pipetune_dropout_" + std::to_string(::getpid()) + GetParam() + ".pt");
+  const auto path = testing::scratch_dir() / ("dropout" + GetParam() + ".pt");
   const auto made =
       testing::run_command({PIPETUNE_PYTHON, PIPETUNE_MAKE_SCRIPT, path.string(), GetParam()});
   ASSERT_EQ(made.exit_code, 0) << made.err;
@@ -194,8 +191,7 @@ TEST_P(DropoutInsideAScript, DrawsTheSameMasksOnRecompute) {
 // gradients. Seeded per stage, as the executor once did, a split drew other masks (torchvision's
 // and timm's models with dropout or stochastic depth trained 0.06-48 % other losses split).
 TEST_P(DropoutInsideAScript, EverySplitDrawsWhatOneDeviceDraws) {
-  const auto path = std::filesystem::temp_directory_path() /
-                    ("pipetune_split_draws_" + std::to_string(::getpid()) + GetParam() + ".pt");
+  const auto path = testing::scratch_dir() / ("split_draws" + GetParam() + ".pt");
   const auto made =
       testing::run_command({PIPETUNE_PYTHON, PIPETUNE_MAKE_SCRIPT, path.string(), GetParam()});
   ASSERT_EQ(made.exit_code, 0) << made.err;
@@ -246,8 +242,7 @@ TEST(TorchScript, DropoutWithZeroProbabilityDrawsNothing) {
                                                  {"--drop-path", true},
                                                  {"--zero-dropout", false},
                                                  {"", false}}) {
-    const auto path = std::filesystem::temp_directory_path() /
-                      ("pipetune_random_" + std::to_string(::getpid()) + flag + ".pt");
+    const auto path = testing::scratch_dir() / ("random" + flag + ".pt");
     std::vector<std::string> command{PIPETUNE_PYTHON, PIPETUNE_MAKE_SCRIPT, path.string()};
     if (!flag.empty()) command.push_back(flag);
     const auto made = testing::run_command(command);
@@ -267,8 +262,7 @@ TEST(TorchScript, DropoutWithZeroProbabilityDrawsNothing) {
 class DrawsInsideAScript : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DrawsInsideAScript, FromTheThreadsGenerator) {
-  const auto path = std::filesystem::temp_directory_path() /
-                    ("pipetune_own_draws_" + std::to_string(::getpid()) + GetParam() + ".pt");
+  const auto path = testing::scratch_dir() / ("own_draws" + GetParam() + ".pt");
   const auto made =
       testing::run_command({PIPETUNE_PYTHON, PIPETUNE_MAKE_SCRIPT, path.string(), GetParam()});
   ASSERT_EQ(made.exit_code, 0) << made.err;
@@ -306,8 +300,7 @@ INSTANTIATE_TEST_SUITE_P(TorchScript, DrawsInsideAScript,
 // when it probed the first layer alone and in evaluation mode). Every such split trains what one
 // device trains.
 TEST(TorchScript, AnInPlaceDropoutAfterAViewOfTheStageInputTrainsAsOneDevice) {
-  const auto path = std::filesystem::temp_directory_path() /
-                    ("pipetune_inplace_dropout_" + std::to_string(::getpid()) + ".pt");
+  const auto path = testing::scratch_dir() / "inplace_dropout.pt";
   const auto made = testing::run_command(
       {PIPETUNE_PYTHON, PIPETUNE_MAKE_SCRIPT, path.string(), "--in-place-dropout"});
   ASSERT_EQ(made.exit_code, 0) << made.err;
@@ -334,8 +327,7 @@ TEST(TorchScript, AnInPlaceDropoutAfterAViewOfTheStageInputTrainsAsOneDevice) {
 // transformers' BERT embeddings did), a float buffer takes the dtype, and the split model trains
 // as the unsplit one.
 TEST(TorchScript, BuffersThatAreNotFloatingKeepTheirType) {
-  const auto path = std::filesystem::temp_directory_path() /
-                    ("pipetune_index_buffer_" + std::to_string(::getpid()) + ".pt");
+  const auto path = testing::scratch_dir() / "index_buffer.pt";
   const auto made = testing::run_command(
       {PIPETUNE_PYTHON, PIPETUNE_MAKE_SCRIPT, path.string(), "--index-buffer"});
   ASSERT_EQ(made.exit_code, 0) << made.err;
@@ -364,8 +356,7 @@ TEST(TorchScript, BuffersThatAreNotFloatingKeepTheirType) {
 // count the micro-batch twice in num_batches_tracked. After one step, every running statistic is
 // what plain training gives, one micro-batch after another.
 TEST(TorchScript, ARecomputeDoesNotUpdateBatchNormsRunningStatisticsAgain) {
-  const auto path = std::filesystem::temp_directory_path() /
-                    ("pipetune_batch_norm_" + std::to_string(::getpid()) + ".pt");
+  const auto path = testing::scratch_dir() / "batch_norm.pt";
   const auto made =
       testing::run_command({PIPETUNE_PYTHON, PIPETUNE_MAKE_SCRIPT, path.string(), "--batch-norm"});
   ASSERT_EQ(made.exit_code, 0) << made.err;
@@ -419,8 +410,7 @@ TEST(TorchScript, ARecomputeDoesNotUpdateBatchNormsRunningStatisticsAgain) {
 // names the layer and torch's words (not the interpreter's "The following operation failed"),
 // and trying leaves every running statistic where it was.
 TEST(TorchScript, TheFewestSamplesAMicroBatchMayHoldIsFoundAndNothingMoves) {
-  const auto path = std::filesystem::temp_directory_path() /
-                    ("pipetune_least_" + std::to_string(::getpid()) + ".pt");
+  const auto path = testing::scratch_dir() / "least.pt";
   const auto made =
       testing::run_command({PIPETUNE_PYTHON, PIPETUNE_MAKE_SCRIPT, path.string(), "--batch-norm"});
   ASSERT_EQ(made.exit_code, 0) << made.err;
@@ -447,7 +437,7 @@ TEST(TorchScript, TheFewestSamplesAMicroBatchMayHoldIsFoundAndNothingMoves) {
 }
 
 TEST(TorchScript, NotAScriptIsAClearError) {
-  const auto path = std::filesystem::temp_directory_path() / "pipetune_not_a_script.pt";
+  const auto path = testing::scratch_dir() / "not_a_script.pt";
   { std::ofstream(path) << "hello"; }
   try {
     models::build_model(path.string());

@@ -4,13 +4,14 @@
 #include "profiler/cpu_cache.hpp"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
+
+#include "tests/support/scratch_dir.hpp"
 
 namespace pipetune::profiler {
 namespace {
@@ -44,8 +45,7 @@ void add_cache(const fs::path& cpu, int index, const std::string& type, const st
 }
 
 TEST(PrivateCache, LargestCacheOnlyTheCoresThreadsShare) {
-  const fs::path cpu =
-      fs::temp_directory_path() / ("pipetune_sysfs_" + std::to_string(::getpid())) / "cpu0";
+  const fs::path cpu = testing::scratch_dir() / "sysfs" / "cpu0";
   // An SMT core (threads 0 and 8): L1d and L1i, an L2 of its own, an L3 the socket shares.
   write(cpu / "topology" / "thread_siblings_list", "0,8");
   add_cache(cpu, 0, "Data", "48K", "0,8");

@@ -29,6 +29,7 @@
 #include "sim/error.hpp"
 #include "tests/support/gpu.hpp"
 #include "tests/support/run_command.hpp"
+#include "tests/support/scratch_dir.hpp"
 #include "tests/support/tied_head.hpp"
 
 namespace pipetune {
@@ -788,27 +789,27 @@ TEST(Profiler, BadOptions) {
 }
 
 TEST(ProfilerCli, BadInputIsOneLine) {
+  const std::string out = (testing::scratch_dir() / "x.json").string();  // refused: never written
   auto run = [](std::vector<std::string> args) {
     std::vector<std::string> argv{PIPETUNE_CLI, "profile"};
     argv.insert(argv.end(), args.begin(), args.end());
     return testing::run_command(argv);
   };
-  auto r = run({"--model", "vgg", "--batch", "8", "-o", "/tmp/x.json"});
+  auto r = run({"--model", "vgg", "--batch", "8", "-o", out});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, ::testing::StartsWith("pipetune: error: --model: unknown model \"vgg\""));
-  r = run({"--model", "mlp", "--batch", "0", "-o", "/tmp/x.json"});
+  r = run({"--model", "mlp", "--batch", "0", "-o", out});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.err,
             "pipetune: --batch: expected a whole number from 1 to 1000000000, got \"0\" (see "
             "--help)\n");
   r = run({"--model", "mlp:layers=2,width=8", "--batch", "8", "--micro-batch-sizes", "2,64", "-o",
-           "/tmp/x.json"});
+           out});
   EXPECT_EQ(r.err,
             "pipetune: error: --micro-batch-sizes: expected sizes from 1 to 8 (the batch size), "
             "got 64\n");
   if (!torch::cuda::is_available()) {
-    r = run({"--model", "mlp:layers=2,width=8", "--batch", "8", "--device", "cuda", "-o",
-             "/tmp/x.json"});
+    r = run({"--model", "mlp:layers=2,width=8", "--batch", "8", "--device", "cuda", "-o", out});
     EXPECT_EQ(r.exit_code, 2);
     EXPECT_THAT(r.err, ::testing::StartsWith("pipetune: error: --device cuda"));
   }

@@ -14,6 +14,7 @@
 #include "sim/plan.hpp"
 #include "sim/profile.hpp"
 #include "tests/sim/fixtures.hpp"
+#include "tests/support/scratch_dir.hpp"
 
 namespace pipetune {
 namespace {
@@ -869,7 +870,7 @@ TEST(PlanFormat, CheckAgainstProfileAndHardware) {
 }
 
 TEST(FileIo, AtomicWriteLeavesNoTemporaryAndKeepsOldFileOnFailure) {
-  const auto dir = std::filesystem::temp_directory_path() / "pipetune_file_io_test";
+  const auto dir = testing::scratch_dir() / "file_io_test";
   std::filesystem::create_directories(dir);
   const std::string path = (dir / "out.json").string();
   write_text_file_atomically(path, "first");

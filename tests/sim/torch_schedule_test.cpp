@@ -15,6 +15,7 @@
 #include "sim/schedule.hpp"
 #include "sim/schedule_csv.hpp"
 #include "tests/support/run_command.hpp"
+#include "tests/support/scratch_dir.hpp"
 
 namespace pipetune {
 namespace {
@@ -138,7 +139,7 @@ TEST(ScheduleCsv, RoundTripsEveryGeneratedSchedule) {
 // two stages on one device written as that device's merged programme.
 TEST(ScheduleCsv, TorchValidatesWhatWeWrite) {
   if (!std::filesystem::exists(PIPETUNE_PYTHON)) GTEST_SKIP() << "no venv at " << PIPETUNE_PYTHON;
-  const auto dir = std::filesystem::temp_directory_path() / "pipetune_schedule_csv_test";
+  const auto dir = testing::scratch_dir() / "schedule_csv_test";
   std::filesystem::create_directories(dir);
   std::vector<std::string> argv{PIPETUNE_PYTHON, PIPETUNE_TORCH_SCHEDULES, "--validate"};
   auto add = [&](const std::string& name, const std::vector<std::vector<Action>>& programs,

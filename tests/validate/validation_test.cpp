@@ -12,6 +12,7 @@
 
 #include "sim/simulator.hpp"
 #include "tests/sim/fixtures.hpp"
+#include "tests/support/scratch_dir.hpp"
 #include "validate/fit_check.hpp"
 
 namespace pipetune::validate {
@@ -151,7 +152,7 @@ TEST(MeasuredRun, MedianAndSpread) {
 TEST(FitCheck, SharesOfOneGpuAreCheckedAgainstTheGpusOneMemory) {
   const Profile profile =
       testing::make_profile({{1.0, 2.0, 4000, 300, 500, 0}, {1.0, 2.0, 4000, 300, 500, 0}}, 4, 100);
-  const auto path = std::filesystem::temp_directory_path() / "pipetune-fit-shares.profile.json";
+  const auto path = testing::scratch_dir() / "pipetune-fit-shares.profile.json";
   save_profile(profile, path.string());
   const Plan plan = testing::make_plan({1, 1}, 2, CheckpointMode::Never);
   Hardware apart = replicate_device(profile.device, 2);
@@ -184,7 +185,7 @@ struct CudaFitCase {
   std::vector<std::int64_t> peaks;
   FitCheck check;
   CudaFitCase(const Profile& profile, const Plan& plan, const std::string& name)
-      : path(std::filesystem::temp_directory_path() / name) {
+      : path(testing::scratch_dir() / name) {
     save_profile(profile, path.string());
     const int devices = static_cast<int>(plan.balance.size());
     for (const DeviceReport& d :
@@ -243,7 +244,7 @@ TEST(FitCheck, WhatIsFreeNowIsWarnedOfNotRefused) {
   Hardware swapped = replicate_device(profile.device, 2);
   swapped.devices[0].name = "cuda:1";
   swapped.devices[1].name = "cuda:0";
-  const auto hardware = std::filesystem::temp_directory_path() / "pipetune-fit-free.hw.json";
+  const auto hardware = testing::scratch_dir() / "pipetune-fit-free.hw.json";
   save_hardware(swapped, hardware.string());
   check.hardware_path = hardware.string();
   check.memory_bytes = 2 * std::max(peaks[0], peaks[1]);
@@ -315,7 +316,7 @@ TEST(FitCheck, DistributedRanksSharingAGpuAddTheirPeaksUp) {
   // place, so the ranks on one GPU still add up.
   Hardware named = replicate_device(profile.device, 3);
   for (int k = 0; k < 3; ++k) named.devices[k].name = "gpu" + std::to_string(k);
-  const auto hardware = std::filesystem::temp_directory_path() / "pipetune-fit-ranks.hw.json";
+  const auto hardware = testing::scratch_dir() / "pipetune-fit-ranks.hw.json";
   save_hardware(named, hardware.string());
   check.hardware_path = hardware.string();
   check.rank_gpus = 2;
