@@ -4,6 +4,8 @@
 
 #include <benchmark/benchmark.h>
 
+#include <random>
+
 #include "bench/synthetic_profile.hpp"
 #include "sim/balance.hpp"
 #include "sim/event_engine.hpp"
@@ -117,6 +119,31 @@ void BM_SimulateNewShapeEachRun(benchmark::State& state) {
       benchmark::Counter(static_cast<double>(tasks), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_SimulateNewShapeEachRun)->Unit(benchmark::kMicrosecond);
+
+// What the planner's local search simulates: 1,000 layers in 16 stages and 16 micro-batches,
+// each run with a random stage end moved by a layer (two stages' layers change, the others' not).
+void BM_SimulateOneEndMovedEachRun(benchmark::State& state) {
+  SyntheticPipeline p = synthetic_pipeline(16, 16);
+  p.profile = synthetic_profile(1000, 16);
+  p.plan.balance.assign(16, 62);
+  p.plan.balance.back() = 1000 - 15 * 62;
+  const Simulator simulator(p.profile, p.hardware);
+  const SimulationOptions lean = lean_options();
+  std::mt19937 rng(7);
+  std::size_t tasks = 0;
+  for (auto _ : state) {
+    const int end = static_cast<int>(rng() % 15), way = rng() % 2 == 0 ? 1 : -1;
+    if (p.plan.balance[end] + way < 1 || p.plan.balance[end + 1] - way < 1) continue;
+    p.plan.balance[end] += way;
+    p.plan.balance[end + 1] -= way;
+    const auto r = simulator.run(p.plan, lean);
+    tasks += r.task_count;
+    benchmark::DoNotOptimize(r.iteration_ms);
+  }
+  state.counters["tasks_per_s"] =
+      benchmark::Counter(static_cast<double>(tasks), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_SimulateOneEndMovedEachRun)->Unit(benchmark::kMicrosecond);
 
 // The same with every task's times and the memory curves recorded (what `simulate --trace`
 // and the GUI need).

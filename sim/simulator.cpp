@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 
 #include "sim/after_idle.hpp"
 #include "sim/cache_model.hpp"
@@ -79,8 +80,36 @@ std::int64_t SimulationResult::max_peak_memory_bytes() const {
   return peak;
 }
 
+// StageMemory by (micro-batch size's costs, first layer, end, first stage): a pure function of
+// those and the cost model the simulator holds. Cleared when full: a search walks a
+// neighbourhood of plans at a time.
+struct Simulator::StageMemoryCache {
+  static constexpr std::size_t kMostEntries = 1 << 15;
+  using Key = std::tuple<const SizeCosts*, int, int, bool>;
+  struct Hash {
+    std::size_t operator()(const Key& k) const {
+      const auto [c, first, end, first_stage] = k;
+      std::size_t h = std::hash<const void*>()(c);
+      h = h * 0x9E3779B97F4A7C15ULL + static_cast<std::size_t>(first);
+      h = h * 0x9E3779B97F4A7C15ULL + static_cast<std::size_t>(end);
+      return h * 2 + (first_stage ? 1 : 0);
+    }
+  };
+  std::unordered_map<Key, StageMemory, Hash> entries;
+  const StageMemory& of(const CostModel& costs, const SizeCosts& c, int first, int end,
+                        bool first_stage) {
+    const Key key{&c, first, end, first_stage};
+    if (auto it = entries.find(key); it != entries.end()) return it->second;
+    if (entries.size() >= kMostEntries) entries.clear();
+    return entries.emplace(key, stage_memory(costs, c, first, end, first_stage)).first->second;
+  }
+};
+
 Simulator::Simulator(const Profile& profile, const Hardware& hardware)
-    : profile_(profile), hardware_(hardware), costs_(profile) {
+    : profile_(profile),
+      hardware_(hardware),
+      costs_(profile),
+      stage_memory_(std::make_unique<StageMemoryCache>()) {
   shared_gpu_ = shared_gpus(hardware);
   device_memory_ = device_memories(hardware);
   const int devices = static_cast<int>(hardware.devices.size());
@@ -156,7 +185,7 @@ void put_whole_backward_at_weight(StageCost& cost, double overhead_ms) {
 // 1, no overhead) scales compute by how many devices are busy. The per-task overhead is paid
 // by the device and by the host alike.
 StageCosts stage_costs(const CostModel& costs, const Hardware& hardware, const PlanShape& shape,
-                       double spread_z) {
+                       double spread_z, const auto& memory_of) {
   const double time_scale = hardware.calibration.scale_for(busy_devices(shape));
   const double overhead_ms = hardware.launch_overhead_ms + hardware.calibration.task_overhead_ms;
   StageCosts cost(shape.stages);
@@ -228,7 +257,7 @@ StageCosts stage_costs(const CostModel& costs, const Hardware& hardware, const P
         }
       }
       cost[s][slot].gradient_bytes = costs.trained_bytes(a, b);
-      cost[s][slot].memory = stage_memory(costs, c, a, b, s == 0);
+      cost[s][slot].memory = memory_of(c, a, b, s == 0);
     }
   }
   return cost;
@@ -1006,7 +1035,11 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
                                      profile_.batch_size, graph.schedule);
   const Runtime runtime = hardware_.runtime;
   const bool torch = runtime == Runtime::TorchPipelining;
-  StageCosts cost = stage_costs(costs_, hardware_, shape, options.spread_z);
+  StageCosts cost = stage_costs(
+      costs_, hardware_, shape, options.spread_z,
+      [&](const SizeCosts& c, int first, int end, bool first_stage) -> const StageMemory& {
+        return stage_memory_->of(costs_, c, first, end, first_stage);
+      });
   std::vector<std::pair<double, double>> launched;
   if (profile_.has_launch_times()) {
     // before the device's durations are set
