@@ -96,11 +96,13 @@ struct Simulator::StageMemoryCache {
     }
   };
   std::unordered_map<Key, StageMemory, Hash> entries;
+  std::uint64_t walked = 0;  // layers walked (not found here)
   const StageMemory& of(const CostModel& costs, const SizeCosts& c, int first, int end,
                         bool first_stage) {
     const Key key{&c, first, end, first_stage};
     if (auto it = entries.find(key); it != entries.end()) return it->second;
     if (entries.size() >= kMostEntries) entries.clear();
+    walked += static_cast<std::uint64_t>(end - first);
     return entries.emplace(key, stage_memory(costs, c, first, end, first_stage)).first->second;
   }
 };
@@ -123,6 +125,10 @@ Simulator::Simulator(const Profile& profile, const Hardware& hardware)
 }
 
 Simulator::~Simulator() = default;
+
+std::uint64_t Simulator::memory_walk_layers() const {
+  return stage_memory_->walked;
+}
 
 namespace {
 

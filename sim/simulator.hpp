@@ -136,6 +136,9 @@ class Simulator {
   const Profile& profile() const { return profile_; }
   const Hardware& hardware() const { return hardware_; }
   const CostModel& costs() const { return costs_; }
+  /// Layers walked for stages' memory so far, over every run: a stage walked in an earlier run
+  /// (the same layers, micro-batch size and place) is not walked again.
+  std::uint64_t memory_walk_layers() const;
 
  private:
   // The task graph of the last plan's shape (schedule, checkpoint mode, micro-batch count and

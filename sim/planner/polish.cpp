@@ -23,9 +23,7 @@ void SingleStageSearch::evaluate(const std::vector<int>& balance, Objective obje
   SimulationOptions lean;
   lean.record_tasks = false;
   lean.record_memory = false;
-  const SimulationResult r = context_.simulator.run(plan, lean);
-  ++context_.stats.simulations;
-  context_.stats.steps += context_.simulation_steps(c, r);
+  const SimulationResult r = context_.simulate_charged(plan, lean);
 
   auto candidate = [&] { return context_.candidate_of(c, plan, r); };
   if (objective == Objective::Time) {

@@ -122,10 +122,8 @@ Score SearchContext::simulate_for(Entry& e, const std::vector<int>& balance,
   SimulationOptions lean;
   lean.record_tasks = false;
   lean.record_memory = false;
-  const SimulationResult r = simulator.run(plan, lean);
-  ++stats.simulations;
+  const SimulationResult r = simulate_charged(plan, lean);
   ++e.stats.nodes;
-  stats.steps += simulation_steps(*e.config, r);
   std::vector<std::int64_t> predicted;
   for (const auto& d : r.devices) predicted.push_back(d.peak_memory_bytes);
   if (peaks != nullptr) {

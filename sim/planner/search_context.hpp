@@ -188,12 +188,16 @@ class SearchContext {
   // much the largest peak exceeds its cap).
   Score simulate_for(Entry& e, const std::vector<int>& balance,
                      std::vector<std::int64_t>* peaks = nullptr);
-  // What a simulation costs: a step per task, and half a step per layer and micro-batch size
-  // for the stages' memory walks (about 30 ns a layer: with one micro-batch on 120 layers
-  // they were most of a simulation, and a budget of 10 M steps ran 2.6 s).
-  std::uint64_t simulation_steps(const Config& c, const SimulationResult& r) const {
-    const int sizes = c.sizes.front() == c.sizes.back() ? 1 : 2;
-    return r.task_count + static_cast<std::uint64_t>(layers * sizes) / 2;
+  // A simulation of `plan`, charged: a step per task, and half a step per layer and micro-batch
+  // size the stages' memory walks cover, where the simulator does not hold them from an earlier
+  // run (about 30 ns a layer: with one micro-batch on 120 layers they were most of a
+  // simulation, and a budget of 10 M steps ran 2.6 s).
+  SimulationResult simulate_charged(const Plan& plan, const SimulationOptions& options) {
+    const std::uint64_t walked = simulator.memory_walk_layers();
+    SimulationResult r = simulator.run(plan, options);
+    ++stats.simulations;
+    stats.steps += r.task_count + (simulator.memory_walk_layers() - walked) / 2;
+    return r;
   }
   // Every output a stage boundary can carry at a micro-batch size, smallest first (for
   // least_boundary_copies_ms()), sorted once per size.
