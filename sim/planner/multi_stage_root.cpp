@@ -74,7 +74,8 @@ class MultiStageSearch::MultiStageRoot {
   }
   std::vector<double> slopes(const Counts& counts);
   void charge(std::uint64_t cells_before) {
-    search.context_.stats.steps += (programme.pivot_cells() - cells_before) / kPivotCellsPerStep;
+    search.context_.stats.steps +=
+        (programme.pivot_cells() - cells_before) / kRootPivotCellsPerStep;
   }
   double time_model_plan(const std::vector<double>& plan);
   int add_paths(const std::vector<double>& plan, int count);
@@ -376,7 +377,7 @@ double MultiStageSearch::multi_stage_relaxed_root(const Config& c, const LayerWo
       std::uint64_t cells = 0;
       bound = std::max(bound, heaviest_layer_bound(st.programme, root.work, root.classes,
                                                    root.stages, st.shares, bound, &cells));
-      context_.stats.steps += cells / kPivotCellsPerStep;
+      context_.stats.steps += cells / kRootPivotCellsPerStep;
     }
     *complete = true;
   }

@@ -11,6 +11,8 @@ namespace pipetune::planning {
 // --- What a step of the budget is worth, per kind of work -------------------------------------
 // Tableau cells a pivot updates per step (a cell costs about 1.5 ns).
 inline constexpr std::uint64_t kPivotCellsPerStep = 32;
+// The same for a multi-stage relaxed root's programme (0.35-0.9 ns a cell).
+inline constexpr std::uint64_t kRootPivotCellsPerStep = 64;
 // Min-sum partition cells (MultiStagePeakBound::may_fit()) per step (about 6 ns each).
 inline constexpr std::uint64_t kPartitionCellsPerStep = 8;
 // Pivot cells of may_fit()'s master programme per step (about 0.7 ns each).
