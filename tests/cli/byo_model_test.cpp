@@ -19,9 +19,7 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path scratch(const std::string& name) {
-  const fs::path dir = testing::scratch_dir() / "byo_model_test";
-  fs::create_directories(dir);
-  return dir / name;
+  return testing::scratch_file("byo_model_test", name);
 }
 
 // Exports MODULE:FUNCTION to PREFIX.pt and PREFIX.batch.pt; returns the spec it printed.

@@ -23,9 +23,7 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path scratch(const std::string& name) {
-  const fs::path dir = testing::scratch_dir() / "run_test";
-  fs::create_directories(dir);
-  return dir / name;
+  return testing::scratch_file("run_test", name);
 }
 
 fs::path write_plan(const std::string& name, const std::string& json) {

@@ -23,9 +23,7 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path scratch(const std::string& name) {
-  const fs::path dir = testing::scratch_dir() / "validate_test";
-  fs::create_directories(dir);
-  return dir / name;
+  return testing::scratch_file("validate_test", name);
 }
 
 nlohmann::json read_json(const fs::path& p) {

@@ -54,4 +54,10 @@ const std::filesystem::path& scratch_dir() {
   return dir.path();
 }
 
+std::filesystem::path scratch_file(const std::string& folder, const std::string& name) {
+  const std::filesystem::path dir = scratch_dir() / folder;
+  std::filesystem::create_directories(dir);
+  return dir / name;
+}
+
 }  // namespace pipetune::testing
