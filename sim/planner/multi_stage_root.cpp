@@ -455,7 +455,7 @@ StageWorkRows MultiStageSearch::time_rows_of(const Plan& plan) {
 }
 
 double MultiStageSearch::configuration_bound_of(const Plan& plan) const {
-  return bound(context_.config_of(plan), /*with_copies=*/true);
+  return bound(context_.config_of(plan), /*at_the_end=*/true);
 }
 
 // The cheap pass: under caps, the memory relaxation (MultiStagePeakBound::may_fit()); the

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "sim/partition.hpp"
+#include "sim/planner/layer_device_bound.hpp"
 #include "sim/planner/multi_stage_balance_bound.hpp"
 
 namespace pipetune::planning {
@@ -46,10 +47,14 @@ MultiStageSearch::MultiStageSearch(SearchContext& context) : SearchPart(context)
 //   back, at best at the fastest speed, and crosses each boundary between stages on two
 //   devices twice (an activation, then a gradient of as many bytes); the boundaries end at
 //   distinct layers, so their copies cost at least the least copies of as many layers
-//   (`with_copies`). With few layers a stage and slow links these copies are much of a round
+//   (`at_the_end`). With few layers a stage and slow links these copies are much of a round
 //   trip: on 40 layers of 32 stages over 1 GB/s links, a random instance's bound rose from a
-//   third of its best plans to a half with them. The search leaves them out (see run()).
-double MultiStageSearch::bound(const Config& c, bool with_copies) const {
+//   third of its best plans to a half with them;
+// - one device runs each layer for every micro-batch, between the head and the tail of its
+//   round trips (layer_device_bound(), `at_the_end`).
+// The search leaves out what `at_the_end` adds: raised during it, these bounds reorder the
+// configurations and move the budget (see run()).
+double MultiStageSearch::bound(const Config& c, bool at_the_end) const {
   const int v = c.stages_per_device, m = c.micro_batches(), stages = context_.stage_count(c);
   const bool split = splits_backward(c.schedule);
   std::vector<double> layer_work(layers_, 0.0);
@@ -73,7 +78,10 @@ double MultiStageSearch::bound(const Config& c, bool with_copies) const {
   return std::max(
       {total / context_.total_speed + tasks, heaviest / context_.max_speed + tasks,
        chain / context_.max_speed + overhead_ * 2.0 * stages +
-           (with_copies ? (context_.costs.has_frozen() ? 1.0 : 2.0) * least_copies(c) : 0.0)});
+           (at_the_end ? (context_.costs.has_frozen() ? 1.0 : 2.0) * least_copies(c) : 0.0),
+       at_the_end
+           ? layer_device_bound(context_.costs, c.sizes, split, context_.max_speed, overhead_)
+           : 0.0});
 }
 
 // The least one-way copy time of micro-batch 0 over the boundaries between stages on two

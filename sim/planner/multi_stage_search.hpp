@@ -63,8 +63,9 @@ class MultiStageSearch : private SearchPart {
  public:
   explicit MultiStageSearch(SearchContext& context);
 
-  // A configuration's bound before any search (with micro-batch 0's copies too: the final one).
-  double bound(const Config& c, bool with_copies = false) const;
+  // A configuration's bound before any search; `at_the_end`, the final one: with micro-batch
+  // 0's copies and one layer's device (layer_device_bound()) too.
+  double bound(const Config& c, bool at_the_end = false) const;
   // The cheap pass over entry e: its relaxed root, as far as an allowance of the budget goes,
   // and its first plans, unless a bound closes it. `ranking_threshold`: what e must beat.
   void open_root(Entry& e, double ranking_threshold);
@@ -78,7 +79,7 @@ class MultiStageSearch : private SearchPart {
  private:
   double ranking_threshold_ = kInf;  // what the configuration in its slice must beat to rank
 
-  // The least that micro-batch 0's copies add to any balance of c (bound()'s with_copies).
+  // The least that micro-batch 0's copies add to any balance of c (bound()'s at_the_end).
   double least_copies(const Config& c) const;
   double multi_stage_relaxed_root(const Config& c, const LayerWork& work, std::uint64_t step_limit,
                                   double enough, std::unique_ptr<RelaxedRootState>& state,
