@@ -714,8 +714,9 @@ std::vector<double> pays_after_idle(const EventEngine& engine, std::span<const T
 // Run with the durations set, set them from that run, and run again, until no duration moves by
 // more than 1e-9 of the makespan, or for a bounded number of rounds, so a timeline that flips
 // between two orders still ends (on the last durations).
-void settle_timeline_durations(EventEngine& engine, std::vector<TimedTask>& tasks, int co_runners,
-                               std::span<const AfterIdlePoint> after_idle, int devices) {
+// Returns the engine runs it made.
+int settle_timeline_durations(EventEngine& engine, std::vector<TimedTask>& tasks, int co_runners,
+                              std::span<const AfterIdlePoint> after_idle, int devices) {
   constexpr int kMaxRounds = 32;
   std::vector<ComputeSpan> spans(tasks.size());
   std::vector<double> work(tasks.size());
@@ -742,8 +743,9 @@ void settle_timeline_durations(EventEngine& engine, std::vector<TimedTask>& task
       t.duration_ms = ms;
       engine.set_duration(t.id, ms);
     }
-    if (largest_move <= 1e-9 * engine.makespan()) return;
+    if (largest_move <= 1e-9 * engine.makespan()) return round + 1;
   }
+  return kMaxRounds;
 }
 
 // Each device's compute time: every compute task's span on it, its duration (the co-run
@@ -1068,11 +1070,13 @@ SimulationResult Simulator::simulate(const Plan& plan, const std::vector<int>& d
   if (torch && !step.sends_held) hold_sent_gradients_as_torch(graph);
   set_initial_memory(graph, shape.devices, baseline);
   if (timeline_durations) {
-    settle_timeline_durations(engine, effects.timed, corun ? profile_.co_runners : 0,
-                              profile_.device.after_idle, shape.devices);
+    engine_runs_ +=
+        settle_timeline_durations(engine, effects.timed, corun ? profile_.co_runners : 0,
+                                  profile_.device.after_idle, shape.devices);
   }
 
   engine.run(options.record_memory);
+  ++engine_runs_;
   if (torch) end_step_as_torch(step, effects.held);
 
   SimulationResult result;

@@ -139,6 +139,9 @@ class Simulator {
   /// Layers walked for stages' memory so far, over every run: a stage walked in an earlier run
   /// (the same layers, micro-batch size and place) is not walked again.
   std::uint64_t memory_walk_layers() const;
+  /// Runs of the event engine so far, over every run: one a simulation, more where co-run or
+  /// after-idle times settle the durations by a fixed point (up to 33).
+  std::uint64_t engine_runs() const { return engine_runs_; }
 
  private:
   // The task graph of the last plan's shape (schedule, checkpoint mode, micro-batch count and
@@ -170,6 +173,7 @@ class Simulator {
   std::vector<int> shared_gpu_;
   std::vector<int> device_memory_;  // device_memories(): the counter each device's tensors use
   mutable Graph graph_;
+  mutable std::uint64_t engine_runs_ = 0;
   // Each stage's memory walk by its layers, micro-batch size and place (the planner's moves of
   // one stage end change two stages of a plan; the walks were a tenth of its time).
   struct StageMemoryCache;

@@ -188,15 +188,19 @@ class SearchContext {
   // much the largest peak exceeds its cap).
   Score simulate_for(Entry& e, const std::vector<int>& balance,
                      std::vector<std::int64_t>* peaks = nullptr);
-  // A simulation of `plan`, charged: a step per task, and half a step per layer and micro-batch
-  // size the stages' memory walks cover, where the simulator does not hold them from an earlier
-  // run (about 30 ns a layer: with one micro-batch on 120 layers they were most of a
-  // simulation, and a budget of 10 M steps ran 2.6 s).
+  // A simulation of `plan`, charged: a step per task and run of the event engine (co-run and
+  // after-idle times settle by up to 33 runs: charged one, a CPU profile's 20-layer model spent
+  // 16 s on a budget of 10 M steps), and half a step per layer and micro-batch size the stages'
+  // memory walks cover, where the simulator does not hold them from an earlier run (about 30 ns
+  // a layer: with one micro-batch on 120 layers they were most of a simulation, and a budget of
+  // 10 M steps ran 2.6 s).
   SimulationResult simulate_charged(const Plan& plan, const SimulationOptions& options) {
     const std::uint64_t walked = simulator.memory_walk_layers();
+    const std::uint64_t runs = simulator.engine_runs();
     SimulationResult r = simulator.run(plan, options);
     ++stats.simulations;
-    stats.steps += r.task_count + (simulator.memory_walk_layers() - walked) / 2;
+    stats.steps += r.task_count * (simulator.engine_runs() - runs) +
+                   (simulator.memory_walk_layers() - walked) / 2;
     return r;
   }
   // Every output a stage boundary can carry at a micro-batch size, smallest first (for

@@ -82,6 +82,35 @@ TEST(CorunSimulator, HandComputedTwoDevices) {
   EXPECT_TRUE(seen);
 }
 
+// What the planner charges a simulation by (Simulator::engine_runs()): one engine run without
+// co-run times; with them a fixed point first, one run that moves nothing where they equal the
+// solo times, more where they move the durations, and the final run.
+TEST(CorunSimulator, EngineRunsCountTheFixedPointsRounds) {
+  testing::LayerSpec first{2.0, 1.0}, second{1.0, 1.0};
+  Profile profile = testing::make_profile({first, second}, 2);
+  const Hardware hw = replicate_device(profile.device, 2);
+  const Plan plan = make_plan({1, 1}, 2, CheckpointMode::Never);
+  const Simulator solo(profile, hw);
+  solo.run(plan);
+  solo.run(plan);
+  EXPECT_EQ(solo.engine_runs(), 2u);
+
+  profile.co_runners = 1;
+  for (auto& layer : profile.layers) {
+    layer.forward_corun_ms = layer.forward_ms;
+    layer.backward_corun_ms = layer.backward_ms;
+  }
+  const Simulator unmoved(profile, hw);
+  unmoved.run(plan);
+  EXPECT_EQ(unmoved.engine_runs(), 2u);
+
+  for (double& ms : profile.layers[0].forward_corun_ms) ms = 4.0;
+  const Simulator moved(profile, hw);
+  moved.run(plan);
+  EXPECT_GE(moved.engine_runs(), 4u);  // solo times, the first shares' times, at least one more
+  EXPECT_LE(moved.engine_runs(), 33u);
+}
+
 // A profile whose co-run times equal its solo times predicts bit for bit what the same profile
 // without them predicts, over random plans; and one with dearer co-run times lies between the
 // solo prediction and the one with every task at its co-run time (with each stream's order
