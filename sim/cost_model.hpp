@@ -190,6 +190,21 @@ struct SizeCosts {
   double backward_weight_ms_sum(int first, int end) const {
     return backward_weight_prefix[end] - backward_weight_prefix[first];
   }
+  /// The least a layer's forward, backward and way back can cost, whichever way it runs: the
+  /// planner's balance-free bounds price layers by these. A forward with or without autograd
+  /// (checkpointing runs the latter first).
+  double least_forward_ms(int layer) const {
+    return std::min(forward_ms[layer], forward_nograd_ms[layer]);
+  }
+  /// A backward whole or as its I and W halves.
+  double least_backward_ms(int layer) const {
+    return std::min(backward_ms[layer], backward_input_ms[layer] + backward_weight_ms[layer]);
+  }
+  /// The gradient's way back through the layer where the backward is split: its I, or the whole
+  /// backward where that is less.
+  double least_input_backward_ms(int layer) const {
+    return std::min(backward_input_ms[layer], backward_ms[layer]);
+  }
   /// What a stage starting at layer `first` receives: the model input or the previous output.
   std::int64_t stage_input_bytes(int first) const {
     return first == 0 ? input_bytes : output_bytes[first - 1];

@@ -19,13 +19,11 @@ double layer_device_bound(const CostModel& costs, const std::vector<std::int64_t
   for (std::int64_t size : sizes) {
     const SizeCosts& s = costs.at(size);
     for (int k = 0; k < layers; ++k) {
-      const double forward = std::min(s.forward_ms[k], s.forward_nograd_ms[k]);
-      forwards[k] += forward;
-      backwards[k] += std::min(s.backward_ms[k], s.backward_input_ms[k] + s.backward_weight_ms[k]);
-      forward_step[k] = std::min(forward_step[k], forward);
+      forwards[k] += s.least_forward_ms(k);
+      backwards[k] += s.least_backward_ms(k);
+      forward_step[k] = std::min(forward_step[k], s.least_forward_ms(k));
       back_step[k] =
-          std::min(back_step[k],
-                   split ? std::min(s.backward_input_ms[k], s.backward_ms[k]) : s.backward_ms[k]);
+          std::min(back_step[k], split ? s.least_input_backward_ms(k) : s.backward_ms[k]);
     }
   }
   const double forward_trip = std::accumulate(forward_step.begin(), forward_step.end(), 0.0);

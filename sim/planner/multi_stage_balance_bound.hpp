@@ -47,11 +47,9 @@ class MultiStageBalanceBound {
              tail = std::numeric_limits<double>::infinity();
       for (const SizeCosts* size_costs : of_size) {
         const SizeCosts& c = *size_costs;
-        const double forward = std::min(c.forward_ms[k], c.forward_nograd_ms[k]);
-        work +=
-            forward + std::min(c.backward_ms[k], c.backward_input_ms[k] + c.backward_weight_ms[k]);
-        head = std::min(head, forward);
-        tail = std::min(tail, std::min(c.backward_ms[k], c.backward_input_ms[k]));
+        work += c.least_forward_ms(k) + c.least_backward_ms(k);
+        head = std::min(head, c.least_forward_ms(k));
+        tail = std::min(tail, c.least_input_backward_ms(k));
         least_output_[k] = std::min(least_output_[k], static_cast<double>(c.output_bytes[k]));
       }
       work_[k + 1] = work_[k] + work;

@@ -61,16 +61,14 @@ double MultiStageSearch::bound(const Config& c, bool at_the_end) const {
   for (std::int64_t size : c.sizes) {
     const SizeCosts& s = context_.costs.at(size);
     for (int k = 0; k < layers_; ++k) {
-      layer_work[k] += std::min(s.forward_ms[k], s.forward_nograd_ms[k]) +
-                       std::min(s.backward_ms[k], s.backward_input_ms[k] + s.backward_weight_ms[k]);
+      layer_work[k] += s.least_forward_ms(k) + s.least_backward_ms(k);
     }
   }
   const SizeCosts& first = context_.costs.at(c.sizes.front());
   double chain = 0.0;
   for (int k = 0; k < layers_; ++k) {
-    chain +=
-        std::min(first.forward_ms[k], first.forward_nograd_ms[k]) +
-        (split ? std::min(first.backward_input_ms[k], first.backward_ms[k]) : first.backward_ms[k]);
+    chain += first.least_forward_ms(k) +
+             (split ? first.least_input_backward_ms(k) : first.backward_ms[k]);
   }
   const double total = std::accumulate(layer_work.begin(), layer_work.end(), 0.0);
   const double heaviest = *std::max_element(layer_work.begin(), layer_work.end());

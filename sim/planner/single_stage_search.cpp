@@ -125,14 +125,11 @@ void SingleStageSearch::prepare(const Config& config) {
   before_.assign(layers_ + 1, 0.0);
   after_.assign(layers_ + 1, 0.0);
   for (int k = 0; k < layers_; ++k) {
-    before_[k + 1] =
-        before_[k] +
-        (std::min(f.forward_ms[k], f.forward_nograd_ms[k]) + f.backward_ms[k]) / context_.max_speed;
+    before_[k + 1] = before_[k] + (f.least_forward_ms(k) + f.backward_ms[k]) / context_.max_speed;
   }
   for (int k = layers_ - 1; k >= 0; --k) {
-    after_[k] = after_[k + 1] +
-                (std::min(onward.forward_ms[k], onward.forward_nograd_ms[k]) + f.backward_ms[k]) /
-                    context_.max_speed;
+    after_[k] =
+        after_[k + 1] + (onward.least_forward_ms(k) + f.backward_ms[k]) / context_.max_speed;
   }
   prepare_host(config);
 }
