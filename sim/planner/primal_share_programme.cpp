@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 
 #include "sim/planner/tuning.hpp"
 
@@ -20,16 +21,35 @@ PrimalShareProgramme::PrimalShareProgramme(std::size_t coordinates, std::vector<
     : coordinates_(coordinates), width_(coordinates * totals.size()), totals_(std::move(totals)) {}
 
 void PrimalShareProgramme::add(double constant, const std::vector<double>& slope) {
+  function_row_.push_back(constant_.size());
+  add_cut(constant, slope, true);
+}
+
+void PrimalShareProgramme::add_constraint(const std::vector<double>& a, double b) {
+  if (function_row_.empty())
+    throw std::logic_error("PrimalShareProgramme: a constraint before any function");
+  if (!built_) {
+    build();
+    primal_pivots();
+  }
+  std::vector<double> slope(a.size());
+  for (std::size_t k = 0; k < a.size(); ++k) slope[k] = -a[k];
+  add_cut(b, std::move(slope), false);
+}
+
+void PrimalShareProgramme::add_cut(double constant, std::vector<double> slope, bool function) {
   scale_ = std::max(scale_, std::abs(constant));
   for (std::size_t k = 0; k < slope.size(); ++k)
     scale_ = std::max(scale_, std::abs(slope[k]) * totals_[k / coordinates_]);
   constant_.push_back(constant);
-  slope_.push_back(slope);
+  slope_.push_back(std::move(slope));
+  is_function_.push_back(function);
   if (built_) add_row(constant_.size() - 1);
 }
 
 // A first feasible basis: in each block all of its total on the coordinate whose largest slope
-// is least, t at the largest function there, every other function's surplus basic.
+// is least, t at the largest function there, every other function's surplus basic. Only
+// functions so far (add_constraint() builds before its first row).
 void PrimalShareProgramme::build() {
   const std::size_t blocks = totals_.size(), functions = constant_.size();
   const std::size_t cols = 1 + width_ + blocks + functions;
@@ -44,7 +64,7 @@ void PrimalShareProgramme::build() {
     rhs_[c] = totals_[c];
   }
   for (std::size_t i = 0; i < functions; ++i) {
-    tableau_[blocks + i] = function_row(i, cols);
+    tableau_[blocks + i] = cut_row(i, cols);
     rhs_[blocks + i] = constant_[i];
   }
   for (std::size_t c = 0; c < blocks; ++c) {
@@ -67,22 +87,23 @@ void PrimalShareProgramme::build() {
   built_ = true;
 }
 
-// Function i's row as written, t - slope.x - s_i (= constant_[i]), over `cols` columns.
-std::vector<double> PrimalShareProgramme::function_row(std::size_t i, std::size_t cols) const {
+// Cut i's row as written, t - slope.x - s_i (= constant_[i]) without the t for a constraint,
+// over `cols` columns.
+std::vector<double> PrimalShareProgramme::cut_row(std::size_t i, std::size_t cols) const {
   std::vector<double> row(cols, 0.0);
-  row[0] = 1.0;
+  row[0] = is_function_[i] ? 1.0 : 0.0;
   for (std::size_t x = 0; x < width_; ++x) row[x_column(x)] = -slope_[i][x];
   row[surplus_column(i)] = -1.0;
   return row;
 }
 
-// Function i's row in the current basis: its surplus basic there, its right-hand side negative
-// where the basis's x breaks it (dual_pivots() then restores feasibility).
+// Cut i's row in the current basis: its surplus basic there, its right-hand side negative where
+// the basis's x breaks it (dual_pivots() then restores feasibility).
 void PrimalShareProgramme::add_row(std::size_t i) {
   for (auto& row : tableau_) row.push_back(0.0);
   reduced_.push_back(0.0);
   const std::size_t cols = reduced_.size();
-  std::vector<double> row = function_row(i, cols);
+  std::vector<double> row = cut_row(i, cols);
   double rhs = constant_[i];
   for (std::size_t r = 0; r < tableau_.size(); ++r) {
     const double a = row[basis_[r]];
@@ -188,20 +209,29 @@ void PrimalShareProgramme::dual_pivots() {
 }
 
 double PrimalShareProgramme::read(std::vector<double>* shares, std::vector<double>* weights) {
-  const std::size_t functions = constant_.size();
-  std::vector<double> w(functions);
+  // The cuts' dual values: the functions' weights w, the constraints' multipliers, both scaled
+  // so that w sums to 1.
+  const std::size_t cuts = constant_.size();
+  std::vector<double> y(cuts);
   double sum = 0.0;
-  for (std::size_t i = 0; i < functions; ++i)
-    sum += w[i] = std::max(reduced_[surplus_column(i)], 0.0);
-  for (double& e : w) e = sum > 0.0 ? e / sum : 1.0 / static_cast<double>(functions);
+  for (std::size_t i = 0; i < cuts; ++i) {
+    y[i] = std::max(reduced_[surplus_column(i)], 0.0);
+    if (is_function_[i]) sum += y[i];
+  }
+  for (std::size_t i = 0; i < cuts; ++i) {
+    if (sum > 0.0)
+      y[i] /= sum;
+    else if (is_function_[i])
+      y[i] = 1.0 / static_cast<double>(functions());
+  }
   std::vector<double> priced(width_, 0.0);
   double bound = 0.0;
-  for (std::size_t i = 0; i < functions; ++i) {
-    if (w[i] == 0.0) continue;
-    bound += w[i] * constant_[i];
-    for (std::size_t x = 0; x < width_; ++x) priced[x] += w[i] * slope_[i][x];
+  for (std::size_t i = 0; i < cuts; ++i) {
+    if (y[i] == 0.0) continue;
+    bound += y[i] * constant_[i];
+    for (std::size_t x = 0; x < width_; ++x) priced[x] += y[i] * slope_[i][x];
   }
-  pivot_cells_ += functions * width_;
+  pivot_cells_ += cuts * width_;
   for (std::size_t c = 0; c < totals_.size(); ++c) {
     const auto first = priced.begin() + static_cast<std::ptrdiff_t>(c * coordinates_);
     bound +=
@@ -214,12 +244,15 @@ double PrimalShareProgramme::read(std::vector<double>* shares, std::vector<doubl
         (*shares)[basis_[r] - x_column(0)] = std::max(rhs_[r], 0.0);
     }
   }
-  if (weights != nullptr) *weights = std::move(w);
+  if (weights != nullptr) {
+    weights->resize(functions());
+    for (std::size_t i = 0; i < functions(); ++i) (*weights)[i] = y[function_row_[i]];
+  }
   return bound;
 }
 
 double PrimalShareProgramme::solve(std::vector<double>* shares, std::vector<double>* weights) {
-  if (constant_.empty()) return -kInfinity;
+  if (function_row_.empty()) return -kInfinity;
   if (!built_) {
     build();
   } else {

@@ -160,8 +160,9 @@ ContiguityHull::ContiguityHull(const std::vector<double>& layer_work, const Rati
   }
 }
 
-int ContiguityHull::add_crossed(MinMaxShareProgramme& programme, const std::vector<double>& shares,
-                                int stages) {
+template <typename Programme>
+int ContiguityHull::add_crossed_to(Programme& programme, const std::vector<double>& shares,
+                                   int stages) {
   const int n_classes = static_cast<int>(lower_.size());
   int added = 0;
   std::vector<double> so_far(n_classes, 0.0);
@@ -195,6 +196,16 @@ int ContiguityHull::add_crossed(MinMaxShareProgramme& programme, const std::vect
     }
   }
   return added;
+}
+
+int ContiguityHull::add_crossed(MinMaxShareProgramme& programme, const std::vector<double>& shares,
+                                int stages) {
+  return add_crossed_to(programme, shares, stages);
+}
+
+int ContiguityHull::add_crossed(RootProgramme& programme, const std::vector<double>& shares,
+                                int stages) {
+  return add_crossed_to(programme, shares, stages);
 }
 
 std::vector<int> rounded_balance(const std::vector<double>& work,

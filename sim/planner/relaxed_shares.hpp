@@ -91,8 +91,12 @@ class ContiguityHull {
   /// Adds to `programme` the edge constraints that `shares` (of `stages` stages) cross by more
   /// than a billionth of the work, one per stage end, class and side; returns how many.
   int add_crossed(MinMaxShareProgramme& programme, const std::vector<double>& shares, int stages);
+  int add_crossed(RootProgramme& programme, const std::vector<double>& shares, int stages);
 
  private:
+  template <typename Programme>
+  int add_crossed_to(Programme& programme, const std::vector<double>& shares, int stages);
+
   struct Side {
     std::vector<double> t, c;  // vertices, t increasing
   };

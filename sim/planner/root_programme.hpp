@@ -30,6 +30,10 @@ class RootProgramme {
   void add(double constant, const std::vector<double>& slope) {
     std::visit([&](auto& p) { p.add(constant, slope); }, form_);
   }
+  /// Restricts the shares to  a . x >= b  (after at least one function).
+  void add_constraint(const std::vector<double>& a, double b) {
+    std::visit([&](auto& p) { p.add_constraint(a, b); }, form_);
+  }
   double solve(std::vector<double>* shares, std::vector<double>* weights) {
     return std::visit([&](auto& p) { return p.solve(shares, weights); }, form_);
   }

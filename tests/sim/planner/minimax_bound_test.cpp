@@ -384,5 +384,68 @@ TEST(PrimalShareProgramme, GrowsToTheDualFormsOptimumWithSharesThatReachIt) {
   }
 }
 
+// Constraints (the contiguity hull's cuts) added between functions, each met by a random point
+// of the shares so that the programme stays feasible: the primal form ends where the dual form
+// does, its shares meet every constraint, and a coordinate held at a least share agrees too.
+TEST(PrimalShareProgramme, ConstraintsEndAtTheDualFormsOptimum) {
+  std::mt19937 rng(62);
+  std::uniform_real_distribution<double> coef(0.0, 3.0), signed_coef(-2.0, 2.0), offset(0.0, 10.0),
+      total(1.0, 20.0), unit(0.0, 1.0);
+  int bites = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    SCOPED_TRACE(trial);
+    const std::size_t coords = 2 + rng() % 10, blocks = 1 + rng() % 3, rows = 2 + rng() % 30;
+    std::vector<double> totals(blocks), point(coords * blocks);
+    for (std::size_t c = 0; c < blocks; ++c) {
+      totals[c] = total(rng);
+      double sum = 0.0;
+      for (std::size_t k = 0; k < coords; ++k) sum += point[c * coords + k] = unit(rng);
+      for (std::size_t k = 0; k < coords; ++k) point[c * coords + k] *= totals[c] / sum;
+    }
+    MinMaxShareProgramme dual(coords, totals), free(coords, totals);
+    PrimalShareProgramme primal(coords, totals);
+    std::vector<std::vector<double>> normal;
+    std::vector<double> limit;
+    for (std::size_t i = 0; i < rows; ++i) {
+      std::vector<double> slope(coords * blocks);
+      for (double& g : slope) g = coef(rng);
+      const double constant = offset(rng);
+      dual.add(constant, slope);
+      free.add(constant, slope);
+      primal.add(constant, slope);
+      if (rng() % 2 == 0) {
+        std::vector<double> a(coords * blocks);
+        double at_point = 0.0;
+        for (std::size_t x = 0; x < a.size(); ++x) at_point += (a[x] = signed_coef(rng)) * point[x];
+        const double b = at_point - unit(rng) * 0.1 * totals[0];
+        dual.add_constraint(a, b);
+        primal.add_constraint(a, b);
+        normal.push_back(a);
+        limit.push_back(b);
+      }
+      if (rng() % 3 != 0 && i + 1 < rows) continue;
+      std::vector<double> shares, weights;
+      const double expected = dual.solve();
+      const double got = primal.solve(&shares, &weights);
+      const double tolerance = 1e-8 * std::max(1.0, std::abs(expected));
+      EXPECT_NEAR(got, expected, tolerance);
+      for (std::size_t j = 0; j < normal.size(); ++j) {
+        double value = 0.0;
+        for (std::size_t x = 0; x < shares.size(); ++x) value += normal[j][x] * shares[x];
+        EXPECT_GE(value, limit[j] - 1e-7 * std::max(1.0, std::abs(limit[j])));
+      }
+      EXPECT_EQ(weights.size(), primal.functions());
+      EXPECT_EQ(primal.constraints(), normal.size());
+    }
+    if (primal.solve() > free.solve() + 1e-6) ++bites;
+    const std::size_t index = rng() % (coords * blocks);
+    const double least = point[index] * unit(rng);
+    const double expected = dual.solve_with_least(index, least);
+    EXPECT_NEAR(primal.solve_with_least(index, least), expected,
+                1e-8 * std::max(1.0, std::abs(expected)));
+  }
+  EXPECT_GT(bites, 40);  // the constraints move the bound on many trials
+}
+
 }  // namespace
 }  // namespace pipetune
