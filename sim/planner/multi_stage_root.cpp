@@ -79,6 +79,7 @@ class MultiStageSearch::MultiStageRoot {
   }
   double time_model_plan(const std::vector<double>& plan);
   int add_paths(const std::vector<double>& plan, int count);
+  int add_hull_cuts();
   bool add_path_from(int at, const std::vector<double>& plan);
 };
 
@@ -95,10 +96,11 @@ MultiStageSearch::MultiStageRoot::MultiStageRoot(MultiStageSearch& s, const Conf
       size_of{&s.context_.costs.at(config.sizes.front()),
               &s.context_.costs.at(config.sizes.back())},
       slot_of(m),
-      // Four classes of equal ranges, as before the single-stage roots' least-loss classes:
-      // tried here, those moved the every-schedule answers of random instances by up to 5 %
-      // either way (their searches are cut short by the budget), none better on the whole.
-      classes(ratio_classes(work, *size_of[0], 4, ClassSplit::EqualRanges)),
+      // Classes of equal ranges, as many as the single-stage roots take for as many stages
+      // (more where there are few stages; with the hull's cuts, see run_rounds()). The
+      // least-loss split, tried here, moved the every-schedule answers of random instances by up
+      // to 5 % either way (their searches are cut short by the budget), none better on the whole.
+      classes(ratio_classes(work, *size_of[0], max_ratio_classes(stages), ClassSplit::EqualRanges)),
       n_classes(static_cast<int>(classes.work.size())),
       least_bytes{least_boundary_bytes(*size_of[0]), least_boundary_bytes(*size_of[1])},
       ascending{&s.context_.boundary_bytes_ascending(*size_of[0]),
@@ -127,6 +129,7 @@ MultiStageSearch::MultiStageRoot::MultiStageRoot(MultiStageSearch& s, const Conf
     ratio[x] = ClassRatio(n_classes);
     for (int k = 0; k < s.layers_; ++k) ratio[x].add(classes.of[k], cost[x][k], work[k]);
   }
+  if (fresh) st.hull.emplace(work, classes);
 }
 
 int MultiStageSearch::MultiStageRoot::kind_of(const SimTask& t) const {
@@ -319,6 +322,16 @@ int MultiStageSearch::MultiStageRoot::add_paths(const std::vector<double>& plan,
   return added;
 }
 
+// The contiguity hull's cuts the last solve's shares cross (ContiguityHull), charged as the
+// rows they add; returns how many.
+int MultiStageSearch::MultiStageRoot::add_hull_cuts() {
+  const std::uint64_t cells = programme.pivot_cells();
+  search.context_.stats.steps += 1 + width / kPivotCellsPerStep;
+  const int added = st.hull->add_crossed(programme, st.shares, stages);
+  charge(cells);
+  return added;
+}
+
 bool MultiStageSearch::MultiStageRoot::run_rounds(std::uint64_t step_limit, double enough) {
   for (; st.rounds < kRelaxedRootRounds && !reaches(st.bound, enough); ++st.rounds) {
     if (search.context_.stats.steps >= step_limit) return false;
@@ -330,15 +343,23 @@ bool MultiStageSearch::MultiStageRoot::run_rounds(std::uint64_t step_limit, doub
       // configuration on 2 devices stopped after one round at 283.367 ms against 291.784.)
       time_model_plan(st.shares);
       if (add_paths(st.shares, 2) == 0) {
-        if (!st.by_timing) break;
-        // No path is timed above the bound: the rows of the paths themselves from now on,
-        // and the plans here kept as starts (the rounds after them move the model plans, and
-        // the local search from those alone ended up to 2.5 % slower on random instances).
-        st.by_timing = false;
-        st.timed_plans = {st.best_plan};
-        // (Before the first solve the shares are the busy rows' arbitrary vertex.)
-        if (st.rounds > 0) st.timed_plans.push_back(st.shares);
-        continue;
+        if (st.by_timing) {
+          // No path is timed above the bound: the rows of the paths themselves from now on,
+          // and the plans here kept as starts (the rounds after them move the model plans,
+          // and the local search from those alone ended up to 2.5 % slower on random
+          // instances).
+          st.by_timing = false;
+          st.timed_plans = {st.best_plan};
+          // (Before the first solve the shares are the busy rows' arbitrary vertex.)
+          if (st.rounds > 0) st.timed_plans.push_back(st.shares);
+          continue;
+        }
+        // No path's row is above the bound either: the hull's edges the shares cross (stage
+        // ends that no run of layers has), and where there are none the rounds are done.
+        const bool first_cuts = st.unhulled.empty();
+        if (add_hull_cuts() == 0) break;
+        // The plans the rounds would have ended on without the hull stay the first starts.
+        if (first_cuts) st.unhulled = {st.best_plan, st.shares};
       }
     }
     const std::uint64_t cells = programme.pivot_cells();
@@ -404,7 +425,9 @@ void MultiStageSearch::keep_root_plans(const MultiStageRoot& root, const LayerWo
   const RelaxedRootState& st = root.st;
   const int stages = root.stages, n_classes = root.n_classes;
   balances.clear();
-  std::vector<const std::vector<double>*> plans = {&st.best_plan};
+  std::vector<const std::vector<double>*> plans;
+  for (const std::vector<double>& plan : st.unhulled) plans.push_back(&plan);
+  plans.push_back(&st.best_plan);
   // Before the first round the solve's shares are the busy rows' arbitrary vertex.
   if (st.rounds > 0) plans.push_back(&st.shares);
   for (const std::vector<double>& plan : st.timed_plans) plans.push_back(&plan);

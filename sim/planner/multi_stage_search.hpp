@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -55,6 +56,11 @@ struct RelaxedRootState {
   std::vector<double> copy_excess;
   std::vector<double> weights;
   double last_value = 0.0;
+  // Each stage end on the hull of what a run of layers holds, cut once no path is above the
+  // bound any more (set by the root's first call).
+  std::optional<ContiguityHull> hull;
+  // best_plan and shares when the first of the hull's cuts were added (empty before).
+  std::vector<std::vector<double>> unhulled;
   RelaxedRootState(int stages, const std::vector<double>& class_work, std::size_t functions)
       : programme(static_cast<std::size_t>(stages), class_work, functions) {}
 };
