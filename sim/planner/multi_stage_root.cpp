@@ -53,7 +53,7 @@ class MultiStageSearch::MultiStageRoot {
   TaskGraph graph;
   const SizeCosts* size_of[2];
   std::vector<int> slot_of;
-  RatioClasses classes;
+  const RatioClasses& classes;
   int n_classes;
   std::array<std::vector<double>, 14> cost;  // [kind * 2 + slot][layer]
   double least_bytes[2];
@@ -96,11 +96,7 @@ MultiStageSearch::MultiStageRoot::MultiStageRoot(MultiStageSearch& s, const Conf
       size_of{&s.context_.costs.at(config.sizes.front()),
               &s.context_.costs.at(config.sizes.back())},
       slot_of(m),
-      // Classes of equal ranges, as many as the single-stage roots take for as many stages
-      // (more where there are few stages; with the hull's cuts, see run_rounds()). The
-      // least-loss split, tried here, moved the every-schedule answers of random instances by up
-      // to 5 % either way (their searches are cut short by the budget), none better on the whole.
-      classes(ratio_classes(work, *size_of[0], max_ratio_classes(stages), ClassSplit::EqualRanges)),
+      classes(s.root_classes(config, layer_work, stages).classes),
       n_classes(static_cast<int>(classes.work.size())),
       least_bytes{least_boundary_bytes(*size_of[0]), least_boundary_bytes(*size_of[1])},
       ascending{&s.context_.boundary_bytes_ascending(*size_of[0]),
@@ -129,7 +125,25 @@ MultiStageSearch::MultiStageRoot::MultiStageRoot(MultiStageSearch& s, const Conf
     ratio[x] = ClassRatio(n_classes);
     for (int k = 0; k < s.layers_; ++k) ratio[x].add(classes.of[k], cost[x][k], work[k]);
   }
-  if (fresh) st.hull.emplace(work, classes);
+  if (fresh) st.hull = s.root_classes(config, layer_work, stages).hull;
+}
+
+// Classes of equal ranges, as many as the single-stage roots take for as many stages (more where
+// there are few stages; with the hull's cuts, see run_rounds()). The least-loss split, tried
+// here, moved the every-schedule answers of random instances by up to 5 % either way (their
+// searches are cut short by the budget), none better on the whole.
+const MultiStageSearch::RootClasses& MultiStageSearch::root_classes(const Config& c,
+                                                                    const LayerWork& work,
+                                                                    int stages) {
+  const int most = max_ratio_classes(stages);
+  std::unique_ptr<const RootClasses>& kept = root_classes_[{c.sizes, most}];
+  if (!kept) {
+    RatioClasses classes =
+        ratio_classes(work.each, context_.costs.at(c.sizes.front()), most, ClassSplit::EqualRanges);
+    ContiguityHull hull(work.each, classes);
+    kept = std::make_unique<const RootClasses>(RootClasses{std::move(classes), std::move(hull)});
+  }
+  return *kept;
 }
 
 int MultiStageSearch::MultiStageRoot::kind_of(const SimTask& t) const {

@@ -113,6 +113,16 @@ class MultiStageSearch : private SearchPart {
   // share of the work, where the next configuration's rounds start (see
   // multi_stage_relaxed_root()).
   std::map<std::pair<ScheduleKind, int>, std::vector<double>> model_start_;
+  // A root's classes of layers and the hull of their runs depend on the split's work and the
+  // stage count alone, which the configurations of every checkpoint mode and schedule share:
+  // built once for them (their sort and walks were a twentieth of a random instance's time).
+  struct RootClasses {
+    RatioClasses classes;
+    ContiguityHull hull;
+  };
+  const RootClasses& root_classes(const Config& c, const LayerWork& work, int stages);
+  std::map<std::pair<std::vector<std::int64_t>, int>, std::unique_ptr<const RootClasses>>
+      root_classes_;
   // Per stage of c, its device's share of the speeds: the share of the work that gives every
   // stage the same time.
   std::vector<double> equal_time_shares(const Config& c) const;
